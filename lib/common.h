@@ -1,0 +1,55 @@
+/* Internal helpers shared by every part of the library. */
+#ifndef KC_COMMON_H
+#define KC_COMMON_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kcache/kcache.h"
+
+#define KC_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define KC_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define KC_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#if defined(__GNUC__)
+#define KC_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define KC_PRINTF(f, a)
+#endif
+
+#define KC_ERRMSG_SIZE 512
+
+/*
+ * The one place allocation happens, so that a failure is always noticed and
+ * tests can count or fail allocations in one spot.
+ */
+void *kc_malloc(size_t size);
+void *kc_calloc(size_t n, size_t size);
+void *kc_realloc(void *p, size_t size);
+char *kc_strdup(const char *s);
+char *kc_memdup(const void *p, size_t size);
+
+/* Formats into a fixed buffer, always NUL-terminated. Returns code. */
+int kc_fmt(char *buf, size_t size, int code, const char *fmt, ...) KC_PRINTF(4, 5);
+
+/* Milliseconds since the Unix epoch, and a monotonic clock in nanoseconds. */
+int64_t kc_now_ms(void);
+uint64_t kc_mono_ns(void);
+
+/* A growable byte buffer. */
+typedef struct kc_buf {
+    uint8_t *data;
+    size_t size;
+    size_t cap;
+} kc_buf;
+
+int kc_buf_reserve(kc_buf *b, size_t extra);
+int kc_buf_append(kc_buf *b, const void *p, size_t n);
+int kc_buf_append_u32(kc_buf *b, uint32_t v);
+void kc_buf_free(kc_buf *b);
+
+/* Reads little-endian integers. */
+uint32_t kc_read_u32(const uint8_t *p);
+
+#endif

@@ -1,0 +1,310 @@
+/*
+ * The artifact store: compiled kernels in one SQLite database file.
+ *
+ * Thread safety: a kcache_store may be shared by any number of threads; calls
+ * on one store are serialised by a lock it owns. Any number of processes may
+ * open the same file at once. A kcache_entry belongs to the caller that got it
+ * and is not tied to the store: it stays valid after kcache_store_close().
+ *
+ * Durability: the database runs in WAL mode with synchronous=NORMAL. A put
+ * that returned 0 survives a crash of the process; a power loss may undo the
+ * last few puts, never corrupt the file. Hits do not write: the time of last
+ * use and the hit counters are kept in memory and written in batches (when the
+ * batch is full, every few seconds of activity, before a prune, and on close).
+ * A crash therefore loses at most one batch of those touches, never an entry.
+ */
+#ifndef KCACHE_STORE_H
+#define KCACHE_STORE_H
+
+#include <kcache/kcache.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kcache_store kcache_store;
+
+/* Bumped when fields are appended to kcache_store_options. */
+#define KCACHE_STORE_OPTIONS_VERSION 1
+
+typedef struct kcache_store_options {
+    unsigned version; /* KCACHE_STORE_OPTIONS_VERSION */
+    /*
+     * Database file. NULL: $KCACHE_PATH, else $KCACHE_DIR/kcache.db, else
+     * $XDG_CACHE_HOME/kcache/kcache.db, else ~/.cache/kcache/kcache.db.
+     * Directories kcache creates are 0700, the files 0600.
+     */
+    const char *path;
+    /*
+     * Size cap in bytes for the database plus its WAL. 0: $KCACHE_MAX_SIZE,
+     * else the default (KCACHE_DEFAULT_MAX_SIZE). UINT64_MAX: no cap.
+     */
+    uint64_t max_size;
+    /* Open read-only: gets work, anything that writes returns KCACHE_EREADONLY. */
+    int read_only;
+    /* How long to wait for another process's lock. 0: 5000 ms. */
+    unsigned busy_timeout_ms;
+    /* Optional: where warnings go (the library never prints). */
+    kcache_log_fn log;
+    void *log_userdata;
+} kcache_store_options;
+
+#define KCACHE_STORE_OPTIONS_INIT {KCACHE_STORE_OPTIONS_VERSION, NULL, 0, 0, 0, NULL, NULL}
+
+#define KCACHE_DEFAULT_MAX_SIZE (UINT64_C(4) << 30)
+
+/*
+ * Opens (creating if needed) the store. On success *out is a new store to be
+ * released with kcache_store_close(). On failure *out is NULL and a one-line
+ * message saying what to do is written into errbuf (when not NULL): there is
+ * no handle yet to keep it.
+ *
+ * What opening does with what it finds at the path:
+ *   - nothing, or an empty file: a new database;
+ *   - a kcache database of an older schema: migrated in one transaction;
+ *   - a kcache database of a newer schema: opened read-only; writes return
+ *     KCACHE_EVERSION ("upgrade kcache");
+ *   - a file that is not SQLite, or that SQLite finds corrupt: renamed to
+ *     PATH.corrupt-TIMESTAMP (the newest few are kept) and a new database
+ *     started; reported through the log callback;
+ *   - another application's SQLite database: KCACHE_EFOREIGN, file untouched;
+ *   - a directory on a network file system: KCACHE_ENOTSUP (WAL needs one host).
+ */
+KCACHE_API int kcache_store_open(kcache_store **out, const kcache_store_options *options,
+                                 char *errbuf, size_t errbuf_size);
+
+/* Writes pending touches and closes. Accepts NULL. */
+KCACHE_API void kcache_store_close(kcache_store *store);
+
+/*
+ * The message of the last failure on this store, one line, never NULL. The
+ * pointer stays valid until the next call on the store from any thread.
+ */
+KCACHE_API const char *kcache_store_errmsg(const kcache_store *store);
+
+/* The database file's path. Owned by the store. */
+KCACHE_API const char *kcache_store_path(const kcache_store *store);
+
+/* The cap in bytes (UINT64_MAX: none). */
+KCACHE_API uint64_t kcache_store_max_size(const kcache_store *store);
+
+/* Whether writes are refused (read-only open, or a newer schema). */
+KCACHE_API int kcache_store_read_only(const kcache_store *store);
+
+/* Schema version of the database file. */
+KCACHE_API int kcache_store_schema_version(const kcache_store *store);
+
+/* An input the compile read (a source or a header), kept for recompiling. */
+typedef enum kcache_input_role {
+    KCACHE_INPUT_SOURCE = 1, /* the main source, named as given to the compiler */
+    KCACHE_INPUT_HEADER = 2, /* a header, named by its include spelling */
+    KCACHE_INPUT_LINK = 3,   /* an input of a link step (PTX, LTO-IR, CUBIN) */
+} kcache_input_role;
+
+typedef struct kcache_input {
+    int role;         /* kcache_input_role */
+    const char *name; /* NUL-terminated */
+    const void *data;
+    size_t size;
+} kcache_input;
+
+/*
+ * One cache entry. kcache_store_put() reads the fields marked "put"; the
+ * others are filled in by the store on get and ignored on put. Strings are
+ * NUL-terminated UTF-8; a NULL string is read as "".
+ */
+typedef struct kcache_entry {
+    unsigned version;        /* put: KCACHE_ENTRY_VERSION */
+    kcache_key key;          /* put */
+    kcache_kind kind;        /* put */
+    const char *arch;        /* put: normalised target ("sm_90", "compute_90a") */
+    const char *name;        /* put: source name as given to the compiler */
+    const void *data;        /* put: the artifact */
+    size_t size;             /* put */
+    const char *log;         /* put: compiler log (warnings) */
+    const char *toolchain;   /* put: compiler identity ("nvrtc 13.0 ...") */
+    uint64_t compile_ns;     /* put: time the compile took */
+    const void *key_material; /* put: the encoded inputs the key was derived from */
+    size_t key_material_size;
+    size_t n_names;                    /* put: name expressions and their */
+    const char *const *name_exprs;     /*      lowered (mangled) names, */
+    const char *const *lowered_names;  /*      pairwise */
+    size_t n_inputs;                   /* put: optional; get: only with */
+    const kcache_input *inputs;        /*      KCACHE_GET_INPUTS */
+
+    uint64_t stored_size;    /* get: bytes the artifact takes in the database */
+    uint8_t digest[32];      /* get: BLAKE2b-256 of the artifact */
+    int64_t created_at;      /* get: milliseconds since the Unix epoch */
+    int64_t accessed_at;     /* get: milliseconds since the Unix epoch */
+    uint64_t hits;           /* get: hits recorded so far */
+} kcache_entry;
+
+#define KCACHE_ENTRY_VERSION 1
+#define KCACHE_ENTRY_INIT {KCACHE_ENTRY_VERSION}
+
+/* Flags for kcache_store_get(). */
+enum kcache_get_flags {
+    KCACHE_GET_DEFAULT = 0,
+    KCACHE_GET_NO_TOUCH = 1 << 0, /* do not count a hit or a miss (inspect, export) */
+    KCACHE_GET_INPUTS = 1 << 1,   /* also load the stored inputs */
+    KCACHE_GET_NO_DATA = 1 << 2,  /* metadata only: data is NULL, size the raw size */
+};
+
+/*
+ * Looks up a key. On a hit, *out is a new entry owned by the caller, released
+ * with kcache_entry_free(); its artifact has been checked against its digest,
+ * and its data is followed by a NUL byte not counted in size (PTX is text).
+ * A hit is counted unless KCACHE_GET_NO_TOUCH.
+ * Returns 0, KCACHE_ENOTFOUND on a miss (also when a damaged artifact was
+ * found: it is deleted and counted), or another error.
+ */
+KCACHE_API int kcache_store_get(kcache_store *store, kcache_entry **out, const kcache_key *key,
+                                unsigned flags);
+
+/* Releases an entry from kcache_store_get() or kcache_store_list(). Accepts NULL. */
+KCACHE_API void kcache_entry_free(kcache_entry *entry);
+
+/*
+ * Stores an entry, replacing one with the same key. The store copies what it
+ * needs; the caller keeps ownership of everything in entry. When the cap is
+ * passed, least recently used entries are evicted before this returns.
+ */
+KCACHE_API int kcache_store_put(kcache_store *store, const kcache_entry *entry);
+
+/* Deletes one entry. Returns 0 or KCACHE_ENOTFOUND. */
+KCACHE_API int kcache_store_delete(kcache_store *store, const kcache_key *key);
+
+/*
+ * Finds the single key that starts with a hex prefix (at least 4 digits).
+ * Returns 0, KCACHE_ENOTFOUND, KCACHE_EAMBIGUOUS or KCACHE_EINVAL.
+ */
+KCACHE_API int kcache_store_find(kcache_store *store, kcache_key *out, const char *hex_prefix);
+
+/* Order of kcache_store_list(). */
+typedef enum kcache_sort {
+    KCACHE_SORT_ACCESSED = 0, /* most recently used first */
+    KCACHE_SORT_CREATED = 1,  /* newest first */
+    KCACHE_SORT_SIZE = 2,     /* largest first (raw size) */
+    KCACHE_SORT_HITS = 3,     /* most hits first */
+    KCACHE_SORT_LRU = 4,      /* least recently used first: eviction order */
+} kcache_sort;
+
+#define KCACHE_FILTER_VERSION 1
+
+/* Selects entries. Zero or NULL fields select everything. */
+typedef struct kcache_filter {
+    unsigned version;        /* KCACHE_FILTER_VERSION */
+    const char *arch;        /* exact normalised architecture */
+    kcache_kind kind;        /* 0: any */
+    int64_t accessed_before; /* ms since epoch: only entries last used before this */
+    int64_t created_since;   /* ms since epoch: only entries created at or after this */
+    kcache_sort sort;
+    uint64_t limit;          /* 0: no limit */
+} kcache_filter;
+
+#define KCACHE_FILTER_INIT {KCACHE_FILTER_VERSION}
+
+/*
+ * Calls fn for each selected entry's metadata (data is NULL, size the raw
+ * size). The entry is valid only during the call. fn returns 0 to go on, or a
+ * non-zero value that stops the walk and is returned. The store's lock is
+ * held during the walk: fn must not call the store.
+ */
+typedef int (*kcache_entry_fn)(void *userdata, const kcache_entry *entry);
+KCACHE_API int kcache_store_list(kcache_store *store, const kcache_filter *filter,
+                                 kcache_entry_fn fn, void *userdata);
+
+/* Hit and miss counters of one (architecture, kind). */
+typedef struct kcache_usage {
+    char arch[32];
+    kcache_kind kind;
+    uint64_t hits;
+    uint64_t misses;
+    uint64_t saved_ns; /* compile time the hits saved */
+} kcache_usage;
+
+typedef struct kcache_stats {
+    uint64_t entries;
+    uint64_t raw_bytes;     /* artifacts as handed out */
+    uint64_t stored_bytes;  /* artifacts as stored (compressed) */
+    uint64_t file_bytes;    /* database file on disk */
+    uint64_t wal_bytes;     /* its WAL on disk */
+    uint64_t max_size;      /* the cap (UINT64_MAX: none) */
+    uint64_t hits;
+    uint64_t misses;
+    uint64_t saved_ns;
+    uint64_t evictions;
+    uint64_t corrupt;        /* damaged artifacts or databases found */
+    uint64_t store_failures; /* puts that could not be written */
+    int64_t since;           /* ms since epoch: when counters were last zeroed */
+    int schema_version;
+    size_t n_usage;          /* per (architecture, kind), most hits first */
+    kcache_usage *usage;
+} kcache_stats;
+
+/*
+ * Fills *out with a new stats object (counters include this process's batch
+ * not yet written), released with kcache_stats_free().
+ */
+KCACHE_API int kcache_store_stats(kcache_store *store, kcache_stats **out);
+KCACHE_API void kcache_stats_free(kcache_stats *stats);
+
+/* Zeroes the hit, miss, eviction and failure counters (not the entries). */
+KCACHE_API int kcache_store_zero_stats(kcache_store *store);
+
+/*
+ * Counts a miss for (arch, kind). A lookup that finds nothing does not count
+ * one by itself: whoever then compiles does, so that a probe (inspect,
+ * explain) is not a miss.
+ */
+KCACHE_API void kcache_store_count_miss(kcache_store *store, const char *arch, kcache_kind kind);
+
+/*
+ * Counts a store failure seen by a caller (a put that could not be written
+ * while the compile itself succeeded), so that stats shows it. Best effort.
+ */
+KCACHE_API void kcache_store_count_failure(kcache_store *store);
+
+#define KCACHE_PRUNE_VERSION 1
+
+typedef struct kcache_prune_options {
+    unsigned version;       /* KCACHE_PRUNE_VERSION */
+    uint64_t max_size;      /* evict LRU entries until database + WAL fit; 0: the store's cap */
+    uint64_t max_entries;   /* 0: no limit */
+    int64_t accessed_before; /* ms since epoch: evict entries last used before; 0: none */
+    const char *arch;       /* only entries of this architecture (with accessed_before) */
+    kcache_kind kind;       /* only entries of this kind (with accessed_before) */
+    int dry_run;            /* count what would go, change nothing */
+} kcache_prune_options;
+
+#define KCACHE_PRUNE_OPTIONS_INIT {KCACHE_PRUNE_VERSION}
+
+typedef struct kcache_prune_result {
+    uint64_t evicted;        /* entries */
+    uint64_t evicted_bytes;  /* stored bytes of those entries */
+    uint64_t disk_before;    /* database + WAL on disk before */
+    uint64_t disk_after;     /* and after */
+} kcache_prune_result;
+
+/*
+ * Evicts entries, least recently used first, and hands the freed pages back
+ * to the file system. With a size, database + WAL end at or under it once no
+ * other process is writing. out may be NULL.
+ */
+KCACHE_API int kcache_store_prune(kcache_store *store, const kcache_prune_options *options,
+                                  kcache_prune_result *out);
+
+/* Rebuilds the file (VACUUM) and truncates the WAL. */
+KCACHE_API int kcache_store_vacuum(kcache_store *store);
+
+/* Deletes every entry and hands the space back. */
+KCACHE_API int kcache_store_clear(kcache_store *store);
+
+/* Writes this process's pending touches now. */
+KCACHE_API int kcache_store_flush(kcache_store *store);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KCACHE_STORE_H */

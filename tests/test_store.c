@@ -1,0 +1,188 @@
+/* The store's basic contract: put, get, replace, delete, find, list, stats. */
+#include <kcache/store.h>
+
+#include "testutil.h"
+
+static kcache_key key_of(unsigned n)
+{
+    kcache_key k;
+    memset(&k, 0, sizeof(k));
+    for (int i = 0; i < 4; i++)
+        k.bytes[i] = (uint8_t)(n >> (8 * (3 - i)));
+    k.bytes[31] = 0x5a;
+    return k;
+}
+
+static void fill(uint8_t *p, size_t n, unsigned seed)
+{
+    /* Compressible like a CUBIN: repeated structure with some variation. */
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)((i % 64 < 48) ? (i * 7 + seed) % 13 : (seed * 31 + i) % 251);
+}
+
+static kcache_store *open_at(const char *path, uint64_t max_size)
+{
+    kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
+    o.path = path;
+    o.max_size = max_size;
+    kcache_store *s = NULL;
+    char err[256];
+    int rc = kcache_store_open(&s, &o, err, sizeof(err));
+    if (rc)
+        fprintf(stderr, "open %s: %s\n", path, err);
+    REQUIRE(rc == 0 && s);
+    return s;
+}
+
+static void test_put_get(void)
+{
+    kcache_store *s = open_at(test_path("a.db"), UINT64_MAX);
+    static uint8_t data[300000];
+    fill(data, sizeof(data), 1);
+    const char *exprs[] = {"tiled_gemm<float, 16>", "tiled_gemm<double, 8>"};
+    const char *lowered[] = {"_Z10tiled_gemmIfLi16EEvPKT_S2_PS0_i", "_Z10tiled_gemmIdLi8EEvPKT_S2_PS0_i"};
+    const char hdr[] = "#pragma once\n";
+    kcache_input inputs[] = {{KCACHE_INPUT_SOURCE, "tiled_gemm.cu", "int x;", 6},
+                             {KCACHE_INPUT_HEADER, "common.cuh", hdr, sizeof(hdr) - 1}};
+    kcache_entry e = KCACHE_ENTRY_INIT;
+    e.key = key_of(1);
+    e.kind = KCACHE_KIND_CUBIN;
+    e.arch = "sm_90";
+    e.name = "tiled_gemm.cu";
+    e.data = data;
+    e.size = sizeof(data);
+    e.log = "warning: something";
+    e.toolchain = "nvrtc 13.0";
+    e.compile_ns = 123456789;
+    e.key_material = "material";
+    e.key_material_size = 8;
+    e.n_names = 2;
+    e.name_exprs = exprs;
+    e.lowered_names = lowered;
+    e.n_inputs = 2;
+    e.inputs = inputs;
+    CHECK_RC(kcache_store_put(s, &e), 0);
+
+    kcache_entry *got = NULL;
+    CHECK_RC(kcache_store_get(s, &got, &e.key, KCACHE_GET_INPUTS), 0);
+    REQUIRE(got);
+    CHECK(got->size == sizeof(data));
+    CHECK(memcmp(got->data, data, sizeof(data)) == 0);
+    CHECK(((const char *)got->data)[got->size] == '\0');
+    CHECK(got->stored_size < got->size / 4);
+    CHECK(got->kind == KCACHE_KIND_CUBIN);
+    CHECK(strcmp(got->arch, "sm_90") == 0);
+    CHECK(strcmp(got->name, "tiled_gemm.cu") == 0);
+    CHECK(strcmp(got->log, "warning: something") == 0);
+    CHECK(strcmp(got->toolchain, "nvrtc 13.0") == 0);
+    CHECK(got->compile_ns == 123456789);
+    CHECK(got->key_material_size == 8 && memcmp(got->key_material, "material", 8) == 0);
+    REQUIRE(got->n_names == 2);
+    CHECK(strcmp(got->name_exprs[1], exprs[1]) == 0);
+    CHECK(strcmp(got->lowered_names[0], lowered[0]) == 0);
+    REQUIRE(got->n_inputs == 2);
+    CHECK(got->inputs[1].role == KCACHE_INPUT_HEADER);
+    CHECK(strcmp(got->inputs[1].name, "common.cuh") == 0);
+    CHECK(got->inputs[1].size == sizeof(hdr) - 1 &&
+          memcmp(got->inputs[1].data, hdr, sizeof(hdr) - 1) == 0);
+    kcache_entry_free(got);
+
+    /* A miss. */
+    kcache_key other = key_of(2);
+    got = (kcache_entry *)1;
+    CHECK_RC(kcache_store_get(s, &got, &other, 0), KCACHE_ENOTFOUND);
+    CHECK(got == NULL);
+
+    /* Replace: same key, new bytes. */
+    fill(data, 5000, 9);
+    e.size = 5000;
+    e.n_inputs = 0;
+    CHECK_RC(kcache_store_put(s, &e), 0);
+    CHECK_RC(kcache_store_get(s, &got, &e.key, 0), 0);
+    REQUIRE(got);
+    CHECK(got->size == 5000 && memcmp(got->data, data, 5000) == 0);
+    kcache_entry_free(got);
+
+    /* find by prefix */
+    kcache_key found;
+    char hex[KCACHE_KEY_HEX_SIZE];
+    kcache_key_hex(hex, &e.key);
+    hex[10] = '\0';
+    CHECK_RC(kcache_store_find(s, &found, hex), 0);
+    CHECK(memcmp(found.bytes, e.key.bytes, 32) == 0);
+    CHECK_RC(kcache_store_find(s, &found, "zzzz"), KCACHE_EINVAL);
+    CHECK_RC(kcache_store_find(s, &found, "ffff"), KCACHE_ENOTFOUND);
+
+    /* stats see one entry and the hits above */
+    kcache_stats *st = NULL;
+    CHECK_RC(kcache_store_stats(s, &st), 0);
+    REQUIRE(st);
+    CHECK(st->entries == 1);
+    CHECK(st->raw_bytes == 5000);
+    CHECK(st->hits == 2);
+    CHECK(st->schema_version == 2);
+    kcache_stats_free(st);
+
+    CHECK_RC(kcache_store_delete(s, &e.key), 0);
+    CHECK_RC(kcache_store_delete(s, &e.key), KCACHE_ENOTFOUND);
+    CHECK_RC(kcache_store_get(s, &got, &e.key, 0), KCACHE_ENOTFOUND);
+    kcache_store_close(s);
+}
+
+static int count_cb(void *ud, const kcache_entry *e)
+{
+    (void)e;
+    (*(int *)ud)++;
+    return 0;
+}
+
+static void test_list_and_prune(void)
+{
+    kcache_store *s = open_at(test_path("b.db"), UINT64_MAX);
+    static uint8_t data[20000];
+    for (unsigned i = 0; i < 50; i++) {
+        fill(data, sizeof(data), i);
+        kcache_entry e = KCACHE_ENTRY_INIT;
+        e.key = key_of(100 + i);
+        e.kind = i % 2 ? KCACHE_KIND_PTX : KCACHE_KIND_CUBIN;
+        e.arch = i % 3 ? "sm_90" : "sm_80";
+        e.data = data;
+        e.size = sizeof(data);
+        CHECK_RC(kcache_store_put(s, &e), 0);
+    }
+    int n = 0;
+    kcache_filter f = KCACHE_FILTER_INIT;
+    CHECK_RC(kcache_store_list(s, &f, count_cb, &n), 0);
+    CHECK(n == 50);
+    n = 0;
+    f.kind = KCACHE_KIND_PTX;
+    f.arch = "sm_80";
+    CHECK_RC(kcache_store_list(s, &f, count_cb, &n), 0);
+    CHECK(n == 8); /* i odd and i % 3 == 0: 3, 9, ..., 45 */
+
+    kcache_prune_options po = KCACHE_PRUNE_OPTIONS_INIT;
+    kcache_prune_result r;
+    po.max_entries = 20;
+    CHECK_RC(kcache_store_prune(s, &po, &r), 0);
+    CHECK(r.evicted == 30);
+    kcache_stats *st;
+    CHECK_RC(kcache_store_stats(s, &st), 0);
+    CHECK(st->entries == 20);
+    CHECK(st->evictions == 30);
+    kcache_stats_free(st);
+    /* The oldest went: entry 100 is gone, 149 is there. */
+    kcache_entry *got = NULL;
+    kcache_key k = key_of(100);
+    CHECK_RC(kcache_store_get(s, &got, &k, KCACHE_GET_NO_TOUCH), KCACHE_ENOTFOUND);
+    k = key_of(149);
+    CHECK_RC(kcache_store_get(s, &got, &k, KCACHE_GET_NO_TOUCH), 0);
+    kcache_entry_free(got);
+    kcache_store_close(s);
+}
+
+int main(void)
+{
+    test_put_get();
+    test_list_and_prune();
+    return test_done();
+}
