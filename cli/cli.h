@@ -1,0 +1,74 @@
+/* What the verbs share: global options, messages, opening the store, JSON output. */
+#ifndef KCACHE_CLI_H
+#define KCACHE_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include <kcache/store.h>
+
+#if defined(__GNUC__)
+#define CLI_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define CLI_PRINTF(f, a)
+#endif
+
+/* Exit codes: 0 ok, 1 the work failed, 2 the command line was wrong. */
+enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
+
+/* Options given before the verb: kcache [--path FILE] [--max-size SIZE] VERB ... */
+struct cli_globals {
+    const char *path;
+    uint64_t max_size;
+};
+extern struct cli_globals cli_globals;
+
+/* "kcache: message" on stderr; returns CLI_FAIL. */
+int cli_error(const char *fmt, ...) CLI_PRINTF(1, 2);
+/* "kcache: message" plus where to read usage; returns CLI_USAGE. */
+int cli_usage_error(const char *verb, const char *fmt, ...) CLI_PRINTF(2, 3);
+/* "kcache: warning: message" on stderr. */
+void cli_warn(const char *fmt, ...) CLI_PRINTF(1, 2);
+
+/* The log callback the CLI gives the library: warnings to stderr. */
+void cli_log(void *userdata, int level, const char *message);
+
+/* Opens the store named by the global options and the environment. */
+int cli_open_store(kcache_store **out, int read_only);
+
+/* Human time: "2026-11-21 12:40:01" (local time) from ms since the epoch. */
+const char *cli_format_time(char *buf, size_t size, int64_t ms);
+/* "1.25 s", "340 ms", "12 us" from nanoseconds. */
+const char *cli_format_duration(char *buf, size_t size, uint64_t ns);
+
+/* Whether colour may be used on stream (a terminal and NO_COLOR unset). */
+int cli_use_color(FILE *stream);
+
+/*
+ * A streaming JSON writer: keys and values in order, commas and escaping
+ * handled. Keys are NULL inside arrays.
+ */
+typedef struct cli_json {
+    FILE *out;
+    int depth;
+    int need_comma[32];
+} cli_json;
+
+void cli_json_init(cli_json *j, FILE *out);
+void cli_json_object_begin(cli_json *j, const char *key);
+void cli_json_object_end(cli_json *j);
+void cli_json_array_begin(cli_json *j, const char *key);
+void cli_json_array_end(cli_json *j);
+void cli_json_string(cli_json *j, const char *key, const char *value);
+void cli_json_uint(cli_json *j, const char *key, uint64_t value);
+void cli_json_int(cli_json *j, const char *key, int64_t value);
+void cli_json_double(cli_json *j, const char *key, double value);
+void cli_json_bool(cli_json *j, const char *key, int value);
+void cli_json_null(cli_json *j, const char *key);
+/* Ends the document with a newline. */
+void cli_json_finish(cli_json *j);
+
+/* Verbs. */
+int cmd_stats(int argc, char **argv);
+
+#endif

@@ -1,0 +1,152 @@
+/* kcache stats: the numbers a ccache user looks for, laid out as ccache -s does. */
+#include <getopt.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char usage_text[] =
+    "usage: kcache stats [-z|--zero] [--json]\n"
+    "\n"
+    "Shows entries, sizes (raw, stored, on disk) against the cap, hits and misses\n"
+    "overall and per architecture and kind, compile time saved, evictions, damaged\n"
+    "entries found and store failures.\n"
+    "\n"
+    "  -z, --zero   zero the counters after showing them (entries stay)\n"
+    "      --json   machine-readable output (fields documented in the README)\n"
+    "  -h, --help   this text\n";
+
+static double percent(uint64_t part, uint64_t whole)
+{
+    return whole ? 100.0 * (double)part / (double)whole : 0.0;
+}
+
+static void print_json(const kcache_stats *st, const char *path)
+{
+    cli_json j;
+    cli_json_init(&j, stdout);
+    cli_json_object_begin(&j, NULL);
+    cli_json_string(&j, "path", path);
+    cli_json_int(&j, "schema_version", st->schema_version);
+    cli_json_int(&j, "since_ms", st->since);
+    cli_json_uint(&j, "entries", st->entries);
+    cli_json_uint(&j, "raw_bytes", st->raw_bytes);
+    cli_json_uint(&j, "stored_bytes", st->stored_bytes);
+    cli_json_uint(&j, "file_bytes", st->file_bytes);
+    cli_json_uint(&j, "wal_bytes", st->wal_bytes);
+    cli_json_uint(&j, "disk_bytes", st->file_bytes + st->wal_bytes);
+    if (st->max_size == UINT64_MAX)
+        cli_json_null(&j, "max_size");
+    else
+        cli_json_uint(&j, "max_size", st->max_size);
+    cli_json_double(&j, "compression_ratio",
+                    st->stored_bytes ? (double)st->raw_bytes / (double)st->stored_bytes : 0.0);
+    cli_json_uint(&j, "hits", st->hits);
+    cli_json_uint(&j, "misses", st->misses);
+    cli_json_double(&j, "hit_rate", percent(st->hits, st->hits + st->misses) / 100.0);
+    cli_json_uint(&j, "saved_ns", st->saved_ns);
+    cli_json_uint(&j, "evictions", st->evictions);
+    cli_json_uint(&j, "corrupt", st->corrupt);
+    cli_json_uint(&j, "store_failures", st->store_failures);
+    cli_json_array_begin(&j, "usage");
+    for (size_t i = 0; i < st->n_usage; i++) {
+        const kcache_usage *u = &st->usage[i];
+        const char *kind = kcache_kind_name(u->kind);
+        cli_json_object_begin(&j, NULL);
+        cli_json_string(&j, "arch", u->arch);
+        cli_json_string(&j, "kind", kind ? kind : "");
+        cli_json_uint(&j, "hits", u->hits);
+        cli_json_uint(&j, "misses", u->misses);
+        cli_json_uint(&j, "saved_ns", u->saved_ns);
+        cli_json_object_end(&j);
+    }
+    cli_json_array_end(&j);
+    cli_json_object_end(&j);
+    cli_json_finish(&j);
+}
+
+static void print_human(const kcache_stats *st, const char *path)
+{
+    char a[64], b[64], c[64];
+    uint64_t lookups = st->hits + st->misses;
+    uint64_t disk = st->file_bytes + st->wal_bytes;
+    printf("Database:            %s (schema %d)\n", path, st->schema_version);
+    printf("Stats since:         %s\n", cli_format_time(a, sizeof(a), st->since));
+    printf("Hits:                %10llu / %10llu (%6.2f %%)\n", (unsigned long long)st->hits,
+           (unsigned long long)lookups, percent(st->hits, lookups));
+    printf("Misses:              %10llu / %10llu (%6.2f %%)\n", (unsigned long long)st->misses,
+           (unsigned long long)lookups, percent(st->misses, lookups));
+    printf("Compile time saved:  %10s\n", cli_format_duration(a, sizeof(a), st->saved_ns));
+    printf("Entries:             %10llu\n", (unsigned long long)st->entries);
+    printf("Artifacts:           %10s raw, %s stored (%.1fx)\n",
+           kcache_format_size(a, sizeof(a), st->raw_bytes),
+           kcache_format_size(b, sizeof(b), st->stored_bytes),
+           st->stored_bytes ? (double)st->raw_bytes / (double)st->stored_bytes : 0.0);
+    printf("On disk:             %10s (database %s + WAL %s)\n",
+           kcache_format_size(a, sizeof(a), disk),
+           kcache_format_size(b, sizeof(b), st->file_bytes),
+           kcache_format_size(c, sizeof(c), st->wal_bytes));
+    if (st->max_size == UINT64_MAX)
+        printf("Cap:                 %10s\n", "none");
+    else
+        printf("Cap:                 %10s (%.1f %% full)\n",
+               kcache_format_size(a, sizeof(a), st->max_size), percent(disk, st->max_size));
+    printf("Evictions:           %10llu\n", (unsigned long long)st->evictions);
+    printf("Damaged entries:     %10llu\n", (unsigned long long)st->corrupt);
+    printf("Store failures:      %10llu\n", (unsigned long long)st->store_failures);
+    if (!st->n_usage)
+        return;
+    printf("\n%-14s %-6s %10s %10s %9s %12s\n", "Architecture", "Kind", "Hits", "Misses",
+           "Hit rate", "Saved");
+    for (size_t i = 0; i < st->n_usage; i++) {
+        const kcache_usage *u = &st->usage[i];
+        const char *kind = kcache_kind_name(u->kind);
+        printf("%-14s %-6s %10llu %10llu %8.1f%% %12s\n", u->arch[0] ? u->arch : "-",
+               kind ? kind : "-", (unsigned long long)u->hits, (unsigned long long)u->misses,
+               percent(u->hits, u->hits + u->misses),
+               cli_format_duration(a, sizeof(a), u->saved_ns));
+    }
+}
+
+int cmd_stats(int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"zero", no_argument, NULL, 'z'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int zero = 0, json = 0, c;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "zh", options, NULL)) != -1) {
+        switch (c) {
+        case 'z': zero = 1; break;
+        case 'j': json = 1; break;
+        case 'h': fputs(usage_text, stdout); return CLI_OK;
+        default: return cli_usage_error("stats", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error("stats", "unexpected argument '%s'", argv[optind]);
+    kcache_store *store;
+    if (cli_open_store(&store, 0))
+        return CLI_FAIL;
+    kcache_stats *st = NULL;
+    int rc = kcache_store_stats(store, &st);
+    if (rc) {
+        cli_error("%s", kcache_store_errmsg(store));
+        kcache_store_close(store);
+        return CLI_FAIL;
+    }
+    if (json)
+        print_json(st, kcache_store_path(store));
+    else
+        print_human(st, kcache_store_path(store));
+    kcache_stats_free(st);
+    if (zero && (rc = kcache_store_zero_stats(store)))
+        cli_error("%s", kcache_store_errmsg(store));
+    else if (zero && !json)
+        printf("\nCounters zeroed.\n");
+    kcache_store_close(store);
+    return rc ? CLI_FAIL : CLI_OK;
+}

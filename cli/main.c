@@ -1,0 +1,88 @@
+/* kcache VERB [options]: the dispatch table and the options that come before the verb. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+struct verb {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+};
+
+static const struct verb verbs[] = {
+    {"stats", cmd_stats, "show hits, misses, sizes and the cap"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: kcache [--path FILE] [--max-size SIZE] <verb> [options]\n\n"
+               "A cache of compiled CUDA kernels in one SQLite file.\n\nVerbs:\n");
+    for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
+        fprintf(f, "  %-10s %s\n", verbs[i].name, verbs[i].summary);
+    fprintf(f, "\nOptions before the verb:\n"
+               "  --path FILE       the cache database (default: $KCACHE_PATH, $KCACHE_DIR/kcache.db,\n"
+               "                    $XDG_CACHE_HOME/kcache/kcache.db or ~/.cache/kcache/kcache.db)\n"
+               "  --max-size SIZE   the size cap, e.g. 2G (default: $KCACHE_MAX_SIZE or 4 GiB)\n"
+               "  --version         print the version\n"
+               "  --help            this text\n\n"
+               "'kcache VERB --help' describes each verb.\n");
+}
+
+int main(int argc, char **argv)
+{
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        const char *a = argv[i];
+        const char *value = NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return CLI_OK;
+        }
+        if (!strcmp(a, "--version")) {
+            printf("kcache %s\n", kcache_version());
+            return CLI_OK;
+        }
+        if (!strncmp(a, "--path", 6) || !strncmp(a, "--max-size", 10)) {
+            const char *eq = strchr(a, '=');
+            size_t name_len = eq ? (size_t)(eq - a) : strlen(a);
+            if (eq)
+                value = eq + 1;
+            else if (i + 1 < argc)
+                value = argv[++i];
+            else
+                return cli_usage_error(NULL, "%s needs a value", a);
+            if (name_len == 6 && !strncmp(a, "--path", 6)) {
+                cli_globals.path = value;
+                continue;
+            }
+            if (name_len == 10 && !strncmp(a, "--max-size", 10)) {
+                if (kcache_parse_size(&cli_globals.max_size, value) || !cli_globals.max_size)
+                    return cli_usage_error(NULL, "--max-size '%s' is not a size (use e.g. 2G)",
+                                           value);
+                continue;
+            }
+        }
+        return cli_usage_error(NULL, "unknown option '%s'", a);
+    }
+    if (i >= argc) {
+        usage(stderr);
+        return CLI_USAGE;
+    }
+    const char *name = argv[i];
+    if (!strcmp(name, "help")) {
+        if (i + 1 >= argc) {
+            usage(stdout);
+            return CLI_OK;
+        }
+        char *help_argv[] = {argv[i + 1], "--help", NULL};
+        for (size_t v = 0; v < sizeof(verbs) / sizeof(verbs[0]); v++)
+            if (!strcmp(verbs[v].name, argv[i + 1]))
+                return verbs[v].fn(2, help_argv);
+        return cli_usage_error(NULL, "no verb '%s'", argv[i + 1]);
+    }
+    for (size_t v = 0; v < sizeof(verbs) / sizeof(verbs[0]); v++)
+        if (!strcmp(verbs[v].name, name))
+            return verbs[v].fn(argc - i, argv + i);
+    return cli_usage_error(NULL, "no verb '%s'", name);
+}

@@ -1,0 +1,217 @@
+/* Messages, the store, time and units for the verbs. */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+struct cli_globals cli_globals;
+
+static void vmessage(const char *prefix, const char *fmt, va_list ap)
+{
+    fputs("kcache: ", stderr);
+    if (prefix)
+        fputs(prefix, stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
+int cli_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vmessage(NULL, fmt, ap);
+    va_end(ap);
+    return CLI_FAIL;
+}
+
+void cli_warn(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vmessage("warning: ", fmt, ap);
+    va_end(ap);
+}
+
+int cli_usage_error(const char *verb, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("kcache: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    if (verb)
+        fprintf(stderr, " (see 'kcache %s --help')\n", verb);
+    else
+        fputs(" (see 'kcache --help')\n", stderr);
+    return CLI_USAGE;
+}
+
+void cli_log(void *userdata, int level, const char *message)
+{
+    (void)userdata;
+    if (level <= KCACHE_LOG_WARNING)
+        fprintf(stderr, "kcache: %s%s\n", level == KCACHE_LOG_WARNING ? "warning: " : "",
+                message);
+}
+
+int cli_open_store(kcache_store **out, int read_only)
+{
+    kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
+    char err[512];
+    o.path = cli_globals.path;
+    o.max_size = cli_globals.max_size;
+    o.read_only = read_only;
+    o.log = cli_log;
+    int rc = kcache_store_open(out, &o, err, sizeof(err));
+    if (rc)
+        cli_error("%s", err);
+    return rc;
+}
+
+const char *cli_format_time(char *buf, size_t size, int64_t ms)
+{
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    if (ms <= 0 || !localtime_r(&t, &tm) || !strftime(buf, size, "%Y-%m-%d %H:%M:%S", &tm))
+        snprintf(buf, size, "-");
+    return buf;
+}
+
+const char *cli_format_duration(char *buf, size_t size, uint64_t ns)
+{
+    double v = (double)ns;
+    if (ns >= 60ull * 1000000000ull)
+        snprintf(buf, size, "%.1f min", v / 60e9);
+    else if (ns >= 1000000000ull)
+        snprintf(buf, size, "%.2f s", v / 1e9);
+    else if (ns >= 1000000ull)
+        snprintf(buf, size, "%.2f ms", v / 1e6);
+    else
+        snprintf(buf, size, "%.1f us", v / 1e3);
+    return buf;
+}
+
+int cli_use_color(FILE *stream)
+{
+    const char *no = getenv("NO_COLOR");
+    return isatty(fileno(stream)) && !(no && *no);
+}
+
+/* ---- JSON ------------------------------------------------------------ */
+
+void cli_json_init(cli_json *j, FILE *out)
+{
+    memset(j, 0, sizeof(*j));
+    j->out = out;
+}
+
+static void json_escaped(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        switch (*p) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\r': fputs("\\r", f); break;
+        case '\t': fputs("\\t", f); break;
+        default:
+            if (*p < 0x20)
+                fprintf(f, "\\u%04x", *p);
+            else
+                fputc(*p, f);
+        }
+    }
+    fputc('"', f);
+}
+
+static void json_key(cli_json *j, const char *key)
+{
+    if (j->need_comma[j->depth])
+        fputc(',', j->out);
+    j->need_comma[j->depth] = 1;
+    if (j->depth > 0) {
+        fputc('\n', j->out);
+        for (int i = 0; i < j->depth; i++)
+            fputs("  ", j->out);
+    }
+    if (key) {
+        json_escaped(j->out, key);
+        fputs(": ", j->out);
+    }
+}
+
+static void json_open(cli_json *j, const char *key, char c)
+{
+    json_key(j, key);
+    fputc(c, j->out);
+    if (j->depth + 1 < (int)(sizeof(j->need_comma) / sizeof(j->need_comma[0])))
+        j->depth++;
+    j->need_comma[j->depth] = 0;
+}
+
+static void json_close(cli_json *j, char c)
+{
+    int had = j->need_comma[j->depth];
+    if (j->depth > 0)
+        j->depth--;
+    if (had) {
+        fputc('\n', j->out);
+        for (int i = 0; i < j->depth; i++)
+            fputs("  ", j->out);
+    }
+    fputc(c, j->out);
+}
+
+void cli_json_object_begin(cli_json *j, const char *key) { json_open(j, key, '{'); }
+void cli_json_object_end(cli_json *j) { json_close(j, '}'); }
+void cli_json_array_begin(cli_json *j, const char *key) { json_open(j, key, '['); }
+void cli_json_array_end(cli_json *j) { json_close(j, ']'); }
+
+void cli_json_string(cli_json *j, const char *key, const char *value)
+{
+    json_key(j, key);
+    if (value)
+        json_escaped(j->out, value);
+    else
+        fputs("null", j->out);
+}
+
+void cli_json_uint(cli_json *j, const char *key, uint64_t value)
+{
+    json_key(j, key);
+    fprintf(j->out, "%llu", (unsigned long long)value);
+}
+
+void cli_json_int(cli_json *j, const char *key, int64_t value)
+{
+    json_key(j, key);
+    fprintf(j->out, "%lld", (long long)value);
+}
+
+void cli_json_double(cli_json *j, const char *key, double value)
+{
+    json_key(j, key);
+    fprintf(j->out, "%.6g", value);
+}
+
+void cli_json_bool(cli_json *j, const char *key, int value)
+{
+    json_key(j, key);
+    fputs(value ? "true" : "false", j->out);
+}
+
+void cli_json_null(cli_json *j, const char *key)
+{
+    json_key(j, key);
+    fputs("null", j->out);
+}
+
+void cli_json_finish(cli_json *j)
+{
+    fputc('\n', j->out);
+    fflush(j->out);
+}
