@@ -1,0 +1,224 @@
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "compile_args.h"
+
+enum { OPT_STD = 256, OPT_CUBIN, OPT_PTX, OPT_LTOIR, OPT_NAME_EXPR, OPT_EXTRA, OPT_NO_CACHE,
+       OPT_REFRESH, OPT_JSON };
+
+static int push(const char ***v, size_t *n, const char *s)
+{
+    const char **grown = realloc(*v, (*n + 1) * sizeof(*grown));
+    if (!grown)
+        return -1;
+    grown[(*n)++] = s;
+    *v = grown;
+    return 0;
+}
+
+/* Keeps a string alive for the life of the arguments. */
+static const char *own(struct compile_args *a, char *s)
+{
+    char **grown = s ? realloc(a->owned, (a->n_owned + 1) * sizeof(*grown)) : NULL;
+    if (!grown) {
+        free(s);
+        return NULL;
+    }
+    grown[a->n_owned++] = s;
+    a->owned = grown;
+    return s;
+}
+
+static const char *joined(struct compile_args *a, const char *prefix, const char *value)
+{
+    size_t n = strlen(prefix) + strlen(value) + 1;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%s%s", prefix, value);
+    return own(a, s);
+}
+
+static int parse_hex(const char *hex, uint8_t **out, size_t *size)
+{
+    size_t n = strlen(hex);
+    if (n == 0 || n % 2 || n > 1024 || strspn(hex, "0123456789abcdefABCDEF") != n)
+        return -1;
+    uint8_t *b = malloc(n / 2);
+    if (!b)
+        return -1;
+    for (size_t i = 0; i < n / 2; i++) {
+        unsigned v;
+        sscanf(hex + 2 * i, "%2x", &v);
+        b[i] = (uint8_t)v;
+    }
+    *out = b;
+    *size = n / 2;
+    return 0;
+}
+
+int compile_args_parse(struct compile_args *a, const char *verb, const char *usage, int argc,
+                       char **argv)
+{
+    static const struct option options[] = {
+        {"arch", required_argument, NULL, 'a'},
+        {"std", required_argument, NULL, OPT_STD},
+        {"cubin", no_argument, NULL, OPT_CUBIN},
+        {"ptx", no_argument, NULL, OPT_PTX},
+        {"ltoir", no_argument, NULL, OPT_LTOIR},
+        {"name-expr", required_argument, NULL, OPT_NAME_EXPR},
+        {"extra-digest", required_argument, NULL, OPT_EXTRA},
+        {"output", required_argument, NULL, 'o'},
+        {"jobs", required_argument, NULL, 'j'},
+        {"no-cache", no_argument, NULL, OPT_NO_CACHE},
+        {"refresh", no_argument, NULL, OPT_REFRESH},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    memset(a, 0, sizeof(*a));
+    a->jobs = 1;
+    /* Everything after "--" goes to NVRTC untouched; before it, GNU getopt
+     * permutes, so options may come before or after the files. */
+    int n_args = argc;
+    const char **tail = NULL;
+    size_t n_tail = 0;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--")) {
+            n_args = i;
+            for (int k = i + 1; k < argc; k++)
+                push(&tail, &n_tail, argv[k]);
+            break;
+        }
+    const char *std_opt = NULL;
+    int c;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(n_args, argv, "a:I:D:o:j:qh", options, NULL)) != -1) {
+        switch (c) {
+        case 'a':
+            free(a->arch_list);
+            a->arch_list = strdup(optarg);
+            break;
+        case 'I': push(&a->nvrtc, &a->n_nvrtc, joined(a, "-I", optarg)); break;
+        case 'D': push(&a->nvrtc, &a->n_nvrtc, joined(a, "-D", optarg)); break;
+        case OPT_STD: std_opt = joined(a, "--std=", optarg); break;
+        case OPT_CUBIN: a->kind = KCACHE_KIND_CUBIN; break;
+        case OPT_PTX: a->kind = KCACHE_KIND_PTX; break;
+        case OPT_LTOIR: a->kind = KCACHE_KIND_LTOIR; break;
+        case OPT_NAME_EXPR: push(&a->exprs, &a->n_exprs, optarg); break;
+        case OPT_EXTRA:
+            free(a->extra);
+            a->extra = NULL;
+            if (parse_hex(optarg, &a->extra, &a->extra_size) != 0) {
+                free(tail);
+                return cli_usage_error(verb, "--extra-digest '%.40s' is not hex bytes", optarg);
+            }
+            break;
+        case 'o': a->output = optarg; break;
+        case 'j': {
+            char *end;
+            errno = 0;
+            a->jobs = strtol(optarg, &end, 10);
+            if (errno || *end || a->jobs < 1 || a->jobs > 256) {
+                free(tail);
+                return cli_usage_error(verb, "-j '%s' is not a number from 1 to 256", optarg);
+            }
+            break;
+        }
+        case OPT_NO_CACHE: a->flags |= KCACHE_COMPILE_NO_CACHE; break;
+        case OPT_REFRESH: a->flags |= KCACHE_COMPILE_REFRESH; break;
+        case OPT_JSON: a->json = 1; break;
+        case 'q': a->quiet = 1; break;
+        case 'h':
+            fputs(usage, stdout);
+            free(tail);
+            return CLI_OK;
+        default:
+            free(tail);
+            return cli_usage_error(verb, "unknown option or missing value: '%s'",
+                                   argv[optind - 1]);
+        }
+    }
+    if (std_opt)
+        push(&a->nvrtc, &a->n_nvrtc, std_opt);
+    for (size_t i = 0; i < n_tail; i++)
+        push(&a->nvrtc, &a->n_nvrtc, tail[i]);
+    free(tail);
+    for (int i = optind; i < n_args; i++)
+        push(&a->files, &a->n_files, argv[i]);
+    if (!a->n_files)
+        return cli_usage_error(verb, "no source file given");
+    if (!a->arch_list || !*a->arch_list)
+        return cli_usage_error(verb, "no architecture: pass --arch (e.g. --arch sm_90)");
+    for (char *save = NULL, *s = strtok_r(a->arch_list, ",", &save); s;
+         s = strtok_r(NULL, ",", &save))
+        if (*s)
+            push(&a->archs, &a->n_archs, s);
+    if (!a->n_archs)
+        return cli_usage_error(verb, "--arch lists no architecture");
+    return -1;
+}
+
+void compile_args_free(struct compile_args *a)
+{
+    free(a->files);
+    free(a->archs);
+    free(a->nvrtc);
+    free(a->exprs);
+    free(a->extra);
+    free(a->arch_list);
+    for (size_t i = 0; i < a->n_owned; i++)
+        free(a->owned[i]);
+    free(a->owned);
+}
+
+void compile_args_request(const struct compile_args *a, kcache_request *req, const char *file,
+                          const char *arch)
+{
+    kcache_request r = KCACHE_REQUEST_INIT;
+    r.source_path = file;
+    r.arch = arch;
+    r.output = a->kind;
+    r.options = a->nvrtc;
+    r.n_options = a->n_nvrtc;
+    r.name_exprs = a->exprs;
+    r.n_name_exprs = a->n_exprs;
+    r.extra_digest = a->extra;
+    r.extra_digest_size = a->extra_size;
+    r.flags = a->flags;
+    *req = r;
+}
+
+int compile_args_compiler(const struct compile_args *a, kcache_store **store,
+                          kcache_compiler **compiler)
+{
+    kcache_compiler_options co = KCACHE_COMPILER_OPTIONS_INIT;
+    char err[600];
+    co.log = cli_log;
+    *store = NULL;
+    if (!(a->flags & KCACHE_COMPILE_NO_CACHE)) {
+        /* The global options and the environment pick the store; failing to
+         * open it only means compiling without it. */
+        kcache_store_options so = KCACHE_STORE_OPTIONS_INIT;
+        so.path = cli_globals.path;
+        so.max_size = cli_globals.max_size;
+        so.log = cli_log;
+        const char *off = getenv("KCACHE_DISABLE");
+        if (!(off && *off && strcmp(off, "0")) &&
+            kcache_store_open(store, &so, err, sizeof(err)) != 0)
+            cli_warn("%s; compiling without the cache", err);
+    }
+    co.store = *store;
+    co.no_store = *store == NULL;
+    if (kcache_compiler_new(compiler, &co, err, sizeof(err)) != 0) {
+        kcache_store_close(*store);
+        *store = NULL;
+        return cli_error("%s", err);
+    }
+    return CLI_OK;
+}

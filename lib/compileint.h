@@ -1,0 +1,88 @@
+/* Shared by compile.c (one source) and link.c (nvJitLink). */
+#ifndef KC_COMPILEINT_H
+#define KC_COMPILEINT_H
+
+#include <pthread.h>
+#include <stdarg.h>
+
+#include "common.h"
+#include "deps.h"
+#include "kcache/compile.h"
+#include "key.h"
+#include "opts.h"
+#include "toolkit.h"
+
+struct kcache_compiler {
+    kc_toolkit tk;
+    kcache_store *store;
+    int own_store;
+    int store_status;       /* why there is no store */
+    char store_message[512];
+    unsigned wait_timeout_ms;
+    kcache_log_fn log;
+    void *log_userdata;
+};
+
+/* A result and everything it points to. */
+struct kc_result {
+    kcache_result pub;      /* first: the public pointer is this struct's */
+    kcache_entry *entry;    /* a hit's entry, which owns data, log and names */
+    char *data;             /* a fresh artifact */
+    char *log;
+    char **exprs, **lowered;
+    size_t n_names;
+    char **headers;
+    size_t n_headers;
+    kc_buf material;
+    char arch[32];
+    char message[512];
+    char store_message[512];
+};
+
+struct kc_result *kc_result_new(void);
+int kc_result_fail(struct kc_result *r, int code, const char *fmt, ...) KC_PRINTF(3, 4);
+void kc_result_store_problem(struct kc_result *r, int status, const char *msg);
+void kc_result_from_entry(struct kc_result *r, kcache_entry *e);
+
+struct heartbeat {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    int stop, running;
+    kcache_store *store;
+    kcache_key key;
+};
+
+void kc_heartbeat_start(struct heartbeat *h, kcache_store *store, const kcache_key *key);
+void kc_heartbeat_stop(struct heartbeat *h);
+
+/* 1: a hit (r filled); 0: compile (*leased: this process holds the lease); <0: store error. */
+int kc_lookup_or_lease(kcache_compiler *c, const kcache_key *key, struct kc_result *r,
+                       int *leased);
+
+/* Everything a request turns into before the key. */
+struct work {
+    char *source_buf;
+    const char *source;
+    size_t source_size;
+    const char *source_name;
+    char *source_dir;
+    kc_opts opts;
+    kc_deps deps;
+    char nvrtc_arch[32];
+    kcache_kind kind;
+};
+void kc_work_free(struct work *w);
+
+/*
+ * Runs NVRTC on prepared work into r. hermetic: user headers in memory, only
+ * the toolkit's -I directories, no source-directory search.
+ */
+int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct work *w,
+                 struct kc_result *r, int hermetic);
+
+/* Links inputs (kinds, bytes, names) with nvJitLink into r; r->arch is the target. */
+int kc_run_link(kcache_compiler *c, const kcache_link_request *req, const kcache_link_input *in,
+                struct kc_result *r);
+
+#endif

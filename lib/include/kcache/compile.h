@@ -1,0 +1,218 @@
+/*
+ * Compiling through the cache: resolve what the compile reads, derive the
+ * key, serve a hit or compile with NVRTC (and link with nvJitLink), store,
+ * return.
+ *
+ * NVRTC and nvJitLink are loaded at run time, on the first miss: a hit never
+ * loads them. The driver is never needed, except for the architecture
+ * "native".
+ *
+ * Thread safety: a kcache_compiler may be shared by any number of threads.
+ * Results belong to the caller and are independent of the compiler.
+ *
+ * The cache never makes a compile fail: if the store cannot be used (disk
+ * full, read-only, locked, damaged), the kernel is still compiled and
+ * returned, and the result says why it was not cached (store_status).
+ */
+#ifndef KCACHE_COMPILE_H
+#define KCACHE_COMPILE_H
+
+#include <kcache/kcache.h>
+#include <kcache/store.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kcache_compiler kcache_compiler;
+
+#define KCACHE_COMPILER_OPTIONS_VERSION 1
+
+typedef struct kcache_compiler_options {
+    unsigned version; /* KCACHE_COMPILER_OPTIONS_VERSION */
+    /*
+     * The store to use, borrowed: it must outlive the compiler. NULL: the
+     * compiler opens the default store itself (see kcache_store_open), unless
+     * no_store is set or $KCACHE_DISABLE is set to anything but "0".
+     */
+    kcache_store *store;
+    int no_store;
+    /*
+     * The CUDA toolkit: NVRTC, nvJitLink and the headers identified by the
+     * toolkit's version. NULL: $CUDA_HOME, else $CUDA_PATH, else the
+     * directory kcache was built against (normally /usr/local/cuda).
+     */
+    const char *toolkit_root;
+    /*
+     * How long to wait while another process compiles the same key before
+     * compiling anyway. 0: 10 minutes. A dead owner is noticed at once.
+     */
+    unsigned wait_timeout_ms;
+    kcache_log_fn log;
+    void *log_userdata;
+} kcache_compiler_options;
+
+#define KCACHE_COMPILER_OPTIONS_INIT {KCACHE_COMPILER_OPTIONS_VERSION}
+
+/*
+ * Creates a compiler. On failure *out is NULL and a one-line message is
+ * written into errbuf when not NULL. Failing to open the store is not a
+ * failure: the compiler then works without a cache and says so in results.
+ */
+KCACHE_API int kcache_compiler_new(kcache_compiler **out, const kcache_compiler_options *options,
+                                   char *errbuf, size_t errbuf_size);
+
+/* Releases the compiler and the store it opened itself. Accepts NULL. */
+KCACHE_API void kcache_compiler_free(kcache_compiler *compiler);
+
+/* The store in use (owned by the compiler or the caller), or NULL if none. */
+KCACHE_API kcache_store *kcache_compiler_store(kcache_compiler *compiler);
+
+/* Flags for a request. */
+enum kcache_compile_flags {
+    KCACHE_COMPILE_NO_CACHE = 1 << 0, /* neither look up nor store */
+    KCACHE_COMPILE_REFRESH = 1 << 1,  /* compile even on a hit, and replace the entry */
+    KCACHE_COMPILE_KEY_ONLY = 1 << 2, /* derive the key and stop (for explain) */
+};
+
+#define KCACHE_REQUEST_VERSION 1
+
+/* One CUDA C++ translation unit to compile. */
+typedef struct kcache_request {
+    unsigned version;          /* KCACHE_REQUEST_VERSION */
+    const char *source;        /* the text; NULL: read source_path */
+    size_t source_size;        /* 0 with a source: strlen(source) */
+    /*
+     * Where the source lives, if it is a file: its directory is searched
+     * first for "quoted" includes, as NVRTC searches the directory of a
+     * source's name.
+     */
+    const char *source_path;
+    /* The name NVRTC is given (in __FILE__ and the log); NULL: the base name
+     * of source_path, else "kernel.cu". */
+    const char *source_name;
+    /* "sm_90", "sm_90a", "compute_90", or "native" (asks the driver). NULL:
+     * taken from -arch in options. */
+    const char *arch;
+    /* KCACHE_KIND_CUBIN (default for sm_XX), _PTX (default for compute_XX), _LTOIR. */
+    kcache_kind output;
+    size_t n_options;          /* NVRTC options: -I, -D, -std=, -rdc=true, ... */
+    const char *const *options;
+    size_t n_name_exprs;       /* name expressions, e.g. "tiled_gemm<float, 16>" */
+    const char *const *name_exprs;
+    const void *extra_digest;  /* bytes of anything kcache cannot see that changes the output */
+    size_t extra_digest_size;
+    unsigned flags;            /* kcache_compile_flags */
+} kcache_request;
+
+#define KCACHE_REQUEST_INIT {KCACHE_REQUEST_VERSION}
+
+/*
+ * What a compile or link returns. Every pointer points into the result and
+ * lives until kcache_result_free().
+ */
+typedef struct kcache_result {
+    int status;                /* 0, or the failure (ECOMPILE: see log) */
+    const char *message;       /* "" or one line about status */
+    kcache_key key;
+    int keyed;                 /* the request was keyed (0: not cacheable, see store_message) */
+    int hit;                   /* served from the cache */
+    kcache_kind kind;
+    const char *arch;          /* normalised target */
+    const void *data;          /* the artifact (NULL on failure), followed by a NUL byte */
+    size_t size;
+    const char *log;           /* the compiler's log; on a hit, that of the compile that made it */
+    size_t n_names;            /* name expressions and their lowered names, pairwise */
+    const char *const *name_exprs;
+    const char *const *lowered_names;
+    uint64_t compile_ns;       /* how long the compile that made the artifact took */
+    uint64_t elapsed_ns;       /* how long this call took */
+    int store_status;          /* 0, or why the cache was not used; the compile still succeeded */
+    const char *store_message; /* "" or one line */
+    const void *key_material;  /* the encoded inputs behind key */
+    size_t key_material_size;
+    size_t n_headers;          /* the headers the compile read, by include spelling */
+    const char *const *headers;
+} kcache_result;
+
+/*
+ * Gets an artifact: from the cache, or by compiling (and storing) it.
+ * Returns result->status; *out is always a result to free, except on
+ * KCACHE_ENOMEM and KCACHE_EINVAL from missing arguments, when it is NULL.
+ */
+KCACHE_API int kcache_compile(kcache_compiler *compiler, const kcache_request *request,
+                              kcache_result **out);
+
+/* Looks up lowered name of a name expression in a result, or NULL. */
+KCACHE_API const char *kcache_result_lowered_name(const kcache_result *result,
+                                                  const char *name_expr);
+
+KCACHE_API void kcache_result_free(kcache_result *result);
+
+/* One input of a link step. */
+typedef struct kcache_link_input {
+    /* Either a CUDA source, compiled through the cache first (to LTO-IR when
+     * the link is LTO, else to a relocatable CUBIN) ... */
+    const kcache_request *request;
+    /* ... or bytes: KCACHE_KIND_PTX, _LTOIR or _CUBIN. */
+    kcache_kind kind;
+    const void *data;
+    size_t size;
+    const char *name;
+} kcache_link_input;
+
+#define KCACHE_LINK_REQUEST_VERSION 1
+
+typedef struct kcache_link_request {
+    unsigned version;          /* KCACHE_LINK_REQUEST_VERSION */
+    const char *arch;          /* "sm_90" (a real architecture) */
+    int lto;                   /* link-time optimisation: sources go to LTO-IR */
+    size_t n_inputs;
+    const kcache_link_input *inputs;
+    size_t n_options;          /* nvJitLink options besides -arch and -lto (e.g. "-O3") */
+    const char *const *options;
+    unsigned flags;            /* kcache_compile_flags */
+} kcache_link_request;
+
+#define KCACHE_LINK_REQUEST_INIT {KCACHE_LINK_REQUEST_VERSION}
+
+/*
+ * Links inputs into one CUBIN with nvJitLink. Every step is cached: each
+ * source's compile, and the link itself (keyed by nvJitLink's identity, the
+ * options and every input's digest). Returns as kcache_compile() does.
+ */
+KCACHE_API int kcache_link(kcache_compiler *compiler, const kcache_link_request *request,
+                           kcache_result **out);
+
+/*
+ * Rebuilds a stored entry from what was kept with it (its source, its
+ * headers, its options; for a link, its inputs), with this compiler's
+ * toolchain, storing nothing, and compares the bytes: *same is 1 when they
+ * are identical. Returns 0, KCACHE_ENOTFOUND, or KCACHE_ENOTSUP when the entry
+ * cannot be rebuilt here (another NVRTC build made it, or its inputs were not
+ * kept). *out (may be NULL) gets the result with the fresh artifact.
+ */
+KCACHE_API int kcache_recompile(kcache_compiler *compiler, const kcache_key *key, int *same,
+                                kcache_result **out);
+
+/*
+ * Walks a key's material (kcache_entry.key_material, kcache_result.key_material):
+ * fn gets each component's name ("arch", "option", "header", "source", ...)
+ * and its value as text, in order. fn returns non-zero to stop.
+ * Returns 0, fn's value, or KCACHE_ECORRUPT for material that does not parse.
+ */
+typedef int (*kcache_key_component_fn)(void *userdata, const char *component, const char *value);
+KCACHE_API int kcache_key_describe(const void *material, size_t size, kcache_key_component_fn fn,
+                                   void *userdata);
+
+/*
+ * Normalises a target: "sm_90", "SM90", "90" -> "sm_90"; "compute_90a" stays.
+ * Returns 0 or KCACHE_EINVAL. out holds at least 16 bytes.
+ */
+KCACHE_API int kcache_arch_normalize(char *out, size_t out_size, const char *arch);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KCACHE_COMPILE_H */

@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""End-to-end tests of 'kcache compile', 'explain', 'inspect' key components and
+'verify --recompile', with the real NVRTC on the corpus (no GPU needed).
+
+Usage: test_compile_cli.py KCACHE KCACHE_FILL [TEST-NAME...]
+Exits 77 (skipped) when the CUDA toolkit is not there.
+"""
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_cli as base  # noqa: E402  (the same harness, same arguments)
+from test_cli import Cache, Failure, check  # noqa: E402
+
+CORPUS = os.environ.get("CORPUS", "")
+CCCL = "/usr/local/cuda/include/cccl"
+
+
+def corpus_copy(root, name="corpus"):
+    """A private copy of the corpus: tests edit headers."""
+    dst = os.path.join(root, name)
+    shutil.copytree(CORPUS, dst)
+    return dst
+
+
+def compile_json(c, *args, rc=0, env=None):
+    return c.json("compile", *args, rc=rc, env=env)
+
+
+def test_miss_then_hit(root):
+    c = Cache(root)
+    src = corpus_copy(root)
+    a = compile_json(c, os.path.join(src, "saxpy.cu"), "--arch", "sm_90")
+    b = compile_json(c, os.path.join(src, "saxpy.cu"), "--arch", "sm_90")
+    ia, ib = a["items"][0], b["items"][0]
+    check(not ia["hit"] and ib["hit"], "miss then hit: %s %s" % (ia["hit"], ib["hit"]))
+    check(ia["key"] == ib["key"] and len(ia["key"]) == 64, "the same key twice")
+    check(a["misses"] == 1 and b["hits"] == 1 and b["errors"] == 0, "counts")
+    for field in ("source", "arch", "status", "kind", "cached", "size", "elapsed_ms",
+                  "compile_ms", "output", "log", "lowered_names", "store_message"):
+        check(field in ib, "compile --json lacks %s" % field)
+    st = c.json("stats")
+    check(st["hits"] == 1 and st["misses"] == 1 and st["entries"] == 1, "stats: %s" % st)
+    # The human output names hit or miss, the key and where the artifact went.
+    out, _ = c.run("compile", os.path.join(src, "saxpy.cu"), "--arch", "sm_90")
+    check(out.startswith("hit ") and ia["key"][:12] in out and "cache" in out, out)
+
+
+def test_broken(root):
+    c = Cache(root)
+    src = corpus_copy(root)
+    out, err = c.run("compile", os.path.join(src, "broken.cu"), "--arch", "sm_90", rc=1)
+    check("undefined_symbol" in err, "the compiler's log reaches the user: %r" % err)
+    check("kcache: " in err, "a kcache message too")
+    check(c.json("ls")["entries"] == [], "nothing stored after a failed compile")
+
+
+def test_outputs_and_get(root):
+    c = Cache(root)
+    src = corpus_copy(root)
+    one = os.path.join(root, "saxpy.cubin")
+    r = compile_json(c, os.path.join(src, "saxpy.cu"), "--arch", "sm_90", "-o", one)
+    with open(one, "rb") as f:
+        data = f.read()
+    check(data[:4] == b"\x7fELF", "a CUBIN written to -o")
+    got, _ = c.run("get", r["items"][0]["key"][:16], binary=True)
+    check(got == data, "kcache get gives the same bytes")
+    outdir = os.path.join(root, "out")
+    r = compile_json(c, os.path.join(src, "saxpy.cu"), os.path.join(src, "tiled_gemm.cu"),
+                     "--arch", "sm_90,sm_80", "-o", outdir, "-j", "2")
+    check(len(r["items"]) == 4 and r["errors"] == 0, "2 files x 2 archs")
+    names = sorted(os.listdir(outdir))
+    check(names == ["saxpy.sm_80.cubin", "saxpy.sm_90.cubin", "tiled_gemm.sm_80.cubin",
+                    "tiled_gemm.sm_90.cubin"], "outputs: %s" % names)
+    ptx = compile_json(c, os.path.join(src, "saxpy.cu"), "--arch", "sm_90", "--ptx",
+                       "-o", os.path.join(root, "s.ptx"))["items"][0]
+    check(ptx["kind"] == "ptx" and ptx["arch"] == "compute_90", "PTX for sm_90 is compute_90's")
+    with open(os.path.join(root, "s.ptx")) as f:
+        check(".entry saxpy" in f.read(), "PTX text written")
+
+
+def test_checkout_moved_hits(root):
+    c = Cache(root)
+    a = corpus_copy(root, "checkout-a")
+    b = corpus_copy(root, os.path.join("elsewhere", "checkout-b"))
+    ra = compile_json(c, os.path.join(a, "headers", "main.cu"), "-I",
+                      os.path.join(a, "headers", "include"), "--arch", "sm_90")["items"][0]
+    rb = compile_json(c, os.path.join(b, "headers", "main.cu"), "-I",
+                      os.path.join(b, "headers", "include"), "--arch", "sm_90")["items"][0]
+    check(not ra["hit"] and rb["hit"] and ra["key"] == rb["key"],
+          "a moved checkout hits: %s %s" % (ra["hit"], rb["hit"]))
+    # Editing a header main.cu never includes changes nothing.
+    with open(os.path.join(b, "headers", "include", "unrelated.cuh"), "a") as f:
+        f.write("#define MORE 1\n")
+    rb = compile_json(c, os.path.join(b, "headers", "main.cu"), "-I",
+                      os.path.join(b, "headers", "include"), "--arch", "sm_90")["items"][0]
+    check(rb["hit"], "an unrelated header does not invalidate")
+
+
+def test_computed_include(root):
+    c = Cache(root)
+    src = corpus_copy(root)
+    cu = os.path.join(src, "computed_include.cu")
+    first = compile_json(c, cu, "--arch", "sm_90", "-o", os.path.join(root, "a.cubin"))
+    check(first["items"][0]["cached"], "the macro's header was worked out")
+    with open(os.path.join(src, "headers", "include", "common.cuh"), "a") as f:
+        f.write("__device__ inline float common_twice(float x) { return 4.0f * x; }\n")
+    second = compile_json(c, cu, "--arch", "sm_90")["items"][0]
+    check(not second["hit"] and second["key"] != first["items"][0]["key"],
+          "never the old artifact after the header changed")
+
+
+def test_disabled_and_unusable_store(root):
+    c = Cache(root)
+    src = corpus_copy(root)
+    r = compile_json(c, os.path.join(src, "saxpy.cu"), "--arch", "sm_90",
+                     env={"KCACHE_DISABLE": "1"})
+    check(r["errors"] == 0 and not r["items"][0]["cached"], "KCACHE_DISABLE compiles uncached")
+    check(not os.path.exists(c.db), "KCACHE_DISABLE creates no cache")
+    # A cache directory that cannot exist (its parent is a file): the compile still works.
+    blocker = os.path.join(root, "file")
+    open(blocker, "w").close()
+    out, err = c.run("compile", os.path.join(src, "saxpy.cu"), "--arch", "sm_90", "-o",
+                     os.path.join(root, "x.cubin"), env={"KCACHE_DIR": os.path.join(blocker, "d")})
+    check("without the cache" in err, "says the cache was not used: %r" % err)
+    with open(os.path.join(root, "x.cubin"), "rb") as f:
+        check(f.read(4) == b"\x7fELF", "and still writes the artifact")
+
+
+def test_explain(root):
+    c = Cache(root)
+    src = corpus_copy(root)
+    cu = os.path.join(src, "headers", "main.cu")
+    inc = os.path.join(src, "headers", "include")
+    compile_json(c, cu, "-I", inc, "--arch", "sm_90", "-D", "MODE=1")
+    same = c.json("explain", cu, "-I", inc, "--arch", "sm_90", "-D", "MODE=1")
+    check(same["hit"], "explain of a stored request: a hit")
+
+    def differing(*args):
+        d = c.json("explain", cu, "-I", inc, *args)
+        check(not d["hit"] and d["nearest"], "explain %s: a miss with a nearest entry" % (args,))
+        return {x["component"] for x in d["nearest"][0]["differences"]}
+
+    check(differing("--arch", "sm_90", "-D", "MODE=2") == {"option"}, "a changed option")
+    check(differing("--arch", "sm_80", "-D", "MODE=1") == {"arch"}, "a different architecture")
+    with open(os.path.join(inc, "detail", "math.cuh"), "a") as f:
+        f.write("// changed\n")
+    check(differing("--arch", "sm_90", "-D", "MODE=1") == {"header"}, "a changed header")
+    out, _ = c.run("explain", cu, "-I", inc, "--arch", "sm_90", "-D", "MODE=1")
+    check("detail/math.cuh" in out and "header" in out, "the header is named: %s" % out)
+
+
+def test_inspect_key_components(root):
+    c = Cache(root)
+    src = corpus_copy(root)
+    key = compile_json(c, os.path.join(src, "headers", "main.cu"), "-I",
+                       os.path.join(src, "headers", "include"), "--arch", "sm_90")["items"][0]["key"]
+    d = c.json("inspect", key[:12])
+    comps = {x["component"] for x in d["key_components"]}
+    for want in ("format", "arch", "nvrtc", "source", "source-name", "header"):
+        check(want in comps, "inspect shows the key's %s" % want)
+    headers = [x["value"] for x in d["key_components"] if x["component"] == "header"]
+    check(any(h.startswith("common.cuh ") for h in headers) and
+          any(h.startswith("local_config.cuh ") for h in headers), "headers by spelling")
+    check(not any(src in h for h in headers), "no absolute path in the key")
+    out, _ = c.run("inspect", key[:12], "--source")
+    check("BLEND_WEIGHT" in out, "inspect --source shows the stored inputs")
+
+
+def alter_consistently(db):
+    """Replaces one artifact with other bytes and matching digests: only a
+    rebuild can tell (the stored bytes pass every digest check)."""
+    con = sqlite3.connect(db)
+    try:
+        eid, raw_size = con.execute("SELECT id, raw_size FROM entry ORDER BY id LIMIT 1").fetchone()
+        data = bytes((i * 7) & 0xFF for i in range(raw_size))
+        digest = hashlib.blake2b(data, digest_size=32).digest()
+        con.execute("UPDATE entry SET codec = 0, stored_size = ?, digest = ? WHERE id = ?",
+                    (len(data), digest, eid))
+        con.execute("UPDATE artifact SET data = ?, stored_digest = ? WHERE id = ?",
+                    (data, digest, eid))
+        con.execute("UPDATE totals SET stored_bytes = (SELECT sum(stored_size) FROM entry)")
+        con.commit()
+    finally:
+        con.close()
+
+
+def test_verify_recompile(root):
+    c = Cache(root)
+    src = corpus_copy(root)
+    compile_json(c, os.path.join(src, "saxpy.cu"), os.path.join(src, "headers", "main.cu"),
+                 "-I", os.path.join(src, "headers", "include"), "--arch", "sm_90,sm_80")
+    compile_json(c, os.path.join(src, "tiled_gemm.cu"), "--arch", "sm_90", "--name-expr",
+                 "tiled_gemm<float, 16>", "--ptx")
+    d = c.json("verify", "--recompile")
+    check(d["ok"] and d["recompile"]["identical"] == 5 and d["recompile"]["different"] == 0,
+          "a fresh cache rebuilds byte for byte: %s" % d.get("recompile"))
+    d = c.json("verify", "--recompile", "2")
+    check(d["recompile"]["checked"] == 2, "--recompile N rebuilds N")
+    alter_consistently(c.db)
+    plain = c.json("verify")
+    check(plain["ok"], "the altered artifact passes the digest checks (it was made to)")
+    d = c.json("verify", "--recompile", rc=1)
+    check(not d["ok"] and d["recompile"]["different"] == 1,
+          "verify --recompile fails on an altered artifact: %s" % d.get("recompile"))
+    _, err = c.run("verify", "--recompile", rc=1)
+    check("differ" in err, "and says so: %r" % err)
+
+
+def test_parallel_warm_up(root):
+    """What CI does: several files x architectures with -j, then every item hits."""
+    c = Cache(root)
+    src = corpus_copy(root)
+    files = [os.path.join(src, f) for f in ("saxpy.cu", "tiled_gemm.cu", "computed_include.cu")]
+    first = compile_json(c, *files, "--arch", "sm_80,sm_90,sm_90a", "-j", "4")
+    check(first["misses"] == 9 and first["errors"] == 0, "9 misses: %s" % first["misses"])
+    second = compile_json(c, *files, "--arch", "sm_80,sm_90,sm_90a", "-j", "4")
+    check(second["hits"] == 9, "then 9 hits: %s" % second["hits"])
+
+
+def test_block_sort_many_processes(root):
+    """Eight kcache processes miss block_sort.cu at once: NVRTC runs once."""
+    c = Cache(root)
+    src = corpus_copy(root)
+    cu = os.path.join(src, "block_sort.cu")
+    results = [None] * 8
+
+    def one(i):
+        results[i] = compile_json(c, cu, "--arch", "sm_90", "-I", CCCL, "--std", "c++17")
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    hits = sum(r["hits"] for r in results)
+    misses = sum(r["misses"] for r in results)
+    check(misses == 1 and hits == 7, "one compile, seven waits: %d misses" % misses)
+    check(len({r["items"][0]["key"] for r in results}) == 1, "one key")
+
+
+def main():
+    if not CORPUS or not os.path.isdir(CORPUS):
+        print("CORPUS not set")
+        return 1
+    probe = tempfile.mkdtemp(prefix="kcache-probe-")
+    try:
+        p = subprocess.run([base.KCACHE, "compile", os.path.join(CORPUS, "saxpy.cu"), "--arch",
+                            "sm_90", "--no-cache", "-q"], capture_output=True,
+                           env=dict(os.environ, KCACHE_DIR=probe))
+        if p.returncode != 0:
+            print("skipped: kcache cannot compile here: %s" % p.stderr.decode().strip())
+            return 77
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
+    tests = [(n, f) for n, f in sorted(globals().items()) if n.startswith("test_")]
+    failed = []
+    for name, fn in tests:
+        if base.ONLY and name not in base.ONLY and name[5:] not in base.ONLY:
+            continue
+        root = tempfile.mkdtemp(prefix="kcache-compile-")
+        try:
+            fn(root)
+            print("ok   %s" % name)
+        except Exception as ex:
+            failed.append(name)
+            print("FAIL %s: %s" % (name, ex))
+            if not isinstance(ex, Failure):
+                import traceback
+                traceback.print_exc()
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    print("%d failed" % len(failed) if failed else "all passed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

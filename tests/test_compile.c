@@ -1,0 +1,393 @@
+/*
+ * Compiling through the cache with the real NVRTC and nvJitLink (no GPU
+ * needed): hermetic headers checked against NVRTC's own search, computed
+ * includes, failed compiles, LTO links, lowered names, single flight,
+ * reproducible bytes, and a store that cannot be written.
+ * Skips (77) where the toolkit is missing.
+ */
+#include <kcache/compile.h>
+#include <sys/wait.h>
+
+#include "testutil.h"
+#include "toolkit.h"
+
+static const char *corpus;
+static char db[600];
+
+static kcache_store *open_store(const char *path, int read_only)
+{
+    kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
+    o.path = path;
+    o.read_only = read_only;
+    kcache_store *s = NULL;
+    char err[512];
+    int rc = kcache_store_open(&s, &o, err, sizeof(err));
+    if (rc)
+        fprintf(stderr, "open %s: %s\n", path, err);
+    REQUIRE(rc == 0);
+    return s;
+}
+
+static kcache_compiler *compiler_on(kcache_store *s)
+{
+    kcache_compiler_options o = KCACHE_COMPILER_OPTIONS_INIT;
+    o.store = s;
+    o.no_store = s == NULL;
+    kcache_compiler *c = NULL;
+    char err[512];
+    REQUIRE(kcache_compiler_new(&c, &o, err, sizeof(err)) == 0);
+    return c;
+}
+
+static kcache_result *compile(kcache_compiler *c, const char *path, const char *arch,
+                              const char *const *opts, size_t n_opts, kcache_kind kind,
+                              unsigned flags)
+{
+    kcache_request r = KCACHE_REQUEST_INIT;
+    r.source_path = path;
+    r.arch = arch;
+    r.options = opts;
+    r.n_options = n_opts;
+    r.output = kind;
+    r.flags = flags;
+    kcache_result *res = NULL;
+    int rc = kcache_compile(c, &r, &res);
+    REQUIRE(res);
+    if (rc && rc != KCACHE_ECOMPILE)
+        fprintf(stderr, "compile %s: %s\n", path, res->message);
+    return res;
+}
+
+static kcache_stats *stats(kcache_store *s)
+{
+    kcache_stats *st = NULL;
+    REQUIRE(kcache_store_stats(s, &st) == 0);
+    return st;
+}
+
+/*
+ * Which header NVRTC picked, by the __device__ variable it defines: a
+ * picked_NAME symbol in the PTX.
+ */
+static const char *picked(const char *ptx, char *out, size_t size)
+{
+    const char *p = ptx ? strstr(ptx, "picked_") : NULL;
+    if (!p)
+        return "none";
+    size_t n = strspn(p, "abcdefghijklmnopqrstuvwxyz_0123456789");
+    snprintf(out, size, "%.*s", (int)KC_MIN(n, size - 1), p);
+    return out;
+}
+
+/* NVRTC on its own, reading from disk: the reference for the search order. */
+static const char *nvrtc_pick(const kc_nvrtc *api, const char *name, const char *src,
+                              const char *const *opts, int n, char *out, size_t size)
+{
+    nvrtcProgram p;
+    REQUIRE(api->CreateProgram(&p, src, name, 0, NULL, NULL) == NVRTC_SUCCESS);
+    const char *result = "error";
+    if (api->CompileProgram(p, n, opts) == NVRTC_SUCCESS) {
+        size_t ptx_size;
+        api->GetPTXSize(p, &ptx_size);
+        char *ptx = malloc(ptx_size);
+        REQUIRE(ptx);
+        api->GetPTX(p, ptx);
+        result = picked(ptx, out, size);
+        free(ptx);
+    }
+    api->DestroyProgram(&p);
+    return result;
+}
+
+static void test_search_order_matches_nvrtc(kcache_compiler *c, const kc_nvrtc *api)
+{
+    char t[600], src_dir[700], main_cu[800], i1[700], i2[700];
+    snprintf(t, sizeof(t), "%s/order", test_dir());
+    test_sh("mkdir -p %s/src/sub %s/I1 %s/I2", t, t, t);
+    struct {
+        const char *file, *text;
+    } files[] = {
+        {"src/sub/a.h", "#include \"b.h\"\n"},
+        {"src/sub/b.h", "__device__ int picked_sub_b;\n"},
+        {"I1/b.h", "__device__ int picked_i1_b;\n"},
+        {"I2/b.h", "__device__ int picked_i2_b;\n"},
+        {"src/c.h", "__device__ int picked_src_c;\n"},
+        {"I1/c.h", "__device__ int picked_i1_c;\n"},
+        {"I1/d.h", "__device__ int picked_i1_d;\n"},
+        {"I2/d.h", "__device__ int picked_i2_d;\n"},
+        {"src/only.h", "__device__ int picked_src_only;\n"},
+        {"I2/only.h", "__device__ int picked_i2_only;\n"},
+        {"src/sub/e.h", "#include \"c.h\"\n"},
+    };
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        char p[900];
+        snprintf(p, sizeof(p), "%s/%s", t, files[i].file);
+        test_write_text(p, files[i].text);
+    }
+    snprintf(src_dir, sizeof(src_dir), "%s/src", t);
+    snprintf(i1, sizeof(i1), "-I%s/I1", t);
+    snprintf(i2, sizeof(i2), "-I%s/I2", t);
+    struct {
+        const char *what, *source;
+    } cases[] = {
+        {"a quoted include searches its includer's directory first", "#include \"sub/a.h\"\n"},
+        {"the source's directory comes before -I", "#include \"c.h\"\n"},
+        {"angled includes skip the source's directory", "#include <c.h>\n"},
+        {"-I directories in order", "#include <d.h>\n"},
+        {"angled: found only through -I", "#include <only.h>\n"},
+        {"nested quoted: the source's directory is not searched", "#include \"sub/e.h\"\n"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        snprintf(main_cu, sizeof(main_cu), "%s/main%zu.cu", src_dir, i);
+        test_write_text(main_cu, cases[i].source);
+        const char *opts[] = {i1, i2};
+        const char *ref_opts[] = {"-arch=compute_90", i1, i2};
+        char ours[64], theirs[64];
+        kcache_result *r = compile(c, main_cu, "compute_90", opts, 2, KCACHE_KIND_PTX,
+                                   KCACHE_COMPILE_NO_CACHE);
+        CHECK(r->status == 0);
+        CHECK(r->keyed);
+        const char *got = picked(r->data, ours, sizeof(ours));
+        const char *want = nvrtc_pick(api, main_cu, cases[i].source, ref_opts, 3, theirs,
+                                      sizeof(theirs));
+        if (strcmp(got, want) != 0)
+            fprintf(stderr, "%s: kcache compiled %s, NVRTC alone picks %s\n", cases[i].what,
+                    got, want);
+        CHECK(strcmp(got, want) == 0);
+        CHECK(strcmp(got, "none") != 0);
+        kcache_result_free(r);
+    }
+}
+
+static void test_computed_include(kcache_store *s, kcache_compiler *c)
+{
+    char t[600], cu[700], hdr[700];
+    snprintf(t, sizeof(t), "%s/computed", test_dir());
+    test_sh("mkdir -p %s && cp %s/computed_include.cu %s/ && cp -R %s/headers %s/", t, corpus, t,
+            corpus, t);
+    snprintf(cu, sizeof(cu), "%s/computed_include.cu", t);
+    snprintf(hdr, sizeof(hdr), "%s/headers/include/common.cuh", t);
+    kcache_result *a = compile(c, cu, "sm_90", NULL, 0, 0, 0);
+    CHECK(a->status == 0 && a->keyed && !a->hit);
+    kcache_result *b = compile(c, cu, "sm_90", NULL, 0, 0, 0);
+    CHECK(b->status == 0 && b->hit);
+    kcache_result_free(b);
+    /* The header the macro names changes: never the old artifact. */
+    test_write_text(hdr, "#pragma once\n#include \"detail/math.cuh\"\n"
+                         "__device__ inline float common_scale(float x) { return 3.0f * x; }\n");
+    b = compile(c, cu, "sm_90", NULL, 0, 0, 0);
+    CHECK(b->status == 0 && !b->hit);
+    CHECK(memcmp(a->key.bytes, b->key.bytes, KCACHE_KEY_SIZE) != 0);
+    CHECK(a->size != b->size || memcmp(a->data, b->data, a->size) != 0);
+    kcache_result_free(a);
+    kcache_result_free(b);
+
+    /* A macro kcache cannot follow: compiled, not cached, and told what to pass. */
+    char odd[700];
+    snprintf(odd, sizeof(odd), "%s/odd.cu", t);
+    test_write_text(odd, "#define STR(x) #x\n#define HDR(x) STR(x)\n#include HDR(headers/local_config.cuh)\n"
+                         "extern \"C\" __global__ void k(float *v) { v[0] = BLEND_WEIGHT; }\n");
+    kcache_stats *before = stats(s);
+    a = compile(c, odd, "sm_90", NULL, 0, 0, 0);
+    CHECK(a->status == 0 && a->data && a->size > 0);
+    CHECK(!a->keyed && !a->hit);
+    CHECK(a->store_status == KCACHE_ENOTSUP && strstr(a->store_message, "-D"));
+    kcache_stats *after = stats(s);
+    CHECK(after->entries == before->entries);
+    kcache_stats_free(before);
+    kcache_stats_free(after);
+    kcache_result_free(a);
+    /* ... and given with -D, it is resolved and cached. */
+    test_write_text(odd, "#include PICK\n"
+                         "extern \"C\" __global__ void k(float *v) { v[0] = BLEND_WEIGHT; }\n");
+    const char *def[] = {"-DPICK=\"headers/local_config.cuh\""};
+    a = compile(c, odd, "sm_90", def, 1, 0, 0);
+    CHECK(a->status == 0 && a->keyed && a->store_status == 0);
+    kcache_result_free(a);
+}
+
+static void test_broken(kcache_store *s, kcache_compiler *c)
+{
+    char cu[700];
+    snprintf(cu, sizeof(cu), "%s/broken.cu", corpus);
+    kcache_stats *before = stats(s);
+    kcache_result *r = compile(c, cu, "sm_90", NULL, 0, 0, 0);
+    CHECK(r->status == KCACHE_ECOMPILE);
+    CHECK(r->data == NULL);
+    CHECK(r->log && strstr(r->log, "undefined_symbol"));
+    kcache_stats *after = stats(s);
+    CHECK(after->entries == before->entries);
+    kcache_stats_free(before);
+    kcache_stats_free(after);
+    kcache_result_free(r);
+}
+
+static void test_lowered_names(kcache_compiler *c)
+{
+    char cu[700];
+    snprintf(cu, sizeof(cu), "%s/tiled_gemm.cu", corpus);
+    const char *exprs[] = {"tiled_gemm<float, 16>", "tiled_gemm<double, 8>"};
+    kcache_request q = KCACHE_REQUEST_INIT;
+    q.source_path = cu;
+    q.arch = "sm_90";
+    q.name_exprs = exprs;
+    q.n_name_exprs = 2;
+    kcache_result *miss = NULL, *hit = NULL;
+    CHECK_RC(kcache_compile(c, &q, &miss), 0);
+    CHECK_RC(kcache_compile(c, &q, &hit), 0);
+    REQUIRE(miss && hit);
+    CHECK(!miss->hit && hit->hit);
+    for (size_t i = 0; i < 2; i++) {
+        const char *a = kcache_result_lowered_name(miss, exprs[i]);
+        const char *b = kcache_result_lowered_name(hit, exprs[i]);
+        CHECK(a && b && strcmp(a, b) == 0);
+        CHECK(a && strncmp(a, "_Z10tiled_gemm", 14) == 0);
+    }
+    CHECK(miss->size == hit->size && memcmp(miss->data, hit->data, hit->size) == 0);
+    kcache_result_free(miss);
+    kcache_result_free(hit);
+}
+
+static void test_lto(kcache_store *s, kcache_compiler *c)
+{
+    char a[700], b[700];
+    snprintf(a, sizeof(a), "%s/lto/vec_ops.cu", corpus);
+    snprintf(b, sizeof(b), "%s/lto/launch.cu", corpus);
+    kcache_request ra = KCACHE_REQUEST_INIT, rb = KCACHE_REQUEST_INIT;
+    ra.source_path = a;
+    rb.source_path = b;
+    kcache_link_input in[2] = {{.request = &ra}, {.request = &rb}};
+    kcache_link_request lr = KCACHE_LINK_REQUEST_INIT;
+    lr.arch = "sm_90";
+    lr.lto = 1;
+    lr.inputs = in;
+    lr.n_inputs = 2;
+    kcache_stats *s0 = stats(s);
+    kcache_result *first = NULL, *second = NULL;
+    CHECK_RC(kcache_link(c, &lr, &first), 0);
+    REQUIRE(first);
+    if (first->status)
+        fprintf(stderr, "link: %s\n%s\n", first->message, first->log);
+    CHECK(first->size > 64 && memcmp(first->data, "\177ELF", 4) == 0);
+    CHECK(!first->hit);
+    kcache_stats *s1 = stats(s);
+    CHECK(s1->entries == s0->entries + 3);  /* two LTO-IR compiles and the link */
+    CHECK(s1->misses == s0->misses + 3);
+    CHECK_RC(kcache_link(c, &lr, &second), 0);
+    REQUIRE(second);
+    CHECK(second->hit);
+    kcache_stats *s2 = stats(s);
+    CHECK(s2->hits == s1->hits + 3); /* every step hit */
+    CHECK(s2->misses == s1->misses);
+    CHECK(first->size == second->size && memcmp(first->data, second->data, first->size) == 0);
+    kcache_stats_free(s0);
+    kcache_stats_free(s1);
+    kcache_stats_free(s2);
+    kcache_result_free(first);
+    kcache_result_free(second);
+}
+
+/* Eight processes miss block_sort.cu at once: one compiles, seven wait for it. */
+static void test_single_flight(void)
+{
+    char path[700], sflight[700];
+    snprintf(path, sizeof(path), "%s/block_sort.cu", corpus);
+    snprintf(sflight, sizeof(sflight), "%s/flight.db", test_dir());
+    kcache_store_close(open_store(sflight, 0));
+    const char *opts[] = {"-I/usr/local/cuda/include/cccl", "-std=c++17"};
+    int fds[2];
+    REQUIRE(pipe(fds) == 0);
+    pid_t pids[8];
+    for (int i = 0; i < 8; i++) {
+        pids[i] = fork();
+        REQUIRE(pids[i] >= 0);
+        if (pids[i] == 0) {
+            kcache_store *s = open_store(sflight, 0);
+            kcache_compiler *c = compiler_on(s);
+            kcache_result *r = compile(c, path, "sm_90", opts, 2, 0, 0);
+            char line[8];
+            snprintf(line, sizeof(line), "%c", r->status ? 'E' : r->hit ? 'H' : 'M');
+            ssize_t w = write(fds[1], line, 1);
+            kcache_result_free(r);
+            kcache_compiler_free(c);
+            kcache_store_close(s);
+            _exit(w == 1 ? 0 : 1);
+        }
+    }
+    close(fds[1]);
+    char outcomes[16] = "";
+    ssize_t n = 0, k;
+    while ((k = read(fds[0], outcomes + n, sizeof(outcomes) - 1 - (size_t)n)) > 0)
+        n += k;
+    close(fds[0]);
+    for (int i = 0; i < 8; i++) {
+        int status;
+        waitpid(pids[i], &status, 0);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    int misses = 0, hits = 0;
+    for (ssize_t i = 0; i < n; i++) {
+        misses += outcomes[i] == 'M';
+        hits += outcomes[i] == 'H';
+    }
+    printf("single flight: %s\n", outcomes);
+    CHECK(n == 8 && misses == 1 && hits == 7);
+    kcache_store *s = open_store(sflight, 0);
+    kcache_stats *st = stats(s);
+    CHECK(st->misses == 1 && st->entries == 1);
+    kcache_stats_free(st);
+
+    /* Reproducible bytes: a recompile of the same key gives the same CUBIN. */
+    kcache_compiler *c = compiler_on(s);
+    kcache_result *cached = compile(c, path, "sm_90", opts, 2, 0, 0);
+    kcache_result *fresh = compile(c, path, "sm_90", opts, 2, 0, KCACHE_COMPILE_REFRESH);
+    CHECK(cached->hit && !fresh->hit);
+    CHECK(cached->size == fresh->size && memcmp(cached->data, fresh->data, fresh->size) == 0);
+    kcache_result_free(cached);
+    kcache_result_free(fresh);
+    kcache_compiler_free(c);
+    kcache_store_close(s);
+}
+
+/* The store cannot be written: the compile still returns its artifact. */
+static void test_store_unusable(void)
+{
+    char cu[700];
+    snprintf(cu, sizeof(cu), "%s/saxpy.cu", corpus);
+    kcache_store *ro = open_store(db, 1);
+    kcache_compiler *c = compiler_on(ro);
+    kcache_result *r = compile(c, cu, "sm_90", NULL, 0, 0, KCACHE_COMPILE_REFRESH);
+    CHECK(r->status == 0 && r->data && r->size > 0);
+    CHECK(r->store_status == KCACHE_EREADONLY);
+    kcache_result_free(r);
+    kcache_compiler_free(c);
+    kcache_store_close(ro);
+}
+
+int main(void)
+{
+    corpus = getenv("CORPUS");
+    REQUIRE(corpus);
+    kc_toolkit tk;
+    char msg[512];
+    const kc_nvrtc *api;
+    if (kc_toolkit_find(&tk, NULL, msg, sizeof(msg)) != 0 ||
+        kc_nvrtc_get(&tk, &api, msg, sizeof(msg)) != 0) {
+        fprintf(stderr, "skipped: %s\n", msg);
+        return TEST_SKIP;
+    }
+    snprintf(db, sizeof(db), "%s/cache.db", test_dir());
+    kcache_store *s = open_store(db, 0);
+    kcache_compiler *c = compiler_on(s);
+    test_search_order_matches_nvrtc(c, api);
+    test_computed_include(s, c);
+    test_broken(s, c);
+    test_lowered_names(c);
+    test_lto(s, c);
+    kcache_compiler_free(c);
+    kcache_store_close(s);
+    test_store_unusable();
+    test_single_flight();
+    kc_toolkit_free(&tk);
+    return test_done();
+}
