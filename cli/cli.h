@@ -68,7 +68,30 @@ void cli_json_null(cli_json *j, const char *key);
 /* Ends the document with a newline. */
 void cli_json_finish(cli_json *j);
 
+/*
+ * Progress of long work on stderr when it is a terminal ("phase done/total"),
+ * nothing otherwise. Fits kcache_progress_fn; userdata is unused.
+ */
+void cli_progress(void *userdata, const char *phase, uint64_t done, uint64_t total);
+
+/* Opens the store read-only; one that does not exist yet is created (empty). */
+int cli_open_store_to_read(kcache_store **out);
+
 /* Verbs. */
 int cmd_stats(int argc, char **argv);
+int cmd_compile(int argc, char **argv);
+int cmd_explain(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_get(int argc, char **argv);
+int cmd_prune(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_import(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_config(int argc, char **argv);
+int cmd_clear(int argc, char **argv);
+int cmd_vacuum(int argc, char **argv);
+int cmd_path(int argc, char **argv);
+int cmd_version(int argc, char **argv);
 
 #endif

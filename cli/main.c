@@ -11,7 +11,21 @@ struct verb {
 };
 
 static const struct verb verbs[] = {
+    {"compile", cmd_compile, "compile kernels through the cache"},
+    {"explain", cmd_explain, "say why a request would miss: what differs from stored entries"},
     {"stats", cmd_stats, "show hits, misses, sizes and the cap"},
+    {"ls", cmd_ls, "list entries"},
+    {"inspect", cmd_inspect, "show an entry: metadata, inputs, log, CUBIN resources"},
+    {"get", cmd_get, "write an entry's artifact to a file or a pipe"},
+    {"prune", cmd_prune, "evict entries by size, age, count, architecture or kind"},
+    {"export", cmd_export, "write entries to a bundle (or plain files) for another machine"},
+    {"import", cmd_import, "check a bundle and merge it into the cache"},
+    {"verify", cmd_verify, "check the database and every entry's digest"},
+    {"config", cmd_config, "show or set settings and where they come from"},
+    {"clear", cmd_clear, "delete every entry"},
+    {"vacuum", cmd_vacuum, "compact the database file"},
+    {"path", cmd_path, "print where the cache database is"},
+    {"version", cmd_version, "print the version"},
 };
 
 static void usage(FILE *f)

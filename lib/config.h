@@ -1,4 +1,4 @@
-/* Where settings come from: the caller, the environment, or the default. */
+/* Where settings come from: the caller, the environment, kcache.conf, or the default. */
 #ifndef KC_CONFIG_H
 #define KC_CONFIG_H
 
@@ -12,7 +12,19 @@
  */
 int kc_config_path(char **out, const char *explicit_path, char *err, size_t err_size);
 
-/* The cap: explicit if non-zero, else $KCACHE_MAX_SIZE, else the default. */
+/*
+ * The cap: explicit if non-zero, else $KCACHE_MAX_SIZE, else max_size in the
+ * kcache.conf next to db_path (when db_path is not NULL), else the default.
+ */
+int kc_config_max_size_at(uint64_t *out, uint64_t explicit_size, const char *db_path, char *err,
+                          size_t err_size);
+/* kc_config_max_size_at() without a config file. */
 int kc_config_max_size(uint64_t *out, uint64_t explicit_size, char *err, size_t err_size);
+
+/* The busy timeout in ms: explicit, $KCACHE_BUSY_TIMEOUT, the file, 5000. */
+int kc_config_busy_timeout_at(unsigned *out, unsigned explicit_ms, const char *db_path);
+
+/* Whether KCACHE_DISABLE (or disable in the file) turns the cache off. */
+int kc_config_disabled(const char *db_path);
 
 #endif

@@ -1,0 +1,289 @@
+/* kcache export: a bundle for another machine, or plain files for other tools. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <kcache/bundle.h>
+
+#include "cli.h"
+
+static const char usage_text[] =
+    "usage: kcache export OUT.kcache [--arch A] [--kind K] [--since AGE] [--json]\n"
+    "       kcache export --dir DIR [--arch A] [--kind K] [--since AGE] [--json]\n"
+    "\n"
+    "Writes the selected entries to a bundle, itself a kcache database that\n"
+    "'kcache import' checks and merges on another machine (OUT is replaced whole).\n"
+    "With --dir, writes plain files instead: DIR/ARCH/NAME-KEY.cubin|.ptx|.ltoir\n"
+    "and DIR/manifest.json describing each.\n"
+    "\n"
+    "      --arch A     only this architecture\n"
+    "      --kind K     only cubin, ptx or ltoir\n"
+    "      --since AGE  only entries created in the last AGE (7d, 12h)\n"
+    "      --dir DIR    plain files and a manifest instead of a bundle\n"
+    "      --json       report as JSON\n"
+    "  -h, --help       this text\n";
+
+struct keys {
+    kcache_key *keys;
+    size_t n, cap;
+};
+
+static int collect(void *userdata, const kcache_entry *e)
+{
+    struct keys *k = userdata;
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? 2 * k->cap : 256;
+        kcache_key *p = realloc(k->keys, cap * sizeof(*p));
+        if (!p)
+            return KCACHE_ENOMEM;
+        k->keys = p;
+        k->cap = cap;
+    }
+    k->keys[k->n++] = e->key;
+    return 0;
+}
+
+/* A file name from anything: letters, digits, '.', '_' and '-' survive, the rest is '_'. */
+static void safe_name(char *out, size_t size, const char *name, int strip_ext)
+{
+    const char *base = strrchr(name, '/');
+    base = base ? base + 1 : name;
+    size_t n = strlen(base);
+    const char *dot = strip_ext ? strrchr(base, '.') : NULL;
+    if (dot && dot != base)
+        n = (size_t)(dot - base);
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 1 < size; i++) {
+        char c = base[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '.' || c == '_' || c == '-';
+        out[o++] = ok ? c : '_';
+    }
+    if (o == 0 || out[0] == '.')
+        out[o ? 0 : o++] = '_';
+    out[o] = '\0';
+}
+
+static int make_dir(const char *path)
+{
+    if (mkdir(path, 0755) == 0 || errno == EEXIST)
+        return 0;
+    return cli_error("cannot create %s: %s", path, strerror(errno));
+}
+
+static int write_all(const char *path, const void *data, size_t size)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return cli_error("cannot write %s: %s", path, strerror(errno));
+    int bad = fwrite(data, 1, size, f) != size;
+    bad |= fclose(f) != 0;
+    return bad ? cli_error("cannot write %s: %s", path, strerror(errno)) : CLI_OK;
+}
+
+static int export_dir(kcache_store *store, const kcache_filter *f, const char *dir, int json)
+{
+    struct keys k = {0};
+    char *path = NULL;
+    FILE *manifest = NULL;
+    int ret = CLI_OK;
+    uint64_t written = 0, bytes = 0, damaged = 0;
+    size_t path_size = strlen(dir) + 256;
+    if (kcache_store_list(store, f, collect, &k)) {
+        ret = cli_error("%s", kcache_store_errmsg(store));
+        goto out;
+    }
+    if (!(path = malloc(path_size))) {
+        ret = cli_error("out of memory");
+        goto out;
+    }
+    if ((ret = make_dir(dir)))
+        goto out;
+    snprintf(path, path_size, "%s/manifest.json", dir);
+    if (!(manifest = fopen(path, "w"))) {
+        ret = cli_error("cannot write %s: %s", path, strerror(errno));
+        goto out;
+    }
+    cli_json j;
+    cli_json_init(&j, manifest);
+    cli_json_object_begin(&j, NULL);
+    cli_json_string(&j, "kcache_version", kcache_version());
+    cli_json_array_begin(&j, "entries");
+    for (size_t i = 0; i < k.n; i++) {
+        cli_progress(NULL, "exporting", i, k.n);
+        kcache_entry *e = NULL;
+        int rc = kcache_store_get(store, &e, &k.keys[i], KCACHE_GET_NO_TOUCH);
+        if (rc == KCACHE_ENOTFOUND) {
+            damaged++;
+            continue;
+        }
+        if (rc) {
+            ret = cli_error("%s", kcache_store_errmsg(store));
+            break;
+        }
+        char hex[KCACHE_KEY_HEX_SIZE], digest[65], arch[64], name[96], rel[256];
+        const char *kind = kcache_kind_name(e->kind);
+        kcache_key_hex(hex, &e->key);
+        for (int b = 0; b < 32; b++)
+            snprintf(digest + 2 * b, 3, "%02x", e->digest[b]);
+        safe_name(arch, sizeof(arch), e->arch, 0);
+        safe_name(name, sizeof(name), e->name, 1);
+        snprintf(rel, sizeof(rel), "%s/%s-%.16s.%s", arch, name, hex, kind ? kind : "bin");
+        snprintf(path, path_size, "%s/%s", dir, arch);
+        if (!(ret = make_dir(path))) {
+            snprintf(path, path_size, "%s/%s", dir, rel);
+            ret = write_all(path, e->data, e->size);
+        }
+        if (!ret) {
+            cli_json_object_begin(&j, NULL);
+            cli_json_string(&j, "file", rel);
+            cli_json_string(&j, "key", hex);
+            cli_json_string(&j, "kind", kind ? kind : "");
+            cli_json_string(&j, "arch", e->arch);
+            cli_json_string(&j, "name", e->name);
+            cli_json_uint(&j, "size", e->size);
+            cli_json_string(&j, "blake2b", digest);
+            cli_json_int(&j, "created_ms", e->created_at);
+            cli_json_string(&j, "toolchain", e->toolchain);
+            cli_json_array_begin(&j, "names");
+            for (size_t n = 0; n < e->n_names; n++) {
+                cli_json_object_begin(&j, NULL);
+                cli_json_string(&j, "expression", e->name_exprs[n]);
+                cli_json_string(&j, "lowered", e->lowered_names[n]);
+                cli_json_object_end(&j);
+            }
+            cli_json_array_end(&j);
+            cli_json_object_end(&j);
+            written++;
+            bytes += e->size;
+        }
+        kcache_entry_free(e);
+        if (ret)
+            break;
+    }
+    cli_progress(NULL, "exporting", k.n, k.n);
+    cli_json_array_end(&j);
+    cli_json_object_end(&j);
+    cli_json_finish(&j);
+    if (fclose(manifest) != 0 && !ret)
+        ret = cli_error("cannot write %s/manifest.json: %s", dir, strerror(errno));
+    manifest = NULL;
+    if (ret)
+        goto out;
+    if (damaged)
+        cli_warn("%llu damaged entries were left out (and deleted from the cache)",
+                 (unsigned long long)damaged);
+    if (json) {
+        cli_json_init(&j, stdout);
+        cli_json_object_begin(&j, NULL);
+        cli_json_string(&j, "dir", dir);
+        cli_json_uint(&j, "entries", written);
+        cli_json_uint(&j, "bytes", bytes);
+        cli_json_uint(&j, "damaged", damaged);
+        cli_json_object_end(&j);
+        cli_json_finish(&j);
+    } else {
+        char a[32];
+        printf("Exported %llu entries (%s) to %s\n", (unsigned long long)written,
+               kcache_format_size(a, sizeof(a), bytes), dir);
+    }
+out:
+    if (manifest)
+        fclose(manifest);
+    free(path);
+    free(k.keys);
+    return ret;
+}
+
+int cmd_export(int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"arch", required_argument, NULL, 'a'},
+        {"kind", required_argument, NULL, 'k'},
+        {"since", required_argument, NULL, 's'},
+        {"dir", required_argument, NULL, 'd'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    kcache_filter f = KCACHE_FILTER_INIT;
+    const char *dir = NULL;
+    uint64_t age = 0;
+    int json = 0, c;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
+        switch (c) {
+        case 'a': f.arch = optarg; break;
+        case 'k':
+            if (kcache_kind_parse(&f.kind, optarg))
+                return cli_usage_error("export", "--kind '%s': use cubin, ptx or ltoir", optarg);
+            break;
+        case 's':
+            if (kcache_parse_age(&age, optarg) || !age)
+                return cli_usage_error("export", "--since '%s' is not an age (use e.g. 7d)",
+                                       optarg);
+            break;
+        case 'd': dir = optarg; break;
+        case 'j': json = 1; break;
+        case 'h': fputs(usage_text, stdout); return CLI_OK;
+        case ':': return cli_usage_error("export", "%s needs a value", argv[optind - 1]);
+        default: return cli_usage_error("export", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    const char *out_path = optind < argc ? argv[optind] : NULL;
+    if (optind + (out_path ? 1 : 0) < argc)
+        return cli_usage_error("export", "unexpected argument '%s'",
+                               argv[optind + (out_path ? 1 : 0)]);
+    if (!out_path == !dir)
+        return cli_usage_error("export", "give either OUT.kcache or --dir DIR");
+    if (age) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        f.created_since = age >= (uint64_t)now / 1000 ? 1 : now - (int64_t)age * 1000;
+    }
+    kcache_store *store;
+    if (cli_open_store(&store, 0))
+        return CLI_FAIL;
+    int ret = CLI_OK;
+    if (dir) {
+        ret = export_dir(store, &f, dir, json);
+        goto out;
+    }
+    kcache_bundle_options o = KCACHE_BUNDLE_OPTIONS_INIT;
+    kcache_bundle_result r;
+    o.arch = f.arch;
+    o.kind = f.kind;
+    o.created_since = f.created_since;
+    o.progress = cli_progress;
+    if (kcache_bundle_export(store, out_path, &o, &r)) {
+        ret = cli_error("%s", kcache_store_errmsg(store));
+        goto out;
+    }
+    if (r.damaged)
+        cli_warn("%llu damaged entries were left out (and deleted from the cache)",
+                 (unsigned long long)r.damaged);
+    if (json) {
+        cli_json j;
+        cli_json_init(&j, stdout);
+        cli_json_object_begin(&j, NULL);
+        cli_json_string(&j, "path", out_path);
+        cli_json_uint(&j, "entries", r.entries);
+        cli_json_uint(&j, "bytes", r.bytes);
+        cli_json_uint(&j, "damaged", r.damaged);
+        cli_json_object_end(&j);
+        cli_json_finish(&j);
+    } else {
+        char a[32];
+        printf("Exported %llu entries (%s) to %s\n", (unsigned long long)r.entries,
+               kcache_format_size(a, sizeof(a), r.bytes), out_path);
+    }
+out:
+    kcache_store_close(store);
+    return ret;
+}

@@ -1,0 +1,56 @@
+/* kcache path: where the cache lives, without opening (or creating) it. */
+#include <getopt.h>
+
+#include <kcache/config.h>
+
+#include "cli.h"
+
+static const char usage_text[] =
+    "usage: kcache path [--json]\n"
+    "\n"
+    "Prints the path of the cache database (from --path, KCACHE_PATH, KCACHE_DIR or\n"
+    "the default) without creating it.\n"
+    "\n"
+    "      --json   also the directory and the config file, as JSON\n"
+    "  -h, --help   this text\n";
+
+int cmd_path(int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int json = 0, c;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+        switch (c) {
+        case 'j': json = 1; break;
+        case 'h': fputs(usage_text, stdout); return CLI_OK;
+        default: return cli_usage_error("path", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error("path", "unexpected argument '%s'", argv[optind]);
+    kcache_config_override o = {"path", cli_globals.path};
+    kcache_config *cfg = NULL;
+    char err[512];
+    if (kcache_config_load(&cfg, &o, cli_globals.path ? 1 : 0, err, sizeof(err)))
+        return cli_error("%s", err);
+    const char *path = kcache_config_find(cfg, "path")->value;
+    if (json) {
+        cli_json j;
+        cli_json_init(&j, stdout);
+        cli_json_object_begin(&j, NULL);
+        cli_json_string(&j, "path", path);
+        cli_json_string(&j, "dir", kcache_config_find(cfg, "dir")->value);
+        cli_json_string(&j, "config_file", kcache_config_file(cfg));
+        cli_json_object_end(&j);
+        cli_json_finish(&j);
+    } else {
+        printf("%s\n", path);
+    }
+    kcache_config_free(cfg);
+    return CLI_OK;
+}

@@ -1,0 +1,118 @@
+/* kcache prune: evict by size, age, count, architecture or kind, least recently used first. */
+#include <getopt.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "cli.h"
+
+static const char usage_text[] =
+    "usage: kcache prune [--max-size SIZE] [--older-than AGE] [--arch A] [--kind K]\n"
+    "                    [--max-entries N] [--dry-run] [--json]\n"
+    "\n"
+    "Evicts entries, least recently used first, and hands the space back to the file\n"
+    "system. Without options, brings the cache under its cap.\n"
+    "\n"
+    "      --max-size SIZE   until database + WAL fit in SIZE (512M, 2G, 1.5GiB)\n"
+    "      --older-than AGE  entries not used for AGE (30d, 12h, 90m)\n"
+    "      --arch A          with --older-than: only this architecture\n"
+    "      --kind K          with --older-than: only cubin, ptx or ltoir\n"
+    "      --max-entries N   keep at most N entries\n"
+    "  -n, --dry-run         say what would go, change nothing\n"
+    "      --json            machine-readable output (fields documented in the README)\n"
+    "  -h, --help            this text\n";
+
+int cmd_prune(int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"max-size", required_argument, NULL, 's'},
+        {"older-than", required_argument, NULL, 'o'},
+        {"arch", required_argument, NULL, 'a'},
+        {"kind", required_argument, NULL, 'k'},
+        {"max-entries", required_argument, NULL, 'e'},
+        {"dry-run", no_argument, NULL, 'n'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    kcache_prune_options o = KCACHE_PRUNE_OPTIONS_INIT;
+    uint64_t age = 0;
+    int json = 0, has_age = 0, c;
+    char *end;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":hn", options, NULL)) != -1) {
+        switch (c) {
+        case 's':
+            if (kcache_parse_size(&o.max_size, optarg) || !o.max_size)
+                return cli_usage_error("prune", "--max-size '%s' is not a size (use e.g. 2G)",
+                                       optarg);
+            break;
+        case 'o':
+            if (kcache_parse_age(&age, optarg))
+                return cli_usage_error("prune", "--older-than '%s' is not an age (use e.g. 30d)",
+                                       optarg);
+            has_age = 1;
+            break;
+        case 'a': o.arch = optarg; break;
+        case 'k':
+            if (kcache_kind_parse(&o.kind, optarg))
+                return cli_usage_error("prune", "--kind '%s': use cubin, ptx or ltoir", optarg);
+            break;
+        case 'e':
+            o.max_entries = strtoull(optarg, &end, 10);
+            if (end == optarg || *end || optarg[0] == '-')
+                return cli_usage_error("prune", "--max-entries '%s' is not a number", optarg);
+            break;
+        case 'n': o.dry_run = 1; break;
+        case 'j': json = 1; break;
+        case 'h': fputs(usage_text, stdout); return CLI_OK;
+        case ':': return cli_usage_error("prune", "%s needs a value", argv[optind - 1]);
+        default: return cli_usage_error("prune", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error("prune", "unexpected argument '%s'", argv[optind]);
+    if ((o.arch || o.kind) && !has_age)
+        return cli_usage_error("prune", "--arch and --kind select entries for --older-than: "
+                                        "give an age too (--older-than 0s for all)");
+    if (has_age) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        /* accessed_before 0 would mean "no age": an age past the epoch selects nothing. */
+        if (age == 0)
+            o.accessed_before = now + 1;
+        else if (age >= (uint64_t)now / 1000)
+            o.accessed_before = 1;
+        else
+            o.accessed_before = now - (int64_t)age * 1000;
+    }
+    kcache_store *store;
+    if (cli_open_store(&store, 0))
+        return CLI_FAIL;
+    kcache_prune_result r = {0};
+    int ret = CLI_OK;
+    if (kcache_store_prune(store, &o, &r)) {
+        ret = cli_error("%s", kcache_store_errmsg(store));
+    } else if (json) {
+        cli_json j;
+        cli_json_init(&j, stdout);
+        cli_json_object_begin(&j, NULL);
+        cli_json_bool(&j, "dry_run", o.dry_run);
+        cli_json_uint(&j, "evicted", r.evicted);
+        cli_json_uint(&j, "evicted_bytes", r.evicted_bytes);
+        cli_json_uint(&j, "disk_before", r.disk_before);
+        cli_json_uint(&j, "disk_after", r.disk_after);
+        cli_json_object_end(&j);
+        cli_json_finish(&j);
+    } else {
+        char a[32], b[32], d[32];
+        printf("%s %llu entries (%s stored); on disk %s -> %s\n",
+               o.dry_run ? "Would evict" : "Evicted", (unsigned long long)r.evicted,
+               kcache_format_size(a, sizeof(a), r.evicted_bytes),
+               kcache_format_size(b, sizeof(b), r.disk_before),
+               kcache_format_size(d, sizeof(d), r.disk_after));
+    }
+    kcache_store_close(store);
+    return ret;
+}

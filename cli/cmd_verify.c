@@ -1,0 +1,220 @@
+/* kcache verify: SQLite's integrity check and every entry's digests. */
+#include <getopt.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <kcache/compile.h>
+#include <kcache/verify.h>
+
+#include "cli.h"
+
+static const char usage_text[] =
+    "usage: kcache verify [--recompile [N]] [--json]\n"
+    "\n"
+    "Runs SQLite's integrity check on the cache and reads every entry with its\n"
+    "inputs, checking their digests (hits are not counted). Reports each damaged\n"
+    "entry and exits 1 when anything is wrong. The cache is only read: a damaged\n"
+    "entry is deleted the next time it is looked up.\n"
+    "\n"
+    "      --recompile [N]  also rebuild entries (the N most recently used; all\n"
+    "                       without N) from their stored source, headers and options\n"
+    "                       with this toolchain, and check the bytes are identical;\n"
+    "                       entries made by another toolchain are skipped\n"
+    "      --json   machine-readable output (fields documented in the README)\n"
+    "  -h, --help   this text\n";
+
+struct verify_ctx {
+    int json;
+    cli_json j;
+};
+
+static void progress(void *userdata, const char *phase, uint64_t done, uint64_t total)
+{
+    (void)userdata;
+    cli_progress(NULL, phase, done, total);
+}
+
+static void damaged(void *userdata, const kcache_key *key, const char *message)
+{
+    struct verify_ctx *ctx = userdata;
+    char hex[KCACHE_KEY_HEX_SIZE];
+    kcache_key_hex(hex, key);
+    if (ctx->json) {
+        cli_json_object_begin(&ctx->j, NULL);
+        cli_json_string(&ctx->j, "key", hex);
+        cli_json_string(&ctx->j, "message", message);
+        cli_json_object_end(&ctx->j);
+    } else {
+        fprintf(stderr, "kcache: damaged: %.16s: %s\n", hex, message);
+    }
+}
+
+struct keys {
+    kcache_key *k;
+    size_t n;
+};
+
+static int collect_key(void *ud, const kcache_entry *e)
+{
+    struct keys *keys = ud;
+    kcache_key *grown = realloc(keys->k, (keys->n + 1) * sizeof(*grown));
+    if (!grown)
+        return -1;
+    keys->k = grown;
+    keys->k[keys->n++] = e->key;
+    return 0;
+}
+
+struct recompiled {
+    uint64_t checked, identical, different, skipped, failed;
+};
+
+/*
+ * Rebuilds up to limit entries (0: all), most recently used first. Entries
+ * that differ or fail are reported like damaged ones; those made by another
+ * toolchain are skipped.
+ */
+static int recompile_entries(kcache_store *store, uint64_t limit, struct verify_ctx *ctx,
+                             struct recompiled *out)
+{
+    kcache_compiler_options co = KCACHE_COMPILER_OPTIONS_INIT;
+    kcache_compiler *compiler = NULL;
+    char err[600];
+    co.store = store;
+    co.log = cli_log;
+    if (kcache_compiler_new(&compiler, &co, err, sizeof(err)) != 0)
+        return cli_error("--recompile: %s", err);
+    struct keys keys = {0};
+    kcache_filter f = KCACHE_FILTER_INIT;
+    f.sort = KCACHE_SORT_ACCESSED;
+    f.limit = limit;
+    if (kcache_store_list(store, &f, collect_key, &keys) != 0) {
+        free(keys.k);
+        kcache_compiler_free(compiler);
+        return cli_error("%s", kcache_store_errmsg(store));
+    }
+    if (ctx->json)
+        cli_json_array_begin(&ctx->j, "recompile_problems");
+    for (size_t i = 0; i < keys.n; i++) {
+        cli_progress(NULL, "recompiling", i, keys.n);
+        int same = 0;
+        kcache_result *r = NULL;
+        int rc = kcache_recompile(compiler, &keys.k[i], &same, &r);
+        out->checked++;
+        if (rc == KCACHE_ENOTSUP) {
+            out->skipped++;
+        } else if (rc == 0 && same) {
+            out->identical++;
+        } else {
+            char message[700];
+            if (rc == 0)
+                snprintf(message, sizeof(message), "rebuilt bytes differ from the stored ones");
+            else
+                snprintf(message, sizeof(message), "rebuild failed: %s",
+                         r && r->message[0] ? r->message : kcache_strerror(rc));
+            if (rc == 0)
+                out->different++;
+            else
+                out->failed++;
+            damaged(ctx, &keys.k[i], message);
+        }
+        kcache_result_free(r);
+    }
+    cli_progress(NULL, "recompiling", keys.n, keys.n);
+    if (ctx->json)
+        cli_json_array_end(&ctx->j);
+    free(keys.k);
+    kcache_compiler_free(compiler);
+    return 0;
+}
+
+int cmd_verify(int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"recompile", optional_argument, NULL, 'r'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    struct verify_ctx ctx = {0};
+    int c, recompile = 0;
+    uint64_t limit = 0;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+        switch (c) {
+        case 'j': ctx.json = 1; break;
+        case 'r': {
+            /* N may follow as --recompile=N or as the next word. */
+            const char *n = optarg;
+            if (!n && optind < argc && argv[optind][0] >= '0' && argv[optind][0] <= '9')
+                n = argv[optind++];
+            char *end = NULL;
+            recompile = 1;
+            if (n && (limit = strtoull(n, &end, 10), *end || !limit))
+                return cli_usage_error("verify", "--recompile takes a positive count, not '%s'",
+                                       n);
+            break;
+        }
+        case 'h': fputs(usage_text, stdout); return CLI_OK;
+        default: return cli_usage_error("verify", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error("verify", "unexpected argument '%s'", argv[optind]);
+    kcache_store *store;
+    if (cli_open_store_to_read(&store))
+        return CLI_FAIL;
+    if (ctx.json) {
+        cli_json_init(&ctx.j, stdout);
+        cli_json_object_begin(&ctx.j, NULL);
+        cli_json_array_begin(&ctx.j, "damaged");
+    }
+    kcache_verify_result r;
+    int rc = kcache_store_verify(store, progress, damaged, &ctx, &r);
+    struct recompiled rec = {0};
+    if (ctx.json)
+        cli_json_array_end(&ctx.j);
+    int rec_rc = !rc && recompile ? recompile_entries(store, limit, &ctx, &rec) : 0;
+    int ok = !rc && !rec_rc && r.integrity_ok && r.damaged == 0 && !rec.different && !rec.failed;
+    if (ctx.json) {
+        if (recompile) {
+            cli_json_object_begin(&ctx.j, "recompile");
+            cli_json_uint(&ctx.j, "checked", rec.checked);
+            cli_json_uint(&ctx.j, "identical", rec.identical);
+            cli_json_uint(&ctx.j, "different", rec.different);
+            cli_json_uint(&ctx.j, "failed", rec.failed);
+            cli_json_uint(&ctx.j, "skipped", rec.skipped);
+            cli_json_object_end(&ctx.j);
+        }
+        cli_json_bool(&ctx.j, "ok", ok);
+        cli_json_bool(&ctx.j, "integrity_ok", !rc && r.integrity_ok);
+        cli_json_string(&ctx.j, "integrity", rc ? kcache_store_errmsg(store) : r.integrity);
+        cli_json_uint(&ctx.j, "entries", r.entries);
+        cli_json_uint(&ctx.j, "damaged_entries", r.damaged);
+        cli_json_uint(&ctx.j, "bytes", r.bytes);
+        cli_json_object_end(&ctx.j);
+        cli_json_finish(&ctx.j);
+    }
+    if (rc) {
+        cli_error("%s", kcache_store_errmsg(store));
+    } else if (!ctx.json) {
+        char a[32];
+        printf("Integrity check:  %s\n", r.integrity_ok ? "ok" : r.integrity);
+        printf("Entries checked:  %llu (%s)\n", (unsigned long long)r.entries,
+               kcache_format_size(a, sizeof(a), r.bytes));
+        printf("Damaged entries:  %llu\n", (unsigned long long)r.damaged);
+        if (recompile)
+            printf("Recompiled:       %llu (identical %llu, different %llu, failed %llu, "
+                   "skipped %llu: made by another toolchain)\n",
+                   (unsigned long long)rec.checked, (unsigned long long)rec.identical,
+                   (unsigned long long)rec.different, (unsigned long long)rec.failed,
+                   (unsigned long long)rec.skipped);
+        if (!ok)
+            fprintf(stderr, "kcache: the cache has damage: damaged entries go on their next "
+                            "lookup; 'kcache clear' starts over\n");
+    }
+    kcache_store_close(store);
+    return ok ? CLI_OK : CLI_FAIL;
+}

@@ -1,0 +1,59 @@
+# bash completion for kcache. Installed by meson into bash-completion's directory.
+_kcache()
+{
+    local cur prev verb i
+    cur=${COMP_WORDS[COMP_CWORD]}
+    prev=${COMP_WORDS[COMP_CWORD-1]}
+    local verbs="stats ls inspect explain compile get prune export import verify config clear vacuum path version help"
+
+    verb=
+    for ((i = 1; i < COMP_CWORD; i++)); do
+        case ${COMP_WORDS[i]} in
+            --path|--max-size) ((i++)) ;;
+            -*) ;;
+            *) verb=${COMP_WORDS[i]}; break ;;
+        esac
+    done
+
+    case $prev in
+        --path|-o|--output|--dir) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        --kind) COMPREPLY=($(compgen -W "cubin ptx ltoir" -- "$cur")); return ;;
+        --sort) COMPREPLY=($(compgen -W "accessed size created hits" -- "$cur")); return ;;
+        --arch) COMPREPLY=($(compgen -W "sm_70 sm_75 sm_80 sm_86 sm_89 sm_90 sm_90a sm_100 sm_120" -- "$cur")); return ;;
+        --max-size|--older-than|--since|--limit|--max-entries) return ;;
+    esac
+
+    if [[ -z $verb ]]; then
+        if [[ $cur == -* ]]; then
+            COMPREPLY=($(compgen -W "--path --max-size --version --help" -- "$cur"))
+        else
+            COMPREPLY=($(compgen -W "$verbs" -- "$cur"))
+        fi
+        return
+    fi
+
+    local opts="--help"
+    case $verb in
+        compile) opts+=" --arch --std --cubin --ptx --ltoir --name-expr --extra-digest --output --jobs --no-cache --refresh --json --quiet" ;;
+        explain) opts+=" --arch --std --cubin --ptx --ltoir --name-expr --extra-digest --json" ;;
+        stats) opts+=" --zero --json" ;;
+        ls) opts+=" --arch --kind --sort --limit --json" ;;
+        inspect) opts+=" --log --source --ptx --json" ;;
+        get) opts+=" --output" ;;
+        prune) opts+=" --max-size --older-than --arch --kind --max-entries --dry-run --json" ;;
+        export) opts+=" --arch --kind --since --dir --json" ;;
+        import) opts+=" --dry-run --json" ;;
+        verify) opts+=" --recompile --json" ;;
+        config) opts+=" --unset --json" ;;
+        clear|vacuum|path|version) opts+=" --json" ;;
+        help) COMPREPLY=($(compgen -W "$verbs" -- "$cur")); return ;;
+    esac
+    if [[ $cur == -* ]]; then
+        COMPREPLY=($(compgen -W "$opts" -- "$cur"))
+    elif [[ $verb == config ]]; then
+        COMPREPLY=($(compgen -W "dir path max_size busy_timeout disable" -- "$cur"))
+    elif [[ $verb == export || $verb == import || $verb == compile || $verb == explain ]]; then
+        COMPREPLY=($(compgen -f -- "$cur"))
+    fi
+}
+complete -F _kcache kcache

@@ -1,0 +1,99 @@
+/*
+ * kcache: settings and where they come from.
+ *
+ * Every setting is resolved in one order: a command-line flag (given by the
+ * caller as an override) > the environment > the config file > the default.
+ * The config file is `kcache.conf` in the directory of the database, with
+ * `key = value` lines; `#` starts a comment.
+ *
+ * Settings:
+ *   dir           the cache directory        KCACHE_DIR      (not in the file)
+ *   path          the database file          KCACHE_PATH     (not in the file)
+ *   max_size      the size cap, e.g. 2G      KCACHE_MAX_SIZE
+ *   busy_timeout  lock wait in milliseconds  KCACHE_BUSY_TIMEOUT
+ *   disable       1/true: bypass the cache   KCACHE_DISABLE
+ *
+ * Thread safety: a kcache_config is not changed after it is loaded and may be
+ * read from several threads. kcache_config_set() writes the file with a
+ * rename, so that a reader never sees half of it.
+ */
+#ifndef KCACHE_CONFIG_H
+#define KCACHE_CONFIG_H
+
+#include <stddef.h>
+
+#include "kcache.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where a setting's value came from. */
+typedef enum kcache_config_source {
+    KCACHE_CONFIG_DEFAULT = 0,
+    KCACHE_CONFIG_FILE = 1,
+    KCACHE_CONFIG_ENV = 2,
+    KCACHE_CONFIG_FLAG = 3,
+} kcache_config_source;
+
+/* "default", "file", "environment", "flag". Never NULL. */
+KCACHE_API const char *kcache_config_source_name(kcache_config_source source);
+
+/* One setting. Every string is owned by the kcache_config it came from. */
+typedef struct kcache_setting {
+    const char *name;        /* "max_size" */
+    const char *value;       /* as written ("2G"); "" when unset */
+    kcache_config_source source;
+    const char *origin;      /* the variable or the file it came from; "" for a default */
+    const char *env;         /* the environment variable that sets it */
+    const char *description; /* one line */
+} kcache_setting;
+
+/* A value given on the command line: it wins over everything else. */
+typedef struct kcache_config_override {
+    const char *name;
+    const char *value;
+} kcache_config_override;
+
+typedef struct kcache_config kcache_config;
+
+/*
+ * Resolves every setting. overrides (n_overrides of them, may be NULL) name
+ * settings given as flags; an unknown name is KCACHE_EINVAL. On success *out
+ * is a new object released with kcache_config_free(). On failure *out is NULL
+ * and a one-line message is written into errbuf (when not NULL). A config
+ * file that cannot be read or has a malformed line is KCACHE_EINVAL naming
+ * the file and the line.
+ */
+KCACHE_API int kcache_config_load(kcache_config **out, const kcache_config_override *overrides,
+                                  size_t n_overrides, char *errbuf, size_t errbuf_size);
+
+/* Releases a config. Accepts NULL. */
+KCACHE_API void kcache_config_free(kcache_config *config);
+
+/* Number of settings, and the i-th (NULL past the end). Owned by config. */
+KCACHE_API size_t kcache_config_count(const kcache_config *config);
+KCACHE_API const kcache_setting *kcache_config_setting(const kcache_config *config, size_t i);
+
+/* The setting called name, or NULL. Owned by config. */
+KCACHE_API const kcache_setting *kcache_config_find(const kcache_config *config, const char *name);
+
+/* The config file's path (it need not exist). Owned by config. */
+KCACHE_API const char *kcache_config_file(const kcache_config *config);
+
+/*
+ * Sets name to value in the config file (value NULL: removes the line),
+ * creating the file and its directory if needed, and checking the value
+ * first (a size for max_size, a number for busy_timeout, a boolean for
+ * disable). Settings that are not kept in the file (dir, path) are
+ * KCACHE_EINVAL. The loaded config is not changed: load it again to see the
+ * result. Returns 0 or an error with a one-line message in errbuf.
+ */
+KCACHE_API int kcache_config_set(const kcache_config *config, const char *name, const char *value,
+                                 char *errbuf, size_t errbuf_size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KCACHE_CONFIG_H */

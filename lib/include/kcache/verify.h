@@ -1,0 +1,43 @@
+/*
+ * kcache: checking a store end to end.
+ *
+ * Thread safety: as for the store it is given.
+ */
+#ifndef KCACHE_VERIFY_H
+#define KCACHE_VERIFY_H
+
+#include "bundle.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kcache_verify_result {
+    uint64_t entries;          /* entries looked at */
+    uint64_t bytes;            /* raw artifact bytes checked */
+    uint64_t damaged;          /* entries whose artifact or inputs failed their digest */
+    int integrity_ok;          /* SQLite's integrity check passed */
+    char integrity[256];       /* its first complaint, or "ok" */
+} kcache_verify_result;
+
+/* Told about each damaged entry: its key and what was wrong. Valid during the call. */
+typedef void (*kcache_damaged_fn)(void *userdata, const kcache_key *key, const char *message);
+
+/*
+ * Runs SQLite's integrity check on the database, then reads every entry with
+ * its inputs and checks their digests, without counting hits. A damaged
+ * entry is handled as the store always does (on a writable store: deleted and
+ * counted; on a read-only one: left), reported to on_damaged (may be NULL)
+ * and counted in out. progress (may be NULL) gets phase "verifying".
+ * Returns 0 when the checks could run (look at out for what they found), or
+ * an error with the message on the store.
+ */
+KCACHE_API int kcache_store_verify(kcache_store *store, kcache_progress_fn progress,
+                                   kcache_damaged_fn on_damaged, void *userdata,
+                                   kcache_verify_result *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KCACHE_VERIFY_H */
