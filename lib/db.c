@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,6 +20,9 @@
 /* How many NAME.corrupt-* sets are kept; older ones go (kcache made them). */
 #define KC_QUARANTINE_KEEP 3
 
+/* Free space under which SQLITE_FULL is taken for what it says. */
+#define KC_FULL_MARGIN (UINT64_C(64) << 20)
+
 /* After a checkpoint, a WAL larger than this is truncated back to it. */
 #define KC_WAL_SIZE_LIMIT (4 << 20)
 
@@ -26,7 +30,10 @@ static const char *const stmt_sql[KC_STMT_COUNT] = {
     [KC_STMT_GET] =
         "SELECT e.id, e.kind, e.arch, e.name, e.raw_size, e.stored_size, e.codec, e.digest,"
         " e.created_at, e.accessed_at, e.hits, e.compile_ns, e.toolchain,"
-        " i.log, i.names, i.key_material, a.stored_digest, a.data"
+        " i.log, i.names, i.key_material, a.stored_digest, a.data,"
+        /* The key as the row has it, read through the rowid: e.key itself
+         * would be read from the very index entry that led here. */
+        " (SELECT k.key FROM entry k WHERE k.id = e.id)"
         " FROM entry e LEFT JOIN entry_info i ON i.id = e.id LEFT JOIN artifact a ON a.id = e.id"
         " WHERE e.key = ?1",
     [KC_STMT_GET_INPUTS] =
@@ -302,6 +309,23 @@ out:
     return rc;
 }
 
+/*
+ * Whether name is exactly what quarantine() makes: PREFIX + YYYYMMDDTHHMMSS +
+ * '.' + 9 digits. A user's own NAME.corrupt-backup is not kcache's to delete.
+ */
+static int is_quarantine_name(const char *name, const char *prefix, size_t plen)
+{
+    static const char shape[] = "DDDDDDDDTDDDDDD.DDDDDDDDD";
+    if (strncmp(name, prefix, plen) != 0 || strlen(name + plen) != sizeof(shape) - 1)
+        return 0;
+    for (size_t i = 0; shape[i]; i++) {
+        char c = name[plen + i];
+        if (shape[i] == 'D' ? c < '0' || c > '9' : c != shape[i])
+            return 0;
+    }
+    return 1;
+}
+
 /* Removes the oldest NAME.corrupt-* sets beyond what is kept. */
 static void trim_quarantine(kcache_store *s)
 {
@@ -318,8 +342,7 @@ static void trim_quarantine(kcache_store *s)
         goto out;
     for (struct dirent *de; (de = readdir(d));) {
         /* Only the main files count; their -wal companions go with them. */
-        size_t len = strlen(de->d_name);
-        if (strncmp(de->d_name, prefix, plen) != 0 || (len > 4 && !strcmp(de->d_name + len - 4, "-wal")))
+        if (!is_quarantine_name(de->d_name, prefix, plen))
             continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 8;
@@ -539,11 +562,35 @@ static int configure(kcache_store *s)
     int rc;
     if (!s->read_only) {
         char sql[128];
+        /*
+         * A hit is a whole process for the CLI, so opening and closing must
+         * not write or sync when nothing changed. Pragmas that would write
+         * are issued only when the file does not have the setting yet, and
+         * the WAL survives a close without a checkpoint: deleting and
+         * recreating it cost every hit three fsyncs. The WAL stays bounded
+         * (autocheckpoint, journal_size_limit) and counts toward the cap.
+         */
+        int persist = 1;
+        sqlite3_file_control(s->db, "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
+        sqlite3_db_config(s->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
         /* On a new file this must precede the first table. */
-        if ((rc = kc_db_exec(s, "PRAGMA auto_vacuum = INCREMENTAL", "configuring the database")))
+        if (pragma_int(s->db, "PRAGMA auto_vacuum", &rc) != 2 && rc == SQLITE_OK &&
+            (rc = kc_db_exec(s, "PRAGMA auto_vacuum = INCREMENTAL", "configuring the database")))
             return rc;
         sqlite3_stmt *st = NULL;
-        int src = sqlite3_prepare_v2(s->db, "PRAGMA journal_mode = WAL", -1, &st, NULL);
+        int src = sqlite3_prepare_v2(s->db, "PRAGMA journal_mode", -1, &st, NULL);
+        if (src == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW &&
+            sqlite3_column_text(st, 0) &&
+            strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0) {
+            sqlite3_finalize(st);
+            st = NULL;
+        } else {
+            sqlite3_finalize(st);
+            st = NULL;
+            src = sqlite3_prepare_v2(s->db, "PRAGMA journal_mode = WAL", -1, &st, NULL);
+        }
+        if (!st)
+            src = sqlite3_prepare_v2(s->db, "PRAGMA journal_mode", -1, &st, NULL);
         if (src == SQLITE_OK)
             src = sqlite3_step(st);
         const unsigned char *mode = src == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
@@ -564,10 +611,119 @@ static int configure(kcache_store *s)
                       "configuring the database");
 }
 
+static uint32_t read_be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/*
+ * A read-only connection that takes no locks and makes no -wal or -shm file
+ * (immutable=1): looking at a file this way writes nothing at all.
+ */
+static sqlite3 *open_untouched(const char *path)
+{
+    /* A URI, so that immutable=1 applies; the path's own '%', '?' and '#' escaped. */
+    size_t n = strlen(path);
+    char *uri = kc_malloc(3 * n + 32);
+    if (!uri)
+        return NULL;
+    char *q = uri + sprintf(uri, "file:");
+    for (const char *p = path; *p; p++) {
+        if (*p == '%' || *p == '?' || *p == '#')
+            q += sprintf(q, "%%%02x", (unsigned char)*p);
+        else
+            *q++ = *p;
+    }
+    strcpy(q, "?immutable=1");
+    sqlite3 *db = NULL;
+    if (sqlite3_open_v2(uri, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL) != SQLITE_OK) {
+        sqlite3_close(db);
+        db = NULL;
+    }
+    free(uri);
+    return db;
+}
+
+/*
+ * Looks at what is at the path before SQLite opens it for real, from the
+ * file's first bytes. SQLite would take a short non-empty file for an empty
+ * database and write over it, and opening another application's WAL
+ * database creates -wal and -shm files beside it (a read-only connection
+ * even leaves them there).
+ *
+ * The bytes are read through SQLite, never with open()/close() of our own:
+ * closing any descriptor of a file drops every POSIX lock this process holds
+ * on it, including those of another handle on the same cache.
+ *
+ * A kcache file's first page carries application_id and user_version from
+ * the transaction that creates its tables on, so a header without our id is
+ * either a file not yet initialised (id 0, version 0, no objects) or not
+ * ours. A header so damaged that the id is wrong is refused as foreign: a
+ * file kcache cannot prove is its own is never moved or written.
+ */
+static enum classify peek(kcache_store *s)
+{
+    struct stat st;
+    if (stat(s->path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0)
+        return KC_NEW; /* absent or empty; anything else is reported by SQLite's open */
+    /* What quarantine may move aside is this file and no other. */
+    s->dev = st.st_dev;
+    s->ino = st.st_ino;
+    uint8_t h[100];
+    if (st.st_size < (off_t)sizeof(h))
+        return KC_DAMAGED;
+    sqlite3 *db = open_untouched(s->path);
+    sqlite3_file *f = NULL;
+    if (!db || sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &f) != SQLITE_OK ||
+        !f || !f->pMethods || f->pMethods->xRead(f, h, sizeof(h), 0) != SQLITE_OK) {
+        sqlite3_close(db);
+        return KC_NEW; /* could not look: the real open tells */
+    }
+    enum classify what = KC_NEW;
+    /* The fields SQLite itself insists on: magic, page size, fixed fractions. */
+    unsigned page = (unsigned)h[16] << 8 | h[17];
+    int valid = memcmp(h, "SQLite format 3", 16) == 0 &&
+                (page == 1 || (page >= 512 && (page & (page - 1)) == 0)) && h[21] == 64 &&
+                h[22] == 32 && h[23] == 32;
+    uint32_t app = read_be32(h + 68), version = read_be32(h + 60);
+    if (!valid) {
+        what = KC_DAMAGED;
+    } else if (app == KC_APPLICATION_ID) {
+        what = KC_OURS;
+    } else if (app != 0 || version != 0) {
+        what = KC_FOREIGN;
+    } else {
+        int rc;
+        int64_t objects = pragma_int(db, "SELECT count(*) FROM sqlite_schema", &rc);
+        if (rc == SQLITE_OK && objects > 0)
+            what = KC_FOREIGN;
+    }
+    sqlite3_close(db);
+    return what;
+}
+
+static int foreign_error(kcache_store *s)
+{
+    return kc_err(s, KCACHE_EFOREIGN,
+                  "%s is another application's SQLite database; kcache leaves it alone: "
+                  "set KCACHE_PATH to another file",
+                  s->path);
+}
+
 static int open_once(kcache_store *s, int *damaged)
 {
     int rc;
     *damaged = 0;
+    switch (peek(s)) {
+    case KC_DAMAGED:
+        *damaged = 1;
+        return kc_err(s, KCACHE_ECORRUPT, "%s is damaged: not an SQLite database", s->path);
+    case KC_FOREIGN:
+        return foreign_error(s);
+    case KC_NEW:
+    case KC_OURS:
+        break;
+    }
     if (!s->read_only && (rc = create_file(s)))
         return rc;
     if ((rc = connect(s)) || (rc = set_identity(s)))
@@ -582,10 +738,7 @@ static int open_once(kcache_store *s, int *damaged)
     case KC_FOREIGN:
         if (src)
             return kc_sqlerr(s, src, "reading the cache");
-        return kc_err(s, KCACHE_EFOREIGN,
-                      "%s is another application's SQLite database; kcache leaves it alone: "
-                      "set KCACHE_PATH to another file",
-                      s->path);
+        return foreign_error(s);
     case KC_NEW:
         if (s->read_only)
             return kc_err(s, KCACHE_ENOTFOUND, "%s holds no cache yet", s->path);
@@ -631,10 +784,46 @@ int kc_db_open(kcache_store *s)
         if ((rc = quarantine(s, why)))
             return rc;
         rc = open_once(s, &damaged);
+        /* stats' corrupt counts damaged databases too; written with the next batch. */
+        if (!rc)
+            s->pending_corrupt++;
     }
     if (rc)
         kc_db_close(s);
     return rc;
+}
+
+/*
+ * SQLite reports some damage as something else: a page number gone wrong in
+ * a damaged file makes a write ask for a page past the maximum and come back
+ * as SQLITE_FULL. Before a full disk is reported, SQLite checks the file
+ * (quick_check reads it all, so only on this rare path): damage found is
+ * damage, for recovery to set aside.
+ */
+int kc_db_classify_failure(kcache_store *s, int rc)
+{
+    if (rc != KCACHE_EFULL || !s->db)
+        return rc;
+    /* A disk that really is full is the common case: then the check, which
+     * reads the whole file, is skipped. */
+    struct statvfs vfs;
+    if (statvfs(s->path, &vfs) != 0 ||
+        (uint64_t)vfs.f_bavail * vfs.f_frsize < KC_FULL_MARGIN)
+        return rc;
+    kc_db_rollback(s);
+    sqlite3_stmt *st = NULL;
+    int src = sqlite3_prepare_v2(s->db, "PRAGMA quick_check(1)", -1, &st, NULL);
+    if (src == SQLITE_OK)
+        src = sqlite3_step(st);
+    const unsigned char *verdict = src == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
+    int sound = verdict && strcmp((const char *)verdict, "ok") == 0;
+    int damaged = (src & 0xff) == SQLITE_CORRUPT || (src & 0xff) == SQLITE_NOTADB ||
+                  (src == SQLITE_ROW && !sound);
+    sqlite3_finalize(st);
+    if (!damaged)
+        return rc;
+    return kc_err(s, KCACHE_ECORRUPT, "%s is damaged: quick_check failed after a write found "
+                  "no room", s->path);
 }
 
 int kc_db_recover(kcache_store *s, const char *why)

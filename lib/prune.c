@@ -287,8 +287,11 @@ KCACHE_API int kcache_store_prune(kcache_store *store, const kcache_prune_option
     if (options->kind && !kcache_kind_name(options->kind))
         return kc_err(store, KCACHE_EINVAL, "kcache_store_prune: bad kind %d", (int)options->kind);
     pthread_mutex_lock(&store->lock);
-    int rc = store->db ? kc_prune_locked(store, options, out ? out : &ignored)
-                       : kc_err(store, KCACHE_EIO, "no database");
+    int rc = KCACHE_EIO;
+    if (store->db)
+        KC_WITH_RECOVERY(store, rc, kc_prune_locked(store, options, out ? out : &ignored));
+    else
+        kc_err(store, rc, "no database");
     pthread_mutex_unlock(&store->lock);
     return rc;
 }

@@ -107,6 +107,14 @@ out:
     return rc == KCACHE_ENOMEM ? kc_err(s, rc, "out of memory") : rc;
 }
 
+/* read_stats from nothing, so that a retry after recovery does not add twice. */
+static int read_stats_fresh(kcache_store *s, kcache_stats *st)
+{
+    free(st->usage);
+    memset(st, 0, sizeof(*st));
+    return read_stats(s, st);
+}
+
 KCACHE_API int kcache_store_stats(kcache_store *store, kcache_stats **out)
 {
     if (!store || !out)
@@ -117,7 +125,11 @@ KCACHE_API int kcache_store_stats(kcache_store *store, kcache_stats **out)
     if (!st)
         return kc_err(store, KCACHE_ENOMEM, "out of memory");
     pthread_mutex_lock(&store->lock);
-    int rc = store->db ? read_stats(store, st) : kc_err(store, KCACHE_EIO, "no database");
+    int rc = KCACHE_EIO;
+    if (store->db)
+        KC_WITH_RECOVERY(store, rc, read_stats_fresh(store, st));
+    else
+        kc_err(store, rc, "no database");
     if (!rc) {
         kc_db_disk_usage(store, &st->file_bytes, &st->wal_bytes);
         st->max_size = store->max_size;
@@ -128,7 +140,8 @@ KCACHE_API int kcache_store_stats(kcache_store *store, kcache_stats **out)
         kcache_stats_free(st);
         return rc;
     }
-    qsort(st->usage, st->n_usage, sizeof(*st->usage), cmp_usage);
+    if (st->n_usage > 1) /* usage is NULL when empty, which qsort may not be given */
+        qsort(st->usage, st->n_usage, sizeof(*st->usage), cmp_usage);
     *out = st;
     return 0;
 }

@@ -655,24 +655,39 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
     r.toolchain_n = col_text(st, 12, &r.toolchain);
     r.log_n = col_text(st, 13, &r.log);
     const void *names = sqlite3_column_blob(st, 14);
-    int damaged = raw_size < 0 || names_check(&r.names, names, (size_t)sqlite3_column_bytes(st, 14));
+    /* The row must be the key's: a damaged index can lead a lookup to another
+     * entry's row, and handing that out would be a false hit. */
+    const void *row_key = sqlite3_column_blob(st, 18);
+    int damaged = raw_size < 0 || sqlite3_column_bytes(st, 18) != KCACHE_KEY_SIZE || !row_key ||
+                  memcmp(row_key, key->bytes, KCACHE_KEY_SIZE) != 0 ||
+                  names_check(&r.names, names, (size_t)sqlite3_column_bytes(st, 14));
     r.key_material = sqlite3_column_blob(st, 15);
     r.key_material_size = (size_t)sqlite3_column_bytes(st, 15);
     r.raw_size = (size_t)raw_size;
     if (!damaged && !(flags & KCACHE_GET_NO_DATA)) {
         const void *stored_digest = sqlite3_column_blob(st, 16);
         int digest_n = sqlite3_column_bytes(st, 16);
+        /* The type first: reading the blob may convert it. SQLite hands out
+         * NULL for an empty blob, which is an empty artifact, not a lost one. */
+        int type = sqlite3_column_type(st, 17);
         r.stored = sqlite3_column_blob(st, 17);
         r.stored_n = (size_t)sqlite3_column_bytes(st, 17);
+        if (!r.stored && type != SQLITE_NULL && sqlite3_errcode(s->db) == SQLITE_NOMEM) {
+            sqlite3_reset(st);
+            return kc_err(s, KCACHE_ENOMEM, "out of memory reading an artifact");
+        }
+        if (!r.stored && type == SQLITE_BLOB && r.stored_n == 0)
+            r.stored = "";
         uint8_t check[KC_DIGEST_SIZE];
         if (r.stored)
             kc_digest(check, r.stored, r.stored_n);
         damaged = !r.stored || digest_n != KC_DIGEST_SIZE || r.stored_n != r.stored_size ||
                   memcmp(check, stored_digest, KC_DIGEST_SIZE) != 0;
-        if (!r.stored && sqlite3_errcode(s->db) == SQLITE_NOMEM) {
-            sqlite3_reset(st);
-            return kc_err(s, KCACHE_ENOMEM, "out of memory reading an artifact");
-        }
+        /* Raw bytes have no frame checksum behind the stored digest: they are
+         * the artifact, so the same hash must also match the artifact's digest
+         * (damage that hit both the bytes and stored_digest is caught here). */
+        if (!damaged && r.codec == KC_CODEC_RAW)
+            damaged = !r.digest || memcmp(check, r.digest, KC_DIGEST_SIZE) != 0;
     }
     if (!damaged && (flags & KCACHE_GET_INPUTS)) {
         rc = load_inputs(s, id, &r);
@@ -696,8 +711,8 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
         kcache_key_hex(hex, key);
         s->pending_corrupt++;
         kc_log(s, KCACHE_LOG_WARNING, "entry %s in %s was damaged; deleted it", hex, s->path);
-        if (!s->read_only && !s->newer_schema)
-            delete_locked(s, key);
+        if (!s->read_only && !s->newer_schema && delete_locked(s, key) == KCACHE_ECORRUPT)
+            return KCACHE_ECORRUPT; /* SQLite says the file is damaged: the caller sets it aside */
         return kc_err(s, KCACHE_ENOTFOUND, "entry %s was damaged and has been deleted", hex);
     }
     if (!(flags & KCACHE_GET_NO_TOUCH)) {
@@ -709,17 +724,6 @@ out:
     free_inputs(&r);
     return rc;
 }
-
-/* Runs an operation; if SQLite finds the file damaged, sets it aside and retries once. */
-#define KC_WITH_RECOVERY(s, rc, call)                                                              \
-    do {                                                                                           \
-        (rc) = (call);                                                                             \
-        if ((rc) == KCACHE_ECORRUPT && !(s)->read_only && !(s)->newer_schema &&                    \
-            kc_db_recover((s), (s)->errmsg) == 0) {                                                \
-            (s)->pending_corrupt++;                                                                \
-            (rc) = (call);                                                                         \
-        }                                                                                          \
-    } while (0)
 
 KCACHE_API int kcache_store_get(kcache_store *store, kcache_entry **out, const kcache_key *key,
                                 unsigned flags)
@@ -742,7 +746,11 @@ KCACHE_API int kcache_store_delete(kcache_store *store, const kcache_key *key)
 {
     KC_CHECK_ARG(store, store && key);
     pthread_mutex_lock(&store->lock);
-    int rc = store->db ? delete_locked(store, key) : kc_err(store, KCACHE_EIO, "no database");
+    int rc = KCACHE_EIO;
+    if (store->db)
+        KC_WITH_RECOVERY(store, rc, delete_locked(store, key));
+    else
+        kc_err(store, rc, "no database");
     if (rc == KCACHE_ENOTFOUND)
         kc_err(store, rc, "no entry for this key");
     pthread_mutex_unlock(&store->lock);
@@ -1000,27 +1008,19 @@ KCACHE_API int kcache_store_find(kcache_store *store, kcache_key *out, const cha
     return rc;
 }
 
-KCACHE_API int kcache_store_list(kcache_store *store, const kcache_filter *filter,
-                                 kcache_entry_fn fn, void *userdata)
+/*
+ * Walks the selected entries; the store's lock is held. *from_fn tells a
+ * callback's own return value (any int, even one that looks like ours) from a
+ * failure of the store, which alone may lead to recovery.
+ */
+static int list_locked(kcache_store *store, const kcache_filter *filter, enum kc_stmt which,
+                       kcache_entry_fn fn, void *userdata, int *from_fn)
 {
-    static const kcache_filter all = KCACHE_FILTER_INIT;
-    static const enum kc_stmt by_sort[] = {
-        [KCACHE_SORT_ACCESSED] = KC_STMT_LIST_ACCESSED, [KCACHE_SORT_CREATED] = KC_STMT_LIST_CREATED,
-        [KCACHE_SORT_SIZE] = KC_STMT_LIST_SIZE,         [KCACHE_SORT_HITS] = KC_STMT_LIST_HITS,
-        [KCACHE_SORT_LRU] = KC_STMT_LIST_LRU,
-    };
-    KC_CHECK_ARG(store, store && fn);
-    if (!filter)
-        filter = &all;
-    if (filter->version < 1 || filter->version > KCACHE_FILTER_VERSION ||
-        (unsigned)filter->sort >= KC_ARRAY_SIZE(by_sort))
-        return kc_err(store, KCACHE_EINVAL, "kcache_store_list: bad filter");
-    pthread_mutex_lock(&store->lock);
+    *from_fn = 0;
     sqlite3_stmt *st;
-    int rc = store->db ? 0 : kc_err(store, KCACHE_EIO, "no database");
-    if (!rc)
-        kc_flush_locked(store, 0);
-    if (!rc && !(rc = kc_db_stmt(store, &st, by_sort[filter->sort]))) {
+    kc_flush_locked(store, 0);
+    int rc = kc_db_stmt(store, &st, which);
+    if (!rc) {
         if (filter->arch && *filter->arch)
             sqlite3_bind_text(st, 1, filter->arch, -1, SQLITE_STATIC);
         sqlite3_bind_int(st, 2, (int)filter->kind);
@@ -1046,12 +1046,44 @@ KCACHE_API int kcache_store_list(kcache_store *store, const kcache_filter *filte
             e.accessed_at = r.accessed_at;
             e.hits = r.hits;
             e.compile_ns = r.compile_ns;
-            if ((rc = fn(userdata, &e)) != 0)
+            if ((rc = fn(userdata, &e)) != 0) {
+                *from_fn = 1;
                 break;
+            }
         }
         if (!rc && src != SQLITE_DONE)
             rc = kc_sqlerr(store, src, "listing entries");
         sqlite3_reset(st);
+    }
+    return rc;
+}
+
+KCACHE_API int kcache_store_list(kcache_store *store, const kcache_filter *filter,
+                                 kcache_entry_fn fn, void *userdata)
+{
+    static const kcache_filter all = KCACHE_FILTER_INIT;
+    static const enum kc_stmt by_sort[] = {
+        [KCACHE_SORT_ACCESSED] = KC_STMT_LIST_ACCESSED, [KCACHE_SORT_CREATED] = KC_STMT_LIST_CREATED,
+        [KCACHE_SORT_SIZE] = KC_STMT_LIST_SIZE,         [KCACHE_SORT_HITS] = KC_STMT_LIST_HITS,
+        [KCACHE_SORT_LRU] = KC_STMT_LIST_LRU,
+    };
+    KC_CHECK_ARG(store, store && fn);
+    if (!filter)
+        filter = &all;
+    if (filter->version < 1 || filter->version > KCACHE_FILTER_VERSION ||
+        (unsigned)filter->sort >= KC_ARRAY_SIZE(by_sort))
+        return kc_err(store, KCACHE_EINVAL, "kcache_store_list: bad filter");
+    pthread_mutex_lock(&store->lock);
+    int rc = KCACHE_EIO, from_fn = 0;
+    if (store->db) {
+        rc = list_locked(store, filter, by_sort[filter->sort], fn, userdata, &from_fn);
+        if (rc == KCACHE_ECORRUPT && !from_fn && !store->read_only && !store->newer_schema &&
+            kc_db_recover(store, store->errmsg) == 0) {
+            store->pending_corrupt++;
+            rc = list_locked(store, filter, by_sort[filter->sort], fn, userdata, &from_fn);
+        }
+    } else {
+        kc_err(store, rc, "no database");
     }
     pthread_mutex_unlock(&store->lock);
     return rc;

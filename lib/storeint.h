@@ -102,10 +102,28 @@ int kc_db_exec(kcache_store *s, const char *sql, const char *what);
 int kc_db_writable(kcache_store *s);
 /* Sets the file aside after SQLite reported it corrupt and starts a new one. */
 int kc_db_recover(kcache_store *s, const char *why);
+/* Turns a failure SQLite reported as something else (disk full) into
+ * KCACHE_ECORRUPT when the file turns out to be damaged; else returns rc. */
+int kc_db_classify_failure(kcache_store *s, int rc);
 /* Bytes of the database file and of its WAL on disk. */
 void kc_db_disk_usage(kcache_store *s, uint64_t *file_bytes, uint64_t *wal_bytes);
 /* Migrates an open handle's file to `version` (tests build older files with it). */
 int kc_db_migrate_to(kcache_store *s, int version);
+
+/*
+ * Runs an operation; if SQLite finds the file damaged, sets it aside, starts
+ * a new one and runs the operation again, once. A cache may lose entries; a
+ * caller never sees a damaged database as an error that does not go away.
+ */
+#define KC_WITH_RECOVERY(s, rc, call)                                                              \
+    do {                                                                                           \
+        (rc) = kc_db_classify_failure((s), (call));                                               \
+        if ((rc) == KCACHE_ECORRUPT && !(s)->read_only && !(s)->newer_schema &&                    \
+            kc_db_recover((s), (s)->errmsg) == 0) {                                                \
+            (s)->pending_corrupt++;                                                                \
+            (rc) = (call);                                                                         \
+        }                                                                                          \
+    } while (0)
 
 /* store.c */
 int kc_flush_locked(kcache_store *s, int wait);

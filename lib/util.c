@@ -197,7 +197,8 @@ KCACHE_API char *kcache_format_size(char *buf, size_t size, uint64_t bytes)
     }
     double v = (double)bytes;
     size_t i = 0;
-    while (v >= 1024.0 && i + 1 < KC_ARRAY_SIZE(names)) {
+    /* 1023.5 and up would print as "1024" of this unit: that is the next unit. */
+    while (v >= 1023.5 && i + 1 < KC_ARRAY_SIZE(names)) {
         v /= 1024.0;
         i++;
     }

@@ -6,6 +6,7 @@
 #define KC_TESTUTIL_H
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,12 @@
 #include <unistd.h>
 
 #define TEST_SKIP 77
+
+#if defined(__GNUC__)
+#define TEST_UNUSED __attribute__((unused))
+#else
+#define TEST_UNUSED
+#endif
 
 static int test_failures;
 
@@ -45,7 +52,7 @@ static int test_failures;
 
 static char test_dir_path[256];
 
-static void test_dir_remove(void)
+TEST_UNUSED static void test_dir_remove(void)
 {
     if (test_dir_path[0] && !getenv("KCACHE_TEST_KEEP")) {
         char cmd[1024];
@@ -57,7 +64,7 @@ static void test_dir_remove(void)
 }
 
 /* A fresh directory for this test, removed at exit. */
-static const char *test_dir(void)
+TEST_UNUSED static const char *test_dir(void)
 {
     if (!test_dir_path[0]) {
         const char *tmp = getenv("TMPDIR");
@@ -70,7 +77,7 @@ static const char *test_dir(void)
 }
 
 /* test_dir()/name in a static buffer (one of a few, round-robin). */
-static const char *test_path(const char *name)
+TEST_UNUSED static const char *test_path(const char *name)
 {
     static char bufs[8][512];
     static int next;
@@ -79,7 +86,31 @@ static const char *test_path(const char *name)
     return b;
 }
 
-static int test_done(void)
+/* Writes text to a file, replacing it. */
+TEST_UNUSED static void test_write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    REQUIRE(f);
+    fputs(text, f);
+    REQUIRE(fclose(f) == 0);
+}
+
+/* Runs a shell command built from a format; the test stops if it fails. */
+TEST_UNUSED static void test_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+TEST_UNUSED static void test_sh(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    if (system(cmd) != 0) {
+        fprintf(stderr, "command failed: %s\n", cmd);
+        exit(1);
+    }
+}
+
+TEST_UNUSED static int test_done(void)
 {
     if (test_failures) {
         fprintf(stderr, "%d check(s) failed\n", test_failures);

@@ -303,6 +303,20 @@ KCACHE_API int kcache_store_clear(kcache_store *store);
 /* Writes this process's pending touches now. */
 KCACHE_API int kcache_store_flush(kcache_store *store);
 
+/*
+ * Single flight: when several processes (or threads) miss the same key, the
+ * one that gets the lease compiles and the others wait for its entry.
+ *
+ * kcache_store_lease_acquire() sets *acquired to 1 when this process now
+ * holds the lease (it was free, or its owner died, or its owner's heartbeat
+ * is older than stale_ms), else 0. The holder renews it while it works and
+ * releases it when done, whether it stored an entry or not.
+ */
+KCACHE_API int kcache_store_lease_acquire(kcache_store *store, const kcache_key *key,
+                                          unsigned stale_ms, int *acquired);
+KCACHE_API int kcache_store_lease_renew(kcache_store *store, const kcache_key *key);
+KCACHE_API void kcache_store_lease_release(kcache_store *store, const kcache_key *key);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,160 @@
+/*
+ * Helpers shared by the store's stress and recovery tests: entries whose
+ * bytes follow from their key (so that any entry read back can be checked
+ * without remembering what was put), opening, and SQLite's own checks.
+ */
+#ifndef KC_STORETEST_H
+#define KC_STORETEST_H
+
+#include <kcache/store.h>
+#include <sqlite3.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "testutil.h"
+
+static inline kcache_key st_key(unsigned n)
+{
+    kcache_key k;
+    uint64_t x = n * 0x9e3779b97f4a7c15u + 0x632be59bd9b4e019u;
+    for (int i = 0; i < KCACHE_KEY_SIZE; i++) {
+        x ^= x >> 29;
+        x *= 0xbf58476d1ce4e5b9u;
+        k.bytes[i] = (uint8_t)(x >> 56);
+    }
+    /* The number itself, readable back from any key. */
+    k.bytes[0] = (uint8_t)(n >> 24);
+    k.bytes[1] = (uint8_t)(n >> 16);
+    k.bytes[2] = (uint8_t)(n >> 8);
+    k.bytes[3] = (uint8_t)n;
+    return k;
+}
+
+static inline unsigned st_key_number(const kcache_key *k)
+{
+    return (unsigned)k->bytes[0] << 24 | (unsigned)k->bytes[1] << 16 |
+           (unsigned)k->bytes[2] << 8 | k->bytes[3];
+}
+
+/* Size of entry n's artifact: from tiny (stored raw) to size_max. */
+static inline size_t st_size(unsigned n, size_t size_max)
+{
+    if (n % 17 == 0)
+        return n % 40;
+    return 1000 + (size_t)((n * 2654435761u) % (size_max - 1000));
+}
+
+/*
+ * Entry n's bytes: partly compressible like a CUBIN, partly noise so that
+ * the store holds a real number of pages. Every byte depends on the key.
+ */
+static inline void st_fill(uint8_t *p, size_t size, unsigned n)
+{
+    uint64_t x = n * 0xd1b54a32d192ed03u + 1;
+    for (size_t i = 0; i < size; i++) {
+        x = x * 6364136223846793005u + 1442695040888963407u;
+        p[i] = (i % 64 < 40) ? (uint8_t)((i * 7 + n) % 13) : (uint8_t)(x >> 56);
+    }
+}
+
+/* Returns 1 if e holds exactly what entry n was put with. */
+static inline int st_entry_ok(const kcache_entry *e, unsigned n, size_t size_max,
+                              uint8_t *scratch)
+{
+    size_t size = st_size(n, size_max);
+    if (!e || e->size != size || (size && !e->data))
+        return 0;
+    st_fill(scratch, size, n);
+    if (size && memcmp(e->data, scratch, size) != 0)
+        return 0;
+    return e->kind == (kcache_kind)(1 + n % 3) && e->arch &&
+           strcmp(e->arch, n % 2 ? "sm_90" : "sm_80") == 0;
+}
+
+static inline int st_put(kcache_store *s, unsigned n, size_t size_max, uint8_t *scratch)
+{
+    kcache_entry e = KCACHE_ENTRY_INIT;
+    e.key = st_key(n);
+    e.kind = (kcache_kind)(1 + n % 3);
+    e.arch = n % 2 ? "sm_90" : "sm_80";
+    e.name = "stress.cu";
+    e.size = st_size(n, size_max);
+    st_fill(scratch, e.size, n);
+    e.data = scratch;
+    e.toolchain = "test";
+    e.compile_ns = 1000000;
+    return kcache_store_put(s, &e);
+}
+
+static inline kcache_store *st_open(const char *path, uint64_t max_size, kcache_log_fn log,
+                                    void *ud)
+{
+    kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
+    o.path = path;
+    o.max_size = max_size;
+    o.log = log;
+    o.log_userdata = ud;
+    kcache_store *s = NULL;
+    char err[512];
+    int rc = kcache_store_open(&s, &o, err, sizeof(err));
+    if (rc)
+        fprintf(stderr, "open %s: %d %s\n", path, rc, err);
+    REQUIRE(rc == 0 && s);
+    return s;
+}
+
+/* Runs one query returning one integer on a plain SQLite connection. */
+static inline int64_t st_sql_int(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st = NULL;
+    int64_t v = -1;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int64(st, 0);
+    else
+        fprintf(stderr, "%s: %s\n", sql, sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    return v;
+}
+
+/* SQLite's integrity_check on the file, through a connection of its own. */
+static inline int st_integrity_ok(const char *path)
+{
+    sqlite3 *db = NULL;
+    int ok = 0;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
+        sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &st, NULL) == SQLITE_OK &&
+            sqlite3_step(st) == SQLITE_ROW) {
+            const char *r = (const char *)sqlite3_column_text(st, 0);
+            ok = r && strcmp(r, "ok") == 0;
+            if (!ok)
+                fprintf(stderr, "integrity_check %s: %s\n", path, r ? r : "(null)");
+        }
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(db);
+    return ok;
+}
+
+static inline uint64_t st_file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
+}
+
+/* Database plus WAL on disk. */
+static inline uint64_t st_disk(const char *path)
+{
+    char wal[600];
+    snprintf(wal, sizeof(wal), "%s-wal", path);
+    return st_file_size(path) + st_file_size(wal);
+}
+
+static inline double st_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+#endif

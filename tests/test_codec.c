@@ -1,0 +1,201 @@
+/* The codec: what it stores decodes to exactly what was put, or is refused. */
+#include <zstd.h>
+
+#include "codec.h"
+#include "testutil.h"
+
+static void fill_compressible(uint8_t *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)((i % 64 < 48) ? (i * 7 + seed) % 13 : (seed * 31 + i) % 251);
+}
+
+static void fill_random(uint8_t *p, size_t n, uint64_t seed)
+{
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005u + 1442695040888963407u;
+        p[i] = (uint8_t)(seed >> 56);
+    }
+}
+
+/* Encodes, checks the codec chosen, decodes both ways and compares. */
+static void round_trip(kc_codec_ctx *c, const uint8_t *raw, size_t n, int want_codec)
+{
+    kc_buf enc = {0};
+    int codec = -1;
+    CHECK_RC(kc_encode(c, &enc, &codec, raw, n), 0);
+    CHECK(codec == want_codec);
+    if (codec == KC_CODEC_ZSTD)
+        CHECK(enc.size < n);
+    else
+        CHECK(enc.size == n);
+    void *out = NULL;
+    CHECK_RC(kc_decode(c, &out, codec, enc.data, enc.size, n), 0);
+    REQUIRE(out);
+    CHECK(n == 0 || memcmp(out, raw, n) == 0);
+    CHECK(((char *)out)[n] == '\0');
+    free(out);
+    uint8_t *into = malloc(n + 1);
+    REQUIRE(into);
+    CHECK_RC(kc_decode_into(c, into, n, codec, enc.data, enc.size), 0);
+    CHECK(n == 0 || memcmp(into, raw, n) == 0);
+    free(into);
+    /* The encoding is a pure function of the input. */
+    kc_buf again = {0};
+    int codec2;
+    CHECK_RC(kc_encode(c, &again, &codec2, raw, n), 0);
+    CHECK(codec2 == codec && again.size == enc.size &&
+          (enc.size == 0 || memcmp(again.data, enc.data, enc.size) == 0));
+    kc_buf_free(&again);
+    kc_buf_free(&enc);
+}
+
+static void test_round_trips(kc_codec_ctx *c)
+{
+    static uint8_t buf[1 << 20];
+    round_trip(c, buf, 0, KC_CODEC_RAW);
+    fill_compressible(buf, 10, 1);
+    round_trip(c, buf, 10, KC_CODEC_RAW); /* tiny: raw */
+    fill_compressible(buf, sizeof(buf), 2);
+    round_trip(c, buf, 4096, KC_CODEC_ZSTD);
+    round_trip(c, buf, sizeof(buf), KC_CODEC_ZSTD);
+    fill_random(buf, sizeof(buf), 3);
+    round_trip(c, buf, 100000, KC_CODEC_RAW); /* incompressible: raw */
+    /* The context is reused after an incompressible input. */
+    fill_compressible(buf, 300000, 4);
+    round_trip(c, buf, 300000, KC_CODEC_ZSTD);
+}
+
+static int decodes(kc_codec_ctx *c, int codec, const void *stored, size_t n, size_t raw_size)
+{
+    void *out = (void *)1;
+    int rc = kc_decode(c, &out, codec, stored, n, raw_size);
+    CHECK(rc != 0 || out != NULL);
+    CHECK(rc == 0 || out == NULL);
+    free(out);
+    return rc;
+}
+
+static void test_damage(kc_codec_ctx *c)
+{
+    enum { N = 200000 };
+    static uint8_t raw[N];
+    fill_compressible(raw, N, 5);
+    kc_buf enc = {0};
+    int codec;
+    REQUIRE(kc_encode(c, &enc, &codec, raw, N) == 0 && codec == KC_CODEC_ZSTD);
+    uint8_t *copy = malloc(enc.size);
+    REQUIRE(copy);
+
+    /* Truncated anywhere. */
+    size_t cuts[] = {0, 1, 4, 5, 12, enc.size / 2, enc.size - 5, enc.size - 4, enc.size - 1};
+    for (size_t i = 0; i < KC_ARRAY_SIZE(cuts); i++)
+        CHECK_RC(decodes(c, KC_CODEC_ZSTD, enc.data, cuts[i], N), KCACHE_ECORRUPT);
+
+    /* One byte altered anywhere: header, blocks, checksum. Every position of
+     * a smaller frame, and a spread of them in this one. */
+    unsigned benign = 0, refused = 0;
+    for (size_t pos = 0; pos < enc.size; pos += pos < 64 ? 1 : 97) {
+        for (int bit = 0; bit < 8; bit += 3) {
+            memcpy(copy, enc.data, enc.size);
+            copy[pos] ^= (uint8_t)(1u << bit);
+            /* A change that does not change what the frame decodes to (an
+             * unused bit of a table) may pass; different bytes never do. The
+             * store's digest of the stored bytes catches those too. */
+            void *out = NULL;
+            int rc = kc_decode(c, &out, KC_CODEC_ZSTD, copy, enc.size, N);
+            if (rc == 0 && memcmp(out, raw, N) == 0) {
+                benign++;
+            } else if (rc != KCACHE_ECORRUPT) {
+                fprintf(stderr, "byte %zu bit %d altered: decode returned %d\n", pos, bit, rc);
+                test_failures++;
+            } else {
+                refused++;
+            }
+            free(out);
+        }
+    }
+    CHECK(refused > 20 * benign);
+    /* The last bytes are the checksum: the frame decodes, the check catches it. */
+    for (size_t k = 1; k <= 4; k++) {
+        memcpy(copy, enc.data, enc.size);
+        copy[enc.size - k] ^= 0xff;
+        CHECK_RC(decodes(c, KC_CODEC_ZSTD, copy, enc.size, N), KCACHE_ECORRUPT);
+    }
+
+    /* A frame that claims another size than the entry records. */
+    CHECK_RC(decodes(c, KC_CODEC_ZSTD, enc.data, enc.size, N - 1), KCACHE_ECORRUPT);
+    CHECK_RC(decodes(c, KC_CODEC_ZSTD, enc.data, enc.size, N + 1), KCACHE_ECORRUPT);
+    CHECK_RC(decodes(c, KC_CODEC_ZSTD, enc.data, enc.size, 0), KCACHE_ECORRUPT);
+    CHECK_RC(decodes(c, KC_CODEC_ZSTD, enc.data, enc.size, SIZE_MAX), KCACHE_ECORRUPT);
+
+    /* A frame without a content size, and one that lies about it. */
+    ZSTD_CCtx *z = ZSTD_createCCtx();
+    REQUIRE(z);
+    ZSTD_CCtx_setParameter(z, ZSTD_c_contentSizeFlag, 0);
+    ZSTD_CCtx_setParameter(z, ZSTD_c_checksumFlag, 1);
+    size_t bound = ZSTD_compressBound(N);
+    uint8_t *frame = malloc(bound);
+    REQUIRE(frame);
+    size_t fn = ZSTD_compress2(z, frame, bound, raw, N);
+    REQUIRE(!ZSTD_isError(fn));
+    CHECK_RC(decodes(c, KC_CODEC_ZSTD, frame, fn, N), KCACHE_ECORRUPT);
+    ZSTD_CCtx_reset(z, ZSTD_reset_session_and_parameters);
+    ZSTD_CCtx_setParameter(z, ZSTD_c_checksumFlag, 1);
+    ZSTD_CCtx_setPledgedSrcSize(z, N / 2);
+    fn = ZSTD_compress2(z, frame, bound, raw, N / 2);
+    REQUIRE(!ZSTD_isError(fn));
+    /* A frame of N/2 bytes decoding into a buffer of N: refused. */
+    CHECK_RC(decodes(c, KC_CODEC_ZSTD, frame, fn, N), KCACHE_ECORRUPT);
+    CHECK_RC(decodes(c, KC_CODEC_ZSTD, frame, fn, N / 2), 0);
+    /* Two frames back to back whose sum is the right size: the first frame's
+     * header does not describe the whole, so they are refused. */
+    size_t fn2 = ZSTD_compress2(z, frame + fn, bound - fn, raw + N / 2, N / 2);
+    if (!ZSTD_isError(fn2))
+        CHECK_RC(decodes(c, KC_CODEC_ZSTD, frame, fn + fn2, N), KCACHE_ECORRUPT);
+    ZSTD_freeCCtx(z);
+    free(frame);
+
+    /* Raw bytes whose length does not match. */
+    CHECK_RC(decodes(c, KC_CODEC_RAW, raw, 100, 101), KCACHE_ECORRUPT);
+    CHECK_RC(decodes(c, KC_CODEC_RAW, raw, 101, 100), KCACHE_ECORRUPT);
+    /* A codec this build does not know. */
+    CHECK_RC(decodes(c, 7, enc.data, enc.size, N), KCACHE_ECORRUPT);
+    CHECK_RC(decodes(c, -1, raw, 100, 100), KCACHE_ECORRUPT);
+    /* Garbage that is not a frame at all. */
+    fill_random(copy, enc.size, 9);
+    CHECK_RC(decodes(c, KC_CODEC_ZSTD, copy, enc.size, N), KCACHE_ECORRUPT);
+
+    free(copy);
+    kc_buf_free(&enc);
+}
+
+static void test_digest(void)
+{
+    uint8_t a[KC_DIGEST_SIZE], b[KC_DIGEST_SIZE];
+    kc_digest(a, "", 0);
+    kc_digest(b, NULL, 0);
+    CHECK(memcmp(a, b, sizeof(a)) == 0);
+    /* BLAKE2b-256 of "abc" (libb2 and Python hashlib agree). */
+    static const uint8_t abc[KC_DIGEST_SIZE] = {
+        0xbd, 0xdd, 0x81, 0x3c, 0x63, 0x42, 0x39, 0x72, 0x31, 0x71, 0xef,
+        0x3f, 0xee, 0x98, 0x57, 0x9b, 0x94, 0x96, 0x4e, 0x3b, 0xb1, 0xcb,
+        0x3e, 0x42, 0x72, 0x62, 0xc8, 0xc0, 0x68, 0xd5, 0x23, 0x19};
+    kc_digest(a, "abc", 3);
+    CHECK(memcmp(a, abc, sizeof(a)) == 0);
+    kc_digest(b, "abd", 3);
+    CHECK(memcmp(a, b, sizeof(a)) != 0);
+}
+
+int main(void)
+{
+    (void)test_path; /* from testutil.h; this test needs no files */
+    kc_codec_ctx *c = NULL;
+    REQUIRE(kc_codec_new(&c) == 0 && c);
+    test_round_trips(c);
+    test_damage(c);
+    test_digest();
+    kc_codec_free(c);
+    kc_codec_free(NULL);
+    return test_done();
+}

@@ -1,0 +1,61 @@
+/* Edges of the store's contract, each once a bug. */
+#include "storetest.h"
+
+/* An empty artifact is an artifact: SQLite hands its empty blob back as NULL,
+ * which must not read as a damaged entry (it was deleted and counted). */
+static void test_empty_artifact(kcache_store *s)
+{
+    kcache_entry e = KCACHE_ENTRY_INIT;
+    e.key = st_key(1);
+    e.kind = KCACHE_KIND_PTX;
+    e.arch = "sm_90";
+    e.data = NULL;
+    e.size = 0;
+    CHECK_RC(kcache_store_put(s, &e), 0);
+    for (int i = 0; i < 2; i++) {
+        kcache_entry *got = NULL;
+        CHECK_RC(kcache_store_get(s, &got, &e.key, KCACHE_GET_DEFAULT), 0);
+        CHECK(got && got->size == 0 && got->data && ((const char *)got->data)[0] == '\0');
+        kcache_entry_free(got);
+    }
+    kcache_stats *st = NULL;
+    CHECK_RC(kcache_store_stats(s, &st), 0);
+    CHECK(st && st->corrupt == 0 && st->entries == 1);
+    kcache_stats_free(st);
+}
+
+static int stop_with(void *ud, const kcache_entry *e)
+{
+    (void)e;
+    return *(const int *)ud;
+}
+
+/* A list callback may return any value, even one that looks like
+ * KCACHE_ECORRUPT: it is handed back, and the file is not set aside. */
+static void test_list_callback_value(kcache_store *s, const char *path)
+{
+    int values[] = {KCACHE_ECORRUPT, KCACHE_EFULL, 42};
+    for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++)
+        CHECK_RC(kcache_store_list(s, NULL, stop_with, &values[i]), values[i]);
+    kcache_entry *got = NULL;
+    kcache_key k = st_key(1);
+    CHECK_RC(kcache_store_get(s, &got, &k, KCACHE_GET_NO_TOUCH), 0);
+    kcache_entry_free(got);
+    char aside[600];
+    snprintf(aside, sizeof(aside), "%s.corrupt-", path);
+    char cmd[700];
+    snprintf(cmd, sizeof(cmd), "ls '%s'* >/dev/null 2>&1", aside);
+    CHECK(system(cmd) != 0);
+}
+
+int main(void)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s", test_path("edges.db"));
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    test_empty_artifact(s);
+    test_list_callback_value(s, path);
+    kcache_store_close(s);
+    CHECK(st_integrity_ok(path));
+    return test_done();
+}

@@ -1,0 +1,197 @@
+/*
+ * One store handle shared by many threads doing everything at once: gets,
+ * puts, deletes, prunes, stats and lists. No call may fail, no get may hand
+ * out bytes other than those put, and the file must be sound afterwards.
+ */
+#include <pthread.h>
+
+#include "storeint.h"
+#include "storetest.h"
+
+#define N_THREADS 8
+#define N_KEYS 300
+#define SIZE_MAX_ART (48 * 1024)
+#define OPS_PER_THREAD 1500
+
+static kcache_store *shared;
+
+struct worker {
+    unsigned id;
+    unsigned errors, wrong, hits, misses, puts, prunes;
+    uint64_t evicted;
+};
+
+static int count_entry(void *ud, const kcache_entry *e)
+{
+    unsigned *n = ud;
+    if (e->size != st_size(st_key_number(&e->key), SIZE_MAX_ART))
+        return -1000; /* metadata not matching what was put: a wrong entry */
+    (*n)++;
+    return 0;
+}
+
+static void fail(struct worker *w, const char *what, int rc)
+{
+    w->errors++;
+    fprintf(stderr, "thread %u: %s returned %d: %s\n", w->id, what, rc,
+            kcache_store_errmsg(shared));
+}
+
+static void *work(void *arg)
+{
+    struct worker *w = arg;
+    uint8_t *scratch = malloc(SIZE_MAX_ART);
+    REQUIRE(scratch);
+    uint64_t x = w->id * 0x9e3779b97f4a7c15u + 7;
+    for (int i = 0; i < OPS_PER_THREAD; i++) {
+        x = x * 6364136223846793005u + 1442695040888963407u;
+        unsigned r = (unsigned)(x >> 33);
+        unsigned n = r % N_KEYS;
+        unsigned op = (r >> 12) % 100;
+        int rc;
+        if (op < 50) {
+            kcache_entry *e = NULL;
+            kcache_key k = st_key(n);
+            unsigned flags = op < 5 ? KCACHE_GET_NO_DATA : KCACHE_GET_DEFAULT;
+            rc = kcache_store_get(shared, &e, &k, flags);
+            if (rc == 0) {
+                w->hits++;
+                int ok = flags & KCACHE_GET_NO_DATA
+                             ? !e->data && e->size == st_size(n, SIZE_MAX_ART)
+                             : st_entry_ok(e, n, SIZE_MAX_ART, scratch);
+                if (!ok || memcmp(&e->key, &k, sizeof(k)) != 0) {
+                    w->wrong++;
+                    fprintf(stderr, "thread %u: entry %u came back wrong\n", w->id, n);
+                }
+            } else if (rc == KCACHE_ENOTFOUND) {
+                w->misses++;
+                kcache_store_count_miss(shared, "sm_90", KCACHE_KIND_CUBIN);
+            } else {
+                fail(w, "get", rc);
+            }
+            kcache_entry_free(e);
+        } else if (op < 80) {
+            if ((rc = st_put(shared, n, SIZE_MAX_ART, scratch)))
+                fail(w, "put", rc);
+            else
+                w->puts++;
+        } else if (op < 84) {
+            kcache_key k = st_key(n);
+            rc = kcache_store_delete(shared, &k);
+            if (rc && rc != KCACHE_ENOTFOUND)
+                fail(w, "delete", rc);
+        } else if (op < 88) {
+            kcache_prune_options o = KCACHE_PRUNE_OPTIONS_INIT;
+            kcache_prune_result res;
+            if (op % 2)
+                o.max_size = (uint64_t)(1 + r % 3) << 20;
+            else
+                o.max_entries = 50 + r % 100;
+            if ((rc = kcache_store_prune(shared, &o, &res)))
+                fail(w, "prune", rc);
+            w->prunes++;
+            w->evicted += res.evicted;
+        } else if (op < 94) {
+            kcache_stats *st = NULL;
+            if ((rc = kcache_store_stats(shared, &st)))
+                fail(w, "stats", rc);
+            else if (st->entries > N_KEYS)
+                fail(w, "stats (more entries than keys)", 0);
+            kcache_stats_free(st);
+        } else {
+            unsigned seen = 0;
+            kcache_filter f = KCACHE_FILTER_INIT;
+            f.sort = (kcache_sort)(r % 5);
+            f.arch = r % 2 ? "sm_90" : NULL;
+            if ((rc = kcache_store_list(shared, &f, count_entry, &seen)))
+                fail(w, "list", rc);
+        }
+    }
+    free(scratch);
+    return NULL;
+}
+
+int main(void)
+{
+    const char *path = test_path("threads.db");
+    double t0 = st_now();
+    /* No cap of its own: the prunes in the mix do the evicting. */
+    shared = st_open(path, UINT64_MAX, NULL, NULL);
+    pthread_t th[N_THREADS];
+    struct worker w[N_THREADS];
+    for (unsigned i = 0; i < N_THREADS; i++) {
+        memset(&w[i], 0, sizeof(w[i]));
+        w[i].id = i;
+        REQUIRE(pthread_create(&th[i], NULL, work, &w[i]) == 0);
+    }
+    struct worker sum = {0};
+    for (unsigned i = 0; i < N_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        sum.errors += w[i].errors;
+        sum.wrong += w[i].wrong;
+        sum.hits += w[i].hits;
+        sum.misses += w[i].misses;
+        sum.puts += w[i].puts;
+        sum.prunes += w[i].prunes;
+        sum.evicted += w[i].evicted;
+    }
+    double t1 = st_now();
+    printf("%d threads x %d ops: %u puts, %u hits, %u misses, %u prunes evicting %llu, "
+           "%u errors, %u wrong, %.2f s\n",
+           N_THREADS, OPS_PER_THREAD, sum.puts, sum.hits, sum.misses, sum.prunes,
+           (unsigned long long)sum.evicted, sum.errors, sum.wrong, t1 - t0);
+    CHECK(sum.errors == 0);
+    CHECK(sum.wrong == 0);
+    /* The mix did what it is meant to: hits, misses and evictions all happened. */
+    CHECK(sum.hits > 0 && sum.misses > 0 && sum.puts > 0 && sum.evicted > 0);
+
+    kcache_stats *st = NULL;
+    CHECK_RC(kcache_store_stats(shared, &st), 0);
+    REQUIRE(st);
+    CHECK(st->hits == sum.hits);
+    CHECK(st->misses == sum.misses);
+    if (st->corrupt || st->store_failures)
+        fprintf(stderr, "corrupt %llu, store_failures %llu\n", (unsigned long long)st->corrupt,
+                (unsigned long long)st->store_failures);
+    CHECK(st->corrupt == 0 && st->store_failures == 0);
+    kcache_stats_free(st);
+    kcache_store_close(shared);
+
+    /* Afterwards: sound file, every entry still there byte-identical. */
+    CHECK(st_integrity_ok(path));
+    sqlite3 *db = NULL;
+    REQUIRE(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+    int64_t rows = st_sql_int(db, "SELECT count(*) FROM entry");
+    CHECK(rows == st_sql_int(db, "SELECT entries FROM totals"));
+    CHECK(rows == st_sql_int(db, "SELECT count(*) FROM artifact"));
+    CHECK(st_sql_int(db, "SELECT sum(raw_size) FROM entry") ==
+          st_sql_int(db, "SELECT raw_bytes FROM totals"));
+    sqlite3_close(db);
+
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    uint8_t *scratch = malloc(SIZE_MAX_ART);
+    REQUIRE(scratch);
+    int64_t present = 0;
+    for (unsigned n = 0; n < N_KEYS; n++) {
+        kcache_entry *e = NULL;
+        kcache_key k = st_key(n);
+        int rc = kcache_store_get(s, &e, &k, KCACHE_GET_NO_TOUCH);
+        if (rc == 0) {
+            present++;
+            CHECK(st_entry_ok(e, n, SIZE_MAX_ART, scratch));
+        } else {
+            CHECK_RC(rc, KCACHE_ENOTFOUND);
+            if (strstr(kcache_store_errmsg(s), "damaged"))
+                fprintf(stderr, "entry %u: %s\n", n, kcache_store_errmsg(s));
+        }
+        kcache_entry_free(e);
+    }
+    if (present != rows)
+        fprintf(stderr, "%lld entries readable, %lld rows\n", (long long)present, (long long)rows);
+    CHECK(present == rows);
+    free(scratch);
+    kcache_store_close(s);
+    printf("%lld entries checked byte for byte; total %.2f s\n", (long long)present,
+           st_now() - t0);
+    return test_done();
+}
