@@ -227,7 +227,6 @@ int cmd_compile(int argc, char **argv)
     job.output = a.output;
     job.n_items = a.n_files * a.n_archs;
     job.items = calloc(job.n_items, sizeof(*job.items));
-    kcache_store *store = NULL;
     kcache_compiler *compiler = NULL;
     if (!job.items) {
         status = cli_error("out of memory");
@@ -246,7 +245,7 @@ int cmd_compile(int argc, char **argv)
             goto out;
         }
     }
-    if ((status = compile_args_compiler(&a, &store, &compiler)) != CLI_OK)
+    if ((status = compile_args_compiler(&a, &compiler)) != CLI_OK)
         goto out;
     job.compiler = compiler;
     job.progress = !a.json && job.n_items > 1 && isatty(STDERR_FILENO);
@@ -294,7 +293,6 @@ out:
         kcache_result_free(job.items[i].result);
     free(job.items);
     kcache_compiler_free(compiler);
-    kcache_store_close(store);
     compile_args_free(&a);
     return status;
 }

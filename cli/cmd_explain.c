@@ -224,10 +224,17 @@ int cmd_explain(int argc, char **argv)
         status = cli_usage_error("explain", "explain takes one file and one architecture");
         goto out;
     }
-    if ((status = compile_args_compiler(&a, &store, &compiler)) != CLI_OK)
+    if ((status = compile_args_compiler(&a, &compiler)) != CLI_OK)
         goto out;
-    if (!store) {
-        status = cli_error("no cache to compare with");
+    if (!(store = kcache_compiler_store(compiler))) {
+        kcache_request probe;
+        compile_args_request(&a, &probe, a.files[0], a.archs[0]);
+        probe.flags |= KCACHE_COMPILE_KEY_ONLY;
+        kcache_result *why = NULL;
+        kcache_compile(compiler, &probe, &why);
+        status = cli_error("no cache to compare with: %s",
+                           why && why->store_message[0] ? why->store_message : "none open");
+        kcache_result_free(why);
         goto out;
     }
     kcache_request r;
@@ -290,7 +297,7 @@ int cmd_explain(int argc, char **argv)
         cli_json_object_begin(&j, NULL);
         cli_json_string(&j, "key", hex);
         cli_json_bool(&j, "hit", found == 0);
-        cli_json_bool(&j, "cacheable", res->keyed || !res->store_message[0]);
+        cli_json_bool(&j, "cacheable", res->keyed);
         cli_json_array_begin(&j, "components");
         for (size_t i = 0; i < req.n; i++) {
             cli_json_object_begin(&j, NULL);
@@ -325,7 +332,9 @@ int cmd_explain(int argc, char **argv)
         cli_json_finish(&j);
     } else {
         printf("Request key:  %s\n", hex);
-        if (found == 0)
+        if (!res->keyed)
+            printf("Not cacheable: %s\n", res->store_message);
+        else if (found == 0)
             printf("Result:       hit (an entry has this key)\n");
         else
             printf("Result:       miss (no entry has this key)\n");
@@ -357,7 +366,6 @@ out:
     parts_free(&req);
     kcache_result_free(res);
     kcache_compiler_free(compiler);
-    kcache_store_close(store);
     compile_args_free(&a);
     return status;
 }

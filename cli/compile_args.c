@@ -194,31 +194,18 @@ void compile_args_request(const struct compile_args *a, kcache_request *req, con
     *req = r;
 }
 
-int compile_args_compiler(const struct compile_args *a, kcache_store **store,
-                          kcache_compiler **compiler)
+int compile_args_compiler(const struct compile_args *a, kcache_compiler **compiler)
 {
     kcache_compiler_options co = KCACHE_COMPILER_OPTIONS_INIT;
     char err[600];
     co.log = cli_log;
-    *store = NULL;
-    if (!(a->flags & KCACHE_COMPILE_NO_CACHE)) {
-        /* The global options and the environment pick the store; failing to
-         * open it only means compiling without it. */
-        kcache_store_options so = KCACHE_STORE_OPTIONS_INIT;
-        so.path = cli_globals.path;
-        so.max_size = cli_globals.max_size;
-        so.log = cli_log;
-        const char *off = getenv("KCACHE_DISABLE");
-        if (!(off && *off && strcmp(off, "0")) &&
-            kcache_store_open(store, &so, err, sizeof(err)) != 0)
-            cli_warn("%s; compiling without the cache", err);
-    }
-    co.store = *store;
-    co.no_store = *store == NULL;
-    if (kcache_compiler_new(compiler, &co, err, sizeof(err)) != 0) {
-        kcache_store_close(*store);
-        *store = NULL;
+    /* The compiler opens the store the global options and the environment
+     * name; failing to open it only means compiling without it (each result
+     * says why). */
+    co.no_store = (a->flags & KCACHE_COMPILE_NO_CACHE) != 0;
+    co.store_path = cli_globals.path;
+    co.store_max_size = cli_globals.max_size;
+    if (kcache_compiler_new(compiler, &co, err, sizeof(err)) != 0)
         return cli_error("%s", err);
-    }
     return CLI_OK;
 }

@@ -40,8 +40,7 @@ void compile_args_free(struct compile_args *a);
 void compile_args_request(const struct compile_args *a, kcache_request *req, const char *file,
                           const char *arch);
 
-/* Opens the store and a compiler on it as the global options say; 0 or exit code. */
-int compile_args_compiler(const struct compile_args *a, kcache_store **store,
-                          kcache_compiler **compiler);
+/* A compiler on the store the global options name; 0 or the exit code. */
+int compile_args_compiler(const struct compile_args *a, kcache_compiler **compiler);
 
 #endif

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "compileint.h"
+#include "config.h"
 #include "driver.h"
 
 /* A source larger than this is not CUDA C++ anyone compiles. */
@@ -25,10 +26,15 @@
 
 /* ---- the compiler handle ---------------------------------------------- */
 
-static int disabled_by_env(void)
+/* The cache is off by $KCACHE_DISABLE or by disable = true in kcache.conf. */
+static int disabled(const char *store_path)
 {
-    const char *v = getenv("KCACHE_DISABLE");
-    return v && *v && strcmp(v, "0") != 0;
+    char *path = NULL, ignored[256];
+    if (kc_config_path(&path, store_path, ignored, sizeof(ignored)) != 0)
+        return 0; /* no location: opening the store will say so */
+    int off = kc_config_disabled(path);
+    free(path);
+    return off;
 }
 
 KCACHE_API int kcache_compiler_new(kcache_compiler **out, const kcache_compiler_options *options,
@@ -60,11 +66,14 @@ KCACHE_API int kcache_compiler_new(kcache_compiler **out, const kcache_compiler_
     } else if (options->no_store) {
         c->store_status = KCACHE_EDISABLED;
         snprintf(c->store_message, sizeof(c->store_message), "no cache in use");
-    } else if (disabled_by_env()) {
+    } else if (disabled(options->store_path)) {
         c->store_status = KCACHE_EDISABLED;
-        snprintf(c->store_message, sizeof(c->store_message), "the cache is off (KCACHE_DISABLE)");
+        snprintf(c->store_message, sizeof(c->store_message),
+                 "the cache is off (KCACHE_DISABLE or disable in kcache.conf)");
     } else {
         kcache_store_options so = KCACHE_STORE_OPTIONS_INIT;
+        so.path = options->store_path;
+        so.max_size = options->store_max_size;
         so.log = options->log;
         so.log_userdata = options->log_userdata;
         /* Never fatal: without a store the compiler still compiles. */
@@ -737,18 +746,20 @@ static int compile_request(kcache_compiler *c, const kcache_request *req, struct
     int rc = prepare(c, req, &w, r);
     if (!rc)
         rc = derive_key(c, req, &w, r);
-    if (rc || (req->flags & KCACHE_COMPILE_KEY_ONLY))
-        goto out;
     int hermetic = !w.deps.not_hermetic;
-    r->pub.keyed = hermetic;
-    int use_store = c->store && hermetic && !(req->flags & KCACHE_COMPILE_NO_CACHE);
-    if (!c->store)
-        kc_result_store_problem(r, c->store_status, c->store_message);
-    else if (!hermetic) {
+    r->pub.keyed = !rc && hermetic;
+    if (rc)
+        goto out;
+    if (!hermetic) {
         char msg[700];
         snprintf(msg, sizeof(msg), "%s; compiled without the cache", w.deps.problem);
         kc_result_store_problem(r, KCACHE_ENOTSUP, msg);
+    } else if (!c->store) {
+        kc_result_store_problem(r, c->store_status, c->store_message);
     }
+    if (req->flags & KCACHE_COMPILE_KEY_ONLY)
+        goto out;
+    int use_store = c->store && hermetic && !(req->flags & KCACHE_COMPILE_NO_CACHE);
     int leased = 0;
     if (use_store && !(req->flags & KCACHE_COMPILE_REFRESH)) {
         int found = kc_lookup_or_lease(c, &r->pub.key, r, &leased);

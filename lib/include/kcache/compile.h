@@ -32,11 +32,16 @@ typedef struct kcache_compiler_options {
     unsigned version; /* KCACHE_COMPILER_OPTIONS_VERSION */
     /*
      * The store to use, borrowed: it must outlive the compiler. NULL: the
-     * compiler opens the default store itself (see kcache_store_open), unless
-     * no_store is set or $KCACHE_DISABLE is set to anything but "0".
+     * compiler opens the store itself (see kcache_store_open), unless
+     * no_store is set or the cache is disabled ($KCACHE_DISABLE, or
+     * disable = true in kcache.conf).
      */
     kcache_store *store;
     int no_store;
+    /* For the store the compiler opens itself: as kcache_store_options' path
+     * and max_size (NULL and 0: the environment, kcache.conf, the default). */
+    const char *store_path;
+    uint64_t store_max_size;
     /*
      * The CUDA toolkit: NVRTC, nvJitLink and the headers identified by the
      * toolkit's version. NULL: $CUDA_HOME, else $CUDA_PATH, else the

@@ -1,0 +1,253 @@
+/*
+ * Issue 3's figures: a compile of corpus/block_sort.cu through the cache,
+ * cold against hit, in process and as a whole `kcache compile` process; and
+ * what resolving headers costs as a share of a hit (corpus/headers/main.cu).
+ *
+ * usage: bench_compile --kcache PATH --corpus DIR [--runs N] [--json FILE]
+ *
+ * Every figure is a median of runs in this process, and each ratio is taken
+ * between figures of the same run. The process floor (`kcache --version`,
+ * which loads the same libraries and opens nothing) is measured alongside so
+ * that the share of a whole-process hit that is process start is visible.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <kcache/compile.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "deps.h"
+
+extern char **environ;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, size_t n)
+{
+    qsort(v, n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void die(const char *what)
+{
+    fprintf(stderr, "bench_compile: %s\n", what);
+    exit(1);
+}
+
+/* Runs argv with stdout and stderr to /dev/null; returns the wall time. */
+static double run_process(char *const argv[], const char *cache_dir)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    setenv("KCACHE_DIR", cache_dir, 1);
+    pid_t pid;
+    double t0 = now_s();
+    if (posix_spawn(&pid, argv[0], &fa, NULL, argv, environ) != 0)
+        die("cannot start a process");
+    int status;
+    waitpid(pid, &status, 0);
+    double t = now_s() - t0;
+    posix_spawn_file_actions_destroy(&fa);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        die("a kcache process failed");
+    return t;
+}
+
+struct row {
+    const char *what;
+    double value;
+    const char *unit;
+};
+static struct row rows[32];
+static size_t n_rows;
+
+static void add(const char *what, double value, const char *unit)
+{
+    rows[n_rows++] = (struct row){what, value, unit};
+}
+
+int main(int argc, char **argv)
+{
+    const char *kcache = NULL, *corpus = NULL, *json = NULL;
+    int runs = 31;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--kcache") && i + 1 < argc)
+            kcache = argv[++i];
+        else if (!strcmp(argv[i], "--corpus") && i + 1 < argc)
+            corpus = argv[++i];
+        else if (!strcmp(argv[i], "--json") && i + 1 < argc)
+            json = argv[++i];
+        else if (!strcmp(argv[i], "--runs") && i + 1 < argc)
+            runs = atoi(argv[++i]);
+        else
+            die("usage: bench_compile --kcache PATH --corpus DIR [--runs N] [--json FILE]");
+    }
+    if (!kcache || !corpus || runs < 3)
+        die("usage: bench_compile --kcache PATH --corpus DIR [--runs N] [--json FILE]");
+
+    char dir[] = "/tmp/kcache-bench-compile-XXXXXX";
+    if (!mkdtemp(dir))
+        die("cannot make a temporary directory");
+    char db[256], block_sort[1024], main_cu[1024], include[1100];
+    snprintf(db, sizeof(db), "%s/kcache.db", dir);
+    snprintf(block_sort, sizeof(block_sort), "%s/block_sort.cu", corpus);
+    snprintf(main_cu, sizeof(main_cu), "%s/headers/main.cu", corpus);
+    snprintf(include, sizeof(include), "-I%s/headers/include", corpus);
+
+    kcache_store_options so = KCACHE_STORE_OPTIONS_INIT;
+    so.path = db;
+    kcache_store *store;
+    char err[512];
+    if (kcache_store_open(&store, &so, err, sizeof(err)) != 0)
+        die(err);
+    kcache_compiler_options co = KCACHE_COMPILER_OPTIONS_INIT;
+    co.store = store;
+    kcache_compiler *c;
+    if (kcache_compiler_new(&c, &co, err, sizeof(err)) != 0)
+        die(err);
+
+    /* In process: block_sort cold (NVRTC) against hit. */
+    const char *bs_opts[] = {"-I/usr/local/cuda/include/cccl", "-std=c++17"};
+    kcache_request bs = KCACHE_REQUEST_INIT;
+    bs.source_path = block_sort;
+    bs.arch = "sm_90";
+    bs.options = bs_opts;
+    bs.n_options = 2;
+    double cold[3];
+    for (int i = 0; i < 3; i++) {
+        kcache_result *r;
+        bs.flags = KCACHE_COMPILE_REFRESH;
+        if (kcache_compile(c, &bs, &r) != 0)
+            die(r ? r->message : "compile failed");
+        cold[i] = (double)r->elapsed_ns * 1e-9;
+        kcache_result_free(r);
+    }
+    bs.flags = 0;
+    double *hit = malloc(sizeof(double) * (size_t)runs * 10);
+    for (int i = 0; i < runs * 10; i++) {
+        kcache_result *r;
+        double t0 = now_s();
+        if (kcache_compile(c, &bs, &r) != 0 || !r->hit)
+            die("expected a hit");
+        hit[i] = now_s() - t0;
+        kcache_result_free(r);
+    }
+    double cold_s = median(cold, 3), hit_s = median(hit, (size_t)runs * 10);
+    add("block_sort.cu cold compile, in process (median of 3)", cold_s * 1e3, "ms");
+    add("block_sort.cu hit, in process", hit_s * 1e6, "us");
+    add("  cold / hit", cold_s / hit_s, "x (goal >= 1000)");
+
+    /* Whole processes: kcache compile ... against kcache --version. */
+    char *cli_hit[] = {(char *)kcache, "compile", block_sort, "--arch", "sm_90",
+                       "-I", "/usr/local/cuda/include/cccl", "--std", "c++17", "-q", NULL};
+    char *cli_cold[] = {(char *)kcache, "compile", block_sort, "--arch", "sm_90",
+                        "-I", "/usr/local/cuda/include/cccl", "--std", "c++17", "-q",
+                        "--refresh", NULL};
+    char *cli_floor[] = {(char *)kcache, "--version", NULL};
+    double *proc = malloc(sizeof(double) * (size_t)runs);
+    double *flr = malloc(sizeof(double) * (size_t)runs);
+    run_process(cli_hit, dir); /* the first may still see the file cold */
+    for (int i = 0; i < runs; i++) {
+        flr[i] = run_process(cli_floor, dir);
+        proc[i] = run_process(cli_hit, dir);
+    }
+    double pcold[3];
+    for (int i = 0; i < 3; i++)
+        pcold[i] = run_process(cli_cold, dir);
+    double proc_s = median(proc, (size_t)runs), floor_s = median(flr, (size_t)runs);
+    double pcold_s = median(pcold, 3);
+    add("kcache compile block_sort.cu, cold process (median of 3)", pcold_s * 1e3, "ms");
+    add("kcache compile block_sort.cu, hit process", proc_s * 1e3, "ms (goal <= 10)");
+    add("kcache --version process (process floor)", floor_s * 1e3, "ms");
+    add("  cold / hit, whole processes", pcold_s / proc_s, "x");
+
+    /* Header resolution on headers/main.cu as a share of a hit. */
+    const char *h_opts[] = {include};
+    kcache_request hq = KCACHE_REQUEST_INIT;
+    hq.source_path = main_cu;
+    hq.arch = "sm_90";
+    hq.options = h_opts;
+    hq.n_options = 1;
+    kcache_result *r;
+    if (kcache_compile(c, &hq, &r) != 0)
+        die(r ? r->message : "compile failed");
+    kcache_result_free(r);
+    char *src = NULL;
+    size_t src_n = 0;
+    FILE *f = fopen(main_cu, "rb");
+    if (!f)
+        die("cannot read headers/main.cu");
+    src = malloc(1 << 16);
+    src_n = fread(src, 1, (1 << 16) - 1, f);
+    fclose(f);
+    char src_dir[1100];
+    snprintf(src_dir, sizeof(src_dir), "%s/headers", corpus);
+    const char *inc_dirs[] = {include + 2};
+    kc_deps_request dq = {.source = src, .source_size = src_n, .source_dir = src_dir,
+                          .include_dirs = inc_dirs, .n_include_dirs = 1};
+    size_t n = (size_t)runs * 20;
+    double *res_t = malloc(sizeof(double) * n), *hit_t = malloc(sizeof(double) * n);
+    for (size_t i = 0; i < n; i++) {
+        kc_deps deps;
+        double t0 = now_s();
+        if (kc_deps_resolve(&deps, &dq, err, sizeof(err)) != 0)
+            die(err);
+        res_t[i] = now_s() - t0;
+        kc_deps_free(&deps);
+        t0 = now_s();
+        if (kcache_compile(c, &hq, &r) != 0 || !r->hit)
+            die("expected a hit");
+        hit_t[i] = now_s() - t0;
+        kcache_result_free(r);
+    }
+    double res_s = median(res_t, n), hq_s = median(hit_t, n);
+    add("headers/main.cu hit, in process", hq_s * 1e6, "us");
+    add("  of which header resolution", res_s * 1e6, "us");
+    add("  resolution share of the hit", 100.0 * res_s / hq_s, "%");
+
+    printf("%-58s %12s  %s\n", "figure", "median", "unit");
+    for (size_t i = 0; i < n_rows; i++)
+        printf("%-58s %12.3f  %s\n", rows[i].what, rows[i].value, rows[i].unit);
+    if (json) {
+        FILE *j = fopen(json, "w");
+        if (!j)
+            die("cannot write the JSON file");
+        fprintf(j, "{\"runs\": %d, \"rows\": [\n", runs);
+        for (size_t i = 0; i < n_rows; i++)
+            fprintf(j, "  {\"figure\": \"%s\", \"value\": %.6g, \"unit\": \"%s\"}%s\n",
+                    rows[i].what, rows[i].value, rows[i].unit, i + 1 < n_rows ? "," : "");
+        fprintf(j, "]}\n");
+        fclose(j);
+    }
+    kcache_compiler_free(c);
+    kcache_store_close(store);
+    free(hit);
+    free(proc);
+    free(flr);
+    free(res_t);
+    free(hit_t);
+    free(src);
+    char cmd[400];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "bench_compile: could not remove %s\n", dir);
+    return 0;
+}
