@@ -90,9 +90,10 @@ static char *find_lib(const char *root, const char *name)
     return NULL;
 }
 
-/* The first "#define NAME value" line of a file, appended to b. */
-static void append_define(kc_buf *b, const char *path, const char *name)
+/* The value of the first "#define NAME value" line of a file, or "" (at most size - 1 bytes). */
+static void define_value(char *out, size_t size, const char *path, const char *name)
 {
+    out[0] = '\0';
     FILE *f = fopen(path, "re");
     if (!f)
         return;
@@ -108,9 +109,10 @@ static void append_define(kc_buf *b, const char *path, const char *name)
         while (*p == ' ' || *p == '\t')
             p++;
         if (strncmp(p, name, n) == 0 && (p[n] == ' ' || p[n] == '\t')) {
-            size_t len = strcspn(line, "\r\n");
-            kc_buf_append(b, line, len);
-            kc_buf_append(b, ";", 1);
+            p += n;
+            while (*p == ' ' || *p == '\t')
+                p++;
+            snprintf(out, size, "%.*s", (int)strcspn(p, " \t\r\n"), p);
             break;
         }
     }
@@ -123,36 +125,28 @@ static int cmp_str(const void *a, const void *b)
 }
 
 /*
- * The headers' identity: CUDA_VERSION and CCCL_VERSION name the release, and
- * the patch level of every component comes from version.json (runfile
- * installs) or the dist-info folders (pip-style installs).
+ * The headers' identity, short enough to sit in every entry's key material:
+ * CUDA_VERSION and CCCL_VERSION name the release, and a digest of
+ * version.json (runfile installs) or of the dist-info folder names
+ * (pip-style installs, one per component and patch level) names the patch
+ * level of every component.
  */
 static char *toolkit_identity(const char *root)
 {
-    kc_buf b = {0};
-    char path[PATH_MAX];
+    char path[PATH_MAX], cuda[32], cccl[32];
     snprintf(path, sizeof(path), "%s/include/cuda.h", root);
-    append_define(&b, path, "CUDA_VERSION");
+    define_value(cuda, sizeof(cuda), path, "CUDA_VERSION");
     snprintf(path, sizeof(path), "%s/include/cccl/cuda/std/__cccl/version.h", root);
-    append_define(&b, path, "CCCL_VERSION");
+    define_value(cccl, sizeof(cccl), path, "CCCL_VERSION");
+    kc_buf b = {0};
     snprintf(path, sizeof(path), "%s/version.json", root);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
         char chunk[4096];
-        kc_buf json = {0};
         ssize_t k;
-        while ((k = read(fd, chunk, sizeof(chunk))) > 0 && json.size < (1u << 20))
-            kc_buf_append(&json, chunk, (size_t)k);
+        while ((k = read(fd, chunk, sizeof(chunk))) > 0 && b.size < (1u << 20))
+            kc_buf_append(&b, chunk, (size_t)k);
         close(fd);
-        uint8_t d[KC_DIGEST_SIZE];
-        kc_digest(d, json.data, json.size);
-        char hex[17];
-        for (int i = 0; i < 8; i++)
-            snprintf(hex + 2 * i, 3, "%02x", d[i]);
-        kc_buf_append(&b, "version.json:", 13);
-        kc_buf_append(&b, hex, 16);
-        kc_buf_append(&b, ";", 1);
-        kc_buf_free(&json);
     }
     snprintf(path, sizeof(path), "%s/dist-info", root);
     DIR *d = opendir(path);
@@ -165,13 +159,22 @@ static char *toolkit_identity(const char *root)
         closedir(d);
         qsort(names, n, sizeof(*names), cmp_str);
         for (size_t i = 0; i < n; i++) {
-            kc_buf_append(&b, names[i], strlen(names[i]));
-            kc_buf_append(&b, ";", 1);
+            kc_buf_append(&b, names[i], strlen(names[i]) + 1);
             free(names[i]);
         }
     }
-    kc_buf_append(&b, "", 1);
-    return (char *)b.data;
+    char parts[40] = "none";
+    if (b.size) {
+        uint8_t dg[KC_DIGEST_SIZE];
+        kc_digest(dg, b.data, b.size);
+        for (int i = 0; i < 16; i++)
+            snprintf(parts + 2 * i, 3, "%02x", dg[i]);
+    }
+    kc_buf_free(&b);
+    char text[160];
+    snprintf(text, sizeof(text), "cuda %s, cccl %s, components %s", cuda[0] ? cuda : "?",
+             cccl[0] ? cccl : "?", parts);
+    return kc_strdup(text);
 }
 
 int kc_toolkit_find(kc_toolkit *tk, const char *explicit_root, char *msg, size_t msg_size)

@@ -31,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int rc = kc_opts_parse(&o, argv, argc, msg, sizeof(msg));
     if (rc == 0) {
         for (size_t i = 0; i < o.n_canonical; i++)
-            if (!o.canonical[i] || !strncmp(o.canonical[i], "--include-path", 14))
+            if (!o.canonical[i] || !strncmp(o.canonical[i], "--include-path=", 15))
                 abort();
         kc_opts_free(&o);
     } else if (rc != KCACHE_EINVAL && rc != KCACHE_ENOMEM) {
