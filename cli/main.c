@@ -35,8 +35,9 @@ static void usage(FILE *f)
     for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
         fprintf(f, "  %-10s %s\n", verbs[i].name, verbs[i].summary);
     fprintf(f, "\nOptions before the verb:\n"
-               "  --path FILE       the cache database (default: $KCACHE_PATH, $KCACHE_DIR/kcache.db,\n"
-               "                    $XDG_CACHE_HOME/kcache/kcache.db or ~/.cache/kcache/kcache.db)\n"
+               "  --path FILE       the cache database (default: $KCACHE_PATH,\n"
+               "                    $KCACHE_DIR/kcache.db, $XDG_CACHE_HOME/kcache/kcache.db\n"
+               "                    or ~/.cache/kcache/kcache.db)\n"
                "  --max-size SIZE   the size cap, e.g. 2G (default: $KCACHE_MAX_SIZE or 4 GiB)\n"
                "  --version         print the version\n"
                "  --help            this text\n\n"

@@ -409,9 +409,8 @@ static int prepare(kcache_compiler *c, const kcache_request *req, struct work *w
                                         : "kernel.cu";
     if (req->source_path) {
         const char *slash = strrchr(req->source_path, '/');
-        w->source_dir = slash ? kc_memdup(req->source_path,
-                                          slash == req->source_path ? 1 : (size_t)(slash - req->source_path))
-                              : kc_strdup(".");
+        size_t dir_n = slash == req->source_path ? 1 : (size_t)(slash - req->source_path);
+        w->source_dir = slash ? kc_memdup(req->source_path, dir_n) : kc_strdup(".");
         if (!w->source_dir)
             return KCACHE_ENOMEM;
     }

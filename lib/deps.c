@@ -831,7 +831,8 @@ int kc_deps_resolve(kc_deps *out, const kc_deps_request *req, char *msg, size_t 
         kc_deps_free(out);
         return rc;
     }
-    qsort(out->deps, out->n_deps, sizeof(*out->deps), cmp_dep);
+    if (out->n_deps)
+        qsort(out->deps, out->n_deps, sizeof(*out->deps), cmp_dep);
     return 0;
 }
 

@@ -70,7 +70,9 @@ static int acquire_locked(kcache_store *s, const kcache_key *key, unsigned stale
         goto fail;
     }
     if (!held &&
-        (rc = run(s, "INSERT OR REPLACE INTO lease (key, pid, host, heartbeat) VALUES (?1, ?2, ?3, ?4)",
+        (rc = run(s,
+                  "INSERT OR REPLACE INTO lease (key, pid, host, heartbeat)"
+                  " VALUES (?1, ?2, ?3, ?4)",
                   key, now, NULL)))
         goto fail;
     if ((rc = kc_db_commit(s)))

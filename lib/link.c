@@ -49,7 +49,8 @@ static int compile_input(kcache_compiler *c, const kcache_link_request *req,
         if (out->compiled) {
             /* The caller sees the failing step's log and message. */
             snprintf(r->message, sizeof(r->message), "%s", out->compiled->message);
-            if (out->compiled->log && *out->compiled->log && !(r->log = kc_strdup(out->compiled->log)))
+            const char *log = out->compiled->log;
+            if (log && *log && !(r->log = kc_strdup(log)))
                 return KCACHE_ENOMEM;
             if (r->log)
                 r->pub.log = r->log;

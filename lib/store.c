@@ -72,13 +72,16 @@ KCACHE_API int kcache_store_open(kcache_store **out, const kcache_store_options 
         return kc_fmt(errbuf, errbuf_size, KCACHE_ENOMEM, "out of memory");
     pthread_mutex_init(&s->lock, NULL);
     s->read_only = options->read_only != 0;
-    s->busy_timeout_ms = options->busy_timeout_ms ? options->busy_timeout_ms : 5000;
     s->log = options->log;
     s->log_userdata = options->log_userdata;
     s->last_flush_ns = kc_mono_ns();
+    /* Caller, environment, kcache.conf beside the database, default. */
     int rc = kc_config_path(&s->path, options->path, s->errmsg, sizeof(s->errmsg));
     if (!rc)
-        rc = kc_config_max_size(&s->max_size, options->max_size, s->errmsg, sizeof(s->errmsg));
+        rc = kc_config_max_size_at(&s->max_size, options->max_size, s->path, s->errmsg,
+                                   sizeof(s->errmsg));
+    if (!rc)
+        rc = kc_config_busy_timeout_at(&s->busy_timeout_ms, options->busy_timeout_ms, s->path);
     if (!rc) {
         size_t n = strlen(s->path) + 5;
         if (!(s->wal_path = kc_malloc(n)))
@@ -104,8 +107,17 @@ KCACHE_API void kcache_store_close(kcache_store *store)
     if (!store)
         return;
     pthread_mutex_lock(&store->lock);
-    if (store->db)
+    if (store->db) {
         kc_flush_locked(store, 1);
+        /*
+         * A close does not checkpoint (db.c: a hit must not write), so a WAL
+         * that another process's readers kept from being truncated would
+         * stay past the cap for good. The last writer out brings the files
+         * back under it; when they already are, this is two stat() calls.
+         */
+        if (!store->read_only && !store->newer_schema)
+            kc_maybe_prune_locked(store);
+    }
     pthread_mutex_unlock(&store->lock);
     store_free(store);
 }
@@ -190,6 +202,23 @@ static void add_touch(kcache_store *s, const kcache_key *key)
     t->key = *key;
     t->accessed_at = kc_now_ms();
     t->hits = 1;
+}
+
+/*
+ * Records a hit. Hits on a key already pending merge into its touch, so a hot
+ * kernel costs one UPDATE per flush however often it is hit, and the batch
+ * fills (forcing a flush into some hit's path) only with distinct keys.
+ */
+static void touch(kcache_store *s, const kcache_key *key)
+{
+    for (size_t i = s->n_touches; i-- > 0;) {
+        if (memcmp(s->touches[i].key.bytes, key->bytes, KCACHE_KEY_SIZE) == 0) {
+            s->touches[i].accessed_at = kc_now_ms();
+            s->touches[i].hits++;
+            return;
+        }
+    }
+    add_touch(s, key);
 }
 
 static int add_counter(kcache_store *s, const char *name, uint64_t value)
@@ -710,13 +739,17 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
         char hex[KCACHE_KEY_HEX_SIZE];
         kcache_key_hex(hex, key);
         s->pending_corrupt++;
-        kc_log(s, KCACHE_LOG_WARNING, "entry %s in %s was damaged; deleted it", hex, s->path);
-        if (!s->read_only && !s->newer_schema && delete_locked(s, key) == KCACHE_ECORRUPT)
+        kc_log(s, KCACHE_LOG_WARNING, "entry %s in %s is damaged%s", hex, s->path,
+               s->read_only || s->newer_schema ? "" : "; deleted it");
+        if (s->read_only || s->newer_schema)
+            return kc_err(s, KCACHE_ENOTFOUND,
+                          "entry %s is damaged (left in place: this store is read-only)", hex);
+        if (delete_locked(s, key) == KCACHE_ECORRUPT)
             return KCACHE_ECORRUPT; /* SQLite says the file is damaged: the caller sets it aside */
         return kc_err(s, KCACHE_ENOTFOUND, "entry %s was damaged and has been deleted", hex);
     }
     if (!(flags & KCACHE_GET_NO_TOUCH)) {
-        add_touch(s, key);
+        touch(s, key);
         kc_usage_add(s, r.arch, r.kind, 1, 0, r.compile_ns);
     }
 out:
@@ -1063,7 +1096,8 @@ KCACHE_API int kcache_store_list(kcache_store *store, const kcache_filter *filte
 {
     static const kcache_filter all = KCACHE_FILTER_INIT;
     static const enum kc_stmt by_sort[] = {
-        [KCACHE_SORT_ACCESSED] = KC_STMT_LIST_ACCESSED, [KCACHE_SORT_CREATED] = KC_STMT_LIST_CREATED,
+        [KCACHE_SORT_ACCESSED] = KC_STMT_LIST_ACCESSED,
+        [KCACHE_SORT_CREATED] = KC_STMT_LIST_CREATED,
         [KCACHE_SORT_SIZE] = KC_STMT_LIST_SIZE,         [KCACHE_SORT_HITS] = KC_STMT_LIST_HITS,
         [KCACHE_SORT_LRU] = KC_STMT_LIST_LRU,
     };

@@ -47,7 +47,8 @@ int kc_elf_build_id(const char *path, char *out, size_t out_size)
     if (phentsize < sizeof(ph) || phnum > 256)
         goto out;
     for (unsigned i = 0; i < phnum; i++) {
-        if (pread(fd, ph, sizeof(ph), (off_t)(phoff + (uint64_t)i * phentsize)) != (ssize_t)sizeof(ph))
+        off_t at = (off_t)(phoff + (uint64_t)i * phentsize);
+        if (pread(fd, ph, sizeof(ph), at) != (ssize_t)sizeof(ph))
             goto out;
         if (rd(ph, 4) != 4 /* PT_NOTE */)
             continue;
@@ -56,13 +57,14 @@ int kc_elf_build_id(const char *path, char *out, size_t out_size)
         if (size > sizeof(notes) || pread(fd, notes, size, (off_t)off) != (ssize_t)size)
             continue;
         for (uint64_t p = 0; p + 12 <= size;) {
-            uint64_t namesz = rd(notes + p, 4), descsz = rd(notes + p + 4, 4), type = rd(notes + p + 8, 4);
+            uint64_t namesz = rd(notes + p, 4), descsz = rd(notes + p + 4, 4);
+            uint64_t type = rd(notes + p + 8, 4);
             uint64_t name_at = p + 12, desc_at = name_at + ((namesz + 3) & ~3ull);
             uint64_t next = desc_at + ((descsz + 3) & ~3ull);
             if (next > size)
                 break;
-            if (type == 3 /* NT_GNU_BUILD_ID */ && namesz == 4 && !memcmp(notes + name_at, "GNU", 4) &&
-                descsz * 2 + 1 <= out_size) {
+            int gnu = namesz == 4 && !memcmp(notes + name_at, "GNU", 4);
+            if (type == 3 /* NT_GNU_BUILD_ID */ && gnu && descsz * 2 + 1 <= out_size) {
                 for (uint64_t k = 0; k < descsz; k++)
                     snprintf(out + 2 * k, 3, "%02x", notes[desc_at + k]);
                 rc = 0;

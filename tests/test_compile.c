@@ -185,7 +185,8 @@ static void test_computed_include(kcache_store *s, kcache_compiler *c)
     /* A macro kcache cannot follow: compiled, not cached, and told what to pass. */
     char odd[700];
     snprintf(odd, sizeof(odd), "%s/odd.cu", t);
-    test_write_text(odd, "#define STR(x) #x\n#define HDR(x) STR(x)\n#include HDR(headers/local_config.cuh)\n"
+    test_write_text(odd, "#define STR(x) #x\n#define HDR(x) STR(x)\n"
+                         "#include HDR(headers/local_config.cuh)\n"
                          "extern \"C\" __global__ void k(float *v) { v[0] = BLEND_WEIGHT; }\n");
     kcache_stats *before = stats(s);
     a = compile(c, odd, "sm_90", NULL, 0, 0, 0);

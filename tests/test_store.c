@@ -40,7 +40,8 @@ static void test_put_get(void)
     static uint8_t data[300000];
     fill(data, sizeof(data), 1);
     const char *exprs[] = {"tiled_gemm<float, 16>", "tiled_gemm<double, 8>"};
-    const char *lowered[] = {"_Z10tiled_gemmIfLi16EEvPKT_S2_PS0_i", "_Z10tiled_gemmIdLi8EEvPKT_S2_PS0_i"};
+    const char *lowered[] = {"_Z10tiled_gemmIfLi16EEvPKT_S2_PS0_i",
+                             "_Z10tiled_gemmIdLi8EEvPKT_S2_PS0_i"};
     const char hdr[] = "#pragma once\n";
     kcache_input inputs[] = {{KCACHE_INPUT_SOURCE, "tiled_gemm.cu", "int x;", 6},
                              {KCACHE_INPUT_HEADER, "common.cuh", hdr, sizeof(hdr) - 1}};
