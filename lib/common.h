@@ -49,6 +49,14 @@ int kc_buf_append(kc_buf *b, const void *p, size_t n);
 int kc_buf_append_u32(kc_buf *b, uint32_t v);
 void kc_buf_free(kc_buf *b);
 
+/*
+ * Reads a whole regular file of at most max bytes into a new NUL-terminated
+ * buffer. Returns 0; KCACHE_EIO with errno set when it cannot be opened or
+ * read; KCACHE_EINVAL when it is not a regular file or is larger than max;
+ * KCACHE_ENOMEM.
+ */
+int kc_read_file(const char *path, uint64_t max, char **out, size_t *size);
+
 /* Reads little-endian integers. */
 uint32_t kc_read_u32(const uint8_t *p);
 

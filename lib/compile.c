@@ -268,45 +268,12 @@ int kc_lookup_or_lease(kcache_compiler *c, const kcache_key *key, struct kc_resu
 
 static int read_source(const char *path, char **out, size_t *size, struct kc_result *r)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return kc_result_fail(r, KCACHE_EIO, "cannot read %s: %s", path, strerror(errno));
-    struct stat st;
-    int rc = 0;
-    char *buf = NULL;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        rc = kc_result_fail(r, KCACHE_EINVAL, "%s is not a regular file", path);
-        goto out;
-    }
-    if ((uint64_t)st.st_size > KC_MAX_SOURCE_SIZE) {
-        rc = kc_result_fail(r, KCACHE_EINVAL, "%s is larger than %u MiB: not a CUDA source", path,
-                            KC_MAX_SOURCE_SIZE >> 20);
-        goto out;
-    }
-    size_t n = (size_t)st.st_size, got = 0;
-    if (!(buf = kc_malloc(n + 1))) {
-        rc = KCACHE_ENOMEM;
-        goto out;
-    }
-    while (got < n) {
-        ssize_t k = read(fd, buf + got, n - got);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0) {
-            rc = kc_result_fail(r, KCACHE_EIO, "cannot read %s: %s", path, strerror(errno));
-            goto out;
-        }
-        if (k == 0)
-            break;
-        got += (size_t)k;
-    }
-    buf[got] = '\0';
-    *out = buf;
-    *size = got;
-    buf = NULL;
-out:
-    free(buf);
-    close(fd);
+    int rc = kc_read_file(path, KC_MAX_SOURCE_SIZE, out, size);
+    if (rc == KCACHE_EIO)
+        return kc_result_fail(r, rc, "cannot read %s: %s", path, strerror(errno));
+    if (rc == KCACHE_EINVAL)
+        return kc_result_fail(r, rc, "%s is not a regular file of at most %u MiB: not a CUDA "
+                              "source", path, KC_MAX_SOURCE_SIZE >> 20);
     return rc;
 }
 
@@ -738,6 +705,65 @@ static void store_result(kcache_compiler *c, const kcache_request *req, const st
     free(in);
 }
 
+/* A compile as a step of kc_through_cache(). */
+struct compile_step {
+    kcache_compiler *c;
+    const kcache_request *req;
+    const struct work *w;
+    int hermetic;
+};
+
+static int run_compile_step(void *ctx, struct kc_result *r)
+{
+    struct compile_step *s = ctx;
+    return kc_run_nvrtc(s->c, s->req, s->w, r, s->hermetic);
+}
+
+static void store_compile_step(void *ctx, struct kc_result *r)
+{
+    struct compile_step *s = ctx;
+    store_result(s->c, s->req, s->w, r);
+}
+
+int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, unsigned flags,
+                     const struct kc_step *step)
+{
+    int leased = 0;
+    if (use_store && !(flags & KCACHE_COMPILE_REFRESH)) {
+        int found = kc_lookup_or_lease(c, &r->pub.key, r, &leased);
+        if (found == 1)
+            return 0;
+        if (found < 0) {
+            kc_result_store_problem(r, found, kcache_store_errmsg(c->store));
+            use_store = 0;
+        }
+    }
+    struct heartbeat hb;
+    if (leased)
+        kc_heartbeat_start(&hb, c->store, &r->pub.key);
+    int rc = step->run(step->ctx, r);
+    if (leased)
+        kc_heartbeat_stop(&hb);
+    if (use_store) {
+        kcache_store_count_miss(c->store, step->arch, step->kind);
+        if (!rc)
+            step->store(step->ctx, r);
+    }
+    if (leased)
+        kcache_store_lease_release(c->store, &r->pub.key);
+    return rc;
+}
+
+int kc_result_finish(struct kc_result *r, int rc, uint64_t t0, kcache_result **out)
+{
+    r->pub.status = rc;
+    r->pub.elapsed_ns = kc_mono_ns() - t0;
+    if (rc == KCACHE_ENOMEM && !r->message[0])
+        kc_result_fail(r, rc, "out of memory");
+    *out = &r->pub;
+    return rc;
+}
+
 static int compile_request(kcache_compiler *c, const kcache_request *req, struct kc_result *r)
 {
     struct work w;
@@ -759,29 +785,9 @@ static int compile_request(kcache_compiler *c, const kcache_request *req, struct
     if (req->flags & KCACHE_COMPILE_KEY_ONLY)
         goto out;
     int use_store = c->store && hermetic && !(req->flags & KCACHE_COMPILE_NO_CACHE);
-    int leased = 0;
-    if (use_store && !(req->flags & KCACHE_COMPILE_REFRESH)) {
-        int found = kc_lookup_or_lease(c, &r->pub.key, r, &leased);
-        if (found == 1)
-            goto out;
-        if (found < 0) {
-            kc_result_store_problem(r, found, kcache_store_errmsg(c->store));
-            use_store = 0;
-        }
-    }
-    struct heartbeat hb;
-    if (leased)
-        kc_heartbeat_start(&hb, c->store, &r->pub.key);
-    rc = kc_run_nvrtc(c, req, &w, r, hermetic);
-    if (leased)
-        kc_heartbeat_stop(&hb);
-    if (use_store) {
-        kcache_store_count_miss(c->store, w.nvrtc_arch, w.kind);
-        if (!rc)
-            store_result(c, req, &w, r);
-    }
-    if (leased)
-        kcache_store_lease_release(c->store, &r->pub.key);
+    struct compile_step ctx = {c, req, &w, hermetic};
+    struct kc_step step = {run_compile_step, store_compile_step, &ctx, w.nvrtc_arch, w.kind};
+    rc = kc_through_cache(c, r, use_store, req->flags, &step);
 out:
     kc_work_free(&w);
     return rc;
@@ -799,11 +805,5 @@ KCACHE_API int kcache_compile(kcache_compiler *compiler, const kcache_request *r
     if (!r)
         return KCACHE_ENOMEM;
     uint64_t t0 = kc_mono_ns();
-    int rc = compile_request(compiler, request, r);
-    r->pub.status = rc;
-    r->pub.elapsed_ns = kc_mono_ns() - t0;
-    if (rc == KCACHE_ENOMEM && !r->message[0])
-        kc_result_fail(r, rc, "out of memory");
-    *out = &r->pub;
-    return rc;
+    return kc_result_finish(r, compile_request(compiler, request, r), t0, out);
 }

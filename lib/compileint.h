@@ -56,6 +56,26 @@ struct heartbeat {
 void kc_heartbeat_start(struct heartbeat *h, kcache_store *store, const kcache_key *key);
 void kc_heartbeat_stop(struct heartbeat *h);
 
+/* What a miss runs, and how its result is stored, for kc_through_cache(). */
+struct kc_step {
+    int (*run)(void *ctx, struct kc_result *r);
+    void (*store)(void *ctx, struct kc_result *r);
+    void *ctx;
+    const char *arch;       /* what the miss is counted under */
+    kcache_kind kind;
+};
+
+/*
+ * Serves r->pub.key from the store, or runs the step under the key's lease
+ * (so that concurrent misses wait for one run) and stores what it made.
+ * use_store 0: just runs the step.
+ */
+int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, unsigned flags,
+                     const struct kc_step *step);
+
+/* Sets the status, the time since t0 and *out; returns rc. */
+int kc_result_finish(struct kc_result *r, int rc, uint64_t t0, kcache_result **out);
+
 /* 1: a hit (r filled); 0: compile (*leased: this process holds the lease); <0: store error. */
 int kc_lookup_or_lease(kcache_compiler *c, const kcache_key *key, struct kc_result *r,
                        int *leased);

@@ -413,41 +413,6 @@ static char *dirname_of(const char *path)
     return kc_memdup(path, (size_t)(slash - path));
 }
 
-/* Reads a regular file of at most KC_MAX_HEADER_SIZE bytes. */
-static int read_file(const char *path, char **out, size_t *size)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return KCACHE_EIO;
-    struct stat st;
-    char *buf = NULL;
-    int rc = KCACHE_EIO;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > KC_MAX_HEADER_SIZE)
-        goto out;
-    size_t n = (size_t)st.st_size, got = 0;
-    if (!(buf = kc_malloc(n + 1))) {
-        rc = KCACHE_ENOMEM;
-        goto out;
-    }
-    while (got < n) {
-        ssize_t k = read(fd, buf + got, n - got);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            break;
-        got += (size_t)k;
-    }
-    buf[got] = '\0';
-    *out = buf;
-    *size = got;
-    buf = NULL;
-    rc = 0;
-out:
-    free(buf);
-    close(fd);
-    return rc;
-}
-
 static kc_dep *find_dep(struct resolver *r, const char *spelling)
 {
     for (size_t i = 0; i < r->out->n_deps; i++)
@@ -586,10 +551,12 @@ static int resolve(struct resolver *r, const char *spelling, int angle, const ch
         }
         goto out;
     }
-    if ((rc = read_file(path, &content, &size))) {
-        if (rc == KCACHE_EIO) {
+    if ((rc = kc_read_file(path, KC_MAX_HEADER_SIZE, &content, &size))) {
+        if (rc != KCACHE_ENOMEM) {
             snprintf(r->msg, r->msg_size, "cannot read header %s: %s", path,
-                     errno ? strerror(errno) : "not a regular file of sane size");
+                     rc == KCACHE_EIO ? strerror(errno)
+                                      : "not a regular file of at most 64 MiB");
+            rc = KCACHE_EIO;
         }
         goto out;
     }

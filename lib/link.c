@@ -221,6 +221,26 @@ static void store_link(kcache_compiler *c, const kcache_link_request *req,
     free(inputs);
 }
 
+/* A link as a step of kc_through_cache(). */
+struct link_step {
+    kcache_compiler *c;
+    const kcache_link_request *req;
+    const struct link_input *in;
+    const kcache_link_input *bytes;
+};
+
+static int run_link_step(void *ctx, struct kc_result *r)
+{
+    struct link_step *s = ctx;
+    return kc_run_link(s->c, s->req, s->bytes, r);
+}
+
+static void store_link_step(void *ctx, struct kc_result *r)
+{
+    struct link_step *s = ctx;
+    store_link(s->c, s->req, s->in, r);
+}
+
 static int link_request(kcache_compiler *c, const kcache_link_request *req, struct kc_result *r,
                         struct link_input *in)
 {
@@ -261,38 +281,15 @@ static int link_request(kcache_compiler *c, const kcache_link_request *req, stru
     int use_store = c->store && !(req->flags & KCACHE_COMPILE_NO_CACHE);
     if (!c->store)
         kc_result_store_problem(r, c->store_status, c->store_message);
-    int leased = 0;
-    if (use_store && !(req->flags & KCACHE_COMPILE_REFRESH)) {
-        int found = kc_lookup_or_lease(c, &r->pub.key, r, &leased);
-        if (found == 1)
-            return 0;
-        if (found < 0) {
-            kc_result_store_problem(r, found, kcache_store_errmsg(c->store));
-            use_store = 0;
-        }
-    }
-    struct heartbeat hb;
     kcache_link_input *bytes = kc_calloc(req->n_inputs, sizeof(*bytes));
-    if (!bytes) {
-        if (leased)
-            kcache_store_lease_release(c->store, &r->pub.key);
+    if (!bytes)
         return KCACHE_ENOMEM;
-    }
     for (size_t i = 0; i < req->n_inputs; i++)
         bytes[i] = (kcache_link_input){NULL, in[i].kind, in[i].data, in[i].size, in[i].name};
-    if (leased)
-        kc_heartbeat_start(&hb, c->store, &r->pub.key);
-    rc = kc_run_link(c, req, bytes, r);
+    struct link_step ctx = {c, req, in, bytes};
+    struct kc_step step = {run_link_step, store_link_step, &ctx, r->arch, KCACHE_KIND_CUBIN};
+    rc = kc_through_cache(c, r, use_store, req->flags, &step);
     free(bytes);
-    if (leased)
-        kc_heartbeat_stop(&hb);
-    if (use_store) {
-        kcache_store_count_miss(c->store, r->arch, KCACHE_KIND_CUBIN);
-        if (!rc)
-            store_link(c, req, in, r);
-    }
-    if (leased)
-        kcache_store_lease_release(c->store, &r->pub.key);
     return rc;
 }
 
@@ -315,10 +312,5 @@ KCACHE_API int kcache_link(kcache_compiler *compiler, const kcache_link_request 
     for (size_t i = 0; i < request->n_inputs; i++)
         kcache_result_free(in[i].compiled);
     free(in);
-    r->pub.status = rc;
-    r->pub.elapsed_ns = kc_mono_ns() - t0;
-    if (rc == KCACHE_ENOMEM && !r->message[0])
-        kc_result_fail(r, rc, "out of memory");
-    *out = &r->pub;
-    return rc;
+    return kc_result_finish(r, rc, t0, out);
 }

@@ -1,5 +1,8 @@
 /* Status strings, version, kinds, keys, units, time and allocation. */
 #include <ctype.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -311,4 +314,51 @@ void kc_buf_free(kc_buf *b)
     free(b->data);
     b->data = NULL;
     b->size = b->cap = 0;
+}
+
+int kc_read_file(const char *path, uint64_t max, char **out, size_t *size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return KCACHE_EIO;
+    struct stat st;
+    char *buf = NULL;
+    int rc = 0;
+    if (fstat(fd, &st) != 0) {
+        rc = KCACHE_EIO;
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > max) {
+        rc = KCACHE_EINVAL;
+        goto out;
+    }
+    size_t n = (size_t)st.st_size, got = 0;
+    if (!(buf = kc_malloc(n + 1))) {
+        rc = KCACHE_ENOMEM;
+        goto out;
+    }
+    while (got < n) {
+        ssize_t k = read(fd, buf + got, n - got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            rc = KCACHE_EIO;
+            goto out;
+        }
+        if (k == 0)
+            break; /* the file shrank meanwhile: what was read is what there is */
+        got += (size_t)k;
+    }
+    buf[got] = '\0';
+    *out = buf;
+    *size = got;
+    buf = NULL;
+out:
+    {
+        int saved = errno;
+        free(buf);
+        close(fd);
+        errno = saved;
+    }
+    return rc;
 }
