@@ -77,6 +77,12 @@ void cli_progress(void *userdata, const char *phase, uint64_t done, uint64_t tot
 /* Opens the store read-only; one that does not exist yet is created (empty). */
 int cli_open_store_to_read(kcache_store **out);
 
+/*
+ * Parses the options of a verb that takes only --json and --help and no
+ * arguments. Returns -1 to go on (*json set), else the exit code to return.
+ */
+int cli_parse_json_only(int argc, char **argv, const char *verb, const char *usage, int *json);
+
 /* Verbs. */
 int cmd_stats(int argc, char **argv);
 int cmd_compile(int argc, char **argv);

@@ -1,5 +1,4 @@
 /* kcache path: where the cache lives, without opening (or creating) it. */
-#include <getopt.h>
 
 #include <kcache/config.h>
 
@@ -16,23 +15,9 @@ static const char usage_text[] =
 
 int cmd_path(int argc, char **argv)
 {
-    static const struct option options[] = {
-        {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    int json = 0, c;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
-        switch (c) {
-        case 'j': json = 1; break;
-        case 'h': fputs(usage_text, stdout); return CLI_OK;
-        default: return cli_usage_error("path", "unknown option '%s'", argv[optind - 1]);
-        }
-    }
-    if (optind < argc)
-        return cli_usage_error("path", "unexpected argument '%s'", argv[optind]);
+    int json, status = cli_parse_json_only(argc, argv, "path", usage_text, &json);
+    if (status >= 0)
+        return status;
     kcache_config_override o = {"path", cli_globals.path};
     kcache_config *cfg = NULL;
     char err[512];

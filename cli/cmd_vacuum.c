@@ -1,5 +1,4 @@
 /* kcache vacuum: rebuild the file so that it takes no more space than its entries. */
-#include <getopt.h>
 
 #include "cli.h"
 
@@ -25,23 +24,9 @@ static int disk(kcache_store *store, uint64_t *out)
 
 int cmd_vacuum(int argc, char **argv)
 {
-    static const struct option options[] = {
-        {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    int json = 0, c;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
-        switch (c) {
-        case 'j': json = 1; break;
-        case 'h': fputs(usage_text, stdout); return CLI_OK;
-        default: return cli_usage_error("vacuum", "unknown option '%s'", argv[optind - 1]);
-        }
-    }
-    if (optind < argc)
-        return cli_usage_error("vacuum", "unexpected argument '%s'", argv[optind]);
+    int json, status = cli_parse_json_only(argc, argv, "vacuum", usage_text, &json);
+    if (status >= 0)
+        return status;
     kcache_store *store;
     if (cli_open_store(&store, 0))
         return CLI_FAIL;

@@ -1,5 +1,4 @@
 /* kcache version: the CLI's and the library's versions. */
-#include <getopt.h>
 
 #include "cli.h"
 
@@ -13,23 +12,9 @@ static const char usage_text[] =
 
 int cmd_version(int argc, char **argv)
 {
-    static const struct option options[] = {
-        {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    int json = 0, c;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
-        switch (c) {
-        case 'j': json = 1; break;
-        case 'h': fputs(usage_text, stdout); return CLI_OK;
-        default: return cli_usage_error("version", "unknown option '%s'", argv[optind - 1]);
-        }
-    }
-    if (optind < argc)
-        return cli_usage_error("version", "unexpected argument '%s'", argv[optind]);
+    int json, status = cli_parse_json_only(argc, argv, "version", usage_text, &json);
+    if (status >= 0)
+        return status;
     char cli_version[32];
     snprintf(cli_version, sizeof(cli_version), "%d.%d.%d", KCACHE_VERSION_MAJOR,
              KCACHE_VERSION_MINOR, KCACHE_VERSION_PATCH);

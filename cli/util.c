@@ -1,4 +1,5 @@
 /* Messages, the store, time and units for the verbs. */
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +99,29 @@ int cli_use_color(FILE *stream)
 {
     const char *no = getenv("NO_COLOR");
     return isatty(fileno(stream)) && !(no && *no);
+}
+
+int cli_parse_json_only(int argc, char **argv, const char *verb, const char *usage, int *json)
+{
+    static const struct option options[] = {
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int c;
+    *json = 0;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+        switch (c) {
+        case 'j': *json = 1; break;
+        case 'h': fputs(usage, stdout); return CLI_OK;
+        default: return cli_usage_error(verb, "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error(verb, "unexpected argument '%s'", argv[optind]);
+    return -1;
 }
 
 /* ---- JSON ------------------------------------------------------------ */
