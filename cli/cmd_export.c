@@ -27,25 +27,6 @@ static const char usage_text[] =
     "      --json       report as JSON\n"
     "  -h, --help       this text\n";
 
-struct keys {
-    kcache_key *keys;
-    size_t n, cap;
-};
-
-static int collect(void *userdata, const kcache_entry *e)
-{
-    struct keys *k = userdata;
-    if (k->n == k->cap) {
-        size_t cap = k->cap ? 2 * k->cap : 256;
-        kcache_key *p = realloc(k->keys, cap * sizeof(*p));
-        if (!p)
-            return KCACHE_ENOMEM;
-        k->keys = p;
-        k->cap = cap;
-    }
-    k->keys[k->n++] = e->key;
-    return 0;
-}
 
 /* A file name from anything: letters, digits, '.', '_' and '-' survive, the rest is '_'. */
 static void safe_name(char *out, size_t size, const char *name, int strip_ext)
@@ -87,13 +68,14 @@ static int write_all(const char *path, const void *data, size_t size)
 
 static int export_dir(kcache_store *store, const kcache_filter *f, const char *dir, int json)
 {
-    struct keys k = {0};
+    kcache_key *keys = NULL;
+    size_t n_keys = 0;
     char *path = NULL;
     FILE *manifest = NULL;
     int ret = CLI_OK;
     uint64_t written = 0, bytes = 0, damaged = 0;
     size_t path_size = strlen(dir) + 256;
-    if (kcache_store_list(store, f, collect, &k)) {
+    if (kcache_store_list_keys(store, f, &keys, &n_keys)) {
         ret = cli_error("%s", kcache_store_errmsg(store));
         goto out;
     }
@@ -113,10 +95,10 @@ static int export_dir(kcache_store *store, const kcache_filter *f, const char *d
     cli_json_object_begin(&j, NULL);
     cli_json_string(&j, "kcache_version", kcache_version());
     cli_json_array_begin(&j, "entries");
-    for (size_t i = 0; i < k.n; i++) {
-        cli_progress(NULL, "exporting", i, k.n);
+    for (size_t i = 0; i < n_keys; i++) {
+        cli_progress(NULL, "exporting", i, n_keys);
         kcache_entry *e = NULL;
-        int rc = kcache_store_get(store, &e, &k.keys[i], KCACHE_GET_NO_TOUCH);
+        int rc = kcache_store_get(store, &e, &keys[i], KCACHE_GET_NO_TOUCH);
         if (rc == KCACHE_ENOTFOUND) {
             damaged++;
             continue;
@@ -165,7 +147,7 @@ static int export_dir(kcache_store *store, const kcache_filter *f, const char *d
         if (ret)
             break;
     }
-    cli_progress(NULL, "exporting", k.n, k.n);
+    cli_progress(NULL, "exporting", n_keys, n_keys);
     cli_json_array_end(&j);
     cli_json_object_end(&j);
     cli_json_finish(&j);
@@ -195,7 +177,7 @@ out:
     if (manifest)
         fclose(manifest);
     free(path);
-    free(k.keys);
+    kcache_keys_free(keys);
     return ret;
 }
 

@@ -50,21 +50,6 @@ static void damaged(void *userdata, const kcache_key *key, const char *message)
     }
 }
 
-struct keys {
-    kcache_key *k;
-    size_t n;
-};
-
-static int collect_key(void *ud, const kcache_entry *e)
-{
-    struct keys *keys = ud;
-    kcache_key *grown = realloc(keys->k, (keys->n + 1) * sizeof(*grown));
-    if (!grown)
-        return -1;
-    keys->k = grown;
-    keys->k[keys->n++] = e->key;
-    return 0;
-}
 
 struct recompiled {
     uint64_t checked, identical, different, skipped, failed;
@@ -85,22 +70,22 @@ static int recompile_entries(kcache_store *store, uint64_t limit, struct verify_
     co.log = cli_log;
     if (kcache_compiler_new(&compiler, &co, err, sizeof(err)) != 0)
         return cli_error("--recompile: %s", err);
-    struct keys keys = {0};
+    kcache_key *keys = NULL;
+    size_t n_keys = 0;
     kcache_filter f = KCACHE_FILTER_INIT;
     f.sort = KCACHE_SORT_ACCESSED;
     f.limit = limit;
-    if (kcache_store_list(store, &f, collect_key, &keys) != 0) {
-        free(keys.k);
+    if (kcache_store_list_keys(store, &f, &keys, &n_keys) != 0) {
         kcache_compiler_free(compiler);
         return cli_error("%s", kcache_store_errmsg(store));
     }
     if (ctx->json)
         cli_json_array_begin(&ctx->j, "recompile_problems");
-    for (size_t i = 0; i < keys.n; i++) {
-        cli_progress(NULL, "recompiling", i, keys.n);
+    for (size_t i = 0; i < n_keys; i++) {
+        cli_progress(NULL, "recompiling", i, n_keys);
         int same = 0;
         kcache_result *r = NULL;
-        int rc = kcache_recompile(compiler, &keys.k[i], &same, &r);
+        int rc = kcache_recompile(compiler, &keys[i], &same, &r);
         out->checked++;
         if (rc == KCACHE_ENOTSUP) {
             out->skipped++;
@@ -117,14 +102,14 @@ static int recompile_entries(kcache_store *store, uint64_t limit, struct verify_
                 out->different++;
             else
                 out->failed++;
-            damaged(ctx, &keys.k[i], message);
+            damaged(ctx, &keys[i], message);
         }
         kcache_result_free(r);
     }
-    cli_progress(NULL, "recompiling", keys.n, keys.n);
+    cli_progress(NULL, "recompiling", n_keys, n_keys);
     if (ctx->json)
         cli_json_array_end(&ctx->j);
-    free(keys.k);
+    kcache_keys_free(keys);
     kcache_compiler_free(compiler);
     return 0;
 }

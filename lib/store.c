@@ -1122,3 +1122,50 @@ KCACHE_API int kcache_store_list(kcache_store *store, const kcache_filter *filte
     pthread_mutex_unlock(&store->lock);
     return rc;
 }
+
+struct key_list {
+    kcache_key *keys;
+    size_t n, cap;
+};
+
+static int collect_key(void *userdata, const kcache_entry *e)
+{
+    struct key_list *l = userdata;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 256;
+        kcache_key *p = kc_realloc(l->keys, cap * sizeof(*p));
+        if (!p)
+            return KCACHE_ENOMEM;
+        l->keys = p;
+        l->cap = cap;
+    }
+    l->keys[l->n++] = e->key;
+    return 0;
+}
+
+KCACHE_API int kcache_store_list_keys(kcache_store *store, const kcache_filter *filter,
+                                      kcache_key **out, size_t *n)
+{
+    KC_CHECK_ARG(store, store && out && n);
+    struct key_list l = {NULL, 0, 0};
+    *out = NULL;
+    *n = 0;
+    int rc = kcache_store_list(store, filter, collect_key, &l);
+    if (rc) {
+        free(l.keys);
+        if (rc == KCACHE_ENOMEM) {
+            pthread_mutex_lock(&store->lock);
+            kc_err(store, rc, "out of memory listing entries");
+            pthread_mutex_unlock(&store->lock);
+        }
+        return rc;
+    }
+    *out = l.keys;
+    *n = l.n;
+    return 0;
+}
+
+KCACHE_API void kcache_keys_free(kcache_key *keys)
+{
+    free(keys);
+}

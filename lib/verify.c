@@ -15,7 +15,17 @@ static int integrity(kcache_store *s, kcache_verify_result *r)
                     : SQLITE_MISUSE;
     if (src == SQLITE_OK && (src = sqlite3_step(st)) == SQLITE_ROW) {
         const char *first = (const char *)sqlite3_column_text(st, 0);
-        snprintf(r->integrity, sizeof(r->integrity), "%s", first ? first : "?");
+        /* One line: SQLite may put several into this row. */
+        static const char banner[] = "*** in database main ***";
+        const char *t = first ? first : "?";
+        if (!strncmp(t, banner, sizeof(banner) - 1))
+            t += sizeof(banner) - 1;
+        while (*t == '\n' || *t == ' ')
+            t++;
+        size_t n = 0;
+        for (; *t && n + 1 < sizeof(r->integrity); t++)
+            r->integrity[n++] = *t == '\n' || *t == '\r' ? ' ' : *t;
+        r->integrity[n] = '\0';
         r->integrity_ok = first && !strcmp(first, "ok") && sqlite3_step(st) == SQLITE_DONE;
     } else if ((src & 0xff) == SQLITE_CORRUPT || (src & 0xff) == SQLITE_NOTADB) {
         snprintf(r->integrity, sizeof(r->integrity), "%s", sqlite3_errstr(src));
@@ -28,25 +38,6 @@ static int integrity(kcache_store *s, kcache_verify_result *r)
     return rc;
 }
 
-struct keys {
-    kcache_key *keys;
-    size_t n, cap;
-};
-
-static int collect(void *userdata, const kcache_entry *e)
-{
-    struct keys *k = userdata;
-    if (k->n == k->cap) {
-        size_t cap = k->cap ? 2 * k->cap : 256;
-        kcache_key *p = kc_realloc(k->keys, cap * sizeof(*p));
-        if (!p)
-            return KCACHE_ENOMEM;
-        k->keys = p;
-        k->cap = cap;
-    }
-    k->keys[k->n++] = e->key;
-    return 0;
-}
 
 KCACHE_API int kcache_store_verify(kcache_store *store, kcache_progress_fn progress,
                                    kcache_damaged_fn on_damaged, void *userdata,
@@ -54,7 +45,8 @@ KCACHE_API int kcache_store_verify(kcache_store *store, kcache_progress_fn progr
 {
     kcache_verify_result r;
     memset(&r, 0, sizeof(r));
-    struct keys k = {0};
+    kcache_key *keys = NULL;
+    size_t n_keys = 0;
     if (!store)
         return KCACHE_EINVAL;
     int rc = integrity(store, &r);
@@ -62,24 +54,19 @@ KCACHE_API int kcache_store_verify(kcache_store *store, kcache_progress_fn progr
         goto out;
     kcache_filter f = KCACHE_FILTER_INIT;
     f.sort = KCACHE_SORT_CREATED;
-    rc = kcache_store_list(store, &f, collect, &k);
-    if (rc == KCACHE_ENOMEM) {
-        pthread_mutex_lock(&store->lock);
-        kc_err(store, rc, "out of memory listing entries");
-        pthread_mutex_unlock(&store->lock);
-    }
+    rc = kcache_store_list_keys(store, &f, &keys, &n_keys);
     if (rc)
         goto out;
-    for (size_t i = 0; i < k.n; i++) {
+    for (size_t i = 0; i < n_keys; i++) {
         if (progress)
-            progress(userdata, "verifying", i, k.n);
+            progress(userdata, "verifying", i, n_keys);
         kcache_entry *e = NULL;
-        rc = kcache_store_get(store, &e, &k.keys[i], KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
+        rc = kcache_store_get(store, &e, &keys[i], KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
         r.entries++;
         if (rc == KCACHE_ENOTFOUND || rc == KCACHE_ECORRUPT) {
             r.damaged++;
             if (on_damaged)
-                on_damaged(userdata, &k.keys[i], kcache_store_errmsg(store));
+                on_damaged(userdata, &keys[i], kcache_store_errmsg(store));
             rc = 0;
             continue;
         }
@@ -89,9 +76,9 @@ KCACHE_API int kcache_store_verify(kcache_store *store, kcache_progress_fn progr
         kcache_entry_free(e);
     }
     if (progress)
-        progress(userdata, "verifying", k.n, k.n);
+        progress(userdata, "verifying", n_keys, n_keys);
 out:
-    free(k.keys);
+    kcache_keys_free(keys);
     if (out)
         *out = r;
     return rc;

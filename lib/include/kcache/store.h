@@ -214,6 +214,16 @@ typedef int (*kcache_entry_fn)(void *userdata, const kcache_entry *entry);
 KCACHE_API int kcache_store_list(kcache_store *store, const kcache_filter *filter,
                                  kcache_entry_fn fn, void *userdata);
 
+/*
+ * The keys of the selected entries, in the filter's order: *out is a new
+ * array of *n keys (NULL when none), released with kcache_keys_free(). For
+ * walks that must call the store for each entry, which a list callback may
+ * not do.
+ */
+KCACHE_API int kcache_store_list_keys(kcache_store *store, const kcache_filter *filter,
+                                      kcache_key **out, size_t *n);
+KCACHE_API void kcache_keys_free(kcache_key *keys);
+
 /* Hit and miss counters of one (architecture, kind). */
 typedef struct kcache_usage {
     char arch[32];
