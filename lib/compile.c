@@ -659,6 +659,16 @@ out:
     return rc;
 }
 
+void kc_store_put(kcache_compiler *c, const kcache_entry *e, struct kc_result *r)
+{
+    int rc = kcache_store_put(c->store, e);
+    if (rc) {
+        /* The artifact is returned all the same; the result says why it was not kept. */
+        kc_result_store_problem(r, rc, kcache_store_errmsg(c->store));
+        kcache_store_count_failure(c->store);
+    }
+}
+
 /* Stores a fresh artifact with its inputs, so that verify can recompile it. */
 static void store_result(kcache_compiler *c, const kcache_request *req, const struct work *w,
                          struct kc_result *r)
@@ -697,11 +707,7 @@ static void store_result(kcache_compiler *c, const kcache_request *req, const st
     e.n_inputs = n_in;
     e.inputs = in;
     (void)req;
-    int rc = kcache_store_put(c->store, &e);
-    if (rc) {
-        kc_result_store_problem(r, rc, kcache_store_errmsg(c->store));
-        kcache_store_count_failure(c->store);
-    }
+    kc_store_put(c, &e, r);
     free(in);
 }
 

@@ -73,6 +73,9 @@ struct kc_step {
 int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, unsigned flags,
                      const struct kc_step *step);
 
+/* Puts e; a failure is recorded in r (and counted), never returned. */
+void kc_store_put(kcache_compiler *c, const kcache_entry *e, struct kc_result *r);
+
 /* Sets the status, the time since t0 and *out; returns rc. */
 int kc_result_finish(struct kc_result *r, int rc, uint64_t t0, kcache_result **out);
 

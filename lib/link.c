@@ -213,11 +213,7 @@ static void store_link(kcache_compiler *c, const kcache_link_request *req,
     e.key_material_size = r->pub.key_material_size;
     e.n_inputs = req->n_inputs;
     e.inputs = inputs;
-    int rc = kcache_store_put(c->store, &e);
-    if (rc) {
-        kc_result_store_problem(r, rc, kcache_store_errmsg(c->store));
-        kcache_store_count_failure(c->store);
-    }
+    kc_store_put(c, &e, r);
     free(inputs);
 }
 
