@@ -42,7 +42,7 @@ enum {
 };
 
 /* e_flags: the SM moved from the low byte to bits 8..15 with ELF ABI version 8 (CUDA 13). */
-#define EF_CUDA_SM_V1(f) ((f) & 0xffu)
+#define EF_CUDA_SM_V1(f) ((f)&0xffu)
 #define EF_CUDA_ACCELERATORS_V1 0x800u
 #define EF_CUDA_SM_V2(f) (((f) >> 8) & 0xffu)
 #define EF_CUDA_ACCELERATORS_V2 0x8u
@@ -92,7 +92,7 @@ typedef struct reader {
     size_t nsyms;
     const uint8_t *syms; /* nsyms entries of symentsize bytes, inside data */
     uint64_t symentsize;
-    shdr strtab;         /* the symbol table's string table */
+    shdr strtab;          /* the symbol table's string table */
     int32_t *kern_of_sec; /* shnum entries: the kernel whose .text this section is, or -1 */
     int32_t *kern_of_sym; /* nsyms entries: the kernel this symbol is, or -1 */
     int accelerated;      /* an arch-specific ("a") target */
@@ -171,7 +171,10 @@ static const char *str_at(const reader *r, const shdr *st, uint64_t off)
 static int read_header(reader *r)
 {
     const uint8_t *d = r->data;
-    if (r->size < 4 || memcmp(d, "\x7f" "ELF", 4) != 0)
+    if (r->size < 4 || memcmp(d,
+                              "\x7f"
+                              "ELF",
+                              4) != 0)
         return fail(r, KCACHE_EINVAL, "not a CUBIN: the data does not start with an ELF header");
     if (r->size < ELF_HEADER_SIZE)
         return fail(r, KCACHE_EINVAL, "the CUBIN is truncated: %zu bytes, shorter than its header",
