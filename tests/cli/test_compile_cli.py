@@ -226,6 +226,22 @@ def test_parallel_warm_up(root):
     check(second["hits"] == 9, "then 9 hits: %s" % second["hits"])
 
 
+def test_arch_native(root):
+    """--arch native asks the driver: works on a GPU machine, fails clearly without one."""
+    c = Cache(root)
+    src = corpus_copy(root)
+    d = c.json("compile", os.path.join(src, "saxpy.cu"), "--arch", "native", rc=None)
+    item = d["items"][0]
+    if item["status"] == "ok":
+        check(item["arch"].startswith("sm_") and item["arch"][3:].isdigit(),
+              "native resolved to a real architecture: %s" % item["arch"])
+    else:
+        check("needs a GPU" in item["message"] and "--arch sm_90" in item["message"],
+              "without a driver the message says what to pass: %r" % item["message"])
+        _, err = c.run("compile", os.path.join(src, "saxpy.cu"), "--arch", "native", rc=1)
+        check(len(err.strip().splitlines()) == 1, "one line: %r" % err)
+
+
 def test_block_sort_many_processes(root):
     """Eight kcache processes miss block_sort.cu at once: NVRTC runs once."""
     c = Cache(root)
