@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Builds what the GPU machine needs and copies it into .dev/gpu/ (ignored by
+# git, carried to the GPU machine; benchmarks/gpu/run-on-gpu.sh runs it there).
+# Run here, from anywhere in the repository:
+#
+#   benchmarks/gpu/stage.sh            # release build (build-gpu) + ASan build (build-gpu-asan)
+#   benchmarks/gpu/stage.sh --no-asan  # release only
+#
+# What lands in .dev/gpu/ (kept under 50 MB):
+#   bin/       kcache, test_gpu, test_gpu_nodriver, bench_gpu_start (release)
+#   lib/       libkcache.so.0 and the libraries it needs that the GPU image may
+#              lack: libb2.so.1, libgomp.so.1, libzstd.so.1, libsqlite3.so.0
+#   asan/bin, asan/lib   test_gpu and libkcache.so.0 built with ASan+UBSan,
+#              and libasan/libubsan from this compiler
+#   corpus/    a copy of ../shared/corpus (it does not travel with the repo)
+#   MANIFEST   what was built, from which commit, when
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+asan=1
+[ "${1:-}" = "--no-asan" ] && asan=0
+corpus_src=${CORPUS:-$root/../shared/corpus}
+dev=.dev/gpu
+limit_mb=50
+
+die() { echo "stage: $*" >&2; exit 1; }
+[ -f "$corpus_src/block_sort.cu" ] || die "no corpus at $corpus_src (set CORPUS)"
+
+# Only the targets the GPU machine runs: the 2 shared cores here are precious.
+targets=(cli/kcache tests/gpu/test_gpu tests/gpu/test_gpu_nodriver
+         benchmarks/gpu/bench_gpu_start)
+
+setup() { # DIR ARGS...
+    local dir=$1; shift
+    if [ -f "$dir/build.ninja" ]; then
+        meson configure "$dir" "$@" >/dev/null
+    else
+        meson setup "$dir" "$@" >/dev/null
+    fi
+}
+
+echo "stage: release build in build-gpu"
+setup build-gpu --buildtype=release -Dtests=true -Dbenchmarks=true
+ninja -C build-gpu "${targets[@]}" >/dev/null
+
+if [ $asan = 1 ]; then
+    echo "stage: ASan+UBSan build in build-gpu-asan"
+    setup build-gpu-asan --buildtype=debugoptimized -Db_sanitize=address,undefined \
+        -Db_lundef=false -Dtests=true -Dbenchmarks=true
+    ninja -C build-gpu-asan tests/gpu/test_gpu >/dev/null
+fi
+
+# The real file behind each name: symbolic links do not travel.
+libpath() { # SONAME [BINARY]
+    local p
+    p=$(ldd "${2:-build-gpu/cli/kcache}" | awk -v n="$1" '$1 == n { print $3 }')
+    [ -n "$p" ] && [ -e "$p" ] || die "cannot find $1 (needed by ${2:-kcache})"
+    readlink -f "$p"
+}
+
+rm -rf "$dev"
+mkdir -p "$dev/bin" "$dev/lib" "$dev/corpus"
+cp build-gpu/cli/kcache build-gpu/tests/gpu/test_gpu build-gpu/tests/gpu/test_gpu_nodriver \
+    build-gpu/benchmarks/gpu/bench_gpu_start "$dev/bin/"
+cp -L build-gpu/lib/libkcache.so.0 "$dev/lib/libkcache.so.0"
+for so in libb2.so.1 libgomp.so.1 libzstd.so.1 libsqlite3.so.0; do
+    cp "$(libpath $so)" "$dev/lib/$so"
+done
+strip --strip-unneeded "$dev/bin/"* "$dev/lib/"* 2>/dev/null || true
+
+if [ $asan = 1 ]; then
+    mkdir -p "$dev/asan/bin" "$dev/asan/lib"
+    cp build-gpu-asan/tests/gpu/test_gpu "$dev/asan/bin/"
+    cp -L build-gpu-asan/lib/libkcache.so.0 "$dev/asan/lib/libkcache.so.0"
+    for so in libasan.so.8 libubsan.so.1; do
+        p=$(ldd build-gpu-asan/tests/gpu/test_gpu | awk -v n="$so" '$1 == n { print $3 }')
+        [ -n "$p" ] || p=$(gcc -print-file-name="$so")
+        [ -e "$p" ] || die "cannot find $so"
+        cp "$(readlink -f "$p")" "$dev/asan/lib/$so"
+    done
+fi
+
+cp -R "$corpus_src/." "$dev/corpus/"
+
+{
+    echo "staged: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n) ($(. /etc/os-release; echo "$PRETTY_NAME"))"
+    echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' + uncommitted changes')"
+    echo "kcache: $("$dev/bin/kcache" --version 2>/dev/null || echo unknown)"
+    echo "built against: $(grep -m1 '#define CUDA_VERSION' /usr/local/cuda/include/cuda.h 2>/dev/null || echo unknown)"
+    echo "asan: $([ $asan = 1 ] && echo yes || echo no)"
+    (cd "$dev" && find . -type f ! -path './corpus/*' ! -name MANIFEST | sort | xargs ls -l | awk '{ print "  " $5 "\t" $9 }')
+} >"$dev/MANIFEST"
+
+size_kb=$(du -sk "$dev" | cut -f1)
+[ "$size_kb" -le $((limit_mb * 1024)) ] || die "$dev is $((size_kb / 1024)) MB, over $limit_mb MB"
+echo "stage: $dev ready ($((size_kb / 1024)) MB, $(find "$dev" -type f | wc -l) files)"
+echo "stage: on the GPU machine, from the repository root: benchmarks/gpu/run-on-gpu.sh"
