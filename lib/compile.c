@@ -385,6 +385,9 @@ static int prepare(kcache_compiler *c, const kcache_request *req, struct work *w
         return kc_result_fail(r, KCACHE_EINVAL, "n_options without options");
     if (req->n_name_exprs && !req->name_exprs)
         return kc_result_fail(r, KCACHE_EINVAL, "n_name_exprs without name_exprs");
+    for (size_t i = 0; i < req->n_name_exprs; i++)
+        if (!req->name_exprs[i] || !*req->name_exprs[i])
+            return kc_result_fail(r, KCACHE_EINVAL, "name expression %zu is empty", i);
     if ((rc = kc_opts_parse(&w->opts, req->options, req->n_options, msg, sizeof(msg))))
         return kc_result_fail(r, rc, "%s", msg);
     if ((rc = resolve_arch(c, req, w, r)))
@@ -438,10 +441,6 @@ static int derive_key(kcache_compiler *c, const kcache_request *req, const struc
         memcpy(exprs, req->name_exprs, req->n_name_exprs * sizeof(*exprs));
         qsort(exprs, req->n_name_exprs, sizeof(*exprs), cmp_cstr);
         for (size_t i = 0; i < req->n_name_exprs; i++) {
-            if (!exprs[i]) {
-                free(exprs);
-                return kc_result_fail(r, KCACHE_EINVAL, "name expression %zu is NULL", i);
-            }
             /* Duplicates do not change the output. */
             if (i == 0 || strcmp(exprs[i], exprs[i - 1]) != 0)
                 kc_key_add_str(&k, KC_TAG_NAME_EXPR, exprs[i]);

@@ -388,6 +388,14 @@ static void test_bad_requests(void)
     kcache_result_free(res);
     r.options = NULL;
     r.n_options = 0;
+    const char *bad_exprs[] = {"k", NULL};
+    r.name_exprs = bad_exprs;
+    r.n_name_exprs = 2;
+    CHECK_RC(kcache_compile(c, &r, &res), KCACHE_EINVAL);
+    CHECK(res && strstr(res->message, "name expression 1 is empty"));
+    kcache_result_free(res);
+    r.name_exprs = NULL;
+    r.n_name_exprs = 0;
     r.source = "a\0b";
     r.source_size = 3;
     CHECK_RC(kcache_compile(c, &r, &res), KCACHE_EINVAL);
