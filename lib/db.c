@@ -26,6 +26,16 @@
 /* After a checkpoint, a WAL larger than this is truncated back to it. */
 #define KC_WAL_SIZE_LIMIT (4 << 20)
 
+/*
+ * A WAL larger than this is emptied when a connection closes. The WAL
+ * outlives close (see configure()), and the first connection of every
+ * process replays all of it to rebuild its index: with up to 4 MiB of WAL
+ * (SQLite's auto-checkpoint at 1000 pages), opening took 3.0 ms instead of
+ * 0.7 ms (median of 60 hit processes on a 1000-entry cache). Each hit process
+ * adds ~12 KiB (its recorded touch), so one close in ~20 pays a checkpoint.
+ */
+#define KC_WAL_KEEP (256 << 10)
+
 static const char *const stmt_sql[KC_STMT_COUNT] = {
     [KC_STMT_GET] =
         "SELECT e.id, e.kind, e.arch, e.name, e.raw_size, e.stored_size, e.codec, e.digest,"
@@ -232,7 +242,13 @@ void kc_db_close(kcache_store *s)
 {
     finalize_all(s);
     if (s->db) {
-        /* Let the last connection out checkpoint and remove the WAL. */
+        struct stat st;
+        if (!s->read_only && !s->newer_schema && stat(s->wal_path, &st) == 0 &&
+            st.st_size > KC_WAL_KEEP) {
+            /* Only if nobody is reading or writing: a close never waits. */
+            sqlite3_busy_timeout(s->db, 0);
+            sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+        }
         sqlite3_close_v2(s->db);
         s->db = NULL;
     }
