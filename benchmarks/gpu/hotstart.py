@@ -212,8 +212,9 @@ def main():
             spawn(cmd, env)
             runs = [spawn(cmd, env) for _ in range(a.runs)]
             rows.append(summarise("cuda.core warm (program cache)", runs,
-                                  "cuda.core %s, by mangled name (its cache refuses "
-                                  "name_expressions)" % probe.get("version")))
+                                  "cuda.core %s via make_program_cache_key, by mangled "
+                                  "name (compile(cache=) refuses name_expressions and "
+                                  "include paths)" % probe.get("version")))
         except (RuntimeError, subprocess.SubprocessError) as e:
             rows.append({"variant": "cuda.core warm (program cache)", "note": "failed: %s" % e})
 
