@@ -1,0 +1,768 @@
+/*
+ * Store level: the kcache store against the file-per-entry cache (fpe.c) and
+ * the floor (the same stored bytes as a zstd frame in a plain file, read and
+ * decoded), on a synthetic set of distinct entries of realistic sizes.
+ *
+ * Figures: hit latency by size (warm, and cold: pages dropped with
+ * posix_fadvise(DONTNEED) after a sync, then open + get + close), populate
+ * time, disk bytes and files, throughput with 1, 2 and 4 processes, prune
+ * cost, and on-disk size sampled while writing past a cap.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <zstd.h>
+
+#include <kcache/store.h>
+
+#include "cmp_store.h"
+#include "cmp_util.h"
+#include "fpe.h"
+
+/* What lib/codec.c writes, so that the floor decodes frames of the same shape. */
+#define FLOOR_ZSTD_LEVEL 6
+
+enum { SYS_KCACHE, SYS_FPE, SYS_FLOOR, N_SYS };
+static const char *const sys_name[N_SYS] = {"kcache", "file-per-entry", "floor"};
+
+#define N_BINS 5
+static const size_t bin_lo[N_BINS + 1] = {4 * KIB,   8 * KIB,   32 * KIB,
+                                          128 * KIB, 512 * KIB, 1024 * KIB + 1};
+static const char *const bin_name[N_BINS] = {"4-8 KiB", "8-32 KiB", "32-128 KiB",
+                                             "128-512 KiB", "512-1024 KiB"};
+
+/* Words per run copied from the pool: 1 (single words in random order) makes
+ * zstd -6 compress the set 3.9x, as it compresses each corpus CUBIN (3.6-4.2x);
+ * longer runs compress better (2: 4.6x, 6: 5.9x). */
+#ifndef RUN_WORDS
+#define RUN_WORDS 1
+#endif
+
+/* The word pool: 16-byte words (one sm_90 instruction each) of real CUBINs. */
+static uint8_t *pool;
+static size_t pool_words;
+
+static size_t entry_size(uint64_t i)
+{
+    /* Log-normal, median 40 KiB, sigma 1, clamped to 4 KiB .. 1 MiB. */
+    uint64_t st = i * UINT64_C(7919) + 17;
+    double u1 = ((double)(cmp_splitmix(&st) >> 11) + 1) / 9007199254740993.0;
+    double u2 = (double)(cmp_splitmix(&st) >> 11) / 9007199254740992.0;
+    double z = sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
+    double s = 40.0 * KIB * exp(z);
+    if (s < 4 * KIB)
+        s = 4 * KIB;
+    if (s > MIB)
+        s = MIB;
+    return (size_t)s;
+}
+
+/* A CUBIN-like artifact: the pool's words, shuffled per copy (the first copy
+ * from a per-entry offset), with the entry number in its first bytes so that
+ * no two entries are equal. */
+static void entry_bytes(uint64_t i, uint8_t *out, size_t size)
+{
+    uint64_t st = i * UINT64_C(1000003) + 5;
+    size_t pos = 0;
+    size_t start = (size_t)(cmp_splitmix(&st) % pool_words);
+    while (pos < size) {
+        size_t w = start;
+        start = (size_t)(cmp_splitmix(&st) % pool_words);
+        size_t n = size - pos < 16 ? size - pos : 16;
+        memcpy(out + pos, pool + w * 16, n);
+        pos += n;
+        /* Short runs keep real instruction pairs together; their length sets
+         * how well zstd compresses the result (see RUN_WORDS). */
+        for (int k = 1; k < RUN_WORDS && pos < size; k++) {
+            w = (w + 1) % pool_words;
+            n = size - pos < 16 ? size - pos : 16;
+            memcpy(out + pos, pool + w * 16, n);
+            pos += n;
+        }
+    }
+    memcpy(out, &i, size < 8 ? size : 8);
+}
+
+static kcache_key entry_key(uint64_t i)
+{
+    kcache_key k;
+    cmp_fill_random(k.bytes, sizeof(k.bytes), i * UINT64_C(2654435761) + 99);
+    return k;
+}
+
+static kcache_store *open_store(const char *path, uint64_t max_size)
+{
+    kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
+    o.path = path;
+    o.max_size = max_size;
+    kcache_store *s = NULL;
+    char err[512];
+    if (kcache_store_open(&s, &o, err, sizeof(err)) != 0)
+        cmp_fail("opening %s: %s", path, err);
+    return s;
+}
+
+static void kc_put(kcache_store *s, uint64_t i, const uint8_t *data, size_t n)
+{
+    kcache_entry e = KCACHE_ENTRY_INIT;
+    e.key = entry_key(i);
+    e.kind = KCACHE_KIND_CUBIN;
+    e.arch = "sm_90";
+    e.name = "bench.cu";
+    e.toolchain = "bench";
+    e.data = data;
+    e.size = n;
+    e.compile_ns = 1000000;
+    if (kcache_store_put(s, &e) != 0)
+        cmp_fail("kcache put: %s", kcache_store_errmsg(s));
+}
+
+static fpe_cache *open_fpe(const char *dir, uint64_t max_size)
+{
+    fpe_cache *c;
+    int rc = fpe_open(&c, dir, max_size);
+    if (rc)
+        cmp_fail("opening %s: %s", dir, strerror(-rc));
+    return c;
+}
+
+static void db_files(const char *db, char wal[4200], char shm[4200])
+{
+    cmp_fmt(wal, 4200, "%s-wal", db);
+    cmp_fmt(shm, 4200, "%s-shm", db);
+}
+
+static uint64_t kc_disk(const char *db)
+{
+    char wal[4200], shm[4200];
+    db_files(db, wal, shm);
+    return cmp_file_size(db) + cmp_file_size(wal);
+}
+
+static uint64_t fpe_bytes(const char *dir)
+{
+    fpe_usage u;
+    fpe_disk_usage(dir, &u);
+    return u.apparent_bytes;
+}
+
+static void sync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        syncfs(fd);
+        close(fd);
+    }
+}
+
+static void remove_tree(const char *path)
+{
+    char cmd[4400];
+    cmp_fmt(cmd, sizeof(cmd), "rm -rf '%s'", path);
+    if (system(cmd) != 0)
+        fprintf(stderr, "bench_compare: '%s' failed\n", cmd);
+}
+
+/* ---- one get of each system ------------------------------------------- */
+
+struct sample {
+    uint64_t index;
+    size_t size;
+    uint8_t *bytes;
+    char floor_path[4200];
+};
+
+static double get_kcache_flags(kcache_store *s, const struct sample *x, unsigned flags)
+{
+    kcache_key k = entry_key(x->index);
+    kcache_entry *e = NULL;
+    double t0 = cmp_now();
+    int rc = kcache_store_get(s, &e, &k, flags);
+    double t = cmp_now() - t0;
+    if (rc)
+        cmp_fail("kcache get: %s", kcache_store_errmsg(s));
+    if (e->size != x->size || memcmp(e->data, x->bytes, x->size) != 0)
+        cmp_fail("kcache returned wrong bytes");
+    kcache_entry_free(e);
+    return t;
+}
+
+static double get_kcache(kcache_store *s, const struct sample *x)
+{
+    return get_kcache_flags(s, x, KCACHE_GET_DEFAULT);
+}
+
+static double get_fpe(fpe_cache *c, const struct sample *x)
+{
+    kcache_key k = entry_key(x->index);
+    void *d;
+    size_t n;
+    double t0 = cmp_now();
+    int rc = fpe_get(c, k.bytes, &d, &n);
+    double t = cmp_now() - t0;
+    if (rc)
+        cmp_fail("file-per-entry get: %d", rc);
+    if (n != x->size || memcmp(d, x->bytes, n) != 0)
+        cmp_fail("file-per-entry returned wrong bytes");
+    free(d);
+    return t;
+}
+
+static double get_floor(const struct sample *x)
+{
+    double t0 = cmp_now();
+    uint8_t *z;
+    size_t zn;
+    if (cmp_load_file(x->floor_path, &z, &zn) != 0)
+        cmp_fail("floor read %s", x->floor_path);
+    unsigned long long raw = ZSTD_getFrameContentSize(z, zn);
+    if (raw == ZSTD_CONTENTSIZE_UNKNOWN || raw == ZSTD_CONTENTSIZE_ERROR)
+        cmp_fail("floor frame has no size");
+    uint8_t *out = cmp_xmalloc((size_t)raw + 1);
+    size_t d = ZSTD_decompress(out, (size_t)raw, z, zn);
+    out[raw] = 0;
+    double t = cmp_now() - t0;
+    if (ZSTD_isError(d) || d != x->size || memcmp(out, x->bytes, d) != 0)
+        cmp_fail("floor decoded wrong bytes");
+    free(z);
+    free(out);
+    return t;
+}
+
+/* ---- throughput --------------------------------------------------------- */
+
+static void throughput(int sys, const char *db, const char *dir, uint64_t n_entries, int procs,
+                       double seconds)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        cmp_fail("pipe: %s", strerror(errno));
+    int go[2];
+    if (pipe(go) != 0)
+        cmp_fail("pipe: %s", strerror(errno));
+    pid_t pids[8];
+    for (int p = 0; p < procs; p++) {
+        pids[p] = fork();
+        if (pids[p] < 0)
+            cmp_fail("fork: %s", strerror(errno));
+        if (pids[p] == 0) {
+            close(fds[0]);
+            close(go[1]);
+            kcache_store *s = sys == SYS_KCACHE ? open_store(db, UINT64_MAX) : NULL;
+            fpe_cache *c = sys == SYS_FPE ? open_fpe(dir, 0) : NULL;
+            char b;
+            if (read(go[0], &b, 1) != 0) /* the parent closes it: everyone starts */
+                _exit(2);
+            uint64_t st = (uint64_t)p * 7777 + 1, ops = 0, bytes = 0;
+            double end = cmp_now() + seconds;
+            while (cmp_now() < end) {
+                uint64_t i = cmp_splitmix(&st) % n_entries;
+                kcache_key k = entry_key(i);
+                if (s) {
+                    kcache_entry *e;
+                    if (kcache_store_get(s, &e, &k, KCACHE_GET_DEFAULT) != 0)
+                        _exit(3);
+                    bytes += e->size;
+                    kcache_entry_free(e);
+                } else {
+                    void *d;
+                    size_t n;
+                    if (fpe_get(c, k.bytes, &d, &n) != 0)
+                        _exit(3);
+                    bytes += n;
+                    free(d);
+                }
+                ops++;
+            }
+            kcache_store_close(s);
+            fpe_close(c);
+            uint64_t res[2] = {ops, bytes};
+            if (write(fds[1], res, sizeof(res)) != (ssize_t)sizeof(res))
+                _exit(4);
+            _exit(0);
+        }
+    }
+    close(fds[1]);
+    close(go[0]);
+    usleep(300000); /* let every child open its handle */
+    close(go[1]);
+    uint64_t ops = 0, bytes = 0;
+    for (int p = 0; p < procs; p++) {
+        uint64_t res[2];
+        if (read(fds[0], res, sizeof(res)) != (ssize_t)sizeof(res))
+            cmp_fail("a %s throughput process failed", sys_name[sys]);
+        ops += res[0];
+        bytes += res[1];
+    }
+    close(fds[0]);
+    for (int p = 0; p < procs; p++) {
+        int status;
+        waitpid(pids[p], &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            cmp_fail("a %s throughput process failed", sys_name[sys]);
+    }
+    char casename[32];
+    snprintf(casename, sizeof(casename), "%d proc", procs);
+    cmp_rec("throughput", sys_name[sys], casename, "gets_per_s", (double)ops / seconds, "1/s");
+    cmp_rec("throughput", sys_name[sys], casename, "MB_per_s", (double)bytes / seconds / 1e6,
+            "MB/s");
+}
+
+/* ---- the run ------------------------------------------------------------ */
+
+static void load_pool(const char *const *cubins, size_t n_cubins)
+{
+    size_t total = 0;
+    uint8_t *all = NULL;
+    for (size_t i = 0; i < n_cubins; i++) {
+        uint8_t *d;
+        size_t n;
+        if (cmp_load_file(cubins[i], &d, &n) != 0)
+            cmp_fail("cannot read %s", cubins[i]);
+        n -= n % 16;
+        uint8_t *g = realloc(all, total + n);
+        if (!g)
+            cmp_fail("out of memory");
+        all = g;
+        memcpy(all + total, d, n);
+        total += n;
+        free(d);
+    }
+    if (total < 4096)
+        cmp_fail("the CUBINs given hold too few bytes (%zu)", total);
+    pool = all;
+    pool_words = total / 16;
+}
+
+int cmp_store_main(const struct cmp_store_args *a)
+{
+    load_pool(a->cubins, a->n_cubins);
+    const uint64_t n = a->entries;
+    char db[4200], dir[4200], floor_dir[4200], wal[4200], shm[4200];
+    snprintf(db, sizeof(db), "%s/kcache.db", a->workdir);
+    snprintf(dir, sizeof(dir), "%s/fpe", a->workdir);
+    snprintf(floor_dir, sizeof(floor_dir), "%s/floor", a->workdir);
+    db_files(db, wal, shm);
+    remove_tree(a->workdir);
+    if (mkdir(a->workdir, 0700) != 0 || mkdir(floor_dir, 0700) != 0)
+        cmp_fail("cannot make %s: %s", a->workdir, strerror(errno));
+
+    /* Sizes, shared with the Python run (cuda.core) through a file. */
+    size_t *sizes = cmp_xmalloc(n * sizeof(*sizes));
+    uint64_t raw_total = 0;
+    double *sz = cmp_xmalloc(n * sizeof(double));
+    for (uint64_t i = 0; i < n; i++) {
+        sizes[i] = entry_size(i);
+        raw_total += sizes[i];
+        sz[i] = (double)sizes[i];
+    }
+    cmp_rec("dataset", "-", "entries", "count", (double)n, "");
+    cmp_rec("dataset", "-", "entries", "raw_bytes", (double)raw_total, "B");
+    cmp_rec("dataset", "-", "entries", "median_size", cmp_quantile(sz, n, 0.5), "B");
+    cmp_rec("dataset", "-", "entries", "p99_size", cmp_quantile(sz, n, 0.99), "B");
+    free(sz);
+    {
+        /* How well the synthetic bytes compress, against the real CUBINs. */
+        uint8_t *b = cmp_xmalloc(MIB + 1), *zb = cmp_xmalloc(ZSTD_compressBound(MIB));
+        uint64_t raw = 0, z = 0;
+        for (uint64_t i = 0; i < n && i < 300; i++) {
+            entry_bytes(i, b, sizes[i]);
+            size_t zn = ZSTD_compress(zb, ZSTD_compressBound(MIB), b, sizes[i], FLOOR_ZSTD_LEVEL);
+            if (ZSTD_isError(zn))
+                cmp_fail("zstd: %s", ZSTD_getErrorName(zn));
+            raw += sizes[i];
+            z += zn;
+        }
+        cmp_rec("dataset", "-", "synthetic", "zstd6_ratio", (double)raw / (double)z, "x");
+        size_t zn = ZSTD_compress(zb, ZSTD_compressBound(MIB), pool, pool_words * 16,
+                                  FLOOR_ZSTD_LEVEL);
+        cmp_rec("dataset", "-", "real CUBINs", "zstd6_ratio",
+                (double)(pool_words * 16) / (double)zn, "x");
+        free(b);
+        free(zb);
+        if (a->ratio_only)
+            return 0;
+    }
+    if (a->sizes_out) {
+        FILE *f = fopen(a->sizes_out, "w");
+        if (!f)
+            cmp_fail("cannot write %s", a->sizes_out);
+        for (uint64_t i = 0; i < n; i++)
+            fprintf(f, "%zu\n", sizes[i]);
+        fclose(f);
+    }
+
+    /* Populate both, one entry at a time; generating is not timed. */
+    uint8_t *buf = cmp_xmalloc(MIB + 1);
+    kcache_store *s = open_store(db, UINT64_MAX);
+    fpe_cache *c = open_fpe(dir, 0);
+    double t_kc = 0, t_fpe = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        entry_bytes(i, buf, sizes[i]);
+        kcache_key k = entry_key(i);
+        double t0 = cmp_now();
+        kc_put(s, i, buf, sizes[i]);
+        double t1 = cmp_now();
+        if (fpe_put(c, k.bytes, buf, sizes[i]) != 0)
+            cmp_fail("file-per-entry put failed");
+        double t2 = cmp_now();
+        t_kc += t1 - t0;
+        t_fpe += t2 - t1;
+    }
+    kcache_store_close(s);
+    fpe_close(c);
+    cmp_rec("populate", "kcache", "all", "puts_per_s", (double)n / t_kc, "1/s");
+    double kc_ratio = (double)raw_total / (double)(kc_disk(db) ? kc_disk(db) : 1);
+    if (kc_ratio < 1)
+        kc_ratio = 1;
+    cmp_rec("populate", "file-per-entry", "all", "puts_per_s", (double)n / t_fpe, "1/s");
+
+    /* Disk: what a user sees after the writers closed. */
+    uint64_t kc_app = cmp_file_size(db) + cmp_file_size(wal) + cmp_file_size(shm);
+    uint64_t kc_alloc = cmp_file_blocks(db) + cmp_file_blocks(wal) + cmp_file_blocks(shm);
+    double kc_files = (cmp_file_size(db) > 0) + (access(wal, F_OK) == 0) +
+                      (access(shm, F_OK) == 0);
+    fpe_usage u;
+    fpe_disk_usage(dir, &u);
+    cmp_rec("disk", "kcache", "all", "apparent_bytes", (double)kc_app, "B");
+    cmp_rec("disk", "kcache", "all", "allocated_bytes", (double)kc_alloc, "B");
+    cmp_rec("disk", "kcache", "all", "files", kc_files, "");
+    cmp_rec("disk", "kcache", "all", "dirs", 0, "");
+    cmp_rec("disk", "file-per-entry", "all", "apparent_bytes", (double)u.apparent_bytes, "B");
+    cmp_rec("disk", "file-per-entry", "all", "allocated_bytes", (double)u.allocated_bytes, "B");
+    cmp_rec("disk", "file-per-entry", "all", "files", (double)u.files, "");
+    cmp_rec("disk", "file-per-entry", "all", "dirs", (double)u.dirs, "");
+
+    /* Samples per size bin, with their floor frames. */
+    struct sample *samples = cmp_xmalloc(N_BINS * a->per_bin * sizeof(*samples));
+    size_t n_samples[N_BINS] = {0};
+    for (uint64_t i = 0; i < n; i++) {
+        for (int b = 0; b < N_BINS; b++) {
+            if (sizes[i] >= bin_lo[b] && sizes[i] < bin_lo[b + 1] &&
+                n_samples[b] < a->per_bin) {
+                struct sample *x = &samples[b * a->per_bin + n_samples[b]++];
+                x->index = i;
+                x->size = sizes[i];
+                x->bytes = cmp_xmalloc(sizes[i] + 1);
+                entry_bytes(i, x->bytes, sizes[i]);
+                ZSTD_CCtx *z = ZSTD_createCCtx();
+                if (!z)
+                    cmp_fail("out of memory");
+                ZSTD_CCtx_setParameter(z, ZSTD_c_compressionLevel, FLOOR_ZSTD_LEVEL);
+                ZSTD_CCtx_setParameter(z, ZSTD_c_checksumFlag, 1);
+                size_t bound = ZSTD_compressBound(sizes[i]);
+                uint8_t *zb = cmp_xmalloc(bound);
+                size_t zn = ZSTD_compress2(z, zb, bound, x->bytes, sizes[i]);
+                if (ZSTD_isError(zn))
+                    cmp_fail("zstd: %s", ZSTD_getErrorName(zn));
+                ZSTD_freeCCtx(z);
+                cmp_fmt(x->floor_path, sizeof(x->floor_path), "%s/%llu.zst", floor_dir,
+                         (unsigned long long)i);
+                cmp_write_file(x->floor_path, zb, zn);
+                free(zb);
+            }
+        }
+    }
+    if (a->samples_out) {
+        FILE *f = fopen(a->samples_out, "w");
+        if (!f)
+            cmp_fail("cannot write %s", a->samples_out);
+        for (int b = 0; b < N_BINS; b++)
+            for (size_t j = 0; j < n_samples[b]; j++)
+                fprintf(f, "%d %llu\n", b, (unsigned long long)samples[b * a->per_bin + j].index);
+        fclose(f);
+    }
+
+    /* Warm hits: the three interleaved, order rotating, same entries. */
+    s = open_store(db, UINT64_MAX);
+    c = open_fpe(dir, 0);
+    double *t[N_SYS];
+    for (int k = 0; k < N_SYS; k++)
+        t[k] = cmp_xmalloc(a->hit_iters * sizeof(double));
+    for (int b = 0; b < N_BINS; b++) {
+        size_t m = n_samples[b];
+        if (!m)
+            continue;
+        double med_size;
+        {
+            double *ss = cmp_xmalloc(m * sizeof(double));
+            for (size_t j = 0; j < m; j++)
+                ss[j] = (double)samples[b * a->per_bin + j].size;
+            med_size = cmp_quantile(ss, m, 0.5);
+            free(ss);
+        }
+        for (size_t j = 0; j < m; j++) { /* warm-up: one of each */
+            get_kcache(s, &samples[b * a->per_bin + j]);
+            get_fpe(c, &samples[b * a->per_bin + j]);
+            get_floor(&samples[b * a->per_bin + j]);
+        }
+        for (size_t it = 0; it < a->hit_iters; it++) {
+            const struct sample *x = &samples[b * a->per_bin + it % m];
+            for (int r = 0; r < N_SYS; r++) {
+                int k = (int)((r + it) % N_SYS);
+                t[k][it] = k == SYS_KCACHE ? get_kcache(s, x)
+                           : k == SYS_FPE  ? get_fpe(c, x)
+                                           : get_floor(x);
+            }
+        }
+        for (int k = 0; k < N_SYS; k++) {
+            cmp_rec("hit_warm", sys_name[k], bin_name[b], "median_us",
+                    cmp_quantile(t[k], a->hit_iters, 0.5) * 1e6, "us");
+            cmp_rec("hit_warm", sys_name[k], bin_name[b], "p99_us",
+                    cmp_quantile(t[k], a->hit_iters, 0.99) * 1e6, "us");
+            cmp_rec("hit_warm", sys_name[k], bin_name[b], "size", med_size, "B");
+        }
+    }
+    kcache_store_close(s);
+    fpe_close(c);
+
+    /*
+     * Cold: everything synced, then before each get the files it reads are
+     * dropped from the page cache (posix_fadvise DONTNEED; no root needed),
+     * and the get is a fresh process's: open, get, close. The same loop
+     * without the drop gives the warm one-get-per-process figure.
+     */
+    sync_dir(a->workdir);
+    double *t_open = cmp_xmalloc(a->cold_iters * sizeof(double));
+    double *t_get = cmp_xmalloc(a->cold_iters * sizeof(double));
+    double *t_close = cmp_xmalloc(a->cold_iters * sizeof(double));
+    double *t_nt = cmp_xmalloc(a->cold_iters * sizeof(double));
+    double *t_ntc = cmp_xmalloc(a->cold_iters * sizeof(double));
+    for (int cold = 1; cold >= 0; cold--) {
+        const char *group = cold ? "hit_cold" : "hit_open";
+        for (int b = 0; b < N_BINS; b++) {
+            size_t m = n_samples[b];
+            if (!m)
+                continue;
+            for (size_t it = 0; it < a->cold_iters; it++) {
+                const struct sample *x = &samples[b * a->per_bin + it % m];
+                for (int r = 0; r < N_SYS; r++) {
+                    int k = (int)((r + it) % N_SYS);
+                    char path[4200];
+                    double t0;
+                    if (k == SYS_KCACHE) {
+                        if (cold) {
+                            cmp_drop_cache(db);
+                            cmp_drop_cache(wal);
+                        }
+                        t0 = cmp_now();
+                        kcache_store *s2 = open_store(db, UINT64_MAX);
+                        double ta = cmp_now();
+                        get_kcache(s2, x);
+                        double tb = cmp_now();
+                        kcache_store_close(s2);
+                        t_open[it] = ta - t0;
+                        t_get[it] = tb - ta;
+                        t_close[it] = cmp_now() - tb;
+                    } else if (k == SYS_FPE) {
+                        kcache_key key = entry_key(x->index);
+                        fpe_cache *c2 = open_fpe(dir, 0);
+                        fpe_entry_path(c2, key.bytes, path, sizeof(path));
+                        fpe_close(c2);
+                        if (cold)
+                            cmp_drop_cache(path);
+                        t0 = cmp_now();
+                        c2 = open_fpe(dir, 0);
+                        get_fpe(c2, x);
+                        fpe_close(c2);
+                    } else {
+                        if (cold)
+                            cmp_drop_cache(x->floor_path);
+                        t0 = cmp_now();
+                        get_floor(x);
+                    }
+                    t[k][it] = cmp_now() - t0;
+                }
+                if (cold) {
+                    sync_dir(a->workdir); /* the touches kcache wrote */
+                } else {
+                    /* The same without recording the hit: what the touch costs. */
+                    double t0 = cmp_now();
+                    kcache_store *s2 = open_store(db, UINT64_MAX);
+                    get_kcache_flags(s2, x, KCACHE_GET_NO_TOUCH);
+                    double tb = cmp_now();
+                    kcache_store_close(s2);
+                    t_nt[it] = cmp_now() - t0;
+                    t_ntc[it] = cmp_now() - tb;
+                }
+            }
+            cmp_rec(group, "kcache", bin_name[b], "open_median_us",
+                    cmp_quantile(t_open, a->cold_iters, 0.5) * 1e6, "us");
+            cmp_rec(group, "kcache", bin_name[b], "get_median_us",
+                    cmp_quantile(t_get, a->cold_iters, 0.5) * 1e6, "us");
+            cmp_rec(group, "kcache", bin_name[b], "close_median_us",
+                    cmp_quantile(t_close, a->cold_iters, 0.5) * 1e6, "us");
+            if (!cold) {
+                cmp_rec(group, "kcache", bin_name[b], "no_touch_median_us",
+                        cmp_quantile(t_nt, a->cold_iters, 0.5) * 1e6, "us");
+                cmp_rec(group, "kcache", bin_name[b], "no_touch_close_median_us",
+                        cmp_quantile(t_ntc, a->cold_iters, 0.5) * 1e6, "us");
+            }
+            for (int k = 0; k < N_SYS; k++) {
+                cmp_rec(group, sys_name[k], bin_name[b], "median_us",
+                        cmp_quantile(t[k], a->cold_iters, 0.5) * 1e6, "us");
+                cmp_rec(group, sys_name[k], bin_name[b], "p99_us",
+                        cmp_quantile(t[k], a->cold_iters, 0.99) * 1e6, "us");
+            }
+        }
+    }
+    for (int k = 0; k < N_SYS; k++)
+        free(t[k]);
+    free(t_open);
+    free(t_get);
+    free(t_close);
+    free(t_nt);
+    free(t_ntc);
+
+    /* Throughput: every entry in page cache, uniform random keys. */
+    cmp_warm_file(db);
+    cmp_warm_file(wal);
+    for (int procs = 1; procs <= 4; procs *= 2) {
+        throughput(SYS_KCACHE, db, dir, n, procs, a->seconds);
+        throughput(SYS_FPE, db, dir, n, procs, a->seconds);
+    }
+
+    /* Prune to half the bytes on disk. */
+    {
+        s = open_store(db, UINT64_MAX);
+        /* Half of what the entries take (the WAL may hold pages the file
+         * does not yet, so half of file + WAL could be met by a checkpoint). */
+        kcache_stats *ps;
+        if (kcache_store_stats(s, &ps) != 0)
+            cmp_fail("stats: %s", kcache_store_errmsg(s));
+        kcache_prune_options po = KCACHE_PRUNE_OPTIONS_INIT;
+        po.max_size = ps->stored_bytes / 2;
+        kcache_stats_free(ps);
+        kcache_prune_result pr;
+        double t0 = cmp_now();
+        if (kcache_store_prune(s, &po, &pr) != 0)
+            cmp_fail("prune: %s", kcache_store_errmsg(s));
+        double tk = cmp_now() - t0;
+        kcache_store_close(s);
+        cmp_rec("prune", "kcache", "to half", "seconds", tk, "s");
+        cmp_rec("prune", "kcache", "to half", "evicted", (double)pr.evicted, "");
+        cmp_rec("prune", "kcache", "to half", "bytes_after_over_target",
+                (double)pr.disk_after / (double)po.max_size, "x");
+        cmp_rec("prune", "kcache", "to half", "disk_before", (double)pr.disk_before, "B");
+        c = open_fpe(dir, 0);
+        fpe_prune_result fr;
+        if (fpe_prune(c, UINT64_MAX, &fr) != 0) /* counts only */
+            cmp_fail("file-per-entry scan failed");
+        uint64_t target = fr.bytes_after / 2;
+        t0 = cmp_now();
+        if (fpe_prune(c, target, &fr) != 0)
+            cmp_fail("file-per-entry prune failed");
+        double tf = cmp_now() - t0;
+        fpe_close(c);
+        cmp_rec("prune", "file-per-entry", "to half", "seconds", tf, "s");
+        cmp_rec("prune", "file-per-entry", "to half", "evicted", (double)fr.evicted, "");
+        cmp_rec("prune", "file-per-entry", "to half", "bytes_after_over_target",
+                (double)fr.bytes_after / (double)target, "x");
+        cmp_rec("prune", "file-per-entry", "to half", "disk_before", (double)fr.bytes_before,
+                "B");
+    }
+    remove_tree(dir);
+    unlink(db);
+    unlink(wal);
+    unlink(shm);
+
+    /* Writing past a cap: on-disk size sampled as entries go in. */
+    {
+        const uint64_t cap = a->cap;
+        s = open_store(db, cap);
+        c = open_fpe(dir, cap);
+        uint64_t written = 0, i = 0, step = 0;
+        double tk = 0, tf = 0, max_k = 0, max_f = 0;
+        uint64_t puts = 0;
+        /* Enough raw bytes that even compressed (kcache) they pass the cap
+         * cap_factor times over. */
+        const uint64_t to_write = (uint64_t)((double)(a->cap_factor * cap) * kc_ratio);
+        uint64_t every = (to_write / (60 * KIB)) / 40 + 1;
+        while (written < to_write) {
+            uint64_t idx = UINT64_C(1) << 40 | i++;
+            size_t sn = entry_size(idx);
+            entry_bytes(idx, buf, sn);
+            kcache_key k = entry_key(idx);
+            double t0 = cmp_now();
+            kc_put(s, idx, buf, sn);
+            double t1 = cmp_now();
+            if (fpe_put(c, k.bytes, buf, sn) != 0)
+                cmp_fail("file-per-entry put failed");
+            tf += cmp_now() - t1;
+            tk += t1 - t0;
+            written += sn;
+            puts++;
+            if (++step % every == 0) {
+                double dk = (double)kc_disk(db);
+                fpe_usage fu;
+                fpe_disk_usage(dir, &fu);
+                double df = (double)fu.apparent_bytes;
+                char casename[32];
+                snprintf(casename, sizeof(casename), "%.3f", (double)written / (double)cap);
+                cmp_rec("cap_series", "kcache", casename, "disk_over_cap", dk / (double)cap,
+                        "x");
+                cmp_rec("cap_series", "file-per-entry", casename, "disk_over_cap",
+                        df / (double)cap, "x");
+                cmp_rec("cap_series", "file-per-entry", casename, "files_over_cap",
+                        (double)(fu.apparent_bytes - fu.dirs * 4096) / (double)cap, "x");
+                if (dk > max_k)
+                    max_k = dk;
+                if (df > max_f)
+                    max_f = df;
+            }
+        }
+        kcache_stats *st = NULL;
+        double evicted = 0;
+        if (kcache_store_stats(s, &st) == 0) {
+            evicted = (double)st->evictions;
+            cmp_rec("cap", "kcache", "end", "entries", (double)st->entries, "");
+            kcache_stats_free(st);
+        }
+        kcache_store_close(s);
+        fpe_close(c);
+        double end_k = (double)kc_disk(db), end_f = (double)fpe_bytes(dir);
+        if (end_k > max_k)
+            max_k = end_k;
+        fpe_disk_usage(dir, &u);
+        fpe_prune_result fr;
+        c = open_fpe(dir, 0);
+        fpe_prune(c, UINT64_MAX, &fr); /* counts only: the entry files' bytes */
+        fpe_close(c);
+        cmp_rec("cap", "file-per-entry", "end", "files_over_cap",
+                (double)fr.bytes_after / (double)cap, "x");
+        cmp_rec("cap", "file-per-entry", "end", "dirs", (double)u.dirs, "");
+        cmp_rec("cap", "-", "cap", "bytes", (double)cap, "B");
+        cmp_rec("cap", "-", "written", "raw_over_cap", (double)written / (double)cap, "x");
+        cmp_rec("cap", "kcache", "max", "disk_over_cap", max_k / (double)cap, "x");
+        cmp_rec("cap", "kcache", "end", "disk_over_cap", end_k / (double)cap, "x");
+        cmp_rec("cap", "kcache", "all", "puts_per_s", (double)puts / tk, "1/s");
+        cmp_rec("cap", "kcache", "all", "evicted", evicted, "");
+        cmp_rec("cap", "file-per-entry", "max", "disk_over_cap", max_f / (double)cap, "x");
+        cmp_rec("cap", "file-per-entry", "end", "disk_over_cap", end_f / (double)cap, "x");
+        cmp_rec("cap", "file-per-entry", "all", "puts_per_s", (double)puts / tf, "1/s");
+        cmp_rec("cap", "file-per-entry", "end", "entries", (double)u.files, "");
+        cmp_note("cap: kcache counts database + WAL against its cap, the file-per-entry cache "
+                 "the sizes of its entry files (directories not counted), as cuda.core does");
+    }
+
+    for (size_t j = 0; j < N_BINS * a->per_bin; j++)
+        if (j % a->per_bin < n_samples[j / a->per_bin])
+            free(samples[j].bytes);
+    free(samples);
+    free(buf);
+    free(sizes);
+    free(pool);
+    remove_tree(a->workdir);
+    return 0;
+}
