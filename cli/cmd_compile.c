@@ -16,6 +16,8 @@
 #include "cli.h"
 #include "compile_args.h"
 
+#define KC_CLI_MAX(a, b) ((a) > (b) ? (a) : (b))
+
 static const char usage_text[] =
     "usage: kcache compile FILE.cu... --arch sm_90[,sm_80...] [options] [-- NVRTC-OPTIONS]\n"
     "\n"
@@ -147,6 +149,13 @@ static void *worker(void *arg)
 static void print_human(const struct job *job)
 {
     char t[64];
+    int file_w = 4, arch_w = 5;
+    for (size_t i = 0; i < job->n_items; i++) {
+        const kcache_result *r = job->items[i].result;
+        file_w = KC_CLI_MAX(file_w, (int)strlen(job->items[i].file));
+        if (r)
+            arch_w = KC_CLI_MAX(arch_w, (int)strlen(r->arch));
+    }
     for (size_t i = 0; i < job->n_items; i++) {
         const struct item *it = &job->items[i];
         const kcache_result *r = it->result;
@@ -154,8 +163,9 @@ static void print_human(const struct job *job)
             continue;
         char hex[KCACHE_KEY_HEX_SIZE];
         kcache_key_hex(hex, &r->key);
-        printf("%-5s %-12s %-28s %.12s %10s  %s\n", r->hit ? "hit" : "miss", r->arch, it->file,
-               r->keyed ? hex : "(not cached)", cli_format_duration(t, sizeof(t), r->elapsed_ns),
+        printf("%-4s  %-*s  %-*s  %-12.12s  %10s  %s\n", r->hit ? "hit" : "miss", arch_w, r->arch,
+               file_w, it->file, r->keyed ? hex : "(not cached)",
+               cli_format_duration(t, sizeof(t), r->elapsed_ns),
                it->output[0] ? it->output : r->keyed && !r->store_status ? "cache" : "-");
     }
 }
