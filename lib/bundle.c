@@ -121,8 +121,12 @@ static int make_single_file(kcache_store *s, const char *path)
 {
     sqlite3 *db = NULL;
     int src = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
-    if (src == SQLITE_OK)
+    if (src == SQLITE_OK) {
+        /* Every connection kcache opens runs with these, even on a file it just wrote. */
+        sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
+        sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
         src = sqlite3_exec(db, "PRAGMA journal_mode = DELETE", NULL, NULL, NULL);
+    }
     int rc = src == SQLITE_OK ? 0
                               : bundle_err(s, KCACHE_EIO, "finishing %s: %s", path,
                                            db ? sqlite3_errmsg(db) : sqlite3_errstr(src));
@@ -256,6 +260,10 @@ static int query_int(sqlite3 *db, const char *sql, int64_t bind, int64_t *out)
 static int reference_schema(sqlite3 **out, int version)
 {
     int src = sqlite3_open_v2(":memory:", out, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (src == SQLITE_OK) {
+        sqlite3_db_config(*out, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
+        sqlite3_db_config(*out, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
+    }
     for (int v = 0; src == SQLITE_OK && v < version; v++)
         src = sqlite3_exec(*out, kc_schema_steps[v], NULL, NULL, NULL);
     return src;
@@ -311,6 +319,24 @@ out:
     return same;
 }
 
+/*
+ * SQLite's integrity_check can put several lines into one row ("*** in
+ * database main ***\nPage 3: ..."): messages are one line.
+ */
+static void integrity_line(char *out, size_t size, const char *text)
+{
+    static const char banner[] = "*** in database main ***";
+    if (!strncmp(text, banner, sizeof(banner) - 1))
+        text += sizeof(banner) - 1;
+    while (*text == '\n' || *text == ' ')
+        text++;
+    size_t n = 0;
+    for (; *text && n + 1 < size; text++)
+        out[n++] = *text == '\n' || *text == '\r' ? ' ' : *text;
+    if (size)
+        out[n] = '\0';
+}
+
 static int check_integrity(sqlite3 *db, char *what, size_t what_size)
 {
     sqlite3_stmt *st = NULL;
@@ -319,14 +345,34 @@ static int check_integrity(sqlite3 *db, char *what, size_t what_size)
     if (src == SQLITE_OK && (src = sqlite3_step(st)) == SQLITE_ROW) {
         const char *first = (const char *)sqlite3_column_text(st, 0);
         ok = first && !strcmp(first, "ok") && sqlite3_step(st) == SQLITE_DONE;
-        if (!ok)
-            snprintf(what, what_size, "SQLite's integrity check failed: %s",
-                     first ? first : "?");
+        if (!ok) {
+            char line[160];
+            integrity_line(line, sizeof(line), first ? first : "?");
+            snprintf(what, what_size, "SQLite's integrity check failed: %s", line);
+        }
     } else {
         snprintf(what, what_size, "SQLite cannot check it: %s", sqlite3_errstr(src));
     }
     sqlite3_finalize(st);
     return ok;
+}
+
+/* "file:PATH?immutable=1", the path's own '%', '?' and '#' escaped. Free it. */
+static char *immutable_uri(const char *path)
+{
+    size_t n = strlen(path);
+    char *uri = kc_malloc(3 * n + 32);
+    if (!uri)
+        return NULL;
+    char *q = uri + sprintf(uri, "file:");
+    for (const char *p = path; *p; p++) {
+        if (*p == '%' || *p == '?' || *p == '#')
+            q += sprintf(q, "%%%02x", (unsigned char)*p);
+        else
+            *q++ = *p;
+    }
+    strcpy(q, "?immutable=1");
+    return uri;
 }
 
 /*
@@ -346,7 +392,18 @@ static int check_file(kcache_store *s, const char *path)
     if (sb.st_size == 0)
         return bundle_err(s, KCACHE_ECORRUPT, "%s is empty, not a kcache bundle", path);
 
-    int src = sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+    struct stat live;
+    if (stat(kcache_store_path(s), &live) == 0 && live.st_dev == sb.st_dev &&
+        live.st_ino == sb.st_ino)
+        return bundle_err(s, KCACHE_EINVAL, "%s is the cache itself (another name for it)", path);
+
+    /* immutable: no locks, no -journal, -wal or -shm read or made beside the user's file. */
+    char *uri = immutable_uri(path);
+    if (!uri)
+        return bundle_err(s, KCACHE_ENOMEM, "out of memory");
+    int src = sqlite3_open_v2(uri, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX |
+                                            SQLITE_OPEN_URI, NULL);
+    free(uri);
     if (src != SQLITE_OK) {
         rc = bundle_err(s, KCACHE_EIO, "cannot open %s: %s", path, sqlite3_errstr(src));
         goto out;
@@ -355,6 +412,23 @@ static int check_file(kcache_store *s, const char *path)
     sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
     sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, NULL);
     sqlite3_exec(db, "PRAGMA query_only = 1", NULL, NULL, NULL);
+    /*
+     * A file in WAL mode (a copy of a live cache) keeps part of itself in a
+     * -wal file and cannot be read without making a -shm beside it: a bundle
+     * is one file, as kcache export writes it.
+     */
+    uint8_t h[20];
+    sqlite3_file *f = NULL;
+    if (sb.st_size >= (off_t)sizeof(h) &&
+        sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &f) == SQLITE_OK && f &&
+        f->pMethods && f->pMethods->xRead(f, h, sizeof(h), 0) == SQLITE_OK &&
+        !memcmp(h, "SQLite format 3", 16) && (h[18] == 2 || h[19] == 2)) {
+        rc = bundle_err(s, KCACHE_EINVAL,
+                        "%s is in WAL mode, as a live cache is, not a bundle: make one with "
+                        "kcache export; nothing imported",
+                        path);
+        goto out;
+    }
 
     int64_t app = 0, version = 0, bad = 0;
     src = query_int(db, "PRAGMA application_id", 0, &app);
@@ -480,6 +554,23 @@ KCACHE_API int kcache_bundle_import(kcache_store *store, const char *path,
                             "%s is damaged: entry %.16s does not match its digest (%s); "
                             "nothing imported",
                             path, hex, kcache_store_errmsg(src));
+            goto out;
+        }
+        /*
+         * The store checks what it serves against the stored bytes' digest and
+         * the frame checksum; the artifact's own digest (what get hands out as
+         * e->digest) it takes from the row. A bundle's rows come from another
+         * machine: that digest must be the artifact's too.
+         */
+        uint8_t check[KC_DIGEST_SIZE];
+        kc_digest(check, e->data, e->size);
+        if (memcmp(check, e->digest, KC_DIGEST_SIZE) != 0) {
+            char hex[KCACHE_KEY_HEX_SIZE];
+            kcache_key_hex(hex, &keys.items[i].key);
+            rc = bundle_err(store, KCACHE_ECORRUPT,
+                            "%s is damaged: entry %.16s does not match its digest; nothing "
+                            "imported",
+                            path, hex);
             goto out;
         }
         r.entries++;

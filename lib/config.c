@@ -452,7 +452,10 @@ static int replace_file(const char *file, const char *text, size_t n, char *err,
             goto out;
         }
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    /* Never through something planted at the temporary name: a symlink there would
+     * have this write truncate and fill whatever file it points to. */
+    unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
         rc = kc_fmt(err, err_size, KCACHE_EIO, "cannot write %s: %s", tmp, strerror(errno));
         goto out;
@@ -607,10 +610,12 @@ int kc_config_busy_timeout_at(unsigned *out, unsigned explicit_ms, const char *d
         *out = explicit_ms;
         return 0;
     }
-    if (v && !parse_ms(out, v))
-        return 0;
-    if ((v = file_value(SET_BUSY_TIMEOUT, db_path, buf, sizeof(buf))) && !parse_ms(out, v))
-        return 0;
+    /* A value that cannot be read is an error, as for KCACHE_MAX_SIZE: silently waiting
+     * 5 s instead of what the user asked for would be a surprise found much later. */
+    if (v)
+        return parse_ms(out, v) ? KCACHE_EINVAL : 0;
+    if ((v = file_value(SET_BUSY_TIMEOUT, db_path, buf, sizeof(buf))))
+        return parse_ms(out, v) ? KCACHE_EINVAL : 0;
     *out = 5000;
     return 0;
 }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
@@ -93,6 +94,19 @@ static const char *const stmt_sql[KC_STMT_COUNT] = {
     [KC_STMT_USAGE] = "SELECT arch, kind, hits, misses, saved_ns FROM usage",
 };
 
+/* Whether a write may have failed for RLIMIT_FSIZE: a file is within a page of the limit. */
+static int near_size_limit(kcache_store *s)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_FSIZE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return 0;
+    uint64_t file_bytes, wal_bytes;
+    kc_db_disk_usage(s, &file_bytes, &wal_bytes);
+    uint64_t margin = 65536 + 64;
+    return file_bytes + margin >= (uint64_t)rl.rlim_cur ||
+           wal_bytes + margin >= (uint64_t)rl.rlim_cur;
+}
+
 int kc_sqlerr(kcache_store *s, int rc, const char *what)
 {
     const char *msg = s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc);
@@ -109,9 +123,25 @@ int kc_sqlerr(kcache_store *s, int rc, const char *what)
     case SQLITE_READONLY:
         return kc_err(s, KCACHE_EIO, "%s: %s is read-only (check its directory's permissions)",
                       what, s->path);
+    case SQLITE_IOERR: {
+        /* SQLite reports only ENOSPC as SQLITE_FULL; the other ways to run out of room
+         * come back as I/O errors, which would not tell the user what to do. */
+        int sys = s->db ? sqlite3_system_errno(s->db) : 0;
+        if (sys == 0 && rc == SQLITE_IOERR_WRITE && near_size_limit(s))
+            sys = EFBIG; /* SQLite does not always keep the write's errno */
+        if (sys == ENOSPC || sys == EDQUOT)
+            return kc_err(s, KCACHE_EFULL, "%s: disk full writing %s: free space or lower the "
+                          "cap", what, s->path);
+        if (sys == EFBIG)
+            return kc_err(s, KCACHE_EFULL, "%s: %s reached the file size limit (ulimit -f): "
+                          "raise the limit or lower the cap", what, s->path);
+        if (sys == EROFS)
+            return kc_err(s, KCACHE_EIO, "%s: %s is on a read-only file system: set KCACHE_DIR "
+                          "to a writable directory", what, s->path);
+        return kc_err(s, KCACHE_EIO, "%s: %s: %s", what, s->path, msg);
+    }
     case SQLITE_CANTOPEN:
     case SQLITE_PERM:
-    case SQLITE_IOERR:
     case SQLITE_AUTH:
         return kc_err(s, KCACHE_EIO, "%s: %s: %s", what, s->path, msg);
     case SQLITE_CORRUPT:
@@ -393,6 +423,56 @@ out:
     free(dir);
 }
 
+static sqlite3 *open_untouched(const char *path);
+
+/*
+ * Whether the database file itself is sound although a connection reading it
+ * through its WAL was told it is damaged. The pages a connection reads are
+ * found through the shared-memory index (-shm), which every process using
+ * the cache maps and none checks beyond its header: a stray write into it
+ * makes a sound file look damaged to everyone until the last connection
+ * closes and the next one rebuilds it from the WAL (whose frames carry
+ * checksums). Setting the file aside then would throw away a good cache.
+ * Reads the file alone (immutable: no WAL, no -shm, no locks).
+ */
+static int file_itself_sound(kcache_store *s)
+{
+    char shm[4200];
+    struct stat sb;
+    snprintf(shm, sizeof(shm), "%s-shm", s->path);
+    if (stat(s->path, &sb) != 0 || sb.st_size == 0 || lstat(shm, &sb) != 0 ||
+        !S_ISREG(sb.st_mode) || sb.st_size == 0)
+        return 0; /* no file to read, or no index to blame */
+    sqlite3 *db = open_untouched(s->path);
+    if (!db)
+        return 0;
+    sqlite3_stmt *st = NULL;
+    int sound = 0, rc;
+    /*
+     * Only a file that says it is kcache's is looked into any further; and
+     * the full integrity check, not quick_check: an index that disagrees with
+     * its table is damage that only the full check sees.
+     */
+    if (pragma_int(db, "PRAGMA application_id", &rc) == KC_APPLICATION_ID && rc == SQLITE_OK &&
+        sqlite3_prepare_v2(db, "PRAGMA integrity_check(1)", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW) {
+        const unsigned char *verdict = sqlite3_column_text(st, 0);
+        sound = verdict && !strcmp((const char *)verdict, "ok");
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return sound;
+}
+
+static int index_damaged(kcache_store *s)
+{
+    return kc_err(s, KCACHE_ECORRUPT,
+                  "%s looks damaged through its shared-memory index (%s-shm) but the file "
+                  "itself is sound: kcache leaves it; the index is rebuilt once no process "
+                  "has the cache open",
+                  s->path, s->path);
+}
+
 /*
  * Moves the damaged file (and its WAL, which must never be replayed into a
  * new file) to PATH.corrupt-TIMESTAMP. Only if PATH is still the file this
@@ -408,6 +488,8 @@ static int quarantine(kcache_store *s, const char *why)
     }
     if (s->ino && (st.st_ino != s->ino || st.st_dev != s->dev))
         return 0;
+    if (file_itself_sound(s))
+        return index_damaged(s);
     char stamp[64], aside[4096], aside_wal[4200], shm[4200];
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -655,6 +737,11 @@ static sqlite3 *open_untouched(const char *path)
     if (sqlite3_open_v2(uri, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL) != SQLITE_OK) {
         sqlite3_close(db);
         db = NULL;
+    } else {
+        /* The file may be anyone's: nothing in its schema may run. */
+        sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
+        sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
+        sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, NULL);
     }
     free(uri);
     return db;
@@ -791,6 +878,18 @@ int kc_db_open(kcache_store *s)
     if (stat(s->path, &st) == 0 && S_ISDIR(st.st_mode))
         return kc_err(s, KCACHE_EIO, "%s is a directory, not a cache file: move it away or "
                       "set KCACHE_PATH to a file", s->path);
+    /*
+     * SQLite opens the -wal and -shm with O_NOFOLLOW and fails with "unable to
+     * open database file"; say which file and what to do instead.
+     */
+    char side[4200];
+    static const char *const sides[] = {"-wal", "-shm"};
+    for (size_t i = 0; i < KC_ARRAY_SIZE(sides); i++) {
+        snprintf(side, sizeof(side), "%s%s", s->path, sides[i]);
+        if (lstat(side, &st) == 0 && S_ISLNK(st.st_mode))
+            return kc_err(s, KCACHE_EIO, "%s is a symbolic link: kcache does not write through "
+                          "links it did not make; remove it", side);
+    }
     int damaged;
     rc = open_once(s, &damaged);
     if (rc && damaged && !s->read_only) {
@@ -846,11 +945,23 @@ int kc_db_recover(kcache_store *s, const char *why)
 {
     char reason[KC_ERRMSG_SIZE];
     snprintf(reason, sizeof(reason), "%s", why);
+    /*
+     * Checked before closing: a handle whose file is left where it is keeps its
+     * connection. The check reads the whole file, so while the index stays
+     * damaged it is not repeated on every call.
+     */
+    uint64_t now = kc_mono_ns();
+    if (s->index_damaged_ns && now - s->index_damaged_ns < UINT64_C(60000000000))
+        return index_damaged(s);
+    if (file_itself_sound(s)) {
+        s->index_damaged_ns = now;
+        return index_damaged(s);
+    }
     kc_db_close(s);
+    int damaged;
     int rc = quarantine(s, reason);
     if (rc)
         return rc;
-    int damaged;
     rc = open_once(s, &damaged);
     if (rc)
         kc_db_close(s);

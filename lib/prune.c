@@ -292,6 +292,13 @@ KCACHE_API int kcache_store_prune(kcache_store *store, const kcache_prune_option
         KC_WITH_RECOVERY(store, rc, kc_prune_locked(store, options, out ? out : &ignored));
     else
         kc_err(store, rc, "no database");
+    /*
+     * Evicting writes too (to the WAL, then the file): on a disk that is full
+     * to the last byte, "lower the cap" cannot be done until there is room.
+     */
+    if (rc == KCACHE_EFULL)
+        kc_err(store, rc, "disk full while evicting from %s: recording an eviction needs free "
+               "space too; free some on that disk (a few MiB), then prune again", store->path);
     pthread_mutex_unlock(&store->lock);
     return rc;
 }

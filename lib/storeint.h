@@ -79,6 +79,7 @@ struct kcache_store {
     size_t n_usage, cap_usage;
     uint64_t pending_corrupt, pending_failures;
     uint64_t last_flush_ns;
+    uint64_t index_damaged_ns; /* when the file was last found sound behind a damaged -shm */
 
     char errmsg[KC_ERRMSG_SIZE];
 };
