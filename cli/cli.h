@@ -83,6 +83,12 @@ int cli_open_store_to_read(kcache_store **out);
  */
 int cli_parse_json_only(int argc, char **argv, const char *verb, const char *usage, int *json);
 
+/*
+ * Checks a key prefix as typed (4 to 64 hex digits) before any store is
+ * opened. Returns -1 when it is well formed, else CLI_USAGE (reported).
+ */
+int cli_check_key_prefix(const char *verb, const char *prefix);
+
 /* Verbs. */
 int cmd_stats(int argc, char **argv);
 int cmd_compile(int argc, char **argv);

@@ -69,6 +69,9 @@ int cmd_get(int argc, char **argv)
     if (!output && isatty(fileno(stdout)))
         return cli_usage_error("get", "refusing to write binary data to a terminal: use -o FILE "
                                       "or a pipe");
+    int bad = cli_check_key_prefix("get", prefix);
+    if (bad >= 0)
+        return bad;
     kcache_store *store;
     if (cli_open_store_to_read(&store))
         return CLI_FAIL;

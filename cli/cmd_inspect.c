@@ -265,6 +265,9 @@ int cmd_inspect(int argc, char **argv)
     if (optind + 1 < argc)
         return cli_usage_error("inspect", "unexpected argument '%s'", argv[optind + 1]);
     const char *prefix = argv[optind];
+    int bad = cli_check_key_prefix("inspect", prefix);
+    if (bad >= 0)
+        return bad;
     kcache_store *store;
     if (cli_open_store_to_read(&store))
         return CLI_FAIL;

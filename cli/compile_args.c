@@ -161,6 +161,15 @@ int compile_args_parse(struct compile_args *a, const char *verb, const char *usa
             push(&a->archs, &a->n_archs, s);
     if (!a->n_archs)
         return cli_usage_error(verb, "--arch lists no architecture");
+    for (size_t i = 0; i < a->n_archs; i++) {
+        char norm[32];
+        if (strcmp(a->archs[i], "native") != 0 &&
+            kcache_arch_normalize(norm, sizeof(norm), a->archs[i]) != 0)
+            return cli_usage_error(verb,
+                                   "'%.40s' is not a GPU architecture (use e.g. sm_90, sm_90a, "
+                                   "compute_90 or native)",
+                                   a->archs[i]);
+    }
     return -1;
 }
 

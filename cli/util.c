@@ -124,6 +124,15 @@ int cli_parse_json_only(int argc, char **argv, const char *verb, const char *usa
     return -1;
 }
 
+int cli_check_key_prefix(const char *verb, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    if (n < 4 || n > 2 * KCACHE_KEY_SIZE || strspn(prefix, "0123456789abcdefABCDEF") != n)
+        return cli_usage_error(verb, "'%.80s' is not a key prefix: give 4 to 64 hex digits",
+                               prefix);
+    return -1;
+}
+
 /* ---- JSON ------------------------------------------------------------ */
 
 void cli_json_init(cli_json *j, FILE *out)

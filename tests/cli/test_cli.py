@@ -224,7 +224,11 @@ def test_inspect(root):
     # A prefix that matches nothing, and one too short.
     _, err = c.run("inspect", "ffffffffffff", rc=1)
     check(err.startswith("kcache: ") and len(err.splitlines()) == 1, "miss: %r" % err)
-    c.run("inspect", "ab", rc=1)
+    # A prefix that cannot be one is a usage error, before any cache is opened.
+    _, err = c.run("inspect", "ab", rc=2)
+    check(len(err.splitlines()) == 1 and "hex digits" in err, "short prefix: %r" % err)
+    _, err = c.run("get", "xyz!", "-o", os.path.join(root, "x"), rc=2)
+    check(len(err.splitlines()) == 1 and "hex digits" in err, "non-hex prefix: %r" % err)
     # Inspecting is not a hit.
     check(c.json("stats")["hits"] == 0, "inspect counted a hit")
 

@@ -226,6 +226,15 @@ def test_parallel_warm_up(root):
     check(second["hits"] == 9, "then 9 hits: %s" % second["hits"])
 
 
+def test_bad_arch_is_usage_error(root):
+    c = Cache(root)
+    src = corpus_copy(root)
+    for bad in ("sm_abc", "sm_", "sm_99999999", "", "compute_", "gfx90a"):
+        _, err = c.run("compile", os.path.join(src, "saxpy.cu"), "--arch", bad, rc=2)
+        check(len(err.splitlines()) == 1 and err.startswith("kcache: "), "%r: %r" % (bad, err))
+    check(not os.path.exists(c.db), "nothing opened or stored for a bad architecture")
+
+
 def test_arch_native(root):
     """--arch native asks the driver: works on a GPU machine, fails clearly without one."""
     c = Cache(root)
