@@ -464,33 +464,53 @@ static struct artifact artifact_of(const kcache_result *r)
                              r->size, r->n_names, r->name_exprs, r->lowered_names};
 }
 
-int kcache_gpu_function(kcache_gpu *gpu, const kcache_request *request, const char *name,
-                        struct CUfunc_st **out)
+/* Gets a result for a request: a compile or a link; key_only derives the key alone. */
+typedef int (*produce_fn)(kcache_gpu *g, const void *request, int key_only, kcache_result **out);
+
+static int produce_compile(kcache_gpu *g, const void *request, int key_only, kcache_result **out)
+{
+    kcache_request q = *(const kcache_request *)request;
+    if (key_only)
+        q.flags |= KCACHE_COMPILE_KEY_ONLY;
+    return kcache_compile(g->compiler, &q, out);
+}
+
+static int produce_link(kcache_gpu *g, const void *request, int key_only, kcache_result **out)
+{
+    /* A link's key covers its inputs' digests: their (cached) compiles run, the link does not. */
+    kcache_link_request q = *(const kcache_link_request *)request;
+    if (key_only)
+        q.flags |= KCACHE_COMPILE_KEY_ONLY;
+    return kcache_link(g->compiler, &q, out);
+}
+
+/*
+ * The key alone first: a memoised kernel needs nothing else. Otherwise the
+ * artifact (from the cache or made now) is loaded and the function memoised.
+ */
+static int function_of(kcache_gpu *gpu, const void *request, const char *name, CUfunction *out,
+                       const char *api, const char *step, produce_fn produce)
 {
     if (!gpu)
         return KCACHE_EINVAL;
-    int rc = check_args(gpu, request, name, out, "kcache_gpu_function");
+    int rc = check_args(gpu, request, name, out, api);
     if (rc)
         return rc;
     CUcontext ctx;
     unsigned long long ctx_id;
     if ((rc = ensure_context(gpu, &ctx, &ctx_id)))
         return rc;
-    /* The key alone first: a memoised kernel needs nothing else. */
-    kcache_request q = *request;
-    q.flags |= KCACHE_COMPILE_KEY_ONLY;
     kcache_result *r = NULL;
-    rc = kcache_compile(gpu->compiler, &q, &r);
-    if (rc) {
-        rc = result_fail(gpu, rc, r, "kcache_gpu_function");
+    if ((rc = produce(gpu, request, 1, &r))) {
+        rc = result_fail(gpu, rc, r, api);
         goto out;
     }
     if ((*out = lookup_function(gpu, &r->key, ctx_id, name)))
         goto out;
     kcache_result_free(r);
     r = NULL;
-    if ((rc = kcache_compile(gpu->compiler, request, &r))) {
-        rc = result_fail(gpu, rc, r, "compile");
+    if ((rc = produce(gpu, request, 0, &r))) {
+        rc = result_fail(gpu, rc, r, step);
         goto out;
     }
     struct artifact a = artifact_of(r);
@@ -500,39 +520,17 @@ out:
     return rc;
 }
 
+int kcache_gpu_function(kcache_gpu *gpu, const kcache_request *request, const char *name,
+                        struct CUfunc_st **out)
+{
+    return function_of(gpu, request, name, out, "kcache_gpu_function", "compile",
+                       produce_compile);
+}
+
 int kcache_gpu_link_function(kcache_gpu *gpu, const kcache_link_request *request, const char *name,
                              struct CUfunc_st **out)
 {
-    if (!gpu)
-        return KCACHE_EINVAL;
-    int rc = check_args(gpu, request, name, out, "kcache_gpu_link_function");
-    if (rc)
-        return rc;
-    CUcontext ctx;
-    unsigned long long ctx_id;
-    if ((rc = ensure_context(gpu, &ctx, &ctx_id)))
-        return rc;
-    /* The link's key covers its inputs' digests: their (cached) compiles run, the link does not. */
-    kcache_link_request q = *request;
-    q.flags |= KCACHE_COMPILE_KEY_ONLY;
-    kcache_result *r = NULL;
-    if ((rc = kcache_link(gpu->compiler, &q, &r))) {
-        rc = result_fail(gpu, rc, r, "kcache_gpu_link_function");
-        goto out;
-    }
-    if ((*out = lookup_function(gpu, &r->key, ctx_id, name)))
-        goto out;
-    kcache_result_free(r);
-    r = NULL;
-    if ((rc = kcache_link(gpu->compiler, request, &r))) {
-        rc = result_fail(gpu, rc, r, "link");
-        goto out;
-    }
-    struct artifact a = artifact_of(r);
-    rc = load_and_resolve(gpu, ctx, ctx_id, &a, name, out);
-out:
-    kcache_result_free(r);
-    return rc;
+    return function_of(gpu, request, name, out, "kcache_gpu_link_function", "link", produce_link);
 }
 
 int kcache_gpu_function_by_key(kcache_gpu *gpu, const kcache_key *key, const char *name,
