@@ -40,39 +40,6 @@ static struct {
 
 /* ---- files -------------------------------------------------------------- */
 
-static uint8_t *slurp(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc((size_t)n + 1);
-    REQUIRE(p);
-    REQUIRE(fread(p, 1, (size_t)n, f) == (size_t)n);
-    fclose(f);
-    *size = (size_t)n;
-    return p;
-}
-
-static void spit(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    REQUIRE(f);
-    REQUIRE(fwrite(p, 1, n, f) == n);
-    REQUIRE(fclose(f) == 0);
-}
-
-static int same_bytes(const char *path, const uint8_t *want, size_t want_n)
-{
-    size_t n;
-    uint8_t *p = slurp(path, &n);
-    int same = p && n == want_n && memcmp(p, want, n) == 0;
-    free(p);
-    return same;
-}
-
 static void side(char *out, size_t size, const char *path, const char *suffix)
 {
     snprintf(out, size, "%s%s", path, suffix);
@@ -83,13 +50,13 @@ static const char *const keep_names[] = {"notes.txt", "h.db.corrupt-mine", "h.db
 static void keep_place(void)
 {
     for (size_t i = 0; i < KC_ARRAY_SIZE(keep_names); i++)
-        spit(test_path(keep_names[i]), keep_names[i], strlen(keep_names[i]));
+        test_spit(test_path(keep_names[i]), keep_names[i], strlen(keep_names[i]));
 }
 
 static void keep_check(const char *after)
 {
     for (size_t i = 0; i < KC_ARRAY_SIZE(keep_names); i++)
-        if (!same_bytes(test_path(keep_names[i]), (const uint8_t *)keep_names[i],
+        if (!test_same_bytes(test_path(keep_names[i]), (const uint8_t *)keep_names[i],
                         strlen(keep_names[i]))) {
             fprintf(stderr, "after %s: %s was removed or changed\n", after, keep_names[i]);
             test_failures++;
@@ -202,12 +169,12 @@ static void crashed_state(const char *path, uint8_t **db_bytes, size_t *dn, uint
     kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
     for (unsigned i = BASE_N; i < ALL_N; i++)
         CHECK_RC(put_with_inputs(s, i), 0);
-    *db_bytes = slurp(path, dn);
-    *wal_bytes = slurp(wal, wn);
+    *db_bytes = test_slurp(path, dn);
+    *wal_bytes = test_slurp(wal, wn);
     REQUIRE(*db_bytes && *wal_bytes && *wn > 32 + 24 + 4096);
     kcache_store_close(s);
-    spit(path, *db_bytes, *dn);
-    spit(wal, *wal_bytes, *wn);
+    test_spit(path, *db_bytes, *dn);
+    test_spit(wal, *wal_bytes, *wn);
     unlink(shm);
 }
 
@@ -301,10 +268,10 @@ static void test_zeroed_header(void)
     const char *path = test_path("zeroed.db");
     fill(path, 0, 20, 1);
     size_t n;
-    uint8_t *bytes = slurp(path, &n);
+    uint8_t *bytes = test_slurp(path, &n);
     REQUIRE(bytes && n > 100);
     memset(bytes, 0, 100);
-    spit(path, bytes, n);
+    test_spit(path, bytes, n);
     struct log l;
     kcache_store *s = open_logged(path, &l);
     fig.cases++;
@@ -312,7 +279,7 @@ static void test_zeroed_header(void)
         CHECK(l.set_aside == 1);
         CHECK(count_set_aside("zeroed.db") == 1);
         /* What was found is kept byte for byte: kcache did not make it what it is now. */
-        CHECK(same_bytes(test_path(newest_set_aside("zeroed.db")), bytes, n));
+        CHECK(test_same_bytes(test_path(newest_set_aside("zeroed.db")), bytes, n));
         CHECK(read_all(s, 0, 20, "zeroed header") == 0);
         CHECK(stats_corrupt(s) == 1);
         check_usable(s, 500, "zeroed header");
@@ -360,8 +327,8 @@ static void test_wal_garbage(void)
             x = x * 6364136223846793005u + 1442695040888963407u;
             copy[off + i] ^= (uint8_t)(1 | x >> 56);
         }
-        spit(path, db_bytes, dn);
-        spit(wal, copy, wn);
+        test_spit(path, db_bytes, dn);
+        test_spit(wal, copy, wn);
         unlink(shm); /* as after a reboot: the WAL is all there is */
         char what[64];
         snprintf(what, sizeof(what), "WAL garbage, seed %u", seed);
@@ -406,12 +373,12 @@ static void test_wal_garbage(void)
 static void scribble(const char *file, uint64_t seed, size_t from)
 {
     size_t n;
-    uint8_t *b = slurp(file, &n);
+    uint8_t *b = test_slurp(file, &n);
     if (!b) {
         /* None yet: garbage of the size SQLite makes one. */
         n = 32768;
         REQUIRE((b = calloc(1, n)));
-        spit(file, b, n);
+        test_spit(file, b, n);
     }
     REQUIRE(n > from);
     uint64_t x = seed * 0x9e3779b97f4a7c15u + 7;
@@ -441,8 +408,8 @@ static void test_shm_garbage(void)
     for (unsigned seed = 1; seed <= 6; seed++) {
         char what[64];
         snprintf(what, sizeof(what), "-shm garbage with no connection, seed %u", seed);
-        spit(path, db_bytes, dn);
-        spit(wal, wal_bytes, wn);
+        test_spit(path, db_bytes, dn);
+        test_spit(wal, wal_bytes, wn);
         scribble(shm, seed, 0);
         struct log l;
         kcache_store *s = open_logged(path, &l);
@@ -470,8 +437,8 @@ static void test_shm_garbage(void)
         char what[64];
         snprintf(what, sizeof(what), "-shm garbage under a live connection, seed %u", seed);
         struct log l1, l2;
-        spit(path, db_bytes, dn);
-        spit(wal, wal_bytes, wn);
+        test_spit(path, db_bytes, dn);
+        test_spit(wal, wal_bytes, wn);
         unlink(shm);
         kcache_store *a = open_logged(path, &l1);
         REQUIRE(a);
@@ -560,7 +527,7 @@ static uint8_t *stored_blob(const char *path, unsigned n, int input, size_t *siz
 static int alter_in_file(const char *path, const uint8_t *blob, size_t size)
 {
     size_t n;
-    uint8_t *file = slurp(path, &n);
+    uint8_t *file = test_slurp(path, &n);
     REQUIRE(file);
     size_t piece = KC_MIN(size, (size_t)64);
     const uint8_t *needle = blob + (size - piece) / 2;

@@ -166,63 +166,6 @@ static int compile_through(kcache_store *s, const char *tag, const char *what)
     return store_status;
 }
 
-/*
- * Runs the kcache executable with args (NULL-terminated) as user `uid` (-1:
- * as is) with env KCACHE_PATH=db plus extra; returns its exit status and its
- * stderr in err.
- */
-static int run_cli(const char *db, int uid, const char *extra_env, char *err, size_t err_size,
-                   const char *const *args)
-{
-    const char *exe = getenv("KCACHE_EXE");
-    err[0] = '\0';
-    if (!exe || !*exe)
-        return -1;
-    int p[2];
-    REQUIRE(pipe(p) == 0);
-    fflush(stdout);
-    pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-        dup2(p[1], 2);
-        int devnull = open("/dev/null", O_WRONLY);
-        dup2(devnull, 1);
-        close(p[0]);
-        if (uid >= 0 && (setgroups(0, NULL) != 0 || setgid((gid_t)uid) != 0 ||
-                         setuid((uid_t)uid) != 0))
-            _exit(125);
-        setenv("KCACHE_PATH", db, 1);
-        unsetenv("KCACHE_DIR");
-        if (extra_env) {
-            char kv[256];
-            snprintf(kv, sizeof(kv), "%s", extra_env);
-            char *eq = strchr(kv, '=');
-            if (eq) {
-                *eq = '\0';
-                setenv(kv, eq + 1, 1);
-            }
-        }
-        char *argv[16];
-        int n = 0;
-        argv[n++] = (char *)exe;
-        for (; args[n - 1] && n < 15; n++)
-            argv[n] = (char *)args[n - 1];
-        argv[n] = NULL;
-        execv(exe, argv);
-        _exit(126);
-    }
-    close(p[1]);
-    size_t got = 0;
-    ssize_t r;
-    while (got + 1 < err_size && (r = read(p[0], err + got, err_size - 1 - got)) > 0)
-        got += (size_t)r;
-    err[got] = '\0';
-    close(p[0]);
-    int status;
-    REQUIRE(waitpid(pid, &status, 0) == pid);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 /* The CLI failed (exit 1) and said why on stderr in kcache's form, naming `word`. */
 static void expect_cli_says(int rc, const char *err, const char *word, const char *what)
 {
@@ -361,9 +304,9 @@ static void test_tmpfs(void)
     char err[2048];
     const char *exp[] = {"export", test_path("big.kcache"), NULL};
     char ignored[512];
-    REQUIRE(run_cli(test_path("big-src.db"), -1, NULL, ignored, sizeof(ignored), exp) <= 0);
+    REQUIRE(test_run_cli(test_path("big-src.db"), -1, NULL, ignored, sizeof(ignored), exp) <= 0);
     const char *imp[] = {"import", test_path("big.kcache"), NULL};
-    rc = run_cli(path, -1, NULL, err, sizeof(err), imp);
+    rc = test_run_cli(path, -1, NULL, err, sizeof(err), imp);
     expect_cli_says(rc, err, "disk full", "kcache import onto a full disk");
     printf("tmpfs: kcache import: exit %d: %s", rc, err);
 
@@ -372,7 +315,7 @@ static void test_tmpfs(void)
      * on the full disk, the CLI says what to do first.
      */
     const char *early[] = {"prune", "--max-size", "512K", NULL};
-    rc = run_cli(path, -1, NULL, err, sizeof(err), early);
+    rc = test_run_cli(path, -1, NULL, err, sizeof(err), early);
     if (rc == 1)
         expect_cli_says(rc, err, "free some", "kcache prune on a full disk");
     printf("tmpfs full: kcache prune --max-size 512K: exit %d: %s", rc, rc ? err : "ok\n");
@@ -383,7 +326,7 @@ static void test_tmpfs(void)
     check_intact(path, 10, "tmpfs full");
     /* And lower the cap, so that it does not fill the disk again. */
     const char *lower[] = {"prune", "--max-size", "512K", NULL};
-    rc = run_cli(path, -1, NULL, err, sizeof(err), lower);
+    rc = test_run_cli(path, -1, NULL, err, sizeof(err), lower);
     if (rc > 0) {
         fprintf(stderr, "tmpfs full: kcache prune --max-size 512K exited %d: %s", rc, err);
         test_failures++;
@@ -478,7 +421,7 @@ static void test_read_only(void)
     /* The CLI, as nobody: a prune cannot write, and says so. */
     char err[2048];
     const char *prune[] = {"prune", "--max-size", "1K", NULL};
-    int rc = run_cli(path, NOBODY, NULL, err, sizeof(err), prune);
+    int rc = test_run_cli(path, NOBODY, NULL, err, sizeof(err), prune);
     expect_cli_says(rc, err, path, "kcache prune on a read-only cache");
     printf("read-only cache: kcache prune: exit %d: %s", rc, err);
     /* Nothing was changed. */
@@ -548,7 +491,7 @@ static void test_stuck_lock(void)
     /* The CLI says what happened. */
     char cli_err[2048];
     const char *prune[] = {"prune", "--max-size", "1K", NULL};
-    rc = run_cli(path, -1, "KCACHE_BUSY_TIMEOUT=300", cli_err, sizeof(cli_err), prune);
+    rc = test_run_cli(path, -1, "KCACHE_BUSY_TIMEOUT=300", cli_err, sizeof(cli_err), prune);
     expect_cli_says(rc, cli_err, "locked", "kcache prune while the lock is held");
     printf("stuck lock: kcache prune: exit %d: %s", rc, cli_err);
     if (have_toolkit() && getenv("KCACHE_EXE")) {
@@ -556,7 +499,7 @@ static void test_stuck_lock(void)
         snprintf(out, sizeof(out), "%s", test_path("saxpy.cubin"));
         const char *compile[] = {"compile", saxpy, "--arch", "sm_90", "-o", out,
                                  "-DKC_FAULT_CLI", NULL};
-        rc = run_cli(path, -1, "KCACHE_BUSY_TIMEOUT=300", cli_err, sizeof(cli_err), compile);
+        rc = test_run_cli(path, -1, "KCACHE_BUSY_TIMEOUT=300", cli_err, sizeof(cli_err), compile);
         /* The compile succeeds, writes its output and warns that it was not cached. */
         if (rc != 0 || st_file_size(out) < 100 || !strstr(cli_err, "not cached")) {
             fprintf(stderr, "stuck lock: kcache compile exited %d, output %llu bytes: %s\n", rc,

@@ -131,30 +131,6 @@ static unsigned count_entries(kcache_store *s)
     return n;
 }
 
-static uint8_t *slurp(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc((size_t)n + 1);
-    REQUIRE(p);
-    REQUIRE(fread(p, 1, (size_t)n, f) == (size_t)n);
-    fclose(f);
-    *size = (size_t)n;
-    return p;
-}
-
-static void spit(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    REQUIRE(f);
-    REQUIRE(n == 0 || fwrite(p, 1, n, f) == n);
-    REQUIRE(fclose(f) == 0);
-}
-
 /* ---- bundles ------------------------------------------------------------------------- */
 
 struct bundle_case {
@@ -220,7 +196,7 @@ static void make_good_bundle(const char *path)
 static void expect_refused(kcache_store *live, const char *path, int want, const char *what)
 {
     size_t n0 = 0, n1 = 0;
-    uint8_t *before = slurp(path, &n0);
+    uint8_t *before = test_slurp(path, &n0);
     unsigned entries = count_entries(live);
     inputs_tried++;
     int ok = 1;
@@ -243,7 +219,7 @@ static void expect_refused(kcache_store *live, const char *path, int want, const
         test_failures++;
         ok = 0;
     }
-    uint8_t *after = slurp(path, &n1);
+    uint8_t *after = test_slurp(path, &n1);
     if (!before || !after || n0 != n1 || memcmp(before, after, n0) != 0) {
         fprintf(stderr, "bundle with %s: the bundle file was changed\n", what);
         test_failures++;
@@ -269,12 +245,12 @@ static void expect_refused(kcache_store *live, const char *path, int want, const
 static void test_bundles(kcache_store *live, const char *good)
 {
     size_t n;
-    uint8_t *good_bytes = slurp(good, &n);
+    uint8_t *good_bytes = test_slurp(good, &n);
     REQUIRE(good_bytes);
     for (size_t i = 0; i < KC_ARRAY_SIZE(bundle_cases); i++) {
         char path[600];
         snprintf(path, sizeof(path), "%s/evil-%zu.kcache", test_dir(), i);
-        spit(path, good_bytes, n);
+        test_spit(path, good_bytes, n);
         sqlite3 *db = NULL;
         REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
         char *err = NULL;
@@ -290,7 +266,7 @@ static void test_bundles(kcache_store *live, const char *good)
     /* Truncated: half a bundle. */
     char path[600];
     snprintf(path, sizeof(path), "%s/half.kcache", test_dir());
-    spit(path, good_bytes, n / 2);
+    test_spit(path, good_bytes, n / 2);
     expect_refused(live, path, KCACHE_ECORRUPT, "half its bytes");
 
     /* The live cache itself under another name: a symlink to it. */
@@ -318,13 +294,13 @@ static void test_bundles(kcache_store *live, const char *good)
      * refused, but never changed and nothing made beside it.
      */
     snprintf(path, sizeof(path), "%s/wal.kcache", test_dir());
-    spit(path, good_bytes, n);
+    test_spit(path, good_bytes, n);
     sqlite3 *db = NULL;
     REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
     REQUIRE(sqlite3_exec(db, "PRAGMA journal_mode = WAL", NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(db);
     size_t wn;
-    uint8_t *wal_bytes = slurp(path, &wn);
+    uint8_t *wal_bytes = test_slurp(path, &wn);
     inputs_tried++;
     unsigned entries = count_entries(live);
     kcache_bundle_options o = KCACHE_BUNDLE_OPTIONS_INIT;
@@ -335,7 +311,7 @@ static void test_bundles(kcache_store *live, const char *good)
     CHECK(rc == 0 || one_line(kcache_store_errmsg(live)));
     CHECK(count_entries(live) == entries);
     size_t wn2;
-    uint8_t *wal_after = slurp(path, &wn2);
+    uint8_t *wal_after = test_slurp(path, &wn2);
     CHECK(wal_after && wn2 == wn && !memcmp(wal_after, wal_bytes, wn));
     char side[700];
     struct stat st;
@@ -368,53 +344,6 @@ static void test_bundles(kcache_store *live, const char *good)
 }
 
 /* ---- the command line ------------------------------------------------------------------ */
-
-static int run_cli(const char *db, const char *env, char *err, size_t err_size,
-                   const char *const *args)
-{
-    const char *exe = getenv("KCACHE_EXE");
-    if (!exe || !*exe)
-        return -1;
-    int p[2];
-    REQUIRE(pipe(p) == 0);
-    fflush(stdout);
-    pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-        dup2(p[1], 2);
-        int devnull = open("/dev/null", O_WRONLY);
-        dup2(devnull, 1);
-        close(p[0]);
-        setenv("KCACHE_PATH", db, 1);
-        unsetenv("KCACHE_DIR");
-        if (env) {
-            char kv[256];
-            snprintf(kv, sizeof(kv), "%s", env);
-            char *eq = strchr(kv, '=');
-            REQUIRE(eq);
-            *eq = '\0';
-            setenv(kv, eq + 1, 1);
-        }
-        char *argv[24];
-        int n = 0;
-        argv[n++] = (char *)exe;
-        for (; args[n - 1] && n < 23; n++)
-            argv[n] = (char *)args[n - 1];
-        argv[n] = NULL;
-        execv(exe, argv);
-        _exit(126);
-    }
-    close(p[1]);
-    size_t got = 0;
-    ssize_t r;
-    while (got + 1 < err_size && (r = read(p[0], err + got, err_size - 1 - got)) > 0)
-        got += (size_t)r;
-    err[got] = '\0';
-    close(p[0]);
-    int status;
-    REQUIRE(waitpid(pid, &status, 0) == pid);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 struct cli_case {
     const char *env;
@@ -503,7 +432,7 @@ static void test_cli(kcache_store *live, const char *db)
         }
         args[n] = NULL;
         char err[4096];
-        int rc = run_cli(db, c->env, err, sizeof(err), args);
+        int rc = test_run_cli(db, -1, c->env, err, sizeof(err), args);
         inputs_tried++;
         /* A bad value is a usage error (2); some verbs call it a failure (1): both refuse. */
         int ok = (rc == c->want || (c->want == 2 && rc == 1)) && well_formed(err, rc);
@@ -611,7 +540,7 @@ static void test_sources(kcache_store *live)
         junk[i] = (uint8_t)x;
     }
     const char *garbage = test_path("garbage.cu");
-    spit(garbage, junk, sizeof(junk));
+    test_spit(garbage, junk, sizeof(junk));
     compile_hostile(c, live, garbage, NULL, 0, "binary garbage source", 60, 0);
 
     /* 100 MB: a kernel and then 100 MB of comment. */
@@ -687,7 +616,7 @@ int main(void)
         REQUIRE(put_with_inputs(live, i) == 0);
     make_good_bundle(good);
     /* Recovery, verify, prune and vacuum open and run their own statements too. */
-    spit(test_path("garbage.db"), "not a database at all, just text", 32);
+    test_spit(test_path("garbage.db"), "not a database at all, just text", 32);
     kcache_store *g = st_open(test_path("garbage.db"), UINT64_MAX, NULL, NULL);
     kcache_store_close(g);
     kcache_verify_result vr;

@@ -16,30 +16,6 @@ static uint8_t scratch[ART_MAX];
 
 /* ---- files ------------------------------------------------------------ */
 
-static uint8_t *slurp(const char *path, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *p = malloc((size_t)n + 1);
-    REQUIRE(p);
-    REQUIRE(fread(p, 1, (size_t)n, f) == (size_t)n);
-    fclose(f);
-    *size = (size_t)n;
-    return p;
-}
-
-static void spit(const char *path, const void *p, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    REQUIRE(f);
-    REQUIRE(fwrite(p, 1, n, f) == n);
-    REQUIRE(fclose(f) == 0);
-}
-
 /* Puts bytes at a database path the way a user would find them: alone, with
  * no -wal or -shm of an earlier database beside them. */
 static void plant(const char *path, const void *p, size_t n)
@@ -49,22 +25,13 @@ static void plant(const char *path, const void *p, size_t n)
     unlink(side);
     snprintf(side, sizeof(side), "%s-shm", path);
     unlink(side);
-    spit(path, p, n);
+    test_spit(path, p, n);
 }
 
 static int exists(const char *path)
 {
     struct stat st;
     return lstat(path, &st) == 0;
-}
-
-static int same_bytes(const char *path, const uint8_t *want, size_t want_n)
-{
-    size_t n;
-    uint8_t *p = slurp(path, &n);
-    int same = p && n == want_n && memcmp(p, want, n) == 0;
-    free(p);
-    return same;
 }
 
 /*
@@ -117,13 +84,13 @@ static const struct bystander bystanders[] = {
 static void bystanders_place(void)
 {
     for (size_t i = 0; i < KC_ARRAY_SIZE(bystanders); i++)
-        spit(test_path(bystanders[i].name), bystanders[i].text, strlen(bystanders[i].text));
+        test_spit(test_path(bystanders[i].name), bystanders[i].text, strlen(bystanders[i].text));
 }
 
 static void bystanders_check(const char *after)
 {
     for (size_t i = 0; i < KC_ARRAY_SIZE(bystanders); i++) {
-        if (!same_bytes(test_path(bystanders[i].name), (const uint8_t *)bystanders[i].text,
+        if (!test_same_bytes(test_path(bystanders[i].name), (const uint8_t *)bystanders[i].text,
                         strlen(bystanders[i].text))) {
             fprintf(stderr, "after %s: %s was removed or changed\n", after, bystanders[i].name);
             test_failures++;
@@ -257,7 +224,7 @@ static void expect_set_aside(const char *name, const uint8_t *bytes, size_t n, c
     CHECK(n_after == KC_MIN(n_before + 1, 3));
     /* The newest one holds exactly what was found. */
     if (n_after)
-        CHECK(same_bytes(test_path(after[KC_MIN(n_after, 8) - 1]), bytes, n));
+        CHECK(test_same_bytes(test_path(after[KC_MIN(n_after, 8) - 1]), bytes, n));
     CHECK(kcache_store_schema_version(s) == kc_schema_version);
     CHECK(!kcache_store_read_only(s));
     CHECK(stats_corrupt(s) == 1);
@@ -279,20 +246,20 @@ static void test_garbage(void)
     static uint8_t junk[20000];
     for (size_t i = 0; i < sizeof(junk); i++)
         junk[i] = (uint8_t)"this is not a database, just text\n"[i % 34];
-    spit(test_path("garbage.db"), junk, sizeof(junk));
+    test_spit(test_path("garbage.db"), junk, sizeof(junk));
     /* A stale WAL next to it must go with it, never be replayed into the new file. */
-    spit(test_path("garbage.db-wal"), junk, 5000);
+    test_spit(test_path("garbage.db-wal"), junk, 5000);
     expect_set_aside("garbage.db", junk, sizeof(junk), "garbage file");
     CHECK(!exists(test_path("garbage.db-wal")) ||
           st_file_size(test_path("garbage.db-wal")) != 5000);
 
     /* Short ones, and one that starts like SQLite and then is not. */
-    spit(test_path("short.db"), "x", 1);
+    test_spit(test_path("short.db"), "x", 1);
     expect_set_aside("short.db", (const uint8_t *)"x", 1, "one-byte file");
     uint8_t fake[4096];
     memset(fake, 0xa5, sizeof(fake));
     memcpy(fake, "SQLite format 3", 16);
-    spit(test_path("fake.db"), fake, sizeof(fake));
+    test_spit(test_path("fake.db"), fake, sizeof(fake));
     expect_set_aside("fake.db", fake, sizeof(fake), "file with an SQLite header and garbage");
 }
 
@@ -302,7 +269,7 @@ static void test_truncated(void)
     snprintf(path, sizeof(path), "%s", test_path("trunc.db"));
     make_store(path, 0, 60);
     size_t n;
-    uint8_t *whole = slurp(path, &n);
+    uint8_t *whole = test_slurp(path, &n);
     REQUIRE(whole && n > 100000);
     size_t cuts[] = {n / 2, n / 2 + 1000, 5000, 4096};
     for (size_t i = 0; i < KC_ARRAY_SIZE(cuts); i++) {
@@ -385,7 +352,7 @@ static void test_random_pages(void)
     snprintf(path, sizeof(path), "%s", test_path("pages.db"));
     make_store(path, 0, 60);
     size_t n;
-    uint8_t *whole = slurp(path, &n);
+    uint8_t *whole = test_slurp(path, &n);
     REQUIRE(whole);
     uint8_t *copy = malloc(n);
     REQUIRE(copy);
@@ -481,7 +448,7 @@ static void test_foreign(void)
     snprintf(path, sizeof(path), "%s", test_path(name));
         make_foreign(path, setups[i]);
         size_t n;
-        uint8_t *before = slurp(path, &n);
+        uint8_t *before = test_slurp(path, &n);
         REQUIRE(before);
         struct stat st0, st1;
         REQUIRE(stat(path, &st0) == 0);
@@ -497,7 +464,7 @@ static void test_foreign(void)
             CHECK(strstr(err, path) != NULL);
             CHECK(strstr(err, "KCACHE_PATH") != NULL);
         }
-        CHECK(same_bytes(path, before, n));
+        CHECK(test_same_bytes(path, before, n));
         REQUIRE(stat(path, &st1) == 0);
         CHECK(st1.st_mtim.tv_sec == st0.st_mtim.tv_sec &&
               st1.st_mtim.tv_nsec == st0.st_mtim.tv_nsec);
@@ -529,7 +496,7 @@ static void test_future_version(void)
     make_store(path, 0, 5);
     set_user_version(path, kc_schema_version + 1, NULL);
     size_t n;
-    uint8_t *before = slurp(path, &n);
+    uint8_t *before = test_slurp(path, &n);
     REQUIRE(before);
     struct log l;
     kcache_store *s = NULL;
@@ -556,7 +523,7 @@ static void test_future_version(void)
     CHECK_RC(kcache_store_vacuum(s), KCACHE_EVERSION);
     kcache_store_close(s);
     /* Nothing was written: the newer kcache finds its file as it left it. */
-    CHECK(same_bytes(path, before, n));
+    CHECK(test_same_bytes(path, before, n));
     free(before);
 
     /* A newer layout this build cannot read: a get says so too. */
@@ -806,7 +773,7 @@ static void test_damaged_index(void)
     sqlite3_close(db);
     REQUIRE(root > 1 && page >= 512);
     size_t n;
-    uint8_t *bytes = slurp(path, &n);
+    uint8_t *bytes = test_slurp(path, &n);
     REQUIRE(bytes && (size_t)(root * page) <= n);
     kcache_key k1 = st_key(1), other = k1;
     other.bytes[31] ^= 1; /* same place in key order, another key */
@@ -816,7 +783,7 @@ static void test_damaged_index(void)
             hit = p + i;
     REQUIRE(hit);
     hit[31] ^= 1;
-    spit(path, bytes, n);
+    test_spit(path, bytes, n);
     free(bytes);
 
     /* The damage is real: SQLite itself now finds a row for the other key. */
@@ -856,7 +823,7 @@ static void test_directory(void)
     REQUIRE(mkdir(path, 0755) == 0);
     char inside[700];
     snprintf(inside, sizeof(inside), "%s/keep.txt", path);
-    spit(inside, "keep", 4);
+    test_spit(inside, "keep", 4);
     for (int ro = 0; ro < 2; ro++) {
         kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
         o.path = path;
@@ -870,7 +837,7 @@ static void test_directory(void)
     }
     struct stat st;
     CHECK(stat(path, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0755);
-    CHECK(same_bytes(inside, (const uint8_t *)"keep", 4));
+    CHECK(test_same_bytes(inside, (const uint8_t *)"keep", 4));
     char names[2][256];
     CHECK(quarantined("dir.db", names, 2) == 0);
     bystanders_check("a directory at the path");
@@ -892,7 +859,7 @@ static void test_bounded_quarantine(void)
     CHECK(n == 3);
     /* The newest three are the ones kept. */
     for (size_t i = 0; i < n && i < 3; i++)
-        CHECK(same_bytes(test_path(names[i]), (const uint8_t *)content[3 + i],
+        CHECK(test_same_bytes(test_path(names[i]), (const uint8_t *)content[3 + i],
                          strlen(content[3 + i])));
     bystanders_check("bounded quarantine");
 }

@@ -6,7 +6,11 @@
 #define KC_TESTUTIL_H
 
 #include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <sys/wait.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +112,100 @@ TEST_UNUSED static void test_sh(const char *fmt, ...)
         fprintf(stderr, "command failed: %s\n", cmd);
         exit(1);
     }
+}
+
+/* Reads a whole file into a new buffer (freed by the caller), or NULL. */
+TEST_UNUSED static uint8_t *test_slurp(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *p = malloc((size_t)n + 1);
+    REQUIRE(p);
+    REQUIRE(fread(p, 1, (size_t)n, f) == (size_t)n);
+    fclose(f);
+    *size = (size_t)n;
+    return p;
+}
+
+/* Writes bytes to a file, replacing it. */
+TEST_UNUSED static void test_spit(const char *path, const void *p, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f);
+    REQUIRE(n == 0 || fwrite(p, 1, n, f) == n);
+    REQUIRE(fclose(f) == 0);
+}
+
+/* Whether a file holds exactly these bytes. */
+TEST_UNUSED static int test_same_bytes(const char *path, const uint8_t *want, size_t want_n)
+{
+    size_t n;
+    uint8_t *p = test_slurp(path, &n);
+    int same = p && n == want_n && memcmp(p, want, n) == 0;
+    free(p);
+    return same;
+}
+
+/*
+ * Runs the kcache executable named by $KCACHE_EXE with args (NULL-terminated,
+ * at most 22) as user uid (-1: as is), with KCACHE_PATH=db and one optional
+ * extra "NAME=VALUE" in the environment. Returns its exit status (-1 when no
+ * executable was given) with its stderr in err.
+ */
+TEST_UNUSED static int test_run_cli(const char *db, int uid, const char *extra_env, char *err,
+                                    size_t err_size, const char *const *args)
+{
+    const char *exe = getenv("KCACHE_EXE");
+    err[0] = '\0';
+    if (!exe || !*exe)
+        return -1;
+    int p[2];
+    REQUIRE(pipe(p) == 0);
+    fflush(stdout);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        dup2(p[1], 2);
+        int devnull = open("/dev/null", O_WRONLY);
+        dup2(devnull, 1);
+        close(p[0]);
+        if (uid >= 0 && (setgroups(0, NULL) != 0 || setgid((gid_t)uid) != 0 ||
+                         setuid((uid_t)uid) != 0))
+            _exit(125);
+        setenv("KCACHE_PATH", db, 1);
+        unsetenv("KCACHE_DIR");
+        if (extra_env) {
+            char kv[256];
+            snprintf(kv, sizeof(kv), "%s", extra_env);
+            char *eq = strchr(kv, '=');
+            if (!eq)
+                _exit(124);
+            *eq = '\0';
+            setenv(kv, eq + 1, 1);
+        }
+        char *argv[24];
+        int n = 0;
+        argv[n++] = (char *)exe;
+        for (; args[n - 1] && n < 23; n++)
+            argv[n] = (char *)args[n - 1];
+        argv[n] = NULL;
+        execv(exe, argv);
+        _exit(126);
+    }
+    close(p[1]);
+    size_t got = 0;
+    ssize_t r;
+    while (got + 1 < err_size && (r = read(p[0], err + got, err_size - 1 - got)) > 0)
+        got += (size_t)r;
+    err[got] = '\0';
+    close(p[0]);
+    int status;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 TEST_UNUSED static int test_done(void)
