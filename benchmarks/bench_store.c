@@ -26,6 +26,8 @@
 
 #include <kcache/store.h>
 
+#include "compare/cmp_util.h"
+
 #define KIB (UINT64_C(1) << 10)
 #define MIB (UINT64_C(1) << 20)
 
@@ -66,106 +68,11 @@ static void *xmalloc(size_t n)
     return p;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint64_t splitmix(uint64_t *state)
-{
-    uint64_t z = (*state += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
-
-static void fill_random(void *dst, size_t n, uint64_t seed)
-{
-    uint8_t *p = dst;
-    uint64_t st = seed;
-    while (n >= 8) {
-        uint64_t v = splitmix(&st);
-        memcpy(p, &v, 8);
-        p += 8;
-        n -= 8;
-    }
-    if (n) {
-        uint64_t v = splitmix(&st);
-        memcpy(p, &v, n);
-    }
-}
-
 static kcache_key make_key(uint64_t domain, uint64_t n)
 {
     kcache_key k;
-    fill_random(k.bytes, sizeof(k.bytes), domain * UINT64_C(1000003) + n);
+    cmp_fill_random(k.bytes, sizeof(k.bytes), domain * UINT64_C(1000003) + n);
     return k;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Sorts v in place; q in [0, 1], nearest rank. */
-static double quantile(double *v, size_t n, double q)
-{
-    if (!n)
-        return NAN;
-    qsort(v, n, sizeof(*v), cmp_double);
-    size_t i = (size_t)ceil(q * (double)n);
-    if (i > 0)
-        i--;
-    if (i >= n)
-        i = n - 1;
-    if (q == 0.5 && n % 2 == 0)
-        return (v[n / 2 - 1] + v[n / 2]) / 2;
-    return v[i];
-}
-
-static int load_file(const char *path, uint8_t **out, size_t *size)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size <= 0) {
-        close(fd);
-        return -1;
-    }
-    size_t n = (size_t)st.st_size, got = 0;
-    uint8_t *buf = xmalloc(n);
-    while (got < n) {
-        ssize_t r = read(fd, buf + got, n - got);
-        if (r <= 0) {
-            if (r < 0 && errno == EINTR)
-                continue;
-            free(buf);
-            close(fd);
-            return -1;
-        }
-        got += (size_t)r;
-    }
-    close(fd);
-    *out = buf;
-    *size = n;
-    return 0;
-}
-
-static void write_file(const char *path, const void *data, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f || fwrite(data, 1, n, f) != n || fclose(f) != 0)
-        fail("cannot write %s: %s", path, strerror(errno));
-}
-
-static uint64_t file_size(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
 }
 
 static void remove_db(const char *path)
@@ -187,7 +94,7 @@ static uint64_t checkpoint_db(const char *path)
 {
     char wal[4200];
     snprintf(wal, sizeof(wal), "%s-wal", path);
-    uint64_t before = file_size(path) + file_size(wal);
+    uint64_t before = cmp_file_size(path) + cmp_file_size(wal);
     sqlite3 *db;
     if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK ||
         sqlite3_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL) != SQLITE_OK)
@@ -429,7 +336,7 @@ struct blob {
 /* Runs nvcc (in the corpus directory) unless out already exists. */
 static int nvcc_compile(const char *out, const char *src, int cccl)
 {
-    if (file_size(out) > 0)
+    if (cmp_file_size(out) > 0)
         return 0;
     if (!opt.nvcc || access(opt.nvcc, X_OK) != 0 || !opt.corpus)
         return -1;
@@ -490,7 +397,7 @@ static void corpus_cubin(struct blob *b, const char *name, const char *src, int 
     else
         snprintf(srcpath, sizeof(srcpath), "%s/%s", opt.corpus, src);
     memset(b, 0, sizeof(*b));
-    if (nvcc_compile(out, srcpath, cccl) == 0 && load_file(out, &b->data, &b->size) == 0) {
+    if (nvcc_compile(out, srcpath, cccl) == 0 && cmp_load_file(out, &b->data, &b->size) == 0) {
         b->real = 1;
         snprintf(b->what, sizeof(b->what), "%s (nvcc sm_90)", name);
         return;
@@ -502,7 +409,7 @@ static void corpus_cubin(struct blob *b, const char *name, const char *src, int 
     b->size = fallback_size;
     b->data = xmalloc(b->size);
     /* Half random, half zero: roughly what a CUBIN's entropy looks like. */
-    fill_random(b->data, b->size / 2, fallback_size);
+    cmp_fill_random(b->data, b->size / 2, fallback_size);
     memset(b->data + b->size / 2, 0, b->size - b->size / 2);
     snprintf(b->what, sizeof(b->what), "%s (SYNTHETIC)", name);
 }
@@ -528,7 +435,7 @@ static void cubin_like(struct blob *out, const struct blob *src, size_t size, ui
         /* The first copy keeps its order (the ELF header stays a header). */
         if (copy > 0) {
             for (size_t i = words - 1; i > 0; i--) {
-                size_t j = (size_t)(splitmix(&st) % (i + 1));
+                size_t j = (size_t)(cmp_splitmix(&st) % (i + 1));
                 size_t t = perm[i];
                 perm[i] = perm[j];
                 perm[j] = t;
@@ -622,7 +529,7 @@ static void bench_hits(const struct blob *const *arts, const char *const *labels
         char fpath[4096];
         snprintf(fpath, sizeof(fpath), "%s/bench-%ld-floor-%zu.zst", opt.workdir, (long)getpid(),
                  a);
-        write_file(fpath, z, zn);
+        cmp_write_file(fpath, z, zn);
         free(z);
 
         /* Enough samples for a p99, within a few seconds per artifact. */
@@ -636,9 +543,9 @@ static void bench_hits(const struct blob *const *arts, const char *const *labels
             /* Interleaved, alternating order: both see the same machine load. */
             for (int which = 0; which < 2; which++) {
                 if ((which ^ (int)(i & 1)) == 0) {
-                    double t0 = now_s();
+                    double t0 = cmp_now();
                     int rc = kcache_store_get(s, &e, &k, hit_flags);
-                    double t1 = now_s();
+                    double t1 = cmp_now();
                     if (rc)
                         fail("get: %s", kcache_store_errmsg(s));
                     if (e->size != b->size || memcmp(e->data, b->data, b->size) != 0)
@@ -647,9 +554,9 @@ static void bench_hits(const struct blob *const *arts, const char *const *labels
                     tg[slot] = t1 - t0;
                 } else {
                     size_t rn;
-                    double t0 = now_s();
+                    double t0 = cmp_now();
                     uint8_t *d = floor_read(fpath, &rn);
-                    double t1 = now_s();
+                    double t1 = cmp_now();
                     if (rn != b->size || memcmp(d, b->data, rn) != 0)
                         fail("floor decoded wrong bytes for %s", labels[a]);
                     free(d);
@@ -658,8 +565,8 @@ static void bench_hits(const struct blob *const *arts, const char *const *labels
             }
         }
         unlink(fpath);
-        double gmed = quantile(tg, iters, 0.5) * 1e6, gp99 = quantile(tg, iters, 0.99) * 1e6;
-        double fmed = quantile(tf, iters, 0.5) * 1e6, fp99 = quantile(tf, iters, 0.99) * 1e6;
+        double gmed = cmp_quantile(tg, iters, 0.5) * 1e6, gp99 = cmp_quantile(tg, iters, 0.99) * 1e6;
+        double fmed = cmp_quantile(tf, iters, 0.5) * 1e6, fp99 = cmp_quantile(tf, iters, 0.99) * 1e6;
         free(tg);
         free(tf);
         char label[64];
@@ -695,7 +602,7 @@ static void bench_ratio(const struct blob *const *cubins, size_t n)
     checkpoint_db(path);
     char wal[4200];
     snprintf(wal, sizeof(wal), "%s-wal", path);
-    uint64_t empty = file_size(path) + file_size(wal);
+    uint64_t empty = cmp_file_size(path) + cmp_file_size(wal);
     remove_db(path);
     kcache_store *s = open_store(path);
     uint64_t raw = 0;
@@ -714,7 +621,7 @@ static void bench_ratio(const struct blob *const *cubins, size_t n)
     kcache_stats_free(st);
     kcache_store_close(s);
     uint64_t unchecked = checkpoint_db(path);
-    uint64_t disk = file_size(path) + file_size(wal);
+    uint64_t disk = cmp_file_size(path) + cmp_file_size(wal);
 
     /* Where the bytes went: pages in the file and the tables holding them. */
     long long page_size = 0, pages = 0, free_pages = 0, objects = 0;
@@ -769,17 +676,17 @@ static void bench_puts(const struct blob *base, size_t size)
     for (size_t i = 0; i < n; i++) {
         cubin_like(&b, base, size, 1000 + i); /* distinct bytes per key */
         kcache_key k = make_key(3, i);
-        double t0 = now_s();
+        double t0 = cmp_now();
         put_or_die(s, &k, b.data, b.size, "sm_90", KCACHE_KIND_CUBIN);
-        t[i] = now_s() - t0;
+        t[i] = cmp_now() - t0;
         total += t[i];
         free_blob(&b);
     }
     kcache_store_close(s);
-    double med = quantile(t, n, 0.5);
+    double med = cmp_quantile(t, n, 0.5);
     struct row *r = add_row("put", "265 KiB CUBIN-like, 1 process", (double)n / total, "puts/s");
     snprintf(r->note, sizeof(r->note), "%zu distinct keys; median put %.2f ms, p99 %.2f ms", n,
-             med * 1e3, quantile(t, n, 0.99) * 1e3);
+             med * 1e3, cmp_quantile(t, n, 0.99) * 1e3);
     fprintf(stderr, "puts: %.1f/s\n", (double)n / total);
     free(t);
     remove_db(path);
@@ -805,7 +712,7 @@ static double read_round(const char *path, int procs, size_t n_keys, size_t size
             char c;
             if (read(go[0], &c, 1) != 1)
                 _exit(1);
-            double t0 = now_s(), t1 = t0;
+            double t0 = cmp_now(), t1 = t0;
             uint64_t hits = 0;
             for (size_t i = 0; t1 - t0 < secs; i++) {
                 kcache_key k = make_key(4, (i + (size_t)p) % n_keys);
@@ -815,9 +722,9 @@ static double read_round(const char *path, int procs, size_t n_keys, size_t size
                 kcache_entry_free(e);
                 hits++;
                 if ((hits & 15) == 0)
-                    t1 = now_s();
+                    t1 = cmp_now();
             }
-            t1 = now_s();
+            t1 = cmp_now();
             kcache_store_close(s);
             double rate = (double)hits / (t1 - t0);
             if (write(res[1], &rate, sizeof(rate)) != (ssize_t)sizeof(rate))
@@ -870,7 +777,7 @@ static void bench_readers(const struct blob *art)
         double r[3];
         for (int j = 0; j < rounds; j++)
             r[j] = read_round(path, procs[i], n_keys, art->size, secs);
-        double med = quantile(r, (size_t)rounds, 0.5);
+        double med = cmp_quantile(r, (size_t)rounds, 0.5);
         if (i == 0)
             one = med;
         char label[64];
@@ -897,7 +804,7 @@ static void fill_incompressible(const char *path, uint64_t n_bytes, uint64_t *ne
     kcache_store *s = open_store(path);
     uint8_t *buf = xmalloc(size);
     for (uint64_t done = 0; done + size <= n_bytes; done += size, (*next)++) {
-        fill_random(buf, size, 5000 + *next);
+        cmp_fill_random(buf, size, 5000 + *next);
         kcache_key k = make_key(5, *next);
         put_or_die(s, &k, buf, size, "sm_90", KCACHE_KIND_CUBIN);
     }
@@ -931,13 +838,13 @@ static double prune_median(uint64_t total, uint64_t evict, uint64_t *evicted,
         if (round > 0)
             fill_incompressible(path, evict, &next);
         kcache_store *s = open_store(path);
-        uint64_t disk = file_size(path) + file_size(wal);
+        uint64_t disk = cmp_file_size(path) + cmp_file_size(wal);
         kcache_prune_options po = KCACHE_PRUNE_OPTIONS_INIT;
         po.max_size = disk - evict;
         kcache_prune_result pr = {0};
-        double t0 = now_s();
+        double t0 = cmp_now();
         int rc = kcache_store_prune(s, &po, &pr);
-        t[round] = now_s() - t0;
+        t[round] = cmp_now() - t0;
         if (rc)
             fail("prune: %s", kcache_store_errmsg(s));
         kcache_store_close(s);
@@ -947,7 +854,7 @@ static double prune_median(uint64_t total, uint64_t evict, uint64_t *evicted,
     }
     remove_db(path);
     free(path);
-    return quantile(t, 3, 0.5);
+    return cmp_quantile(t, 3, 0.5);
 }
 
 static void bench_prune(void)
@@ -985,7 +892,7 @@ static void bench_prune(void)
 
 static double run_cli_stats(const char *path)
 {
-    double t0 = now_s();
+    double t0 = cmp_now();
     pid_t pid = fork();
     if (pid < 0)
         fail("fork: %s", strerror(errno));
@@ -1001,7 +908,7 @@ static double run_cli_stats(const char *path)
     int status;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
-    double t = now_s() - t0;
+    double t = cmp_now() - t0;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         fail("%s --path %s stats failed", opt.kcache_exe, path);
     return t;
@@ -1014,7 +921,7 @@ static void bench_stats(const struct blob *base)
     kcache_store *s = open_store(path);
     static const char *const archs[] = {"sm_80", "sm_86", "sm_89", "sm_90", "compute_90"};
     fprintf(stderr, "stats: filling %zu entries ...\n", n);
-    double f0 = now_s();
+    double f0 = cmp_now();
     for (size_t i = 0; i < n; i++) {
         /* 0.5 to 2.5 KiB slices of a real CUBIN: many small entries. */
         size_t len = 512 + (i * 7919) % 2048;
@@ -1025,7 +932,7 @@ static void bench_stats(const struct blob *base)
         put_or_die(s, &k, base->data + off, len, archs[i % 5],
                    i % 5 == 4 ? KCACHE_KIND_PTX : KCACHE_KIND_CUBIN);
     }
-    double fill = now_s() - f0;
+    double fill = cmp_now() - f0;
     kcache_store_close(s);
     s = open_store(path);
     const int runs = 11;
@@ -1033,10 +940,10 @@ static void bench_stats(const struct blob *base)
     uint64_t entries = 0;
     for (int i = 0; i < runs; i++) {
         kcache_stats *st;
-        double t0 = now_s();
+        double t0 = cmp_now();
         if (kcache_store_stats(s, &st))
             fail("stats: %s", kcache_store_errmsg(s));
-        t[i] = now_s() - t0;
+        t[i] = cmp_now() - t0;
         if (i == 0)
             first = t[i];
         entries = st->entries;
@@ -1045,7 +952,7 @@ static void bench_stats(const struct blob *base)
     kcache_store_close(s);
     if (entries != n)
         fail("stats counted %llu entries, %zu were put", (unsigned long long)entries, n);
-    double med = quantile(t, (size_t)runs, 0.5) * 1e3;
+    double med = cmp_quantile(t, (size_t)runs, 0.5) * 1e3;
     char label[64];
     snprintf(label, sizeof(label), "kcache_store_stats, %zuk entries", n / 1000);
     struct row *r = add_row("stats", label, med, "ms");
@@ -1062,7 +969,7 @@ static void bench_stats(const struct blob *base)
         double c[5];
         for (int i = 0; i < 5; i++)
             c[i] = run_cli_stats(path);
-        double cmed = quantile(c, 5, 0.5) * 1e3;
+        double cmed = cmp_quantile(c, 5, 0.5) * 1e3;
         snprintf(label, sizeof(label), "kcache stats (CLI), %zuk entries", n / 1000);
         r = add_row("stats", label, cmed, "ms");
         snprintf(r->note, sizeof(r->note), "process end to end (fork, exec, open, print), median "

@@ -20,7 +20,7 @@ void cmp_fail(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("bench_compare: ", stderr);
+    fprintf(stderr, "%s: ", program_invocation_short_name);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
