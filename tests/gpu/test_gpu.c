@@ -158,6 +158,50 @@ static void run_saxpy(kcache_gpu *gpu, int n, const char *tag)
     CHECK(fn == saxpy_fn);
 }
 
+/*
+ * Runs a kernel (const float *a, const float *b, float *out, int n) on fresh
+ * random inputs and checks every output against ref on the CPU.
+ */
+static void check_elementwise(const char *name, CUfunction fn, int n, int block,
+                              double (*ref)(double a, double b))
+{
+    size_t bytes = (size_t)n * sizeof(float);
+    float *a = malloc(bytes), *b = malloc(bytes);
+    REQUIRE(a && b);
+    for (int i = 0; i < n; i++) {
+        a[i] = rndf();
+        b[i] = rndf();
+    }
+    CUdeviceptr da = to_device(a, bytes), db = to_device(b, bytes), dout = to_device(NULL, bytes);
+    void *params[] = {&da, &db, &dout, &n};
+    launch(fn, (unsigned)((n + block - 1) / block), 1, (unsigned)block, 1, params);
+    float *got = from_device(dout, bytes);
+    int bad = 0;
+    for (int i = 0; i < n; i++)
+        bad += !close_enough(got[i], ref(a[i], b[i]), 1e-6);
+    if (bad)
+        fprintf(stderr, "%s: %d of %d outputs wrong\n", name, bad, n);
+    CHECK(bad == 0);
+    digest(name, got, bytes);
+    CU_OK(&api, api.mem_free(da));
+    CU_OK(&api, api.mem_free(db));
+    CU_OK(&api, api.mem_free(dout));
+    free(a);
+    free(b);
+    free(got);
+}
+
+/* blend computes 2 * (a + 0.25 * (b - a)); apply computes x * y + 1. */
+static double blend_ref(double a, double b)
+{
+    return 2.0 * (a + 0.25 * (b - a));
+}
+
+static double apply_ref(double x, double y)
+{
+    return x * y + 1.0;
+}
+
 /* headers/main.cu: a header beside the source and one through -I. */
 static void run_blend(kcache_gpu *gpu)
 {
@@ -167,30 +211,7 @@ static void run_blend(kcache_gpu *gpu)
     kcache_request q = request("headers/main.cu");
     q.options = opts;
     q.n_options = 1;
-    CUfunction fn = get_function(gpu, &q, "blend");
-    int n = 300007;
-    size_t bytes = n * sizeof(float);
-    float *a = malloc(bytes), *b = malloc(bytes);
-    REQUIRE(a && b);
-    for (int i = 0; i < n; i++) {
-        a[i] = rndf();
-        b[i] = rndf();
-    }
-    CUdeviceptr da = to_device(a, bytes), db = to_device(b, bytes), dout = to_device(NULL, bytes);
-    void *params[] = {&da, &db, &dout, &n};
-    launch(fn, (n + 127) / 128, 1, 128, 1, params);
-    float *got = from_device(dout, bytes);
-    int bad = 0;
-    for (int i = 0; i < n; i++)
-        bad += !close_enough(got[i], 2.0 * (a[i] + 0.25 * ((double)b[i] - a[i])), 1e-6);
-    CHECK(bad == 0);
-    digest("blend", got, bytes);
-    CU_OK(&api, api.mem_free(da));
-    CU_OK(&api, api.mem_free(db));
-    CU_OK(&api, api.mem_free(dout));
-    free(a);
-    free(b);
-    free(got);
+    check_elementwise("blend", get_function(gpu, &q, "blend"), 300007, 128, blend_ref);
 }
 
 /* computed_include.cu: #include MACRO, resolved and keyed by kcache. */
@@ -359,29 +380,7 @@ static void run_lto(kcache_gpu *gpu)
     CUfunction again = NULL;
     CHECK_RC(kcache_gpu_link_function(gpu, &lr, "apply", &again), 0);
     CHECK(again == fn);
-    int n = 100003;
-    size_t bytes = n * sizeof(float);
-    float *x = malloc(bytes), *y = malloc(bytes);
-    REQUIRE(x && y);
-    for (int i = 0; i < n; i++) {
-        x[i] = rndf();
-        y[i] = rndf();
-    }
-    CUdeviceptr dx = to_device(x, bytes), dy = to_device(y, bytes), dout = to_device(NULL, bytes);
-    void *params[] = {&dx, &dy, &dout, &n};
-    launch(fn, (n + 255) / 256, 1, 256, 1, params);
-    float *got = from_device(dout, bytes);
-    int bad = 0;
-    for (int i = 0; i < n; i++)
-        bad += !close_enough(got[i], (double)x[i] * y[i] + 1.0, 1e-6);
-    CHECK(bad == 0);
-    digest("apply", got, bytes);
-    CU_OK(&api, api.mem_free(dx));
-    CU_OK(&api, api.mem_free(dy));
-    CU_OK(&api, api.mem_free(dout));
-    free(x);
-    free(y);
-    free(got);
+    check_elementwise("apply", fn, 100003, 256, apply_ref);
 }
 
 static void run_all(kcache_gpu *gpu)
