@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "deps.h"
+#include "compile/deps.h"
 
 extern char **environ;
 

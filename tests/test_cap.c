@@ -3,7 +3,7 @@
  * after every put into a capped store, database plus WAL on disk are at or
  * under the cap, and what goes is what was used least recently.
  */
-#include "common.h"
+#include "util/common.h"
 #include "storetest.h"
 
 #define ART_MAX (200 * 1024)

@@ -1,7 +1,7 @@
 /* The codec: what it stores decodes to exactly what was put, or is refused. */
 #include <zstd.h>
 
-#include "codec.h"
+#include "util/codec.h"
 #include "testutil.h"
 
 static void fill_compressible(uint8_t *p, size_t n, unsigned seed)

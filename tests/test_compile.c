@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 
 #include "testutil.h"
-#include "toolkit.h"
+#include "compile/toolkit.h"
 
 static const char *corpus;
 static char db[600];

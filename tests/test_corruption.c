@@ -18,7 +18,7 @@
 #include <fcntl.h>
 
 #include "results.h"
-#include "storeint.h"
+#include "store/storeint.h"
 #include "storetest.h"
 
 #define ART_MAX (40 * 1024)

@@ -24,7 +24,7 @@
 #include <kcache/verify.h>
 #include <sys/wait.h>
 
-#include "common.h"
+#include "util/common.h"
 #include "results.h"
 #include "storetest.h"
 

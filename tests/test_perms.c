@@ -16,7 +16,7 @@
 #include <kcache/bundle.h>
 #include <kcache/config.h>
 
-#include "common.h"
+#include "util/common.h"
 #include "results.h"
 #include "storetest.h"
 

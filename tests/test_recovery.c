@@ -6,8 +6,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 
-#include "schema.h"
-#include "storeint.h"
+#include "store/schema.h"
+#include "store/storeint.h"
 #include "storetest.h"
 
 #define ART_MAX (40 * 1024)

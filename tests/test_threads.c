@@ -5,7 +5,7 @@
  */
 #include <pthread.h>
 
-#include "storeint.h"
+#include "store/storeint.h"
 #include "storetest.h"
 
 #define N_THREADS 8

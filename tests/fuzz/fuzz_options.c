@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "kcache/compile.h"
-#include "opts.h"
+#include "compile/opts.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

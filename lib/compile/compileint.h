@@ -1,0 +1,111 @@
+/* Shared by compile.c (one source) and link.c (nvJitLink). */
+#ifndef KC_COMPILEINT_H
+#define KC_COMPILEINT_H
+
+#include <pthread.h>
+#include <stdarg.h>
+
+#include "util/common.h"
+#include "compile/deps.h"
+#include "kcache/compile.h"
+#include "compile/key.h"
+#include "compile/opts.h"
+#include "compile/toolkit.h"
+
+struct kcache_compiler {
+    kc_toolkit tk;
+    kcache_store *store;
+    int own_store;
+    int store_status;       /* why there is no store */
+    char store_message[512];
+    unsigned wait_timeout_ms;
+    kcache_log_fn log;
+    void *log_userdata;
+};
+
+/* A result and everything it points to. */
+struct kc_result {
+    kcache_result pub;      /* first: the public pointer is this struct's */
+    kcache_entry *entry;    /* a hit's entry, which owns data, log and names */
+    char *data;             /* a fresh artifact */
+    char *log;
+    char **exprs, **lowered;
+    size_t n_names;
+    char **headers;
+    size_t n_headers;
+    kc_buf material;
+    char arch[32];
+    char message[512];
+    char store_message[512];
+};
+
+struct kc_result *kc_result_new(void);
+int kc_result_fail(struct kc_result *r, int code, const char *fmt, ...) KC_PRINTF(3, 4);
+void kc_result_store_problem(struct kc_result *r, int status, const char *msg);
+void kc_result_from_entry(struct kc_result *r, kcache_entry *e);
+
+struct heartbeat {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    int stop, running;
+    kcache_store *store;
+    kcache_key key;
+};
+
+void kc_heartbeat_start(struct heartbeat *h, kcache_store *store, const kcache_key *key);
+void kc_heartbeat_stop(struct heartbeat *h);
+
+/* What a miss runs, and how its result is stored, for kc_through_cache(). */
+struct kc_step {
+    int (*run)(void *ctx, struct kc_result *r);
+    void (*store)(void *ctx, struct kc_result *r);
+    void *ctx;
+    const char *arch;       /* what the miss is counted under */
+    kcache_kind kind;
+};
+
+/*
+ * Serves r->pub.key from the store, or runs the step under the key's lease
+ * (so that concurrent misses wait for one run) and stores what it made.
+ * use_store 0: just runs the step.
+ */
+int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, unsigned flags,
+                     const struct kc_step *step);
+
+/* Puts e; a failure is recorded in r (and counted), never returned. */
+void kc_store_put(kcache_compiler *c, const kcache_entry *e, struct kc_result *r);
+
+/* Sets the status, the time since t0 and *out; returns rc. */
+int kc_result_finish(struct kc_result *r, int rc, uint64_t t0, kcache_result **out);
+
+/* 1: a hit (r filled); 0: compile (*leased: this process holds the lease); <0: store error. */
+int kc_lookup_or_lease(kcache_compiler *c, const kcache_key *key, struct kc_result *r,
+                       int *leased);
+
+/* Everything a request turns into before the key. */
+struct work {
+    char *source_buf;
+    const char *source;
+    size_t source_size;
+    const char *source_name;
+    char *source_dir;
+    kc_opts opts;
+    kc_deps deps;
+    char nvrtc_arch[32];
+    kcache_kind kind;
+};
+void kc_work_free(struct work *w);
+
+/*
+ * Runs NVRTC on prepared work into r. hermetic: user headers in memory, only
+ * the toolkit's -I directories, no source-directory search.
+ */
+int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct work *w,
+                 struct kc_result *r, int hermetic);
+
+/* Links inputs (kinds, bytes, names) with nvJitLink into r; r->arch is the target. */
+int kc_run_link(kcache_compiler *c, const kcache_link_request *req, const kcache_link_input *in,
+                struct kc_result *r);
+
+#endif

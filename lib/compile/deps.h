@@ -1,0 +1,107 @@
+/*
+ * What a compile reads: kcache resolves #include itself, the way NVRTC does,
+ * because NVRTC cannot say what it included.
+ *
+ * NVRTC's search order, checked against NVRTC by tests/test_deps_nvrtc.c:
+ *   - headers handed over in memory, matched by the exact include spelling,
+ *     before anything on disk;
+ *   - "quoted": the including file's own directory (for the main source, the
+ *     directory of its name, unless -no-source-include), then each -I
+ *     directory in order; the source's directory is not searched for headers
+ *     included by other headers;
+ *   - <angled>: each -I directory in order;
+ *   - nothing else: NVRTC has no default include directory.
+ *
+ * The compile is made hermetic: every header found outside the toolkit is
+ * read, hashed and handed to NVRTC in memory under its spelling, and the user's
+ * -I directories are not passed on, so NVRTC cannot read a file that was not
+ * hashed. Headers inside the CUDA toolkit are identified by the toolkit's
+ * version and read by NVRTC from disk, through the toolkit's -I directories.
+ */
+#ifndef KC_DEPS_H
+#define KC_DEPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/codec.h"
+
+/* One directive found by the scanner. */
+enum kc_directive_kind {
+    KC_DIR_INCLUDE = 1,     /* #include or #import */
+    KC_DIR_INCLUDE_NEXT,    /* #include_next */
+    KC_DIR_HAS_INCLUDE,     /* __has_include(...) in a condition */
+    KC_DIR_DEFINE,          /* #define NAME value (object-like) */
+};
+
+typedef struct kc_directive {
+    int kind;
+    int angle;         /* <...> rather than "..." */
+    int computed;      /* the operand is not "..." or <...>: macro text in `text` */
+    unsigned line;
+    char *text;        /* spelling, macro text, or for DEFINE the name */
+    char *value;       /* DEFINE: the replacement text, trimmed */
+} kc_directive;
+
+/*
+ * Scans source text for include directives, __has_include and object-like
+ * #defines, skipping comments and string literals, honouring line splices.
+ * Conditionals are not evaluated: every branch is seen. *out is an array of
+ * *n directives, freed with kc_directives_free(). Returns 0 or ENOMEM.
+ */
+int kc_scan(kc_directive **out, size_t *n, const char *text, size_t size);
+void kc_directives_free(kc_directive *d, size_t n);
+
+/* How a spelling resolved. */
+enum kc_dep_state {
+    KC_DEP_USER = 1,  /* a file outside the toolkit: read, hashed, handed over */
+    KC_DEP_TOOLKIT,   /* inside the toolkit: identified by its path there */
+    KC_DEP_ABSENT,    /* looked for and not found */
+};
+
+typedef struct kc_dep {
+    char *spelling;   /* as written between the quotes or brackets */
+    int angle;
+    int state;
+    uint8_t digest[KC_DIGEST_SIZE]; /* USER */
+    char *content;    /* USER: NUL-terminated */
+    size_t size;
+    char *toolkit_rel; /* TOOLKIT: path relative to the toolkit root */
+    char *path;       /* where it was found (messages only, never keyed) */
+} kc_dep;
+
+typedef struct kc_deps_request {
+    const char *source;       /* main source text */
+    size_t source_size;
+    const char *source_dir;   /* directory of the main source, or NULL */
+    int no_source_include;
+    const char *const *include_dirs; /* -I, in order */
+    size_t n_include_dirs;
+    const char *const *defines;      /* -D operands ("NAME" or "NAME=VALUE"), in order */
+    size_t n_defines;
+    const char *const *pre_includes; /* -include operands */
+    size_t n_pre_includes;
+    const char *toolkit_root;        /* realpath of the toolkit, or NULL */
+} kc_deps_request;
+
+typedef struct kc_deps {
+    kc_dep *deps;             /* sorted by (spelling, angle) */
+    size_t n_deps;
+    /*
+     * Non-zero when the compile cannot be made hermetic: a computed include
+     * that could not be worked out, #include_next, or one spelling that means
+     * two different files. `problem` then says what and what to do; the
+     * caller compiles from disk and does not cache.
+     */
+    int not_hermetic;
+    char problem[512];
+} kc_deps;
+
+/* Resolves everything the main source reads. Returns 0, or ENOMEM/EIO with msg. */
+int kc_deps_resolve(kc_deps *out, const kc_deps_request *req, char *msg, size_t msg_size);
+void kc_deps_free(kc_deps *deps);
+
+/* Upper bound on one header's size: anything larger is not a header. */
+#define KC_MAX_HEADER_SIZE (64u << 20)
+
+#endif

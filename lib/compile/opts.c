@@ -1,0 +1,267 @@
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kcache/compile.h"
+#include "compile/opts.h"
+
+enum opt_type {
+    FLAG,      /* no value */
+    VALUE,     /* one value: --long=v, --long v, -short=v, -short v */
+    ARCH,      /* -arch */
+    DEFINE,    /* -D: may be glued (-DNAME) */
+    UNDEFINE,  /* -U: may be glued */
+    INCLUDE,   /* -I: may be glued */
+    PREINCLUDE,
+    NOSRC,
+};
+
+struct opt {
+    const char *lng, *shrt;
+    int type;
+};
+
+/* NVRTC 13's options (nvrtc.h). Anything else is passed through verbatim. */
+static const struct opt table[] = {
+    {"gpu-architecture", "arch", ARCH},
+    {"device-c", "dc", FLAG},
+    {"device-w", "dw", FLAG},
+    {"relocatable-device-code", "rdc", VALUE},
+    {"extensible-whole-program", "ewp", FLAG},
+    {"device-debug", "G", FLAG},
+    {"generate-line-info", "lineinfo", FLAG},
+    {"dopt", "dopt", VALUE},
+    {"Ofast-compile", "Ofc", VALUE},
+    {"ptxas-options", "Xptxas", VALUE},
+    {"maxrregcount", "maxrregcount", VALUE},
+    {"ftz", "ftz", VALUE},
+    {"prec-sqrt", "prec-sqrt", VALUE},
+    {"prec-div", "prec-div", VALUE},
+    {"fmad", "fmad", VALUE},
+    {"use_fast_math", "use_fast_math", FLAG},
+    {"extra-device-vectorization", "extra-device-vectorization", FLAG},
+    {"modify-stack-limit", "modify-stack-limit", VALUE},
+    {"dlink-time-opt", "dlto", FLAG},
+    {"gen-opt-lto", "gen-opt-lto", FLAG},
+    {"optix-ir", "optix-ir", FLAG},
+    {"jump-table-density", "jtd", VALUE},
+    {"device-stack-protector", "device-stack-protector", VALUE},
+    {"no-cache", "no-cache", FLAG},
+    {"frandom-seed", "frandom-seed", VALUE},
+    {"define-macro", "D", DEFINE},
+    {"undefine-macro", "U", UNDEFINE},
+    {"include-path", "I", INCLUDE},
+    {"pre-include", "include", PREINCLUDE},
+    {"no-source-include", "no-source-include", NOSRC},
+    {"std", "std", VALUE},
+    {"builtin-move-forward", "builtin-move-forward", VALUE},
+    {"builtin-initializer-list", "builtin-initializer-list", VALUE},
+    {"pch", "pch", FLAG},
+    {"create-pch", "create-pch", VALUE},
+    {"use-pch", "use-pch", VALUE},
+    {"pch-dir", "pch-dir", VALUE},
+    {"pch-verbose", "pch-verbose", VALUE},
+    {"pch-messages", "pch-messages", VALUE},
+    {"instantiate-templates-in-pch", "instantiate-templates-in-pch", VALUE},
+    {"disable-warnings", "w", FLAG},
+    {"restrict", "restrict", FLAG},
+    {"device-as-default-execution-space", "default-device", FLAG},
+    {"device-int128", "device-int128", FLAG},
+    {"device-float128", "device-float128", FLAG},
+    {"optimization-info", "opt-info", VALUE},
+    {"display-error-number", "err-no", FLAG},
+    {"no-display-error-number", "no-err-no", FLAG},
+    {"diag-error", "diag-error", VALUE},
+    {"diag-suppress", "diag-suppress", VALUE},
+    {"diag-warn", "diag-warn", VALUE},
+    {"brief-diagnostics", "brief-diag", VALUE},
+    {"time", "time", VALUE},
+    {"split-compile", "split-compile", VALUE},
+    {"fdevice-syntax-only", "fdevice-syntax-only", FLAG},
+    {"minimal", "minimal", FLAG},
+};
+
+int kc_strv_push(char ***v, size_t *n, const char *s)
+{
+    char **grown = kc_realloc(*v, (*n + 1) * sizeof(char *));
+    if (!grown)
+        return KCACHE_ENOMEM;
+    *v = grown;
+    if (!(grown[*n] = kc_strdup(s)))
+        return KCACHE_ENOMEM;
+    (*n)++;
+    return 0;
+}
+
+void kc_strv_free(char **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+void kc_opts_free(kc_opts *o)
+{
+    kc_strv_free(o->canonical, o->n_canonical);
+    kc_strv_free(o->include_dirs, o->n_include_dirs);
+    kc_strv_free(o->pre_includes, o->n_pre_includes);
+    kc_strv_free(o->defines, o->n_defines);
+    memset(o, 0, sizeof(*o));
+}
+
+KCACHE_API int kcache_arch_normalize(char *out, size_t out_size, const char *arch)
+{
+    if (!out || out_size < 16 || !arch)
+        return KCACHE_EINVAL;
+    char low[32];
+    size_t n = strlen(arch);
+    if (n == 0 || n >= sizeof(low))
+        return KCACHE_EINVAL;
+    for (size_t i = 0; i <= n; i++)
+        low[i] = (char)tolower((unsigned char)arch[i]);
+    const char *prefix = "sm_", *p = low;
+    if (!strncmp(p, "compute_", 8)) {
+        prefix = "compute_";
+        p += 8;
+    } else if (!strncmp(p, "compute", 7)) {
+        prefix = "compute_";
+        p += 7;
+    } else if (!strncmp(p, "sm_", 3)) {
+        p += 3;
+    } else if (!strncmp(p, "sm", 2)) {
+        p += 2;
+    } else if (!strncmp(p, "lto_", 4)) {
+        prefix = "lto_";
+        p += 4;
+    }
+    size_t digits = strspn(p, "0123456789");
+    if (digits < 2 || digits > 3 || p[0] == '0')
+        return KCACHE_EINVAL;
+    const char *suffix = p + digits;
+    if (*suffix && strcmp(suffix, "a") != 0 && strcmp(suffix, "f") != 0)
+        return KCACHE_EINVAL;
+    snprintf(out, out_size, "%s%.*s%s", prefix, (int)digits, p, suffix);
+    return 0;
+}
+
+static const struct opt *lookup(const char *name, size_t len, int is_long)
+{
+    for (size_t i = 0; i < KC_ARRAY_SIZE(table); i++) {
+        const char *want = is_long ? table[i].lng : table[i].shrt;
+        if (strlen(want) == len && strncmp(want, name, len) == 0)
+            return &table[i];
+    }
+    return NULL;
+}
+
+/* Single-letter options whose value may be glued on: -DNAME, -UNAME, -Idir. */
+static const struct opt *glued(const char *arg, const char **value)
+{
+    static const char letters[] = "DUI";
+    if (arg[0] == '-' && arg[1] && strchr(letters, arg[1]) && arg[2] && arg[2] != '=') {
+        *value = arg + 2;
+        return lookup(arg + 1, 1, 0);
+    }
+    return NULL;
+}
+
+static int add(kc_opts *o, const char *lng, const char *value)
+{
+    char buf[4096];
+    int n = value ? snprintf(buf, sizeof(buf), "--%s=%s", lng, value)
+                  : snprintf(buf, sizeof(buf), "--%s", lng);
+    if (n < 0 || (size_t)n >= sizeof(buf))
+        return KCACHE_EINVAL;
+    return kc_strv_push(&o->canonical, &o->n_canonical, buf);
+}
+
+int kc_opts_parse(kc_opts *o, const char *const *argv, size_t argc, char *msg, size_t msg_size)
+{
+    memset(o, 0, sizeof(*o));
+    int rc = 0;
+    for (size_t i = 0; i < argc && !rc; i++) {
+        const char *arg = argv[i];
+        if (!arg)
+            continue;
+        const char *value = NULL;
+        const struct opt *opt = glued(arg, &value);
+        if (!opt && arg[0] == '-') {
+            int is_long = arg[1] == '-';
+            const char *name = arg + 1 + is_long;
+            const char *eq = strchr(name, '=');
+            size_t len = eq ? (size_t)(eq - name) : strlen(name);
+            opt = lookup(name, len, is_long);
+            if (!opt && !is_long) /* NVRTC accepts the long names with one dash too */
+                opt = lookup(name, len, 1);
+            if (opt && eq)
+                value = eq + 1;
+            if (opt && !eq && opt->type != FLAG && opt->type != NOSRC) {
+                if (i + 1 >= argc || !argv[i + 1]) {
+                    rc = kc_fmt(msg, msg_size, KCACHE_EINVAL, "NVRTC option %s needs a value",
+                                arg);
+                    break;
+                }
+                value = argv[++i];
+            }
+            if (opt && eq && (opt->type == FLAG || opt->type == NOSRC)) {
+                rc = kc_fmt(msg, msg_size, KCACHE_EINVAL, "NVRTC option %.*s takes no value",
+                            (int)(eq - arg), arg);
+                break;
+            }
+        }
+        if (!opt) {
+            /* Unknown to this table: keyed and passed on exactly as written. */
+            rc = kc_strv_push(&o->canonical, &o->n_canonical, arg);
+            continue;
+        }
+        if (opt->type != FLAG && opt->type != NOSRC && (!value || !*value)) {
+            rc = kc_fmt(msg, msg_size, KCACHE_EINVAL, "NVRTC option %s has an empty value", arg);
+            break;
+        }
+        switch (opt->type) {
+        case ARCH:
+            if (!strcmp(value, "native")) {
+                o->arch_native = 1;
+                o->arch[0] = '\0';
+            } else if (kcache_arch_normalize(o->arch, sizeof(o->arch), value) != 0) {
+                rc = kc_fmt(msg, msg_size, KCACHE_EINVAL,
+                            "'%s' is not a GPU architecture (use e.g. sm_90, sm_90a, compute_90)",
+                            value);
+            } else {
+                o->arch_native = 0;
+            }
+            break;
+        case INCLUDE:
+            rc = kc_strv_push(&o->include_dirs, &o->n_include_dirs, value);
+            break;
+        case PREINCLUDE:
+            rc = kc_strv_push(&o->pre_includes, &o->n_pre_includes, value);
+            if (!rc)
+                rc = add(o, opt->lng, value);
+            break;
+        case NOSRC:
+            o->no_source_include = 1;
+            break;
+        case DEFINE:
+            rc = kc_strv_push(&o->defines, &o->n_defines, value);
+            if (!rc)
+                rc = add(o, opt->lng, value);
+            break;
+        default:
+            if (!strcmp(opt->lng, "frandom-seed"))
+                o->has_seed = 1;
+            if (!strcmp(opt->lng, "dlink-time-opt"))
+                o->dlto = 1;
+            rc = add(o, opt->lng, opt->type == FLAG ? NULL : value);
+            if (rc == KCACHE_EINVAL)
+                kc_fmt(msg, msg_size, rc, "NVRTC option %s is too long", arg);
+        }
+    }
+    if (rc) {
+        if (rc == KCACHE_ENOMEM)
+            kc_fmt(msg, msg_size, rc, "out of memory");
+        kc_opts_free(o);
+    }
+    return rc;
+}

@@ -1,0 +1,37 @@
+/*
+ * NVRTC options, canonicalised: every spelling of an option becomes one
+ * ("-arch sm_90", "-arch=sm_90" and "--gpu-architecture=sm_90" are one), the
+ * order is kept (-D/-U depend on it, and a later option may override an
+ * earlier one), and what only steers where headers are found (-I) is split
+ * out: what it finds is keyed instead, by content.
+ */
+#ifndef KC_OPTS_H
+#define KC_OPTS_H
+
+#include "util/common.h"
+
+typedef struct kc_opts {
+    char **canonical;        /* keyed and handed to NVRTC, in order */
+    size_t n_canonical;
+    char **include_dirs;     /* -I operands, in order */
+    size_t n_include_dirs;
+    char **pre_includes;     /* -include operands */
+    size_t n_pre_includes;
+    char **defines;          /* -D operands, in order */
+    size_t n_defines;
+    char arch[32];           /* from -arch, normalised; "" if none */
+    int arch_native;         /* -arch=native */
+    int no_source_include;
+    int has_seed;            /* --frandom-seed given */
+    int dlto;                /* -dlto given */
+} kc_opts;
+
+/* Returns 0, or KCACHE_EINVAL with a message naming the option. */
+int kc_opts_parse(kc_opts *out, const char *const *argv, size_t argc, char *msg, size_t msg_size);
+void kc_opts_free(kc_opts *o);
+
+/* Appends a copy of s to a string list. */
+int kc_strv_push(char ***v, size_t *n, const char *s);
+void kc_strv_free(char **v, size_t n);
+
+#endif

@@ -1,0 +1,361 @@
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/codec.h"
+#include "compile/toolkit.h"
+
+#ifndef KC_TOOLKIT_DIR
+#define KC_TOOLKIT_DIR "/usr/local/cuda"
+#endif
+#ifndef KC_CUDA_MAJOR
+#define KC_CUDA_MAJOR 13
+#endif
+
+static uint64_t rd(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/*
+ * Reads the NT_GNU_BUILD_ID note through the program headers of a 64-bit
+ * little-endian ELF file: a few small reads, whatever the library's size.
+ */
+int kc_elf_build_id(const char *path, char *out, size_t out_size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return KCACHE_EIO;
+    int rc = KCACHE_EIO;
+    uint8_t eh[64], ph[56];
+    if (pread(fd, eh, sizeof(eh), 0) != (ssize_t)sizeof(eh) || memcmp(eh, "\177ELF", 4) != 0 ||
+        eh[4] != 2 || eh[5] != 1)
+        goto out;
+    uint64_t phoff = rd(eh + 32, 8);
+    unsigned phentsize = (unsigned)rd(eh + 54, 2), phnum = (unsigned)rd(eh + 56, 2);
+    if (phentsize < sizeof(ph) || phnum > 256)
+        goto out;
+    for (unsigned i = 0; i < phnum; i++) {
+        off_t at = (off_t)(phoff + (uint64_t)i * phentsize);
+        if (pread(fd, ph, sizeof(ph), at) != (ssize_t)sizeof(ph))
+            goto out;
+        if (rd(ph, 4) != 4 /* PT_NOTE */)
+            continue;
+        uint64_t off = rd(ph + 8, 8), size = rd(ph + 32, 8);
+        uint8_t notes[4096];
+        if (size > sizeof(notes) || pread(fd, notes, size, (off_t)off) != (ssize_t)size)
+            continue;
+        for (uint64_t p = 0; p + 12 <= size;) {
+            uint64_t namesz = rd(notes + p, 4), descsz = rd(notes + p + 4, 4);
+            uint64_t type = rd(notes + p + 8, 4);
+            uint64_t name_at = p + 12, desc_at = name_at + ((namesz + 3) & ~3ull);
+            uint64_t next = desc_at + ((descsz + 3) & ~3ull);
+            if (next > size)
+                break;
+            int gnu = namesz == 4 && !memcmp(notes + name_at, "GNU", 4);
+            if (type == 3 /* NT_GNU_BUILD_ID */ && gnu && descsz * 2 + 1 <= out_size) {
+                for (uint64_t k = 0; k < descsz; k++)
+                    snprintf(out + 2 * k, 3, "%02x", notes[desc_at + k]);
+                rc = 0;
+                goto out;
+            }
+            p = next;
+        }
+    }
+out:
+    close(fd);
+    return rc;
+}
+
+static char *find_lib(const char *root, const char *name)
+{
+    static const char *const dirs[] = {"lib64", "lib", "targets/x86_64-linux/lib",
+                                       "targets/sbsa-linux/lib"};
+    char path[PATH_MAX];
+    struct stat st;
+    for (size_t i = 0; i < KC_ARRAY_SIZE(dirs); i++) {
+        snprintf(path, sizeof(path), "%s/%s/%s", root, dirs[i], name);
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+            return realpath(path, NULL);
+    }
+    return NULL;
+}
+
+/* The value of the first "#define NAME value" line of a file, or "" (at most size - 1 bytes). */
+static void define_value(char *out, size_t size, const char *path, const char *name)
+{
+    out[0] = '\0';
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return;
+    char line[512];
+    size_t n = strlen(name);
+    while (fgets(line, sizeof(line), f)) {
+        const char *p = line;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (strncmp(p, "#define", 7) != 0)
+            continue;
+        p += 7;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (strncmp(p, name, n) == 0 && (p[n] == ' ' || p[n] == '\t')) {
+            p += n;
+            while (*p == ' ' || *p == '\t')
+                p++;
+            snprintf(out, size, "%.*s", (int)strcspn(p, " \t\r\n"), p);
+            break;
+        }
+    }
+    fclose(f);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/*
+ * The headers' identity, short enough to sit in every entry's key material:
+ * CUDA_VERSION and CCCL_VERSION name the release, and a digest of
+ * version.json (runfile installs) or of the dist-info folder names
+ * (pip-style installs, one per component and patch level) names the patch
+ * level of every component.
+ */
+static char *toolkit_identity(const char *root)
+{
+    char path[PATH_MAX], cuda[32], cccl[32];
+    snprintf(path, sizeof(path), "%s/include/cuda.h", root);
+    define_value(cuda, sizeof(cuda), path, "CUDA_VERSION");
+    snprintf(path, sizeof(path), "%s/include/cccl/cuda/std/__cccl/version.h", root);
+    define_value(cccl, sizeof(cccl), path, "CCCL_VERSION");
+    kc_buf b = {0};
+    snprintf(path, sizeof(path), "%s/version.json", root);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        char chunk[4096];
+        ssize_t k;
+        while ((k = read(fd, chunk, sizeof(chunk))) > 0 && b.size < (1u << 20))
+            kc_buf_append(&b, chunk, (size_t)k);
+        close(fd);
+    }
+    snprintf(path, sizeof(path), "%s/dist-info", root);
+    DIR *d = opendir(path);
+    if (d) {
+        char *names[256];
+        size_t n = 0;
+        for (struct dirent *de; (de = readdir(d)) && n < KC_ARRAY_SIZE(names);)
+            if (de->d_name[0] != '.' && (names[n] = kc_strdup(de->d_name)))
+                n++;
+        closedir(d);
+        qsort(names, n, sizeof(*names), cmp_str);
+        for (size_t i = 0; i < n; i++) {
+            kc_buf_append(&b, names[i], strlen(names[i]) + 1);
+            free(names[i]);
+        }
+    }
+    char parts[40] = "none";
+    if (b.size) {
+        uint8_t dg[KC_DIGEST_SIZE];
+        kc_digest(dg, b.data, b.size);
+        for (int i = 0; i < 16; i++)
+            snprintf(parts + 2 * i, 3, "%02x", dg[i]);
+    }
+    kc_buf_free(&b);
+    char text[160];
+    snprintf(text, sizeof(text), "cuda %s, cccl %s, components %s", cuda[0] ? cuda : "?",
+             cccl[0] ? cccl : "?", parts);
+    return kc_strdup(text);
+}
+
+int kc_toolkit_find(kc_toolkit *tk, const char *explicit_root, char *msg, size_t msg_size)
+{
+    memset(tk, 0, sizeof(*tk));
+    const char *root = explicit_root;
+    if (!root || !*root)
+        root = getenv("CUDA_HOME");
+    if (!root || !*root)
+        root = getenv("CUDA_PATH");
+    if (!root || !*root)
+        root = KC_TOOLKIT_DIR;
+    tk->root = realpath(root, NULL);
+    if (!tk->root)
+        return kc_fmt(msg, msg_size, KCACHE_ENOTSUP,
+                      "no CUDA toolkit at %s: set CUDA_HOME to the toolkit's directory", root);
+    char name[64];
+    snprintf(name, sizeof(name), "libnvrtc.so.%d", KC_CUDA_MAJOR);
+    tk->nvrtc_path = find_lib(tk->root, name);
+    snprintf(name, sizeof(name), "libnvJitLink.so.%d", KC_CUDA_MAJOR);
+    tk->nvjitlink_path = find_lib(tk->root, name);
+    if (!tk->nvrtc_path) {
+        int rc = kc_fmt(msg, msg_size, KCACHE_ENOTSUP,
+                        "no libnvrtc.so.%d under %s: set CUDA_HOME to a CUDA %d toolkit",
+                        KC_CUDA_MAJOR, tk->root, KC_CUDA_MAJOR);
+        kc_toolkit_free(tk);
+        return rc;
+    }
+    char id[80];
+    if (kc_elf_build_id(tk->nvrtc_path, id, sizeof(id)) != 0)
+        snprintf(id, sizeof(id), "unknown");
+    const char *base = strrchr(tk->nvrtc_path, '/');
+    snprintf(tk->nvrtc_id, sizeof(tk->nvrtc_id), "%s build-id %s", base ? base + 1 : "", id);
+    if (tk->nvjitlink_path) {
+        if (kc_elf_build_id(tk->nvjitlink_path, id, sizeof(id)) != 0)
+            snprintf(id, sizeof(id), "unknown");
+        base = strrchr(tk->nvjitlink_path, '/');
+        snprintf(tk->nvjitlink_id, sizeof(tk->nvjitlink_id), "%s build-id %s",
+                 base ? base + 1 : "", id);
+    }
+    tk->identity = toolkit_identity(tk->root);
+    if (!tk->identity) {
+        kc_toolkit_free(tk);
+        return kc_fmt(msg, msg_size, KCACHE_ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+void kc_toolkit_free(kc_toolkit *tk)
+{
+    free(tk->root);
+    free(tk->nvrtc_path);
+    free(tk->nvjitlink_path);
+    free(tk->identity);
+    memset(tk, 0, sizeof(*tk));
+}
+
+/*
+ * One loaded copy per process and per library file. dlopen is thread-safe;
+ * the lock only keeps the table of loaded copies consistent.
+ */
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+
+struct loaded {
+    char path[PATH_MAX];
+    void *api;
+};
+static struct loaded loaded_nvrtc, loaded_nvjitlink;
+
+static void *sym(void *h, const char *name, int *missing)
+{
+    void *p = dlsym(h, name);
+    if (!p)
+        *missing = 1;
+    return p;
+}
+
+#define KC_LOAD(h, s, field, name, missing)                                                        \
+    do {                                                                                           \
+        void *p_ = sym((h), (name), (missing));                                                    \
+        memcpy(&(s)->field, &p_, sizeof(p_));                                                      \
+    } while (0)
+
+int kc_nvrtc_get(const kc_toolkit *tk, const kc_nvrtc **out, char *msg, size_t msg_size)
+{
+    int rc = 0;
+    pthread_mutex_lock(&load_lock);
+    if (loaded_nvrtc.api && strcmp(loaded_nvrtc.path, tk->nvrtc_path) == 0) {
+        *out = loaded_nvrtc.api;
+        goto out;
+    }
+    void *h = dlopen(tk->nvrtc_path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        rc = kc_fmt(msg, msg_size, KCACHE_ENOTSUP, "cannot load NVRTC (%s): %s", tk->nvrtc_path,
+                    dlerror());
+        goto out;
+    }
+    kc_nvrtc *api = kc_calloc(1, sizeof(*api));
+    if (!api) {
+        rc = kc_fmt(msg, msg_size, KCACHE_ENOMEM, "out of memory");
+        goto out;
+    }
+    int missing = 0;
+    KC_LOAD(h, api, Version, "nvrtcVersion", &missing);
+    KC_LOAD(h, api, GetErrorString, "nvrtcGetErrorString", &missing);
+    KC_LOAD(h, api, CreateProgram, "nvrtcCreateProgram", &missing);
+    KC_LOAD(h, api, DestroyProgram, "nvrtcDestroyProgram", &missing);
+    KC_LOAD(h, api, CompileProgram, "nvrtcCompileProgram", &missing);
+    KC_LOAD(h, api, GetProgramLogSize, "nvrtcGetProgramLogSize", &missing);
+    KC_LOAD(h, api, GetProgramLog, "nvrtcGetProgramLog", &missing);
+    KC_LOAD(h, api, GetPTXSize, "nvrtcGetPTXSize", &missing);
+    KC_LOAD(h, api, GetPTX, "nvrtcGetPTX", &missing);
+    KC_LOAD(h, api, GetCUBINSize, "nvrtcGetCUBINSize", &missing);
+    KC_LOAD(h, api, GetCUBIN, "nvrtcGetCUBIN", &missing);
+    KC_LOAD(h, api, GetLTOIRSize, "nvrtcGetLTOIRSize", &missing);
+    KC_LOAD(h, api, GetLTOIR, "nvrtcGetLTOIR", &missing);
+    KC_LOAD(h, api, AddNameExpression, "nvrtcAddNameExpression", &missing);
+    KC_LOAD(h, api, GetLoweredName, "nvrtcGetLoweredName", &missing);
+    if (missing || api->Version(&api->major, &api->minor) != NVRTC_SUCCESS) {
+        free(api);
+        rc = kc_fmt(msg, msg_size, KCACHE_ENOTSUP, "%s is not a usable NVRTC", tk->nvrtc_path);
+        goto out;
+    }
+    /* The handle stays open for the life of the process, like any NVRTC user's. */
+    snprintf(loaded_nvrtc.path, sizeof(loaded_nvrtc.path), "%s", tk->nvrtc_path);
+    loaded_nvrtc.api = api;
+    *out = api;
+out:
+    pthread_mutex_unlock(&load_lock);
+    return rc;
+}
+
+int kc_nvjitlink_get(const kc_toolkit *tk, const kc_nvjitlink **out, char *msg, size_t msg_size)
+{
+    int rc = 0;
+    if (!tk->nvjitlink_path)
+        return kc_fmt(msg, msg_size, KCACHE_ENOTSUP,
+                      "no libnvJitLink.so.%d under %s: linking needs nvJitLink", KC_CUDA_MAJOR,
+                      tk->root);
+    pthread_mutex_lock(&load_lock);
+    if (loaded_nvjitlink.api && strcmp(loaded_nvjitlink.path, tk->nvjitlink_path) == 0) {
+        *out = loaded_nvjitlink.api;
+        goto out;
+    }
+    void *h = dlopen(tk->nvjitlink_path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        rc = kc_fmt(msg, msg_size, KCACHE_ENOTSUP, "cannot load nvJitLink (%s): %s",
+                    tk->nvjitlink_path, dlerror());
+        goto out;
+    }
+    kc_nvjitlink *api = kc_calloc(1, sizeof(*api));
+    if (!api) {
+        rc = kc_fmt(msg, msg_size, KCACHE_ENOMEM, "out of memory");
+        goto out;
+    }
+    int missing = 0;
+    KC_LOAD(h, api, Create, "__nvJitLinkCreate_13_0", &missing);
+    KC_LOAD(h, api, Destroy, "__nvJitLinkDestroy_13_0", &missing);
+    KC_LOAD(h, api, AddData, "__nvJitLinkAddData_13_0", &missing);
+    KC_LOAD(h, api, Complete, "__nvJitLinkComplete_13_0", &missing);
+    KC_LOAD(h, api, GetLinkedCubinSize, "__nvJitLinkGetLinkedCubinSize_13_0", &missing);
+    KC_LOAD(h, api, GetLinkedCubin, "__nvJitLinkGetLinkedCubin_13_0", &missing);
+    KC_LOAD(h, api, GetErrorLogSize, "__nvJitLinkGetErrorLogSize_13_0", &missing);
+    KC_LOAD(h, api, GetErrorLog, "__nvJitLinkGetErrorLog_13_0", &missing);
+    KC_LOAD(h, api, GetInfoLogSize, "__nvJitLinkGetInfoLogSize_13_0", &missing);
+    KC_LOAD(h, api, GetInfoLog, "__nvJitLinkGetInfoLog_13_0", &missing);
+    nvJitLinkResult (*version)(unsigned *, unsigned *);
+    void *pv = dlsym(h, "nvJitLinkVersion");
+    memcpy(&version, &pv, sizeof(pv));
+    if (missing || !pv || version(&api->major, &api->minor) != NVJITLINK_SUCCESS) {
+        free(api);
+        rc = kc_fmt(msg, msg_size, KCACHE_ENOTSUP, "%s is not a usable nvJitLink",
+                    tk->nvjitlink_path);
+        goto out;
+    }
+    snprintf(loaded_nvjitlink.path, sizeof(loaded_nvjitlink.path), "%s", tk->nvjitlink_path);
+    loaded_nvjitlink.api = api;
+    *out = api;
+out:
+    pthread_mutex_unlock(&load_lock);
+    return rc;
+}

@@ -1,0 +1,625 @@
+/*
+ * Bundles: a selection of a store's entries in a kcache database of its own.
+ *
+ * Export and the merge go through the store's own get and put, so that a
+ * bundle is written and read exactly as a cache is. What a cache never has to
+ * fear and a bundle does (it comes from another machine) is checked first on
+ * a separate read-only connection: whose file it is, which schema, that the
+ * schema holds exactly our objects (a trigger or view of someone else's would
+ * run inside our transactions), SQLite's integrity check and plausible sizes.
+ * Then every entry is read through the store, which checks its digests,
+ * before the first one is merged.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kcache/bundle.h"
+#include "store/schema.h"
+#include "store/storeint.h"
+
+/* Sets the store's message under its lock (the store's own calls do the same). */
+static int bundle_err(kcache_store *s, int code, const char *fmt, ...) KC_PRINTF(3, 4);
+static int bundle_err(kcache_store *s, int code, const char *fmt, ...)
+{
+    va_list ap;
+    pthread_mutex_lock(&s->lock);
+    va_start(ap, fmt);
+    vsnprintf(s->errmsg, sizeof(s->errmsg), fmt, ap);
+    va_end(ap);
+    pthread_mutex_unlock(&s->lock);
+    return code;
+}
+
+/* Copies another store's message into s (after a call on `from` failed). */
+static int pass_err(kcache_store *s, kcache_store *from, int code, const char *what)
+{
+    return bundle_err(s, code, "%s: %s", what, kcache_store_errmsg(from));
+}
+
+struct key_item {
+    kcache_key key;
+    int64_t created_at;
+    int64_t accessed_at;
+};
+
+struct key_list {
+    struct key_item *items;
+    size_t n, cap;
+};
+
+static int collect(void *userdata, const kcache_entry *e)
+{
+    struct key_list *l = userdata;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 256;
+        struct key_item *p = kc_realloc(l->items, cap * sizeof(*p));
+        if (!p)
+            return KCACHE_ENOMEM;
+        l->items = p;
+        l->cap = cap;
+    }
+    l->items[l->n].key = e->key;
+    l->items[l->n].created_at = e->created_at;
+    l->items[l->n].accessed_at = e->accessed_at;
+    l->n++;
+    return 0;
+}
+
+static void progress(const kcache_bundle_options *o, const char *phase, uint64_t done,
+                     uint64_t total)
+{
+    if (o->progress)
+        o->progress(o->progress_userdata, phase, done, total);
+}
+
+/*
+ * put() stamps an entry with the time it was written; a bundle carries the
+ * original times so that "the newer of two entries" means the newer compile.
+ */
+static int set_times(kcache_store *s, const kcache_key *key, int64_t created_at,
+                     int64_t accessed_at)
+{
+    static const char sql_both[] = "UPDATE entry SET created_at = ?1, accessed_at = ?2 "
+                                   "WHERE key = ?3";
+    static const char sql_created[] = "UPDATE entry SET created_at = ?1 WHERE key = ?3";
+    sqlite3_stmt *st = NULL;
+    pthread_mutex_lock(&s->lock);
+    int src = sqlite3_prepare_v2(s->db, accessed_at ? sql_both : sql_created, -1, &st, NULL);
+    if (src == SQLITE_OK) {
+        sqlite3_bind_int64(st, 1, created_at);
+        if (accessed_at)
+            sqlite3_bind_int64(st, 2, accessed_at);
+        sqlite3_bind_blob(st, 3, key->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
+        src = sqlite3_step(st);
+    }
+    sqlite3_finalize(st);
+    int rc = src == SQLITE_DONE ? 0 : kc_sqlerr(s, src, "setting an entry's times");
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static void remove_with_sidecars(const char *path)
+{
+    char side[4096];
+    unlink(path);
+    snprintf(side, sizeof(side), "%s-wal", path);
+    unlink(side);
+    snprintf(side, sizeof(side), "%s-shm", path);
+    unlink(side);
+    snprintf(side, sizeof(side), "%s-journal", path);
+    unlink(side);
+}
+
+/* A bundle is one file: leave WAL mode so that it can be copied and opened read-only anywhere. */
+static int make_single_file(kcache_store *s, const char *path)
+{
+    sqlite3 *db = NULL;
+    int src = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (src == SQLITE_OK) {
+        /* Every connection kcache opens runs with these, even on a file it just wrote. */
+        sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
+        sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
+        src = sqlite3_exec(db, "PRAGMA journal_mode = DELETE", NULL, NULL, NULL);
+    }
+    int rc = src == SQLITE_OK ? 0
+                              : bundle_err(s, KCACHE_EIO, "finishing %s: %s", path,
+                                           db ? sqlite3_errmsg(db) : sqlite3_errstr(src));
+    if (sqlite3_close(db) != SQLITE_OK && !rc)
+        rc = bundle_err(s, KCACHE_EIO, "finishing %s: could not close it", path);
+    int fd = rc ? -1 : open(path, O_RDONLY | O_CLOEXEC);
+    if (!rc && (fd < 0 || fsync(fd) != 0))
+        rc = bundle_err(s, errno == ENOSPC ? KCACHE_EFULL : KCACHE_EIO, "cannot write %s: %s",
+                        path, strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+KCACHE_API int kcache_bundle_export(kcache_store *store, const char *path,
+                                    const kcache_bundle_options *options,
+                                    kcache_bundle_result *out)
+{
+    static const kcache_bundle_options defaults = KCACHE_BUNDLE_OPTIONS_INIT;
+    if (!store)
+        return KCACHE_EINVAL;
+    if (!path || !*path)
+        return bundle_err(store, KCACHE_EINVAL, "kcache_bundle_export: no path");
+    const kcache_bundle_options *o = options ? options : &defaults;
+    kcache_bundle_result r;
+    memset(&r, 0, sizeof(r));
+    struct key_list keys = {0};
+    kcache_store *dst = NULL;
+    char *tmp = NULL;
+    int rc;
+
+    if (strcmp(path, kcache_store_path(store)) == 0) {
+        rc = bundle_err(store, KCACHE_EINVAL, "%s is the cache itself: export to another file",
+                        path);
+        goto out;
+    }
+    kcache_filter f = KCACHE_FILTER_INIT;
+    f.arch = o->arch;
+    f.kind = o->kind;
+    f.created_since = o->created_since;
+    f.sort = KCACHE_SORT_CREATED;
+    rc = kcache_store_list(store, &f, collect, &keys);
+    if (rc == KCACHE_ENOMEM)
+        rc = bundle_err(store, rc, "out of memory listing entries");
+    if (rc)
+        goto out;
+
+    size_t tn = strlen(path) + 32;
+    if (!(tmp = kc_malloc(tn))) {
+        rc = bundle_err(store, KCACHE_ENOMEM, "out of memory");
+        goto out;
+    }
+    snprintf(tmp, tn, "%s.tmp-%ld", path, (long)getpid());
+    remove_with_sidecars(tmp);
+    kcache_store_options so = KCACHE_STORE_OPTIONS_INIT;
+    so.path = tmp;
+    so.max_size = UINT64_MAX;
+    char err[KC_ERRMSG_SIZE];
+    if ((rc = kcache_store_open(&dst, &so, err, sizeof(err)))) {
+        rc = bundle_err(store, rc, "%s", err);
+        goto out;
+    }
+    /* Nobody sees the file before the rename, and it is synced before that: no
+     * need to sync every put (this makes an export several times faster). */
+    pthread_mutex_lock(&dst->lock);
+    kc_db_exec(dst, "PRAGMA synchronous = OFF", "configuring the bundle");
+    pthread_mutex_unlock(&dst->lock);
+    for (size_t i = 0; i < keys.n; i++) {
+        progress(o, "exporting", i, keys.n);
+        kcache_entry *e = NULL;
+        rc = kcache_store_get(store, &e, &keys.items[i].key,
+                              KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
+        if (rc == KCACHE_ENOTFOUND) {
+            /* Damaged (the store deleted it) or pruned meanwhile: not exported. */
+            r.damaged++;
+            continue;
+        }
+        if (rc)
+            goto out;
+        rc = kcache_store_put(dst, e);
+        if (!rc)
+            rc = set_times(dst, &e->key, e->created_at, e->accessed_at);
+        r.bytes += e->size;
+        kcache_entry_free(e);
+        if (rc) {
+            rc = pass_err(store, dst, rc, "writing the bundle");
+            goto out;
+        }
+        r.entries++;
+    }
+    progress(o, "exporting", keys.n, keys.n);
+    kcache_store_close(dst);
+    dst = NULL;
+    if ((rc = make_single_file(store, tmp)))
+        goto out;
+    if (rename(tmp, path) != 0) {
+        rc = bundle_err(store, KCACHE_EIO, "cannot write %s: %s", path, strerror(errno));
+        goto out;
+    }
+out:
+    kcache_store_close(dst);
+    if (tmp && rc)
+        remove_with_sidecars(tmp);
+    free(tmp);
+    free(keys.items);
+    if (out)
+        *out = r;
+    return rc;
+}
+
+/* ---- checking a bundle ------------------------------------------------- */
+
+static int query_int(sqlite3 *db, const char *sql, int64_t bind, int64_t *out)
+{
+    sqlite3_stmt *st = NULL;
+    int src = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+    if (src == SQLITE_OK) {
+        if (sqlite3_bind_parameter_count(st) > 0)
+            sqlite3_bind_int64(st, 1, bind);
+        src = sqlite3_step(st);
+        if (src == SQLITE_ROW) {
+            *out = sqlite3_column_int64(st, 0);
+            src = SQLITE_OK;
+        }
+    }
+    sqlite3_finalize(st);
+    return src;
+}
+
+/* The objects of our schema at `version`, built in memory from schema/ itself. */
+static int reference_schema(sqlite3 **out, int version)
+{
+    int src = sqlite3_open_v2(":memory:", out, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (src == SQLITE_OK) {
+        sqlite3_db_config(*out, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
+        sqlite3_db_config(*out, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
+    }
+    for (int v = 0; src == SQLITE_OK && v < version; v++)
+        src = sqlite3_exec(*out, kc_schema_steps[v], NULL, NULL, NULL);
+    return src;
+}
+
+static const char schema_sql[] =
+    "SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_schema"
+    " WHERE name NOT IN ('sqlite_stat1', 'sqlite_stat4') ORDER BY type, name";
+
+/* Whether the bundle holds exactly the reference's objects, with the same definitions. */
+static int same_schema(sqlite3 *bundle, sqlite3 *ref, char *what, size_t what_size)
+{
+    sqlite3_stmt *a = NULL, *b = NULL;
+    int same = 0;
+    if (sqlite3_prepare_v2(bundle, schema_sql, -1, &a, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(ref, schema_sql, -1, &b, NULL) != SQLITE_OK) {
+        snprintf(what, what_size, "its schema cannot be read");
+        goto out;
+    }
+    for (;;) {
+        int ra = sqlite3_step(a), rb = sqlite3_step(b);
+        if (ra == SQLITE_DONE && rb == SQLITE_DONE) {
+            same = 1;
+            break;
+        }
+        if (ra != SQLITE_ROW) {
+            snprintf(what, what_size, "%s",
+                     ra == SQLITE_DONE ? "objects of the schema are missing"
+                                       : "its schema cannot be read");
+            break;
+        }
+        const char *name = (const char *)sqlite3_column_text(a, 1);
+        if (rb != SQLITE_ROW) {
+            snprintf(what, what_size, "it holds %s '%s', which is not kcache's",
+                     (const char *)sqlite3_column_text(a, 0), name ? name : "?");
+            break;
+        }
+        int differ = 0;
+        for (int c = 0; c < 4; c++) {
+            const char *x = (const char *)sqlite3_column_text(a, c);
+            const char *y = (const char *)sqlite3_column_text(b, c);
+            differ |= !x || !y || strcmp(x, y) != 0;
+        }
+        if (differ) {
+            snprintf(what, what_size, "its %s '%s' is not kcache's",
+                     (const char *)sqlite3_column_text(a, 0), name ? name : "?");
+            break;
+        }
+    }
+out:
+    sqlite3_finalize(a);
+    sqlite3_finalize(b);
+    return same;
+}
+
+/*
+ * SQLite's integrity_check can put several lines into one row ("*** in
+ * database main ***\nPage 3: ..."): messages are one line.
+ */
+static void integrity_line(char *out, size_t size, const char *text)
+{
+    static const char banner[] = "*** in database main ***";
+    if (!strncmp(text, banner, sizeof(banner) - 1))
+        text += sizeof(banner) - 1;
+    while (*text == '\n' || *text == ' ')
+        text++;
+    size_t n = 0;
+    for (; *text && n + 1 < size; text++)
+        out[n++] = *text == '\n' || *text == '\r' ? ' ' : *text;
+    if (size)
+        out[n] = '\0';
+}
+
+static int check_integrity(sqlite3 *db, char *what, size_t what_size)
+{
+    sqlite3_stmt *st = NULL;
+    int ok = 0;
+    int src = sqlite3_prepare_v2(db, "PRAGMA integrity_check(10)", -1, &st, NULL);
+    if (src == SQLITE_OK && (src = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *first = (const char *)sqlite3_column_text(st, 0);
+        ok = first && !strcmp(first, "ok") && sqlite3_step(st) == SQLITE_DONE;
+        if (!ok) {
+            char line[160];
+            integrity_line(line, sizeof(line), first ? first : "?");
+            snprintf(what, what_size, "SQLite's integrity check failed: %s", line);
+        }
+    } else {
+        snprintf(what, what_size, "SQLite cannot check it: %s", sqlite3_errstr(src));
+    }
+    sqlite3_finalize(st);
+    return ok;
+}
+
+/* "file:PATH?immutable=1", the path's own '%', '?' and '#' escaped. Free it. */
+static char *immutable_uri(const char *path)
+{
+    size_t n = strlen(path);
+    char *uri = kc_malloc(3 * n + 32);
+    if (!uri)
+        return NULL;
+    char *q = uri + sprintf(uri, "file:");
+    for (const char *p = path; *p; p++) {
+        if (*p == '%' || *p == '?' || *p == '#')
+            q += sprintf(q, "%%%02x", (unsigned char)*p);
+        else
+            *q++ = *p;
+    }
+    strcpy(q, "?immutable=1");
+    return uri;
+}
+
+/*
+ * Everything about the file that the store does not check when it serves an
+ * entry. Opens it read-only, with nothing in it allowed to run code.
+ */
+static int check_file(kcache_store *s, const char *path)
+{
+    char what[KC_ERRMSG_SIZE] = "";
+    sqlite3 *db = NULL, *ref = NULL;
+    int rc = 0;
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return bundle_err(s, KCACHE_EIO, "cannot read %s: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return bundle_err(s, KCACHE_EINVAL, "%s is not a file", path);
+    if (sb.st_size == 0)
+        return bundle_err(s, KCACHE_ECORRUPT, "%s is empty, not a kcache bundle", path);
+
+    struct stat live;
+    if (stat(kcache_store_path(s), &live) == 0 && live.st_dev == sb.st_dev &&
+        live.st_ino == sb.st_ino)
+        return bundle_err(s, KCACHE_EINVAL, "%s is the cache itself (another name for it)", path);
+
+    /* immutable: no locks, no -journal, -wal or -shm read or made beside the user's file. */
+    char *uri = immutable_uri(path);
+    if (!uri)
+        return bundle_err(s, KCACHE_ENOMEM, "out of memory");
+    int src = sqlite3_open_v2(uri, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX |
+                                            SQLITE_OPEN_URI, NULL);
+    free(uri);
+    if (src != SQLITE_OK) {
+        rc = bundle_err(s, KCACHE_EIO, "cannot open %s: %s", path, sqlite3_errstr(src));
+        goto out;
+    }
+    sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
+    sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
+    sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, NULL);
+    sqlite3_exec(db, "PRAGMA query_only = 1", NULL, NULL, NULL);
+    /*
+     * A file in WAL mode (a copy of a live cache) keeps part of itself in a
+     * -wal file and cannot be read without making a -shm beside it: a bundle
+     * is one file, as kcache export writes it.
+     */
+    uint8_t h[20];
+    sqlite3_file *f = NULL;
+    if (sb.st_size >= (off_t)sizeof(h) &&
+        sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &f) == SQLITE_OK && f &&
+        f->pMethods && f->pMethods->xRead(f, h, sizeof(h), 0) == SQLITE_OK &&
+        !memcmp(h, "SQLite format 3", 16) && (h[18] == 2 || h[19] == 2)) {
+        rc = bundle_err(s, KCACHE_EINVAL,
+                        "%s is in WAL mode, as a live cache is, not a bundle: make one with "
+                        "kcache export; nothing imported",
+                        path);
+        goto out;
+    }
+
+    int64_t app = 0, version = 0, bad = 0;
+    src = query_int(db, "PRAGMA application_id", 0, &app);
+    if (src == SQLITE_OK)
+        src = query_int(db, "PRAGMA user_version", 0, &version);
+    if (src != SQLITE_OK) {
+        rc = bundle_err(s, KCACHE_ECORRUPT, "%s is not a kcache bundle (%s); nothing imported",
+                        path, sqlite3_errstr(src));
+        goto out;
+    }
+    if (app != KC_APPLICATION_ID) {
+        rc = bundle_err(s, KCACHE_EFOREIGN,
+                        "%s is not a kcache bundle (another application's database); nothing "
+                        "imported",
+                        path);
+        goto out;
+    }
+    if (version != kc_schema_version) {
+        rc = bundle_err(s, KCACHE_EVERSION,
+                        "%s has schema %lld and this kcache reads schema %d bundles: export it "
+                        "again with this version of kcache; nothing imported",
+                        path, (long long)version, kc_schema_version);
+        goto out;
+    }
+    if (reference_schema(&ref, kc_schema_version) != SQLITE_OK) {
+        rc = bundle_err(s, KCACHE_ENOMEM, "out of memory");
+        goto out;
+    }
+    if (!same_schema(db, ref, what, sizeof(what)) || !check_integrity(db, what, sizeof(what)))
+        goto damaged;
+
+    src = query_int(db,
+                    "SELECT count(*) FROM entry WHERE raw_size < 0 OR raw_size > ?1"
+                    " OR stored_size < 0 OR stored_size > ?1",
+                    (int64_t)KCACHE_BUNDLE_MAX_ARTIFACT, &bad);
+    if (src == SQLITE_OK && !bad)
+        src = query_int(db,
+                        "SELECT count(*) FROM input WHERE size < 0 OR size > ?1"
+                        " OR length(data) > ?1",
+                        (int64_t)KCACHE_BUNDLE_MAX_ARTIFACT, &bad);
+    if (src == SQLITE_OK && bad) {
+        snprintf(what, sizeof(what), "%lld entries or inputs have impossible sizes",
+                 (long long)bad);
+        goto damaged;
+    }
+    /* The store reads inputs with a join: one that is missing would vanish unseen. */
+    if (src == SQLITE_OK)
+        src = query_int(db,
+                        "SELECT count(*) FROM entry_input ei LEFT JOIN input i"
+                        " ON i.id = ei.input_id WHERE i.id IS NULL",
+                        0, &bad);
+    if (src == SQLITE_OK && bad) {
+        snprintf(what, sizeof(what), "%lld inputs of entries are missing", (long long)bad);
+        goto damaged;
+    }
+    if (src != SQLITE_OK) {
+        snprintf(what, sizeof(what), "%s", sqlite3_errstr(src));
+        goto damaged;
+    }
+    goto out;
+damaged:
+    rc = bundle_err(s, KCACHE_ECORRUPT, "%s is damaged: %s; nothing imported", path, what);
+out:
+    sqlite3_close(ref);
+    sqlite3_close(db);
+    return rc;
+}
+
+KCACHE_API int kcache_bundle_import(kcache_store *store, const char *path,
+                                    const kcache_bundle_options *options,
+                                    kcache_bundle_result *out)
+{
+    static const kcache_bundle_options defaults = KCACHE_BUNDLE_OPTIONS_INIT;
+    if (!store)
+        return KCACHE_EINVAL;
+    if (!path || !*path)
+        return bundle_err(store, KCACHE_EINVAL, "kcache_bundle_import: no path");
+    const kcache_bundle_options *o = options ? options : &defaults;
+    kcache_bundle_result r;
+    memset(&r, 0, sizeof(r));
+    struct key_list keys = {0};
+    kcache_store *src = NULL;
+    kcache_entry *e = NULL, *have = NULL;
+    int rc;
+
+    if (!strcmp(path, kcache_store_path(store))) {
+        rc = bundle_err(store, KCACHE_EINVAL, "%s is the cache itself", path);
+        goto out;
+    }
+    if (!o->dry_run && kcache_store_read_only(store)) {
+        rc = bundle_err(store, KCACHE_EREADONLY, "the cache is read-only: nothing imported");
+        goto out;
+    }
+    if ((rc = check_file(store, path)))
+        goto out;
+
+    kcache_store_options so = KCACHE_STORE_OPTIONS_INIT;
+    so.path = path;
+    so.max_size = UINT64_MAX;
+    so.read_only = 1;
+    char err[KC_ERRMSG_SIZE];
+    if ((rc = kcache_store_open(&src, &so, err, sizeof(err)))) {
+        rc = bundle_err(store, rc, "%s", err);
+        goto out;
+    }
+    kcache_filter f = KCACHE_FILTER_INIT;
+    f.sort = KCACHE_SORT_CREATED;
+    if ((rc = kcache_store_list(src, &f, collect, &keys))) {
+        rc = rc == KCACHE_ENOMEM ? bundle_err(store, rc, "out of memory")
+                                 : pass_err(store, src, rc, path);
+        goto out;
+    }
+
+    /* Every digest before the first merge: a damaged bundle changes nothing. */
+    for (size_t i = 0; i < keys.n; i++) {
+        progress(o, "checking", i, keys.n);
+        rc = kcache_store_get(src, &e, &keys.items[i].key,
+                              KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
+        if (rc) {
+            char hex[KCACHE_KEY_HEX_SIZE];
+            kcache_key_hex(hex, &keys.items[i].key);
+            rc = bundle_err(store, KCACHE_ECORRUPT,
+                            "%s is damaged: entry %.16s does not match its digest (%s); "
+                            "nothing imported",
+                            path, hex, kcache_store_errmsg(src));
+            goto out;
+        }
+        /*
+         * The store checks what it serves against the stored bytes' digest and
+         * the frame checksum; the artifact's own digest (what get hands out as
+         * e->digest) it takes from the row. A bundle's rows come from another
+         * machine: that digest must be the artifact's too.
+         */
+        uint8_t check[KC_DIGEST_SIZE];
+        kc_digest(check, e->data, e->size);
+        if (memcmp(check, e->digest, KC_DIGEST_SIZE) != 0) {
+            char hex[KCACHE_KEY_HEX_SIZE];
+            kcache_key_hex(hex, &keys.items[i].key);
+            rc = bundle_err(store, KCACHE_ECORRUPT,
+                            "%s is damaged: entry %.16s does not match its digest; nothing "
+                            "imported",
+                            path, hex);
+            goto out;
+        }
+        r.entries++;
+        r.bytes += e->size;
+        kcache_entry_free(e);
+        e = NULL;
+    }
+    progress(o, "checking", keys.n, keys.n);
+
+    for (size_t i = 0; i < keys.n; i++) {
+        const struct key_item *k = &keys.items[i];
+        progress(o, "merging", i, keys.n);
+        rc = kcache_store_get(store, &have, &k->key, KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA);
+        if (rc && rc != KCACHE_ENOTFOUND)
+            goto out;
+        int exists = rc == 0;
+        int64_t have_created = exists ? have->created_at : 0;
+        kcache_entry_free(have);
+        have = NULL;
+        if (exists && have_created >= k->created_at) {
+            r.skipped++;
+            continue;
+        }
+        if (exists)
+            r.replaced++;
+        else
+            r.added++;
+        if (o->dry_run)
+            continue;
+        if ((rc = kcache_store_get(src, &e, &k->key, KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS))) {
+            rc = pass_err(store, src, KCACHE_ECORRUPT, "the bundle changed while importing");
+            goto out;
+        }
+        rc = kcache_store_put(store, e);
+        if (!rc)
+            rc = set_times(store, &k->key, k->created_at, 0);
+        kcache_entry_free(e);
+        e = NULL;
+        if (rc)
+            goto out;
+    }
+    progress(o, "merging", keys.n, keys.n);
+    rc = 0;
+out:
+    kcache_entry_free(e);
+    kcache_entry_free(have);
+    kcache_store_close(src);
+    free(keys.items);
+    if (out)
+        *out = r;
+    return rc;
+}

@@ -1,0 +1,124 @@
+/* Leases for single-flight compiles (schema/003_leases.sql). */
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "store/storeint.h"
+
+static const char *host_name(void)
+{
+    static char name[256];
+    if (!name[0] && gethostname(name, sizeof(name) - 1) != 0)
+        strcpy(name, "localhost");
+    return name;
+}
+
+static int owner_alive(long long pid, const char *host)
+{
+    if (strcmp(host, host_name()) != 0)
+        return 1; /* another host: only its heartbeat can tell */
+    if (pid <= 0)
+        return 0;
+    return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
+static int run(kcache_store *s, const char *sql, const kcache_key *key, int64_t now, int *changes)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_blob(st, 1, key->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, (sqlite3_int64)getpid());
+        sqlite3_bind_text(st, 3, host_name(), -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 4, now);
+        rc = sqlite3_step(st);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE)
+        return kc_sqlerr(s, rc, "recording a lease");
+    if (changes)
+        *changes = sqlite3_changes(s->db);
+    return 0;
+}
+
+static int acquire_locked(kcache_store *s, const kcache_key *key, unsigned stale_ms, int *acquired)
+{
+    int rc = kc_db_begin_write(s);
+    if (rc)
+        return rc;
+    int64_t now = kc_now_ms();
+    sqlite3_stmt *st = NULL;
+    int src = sqlite3_prepare_v2(s->db, "SELECT pid, host, heartbeat FROM lease WHERE key = ?1",
+                                 -1, &st, NULL);
+    int held = 0;
+    if (src == SQLITE_OK) {
+        sqlite3_bind_blob(st, 1, key->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
+        src = sqlite3_step(st);
+        if (src == SQLITE_ROW) {
+            const unsigned char *host = sqlite3_column_text(st, 1);
+            long long pid = sqlite3_column_int64(st, 0);
+            int64_t beat = sqlite3_column_int64(st, 2);
+            held = owner_alive(pid, host ? (const char *)host : "") &&
+                   now - beat < (int64_t)stale_ms;
+            src = SQLITE_DONE;
+        }
+    }
+    sqlite3_finalize(st);
+    if (src != SQLITE_DONE) {
+        rc = kc_sqlerr(s, src, "reading a lease");
+        goto fail;
+    }
+    if (!held &&
+        (rc = run(s,
+                  "INSERT OR REPLACE INTO lease (key, pid, host, heartbeat)"
+                  " VALUES (?1, ?2, ?3, ?4)",
+                  key, now, NULL)))
+        goto fail;
+    if ((rc = kc_db_commit(s)))
+        return rc;
+    *acquired = !held;
+    return 0;
+fail:
+    kc_db_rollback(s);
+    return rc;
+}
+
+KCACHE_API int kcache_store_lease_acquire(kcache_store *store, const kcache_key *key,
+                                          unsigned stale_ms, int *acquired)
+{
+    if (!store || !key || !acquired)
+        return store ? kc_err(store, KCACHE_EINVAL, "kcache_store_lease_acquire: NULL argument")
+                     : KCACHE_EINVAL;
+    *acquired = 0;
+    pthread_mutex_lock(&store->lock);
+    int rc = store->db ? acquire_locked(store, key, stale_ms, acquired)
+                       : kc_err(store, KCACHE_EIO, "no database");
+    pthread_mutex_unlock(&store->lock);
+    return rc;
+}
+
+KCACHE_API int kcache_store_lease_renew(kcache_store *store, const kcache_key *key)
+{
+    if (!store || !key)
+        return KCACHE_EINVAL;
+    pthread_mutex_lock(&store->lock);
+    int rc = store->db ? kc_db_writable(store) : kc_err(store, KCACHE_EIO, "no database");
+    if (!rc)
+        rc = run(store,
+                 "UPDATE lease SET heartbeat = ?4 WHERE key = ?1 AND pid = ?2 AND host = ?3",
+                 key, kc_now_ms(), NULL);
+    pthread_mutex_unlock(&store->lock);
+    return rc;
+}
+
+KCACHE_API void kcache_store_lease_release(kcache_store *store, const kcache_key *key)
+{
+    if (!store || !key)
+        return;
+    pthread_mutex_lock(&store->lock);
+    if (store->db && kc_db_writable(store) == 0)
+        run(store, "DELETE FROM lease WHERE key = ?1 AND pid = ?2 AND host = ?3 AND ?4 = ?4", key,
+            0, NULL);
+    pthread_mutex_unlock(&store->lock);
+}

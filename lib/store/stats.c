@@ -1,0 +1,185 @@
+/* What stats reports: totals kept by triggers, counters, and this process's pending batch. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/storeint.h"
+
+static int cmp_usage(const void *a, const void *b)
+{
+    const kcache_usage *x = a, *y = b;
+    if (x->hits != y->hits)
+        return x->hits < y->hits ? 1 : -1;
+    int c = strcmp(x->arch, y->arch);
+    return c ? c : (int)x->kind - (int)y->kind;
+}
+
+static int add_usage(kcache_stats *st, size_t *cap, const char *arch, int kind, uint64_t hits,
+                     uint64_t misses, uint64_t saved_ns)
+{
+    kcache_usage *u = NULL;
+    for (size_t i = 0; i < st->n_usage; i++)
+        if ((int)st->usage[i].kind == kind && strcmp(st->usage[i].arch, arch) == 0)
+            u = &st->usage[i];
+    if (!u) {
+        if (st->n_usage == *cap) {
+            size_t grown_cap = *cap ? 2 * *cap : 8;
+            kcache_usage *grown = kc_realloc(st->usage, grown_cap * sizeof(*grown));
+            if (!grown)
+                return KCACHE_ENOMEM;
+            st->usage = grown;
+            *cap = grown_cap;
+        }
+        u = &st->usage[st->n_usage++];
+        memset(u, 0, sizeof(*u));
+        snprintf(u->arch, sizeof(u->arch), "%s", arch);
+        u->kind = (kcache_kind)kind;
+    }
+    u->hits += hits;
+    u->misses += misses;
+    u->saved_ns += saved_ns;
+    st->hits += hits;
+    st->misses += misses;
+    st->saved_ns += saved_ns;
+    return 0;
+}
+
+static int read_stats(kcache_store *s, kcache_stats *st)
+{
+    sqlite3_stmt *q;
+    size_t cap = 0;
+    int rc, src;
+    /* One read transaction, so the three queries see one state. */
+    if ((rc = kc_db_exec(s, "BEGIN", "reading stats")))
+        return rc;
+    if ((rc = kc_db_stmt(s, &q, KC_STMT_TOTALS)))
+        goto out;
+    if ((src = sqlite3_step(q)) == SQLITE_ROW) {
+        st->entries = (uint64_t)sqlite3_column_int64(q, 0);
+        st->raw_bytes = (uint64_t)sqlite3_column_int64(q, 1);
+        st->stored_bytes = (uint64_t)sqlite3_column_int64(q, 2);
+    } else if (src != SQLITE_DONE) {
+        rc = kc_sqlerr(s, src, "reading stats");
+    }
+    sqlite3_reset(q);
+    if (rc || (rc = kc_db_stmt(s, &q, KC_STMT_COUNTERS)))
+        goto out;
+    while ((src = sqlite3_step(q)) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(q, 0);
+        uint64_t v = (uint64_t)sqlite3_column_int64(q, 1);
+        if (!name)
+            continue;
+        if (!strcmp(name, "evictions"))
+            st->evictions = v;
+        else if (!strcmp(name, "corrupt"))
+            st->corrupt = v;
+        else if (!strcmp(name, "store_failures"))
+            st->store_failures = v;
+        else if (!strcmp(name, "since"))
+            st->since = (int64_t)v;
+    }
+    sqlite3_reset(q);
+    if (src != SQLITE_DONE) {
+        rc = kc_sqlerr(s, src, "reading stats");
+        goto out;
+    }
+    if ((rc = kc_db_stmt(s, &q, KC_STMT_USAGE)))
+        goto out;
+    while ((src = sqlite3_step(q)) == SQLITE_ROW) {
+        const char *arch = (const char *)sqlite3_column_text(q, 0);
+        if ((rc = add_usage(st, &cap, arch ? arch : "", sqlite3_column_int(q, 1),
+                            (uint64_t)sqlite3_column_int64(q, 2),
+                            (uint64_t)sqlite3_column_int64(q, 3),
+                            (uint64_t)sqlite3_column_int64(q, 4))))
+            break;
+    }
+    sqlite3_reset(q);
+    if (!rc && src != SQLITE_DONE)
+        rc = kc_sqlerr(s, src, "reading stats");
+    for (size_t i = 0; !rc && i < s->n_usage; i++) {
+        const struct kc_usage_delta *u = &s->usage[i];
+        rc = add_usage(st, &cap, u->arch, u->kind, u->hits, u->misses, u->saved_ns);
+    }
+    st->corrupt += s->pending_corrupt;
+    st->store_failures += s->pending_failures;
+out:
+    sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL);
+    return rc == KCACHE_ENOMEM ? kc_err(s, rc, "out of memory") : rc;
+}
+
+/* read_stats from nothing, so that a retry after recovery does not add twice. */
+static int read_stats_fresh(kcache_store *s, kcache_stats *st)
+{
+    free(st->usage);
+    memset(st, 0, sizeof(*st));
+    return read_stats(s, st);
+}
+
+KCACHE_API int kcache_store_stats(kcache_store *store, kcache_stats **out)
+{
+    if (!store || !out)
+        return store ? kc_err(store, KCACHE_EINVAL, "kcache_store_stats: out is NULL")
+                     : KCACHE_EINVAL;
+    *out = NULL;
+    kcache_stats *st = kc_calloc(1, sizeof(*st));
+    if (!st)
+        return kc_err(store, KCACHE_ENOMEM, "out of memory");
+    pthread_mutex_lock(&store->lock);
+    int rc = KCACHE_EIO;
+    if (store->db)
+        KC_WITH_RECOVERY(store, rc, read_stats_fresh(store, st));
+    else
+        kc_err(store, rc, "no database");
+    if (!rc) {
+        kc_db_disk_usage(store, &st->file_bytes, &st->wal_bytes);
+        st->max_size = store->max_size;
+        st->schema_version = store->schema_version;
+    }
+    pthread_mutex_unlock(&store->lock);
+    if (rc) {
+        kcache_stats_free(st);
+        return rc;
+    }
+    if (st->n_usage > 1) /* usage is NULL when empty, which qsort may not be given */
+        qsort(st->usage, st->n_usage, sizeof(*st->usage), cmp_usage);
+    *out = st;
+    return 0;
+}
+
+KCACHE_API void kcache_stats_free(kcache_stats *stats)
+{
+    if (!stats)
+        return;
+    free(stats->usage);
+    free(stats);
+}
+
+KCACHE_API int kcache_store_zero_stats(kcache_store *store)
+{
+    if (!store)
+        return KCACHE_EINVAL;
+    pthread_mutex_lock(&store->lock);
+    int rc = store->db ? kc_db_begin_write(store) : kc_err(store, KCACHE_EIO, "no database");
+    if (!rc) {
+        rc = kc_db_exec(store,
+                        "DELETE FROM usage;"
+                        " UPDATE counter SET value = 0 WHERE name <> 'since'",
+                        "zeroing stats");
+        if (!rc) {
+            char sql[96];
+            snprintf(sql, sizeof(sql), "INSERT OR REPLACE INTO counter VALUES ('since', %lld)",
+                     (long long)kc_now_ms());
+            rc = kc_db_exec(store, sql, "zeroing stats");
+        }
+        if (!rc)
+            rc = kc_db_commit(store);
+        else
+            kc_db_rollback(store);
+        if (!rc) {
+            store->n_usage = 0;
+            store->pending_corrupt = store->pending_failures = 0;
+        }
+    }
+    pthread_mutex_unlock(&store->lock);
+    return rc;
+}

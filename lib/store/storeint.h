@@ -1,0 +1,138 @@
+/*
+ * The store's insides, shared by store.c (entries), db.c (the file: open,
+ * recovery, migration), prune.c (eviction and space) and stats.c.
+ */
+#ifndef KC_STOREINT_H
+#define KC_STOREINT_H
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <sys/types.h>
+
+#include "util/codec.h"
+#include "util/common.h"
+#include "kcache/store.h"
+
+/* Named statements, prepared once per connection. */
+enum kc_stmt {
+    KC_STMT_GET,
+    KC_STMT_GET_INPUTS,
+    KC_STMT_DELETE,
+    KC_STMT_INSERT_ENTRY,
+    KC_STMT_INSERT_INFO,
+    KC_STMT_INSERT_ARTIFACT,
+    KC_STMT_FIND_INPUT,
+    KC_STMT_INSERT_INPUT,
+    KC_STMT_INSERT_ENTRY_INPUT,
+    KC_STMT_TOUCH,
+    KC_STMT_USAGE_ADD,
+    KC_STMT_COUNTER_ADD,
+    KC_STMT_FIND_PREFIX,
+    KC_STMT_LIST_ACCESSED,
+    KC_STMT_LIST_CREATED,
+    KC_STMT_LIST_SIZE,
+    KC_STMT_LIST_HITS,
+    KC_STMT_LIST_LRU,
+    KC_STMT_LRU_BATCH,
+    KC_STMT_DELETE_ID,
+    KC_STMT_TOTALS,
+    KC_STMT_COUNTERS,
+    KC_STMT_USAGE,
+    KC_STMT_COUNT,
+};
+
+/* A hit waiting to be written: the entry's key, when, how many. */
+struct kc_touch {
+    kcache_key key;
+    int64_t accessed_at;
+    uint32_t hits;
+};
+
+/* Counter deltas waiting to be written, per (architecture, kind). */
+struct kc_usage_delta {
+    char arch[32];
+    int kind;
+    uint64_t hits, misses, saved_ns;
+};
+
+struct kcache_store {
+    pthread_mutex_t lock;
+    sqlite3 *db;
+    sqlite3_stmt *stmts[KC_STMT_COUNT];
+    char *path;
+    char *wal_path;
+    dev_t dev; /* identity of the file this connection opened, so that */
+    ino_t ino; /* recovery never sets aside a file someone else made */
+    uint64_t max_size;
+    unsigned busy_timeout_ms;
+    int read_only;      /* asked for */
+    int newer_schema;   /* the file is newer than this build: no writes */
+    int schema_version;
+    kcache_log_fn log;
+    void *log_userdata;
+    kc_codec_ctx *codec;
+    kc_buf scratch;
+
+    struct kc_touch *touches;
+    size_t n_touches, cap_touches;
+    struct kc_usage_delta *usage;
+    size_t n_usage, cap_usage;
+    uint64_t pending_corrupt, pending_failures;
+    uint64_t last_flush_ns;
+    uint64_t index_damaged_ns; /* when the file was last found sound behind a damaged -shm */
+
+    char errmsg[KC_ERRMSG_SIZE];
+};
+
+/* Sets the store's message; returns code. */
+int kc_err(kcache_store *s, int code, const char *fmt, ...) KC_PRINTF(3, 4);
+
+/* Maps an SQLite result to a status and sets a message naming what failed. */
+int kc_sqlerr(kcache_store *s, int sqlite_rc, const char *what);
+
+void kc_log(kcache_store *s, int level, const char *fmt, ...) KC_PRINTF(3, 4);
+
+/* db.c */
+int kc_db_open(kcache_store *s);
+void kc_db_close(kcache_store *s);
+int kc_db_stmt(kcache_store *s, sqlite3_stmt **out, enum kc_stmt which);
+int kc_db_begin_write(kcache_store *s);
+int kc_db_commit(kcache_store *s);
+void kc_db_rollback(kcache_store *s);
+int kc_db_exec(kcache_store *s, const char *sql, const char *what);
+int kc_db_writable(kcache_store *s);
+/* Sets the file aside after SQLite reported it corrupt and starts a new one. */
+int kc_db_recover(kcache_store *s, const char *why);
+/* Turns a failure SQLite reported as something else (disk full) into
+ * KCACHE_ECORRUPT when the file turns out to be damaged; else returns rc. */
+int kc_db_classify_failure(kcache_store *s, int rc);
+/* Bytes of the database file and of its WAL on disk. */
+void kc_db_disk_usage(kcache_store *s, uint64_t *file_bytes, uint64_t *wal_bytes);
+/* Migrates an open handle's file to `version` (tests build older files with it). */
+int kc_db_migrate_to(kcache_store *s, int version);
+
+/*
+ * Runs an operation; if SQLite finds the file damaged, sets it aside, starts
+ * a new one and runs the operation again, once. A cache may lose entries; a
+ * caller never sees a damaged database as an error that does not go away.
+ */
+#define KC_WITH_RECOVERY(s, rc, call)                                                              \
+    do {                                                                                           \
+        (rc) = kc_db_classify_failure((s), (call));                                               \
+        if ((rc) == KCACHE_ECORRUPT && !(s)->read_only && !(s)->newer_schema &&                    \
+            kc_db_recover((s), (s)->errmsg) == 0) {                                                \
+            (s)->pending_corrupt++;                                                                \
+            (rc) = (call);                                                                         \
+        }                                                                                          \
+    } while (0)
+
+/* store.c */
+int kc_flush_locked(kcache_store *s, int wait);
+int kc_usage_add(kcache_store *s, const char *arch, int kind, uint64_t hits, uint64_t misses,
+                 uint64_t saved_ns);
+
+/* prune.c */
+int kc_prune_locked(kcache_store *s, const kcache_prune_options *o, kcache_prune_result *r);
+int kc_maybe_prune_locked(kcache_store *s);
+
+#endif

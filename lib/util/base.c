@@ -1,0 +1,364 @@
+/* Status strings, version, kinds, keys, units, time and allocation. */
+#include <ctype.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util/common.h"
+
+KCACHE_API const char *kcache_strerror(int status)
+{
+    switch (status) {
+    case KCACHE_OK: return "success";
+    case KCACHE_ENOTFOUND: return "not found";
+    case KCACHE_EINVAL: return "invalid argument";
+    case KCACHE_ENOMEM: return "out of memory";
+    case KCACHE_EIO: return "file system error";
+    case KCACHE_EBUSY: return "database locked by another process";
+    case KCACHE_ECORRUPT: return "damaged data found";
+    case KCACHE_EFOREIGN: return "not a kcache database";
+    case KCACHE_EVERSION: return "written by a newer kcache";
+    case KCACHE_EREADONLY: return "store is read-only";
+    case KCACHE_EFULL: return "disk full";
+    case KCACHE_ECOMPILE: return "compile error";
+    case KCACHE_ENOTSUP: return "not supported here";
+    case KCACHE_EAMBIGUOUS: return "ambiguous key prefix";
+    case KCACHE_EDISABLED: return "cache disabled";
+    }
+    return "unknown error";
+}
+
+#define KC_STR2(x) #x
+#define KC_STR(x) KC_STR2(x)
+
+KCACHE_API const char *kcache_version(void)
+{
+    return KC_STR(KCACHE_VERSION_MAJOR) "." KC_STR(KCACHE_VERSION_MINOR) "." KC_STR(
+        KCACHE_VERSION_PATCH);
+}
+
+static const char *const kind_names[] = {NULL, "cubin", "ptx", "ltoir"};
+
+KCACHE_API const char *kcache_kind_name(kcache_kind kind)
+{
+    if ((int)kind < 1 || (size_t)kind >= KC_ARRAY_SIZE(kind_names))
+        return NULL;
+    return kind_names[kind];
+}
+
+KCACHE_API int kcache_kind_parse(kcache_kind *out, const char *name)
+{
+    if (!out || !name)
+        return KCACHE_EINVAL;
+    for (size_t i = 1; i < KC_ARRAY_SIZE(kind_names); i++) {
+        if (strcmp(name, kind_names[i]) == 0) {
+            *out = (kcache_kind)i;
+            return 0;
+        }
+    }
+    return KCACHE_EINVAL;
+}
+
+KCACHE_API void kcache_key_hex(char out[KCACHE_KEY_HEX_SIZE], const kcache_key *key)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < KCACHE_KEY_SIZE; i++) {
+        out[2 * i] = digits[key->bytes[i] >> 4];
+        out[2 * i + 1] = digits[key->bytes[i] & 15];
+    }
+    out[2 * KCACHE_KEY_SIZE] = '\0';
+}
+
+static int hex_value(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    c = tolower(c);
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+KCACHE_API int kcache_key_parse(kcache_key *out, const char *hex)
+{
+    if (!out || !hex || strlen(hex) != 2 * KCACHE_KEY_SIZE)
+        return KCACHE_EINVAL;
+    for (size_t i = 0; i < KCACHE_KEY_SIZE; i++) {
+        int hi = hex_value((unsigned char)hex[2 * i]);
+        int lo = hex_value((unsigned char)hex[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return KCACHE_EINVAL;
+        out->bytes[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return 0;
+}
+
+/*
+ * Parses a non-negative decimal number with an optional fraction, then a
+ * unit from the table. Shared by sizes and ages so that both accept the same
+ * shapes ("1.5G", "2 GiB", "30d").
+ */
+struct unit {
+    const char *name;
+    uint64_t scale;
+};
+
+static int parse_scaled(uint64_t *out, const char *text, const struct unit *units, size_t n_units)
+{
+    if (!out || !text)
+        return KCACHE_EINVAL;
+    const char *p = text;
+    while (isspace((unsigned char)*p))
+        p++;
+    if (!isdigit((unsigned char)*p) && *p != '.')
+        return KCACHE_EINVAL;
+    uint64_t whole = 0;
+    while (isdigit((unsigned char)*p)) {
+        if (whole > (UINT64_MAX - 9) / 10)
+            return KCACHE_EINVAL;
+        whole = whole * 10 + (uint64_t)(*p++ - '0');
+    }
+    double frac = 0.0, place = 0.1;
+    int has_frac_digits = 0;
+    if (*p == '.') {
+        p++;
+        while (isdigit((unsigned char)*p)) {
+            frac += place * (*p++ - '0');
+            place /= 10;
+            has_frac_digits = 1;
+        }
+        if (!has_frac_digits)
+            return KCACHE_EINVAL;
+    }
+    while (isspace((unsigned char)*p))
+        p++;
+    const char *u = p;
+    size_t ulen = strlen(u);
+    while (ulen > 0 && isspace((unsigned char)u[ulen - 1]))
+        ulen--;
+    for (size_t i = 0; i < n_units; i++) {
+        if (strlen(units[i].name) != ulen || strncasecmp(u, units[i].name, ulen) != 0)
+            continue;
+        uint64_t scale = units[i].scale;
+        if (whole != 0 && scale > UINT64_MAX / whole)
+            return KCACHE_EINVAL;
+        double extra = frac * (double)scale;
+        uint64_t total = whole * scale;
+        if (extra >= (double)(UINT64_MAX - total))
+            return KCACHE_EINVAL;
+        *out = total + (uint64_t)llround(extra);
+        return 0;
+    }
+    return KCACHE_EINVAL;
+}
+
+KCACHE_API int kcache_parse_size(uint64_t *out, const char *text)
+{
+    static const struct unit units[] = {
+        {"", 1},
+        {"B", 1},
+        {"K", UINT64_C(1) << 10},
+        {"KB", UINT64_C(1) << 10},
+        {"KiB", UINT64_C(1) << 10},
+        {"M", UINT64_C(1) << 20},
+        {"MB", UINT64_C(1) << 20},
+        {"MiB", UINT64_C(1) << 20},
+        {"G", UINT64_C(1) << 30},
+        {"GB", UINT64_C(1) << 30},
+        {"GiB", UINT64_C(1) << 30},
+        {"T", UINT64_C(1) << 40},
+        {"TB", UINT64_C(1) << 40},
+        {"TiB", UINT64_C(1) << 40},
+    };
+    return parse_scaled(out, text, units, KC_ARRAY_SIZE(units));
+}
+
+KCACHE_API int kcache_parse_age(uint64_t *out, const char *text)
+{
+    static const struct unit units[] = {
+        {"s", 1},     {"sec", 1},     {"m", 60},        {"min", 60},
+        {"h", 3600},  {"hour", 3600}, {"d", 86400},     {"day", 86400},
+        {"w", 604800}, {"week", 604800},
+    };
+    return parse_scaled(out, text, units, KC_ARRAY_SIZE(units));
+}
+
+KCACHE_API char *kcache_format_size(char *buf, size_t size, uint64_t bytes)
+{
+    static const char *const names[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    if (!buf || size == 0)
+        return buf;
+    if (bytes < 1024) {
+        snprintf(buf, size, "%u B", (unsigned)bytes);
+        return buf;
+    }
+    double v = (double)bytes;
+    size_t i = 0;
+    /* 1023.5 and up would print as "1024" of this unit: that is the next unit. */
+    while (v >= 1023.5 && i + 1 < KC_ARRAY_SIZE(names)) {
+        v /= 1024.0;
+        i++;
+    }
+    snprintf(buf, size, v < 10.0 ? "%.2f %s" : v < 100.0 ? "%.1f %s" : "%.0f %s", v, names[i]);
+    return buf;
+}
+
+void *kc_malloc(size_t size)
+{
+    return malloc(size ? size : 1);
+}
+
+void *kc_calloc(size_t n, size_t size)
+{
+    return calloc(n ? n : 1, size ? size : 1);
+}
+
+void *kc_realloc(void *p, size_t size)
+{
+    return realloc(p, size ? size : 1);
+}
+
+char *kc_memdup(const void *p, size_t size)
+{
+    char *copy = kc_malloc(size + 1);
+    if (!copy)
+        return NULL;
+    if (size)
+        memcpy(copy, p, size);
+    copy[size] = '\0';
+    return copy;
+}
+
+char *kc_strdup(const char *s)
+{
+    return kc_memdup(s ? s : "", s ? strlen(s) : 0);
+}
+
+int kc_fmt(char *buf, size_t size, int code, const char *fmt, ...)
+{
+    if (buf && size) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(buf, size, fmt, ap);
+        va_end(ap);
+        /* Messages are one line: a path or a compiler string must not break that. */
+        for (char *p = buf; *p; p++)
+            if (*p == '\n' || *p == '\r')
+                *p = ' ';
+    }
+    return code;
+}
+
+int64_t kc_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+uint64_t kc_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int kc_buf_reserve(kc_buf *b, size_t extra)
+{
+    if (b->cap - b->size >= extra)
+        return 0;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap - b->size < extra) {
+        if (cap > SIZE_MAX / 2)
+            return KCACHE_ENOMEM;
+        cap *= 2;
+    }
+    uint8_t *p = kc_realloc(b->data, cap);
+    if (!p)
+        return KCACHE_ENOMEM;
+    b->data = p;
+    b->cap = cap;
+    return 0;
+}
+
+int kc_buf_append(kc_buf *b, const void *p, size_t n)
+{
+    int rc = kc_buf_reserve(b, n);
+    if (rc)
+        return rc;
+    if (n)
+        memcpy(b->data + b->size, p, n);
+    b->size += n;
+    return 0;
+}
+
+int kc_buf_append_u32(kc_buf *b, uint32_t v)
+{
+    uint8_t le[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+    return kc_buf_append(b, le, 4);
+}
+
+uint32_t kc_read_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+void kc_buf_free(kc_buf *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->size = b->cap = 0;
+}
+
+int kc_read_file(const char *path, uint64_t max, char **out, size_t *size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return KCACHE_EIO;
+    struct stat st;
+    char *buf = NULL;
+    int rc = 0;
+    if (fstat(fd, &st) != 0) {
+        rc = KCACHE_EIO;
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > max) {
+        rc = KCACHE_EINVAL;
+        goto out;
+    }
+    size_t n = (size_t)st.st_size, got = 0;
+    if (!(buf = kc_malloc(n + 1))) {
+        rc = KCACHE_ENOMEM;
+        goto out;
+    }
+    while (got < n) {
+        ssize_t k = read(fd, buf + got, n - got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            rc = KCACHE_EIO;
+            goto out;
+        }
+        if (k == 0)
+            break; /* the file shrank meanwhile: what was read is what there is */
+        got += (size_t)k;
+    }
+    buf[got] = '\0';
+    *out = buf;
+    *size = got;
+    buf = NULL;
+out:
+    {
+        int saved = errno;
+        free(buf);
+        close(fd);
+        errno = saved;
+    }
+    return rc;
+}

@@ -1,0 +1,633 @@
+/*
+ * Settings: a flag > the environment > kcache.conf next to the database > the
+ * default. The store asks for the two it needs (path, cap); `kcache config`
+ * lists them all with where each came from.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util/common.h"
+#include "util/settings.h"
+#include "kcache/config.h"
+#include "kcache/store.h"
+
+#define KC_CONFIG_FILE_NAME "kcache.conf"
+/* A config file is a few lines; anything larger is not one. */
+#define KC_CONFIG_FILE_MAX (64 * 1024)
+
+static const char *env(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+static int join(char **out, const char *a, const char *b, char *err, size_t err_size)
+{
+    size_t n = strlen(a) + strlen(b) + 2;
+    char *p = kc_malloc(n);
+    if (!p)
+        return kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
+    snprintf(p, n, "%s%s%s", a, (*a && a[strlen(a) - 1] == '/') ? "" : "/", b);
+    *out = p;
+    return 0;
+}
+
+/* The cache directory without a flag: $KCACHE_DIR, $XDG_CACHE_HOME/kcache, ~/.cache/kcache. */
+static int default_dir(char **out, const char **origin, char *err, size_t err_size)
+{
+    const char *v;
+    *origin = "";
+    if ((v = env("KCACHE_DIR"))) {
+        *origin = "KCACHE_DIR";
+        *out = kc_strdup(v);
+        return *out ? 0 : kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
+    }
+    if ((v = env("XDG_CACHE_HOME")) && v[0] == '/')
+        return join(out, v, "kcache", err, err_size);
+    if ((v = env("HOME")))
+        return join(out, v, ".cache/kcache", err, err_size);
+    return kc_fmt(err, err_size, KCACHE_EINVAL,
+                  "no cache location: set KCACHE_DIR (or HOME or XDG_CACHE_HOME)");
+}
+
+int kc_config_path(char **out, const char *explicit_path, char *err, size_t err_size)
+{
+    const char *v;
+    *out = NULL;
+    if (explicit_path && *explicit_path)
+        v = explicit_path;
+    else
+        v = env("KCACHE_PATH");
+    if (v) {
+        *out = kc_strdup(v);
+        return *out ? 0 : kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
+    }
+    char *dir = NULL;
+    const char *origin;
+    int rc = default_dir(&dir, &origin, err, err_size);
+    if (!rc)
+        rc = join(out, dir, "kcache.db", err, err_size);
+    free(dir);
+    return rc;
+}
+
+/* kcache.conf in the directory of db_path. */
+static int file_for(char **out, const char *db_path, char *err, size_t err_size)
+{
+    const char *slash = strrchr(db_path, '/');
+    if (!slash)
+        return join(out, ".", KC_CONFIG_FILE_NAME, err, err_size);
+    size_t n = (size_t)(slash - db_path);
+    char *dir = kc_memdup(db_path, n ? n : 1);
+    if (!dir)
+        return kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
+    int rc = join(out, dir, KC_CONFIG_FILE_NAME, err, err_size);
+    free(dir);
+    return rc;
+}
+
+/* ---- values ------------------------------------------------------------ */
+
+static int check_size(const char *v)
+{
+    uint64_t n;
+    return kcache_parse_size(&n, v) == 0 && n > 0 ? 0 : KCACHE_EINVAL;
+}
+
+static int parse_ms(unsigned *out, const char *v)
+{
+    char *end;
+    errno = 0;
+    unsigned long n = strtoul(v, &end, 10);
+    if (errno || end == v || *end || v[0] == '-' || n == 0 || n > 3600000)
+        return KCACHE_EINVAL;
+    *out = (unsigned)n;
+    return 0;
+}
+
+static int check_ms(const char *v)
+{
+    unsigned n;
+    return parse_ms(&n, v);
+}
+
+static int parse_bool(int *out, const char *v)
+{
+    static const char *const yes[] = {"1", "true", "yes", "on"};
+    static const char *const no[] = {"0", "false", "no", "off"};
+    for (size_t i = 0; i < KC_ARRAY_SIZE(yes); i++) {
+        if (!strcasecmp(v, yes[i]))
+            return *out = 1, 0;
+        if (!strcasecmp(v, no[i]))
+            return *out = 0, 0;
+    }
+    return KCACHE_EINVAL;
+}
+
+static int check_bool(const char *v)
+{
+    int b;
+    return parse_bool(&b, v);
+}
+
+struct setting_def {
+    const char *name;
+    const char *env;
+    int in_file;                /* may be set in kcache.conf */
+    int (*check)(const char *); /* NULL: any text */
+    const char *expect;         /* what check wants, for messages */
+    const char *description;
+};
+
+enum { SET_DIR, SET_PATH, SET_MAX_SIZE, SET_BUSY_TIMEOUT, SET_DISABLE, SET_COUNT };
+
+static const struct setting_def defs[SET_COUNT] = {
+    {"dir", "KCACHE_DIR", 0, NULL, "a directory", "the cache directory"},
+    {"path", "KCACHE_PATH", 0, NULL, "a file", "the database file"},
+    {"max_size", "KCACHE_MAX_SIZE", 1, check_size, "a size such as 2G or 512M",
+     "size cap of the database plus its WAL"},
+    {"busy_timeout", "KCACHE_BUSY_TIMEOUT", 1, check_ms, "milliseconds from 1 to 3600000",
+     "how long to wait for another process's lock (ms)"},
+    {"disable", "KCACHE_DISABLE", 1, check_bool, "true or false",
+     "bypass the cache: compile every time, store nothing"},
+};
+
+static int find_def(const char *name)
+{
+    for (int i = 0; i < SET_COUNT; i++)
+        if (!strcmp(defs[i].name, name))
+            return i;
+    return -1;
+}
+
+/* ---- the file ---------------------------------------------------------- */
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r'))
+        s[--n] = '\0';
+    return s;
+}
+
+/* Reads the whole file (at most KC_CONFIG_FILE_MAX). A missing file is an empty one. */
+static int read_file(char **out, const char *file, char *err, size_t err_size)
+{
+    *out = NULL;
+    FILE *f = fopen(file, "rb");
+    if (!f) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return 0;
+        return kc_fmt(err, err_size, KCACHE_EIO, "cannot read %s: %s", file, strerror(errno));
+    }
+    int rc = 0;
+    char *text = kc_malloc(KC_CONFIG_FILE_MAX + 1);
+    if (!text) {
+        rc = kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
+        goto out;
+    }
+    size_t n = fread(text, 1, KC_CONFIG_FILE_MAX + 1, f);
+    if (ferror(f) || n > KC_CONFIG_FILE_MAX) {
+        rc = kc_fmt(err, err_size, KCACHE_EINVAL, "%s is not a kcache config file (%s)", file,
+                    ferror(f) ? "read error" : "too large");
+        goto out;
+    }
+    text[n] = '\0';
+    *out = text;
+    text = NULL;
+out:
+    free(text);
+    fclose(f);
+    return rc;
+}
+
+/*
+ * Calls fn for each `key = value` line. Lines are split in place. Returns 0
+ * or KCACHE_EINVAL naming the file and line.
+ */
+static int parse_lines(char *text, const char *file, char *values[SET_COUNT], char *err,
+                       size_t err_size)
+{
+    int line = 0;
+    for (char *p = text; p && *p;) {
+        char *nl = strchr(p, '\n');
+        if (nl)
+            *nl = '\0';
+        line++;
+        char *s = trim(p);
+        p = nl ? nl + 1 : NULL;
+        if (!*s || *s == '#')
+            continue;
+        char *eq = strchr(s, '=');
+        if (!eq)
+            return kc_fmt(err, err_size, KCACHE_EINVAL,
+                          "%s:%d: expected 'key = value'; fix or remove the line", file, line);
+        *eq = '\0';
+        char *key = trim(s), *value = trim(eq + 1);
+        int i = find_def(key);
+        if (i < 0 || !defs[i].in_file)
+            return kc_fmt(err, err_size, KCACHE_EINVAL,
+                          "%s:%d: '%s' is not a setting of the config file; fix or remove the "
+                          "line",
+                          file, line, key);
+        if (defs[i].check && defs[i].check(value))
+            return kc_fmt(err, err_size, KCACHE_EINVAL, "%s:%d: %s = '%s': expected %s", file,
+                          line, key, value, defs[i].expect);
+        values[i] = value;
+    }
+    return 0;
+}
+
+/* ---- the loaded config -------------------------------------------------- */
+
+struct kcache_config {
+    kcache_setting settings[SET_COUNT];
+    char *owned[SET_COUNT * 2]; /* values and origins we allocated */
+    size_t n_owned;
+    char *file;
+};
+
+static const char *keep(kcache_config *c, char *s)
+{
+    if (!s)
+        return NULL;
+    c->owned[c->n_owned++] = s;
+    return s;
+}
+
+KCACHE_API const char *kcache_config_source_name(kcache_config_source source)
+{
+    switch (source) {
+    case KCACHE_CONFIG_FILE: return "file";
+    case KCACHE_CONFIG_ENV: return "environment";
+    case KCACHE_CONFIG_FLAG: return "flag";
+    case KCACHE_CONFIG_DEFAULT: break;
+    }
+    return "default";
+}
+
+KCACHE_API void kcache_config_free(kcache_config *config)
+{
+    if (!config)
+        return;
+    for (size_t i = 0; i < config->n_owned; i++)
+        free(config->owned[i]);
+    free(config->file);
+    free(config);
+}
+
+static int set_value(kcache_config *c, int i, const char *value, kcache_config_source source,
+                     const char *origin)
+{
+    c->settings[i].value = keep(c, kc_strdup(value));
+    c->settings[i].source = source;
+    c->settings[i].origin = origin;
+    return c->settings[i].value ? 0 : KCACHE_ENOMEM;
+}
+
+KCACHE_API int kcache_config_load(kcache_config **out, const kcache_config_override *overrides,
+                                  size_t n_overrides, char *errbuf, size_t errbuf_size)
+{
+    char tmp[KC_ERRMSG_SIZE];
+    char *err = errbuf ? errbuf : tmp;
+    size_t err_size = errbuf ? errbuf_size : sizeof(tmp);
+    if (errbuf && errbuf_size)
+        errbuf[0] = '\0';
+    if (!out)
+        return kc_fmt(err, err_size, KCACHE_EINVAL, "kcache_config_load: out is NULL");
+    *out = NULL;
+    const char *flag[SET_COUNT] = {NULL};
+    for (size_t k = 0; k < n_overrides; k++) {
+        int i = overrides[k].name ? find_def(overrides[k].name) : -1;
+        if (i < 0 || !overrides[k].value)
+            return kc_fmt(err, err_size, KCACHE_EINVAL, "no setting '%s'",
+                          overrides[k].name ? overrides[k].name : "(null)");
+        if (defs[i].check && defs[i].check(overrides[k].value))
+            return kc_fmt(err, err_size, KCACHE_EINVAL, "%s '%s': expected %s", defs[i].name,
+                          overrides[k].value, defs[i].expect);
+        flag[i] = overrides[k].value;
+    }
+
+    int rc = 0;
+    char *text = NULL, *dir = NULL, *path = NULL;
+    kcache_config *c = kc_calloc(1, sizeof(*c));
+    if (!c)
+        return kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
+    for (int i = 0; i < SET_COUNT; i++) {
+        c->settings[i].name = defs[i].name;
+        c->settings[i].env = defs[i].env;
+        c->settings[i].description = defs[i].description;
+        c->settings[i].value = "";
+        c->settings[i].origin = "";
+    }
+
+    /* Where the files are: the directory first, then the database in it. */
+    const char *origin;
+    if (flag[SET_DIR]) {
+        rc = set_value(c, SET_DIR, flag[SET_DIR], KCACHE_CONFIG_FLAG, "--dir");
+    } else {
+        if ((rc = default_dir(&dir, &origin, err, err_size)))
+            goto out;
+        rc = set_value(c, SET_DIR, dir, *origin ? KCACHE_CONFIG_ENV : KCACHE_CONFIG_DEFAULT,
+                       origin);
+    }
+    if (rc)
+        goto nomem;
+    if (flag[SET_PATH])
+        rc = set_value(c, SET_PATH, flag[SET_PATH], KCACHE_CONFIG_FLAG, "--path");
+    else if (env("KCACHE_PATH"))
+        rc = set_value(c, SET_PATH, env("KCACHE_PATH"), KCACHE_CONFIG_ENV, "KCACHE_PATH");
+    else if (!(rc = join(&path, c->settings[SET_DIR].value, "kcache.db", err, err_size)))
+        rc = set_value(c, SET_PATH, path, c->settings[SET_DIR].source,
+                       c->settings[SET_DIR].origin);
+    if (rc)
+        goto nomem;
+    if ((rc = file_for(&c->file, c->settings[SET_PATH].value, err, err_size)))
+        goto out;
+
+    char *from_file[SET_COUNT] = {NULL};
+    if ((rc = read_file(&text, c->file, err, err_size)))
+        goto out;
+    if (text && (rc = parse_lines(text, c->file, from_file, err, err_size)))
+        goto out;
+    for (int i = SET_MAX_SIZE; i < SET_COUNT; i++) {
+        if (flag[i])
+            rc = set_value(c, i, flag[i], KCACHE_CONFIG_FLAG, "flag");
+        else if (env(defs[i].env)) {
+            const char *v = env(defs[i].env);
+            if (defs[i].check && defs[i].check(v)) {
+                rc = kc_fmt(err, err_size, KCACHE_EINVAL, "%s=%s: expected %s", defs[i].env, v,
+                            defs[i].expect);
+                goto out;
+            }
+            rc = set_value(c, i, v, KCACHE_CONFIG_ENV, defs[i].env);
+        } else if (from_file[i]) {
+            rc = set_value(c, i, from_file[i], KCACHE_CONFIG_FILE, c->file);
+        } else {
+            char def[32];
+            if (i == SET_MAX_SIZE)
+                snprintf(def, sizeof(def), "%lluG",
+                         (unsigned long long)(KCACHE_DEFAULT_MAX_SIZE >> 30));
+            else if (i == SET_BUSY_TIMEOUT)
+                snprintf(def, sizeof(def), "5000");
+            else
+                snprintf(def, sizeof(def), "false");
+            rc = set_value(c, i, def, KCACHE_CONFIG_DEFAULT, "");
+        }
+        if (rc)
+            goto nomem;
+    }
+    *out = c;
+    c = NULL;
+    goto out;
+nomem:
+    rc = kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
+out:
+    free(text);
+    free(dir);
+    free(path);
+    kcache_config_free(c);
+    return rc;
+}
+
+KCACHE_API size_t kcache_config_count(const kcache_config *config)
+{
+    return config ? SET_COUNT : 0;
+}
+
+KCACHE_API const kcache_setting *kcache_config_setting(const kcache_config *config, size_t i)
+{
+    return config && i < SET_COUNT ? &config->settings[i] : NULL;
+}
+
+KCACHE_API const kcache_setting *kcache_config_find(const kcache_config *config, const char *name)
+{
+    int i = config && name ? find_def(name) : -1;
+    return i < 0 ? NULL : &config->settings[i];
+}
+
+KCACHE_API const char *kcache_config_file(const kcache_config *config)
+{
+    return config ? config->file : NULL;
+}
+
+static int mkdirs(char *dir)
+{
+    for (char *p = dir + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        int r = mkdir(dir, 0700);
+        *p = '/';
+        if (r && errno != EEXIST)
+            return -1;
+    }
+    return mkdir(dir, 0700) && errno != EEXIST ? -1 : 0;
+}
+
+/* Writes text to file through a temporary file and a rename. */
+static int replace_file(const char *file, const char *text, size_t n, char *err, size_t err_size)
+{
+    int rc = 0;
+    char *tmp = NULL, *dir = kc_strdup(file);
+    if (!dir)
+        goto nomem;
+    size_t tn = strlen(file) + 32;
+    if (!(tmp = kc_malloc(tn)))
+        goto nomem;
+    snprintf(tmp, tn, "%s.tmp-%ld", file, (long)getpid());
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = '\0';
+        if (mkdirs(dir)) {
+            rc = kc_fmt(err, err_size, KCACHE_EIO, "cannot create %s: %s", dir, strerror(errno));
+            goto out;
+        }
+    }
+    /* Never through something planted at the temporary name: a symlink there would
+     * have this write truncate and fill whatever file it points to. */
+    unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        rc = kc_fmt(err, err_size, KCACHE_EIO, "cannot write %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    ssize_t w = n ? write(fd, text, n) : 0;
+    int bad = w < 0 || (size_t)w != n || fsync(fd) != 0;
+    int saved = errno;
+    if (close(fd) != 0 && !bad) {
+        bad = 1;
+        saved = errno;
+    }
+    if (bad || rename(tmp, file) != 0) {
+        rc = kc_fmt(err, err_size, saved == ENOSPC ? KCACHE_EFULL : KCACHE_EIO,
+                    "cannot write %s: %s", file, strerror(bad ? saved : errno));
+        unlink(tmp);
+    }
+    goto out;
+nomem:
+    rc = kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
+out:
+    free(tmp);
+    free(dir);
+    return rc;
+}
+
+KCACHE_API int kcache_config_set(const kcache_config *config, const char *name, const char *value,
+                                 char *errbuf, size_t errbuf_size)
+{
+    char tmp[KC_ERRMSG_SIZE];
+    char *err = errbuf ? errbuf : tmp;
+    size_t err_size = errbuf ? errbuf_size : sizeof(tmp);
+    if (!config || !name)
+        return kc_fmt(err, err_size, KCACHE_EINVAL, "kcache_config_set: invalid argument");
+    int i = find_def(name);
+    if (i < 0)
+        return kc_fmt(err, err_size, KCACHE_EINVAL,
+                      "no setting '%s' (settings: max_size, busy_timeout, disable)", name);
+    if (!defs[i].in_file)
+        return kc_fmt(err, err_size, KCACHE_EINVAL,
+                      "'%s' cannot be kept in the config file: set %s or use --%s", name,
+                      defs[i].env, name);
+    if (value && (strchr(value, '\n') || (defs[i].check && defs[i].check(value))))
+        return kc_fmt(err, err_size, KCACHE_EINVAL, "%s '%s': expected %s", name, value,
+                      defs[i].expect);
+
+    /* Keep every other line (comments included) as it was; replace or drop ours. */
+    char *text = NULL;
+    kc_buf b = {0};
+    int rc = read_file(&text, config->file, err, err_size);
+    if (rc)
+        return rc;
+    int done = 0;
+    for (char *p = text; p && *p;) {
+        char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        const char *s = p;
+        while (*s == ' ' || *s == '\t')
+            s++;
+        size_t kn = strlen(name);
+        const char *after = s + kn;
+        int ours = !strncmp(s, name, kn) && (size_t)(after - p) <= len;
+        if (ours) {
+            while (*after == ' ' || *after == '\t')
+                after++;
+            ours = *after == '=';
+        }
+        if (ours && value && !done) {
+            rc = kc_buf_append(&b, name, kn);
+            rc = rc ? rc : kc_buf_append(&b, " = ", 3);
+            rc = rc ? rc : kc_buf_append(&b, value, strlen(value));
+            rc = rc ? rc : kc_buf_append(&b, "\n", 1);
+            done = 1;
+        } else if (!ours) {
+            rc = kc_buf_append(&b, p, len);
+            rc = rc ? rc : kc_buf_append(&b, "\n", 1);
+        }
+        if (rc)
+            goto nomem;
+        p = nl ? nl + 1 : NULL;
+    }
+    if (value && !done) {
+        rc = kc_buf_append(&b, name, strlen(name));
+        rc = rc ? rc : kc_buf_append(&b, " = ", 3);
+        rc = rc ? rc : kc_buf_append(&b, value, strlen(value));
+        rc = rc ? rc : kc_buf_append(&b, "\n", 1);
+        if (rc)
+            goto nomem;
+    }
+    rc = replace_file(config->file, b.data ? (const char *)b.data : "", b.size, err, err_size);
+    goto out;
+nomem:
+    rc = kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
+out:
+    free(text);
+    kc_buf_free(&b);
+    return rc;
+}
+
+/* ---- what the store asks for ------------------------------------------- */
+
+/* The value the file next to db_path holds for setting i, or NULL (copied into buf). */
+static const char *file_value(int i, const char *db_path, char *buf, size_t size)
+{
+    char err[KC_ERRMSG_SIZE], *file = NULL, *text = NULL;
+    const char *found = NULL;
+    char *values[SET_COUNT] = {NULL};
+    if (!db_path || file_for(&file, db_path, err, sizeof(err)))
+        return NULL;
+    if (!read_file(&text, file, err, sizeof(err)) && text &&
+        !parse_lines(text, file, values, err, sizeof(err)) && values[i]) {
+        snprintf(buf, size, "%s", values[i]);
+        found = buf;
+    }
+    free(text);
+    free(file);
+    return found;
+}
+
+int kc_config_max_size_at(uint64_t *out, uint64_t explicit_size, const char *db_path, char *err,
+                          size_t err_size)
+{
+    if (explicit_size) {
+        *out = explicit_size;
+        return 0;
+    }
+    const char *v = env("KCACHE_MAX_SIZE");
+    const char *what = "KCACHE_MAX_SIZE";
+    char buf[64];
+    if (!v && (v = file_value(SET_MAX_SIZE, db_path, buf, sizeof(buf))))
+        what = "max_size in " KC_CONFIG_FILE_NAME;
+    if (v) {
+        if (kcache_parse_size(out, v) != 0 || *out == 0)
+            return kc_fmt(err, err_size, KCACHE_EINVAL,
+                          "%s=%s is not a size: use a number with K, M or G, such as 2G", what,
+                          v);
+        return 0;
+    }
+    *out = KCACHE_DEFAULT_MAX_SIZE;
+    return 0;
+}
+
+int kc_config_max_size(uint64_t *out, uint64_t explicit_size, char *err, size_t err_size)
+{
+    return kc_config_max_size_at(out, explicit_size, NULL, err, err_size);
+}
+
+int kc_config_busy_timeout_at(unsigned *out, unsigned explicit_ms, const char *db_path)
+{
+    char buf[64];
+    const char *v = env("KCACHE_BUSY_TIMEOUT");
+    if (explicit_ms) {
+        *out = explicit_ms;
+        return 0;
+    }
+    /* A value that cannot be read is an error, as for KCACHE_MAX_SIZE: silently waiting
+     * 5 s instead of what the user asked for would be a surprise found much later. */
+    if (v)
+        return parse_ms(out, v) ? KCACHE_EINVAL : 0;
+    if ((v = file_value(SET_BUSY_TIMEOUT, db_path, buf, sizeof(buf))))
+        return parse_ms(out, v) ? KCACHE_EINVAL : 0;
+    *out = 5000;
+    return 0;
+}
+
+int kc_config_disabled(const char *db_path)
+{
+    char buf[64];
+    int b = 0;
+    const char *v = env("KCACHE_DISABLE");
+    if (v)
+        return parse_bool(&b, v) ? 1 : b; /* an unreadable value disables: the safe side */
+    if ((v = file_value(SET_DISABLE, db_path, buf, sizeof(buf))) && !parse_bool(&b, v))
+        return b;
+    return 0;
+}

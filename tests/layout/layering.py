@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""The layering test: the arrows of lib/README.md, checked on the source.
+
+System headers sit on every include path, so only this test keeps SQLite in
+store/, NVRTC and nvJitLink in compile/, hiredis in remote/, and stops a folder
+from reaching into another's private headers against the arrows. It reads the
+files as text with comments and string literals removed, so a message that says
+"NVRTC" is fine and a call to nvrtcCompileProgram is not.
+
+Usage: layering.py SOURCE_ROOT  (exit 0 clean, 1 with one line per breach)
+"""
+import os
+import re
+import sys
+
+# folder -> the folders whose private headers it may include (itself implied).
+ALLOWED = {
+    'util': set(),
+    'store': {'util'},
+    'remote': {'util', 'store'},
+    'compile': {'util', 'store', 'remote', 'gpu'},
+    'gpu': {'util'},
+    'nvrtc-shim': {'util'},
+}
+# compile/ reaches into gpu/ for one thing only: the driver, for --arch native.
+# gpu.c uses compile/ through the public API, so that arrow is not private.
+NARROW = {('compile', 'gpu'): {'gpu/driver.h'}}
+
+# (what, pattern, the folders where it belongs)
+OWNED = [
+    ('SQLite', re.compile(r'#\s*include\s*<sqlite3\.h>|\bsqlite3_\w+'), {'store'}),
+    ('NVRTC', re.compile(r'#\s*include\s*<nvrtc\.h>|\bnvrtc[A-Z]\w*|\bNVRTC_\w+'),
+     {'compile', 'nvrtc-shim'}),
+    ('nvJitLink', re.compile(r'#\s*include\s*<nvJitLink\.h>|\bnvJitLink\w*|\bNVJITLINK_\w+'),
+     {'compile'}),
+    ('hiredis', re.compile(r'#\s*include\s*<hiredis/|\bredis[A-Z]\w*'), {'remote'}),
+]
+
+STRIP = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+QUOTED = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+
+
+def code_only(text):
+    # Keep quoted #include lines (they are checked separately) out of STRIP's way.
+    return STRIP.sub(lambda m: ' ' if m.group(0)[0] in '/' else '""', text)
+
+
+def check_file(root, folder, path, errors):
+    rel = os.path.relpath(path, root)
+    with open(path, encoding='utf-8', errors='replace') as f:
+        text = f.read()
+    body = code_only(QUOTED.sub('', text))
+    for what, pattern, owners in OWNED:
+        if folder in owners:
+            continue
+        m = pattern.search(body)
+        if m:
+            line = body.count('\n', 0, m.start()) + 1
+            errors.append('%s:%d: %s (%s) outside %s/' %
+                          (rel, line, what, m.group(0).strip(), '/, '.join(sorted(owners))))
+    for m in QUOTED.finditer(text):
+        inc = m.group(1)
+        line = text.count('\n', 0, m.start()) + 1
+        if folder == 'cli':
+            if '/' in inc or not os.path.exists(os.path.join(os.path.dirname(path), inc)):
+                errors.append('%s:%d: cli/ includes "%s": it may use only <kcache/*.h> '
+                              'and its own headers' % (rel, line, inc))
+            continue
+        if inc.startswith('kcache/'):
+            continue
+        if '/' not in inc:
+            errors.append('%s:%d: "%s": name private headers by folder ("%s/%s")' %
+                          (rel, line, inc, folder, inc))
+            continue
+        target = inc.split('/', 1)[0]
+        if target == folder:
+            continue
+        if target not in ALLOWED.get(folder, set()):
+            errors.append('%s:%d: %s/ includes "%s", against the arrows (lib/README.md)' %
+                          (rel, line, folder, inc))
+        elif (folder, target) in NARROW and inc not in NARROW[(folder, target)]:
+            errors.append('%s:%d: %s/ may include only %s from %s/' %
+                          (rel, line, folder, ', '.join(sorted(NARROW[(folder, target)])),
+                           target))
+
+
+def main():
+    root = sys.argv[1]
+    errors = []
+    lib = os.path.join(root, 'lib')
+    folders = [d for d in sorted(os.listdir(lib))
+               if os.path.isdir(os.path.join(lib, d)) and d != 'include']
+    for folder in folders:
+        if folder not in ALLOWED:
+            errors.append('lib/%s/: a folder the layering test does not know: add its arrows' %
+                          folder)
+            continue
+    loose = [f for f in os.listdir(lib) if f.endswith(('.c', '.h'))]
+    for f in loose:
+        errors.append('lib/%s: every source lives in a layer folder' % f)
+    checked = 0
+    for folder in folders + ['../cli']:
+        base = os.path.normpath(os.path.join(lib, folder))
+        name = os.path.basename(base)
+        for dirpath, _, files in os.walk(base):
+            for f in sorted(files):
+                if f.endswith(('.c', '.h')):
+                    check_file(root, name, os.path.join(dirpath, f), errors)
+                    checked += 1
+    # File names unique across the tree, so that a name says which file.
+    seen = {}
+    for top in ('lib', 'cli'):
+        for dirpath, _, files in os.walk(os.path.join(root, top)):
+            for f in files:
+                if f.endswith(('.c', '.h')):
+                    seen.setdefault(f, []).append(os.path.relpath(os.path.join(dirpath, f), root))
+    for f, paths in sorted(seen.items()):
+        if len(paths) > 1:
+            errors.append('%s: one name for %d files (%s)' % (f, len(paths), ', '.join(paths)))
+    for e in errors:
+        print(e)
+    print('layering: %d files checked, %d breaches' % (checked, len(errors)))
+    return 1 if errors else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
