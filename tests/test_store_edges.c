@@ -48,6 +48,29 @@ static void test_list_callback_value(kcache_store *s, const char *path)
     CHECK(system(cmd) != 0);
 }
 
+/* A delete whose statement cannot be prepared (here: the table is gone)
+ * fails with the store's message, never reading a statement it never got. */
+static void test_delete_unpreparable(const char *dir)
+{
+    char path[600];
+    snprintf(path, sizeof(path), "%s/unpreparable.db", dir);
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    static uint8_t scratch[4096];
+    CHECK_RC(st_put(s, 7, sizeof(scratch), scratch), 0);
+    kcache_store_close(s);
+    sqlite3 *db = NULL;
+    CHECK(sqlite3_open(path, &db) == SQLITE_OK);
+    CHECK(sqlite3_exec(db, "ALTER TABLE entry RENAME TO entry_gone", NULL, NULL, NULL) ==
+          SQLITE_OK);
+    sqlite3_close(db);
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    kcache_key k = st_key(7);
+    int rc = kcache_store_delete(s, &k);
+    CHECK(rc != 0 && rc != KCACHE_ENOTFOUND);
+    CHECK(strstr(kcache_store_errmsg(s), "statement") != NULL);
+    kcache_store_close(s);
+}
+
 int main(void)
 {
     char path[512];
@@ -57,5 +80,9 @@ int main(void)
     test_list_callback_value(s, path);
     kcache_store_close(s);
     CHECK(st_integrity_ok(path));
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s", path);
+    *strrchr(dir, '/') = '\0';
+    test_delete_unpreparable(dir);
     return test_done();
 }

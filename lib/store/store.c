@@ -8,12 +8,6 @@
 #include "store/schema.h"
 #include "store/storeint.h"
 
-/* A hit's touch waits in memory until this many are pending ... */
-#define KC_TOUCH_BATCH 64
-/* ... or this much time has passed since the last write of them. */
-#define KC_TOUCH_INTERVAL_NS (2ull * 1000000000ull)
-/* Touches beyond this while the lock stays taken are dropped, not queued. */
-#define KC_TOUCH_MAX 4096
 
 int kc_err(kcache_store *s, int code, const char *fmt, ...)
 {
@@ -151,426 +145,9 @@ KCACHE_API int kcache_store_schema_version(const kcache_store *store)
     return store ? store->schema_version : 0;
 }
 
-/* Bails out of a public entry point with KCACHE_EINVAL. */
-#define KC_CHECK_ARG(s, cond)                                                                      \
-    do {                                                                                           \
-        if (!(cond))                                                                               \
-            return (s) ? kc_err((s), KCACHE_EINVAL, "%s: invalid argument: %s", __func__, #cond)   \
-                       : KCACHE_EINVAL;                                                            \
-    } while (0)
-
-/* ---- pending touches and counters ------------------------------------ */
-
-int kc_usage_add(kcache_store *s, const char *arch, int kind, uint64_t hits, uint64_t misses,
-                 uint64_t saved_ns)
-{
-    struct kc_usage_delta *u = NULL;
-    for (size_t i = 0; i < s->n_usage; i++)
-        if (s->usage[i].kind == kind && strcmp(s->usage[i].arch, arch) == 0)
-            u = &s->usage[i];
-    if (!u) {
-        if (s->n_usage == s->cap_usage) {
-            size_t cap = s->cap_usage ? 2 * s->cap_usage : 8;
-            struct kc_usage_delta *grown = kc_realloc(s->usage, cap * sizeof(*grown));
-            if (!grown)
-                return KCACHE_ENOMEM;
-            s->usage = grown;
-            s->cap_usage = cap;
-        }
-        u = &s->usage[s->n_usage++];
-        memset(u, 0, sizeof(*u));
-        snprintf(u->arch, sizeof(u->arch), "%s", arch);
-        u->kind = kind;
-    }
-    u->hits += hits;
-    u->misses += misses;
-    u->saved_ns += saved_ns;
-    return 0;
-}
-
-static void add_touch(kcache_store *s, const kcache_key *key)
-{
-    if (s->n_touches == s->cap_touches) {
-        if (s->cap_touches >= KC_TOUCH_MAX)
-            return; /* LRU order gets a little older; nothing else is lost */
-        size_t cap = s->cap_touches ? 2 * s->cap_touches : KC_TOUCH_BATCH;
-        struct kc_touch *grown = kc_realloc(s->touches, cap * sizeof(*grown));
-        if (!grown)
-            return;
-        s->touches = grown;
-        s->cap_touches = cap;
-    }
-    struct kc_touch *t = &s->touches[s->n_touches++];
-    t->key = *key;
-    t->accessed_at = kc_now_ms();
-    t->hits = 1;
-}
-
-/*
- * Records a hit. Hits on a key already pending merge into its touch, so a hot
- * kernel costs one UPDATE per flush however often it is hit, and the batch
- * fills (forcing a flush into some hit's path) only with distinct keys.
- */
-static void touch(kcache_store *s, const kcache_key *key)
-{
-    for (size_t i = s->n_touches; i-- > 0;) {
-        if (memcmp(s->touches[i].key.bytes, key->bytes, KCACHE_KEY_SIZE) == 0) {
-            s->touches[i].accessed_at = kc_now_ms();
-            s->touches[i].hits++;
-            return;
-        }
-    }
-    add_touch(s, key);
-}
-
-static int add_counter(kcache_store *s, const char *name, uint64_t value)
-{
-    sqlite3_stmt *st;
-    int rc = kc_db_stmt(s, &st, KC_STMT_COUNTER_ADD);
-    if (rc)
-        return rc;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, (sqlite3_int64)value);
-    rc = sqlite3_step(st);
-    return rc == SQLITE_DONE ? 0 : kc_sqlerr(s, rc, "recording counters");
-}
-
-/* Writes what is pending inside the caller's write transaction. */
-static int write_pending(kcache_store *s)
-{
-    sqlite3_stmt *st;
-    int rc;
-    for (size_t i = 0; i < s->n_touches; i++) {
-        if ((rc = kc_db_stmt(s, &st, KC_STMT_TOUCH)))
-            return rc;
-        sqlite3_bind_blob(st, 1, s->touches[i].key.bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, s->touches[i].accessed_at);
-        sqlite3_bind_int64(st, 3, s->touches[i].hits);
-        if ((rc = sqlite3_step(st)) != SQLITE_DONE)
-            return kc_sqlerr(s, rc, "recording hits");
-    }
-    for (size_t i = 0; i < s->n_usage; i++) {
-        const struct kc_usage_delta *u = &s->usage[i];
-        if ((rc = kc_db_stmt(s, &st, KC_STMT_USAGE_ADD)))
-            return rc;
-        sqlite3_bind_text(st, 1, u->arch, -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 2, u->kind);
-        sqlite3_bind_int64(st, 3, (sqlite3_int64)u->hits);
-        sqlite3_bind_int64(st, 4, (sqlite3_int64)u->misses);
-        sqlite3_bind_int64(st, 5, (sqlite3_int64)u->saved_ns);
-        if ((rc = sqlite3_step(st)) != SQLITE_DONE)
-            return kc_sqlerr(s, rc, "recording hits");
-    }
-    if (s->pending_corrupt && (rc = add_counter(s, "corrupt", s->pending_corrupt)))
-        return rc;
-    if (s->pending_failures && (rc = add_counter(s, "store_failures", s->pending_failures)))
-        return rc;
-    return 0;
-}
-
-static void clear_pending(kcache_store *s)
-{
-    s->n_touches = 0;
-    s->n_usage = 0;
-    s->pending_corrupt = 0;
-    s->pending_failures = 0;
-    s->last_flush_ns = kc_mono_ns();
-}
-
-static int has_pending(const kcache_store *s)
-{
-    return s->n_touches || s->n_usage || s->pending_corrupt || s->pending_failures;
-}
-
-/*
- * Writes pending touches. With wait == 0 it only tries: if another process
- * holds the write lock, the touches stay pending and the caller (a hit) goes
- * on without waiting.
- */
-int kc_flush_locked(kcache_store *s, int wait)
-{
-    if (!has_pending(s))
-        return 0;
-    if (s->read_only || s->newer_schema) {
-        clear_pending(s);
-        return 0;
-    }
-    int rc;
-    if (wait) {
-        rc = kc_db_begin_write(s);
-    } else {
-        sqlite3_busy_timeout(s->db, 0);
-        int src = sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
-        sqlite3_busy_timeout(s->db, (int)s->busy_timeout_ms);
-        if ((src & 0xff) == SQLITE_BUSY)
-            return 0;
-        rc = src == SQLITE_OK ? 0 : kc_sqlerr(s, src, "recording hits");
-    }
-    if (rc)
-        return rc;
-    if ((rc = write_pending(s)) || (rc = kc_db_commit(s))) {
-        kc_db_rollback(s);
-        return rc;
-    }
-    clear_pending(s);
-    return 0;
-}
-
-static void maybe_flush(kcache_store *s)
-{
-    if (s->n_touches >= KC_TOUCH_BATCH || kc_mono_ns() - s->last_flush_ns >= KC_TOUCH_INTERVAL_NS)
-        kc_flush_locked(s, 0);
-}
-
-KCACHE_API int kcache_store_flush(kcache_store *store)
-{
-    KC_CHECK_ARG(store, store);
-    pthread_mutex_lock(&store->lock);
-    int rc = kc_flush_locked(store, 1);
-    pthread_mutex_unlock(&store->lock);
-    return rc;
-}
-
-KCACHE_API void kcache_store_count_miss(kcache_store *store, const char *arch, kcache_kind kind)
-{
-    if (!store)
-        return;
-    pthread_mutex_lock(&store->lock);
-    kc_usage_add(store, arch ? arch : "", (int)kind, 0, 1, 0);
-    maybe_flush(store);
-    pthread_mutex_unlock(&store->lock);
-}
-
-KCACHE_API void kcache_store_count_failure(kcache_store *store)
-{
-    if (!store)
-        return;
-    pthread_mutex_lock(&store->lock);
-    store->pending_failures++;
-    pthread_mutex_unlock(&store->lock);
-}
-
-/* ---- building a returned entry --------------------------------------- */
-
-/*
- * An entry is one allocation: the struct, then its arrays, strings and bytes.
- * layout_put() runs twice over the same steps, first to size the block (base
- * NULL), then to fill it, so the two can never disagree.
- */
-struct layout {
-    uint8_t *base;
-    size_t off;
-};
-
-static void *layout_put(struct layout *l, const void *src, size_t n, size_t align)
-{
-    l->off = (l->off + align - 1) & ~(align - 1);
-    void *dst = l->base ? l->base + l->off : NULL;
-    if (dst && src && n)
-        memcpy(dst, src, n);
-    l->off += n;
-    return dst;
-}
-
-static const char *layout_str(struct layout *l, const void *text, size_t n)
-{
-    char *dst = layout_put(l, text, n + 1, 1);
-    if (dst)
-        dst[n] = '\0';
-    return dst;
-}
-
-/* Name expressions are stored as u32 count, then (u32 length, bytes) pairs. */
-static int names_encode(kc_buf *b, const kcache_entry *e)
-{
-    int rc = kc_buf_append_u32(b, (uint32_t)e->n_names);
-    for (size_t i = 0; !rc && i < e->n_names; i++) {
-        const char *pair[2] = {e->name_exprs[i] ? e->name_exprs[i] : "",
-                               e->lowered_names[i] ? e->lowered_names[i] : ""};
-        for (int j = 0; !rc && j < 2; j++) {
-            size_t len = strlen(pair[j]);
-            if (len > UINT32_MAX)
-                return KCACHE_EINVAL;
-            rc = kc_buf_append_u32(b, (uint32_t)len);
-            if (!rc)
-                rc = kc_buf_append(b, pair[j], len);
-        }
-    }
-    return rc;
-}
-
-struct names_view {
-    const uint8_t *p;
-    size_t size;
-    uint32_t count;
-};
-
-static int names_check(struct names_view *v, const void *blob, size_t size)
-{
-    v->p = blob;
-    v->size = size;
-    v->count = 0;
-    if (!blob || size == 0)
-        return 0;
-    if (size < 4)
-        return KCACHE_ECORRUPT;
-    uint32_t n = kc_read_u32(v->p);
-    size_t off = 4;
-    for (uint64_t i = 0; i < 2ull * n; i++) {
-        if (size - off < 4)
-            return KCACHE_ECORRUPT;
-        uint32_t len = kc_read_u32(v->p + off);
-        off += 4;
-        if (size - off < len)
-            return KCACHE_ECORRUPT;
-        off += len;
-    }
-    v->count = n;
-    return 0;
-}
-
-struct row {
-    kcache_key key;
-    int kind;
-    const char *arch, *name, *toolchain, *log;
-    size_t arch_n, name_n, toolchain_n, log_n;
-    struct names_view names;
-    const void *key_material;
-    size_t key_material_size;
-    size_t raw_size;
-    uint64_t stored_size, hits, compile_ns;
-    int64_t created_at, accessed_at;
-    const void *digest;
-    /* the artifact, decoded into the block when present */
-    int codec;
-    const void *stored;
-    size_t stored_n;
-    /* decoded inputs, when asked for */
-    size_t n_inputs;
-    kcache_input *inputs;
-};
-
-
-/* Lays out (or, on the second pass, fills) the entry for a row. */
-static kcache_entry *layout_entry(struct layout *l, const struct row *r, kc_codec_ctx *codec,
-                                  int *rc)
-{
-    kcache_entry *e = layout_put(l, NULL, sizeof(*e), 16);
-    const char **exprs = layout_put(l, NULL, r->names.count * sizeof(char *), sizeof(char *));
-    const char **lowered = layout_put(l, NULL, r->names.count * sizeof(char *), sizeof(char *));
-    kcache_input *inputs = layout_put(l, NULL, r->n_inputs * sizeof(kcache_input), 16);
-    const char *arch = layout_str(l, r->arch, r->arch_n);
-    const char *name = layout_str(l, r->name, r->name_n);
-    const char *toolchain = layout_str(l, r->toolchain, r->toolchain_n);
-    const char *log = layout_str(l, r->log, r->log_n);
-    size_t off = 4;
-    for (uint32_t i = 0; i < r->names.count; i++) {
-        for (int j = 0; j < 2; j++) {
-            uint32_t len = kc_read_u32(r->names.p + off);
-            const char *s = layout_str(l, r->names.p + off + 4, len);
-            off += 4 + (size_t)len;
-            if (e)
-                (j ? lowered : exprs)[i] = s;
-        }
-    }
-    const void *key_material = layout_put(l, r->key_material, r->key_material_size, 1);
-    for (size_t i = 0; i < r->n_inputs; i++) {
-        const char *in_name = layout_str(l, r->inputs[i].name, strlen(r->inputs[i].name));
-        void *in_data = layout_put(l, r->inputs[i].data, r->inputs[i].size + 1, 16);
-        if (e) {
-            inputs[i] = r->inputs[i];
-            inputs[i].name = in_name;
-            inputs[i].data = in_data;
-        }
-    }
-    uint8_t *data = r->stored ? layout_put(l, NULL, r->raw_size + 1, 16) : NULL;
-    if (!e)
-        return NULL;
-    memset(e, 0, sizeof(*e));
-    e->version = KCACHE_ENTRY_VERSION;
-    e->key = r->key;
-    e->kind = (kcache_kind)r->kind;
-    e->arch = arch;
-    e->name = name;
-    e->toolchain = toolchain;
-    e->log = log;
-    e->n_names = r->names.count;
-    e->name_exprs = exprs;
-    e->lowered_names = lowered;
-    e->key_material = r->key_material_size ? key_material : NULL;
-    e->key_material_size = r->key_material_size;
-    e->n_inputs = r->n_inputs;
-    e->inputs = r->n_inputs ? inputs : NULL;
-    e->size = r->raw_size;
-    e->stored_size = r->stored_size;
-    e->hits = r->hits;
-    e->compile_ns = r->compile_ns;
-    e->created_at = r->created_at;
-    e->accessed_at = r->accessed_at;
-    if (r->digest)
-        memcpy(e->digest, r->digest, sizeof(e->digest));
-    if (data) {
-        *rc = kc_decode_into(codec, data, r->raw_size, r->codec, r->stored, r->stored_n);
-        data[r->raw_size] = '\0';
-        e->data = data;
-    }
-    return e;
-}
-
-static int build_entry(kcache_entry **out, const struct row *r, kc_codec_ctx *codec)
-{
-    struct layout l = {NULL, 0};
-    int rc = 0;
-    layout_entry(&l, r, codec, &rc);
-    l.base = kc_malloc(l.off);
-    if (!l.base)
-        return KCACHE_ENOMEM;
-    l.off = 0;
-    kcache_entry *e = layout_entry(&l, r, codec, &rc);
-    if (rc) {
-        free(l.base);
-        return rc;
-    }
-    *out = e;
-    return 0;
-}
-
-KCACHE_API void kcache_entry_free(kcache_entry *entry)
-{
-    free(entry);
-}
-
-static size_t col_text(sqlite3_stmt *st, int col, const char **out)
-{
-    const unsigned char *t = sqlite3_column_text(st, col);
-    *out = t ? (const char *)t : "";
-    return t ? (size_t)sqlite3_column_bytes(st, col) : 0;
-}
-
-/* Reads the metadata columns shared by get and list (list's column order). */
-static void row_from_list(struct row *r, sqlite3_stmt *st)
-{
-    memset(r, 0, sizeof(*r));
-    const void *key = sqlite3_column_blob(st, 1);
-    if (key && sqlite3_column_bytes(st, 1) == KCACHE_KEY_SIZE)
-        memcpy(r->key.bytes, key, KCACHE_KEY_SIZE);
-    r->kind = sqlite3_column_int(st, 2);
-    r->arch_n = col_text(st, 3, &r->arch);
-    r->name_n = col_text(st, 4, &r->name);
-    r->raw_size = (size_t)sqlite3_column_int64(st, 5);
-    r->stored_size = (uint64_t)sqlite3_column_int64(st, 6);
-    r->digest = sqlite3_column_bytes(st, 7) == KC_DIGEST_SIZE ? sqlite3_column_blob(st, 7) : NULL;
-    r->created_at = sqlite3_column_int64(st, 8);
-    r->accessed_at = sqlite3_column_int64(st, 9);
-    r->hits = (uint64_t)sqlite3_column_int64(st, 10);
-    r->compile_ns = (uint64_t)sqlite3_column_int64(st, 11);
-    r->toolchain_n = col_text(st, 12, &r->toolchain);
-    r->log = "";
-}
-
 /* ---- get ------------------------------------------------------------- */
 
-static void free_inputs(struct row *r)
+static void free_inputs(struct kc_row *r)
 {
     for (size_t i = 0; i < r->n_inputs; i++) {
         free((void *)r->inputs[i].name);
@@ -581,7 +158,7 @@ static void free_inputs(struct row *r)
     r->n_inputs = 0;
 }
 
-static int load_inputs(kcache_store *s, int64_t id, struct row *r)
+static int load_inputs(kcache_store *s, int64_t id, struct kc_row *r)
 {
     sqlite3_stmt *st;
     int rc = kc_db_stmt(s, &st, KC_STMT_GET_INPUTS);
@@ -600,7 +177,7 @@ static int load_inputs(kcache_store *s, int64_t id, struct row *r)
         }
         kcache_input *in = &r->inputs[r->n_inputs];
         const char *name;
-        size_t name_n = col_text(st, 1, &name);
+        size_t name_n = kc_col_text(st, 1, &name);
         int64_t size = sqlite3_column_int64(st, 2);
         const void *stored = sqlite3_column_blob(st, 5);
         size_t stored_n = (size_t)sqlite3_column_bytes(st, 5);
@@ -628,7 +205,7 @@ static int load_inputs(kcache_store *s, int64_t id, struct row *r)
 
 static int delete_locked(kcache_store *s, const kcache_key *key)
 {
-    sqlite3_stmt *st;
+    sqlite3_stmt *st = NULL;
     int rc = kc_db_begin_write(s);
     if (rc)
         return rc;
@@ -642,9 +219,9 @@ static int delete_locked(kcache_store *s, const kcache_key *key)
     }
     int changed = sqlite3_changes(s->db);
     sqlite3_reset(st);
-    if ((rc = write_pending(s)) || (rc = kc_db_commit(s)))
+    if ((rc = kc_pending_write(s)) || (rc = kc_db_commit(s)))
         goto fail;
-    clear_pending(s);
+    kc_pending_clear(s);
     return changed ? 0 : KCACHE_ENOTFOUND;
 fail:
     if (st)
@@ -656,7 +233,7 @@ fail:
 static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key, unsigned flags)
 {
     sqlite3_stmt *st;
-    struct row r;
+    struct kc_row r;
     int rc = kc_db_stmt(s, &st, KC_STMT_GET);
     if (rc)
         return rc;
@@ -673,8 +250,8 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
     int64_t id = sqlite3_column_int64(st, 0);
     r.key = *key;
     r.kind = sqlite3_column_int(st, 1);
-    r.arch_n = col_text(st, 2, &r.arch);
-    r.name_n = col_text(st, 3, &r.name);
+    r.arch_n = kc_col_text(st, 2, &r.arch);
+    r.name_n = kc_col_text(st, 3, &r.name);
     int64_t raw_size = sqlite3_column_int64(st, 4);
     r.stored_size = (uint64_t)sqlite3_column_int64(st, 5);
     r.codec = sqlite3_column_int(st, 6);
@@ -683,15 +260,15 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
     r.accessed_at = sqlite3_column_int64(st, 9);
     r.hits = (uint64_t)sqlite3_column_int64(st, 10);
     r.compile_ns = (uint64_t)sqlite3_column_int64(st, 11);
-    r.toolchain_n = col_text(st, 12, &r.toolchain);
-    r.log_n = col_text(st, 13, &r.log);
+    r.toolchain_n = kc_col_text(st, 12, &r.toolchain);
+    r.log_n = kc_col_text(st, 13, &r.log);
     const void *names = sqlite3_column_blob(st, 14);
     /* The row must be the key's: a damaged index can lead a lookup to another
      * entry's row, and handing that out would be a false hit. */
     const void *row_key = sqlite3_column_blob(st, 18);
     int damaged = raw_size < 0 || sqlite3_column_bytes(st, 18) != KCACHE_KEY_SIZE || !row_key ||
                   memcmp(row_key, key->bytes, KCACHE_KEY_SIZE) != 0 ||
-                  names_check(&r.names, names, (size_t)sqlite3_column_bytes(st, 14));
+                  kc_names_check(&r.names, names, (size_t)sqlite3_column_bytes(st, 14));
     r.key_material = sqlite3_column_blob(st, 15);
     r.key_material_size = (size_t)sqlite3_column_bytes(st, 15);
     r.raw_size = (size_t)raw_size;
@@ -728,7 +305,7 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
             goto out;
     }
     if (!damaged) {
-        rc = build_entry(out, &r, s->codec);
+        rc = kc_entry_build(out, &r, s->codec);
         if (rc == KCACHE_ECORRUPT)
             damaged = 1;
         else if (rc)
@@ -751,7 +328,7 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
         return kc_err(s, KCACHE_ENOTFOUND, "entry %s was damaged and has been deleted", hex);
     }
     if (!(flags & KCACHE_GET_NO_TOUCH)) {
-        touch(s, key);
+        kc_touch(s, key);
         kc_usage_add(s, r.arch, r.kind, 1, 0, r.compile_ns);
     }
 out:
@@ -772,7 +349,7 @@ KCACHE_API int kcache_store_get(kcache_store *store, kcache_entry **out, const k
     else
         kc_err(store, rc, "the cache could not be reopened");
     if (!(flags & KCACHE_GET_NO_TOUCH) && store->db)
-        maybe_flush(store);
+        kc_maybe_flush_locked(store);
     pthread_mutex_unlock(&store->lock);
     return rc;
 }
@@ -869,7 +446,7 @@ static int put_locked(kcache_store *s, const struct put_ctx *p)
     int rc = kc_db_begin_write(s);
     if (rc)
         return rc;
-    if ((rc = write_pending(s)))
+    if ((rc = kc_pending_write(s)))
         goto fail;
     if ((rc = kc_db_stmt(s, &st, KC_STMT_DELETE)))
         goto fail;
@@ -919,7 +496,7 @@ static int put_locked(kcache_store *s, const struct put_ctx *p)
             goto fail;
     if ((rc = kc_db_commit(s)))
         return rc;
-    clear_pending(s);
+    kc_pending_clear(s);
     return 0;
 fail:
     kc_db_rollback(s);
@@ -965,7 +542,7 @@ KCACHE_API int kcache_store_put(kcache_store *store, const kcache_entry *entry)
         rc = kc_db_writable(store);
     if (!rc && (rc = kc_encode(store->codec, &store->scratch, &p.codec, entry->data, entry->size)))
         kc_err(store, rc, "out of memory compressing an artifact");
-    if (!rc && (rc = names_encode(&names, entry)))
+    if (!rc && (rc = kc_names_encode(&names, entry)))
         kc_err(store, rc, "name expressions too large");
     if (!rc) {
         kc_digest(p.digest, entry->data, entry->size);
@@ -979,195 +556,4 @@ KCACHE_API int kcache_store_put(kcache_store *store, const kcache_entry *entry)
     pthread_mutex_unlock(&store->lock);
     kc_buf_free(&names);
     return rc;
-}
-
-/* ---- find and list --------------------------------------------------- */
-
-KCACHE_API int kcache_store_find(kcache_store *store, kcache_key *out, const char *hex_prefix)
-{
-    KC_CHECK_ARG(store, store && out && hex_prefix);
-    size_t n = strlen(hex_prefix);
-    uint8_t lo[KCACHE_KEY_SIZE] = {0}, hi[KCACHE_KEY_SIZE + 1];
-    if (n < 4 || n > 2 * KCACHE_KEY_SIZE)
-        return kc_err(store, KCACHE_EINVAL,
-                      "key prefix '%.80s' must be 4 to 64 hex digits (see 'kcache ls')",
-                      hex_prefix);
-    char full[2 * KCACHE_KEY_SIZE + 1];
-    memset(full, '0', sizeof(full) - 1);
-    full[sizeof(full) - 1] = '\0';
-    memcpy(full, hex_prefix, n);
-    kcache_key parsed;
-    if (kcache_key_parse(&parsed, full) != 0)
-        return kc_err(store, KCACHE_EINVAL,
-                      "key prefix '%.80s' is not hexadecimal (see 'kcache ls')", hex_prefix);
-    memcpy(lo, parsed.bytes, sizeof(lo));
-    /* The upper bound: the prefix plus one in its last digit, carried. */
-    size_t nbytes = (n + 1) / 2;
-    memcpy(hi, lo, sizeof(lo));
-    unsigned step = n % 2 ? 0x10 : 0x01;
-    size_t hi_n = nbytes;
-    int carry = 1;
-    for (size_t i = nbytes; i-- > 0 && carry;) {
-        unsigned v = hi[i] + step;
-        hi[i] = (uint8_t)v;
-        carry = v > 0xff;
-        step = 1;
-    }
-    if (carry) {
-        memset(hi, 0xff, sizeof(hi));
-        hi_n = sizeof(hi);
-    }
-    pthread_mutex_lock(&store->lock);
-    sqlite3_stmt *st;
-    int rc = store->db ? kc_db_stmt(store, &st, KC_STMT_FIND_PREFIX)
-                       : kc_err(store, KCACHE_EIO, "no database");
-    if (!rc) {
-        sqlite3_bind_blob(st, 1, lo, KCACHE_KEY_SIZE, SQLITE_STATIC);
-        sqlite3_bind_blob(st, 2, hi, (int)hi_n, SQLITE_STATIC);
-        int found = 0, src;
-        while ((src = sqlite3_step(st)) == SQLITE_ROW) {
-            if (found++ == 0 && sqlite3_column_bytes(st, 0) == KCACHE_KEY_SIZE)
-                memcpy(out->bytes, sqlite3_column_blob(st, 0), KCACHE_KEY_SIZE);
-        }
-        sqlite3_reset(st);
-        if (src != SQLITE_DONE)
-            rc = kc_sqlerr(store, src, "looking up a key");
-        else if (found == 0)
-            rc = kc_err(store, KCACHE_ENOTFOUND, "no entry starts with %s (see 'kcache ls')",
-                        hex_prefix);
-        else if (found > 1)
-            rc = kc_err(store, KCACHE_EAMBIGUOUS,
-                        "more than one entry starts with %s: give more digits", hex_prefix);
-    }
-    pthread_mutex_unlock(&store->lock);
-    return rc;
-}
-
-/*
- * Walks the selected entries; the store's lock is held. *from_fn tells a
- * callback's own return value (any int, even one that looks like ours) from a
- * failure of the store, which alone may lead to recovery.
- */
-static int list_locked(kcache_store *store, const kcache_filter *filter, enum kc_stmt which,
-                       kcache_entry_fn fn, void *userdata, int *from_fn)
-{
-    *from_fn = 0;
-    sqlite3_stmt *st;
-    kc_flush_locked(store, 0);
-    int rc = kc_db_stmt(store, &st, which);
-    if (!rc) {
-        if (filter->arch && *filter->arch)
-            sqlite3_bind_text(st, 1, filter->arch, -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 2, (int)filter->kind);
-        sqlite3_bind_int64(st, 3, filter->accessed_before);
-        sqlite3_bind_int64(st, 4, filter->created_since);
-        sqlite3_bind_int64(st, 5, filter->limit ? (sqlite3_int64)filter->limit : -1);
-        int src;
-        while ((src = sqlite3_step(st)) == SQLITE_ROW) {
-            struct row r;
-            row_from_list(&r, st);
-            kcache_entry e = KCACHE_ENTRY_INIT;
-            e.key = r.key;
-            e.kind = (kcache_kind)r.kind;
-            e.arch = r.arch;
-            e.name = r.name;
-            e.toolchain = r.toolchain;
-            e.log = "";
-            e.size = r.raw_size;
-            e.stored_size = r.stored_size;
-            if (r.digest)
-                memcpy(e.digest, r.digest, sizeof(e.digest));
-            e.created_at = r.created_at;
-            e.accessed_at = r.accessed_at;
-            e.hits = r.hits;
-            e.compile_ns = r.compile_ns;
-            if ((rc = fn(userdata, &e)) != 0) {
-                *from_fn = 1;
-                break;
-            }
-        }
-        if (!rc && src != SQLITE_DONE)
-            rc = kc_sqlerr(store, src, "listing entries");
-        sqlite3_reset(st);
-    }
-    return rc;
-}
-
-KCACHE_API int kcache_store_list(kcache_store *store, const kcache_filter *filter,
-                                 kcache_entry_fn fn, void *userdata)
-{
-    static const kcache_filter all = KCACHE_FILTER_INIT;
-    static const enum kc_stmt by_sort[] = {
-        [KCACHE_SORT_ACCESSED] = KC_STMT_LIST_ACCESSED,
-        [KCACHE_SORT_CREATED] = KC_STMT_LIST_CREATED,
-        [KCACHE_SORT_SIZE] = KC_STMT_LIST_SIZE,         [KCACHE_SORT_HITS] = KC_STMT_LIST_HITS,
-        [KCACHE_SORT_LRU] = KC_STMT_LIST_LRU,
-    };
-    KC_CHECK_ARG(store, store && fn);
-    if (!filter)
-        filter = &all;
-    if (filter->version < 1 || filter->version > KCACHE_FILTER_VERSION ||
-        (unsigned)filter->sort >= KC_ARRAY_SIZE(by_sort))
-        return kc_err(store, KCACHE_EINVAL, "kcache_store_list: bad filter");
-    pthread_mutex_lock(&store->lock);
-    int rc = KCACHE_EIO, from_fn = 0;
-    if (store->db) {
-        rc = list_locked(store, filter, by_sort[filter->sort], fn, userdata, &from_fn);
-        if (rc == KCACHE_ECORRUPT && !from_fn && !store->read_only && !store->newer_schema &&
-            kc_db_recover(store, store->errmsg) == 0) {
-            store->pending_corrupt++;
-            rc = list_locked(store, filter, by_sort[filter->sort], fn, userdata, &from_fn);
-        }
-    } else {
-        kc_err(store, rc, "no database");
-    }
-    pthread_mutex_unlock(&store->lock);
-    return rc;
-}
-
-struct key_list {
-    kcache_key *keys;
-    size_t n, cap;
-};
-
-static int collect_key(void *userdata, const kcache_entry *e)
-{
-    struct key_list *l = userdata;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 256;
-        kcache_key *p = kc_realloc(l->keys, cap * sizeof(*p));
-        if (!p)
-            return KCACHE_ENOMEM;
-        l->keys = p;
-        l->cap = cap;
-    }
-    l->keys[l->n++] = e->key;
-    return 0;
-}
-
-KCACHE_API int kcache_store_list_keys(kcache_store *store, const kcache_filter *filter,
-                                      kcache_key **out, size_t *n)
-{
-    KC_CHECK_ARG(store, store && out && n);
-    struct key_list l = {NULL, 0, 0};
-    *out = NULL;
-    *n = 0;
-    int rc = kcache_store_list(store, filter, collect_key, &l);
-    if (rc) {
-        free(l.keys);
-        if (rc == KCACHE_ENOMEM) {
-            pthread_mutex_lock(&store->lock);
-            kc_err(store, rc, "out of memory listing entries");
-            pthread_mutex_unlock(&store->lock);
-        }
-        return rc;
-    }
-    *out = l.keys;
-    *n = l.n;
-    return 0;
-}
-
-KCACHE_API void kcache_keys_free(kcache_key *keys)
-{
-    free(keys);
 }

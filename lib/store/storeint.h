@@ -126,6 +126,58 @@ int kc_db_migrate_to(kcache_store *s, int version);
         }                                                                                          \
     } while (0)
 
+
+/* Bails out of a public entry point with KCACHE_EINVAL. */
+#define KC_CHECK_ARG(s, cond)                                                                      \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            return (s) ? kc_err((s), KCACHE_EINVAL, "%s: invalid argument: %s", __func__, #cond)   \
+                       : KCACHE_EINVAL;                                                            \
+    } while (0)
+
+/* touch.c */
+void kc_touch(kcache_store *s, const kcache_key *key);
+/* Writes pending touches and counters inside the caller's write transaction. */
+int kc_pending_write(kcache_store *s);
+void kc_pending_clear(kcache_store *s);
+void kc_maybe_flush_locked(kcache_store *s);
+
+/* entry.c */
+struct kc_names {
+    const uint8_t *p;
+    size_t size;
+    uint32_t count;
+};
+
+struct kc_row {
+    kcache_key key;
+    int kind;
+    const char *arch, *name, *toolchain, *log;
+    size_t arch_n, name_n, toolchain_n, log_n;
+    struct kc_names names;
+    const void *key_material;
+    size_t key_material_size;
+    size_t raw_size;
+    uint64_t stored_size, hits, compile_ns;
+    int64_t created_at, accessed_at;
+    const void *digest;
+    /* the artifact, decoded into the block when present */
+    int codec;
+    const void *stored;
+    size_t stored_n;
+    /* decoded inputs, when asked for */
+    size_t n_inputs;
+    kcache_input *inputs;
+};
+
+int kc_names_encode(kc_buf *b, const kcache_entry *e);
+int kc_names_check(struct kc_names *v, const void *blob, size_t size);
+/* A new entry (one allocation) from a row, its artifact decoded when present. */
+int kc_entry_build(kcache_entry **out, const struct kc_row *r, kc_codec_ctx *codec);
+size_t kc_col_text(sqlite3_stmt *st, int col, const char **out);
+/* Reads the metadata columns shared by get and list (list's column order). */
+void kc_row_from_list(struct kc_row *r, sqlite3_stmt *st);
+
 /* store.c */
 int kc_flush_locked(kcache_store *s, int wait);
 int kc_usage_add(kcache_store *s, const char *arch, int kind, uint64_t hits, uint64_t misses,

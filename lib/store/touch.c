@@ -1,0 +1,205 @@
+/*
+ * Hits and counters wait in memory and are written in batches: a hit must not
+ * wait for the write lock (DESIGN.md, the store).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/storeint.h"
+
+/* A hit's touch waits in memory until this many are pending ... */
+#define KC_TOUCH_BATCH 64
+/* ... or this much time has passed since the last write of them. */
+#define KC_TOUCH_INTERVAL_NS (2ull * 1000000000ull)
+/* Touches beyond this while the lock stays taken are dropped, not queued. */
+#define KC_TOUCH_MAX 4096
+
+int kc_usage_add(kcache_store *s, const char *arch, int kind, uint64_t hits, uint64_t misses,
+                 uint64_t saved_ns)
+{
+    struct kc_usage_delta *u = NULL;
+    for (size_t i = 0; i < s->n_usage; i++)
+        if (s->usage[i].kind == kind && strcmp(s->usage[i].arch, arch) == 0)
+            u = &s->usage[i];
+    if (!u) {
+        if (s->n_usage == s->cap_usage) {
+            size_t cap = s->cap_usage ? 2 * s->cap_usage : 8;
+            struct kc_usage_delta *grown = kc_realloc(s->usage, cap * sizeof(*grown));
+            if (!grown)
+                return KCACHE_ENOMEM;
+            s->usage = grown;
+            s->cap_usage = cap;
+        }
+        u = &s->usage[s->n_usage++];
+        memset(u, 0, sizeof(*u));
+        snprintf(u->arch, sizeof(u->arch), "%s", arch);
+        u->kind = kind;
+    }
+    u->hits += hits;
+    u->misses += misses;
+    u->saved_ns += saved_ns;
+    return 0;
+}
+
+static void add_touch(kcache_store *s, const kcache_key *key)
+{
+    if (s->n_touches == s->cap_touches) {
+        if (s->cap_touches >= KC_TOUCH_MAX)
+            return; /* LRU order gets a little older; nothing else is lost */
+        size_t cap = s->cap_touches ? 2 * s->cap_touches : KC_TOUCH_BATCH;
+        struct kc_touch *grown = kc_realloc(s->touches, cap * sizeof(*grown));
+        if (!grown)
+            return;
+        s->touches = grown;
+        s->cap_touches = cap;
+    }
+    struct kc_touch *t = &s->touches[s->n_touches++];
+    t->key = *key;
+    t->accessed_at = kc_now_ms();
+    t->hits = 1;
+}
+
+/*
+ * Records a hit. Hits on a key already pending merge into its touch, so a hot
+ * kernel costs one UPDATE per flush however often it is hit, and the batch
+ * fills (forcing a flush into some hit's path) only with distinct keys.
+ */
+void kc_touch(kcache_store *s, const kcache_key *key)
+{
+    for (size_t i = s->n_touches; i-- > 0;) {
+        if (memcmp(s->touches[i].key.bytes, key->bytes, KCACHE_KEY_SIZE) == 0) {
+            s->touches[i].accessed_at = kc_now_ms();
+            s->touches[i].hits++;
+            return;
+        }
+    }
+    add_touch(s, key);
+}
+
+static int add_counter(kcache_store *s, const char *name, uint64_t value)
+{
+    sqlite3_stmt *st;
+    int rc = kc_db_stmt(s, &st, KC_STMT_COUNTER_ADD);
+    if (rc)
+        return rc;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)value);
+    rc = sqlite3_step(st);
+    return rc == SQLITE_DONE ? 0 : kc_sqlerr(s, rc, "recording counters");
+}
+
+/* Writes what is pending inside the caller's write transaction. */
+int kc_pending_write(kcache_store *s)
+{
+    sqlite3_stmt *st;
+    int rc;
+    for (size_t i = 0; i < s->n_touches; i++) {
+        if ((rc = kc_db_stmt(s, &st, KC_STMT_TOUCH)))
+            return rc;
+        sqlite3_bind_blob(st, 1, s->touches[i].key.bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, s->touches[i].accessed_at);
+        sqlite3_bind_int64(st, 3, s->touches[i].hits);
+        if ((rc = sqlite3_step(st)) != SQLITE_DONE)
+            return kc_sqlerr(s, rc, "recording hits");
+    }
+    for (size_t i = 0; i < s->n_usage; i++) {
+        const struct kc_usage_delta *u = &s->usage[i];
+        if ((rc = kc_db_stmt(s, &st, KC_STMT_USAGE_ADD)))
+            return rc;
+        sqlite3_bind_text(st, 1, u->arch, -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 2, u->kind);
+        sqlite3_bind_int64(st, 3, (sqlite3_int64)u->hits);
+        sqlite3_bind_int64(st, 4, (sqlite3_int64)u->misses);
+        sqlite3_bind_int64(st, 5, (sqlite3_int64)u->saved_ns);
+        if ((rc = sqlite3_step(st)) != SQLITE_DONE)
+            return kc_sqlerr(s, rc, "recording hits");
+    }
+    if (s->pending_corrupt && (rc = add_counter(s, "corrupt", s->pending_corrupt)))
+        return rc;
+    if (s->pending_failures && (rc = add_counter(s, "store_failures", s->pending_failures)))
+        return rc;
+    return 0;
+}
+
+void kc_pending_clear(kcache_store *s)
+{
+    s->n_touches = 0;
+    s->n_usage = 0;
+    s->pending_corrupt = 0;
+    s->pending_failures = 0;
+    s->last_flush_ns = kc_mono_ns();
+}
+
+static int has_pending(const kcache_store *s)
+{
+    return s->n_touches || s->n_usage || s->pending_corrupt || s->pending_failures;
+}
+
+/*
+ * Writes pending touches. With wait == 0 it only tries: if another process
+ * holds the write lock, the touches stay pending and the caller (a hit) goes
+ * on without waiting.
+ */
+int kc_flush_locked(kcache_store *s, int wait)
+{
+    if (!has_pending(s))
+        return 0;
+    if (s->read_only || s->newer_schema) {
+        kc_pending_clear(s);
+        return 0;
+    }
+    int rc;
+    if (wait) {
+        rc = kc_db_begin_write(s);
+    } else {
+        sqlite3_busy_timeout(s->db, 0);
+        int src = sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+        sqlite3_busy_timeout(s->db, (int)s->busy_timeout_ms);
+        if ((src & 0xff) == SQLITE_BUSY)
+            return 0;
+        rc = src == SQLITE_OK ? 0 : kc_sqlerr(s, src, "recording hits");
+    }
+    if (rc)
+        return rc;
+    if ((rc = kc_pending_write(s)) || (rc = kc_db_commit(s))) {
+        kc_db_rollback(s);
+        return rc;
+    }
+    kc_pending_clear(s);
+    return 0;
+}
+
+void kc_maybe_flush_locked(kcache_store *s)
+{
+    if (s->n_touches >= KC_TOUCH_BATCH || kc_mono_ns() - s->last_flush_ns >= KC_TOUCH_INTERVAL_NS)
+        kc_flush_locked(s, 0);
+}
+
+KCACHE_API int kcache_store_flush(kcache_store *store)
+{
+    KC_CHECK_ARG(store, store);
+    pthread_mutex_lock(&store->lock);
+    int rc = kc_flush_locked(store, 1);
+    pthread_mutex_unlock(&store->lock);
+    return rc;
+}
+
+KCACHE_API void kcache_store_count_miss(kcache_store *store, const char *arch, kcache_kind kind)
+{
+    if (!store)
+        return;
+    pthread_mutex_lock(&store->lock);
+    kc_usage_add(store, arch ? arch : "", (int)kind, 0, 1, 0);
+    kc_maybe_flush_locked(store);
+    pthread_mutex_unlock(&store->lock);
+}
+
+KCACHE_API void kcache_store_count_failure(kcache_store *store)
+{
+    if (!store)
+        return;
+    pthread_mutex_lock(&store->lock);
+    store->pending_failures++;
+    pthread_mutex_unlock(&store->lock);
+}
