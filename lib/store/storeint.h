@@ -101,6 +101,20 @@ int kc_db_commit(kcache_store *s);
 void kc_db_rollback(kcache_store *s);
 int kc_db_exec(kcache_store *s, const char *sql, const char *what);
 int kc_db_writable(kcache_store *s);
+/* One attempt at opening; *damaged when the file should be set aside. */
+int kc_db_open_once(kcache_store *s, int *damaged);
+/* A PRAGMA or SELECT of one integer on db; *rc_out is SQLite's result. */
+int64_t kc_pragma_int(sqlite3 *db, const char *sql, int *rc_out);
+
+/* recovery.c: what the file at the path is, and setting a damaged one aside. */
+enum kc_file_kind { KC_NEW, KC_OURS, KC_FOREIGN, KC_DAMAGED };
+/* From the header alone, without SQLite writing anything. */
+enum kc_file_kind kc_db_peek(kcache_store *s);
+/* Through the open connection; reads only. */
+enum kc_file_kind kc_db_classify(kcache_store *s, int64_t *version, int *sqlite_rc);
+int kc_db_foreign_error(kcache_store *s);
+/* Moves the file this connection opened (and its WAL) aside. */
+int kc_db_quarantine(kcache_store *s, const char *why);
 /* Sets the file aside after SQLite reported it corrupt and starts a new one. */
 int kc_db_recover(kcache_store *s, const char *why);
 /* Turns a failure SQLite reported as something else (disk full) into
