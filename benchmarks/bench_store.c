@@ -519,7 +519,7 @@ static void bench_hits(const struct blob *const *arts, const char *const *labels
         const struct blob *b = arts[a];
         kcache_key k = make_key(1, a);
         kcache_entry *e = NULL;
-        if (kcache_store_get(s, &e, &k, KCACHE_GET_NO_TOUCH))
+        if (kcache_store_get(&e, s, &k, KCACHE_GET_NO_TOUCH))
             fail("get: %s", kcache_store_errmsg(s));
         uint64_t stored = e->stored_size;
         kcache_entry_free(e);
@@ -544,7 +544,7 @@ static void bench_hits(const struct blob *const *arts, const char *const *labels
             for (int which = 0; which < 2; which++) {
                 if ((which ^ (int)(i & 1)) == 0) {
                     double t0 = cmp_now();
-                    int rc = kcache_store_get(s, &e, &k, hit_flags);
+                    int rc = kcache_store_get(&e, s, &k, hit_flags);
                     double t1 = cmp_now();
                     if (rc)
                         fail("get: %s", kcache_store_errmsg(s));
@@ -615,7 +615,7 @@ static void bench_ratio(const struct blob *const *cubins, size_t n)
         snprintf(names + l, sizeof(names) - l, "%s%s", i ? " + " : "", cubins[i]->what);
     }
     kcache_stats *st = NULL;
-    if (kcache_store_stats(s, &st))
+    if (kcache_store_stats(&st, s))
         fail("stats: %s", kcache_store_errmsg(s));
     uint64_t stored = st->stored_bytes;
     kcache_stats_free(st);
@@ -717,7 +717,7 @@ static double read_round(const char *path, int procs, size_t n_keys, size_t size
             for (size_t i = 0; t1 - t0 < secs; i++) {
                 kcache_key k = make_key(4, (i + (size_t)p) % n_keys);
                 kcache_entry *e;
-                if (kcache_store_get(s, &e, &k, KCACHE_GET_DEFAULT) != 0 || e->size != size)
+                if (kcache_store_get(&e, s, &k, KCACHE_GET_DEFAULT) != 0 || e->size != size)
                     _exit(2);
                 kcache_entry_free(e);
                 hits++;
@@ -843,7 +843,7 @@ static double prune_median(uint64_t total, uint64_t evict, uint64_t *evicted,
         po.max_size = disk - evict;
         kcache_prune_result pr = {0};
         double t0 = cmp_now();
-        int rc = kcache_store_prune(s, &po, &pr);
+        int rc = kcache_store_prune(&pr, s, &po);
         t[round] = cmp_now() - t0;
         if (rc)
             fail("prune: %s", kcache_store_errmsg(s));
@@ -941,7 +941,7 @@ static void bench_stats(const struct blob *base)
     for (int i = 0; i < runs; i++) {
         kcache_stats *st;
         double t0 = cmp_now();
-        if (kcache_store_stats(s, &st))
+        if (kcache_store_stats(&st, s))
             fail("stats: %s", kcache_store_errmsg(s));
         t[i] = cmp_now() - t0;
         if (i == 0)

@@ -21,8 +21,8 @@ int cmd_clear(int argc, char **argv)
         return CLI_FAIL;
     int ret = CLI_OK;
     kcache_stats *before = NULL, *after = NULL;
-    if (kcache_store_stats(store, &before) || kcache_store_clear(store) ||
-        kcache_store_stats(store, &after)) {
+    if (kcache_store_stats(&before, store) || kcache_store_clear(store) ||
+        kcache_store_stats(&after, store)) {
         ret = cli_error("%s", kcache_store_errmsg(store));
         goto out;
     }

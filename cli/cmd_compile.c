@@ -114,7 +114,7 @@ static void run_item(struct job *job, struct item *it)
 {
     kcache_request req;
     compile_args_request(job->args, &req, it->file, it->arch);
-    it->rc = kcache_compile(job->compiler, &req, &it->result);
+    it->rc = kcache_compile(&it->result, job->compiler, &req);
     if (it->rc || !it->result)
         return;
     output_path(job, it, it->output, sizeof(it->output));

@@ -231,7 +231,7 @@ int cmd_explain(int argc, char **argv)
         compile_args_request(&a, &probe, a.files[0], a.archs[0]);
         probe.flags |= KCACHE_COMPILE_KEY_ONLY;
         kcache_result *why = NULL;
-        kcache_compile(compiler, &probe, &why);
+        kcache_compile(&why, compiler, &probe);
         status = cli_error("no cache to compare with: %s",
                            why && why->store_message[0] ? why->store_message : "none open");
         kcache_result_free(why);
@@ -240,7 +240,7 @@ int cmd_explain(int argc, char **argv)
     kcache_request r;
     compile_args_request(&a, &r, a.files[0], a.archs[0]);
     r.flags |= KCACHE_COMPILE_KEY_ONLY;
-    if (kcache_compile(compiler, &r, &res) != 0) {
+    if (kcache_compile(&res, compiler, &r) != 0) {
         status = cli_error("%s", res ? res->message : "out of memory");
         goto out;
     }
@@ -249,7 +249,7 @@ int cmd_explain(int argc, char **argv)
         goto out;
     }
     kcache_entry *hit = NULL;
-    int found = kcache_store_get(store, &hit, &res->key, KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA);
+    int found = kcache_store_get(&hit, store, &res->key, KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA);
     kcache_entry_free(hit);
 
     /* Candidates: entries of the same source name, or of the same source text. */
@@ -270,7 +270,7 @@ int cmd_explain(int argc, char **argv)
         int keep = 0;
         kcache_entry *e = NULL;
         if (memcmp(c->key.bytes, res->key.bytes, KCACHE_KEY_SIZE) != 0 &&
-            kcache_store_get(store, &e, &c->key, KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA) == 0 &&
+            kcache_store_get(&e, store, &c->key, KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA) == 0 &&
             kcache_key_describe(e->key_material, e->key_material_size, collect, &c->parts) == 0) {
             const char *n = single(&c->parts, "source-name");
             const char *src = single(&c->parts, "source");

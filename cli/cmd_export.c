@@ -75,7 +75,7 @@ static int export_dir(kcache_store *store, const kcache_filter *f, const char *d
     int ret = CLI_OK;
     uint64_t written = 0, bytes = 0, damaged = 0;
     size_t path_size = strlen(dir) + 256;
-    if (kcache_store_list_keys(store, f, &keys, &n_keys)) {
+    if (kcache_store_list_keys(&keys, &n_keys, store, f)) {
         ret = cli_error("%s", kcache_store_errmsg(store));
         goto out;
     }
@@ -98,7 +98,7 @@ static int export_dir(kcache_store *store, const kcache_filter *f, const char *d
     for (size_t i = 0; i < n_keys; i++) {
         cli_progress(NULL, "exporting", i, n_keys);
         kcache_entry *e = NULL;
-        int rc = kcache_store_get(store, &e, &keys[i], KCACHE_GET_NO_TOUCH);
+        int rc = kcache_store_get(&e, store, &keys[i], KCACHE_GET_NO_TOUCH);
         if (rc == KCACHE_ENOTFOUND) {
             damaged++;
             continue;
@@ -243,7 +243,7 @@ int cmd_export(int argc, char **argv)
     o.kind = f.kind;
     o.created_since = f.created_since;
     o.progress = cli_progress;
-    if (kcache_bundle_export(store, out_path, &o, &r)) {
+    if (kcache_bundle_export(&r, store, out_path, &o)) {
         ret = cli_error("%s", kcache_store_errmsg(store));
         goto out;
     }

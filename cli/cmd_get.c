@@ -78,8 +78,8 @@ int cmd_get(int argc, char **argv)
     kcache_key key;
     kcache_entry *e = NULL;
     int ret = CLI_OK;
-    if (kcache_store_find(store, &key, prefix) ||
-        kcache_store_get(store, &e, &key, KCACHE_GET_NO_TOUCH)) {
+    if (kcache_store_find(&key, store, prefix) ||
+        kcache_store_get(&e, store, &key, KCACHE_GET_NO_TOUCH)) {
         ret = cli_error("%s: %s", prefix, kcache_store_errmsg(store));
         goto out;
     }

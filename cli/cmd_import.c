@@ -47,7 +47,7 @@ int cmd_import(int argc, char **argv)
     kcache_bundle_result r;
     o.progress = cli_progress;
     int ret = CLI_OK;
-    if (kcache_bundle_import(store, in, &o, &r)) {
+    if (kcache_bundle_import(&r, store, in, &o)) {
         ret = cli_error("%s", kcache_store_errmsg(store));
     } else if (json) {
         cli_json j;

@@ -276,8 +276,8 @@ int cmd_inspect(int argc, char **argv)
     kcache_cubin_info *cubin = NULL;
     char cubin_error[256] = "";
     int ret = CLI_OK;
-    if (kcache_store_find(store, &key, prefix) ||
-        kcache_store_get(store, &e, &key, KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS)) {
+    if (kcache_store_find(&key, store, prefix) ||
+        kcache_store_get(&e, store, &key, KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS)) {
         ret = cli_error("%s: %s", prefix, kcache_store_errmsg(store));
         goto out;
     }

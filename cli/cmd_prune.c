@@ -92,7 +92,7 @@ int cmd_prune(int argc, char **argv)
         return CLI_FAIL;
     kcache_prune_result r = {0};
     int ret = CLI_OK;
-    if (kcache_store_prune(store, &o, &r)) {
+    if (kcache_store_prune(&r, store, &o)) {
         ret = cli_error("%s", kcache_store_errmsg(store));
     } else if (json) {
         cli_json j;

@@ -132,7 +132,7 @@ int cmd_stats(int argc, char **argv)
     if (cli_open_store(&store, 0))
         return CLI_FAIL;
     kcache_stats *st = NULL;
-    int rc = kcache_store_stats(store, &st);
+    int rc = kcache_store_stats(&st, store);
     if (rc) {
         cli_error("%s", kcache_store_errmsg(store));
         kcache_store_close(store);

@@ -15,7 +15,7 @@ static const char usage_text[] =
 static int disk(kcache_store *store, uint64_t *out)
 {
     kcache_stats *st = NULL;
-    int rc = kcache_store_stats(store, &st);
+    int rc = kcache_store_stats(&st, store);
     if (!rc)
         *out = st->file_bytes + st->wal_bytes;
     kcache_stats_free(st);

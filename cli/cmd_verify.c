@@ -75,7 +75,7 @@ static int recompile_entries(kcache_store *store, uint64_t limit, struct verify_
     kcache_filter f = KCACHE_FILTER_INIT;
     f.sort = KCACHE_SORT_ACCESSED;
     f.limit = limit;
-    if (kcache_store_list_keys(store, &f, &keys, &n_keys) != 0) {
+    if (kcache_store_list_keys(&keys, &n_keys, store, &f) != 0) {
         kcache_compiler_free(compiler);
         return cli_error("%s", kcache_store_errmsg(store));
     }
@@ -85,7 +85,7 @@ static int recompile_entries(kcache_store *store, uint64_t limit, struct verify_
         cli_progress(NULL, "recompiling", i, n_keys);
         int same = 0;
         kcache_result *r = NULL;
-        int rc = kcache_recompile(compiler, &keys[i], &same, &r);
+        int rc = kcache_recompile(&r, &same, compiler, &keys[i]);
         out->checked++;
         if (rc == KCACHE_ENOTSUP) {
             out->skipped++;
@@ -157,7 +157,7 @@ int cmd_verify(int argc, char **argv)
         cli_json_array_begin(&ctx.j, "damaged");
     }
     kcache_verify_result r;
-    int rc = kcache_store_verify(store, progress, damaged, &ctx, &r);
+    int rc = kcache_store_verify(&r, store, progress, damaged, &ctx);
     struct recompiled rec = {0};
     if (ctx.json)
         cli_json_array_end(&ctx.j);

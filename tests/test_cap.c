@@ -27,7 +27,7 @@ static void test_prune_to_cap(void)
         kcache_prune_result r;
         o.max_size = caps[i];
         double t0 = st_now();
-        CHECK_RC(kcache_store_prune(s, &o, &r), 0);
+        CHECK_RC(kcache_store_prune(&r, s, &o), 0);
         double dt = st_now() - t0;
         uint64_t disk = st_disk(path);
         printf("prune to %llu: evicted %llu entries, disk %llu -> %llu bytes (reported %llu), "
@@ -39,7 +39,7 @@ static void test_prune_to_cap(void)
         CHECK(r.disk_after == disk);
         CHECK(r.evicted > 0);
         kcache_stats *st = NULL;
-        CHECK_RC(kcache_store_stats(s, &st), 0);
+        CHECK_RC(kcache_store_stats(&st, s), 0);
         REQUIRE(st);
         CHECK(st->entries + r.evicted == entries_before);
         CHECK(st->file_bytes + st->wal_bytes == disk);
@@ -52,7 +52,7 @@ static void test_prune_to_cap(void)
     o.max_size = 1;
     o.dry_run = 1;
     uint64_t before = st_disk(path);
-    CHECK_RC(kcache_store_prune(s, &o, &r), 0);
+    CHECK_RC(kcache_store_prune(&r, s, &o), 0);
     CHECK(st_disk(path) == before);
     kcache_store_close(s);
     CHECK(st_disk(path) <= caps[KC_ARRAY_SIZE(caps) - 1]);
@@ -81,13 +81,13 @@ static void test_cap_on_put(void)
         /* What was just put is there: eviction takes the least recently used. */
         kcache_entry *e = NULL;
         kcache_key k = st_key(n);
-        CHECK_RC(kcache_store_get(s, &e, &k, KCACHE_GET_NO_TOUCH), 0);
+        CHECK_RC(kcache_store_get(&e, s, &k, KCACHE_GET_NO_TOUCH), 0);
         CHECK(st_entry_ok(e, n, ART_MAX, scratch));
         kcache_entry_free(e);
     }
     CHECK(over == 0);
     kcache_stats *st = NULL;
-    CHECK_RC(kcache_store_stats(s, &st), 0);
+    CHECK_RC(kcache_store_stats(&st, s), 0);
     REQUIRE(st);
     printf("300 puts under a %llu-byte cap: at most %llu bytes on disk, %llu entries left, "
            "%llu evictions\n",
@@ -115,20 +115,20 @@ static void test_lru_order(void)
         kcache_entry *e = NULL;
         /* Hits are recorded later, in batches; a millisecond apart so they order. */
         usleep(1000);
-        CHECK_RC(kcache_store_get(s, &e, &hot, KCACHE_GET_DEFAULT), 0);
+        CHECK_RC(kcache_store_get(&e, s, &hot, KCACHE_GET_DEFAULT), 0);
         kcache_entry_free(e);
         CHECK_RC(st_put(s, n, ART_MAX, scratch), 0);
         kcache_stats *st = NULL;
-        CHECK_RC(kcache_store_stats(s, &st), 0);
+        CHECK_RC(kcache_store_stats(&st, s), 0);
         evictions = st ? st->evictions : 0;
         kcache_stats_free(st);
     }
     CHECK(evictions >= 20);
     kcache_entry *e = NULL;
-    CHECK_RC(kcache_store_get(s, &e, &hot, KCACHE_GET_NO_TOUCH), 0);
+    CHECK_RC(kcache_store_get(&e, s, &hot, KCACHE_GET_NO_TOUCH), 0);
     CHECK(st_entry_ok(e, 1, ART_MAX, scratch));
     kcache_entry_free(e);
-    CHECK_RC(kcache_store_get(s, &e, &cold, KCACHE_GET_NO_TOUCH), KCACHE_ENOTFOUND);
+    CHECK_RC(kcache_store_get(&e, s, &cold, KCACHE_GET_NO_TOUCH), KCACHE_ENOTFOUND);
     kcache_store_close(s);
 }
 

@@ -51,7 +51,7 @@ static kcache_result *compile(kcache_compiler *c, const char *path, const char *
     r.output = kind;
     r.flags = flags;
     kcache_result *res = NULL;
-    int rc = kcache_compile(c, &r, &res);
+    int rc = kcache_compile(&res, c, &r);
     REQUIRE(res);
     if (rc && rc != KCACHE_ECOMPILE)
         fprintf(stderr, "compile %s: %s\n", path, res->message);
@@ -61,7 +61,7 @@ static kcache_result *compile(kcache_compiler *c, const char *path, const char *
 static kcache_stats *stats(kcache_store *s)
 {
     kcache_stats *st = NULL;
-    REQUIRE(kcache_store_stats(s, &st) == 0);
+    REQUIRE(kcache_store_stats(&st, s) == 0);
     return st;
 }
 
@@ -234,8 +234,8 @@ static void test_lowered_names(kcache_compiler *c)
     q.name_exprs = exprs;
     q.n_name_exprs = 2;
     kcache_result *miss = NULL, *hit = NULL;
-    CHECK_RC(kcache_compile(c, &q, &miss), 0);
-    CHECK_RC(kcache_compile(c, &q, &hit), 0);
+    CHECK_RC(kcache_compile(&miss, c, &q), 0);
+    CHECK_RC(kcache_compile(&hit, c, &q), 0);
     REQUIRE(miss && hit);
     CHECK(!miss->hit && hit->hit);
     for (size_t i = 0; i < 2; i++) {
@@ -265,7 +265,7 @@ static void test_lto(kcache_store *s, kcache_compiler *c)
     lr.n_inputs = 2;
     kcache_stats *s0 = stats(s);
     kcache_result *first = NULL, *second = NULL;
-    CHECK_RC(kcache_link(c, &lr, &first), 0);
+    CHECK_RC(kcache_link(&first, c, &lr), 0);
     REQUIRE(first);
     if (first->status)
         fprintf(stderr, "link: %s\n%s\n", first->message, first->log);
@@ -274,7 +274,7 @@ static void test_lto(kcache_store *s, kcache_compiler *c)
     kcache_stats *s1 = stats(s);
     CHECK(s1->entries == s0->entries + 3);  /* two LTO-IR compiles and the link */
     CHECK(s1->misses == s0->misses + 3);
-    CHECK_RC(kcache_link(c, &lr, &second), 0);
+    CHECK_RC(kcache_link(&second, c, &lr), 0);
     REQUIRE(second);
     CHECK(second->hit);
     kcache_stats *s2 = stats(s);

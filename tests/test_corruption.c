@@ -188,7 +188,7 @@ static unsigned read_all(kcache_store *s, unsigned first, unsigned n, const char
     for (unsigned i = first; i < first + n; i++) {
         kcache_entry *e = NULL;
         kcache_key k = st_key(i);
-        int rc = kcache_store_get(s, &e, &k, KCACHE_GET_INPUTS);
+        int rc = kcache_store_get(&e, s, &k, KCACHE_GET_INPUTS);
         if (rc == 0) {
             present++;
             if (!st_entry_ok(e, i, ART_MAX, scratch) || !inputs_ok(e, i)) {
@@ -224,7 +224,7 @@ static void check_usable(kcache_store *s, unsigned n, const char *what)
 static uint64_t stats_corrupt(kcache_store *s)
 {
     kcache_stats *st = NULL;
-    CHECK_RC(kcache_store_stats(s, &st), 0);
+    CHECK_RC(kcache_store_stats(&st, s), 0);
     uint64_t v = st ? st->corrupt : UINT64_MAX;
     kcache_stats_free(st);
     return v;
@@ -577,7 +577,7 @@ static void test_altered_in_file(void)
         fig.cases++;
         kcache_entry *e = (kcache_entry *)1;
         kcache_key k = st_key(cases[i].n);
-        int rc = kcache_store_get(s, &e, &k, KCACHE_GET_INPUTS);
+        int rc = kcache_store_get(&e, s, &k, KCACHE_GET_INPUTS);
         if (rc != KCACHE_ENOTFOUND) {
             fprintf(stderr, "altered %s of entry %u: get returned %d\n",
                     cases[i].input ? "input" : "artifact", cases[i].n, rc);
@@ -590,7 +590,7 @@ static void test_altered_in_file(void)
         CHECK(e == NULL);
         CHECK(strstr(kcache_store_errmsg(s), "damaged") != NULL);
         /* Deleted: the next get is a plain miss, and a recompile can store it again. */
-        CHECK_RC(kcache_store_get(s, &e, &k, KCACHE_GET_DEFAULT), KCACHE_ENOTFOUND);
+        CHECK_RC(kcache_store_get(&e, s, &k, KCACHE_GET_DEFAULT), KCACHE_ENOTFOUND);
         CHECK_RC(put_with_inputs(s, cases[i].n), 0);
         CHECK(read_all(s, cases[i].n, 1, "altered, then stored again") == 1);
     }

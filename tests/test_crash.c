@@ -126,13 +126,13 @@ static void writer(const char *db, const char *bundle, uint64_t cap, uint64_t se
         } else if (op < 85) {
             kcache_entry *e = NULL;
             kcache_key k = st_key((unsigned)(rng_next(&x) % KEY_SPACE));
-            rc = kcache_store_get(s, &e, &k, 0);
+            rc = kcache_store_get(&e, s, &k, 0);
             kcache_entry_free(e);
             if (rc == KCACHE_ENOTFOUND)
                 rc = 0;
         } else if (op < 91) {
             kcache_bundle_result r;
-            if ((rc = kcache_bundle_import(s, bundle, NULL, &r)) == 0)
+            if ((rc = kcache_bundle_import(&r, s, bundle, NULL)) == 0)
                 for (unsigned i = 0; i < BUNDLE_N; i++)
                     report(fd, BUNDLE_FIRST + i);
         } else if (op < 96) {
@@ -141,7 +141,7 @@ static void writer(const char *db, const char *bundle, uint64_t cap, uint64_t se
                 po.max_size = cap / 2; /* evicts */
             else
                 po.accessed_before = 1; /* nothing that old: reclaims space only */
-            rc = kcache_store_prune(s, &po, NULL);
+            rc = kcache_store_prune(NULL, s, &po);
         } else if (op < 98) {
             rc = kcache_store_vacuum(s);
         } else {
@@ -205,7 +205,7 @@ static unsigned check_store(const char *db, const unsigned char *must, struct fi
         unsigned k = list[i + 1];
         kcache_key key = st_key(k);
         kcache_entry *e = NULL;
-        int rc = kcache_store_get(s, &e, &key, KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
+        int rc = kcache_store_get(&e, s, &key, KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
         f->checked++;
         if (rc != 0 || !entry_exact(e, k)) {
             fprintf(stderr, "round %u: entry %u: rc %d, %s\n", f->rounds, k, rc,
@@ -221,7 +221,7 @@ static unsigned check_store(const char *db, const unsigned char *must, struct fi
                 continue;
             kcache_key key = st_key(n_key);
             kcache_entry *e = NULL;
-            int rc = kcache_store_get(s, &e, &key,
+            int rc = kcache_store_get(&e, s, &key,
                                       KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA);
             if (rc != 0) {
                 fprintf(stderr, "round %u: committed entry %u is gone (rc %d)\n", f->rounds,
@@ -232,7 +232,7 @@ static unsigned check_store(const char *db, const unsigned char *must, struct fi
         }
     }
     kcache_stats *stats = NULL;
-    CHECK_RC(kcache_store_stats(s, &stats), 0);
+    CHECK_RC(kcache_store_stats(&stats, s), 0);
     if (stats && stats->corrupt) {
         fprintf(stderr, "round %u: stats count %llu damaged\n", f->rounds,
                 (unsigned long long)stats->corrupt);
@@ -260,7 +260,7 @@ static void make_bundle(const char *bundle)
     for (unsigned i = 0; i < BUNDLE_N; i++)
         REQUIRE(put_entry(s, BUNDLE_FIRST + i) == 0);
     kcache_bundle_result r;
-    REQUIRE(kcache_bundle_export(s, bundle, NULL, &r) == 0 && r.entries == BUNDLE_N);
+    REQUIRE(kcache_bundle_export(&r, s, bundle, NULL) == 0 && r.entries == BUNDLE_N);
     kcache_store_close(s);
 }
 

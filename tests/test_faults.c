@@ -61,7 +61,7 @@ static void check_intact(const char *path, unsigned n, const char *what)
     for (unsigned i = 0; i < n; i++) {
         kcache_entry *e = NULL;
         kcache_key k = st_key(i);
-        int rc = kcache_store_get(s, &e, &k, KCACHE_GET_NO_TOUCH);
+        int rc = kcache_store_get(&e, s, &k, KCACHE_GET_NO_TOUCH);
         if (rc) {
             fprintf(stderr, "%s: entry %u lost (%d %s)\n", what, i, rc, kcache_store_errmsg(s));
             artifacts_lost++;
@@ -146,7 +146,7 @@ static int compile_through(kcache_store *s, const char *tag, const char *what)
     rq.n_options = 1;
     rq.options = opts;
     kcache_result *r = NULL;
-    int rc = kcache_compile(c, &rq, &r);
+    int rc = kcache_compile(&r, c, &rq);
     int store_status = r ? r->store_status : 0;
     if (rc != 0 || !r || !r->data || r->size < 100 || memcmp(r->data, "\177ELF", 4) != 0) {
         fprintf(stderr, "%s: the compile did not return its artifact: %d %s\n", what, rc,
@@ -214,7 +214,7 @@ static void test_fsize(void)
         /* Gets go on. */
         kcache_entry *e = NULL;
         kcache_key k = st_key(3);
-        if (kcache_store_get(s, &e, &k, KCACHE_GET_NO_TOUCH) != 0 ||
+        if (kcache_store_get(&e, s, &k, KCACHE_GET_NO_TOUCH) != 0 ||
             !st_entry_ok(e, 3, ART_MAX, scratch))
             _exit(1);
         kcache_entry_free(e);
@@ -223,7 +223,7 @@ static void test_fsize(void)
             fprintf(stderr, "file-size limit: note: the compile's artifact fitted\n");
         /* The failure is counted (in memory now; written when there is room). */
         kcache_stats *st = NULL;
-        if (kcache_store_stats(s, &st) == 0 && st->store_failures == 0) {
+        if (kcache_store_stats(&st, s) == 0 && st->store_failures == 0) {
             fprintf(stderr, "file-size limit: store_failures not counted\n");
             _exit(1);
         }
@@ -289,7 +289,7 @@ static void test_tmpfs(void)
     /* Reads go on, and the compile still returns its artifact. */
     kcache_entry *e = NULL;
     kcache_key k = st_key(3);
-    CHECK_RC(kcache_store_get(s, &e, &k, KCACHE_GET_NO_TOUCH), 0);
+    CHECK_RC(kcache_store_get(&e, s, &k, KCACHE_GET_NO_TOUCH), 0);
     CHECK(st_entry_ok(e, 3, ART_MAX, scratch));
     kcache_entry_free(e);
     int cs = compile_through(s, "tmpfs", "tmpfs full");
@@ -380,7 +380,7 @@ static void test_read_only(void)
         } else {
             kcache_entry *e = NULL;
             kcache_key k = st_key(3);
-            rc = kcache_store_get(s, &e, &k, KCACHE_GET_NO_TOUCH);
+            rc = kcache_store_get(&e, s, &k, KCACHE_GET_NO_TOUCH);
             if (rc == 0 && !st_entry_ok(e, 3, ART_MAX, scratch))
                 _exit(2);
             kcache_entry_free(e);
@@ -476,7 +476,7 @@ static void test_stuck_lock(void)
     /* Readers are not blocked by a writer (WAL). */
     kcache_entry *e = NULL;
     kcache_key k = st_key(3);
-    CHECK_RC(kcache_store_get(s, &e, &k, 0), 0);
+    CHECK_RC(kcache_store_get(&e, s, &k, 0), 0);
     CHECK(st_entry_ok(e, 3, ART_MAX, scratch));
     kcache_entry_free(e);
     t0 = st_now();

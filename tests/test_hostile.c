@@ -185,7 +185,7 @@ static void make_good_bundle(const char *path)
     for (unsigned i = 100; i < 103; i++)
         REQUIRE(put_with_inputs(s, i) == 0);
     kcache_bundle_result r;
-    REQUIRE(kcache_bundle_export(s, path, NULL, &r) == 0 && r.entries == 3);
+    REQUIRE(kcache_bundle_export(&r, s, path, NULL) == 0 && r.entries == 3);
     kcache_store_close(s);
 }
 
@@ -204,7 +204,7 @@ static void expect_refused(kcache_store *live, const char *path, int want, const
         kcache_bundle_options o = KCACHE_BUNDLE_OPTIONS_INIT;
         o.dry_run = dry;
         kcache_bundle_result r;
-        int rc = kcache_bundle_import(live, path, &o, &r);
+        int rc = kcache_bundle_import(&r, live, path, &o);
         const char *msg = kcache_store_errmsg(live);
         if (rc != want || !one_line(msg) || !strstr(msg, "nothing imported")) {
             fprintf(stderr, "bundle with %s (dry run %d): import returned %d (%s), wanted %d\n",
@@ -275,17 +275,17 @@ static void test_bundles(kcache_store *live, const char *good)
     REQUIRE(symlink(kcache_store_path(live), alias) == 0);
     inputs_tried++;
     kcache_bundle_result ar;
-    int arc = kcache_bundle_import(live, alias, NULL, &ar);
+    int arc = kcache_bundle_import(&ar, live, alias, NULL);
     CHECK(arc == KCACHE_EINVAL && strstr(kcache_store_errmsg(live), "the cache itself"));
     refused_ok += arc == KCACHE_EINVAL;
 
     /* A device and a directory, where a file is expected. */
     inputs_tried += 2;
     kcache_bundle_result r;
-    int rc = kcache_bundle_import(live, "/dev/zero", NULL, &r);
+    int rc = kcache_bundle_import(&r, live, "/dev/zero", NULL);
     CHECK(rc == KCACHE_EINVAL && one_line(kcache_store_errmsg(live)));
     refused_ok += rc == KCACHE_EINVAL;
-    rc = kcache_bundle_import(live, test_dir(), NULL, &r);
+    rc = kcache_bundle_import(&r, live, test_dir(), NULL);
     CHECK(rc == KCACHE_EINVAL && one_line(kcache_store_errmsg(live)));
     refused_ok += rc == KCACHE_EINVAL;
 
@@ -305,7 +305,7 @@ static void test_bundles(kcache_store *live, const char *good)
     unsigned entries = count_entries(live);
     kcache_bundle_options o = KCACHE_BUNDLE_OPTIONS_INIT;
     o.dry_run = 1;
-    rc = kcache_bundle_import(live, path, &o, &r);
+    rc = kcache_bundle_import(&r, live, path, &o);
     printf("a WAL-mode bundle: import (dry run) returned %d: %s\n", rc,
            rc ? kcache_store_errmsg(live) : "accepted");
     CHECK(rc == 0 || one_line(kcache_store_errmsg(live)));
@@ -331,12 +331,12 @@ static void test_bundles(kcache_store *live, const char *good)
 
     /* And the good one goes in, every entry intact. */
     kcache_bundle_result gr;
-    CHECK_RC(kcache_bundle_import(live, good, NULL, &gr), 0);
+    CHECK_RC(kcache_bundle_import(&gr, live, good, NULL), 0);
     CHECK(gr.added == 3);
     for (unsigned i = 100; i < 103; i++) {
         kcache_entry *e = NULL;
         kcache_key k = st_key(i);
-        CHECK_RC(kcache_store_get(live, &e, &k, KCACHE_GET_NO_TOUCH), 0);
+        CHECK_RC(kcache_store_get(&e, live, &k, KCACHE_GET_NO_TOUCH), 0);
         CHECK(st_entry_ok(e, i, ART_MAX, scratch));
         kcache_entry_free(e);
     }
@@ -485,7 +485,7 @@ static int compile_hostile(kcache_compiler *c, kcache_store *live, const char *p
     rq.n_options = n_opts;
     kcache_result *r = NULL;
     double t0 = st_now();
-    int rc = kcache_compile(c, &rq, &r);
+    int rc = kcache_compile(&r, c, &rq);
     double took = st_now() - t0;
     inputs_tried++;
     int ok = 1;
@@ -620,11 +620,11 @@ int main(void)
     kcache_store *g = st_open(test_path("garbage.db"), UINT64_MAX, NULL, NULL);
     kcache_store_close(g);
     kcache_verify_result vr;
-    CHECK_RC(kcache_store_verify(live, NULL, NULL, NULL, &vr), 0);
+    CHECK_RC(kcache_store_verify(&vr, live, NULL, NULL, NULL), 0);
     CHECK(vr.integrity_ok && vr.damaged == 0);
     kcache_prune_options po = KCACHE_PRUNE_OPTIONS_INIT;
     po.max_entries = 1000;
-    CHECK_RC(kcache_store_prune(live, &po, NULL), 0);
+    CHECK_RC(kcache_store_prune(NULL, live, &po), 0);
     CHECK_RC(kcache_store_vacuum(live), 0);
 
     test_sources(live);

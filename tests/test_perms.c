@@ -83,7 +83,7 @@ static void test_modes(void)
     /* An export. */
     char bundle[700];
     snprintf(bundle, sizeof(bundle), "%s/out.kcache", test_dir());
-    CHECK_RC(kcache_bundle_export(s, bundle, NULL, NULL), 0);
+    CHECK_RC(kcache_bundle_export(NULL, s, bundle, NULL), 0);
     expect_mode(bundle, 0600, "an exported bundle");
     kcache_store_close(s);
 
@@ -206,7 +206,7 @@ static void test_symlinks(void)
         snprintf(tmp, sizeof(tmp), "%s.tmp-%ld%s", bundle, (long)getpid(), sides[i]);
         plant(tmp);
     }
-    CHECK_RC(kcache_bundle_export(s, bundle, NULL, NULL), 0);
+    CHECK_RC(kcache_bundle_export(NULL, s, bundle, NULL), 0);
     kcache_store_close(s);
     check_victim("symlinks planted at an export's temporary names");
     struct stat st;
@@ -215,7 +215,7 @@ static void test_symlinks(void)
     /* The bundle name itself: replaced by the new file, the link's target untouched. */
     plant(bundle);
     s = st_open(path, UINT64_MAX, NULL, NULL);
-    CHECK_RC(kcache_bundle_export(s, bundle, NULL, NULL), 0);
+    CHECK_RC(kcache_bundle_export(NULL, s, bundle, NULL), 0);
     kcache_store_close(s);
     check_victim("a symlink planted at the bundle's name");
 

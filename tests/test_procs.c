@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 
+#include "store/internal.h"
 #include "storetest.h"
 
 #define N_PROCS 4
@@ -42,7 +43,7 @@ static void child(const char *path, unsigned id, struct result *r)
         if (op < 550) {
             kcache_entry *e = NULL;
             kcache_key k = st_key(n);
-            rc = kcache_store_get(s, &e, &k, KCACHE_GET_DEFAULT);
+            rc = kcache_store_get(&e, s, &k, KCACHE_GET_DEFAULT);
             if (rc == 0) {
                 r->hits++;
                 if (!st_entry_ok(e, n, SIZE_MAX_ART, scratch)) {
@@ -51,7 +52,7 @@ static void child(const char *path, unsigned id, struct result *r)
                 }
             } else if (rc == KCACHE_ENOTFOUND) {
                 r->misses++;
-                kcache_store_count_miss(s, "sm_90", KCACHE_KIND_CUBIN);
+                kc_store_count_miss(s, "sm_90", KCACHE_KIND_CUBIN);
             } else {
                 fail(r, id, s, "get", rc);
             }
@@ -67,13 +68,13 @@ static void child(const char *path, unsigned id, struct result *r)
             kcache_prune_options o = KCACHE_PRUNE_OPTIONS_INIT;
             kcache_prune_result res;
             o.max_size = CAP / 2;
-            if ((rc = kcache_store_prune(s, &o, &res)))
+            if ((rc = kcache_store_prune(&res, s, &o)))
                 fail(r, id, s, "prune", rc);
             r->prunes++;
             r->evicted += res.evicted;
         } else {
             kcache_stats *st = NULL;
-            if ((rc = kcache_store_stats(s, &st)))
+            if ((rc = kcache_store_stats(&st, s)))
                 fail(r, id, s, "stats", rc);
             kcache_stats_free(st);
         }
@@ -143,7 +144,7 @@ int main(void)
 
     kcache_store *s = st_open(path, CAP, NULL, NULL);
     kcache_stats *st = NULL;
-    CHECK_RC(kcache_store_stats(s, &st), 0);
+    CHECK_RC(kcache_store_stats(&st, s), 0);
     REQUIRE(st);
     CHECK((int64_t)st->entries == rows);
     CHECK(st->hits == sum.hits && st->misses == sum.misses);
@@ -161,7 +162,7 @@ int main(void)
     for (unsigned n = 0; n < N_KEYS; n++) {
         kcache_entry *e = NULL;
         kcache_key k = st_key(n);
-        int rc = kcache_store_get(s, &e, &k, KCACHE_GET_NO_TOUCH);
+        int rc = kcache_store_get(&e, s, &k, KCACHE_GET_NO_TOUCH);
         committed += sum.committed[n];
         if (rc == 0) {
             present++;

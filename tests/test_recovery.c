@@ -159,7 +159,7 @@ static void check_usable(kcache_store *s, unsigned n, const char *what)
     }
     kcache_entry *e = NULL;
     kcache_key k = st_key(n);
-    rc = kcache_store_get(s, &e, &k, KCACHE_GET_NO_TOUCH);
+    rc = kcache_store_get(&e, s, &k, KCACHE_GET_NO_TOUCH);
     if (rc || !st_entry_ok(e, n, ART_MAX, scratch)) {
         fprintf(stderr, "%s: get after put: %d %s\n", what, rc, kcache_store_errmsg(s));
         test_failures++;
@@ -175,7 +175,7 @@ static unsigned check_no_wrong_bytes(kcache_store *s, unsigned first, unsigned n
     for (unsigned i = first; i < first + n; i++) {
         kcache_entry *e = NULL;
         kcache_key k = st_key(i);
-        int rc = kcache_store_get(s, &e, &k, KCACHE_GET_DEFAULT);
+        int rc = kcache_store_get(&e, s, &k, KCACHE_GET_DEFAULT);
         if (rc == 0) {
             present++;
             if (!st_entry_ok(e, i, ART_MAX, scratch)) {
@@ -194,7 +194,7 @@ static unsigned check_no_wrong_bytes(kcache_store *s, unsigned first, unsigned n
 static uint64_t stats_corrupt(kcache_store *s)
 {
     kcache_stats *st = NULL;
-    CHECK_RC(kcache_store_stats(s, &st), 0);
+    CHECK_RC(kcache_store_stats(&st, s), 0);
     uint64_t v = st ? st->corrupt : UINT64_MAX;
     kcache_stats_free(st);
     return v;
@@ -310,7 +310,7 @@ static void test_truncated_with_wal(void)
     check_usable(s, 500, "truncated with its WAL");
     kcache_prune_options o = KCACHE_PRUNE_OPTIONS_INIT;
     o.max_entries = 10;
-    CHECK_RC(kcache_store_prune(s, &o, NULL), 0);
+    CHECK_RC(kcache_store_prune(NULL, s, &o), 0);
     check_usable(s, 501, "truncated with its WAL");
     kcache_store_close(s);
     printf("truncated with its WAL: %u of 90 entries still served, %d files set aside\n",
@@ -390,7 +390,7 @@ static void test_random_pages(void)
         check_usable(s, 2000 + seed, what);
         kcache_prune_options o = KCACHE_PRUNE_OPTIONS_INIT;
         o.max_entries = 5;
-        rc = kcache_store_prune(s, &o, NULL);
+        rc = kcache_store_prune(NULL, s, &o);
         if (rc) {
             fprintf(stderr, "%s: prune: %d %s\n", what, rc, kcache_store_errmsg(s));
             test_failures++;
@@ -509,7 +509,7 @@ static void test_future_version(void)
     /* Reads are served. */
     CHECK(check_no_wrong_bytes(s, 0, 5, "future version") == 5);
     kcache_stats *st = NULL;
-    CHECK_RC(kcache_store_stats(s, &st), 0);
+    CHECK_RC(kcache_store_stats(&st, s), 0);
     CHECK(st && st->entries == 5);
     kcache_stats_free(st);
     /* Writes are refused, saying what to do. */
@@ -518,7 +518,7 @@ static void test_future_version(void)
     kcache_key k = st_key(1);
     CHECK_RC(kcache_store_delete(s, &k), KCACHE_EVERSION);
     CHECK(strstr(kcache_store_errmsg(s), "upgrade kcache") != NULL);
-    CHECK_RC(kcache_store_prune(s, NULL, NULL), KCACHE_EVERSION);
+    CHECK_RC(kcache_store_prune(NULL, s, NULL), KCACHE_EVERSION);
     CHECK_RC(kcache_store_clear(s), KCACHE_EVERSION);
     CHECK_RC(kcache_store_vacuum(s), KCACHE_EVERSION);
     kcache_store_close(s);
@@ -535,7 +535,7 @@ static void test_future_version(void)
     REQUIRE(s);
     kcache_entry *e = NULL;
     k = st_key(0);
-    CHECK_RC(kcache_store_get(s, &e, &k, 0), KCACHE_EVERSION);
+    CHECK_RC(kcache_store_get(&e, s, &k, 0), KCACHE_EVERSION);
     CHECK(e == NULL);
     CHECK(strstr(kcache_store_errmsg(s), "upgrade kcache") != NULL);
     kcache_store_close(s);
@@ -614,7 +614,7 @@ static void test_older_version(void)
     CHECK(!kcache_store_read_only(s));
     kcache_entry *e = NULL;
     kcache_key k = st_key(42);
-    CHECK_RC(kcache_store_get(s, &e, &k, KCACHE_GET_INPUTS), 0);
+    CHECK_RC(kcache_store_get(&e, s, &k, KCACHE_GET_INPUTS), 0);
     if (e) {
         uint8_t want[20000];
         st_fill(want, sizeof(want), 42);
@@ -635,11 +635,11 @@ static void test_older_version(void)
     ne.inputs = &in;
     CHECK_RC(kcache_store_put(s, &ne), 0);
     e = NULL;
-    CHECK_RC(kcache_store_get(s, &e, &ne.key, KCACHE_GET_INPUTS), 0);
+    CHECK_RC(kcache_store_get(&e, s, &ne.key, KCACHE_GET_INPUTS), 0);
     CHECK(e && e->n_inputs == 1 && e->inputs[0].size == 22);
     kcache_entry_free(e);
     kcache_stats *st = NULL;
-    CHECK_RC(kcache_store_stats(s, &st), 0);
+    CHECK_RC(kcache_store_stats(&st, s), 0);
     CHECK(st && st->entries == 2 && st->schema_version == kc_schema_version);
     kcache_stats_free(st);
     kcache_store_close(s);
@@ -729,7 +729,7 @@ static void test_altered_artifact(void)
         unsigned n = cases[i].n;
         kcache_entry *e = (kcache_entry *)1;
         kcache_key k = st_key(n);
-        int rc = kcache_store_get(s, &e, &k, KCACHE_GET_DEFAULT);
+        int rc = kcache_store_get(&e, s, &k, KCACHE_GET_DEFAULT);
         if (rc != KCACHE_ENOTFOUND) {
             fprintf(stderr, "altered entry %u (digest %s): get returned %d\n", n,
                     cases[i].fix_digest ? "matching" : "stale", rc);
@@ -739,7 +739,7 @@ static void test_altered_artifact(void)
         CHECK(strstr(kcache_store_errmsg(s), "damaged") != NULL);
         CHECK(stats_corrupt(s) == i + 1);
         /* Deleted: a second get is a plain miss. */
-        CHECK_RC(kcache_store_get(s, &e, &k, KCACHE_GET_DEFAULT), KCACHE_ENOTFOUND);
+        CHECK_RC(kcache_store_get(&e, s, &k, KCACHE_GET_DEFAULT), KCACHE_ENOTFOUND);
         CHECK(strstr(kcache_store_errmsg(s), "damaged") == NULL);
     }
     CHECK(l.warnings == (int)KC_ARRAY_SIZE(cases));
@@ -803,10 +803,10 @@ static void test_damaged_index(void)
     CHECK_RC(open_logged(&s, path, &l, err, sizeof(err)), 0);
     REQUIRE(s);
     kcache_entry *e = NULL;
-    CHECK_RC(kcache_store_get(s, &e, &other, KCACHE_GET_DEFAULT), KCACHE_ENOTFOUND);
+    CHECK_RC(kcache_store_get(&e, s, &other, KCACHE_GET_DEFAULT), KCACHE_ENOTFOUND);
     CHECK(e == NULL);
     kcache_entry_free(e);
-    CHECK_RC(kcache_store_get(s, &e, &other, KCACHE_GET_NO_DATA), KCACHE_ENOTFOUND);
+    CHECK_RC(kcache_store_get(&e, s, &other, KCACHE_GET_NO_DATA), KCACHE_ENOTFOUND);
     kcache_entry_free(e);
     check_no_wrong_bytes(s, 0, 3, "damaged index");
     check_usable(s, 10, "damaged index");

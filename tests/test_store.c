@@ -65,7 +65,7 @@ static void test_put_get(void)
     CHECK_RC(kcache_store_put(s, &e), 0);
 
     kcache_entry *got = NULL;
-    CHECK_RC(kcache_store_get(s, &got, &e.key, KCACHE_GET_INPUTS), 0);
+    CHECK_RC(kcache_store_get(&got, s, &e.key, KCACHE_GET_INPUTS), 0);
     REQUIRE(got);
     CHECK(got->size == sizeof(data));
     CHECK(memcmp(got->data, data, sizeof(data)) == 0);
@@ -91,7 +91,7 @@ static void test_put_get(void)
     /* A miss. */
     kcache_key other = key_of(2);
     got = (kcache_entry *)1;
-    CHECK_RC(kcache_store_get(s, &got, &other, 0), KCACHE_ENOTFOUND);
+    CHECK_RC(kcache_store_get(&got, s, &other, 0), KCACHE_ENOTFOUND);
     CHECK(got == NULL);
 
     /* Replace: same key, new bytes. */
@@ -99,7 +99,7 @@ static void test_put_get(void)
     e.size = 5000;
     e.n_inputs = 0;
     CHECK_RC(kcache_store_put(s, &e), 0);
-    CHECK_RC(kcache_store_get(s, &got, &e.key, 0), 0);
+    CHECK_RC(kcache_store_get(&got, s, &e.key, 0), 0);
     REQUIRE(got);
     CHECK(got->size == 5000 && memcmp(got->data, data, 5000) == 0);
     kcache_entry_free(got);
@@ -109,14 +109,14 @@ static void test_put_get(void)
     char hex[KCACHE_KEY_HEX_SIZE];
     kcache_key_hex(hex, &e.key);
     hex[10] = '\0';
-    CHECK_RC(kcache_store_find(s, &found, hex), 0);
+    CHECK_RC(kcache_store_find(&found, s, hex), 0);
     CHECK(memcmp(found.bytes, e.key.bytes, 32) == 0);
-    CHECK_RC(kcache_store_find(s, &found, "zzzz"), KCACHE_EINVAL);
-    CHECK_RC(kcache_store_find(s, &found, "ffff"), KCACHE_ENOTFOUND);
+    CHECK_RC(kcache_store_find(&found, s, "zzzz"), KCACHE_EINVAL);
+    CHECK_RC(kcache_store_find(&found, s, "ffff"), KCACHE_ENOTFOUND);
 
     /* stats see one entry and the hits above */
     kcache_stats *st = NULL;
-    CHECK_RC(kcache_store_stats(s, &st), 0);
+    CHECK_RC(kcache_store_stats(&st, s), 0);
     REQUIRE(st);
     CHECK(st->entries == 1);
     CHECK(st->raw_bytes == 5000);
@@ -126,7 +126,7 @@ static void test_put_get(void)
 
     CHECK_RC(kcache_store_delete(s, &e.key), 0);
     CHECK_RC(kcache_store_delete(s, &e.key), KCACHE_ENOTFOUND);
-    CHECK_RC(kcache_store_get(s, &got, &e.key, 0), KCACHE_ENOTFOUND);
+    CHECK_RC(kcache_store_get(&got, s, &e.key, 0), KCACHE_ENOTFOUND);
     kcache_store_close(s);
 }
 
@@ -164,19 +164,19 @@ static void test_list_and_prune(void)
     kcache_prune_options po = KCACHE_PRUNE_OPTIONS_INIT;
     kcache_prune_result r;
     po.max_entries = 20;
-    CHECK_RC(kcache_store_prune(s, &po, &r), 0);
+    CHECK_RC(kcache_store_prune(&r, s, &po), 0);
     CHECK(r.evicted == 30);
     kcache_stats *st;
-    CHECK_RC(kcache_store_stats(s, &st), 0);
+    CHECK_RC(kcache_store_stats(&st, s), 0);
     CHECK(st->entries == 20);
     CHECK(st->evictions == 30);
     kcache_stats_free(st);
     /* The oldest went: entry 100 is gone, 149 is there. */
     kcache_entry *got = NULL;
     kcache_key k = key_of(100);
-    CHECK_RC(kcache_store_get(s, &got, &k, KCACHE_GET_NO_TOUCH), KCACHE_ENOTFOUND);
+    CHECK_RC(kcache_store_get(&got, s, &k, KCACHE_GET_NO_TOUCH), KCACHE_ENOTFOUND);
     k = key_of(149);
-    CHECK_RC(kcache_store_get(s, &got, &k, KCACHE_GET_NO_TOUCH), 0);
+    CHECK_RC(kcache_store_get(&got, s, &k, KCACHE_GET_NO_TOUCH), 0);
     kcache_entry_free(got);
     kcache_store_close(s);
 }

@@ -14,12 +14,12 @@ static void test_empty_artifact(kcache_store *s)
     CHECK_RC(kcache_store_put(s, &e), 0);
     for (int i = 0; i < 2; i++) {
         kcache_entry *got = NULL;
-        CHECK_RC(kcache_store_get(s, &got, &e.key, KCACHE_GET_DEFAULT), 0);
+        CHECK_RC(kcache_store_get(&got, s, &e.key, KCACHE_GET_DEFAULT), 0);
         CHECK(got && got->size == 0 && got->data && ((const char *)got->data)[0] == '\0');
         kcache_entry_free(got);
     }
     kcache_stats *st = NULL;
-    CHECK_RC(kcache_store_stats(s, &st), 0);
+    CHECK_RC(kcache_store_stats(&st, s), 0);
     CHECK(st && st->corrupt == 0 && st->entries == 1);
     kcache_stats_free(st);
 }
@@ -39,7 +39,7 @@ static void test_list_callback_value(kcache_store *s, const char *path)
         CHECK_RC(kcache_store_list(s, NULL, stop_with, &values[i]), values[i]);
     kcache_entry *got = NULL;
     kcache_key k = st_key(1);
-    CHECK_RC(kcache_store_get(s, &got, &k, KCACHE_GET_NO_TOUCH), 0);
+    CHECK_RC(kcache_store_get(&got, s, &k, KCACHE_GET_NO_TOUCH), 0);
     kcache_entry_free(got);
     char aside[600];
     snprintf(aside, sizeof(aside), "%s.corrupt-", path);

@@ -53,7 +53,7 @@ static void *work(void *arg)
             kcache_entry *e = NULL;
             kcache_key k = st_key(n);
             unsigned flags = op < 5 ? KCACHE_GET_NO_DATA : KCACHE_GET_DEFAULT;
-            rc = kcache_store_get(shared, &e, &k, flags);
+            rc = kcache_store_get(&e, shared, &k, flags);
             if (rc == 0) {
                 w->hits++;
                 int ok = flags & KCACHE_GET_NO_DATA
@@ -65,7 +65,7 @@ static void *work(void *arg)
                 }
             } else if (rc == KCACHE_ENOTFOUND) {
                 w->misses++;
-                kcache_store_count_miss(shared, "sm_90", KCACHE_KIND_CUBIN);
+                kc_store_count_miss(shared, "sm_90", KCACHE_KIND_CUBIN);
             } else {
                 fail(w, "get", rc);
             }
@@ -87,13 +87,13 @@ static void *work(void *arg)
                 o.max_size = (uint64_t)(1 + r % 3) << 20;
             else
                 o.max_entries = 50 + r % 100;
-            if ((rc = kcache_store_prune(shared, &o, &res)))
+            if ((rc = kcache_store_prune(&res, shared, &o)))
                 fail(w, "prune", rc);
             w->prunes++;
             w->evicted += res.evicted;
         } else if (op < 94) {
             kcache_stats *st = NULL;
-            if ((rc = kcache_store_stats(shared, &st)))
+            if ((rc = kcache_store_stats(&st, shared)))
                 fail(w, "stats", rc);
             else if (st->entries > N_KEYS)
                 fail(w, "stats (more entries than keys)", 0);
@@ -146,7 +146,7 @@ int main(void)
     CHECK(sum.hits > 0 && sum.misses > 0 && sum.puts > 0 && sum.evicted > 0);
 
     kcache_stats *st = NULL;
-    CHECK_RC(kcache_store_stats(shared, &st), 0);
+    CHECK_RC(kcache_store_stats(&st, shared), 0);
     REQUIRE(st);
     CHECK(st->hits == sum.hits);
     CHECK(st->misses == sum.misses);
@@ -175,7 +175,7 @@ int main(void)
     for (unsigned n = 0; n < N_KEYS; n++) {
         kcache_entry *e = NULL;
         kcache_key k = st_key(n);
-        int rc = kcache_store_get(s, &e, &k, KCACHE_GET_NO_TOUCH);
+        int rc = kcache_store_get(&e, s, &k, KCACHE_GET_NO_TOUCH);
         if (rc == 0) {
             present++;
             CHECK(st_entry_ok(e, n, SIZE_MAX_ART, scratch));

@@ -188,7 +188,7 @@ static double get_kcache_flags(kcache_store *s, const struct sample *x, unsigned
     kcache_key k = entry_key(x->index);
     kcache_entry *e = NULL;
     double t0 = cmp_now();
-    int rc = kcache_store_get(s, &e, &k, flags);
+    int rc = kcache_store_get(&e, s, &k, flags);
     double t = cmp_now() - t0;
     if (rc)
         cmp_fail("kcache get: %s", kcache_store_errmsg(s));
@@ -271,7 +271,7 @@ static void throughput(int sys, const char *db, const char *dir, uint64_t n_entr
                 kcache_key k = entry_key(i);
                 if (s) {
                     kcache_entry *e;
-                    if (kcache_store_get(s, &e, &k, KCACHE_GET_DEFAULT) != 0)
+                    if (kcache_store_get(&e, s, &k, KCACHE_GET_DEFAULT) != 0)
                         _exit(3);
                     bytes += e->size;
                     kcache_entry_free(e);
@@ -639,14 +639,14 @@ int cmp_store_main(const struct cmp_store_args *a)
         /* Half of what the entries take (the WAL may hold pages the file
          * does not yet, so half of file + WAL could be met by a checkpoint). */
         kcache_stats *ps;
-        if (kcache_store_stats(s, &ps) != 0)
+        if (kcache_store_stats(&ps, s) != 0)
             cmp_fail("stats: %s", kcache_store_errmsg(s));
         kcache_prune_options po = KCACHE_PRUNE_OPTIONS_INIT;
         po.max_size = ps->stored_bytes / 2;
         kcache_stats_free(ps);
         kcache_prune_result pr;
         double t0 = cmp_now();
-        if (kcache_store_prune(s, &po, &pr) != 0)
+        if (kcache_store_prune(&pr, s, &po) != 0)
             cmp_fail("prune: %s", kcache_store_errmsg(s));
         double tk = cmp_now() - t0;
         kcache_store_close(s);
@@ -724,7 +724,7 @@ int cmp_store_main(const struct cmp_store_args *a)
         }
         kcache_stats *st = NULL;
         double evicted = 0;
-        if (kcache_store_stats(s, &st) == 0) {
+        if (kcache_store_stats(&st, s) == 0) {
             evicted = (double)st->evictions;
             cmp_rec("cap", "kcache", "end", "entries", (double)st->entries, "");
             kcache_stats_free(st);

@@ -74,7 +74,7 @@ static void die(const char *what, const char *why)
 static void sym(kcache_gpu *gpu, void *dst, const char *name)
 {
     void *p = NULL;
-    if (kcache_gpu_driver_symbol(gpu, name, &p))
+    if (kcache_gpu_driver_symbol(&p, gpu, name))
         die(name, kcache_gpu_errmsg(gpu));
     memcpy(dst, &p, sizeof(p));
 }
@@ -198,24 +198,24 @@ static int run_launch(const struct args *a, uint64_t t_main)
         if (n == 0 || n == sizeof(image))
             die(a->cubin, "empty or larger than 8 MiB");
         struct CUctx_st *ctx;
-        if (kcache_gpu_context(gpu, &ctx))
+        if (kcache_gpu_context(&ctx, gpu))
             die("kcache_gpu_context", kcache_gpu_errmsg(gpu));
         CU(cu.module_load_data(&mod, image));
         CU(cu.module_get_function(&fn, mod, a->symbol));
         t_fn = now_ns();
     } else {
-        if (store && kcache_store_stats(store, &before))
+        if (store && kcache_store_stats(&before, store))
             die("stats", kcache_store_errmsg(store));
-        if (kcache_gpu_arch(gpu, 0, 0, arch, sizeof(arch)))
+        if (kcache_gpu_arch(arch, sizeof(arch), gpu, 0, 0))
             die("kcache_gpu_arch", kcache_gpu_errmsg(gpu));
         kcache_request q = sort_request(opts, exprs, arch);
-        if (kcache_gpu_function(gpu, &q, EXPR, &fn))
+        if (kcache_gpu_function(&fn, gpu, &q, EXPR))
             die("kcache_gpu_function", kcache_gpu_errmsg(gpu));
         t_fn = now_ns();
     }
     CUdeviceptr dout = launch_sort(fn);
     uint64_t t_done = now_ns();
-    if (store && kcache_store_stats(store, &after))
+    if (store && kcache_store_stats(&after, store))
         die("stats", kcache_store_errmsg(store));
     int ok = check_sort(dout);
     long misses = before && after ? (long)(after->misses - before->misses) : -1;
@@ -249,19 +249,19 @@ static int run_memo(const struct args *a)
     }
     load_api(gpu);
     char arch[16];
-    if (kcache_gpu_arch(gpu, 0, 0, arch, sizeof(arch)))
+    if (kcache_gpu_arch(arch, sizeof(arch), gpu, 0, 0))
         die("kcache_gpu_arch", kcache_gpu_errmsg(gpu));
     const char *opts[] = {cccl, "-std=c++17"};
     const char *exprs[] = {EXPR};
     kcache_request q = sort_request(opts, exprs, arch);
     CUfunction first = NULL, fn = NULL;
     uint64_t t0 = now_ns();
-    if (kcache_gpu_function(gpu, &q, EXPR, &first))
+    if (kcache_gpu_function(&first, gpu, &q, EXPR))
         die("kcache_gpu_function", kcache_gpu_errmsg(gpu));
     uint64_t first_ns = now_ns() - t0;
 
     kcache_result *r = NULL;
-    if (kcache_compile(c, &q, &r))
+    if (kcache_compile(&r, c, &q))
         die("kcache_compile", r ? r->message : "out of memory");
     kcache_key key = r->key;
     const char *lowered = kcache_result_lowered_name(r, EXPR);
@@ -279,13 +279,13 @@ static int run_memo(const struct args *a)
         die("calloc", "out of memory");
     for (int i = 0; i < n; i++) {
         t0 = now_ns();
-        if (kcache_gpu_function(gpu, &q, EXPR, &fn) || fn != first)
+        if (kcache_gpu_function(&fn, gpu, &q, EXPR) || fn != first)
             die("memoised kcache_gpu_function", kcache_gpu_errmsg(gpu));
         memo[i] = now_ns() - t0;
     }
     for (int i = 0; i < n; i++) {
         t0 = now_ns();
-        if (kcache_gpu_function_by_key(gpu, &key, EXPR, &fn) || fn != first)
+        if (kcache_gpu_function_by_key(&fn, gpu, &key, EXPR) || fn != first)
             die("kcache_gpu_function_by_key", kcache_gpu_errmsg(gpu));
         bykey[i] = now_ns() - t0;
     }
@@ -294,7 +294,7 @@ static int run_memo(const struct args *a)
     for (int i = 0; i < n_slow; i++) {
         kcache_result *h = NULL;
         t0 = now_ns();
-        if (kcache_compile(c, &q, &h) || !h->hit)
+        if (kcache_compile(&h, c, &q) || !h->hit)
             die("kcache_compile", "not a hit");
         hit[i] = now_ns() - t0;
         CUmodule m = NULL;

@@ -191,7 +191,7 @@ static void *heartbeat_main(void *arg)
         if (h->stop)
             break;
         pthread_mutex_unlock(&h->lock);
-        kcache_store_lease_renew(h->store, &h->key);
+        kc_store_lease_renew(h->store, &h->key);
         pthread_mutex_lock(&h->lock);
     }
     pthread_mutex_unlock(&h->lock);
@@ -236,7 +236,7 @@ int kc_lookup_or_lease(kcache_compiler *c, const kcache_key *key, struct kc_resu
     *leased = 0;
     for (;;) {
         kcache_entry *e = NULL;
-        int rc = kcache_store_get(s, &e, key, 0);
+        int rc = kcache_store_get(&e, s, key, 0);
         if (rc == 0) {
             kc_result_from_entry(r, e);
             return 1;
@@ -244,12 +244,12 @@ int kc_lookup_or_lease(kcache_compiler *c, const kcache_key *key, struct kc_resu
         if (rc != KCACHE_ENOTFOUND)
             return rc;
         int acquired = 0;
-        if ((rc = kcache_store_lease_acquire(s, key, KC_LEASE_STALE_MS, &acquired)))
+        if ((rc = kc_store_lease_acquire(&acquired, s, key, KC_LEASE_STALE_MS)))
             return rc;
         if (acquired) {
             /* The owner may have finished between the get and the lease. */
-            if (kcache_store_get(s, &e, key, 0) == 0) {
-                kcache_store_lease_release(s, key);
+            if (kcache_store_get(&e, s, key, 0) == 0) {
+                kc_store_lease_release(s, key);
                 kc_result_from_entry(r, e);
                 return 1;
             }
@@ -664,7 +664,7 @@ void kc_store_put(kcache_compiler *c, const kcache_entry *e, struct kc_result *r
     if (rc) {
         /* The artifact is returned all the same; the result says why it was not kept. */
         kc_result_store_problem(r, rc, kcache_store_errmsg(c->store));
-        kcache_store_count_failure(c->store);
+        kc_store_count_failure(c->store);
     }
 }
 
@@ -750,12 +750,12 @@ int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, uns
     if (leased)
         kc_heartbeat_stop(&hb);
     if (use_store) {
-        kcache_store_count_miss(c->store, step->arch, step->kind);
+        kc_store_count_miss(c->store, step->arch, step->kind);
         if (!rc)
             step->store(step->ctx, r);
     }
     if (leased)
-        kcache_store_lease_release(c->store, &r->pub.key);
+        kc_store_lease_release(c->store, &r->pub.key);
     return rc;
 }
 
@@ -798,8 +798,8 @@ out:
     return rc;
 }
 
-KCACHE_API int kcache_compile(kcache_compiler *compiler, const kcache_request *request,
-                              kcache_result **out)
+KCACHE_API int kcache_compile(kcache_result **out, kcache_compiler *compiler,
+                              const kcache_request *request)
 {
     if (!out)
         return KCACHE_EINVAL;

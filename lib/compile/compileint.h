@@ -11,6 +11,7 @@
 #include "compile/key.h"
 #include "compile/opts.h"
 #include "compile/toolkit.h"
+#include "store/internal.h"
 
 struct kcache_compiler {
     kc_toolkit tk;

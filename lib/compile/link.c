@@ -43,7 +43,7 @@ static int compile_input(kcache_compiler *c, const kcache_link_request *req,
     sub.arch = req->arch;
     sub.output = req->lto ? KCACHE_KIND_LTOIR : KCACHE_KIND_CUBIN;
     sub.flags = req->flags & ~(unsigned)KCACHE_COMPILE_KEY_ONLY;
-    int rc = kcache_compile(c, &sub, &out->compiled);
+    int rc = kcache_compile(&out->compiled, c, &sub);
     free(opts);
     if (rc) {
         if (out->compiled) {
@@ -289,8 +289,8 @@ static int link_request(kcache_compiler *c, const kcache_link_request *req, stru
     return rc;
 }
 
-KCACHE_API int kcache_link(kcache_compiler *compiler, const kcache_link_request *request,
-                           kcache_result **out)
+KCACHE_API int kcache_link(kcache_result **out, kcache_compiler *compiler,
+                           const kcache_link_request *request)
 {
     if (!out)
         return KCACHE_EINVAL;

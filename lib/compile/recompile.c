@@ -194,8 +194,8 @@ static int rebuild_link(kcache_compiler *c, const kcache_entry *e, struct recipe
     return rc_;
 }
 
-KCACHE_API int kcache_recompile(kcache_compiler *compiler, const kcache_key *key, int *same,
-                                kcache_result **out)
+KCACHE_API int kcache_recompile(kcache_result **out, int *same, kcache_compiler *compiler,
+                                const kcache_key *key)
 {
     if (out)
         *out = NULL;
@@ -214,7 +214,7 @@ KCACHE_API int kcache_recompile(kcache_compiler *compiler, const kcache_key *key
         status = kc_result_fail(r, KCACHE_EINVAL, "no store to read the entry from");
         goto out;
     }
-    status = kcache_store_get(compiler->store, &e, key, KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
+    status = kcache_store_get(&e, compiler->store, key, KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
     if (status) {
         kc_result_fail(r, status, "%s", kcache_store_errmsg(compiler->store));
         goto out;

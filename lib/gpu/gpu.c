@@ -189,7 +189,7 @@ static int ensure_context(kcache_gpu *g, CUcontext *ctx, unsigned long long *ctx
     return 0;
 }
 
-int kcache_gpu_context(kcache_gpu *gpu, struct CUctx_st **out)
+int kcache_gpu_context(struct CUctx_st **out, kcache_gpu *gpu)
 {
     if (!gpu || !out)
         return gpu ? fail(gpu, KCACHE_EINVAL, "kcache_gpu_context: out is NULL") : KCACHE_EINVAL;
@@ -472,7 +472,7 @@ static int produce_compile(kcache_gpu *g, const void *request, int key_only, kca
     kcache_request q = *(const kcache_request *)request;
     if (key_only)
         q.flags |= KCACHE_COMPILE_KEY_ONLY;
-    return kcache_compile(g->compiler, &q, out);
+    return kcache_compile(out, g->compiler, &q);
 }
 
 static int produce_link(kcache_gpu *g, const void *request, int key_only, kcache_result **out)
@@ -481,7 +481,7 @@ static int produce_link(kcache_gpu *g, const void *request, int key_only, kcache
     kcache_link_request q = *(const kcache_link_request *)request;
     if (key_only)
         q.flags |= KCACHE_COMPILE_KEY_ONLY;
-    return kcache_link(g->compiler, &q, out);
+    return kcache_link(out, g->compiler, &q);
 }
 
 /*
@@ -520,21 +520,21 @@ out:
     return rc;
 }
 
-int kcache_gpu_function(kcache_gpu *gpu, const kcache_request *request, const char *name,
-                        struct CUfunc_st **out)
+int kcache_gpu_function(struct CUfunc_st **out, kcache_gpu *gpu, const kcache_request *request,
+                        const char *name)
 {
     return function_of(gpu, request, name, out, "kcache_gpu_function", "compile",
                        produce_compile);
 }
 
-int kcache_gpu_link_function(kcache_gpu *gpu, const kcache_link_request *request, const char *name,
-                             struct CUfunc_st **out)
+int kcache_gpu_link_function(struct CUfunc_st **out, kcache_gpu *gpu, const kcache_link_request *request,
+                             const char *name)
 {
     return function_of(gpu, request, name, out, "kcache_gpu_link_function", "link", produce_link);
 }
 
-int kcache_gpu_function_by_key(kcache_gpu *gpu, const kcache_key *key, const char *name,
-                               struct CUfunc_st **out)
+int kcache_gpu_function_by_key(struct CUfunc_st **out, kcache_gpu *gpu, const kcache_key *key,
+                               const char *name)
 {
     if (!gpu)
         return KCACHE_EINVAL;
@@ -553,7 +553,7 @@ int kcache_gpu_function_by_key(kcache_gpu *gpu, const kcache_key *key, const cha
     if (!store)
         return fail(gpu, KCACHE_ENOTFOUND, "no kernel %.12s: the compiler has no store", hex);
     kcache_entry *e = NULL;
-    rc = kcache_store_get(store, &e, key, KCACHE_GET_DEFAULT);
+    rc = kcache_store_get(&e, store, key, KCACHE_GET_DEFAULT);
     if (rc == KCACHE_ENOTFOUND)
         return fail(gpu, rc, "no entry %.12s in %s: compile it first (kcache_gpu_function)", hex,
                     kcache_store_path(store));
@@ -566,8 +566,8 @@ int kcache_gpu_function_by_key(kcache_gpu *gpu, const kcache_key *key, const cha
     return rc;
 }
 
-int kcache_gpu_driver_symbol_version(kcache_gpu *gpu, const char *name, int cuda_version,
-                                     void **out)
+int kcache_gpu_driver_symbol_version(void **out, kcache_gpu *gpu, const char *name,
+                                     int cuda_version)
 {
     if (!gpu)
         return KCACHE_EINVAL;
@@ -584,12 +584,12 @@ int kcache_gpu_driver_symbol_version(kcache_gpu *gpu, const char *name, int cuda
     return rc ? fail(gpu, rc, "%s", msg) : 0;
 }
 
-int kcache_gpu_driver_symbol(kcache_gpu *gpu, const char *name, void **out)
+int kcache_gpu_driver_symbol(void **out, kcache_gpu *gpu, const char *name)
 {
-    return kcache_gpu_driver_symbol_version(gpu, name, 0, out);
+    return kcache_gpu_driver_symbol_version(out, gpu, name, 0);
 }
 
-int kcache_gpu_arch(kcache_gpu *gpu, int ordinal, int arch_specific, char *buf, size_t size)
+int kcache_gpu_arch(char *buf, size_t size, kcache_gpu *gpu, int ordinal, int arch_specific)
 {
     if (!gpu)
         return KCACHE_EINVAL;

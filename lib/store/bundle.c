@@ -141,9 +141,9 @@ static int make_single_file(kcache_store *s, const char *path)
     return rc;
 }
 
-KCACHE_API int kcache_bundle_export(kcache_store *store, const char *path,
-                                    const kcache_bundle_options *options,
-                                    kcache_bundle_result *out)
+KCACHE_API int kcache_bundle_export(kcache_bundle_result *out, kcache_store *store,
+                                    const char *path,
+                                    const kcache_bundle_options *options)
 {
     static const kcache_bundle_options defaults = KCACHE_BUNDLE_OPTIONS_INIT;
     if (!store)
@@ -197,7 +197,7 @@ KCACHE_API int kcache_bundle_export(kcache_store *store, const char *path,
     for (size_t i = 0; i < keys.n; i++) {
         progress(o, "exporting", i, keys.n);
         kcache_entry *e = NULL;
-        rc = kcache_store_get(store, &e, &keys.items[i].key,
+        rc = kcache_store_get(&e, store, &keys.items[i].key,
                               KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
         if (rc == KCACHE_ENOTFOUND) {
             /* Damaged (the store deleted it) or pruned meanwhile: not exported. */
@@ -497,9 +497,9 @@ out:
     return rc;
 }
 
-KCACHE_API int kcache_bundle_import(kcache_store *store, const char *path,
-                                    const kcache_bundle_options *options,
-                                    kcache_bundle_result *out)
+KCACHE_API int kcache_bundle_import(kcache_bundle_result *out, kcache_store *store,
+                                    const char *path,
+                                    const kcache_bundle_options *options)
 {
     static const kcache_bundle_options defaults = KCACHE_BUNDLE_OPTIONS_INIT;
     if (!store)
@@ -545,7 +545,7 @@ KCACHE_API int kcache_bundle_import(kcache_store *store, const char *path,
     /* Every digest before the first merge: a damaged bundle changes nothing. */
     for (size_t i = 0; i < keys.n; i++) {
         progress(o, "checking", i, keys.n);
-        rc = kcache_store_get(src, &e, &keys.items[i].key,
+        rc = kcache_store_get(&e, src, &keys.items[i].key,
                               KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
         if (rc) {
             char hex[KCACHE_KEY_HEX_SIZE];
@@ -583,7 +583,7 @@ KCACHE_API int kcache_bundle_import(kcache_store *store, const char *path,
     for (size_t i = 0; i < keys.n; i++) {
         const struct key_item *k = &keys.items[i];
         progress(o, "merging", i, keys.n);
-        rc = kcache_store_get(store, &have, &k->key, KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA);
+        rc = kcache_store_get(&have, store, &k->key, KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA);
         if (rc && rc != KCACHE_ENOTFOUND)
             goto out;
         int exists = rc == 0;
@@ -600,7 +600,7 @@ KCACHE_API int kcache_bundle_import(kcache_store *store, const char *path,
             r.added++;
         if (o->dry_run)
             continue;
-        if ((rc = kcache_store_get(src, &e, &k->key, KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS))) {
+        if ((rc = kcache_store_get(&e, src, &k->key, KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS))) {
             rc = pass_err(store, src, KCACHE_ECORRUPT, "the bundle changed while importing");
             goto out;
         }

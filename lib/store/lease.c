@@ -84,11 +84,11 @@ fail:
     return rc;
 }
 
-KCACHE_API int kcache_store_lease_acquire(kcache_store *store, const kcache_key *key,
-                                          unsigned stale_ms, int *acquired)
+int kc_store_lease_acquire(int *acquired, kcache_store *store,
+                                          const kcache_key *key, unsigned stale_ms)
 {
     if (!store || !key || !acquired)
-        return store ? kc_err(store, KCACHE_EINVAL, "kcache_store_lease_acquire: NULL argument")
+        return store ? kc_err(store, KCACHE_EINVAL, "kc_store_lease_acquire: NULL argument")
                      : KCACHE_EINVAL;
     *acquired = 0;
     pthread_mutex_lock(&store->lock);
@@ -98,7 +98,7 @@ KCACHE_API int kcache_store_lease_acquire(kcache_store *store, const kcache_key 
     return rc;
 }
 
-KCACHE_API int kcache_store_lease_renew(kcache_store *store, const kcache_key *key)
+int kc_store_lease_renew(kcache_store *store, const kcache_key *key)
 {
     if (!store || !key)
         return KCACHE_EINVAL;
@@ -112,7 +112,7 @@ KCACHE_API int kcache_store_lease_renew(kcache_store *store, const kcache_key *k
     return rc;
 }
 
-KCACHE_API void kcache_store_lease_release(kcache_store *store, const kcache_key *key)
+void kc_store_lease_release(kcache_store *store, const kcache_key *key)
 {
     if (!store || !key)
         return;

@@ -5,7 +5,7 @@
 
 #include "store/storeint.h"
 
-KCACHE_API int kcache_store_find(kcache_store *store, kcache_key *out, const char *hex_prefix)
+KCACHE_API int kcache_store_find(kcache_key *out, kcache_store *store, const char *hex_prefix)
 {
     KC_CHECK_ARG(store, store && out && hex_prefix);
     size_t n = strlen(hex_prefix);
@@ -167,8 +167,8 @@ static int collect_key(void *userdata, const kcache_entry *e)
     return 0;
 }
 
-KCACHE_API int kcache_store_list_keys(kcache_store *store, const kcache_filter *filter,
-                                      kcache_key **out, size_t *n)
+KCACHE_API int kcache_store_list_keys(kcache_key **out, size_t *n,
+                                      kcache_store *store, const kcache_filter *filter)
 {
     KC_CHECK_ARG(store, store && out && n);
     struct key_list l = {NULL, 0, 0};

@@ -272,8 +272,8 @@ int kc_maybe_prune_locked(kcache_store *s)
     return 0;
 }
 
-KCACHE_API int kcache_store_prune(kcache_store *store, const kcache_prune_options *options,
-                                  kcache_prune_result *out)
+KCACHE_API int kcache_store_prune(kcache_prune_result *out, kcache_store *store,
+                                  const kcache_prune_options *options)
 {
     static const kcache_prune_options defaults = KCACHE_PRUNE_OPTIONS_INIT;
     kcache_prune_result ignored;

@@ -115,7 +115,7 @@ static int read_stats_fresh(kcache_store *s, kcache_stats *st)
     return read_stats(s, st);
 }
 
-KCACHE_API int kcache_store_stats(kcache_store *store, kcache_stats **out)
+KCACHE_API int kcache_store_stats(kcache_stats **out, kcache_store *store)
 {
     if (!store || !out)
         return store ? kc_err(store, KCACHE_EINVAL, "kcache_store_stats: out is NULL")

@@ -337,7 +337,7 @@ out:
     return rc;
 }
 
-KCACHE_API int kcache_store_get(kcache_store *store, kcache_entry **out, const kcache_key *key,
+KCACHE_API int kcache_store_get(kcache_entry **out, kcache_store *store, const kcache_key *key,
                                 unsigned flags)
 {
     KC_CHECK_ARG(store, store && out && key);

@@ -12,6 +12,7 @@
 #include "util/codec.h"
 #include "util/common.h"
 #include "kcache/store.h"
+#include "store/internal.h"
 
 /* Named statements, prepared once per connection. */
 enum kc_stmt {

@@ -185,7 +185,7 @@ KCACHE_API int kcache_store_flush(kcache_store *store)
     return rc;
 }
 
-KCACHE_API void kcache_store_count_miss(kcache_store *store, const char *arch, kcache_kind kind)
+void kc_store_count_miss(kcache_store *store, const char *arch, kcache_kind kind)
 {
     if (!store)
         return;
@@ -195,7 +195,7 @@ KCACHE_API void kcache_store_count_miss(kcache_store *store, const char *arch, k
     pthread_mutex_unlock(&store->lock);
 }
 
-KCACHE_API void kcache_store_count_failure(kcache_store *store)
+void kc_store_count_failure(kcache_store *store)
 {
     if (!store)
         return;

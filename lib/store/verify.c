@@ -39,9 +39,9 @@ static int integrity(kcache_store *s, kcache_verify_result *r)
 }
 
 
-KCACHE_API int kcache_store_verify(kcache_store *store, kcache_progress_fn progress,
-                                   kcache_damaged_fn on_damaged, void *userdata,
-                                   kcache_verify_result *out)
+KCACHE_API int kcache_store_verify(kcache_verify_result *out, kcache_store *store,
+                                   kcache_progress_fn progress, kcache_damaged_fn on_damaged,
+                                   void *userdata)
 {
     kcache_verify_result r;
     memset(&r, 0, sizeof(r));
@@ -54,14 +54,14 @@ KCACHE_API int kcache_store_verify(kcache_store *store, kcache_progress_fn progr
         goto out;
     kcache_filter f = KCACHE_FILTER_INIT;
     f.sort = KCACHE_SORT_CREATED;
-    rc = kcache_store_list_keys(store, &f, &keys, &n_keys);
+    rc = kcache_store_list_keys(&keys, &n_keys, store, &f);
     if (rc)
         goto out;
     for (size_t i = 0; i < n_keys; i++) {
         if (progress)
             progress(userdata, "verifying", i, n_keys);
         kcache_entry *e = NULL;
-        rc = kcache_store_get(store, &e, &keys[i], KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
+        rc = kcache_store_get(&e, store, &keys[i], KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
         r.entries++;
         if (rc == KCACHE_ENOTFOUND || rc == KCACHE_ECORRUPT) {
             r.damaged++;

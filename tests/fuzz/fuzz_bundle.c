@@ -116,7 +116,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     kcache_bundle_options o = KCACHE_BUNDLE_OPTIONS_INIT;
     o.dry_run = 1;
     kcache_bundle_result r;
-    int rc = kcache_bundle_import(store, bundle, &o, &r);
+    int rc = kcache_bundle_import(&r, store, bundle, &o);
     if (rc != 0) {
         if (rc != KCACHE_ECORRUPT && rc != KCACHE_EFOREIGN && rc != KCACHE_EVERSION &&
             rc != KCACHE_EIO && rc != KCACHE_ENOMEM && rc != KCACHE_EINVAL &&
@@ -133,7 +133,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     /* Accepted: merge it for real; every entry must then be served intact. */
     o.dry_run = 0;
-    rc = kcache_bundle_import(store, bundle, &o, &r);
+    rc = kcache_bundle_import(&r, store, bundle, &o);
     if (rc != 0) {
         if (!one_line(kcache_store_errmsg(store)))
             abort();
@@ -150,7 +150,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     for (size_t i = 0; i < ks.n; i++) {
         kcache_entry *e = NULL;
-        rc = kcache_store_get(store, &e, &ks.k[i], KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
+        rc = kcache_store_get(&e, store, &ks.k[i], KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
         if (rc != 0 || !e || (e->size && !e->data))
             abort();
         kcache_entry_free(e);

@@ -31,7 +31,7 @@ typedef struct gpu_api {
 static void *gpu_sym(kcache_gpu *gpu, const char *name)
 {
     void *p = NULL;
-    if (kcache_gpu_driver_symbol(gpu, name, &p) != 0 || !p) {
+    if (kcache_gpu_driver_symbol(&p, gpu, name) != 0 || !p) {
         fprintf(stderr, "driver entry point %s: %s\n", name, kcache_gpu_errmsg(gpu));
         exit(1);
     }

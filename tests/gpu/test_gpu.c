@@ -112,7 +112,7 @@ static kcache_request request(const char *file)
 static CUfunction get_function(kcache_gpu *gpu, const kcache_request *q, const char *name)
 {
     CUfunction fn = NULL;
-    int rc = kcache_gpu_function(gpu, q, name, &fn);
+    int rc = kcache_gpu_function(&fn, gpu, q, name);
     if (rc)
         fprintf(stderr, "kcache_gpu_function %s: %s\n", name, kcache_gpu_errmsg(gpu));
     REQUIRE(rc == 0 && fn);
@@ -122,7 +122,7 @@ static CUfunction get_function(kcache_gpu *gpu, const kcache_request *q, const c
 static kcache_stats *stats_now(void)
 {
     kcache_stats *s = NULL;
-    REQUIRE(kcache_store_stats(store, &s) == 0);
+    REQUIRE(kcache_store_stats(&s, store) == 0);
     return s;
 }
 
@@ -284,7 +284,7 @@ static void run_gemm(kcache_gpu *gpu)
     q.name_exprs = gemm_exprs;
     q.n_name_exprs = 2;
     kcache_result *r = NULL;
-    CHECK_RC(kcache_compile(compiler, &q, &r), 0); /* now it is in the cache */
+    CHECK_RC(kcache_compile(&r, compiler, &q), 0); /* now it is in the cache */
     kcache_result_free(r);
     kcache_stats *before = stats_now();
     CUfunction f = get_function(gpu, &q, gemm_exprs[0]);
@@ -373,12 +373,12 @@ static void run_lto(kcache_gpu *gpu)
     lr.inputs = in;
     lr.n_inputs = 2;
     CUfunction fn = NULL;
-    int rc = kcache_gpu_link_function(gpu, &lr, "apply", &fn);
+    int rc = kcache_gpu_link_function(&fn, gpu, &lr, "apply");
     if (rc)
         fprintf(stderr, "link apply: %s\n", kcache_gpu_errmsg(gpu));
     REQUIRE(rc == 0 && fn);
     CUfunction again = NULL;
-    CHECK_RC(kcache_gpu_link_function(gpu, &lr, "apply", &again), 0);
+    CHECK_RC(kcache_gpu_link_function(&again, gpu, &lr, "apply"), 0);
     CHECK(again == fn);
     check_elementwise("apply", fn, 100003, 256, apply_ref);
 }
@@ -407,7 +407,7 @@ static void *thread_main(void *p)
     struct thread_arg *t = p;
     CU_OK(&api, api.ctx_get_current(&t->before));
     kcache_request q = request("saxpy.cu");
-    if (kcache_gpu_function(t->gpu, &q, "saxpy", &t->fn) != 0) {
+    if (kcache_gpu_function(&t->fn, t->gpu, &q, "saxpy") != 0) {
         fprintf(stderr, "thread: %s\n", kcache_gpu_errmsg(t->gpu));
         return NULL;
     }
@@ -454,8 +454,8 @@ static void *race_main(void *p)
     g.n_name_exprs = 2;
     for (int i = 0; i < 50; i++) {
         CUfunction a = NULL, b = NULL;
-        int ra = kcache_gpu_function(t->gpu, &s, "saxpy", &a);
-        int rb = ra ? 0 : kcache_gpu_function(t->gpu, &g, gemm_exprs[1], &b);
+        int ra = kcache_gpu_function(&a, t->gpu, &s, "saxpy");
+        int rb = ra ? 0 : kcache_gpu_function(&b, t->gpu, &g, gemm_exprs[1]);
         if (ra || rb || !a || !b || (t->saxpy && a != t->saxpy) || (t->gemm && b != t->gemm)) {
             if (!t->failures++)
                 snprintf(t->first, sizeof(t->first),
@@ -497,12 +497,12 @@ static void test_api(kcache_gpu *gpu)
     kcache_request q = request("saxpy.cu");
     q.flags = KCACHE_COMPILE_KEY_ONLY;
     kcache_result *r = NULL;
-    CHECK_RC(kcache_compile(compiler, &q, &r), 0);
+    CHECK_RC(kcache_compile(&r, compiler, &q), 0);
     REQUIRE(r);
     kcache_key key = r->key;
     kcache_result_free(r);
     CUfunction fn = NULL;
-    CHECK_RC(kcache_gpu_function_by_key(gpu, &key, "saxpy", &fn), 0);
+    CHECK_RC(kcache_gpu_function_by_key(&fn, gpu, &key, "saxpy"), 0);
     CHECK(fn == saxpy_fn);
     CUmodule mod = NULL;
     CU_OK(&api, api.func_get_module(&mod, fn));
@@ -512,26 +512,26 @@ static void test_api(kcache_gpu *gpu)
     kcache_gpu *other = NULL;
     REQUIRE(kcache_gpu_new(&other, compiler, NULL, NULL, 0) == 0);
     CUfunction fn2 = NULL;
-    CHECK_RC(kcache_gpu_function_by_key(other, &key, "saxpy", &fn2), 0);
+    CHECK_RC(kcache_gpu_function_by_key(&fn2, other, &key, "saxpy"), 0);
     CHECK(fn2 && fn2 != fn); /* its own module */
     CUfunction fn3 = NULL;
-    CHECK_RC(kcache_gpu_function_by_key(other, &key, "saxpy", &fn3), 0);
+    CHECK_RC(kcache_gpu_function_by_key(&fn3, other, &key, "saxpy"), 0);
     CHECK(fn3 == fn2);
     kcache_gpu_free(other);
 
     kcache_key unknown;
     memset(&unknown, 0x5a, sizeof(unknown));
-    CHECK_RC(kcache_gpu_function_by_key(gpu, &unknown, "saxpy", &fn), KCACHE_ENOTFOUND);
+    CHECK_RC(kcache_gpu_function_by_key(&fn, gpu, &unknown, "saxpy"), KCACHE_ENOTFOUND);
     CHECK(fn == NULL && strstr(kcache_gpu_errmsg(gpu), "compile it first"));
 
     q.flags = 0;
-    CHECK_RC(kcache_gpu_function(gpu, &q, "no_such_kernel", &fn), KCACHE_ENOTFOUND);
+    CHECK_RC(kcache_gpu_function(&fn, gpu, &q, "no_such_kernel"), KCACHE_ENOTFOUND);
     CHECK(strstr(kcache_gpu_errmsg(gpu), "no_such_kernel"));
     /* A template without its name expression: told what to add. */
     kcache_request t = request("tiled_gemm.cu");
     t.name_exprs = gemm_exprs;
     t.n_name_exprs = 1;
-    CHECK_RC(kcache_gpu_function(gpu, &t, "tiled_gemm<double, 8>", &fn), KCACHE_ENOTFOUND);
+    CHECK_RC(kcache_gpu_function(&fn, gpu, &t, "tiled_gemm<double, 8>"), KCACHE_ENOTFOUND);
     CHECK(strstr(kcache_gpu_errmsg(gpu), "name_exprs"));
     /* LTO-IR cannot be loaded. */
     const char *rdc[] = {"-rdc=true"};
@@ -539,18 +539,18 @@ static void test_api(kcache_gpu *gpu)
     l.output = KCACHE_KIND_LTOIR;
     l.options = rdc;
     l.n_options = 1;
-    CHECK_RC(kcache_gpu_function(gpu, &l, "fused_op", &fn), KCACHE_EINVAL);
+    CHECK_RC(kcache_gpu_function(&fn, gpu, &l, "fused_op"), KCACHE_EINVAL);
     CHECK(strstr(kcache_gpu_errmsg(gpu), "LTO-IR"));
     /* A compile error reaches the caller with the compiler's line. */
     kcache_request b = request("broken.cu");
-    CHECK_RC(kcache_gpu_function(gpu, &b, "broken", &fn), KCACHE_ECOMPILE);
+    CHECK_RC(kcache_gpu_function(&fn, gpu, &b, "broken"), KCACHE_ECOMPILE);
     CHECK(strstr(kcache_gpu_errmsg(gpu), "error"));
-    CHECK_RC(kcache_gpu_function(gpu, NULL, "saxpy", &fn), KCACHE_EINVAL);
-    CHECK_RC(kcache_gpu_function(gpu, &q, "", &fn), KCACHE_EINVAL);
+    CHECK_RC(kcache_gpu_function(&fn, gpu, NULL, "saxpy"), KCACHE_EINVAL);
+    CHECK_RC(kcache_gpu_function(&fn, gpu, &q, ""), KCACHE_EINVAL);
 
     void *p = NULL;
-    CHECK_RC(kcache_gpu_driver_symbol(gpu, "cuNoSuchEntryPoint", &p), KCACHE_ENOTFOUND);
-    CHECK_RC(kcache_gpu_driver_symbol(gpu, "cuMemAlloc_v2", &p), 0); /* versioned: dlsym */
+    CHECK_RC(kcache_gpu_driver_symbol(&p, gpu, "cuNoSuchEntryPoint"), KCACHE_ENOTFOUND);
+    CHECK_RC(kcache_gpu_driver_symbol(&p, gpu, "cuMemAlloc_v2"), 0); /* versioned: dlsym */
     CHECK(p != NULL);
     /* A fixed ABI: CUDA 13.0's cuCtxSynchronize takes a context, the default is 12.0's. */
     PFN_cuDriverGetVersion_v2020 driver_version;
@@ -558,22 +558,22 @@ static void test_api(kcache_gpu *gpu)
     int version = 0;
     CU_OK(&api, driver_version(&version));
     void *sync12 = NULL, *sync13 = NULL;
-    CHECK_RC(kcache_gpu_driver_symbol(gpu, "cuCtxSynchronize", &sync12), 0);
-    CHECK_RC(kcache_gpu_driver_symbol_version(gpu, "cuCtxSynchronize", 13000, &sync13), 0);
+    CHECK_RC(kcache_gpu_driver_symbol(&sync12, gpu, "cuCtxSynchronize"), 0);
+    CHECK_RC(kcache_gpu_driver_symbol_version(&sync13, gpu, "cuCtxSynchronize", 13000), 0);
     CHECK(memcmp(&sync12, &api.synchronize, sizeof(sync12)) == 0);
     if (version >= 13000)
         CHECK(sync12 != sync13);
-    CHECK_RC(kcache_gpu_driver_symbol_version(gpu, "cuCtxSynchronize", -1, &p), KCACHE_EINVAL);
+    CHECK_RC(kcache_gpu_driver_symbol_version(&p, gpu, "cuCtxSynchronize", -1), KCACHE_EINVAL);
 
     char a2[16];
-    CHECK_RC(kcache_gpu_arch(gpu, 0, 1, a2, sizeof(a2)), 0);
+    CHECK_RC(kcache_gpu_arch(a2, sizeof(a2), gpu, 0, 1), 0);
     CHECK(strncmp(a2, arch, strlen(arch)) == 0 && a2[strlen(arch)] == 'a');
-    CHECK_RC(kcache_gpu_arch(gpu, 4096, 0, a2, sizeof(a2)), KCACHE_ENOTSUP);
+    CHECK_RC(kcache_gpu_arch(a2, sizeof(a2), gpu, 4096, 0), KCACHE_ENOTSUP);
     /* --arch native goes through the same driver. */
     kcache_request nat = request("saxpy.cu");
     nat.arch = "native";
     kcache_result *nr = NULL;
-    CHECK_RC(kcache_compile(compiler, &nat, &nr), 0);
+    CHECK_RC(kcache_compile(&nr, compiler, &nat), 0);
     CHECK(nr && strcmp(nr->arch, arch) == 0);
     kcache_result_free(nr);
 }
@@ -688,7 +688,7 @@ int main(int argc, char **argv)
         REQUIRE(kcache_gpu_new(&g, c, NULL, err, sizeof(err)) == 0);
         int have = kcache_gpu_available(g);
         if (have)
-            have = kcache_gpu_arch(g, 0, 0, arch, sizeof(arch)) == 0;
+            have = kcache_gpu_arch(arch, sizeof(arch), g, 0, 0) == 0;
         if (!have)
             fprintf(stderr, "skipped: %s\n", kcache_gpu_errmsg(g));
         kcache_gpu_free(g);

@@ -45,24 +45,24 @@ int main(void)
     q.source_path = saxpy;
     q.arch = "sm_90";
     struct CUfunc_st *fn = (struct CUfunc_st *)(void *)err;
-    CHECK_RC(kcache_gpu_function(gpu, &q, "saxpy", &fn), KCACHE_ENOTSUP);
+    CHECK_RC(kcache_gpu_function(&fn, gpu, &q, "saxpy"), KCACHE_ENOTSUP);
     CHECK(fn == NULL);
     CHECK(strstr(kcache_gpu_errmsg(gpu), "no CUDA driver") != NULL);
     kcache_key key;
     memset(&key, 1, sizeof(key));
-    CHECK_RC(kcache_gpu_function_by_key(gpu, &key, "saxpy", &fn), KCACHE_ENOTSUP);
+    CHECK_RC(kcache_gpu_function_by_key(&fn, gpu, &key, "saxpy"), KCACHE_ENOTSUP);
     kcache_link_request lr = KCACHE_LINK_REQUEST_INIT;
-    CHECK_RC(kcache_gpu_link_function(gpu, &lr, "apply", &fn), KCACHE_ENOTSUP);
+    CHECK_RC(kcache_gpu_link_function(&fn, gpu, &lr, "apply"), KCACHE_ENOTSUP);
     void *p = err;
-    CHECK_RC(kcache_gpu_driver_symbol(gpu, "cuMemAlloc", &p), KCACHE_ENOTSUP);
+    CHECK_RC(kcache_gpu_driver_symbol(&p, gpu, "cuMemAlloc"), KCACHE_ENOTSUP);
     CHECK(p == NULL);
     char arch[16];
-    CHECK_RC(kcache_gpu_arch(gpu, 0, 0, arch, sizeof(arch)), KCACHE_ENOTSUP);
-    CHECK_RC(kcache_gpu_arch(gpu, 0, 0, arch, 4), KCACHE_EINVAL);
+    CHECK_RC(kcache_gpu_arch(arch, sizeof(arch), gpu, 0, 0), KCACHE_ENOTSUP);
+    CHECK_RC(kcache_gpu_arch(arch, 4, gpu, 0, 0), KCACHE_EINVAL);
     struct CUctx_st *ctx = NULL;
-    CHECK_RC(kcache_gpu_context(gpu, &ctx), KCACHE_ENOTSUP);
+    CHECK_RC(kcache_gpu_context(&ctx, gpu), KCACHE_ENOTSUP);
     /* Wrong arguments are still wrong arguments, driver or not. */
-    CHECK_RC(kcache_gpu_function(gpu, NULL, "saxpy", &fn), KCACHE_EINVAL);
+    CHECK_RC(kcache_gpu_function(&fn, gpu, NULL, "saxpy"), KCACHE_EINVAL);
     CHECK_RC(kcache_gpu_new(NULL, c, NULL, err, sizeof(err)), KCACHE_EINVAL);
     kcache_gpu *none = NULL;
     CHECK_RC(kcache_gpu_new(&none, NULL, NULL, err, sizeof(err)), KCACHE_EINVAL);
@@ -73,17 +73,17 @@ int main(void)
 
     /* Nothing else is affected: the same compiler compiles and caches. */
     kcache_result *r = NULL;
-    CHECK_RC(kcache_compile(c, &q, &r), 0);
+    CHECK_RC(kcache_compile(&r, c, &q), 0);
     CHECK(r && r->data && r->size > 0 && r->keyed);
     kcache_result_free(r);
     r = NULL;
-    CHECK_RC(kcache_compile(c, &q, &r), 0);
+    CHECK_RC(kcache_compile(&r, c, &q), 0);
     CHECK(r && r->hit);
     kcache_result_free(r);
     /* ... and --arch native says to name the architecture. */
     q.arch = "native";
     r = NULL;
-    int rc = kcache_compile(c, &q, &r);
+    int rc = kcache_compile(&r, c, &q);
     CHECK(rc == KCACHE_ENOTSUP);
     CHECK(r && strstr(r->message, "name the architecture"));
     kcache_result_free(r);

@@ -62,9 +62,9 @@ typedef struct kcache_bundle_result {
  * replaced. options and out may be NULL. Returns 0 or an error; the message
  * is on store (kcache_store_errmsg()).
  */
-KCACHE_API int kcache_bundle_export(kcache_store *store, const char *path,
-                                    const kcache_bundle_options *options,
-                                    kcache_bundle_result *out);
+KCACHE_API int kcache_bundle_export(kcache_bundle_result *out, kcache_store *store,
+                                    const char *path,
+                                    const kcache_bundle_options *options);
 
 /*
  * Checks the bundle at path (opened read-only, never changed) and then merges
@@ -77,9 +77,9 @@ KCACHE_API int kcache_bundle_export(kcache_store *store, const char *path,
  * a bundle of another schema version (nothing merged in each case); or
  * another error. The message is on store.
  */
-KCACHE_API int kcache_bundle_import(kcache_store *store, const char *path,
-                                    const kcache_bundle_options *options,
-                                    kcache_bundle_result *out);
+KCACHE_API int kcache_bundle_import(kcache_bundle_result *out, kcache_store *store,
+                                    const char *path,
+                                    const kcache_bundle_options *options);
 
 #ifdef __cplusplus
 }

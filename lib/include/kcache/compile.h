@@ -145,8 +145,8 @@ typedef struct kcache_result {
  * Returns result->status; *out is always a result to free, except on
  * KCACHE_ENOMEM and KCACHE_EINVAL from missing arguments, when it is NULL.
  */
-KCACHE_API int kcache_compile(kcache_compiler *compiler, const kcache_request *request,
-                              kcache_result **out);
+KCACHE_API int kcache_compile(kcache_result **out, kcache_compiler *compiler,
+                              const kcache_request *request);
 
 /* Looks up lowered name of a name expression in a result, or NULL. */
 KCACHE_API const char *kcache_result_lowered_name(const kcache_result *result,
@@ -186,8 +186,8 @@ typedef struct kcache_link_request {
  * source's compile, and the link itself (keyed by nvJitLink's identity, the
  * options and every input's digest). Returns as kcache_compile() does.
  */
-KCACHE_API int kcache_link(kcache_compiler *compiler, const kcache_link_request *request,
-                           kcache_result **out);
+KCACHE_API int kcache_link(kcache_result **out, kcache_compiler *compiler,
+                           const kcache_link_request *request);
 
 /*
  * Rebuilds a stored entry from what was kept with it (its source, its
@@ -197,8 +197,8 @@ KCACHE_API int kcache_link(kcache_compiler *compiler, const kcache_link_request 
  * cannot be rebuilt here (another NVRTC build made it, or its inputs were not
  * kept). *out (may be NULL) gets the result with the fresh artifact.
  */
-KCACHE_API int kcache_recompile(kcache_compiler *compiler, const kcache_key *key, int *same,
-                                kcache_result **out);
+KCACHE_API int kcache_recompile(kcache_result **out, int *same, kcache_compiler *compiler,
+                                const kcache_key *key);
 
 /*
  * Walks a key's material (kcache_entry.key_material, kcache_result.key_material):

@@ -124,8 +124,8 @@ KCACHE_API const char *kcache_gpu_errmsg(const kcache_gpu *gpu);
  * the driver refuses the module (wrong architecture: the message says which);
  * or another code from the cache.
  */
-KCACHE_API int kcache_gpu_function(kcache_gpu *gpu, const kcache_request *request,
-                                   const char *name, struct CUfunc_st **out);
+KCACHE_API int kcache_gpu_function(struct CUfunc_st **out, kcache_gpu *gpu,
+                                   const kcache_request *request, const char *name);
 
 /*
  * As kcache_gpu_function, for an artifact already in the store, by key: a
@@ -133,16 +133,16 @@ KCACHE_API int kcache_gpu_function(kcache_gpu *gpu, const kcache_request *reques
  * Returns as kcache_gpu_function, KCACHE_ENOTFOUND when the key is not in the
  * store, KCACHE_EINVAL for an LTO-IR entry.
  */
-KCACHE_API int kcache_gpu_function_by_key(kcache_gpu *gpu, const kcache_key *key,
-                                          const char *name, struct CUfunc_st **out);
+KCACHE_API int kcache_gpu_function_by_key(struct CUfunc_st **out, kcache_gpu *gpu,
+                                          const kcache_key *key, const char *name);
 
 /*
  * As kcache_gpu_function, for a kernel linked with nvJitLink (kcache_link:
  * every step cached). name is the kernel's symbol in the linked CUBIN. Each
  * call runs the (cached) link lookup; the load and resolution are memoised.
  */
-KCACHE_API int kcache_gpu_link_function(kcache_gpu *gpu, const kcache_link_request *request,
-                                        const char *name, struct CUfunc_st **out);
+KCACHE_API int kcache_gpu_link_function(struct CUfunc_st **out, kcache_gpu *gpu,
+                                        const kcache_link_request *request, const char *name);
 
 /*
  * Any driver entry point, from the same loaded driver, through
@@ -159,15 +159,15 @@ KCACHE_API int kcache_gpu_link_function(kcache_gpu *gpu, const kcache_link_reque
  * cuFuncGetModule.
  * Returns 0, KCACHE_ENOTFOUND, KCACHE_ENOTSUP without a driver.
  */
-KCACHE_API int kcache_gpu_driver_symbol(kcache_gpu *gpu, const char *name, void **out);
+KCACHE_API int kcache_gpu_driver_symbol(void **out, kcache_gpu *gpu, const char *name);
 
 /*
  * As kcache_gpu_driver_symbol, in the variant of cuda_version (1000 * major +
  * 10 * minor, e.g. 13000), as cuGetProcAddress defines it; a version above
  * the driver's is read as the driver's; 0 is kcache_gpu_driver_symbol's choice.
  */
-KCACHE_API int kcache_gpu_driver_symbol_version(kcache_gpu *gpu, const char *name,
-                                                int cuda_version, void **out);
+KCACHE_API int kcache_gpu_driver_symbol_version(void **out, kcache_gpu *gpu,
+                                                const char *name, int cuda_version);
 
 /*
  * The architecture of device `ordinal`, for "--arch native": "sm_90", or
@@ -175,15 +175,15 @@ KCACHE_API int kcache_gpu_driver_symbol_version(kcache_gpu *gpu, const char *nam
  * Returns 0, KCACHE_EINVAL (buf too small), KCACHE_ENOTSUP (no driver, no
  * such device).
  */
-KCACHE_API int kcache_gpu_arch(kcache_gpu *gpu, int ordinal, int arch_specific, char *buf,
-                               size_t size);
+KCACHE_API int kcache_gpu_arch(char *buf, size_t size, kcache_gpu *gpu, int ordinal,
+                               int arch_specific);
 
 /*
  * The calling thread's context, made current as described above (a primary
  * context retained by this handle if the thread had none). *out is borrowed.
  * Useful before calling driver entry points that need one (cuMemAlloc).
  */
-KCACHE_API int kcache_gpu_context(kcache_gpu *gpu, struct CUctx_st **out);
+KCACHE_API int kcache_gpu_context(struct CUctx_st **out, kcache_gpu *gpu);
 
 #ifdef __cplusplus
 }

@@ -158,7 +158,7 @@ enum kcache_get_flags {
  * Returns 0, KCACHE_ENOTFOUND on a miss (also when a damaged artifact was
  * found: it is deleted and counted), or another error.
  */
-KCACHE_API int kcache_store_get(kcache_store *store, kcache_entry **out, const kcache_key *key,
+KCACHE_API int kcache_store_get(kcache_entry **out, kcache_store *store, const kcache_key *key,
                                 unsigned flags);
 
 /* Releases an entry from kcache_store_get() or kcache_store_list(). Accepts NULL. */
@@ -178,7 +178,7 @@ KCACHE_API int kcache_store_delete(kcache_store *store, const kcache_key *key);
  * Finds the single key that starts with a hex prefix (at least 4 digits).
  * Returns 0, KCACHE_ENOTFOUND, KCACHE_EAMBIGUOUS or KCACHE_EINVAL.
  */
-KCACHE_API int kcache_store_find(kcache_store *store, kcache_key *out, const char *hex_prefix);
+KCACHE_API int kcache_store_find(kcache_key *out, kcache_store *store, const char *hex_prefix);
 
 /* Order of kcache_store_list(). */
 typedef enum kcache_sort {
@@ -220,8 +220,8 @@ KCACHE_API int kcache_store_list(kcache_store *store, const kcache_filter *filte
  * walks that must call the store for each entry, which a list callback may
  * not do.
  */
-KCACHE_API int kcache_store_list_keys(kcache_store *store, const kcache_filter *filter,
-                                      kcache_key **out, size_t *n);
+KCACHE_API int kcache_store_list_keys(kcache_key **out, size_t *n,
+                                      kcache_store *store, const kcache_filter *filter);
 KCACHE_API void kcache_keys_free(kcache_key *keys);
 
 /* Hit and miss counters of one (architecture, kind). */
@@ -256,24 +256,11 @@ typedef struct kcache_stats {
  * Fills *out with a new stats object (counters include this process's batch
  * not yet written), released with kcache_stats_free().
  */
-KCACHE_API int kcache_store_stats(kcache_store *store, kcache_stats **out);
+KCACHE_API int kcache_store_stats(kcache_stats **out, kcache_store *store);
 KCACHE_API void kcache_stats_free(kcache_stats *stats);
 
 /* Zeroes the hit, miss, eviction and failure counters (not the entries). */
 KCACHE_API int kcache_store_zero_stats(kcache_store *store);
-
-/*
- * Counts a miss for (arch, kind). A lookup that finds nothing does not count
- * one by itself: whoever then compiles does, so that a probe (inspect,
- * explain) is not a miss.
- */
-KCACHE_API void kcache_store_count_miss(kcache_store *store, const char *arch, kcache_kind kind);
-
-/*
- * Counts a store failure seen by a caller (a put that could not be written
- * while the compile itself succeeded), so that stats shows it. Best effort.
- */
-KCACHE_API void kcache_store_count_failure(kcache_store *store);
 
 #define KCACHE_PRUNE_VERSION 1
 
@@ -301,8 +288,8 @@ typedef struct kcache_prune_result {
  * to the file system. With a size, database + WAL end at or under it once no
  * other process is writing. out may be NULL.
  */
-KCACHE_API int kcache_store_prune(kcache_store *store, const kcache_prune_options *options,
-                                  kcache_prune_result *out);
+KCACHE_API int kcache_store_prune(kcache_prune_result *out, kcache_store *store,
+                                  const kcache_prune_options *options);
 
 /* Rebuilds the file (VACUUM) and truncates the WAL. */
 KCACHE_API int kcache_store_vacuum(kcache_store *store);
@@ -312,20 +299,6 @@ KCACHE_API int kcache_store_clear(kcache_store *store);
 
 /* Writes this process's pending touches now. */
 KCACHE_API int kcache_store_flush(kcache_store *store);
-
-/*
- * Single flight: when several processes (or threads) miss the same key, the
- * one that gets the lease compiles and the others wait for its entry.
- *
- * kcache_store_lease_acquire() sets *acquired to 1 when this process now
- * holds the lease (it was free, or its owner died, or its owner's heartbeat
- * is older than stale_ms), else 0. The holder renews it while it works and
- * releases it when done, whether it stored an entry or not.
- */
-KCACHE_API int kcache_store_lease_acquire(kcache_store *store, const kcache_key *key,
-                                          unsigned stale_ms, int *acquired);
-KCACHE_API int kcache_store_lease_renew(kcache_store *store, const kcache_key *key);
-KCACHE_API void kcache_store_lease_release(kcache_store *store, const kcache_key *key);
 
 #ifdef __cplusplus
 }

@@ -32,9 +32,9 @@ typedef void (*kcache_damaged_fn)(void *userdata, const kcache_key *key, const c
  * Returns 0 when the checks could run (look at out for what they found), or
  * an error with the message on the store.
  */
-KCACHE_API int kcache_store_verify(kcache_store *store, kcache_progress_fn progress,
-                                   kcache_damaged_fn on_damaged, void *userdata,
-                                   kcache_verify_result *out);
+KCACHE_API int kcache_store_verify(kcache_verify_result *out, kcache_store *store,
+                                   kcache_progress_fn progress, kcache_damaged_fn on_damaged,
+                                   void *userdata);
 
 #ifdef __cplusplus
 }

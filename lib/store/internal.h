@@ -1,0 +1,37 @@
+/*
+ * What the layers above the store call beyond its public API: counters that
+ * only a compile can know, and the leases of single flight. Not exported.
+ */
+#ifndef KC_STORE_INTERNAL_H
+#define KC_STORE_INTERNAL_H
+
+#include "kcache/store.h"
+
+/*
+ * Counts a miss for (arch, kind). A lookup that finds nothing does not count
+ * one by itself: whoever then compiles does, so that a probe (inspect,
+ * explain) is not a miss.
+ */
+void kc_store_count_miss(kcache_store *store, const char *arch, kcache_kind kind);
+
+/*
+ * Counts a store failure seen by a caller (a put that could not be written
+ * while the compile itself succeeded), so that stats shows it. Best effort.
+ */
+void kc_store_count_failure(kcache_store *store);
+
+/*
+ * Single flight: when several processes (or threads) miss the same key, the
+ * one that gets the lease compiles and the others wait for its entry.
+ *
+ * kc_store_lease_acquire() sets *acquired to 1 when this process now
+ * holds the lease (it was free, or its owner died, or its owner's heartbeat
+ * is older than stale_ms), else 0. The holder renews it while it works and
+ * releases it when done, whether it stored an entry or not.
+ */
+int kc_store_lease_acquire(int *acquired, kcache_store *store, const kcache_key *key,
+                           unsigned stale_ms);
+int kc_store_lease_renew(kcache_store *store, const kcache_key *key);
+void kc_store_lease_release(kcache_store *store, const kcache_key *key);
+
+#endif
