@@ -841,7 +841,7 @@ static double prune_median(uint64_t total, uint64_t evict, uint64_t *evicted,
         uint64_t disk = cmp_file_size(path) + cmp_file_size(wal);
         kcache_prune_options po = KCACHE_PRUNE_OPTIONS_INIT;
         po.max_size = disk - evict;
-        kcache_prune_result pr = {0};
+        kcache_prune_result pr = KCACHE_PRUNE_RESULT_INIT;
         double t0 = cmp_now();
         int rc = kcache_store_prune(&pr, s, &po);
         t[round] = cmp_now() - t0;

@@ -79,7 +79,6 @@ int cmd_config(int argc, char **argv)
     if (load(&cfg))
         return CLI_FAIL;
     int ret = CLI_OK;
-    char err[512];
     const kcache_setting *s = key ? kcache_config_find(cfg, key) : NULL;
     if (key && !s) {
         ret = cli_usage_error("config", "no setting '%s' (settings: dir, path, max_size, "
@@ -88,8 +87,8 @@ int cmd_config(int argc, char **argv)
         goto out;
     }
     if (value || unset) {
-        if (kcache_config_set(cfg, key, value, err, sizeof(err))) {
-            ret = cli_error("%s", err);
+        if (kcache_config_set(cfg, key, value)) {
+            ret = cli_error("%s", kcache_config_errmsg(cfg));
             goto out;
         }
         if (s->source > KCACHE_CONFIG_FILE)

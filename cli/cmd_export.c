@@ -238,7 +238,7 @@ int cmd_export(int argc, char **argv)
         goto out;
     }
     kcache_bundle_options o = KCACHE_BUNDLE_OPTIONS_INIT;
-    kcache_bundle_result r;
+    kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
     o.arch = f.arch;
     o.kind = f.kind;
     o.created_since = f.created_since;

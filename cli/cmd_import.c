@@ -44,7 +44,7 @@ int cmd_import(int argc, char **argv)
     kcache_store *store;
     if (o.dry_run ? cli_open_store_to_read(&store) : cli_open_store(&store, 0))
         return CLI_FAIL;
-    kcache_bundle_result r;
+    kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
     o.progress = cli_progress;
     int ret = CLI_OK;
     if (kcache_bundle_import(&r, store, in, &o)) {

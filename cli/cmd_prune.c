@@ -90,7 +90,7 @@ int cmd_prune(int argc, char **argv)
     kcache_store *store;
     if (cli_open_store(&store, 0))
         return CLI_FAIL;
-    kcache_prune_result r = {0};
+    kcache_prune_result r = KCACHE_PRUNE_RESULT_INIT;
     int ret = CLI_OK;
     if (kcache_store_prune(&r, store, &o)) {
         ret = cli_error("%s", kcache_store_errmsg(store));

@@ -156,7 +156,7 @@ int cmd_verify(int argc, char **argv)
         cli_json_object_begin(&ctx.j, NULL);
         cli_json_array_begin(&ctx.j, "damaged");
     }
-    kcache_verify_result r;
+    kcache_verify_result r = KCACHE_VERIFY_RESULT_INIT;
     int rc = kcache_store_verify(&r, store, progress, damaged, &ctx);
     struct recompiled rec = {0};
     if (ctx.json)

@@ -24,7 +24,7 @@ static void test_prune_to_cap(void)
     uint64_t entries_before = n;
     for (size_t i = 0; i < KC_ARRAY_SIZE(caps); i++) {
         kcache_prune_options o = KCACHE_PRUNE_OPTIONS_INIT;
-        kcache_prune_result r;
+        kcache_prune_result r = KCACHE_PRUNE_RESULT_INIT;
         o.max_size = caps[i];
         double t0 = st_now();
         CHECK_RC(kcache_store_prune(&r, s, &o), 0);
@@ -48,7 +48,7 @@ static void test_prune_to_cap(void)
     }
     /* A dry run changes nothing. */
     kcache_prune_options o = KCACHE_PRUNE_OPTIONS_INIT;
-    kcache_prune_result r;
+    kcache_prune_result r = KCACHE_PRUNE_RESULT_INIT;
     o.max_size = 1;
     o.dry_run = 1;
     uint64_t before = st_disk(path);

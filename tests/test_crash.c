@@ -131,7 +131,7 @@ static void writer(const char *db, const char *bundle, uint64_t cap, uint64_t se
             if (rc == KCACHE_ENOTFOUND)
                 rc = 0;
         } else if (op < 91) {
-            kcache_bundle_result r;
+            kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
             if ((rc = kcache_bundle_import(&r, s, bundle, NULL)) == 0)
                 for (unsigned i = 0; i < BUNDLE_N; i++)
                     report(fd, BUNDLE_FIRST + i);
@@ -259,7 +259,7 @@ static void make_bundle(const char *bundle)
     kcache_store *s = st_open(test_path("bundle-src.db"), UINT64_MAX, NULL, NULL);
     for (unsigned i = 0; i < BUNDLE_N; i++)
         REQUIRE(put_entry(s, BUNDLE_FIRST + i) == 0);
-    kcache_bundle_result r;
+    kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
     REQUIRE(kcache_bundle_export(&r, s, bundle, NULL) == 0 && r.entries == BUNDLE_N);
     kcache_store_close(s);
 }

@@ -184,7 +184,7 @@ static void make_good_bundle(const char *path)
     kcache_store *s = st_open(test_path("bundle-src.db"), UINT64_MAX, NULL, NULL);
     for (unsigned i = 100; i < 103; i++)
         REQUIRE(put_with_inputs(s, i) == 0);
-    kcache_bundle_result r;
+    kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
     REQUIRE(kcache_bundle_export(&r, s, path, NULL) == 0 && r.entries == 3);
     kcache_store_close(s);
 }
@@ -203,7 +203,7 @@ static void expect_refused(kcache_store *live, const char *path, int want, const
     for (int dry = 1; dry >= 0; dry--) {
         kcache_bundle_options o = KCACHE_BUNDLE_OPTIONS_INIT;
         o.dry_run = dry;
-        kcache_bundle_result r;
+        kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
         int rc = kcache_bundle_import(&r, live, path, &o);
         const char *msg = kcache_store_errmsg(live);
         if (rc != want || !one_line(msg) || !strstr(msg, "nothing imported")) {
@@ -274,14 +274,14 @@ static void test_bundles(kcache_store *live, const char *good)
     snprintf(alias, sizeof(alias), "%s/alias.kcache", test_dir());
     REQUIRE(symlink(kcache_store_path(live), alias) == 0);
     inputs_tried++;
-    kcache_bundle_result ar;
+    kcache_bundle_result ar = KCACHE_BUNDLE_RESULT_INIT;
     int arc = kcache_bundle_import(&ar, live, alias, NULL);
     CHECK(arc == KCACHE_EINVAL && strstr(kcache_store_errmsg(live), "the cache itself"));
     refused_ok += arc == KCACHE_EINVAL;
 
     /* A device and a directory, where a file is expected. */
     inputs_tried += 2;
-    kcache_bundle_result r;
+    kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
     int rc = kcache_bundle_import(&r, live, "/dev/zero", NULL);
     CHECK(rc == KCACHE_EINVAL && one_line(kcache_store_errmsg(live)));
     refused_ok += rc == KCACHE_EINVAL;
@@ -330,7 +330,7 @@ static void test_bundles(kcache_store *live, const char *good)
     free(wal_after);
 
     /* And the good one goes in, every entry intact. */
-    kcache_bundle_result gr;
+    kcache_bundle_result gr = KCACHE_BUNDLE_RESULT_INIT;
     CHECK_RC(kcache_bundle_import(&gr, live, good, NULL), 0);
     CHECK(gr.added == 3);
     for (unsigned i = 100; i < 103; i++) {
@@ -619,7 +619,7 @@ int main(void)
     test_spit(test_path("garbage.db"), "not a database at all, just text", 32);
     kcache_store *g = st_open(test_path("garbage.db"), UINT64_MAX, NULL, NULL);
     kcache_store_close(g);
-    kcache_verify_result vr;
+    kcache_verify_result vr = KCACHE_VERIFY_RESULT_INIT;
     CHECK_RC(kcache_store_verify(&vr, live, NULL, NULL, NULL), 0);
     CHECK(vr.integrity_ok && vr.damaged == 0);
     kcache_prune_options po = KCACHE_PRUNE_OPTIONS_INIT;

@@ -119,7 +119,7 @@ static void test_modes(void)
     kcache_config *c = NULL;
     char err[512];
     REQUIRE(kcache_config_load(&c, NULL, 0, err, sizeof(err)) == 0);
-    CHECK_RC(kcache_config_set(c, "max_size", "1G", err, sizeof(err)), 0);
+    CHECK_RC(kcache_config_set(c, "max_size", "1G"), 0);
     char conf[700];
     snprintf(conf, sizeof(conf), "%s", kcache_config_file(c));
     expect_mode(conf, 0600, "the config file");
@@ -228,7 +228,7 @@ static void test_symlinks(void)
     REQUIRE(kcache_config_load(&c, NULL, 0, err, sizeof(err)) == 0);
     snprintf(tmp, sizeof(tmp), "%s.tmp-%ld", kcache_config_file(c), (long)getpid());
     plant(tmp);
-    CHECK_RC(kcache_config_set(c, "max_size", "2G", err, sizeof(err)), 0);
+    CHECK_RC(kcache_config_set(c, "max_size", "2G"), 0);
     kcache_config_free(c);
     unsetenv("KCACHE_DIR");
     check_victim("a symlink planted at the config file's temporary name");

@@ -66,7 +66,7 @@ static void child(const char *path, unsigned id, struct result *r)
             }
         } else if (op < 948) {
             kcache_prune_options o = KCACHE_PRUNE_OPTIONS_INIT;
-            kcache_prune_result res;
+            kcache_prune_result res = KCACHE_PRUNE_RESULT_INIT;
             o.max_size = CAP / 2;
             if ((rc = kcache_store_prune(&res, s, &o)))
                 fail(r, id, s, "prune", rc);

@@ -162,7 +162,7 @@ static void test_list_and_prune(void)
     CHECK(n == 8); /* i odd and i % 3 == 0: 3, 9, ..., 45 */
 
     kcache_prune_options po = KCACHE_PRUNE_OPTIONS_INIT;
-    kcache_prune_result r;
+    kcache_prune_result r = KCACHE_PRUNE_RESULT_INIT;
     po.max_entries = 20;
     CHECK_RC(kcache_store_prune(&r, s, &po), 0);
     CHECK(r.evicted == 30);

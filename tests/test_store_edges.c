@@ -1,4 +1,8 @@
 /* Edges of the store's contract, each once a bug. */
+#include <unistd.h>
+
+#include <kcache/verify.h>
+
 #include "storetest.h"
 
 /* An empty artifact is an artifact: SQLite hands its empty blob back as NULL,
@@ -71,6 +75,41 @@ static void test_delete_unpreparable(const char *dir)
     kcache_store_close(s);
 }
 
+/* Options and result structs carry a version the library checks, so that a
+ * caller built against other fields is told, not written past. */
+static void test_versions_checked(kcache_store *s, const char *dir)
+{
+    kcache_prune_result pr = KCACHE_PRUNE_RESULT_INIT;
+    pr.version = 0;
+    CHECK_RC(kcache_store_prune(&pr, s, NULL), KCACHE_EINVAL);
+    CHECK(strstr(kcache_store_errmsg(s), "KCACHE_PRUNE_RESULT_INIT") != NULL);
+    pr.version = KCACHE_PRUNE_RESULT_VERSION;
+    CHECK_RC(kcache_store_prune(&pr, s, NULL), 0);
+    CHECK(pr.version == KCACHE_PRUNE_RESULT_VERSION);
+
+    kcache_verify_result vr = KCACHE_VERIFY_RESULT_INIT;
+    vr.version = KCACHE_VERIFY_RESULT_VERSION + 1;
+    CHECK_RC(kcache_store_verify(&vr, s, NULL, NULL, NULL), KCACHE_EINVAL);
+
+    char bundle[600];
+    snprintf(bundle, sizeof(bundle), "%s/versions.kcache", dir);
+    kcache_bundle_options bo = KCACHE_BUNDLE_OPTIONS_INIT;
+    bo.version = 0;
+    CHECK_RC(kcache_bundle_export(NULL, s, bundle, &bo), KCACHE_EINVAL);
+    kcache_bundle_result br = KCACHE_BUNDLE_RESULT_INIT;
+    br.version = 7;
+    CHECK_RC(kcache_bundle_export(&br, s, bundle, NULL), KCACHE_EINVAL);
+    CHECK(access(bundle, F_OK) != 0);
+    br.version = KCACHE_BUNDLE_RESULT_VERSION;
+    CHECK_RC(kcache_bundle_export(&br, s, bundle, NULL), 0);
+    CHECK(br.version == KCACHE_BUNDLE_RESULT_VERSION && br.entries == 1);
+
+    kcache_stats *st = NULL;
+    CHECK_RC(kcache_store_stats(&st, s), 0);
+    CHECK(st && st->version == KCACHE_STATS_VERSION);
+    kcache_stats_free(st);
+}
+
 int main(void)
 {
     char path[512];
@@ -78,6 +117,12 @@ int main(void)
     kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
     test_empty_artifact(s);
     test_list_callback_value(s, path);
+    {
+        char dir[512];
+        snprintf(dir, sizeof(dir), "%s", path);
+        *strrchr(dir, '/') = '\0';
+        test_versions_checked(s, dir);
+    }
     kcache_store_close(s);
     CHECK(st_integrity_ok(path));
     char dir[512];

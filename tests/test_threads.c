@@ -82,7 +82,7 @@ static void *work(void *arg)
                 fail(w, "delete", rc);
         } else if (op < 88) {
             kcache_prune_options o = KCACHE_PRUNE_OPTIONS_INIT;
-            kcache_prune_result res;
+            kcache_prune_result res = KCACHE_PRUNE_RESULT_INIT;
             if (op % 2)
                 o.max_size = (uint64_t)(1 + r % 3) << 20;
             else

@@ -644,7 +644,7 @@ int cmp_store_main(const struct cmp_store_args *a)
         kcache_prune_options po = KCACHE_PRUNE_OPTIONS_INIT;
         po.max_size = ps->stored_bytes / 2;
         kcache_stats_free(ps);
-        kcache_prune_result pr;
+        kcache_prune_result pr = KCACHE_PRUNE_RESULT_INIT;
         double t0 = cmp_now();
         if (kcache_store_prune(&pr, s, &po) != 0)
             cmp_fail("prune: %s", kcache_store_errmsg(s));

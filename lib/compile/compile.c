@@ -107,6 +107,7 @@ struct kc_result *kc_result_new(void)
     struct kc_result *r = kc_calloc(1, sizeof(*r));
     if (!r)
         return NULL;
+    r->pub.version = KCACHE_RESULT_VERSION;
     r->pub.message = r->message;
     r->pub.store_message = r->store_message;
     r->pub.log = "";

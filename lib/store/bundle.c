@@ -141,22 +141,37 @@ static int make_single_file(kcache_store *s, const char *path)
     return rc;
 }
 
+static int check_versions(kcache_store *store, const char *fn, const kcache_bundle_result *out,
+                          const kcache_bundle_options *o)
+{
+    if (o->version < 1 || o->version > KCACHE_BUNDLE_OPTIONS_VERSION)
+        return bundle_err(store, KCACHE_EINVAL, "%s: options version %u is not supported", fn,
+                          o->version);
+    if (!KC_RESULT_VERSION_OK(out, KCACHE_BUNDLE_RESULT_VERSION))
+        return bundle_err(store, KCACHE_EINVAL,
+                          "%s: result version %u is not supported (KCACHE_BUNDLE_RESULT_INIT)",
+                          fn, out->version);
+    return 0;
+}
+
 KCACHE_API int kcache_bundle_export(kcache_bundle_result *out, kcache_store *store,
                                     const char *path,
                                     const kcache_bundle_options *options)
 {
     static const kcache_bundle_options defaults = KCACHE_BUNDLE_OPTIONS_INIT;
+    int rc;
     if (!store)
         return KCACHE_EINVAL;
     if (!path || !*path)
         return bundle_err(store, KCACHE_EINVAL, "kcache_bundle_export: no path");
     const kcache_bundle_options *o = options ? options : &defaults;
-    kcache_bundle_result r;
+    if ((rc = check_versions(store, "kcache_bundle_export", out, o)))
+        return rc;
+    kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
     memset(&r, 0, sizeof(r));
     struct key_list keys = {0};
     kcache_store *dst = NULL;
     char *tmp = NULL;
-    int rc;
 
     if (strcmp(path, kcache_store_path(store)) == 0) {
         rc = bundle_err(store, KCACHE_EINVAL, "%s is the cache itself: export to another file",
@@ -232,8 +247,10 @@ out:
         remove_with_sidecars(tmp);
     free(tmp);
     free(keys.items);
-    if (out)
+    if (out) {
+        r.version = out->version;
         *out = r;
+    }
     return rc;
 }
 
@@ -502,17 +519,19 @@ KCACHE_API int kcache_bundle_import(kcache_bundle_result *out, kcache_store *sto
                                     const kcache_bundle_options *options)
 {
     static const kcache_bundle_options defaults = KCACHE_BUNDLE_OPTIONS_INIT;
+    int rc;
     if (!store)
         return KCACHE_EINVAL;
     if (!path || !*path)
         return bundle_err(store, KCACHE_EINVAL, "kcache_bundle_import: no path");
     const kcache_bundle_options *o = options ? options : &defaults;
-    kcache_bundle_result r;
+    if ((rc = check_versions(store, "kcache_bundle_import", out, o)))
+        return rc;
+    kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
     memset(&r, 0, sizeof(r));
     struct key_list keys = {0};
     kcache_store *src = NULL;
     kcache_entry *e = NULL, *have = NULL;
-    int rc;
 
     if (!strcmp(path, kcache_store_path(store))) {
         rc = bundle_err(store, KCACHE_EINVAL, "%s is the cache itself", path);
@@ -619,7 +638,9 @@ out:
     kcache_entry_free(have);
     kcache_store_close(src);
     free(keys.items);
-    if (out)
+    if (out) {
+        r.version = out->version;
         *out = r;
+    }
     return rc;
 }

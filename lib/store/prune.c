@@ -231,7 +231,9 @@ static int fit_size(kcache_store *s, const kcache_prune_options *o, uint64_t tar
 int kc_prune_locked(kcache_store *s, const kcache_prune_options *o, kcache_prune_result *r)
 {
     int rc;
+    unsigned version = r->version;
     memset(r, 0, sizeof(*r));
+    r->version = version;
     r->disk_before = disk_bytes(s);
     if (!o->dry_run && (rc = kc_db_writable(s)))
         return rc;
@@ -264,7 +266,7 @@ int kc_maybe_prune_locked(kcache_store *s)
         return 0;
     kcache_prune_options o = KCACHE_PRUNE_OPTIONS_INIT;
     o.max_size = s->max_size / 100 * KC_LOW_WATER_PERCENT;
-    kcache_prune_result r;
+    kcache_prune_result r = KCACHE_PRUNE_RESULT_INIT;
     int rc = kc_prune_locked(s, &o, &r);
     if (rc)
         kc_log(s, KCACHE_LOG_WARNING, "could not bring %s under its cap: %s", s->path, s->errmsg);
@@ -276,7 +278,7 @@ KCACHE_API int kcache_store_prune(kcache_prune_result *out, kcache_store *store,
                                   const kcache_prune_options *options)
 {
     static const kcache_prune_options defaults = KCACHE_PRUNE_OPTIONS_INIT;
-    kcache_prune_result ignored;
+    kcache_prune_result ignored = KCACHE_PRUNE_RESULT_INIT;
     if (!store)
         return KCACHE_EINVAL;
     if (!options)
@@ -284,6 +286,9 @@ KCACHE_API int kcache_store_prune(kcache_prune_result *out, kcache_store *store,
     if (options->version < 1 || options->version > KCACHE_PRUNE_VERSION)
         return kc_err(store, KCACHE_EINVAL, "kcache_store_prune: options version %u unsupported",
                       options->version);
+    if (!KC_RESULT_VERSION_OK(out, KCACHE_PRUNE_RESULT_VERSION))
+        return kc_err(store, KCACHE_EINVAL, "kcache_store_prune: result version %u is not "
+                      "supported (KCACHE_PRUNE_RESULT_INIT)", out->version);
     if (options->kind && !kcache_kind_name(options->kind))
         return kc_err(store, KCACHE_EINVAL, "kcache_store_prune: bad kind %d", (int)options->kind);
     pthread_mutex_lock(&store->lock);

@@ -112,6 +112,7 @@ static int read_stats_fresh(kcache_store *s, kcache_stats *st)
 {
     free(st->usage);
     memset(st, 0, sizeof(*st));
+    st->version = KCACHE_STATS_VERSION;
     return read_stats(s, st);
 }
 

@@ -43,12 +43,15 @@ KCACHE_API int kcache_store_verify(kcache_verify_result *out, kcache_store *stor
                                    kcache_progress_fn progress, kcache_damaged_fn on_damaged,
                                    void *userdata)
 {
-    kcache_verify_result r;
+    kcache_verify_result r = KCACHE_VERIFY_RESULT_INIT;
     memset(&r, 0, sizeof(r));
     kcache_key *keys = NULL;
     size_t n_keys = 0;
     if (!store)
         return KCACHE_EINVAL;
+    if (!KC_RESULT_VERSION_OK(out, KCACHE_VERIFY_RESULT_VERSION))
+        return kc_err(store, KCACHE_EINVAL, "kcache_store_verify: result version %u is not "
+                      "supported (KCACHE_VERIFY_RESULT_INIT)", out->version);
     int rc = integrity(store, &r);
     if (rc)
         goto out;
@@ -79,7 +82,9 @@ KCACHE_API int kcache_store_verify(kcache_verify_result *out, kcache_store *stor
         progress(userdata, "verifying", n_keys, n_keys);
 out:
     kcache_keys_free(keys);
-    if (out)
+    if (out) {
+        r.version = out->version;
         *out = r;
+    }
     return rc;
 }

@@ -21,6 +21,13 @@
 #define KC_ERRMSG_SIZE 512
 
 /*
+ * A result struct the caller owns: NULL, or one whose version this build
+ * knows (its fields after version may be fewer in an older caller's).
+ */
+#define KC_RESULT_VERSION_OK(out, max)                                                             \
+    (!(out) || ((out)->version >= 1 && (out)->version <= (max)))
+
+/*
  * The one place allocation happens, so that a failure is always noticed and
  * tests can count or fail allocations in one spot.
  */

@@ -613,6 +613,7 @@ KCACHE_API int kcache_cubin_parse(kcache_cubin_info **out, const void *data, siz
     info_alloc *ia = kc_calloc(1, sizeof(*ia));
     if (!ia)
         return fail(&r, KCACHE_ENOMEM, "out of memory reading a CUBIN");
+    ia->pub.version = KCACHE_CUBIN_INFO_VERSION;
     r.info = &ia->pub;
 
     if ((rc = read_header(&r)) || (rc = check_sections(&r)) || (rc = find_symtab(&r)) ||

@@ -253,6 +253,7 @@ struct kcache_config {
     char *owned[SET_COUNT * 2]; /* values and origins we allocated */
     size_t n_owned;
     char *file;
+    char errmsg[KC_ERRMSG_SIZE]; /* the last failure of kcache_config_set() */
 };
 
 static const char *keep(kcache_config *c, char *s)
@@ -481,14 +482,21 @@ out:
     return rc;
 }
 
-KCACHE_API int kcache_config_set(const kcache_config *config, const char *name, const char *value,
-                                 char *errbuf, size_t errbuf_size)
+KCACHE_API const char *kcache_config_errmsg(const kcache_config *config)
 {
-    char tmp[KC_ERRMSG_SIZE];
-    char *err = errbuf ? errbuf : tmp;
-    size_t err_size = errbuf ? errbuf_size : sizeof(tmp);
-    if (!config || !name)
-        return kc_fmt(err, err_size, KCACHE_EINVAL, "kcache_config_set: invalid argument");
+    if (!config)
+        return "no config";
+    return config->errmsg[0] ? config->errmsg : "no error";
+}
+
+KCACHE_API int kcache_config_set(kcache_config *config, const char *name, const char *value)
+{
+    if (!config)
+        return KCACHE_EINVAL;
+    char *err = config->errmsg;
+    size_t err_size = sizeof(config->errmsg);
+    if (!name)
+        return kc_fmt(err, err_size, KCACHE_EINVAL, "kcache_config_set: name is NULL");
     int i = find_def(name);
     if (i < 0)
         return kc_fmt(err, err_size, KCACHE_EINVAL,

@@ -115,7 +115,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     kcache_bundle_options o = KCACHE_BUNDLE_OPTIONS_INIT;
     o.dry_run = 1;
-    kcache_bundle_result r;
+    kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
     int rc = kcache_bundle_import(&r, store, bundle, &o);
     if (rc != 0) {
         if (rc != KCACHE_ECORRUPT && rc != KCACHE_EFOREIGN && rc != KCACHE_EVERSION &&

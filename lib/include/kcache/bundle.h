@@ -46,7 +46,11 @@ typedef struct kcache_bundle_options {
 
 #define KCACHE_BUNDLE_OPTIONS_INIT {KCACHE_BUNDLE_OPTIONS_VERSION}
 
+#define KCACHE_BUNDLE_RESULT_VERSION 1
+
+/* Filled by export and import; the caller sets version (KCACHE_BUNDLE_RESULT_INIT). */
 typedef struct kcache_bundle_result {
+    unsigned version;  /* KCACHE_BUNDLE_RESULT_VERSION */
     uint64_t entries;  /* entries in the bundle (export: written) */
     uint64_t bytes;    /* their raw artifact bytes */
     uint64_t added;    /* import: keys the store did not have */
@@ -54,6 +58,8 @@ typedef struct kcache_bundle_result {
     uint64_t skipped;  /* import: keys whose stored entry was as new or newer */
     uint64_t damaged;  /* export: entries found damaged in the store and left out */
 } kcache_bundle_result;
+
+#define KCACHE_BUNDLE_RESULT_INIT {KCACHE_BUNDLE_RESULT_VERSION}
 
 /*
  * Writes the selected entries of store, with their inputs, creation and last

@@ -116,7 +116,10 @@ typedef struct kcache_request {
  * What a compile or link returns. Every pointer points into the result and
  * lives until kcache_result_free().
  */
+#define KCACHE_RESULT_VERSION 1
+
 typedef struct kcache_result {
+    unsigned version;          /* KCACHE_RESULT_VERSION of the library that made it */
     int status;                /* 0, or the failure (ECOMPILE: see log) */
     const char *message;       /* "" or one line about status */
     kcache_key key;

@@ -13,9 +13,10 @@
  *   busy_timeout  lock wait in milliseconds  KCACHE_BUSY_TIMEOUT
  *   disable       1/true: bypass the cache   KCACHE_DISABLE
  *
- * Thread safety: a kcache_config is not changed after it is loaded and may be
- * read from several threads. kcache_config_set() writes the file with a
- * rename, so that a reader never sees half of it.
+ * Thread safety: a kcache_config's settings are not changed after it is
+ * loaded and may be read from several threads; kcache_config_set() keeps its
+ * message on the config, so calls to it on one config are not concurrent.
+ * It writes the file with a rename, so that a reader never sees half of it.
  */
 #ifndef KCACHE_CONFIG_H
 #define KCACHE_CONFIG_H
@@ -87,10 +88,15 @@ KCACHE_API const char *kcache_config_file(const kcache_config *config);
  * first (a size for max_size, a number for busy_timeout, a boolean for
  * disable). Settings that are not kept in the file (dir, path) are
  * KCACHE_EINVAL. The loaded config is not changed: load it again to see the
- * result. Returns 0 or an error with a one-line message in errbuf.
+ * result. Returns 0 or an error whose one-line message is kept on config.
  */
-KCACHE_API int kcache_config_set(const kcache_config *config, const char *name, const char *value,
-                                 char *errbuf, size_t errbuf_size);
+KCACHE_API int kcache_config_set(kcache_config *config, const char *name, const char *value);
+
+/*
+ * The message of the last failure on this config, one line, never NULL. Valid
+ * until the next call on config.
+ */
+KCACHE_API const char *kcache_config_errmsg(const kcache_config *config);
 
 #ifdef __cplusplus
 }

@@ -52,7 +52,10 @@ typedef struct kcache_cubin_kernel {
 } kcache_cubin_kernel;
 
 /* What kcache_cubin_parse() found. */
+#define KCACHE_CUBIN_INFO_VERSION 1
+
 typedef struct kcache_cubin_info {
+    unsigned version;         /* KCACHE_CUBIN_INFO_VERSION of the library that made it */
     unsigned sm;              /* e.g. 90 */
     char arch[16];            /* "sm_90", "sm_90a" (an "f" target is not recorded: "sm_100") */
     unsigned elf_abi_version; /* e_ident[EI_ABIVERSION]: 7 up to CUDA 12, 8 from CUDA 13 */

@@ -233,7 +233,10 @@ typedef struct kcache_usage {
     uint64_t saved_ns; /* compile time the hits saved */
 } kcache_usage;
 
+#define KCACHE_STATS_VERSION 1
+
 typedef struct kcache_stats {
+    unsigned version;       /* KCACHE_STATS_VERSION of the library that made it */
     uint64_t entries;
     uint64_t raw_bytes;     /* artifacts as handed out */
     uint64_t stored_bytes;  /* artifacts as stored (compressed) */
@@ -276,12 +279,18 @@ typedef struct kcache_prune_options {
 
 #define KCACHE_PRUNE_OPTIONS_INIT {KCACHE_PRUNE_VERSION}
 
+#define KCACHE_PRUNE_RESULT_VERSION 1
+
+/* Filled by kcache_store_prune(); the caller sets version (KCACHE_PRUNE_RESULT_INIT). */
 typedef struct kcache_prune_result {
+    unsigned version;        /* KCACHE_PRUNE_RESULT_VERSION */
     uint64_t evicted;        /* entries */
     uint64_t evicted_bytes;  /* stored bytes of those entries */
     uint64_t disk_before;    /* database + WAL on disk before */
     uint64_t disk_after;     /* and after */
 } kcache_prune_result;
+
+#define KCACHE_PRUNE_RESULT_INIT {KCACHE_PRUNE_RESULT_VERSION}
 
 /*
  * Evicts entries, least recently used first, and hands the freed pages back

@@ -12,13 +12,19 @@
 extern "C" {
 #endif
 
+#define KCACHE_VERIFY_RESULT_VERSION 1
+
+/* Filled by kcache_store_verify(); the caller sets version (KCACHE_VERIFY_RESULT_INIT). */
 typedef struct kcache_verify_result {
+    unsigned version;          /* KCACHE_VERIFY_RESULT_VERSION */
     uint64_t entries;          /* entries looked at */
     uint64_t bytes;            /* raw artifact bytes checked */
     uint64_t damaged;          /* entries whose artifact or inputs failed their digest */
     int integrity_ok;          /* SQLite's integrity check passed */
     char integrity[256];       /* its first complaint, or "ok" */
 } kcache_verify_result;
+
+#define KCACHE_VERIFY_RESULT_INIT {KCACHE_VERIFY_RESULT_VERSION}
 
 /* Told about each damaged entry: its key and what was wrong. Valid during the call. */
 typedef void (*kcache_damaged_fn)(void *userdata, const kcache_key *key, const char *message);
