@@ -27,8 +27,12 @@ extern "C" {
 #endif
 
 /*
- * Return codes. Every function that can fail returns 0 or one of these; the
- * handle it was given keeps a one-line message about the last failure.
+ * Return codes. Every function that can fail returns 0 or one of these, and
+ * the object that failed keeps a one-line message about it: the store
+ * (kcache_store_errmsg), the config (kcache_config_errmsg), the GPU handle
+ * (kcache_gpu_errmsg), a compile's result (its message: a compiler is shared
+ * by threads, and each compile's outcome is its own object). Constructors,
+ * which have no object yet, write it into the errbuf they are given.
  */
 enum kcache_status {
     KCACHE_OK = 0,
