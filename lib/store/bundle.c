@@ -120,13 +120,9 @@ static void remove_with_sidecars(const char *path)
 static int make_single_file(kcache_store *s, const char *path)
 {
     sqlite3 *db = NULL;
-    int src = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
-    if (src == SQLITE_OK) {
-        /* Every connection kcache opens runs with these, even on a file it just wrote. */
-        sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
-        sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
+    int src = kc_sqlite_open(&db, path, SQLITE_OPEN_READWRITE);
+    if (src == SQLITE_OK)
         src = sqlite3_exec(db, "PRAGMA journal_mode = DELETE", NULL, NULL, NULL);
-    }
     int rc = src == SQLITE_OK ? 0
                               : bundle_err(s, KCACHE_EIO, "finishing %s: %s", path,
                                            db ? sqlite3_errmsg(db) : sqlite3_errstr(src));
@@ -276,11 +272,7 @@ static int query_int(sqlite3 *db, const char *sql, int64_t bind, int64_t *out)
 /* The objects of our schema at `version`, built in memory from schema/ itself. */
 static int reference_schema(sqlite3 **out, int version)
 {
-    int src = sqlite3_open_v2(":memory:", out, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
-    if (src == SQLITE_OK) {
-        sqlite3_db_config(*out, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
-        sqlite3_db_config(*out, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
-    }
+    int src = kc_sqlite_open(out, ":memory:", SQLITE_OPEN_READWRITE);
     for (int v = 0; src == SQLITE_OK && v < version; v++)
         src = sqlite3_exec(*out, kc_schema_steps[v], NULL, NULL, NULL);
     return src;
@@ -374,24 +366,6 @@ static int check_integrity(sqlite3 *db, char *what, size_t what_size)
     return ok;
 }
 
-/* "file:PATH?immutable=1", the path's own '%', '?' and '#' escaped. Free it. */
-static char *immutable_uri(const char *path)
-{
-    size_t n = strlen(path);
-    char *uri = kc_malloc(3 * n + 32);
-    if (!uri)
-        return NULL;
-    char *q = uri + sprintf(uri, "file:");
-    for (const char *p = path; *p; p++) {
-        if (*p == '%' || *p == '?' || *p == '#')
-            q += sprintf(q, "%%%02x", (unsigned char)*p);
-        else
-            *q++ = *p;
-    }
-    strcpy(q, "?immutable=1");
-    return uri;
-}
-
 /*
  * Everything about the file that the store does not check when it serves an
  * entry. Opens it read-only, with nothing in it allowed to run code.
@@ -415,19 +389,11 @@ static int check_file(kcache_store *s, const char *path)
         return bundle_err(s, KCACHE_EINVAL, "%s is the cache itself (another name for it)", path);
 
     /* immutable: no locks, no -journal, -wal or -shm read or made beside the user's file. */
-    char *uri = immutable_uri(path);
-    if (!uri)
-        return bundle_err(s, KCACHE_ENOMEM, "out of memory");
-    int src = sqlite3_open_v2(uri, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX |
-                                            SQLITE_OPEN_URI, NULL);
-    free(uri);
+    int src = kc_sqlite_open_immutable(&db, path);
     if (src != SQLITE_OK) {
         rc = bundle_err(s, KCACHE_EIO, "cannot open %s: %s", path, sqlite3_errstr(src));
         goto out;
     }
-    sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
-    sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
-    sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, NULL);
     sqlite3_exec(db, "PRAGMA query_only = 1", NULL, NULL, NULL);
     /*
      * A file in WAL mode (a copy of a live cache) keeps part of itself in a

@@ -176,6 +176,17 @@ int kc_db_exec(kcache_store *s, const char *sql, const char *what)
     return rc == SQLITE_OK ? 0 : kc_sqlerr(s, rc, what);
 }
 
+/* SQL of our own (never built from input) in one write transaction; the lock is held. */
+int kc_db_write_sql(kcache_store *s, const char *sql, const char *what)
+{
+    int rc = s->db ? kc_db_begin_write(s) : kc_err(s, KCACHE_EIO, "no database");
+    if (rc)
+        return rc;
+    if ((rc = kc_db_exec(s, sql, what)) || (rc = kc_db_commit(s)))
+        kc_db_rollback(s);
+    return rc;
+}
+
 int kc_db_writable(kcache_store *s)
 {
     if (s->newer_schema)
@@ -436,24 +447,61 @@ int kc_db_migrate_to(kcache_store *s, int version)
     return migrate(s, version);
 }
 
+/*
+ * Every SQLite connection kcache opens goes through here, even one to a file
+ * it just wrote: nothing in a file may make the connection run code (no
+ * triggers or views that call functions, no writes to the schema from SQL,
+ * no extensions). On failure *out is NULL. Returns SQLite's code.
+ */
+int kc_sqlite_open(sqlite3 **out, const char *path, int flags)
+{
+    int rc = sqlite3_open_v2(path, out, flags | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        sqlite3_close_v2(*out);
+        *out = NULL;
+        return rc;
+    }
+    sqlite3_extended_result_codes(*out, 1);
+    sqlite3_db_config(*out, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
+    sqlite3_db_config(*out, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
+    sqlite3_db_config(*out, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, NULL);
+    return SQLITE_OK;
+}
+
+/*
+ * A read-only connection that takes no locks and makes no -journal, -wal or
+ * -shm file (immutable=1): looking at a file this way writes nothing at all.
+ * Returns SQLite's code; *out is NULL on failure.
+ */
+int kc_sqlite_open_immutable(sqlite3 **out, const char *path)
+{
+    /* A URI, so that immutable=1 applies; the path's own '%', '?' and '#' escaped. */
+    *out = NULL;
+    size_t n = strlen(path);
+    char *uri = kc_malloc(3 * n + 32);
+    if (!uri)
+        return SQLITE_NOMEM;
+    char *q = uri + sprintf(uri, "file:");
+    for (const char *p = path; *p; p++) {
+        if (*p == '%' || *p == '?' || *p == '#')
+            q += sprintf(q, "%%%02x", (unsigned char)*p);
+        else
+            *q++ = *p;
+    }
+    strcpy(q, "?immutable=1");
+    int rc = kc_sqlite_open(out, uri, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI);
+    free(uri);
+    return rc;
+}
+
 static int connect(kcache_store *s)
 {
     int flags = (s->read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) |
                 SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE;
-    int rc = sqlite3_open_v2(s->path, &s->db, flags, NULL);
-    if (rc != SQLITE_OK) {
-        int err = kc_sqlerr(s, rc, "opening the cache");
-        sqlite3_close_v2(s->db);
-        s->db = NULL;
-        return err;
-    }
+    int rc = kc_sqlite_open(&s->db, s->path, flags);
+    if (rc != SQLITE_OK)
+        return kc_sqlerr(s, rc, "opening the cache");
     sqlite3_busy_timeout(s->db, (int)s->busy_timeout_ms);
-    sqlite3_extended_result_codes(s->db, 1);
-    /* Nothing in the file may make this connection run code: no triggers or
-     * views that call functions, no writes to the schema from SQL. */
-    sqlite3_db_config(s->db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
-    sqlite3_db_config(s->db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
-    sqlite3_db_config(s->db, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, NULL);
     return 0;
 }
 

@@ -329,18 +329,11 @@ KCACHE_API int kcache_store_clear(kcache_store *store)
     if (!store)
         return KCACHE_EINVAL;
     pthread_mutex_lock(&store->lock);
-    int rc = store->db ? kc_db_begin_write(store) : kc_err(store, KCACHE_EIO, "no database");
-    if (!rc) {
-        /* Children first, so that the per-row trigger finds nothing left to do. */
-        rc = kc_db_exec(store,
-                        "DELETE FROM entry_input; DELETE FROM input; DELETE FROM artifact;"
-                        " DELETE FROM entry_info; DELETE FROM entry",
-                        "clearing the cache");
-        if (!rc)
-            rc = kc_db_commit(store);
-        else
-            kc_db_rollback(store);
-    }
+    /* Children first, so that the per-row trigger finds nothing left to do. */
+    int rc = kc_db_write_sql(store,
+                             "DELETE FROM entry_input; DELETE FROM input; DELETE FROM artifact;"
+                             " DELETE FROM entry_info; DELETE FROM entry",
+                             "clearing the cache");
     if (!rc) {
         store->n_touches = 0;
         rc = release_space(store);

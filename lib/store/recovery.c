@@ -89,7 +89,12 @@ out:
     free(dir);
 }
 
-static sqlite3 *open_untouched(const char *path);
+
+static sqlite3 *open_untouched(const char *path)
+{
+    sqlite3 *db;
+    return kc_sqlite_open_immutable(&db, path) == SQLITE_OK ? db : NULL;
+}
 
 /*
  * Whether the database file itself is sound although a connection reading it
@@ -217,38 +222,6 @@ static uint32_t read_be32(const uint8_t *p)
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-/*
- * A read-only connection that takes no locks and makes no -wal or -shm file
- * (immutable=1): looking at a file this way writes nothing at all.
- */
-static sqlite3 *open_untouched(const char *path)
-{
-    /* A URI, so that immutable=1 applies; the path's own '%', '?' and '#' escaped. */
-    size_t n = strlen(path);
-    char *uri = kc_malloc(3 * n + 32);
-    if (!uri)
-        return NULL;
-    char *q = uri + sprintf(uri, "file:");
-    for (const char *p = path; *p; p++) {
-        if (*p == '%' || *p == '?' || *p == '#')
-            q += sprintf(q, "%%%02x", (unsigned char)*p);
-        else
-            *q++ = *p;
-    }
-    strcpy(q, "?immutable=1");
-    sqlite3 *db = NULL;
-    if (sqlite3_open_v2(uri, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL) != SQLITE_OK) {
-        sqlite3_close(db);
-        db = NULL;
-    } else {
-        /* The file may be anyone's: nothing in its schema may run. */
-        sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
-        sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
-        sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, NULL);
-    }
-    free(uri);
-    return db;
-}
 
 /*
  * Looks at what is at the path before SQLite opens it for real, from the

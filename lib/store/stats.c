@@ -159,27 +159,16 @@ KCACHE_API int kcache_store_zero_stats(kcache_store *store)
 {
     if (!store)
         return KCACHE_EINVAL;
+    char sql[160];
+    snprintf(sql, sizeof(sql),
+             "DELETE FROM usage; UPDATE counter SET value = 0 WHERE name <> 'since';"
+             " INSERT OR REPLACE INTO counter VALUES ('since', %lld)",
+             (long long)kc_now_ms());
     pthread_mutex_lock(&store->lock);
-    int rc = store->db ? kc_db_begin_write(store) : kc_err(store, KCACHE_EIO, "no database");
+    int rc = kc_db_write_sql(store, sql, "zeroing stats");
     if (!rc) {
-        rc = kc_db_exec(store,
-                        "DELETE FROM usage;"
-                        " UPDATE counter SET value = 0 WHERE name <> 'since'",
-                        "zeroing stats");
-        if (!rc) {
-            char sql[96];
-            snprintf(sql, sizeof(sql), "INSERT OR REPLACE INTO counter VALUES ('since', %lld)",
-                     (long long)kc_now_ms());
-            rc = kc_db_exec(store, sql, "zeroing stats");
-        }
-        if (!rc)
-            rc = kc_db_commit(store);
-        else
-            kc_db_rollback(store);
-        if (!rc) {
-            store->n_usage = 0;
-            store->pending_corrupt = store->pending_failures = 0;
-        }
+        store->n_usage = 0;
+        store->pending_corrupt = store->pending_failures = 0;
     }
     pthread_mutex_unlock(&store->lock);
     return rc;

@@ -94,6 +94,10 @@ int kc_sqlerr(kcache_store *s, int sqlite_rc, const char *what);
 void kc_log(kcache_store *s, int level, const char *fmt, ...) KC_PRINTF(3, 4);
 
 /* db.c */
+/* Opens a connection that nothing in the file can make run code; SQLite's code. */
+int kc_sqlite_open(sqlite3 **out, const char *path, int flags);
+/* Read-only, no locks, no file made beside path (immutable=1); SQLite's code. */
+int kc_sqlite_open_immutable(sqlite3 **out, const char *path);
 int kc_db_open(kcache_store *s);
 void kc_db_close(kcache_store *s);
 int kc_db_stmt(kcache_store *s, sqlite3_stmt **out, enum kc_stmt which);
@@ -101,6 +105,8 @@ int kc_db_begin_write(kcache_store *s);
 int kc_db_commit(kcache_store *s);
 void kc_db_rollback(kcache_store *s);
 int kc_db_exec(kcache_store *s, const char *sql, const char *what);
+/* kc_db_exec() in a write transaction of its own. */
+int kc_db_write_sql(kcache_store *s, const char *sql, const char *what);
 int kc_db_writable(kcache_store *s);
 /* One attempt at opening; *damaged when the file should be set aside. */
 int kc_db_open_once(kcache_store *s, int *damaged);
