@@ -139,14 +139,10 @@ static void skip_raw_string(struct scanner *s)
 static int push(struct scanner *s, int kind, int angle, int computed, unsigned line,
                 const char *text, size_t text_n, const char *value, size_t value_n)
 {
-    if (s->count == s->cap) {
-        size_t cap = s->cap ? 2 * s->cap : 16;
-        kc_directive *grown = kc_realloc(s->out, cap * sizeof(*grown));
-        if (!grown)
-            return KCACHE_ENOMEM;
-        s->out = grown;
-        s->cap = cap;
-    }
+    kc_directive *grown = kc_grow(s->out, &s->cap, s->count, sizeof(*grown), 16);
+    if (!grown)
+        return KCACHE_ENOMEM;
+    s->out = grown;
     kc_directive *d = &s->out[s->count];
     memset(d, 0, sizeof(*d));
     d->kind = kind;
@@ -379,14 +375,10 @@ struct resolver {
 
 static int grow(void **p, size_t *cap, size_t n, size_t elem)
 {
-    if (n < *cap)
-        return 0;
-    size_t c = *cap ? 2 * *cap : 16;
-    void *q = kc_realloc(*p, c * elem);
+    void *q = kc_grow(*p, cap, n, elem, 16);
     if (!q)
         return KCACHE_ENOMEM;
     *p = q;
-    *cap = c;
     return 0;
 }
 

@@ -321,14 +321,11 @@ static int load_module(kcache_gpu *g, CUcontext ctx, const struct artifact *a, s
         return fail(g, KCACHE_EINVAL,
                     "the artifact is LTO-IR, which the driver cannot load: "
                     "link it (kcache_gpu_link_function)");
-    if (g->n_modules == g->modules_cap) {
-        size_t cap = g->modules_cap ? g->modules_cap * 2 : 16;
-        struct module **grown = kc_realloc(g->modules, cap * sizeof(*grown));
-        if (!grown)
-            return fail(g, KCACHE_ENOMEM, "out of memory");
-        g->modules = grown;
-        g->modules_cap = cap;
-    }
+    struct module **grown =
+        kc_grow(g->modules, &g->modules_cap, g->n_modules, sizeof(*grown), 16);
+    if (!grown)
+        return fail(g, KCACHE_ENOMEM, "out of memory");
+    g->modules = grown;
     struct module *m = module_new(a->n_names, a->exprs, a->lowered);
     if (!m)
         return fail(g, KCACHE_ENOMEM, "out of memory");

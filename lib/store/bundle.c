@@ -48,22 +48,18 @@ struct key_item {
     int64_t accessed_at;
 };
 
-struct key_list {
+struct item_list {
     struct key_item *items;
     size_t n, cap;
 };
 
 static int collect(void *userdata, const kcache_entry *e)
 {
-    struct key_list *l = userdata;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 256;
-        struct key_item *p = kc_realloc(l->items, cap * sizeof(*p));
-        if (!p)
-            return KCACHE_ENOMEM;
-        l->items = p;
-        l->cap = cap;
-    }
+    struct item_list *l = userdata;
+    struct key_item *grown = kc_grow(l->items, &l->cap, l->n, sizeof(*grown), 256);
+    if (!grown)
+        return KCACHE_ENOMEM;
+    l->items = grown;
     l->items[l->n].key = e->key;
     l->items[l->n].created_at = e->created_at;
     l->items[l->n].accessed_at = e->accessed_at;
@@ -165,7 +161,7 @@ KCACHE_API int kcache_bundle_export(kcache_bundle_result *out, kcache_store *sto
         return rc;
     kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
     memset(&r, 0, sizeof(r));
-    struct key_list keys = {0};
+    struct item_list keys = {0};
     kcache_store *dst = NULL;
     char *tmp = NULL;
 
@@ -495,7 +491,7 @@ KCACHE_API int kcache_bundle_import(kcache_bundle_result *out, kcache_store *sto
         return rc;
     kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
     memset(&r, 0, sizeof(r));
-    struct key_list keys = {0};
+    struct item_list keys = {0};
     kcache_store *src = NULL;
     kcache_entry *e = NULL, *have = NULL;
 

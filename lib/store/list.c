@@ -155,14 +155,10 @@ struct key_list {
 static int collect_key(void *userdata, const kcache_entry *e)
 {
     struct key_list *l = userdata;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 256;
-        kcache_key *p = kc_realloc(l->keys, cap * sizeof(*p));
-        if (!p)
-            return KCACHE_ENOMEM;
-        l->keys = p;
-        l->cap = cap;
-    }
+    kcache_key *grown = kc_grow(l->keys, &l->cap, l->n, sizeof(*grown), 256);
+    if (!grown)
+        return KCACHE_ENOMEM;
+    l->keys = grown;
     l->keys[l->n++] = e->key;
     return 0;
 }

@@ -56,13 +56,10 @@ static void trim_quarantine(kcache_store *s)
         /* Only the main files count; their -wal companions go with them. */
         if (!is_quarantine_name(de->d_name, prefix, plen))
             continue;
-        if (n == cap) {
-            cap = cap ? 2 * cap : 8;
-            char **grown = kc_realloc(names, cap * sizeof(*names));
-            if (!grown)
-                break;
-            names = grown;
-        }
+        char **grown = kc_grow(names, &cap, n, sizeof(*names), 8);
+        if (!grown)
+            break;
+        names = grown;
         if (!(names[n] = kc_strdup(de->d_name)))
             break;
         n++;

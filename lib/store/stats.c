@@ -22,14 +22,10 @@ static int add_usage(kcache_stats *st, size_t *cap, const char *arch, int kind, 
         if ((int)st->usage[i].kind == kind && strcmp(st->usage[i].arch, arch) == 0)
             u = &st->usage[i];
     if (!u) {
-        if (st->n_usage == *cap) {
-            size_t grown_cap = *cap ? 2 * *cap : 8;
-            kcache_usage *grown = kc_realloc(st->usage, grown_cap * sizeof(*grown));
-            if (!grown)
-                return KCACHE_ENOMEM;
-            st->usage = grown;
-            *cap = grown_cap;
-        }
+        kcache_usage *grown = kc_grow(st->usage, cap, st->n_usage, sizeof(*grown), 8);
+        if (!grown)
+            return KCACHE_ENOMEM;
+        st->usage = grown;
         u = &st->usage[st->n_usage++];
         memset(u, 0, sizeof(*u));
         snprintf(u->arch, sizeof(u->arch), "%s", arch);

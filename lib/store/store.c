@@ -168,13 +168,10 @@ static int load_inputs(kcache_store *s, int64_t id, struct kc_row *r)
     size_t cap = 0;
     int src;
     while ((src = sqlite3_step(st)) == SQLITE_ROW) {
-        if (r->n_inputs == cap) {
-            cap = cap ? 2 * cap : 8;
-            kcache_input *grown = kc_realloc(r->inputs, cap * sizeof(*grown));
-            if (!grown)
-                return KCACHE_ENOMEM;
-            r->inputs = grown;
-        }
+        kcache_input *grown = kc_grow(r->inputs, &cap, r->n_inputs, sizeof(*grown), 8);
+        if (!grown)
+            return KCACHE_ENOMEM;
+        r->inputs = grown;
         kcache_input *in = &r->inputs[r->n_inputs];
         const char *name;
         size_t name_n = kc_col_text(st, 1, &name);

@@ -23,14 +23,11 @@ int kc_usage_add(kcache_store *s, const char *arch, int kind, uint64_t hits, uin
         if (s->usage[i].kind == kind && strcmp(s->usage[i].arch, arch) == 0)
             u = &s->usage[i];
     if (!u) {
-        if (s->n_usage == s->cap_usage) {
-            size_t cap = s->cap_usage ? 2 * s->cap_usage : 8;
-            struct kc_usage_delta *grown = kc_realloc(s->usage, cap * sizeof(*grown));
-            if (!grown)
-                return KCACHE_ENOMEM;
-            s->usage = grown;
-            s->cap_usage = cap;
-        }
+        struct kc_usage_delta *grown =
+            kc_grow(s->usage, &s->cap_usage, s->n_usage, sizeof(*grown), 8);
+        if (!grown)
+            return KCACHE_ENOMEM;
+        s->usage = grown;
         u = &s->usage[s->n_usage++];
         memset(u, 0, sizeof(*u));
         snprintf(u->arch, sizeof(u->arch), "%s", arch);
@@ -44,16 +41,13 @@ int kc_usage_add(kcache_store *s, const char *arch, int kind, uint64_t hits, uin
 
 static void add_touch(kcache_store *s, const kcache_key *key)
 {
-    if (s->n_touches == s->cap_touches) {
-        if (s->cap_touches >= KC_TOUCH_MAX)
-            return; /* LRU order gets a little older; nothing else is lost */
-        size_t cap = s->cap_touches ? 2 * s->cap_touches : KC_TOUCH_BATCH;
-        struct kc_touch *grown = kc_realloc(s->touches, cap * sizeof(*grown));
-        if (!grown)
-            return;
-        s->touches = grown;
-        s->cap_touches = cap;
-    }
+    if (s->n_touches >= KC_TOUCH_MAX)
+        return; /* LRU order gets a little older; nothing else is lost */
+    struct kc_touch *grown =
+        kc_grow(s->touches, &s->cap_touches, s->n_touches, sizeof(*grown), KC_TOUCH_BATCH);
+    if (!grown)
+        return;
+    s->touches = grown;
     struct kc_touch *t = &s->touches[s->n_touches++];
     t->key = *key;
     t->accessed_at = kc_now_ms();

@@ -235,6 +235,21 @@ char *kc_memdup(const void *p, size_t size)
     return copy;
 }
 
+void *kc_grow(void *p, size_t *cap, size_t n, size_t elem, size_t first)
+{
+    if (n < *cap)
+        return p;
+    size_t c = *cap ? 2 * *cap : first;
+    if (c <= n)
+        c = n + 1;
+    if (c > SIZE_MAX / elem)
+        return NULL;
+    void *q = kc_realloc(p, c * elem);
+    if (q)
+        *cap = c;
+    return q;
+}
+
 char *kc_strdup(const char *s)
 {
     return kc_memdup(s ? s : "", s ? strlen(s) : 0);

@@ -37,6 +37,13 @@ void *kc_realloc(void *p, size_t size);
 char *kc_strdup(const char *s);
 char *kc_memdup(const void *p, size_t size);
 
+/*
+ * Room for element n of an array p of *cap elements of elem bytes: p itself
+ * while n < *cap, else p grown (to first, then doubling) with *cap updated.
+ * NULL when out of memory, p then untouched. The one way arrays grow.
+ */
+void *kc_grow(void *p, size_t *cap, size_t n, size_t elem, size_t first);
+
 /* Formats into a fixed buffer, always NUL-terminated. Returns code. */
 int kc_fmt(char *buf, size_t size, int code, const char *fmt, ...) KC_PRINTF(4, 5);
 
