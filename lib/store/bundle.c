@@ -133,9 +133,12 @@ static int make_single_file(kcache_store *s, const char *path)
     return rc;
 }
 
-static int check_versions(kcache_store *store, const char *fn, const kcache_bundle_result *out,
-                          const kcache_bundle_options *o)
+/* What export and import check before they touch anything. */
+static int check_call(kcache_store *store, const char *fn, const char *path,
+                      const kcache_bundle_result *out, const kcache_bundle_options *o)
 {
+    if (!path || !*path)
+        return bundle_err(store, KCACHE_EINVAL, "%s: no path", fn);
     if (o->version < 1 || o->version > KCACHE_BUNDLE_OPTIONS_VERSION)
         return bundle_err(store, KCACHE_EINVAL, "%s: options version %u is not supported", fn,
                           o->version);
@@ -143,6 +146,9 @@ static int check_versions(kcache_store *store, const char *fn, const kcache_bund
         return bundle_err(store, KCACHE_EINVAL,
                           "%s: result version %u is not supported (KCACHE_BUNDLE_RESULT_INIT)",
                           fn, out->version);
+    if (!strcmp(path, kcache_store_path(store)))
+        return bundle_err(store, KCACHE_EINVAL, "%s is the cache itself: give another file",
+                          path);
     return 0;
 }
 
@@ -154,22 +160,14 @@ KCACHE_API int kcache_bundle_export(kcache_bundle_result *out, kcache_store *sto
     int rc;
     if (!store)
         return KCACHE_EINVAL;
-    if (!path || !*path)
-        return bundle_err(store, KCACHE_EINVAL, "kcache_bundle_export: no path");
     const kcache_bundle_options *o = options ? options : &defaults;
-    if ((rc = check_versions(store, "kcache_bundle_export", out, o)))
+    if ((rc = check_call(store, "kcache_bundle_export", path, out, o)))
         return rc;
     kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
-    memset(&r, 0, sizeof(r));
     struct item_list keys = {0};
     kcache_store *dst = NULL;
     char *tmp = NULL;
 
-    if (strcmp(path, kcache_store_path(store)) == 0) {
-        rc = bundle_err(store, KCACHE_EINVAL, "%s is the cache itself: export to another file",
-                        path);
-        goto out;
-    }
     kcache_filter f = KCACHE_FILTER_INIT;
     f.arch = o->arch;
     f.kind = o->kind;
@@ -484,21 +482,14 @@ KCACHE_API int kcache_bundle_import(kcache_bundle_result *out, kcache_store *sto
     int rc;
     if (!store)
         return KCACHE_EINVAL;
-    if (!path || !*path)
-        return bundle_err(store, KCACHE_EINVAL, "kcache_bundle_import: no path");
     const kcache_bundle_options *o = options ? options : &defaults;
-    if ((rc = check_versions(store, "kcache_bundle_import", out, o)))
+    if ((rc = check_call(store, "kcache_bundle_import", path, out, o)))
         return rc;
     kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
-    memset(&r, 0, sizeof(r));
     struct item_list keys = {0};
     kcache_store *src = NULL;
     kcache_entry *e = NULL, *have = NULL;
 
-    if (!strcmp(path, kcache_store_path(store))) {
-        rc = bundle_err(store, KCACHE_EINVAL, "%s is the cache itself", path);
-        goto out;
-    }
     if (!o->dry_run && kcache_store_read_only(store)) {
         rc = bundle_err(store, KCACHE_EREADONLY, "the cache is read-only: nothing imported");
         goto out;
