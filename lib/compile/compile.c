@@ -416,87 +416,42 @@ static int prepare(kcache_compiler *c, const kcache_request *req, struct work *w
     return 0;
 }
 
-static int cmp_cstr(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* The key material: every input that can change the bytes, and nothing else. */
+/* The key of a compile (compile/key.c holds the format). */
 static int derive_key(kcache_compiler *c, const kcache_request *req, const struct work *w,
                       struct kc_result *r)
 {
-    kc_keybuf k = {{0}, 0};
-    kc_key_add_str(&k, KC_TAG_FORMAT, KC_KEY_FORMAT);
-    kc_key_add_str(&k, KC_TAG_INPUT_KIND, "cuda");
-    kc_key_add_str(&k, KC_TAG_OUTPUT_KIND, kcache_kind_name(w->kind));
-    kc_key_add_str(&k, KC_TAG_ARCH, w->nvrtc_arch);
-    kc_key_add_str(&k, KC_TAG_NVRTC, c->tk.nvrtc_id);
-    kc_key_add_str(&k, KC_TAG_TOOLKIT, c->tk.identity);
-    for (size_t i = 0; i < w->opts.n_canonical; i++)
-        kc_key_add_str(&k, KC_TAG_OPTION, w->opts.canonical[i]);
-    const char **exprs = NULL;
-    if (req->n_name_exprs) {
-        exprs = kc_malloc(req->n_name_exprs * sizeof(*exprs));
-        if (!exprs)
+    if (req->extra_digest_size && !req->extra_digest)
+        return kc_result_fail(r, KCACHE_EINVAL, "extra_digest_size without extra_digest");
+    for (size_t i = 0; i < w->deps.n_deps; i++)
+        if (w->deps.deps[i].state != KC_DEP_ABSENT &&
+            kc_strv_push(&r->headers, &r->n_headers, w->deps.deps[i].spelling))
             return KCACHE_ENOMEM;
-        memcpy(exprs, req->name_exprs, req->n_name_exprs * sizeof(*exprs));
-        qsort(exprs, req->n_name_exprs, sizeof(*exprs), cmp_cstr);
-        for (size_t i = 0; i < req->n_name_exprs; i++) {
-            /* Duplicates do not change the output. */
-            if (i == 0 || strcmp(exprs[i], exprs[i - 1]) != 0)
-                kc_key_add_str(&k, KC_TAG_NAME_EXPR, exprs[i]);
-        }
-        free(exprs);
-    }
-    kc_key_add_str(&k, KC_TAG_SOURCE_NAME, w->source_name);
-    uint8_t digest[KC_DIGEST_SIZE];
-    kc_digest(digest, w->source, w->source_size);
-    kc_key_add(&k, KC_TAG_SOURCE, digest, sizeof(digest));
-    for (size_t i = 0; i < w->deps.n_deps; i++) {
-        const kc_dep *d = &w->deps.deps[i];
-        char field[PATH_MAX + 256];
-        int n;
-        if (d->state == KC_DEP_USER) {
-            char hex[2 * KC_DIGEST_SIZE + 1];
-            for (int j = 0; j < KC_DIGEST_SIZE; j++)
-                snprintf(hex + 2 * j, 3, "%02x", d->digest[j]);
-            n = snprintf(field, sizeof(field), "%s%cfile%c%s", d->spelling, 0, 0, hex);
-        } else if (d->state == KC_DEP_TOOLKIT) {
-            n = snprintf(field, sizeof(field), "%s%ctoolkit%c%s", d->spelling, 0, 0,
-                         d->toolkit_rel);
-        } else {
-            n = snprintf(field, sizeof(field), "%s%cabsent%c", d->spelling, 0, 0);
-        }
-        if (n < 0 || (size_t)n >= sizeof(field)) {
-            kc_buf_free(&k.b);
-            return kc_result_fail(r, KCACHE_EINVAL, "include spelling too long: %.80s",
-                                  d->spelling);
-        }
-        kc_key_add(&k, KC_TAG_HEADER, field, (size_t)n);
-        if (d->state != KC_DEP_ABSENT &&
-            kc_strv_push(&r->headers, &r->n_headers, d->spelling)) {
-            kc_buf_free(&k.b);
-            return KCACHE_ENOMEM;
-        }
-    }
-    if (req->extra_digest_size) {
-        if (!req->extra_digest) {
-            kc_buf_free(&k.b);
-            return kc_result_fail(r, KCACHE_EINVAL, "extra_digest_size without extra_digest");
-        }
-        kc_key_add(&k, KC_TAG_EXTRA, req->extra_digest, req->extra_digest_size);
-    }
-    if (k.failed) {
-        kc_buf_free(&k.b);
-        return KCACHE_ENOMEM;
-    }
-    kc_key_finish(&k, &r->pub.key);
-    r->material = k.b;
-    r->pub.key_material = r->material.data;
-    r->pub.key_material_size = r->material.size;
     r->pub.n_headers = r->n_headers;
     r->pub.headers = (const char *const *)r->headers;
-    return 0;
+    kc_key_compile in = {
+        .output_kind = kcache_kind_name(w->kind),
+        .arch = w->nvrtc_arch,
+        .nvrtc_id = c->tk.nvrtc_id,
+        .toolkit_id = c->tk.identity,
+        .options = (const char *const *)w->opts.canonical,
+        .n_options = w->opts.n_canonical,
+        .name_exprs = req->name_exprs,
+        .n_name_exprs = req->n_name_exprs,
+        .source_name = w->source_name,
+        .source = w->source,
+        .source_size = w->source_size,
+        .deps = w->deps.deps,
+        .n_deps = w->deps.n_deps,
+        .extra = req->extra_digest,
+        .extra_size = req->extra_digest_size,
+    };
+    char msg[256];
+    int rc = kc_key_encode_compile(&r->material, &r->pub.key, &in, msg, sizeof(msg));
+    if (rc == KCACHE_EINVAL)
+        return kc_result_fail(r, rc, "%s", msg);
+    if (!rc)
+        kc_result_keyed(r);
+    return rc;
 }
 
 static int nvrtc_fail(struct kc_result *r, const kc_nvrtc *api, nvrtcResult res, const char *what)
@@ -659,9 +614,27 @@ out:
     return rc;
 }
 
-void kc_store_put(kcache_compiler *c, const kcache_entry *e, struct kc_result *r)
+void kc_store_result(kcache_compiler *c, struct kc_result *r, const char *name,
+                     const char *toolchain, const kcache_input *inputs, size_t n_inputs)
 {
-    int rc = kcache_store_put(c->store, e);
+    kcache_entry e = KCACHE_ENTRY_INIT;
+    e.key = r->pub.key;
+    e.kind = r->pub.kind;
+    e.arch = r->arch;
+    e.name = name;
+    e.data = r->pub.data;
+    e.size = r->pub.size;
+    e.log = r->pub.log;
+    e.toolchain = toolchain;
+    e.compile_ns = r->pub.compile_ns;
+    e.key_material = r->pub.key_material;
+    e.key_material_size = r->pub.key_material_size;
+    e.n_names = r->pub.n_names;
+    e.name_exprs = r->pub.name_exprs;
+    e.lowered_names = r->pub.lowered_names;
+    e.n_inputs = n_inputs;
+    e.inputs = inputs;
+    int rc = kcache_store_put(c->store, &e);
     if (rc) {
         /* The artifact is returned all the same; the result says why it was not kept. */
         kc_result_store_problem(r, rc, kcache_store_errmsg(c->store));
@@ -670,8 +643,7 @@ void kc_store_put(kcache_compiler *c, const kcache_entry *e, struct kc_result *r
 }
 
 /* Stores a fresh artifact with its inputs, so that verify can recompile it. */
-static void store_result(kcache_compiler *c, const kcache_request *req, const struct work *w,
-                         struct kc_result *r)
+static void store_result(kcache_compiler *c, const struct work *w, struct kc_result *r)
 {
     size_t n_in = 0;
     kcache_input *in = kc_calloc(w->deps.n_deps + 1, sizeof(*in));
@@ -689,25 +661,7 @@ static void store_result(kcache_compiler *c, const kcache_request *req, const st
     kc_nvrtc_get(&c->tk, &api, ignored, sizeof(ignored));
     snprintf(toolchain, sizeof(toolchain), "nvrtc %d.%d (%s)", api ? api->major : 0,
              api ? api->minor : 0, c->tk.nvrtc_id);
-    kcache_entry e = KCACHE_ENTRY_INIT;
-    e.key = r->pub.key;
-    e.kind = w->kind;
-    e.arch = w->nvrtc_arch;
-    e.name = w->source_name;
-    e.data = r->pub.data;
-    e.size = r->pub.size;
-    e.log = r->pub.log;
-    e.toolchain = toolchain;
-    e.compile_ns = r->pub.compile_ns;
-    e.key_material = r->pub.key_material;
-    e.key_material_size = r->pub.key_material_size;
-    e.n_names = r->pub.n_names;
-    e.name_exprs = r->pub.name_exprs;
-    e.lowered_names = r->pub.lowered_names;
-    e.n_inputs = n_in;
-    e.inputs = in;
-    (void)req;
-    kc_store_put(c, &e, r);
+    kc_store_result(c, r, w->source_name, toolchain, in, n_in);
     free(in);
 }
 
@@ -728,7 +682,7 @@ static int run_compile_step(void *ctx, struct kc_result *r)
 static void store_compile_step(void *ctx, struct kc_result *r)
 {
     struct compile_step *s = ctx;
-    store_result(s->c, s->req, s->w, r);
+    store_result(s->c, s->w, r);
 }
 
 int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, unsigned flags,
@@ -760,6 +714,35 @@ int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, uns
     return rc;
 }
 
+void kc_result_keyed(struct kc_result *r)
+{
+    r->pub.key_material = r->material.data;
+    r->pub.key_material_size = r->material.size;
+}
+
+int kc_result_start(struct kc_result **r, uint64_t *t0, kcache_result **out,
+                    const void *compiler, const void *request)
+{
+    *r = NULL;
+    *t0 = kc_mono_ns();
+    if (!out)
+        return KCACHE_EINVAL;
+    *out = NULL;
+    if (!compiler || !request)
+        return KCACHE_EINVAL;
+    *r = kc_result_new();
+    return *r ? 0 : KCACHE_ENOMEM;
+}
+
+int kc_result_run(kcache_result **out, kcache_compiler *c, const void *request,
+                  kc_request_fn fn)
+{
+    struct kc_result *r;
+    uint64_t t0;
+    int rc = kc_result_start(&r, &t0, out, c, request);
+    return rc ? rc : kc_result_finish(r, fn(c, request, r), t0, out);
+}
+
 int kc_result_finish(struct kc_result *r, int rc, uint64_t t0, kcache_result **out)
 {
     r->pub.status = rc;
@@ -770,8 +753,9 @@ int kc_result_finish(struct kc_result *r, int rc, uint64_t t0, kcache_result **o
     return rc;
 }
 
-static int compile_request(kcache_compiler *c, const kcache_request *req, struct kc_result *r)
+static int compile_request(kcache_compiler *c, const void *request, struct kc_result *r)
 {
+    const kcache_request *req = request;
     struct work w;
     memset(&w, 0, sizeof(w));
     int rc = prepare(c, req, &w, r);
@@ -802,14 +786,5 @@ out:
 KCACHE_API int kcache_compile(kcache_result **out, kcache_compiler *compiler,
                               const kcache_request *request)
 {
-    if (!out)
-        return KCACHE_EINVAL;
-    *out = NULL;
-    if (!compiler || !request)
-        return KCACHE_EINVAL;
-    struct kc_result *r = kc_result_new();
-    if (!r)
-        return KCACHE_ENOMEM;
-    uint64_t t0 = kc_mono_ns();
-    return kc_result_finish(r, compile_request(compiler, request, r), t0, out);
+    return kc_result_run(out, compiler, request, compile_request);
 }

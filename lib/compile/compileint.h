@@ -74,9 +74,22 @@ struct kc_step {
 int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, unsigned flags,
                      const struct kc_step *step);
 
-/* Puts e; a failure is recorded in r (and counted), never returned. */
-void kc_store_put(kcache_compiler *c, const kcache_entry *e, struct kc_result *r);
+/*
+ * Stores r's artifact with its key, names and the inputs to rebuild it; a
+ * failure is recorded in r (and counted), never returned.
+ */
+void kc_store_result(kcache_compiler *c, struct kc_result *r, const char *name,
+                     const char *toolchain, const kcache_input *inputs, size_t n_inputs);
 
+/* What every public compile call starts with: *out NULL, arguments there, a new result. */
+int kc_result_start(struct kc_result **r, uint64_t *t0, kcache_result **out,
+                    const void *compiler, const void *request);
+/* Points the public key material at r->material, just encoded. */
+void kc_result_keyed(struct kc_result *r);
+/* A public compile call: kc_result_start(), fn, kc_result_finish(). */
+typedef int (*kc_request_fn)(kcache_compiler *c, const void *request, struct kc_result *r);
+int kc_result_run(kcache_result **out, kcache_compiler *c, const void *request,
+                  kc_request_fn fn);
 /* Sets the status, the time since t0 and *out; returns rc. */
 int kc_result_finish(struct kc_result *r, int rc, uint64_t t0, kcache_result **out);
 

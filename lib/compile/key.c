@@ -1,3 +1,4 @@
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -5,6 +6,7 @@
 #include "util/codec.h"
 #include "kcache/compile.h"
 #include "compile/key.h"
+#include "compile/opts.h"
 
 void kc_key_add(kc_keybuf *k, int tag, const void *data, size_t size)
 {
@@ -107,4 +109,181 @@ KCACHE_API int kcache_key_describe(const void *material, size_t size,
     int rc = kc_key_walk(material, size, describe_one, &d);
     kc_buf_free(&d.text);
     return rc;
+}
+
+/* ---- what a compile and a link are keyed by ------------------------------ */
+
+static int cmp_cstr(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static int seal(kc_keybuf *k, kc_buf *material, kcache_key *key)
+{
+    if (k->failed) {
+        kc_buf_free(&k->b);
+        return KCACHE_ENOMEM;
+    }
+    kc_key_finish(k, key);
+    *material = k->b;
+    return 0;
+}
+
+int kc_key_encode_compile(kc_buf *material, kcache_key *key, const kc_key_compile *in,
+                          char *msg, size_t msg_size)
+{
+    kc_keybuf k = {{0}, 0};
+    kc_key_add_str(&k, KC_TAG_FORMAT, KC_KEY_FORMAT);
+    kc_key_add_str(&k, KC_TAG_INPUT_KIND, "cuda");
+    kc_key_add_str(&k, KC_TAG_OUTPUT_KIND, in->output_kind);
+    kc_key_add_str(&k, KC_TAG_ARCH, in->arch);
+    kc_key_add_str(&k, KC_TAG_NVRTC, in->nvrtc_id);
+    kc_key_add_str(&k, KC_TAG_TOOLKIT, in->toolkit_id);
+    for (size_t i = 0; i < in->n_options; i++)
+        kc_key_add_str(&k, KC_TAG_OPTION, in->options[i]);
+    if (in->n_name_exprs) {
+        const char **exprs = kc_malloc(in->n_name_exprs * sizeof(*exprs));
+        if (!exprs) {
+            kc_buf_free(&k.b);
+            return KCACHE_ENOMEM;
+        }
+        memcpy(exprs, in->name_exprs, in->n_name_exprs * sizeof(*exprs));
+        qsort(exprs, in->n_name_exprs, sizeof(*exprs), cmp_cstr);
+        for (size_t i = 0; i < in->n_name_exprs; i++) {
+            /* Duplicates do not change the output. */
+            if (i == 0 || strcmp(exprs[i], exprs[i - 1]) != 0)
+                kc_key_add_str(&k, KC_TAG_NAME_EXPR, exprs[i]);
+        }
+        free(exprs);
+    }
+    kc_key_add_str(&k, KC_TAG_SOURCE_NAME, in->source_name);
+    uint8_t digest[KC_DIGEST_SIZE];
+    kc_digest(digest, in->source, in->source_size);
+    kc_key_add(&k, KC_TAG_SOURCE, digest, sizeof(digest));
+    for (size_t i = 0; i < in->n_deps; i++) {
+        const kc_dep *d = &in->deps[i];
+        char field[PATH_MAX + 256];
+        int n;
+        if (d->state == KC_DEP_USER) {
+            char hex[2 * KC_DIGEST_SIZE + 1];
+            for (int j = 0; j < KC_DIGEST_SIZE; j++)
+                snprintf(hex + 2 * j, 3, "%02x", d->digest[j]);
+            n = snprintf(field, sizeof(field), "%s%cfile%c%s", d->spelling, 0, 0, hex);
+        } else if (d->state == KC_DEP_TOOLKIT) {
+            n = snprintf(field, sizeof(field), "%s%ctoolkit%c%s", d->spelling, 0, 0,
+                         d->toolkit_rel);
+        } else {
+            n = snprintf(field, sizeof(field), "%s%cabsent%c", d->spelling, 0, 0);
+        }
+        if (n < 0 || (size_t)n >= sizeof(field)) {
+            kc_buf_free(&k.b);
+            return kc_fmt(msg, msg_size, KCACHE_EINVAL, "include spelling too long: %.80s",
+                          d->spelling);
+        }
+        kc_key_add(&k, KC_TAG_HEADER, field, (size_t)n);
+    }
+    if (in->extra_size)
+        kc_key_add(&k, KC_TAG_EXTRA, in->extra, in->extra_size);
+    return seal(&k, material, key);
+}
+
+int kc_key_encode_link(kc_buf *material, kcache_key *key, const kc_key_link *in)
+{
+    kc_keybuf k = {{0}, 0};
+    kc_key_add_str(&k, KC_TAG_FORMAT, KC_KEY_FORMAT);
+    kc_key_add_str(&k, KC_TAG_INPUT_KIND, "link");
+    kc_key_add_str(&k, KC_TAG_OUTPUT_KIND, "cubin");
+    kc_key_add_str(&k, KC_TAG_ARCH, in->arch);
+    kc_key_add_str(&k, KC_TAG_NVJITLINK, in->nvjitlink_id);
+    if (in->lto)
+        kc_key_add_str(&k, KC_TAG_OPTION, "-lto");
+    for (size_t i = 0; i < in->n_options; i++)
+        kc_key_add_str(&k, KC_TAG_OPTION, in->options[i] ? in->options[i] : "");
+    for (size_t i = 0; i < in->n_inputs; i++) {
+        uint8_t d[KC_DIGEST_SIZE];
+        char field[16 + 2 * KC_DIGEST_SIZE];
+        kc_digest(d, in->data[i], in->sizes[i]);
+        int n = snprintf(field, sizeof(field), "%s%c", kcache_kind_name(in->kinds[i]), 0);
+        for (int j = 0; j < KC_DIGEST_SIZE; j++)
+            n += snprintf(field + n, sizeof(field) - (size_t)n, "%02x", d[j]);
+        kc_key_add(&k, KC_TAG_LINK_INPUT, field, (size_t)n);
+    }
+    return seal(&k, material, key);
+}
+
+/* ---- reading key material back ------------------------------------------ */
+
+static void copy_field(char *dst, size_t size, const uint8_t *data, size_t n)
+{
+    size_t k = n < size - 1 ? n : size - 1;
+    memcpy(dst, data, k);
+    dst[k] = '\0';
+}
+
+/* "spelling\0toolkit\0include/cccl/cub/x.cuh" -> "include/cccl" */
+static int toolkit_dir_of(kc_recipe *rc, const uint8_t *data, size_t n)
+{
+    const char *spelling = (const char *)data;
+    size_t sp = strnlen(spelling, n);
+    if (sp + 1 >= n)
+        return 0;
+    const char *state = spelling + sp + 1;
+    size_t st = strnlen(state, n - sp - 1);
+    if (strncmp(state, "toolkit", st) != 0 || st != 7 || sp + st + 2 >= n)
+        return 0;
+    const char *rel = state + st + 1;
+    size_t rl = n - sp - st - 2;
+    if (rl <= sp || memcmp(rel + rl - sp, spelling, sp) != 0 || rel[rl - sp - 1] != '/')
+        return 0;
+    char dir[4096];
+    if (rl - sp - 1 >= sizeof(dir))
+        return 0;
+    memcpy(dir, rel, rl - sp - 1);
+    dir[rl - sp - 1] = '\0';
+    for (size_t i = 0; i < rc->n_toolkit_dirs; i++)
+        if (!strcmp(rc->toolkit_dirs[i], dir))
+            return 0;
+    return kc_strv_push(&rc->toolkit_dirs, &rc->n_toolkit_dirs, dir);
+}
+
+static int read_field(void *ud, int tag, const uint8_t *data, size_t n)
+{
+    kc_recipe *rc = ud;
+    char text[4096];
+    copy_field(text, sizeof(text), data, n);
+    switch (tag) {
+    case KC_TAG_INPUT_KIND: copy_field(rc->input, sizeof(rc->input), data, n); return 0;
+    case KC_TAG_OUTPUT_KIND: copy_field(rc->output, sizeof(rc->output), data, n); return 0;
+    case KC_TAG_ARCH: copy_field(rc->arch, sizeof(rc->arch), data, n); return 0;
+    case KC_TAG_NVRTC: copy_field(rc->nvrtc, sizeof(rc->nvrtc), data, n); return 0;
+    case KC_TAG_NVJITLINK: copy_field(rc->nvjitlink, sizeof(rc->nvjitlink), data, n); return 0;
+    case KC_TAG_TOOLKIT: copy_field(rc->toolkit, sizeof(rc->toolkit), data, n); return 0;
+    case KC_TAG_SOURCE_NAME:
+        copy_field(rc->source_name, sizeof(rc->source_name), data, n);
+        return 0;
+    case KC_TAG_OPTION:
+        if (!strcmp(text, "-lto") && !strcmp(rc->input, "link")) {
+            rc->lto = 1;
+            return 0;
+        }
+        return kc_strv_push(&rc->options, &rc->n_options, text);
+    case KC_TAG_NAME_EXPR: return kc_strv_push(&rc->exprs, &rc->n_exprs, text);
+    case KC_TAG_HEADER: return toolkit_dir_of(rc, data, n);
+    case KC_TAG_LINK_INPUT: return kc_strv_push(&rc->link_kinds, &rc->n_link, text);
+    default: return 0;
+    }
+}
+
+void kc_recipe_free(kc_recipe *rc)
+{
+    kc_strv_free(rc->options, rc->n_options);
+    kc_strv_free(rc->exprs, rc->n_exprs);
+    kc_strv_free(rc->toolkit_dirs, rc->n_toolkit_dirs);
+    kc_strv_free(rc->link_kinds, rc->n_link);
+}
+
+int kc_key_decode(kc_recipe *out, const void *material, size_t size)
+{
+    memset(out, 0, sizeof(*out));
+    return kc_key_walk(material, size, read_field, out);
 }

@@ -8,6 +8,7 @@
 #ifndef KC_KEY_H
 #define KC_KEY_H
 
+#include "compile/deps.h"
 #include "util/common.h"
 
 /*
@@ -43,6 +44,66 @@ void kc_key_add(kc_keybuf *k, int tag, const void *data, size_t size);
 void kc_key_add_str(kc_keybuf *k, int tag, const char *s);
 /* BLAKE2b-256 of the encoding. */
 void kc_key_finish(const kc_keybuf *k, kcache_key *out);
+
+/* What a compile's key is made of: every input that can change the bytes. */
+typedef struct kc_key_compile {
+    const char *output_kind;      /* "cubin", "ptx", "ltoir" */
+    const char *arch;             /* as NVRTC is given it */
+    const char *nvrtc_id;
+    const char *toolkit_id;
+    const char *const *options;   /* canonical, in order */
+    size_t n_options;
+    const char *const *name_exprs; /* any order, duplicates allowed */
+    size_t n_name_exprs;
+    const char *source_name;
+    const void *source;
+    size_t source_size;
+    const kc_dep *deps;           /* every header read or looked for */
+    size_t n_deps;
+    const void *extra;            /* the caller's extra digest */
+    size_t extra_size;
+} kc_key_compile;
+
+/* What a link's key is made of. */
+typedef struct kc_key_link {
+    const char *arch;
+    const char *nvjitlink_id;
+    int lto;
+    const char *const *options;
+    size_t n_options;
+    size_t n_inputs;
+    const kcache_kind *kinds;     /* per input */
+    const void *const *data;
+    const size_t *sizes;
+} kc_key_link;
+
+/*
+ * Encodes a compile's or a link's inputs into *material (a new buffer) and
+ * derives the key from it. Returns 0, KCACHE_ENOMEM, or KCACHE_EINVAL with a
+ * message in msg for an input the format cannot hold.
+ */
+int kc_key_encode_compile(kc_buf *material, kcache_key *key, const kc_key_compile *in,
+                          char *msg, size_t msg_size);
+int kc_key_encode_link(kc_buf *material, kcache_key *key, const kc_key_link *in);
+
+/* What key material says a compile or link was, for rebuilding it. */
+typedef struct kc_recipe {
+    char input[16], output[16], arch[32], nvrtc[128], nvjitlink[128], toolkit[4096];
+    char source_name[1024];
+    char **options;
+    size_t n_options;
+    char **exprs;
+    size_t n_exprs;
+    char **toolkit_dirs; /* derived from the toolkit headers, relative to the root */
+    size_t n_toolkit_dirs;
+    char **link_kinds;   /* per link input */
+    size_t n_link;
+    int lto;
+} kc_recipe;
+
+/* Decodes material into *out (zeroed first). Returns 0, KCACHE_ECORRUPT or KCACHE_ENOMEM. */
+int kc_key_decode(kc_recipe *out, const void *material, size_t size);
+void kc_recipe_free(kc_recipe *rc);
 
 /* Walks an encoding; fn gets the tag and its bytes. Returns 0 or KCACHE_ECORRUPT. */
 int kc_key_walk(const void *material, size_t size,

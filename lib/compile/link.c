@@ -69,34 +69,26 @@ static int compile_input(kcache_compiler *c, const kcache_link_request *req,
 static int link_key(kcache_compiler *c, const kcache_link_request *req,
                     const struct link_input *in, struct kc_result *r)
 {
-    kc_keybuf k = {{0}, 0};
-    kc_key_add_str(&k, KC_TAG_FORMAT, KC_KEY_FORMAT);
-    kc_key_add_str(&k, KC_TAG_INPUT_KIND, "link");
-    kc_key_add_str(&k, KC_TAG_OUTPUT_KIND, "cubin");
-    kc_key_add_str(&k, KC_TAG_ARCH, r->arch);
-    kc_key_add_str(&k, KC_TAG_NVJITLINK, c->tk.nvjitlink_id);
-    if (req->lto)
-        kc_key_add_str(&k, KC_TAG_OPTION, "-lto");
-    for (size_t i = 0; i < req->n_options; i++)
-        kc_key_add_str(&k, KC_TAG_OPTION, req->options[i] ? req->options[i] : "");
-    for (size_t i = 0; i < req->n_inputs; i++) {
-        uint8_t d[KC_DIGEST_SIZE];
-        char field[16 + 2 * KC_DIGEST_SIZE];
-        kc_digest(d, in[i].data, in[i].size);
-        int n = snprintf(field, sizeof(field), "%s%c", kcache_kind_name(in[i].kind), 0);
-        for (int j = 0; j < KC_DIGEST_SIZE; j++)
-            n += snprintf(field + n, sizeof(field) - (size_t)n, "%02x", d[j]);
-        kc_key_add(&k, KC_TAG_LINK_INPUT, field, (size_t)n);
+    size_t n = req->n_inputs;
+    kcache_kind *kinds = kc_calloc(n, sizeof(*kinds));
+    const void **data = kc_calloc(n, sizeof(*data));
+    size_t *sizes = kc_calloc(n, sizeof(*sizes));
+    int rc = KCACHE_ENOMEM;
+    if (kinds && data && sizes) {
+        for (size_t i = 0; i < n; i++) {
+            kinds[i] = in[i].kind;
+            data[i] = in[i].data;
+            sizes[i] = in[i].size;
+        }
+        kc_key_link k = {r->arch, c->tk.nvjitlink_id, req->lto, req->options, req->n_options,
+                         n, kinds, data, sizes};
+        if (!(rc = kc_key_encode_link(&r->material, &r->pub.key, &k)))
+            kc_result_keyed(r);
     }
-    if (k.failed) {
-        kc_buf_free(&k.b);
-        return KCACHE_ENOMEM;
-    }
-    kc_key_finish(&k, &r->pub.key);
-    r->material = k.b;
-    r->pub.key_material = r->material.data;
-    r->pub.key_material_size = r->material.size;
-    return 0;
+    free(kinds);
+    free(data);
+    free(sizes);
+    return rc;
 }
 
 static int jitlink_log(struct kc_result *r, const kc_nvjitlink *api, nvJitLinkHandle h)
@@ -199,21 +191,7 @@ static void store_link(kcache_compiler *c, const kcache_link_request *req,
     const char *first = strrchr(in[0].name, '/');
     snprintf(name, sizeof(name), "link:%s%s", first ? first + 1 : in[0].name,
              req->n_inputs > 1 ? "+" : "");
-    kcache_entry e = KCACHE_ENTRY_INIT;
-    e.key = r->pub.key;
-    e.kind = KCACHE_KIND_CUBIN;
-    e.arch = r->arch;
-    e.name = name;
-    e.data = r->pub.data;
-    e.size = r->pub.size;
-    e.log = r->pub.log;
-    e.toolchain = toolchain;
-    e.compile_ns = r->pub.compile_ns;
-    e.key_material = r->pub.key_material;
-    e.key_material_size = r->pub.key_material_size;
-    e.n_inputs = req->n_inputs;
-    e.inputs = inputs;
-    kc_store_put(c, &e, r);
+    kc_store_result(c, r, name, toolchain, inputs, req->n_inputs);
     free(inputs);
 }
 
@@ -237,8 +215,8 @@ static void store_link_step(void *ctx, struct kc_result *r)
     store_link(s->c, s->req, s->in, r);
 }
 
-static int link_request(kcache_compiler *c, const kcache_link_request *req, struct kc_result *r,
-                        struct link_input *in)
+static int link_steps(kcache_compiler *c, const kcache_link_request *req, struct kc_result *r,
+                      struct link_input *in)
 {
     int rc;
     if (req->version < 1 || req->version > KCACHE_LINK_REQUEST_VERSION)
@@ -289,24 +267,22 @@ static int link_request(kcache_compiler *c, const kcache_link_request *req, stru
     return rc;
 }
 
+/* The inputs compiled on the way are the link's to free. */
+static int link_request(kcache_compiler *c, const void *request, struct kc_result *r)
+{
+    const kcache_link_request *req = request;
+    struct link_input *in = kc_calloc(req->n_inputs + 1, sizeof(*in));
+    if (!in)
+        return KCACHE_ENOMEM;
+    int rc = link_steps(c, req, r, in);
+    for (size_t i = 0; i < req->n_inputs; i++)
+        kcache_result_free(in[i].compiled);
+    free(in);
+    return rc;
+}
+
 KCACHE_API int kcache_link(kcache_result **out, kcache_compiler *compiler,
                            const kcache_link_request *request)
 {
-    if (!out)
-        return KCACHE_EINVAL;
-    *out = NULL;
-    if (!compiler || !request)
-        return KCACHE_EINVAL;
-    struct kc_result *r = kc_result_new();
-    struct link_input *in = r ? kc_calloc(request->n_inputs + 1, sizeof(*in)) : NULL;
-    if (!in) {
-        free(r);
-        return KCACHE_ENOMEM;
-    }
-    uint64_t t0 = kc_mono_ns();
-    int rc = link_request(compiler, request, r, in);
-    for (size_t i = 0; i < request->n_inputs; i++)
-        kcache_result_free(in[i].compiled);
-    free(in);
-    return kc_result_finish(r, rc, t0, out);
+    return kc_result_run(out, compiler, request, link_request);
 }

@@ -11,90 +11,8 @@
 
 #include "compile/compileint.h"
 
-struct recipe {
-    char input[16], output[16], arch[32], nvrtc[128], nvjitlink[128], toolkit[4096];
-    char source_name[1024];
-    char **options;
-    size_t n_options;
-    char **exprs;
-    size_t n_exprs;
-    char **toolkit_dirs; /* derived from the toolkit headers, relative to the root */
-    size_t n_toolkit_dirs;
-    char **link_kinds;
-    size_t n_link;
-    int lto;
-};
 
-static void copy_field(char *dst, size_t size, const uint8_t *data, size_t n)
-{
-    size_t k = n < size - 1 ? n : size - 1;
-    memcpy(dst, data, k);
-    dst[k] = '\0';
-}
-
-/* "spelling\0toolkit\0include/cccl/cub/x.cuh" -> "include/cccl" */
-static int toolkit_dir_of(struct recipe *rc, const uint8_t *data, size_t n)
-{
-    const char *spelling = (const char *)data;
-    size_t sp = strnlen(spelling, n);
-    if (sp + 1 >= n)
-        return 0;
-    const char *state = spelling + sp + 1;
-    size_t st = strnlen(state, n - sp - 1);
-    if (strncmp(state, "toolkit", st) != 0 || st != 7 || sp + st + 2 >= n)
-        return 0;
-    const char *rel = state + st + 1;
-    size_t rl = n - sp - st - 2;
-    if (rl <= sp || memcmp(rel + rl - sp, spelling, sp) != 0 || rel[rl - sp - 1] != '/')
-        return 0;
-    char dir[4096];
-    if (rl - sp - 1 >= sizeof(dir))
-        return 0;
-    memcpy(dir, rel, rl - sp - 1);
-    dir[rl - sp - 1] = '\0';
-    for (size_t i = 0; i < rc->n_toolkit_dirs; i++)
-        if (!strcmp(rc->toolkit_dirs[i], dir))
-            return 0;
-    return kc_strv_push(&rc->toolkit_dirs, &rc->n_toolkit_dirs, dir);
-}
-
-static int read_field(void *ud, int tag, const uint8_t *data, size_t n)
-{
-    struct recipe *rc = ud;
-    char text[4096];
-    copy_field(text, sizeof(text), data, n);
-    switch (tag) {
-    case KC_TAG_INPUT_KIND: copy_field(rc->input, sizeof(rc->input), data, n); return 0;
-    case KC_TAG_OUTPUT_KIND: copy_field(rc->output, sizeof(rc->output), data, n); return 0;
-    case KC_TAG_ARCH: copy_field(rc->arch, sizeof(rc->arch), data, n); return 0;
-    case KC_TAG_NVRTC: copy_field(rc->nvrtc, sizeof(rc->nvrtc), data, n); return 0;
-    case KC_TAG_NVJITLINK: copy_field(rc->nvjitlink, sizeof(rc->nvjitlink), data, n); return 0;
-    case KC_TAG_TOOLKIT: copy_field(rc->toolkit, sizeof(rc->toolkit), data, n); return 0;
-    case KC_TAG_SOURCE_NAME:
-        copy_field(rc->source_name, sizeof(rc->source_name), data, n);
-        return 0;
-    case KC_TAG_OPTION:
-        if (!strcmp(text, "-lto") && !strcmp(rc->input, "link")) {
-            rc->lto = 1;
-            return 0;
-        }
-        return kc_strv_push(&rc->options, &rc->n_options, text);
-    case KC_TAG_NAME_EXPR: return kc_strv_push(&rc->exprs, &rc->n_exprs, text);
-    case KC_TAG_HEADER: return toolkit_dir_of(rc, data, n);
-    case KC_TAG_LINK_INPUT: return kc_strv_push(&rc->link_kinds, &rc->n_link, text);
-    default: return 0;
-    }
-}
-
-static void recipe_free(struct recipe *rc)
-{
-    kc_strv_free(rc->options, rc->n_options);
-    kc_strv_free(rc->exprs, rc->n_exprs);
-    kc_strv_free(rc->toolkit_dirs, rc->n_toolkit_dirs);
-    kc_strv_free(rc->link_kinds, rc->n_link);
-}
-
-static int rebuild_source(kcache_compiler *c, const kcache_entry *e, struct recipe *rc,
+static int rebuild_source(kcache_compiler *c, const kcache_entry *e, kc_recipe *rc,
                           struct kc_result *r)
 {
     if (strcmp(rc->nvrtc, c->tk.nvrtc_id) != 0 || strcmp(rc->toolkit, c->tk.identity) != 0)
@@ -164,7 +82,7 @@ out:
     return rc_;
 }
 
-static int rebuild_link(kcache_compiler *c, const kcache_entry *e, struct recipe *rc,
+static int rebuild_link(kcache_compiler *c, const kcache_entry *e, kc_recipe *rc,
                         struct kc_result *r)
 {
     if (strcmp(rc->nvjitlink, c->tk.nvjitlink_id) != 0)
@@ -197,19 +115,17 @@ static int rebuild_link(kcache_compiler *c, const kcache_entry *e, struct recipe
 KCACHE_API int kcache_recompile(kcache_result **out, int *same, kcache_compiler *compiler,
                                 const kcache_key *key)
 {
-    if (out)
-        *out = NULL;
-    if (!compiler || !key || !same)
+    struct kc_result *r;
+    uint64_t t0;
+    if (!same)
         return KCACHE_EINVAL;
     *same = 0;
-    struct kc_result *r = kc_result_new();
-    if (!r)
-        return KCACHE_ENOMEM;
-    struct recipe rc;
-    memset(&rc, 0, sizeof(rc));
+    int status = kc_result_start(&r, &t0, out, compiler, key);
+    if (status)
+        return status;
+    kc_recipe rc;
+    memset(&rc, 0, sizeof(rc)); /* freed at out: even when decoding is not reached */
     kcache_entry *e = NULL;
-    int status;
-    uint64_t t0 = kc_mono_ns();
     if (!compiler->store) {
         status = kc_result_fail(r, KCACHE_EINVAL, "no store to read the entry from");
         goto out;
@@ -220,7 +136,7 @@ KCACHE_API int kcache_recompile(kcache_result **out, int *same, kcache_compiler 
         goto out;
     }
     r->pub.key = *key;
-    status = kc_key_walk(e->key_material, e->key_material_size, read_field, &rc);
+    status = kc_key_decode(&rc, e->key_material, e->key_material_size);
     if (status == KCACHE_ECORRUPT) {
         kc_result_fail(r, status, "its key material does not parse");
         goto out;
@@ -236,13 +152,7 @@ KCACHE_API int kcache_recompile(kcache_result **out, int *same, kcache_compiler 
     if (!status)
         *same = r->pub.size == e->size && memcmp(r->pub.data, e->data, e->size) == 0;
 out:
-    recipe_free(&rc);
+    kc_recipe_free(&rc);
     kcache_entry_free(e);
-    r->pub.status = status;
-    r->pub.elapsed_ns = kc_mono_ns() - t0;
-    if (out)
-        *out = &r->pub;
-    else
-        kcache_result_free(&r->pub);
-    return status;
+    return kc_result_finish(r, status, t0, out);
 }

@@ -134,14 +134,19 @@ static int make_single_file(kcache_store *s, const char *path)
 }
 
 /* What export and import check before they touch anything. */
-static int check_call(kcache_store *store, const char *fn, const char *path,
-                      const kcache_bundle_result *out, const kcache_bundle_options *o)
+static int check_call(const kcache_bundle_options **o, kcache_store *store, const char *fn,
+                      const char *path, const kcache_bundle_result *out,
+                      const kcache_bundle_options *options)
 {
+    static const kcache_bundle_options defaults = KCACHE_BUNDLE_OPTIONS_INIT;
+    *o = options ? options : &defaults;
+    if (!store)
+        return KCACHE_EINVAL;
     if (!path || !*path)
         return bundle_err(store, KCACHE_EINVAL, "%s: no path", fn);
-    if (o->version < 1 || o->version > KCACHE_BUNDLE_OPTIONS_VERSION)
+    if ((*o)->version < 1 || (*o)->version > KCACHE_BUNDLE_OPTIONS_VERSION)
         return bundle_err(store, KCACHE_EINVAL, "%s: options version %u is not supported", fn,
-                          o->version);
+                          (*o)->version);
     if (!KC_RESULT_VERSION_OK(out, KCACHE_BUNDLE_RESULT_VERSION))
         return bundle_err(store, KCACHE_EINVAL,
                           "%s: result version %u is not supported (KCACHE_BUNDLE_RESULT_INIT)",
@@ -156,12 +161,9 @@ KCACHE_API int kcache_bundle_export(kcache_bundle_result *out, kcache_store *sto
                                     const char *path,
                                     const kcache_bundle_options *options)
 {
-    static const kcache_bundle_options defaults = KCACHE_BUNDLE_OPTIONS_INIT;
-    int rc;
-    if (!store)
-        return KCACHE_EINVAL;
-    const kcache_bundle_options *o = options ? options : &defaults;
-    if ((rc = check_call(store, "kcache_bundle_export", path, out, o)))
+    const kcache_bundle_options *o;
+    int rc = check_call(&o, store, "kcache_bundle_export", path, out, options);
+    if (rc)
         return rc;
     kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
     struct item_list keys = {0};
@@ -478,12 +480,9 @@ KCACHE_API int kcache_bundle_import(kcache_bundle_result *out, kcache_store *sto
                                     const char *path,
                                     const kcache_bundle_options *options)
 {
-    static const kcache_bundle_options defaults = KCACHE_BUNDLE_OPTIONS_INIT;
-    int rc;
-    if (!store)
-        return KCACHE_EINVAL;
-    const kcache_bundle_options *o = options ? options : &defaults;
-    if ((rc = check_call(store, "kcache_bundle_import", path, out, o)))
+    const kcache_bundle_options *o;
+    int rc = check_call(&o, store, "kcache_bundle_import", path, out, options);
+    if (rc)
         return rc;
     kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
     struct item_list keys = {0};
