@@ -111,6 +111,10 @@ struct work {
 };
 void kc_work_free(struct work *w);
 
+/* Sets w's target (nvrtc_arch) and kind, and r's arch and kind, from the request. */
+int kc_resolve_arch(kcache_compiler *c, const kcache_request *req, struct work *w,
+                    struct kc_result *r);
+
 /*
  * Runs NVRTC on prepared work into r. hermetic: user headers in memory, only
  * the toolkit's -I directories, no source-directory search.

@@ -1,0 +1,264 @@
+/*
+ * The compiler handle and its results, and the one path every compile and link
+ * takes through the cache: look up (or wait for whoever compiles), else run
+ * the step, count the miss, store.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "compile/compileint.h"
+#include "util/settings.h"
+#define KC_DEFAULT_WAIT_MS (10u * 60u * 1000u)
+
+/* The cache is off by $KCACHE_DISABLE or by disable = true in kcache.conf. */
+static int disabled(const char *store_path)
+{
+    char *path = NULL, ignored[256];
+    if (kc_config_path(&path, store_path, ignored, sizeof(ignored)) != 0)
+        return 0; /* no location: opening the store will say so */
+    int off = kc_config_disabled(path);
+    free(path);
+    return off;
+}
+
+KCACHE_API int kcache_compiler_new(kcache_compiler **out, const kcache_compiler_options *options,
+                                   char *errbuf, size_t errbuf_size)
+{
+    static const kcache_compiler_options defaults = KCACHE_COMPILER_OPTIONS_INIT;
+    if (!out)
+        return kc_fmt(errbuf, errbuf_size, KCACHE_EINVAL, "kcache_compiler_new: out is NULL");
+    *out = NULL;
+    if (!options)
+        options = &defaults;
+    if (options->version < 1 || options->version > KCACHE_COMPILER_OPTIONS_VERSION)
+        return kc_fmt(errbuf, errbuf_size, KCACHE_EINVAL,
+                      "kcache_compiler_new: options version %u is not supported",
+                      options->version);
+    kcache_compiler *c = kc_calloc(1, sizeof(*c));
+    if (!c)
+        return kc_fmt(errbuf, errbuf_size, KCACHE_ENOMEM, "out of memory");
+    int rc = kc_toolkit_find(&c->tk, options->toolkit_root, errbuf, errbuf_size);
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    c->wait_timeout_ms = options->wait_timeout_ms ? options->wait_timeout_ms : KC_DEFAULT_WAIT_MS;
+    c->log = options->log;
+    c->log_userdata = options->log_userdata;
+    if (options->store) {
+        c->store = options->store;
+    } else if (options->no_store) {
+        c->store_status = KCACHE_EDISABLED;
+        snprintf(c->store_message, sizeof(c->store_message), "no cache in use");
+    } else if (disabled(options->store_path)) {
+        c->store_status = KCACHE_EDISABLED;
+        snprintf(c->store_message, sizeof(c->store_message),
+                 "the cache is off (KCACHE_DISABLE or disable in kcache.conf)");
+    } else {
+        kcache_store_options so = KCACHE_STORE_OPTIONS_INIT;
+        so.path = options->store_path;
+        so.max_size = options->store_max_size;
+        so.log = options->log;
+        so.log_userdata = options->log_userdata;
+        /* Never fatal: without a store the compiler still compiles. */
+        c->store_status = kcache_store_open(&c->store, &so, c->store_message,
+                                            sizeof(c->store_message));
+        c->own_store = c->store != NULL;
+    }
+    *out = c;
+    return 0;
+}
+
+KCACHE_API void kcache_compiler_free(kcache_compiler *compiler)
+{
+    if (!compiler)
+        return;
+    if (compiler->own_store)
+        kcache_store_close(compiler->store);
+    kc_toolkit_free(&compiler->tk);
+    free(compiler);
+}
+
+KCACHE_API kcache_store *kcache_compiler_store(kcache_compiler *compiler)
+{
+    return compiler ? compiler->store : NULL;
+}
+
+/* ---- results ---------------------------------------------------------- */
+
+struct kc_result *kc_result_new(void)
+{
+    struct kc_result *r = kc_calloc(1, sizeof(*r));
+    if (!r)
+        return NULL;
+    r->pub.version = KCACHE_RESULT_VERSION;
+    r->pub.message = r->message;
+    r->pub.store_message = r->store_message;
+    r->pub.log = "";
+    r->pub.arch = r->arch;
+    return r;
+}
+
+KCACHE_API void kcache_result_free(kcache_result *result)
+{
+    if (!result)
+        return;
+    struct kc_result *r = (struct kc_result *)result;
+    kcache_entry_free(r->entry);
+    free(r->data);
+    free(r->log);
+    kc_strv_free(r->exprs, r->n_names);
+    kc_strv_free(r->lowered, r->n_names);
+    kc_strv_free(r->headers, r->n_headers);
+    kc_buf_free(&r->material);
+    free(r);
+}
+
+KCACHE_API const char *kcache_result_lowered_name(const kcache_result *result,
+                                                  const char *name_expr)
+{
+    if (!result || !name_expr)
+        return NULL;
+    for (size_t i = 0; i < result->n_names; i++)
+        if (strcmp(result->name_exprs[i], name_expr) == 0)
+            return result->lowered_names[i];
+    return NULL;
+}
+
+int kc_result_fail(struct kc_result *r, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->message, sizeof(r->message), fmt, ap);
+    va_end(ap);
+    for (char *p = r->message; *p; p++)
+        if (*p == '\n')
+            *p = ' ';
+    return code;
+}
+
+void kc_result_store_problem(struct kc_result *r, int status, const char *msg)
+{
+    if (r->pub.store_status)
+        return; /* the first problem is the one worth telling */
+    r->pub.store_status = status;
+    size_t n = KC_MIN(strlen(msg), sizeof(r->store_message) - 1);
+    memcpy(r->store_message, msg, n);
+    r->store_message[n] = '\0';
+}
+
+/* Serves a result from a cache entry, which it takes over. */
+void kc_result_from_entry(struct kc_result *r, kcache_entry *e)
+{
+    r->entry = e;
+    r->pub.hit = 1;
+    r->pub.data = e->data;
+    r->pub.size = e->size;
+    r->pub.log = e->log;
+    r->pub.n_names = e->n_names;
+    r->pub.name_exprs = e->name_exprs;
+    r->pub.lowered_names = e->lowered_names;
+    r->pub.compile_ns = e->compile_ns;
+    r->pub.kind = e->kind;
+}
+
+void kc_store_result(kcache_compiler *c, struct kc_result *r, const char *name,
+                     const char *toolchain, const kcache_input *inputs, size_t n_inputs)
+{
+    kcache_entry e = KCACHE_ENTRY_INIT;
+    e.key = r->pub.key;
+    e.kind = r->pub.kind;
+    e.arch = r->arch;
+    e.name = name;
+    e.data = r->pub.data;
+    e.size = r->pub.size;
+    e.log = r->pub.log;
+    e.toolchain = toolchain;
+    e.compile_ns = r->pub.compile_ns;
+    e.key_material = r->pub.key_material;
+    e.key_material_size = r->pub.key_material_size;
+    e.n_names = r->pub.n_names;
+    e.name_exprs = r->pub.name_exprs;
+    e.lowered_names = r->pub.lowered_names;
+    e.n_inputs = n_inputs;
+    e.inputs = inputs;
+    int rc = kcache_store_put(c->store, &e);
+    if (rc) {
+        /* The artifact is returned all the same; the result says why it was not kept. */
+        kc_result_store_problem(r, rc, kcache_store_errmsg(c->store));
+        kc_store_count_failure(c->store);
+    }
+}
+
+int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, unsigned flags,
+                     const struct kc_step *step)
+{
+    int leased = 0;
+    if (use_store && !(flags & KCACHE_COMPILE_REFRESH)) {
+        int found = kc_lookup_or_lease(c, &r->pub.key, r, &leased);
+        if (found == 1)
+            return 0;
+        if (found < 0) {
+            kc_result_store_problem(r, found, kcache_store_errmsg(c->store));
+            use_store = 0;
+        }
+    }
+    struct heartbeat hb;
+    if (leased)
+        kc_heartbeat_start(&hb, c->store, &r->pub.key);
+    int rc = step->run(step->ctx, r);
+    if (leased)
+        kc_heartbeat_stop(&hb);
+    if (use_store) {
+        kc_store_count_miss(c->store, step->arch, step->kind);
+        if (!rc)
+            step->store(step->ctx, r);
+    }
+    if (leased)
+        kc_store_lease_release(c->store, &r->pub.key);
+    return rc;
+}
+
+void kc_result_keyed(struct kc_result *r)
+{
+    r->pub.key_material = r->material.data;
+    r->pub.key_material_size = r->material.size;
+}
+
+int kc_result_start(struct kc_result **r, uint64_t *t0, kcache_result **out,
+                    const void *compiler, const void *request)
+{
+    *r = NULL;
+    *t0 = kc_mono_ns();
+    if (!out)
+        return KCACHE_EINVAL;
+    *out = NULL;
+    if (!compiler || !request)
+        return KCACHE_EINVAL;
+    *r = kc_result_new();
+    return *r ? 0 : KCACHE_ENOMEM;
+}
+
+int kc_result_run(kcache_result **out, kcache_compiler *c, const void *request,
+                  kc_request_fn fn)
+{
+    struct kc_result *r;
+    uint64_t t0;
+    int rc = kc_result_start(&r, &t0, out, c, request);
+    return rc ? rc : kc_result_finish(r, fn(c, request, r), t0, out);
+}
+
+int kc_result_finish(struct kc_result *r, int rc, uint64_t t0, kcache_result **out)
+{
+    r->pub.status = rc;
+    r->pub.elapsed_ns = kc_mono_ns() - t0;
+    if (rc == KCACHE_ENOMEM && !r->message[0])
+        kc_result_fail(r, rc, "out of memory");
+    *out = &r->pub;
+    return rc;
+}

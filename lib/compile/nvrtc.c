@@ -1,0 +1,180 @@
+/* Running NVRTC on prepared work: the only calls into NVRTC for a compile. */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "compile/compileint.h"
+
+static int under_root(const kc_toolkit *tk, const char *dir)
+{
+    char *real = realpath(dir, NULL);
+    size_t n = strlen(tk->root);
+    int inside = real && strncmp(real, tk->root, n) == 0 && (real[n] == '/' || real[n] == '\0');
+    free(real);
+    return inside;
+}
+
+static int nvrtc_fail(struct kc_result *r, const kc_nvrtc *api, nvrtcResult res, const char *what)
+{
+    return kc_result_fail(r, res == NVRTC_ERROR_OUT_OF_MEMORY ? KCACHE_ENOMEM : KCACHE_EIO,
+                          "NVRTC %s: %s", what, api->GetErrorString(res));
+}
+
+/*
+ * Runs NVRTC. Hermetic: the user headers go in memory under their spellings,
+ * only the toolkit's -I directories are passed, and the source directory is
+ * not searched. Otherwise (not cacheable) NVRTC reads from disk as usual.
+ */
+int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct work *w,
+                 struct kc_result *r, int hermetic)
+{
+    const kc_nvrtc *api;
+    char msg[512];
+    int rc = kc_nvrtc_get(&c->tk, &api, msg, sizeof(msg));
+    if (rc)
+        return kc_result_fail(r, rc, "%s", msg);
+    size_t n_headers = 0;
+    const char **contents = kc_calloc(w->deps.n_deps + 1, sizeof(char *));
+    const char **spellings = kc_calloc(w->deps.n_deps + 1, sizeof(char *));
+    char **opts = NULL;
+    size_t n_opts = 0;
+    nvrtcProgram prog = NULL;
+    char buf[PATH_MAX + 32];
+    if (!contents || !spellings) {
+        rc = KCACHE_ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; hermetic && i < w->deps.n_deps; i++) {
+        if (w->deps.deps[i].state != KC_DEP_USER)
+            continue;
+        contents[n_headers] = w->deps.deps[i].content;
+        spellings[n_headers++] = w->deps.deps[i].spelling;
+    }
+    for (size_t i = 0; i < w->opts.n_canonical && !rc; i++)
+        rc = kc_strv_push(&opts, &n_opts, w->opts.canonical[i]);
+    snprintf(buf, sizeof(buf), "--gpu-architecture=%s", w->nvrtc_arch);
+    if (!rc)
+        rc = kc_strv_push(&opts, &n_opts, buf);
+    for (size_t i = 0; i < w->opts.n_include_dirs && !rc; i++) {
+        if (hermetic && !under_root(&c->tk, w->opts.include_dirs[i]))
+            continue;
+        snprintf(buf, sizeof(buf), "--include-path=%s", w->opts.include_dirs[i]);
+        rc = kc_strv_push(&opts, &n_opts, buf);
+    }
+    if (!rc && (hermetic || w->opts.no_source_include))
+        rc = kc_strv_push(&opts, &n_opts, "--no-source-include");
+    if (!rc && !w->opts.has_seed) {
+        /* Reproducible bytes: the seed comes from the key, so a recompile, a
+         * CI runner and a laptop all produce the same CUBIN for one key.
+         * 32 bits: NVRTC 13 silently ignores a 64-bit seed (seen: the
+         * internal-linkage names of block_sort.cu still varied). */
+        snprintf(buf, sizeof(buf), "--frandom-seed=0x%02x%02x%02x%02x", r->pub.key.bytes[0],
+                 r->pub.key.bytes[1], r->pub.key.bytes[2], r->pub.key.bytes[3]);
+        rc = kc_strv_push(&opts, &n_opts, buf);
+    }
+    if (rc)
+        goto out;
+    /* Not hermetic: let NVRTC find "quoted" headers beside the source file. */
+    const char *name = !hermetic && req->source_path ? req->source_path : w->source_name;
+    nvrtcResult res = api->CreateProgram(&prog, w->source, name, (int)n_headers, contents,
+                                         spellings);
+    if (res != NVRTC_SUCCESS) {
+        rc = nvrtc_fail(r, api, res, "could not take the program");
+        goto out;
+    }
+    for (size_t i = 0; i < req->n_name_exprs; i++) {
+        if ((res = api->AddNameExpression(prog, req->name_exprs[i])) != NVRTC_SUCCESS) {
+            rc = nvrtc_fail(r, api, res, "refused a name expression");
+            goto out;
+        }
+    }
+    uint64_t t0 = kc_mono_ns();
+    nvrtcResult compiled = api->CompileProgram(prog, (int)n_opts, (const char *const *)opts);
+    r->pub.compile_ns = kc_mono_ns() - t0;
+    size_t log_size = 0;
+    if (api->GetProgramLogSize(prog, &log_size) == NVRTC_SUCCESS && log_size > 1) {
+        if (!(r->log = kc_malloc(log_size))) {
+            rc = KCACHE_ENOMEM;
+            goto out;
+        }
+        if (api->GetProgramLog(prog, r->log) != NVRTC_SUCCESS)
+            r->log[0] = '\0';
+        r->log[log_size - 1] = '\0';
+        r->pub.log = r->log;
+    }
+    if (compiled != NVRTC_SUCCESS) {
+        rc = compiled == NVRTC_ERROR_COMPILATION
+                 ? kc_result_fail(r, KCACHE_ECOMPILE, "%s did not compile (see the log)",
+                                  w->source_name)
+                 : nvrtc_fail(r, api, compiled, "failed");
+        goto out;
+    }
+    size_t size = 0;
+    if (w->kind == KCACHE_KIND_CUBIN)
+        res = api->GetCUBINSize(prog, &size);
+    else if (w->kind == KCACHE_KIND_PTX)
+        res = api->GetPTXSize(prog, &size);
+    else
+        res = api->GetLTOIRSize(prog, &size);
+    if (res != NVRTC_SUCCESS || size == 0) {
+        rc = res != NVRTC_SUCCESS ? nvrtc_fail(r, api, res, "gave no output")
+                                  : kc_result_fail(r, KCACHE_EIO, "NVRTC gave an empty %s",
+                                                   kcache_kind_name(w->kind));
+        goto out;
+    }
+    if (!(r->data = kc_malloc(size + 1))) {
+        rc = KCACHE_ENOMEM;
+        goto out;
+    }
+    if (w->kind == KCACHE_KIND_CUBIN)
+        res = api->GetCUBIN(prog, r->data);
+    else if (w->kind == KCACHE_KIND_PTX)
+        res = api->GetPTX(prog, r->data);
+    else
+        res = api->GetLTOIR(prog, r->data);
+    if (res != NVRTC_SUCCESS) {
+        rc = nvrtc_fail(r, api, res, "gave no output");
+        goto out;
+    }
+    /* PTX comes NUL-terminated and its size counts the NUL: store the text. */
+    if (w->kind == KCACHE_KIND_PTX && size > 0 && r->data[size - 1] == '\0')
+        size--;
+    r->data[size] = '\0';
+    r->pub.data = r->data;
+    r->pub.size = size;
+    r->exprs = kc_calloc(req->n_name_exprs + 1, sizeof(char *));
+    r->lowered = kc_calloc(req->n_name_exprs + 1, sizeof(char *));
+    if (!r->exprs || !r->lowered) {
+        rc = KCACHE_ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < req->n_name_exprs; i++) {
+        const char *lowered = NULL;
+        if ((res = api->GetLoweredName(prog, req->name_exprs[i], &lowered)) != NVRTC_SUCCESS) {
+            rc = nvrtc_fail(r, api, res, "has no lowered name for a name expression");
+            goto out;
+        }
+        r->exprs[i] = kc_strdup(req->name_exprs[i]);
+        r->lowered[i] = kc_strdup(lowered);
+        r->n_names = i + 1;
+        if (!r->exprs[i] || !r->lowered[i]) {
+            rc = KCACHE_ENOMEM;
+            goto out;
+        }
+    }
+    r->pub.n_names = r->n_names;
+    r->pub.name_exprs = (const char *const *)r->exprs;
+    r->pub.lowered_names = (const char *const *)r->lowered;
+out:
+    if (prog)
+        api->DestroyProgram(&prog);
+    kc_strv_free(opts, n_opts);
+    free(contents);
+    free(spellings);
+    return rc;
+}
