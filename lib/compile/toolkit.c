@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,116 +247,136 @@ struct loaded {
 };
 static struct loaded loaded_nvrtc, loaded_nvjitlink;
 
-static void *sym(void *h, const char *name, int *missing)
+/* One entry point of a table: where its pointer goes, and its symbol. */
+struct entry_point {
+    size_t offset;
+    const char *symbol;
+};
+
+#define KC_EP(type, field, symbol) {offsetof(type, field), symbol}
+
+static const struct entry_point nvrtc_points[] = {
+    KC_EP(kc_nvrtc, Version, "nvrtcVersion"),
+    KC_EP(kc_nvrtc, GetErrorString, "nvrtcGetErrorString"),
+    KC_EP(kc_nvrtc, CreateProgram, "nvrtcCreateProgram"),
+    KC_EP(kc_nvrtc, DestroyProgram, "nvrtcDestroyProgram"),
+    KC_EP(kc_nvrtc, CompileProgram, "nvrtcCompileProgram"),
+    KC_EP(kc_nvrtc, GetProgramLogSize, "nvrtcGetProgramLogSize"),
+    KC_EP(kc_nvrtc, GetProgramLog, "nvrtcGetProgramLog"),
+    KC_EP(kc_nvrtc, GetPTXSize, "nvrtcGetPTXSize"),
+    KC_EP(kc_nvrtc, GetPTX, "nvrtcGetPTX"),
+    KC_EP(kc_nvrtc, GetCUBINSize, "nvrtcGetCUBINSize"),
+    KC_EP(kc_nvrtc, GetCUBIN, "nvrtcGetCUBIN"),
+    KC_EP(kc_nvrtc, GetLTOIRSize, "nvrtcGetLTOIRSize"),
+    KC_EP(kc_nvrtc, GetLTOIR, "nvrtcGetLTOIR"),
+    KC_EP(kc_nvrtc, AddNameExpression, "nvrtcAddNameExpression"),
+    KC_EP(kc_nvrtc, GetLoweredName, "nvrtcGetLoweredName"),
+};
+
+/* nvJitLink's entry points are versioned symbols behind macros in its header. */
+static const struct entry_point nvjitlink_points[] = {
+    KC_EP(kc_nvjitlink, Create, "__nvJitLinkCreate_13_0"),
+    KC_EP(kc_nvjitlink, Destroy, "__nvJitLinkDestroy_13_0"),
+    KC_EP(kc_nvjitlink, AddData, "__nvJitLinkAddData_13_0"),
+    KC_EP(kc_nvjitlink, Complete, "__nvJitLinkComplete_13_0"),
+    KC_EP(kc_nvjitlink, GetLinkedCubinSize, "__nvJitLinkGetLinkedCubinSize_13_0"),
+    KC_EP(kc_nvjitlink, GetLinkedCubin, "__nvJitLinkGetLinkedCubin_13_0"),
+    KC_EP(kc_nvjitlink, GetErrorLogSize, "__nvJitLinkGetErrorLogSize_13_0"),
+    KC_EP(kc_nvjitlink, GetErrorLog, "__nvJitLinkGetErrorLog_13_0"),
+    KC_EP(kc_nvjitlink, GetInfoLogSize, "__nvJitLinkGetInfoLogSize_13_0"),
+    KC_EP(kc_nvjitlink, GetInfoLog, "__nvJitLinkGetInfoLog_13_0"),
+};
+
+static int nvrtc_usable(void *table, void *h)
 {
-    void *p = dlsym(h, name);
-    if (!p)
-        *missing = 1;
-    return p;
+    kc_nvrtc *api = table;
+    (void)h;
+    return api->Version(&api->major, &api->minor) == NVRTC_SUCCESS;
 }
 
-#define KC_LOAD(h, s, field, name, missing)                                                        \
-    do {                                                                                           \
-        void *p_ = sym((h), (name), (missing));                                                    \
-        memcpy(&(s)->field, &p_, sizeof(p_));                                                      \
-    } while (0)
+static int nvjitlink_usable(void *table, void *h)
+{
+    kc_nvjitlink *api = table;
+    nvJitLinkResult (*version)(unsigned *, unsigned *);
+    void *pv = dlsym(h, "nvJitLinkVersion");
+    memcpy(&version, &pv, sizeof(pv));
+    return pv && version(&api->major, &api->minor) == NVJITLINK_SUCCESS;
+}
 
-int kc_nvrtc_get(const kc_toolkit *tk, const kc_nvrtc **out, char *msg, size_t msg_size)
+struct library {
+    struct loaded *loaded;
+    const char *what; /* "NVRTC" */
+    size_t size;      /* of its table */
+    const struct entry_point *points;
+    size_t n_points;
+    int (*usable)(void *table, void *h);
+};
+
+/*
+ * The table of entry points of the library at path: loaded once per process
+ * and per file, and kept (the handle stays open, like any NVRTC user's).
+ */
+static int load(const struct library *lib, const char *path, void **out, char *msg,
+                size_t msg_size)
 {
     int rc = 0;
     pthread_mutex_lock(&load_lock);
-    if (loaded_nvrtc.api && strcmp(loaded_nvrtc.path, tk->nvrtc_path) == 0) {
-        *out = loaded_nvrtc.api;
+    if (lib->loaded->api && strcmp(lib->loaded->path, path) == 0) {
+        *out = lib->loaded->api;
         goto out;
     }
-    void *h = dlopen(tk->nvrtc_path, RTLD_NOW | RTLD_LOCAL);
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
-        rc = kc_fmt(msg, msg_size, KCACHE_ENOTSUP, "cannot load NVRTC (%s): %s", tk->nvrtc_path,
+        rc = kc_fmt(msg, msg_size, KCACHE_ENOTSUP, "cannot load %s (%s): %s", lib->what, path,
                     dlerror());
         goto out;
     }
-    kc_nvrtc *api = kc_calloc(1, sizeof(*api));
-    if (!api) {
+    uint8_t *table = kc_calloc(1, lib->size);
+    if (!table) {
         rc = kc_fmt(msg, msg_size, KCACHE_ENOMEM, "out of memory");
         goto out;
     }
     int missing = 0;
-    KC_LOAD(h, api, Version, "nvrtcVersion", &missing);
-    KC_LOAD(h, api, GetErrorString, "nvrtcGetErrorString", &missing);
-    KC_LOAD(h, api, CreateProgram, "nvrtcCreateProgram", &missing);
-    KC_LOAD(h, api, DestroyProgram, "nvrtcDestroyProgram", &missing);
-    KC_LOAD(h, api, CompileProgram, "nvrtcCompileProgram", &missing);
-    KC_LOAD(h, api, GetProgramLogSize, "nvrtcGetProgramLogSize", &missing);
-    KC_LOAD(h, api, GetProgramLog, "nvrtcGetProgramLog", &missing);
-    KC_LOAD(h, api, GetPTXSize, "nvrtcGetPTXSize", &missing);
-    KC_LOAD(h, api, GetPTX, "nvrtcGetPTX", &missing);
-    KC_LOAD(h, api, GetCUBINSize, "nvrtcGetCUBINSize", &missing);
-    KC_LOAD(h, api, GetCUBIN, "nvrtcGetCUBIN", &missing);
-    KC_LOAD(h, api, GetLTOIRSize, "nvrtcGetLTOIRSize", &missing);
-    KC_LOAD(h, api, GetLTOIR, "nvrtcGetLTOIR", &missing);
-    KC_LOAD(h, api, AddNameExpression, "nvrtcAddNameExpression", &missing);
-    KC_LOAD(h, api, GetLoweredName, "nvrtcGetLoweredName", &missing);
-    if (missing || api->Version(&api->major, &api->minor) != NVRTC_SUCCESS) {
-        free(api);
-        rc = kc_fmt(msg, msg_size, KCACHE_ENOTSUP, "%s is not a usable NVRTC", tk->nvrtc_path);
+    for (size_t i = 0; i < lib->n_points; i++) {
+        void *p = dlsym(h, lib->points[i].symbol);
+        missing |= !p;
+        memcpy(table + lib->points[i].offset, &p, sizeof(p));
+    }
+    if (missing || !lib->usable(table, h)) {
+        free(table);
+        rc = kc_fmt(msg, msg_size, KCACHE_ENOTSUP, "%s is not a usable %s", path, lib->what);
         goto out;
     }
-    /* The handle stays open for the life of the process, like any NVRTC user's. */
-    snprintf(loaded_nvrtc.path, sizeof(loaded_nvrtc.path), "%s", tk->nvrtc_path);
-    loaded_nvrtc.api = api;
-    *out = api;
+    snprintf(lib->loaded->path, sizeof(lib->loaded->path), "%s", path);
+    lib->loaded->api = table;
+    *out = table;
 out:
     pthread_mutex_unlock(&load_lock);
     return rc;
 }
 
+int kc_nvrtc_get(const kc_toolkit *tk, const kc_nvrtc **out, char *msg, size_t msg_size)
+{
+    static const struct library nvrtc = {&loaded_nvrtc, "NVRTC", sizeof(kc_nvrtc),
+                                         nvrtc_points, KC_ARRAY_SIZE(nvrtc_points),
+                                         nvrtc_usable};
+    void *api = NULL;
+    int rc = load(&nvrtc, tk->nvrtc_path, &api, msg, msg_size);
+    *out = api;
+    return rc;
+}
+
 int kc_nvjitlink_get(const kc_toolkit *tk, const kc_nvjitlink **out, char *msg, size_t msg_size)
 {
-    int rc = 0;
+    static const struct library nvjitlink = {&loaded_nvjitlink, "nvJitLink", sizeof(kc_nvjitlink),
+                                             nvjitlink_points, KC_ARRAY_SIZE(nvjitlink_points),
+                                             nvjitlink_usable};
     if (!tk->nvjitlink_path)
         return kc_fmt(msg, msg_size, KCACHE_ENOTSUP,
                       "no libnvJitLink.so.%d under %s: linking needs nvJitLink", KC_CUDA_MAJOR,
                       tk->root);
-    pthread_mutex_lock(&load_lock);
-    if (loaded_nvjitlink.api && strcmp(loaded_nvjitlink.path, tk->nvjitlink_path) == 0) {
-        *out = loaded_nvjitlink.api;
-        goto out;
-    }
-    void *h = dlopen(tk->nvjitlink_path, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        rc = kc_fmt(msg, msg_size, KCACHE_ENOTSUP, "cannot load nvJitLink (%s): %s",
-                    tk->nvjitlink_path, dlerror());
-        goto out;
-    }
-    kc_nvjitlink *api = kc_calloc(1, sizeof(*api));
-    if (!api) {
-        rc = kc_fmt(msg, msg_size, KCACHE_ENOMEM, "out of memory");
-        goto out;
-    }
-    int missing = 0;
-    KC_LOAD(h, api, Create, "__nvJitLinkCreate_13_0", &missing);
-    KC_LOAD(h, api, Destroy, "__nvJitLinkDestroy_13_0", &missing);
-    KC_LOAD(h, api, AddData, "__nvJitLinkAddData_13_0", &missing);
-    KC_LOAD(h, api, Complete, "__nvJitLinkComplete_13_0", &missing);
-    KC_LOAD(h, api, GetLinkedCubinSize, "__nvJitLinkGetLinkedCubinSize_13_0", &missing);
-    KC_LOAD(h, api, GetLinkedCubin, "__nvJitLinkGetLinkedCubin_13_0", &missing);
-    KC_LOAD(h, api, GetErrorLogSize, "__nvJitLinkGetErrorLogSize_13_0", &missing);
-    KC_LOAD(h, api, GetErrorLog, "__nvJitLinkGetErrorLog_13_0", &missing);
-    KC_LOAD(h, api, GetInfoLogSize, "__nvJitLinkGetInfoLogSize_13_0", &missing);
-    KC_LOAD(h, api, GetInfoLog, "__nvJitLinkGetInfoLog_13_0", &missing);
-    nvJitLinkResult (*version)(unsigned *, unsigned *);
-    void *pv = dlsym(h, "nvJitLinkVersion");
-    memcpy(&version, &pv, sizeof(pv));
-    if (missing || !pv || version(&api->major, &api->minor) != NVJITLINK_SUCCESS) {
-        free(api);
-        rc = kc_fmt(msg, msg_size, KCACHE_ENOTSUP, "%s is not a usable nvJitLink",
-                    tk->nvjitlink_path);
-        goto out;
-    }
-    snprintf(loaded_nvjitlink.path, sizeof(loaded_nvjitlink.path), "%s", tk->nvjitlink_path);
-    loaded_nvjitlink.api = api;
+    void *api = NULL;
+    int rc = load(&nvjitlink, tk->nvjitlink_path, &api, msg, msg_size);
     *out = api;
-out:
-    pthread_mutex_unlock(&load_lock);
     return rc;
 }

@@ -440,9 +440,12 @@ static int result_fail(kcache_gpu *g, int rc, const kcache_result *r, const char
                 line ? line : "");
 }
 
-static int check_args(kcache_gpu *g, const void *request, const char *name, CUfunction *out,
-                      const char *fn)
+/* What every function lookup starts with: its arguments, a driver, a context. */
+static int begin_lookup(kcache_gpu *g, const void *request, const char *name, CUfunction *out,
+                        const char *fn, CUcontext *ctx, unsigned long long *ctx_id)
 {
+    if (!g)
+        return KCACHE_EINVAL;
     if (out)
         *out = NULL;
     if (!request || !name || !*name || !out)
@@ -452,7 +455,7 @@ static int check_args(kcache_gpu *g, const void *request, const char *name, CUfu
                              : "the kernel name");
     if (!g->cu)
         return no_driver(g);
-    return 0;
+    return ensure_context(g, ctx, ctx_id);
 }
 
 static struct artifact artifact_of(const kcache_result *r)
@@ -488,14 +491,10 @@ static int produce_link(kcache_gpu *g, const void *request, int key_only, kcache
 static int function_of(kcache_gpu *gpu, const void *request, const char *name, CUfunction *out,
                        const char *api, const char *step, produce_fn produce)
 {
-    if (!gpu)
-        return KCACHE_EINVAL;
-    int rc = check_args(gpu, request, name, out, api);
-    if (rc)
-        return rc;
     CUcontext ctx;
     unsigned long long ctx_id;
-    if ((rc = ensure_context(gpu, &ctx, &ctx_id)))
+    int rc = begin_lookup(gpu, request, name, out, api, &ctx, &ctx_id);
+    if (rc)
         return rc;
     kcache_result *r = NULL;
     if ((rc = produce(gpu, request, 1, &r))) {
@@ -533,14 +532,10 @@ int kcache_gpu_link_function(struct CUfunc_st **out, kcache_gpu *gpu, const kcac
 int kcache_gpu_function_by_key(struct CUfunc_st **out, kcache_gpu *gpu, const kcache_key *key,
                                const char *name)
 {
-    if (!gpu)
-        return KCACHE_EINVAL;
-    int rc = check_args(gpu, key, name, out, "kcache_gpu_function_by_key");
-    if (rc)
-        return rc;
     CUcontext ctx;
     unsigned long long ctx_id;
-    if ((rc = ensure_context(gpu, &ctx, &ctx_id)))
+    int rc = begin_lookup(gpu, key, name, out, "kcache_gpu_function_by_key", &ctx, &ctx_id);
+    if (rc)
         return rc;
     if ((*out = lookup_function(gpu, key, ctx_id, name)))
         return 0;

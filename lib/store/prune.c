@@ -292,11 +292,8 @@ KCACHE_API int kcache_store_prune(kcache_prune_result *out, kcache_store *store,
     if (options->kind && !kcache_kind_name(options->kind))
         return kc_err(store, KCACHE_EINVAL, "kcache_store_prune: bad kind %d", (int)options->kind);
     pthread_mutex_lock(&store->lock);
-    int rc = KCACHE_EIO;
-    if (store->db)
-        KC_WITH_RECOVERY(store, rc, kc_prune_locked(store, options, out ? out : &ignored));
-    else
-        kc_err(store, rc, "no database");
+    int rc;
+    KC_WITH_RECOVERY(store, rc, kc_prune_locked(store, options, out ? out : &ignored));
     /*
      * Evicting writes too (to the WAL, then the file): on a disk that is full
      * to the last byte, "lower the cap" cannot be done until there is room.

@@ -122,11 +122,8 @@ KCACHE_API int kcache_store_stats(kcache_stats **out, kcache_store *store)
     if (!st)
         return kc_err(store, KCACHE_ENOMEM, "out of memory");
     pthread_mutex_lock(&store->lock);
-    int rc = KCACHE_EIO;
-    if (store->db)
-        KC_WITH_RECOVERY(store, rc, read_stats_fresh(store, st));
-    else
-        kc_err(store, rc, "no database");
+    int rc;
+    KC_WITH_RECOVERY(store, rc, read_stats_fresh(store, st));
     if (!rc) {
         kc_db_disk_usage(store, &st->file_bytes, &st->wal_bytes);
         st->max_size = store->max_size;

@@ -340,11 +340,8 @@ KCACHE_API int kcache_store_get(kcache_entry **out, kcache_store *store, const k
     KC_CHECK_ARG(store, store && out && key);
     *out = NULL;
     pthread_mutex_lock(&store->lock);
-    int rc = KCACHE_EIO;
-    if (store->db)
-        KC_WITH_RECOVERY(store, rc, get_locked(store, out, key, flags));
-    else
-        kc_err(store, rc, "the cache could not be reopened");
+    int rc;
+    KC_WITH_RECOVERY(store, rc, get_locked(store, out, key, flags));
     if (!(flags & KCACHE_GET_NO_TOUCH) && store->db)
         kc_maybe_flush_locked(store);
     pthread_mutex_unlock(&store->lock);
@@ -355,11 +352,8 @@ KCACHE_API int kcache_store_delete(kcache_store *store, const kcache_key *key)
 {
     KC_CHECK_ARG(store, store && key);
     pthread_mutex_lock(&store->lock);
-    int rc = KCACHE_EIO;
-    if (store->db)
-        KC_WITH_RECOVERY(store, rc, delete_locked(store, key));
-    else
-        kc_err(store, rc, "no database");
+    int rc;
+    KC_WITH_RECOVERY(store, rc, delete_locked(store, key));
     if (rc == KCACHE_ENOTFOUND)
         kc_err(store, rc, "no entry for this key");
     pthread_mutex_unlock(&store->lock);

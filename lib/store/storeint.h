@@ -136,9 +136,14 @@ int kc_db_migrate_to(kcache_store *s, int version);
  * Runs an operation; if SQLite finds the file damaged, sets it aside, starts
  * a new one and runs the operation again, once. A cache may lose entries; a
  * caller never sees a damaged database as an error that does not go away.
+ * With no connection (a reopen failed), rc is KCACHE_EIO.
  */
 #define KC_WITH_RECOVERY(s, rc, call)                                                              \
     do {                                                                                           \
+        if (!(s)->db) { /* a recovery before could not open a new file */                          \
+            (rc) = kc_err((s), KCACHE_EIO, "the cache could not be reopened");                    \
+            break;                                                                                 \
+        }                                                                                          \
         (rc) = kc_db_classify_failure((s), (call));                                               \
         if ((rc) == KCACHE_ECORRUPT && !(s)->read_only && !(s)->newer_schema &&                    \
             kc_db_recover((s), (s)->errmsg) == 0) {                                                \

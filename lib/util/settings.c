@@ -438,12 +438,12 @@ static int mkdirs(char *dir)
 static int replace_file(const char *file, const char *text, size_t n, char *err, size_t err_size)
 {
     int rc = 0;
-    char *tmp = NULL, *dir = kc_strdup(file);
-    if (!dir)
-        goto nomem;
     size_t tn = strlen(file) + 32;
-    if (!(tmp = kc_malloc(tn)))
-        goto nomem;
+    char *dir = kc_strdup(file), *tmp = kc_malloc(tn);
+    if (!dir || !tmp) {
+        rc = kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
+        goto out;
+    }
     snprintf(tmp, tn, "%s.tmp-%ld", file, (long)getpid());
     char *slash = strrchr(dir, '/');
     if (slash && slash != dir) {
@@ -473,9 +473,6 @@ static int replace_file(const char *file, const char *text, size_t n, char *err,
                     "cannot write %s: %s", file, strerror(bad ? saved : errno));
         unlink(tmp);
     }
-    goto out;
-nomem:
-    rc = kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
 out:
     free(tmp);
     free(dir);
