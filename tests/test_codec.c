@@ -37,7 +37,7 @@ static void round_trip(kc_codec_ctx *c, const uint8_t *raw, size_t n, int want_c
     free(out);
     uint8_t *into = malloc(n + 1);
     REQUIRE(into);
-    CHECK_RC(kc_decode_into(c, into, n, codec, enc.data, enc.size), 0);
+    CHECK_RC(kc_decode_into(c, into, codec, enc.data, enc.size, n), 0);
     CHECK(n == 0 || memcmp(into, raw, n) == 0);
     free(into);
     /* The encoding is a pure function of the input. */

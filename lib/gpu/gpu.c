@@ -523,8 +523,8 @@ int kcache_gpu_function(struct CUfunc_st **out, kcache_gpu *gpu, const kcache_re
                        produce_compile);
 }
 
-int kcache_gpu_link_function(struct CUfunc_st **out, kcache_gpu *gpu, const kcache_link_request *request,
-                             const char *name)
+int kcache_gpu_link_function(struct CUfunc_st **out, kcache_gpu *gpu,
+                             const kcache_link_request *request, const char *name)
 {
     return function_of(gpu, request, name, out, "kcache_gpu_link_function", "link", produce_link);
 }

@@ -138,7 +138,7 @@ static kcache_entry *layout_entry(struct layout *l, const struct kc_row *r, kc_c
     if (r->digest)
         memcpy(e->digest, r->digest, sizeof(e->digest));
     if (data) {
-        *rc = kc_decode_into(codec, data, r->raw_size, r->codec, r->stored, r->stored_n);
+        *rc = kc_decode_into(codec, data, r->codec, r->stored, r->stored_n, r->raw_size);
         data[r->raw_size] = '\0';
         e->data = data;
     }

@@ -74,8 +74,8 @@ int kc_encode(kc_codec_ctx *ctx, kc_buf *out, int *codec, const void *raw, size_
     return kc_buf_append(out, raw, size);
 }
 
-int kc_decode_into(kc_codec_ctx *ctx, void *dst, size_t raw_size, int codec, const void *stored,
-                   size_t stored_size)
+int kc_decode_into(kc_codec_ctx *ctx, void *dst, int codec, const void *stored, size_t stored_size,
+                   size_t raw_size)
 {
     if (codec == KC_CODEC_RAW) {
         if (stored_size != raw_size)
@@ -105,7 +105,7 @@ int kc_decode(kc_codec_ctx *ctx, void **out, int codec, const void *stored, size
     char *buf = kc_malloc(raw_size + 1);
     if (!buf)
         return KCACHE_ENOMEM;
-    int rc = kc_decode_into(ctx, buf, raw_size, codec, stored, stored_size);
+    int rc = kc_decode_into(ctx, buf, codec, stored, stored_size, raw_size);
     if (rc) {
         free(buf);
         return rc;

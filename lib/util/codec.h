@@ -36,8 +36,8 @@ int kc_encode(kc_codec_ctx *ctx, kc_buf *out, int *codec, const void *raw, size_
  * 0, or KCACHE_ECORRUPT if they do not decode to raw_size bytes with a valid
  * checksum.
  */
-int kc_decode_into(kc_codec_ctx *ctx, void *dst, size_t raw_size, int codec, const void *stored,
-                   size_t stored_size);
+int kc_decode_into(kc_codec_ctx *ctx, void *dst, int codec, const void *stored, size_t stored_size,
+                   size_t raw_size);
 
 /*
  * Decodes stored bytes into a new buffer of exactly raw_size bytes (plus a

@@ -602,11 +602,6 @@ int kc_config_max_size_at(uint64_t *out, uint64_t explicit_size, const char *db_
     return 0;
 }
 
-int kc_config_max_size(uint64_t *out, uint64_t explicit_size, char *err, size_t err_size)
-{
-    return kc_config_max_size_at(out, explicit_size, NULL, err, err_size);
-}
-
 int kc_config_busy_timeout_at(unsigned *out, unsigned explicit_ms, const char *db_path)
 {
     char buf[64];

@@ -18,8 +18,6 @@ int kc_config_path(char **out, const char *explicit_path, char *err, size_t err_
  */
 int kc_config_max_size_at(uint64_t *out, uint64_t explicit_size, const char *db_path, char *err,
                           size_t err_size);
-/* kc_config_max_size_at() without a config file. */
-int kc_config_max_size(uint64_t *out, uint64_t explicit_size, char *err, size_t err_size);
 
 /* The busy timeout in ms: explicit, $KCACHE_BUSY_TIMEOUT, the file, 5000. */
 int kc_config_busy_timeout_at(unsigned *out, unsigned explicit_ms, const char *db_path);
