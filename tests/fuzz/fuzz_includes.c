@@ -16,12 +16,25 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static char root[64];
+static const char *const made[] = {"loop1.h", "loop2.h", "sub/c.h", "a.h", "b.h", "sub", ""};
+
+/* The tree is this process's own: it goes when the process does. */
+static void remove_tree(void)
+{
+    char p[256];
+    for (size_t i = 0; i < sizeof(made) / sizeof(made[0]); i++) {
+        snprintf(p, sizeof(p), "%s/%s", root, made[i]);
+        if (remove(p) != 0 && i + 1 == sizeof(made) / sizeof(made[0]))
+            rmdir(root);
+    }
+}
 
 static void setup(void)
 {
     if (root[0])
         return;
     snprintf(root, sizeof(root), "/tmp/kcache-fuzz-inc-%ld", (long)getpid());
+    atexit(remove_tree);
     char p[256];
     mkdir(root, 0700);
     snprintf(p, sizeof(p), "%s/sub", root);
