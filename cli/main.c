@@ -2,6 +2,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <kcache/config.h>
+
 #include "cli.h"
 
 struct verb {
@@ -42,6 +44,31 @@ static void usage(FILE *f)
                "  --version         print the version\n"
                "  --help            this text\n\n"
                "'kcache VERB --help' describes each verb.\n");
+}
+
+/*
+ * A config file kcache does not understand (an unknown line, a value it
+ * cannot read, a FIFO) stops every verb that uses the cache before it
+ * starts, with the file and line: exit 2, as for a bad option. Going on
+ * without the file would undo what it says ("disable = true" next to a typo).
+ * --help and version need no cache. Returns -1 to go on.
+ */
+static int check_config(int argc, char **argv)
+{
+    if (!strcmp(argv[0], "version"))
+        return -1;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+            return -1;
+    kcache_config_override o = {"path", cli_globals.path};
+    kcache_config *cfg = NULL;
+    char err[512];
+    if (kcache_config_load(&cfg, &o, cli_globals.path ? 1 : 0, err, sizeof(err)) == 0) {
+        kcache_config_free(cfg);
+        return -1;
+    }
+    cli_error("%s", err);
+    return CLI_USAGE;
 }
 
 int main(int argc, char **argv)
@@ -97,7 +124,9 @@ int main(int argc, char **argv)
         return cli_usage_error(NULL, "no verb '%s'", argv[i + 1]);
     }
     for (size_t v = 0; v < sizeof(verbs) / sizeof(verbs[0]); v++)
-        if (!strcmp(verbs[v].name, name))
-            return verbs[v].fn(argc - i, argv + i);
+        if (!strcmp(verbs[v].name, name)) {
+            int status = check_config(argc - i, argv + i);
+            return status >= 0 ? status : verbs[v].fn(argc - i, argv + i);
+        }
     return cli_usage_error(NULL, "no verb '%s'", name);
 }

@@ -15,13 +15,18 @@
 #include "util/settings.h"
 #define KC_DEFAULT_WAIT_MS (10u * 60u * 1000u)
 
-/* The cache is off by $KCACHE_DISABLE or by disable = true in kcache.conf. */
-static int disabled(const char *store_path)
+/*
+ * The cache is off by $KCACHE_DISABLE or by disable = true in kcache.conf,
+ * or because kcache.conf cannot be read (why then says so).
+ */
+static int disabled(const char *store_path, char *why, size_t why_size)
 {
-    char *path = NULL, ignored[256];
-    if (kc_config_path(&path, store_path, ignored, sizeof(ignored)) != 0)
+    char *path = NULL;
+    if (kc_config_path(&path, store_path, why, why_size) != 0) {
+        why[0] = '\0';
         return 0; /* no location: opening the store will say so */
-    int off = kc_config_disabled(path);
+    }
+    int off = kc_config_disabled(path, why, why_size);
     free(path);
     return off;
 }
@@ -55,10 +60,12 @@ KCACHE_API int kcache_compiler_new(kcache_compiler **out, const kcache_compiler_
     } else if (options->no_store) {
         c->store_status = KCACHE_EDISABLED;
         snprintf(c->store_message, sizeof(c->store_message), "no cache in use");
-    } else if (disabled(options->store_path)) {
-        c->store_status = KCACHE_EDISABLED;
-        snprintf(c->store_message, sizeof(c->store_message),
-                 "the cache is off (KCACHE_DISABLE or disable in kcache.conf)");
+    } else if (disabled(options->store_path, c->store_message, sizeof(c->store_message))) {
+        /* Without the cache, and the result says why: off, or a config file it cannot use. */
+        c->store_status = c->store_message[0] ? KCACHE_EINVAL : KCACHE_EDISABLED;
+        if (!c->store_message[0])
+            snprintf(c->store_message, sizeof(c->store_message),
+                     "the cache is off (KCACHE_DISABLE or disable in kcache.conf)");
     } else {
         kcache_store_options so = KCACHE_STORE_OPTIONS_INIT;
         so.path = options->store_path;

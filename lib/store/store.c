@@ -74,10 +74,9 @@ KCACHE_API int kcache_store_open(kcache_store **out, const kcache_store_options 
     if (!rc)
         rc = kc_config_max_size_at(&s->max_size, options->max_size, s->path, s->errmsg,
                                    sizeof(s->errmsg));
-    if (!rc &&
-        (rc = kc_config_busy_timeout_at(&s->busy_timeout_ms, options->busy_timeout_ms, s->path)))
-        kc_err(s, rc, "KCACHE_BUSY_TIMEOUT (or busy_timeout in kcache.conf) is not a time: "
-               "use milliseconds from 1 to 3600000");
+    if (!rc)
+        rc = kc_config_busy_timeout_at(&s->busy_timeout_ms, options->busy_timeout_ms, s->path,
+                                       s->errmsg, sizeof(s->errmsg));
     if (!rc) {
         size_t n = strlen(s->path) + 5;
         if (!(s->wal_path = kc_malloc(n)))

@@ -178,26 +178,49 @@ static char *trim(char *s)
     return s;
 }
 
-/* Reads the whole file (at most KC_CONFIG_FILE_MAX). A missing file is an empty one. */
+/*
+ * Reads the whole file (at most KC_CONFIG_FILE_MAX). A missing file is an
+ * empty one. Only a regular file is read: opening a FIFO for reading blocks
+ * until someone writes to it, and every verb (kcache path included) would
+ * hang, so the open does not block (O_NONBLOCK) and fstat() decides before
+ * the first read.
+ */
 static int read_file(char **out, const char *file, char *err, size_t err_size)
 {
     *out = NULL;
-    FILE *f = fopen(file, "rb");
-    if (!f) {
+    int fd = open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
         if (errno == ENOENT || errno == ENOTDIR)
             return 0;
         return kc_fmt(err, err_size, KCACHE_EIO, "cannot read %s: %s", file, strerror(errno));
     }
     int rc = 0;
-    char *text = kc_malloc(KC_CONFIG_FILE_MAX + 1);
-    if (!text) {
+    char *text = NULL;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        rc = kc_fmt(err, err_size, KCACHE_EINVAL, "%s is not a regular file: kcache reads its "
+                    "settings only from one; remove it or put a file there", file);
+        goto out;
+    }
+    if (!(text = kc_malloc(KC_CONFIG_FILE_MAX + 1))) {
         rc = kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
         goto out;
     }
-    size_t n = fread(text, 1, KC_CONFIG_FILE_MAX + 1, f);
-    if (ferror(f) || n > KC_CONFIG_FILE_MAX) {
-        rc = kc_fmt(err, err_size, KCACHE_EINVAL, "%s is not a kcache config file (%s)", file,
-                    ferror(f) ? "read error" : "too large");
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = read(fd, text + n, KC_CONFIG_FILE_MAX + 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            rc = kc_fmt(err, err_size, KCACHE_EIO, "cannot read %s: %s", file, strerror(errno));
+            goto out;
+        }
+        if (r == 0 || (n += (size_t)r) > KC_CONFIG_FILE_MAX)
+            break;
+    }
+    if (n > KC_CONFIG_FILE_MAX) {
+        rc = kc_fmt(err, err_size, KCACHE_EINVAL, "%s is not a kcache config file (larger than "
+                    "%d KiB)", file, KC_CONFIG_FILE_MAX >> 10);
         goto out;
     }
     text[n] = '\0';
@@ -205,7 +228,7 @@ static int read_file(char **out, const char *file, char *err, size_t err_size)
     text = NULL;
 out:
     free(text);
-    fclose(f);
+    close(fd);
     return rc;
 }
 
@@ -561,22 +584,30 @@ out:
 
 /* ---- what the store asks for ------------------------------------------- */
 
-/* The value the file next to db_path holds for setting i, or NULL (copied into buf). */
-static const char *file_value(int i, const char *db_path, char *buf, size_t size)
+/*
+ * The value the file next to db_path holds for setting i: *out is NULL or a
+ * copy to free. A file kcache cannot read or does not understand is an error
+ * naming the file and line, never a silent fallback: a stray line next to
+ * "disable = true" must not turn the cache back on.
+ */
+static int file_value(char **out, int i, const char *db_path, char *err, size_t err_size)
 {
-    char err[KC_ERRMSG_SIZE], *file = NULL, *text = NULL;
-    const char *found = NULL;
+    char *file = NULL, *text = NULL;
     char *values[SET_COUNT] = {NULL};
-    if (!db_path || file_for(&file, db_path, err, sizeof(err)))
-        return NULL;
-    if (!read_file(&text, file, err, sizeof(err)) && text &&
-        !parse_lines(text, file, values, err, sizeof(err)) && values[i]) {
-        snprintf(buf, size, "%s", values[i]);
-        found = buf;
-    }
+    *out = NULL;
+    if (!db_path)
+        return 0;
+    int rc = file_for(&file, db_path, err, err_size);
+    if (!rc)
+        rc = read_file(&text, file, err, err_size);
+    if (!rc && text)
+        rc = parse_lines(text, file, values, err, err_size);
+    /* The whole value, however long: a copy cut short would read as another number. */
+    if (!rc && values[i] && !(*out = kc_strdup(values[i])))
+        rc = kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
     free(text);
     free(file);
-    return found;
+    return rc;
 }
 
 int kc_config_max_size_at(uint64_t *out, uint64_t explicit_size, const char *db_path, char *err,
@@ -588,23 +619,25 @@ int kc_config_max_size_at(uint64_t *out, uint64_t explicit_size, const char *db_
     }
     const char *v = env("KCACHE_MAX_SIZE");
     const char *what = "KCACHE_MAX_SIZE";
-    char buf[64];
-    if (!v && (v = file_value(SET_MAX_SIZE, db_path, buf, sizeof(buf))))
-        what = "max_size in " KC_CONFIG_FILE_NAME;
-    if (v) {
-        if (kcache_parse_size(out, v) != 0 || *out == 0)
-            return kc_fmt(err, err_size, KCACHE_EINVAL,
-                          "%s=%s is not a size: use a number with K, M or G, such as 2G", what,
-                          v);
-        return 0;
+    char *from_file = NULL;
+    int rc = 0;
+    if (!v) {
+        if ((rc = file_value(&from_file, SET_MAX_SIZE, db_path, err, err_size)))
+            return rc;
+        if ((v = from_file))
+            what = "max_size in " KC_CONFIG_FILE_NAME;
     }
     *out = KCACHE_DEFAULT_MAX_SIZE;
-    return 0;
+    if (v && (kcache_parse_size(out, v) != 0 || *out == 0))
+        rc = kc_fmt(err, err_size, KCACHE_EINVAL,
+                    "%s=%s is not a size: use a number with K, M or G, such as 2G", what, v);
+    free(from_file);
+    return rc;
 }
 
-int kc_config_busy_timeout_at(unsigned *out, unsigned explicit_ms, const char *db_path)
+int kc_config_busy_timeout_at(unsigned *out, unsigned explicit_ms, const char *db_path, char *err,
+                              size_t err_size)
 {
-    char buf[64];
     const char *v = env("KCACHE_BUSY_TIMEOUT");
     if (explicit_ms) {
         *out = explicit_ms;
@@ -612,22 +645,34 @@ int kc_config_busy_timeout_at(unsigned *out, unsigned explicit_ms, const char *d
     }
     /* A value that cannot be read is an error, as for KCACHE_MAX_SIZE: silently waiting
      * 5 s instead of what the user asked for would be a surprise found much later. */
-    if (v)
-        return parse_ms(out, v) ? KCACHE_EINVAL : 0;
-    if ((v = file_value(SET_BUSY_TIMEOUT, db_path, buf, sizeof(buf))))
-        return parse_ms(out, v) ? KCACHE_EINVAL : 0;
+    char *from_file = NULL;
+    int rc = 0;
+    if (!v && (rc = file_value(&from_file, SET_BUSY_TIMEOUT, db_path, err, err_size)))
+        return rc;
     *out = 5000;
-    return 0;
+    if (v && parse_ms(out, v))
+        rc = kc_fmt(err, err_size, KCACHE_EINVAL, "KCACHE_BUSY_TIMEOUT=%s is not a time: use "
+                    "milliseconds from 1 to 3600000", v);
+    else if (from_file && parse_ms(out, from_file))
+        rc = kc_fmt(err, err_size, KCACHE_EINVAL, "busy_timeout = %s in " KC_CONFIG_FILE_NAME
+                    " is not a time: use milliseconds from 1 to 3600000", from_file);
+    free(from_file);
+    return rc;
 }
 
-int kc_config_disabled(const char *db_path)
+int kc_config_disabled(const char *db_path, char *why, size_t why_size)
 {
-    char buf[64];
     int b = 0;
+    if (why_size)
+        why[0] = '\0';
     const char *v = env("KCACHE_DISABLE");
     if (v)
         return parse_bool(&b, v) ? 1 : b; /* an unreadable value disables: the safe side */
-    if ((v = file_value(SET_DISABLE, db_path, buf, sizeof(buf))) && !parse_bool(&b, v))
-        return b;
-    return 0;
+    char *from_file = NULL;
+    if (file_value(&from_file, SET_DISABLE, db_path, why, why_size))
+        return 1;
+    if (from_file && parse_bool(&b, from_file))
+        b = 1;
+    free(from_file);
+    return b;
 }

@@ -20,9 +20,15 @@ int kc_config_max_size_at(uint64_t *out, uint64_t explicit_size, const char *db_
                           size_t err_size);
 
 /* The busy timeout in ms: explicit, $KCACHE_BUSY_TIMEOUT, the file, 5000. */
-int kc_config_busy_timeout_at(unsigned *out, unsigned explicit_ms, const char *db_path);
+int kc_config_busy_timeout_at(unsigned *out, unsigned explicit_ms, const char *db_path, char *err,
+                              size_t err_size);
 
-/* Whether KCACHE_DISABLE (or disable in the file) turns the cache off. */
-int kc_config_disabled(const char *db_path);
+/*
+ * Whether KCACHE_DISABLE (or disable in the file) turns the cache off. A
+ * config file that cannot be read or understood turns it off too (its
+ * "disable = true" may be what was not read), and why says why; else why
+ * is "".
+ */
+int kc_config_disabled(const char *db_path, char *why, size_t why_size);
 
 #endif

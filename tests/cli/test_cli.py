@@ -590,8 +590,11 @@ def test_config(root):
     # A broken file is named with its line.
     with open(os.path.join(c.dir, "kcache.conf"), "a") as f:
         f.write("this is not a setting\n")
-    _, err = c.run("config", rc=1)
+    _, err = c.run("config", rc=2)
     check("kcache.conf:" in err, "broken config file: %r" % err)
+    # Every verb that uses the cache stops there too (issue 12), not only config.
+    _, err = c.run("stats", rc=2)
+    check("kcache.conf:" in err, "stats with a broken config file: %r" % err)
 
 
 def test_clear_and_vacuum(root):
