@@ -496,12 +496,8 @@ KCACHE_API int kcache_bundle_import(kcache_bundle_result *out, kcache_store *sto
     if ((rc = check_file(store, path)))
         goto out;
 
-    kcache_store_options so = KCACHE_STORE_OPTIONS_INIT;
-    so.path = path;
-    so.max_size = UINT64_MAX;
-    so.read_only = 1;
     char err[KC_ERRMSG_SIZE];
-    if ((rc = kcache_store_open(&src, &so, err, sizeof(err)))) {
+    if ((rc = kc_store_open_bundle(&src, path, err, sizeof(err)))) {
         rc = bundle_err(store, rc, "%s", err);
         goto out;
     }

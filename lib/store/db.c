@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "store/owner.h"
 #include "store/schema.h"
 #include "store/storeint.h"
 
@@ -496,8 +497,10 @@ int kc_sqlite_open_immutable(sqlite3 **out, const char *path)
 
 static int connect(kcache_store *s)
 {
+    /* NOFOLLOW: a link planted after kc_owner_check() looked is refused, not written through. */
     int flags = (s->read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) |
-                SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE;
+                SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE |
+                (s->any_owner ? 0 : SQLITE_OPEN_NOFOLLOW);
     int rc = kc_sqlite_open(&s->db, s->path, flags);
     if (rc != SQLITE_OK)
         return kc_sqlerr(s, rc, "opening the cache");
@@ -624,18 +627,9 @@ int kc_db_open(kcache_store *s)
     if (stat(s->path, &st) == 0 && S_ISDIR(st.st_mode))
         return kc_err(s, KCACHE_EIO, "%s is a directory, not a cache file: move it away or "
                       "set KCACHE_PATH to a file", s->path);
-    /*
-     * SQLite opens the -wal and -shm with O_NOFOLLOW and fails with "unable to
-     * open database file"; say which file and what to do instead.
-     */
-    char side[4200];
-    static const char *const sides[] = {"-wal", "-shm"};
-    for (size_t i = 0; i < KC_ARRAY_SIZE(sides); i++) {
-        snprintf(side, sizeof(side), "%s%s", s->path, sides[i]);
-        if (lstat(side, &st) == 0 && S_ISLNK(st.st_mode))
-            return kc_err(s, KCACHE_EIO, "%s is a symbolic link: kcache does not write through "
-                          "links it did not make; remove it", side);
-    }
+    /* Another user's cache, or a link at the database, -wal or -shm: refused (owner.c). */
+    if ((rc = kc_owner_check(s)))
+        return rc;
     int damaged;
     rc = kc_db_open_once(s, &damaged);
     if (rc && damaged && !s->read_only) {

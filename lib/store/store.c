@@ -46,8 +46,26 @@ static void store_free(kcache_store *s)
     free(s);
 }
 
+static int store_open(kcache_store **out, const kcache_store_options *options, int any_owner,
+                      char *errbuf, size_t errbuf_size);
+
 KCACHE_API int kcache_store_open(kcache_store **out, const kcache_store_options *options,
                                  char *errbuf, size_t errbuf_size)
+{
+    return store_open(out, options, 0, errbuf, errbuf_size);
+}
+
+int kc_store_open_bundle(kcache_store **out, const char *path, char *errbuf, size_t errbuf_size)
+{
+    kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
+    o.path = path;
+    o.max_size = UINT64_MAX;
+    o.read_only = 1;
+    return store_open(out, &o, 1, errbuf, errbuf_size);
+}
+
+static int store_open(kcache_store **out, const kcache_store_options *options, int any_owner,
+                      char *errbuf, size_t errbuf_size)
 {
     static const kcache_store_options defaults = KCACHE_STORE_OPTIONS_INIT;
     if (errbuf && errbuf_size)
@@ -66,6 +84,7 @@ KCACHE_API int kcache_store_open(kcache_store **out, const kcache_store_options 
         return kc_fmt(errbuf, errbuf_size, KCACHE_ENOMEM, "out of memory");
     pthread_mutex_init(&s->lock, NULL);
     s->read_only = options->read_only != 0;
+    s->any_owner = any_owner;
     s->log = options->log;
     s->log_userdata = options->log_userdata;
     s->last_flush_ns = kc_mono_ns();

@@ -67,6 +67,7 @@ struct kcache_store {
     uint64_t max_size;
     unsigned busy_timeout_ms;
     int read_only;      /* asked for */
+    int any_owner;      /* a bundle: whoever owns the file (owner.c) */
     int newer_schema;   /* the file is newer than this build: no writes */
     int schema_version;
     kcache_log_fn log;
@@ -92,6 +93,9 @@ int kc_err(kcache_store *s, int code, const char *fmt, ...) KC_PRINTF(3, 4);
 int kc_sqlerr(kcache_store *s, int sqlite_rc, const char *what);
 
 void kc_log(kcache_store *s, int level, const char *fmt, ...) KC_PRINTF(3, 4);
+
+/* kcache_store_open(), for a file that may be anyone's (a bundle, read-only). */
+int kc_store_open_bundle(kcache_store **out, const char *path, char *errbuf, size_t errbuf_size);
 
 /* db.c */
 /* Opens a connection that nothing in the file can make run code; SQLite's code. */
