@@ -196,9 +196,15 @@ int cmd_verify(int argc, char **argv)
                    (unsigned long long)rec.checked, (unsigned long long)rec.identical,
                    (unsigned long long)rec.different, (unsigned long long)rec.failed,
                    (unsigned long long)rec.skipped);
-        if (!ok)
-            fprintf(stderr, "kcache: the cache has damage: damaged entries go on their next "
-                            "lookup; 'kcache clear' starts over\n");
+        /* What each finding needs, and which command does it (issue 12). */
+        if (!r.integrity_ok)
+            fprintf(stderr, "kcache: the database file is damaged: 'kcache clear' sets it aside "
+                            "and starts an empty cache now (the next command that writes does "
+                            "the same once no other process has the cache open)\n");
+        else if (r.damaged)
+            fprintf(stderr, "kcache: %llu damaged entries: each is deleted on its next lookup "
+                            "(a miss, then compiled again); 'kcache clear' deletes everything "
+                            "now\n", (unsigned long long)r.damaged);
     }
     kcache_store_close(store);
     return ok ? CLI_OK : CLI_FAIL;

@@ -79,6 +79,8 @@ static void test_modes(void)
     expect_mode(side, 0600, "the WAL");
     snprintf(side, sizeof(side), "%s-shm", path);
     expect_mode(side, 0600, "the shared-memory index");
+    snprintf(side, sizeof(side), "%s-lock", path);
+    expect_mode(side, 0600, "the lock that tells whether others use the cache");
 
     /* An export. */
     char bundle[700];

@@ -110,6 +110,8 @@ static void remove_with_sidecars(const char *path)
     unlink(side);
     snprintf(side, sizeof(side), "%s-journal", path);
     unlink(side);
+    snprintf(side, sizeof(side), "%s-lock", path);
+    unlink(side);
 }
 
 /* A bundle is one file: leave WAL mode so that it can be copied and opened read-only anywhere. */
@@ -227,6 +229,10 @@ KCACHE_API int kcache_bundle_export(kcache_bundle_result *out, kcache_store *sto
     progress(o, "exporting", keys.n, keys.n);
     kcache_store_close(dst);
     dst = NULL;
+    /* The temporary store's lock file (alone.c): nobody else ever opened it. */
+    char lock[4200];
+    snprintf(lock, sizeof(lock), "%s-lock", tmp);
+    unlink(lock);
     if ((rc = make_single_file(store, tmp)))
         goto out;
     if (rename(tmp, path) != 0) {

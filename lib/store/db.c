@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "store/alone.h"
 #include "store/owner.h"
 #include "store/schema.h"
 #include "store/storeint.h"
@@ -630,18 +631,31 @@ int kc_db_open(kcache_store *s)
     /* Another user's cache, or a link at the database, -wal or -shm: refused (owner.c). */
     if ((rc = kc_owner_check(s)))
         return rc;
+    if (!s->any_owner)
+        kc_alone_open(s);
     int damaged;
     rc = kc_db_open_once(s, &damaged);
     if (rc && damaged && !s->read_only) {
         char why[KC_ERRMSG_SIZE];
         snprintf(why, sizeof(why), "%s", s->errmsg);
         kc_db_close(s);
-        if ((rc = kc_db_quarantine(s, why)))
-            return rc;
-        rc = kc_db_open_once(s, &damaged);
-        /* stats' corrupt counts damaged databases too; written with the next batch. */
+        /*
+         * Alone, SQLite has just rebuilt the -shm from the WAL for this open:
+         * what looks damaged is the file or its WAL (another database moved
+         * over the file under an old WAL), never someone's index.
+         */
+        int alone = kc_alone_begin(s);
+        rc = kc_db_quarantine(s, why, alone);
         if (!rc)
-            s->pending_corrupt++;
+            rc = kc_db_open_once(s, &damaged);
+        if (alone)
+            kc_alone_end(s);
+        if (rc) {
+            kc_db_close(s);
+            return rc;
+        }
+        /* stats' corrupt counts damaged databases too; written with the next batch. */
+        s->pending_corrupt++;
     }
     if (rc)
         kc_db_close(s);

@@ -8,6 +8,7 @@
  * checkpoint copies only the pages those steps wrote.
  */
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "store/storeint.h"
@@ -305,20 +306,42 @@ KCACHE_API int kcache_store_prune(kcache_prune_result *out, kcache_store *store,
     return rc;
 }
 
+static int vacuum_locked(kcache_store *s)
+{
+    int rc = kc_flush_locked(s, 1);
+    if (!rc)
+        rc = kc_db_exec(s, "VACUUM", "compacting the database");
+    if (!rc)
+        sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+    return rc;
+}
+
 KCACHE_API int kcache_store_vacuum(kcache_store *store)
 {
     if (!store)
         return KCACHE_EINVAL;
     pthread_mutex_lock(&store->lock);
     int rc = store->db ? kc_db_writable(store) : kc_err(store, KCACHE_EIO, "no database");
+    /* A damaged file is set aside (recovery) and the new one compacted: nothing left to rm. */
     if (!rc)
-        rc = kc_flush_locked(store, 1);
-    if (!rc)
-        rc = kc_db_exec(store, "VACUUM", "compacting the database");
-    if (!rc)
-        sqlite3_wal_checkpoint_v2(store->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+        KC_WITH_RECOVERY(store, rc, vacuum_locked(store));
     pthread_mutex_unlock(&store->lock);
     return rc;
+}
+
+/* SQLite's quick_check: whether the emptied file is sound, or why not. */
+static int file_sound(kcache_store *s, char *why, size_t why_size)
+{
+    sqlite3_stmt *st = NULL;
+    int src = sqlite3_prepare_v2(s->db, "PRAGMA quick_check(1)", -1, &st, NULL);
+    if (src == SQLITE_OK)
+        src = sqlite3_step(st);
+    const unsigned char *verdict = src == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
+    int sound = verdict && !strcmp((const char *)verdict, "ok");
+    if (!sound)
+        snprintf(why, why_size, "%s", verdict ? (const char *)verdict : sqlite3_errstr(src));
+    sqlite3_finalize(st);
+    return sound;
 }
 
 KCACHE_API int kcache_store_clear(kcache_store *store)
@@ -326,11 +349,25 @@ KCACHE_API int kcache_store_clear(kcache_store *store)
     if (!store)
         return KCACHE_EINVAL;
     pthread_mutex_lock(&store->lock);
-    /* Children first, so that the per-row trigger finds nothing left to do. */
-    int rc = kc_db_write_sql(store,
+    /* Children first, so that the per-row trigger finds nothing left to do. Leases
+     * too: a row of one that a lost -shm left broken would otherwise stay for good. */
+    int rc = kc_db_classify_failure(store, kc_db_write_sql(store,
                              "DELETE FROM entry_input; DELETE FROM input; DELETE FROM artifact;"
-                             " DELETE FROM entry_info; DELETE FROM entry",
-                             "clearing the cache");
+                             " DELETE FROM entry_info; DELETE FROM entry; DELETE FROM lease",
+                             "clearing the cache"));
+    /*
+     * The user asked for an empty cache: a file found damaged on the way (or
+     * still damaged once emptied) is replaced by a new one at once, even
+     * while other processes use it (they keep the old file until they
+     * reopen). No state is left that needs rm by hand.
+     */
+    char why[KC_ERRMSG_SIZE] = "";
+    if (rc == KCACHE_ECORRUPT)
+        snprintf(why, sizeof(why), "%s", store->errmsg);
+    else if (!rc && !file_sound(store, why, sizeof(why)))
+        rc = KCACHE_ECORRUPT;
+    if (rc == KCACHE_ECORRUPT && !(rc = kc_db_replace(store, why)))
+        store->pending_corrupt++;
     if (!rc) {
         store->n_touches = 0;
         rc = release_space(store);

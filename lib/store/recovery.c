@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "store/alone.h"
 #include "store/schema.h"
 #include "store/storeint.h"
 
@@ -144,9 +145,12 @@ static int index_damaged(kcache_store *s)
 /*
  * Moves the damaged file (and its WAL, which must never be replayed into a
  * new file) to PATH.corrupt-TIMESTAMP. Only if PATH is still the file this
- * connection opened: another process may already have replaced it.
+ * connection opened: another process may already have replaced it. Without
+ * `force`, a file that is sound by itself stays (the damage is in the -shm
+ * of other processes: alone.c); with it (nobody else has the cache open, or
+ * kcache clear), the WAL or -shm that made it look damaged goes with it.
  */
-int kc_db_quarantine(kcache_store *s, const char *why)
+int kc_db_quarantine(kcache_store *s, const char *why, int force)
 {
     struct stat st;
     if (lstat(s->path, &st) != 0) {
@@ -156,7 +160,7 @@ int kc_db_quarantine(kcache_store *s, const char *why)
     }
     if (s->ino && (st.st_ino != s->ino || st.st_dev != s->dev))
         return 0;
-    if (file_itself_sound(s))
+    if (!force && file_itself_sound(s))
         return index_damaged(s);
     char stamp[64], aside[4096], aside_wal[4200], shm[4200];
     struct timespec ts;
@@ -319,10 +323,52 @@ int kc_db_classify_failure(kcache_store *s, int rc)
                   "no room", s->path);
 }
 
+/* Alone: the -shm rebuilt from the WAL, then the file set aside if it is still damaged. */
+static int recover_alone(kcache_store *s, const char *reason)
+{
+    char shm[4200];
+    snprintf(shm, sizeof(shm), "%s-shm", s->path);
+    kc_db_close(s);
+    unlink(shm); /* nobody maps it: the next connection builds it anew from the WAL */
+    int damaged;
+    int rc = kc_db_open_once(s, &damaged);
+    if (!rc) {
+        sqlite3_stmt *st = NULL;
+        int src = sqlite3_prepare_v2(s->db, "PRAGMA quick_check(1)", -1, &st, NULL);
+        if (src == SQLITE_OK)
+            src = sqlite3_step(st);
+        const unsigned char *verdict = src == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
+        int sound = verdict && !strcmp((const char *)verdict, "ok");
+        sqlite3_finalize(st);
+        if (sound) {
+            kc_log(s, KCACHE_LOG_WARNING, "%s looked damaged through its shared-memory index; "
+                   "rebuilt the index (nothing else used the cache)", s->path);
+            return 0;
+        }
+        damaged = 1;
+    }
+    if (!damaged)
+        return rc;
+    kc_db_close(s);
+    if ((rc = kc_db_quarantine(s, reason, 1)))
+        return rc;
+    return kc_db_open_once(s, &damaged);
+}
+
 int kc_db_recover(kcache_store *s, const char *why)
 {
     char reason[KC_ERRMSG_SIZE];
     snprintf(reason, sizeof(reason), "%s", why);
+    int rc;
+    if (kc_alone_begin(s)) {
+        /* Nobody else has the cache open: nothing to spare, everything may be rebuilt. */
+        s->index_damaged_ns = 0;
+        rc = recover_alone(s, reason);
+        kc_alone_end(s);
+        if (rc)
+            kc_db_close(s);
+        return rc;
+    }
     /*
      * Checked before closing: a handle whose file is left where it is keeps its
      * connection. The check reads the whole file, so while the index stays
@@ -337,10 +383,24 @@ int kc_db_recover(kcache_store *s, const char *why)
     }
     kc_db_close(s);
     int damaged;
-    int rc = kc_db_quarantine(s, reason);
+    rc = kc_db_quarantine(s, reason, 0);
     if (rc)
         return rc;
     rc = kc_db_open_once(s, &damaged);
+    if (rc)
+        kc_db_close(s);
+    return rc;
+}
+
+int kc_db_replace(kcache_store *s, const char *why)
+{
+    char reason[KC_ERRMSG_SIZE];
+    snprintf(reason, sizeof(reason), "%s", why);
+    kc_db_close(s);
+    int damaged;
+    int rc = kc_db_quarantine(s, reason, 1);
+    if (!rc)
+        rc = kc_db_open_once(s, &damaged);
     if (rc)
         kc_db_close(s);
     return rc;

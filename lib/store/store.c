@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "util/settings.h"
+#include "store/alone.h"
 #include "store/schema.h"
 #include "store/storeint.h"
 
@@ -36,6 +37,7 @@ void kc_log(kcache_store *s, int level, const char *fmt, ...)
 static void store_free(kcache_store *s)
 {
     kc_db_close(s);
+    kc_alone_close(s);
     kc_codec_free(s->codec);
     kc_buf_free(&s->scratch);
     free(s->touches);
@@ -83,6 +85,7 @@ static int store_open(kcache_store **out, const kcache_store_options *options, i
     if (!s)
         return kc_fmt(errbuf, errbuf_size, KCACHE_ENOMEM, "out of memory");
     pthread_mutex_init(&s->lock, NULL);
+    s->lock_fd = -1;
     s->read_only = options->read_only != 0;
     s->any_owner = any_owner;
     s->log = options->log;

@@ -68,6 +68,7 @@ struct kcache_store {
     unsigned busy_timeout_ms;
     int read_only;      /* asked for */
     int any_owner;      /* a bundle: whoever owns the file (owner.c) */
+    int lock_fd;        /* PATH-lock, held shared while open (alone.c); -1: none */
     int newer_schema;   /* the file is newer than this build: no writes */
     int schema_version;
     kcache_log_fn log;
@@ -125,9 +126,15 @@ enum kc_file_kind kc_db_peek(kcache_store *s);
 enum kc_file_kind kc_db_classify(kcache_store *s, int64_t *version, int *sqlite_rc);
 int kc_db_foreign_error(kcache_store *s);
 /* Moves the file this connection opened (and its WAL) aside. */
-int kc_db_quarantine(kcache_store *s, const char *why);
+int kc_db_quarantine(kcache_store *s, const char *why, int force);
 /* Sets the file aside after SQLite reported it corrupt and starts a new one. */
 int kc_db_recover(kcache_store *s, const char *why);
+/*
+ * Sets the file aside whatever it holds and starts a new one at once (kcache
+ * clear of a damaged cache: the user asked for it empty). Other processes
+ * keep the old file until they reopen.
+ */
+int kc_db_replace(kcache_store *s, const char *why);
 /* Turns a failure SQLite reported as something else (disk full) into
  * KCACHE_ECORRUPT when the file turns out to be damaged; else returns rc. */
 int kc_db_classify_failure(kcache_store *s, int rc);

@@ -1,0 +1,80 @@
+/*
+ * Whether any other handle uses the cache (issue 12): recovery that would
+ * pull files from under another process (a -shm it maps, a WAL it reads)
+ * may only run when nobody else has the cache open.
+ *
+ * Every handle holds a read lock on PATH-lock for as long as it is open;
+ * recovery converts its own to a write lock without waiting, which succeeds
+ * only when no other handle (in this process or another) holds one. They
+ * are open file description locks (F_OFD_SETLK): they conflict between
+ * handles of one process too, and a failed conversion keeps the read lock
+ * (flock() drops it first, so two handles recovering at once could each
+ * see the other gone).
+ * New handles take their shared lock before SQLite opens the database, so
+ * while the exclusive lock is held nobody opens the cache in the middle of a
+ * recovery: they wait, for at most the busy timeout.
+ *
+ * Why a file of its own: SQLite's locks on the database and -shm are POSIX
+ * locks, which a process loses on *every* descriptor of the file the moment
+ * it closes *any* descriptor of it. Looking at them (F_GETLK) needs a
+ * descriptor that must be closed afterwards. Locks on another file touch
+ * none of that. Without a lock file (a read-only directory, a link
+ * there) a handle is never alone: recovery then does only what is safe
+ * under other processes.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "store/alone.h"
+
+static int lock_byte(int fd, short type, int wait)
+{
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    return fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl);
+}
+
+void kc_alone_open(kcache_store *s)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s-lock", s->path);
+    /* O_NOFOLLOW: a link planted there makes this handle never alone, nothing worse. */
+    int flags = O_CLOEXEC | O_NOFOLLOW | (s->read_only ? O_RDONLY : O_RDWR | O_CREAT);
+    int fd = open(path, flags, 0600);
+    if (fd < 0 && s->read_only == 0 && errno == EACCES)
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    s->lock_fd = fd;
+    if (fd < 0)
+        return;
+    /* A recovery holds it exclusively for a moment: wait for it, within the busy timeout. */
+    uint64_t deadline = kc_mono_ns() + (uint64_t)s->busy_timeout_ms * 1000000u;
+    while (lock_byte(fd, F_RDLCK, 0) != 0) {
+        if ((errno != EAGAIN && errno != EACCES && errno != EINTR) || kc_mono_ns() >= deadline) {
+            close(fd); /* go on without it: never alone */
+            s->lock_fd = -1;
+            return;
+        }
+        usleep(2000);
+    }
+}
+
+int kc_alone_begin(kcache_store *s)
+{
+    return s->lock_fd >= 0 && lock_byte(s->lock_fd, F_WRLCK, 0) == 0;
+}
+
+void kc_alone_end(kcache_store *s)
+{
+    if (s->lock_fd >= 0)
+        lock_byte(s->lock_fd, F_RDLCK, 1);
+}
+
+void kc_alone_close(kcache_store *s)
+{
+    if (s->lock_fd >= 0)
+        close(s->lock_fd);
+    s->lock_fd = -1;
+}
