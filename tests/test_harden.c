@@ -833,6 +833,20 @@ static void row12(int row)
 
 /* ---- 13, 14: leases ---------------------------------------------------------------------- */
 
+struct said {
+    int n;
+    char last[512];
+};
+
+static void log_said(void *ud, int level, const char *msg)
+{
+    struct said *w = ud;
+    (void)level;
+    if (strstr(msg, "waiting for host"))
+        w->n++;
+    snprintf(w->last, sizeof(w->last), "%s", msg);
+}
+
 static void row13(int row)
 {
     const char *db = in_row(row, "kcache.db");
@@ -852,6 +866,25 @@ static void row13(int row)
     EXPECT(rc == 0 && acquired, "a lease with a heartbeat in the future held: %d %d", rc,
            acquired);
     kcache_store_close(s);
+
+    /* Another host's live lease: waited for, said at once, given up after the bound. */
+    kcache_key k2 = key_of(113);
+    kcache_key_hex(hex, &k2);
+    snprintf(sql, sizeof(sql), "INSERT INTO lease VALUES (x'%s', 1, 'another-host', %lld)", hex,
+             (long long)time(NULL) * 1000);
+    sql_on(db, sql);
+    setenv("KCACHE_OTHER_HOST_WAIT", "300", 1);
+    struct said said = {0, ""};
+    s = st_open(db, UINT64_MAX, log_said, &said);
+    rc = kcache_store_lease_acquire(s, &k2, 15000, &acquired);
+    EXPECT(rc == 0 && !acquired, "another host's live lease taken at once");
+    EXPECT(said.n == 1 && strstr(said.last, "another-host"), "the wait was not said: %s",
+           said.last);
+    usleep(400000);
+    rc = kcache_store_lease_acquire(s, &k2, 15000, &acquired);
+    EXPECT(rc == 0 && acquired, "another host's lease held past KCACHE_OTHER_HOST_WAIT");
+    kcache_store_close(s);
+    unsetenv("KCACHE_OTHER_HOST_WAIT");
 }
 
 static void row14(int row)

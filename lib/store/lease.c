@@ -1,6 +1,7 @@
 /* Leases for single-flight compiles (schema/003_leases.sql). */
 #include <errno.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -12,6 +13,45 @@ static const char *host_name(void)
     if (!name[0] && gethostname(name, sizeof(name) - 1) != 0)
         strcpy(name, "localhost");
     return name;
+}
+
+/*
+ * A lease of another host can only be judged by its heartbeat, and a
+ * heartbeat from another clock proves little (issue 12: a heartbeat in the
+ * future held a compile for the full 10 minutes, silently). So such a lease
+ * is honoured for a bounded time per key and handle, KCACHE_OTHER_HOST_WAIT
+ * milliseconds (default 30 s), and the wait is said at once through the log.
+ */
+#define KC_OTHER_HOST_WAIT_MS 30000u
+
+static unsigned other_host_wait_ms(void)
+{
+    const char *v = getenv("KCACHE_OTHER_HOST_WAIT");
+    char *end;
+    unsigned long ms = v && *v ? strtoul(v, &end, 10) : KC_OTHER_HOST_WAIT_MS;
+    return v && *v && (*end || ms > 3600000) ? KC_OTHER_HOST_WAIT_MS : (unsigned)ms;
+}
+
+/* Whether another host's live lease on key still holds for this handle. */
+static int other_host_holds(kcache_store *s, const kcache_key *key, const char *host)
+{
+    uint64_t now = kc_mono_ns();
+    unsigned bound = other_host_wait_ms();
+    if (!s->other_host_since_ns || memcmp(&s->other_host_key, key, sizeof(*key)) != 0) {
+        s->other_host_key = *key;
+        s->other_host_since_ns = now;
+        char hex[KCACHE_KEY_HEX_SIZE];
+        kcache_key_hex(hex, key);
+        kc_log(s, KCACHE_LOG_WARNING,
+               "waiting for host '%s', which is compiling %.16s, for at most %u s "
+               "(KCACHE_OTHER_HOST_WAIT, in ms)",
+               host, hex, bound / 1000);
+    }
+    if (now - s->other_host_since_ns < (uint64_t)bound * 1000000u)
+        return 1;
+    kc_log(s, KCACHE_LOG_WARNING, "host '%s' did not finish within %u s: compiling here",
+           host, bound / 1000);
+    return 0;
 }
 
 static int owner_alive(long long pid, const char *host)
@@ -56,11 +96,22 @@ static int acquire_locked(kcache_store *s, const kcache_key *key, unsigned stale
         sqlite3_bind_blob(st, 1, key->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
         src = sqlite3_step(st);
         if (src == SQLITE_ROW) {
+            /* Types first: reading a column may convert it. */
+            int typed = sqlite3_column_type(st, 0) == SQLITE_INTEGER &&
+                        sqlite3_column_type(st, 2) == SQLITE_INTEGER;
             const unsigned char *host = sqlite3_column_text(st, 1);
             long long pid = sqlite3_column_int64(st, 0);
             int64_t beat = sqlite3_column_int64(st, 2);
-            held = owner_alive(pid, host ? (const char *)host : "") &&
+            /*
+             * A row that breaks the schema (a NULL a lost -shm left), or whose
+             * heartbeat is further ahead than a stale one is behind, is no
+             * lease: it is replaced below, never waited for.
+             */
+            int valid = typed && host && *host && beat <= now + (int64_t)stale_ms;
+            held = valid && owner_alive(pid, (const char *)host) &&
                    now - beat < (int64_t)stale_ms;
+            if (held && strcmp((const char *)host, host_name()) != 0)
+                held = other_host_holds(s, key, (const char *)host);
             src = SQLITE_DONE;
         }
     }

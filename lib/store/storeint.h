@@ -83,6 +83,8 @@ struct kcache_store {
     uint64_t pending_corrupt, pending_failures;
     uint64_t last_flush_ns;
     uint64_t index_damaged_ns; /* when the file was last found sound behind a damaged -shm */
+    kcache_key other_host_key;     /* the lease of another host this handle waits for, */
+    uint64_t other_host_since_ns;  /* and since when (lease.c) */
 
     char errmsg[KC_ERRMSG_SIZE];
 };
