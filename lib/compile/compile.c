@@ -153,6 +153,7 @@ static void store_result(kcache_compiler *c, const struct work *w, struct kc_res
     kcache_input *in = kc_calloc(w->deps.n_deps + 1, sizeof(*in));
     if (!in) {
         kc_result_store_problem(r, KCACHE_ENOMEM, "out of memory storing the artifact");
+        kc_store_count_failure(c->store);
         return;
     }
     in[n_in++] = (kcache_input){KCACHE_INPUT_SOURCE, w->source_name, w->source, w->source_size};

@@ -198,7 +198,9 @@ void kc_store_result(kcache_compiler *c, struct kc_result *r, const char *name,
     if (rc) {
         /* The artifact is returned all the same; the result says why it was not kept. */
         kc_result_store_problem(r, rc, kcache_store_errmsg(c->store));
-        kc_store_count_failure(c->store);
+        /* kcache_store_put() counts its own failures but for these (twice was wrong). */
+        if (rc == KCACHE_EINVAL || rc == KCACHE_EREADONLY || rc == KCACHE_EVERSION)
+            kc_store_count_failure(c->store);
     }
 }
 
@@ -211,7 +213,10 @@ int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, uns
         if (found == 1)
             return 0;
         if (found < 0) {
+            /* A lookup or lease that failed (a full disk fails the lease's write) is a
+             * store failure like a put's: stats must not say 0 after these warnings. */
             kc_result_store_problem(r, found, kcache_store_errmsg(c->store));
+            kc_store_count_failure(c->store);
             use_store = 0;
         }
     }

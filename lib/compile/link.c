@@ -184,6 +184,7 @@ static void store_link(kcache_compiler *c, const kcache_link_request *req,
     kcache_input *inputs = kc_calloc(req->n_inputs, sizeof(*inputs));
     if (!inputs) {
         kc_result_store_problem(r, KCACHE_ENOMEM, "out of memory storing the link");
+        kc_store_count_failure(c->store);
         return;
     }
     for (size_t i = 0; i < req->n_inputs; i++)

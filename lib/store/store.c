@@ -125,7 +125,23 @@ KCACHE_API void kcache_store_close(kcache_store *store)
         return;
     pthread_mutex_lock(&store->lock);
     if (store->db) {
-        kc_flush_locked(store, 1);
+        if (kc_flush_locked(store, 1) == KCACHE_EFULL &&
+            (store->pending_failures || store->pending_corrupt)) {
+            /*
+             * A full disk took the store's failure, and the flush that would
+             * count it found no room either: stats would say 0 failures after
+             * as many warnings. The counters alone are a few bytes; a WAL
+             * checkpointed and truncated gives back its room, and they fit.
+             * Hits and usage are given up for them. (Only if nobody reads:
+             * a close never waits.)
+             */
+            sqlite3_busy_timeout(store->db, 0);
+            sqlite3_wal_checkpoint_v2(store->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+            sqlite3_busy_timeout(store->db, (int)store->busy_timeout_ms);
+            store->n_touches = 0;
+            store->n_usage = 0;
+            kc_flush_locked(store, 1);
+        }
         /*
          * A close does not checkpoint (db.c: a hit must not write), so a WAL
          * that another process's readers kept from being truncated would
@@ -565,6 +581,8 @@ KCACHE_API int kcache_store_put(kcache_store *store, const kcache_entry *entry)
         rc = kc_maybe_prune_locked(store);
     else if (rc != KCACHE_EINVAL && rc != KCACHE_EREADONLY && rc != KCACHE_EVERSION)
         store->pending_failures++;
+    if (rc == KCACHE_EFULL)
+        kc_count_now_locked(store);
     pthread_mutex_unlock(&store->lock);
     kc_buf_free(&names);
     return rc;

@@ -218,6 +218,8 @@ size_t kc_col_text(sqlite3_stmt *st, int col, const char **out);
 void kc_row_from_list(struct kc_row *r, sqlite3_stmt *st);
 
 /* store.c */
+/* After a write failed for a full disk: the pending counters written alone, at once. */
+void kc_count_now_locked(kcache_store *s);
 int kc_flush_locked(kcache_store *s, int wait);
 int kc_usage_add(kcache_store *s, const char *arch, int kind, uint64_t hits, uint64_t misses,
                  uint64_t saved_ns);

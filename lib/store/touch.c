@@ -189,6 +189,25 @@ void kc_store_count_miss(kcache_store *store, const char *arch, kcache_kind kind
     pthread_mutex_unlock(&store->lock);
 }
 
+/*
+ * Writes the counters alone, at once, after a write failed for a full disk.
+ * The failed transaction's frames are still in the WAL file, past its last
+ * commit, and a few bytes of counters go there without asking the disk for
+ * more; by the time the process closes, other writers may have taken that
+ * room, and the failure would go uncounted (stats saying 0 after as many
+ * warnings). Hits and usage stay pending for a later flush.
+ */
+void kc_count_now_locked(kcache_store *s)
+{
+    size_t touches = s->n_touches, usage = s->n_usage;
+    s->n_touches = s->n_usage = 0;
+    uint64_t since = s->last_flush_ns;
+    if (kc_flush_locked(s, 0) == 0)
+        s->last_flush_ns = since; /* hits keep their own schedule */
+    s->n_touches = touches;
+    s->n_usage = usage;
+}
+
 void kc_store_count_failure(kcache_store *store)
 {
     if (!store)
