@@ -56,6 +56,29 @@ struct recompiled {
 };
 
 /*
+ * An entry whose rebuild differs is not what its key says it is (a bundle
+ * can carry one whose digests are all consistent: issue 12), and a lookup
+ * would serve it for ever: it is removed, through a writable handle opened
+ * the first time one is needed (verify itself only reads).
+ */
+static void remove_different(kcache_store **writable, const kcache_key *key, char *message,
+                             size_t size)
+{
+    if (!*writable && cli_open_store(writable, 0) != 0) {
+        snprintf(message, size, "rebuilt bytes differ from the stored ones; could not open the "
+                 "cache to remove it: run 'kcache clear'");
+        return;
+    }
+    int rc = kcache_store_delete(*writable, key);
+    if (rc == 0 || rc == KCACHE_ENOTFOUND)
+        snprintf(message, size, "rebuilt bytes differ from the stored ones: removed it (it is "
+                 "compiled again on its next use)");
+    else
+        snprintf(message, size, "rebuilt bytes differ from the stored ones; could not remove "
+                 "it: %s", kcache_store_errmsg(*writable));
+}
+
+/*
  * Rebuilds up to limit entries (0: all), most recently used first. Entries
  * that differ or fail are reported like damaged ones; those made by another
  * toolchain are skipped.
@@ -70,6 +93,7 @@ static int recompile_entries(kcache_store *store, uint64_t limit, struct verify_
     co.log = cli_log;
     if (kcache_compiler_new(&compiler, &co, err, sizeof(err)) != 0)
         return cli_error("--recompile: %s", err);
+    kcache_store *writable = NULL;
     kcache_key *keys = NULL;
     size_t n_keys = 0;
     kcache_filter f = KCACHE_FILTER_INIT;
@@ -94,7 +118,7 @@ static int recompile_entries(kcache_store *store, uint64_t limit, struct verify_
         } else {
             char message[700];
             if (rc == 0)
-                snprintf(message, sizeof(message), "rebuilt bytes differ from the stored ones");
+                remove_different(&writable, &keys[i], message, sizeof(message));
             else
                 snprintf(message, sizeof(message), "rebuild failed: %s",
                          r && r->message[0] ? r->message : kcache_strerror(rc));
@@ -111,6 +135,7 @@ static int recompile_entries(kcache_store *store, uint64_t limit, struct verify_
         cli_json_array_end(&ctx->j);
     kcache_keys_free(keys);
     kcache_compiler_free(compiler);
+    kcache_store_close(writable);
     return 0;
 }
 

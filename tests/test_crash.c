@@ -44,8 +44,33 @@ static void source_text(char *buf, size_t size, unsigned n)
              "{ x[%u %% N] += %u; }\n", n, n, n, n * 7);
 }
 
+/*
+ * The key of entry n: the bundle's carry key material and a key made from
+ * it, as an import requires; the others a key that says its number.
+ */
+static kcache_key crash_key(unsigned n, char material[32])
+{
+    if (n >= BUNDLE_FIRST)
+        return st_material_key(material, n);
+    material[0] = '\0';
+    return st_key(n);
+}
+
+/* The number of the entry with key k (collect() lists keys). */
+static unsigned crash_number(const kcache_key *k)
+{
+    char material[32];
+    for (unsigned i = 0; i < BUNDLE_N; i++) {
+        kcache_key b = st_material_key(material, BUNDLE_FIRST + i);
+        if (!memcmp(b.bytes, k->bytes, KCACHE_KEY_SIZE))
+            return BUNDLE_FIRST + i;
+    }
+    return st_key_number(k);
+}
+
 static int put_entry(kcache_store *s, unsigned n)
 {
+    char material[32];
     char src[256];
     source_text(src, sizeof(src), n);
     kcache_input in[2] = {
@@ -53,7 +78,9 @@ static int put_entry(kcache_store *s, unsigned n)
         {KCACHE_INPUT_HEADER, "common.h", common_header, sizeof(common_header) - 1},
     };
     kcache_entry e = KCACHE_ENTRY_INIT;
-    e.key = st_key(n);
+    e.key = crash_key(n, material);
+    e.key_material = material[0] ? material : NULL;
+    e.key_material_size = strlen(material);
     e.kind = (kcache_kind)(1 + n % 3);
     e.arch = n % 2 ? "sm_90" : "sm_80";
     e.name = "k.cu";
@@ -173,7 +200,7 @@ static void log_fn(void *ud, int level, const char *msg)
 static int collect(void *ud, const kcache_entry *e)
 {
     unsigned *list = ud;
-    list[list[0] + 1] = st_key_number(&e->key);
+    list[list[0] + 1] = crash_number(&e->key);
     list[0]++;
     return 0;
 }
@@ -203,7 +230,8 @@ static unsigned check_store(const char *db, const unsigned char *must, struct fi
     unsigned n = list[0];
     for (unsigned i = 0; i < n; i++) {
         unsigned k = list[i + 1];
-        kcache_key key = st_key(k);
+        char material[32];
+        kcache_key key = crash_key(k, material);
         kcache_entry *e = NULL;
         int rc = kcache_store_get(&e, s, &key, KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
         f->checked++;
@@ -219,7 +247,8 @@ static unsigned check_store(const char *db, const unsigned char *must, struct fi
             unsigned n_key = k < KEY_SPACE ? k : BUNDLE_FIRST + (k - KEY_SPACE);
             if (!must[k])
                 continue;
-            kcache_key key = st_key(n_key);
+            char material[32];
+            kcache_key key = crash_key(n_key, material);
             kcache_entry *e = NULL;
             int rc = kcache_store_get(&e, s, &key,
                                       KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA);

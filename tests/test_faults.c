@@ -95,7 +95,10 @@ static int put_big(kcache_store *s, unsigned n, size_t size)
         scratch[i] = (uint8_t)(x >> 56);
     }
     kcache_entry e = KCACHE_ENTRY_INIT;
-    e.key = st_key(n);
+    char material[32];
+    e.key = st_material_key(material, n); /* exported and imported below: a checkable key */
+    e.key_material = material;
+    e.key_material_size = strlen(material);
     e.kind = KCACHE_KIND_CUBIN;
     e.arch = "sm_90";
     e.data = scratch;

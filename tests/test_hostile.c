@@ -104,7 +104,10 @@ static int put_with_inputs(kcache_store *s, unsigned n)
     snprintf(src, sizeof(src), "__global__ void k%u() {}\n", n);
     kcache_input in[1] = {{KCACHE_INPUT_SOURCE, "k.cu", src, strlen(src)}};
     kcache_entry e = KCACHE_ENTRY_INIT;
-    e.key = st_key(n);
+    char material[32];
+    e.key = st_material_key(material, n);
+    e.key_material = material;
+    e.key_material_size = strlen(material);
     e.kind = (kcache_kind)(1 + n % 3);
     e.arch = n % 2 ? "sm_90" : "sm_80";
     e.name = "k.cu";
@@ -335,7 +338,8 @@ static void test_bundles(kcache_store *live, const char *good)
     CHECK(gr.added == 3);
     for (unsigned i = 100; i < 103; i++) {
         kcache_entry *e = NULL;
-        kcache_key k = st_key(i);
+        char material[32];
+        kcache_key k = st_material_key(material, i);
         CHECK_RC(kcache_store_get(&e, live, &k, KCACHE_GET_NO_TOUCH), 0);
         CHECK(st_entry_ok(e, i, ART_MAX, scratch));
         kcache_entry_free(e);

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "store/ingest.h"
 #include "kcache/bundle.h"
 #include "store/schema.h"
 #include "store/storeint.h"
@@ -473,6 +474,9 @@ static int check_file(kcache_store *s, const char *path)
         snprintf(what, sizeof(what), "%s", sqlite3_errstr(src));
         goto damaged;
     }
+    /* What all of it decodes to, bounded before the first byte is decoded (ingest.c). */
+    if (kc_ingest_check_sizes(db, what, sizeof(what)))
+        goto damaged;
     goto out;
 damaged:
     rc = bundle_err(s, KCACHE_ECORRUPT, "%s is damaged: %s; nothing imported", path, what);
@@ -515,37 +519,35 @@ KCACHE_API int kcache_bundle_import(kcache_bundle_result *out, kcache_store *sto
         goto out;
     }
 
-    /* Every digest before the first merge: a damaged bundle changes nothing. */
+    /*
+     * Every entry through the gate before the first merge (ingest.c): a
+     * damaged bundle changes nothing. Entries are read one at a time, so
+     * memory stays within one entry's bound.
+     */
+    int64_t now = kc_now_ms();
     for (size_t i = 0; i < keys.n; i++) {
         progress(o, "checking", i, keys.n);
+        char hex[KCACHE_KEY_HEX_SIZE], what[KC_ERRMSG_SIZE];
+        kcache_key_hex(hex, &keys.items[i].key);
         rc = kcache_store_get(&e, src, &keys.items[i].key,
                               KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
         if (rc) {
-            char hex[KCACHE_KEY_HEX_SIZE];
-            kcache_key_hex(hex, &keys.items[i].key);
             rc = bundle_err(store, KCACHE_ECORRUPT,
                             "%s is damaged: entry %.16s does not match its digest (%s); "
                             "nothing imported",
                             path, hex, kcache_store_errmsg(src));
             goto out;
         }
-        /*
-         * The store checks what it serves against the stored bytes' digest and
-         * the frame checksum; the artifact's own digest (what get hands out as
-         * e->digest) it takes from the row. A bundle's rows come from another
-         * machine: that digest must be the artifact's too.
-         */
-        uint8_t check[KC_DIGEST_SIZE];
-        kc_digest(check, e->data, e->size);
-        if (memcmp(check, e->digest, KC_DIGEST_SIZE) != 0) {
-            char hex[KCACHE_KEY_HEX_SIZE];
-            kcache_key_hex(hex, &keys.items[i].key);
-            rc = bundle_err(store, KCACHE_ECORRUPT,
-                            "%s is damaged: entry %.16s does not match its digest; nothing "
-                            "imported",
-                            path, hex);
+        pthread_mutex_lock(&store->lock);
+        rc = kc_ingest_check_entry(store, e, now, what, sizeof(what));
+        pthread_mutex_unlock(&store->lock);
+        if (rc) {
+            rc = bundle_err(store, rc, "%s is damaged: entry %.16s: %s; nothing imported", path,
+                            hex, what);
             goto out;
         }
+        keys.items[i].created_at = e->created_at; /* clamped */
+        keys.items[i].accessed_at = e->accessed_at;
         r.entries++;
         r.bytes += e->size;
         kcache_entry_free(e);
@@ -553,16 +555,33 @@ KCACHE_API int kcache_bundle_import(kcache_bundle_result *out, kcache_store *sto
     }
     progress(o, "checking", keys.n, keys.n);
 
+    /* One transaction: all or nothing. A dry run counts the same way and writes nothing. */
+    int in_batch = 0, changed = 0;
+    if (!o->dry_run) {
+        if ((rc = kc_put_batch_begin(store)))
+            goto out;
+        in_batch = 1;
+    }
     for (size_t i = 0; i < keys.n; i++) {
         const struct key_item *k = &keys.items[i];
         progress(o, "merging", i, keys.n);
-        rc = kcache_store_get(&have, store, &k->key, KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA);
-        if (rc && rc != KCACHE_ENOTFOUND)
-            goto out;
-        int exists = rc == 0;
-        int64_t have_created = exists ? have->created_at : 0;
-        kcache_entry_free(have);
-        have = NULL;
+        int64_t have_created = 0;
+        int exists;
+        if (in_batch) {
+            exists = kc_ingest_created_at(store, &k->key, &have_created);
+        } else {
+            exists = kcache_store_get(&have, store, &k->key,
+                                      KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA);
+            exists = exists == 0 ? 1 : exists == KCACHE_ENOTFOUND ? 0 : exists;
+            if (exists == 1)
+                have_created = have->created_at;
+            kcache_entry_free(have);
+            have = NULL;
+        }
+        if (exists < 0) {
+            rc = exists;
+            break;
+        }
         if (exists && have_created >= k->created_at) {
             r.skipped++;
             continue;
@@ -571,20 +590,38 @@ KCACHE_API int kcache_bundle_import(kcache_bundle_result *out, kcache_store *sto
             r.replaced++;
         else
             r.added++;
-        if (o->dry_run)
+        if (!in_batch)
             continue;
-        if ((rc = kcache_store_get(&e, src, &k->key, KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS))) {
-            rc = pass_err(store, src, KCACHE_ECORRUPT, "the bundle changed while importing");
-            goto out;
+        char what[KC_ERRMSG_SIZE];
+        if ((rc = kcache_store_get(&e, src, &k->key, KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS)) ||
+            (rc = kc_ingest_check_entry(store, e, now, what, sizeof(what)))) {
+            rc = KCACHE_ECORRUPT; /* said once the batch has let go of the store */
+            changed = 1;
+            break;
         }
-        rc = kcache_store_put(store, e);
-        if (!rc)
-            rc = set_times(store, &k->key, k->created_at, 0);
+        rc = kc_put_batch_add(store, e, e->created_at, e->created_at);
         kcache_entry_free(e);
         e = NULL;
         if (rc)
-            goto out;
+            break;
     }
+    if (in_batch) {
+        int end = kc_put_batch_end(store, rc == 0);
+        if (!rc && end)
+            rc = end;
+        if (rc) {
+            /* Nothing was merged: the counts say so. */
+            r.added = r.replaced = r.skipped = 0;
+            char msg[KC_ERRMSG_SIZE];
+            snprintf(msg, sizeof(msg), "%s", kcache_store_errmsg(store));
+            if (changed)
+                bundle_err(store, rc, "%s changed while importing; nothing imported", path);
+            else if (!strstr(msg, "nothing imported"))
+                bundle_err(store, rc, "%s; nothing imported", msg);
+        }
+    }
+    if (rc)
+        goto out;
     progress(o, "merging", keys.n, keys.n);
     rc = 0;
 out:

@@ -467,15 +467,12 @@ static int step_done(kcache_store *s, sqlite3_stmt *st, const char *what)
     return src == SQLITE_DONE ? 0 : kc_sqlerr(s, src, what);
 }
 
-static int put_locked(kcache_store *s, const struct put_ctx *p)
+/* The rows of one entry, inside a write transaction the caller holds. */
+static int put_rows(kcache_store *s, const struct put_ctx *p)
 {
     const kcache_entry *e = p->e;
     sqlite3_stmt *st;
-    int rc = kc_db_begin_write(s);
-    if (rc)
-        return rc;
-    if ((rc = kc_pending_write(s)))
-        goto fail;
+    int rc;
     if ((rc = kc_db_stmt(s, &st, KC_STMT_DELETE)))
         goto fail;
     sqlite3_bind_blob(st, 1, e->key.bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
@@ -522,13 +519,22 @@ static int put_locked(kcache_store *s, const struct put_ctx *p)
     for (size_t i = 0; i < e->n_inputs; i++)
         if ((rc = put_input(s, id, (int)i, &e->inputs[i])))
             goto fail;
-    if ((rc = kc_db_commit(s)))
-        return rc;
-    kc_pending_clear(s);
     return 0;
 fail:
-    kc_db_rollback(s);
     return rc;
+}
+
+static int put_locked(kcache_store *s, const struct put_ctx *p)
+{
+    int rc = kc_db_begin_write(s);
+    if (rc)
+        return rc;
+    if ((rc = kc_pending_write(s)) || (rc = put_rows(s, p)) || (rc = kc_db_commit(s))) {
+        kc_db_rollback(s);
+        return rc;
+    }
+    kc_pending_clear(s);
+    return 0;
 }
 
 static int check_entry(kcache_store *s, const kcache_entry *e)
@@ -557,26 +563,94 @@ static int check_entry(kcache_store *s, const kcache_entry *e)
     return 0;
 }
 
-KCACHE_API int kcache_store_put(kcache_store *store, const kcache_entry *entry)
+/* Checks and encodes an entry for put_rows(): the store's own put rules. */
+static int put_prepare(kcache_store *store, const kcache_entry *entry, struct put_ctx *p,
+                       kc_buf *names)
 {
-    KC_CHECK_ARG(store, store && entry);
-    kc_buf names = {0};
-    pthread_mutex_lock(&store->lock);
-    struct put_ctx p = {.e = entry, .stored = &store->scratch, .names = &names};
+    *p = (struct put_ctx){.e = entry, .stored = &store->scratch, .names = names};
     int rc = check_entry(store, entry);
     if (!rc && !store->db)
         rc = kc_err(store, KCACHE_EIO, "the cache could not be reopened");
     if (!rc)
         rc = kc_db_writable(store);
-    if (!rc && (rc = kc_encode(store->codec, &store->scratch, &p.codec, entry->data, entry->size)))
+    if (!rc && (rc = kc_encode(store->codec, &store->scratch, &p->codec, entry->data, entry->size)))
         kc_err(store, rc, "out of memory compressing an artifact");
-    if (!rc && (rc = kc_names_encode(&names, entry)))
+    if (!rc && (rc = kc_names_encode(names, entry)))
         kc_err(store, rc, "name expressions too large");
     if (!rc) {
-        kc_digest(p.digest, entry->data, entry->size);
-        kc_digest(p.stored_digest, store->scratch.data, store->scratch.size);
-        KC_WITH_RECOVERY(store, rc, put_locked(store, &p));
+        kc_digest(p->digest, entry->data, entry->size);
+        kc_digest(p->stored_digest, store->scratch.data, store->scratch.size);
     }
+    return rc;
+}
+
+int kc_put_check(kcache_store *s, const kcache_entry *e)
+{
+    return check_entry(s, e);
+}
+
+int kc_put_batch_begin(kcache_store *s)
+{
+    pthread_mutex_lock(&s->lock);
+    int rc = s->db ? kc_db_begin_write(s) : kc_err(s, KCACHE_EIO, "no database");
+    if (!rc && (rc = kc_pending_write(s)))
+        kc_db_rollback(s);
+    if (rc)
+        pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+int kc_put_batch_add(kcache_store *s, const kcache_entry *e, int64_t created_at,
+                     int64_t accessed_at)
+{
+    kc_buf names = {0};
+    struct put_ctx p;
+    int rc = put_prepare(s, e, &p, &names);
+    if (!rc)
+        rc = put_rows(s, &p);
+    if (!rc) {
+        /* put_rows() stamps now; a batch keeps the times it was given (already clamped). */
+        sqlite3_stmt *st = NULL;
+        int src = sqlite3_prepare_v2(s->db, "UPDATE entry SET created_at = ?1, accessed_at = ?2"
+                                     " WHERE key = ?3", -1, &st, NULL);
+        if (src == SQLITE_OK) {
+            sqlite3_bind_int64(st, 1, created_at);
+            sqlite3_bind_int64(st, 2, accessed_at);
+            sqlite3_bind_blob(st, 3, e->key.bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
+            src = sqlite3_step(st);
+        }
+        sqlite3_finalize(st);
+        if (src != SQLITE_DONE)
+            rc = kc_sqlerr(s, src, "setting an entry's times");
+    }
+    kc_buf_free(&names);
+    return rc;
+}
+
+int kc_put_batch_end(kcache_store *s, int commit)
+{
+    int rc = 0;
+    if (commit && !(rc = kc_db_commit(s)))
+        kc_pending_clear(s);
+    if (!commit || rc)
+        kc_db_rollback(s);
+    if (!rc && commit)
+        rc = kc_maybe_prune_locked(s);
+    else if (rc && rc != KCACHE_EINVAL)
+        s->pending_failures++;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+KCACHE_API int kcache_store_put(kcache_store *store, const kcache_entry *entry)
+{
+    KC_CHECK_ARG(store, store && entry);
+    kc_buf names = {0};
+    pthread_mutex_lock(&store->lock);
+    struct put_ctx p;
+    int rc = put_prepare(store, entry, &p, &names);
+    if (!rc)
+        KC_WITH_RECOVERY(store, rc, put_locked(store, &p));
     if (!rc)
         rc = kc_maybe_prune_locked(store);
     else if (rc != KCACHE_EINVAL && rc != KCACHE_EREADONLY && rc != KCACHE_EVERSION)

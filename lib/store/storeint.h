@@ -220,6 +220,18 @@ void kc_row_from_list(struct kc_row *r, sqlite3_stmt *st);
 /* store.c */
 /* After a write failed for a full disk: the pending counters written alone, at once. */
 void kc_count_now_locked(kcache_store *s);
+/* The store's own put rules (what kcache_store_put() refuses with KCACHE_EINVAL). */
+int kc_put_check(kcache_store *s, const kcache_entry *e);
+/*
+ * Puts in one transaction, all or nothing (ingest.c): begin takes the
+ * store's lock and the write lock; add puts one entry with the times given;
+ * end commits (commit != 0) or rolls back, and releases both. After a
+ * failed begin, nothing is held.
+ */
+int kc_put_batch_begin(kcache_store *s);
+int kc_put_batch_add(kcache_store *s, const kcache_entry *e, int64_t created_at,
+                     int64_t accessed_at);
+int kc_put_batch_end(kcache_store *s, int commit);
 int kc_flush_locked(kcache_store *s, int wait);
 int kc_usage_add(kcache_store *s, const char *arch, int kind, uint64_t hits, uint64_t misses,
                  uint64_t saved_ns);

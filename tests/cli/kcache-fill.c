@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <blake2.h>
 #include <kcache/store.h>
 
 static uint64_t next(uint64_t *s)
@@ -101,12 +102,15 @@ int main(int argc, char **argv)
     uint64_t s = seed * 1000003u;
     for (long e = 0; e < n && !rc; e++) {
         kcache_entry en = KCACHE_ENTRY_INIT;
-        /* Keys from (seed, index) alone, so that other sizes or data keep the keys. */
+        /* Keys from (seed, index) alone, so that other sizes or data keep the keys; each the
+         * BLAKE2b-256 of its key material, as kcache's own are (an import checks it). */
         uint64_t ks = seed * UINT64_C(0x100000001B3) + (uint64_t)e * 7919u;
+        uint8_t material[KCACHE_KEY_SIZE];
         for (int b = 0; b < KCACHE_KEY_SIZE; b += 8) {
             uint64_t r = next(&ks);
-            memcpy(en.key.bytes + b, &r, 8);
+            memcpy(material + b, &r, 8);
         }
+        blake2b(en.key.bytes, material, NULL, KCACHE_KEY_SIZE, sizeof(material), 0);
         /* Half random, half repeated: compressible like a real CUBIN, yet distinct. */
         for (size_t b = 0; b < size; b++)
             data[b] = b < size / 2 ? (unsigned char)next(&s) : (unsigned char)(b % 7);
@@ -129,8 +133,8 @@ int main(int argc, char **argv)
         en.log = "warning: synthetic entry";
         en.toolchain = "kcache-fill";
         en.compile_ns = 1000000;
-        en.key_material = en.key.bytes;
-        en.key_material_size = KCACHE_KEY_SIZE;
+        en.key_material = material;
+        en.key_material_size = sizeof(material);
         if (with_names) {
             en.n_names = 1;
             en.name_exprs = exprs;

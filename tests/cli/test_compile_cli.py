@@ -208,11 +208,17 @@ def test_verify_recompile(root):
     alter_consistently(c.db)
     plain = c.json("verify")
     check(plain["ok"], "the altered artifact passes the digest checks (it was made to)")
+    before = len(c.entries())
     d = c.json("verify", "--recompile", rc=1)
     check(not d["ok"] and d["recompile"]["different"] == 1,
           "verify --recompile fails on an altered artifact: %s" % d.get("recompile"))
+    # The altered entry is removed, never served again (issue 12).
+    check(len(c.entries()) == before - 1, "the altered entry is still there")
+    d = c.json("verify", "--recompile")
+    check(d["ok"] and d["recompile"]["different"] == 0, "after removal: %s" % d.get("recompile"))
+    alter_consistently(c.db)
     _, err = c.run("verify", "--recompile", rc=1)
-    check("differ" in err, "and says so: %r" % err)
+    check("differ" in err and "removed" in err, "and says so: %r" % err)
 
 
 def test_parallel_warm_up(root):

@@ -1,0 +1,142 @@
+/*
+ * The gate for bytes entering the store from outside it (issue 12).
+ *
+ * What the store writes itself it can trust; a bundle (and later an entry
+ * from the remote tier) comes from another machine, and was once enough to
+ * poison or exhaust a cache: a 150 KB bundle whose input decodes to 1 GiB,
+ * referenced four times, took 8 GB to check; entries the store's own put
+ * would refuse were merged halfway before one failed; a date in 9999 made a
+ * poisoned entry "newer" than every later good one. So every entry from
+ * outside passes the same checks before the first byte of it is kept:
+ *
+ *   - sizes, from what the rows declare, before anything is decoded: per
+ *     entry (artifact and inputs) and per batch. Decoding itself never
+ *     writes past a declared size (codec.c checks the zstd frame's own
+ *     content size against it), so these bounds are the memory bounds;
+ *   - the store's own put rules (kind, architecture, ...);
+ *   - the key: BLAKE2b-256 of the entry's key material, as key.c makes it,
+ *     recomputed and compared. An entry without key material cannot be
+ *     checked and is refused;
+ *   - the artifact's digest (the store checks the stored bytes; the digest
+ *     it hands out comes from the row);
+ *   - created_at and accessed_at clamped to now.
+ *
+ * Merging is all or nothing: the callers put through kc_put_batch_*, one
+ * transaction, so that a bad entry found late changes nothing.
+ *
+ * What no check here can see is an artifact that is not what its key
+ * material would build (k19's code under k20's key, digests consistent):
+ * `kcache verify --recompile` rebuilds entries and removes those that
+ * differ.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "store/ingest.h"
+
+static int query_double(sqlite3 *db, const char *sql, double *out)
+{
+    sqlite3_stmt *st = NULL;
+    int src = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+    if (src == SQLITE_OK && (src = sqlite3_step(st)) == SQLITE_ROW) {
+        *out = sqlite3_column_double(st, 0);
+        src = SQLITE_OK;
+    }
+    sqlite3_finalize(st);
+    return src;
+}
+
+int kc_ingest_check_sizes(sqlite3 *db, char *what, size_t what_size)
+{
+    /* total(): a float, so that no sum of hostile sizes can overflow into an error. */
+    double largest = 0, all = 0;
+    int src = query_double(db,
+                           "SELECT coalesce(max(e.raw_size + coalesce((SELECT total(i.size)"
+                           " FROM entry_input ei JOIN input i ON i.id = ei.input_id"
+                           " WHERE ei.entry_id = e.id), 0)), 0) FROM entry e",
+                           &largest);
+    if (src == SQLITE_OK)
+        src = query_double(db,
+                           "SELECT (SELECT total(raw_size) FROM entry) + (SELECT total(i.size)"
+                           " FROM entry_input ei JOIN input i ON i.id = ei.input_id)",
+                           &all);
+    if (src != SQLITE_OK) {
+        snprintf(what, what_size, "its sizes cannot be read: %s", sqlite3_errstr(src));
+        return KCACHE_ECORRUPT;
+    }
+    if (largest > (double)KC_INGEST_MAX_ENTRY) {
+        snprintf(what, what_size,
+                 "an entry is too large: it decodes to %.0f MiB with its inputs (at most %llu "
+                 "MiB)",
+                 largest / (1 << 20), (unsigned long long)(KC_INGEST_MAX_ENTRY >> 20));
+        return KCACHE_ECORRUPT;
+    }
+    if (all > (double)KC_INGEST_MAX_TOTAL) {
+        snprintf(what, what_size,
+                 "it is too large: its entries decode to %.0f MiB with their inputs (at most "
+                 "%llu MiB in one bundle)",
+                 all / (1 << 20), (unsigned long long)(KC_INGEST_MAX_TOTAL >> 20));
+        return KCACHE_ECORRUPT;
+    }
+    return 0;
+}
+
+int kc_ingest_check_entry(kcache_store *s, kcache_entry *e, int64_t now, char *what,
+                          size_t what_size)
+{
+    uint64_t decoded = e->size;
+    for (size_t i = 0; i < e->n_inputs; i++)
+        decoded += e->inputs[i].size;
+    if (decoded > KC_INGEST_MAX_ENTRY) {
+        snprintf(what, what_size, "it is too large (%llu MiB with its inputs)",
+                 (unsigned long long)(decoded >> 20));
+        return KCACHE_ECORRUPT;
+    }
+    /* The put rules, with the store's own words; the store's message is restored after. */
+    char saved[KC_ERRMSG_SIZE];
+    snprintf(saved, sizeof(saved), "%s", s->errmsg);
+    int rc = kc_put_check(s, e);
+    if (rc) {
+        const char *why = strstr(s->errmsg, ": ");
+        snprintf(what, what_size, "%s", why ? why + 2 : s->errmsg);
+        snprintf(s->errmsg, sizeof(s->errmsg), "%s", saved);
+        return KCACHE_ECORRUPT;
+    }
+    uint8_t check[KC_DIGEST_SIZE];
+    if (!e->key_material_size) {
+        snprintf(what, what_size, "it has no key material, so its key cannot be checked");
+        return KCACHE_ECORRUPT;
+    }
+    kc_digest(check, e->key_material, e->key_material_size);
+    if (memcmp(check, e->key.bytes, KCACHE_KEY_SIZE) != 0) {
+        snprintf(what, what_size, "its key is not the digest of its key material");
+        return KCACHE_ECORRUPT;
+    }
+    kc_digest(check, e->data, e->size);
+    if (memcmp(check, e->digest, KC_DIGEST_SIZE) != 0) {
+        snprintf(what, what_size, "it does not match its digest");
+        return KCACHE_ECORRUPT;
+    }
+    e->created_at = e->created_at < 0 ? 0 : e->created_at > now ? now : e->created_at;
+    e->accessed_at = e->accessed_at < 0 ? 0 : e->accessed_at > now ? now : e->accessed_at;
+    return 0;
+}
+
+int kc_ingest_created_at(kcache_store *s, const kcache_key *key, int64_t *out)
+{
+    sqlite3_stmt *st = NULL;
+    int src = sqlite3_prepare_v2(s->db, "SELECT created_at FROM entry WHERE key = ?1", -1, &st,
+                                 NULL);
+    int found = 0;
+    if (src == SQLITE_OK) {
+        sqlite3_bind_blob(st, 1, key->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
+        src = sqlite3_step(st);
+        if (src == SQLITE_ROW) {
+            *out = sqlite3_column_int64(st, 0);
+            found = 1;
+            src = SQLITE_DONE;
+        }
+    }
+    sqlite3_finalize(st);
+    return src == SQLITE_DONE ? found : kc_sqlerr(s, src, "reading an entry");
+}

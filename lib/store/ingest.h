@@ -1,0 +1,41 @@
+/*
+ * The one gate for bytes that enter the store from outside it: bundles now,
+ * the remote tier later. ingest.c says what it checks and why.
+ */
+#ifndef KC_INGEST_H
+#define KC_INGEST_H
+
+#include <sqlite3.h>
+
+#include "store/storeint.h"
+
+/* An entry's artifact and inputs, decoded, at most; a bundle's in all (inputs counted
+ * once per entry that uses them, as they are decoded). */
+#define KC_INGEST_MAX_ENTRY (UINT64_C(512) << 20)
+#define KC_INGEST_MAX_TOTAL (UINT64_C(4) << 30)
+
+/*
+ * The sizes a bundle's rows declare (db: the bundle's own read-only
+ * connection), bounded before anything is decoded. Returns 0, or
+ * KCACHE_ECORRUPT with `what` saying which bound was passed.
+ */
+int kc_ingest_check_sizes(sqlite3 *db, char *what, size_t what_size);
+
+/*
+ * One entry as read from outside, before it may be put: the store's own put
+ * rules, the key recomputed from the key material (BLAKE2b-256) and
+ * compared, the artifact's digest, the sizes; created_at and accessed_at
+ * clamped to now (a date in the future would make an entry "newer" than
+ * any later one for ever). Returns 0, or KCACHE_ECORRUPT with `what`.
+ */
+int kc_ingest_check_entry(kcache_store *s, kcache_entry *e, int64_t now, char *what,
+                          size_t what_size);
+
+/*
+ * Inside a batch (kc_put_batch_begin(), the store's lock held): the
+ * created_at of the store's entry for key. Returns 1 (found), 0 (none) or a
+ * negative code.
+ */
+int kc_ingest_created_at(kcache_store *s, const kcache_key *key, int64_t *out);
+
+#endif
