@@ -151,11 +151,17 @@ static void json_escaped(FILE *f, const char *s)
         case '\n': fputs("\\n", f); break;
         case '\r': fputs("\\r", f); break;
         case '\t': fputs("\\t", f); break;
-        default:
-            if (*p < 0x20)
+        default: {
+            /* JSON is UTF-8: a byte that is not, or a control, is written as the code
+             * point of that byte (a stray 0xff reads as U+00FF, never as invalid JSON). */
+            size_t n = cli_utf8_len(p);
+            if (n == 0 || *p < 0x20 || *p == 0x7f) {
                 fprintf(f, "\\u%04x", *p);
-            else
-                fputc(*p, f);
+            } else {
+                fwrite(p, 1, n, f);
+                p += n - 1;
+            }
+        }
         }
     }
     fputc('"', f);

@@ -89,6 +89,18 @@ int cli_parse_json_only(int argc, char **argv, const char *verb, const char *usa
  */
 int cli_check_key_prefix(const char *verb, const char *prefix);
 
+/*
+ * Text that came from the cache or a bundle, safe for a terminal (safe.c):
+ * control bytes and bytes that are not UTF-8 shown as \xNN. cli_safe()
+ * returns one of a few rotating buffers (long text cut with "..."), for a
+ * field of a line; cli_fputs_safe() writes a whole text, keeping newlines
+ * and tabs when `lines`.
+ */
+const char *cli_safe(const char *s);
+void cli_fputs_safe(FILE *f, const char *s, int lines);
+/* Length of the UTF-8 sequence at p that is safe to print as is (not a C1 control), or 0. */
+size_t cli_utf8_len(const unsigned char *p);
+
 /* Verbs. */
 int cmd_stats(int argc, char **argv);
 int cmd_compile(int argc, char **argv);

@@ -50,7 +50,7 @@ static int print_component(void *userdata, const char *component, const char *va
         cli_json_string(c->j, "value", value);
         cli_json_object_end(c->j);
     } else {
-        printf("  %-16s %s\n", component, value);
+        printf("  %-16s %s\n", component, cli_safe(value));
     }
     return 0;
 }
@@ -97,7 +97,7 @@ static void print_cubin_json(cli_json *j, const kcache_cubin_info *info)
 
 static void print_cubin_human(const kcache_cubin_info *info)
 {
-    printf("\nCUBIN: %s (ELF header), %zu kernels\n", info->arch, info->n_kernels);
+    printf("\nCUBIN: %s (ELF header), %zu kernels\n", cli_safe(info->arch), info->n_kernels);
     if (!info->n_kernels)
         return;
     printf("  %5s %9s %9s %9s %9s %7s %11s  %s\n", "REGS", "SHARED", "LOCAL", "SPILL", "CONST",
@@ -110,7 +110,8 @@ static void print_cubin_human(const kcache_cubin_info *info)
         else
             snprintf(mt, sizeof(mt), "-");
         printf("  %5u %9u %9u %9u %9u %7u %11s  %s\n", k->registers, k->shared_bytes,
-               k->local_bytes, k->spill_bytes, k->constant_bytes, k->param_bytes, mt, k->name);
+               k->local_bytes, k->spill_bytes, k->constant_bytes, k->param_bytes, mt,
+               cli_safe(k->name));
     }
 }
 
@@ -177,6 +178,20 @@ static void print_json(const kcache_entry *e, const kcache_cubin_info *cubin,
     cli_json_finish(&j);
 }
 
+/* A source or PTX text, terminal-safe (an embedded NUL shows as \x00, the rest goes on). */
+static void print_text(const void *data, size_t size)
+{
+    const char *p = data;
+    for (size_t done = 0; done < size;) {
+        cli_fputs_safe(stdout, p + done, 1);
+        done += strlen(p + done);
+        if (done < size) {
+            fputs("\\x00", stdout);
+            done++;
+        }
+    }
+}
+
 static void print_human(const kcache_entry *e, const kcache_cubin_info *cubin,
                         const char *cubin_error, int with_log, int with_source, int with_ptx)
 {
@@ -185,8 +200,8 @@ static void print_human(const kcache_entry *e, const kcache_cubin_info *cubin,
     kcache_key_hex(hex, &e->key);
     printf("Key:           %s\n", hex);
     printf("Kind:          %s\n", kind ? kind : "?");
-    printf("Architecture:  %s\n", e->arch);
-    printf("Source name:   %s\n", e->name);
+    printf("Architecture:  %s\n", cli_safe(e->arch));
+    printf("Source name:   %s\n", cli_safe(e->name));
     printf("Size:          %s (%s stored)\n", kcache_format_size(a, sizeof(a), e->size),
            kcache_format_size(b, sizeof(b), e->stored_size));
     printf("BLAKE2b:       ");
@@ -196,31 +211,35 @@ static void print_human(const kcache_entry *e, const kcache_cubin_info *cubin,
     printf("Last used:     %s\n", cli_format_time(a, sizeof(a), e->accessed_at));
     printf("Hits:          %llu\n", (unsigned long long)e->hits);
     printf("Compile time:  %s\n", cli_format_duration(a, sizeof(a), e->compile_ns));
-    printf("Toolchain:     %s\n", e->toolchain[0] ? e->toolchain : "-");
+    printf("Toolchain:     %s\n", e->toolchain[0] ? cli_safe(e->toolchain) : "-");
     print_key_components(e, NULL);
     if (e->n_names) {
         printf("\nName expressions:\n");
         for (size_t i = 0; i < e->n_names; i++)
-            printf("  %s -> %s\n", e->name_exprs[i], e->lowered_names[i]);
+            printf("  %s -> %s\n", cli_safe(e->name_exprs[i]), cli_safe(e->lowered_names[i]));
     }
     if (e->n_inputs) {
         printf("\nInputs:\n");
         for (size_t i = 0; i < e->n_inputs; i++)
             printf("  %-6s %10s  %s\n", role_name(e->inputs[i].role),
-                   kcache_format_size(a, sizeof(a), e->inputs[i].size), e->inputs[i].name);
+                   kcache_format_size(a, sizeof(a), e->inputs[i].size),
+                   cli_safe(e->inputs[i].name));
     }
     if (cubin)
         print_cubin_human(cubin);
     else if (cubin_error)
         printf("\nCUBIN: not readable: %s\n", cubin_error);
-    if (with_log)
-        printf("\nLog:\n%s%s", e->log[0] ? e->log : "(empty)\n",
-               e->log[0] && e->log[strlen(e->log) - 1] != '\n' ? "\n" : "");
+    if (with_log) {
+        fputs("\nLog:\n", stdout);
+        cli_fputs_safe(stdout, e->log[0] ? e->log : "(empty)\n", 1);
+        if (e->log[0] && e->log[strlen(e->log) - 1] != '\n')
+            putchar('\n');
+    }
     if (with_source) {
         for (size_t i = 0; i < e->n_inputs; i++) {
             const kcache_input *in = &e->inputs[i];
-            printf("\n==> %s (%s) <==\n", in->name, role_name(in->role));
-            fwrite(in->data, 1, in->size, stdout);
+            printf("\n==> %s (%s) <==\n", cli_safe(in->name), role_name(in->role));
+            print_text(in->data, in->size);
             if (in->size && ((const char *)in->data)[in->size - 1] != '\n')
                 putchar('\n');
         }
@@ -230,7 +249,7 @@ static void print_human(const kcache_entry *e, const kcache_cubin_info *cubin,
     if (with_ptx) {
         if (e->kind == KCACHE_KIND_PTX) {
             printf("\nPTX:\n");
-            fwrite(e->data, 1, e->size, stdout);
+            print_text(e->data, e->size);
         } else {
             printf("\nNo PTX: this entry is a %s.\n", kind ? kind : "?");
         }

@@ -47,9 +47,9 @@ static int print_entry(void *userdata, const kcache_entry *e)
         cli_json_object_end(j);
     } else {
         printf("%.16s  %-5s  %-12s %10s %10s %6llu  %-19s  %s\n", hex, kind ? kind : "?",
-               e->arch, kcache_format_size(a, sizeof(a), e->size),
+               cli_safe(e->arch), kcache_format_size(a, sizeof(a), e->size),
                kcache_format_size(b, sizeof(b), e->stored_size), (unsigned long long)e->hits,
-               cli_format_time(t, sizeof(t), e->accessed_at), e->name);
+               cli_format_time(t, sizeof(t), e->accessed_at), cli_safe(e->name));
     }
     return 0;
 }

@@ -100,7 +100,7 @@ static void print_human(const kcache_stats *st, const char *path)
     for (size_t i = 0; i < st->n_usage; i++) {
         const kcache_usage *u = &st->usage[i];
         const char *kind = kcache_kind_name(u->kind);
-        printf("%-14s %-6s %10llu %10llu %8.1f%% %12s\n", u->arch[0] ? u->arch : "-",
+        printf("%-14s %-6s %10llu %10llu %8.1f%% %12s\n", u->arch[0] ? cli_safe(u->arch) : "-",
                kind ? kind : "-", (unsigned long long)u->hits, (unsigned long long)u->misses,
                percent(u->hits, u->hits + u->misses),
                cli_format_duration(a, sizeof(a), u->saved_ns));

@@ -729,7 +729,7 @@ static void row10(int row)
     kcache_key_hex(hex, &e.key);
     struct cli_out o;
     run_kcache(&o, db, NULL, 20, ARGS("ls"));
-    EXPECT(o.rc == 0 && terminal_safe(o.out) && lines(o.out) == 1,
+    EXPECT(o.rc == 0 && terminal_safe(o.out) && lines(o.out) == 2, /* the header, the entry */
            "ls printed control bytes or extra lines (exit %d, %u lines)", o.rc, lines(o.out));
     run_kcache(&o, db, NULL, 20, ARGS("inspect", hex));
     EXPECT(o.rc == 0 && terminal_safe(o.out), "inspect printed control bytes (exit %d)", o.rc);
