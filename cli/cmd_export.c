@@ -73,7 +73,7 @@ static int export_dir(kcache_store *store, const kcache_filter *f, const char *d
     char *path = NULL;
     FILE *manifest = NULL;
     int ret = CLI_OK;
-    uint64_t written = 0, bytes = 0, damaged = 0;
+    uint64_t written = 0, bytes = 0, left_out = 0;
     size_t path_size = strlen(dir) + 256;
     if (kcache_store_list_keys(&keys, &n_keys, store, f)) {
         ret = cli_error("%s", kcache_store_errmsg(store));
@@ -100,21 +100,25 @@ static int export_dir(kcache_store *store, const kcache_filter *f, const char *d
         kcache_entry *e = NULL;
         int rc = kcache_store_get(&e, store, &keys[i], KCACHE_GET_NO_TOUCH);
         if (rc == KCACHE_ENOTFOUND) {
-            damaged++;
+            /* Deleted since it was listed: by another process (a prune, a clear), or by
+             * the store because it was damaged, which the store's own warning says. */
+            left_out++;
             continue;
         }
         if (rc) {
             ret = cli_error("%s", kcache_store_errmsg(store));
             break;
         }
-        char hex[KCACHE_KEY_HEX_SIZE], digest[65], arch[64], name[96], rel[256];
+        char hex[KCACHE_KEY_HEX_SIZE], digest[65], arch[64], name[96], rel[320];
         const char *kind = kcache_kind_name(e->kind);
         kcache_key_hex(hex, &e->key);
         for (int b = 0; b < 32; b++)
             snprintf(digest + 2 * b, 3, "%02x", e->digest[b]);
         safe_name(arch, sizeof(arch), e->arch, 0);
         safe_name(name, sizeof(name), e->name, 1);
-        snprintf(rel, sizeof(rel), "%s/%s-%.16s.%s", arch, name, hex, kind ? kind : "bin");
+        /* The whole key: two keys may share any prefix, and one file would replace the
+         * other with the manifest still naming both (issue 12). */
+        snprintf(rel, sizeof(rel), "%s/%s-%s.%s", arch, name, hex, kind ? kind : "bin");
         snprintf(path, path_size, "%s/%s", dir, arch);
         if (!(ret = make_dir(path))) {
             snprintf(path, path_size, "%s/%s", dir, rel);
@@ -156,16 +160,16 @@ static int export_dir(kcache_store *store, const kcache_filter *f, const char *d
     manifest = NULL;
     if (ret)
         goto out;
-    if (damaged)
-        cli_warn("%llu damaged entries were left out (and deleted from the cache)",
-                 (unsigned long long)damaged);
+    if (left_out)
+        cli_warn("%llu entries were left out: deleted while exporting (by another process, or "
+                 "as damaged: see any warning above)", (unsigned long long)left_out);
     if (json) {
         cli_json_init(&j, stdout);
         cli_json_object_begin(&j, NULL);
         cli_json_string(&j, "dir", dir);
         cli_json_uint(&j, "entries", written);
         cli_json_uint(&j, "bytes", bytes);
-        cli_json_uint(&j, "damaged", damaged);
+        cli_json_uint(&j, "left_out", left_out);
         cli_json_object_end(&j);
         cli_json_finish(&j);
     } else {

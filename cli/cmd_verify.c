@@ -110,6 +110,10 @@ static int recompile_entries(kcache_store *store, uint64_t limit, struct verify_
         int same = 0;
         kcache_result *r = NULL;
         int rc = kcache_recompile(&r, &same, compiler, &keys[i]);
+        if (rc == KCACHE_ENOTFOUND) {
+            kcache_result_free(r); /* deleted since it was listed (a prune elsewhere) */
+            continue;
+        }
         out->checked++;
         if (rc == KCACHE_ENOTSUP) {
             out->skipped++;

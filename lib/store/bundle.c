@@ -210,8 +210,9 @@ KCACHE_API int kcache_bundle_export(kcache_bundle_result *out, kcache_store *sto
         rc = kcache_store_get(&e, store, &keys.items[i].key,
                               KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
         if (rc == KCACHE_ENOTFOUND) {
-            /* Damaged (the store deleted it) or pruned meanwhile: not exported. */
-            r.damaged++;
+            /* Damaged (the store deleted it) or pruned meanwhile: not exported; only the
+             * first is damage (issue 12: a prune during export is not). */
+            r.damaged += (uint64_t)kc_store_get_found_damage(store);
             continue;
         }
         if (rc)

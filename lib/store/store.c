@@ -266,6 +266,7 @@ fail:
 
 static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key, unsigned flags)
 {
+    s->get_found_damage = 0;
     sqlite3_stmt *st;
     struct kc_row r;
     int rc = kc_db_stmt(s, &st, KC_STMT_GET);
@@ -348,6 +349,7 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
     if (damaged) {
         /* A miss, never a damaged kernel: drop the entry and count it. */
         sqlite3_reset(st);
+        s->get_found_damage = 1;
         free_inputs(&r);
         char hex[KCACHE_KEY_HEX_SIZE];
         kcache_key_hex(hex, key);
@@ -383,6 +385,14 @@ KCACHE_API int kcache_store_get(kcache_entry **out, kcache_store *store, const k
         kc_maybe_flush_locked(store);
     pthread_mutex_unlock(&store->lock);
     return rc;
+}
+
+int kc_store_get_found_damage(kcache_store *s)
+{
+    pthread_mutex_lock(&s->lock);
+    int found = s->get_found_damage;
+    pthread_mutex_unlock(&s->lock);
+    return found;
 }
 
 KCACHE_API int kcache_store_delete(kcache_store *store, const kcache_key *key)

@@ -83,6 +83,7 @@ struct kcache_store {
     uint64_t pending_corrupt, pending_failures;
     uint64_t last_flush_ns;
     uint64_t index_damaged_ns; /* when the file was last found sound behind a damaged -shm */
+    int get_found_damage;          /* the last get deleted a damaged entry (row 11) */
     kcache_key other_host_key;     /* the lease of another host this handle waits for, */
     uint64_t other_host_since_ns;  /* and since when (lease.c) */
 
@@ -220,6 +221,12 @@ void kc_row_from_list(struct kc_row *r, sqlite3_stmt *st);
 /* store.c */
 /* After a write failed for a full disk: the pending counters written alone, at once. */
 void kc_count_now_locked(kcache_store *s);
+/*
+ * Whether the last kcache_store_get() on s missed because the entry was
+ * damaged (and deleted), not because it was not there: an entry that
+ * another process pruned or cleared meanwhile is not damage.
+ */
+int kc_store_get_found_damage(kcache_store *s);
 /* The store's own put rules (what kcache_store_put() refuses with KCACHE_EINVAL). */
 int kc_put_check(kcache_store *s, const kcache_entry *e);
 /*

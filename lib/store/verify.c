@@ -65,6 +65,11 @@ KCACHE_API int kcache_store_verify(kcache_verify_result *out, kcache_store *stor
             progress(userdata, "verifying", i, n_keys);
         kcache_entry *e = NULL;
         rc = kcache_store_get(&e, store, &keys[i], KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
+        /* Gone since it was listed (pruned or cleared by another process): not damage. */
+        if (rc == KCACHE_ENOTFOUND && !kc_store_get_found_damage(store)) {
+            rc = 0;
+            continue;
+        }
         r.entries++;
         if (rc == KCACHE_ENOTFOUND || rc == KCACHE_ECORRUPT) {
             r.damaged++;
