@@ -42,9 +42,10 @@ void kc_alone_open(kcache_store *s)
     char path[4200];
     snprintf(path, sizeof(path), "%s-lock", s->path);
     /* O_NOFOLLOW: a link planted there makes this handle never alone, nothing worse. */
-    int flags = O_CLOEXEC | O_NOFOLLOW | (s->read_only ? O_RDONLY : O_RDWR | O_CREAT);
+    /* Read-write where possible, read-only handles too: a write lock needs it. */
+    int flags = O_CLOEXEC | O_NOFOLLOW | O_RDWR | (s->read_only ? 0 : O_CREAT);
     int fd = open(path, flags, 0600);
-    if (fd < 0 && s->read_only == 0 && errno == EACCES)
+    if (fd < 0 && errno == EACCES)
         fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     s->lock_fd = fd;
     if (fd < 0)

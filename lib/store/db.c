@@ -619,6 +619,34 @@ int kc_db_open_once(kcache_store *s, int *damaged)
     return 0;
 }
 
+/*
+ * A read-only open found the file made and its tables not yet: another
+ * process may be creating the cache (it makes the file, then the tables in
+ * one transaction), and `kcache ls` at that moment said "holds no cache yet"
+ * (issue 12 row 16). Every handle holds its lock (alone.c) from before the
+ * file is made, so when this one is alone nobody is creating anything and
+ * the answer stands; otherwise it looks again, for at most 2 s (creating
+ * takes milliseconds) and never past the busy timeout.
+ */
+static int wait_for_creator(kcache_store *s, int *damaged)
+{
+    uint64_t wait_ms = KC_MIN(s->busy_timeout_ms, 2000u);
+    uint64_t deadline = kc_mono_ns() + wait_ms * 1000000u;
+    unsigned pause_us = 1000;
+    int rc = KCACHE_ENOTFOUND;
+    while (rc == KCACHE_ENOTFOUND && kc_mono_ns() < deadline) {
+        if (kc_alone_begin(s)) {
+            kc_alone_end(s);
+            break;
+        }
+        kc_db_close(s);
+        usleep(pause_us);
+        pause_us = KC_MIN(pause_us * 2, 50000u);
+        rc = kc_db_open_once(s, damaged);
+    }
+    return rc;
+}
+
 int kc_db_open(kcache_store *s)
 {
     int rc = make_parent_dirs(s, s->path);
@@ -635,6 +663,8 @@ int kc_db_open(kcache_store *s)
         kc_alone_open(s);
     int damaged;
     rc = kc_db_open_once(s, &damaged);
+    if (rc == KCACHE_ENOTFOUND && s->read_only && !s->any_owner)
+        rc = wait_for_creator(s, &damaged);
     if (rc && damaged && !s->read_only) {
         char why[KC_ERRMSG_SIZE];
         snprintf(why, sizeof(why), "%s", s->errmsg);
