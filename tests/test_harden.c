@@ -1138,19 +1138,29 @@ static void row18(int row)
         rows_skipped++;
         return;
     }
-    /* A home that only its owner may enter, as /root is, holding a path with a space. */
+    /*
+     * A clone in a home only its owner may enter, as /root is, under a path
+     * with a space: the executable with its library beside it ($ORIGIN/../lib),
+     * test_faults, and a TMPDIR with a space that everyone can reach (as /tmp).
+     */
+    chmod(row_dir(row), 0711);
     const char *home = in_row(row, "home");
     REQUIRE(mkdir(home, 0700) == 0);
-    char clone[900];
+    char clone[900], tmp[900];
     snprintf(clone, sizeof(clone), "%s/my clone", home);
-    REQUIRE(mkdir(clone, 0755) == 0);
-    test_sh("cp '%s' '%s/kcache' && cp '%s' '%s/test_faults'", getenv("KCACHE_EXE"), clone,
+    snprintf(tmp, sizeof(tmp), "%s", in_row(row, "tmp dir"));
+    REQUIRE(mkdir(tmp, 01777) == 0 && chmod(tmp, 01777) == 0);
+    test_sh("mkdir -p '%s/cli' '%s/lib' '%s/tests' && cp '%s' '%s/cli/kcache' && "
+            "find \"$(dirname '%s')/../lib\" -maxdepth 1 -name 'libkcache.so*' ! -type d "
+            "-exec cp -P {} '%s/lib/' ';' && cp '%s' '%s/tests/'",
+            clone, clone, clone, getenv("KCACHE_EXE"), clone, getenv("KCACHE_EXE"), clone,
             faults, clone);
     char cmd[8192];
     snprintf(cmd, sizeof(cmd),
-             "cd '%s' && KCACHE_EXE='%s/kcache' TMPDIR='%s' '%s/test_faults' >'%s/out' 2>&1; "
-             "rc=$?; test $rc -eq 0 -o $rc -eq 77 || { cat '%s/out' >&2; exit 1; }",
-             clone, clone, clone, clone, home, home);
+             "cd '%s' && env -u LD_LIBRARY_PATH KCACHE_EXE='%s/cli/kcache' TMPDIR='%s' "
+             "'%s/tests/test_faults' >'%s/out' 2>&1; rc=$?; "
+             "test $rc -eq 0 -o $rc -eq 77 || { cat '%s/out' >&2; exit 1; }",
+             clone, clone, tmp, clone, home, home);
     EXPECT(system(cmd) == 0, "test_faults run from a clone under a 0700 directory failed");
 }
 
