@@ -24,8 +24,9 @@
 #include <blake2.h>
 #include <zstd.h>
 
-#include "codec.h"
-#include "common.h"
+#include "store/internal.h"
+#include "util/codec.h"
+#include "util/common.h"
 #include "results.h"
 #include "storetest.h"
 
@@ -82,7 +83,7 @@ static kcache_key key_of(unsigned n)
 static int has(kcache_store *s, const kcache_key *k)
 {
     kcache_entry *e = NULL;
-    int rc = kcache_store_get(s, &e, k, KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA);
+    int rc = kcache_store_get(&e, s, k, KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA);
     kcache_entry_free(e);
     return rc == 0;
 }
@@ -122,8 +123,8 @@ static void make_bundle(const char *path, unsigned first, unsigned n)
     kcache_store *s = st_open(src, UINT64_MAX, NULL, NULL);
     for (unsigned i = first; i < first + n; i++)
         REQUIRE(put_real(s, i, NULL, NULL) == 0);
-    kcache_bundle_result r;
-    REQUIRE(kcache_bundle_export(s, path, NULL, &r) == 0 && r.entries == n);
+    kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
+    REQUIRE(kcache_bundle_export(&r, s, path, NULL) == 0 && r.entries == n);
     kcache_store_close(s);
 }
 
@@ -386,7 +387,7 @@ static int compile_into(kcache_store *s, const char *src_path, kcache_key *key)
     rq.source_path = src_path;
     rq.arch = "sm_90";
     kcache_result *r = NULL;
-    int rc = kcache_compile(c, &rq, &r);
+    int rc = kcache_compile(&r, c, &rq);
     if (rc == 0 && r && r->data && r->store_status == 0)
         *key = r->key;
     else
@@ -415,8 +416,8 @@ static void row4(int row)
         k19 = key_of(19);
         k20 = key_of(20);
     }
-    kcache_bundle_result r;
-    REQUIRE(kcache_bundle_export(s, bundle, NULL, &r) == 0 && r.entries == 2);
+    kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
+    REQUIRE(kcache_bundle_export(&r, s, bundle, NULL) == 0 && r.entries == 2);
     kcache_store_close(s);
     /* k20's row gets k19's artifact, every digest consistent, and a date in 9999. */
     char hex19[KCACHE_KEY_HEX_SIZE], hex20[KCACHE_KEY_HEX_SIZE], sql[2048];
@@ -432,10 +433,10 @@ static void row4(int row)
              hex19, hex20, hex19, hex20);
     sql_on(bundle, sql);
     s = st_open(live_db, UINT64_MAX, NULL, NULL);
-    int rc = kcache_bundle_import(s, bundle, NULL, &r);
+    int rc = kcache_bundle_import(&r, s, bundle, NULL);
     EXPECT(rc == 0, "import: %d %s", rc, kcache_store_errmsg(s));
     kcache_entry *e = NULL;
-    rc = kcache_store_get(s, &e, &k20, KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA);
+    rc = kcache_store_get(&e, s, &k20, KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA);
     int64_t now = (int64_t)time(NULL) * 1000;
     EXPECT(rc == 0 && e->created_at <= now + 1000 && e->accessed_at <= now + 1000,
            "created_at not clamped to now: %lld", e ? (long long)e->created_at : -1LL);
@@ -534,8 +535,8 @@ static void row5(int row)
         kcache_store *s = st_open(in_row(row, "live.db"), UINT64_MAX, NULL, NULL);
         kcache_bundle_options o = KCACHE_BUNDLE_OPTIONS_INIT;
         o.dry_run = 1;
-        kcache_bundle_result r;
-        int rc = kcache_bundle_import(s, bundle, &o, &r);
+        kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
+        int rc = kcache_bundle_import(&r, s, bundle, &o);
         const char *msg = kcache_store_errmsg(s);
         int ok = rc != 0 && strstr(msg, "too large") && strstr(msg, "nothing imported");
         if (!ok)
@@ -571,10 +572,10 @@ static void row6(int row)
         kcache_store *s = st_open(in_row(row, name), UINT64_MAX, NULL, NULL);
         kcache_bundle_options o = KCACHE_BUNDLE_OPTIONS_INIT;
         o.dry_run = 1;
-        kcache_bundle_result r;
-        int rc = kcache_bundle_import(s, bundle, &o, &r);
+        kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
+        int rc = kcache_bundle_import(&r, s, bundle, &o);
         EXPECT(rc != 0, "dry run of a bundle with %s says OK", breaks[b]);
-        rc = kcache_bundle_import(s, bundle, NULL, &r);
+        rc = kcache_bundle_import(&r, s, bundle, NULL);
         unsigned n = count_entries(s);
         EXPECT(rc != 0 && n == 0, "import of a bundle with %s: %d, %u entries merged", breaks[b],
                rc, n);
@@ -782,16 +783,16 @@ static void row11(int row)
         f.sort = KCACHE_SORT_CREATED;
         REQUIRE(kcache_store_list(s, &f, list_keys_cb, &r) == 0);
         if (pass == 0) {
-            kcache_verify_result vr;
-            int rc = kcache_store_verify(s, remove_next, NULL, &r, &vr);
+            kcache_verify_result vr = KCACHE_VERIFY_RESULT_INIT;
+            int rc = kcache_store_verify(&vr, s, remove_next, NULL, &r);
             EXPECT(rc == 0 && vr.damaged == 0, "verify: %d, %llu damaged", rc,
                    (unsigned long long)vr.damaged);
         } else {
             kcache_bundle_options o = KCACHE_BUNDLE_OPTIONS_INIT;
             o.progress = remove_next;
             o.progress_userdata = &r;
-            kcache_bundle_result br;
-            int rc = kcache_bundle_export(s, in_row(row, "out.kcache"), &o, &br);
+            kcache_bundle_result br = KCACHE_BUNDLE_RESULT_INIT;
+            int rc = kcache_bundle_export(&br, s, in_row(row, "out.kcache"), &o);
             EXPECT(rc == 0 && br.damaged == 0, "export: %d, %llu damaged", rc,
                    (unsigned long long)br.damaged);
         }
@@ -862,7 +863,7 @@ static void row13(int row)
     sql_on(db, sql);
     s = st_open(db, UINT64_MAX, NULL, NULL);
     int acquired = 0;
-    int rc = kcache_store_lease_acquire(s, &k, 15000, &acquired);
+    int rc = kc_store_lease_acquire(&acquired, s, &k, 15000);
     EXPECT(rc == 0 && acquired, "a lease with a heartbeat in the future held: %d %d", rc,
            acquired);
     kcache_store_close(s);
@@ -876,12 +877,12 @@ static void row13(int row)
     setenv("KCACHE_OTHER_HOST_WAIT", "300", 1);
     struct said said = {0, ""};
     s = st_open(db, UINT64_MAX, log_said, &said);
-    rc = kcache_store_lease_acquire(s, &k2, 15000, &acquired);
+    rc = kc_store_lease_acquire(&acquired, s, &k2, 15000);
     EXPECT(rc == 0 && !acquired, "another host's live lease taken at once");
     EXPECT(said.n == 1 && strstr(said.last, "another-host"), "the wait was not said: %s",
            said.last);
     usleep(400000);
-    rc = kcache_store_lease_acquire(s, &k2, 15000, &acquired);
+    rc = kc_store_lease_acquire(&acquired, s, &k2, 15000);
     EXPECT(rc == 0 && acquired, "another host's lease held past KCACHE_OTHER_HOST_WAIT");
     kcache_store_close(s);
     unsetenv("KCACHE_OTHER_HOST_WAIT");
@@ -911,10 +912,10 @@ static void row14(int row)
     sql_on(db, sql);
     s = st_open(db, UINT64_MAX, NULL, NULL);
     int acquired = 0;
-    int rc = kcache_store_lease_acquire(s, &k, 15000, &acquired);
+    int rc = kc_store_lease_acquire(&acquired, s, &k, 15000);
     EXPECT(rc == 0 && acquired, "lease over a NULL row: %d %d %s", rc, acquired,
            kcache_store_errmsg(s));
-    kcache_store_lease_release(s, &k);
+    kc_store_lease_release(s, &k);
     kcache_store_close(s);
     if (!have_exe())
         return;
@@ -1006,9 +1007,9 @@ static void row15(int row)
             /* What a compile records: a hit elsewhere, its miss, then the put. */
             kcache_entry *hit = NULL;
             kcache_key k1 = key_of(1);
-            kcache_store_get(t, &hit, &k1, 0);
+            kcache_store_get(&hit, t, &k1, 0);
             kcache_entry_free(hit);
-            kcache_store_count_miss(t, "sm_90", KCACHE_KIND_CUBIN);
+            kc_store_count_miss(t, "sm_90", KCACHE_KIND_CUBIN);
             int rc = kcache_store_put(t, &e);
             kcache_store_close(t);
             _exit(rc == KCACHE_EFULL ? 0 : 1);
@@ -1021,7 +1022,7 @@ static void row15(int row)
     unlink(fill);
     s = st_open(db, UINT64_MAX, NULL, NULL);
     kcache_stats *st = NULL;
-    REQUIRE(kcache_store_stats(s, &st) == 0);
+    REQUIRE(kcache_store_stats(&st, s) == 0);
     EXPECT(st->store_failures == failed, "store failures: %llu after %u disk-full stores",
            (unsigned long long)st->store_failures, failed);
     kcache_stats_free(st);
