@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "store/alone.h"
@@ -60,6 +61,7 @@ void kc_alone_open(kcache_store *s)
         }
         usleep(2000);
     }
+    kc_alone_reserve(s);
 }
 
 int kc_alone_begin(kcache_store *s)
@@ -78,4 +80,70 @@ void kc_alone_close(kcache_store *s)
     if (s->lock_fd >= 0)
         close(s->lock_fd);
     s->lock_fd = -1;
+}
+
+/*
+ * Store failures that could not be written (issue 12 row 15). On a disk full
+ * to the last byte not even the few bytes of a counter fit in the database,
+ * and stats said 0 after as many warnings. The -lock file keeps a count for
+ * them in bytes [8, 16), allocated when the file is made (while there was
+ * room): rewriting them needs no new block. The next flush that can write
+ * moves the count into the database. A lock on those bytes keeps two
+ * processes from adding or taking at once.
+ */
+#define KC_SPILL_AT 8
+
+static int spill_lock(int fd, short type, int wait)
+{
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = KC_SPILL_AT, .l_len = 8};
+    return fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl);
+}
+
+static uint64_t spill_read(int fd)
+{
+    uint64_t v = 0;
+    if (pread(fd, &v, sizeof(v), KC_SPILL_AT) != (ssize_t)sizeof(v))
+        v = 0;
+    return v > (UINT64_C(1) << 40) ? 0 : v; /* not a count we wrote */
+}
+
+void kc_alone_reserve(kcache_store *s)
+{
+    struct stat st;
+    static const uint8_t zero[KC_SPILL_AT + 8];
+    if (s->lock_fd >= 0 && !s->read_only && fstat(s->lock_fd, &st) == 0 &&
+        st.st_size < (off_t)sizeof(zero) && pwrite(s->lock_fd, zero, sizeof(zero), 0) < 0)
+        return; /* no room now: failures then go uncounted, as before */
+}
+
+void kc_spill_add(kcache_store *s, uint64_t n)
+{
+    if (s->lock_fd < 0 || !n || spill_lock(s->lock_fd, F_WRLCK, 1) != 0)
+        return;
+    uint64_t v = spill_read(s->lock_fd) + n;
+    if (pwrite(s->lock_fd, &v, sizeof(v), KC_SPILL_AT) != (ssize_t)sizeof(v))
+        v = 0; /* lost, as it would have been */
+    spill_lock(s->lock_fd, F_UNLCK, 0);
+}
+
+uint64_t kc_spill_peek(kcache_store *s)
+{
+    return s->lock_fd >= 0 ? spill_read(s->lock_fd) : 0;
+}
+
+uint64_t kc_spill_take_begin(kcache_store *s)
+{
+    s->spill_held = s->lock_fd >= 0 && spill_lock(s->lock_fd, F_WRLCK, 0) == 0;
+    return s->spill_held ? spill_read(s->lock_fd) : 0;
+}
+
+void kc_spill_take_end(kcache_store *s, int taken)
+{
+    if (!s->spill_held)
+        return;
+    static const uint64_t zero;
+    if (taken && pwrite(s->lock_fd, &zero, sizeof(zero), KC_SPILL_AT) != (ssize_t)sizeof(zero))
+        taken = 0;
+    spill_lock(s->lock_fd, F_UNLCK, 0);
+    s->spill_held = 0;
 }

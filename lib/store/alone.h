@@ -11,4 +11,12 @@ int kc_alone_begin(kcache_store *s);
 void kc_alone_end(kcache_store *s);
 void kc_alone_close(kcache_store *s);
 
+/* Store failures kept in PATH-lock when the database had no room (alone.c). */
+void kc_alone_reserve(kcache_store *s);
+void kc_spill_add(kcache_store *s, uint64_t n);
+uint64_t kc_spill_peek(kcache_store *s);
+/* Takes the kept count for a flush (0 when another holds it); end zeroes it if taken. */
+uint64_t kc_spill_take_begin(kcache_store *s);
+void kc_spill_take_end(kcache_store *s, int taken);
+
 #endif

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "store/alone.h"
 #include "store/storeint.h"
 
 static int cmp_usage(const void *a, const void *b)
@@ -97,7 +98,7 @@ static int read_stats(kcache_store *s, kcache_stats *st)
         rc = add_usage(st, &cap, u->arch, u->kind, u->hits, u->misses, u->saved_ns);
     }
     st->corrupt += s->pending_corrupt;
-    st->store_failures += s->pending_failures;
+    st->store_failures += s->pending_failures + kc_spill_peek(s);
 out:
     sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL);
     return rc == KCACHE_ENOMEM ? kc_err(s, rc, "out of memory") : rc;
@@ -162,6 +163,8 @@ KCACHE_API int kcache_store_zero_stats(kcache_store *store)
     if (!rc) {
         store->n_usage = 0;
         store->pending_corrupt = store->pending_failures = 0;
+        kc_spill_take_begin(store); /* and the failures kept beside it */
+        kc_spill_take_end(store, 1);
     }
     pthread_mutex_unlock(&store->lock);
     return rc;

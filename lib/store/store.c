@@ -140,7 +140,9 @@ KCACHE_API void kcache_store_close(kcache_store *store)
             sqlite3_busy_timeout(store->db, (int)store->busy_timeout_ms);
             store->n_touches = 0;
             store->n_usage = 0;
-            kc_flush_locked(store, 1);
+            /* And when even that finds no room, the count waits in PATH-lock (alone.c). */
+            if (kc_flush_locked(store, 1) != 0)
+                kc_spill_add(store, store->pending_failures);
         }
         /*
          * A close does not checkpoint (db.c: a hit must not write), so a WAL

@@ -69,6 +69,8 @@ struct kcache_store {
     int read_only;      /* asked for */
     int any_owner;      /* a bundle: whoever owns the file (owner.c) */
     int lock_fd;        /* PATH-lock, held shared while open (alone.c); -1: none */
+    int spill_held;     /* this flush holds the failures kept in PATH-lock */
+    uint64_t spilled;   /* and their count, written with it */
     int newer_schema;   /* the file is newer than this build: no writes */
     int schema_version;
     kcache_log_fn log;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "store/alone.h"
 #include "store/storeint.h"
 
 /* A hit's touch waits in memory until this many are pending ... */
@@ -111,7 +112,8 @@ int kc_pending_write(kcache_store *s)
     }
     if (s->pending_corrupt && (rc = add_counter(s, "corrupt", s->pending_corrupt)))
         return rc;
-    if (s->pending_failures && (rc = add_counter(s, "store_failures", s->pending_failures)))
+    uint64_t failures = s->pending_failures + s->spilled;
+    if (failures && (rc = add_counter(s, "store_failures", failures)))
         return rc;
     return 0;
 }
@@ -156,10 +158,16 @@ int kc_flush_locked(kcache_store *s, int wait)
     }
     if (rc)
         return rc;
+    /* Failures that found no room before (alone.c) go in with these. */
+    s->spilled = kc_spill_take_begin(s);
     if ((rc = kc_pending_write(s)) || (rc = kc_db_commit(s))) {
         kc_db_rollback(s);
+        s->spilled = 0;
+        kc_spill_take_end(s, 0);
         return rc;
     }
+    s->spilled = 0;
+    kc_spill_take_end(s, 1);
     kc_pending_clear(s);
     return 0;
 }
