@@ -114,6 +114,11 @@ def describe(name, f):
         return ('modes of what kcache creates, planted symlinks',
                 f"{g('modes')} modes checked ({g('modes_wrong')} wrong); {g('symlinks')} "
                 f"symlinks planted, {g('victims_written')} targets written", 0, 0)
+    if name == 'harden':
+        return ("issue 12's table: recovery without rm, other users' caches, the ingest gate, "
+                "config, terminal output, maintenance under others, leases, failures, export "
+                "names, a 0700 clone",
+                f"{g('rows')} rows run, {g('failed')} failed, {g('skipped')} skipped", 0, 0)
     if name.startswith('fuzz-'):
         return (f"libFuzzer: {name[5:]}",
                 f"{g('executions')} executions in {g('seconds')} s; {g('crashes')} crashes in "
