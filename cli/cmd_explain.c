@@ -345,7 +345,8 @@ int cmd_explain(int argc, char **argv)
             char ch[KCACHE_KEY_HEX_SIZE];
             kcache_key_hex(ch, &c->key);
             printf("\nNearest entry %.12s  %s  %s  %s: %zu component%s differ%s\n", ch,
-                   cli_safe(c->name), cli_safe(c->arch), kcache_kind_name(c->kind), c->diff.n, c->diff.n == 1 ? "" : "s",
+                   cli_safe(c->name), cli_safe(c->arch), kcache_kind_name(c->kind), c->diff.n,
+                   c->diff.n == 1 ? "" : "s",
                    c->diff.n == 1 ? "s" : "");
             for (size_t d = 0; d < c->diff.n; d++) {
                 printf("  %-16s request: ", c->diff.d[d].component);

@@ -560,7 +560,8 @@ static void row6(int row)
 {
     static const char *const breaks[] = {
         "UPDATE entry SET arch = '' WHERE id = (SELECT min(id) + 10 FROM entry)",
-        "PRAGMA ignore_check_constraints = ON; UPDATE entry SET kind = 9 WHERE id = (SELECT min(id) + 29 FROM entry)",
+        "PRAGMA ignore_check_constraints = ON;"
+        " UPDATE entry SET kind = 9 WHERE id = (SELECT min(id) + 29 FROM entry)",
     };
     for (size_t b = 0; b < KC_ARRAY_SIZE(breaks); b++) {
         char name[64];
@@ -704,7 +705,8 @@ static void row10(int row)
     }
     const char *db = in_row(row, "kcache.db");
     kcache_store *s = st_open(db, UINT64_MAX, NULL, NULL);
-    static const char evil[] = "\033]0;pwned\007\033[2J\n0123456789abcdef  cubin  sm_90  fake\r\xff";
+    static const char evil[] =
+        "\033]0;pwned\007\033[2J\n0123456789abcdef  cubin  sm_90  fake\r\xff";
     char material[64], src[] = "x";
     kcache_input in[1] = {{KCACHE_INPUT_SOURCE, evil, src, 1}};
     const char *exprs[] = {evil}, *lowered[] = {evil};
