@@ -2,11 +2,12 @@
  * The drop-in NVRTC's entry points.
  *
  * A program gets a handle of ours. Until it compiles, the handle only holds
- * copies of what it was given; nvrtcCompileProgram derives kcache's key
- * (kcache_compile with KCACHE_COMPILE_KEY_ONLY: the public API, the same
- * include resolver and key as every other kcache compile) and looks it up:
+ * copies of what it was given; nvrtcCompileProgram hands them to
+ * kcache_compile() (the public API: the same include resolver, key, store,
+ * single flight and counters as every other kcache compile) with a compiler
+ * of our own for the miss (kcache_request.compile):
  *
- *   - a hit is served from the entry: return code, log, the output, the
+ *   - a hit is served from the result: return code, log, the output, the
  *     lowered names, and the empty outputs NVRTC gives for what the compile
  *     did not produce (checked call by call against NVRTC by
  *     tests/nvrtc-shim). NVRTC is never loaded.
@@ -16,20 +17,21 @@
  *     and the log), stored, and from then on every call on that handle goes
  *     to NVIDIA's library.
  *
- * Anything the hit cannot answer itself (PTX of an sm_XX compile, an
- * unknown name expression, a call in an order NVRTC refuses) rebuilds the
- * real program from the copies, compiles it if the program did, and forwards:
- * slower, never different.
+ * Anything the hit cannot answer itself (an output asked for in an order
+ * NVRTC refuses, a call on odd arguments) rebuilds the real program from the
+ * copies, compiles it if the program did, and forwards: slower, never
+ * different.
  *
  * What kcache cannot key soundly goes to NVIDIA's library uncached and is
  * counted by reason ($KCACHE_NVRTC_REPORT names a file that gets the counts
- * at exit; `kcache run` reads it). Because the bytes of a miss come from the
- * program's own options, the key also holds them verbatim, the in-memory
- * header names and the real library's build (extra_digest): an entry made by
- * `kcache compile`, which compiles hermetically, is never served here.
+ * at exit; `kcache run -v` prints them). Because the bytes of a miss come
+ * from the program's own options, the key also holds them verbatim, the
+ * in-memory header names and the real library's path (extra_digest): an
+ * entry made by `kcache compile`, which compiles hermetically, is never
+ * served here, nor the reverse.
  */
-#include <pthread.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
