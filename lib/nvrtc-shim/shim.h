@@ -8,6 +8,8 @@
 
 #include <nvrtc.h>
 
+#include <kcache/compile.h>
+
 /* NVIDIA's entry points, as loaded from the real library. */
 typedef struct kc_real_nvrtc {
     __typeof__(&nvrtcGetErrorString) GetErrorString;
@@ -58,5 +60,42 @@ void kc_real_unlock(void);
  */
 void kc_shim_enter(void);
 void kc_shim_leave(void);
+
+/* A program handle of the drop-in's (what nvrtcProgram points to). */
+struct prog {
+    nvrtcProgram real;       /* NVIDIA's program, once there is one */
+    char *src, *name;
+    int n_headers;
+    char **headers, **include_names;
+    char **exprs;
+    size_t n_exprs;
+    char **opts;
+    int n_opts;
+    int compiled;            /* the program called nvrtcCompileProgram */
+    nvrtcResult compile_rc;
+    int passthrough;         /* every call goes to NVIDIA's program */
+    kcache_result *hit;      /* served from this result of a hit */
+    kcache_result *hit_ptx;  /* the PTX of an sm_XX hit, kept as an entry of its own */
+};
+
+/*
+ * NVIDIA's program for p, built from the copies (and compiled, if the
+ * program compiled), so that any call can be forwarded. Returns 0 or NVRTC's
+ * error (which the forwarded call then returns, as NVRTC would have).
+ */
+nvrtcResult kc_prog_materialize(struct prog *p, const kc_real_nvrtc **out);
+
+/* Looks up the PTX of an sm_XX hit (p->hit_ptx) when the program first asks for it. */
+void kc_prog_load_hit_ptx(struct prog *p);
+
+/* Forwards a call on p to NVIDIA's program, built first if need be. */
+#define FORWARD(p, call)                                                                           \
+    do {                                                                                           \
+        const kc_real_nvrtc *api_;                                                                 \
+        nvrtcResult mrc_ = kc_prog_materialize((p), &api_);                                                \
+        if (mrc_ != NVRTC_SUCCESS)                                                                 \
+            return mrc_;                                                                           \
+        return api_->call;                                                                         \
+    } while (0)
 
 #endif

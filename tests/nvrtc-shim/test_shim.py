@@ -213,6 +213,16 @@ def main():
         check(parent(r).get("misses", 0) >= 1,
               f"after a header edit: the edited compile misses (report {r})")
     env = base_env(tmp2)
+    if MODE == "linked" and shutil.which("nm"):
+        # NVIDIA's entry points, each under its version node, and dlopen (unversioned).
+        def exported(lib):
+            out = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True,
+                                 text=True, check=True).stdout
+            return {ln.split()[-1] for ln in out.splitlines() if ln.strip()}
+        real, ours = exported(REAL), exported(SHIM)
+        check(ours == real | {"dlopen"},
+              f"the drop-in exports NVIDIA's symbols and versions, and dlopen "
+              f"(missing {sorted(real - ours)}, extra {sorted(ours - real - {'dlopen'})})")
     if MODE == "linked":
         # kcache run as a command: the program's exit status, usage errors.
         p = subprocess.run([KCACHE, "run", "--", "sh", "-c", "exit 3"], env=env)
