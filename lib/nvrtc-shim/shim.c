@@ -105,10 +105,17 @@ static void after_fork_parent(void)
     pthread_mutex_unlock(&state_lock);
 }
 
+/* Parents' compilers, left alone in a child but kept reachable (not leaked). */
+static kcache_compiler *inherited[8];
+
 static void after_fork_child(void)
 {
     kc_real_unlock();
     pthread_mutex_unlock(&state_lock);
+    if (compiler) {
+        memmove(inherited + 1, inherited, sizeof(inherited) - sizeof(*inherited));
+        inherited[0] = compiler;
+    }
     compiler = NULL;
     compiler_failed = 0;
     /* The child's report counts the child's compiles. */

@@ -268,6 +268,8 @@ int main(int argc, char **argv)
         FILE *cf = fopen(fork_out, "wb");
         int ok = cf && fwrite(again.rec.data, 1, again.rec.size, cf) == again.rec.size;
         free(again.rec.data);
+        for (size_t i = 0; i < n_cases; i++)
+            free(cases[i].rec.data);
         exit(cf && fclose(cf) == 0 && ok ? 0 : 1);
     }
     int status = 0;
