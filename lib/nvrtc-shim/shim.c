@@ -655,10 +655,11 @@ SHIM_API nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions,
     kcache_result *res = NULL;
     int rc = through_cache(&res, c, p, &m);
     nvrtcResult nrc;
+    int keyed = res && res->keyed;
     if (m.ran) {
         /* NVIDIA's program answers from now on, whatever kcache made of it. */
         nrc = m.rc;
-        if (res && res->keyed)
+        if (keyed)
             atomic_fetch_add(&miss_count, 1);
         else
             count(R_NOT_KEYED);
@@ -675,7 +676,7 @@ SHIM_API nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions,
     miss_free(&m);
     kcache_result_free(res);
     /* An sm_XX compile also makes PTX: kept under the key of its own kind. */
-    if (m.ran && nrc == NVRTC_SUCCESS && kind == KCACHE_KIND_CUBIN && p->real) {
+    if (m.ran && keyed && nrc == NVRTC_SUCCESS && kind == KCACHE_KIND_CUBIN && p->real) {
         struct miss ptx = {.p = p, .kind = KCACHE_KIND_PTX};
         through_cache(&res, c, p, &ptx);
         miss_free(&ptx);

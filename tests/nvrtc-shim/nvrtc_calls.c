@@ -232,6 +232,10 @@ int main(int argc, char **argv)
         {.name = "optix.cu", .src = SAXPY, .opts = {"-arch=sm_90", "-optix-ir"}},
         {.name = "no_arch.cu", .src = SAXPY, .opts = {"-std=c++17"}},
         {.name = "flow.cu", .src = SAXPY, .opts = {"-arch=sm_90"}, .flow_callback = 1},
+        {.name = "computed.cu",
+         .src = "#define STR(x) #x\n#define XSTR(x) STR(x)\n#include XSTR(shim_axpb.h)\n"
+                "__global__ void k(float *p) { p[0] = axpb(p[1], p[2], p[3]); }\n",
+         .opts = {"-arch=sm_90", inc}},
         {.name = "thread_a.cu", .src = "", .opts = {"-arch=sm_90"}},
         {.name = "thread_b.cu", .src = "", .opts = {"-arch=sm_90"}},
     };

@@ -171,10 +171,12 @@ def main():
                   [KCACHE, "run", "--"])
             r = parent(report(rep))
             same(j("unc-real.bin"), j("unc-shim.bin"),
-                 "OptiX IR, no -arch, a flow callback: every answer as NVIDIA's")
+                 "OptiX IR, no -arch, a flow callback, an include kcache cannot follow: every "
+                 "answer as NVIDIA's")
             check(r.get("optix-ir") == 1 and r.get("no-arch") == 1 and
-                  r.get("flow-callback") == 1,
-                  f"OptiX IR, no -arch, a flow callback: each counted by reason ({r})")
+                  r.get("flow-callback") == 1 and r.get("not-keyable") == 1,
+                  f"OptiX IR, no -arch, a flow callback, an include kcache cannot follow: "
+                  f"each counted by reason ({r})")
 
         # LD_PRELOAD by hand: the drop-in finds NVIDIA's library itself.
         calls(j("preload.bin"), dict(run_env, LD_PRELOAD=shim), INCLUDE)
