@@ -213,7 +213,7 @@ int main(int argc, char **argv)
          .n_headers = 1,
          .headers = {"#pragma once\n__device__ float twice(float x) { return 2 * x; }\n"},
          .include_names = {"vec.h"},
-         .opts = {"-arch=sm_90"}},
+         .opts = {"-arch=sm_90", inc}},
         {.name = "include_dir.cu",
          .src = "#include <shim_axpb.h>\n__global__ void k(float *p) { p[0] = axpb(p[1], p[2], "
                 "p[3]); if (p[0] < 0) __trap(); }\n",
