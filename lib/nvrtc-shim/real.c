@@ -290,6 +290,7 @@ __asm__(".text\n"
         ".globl dlopen\n"
         ".type dlopen, @function\n"
         "dlopen:\n"
+        "    endbr64\n" /* a landing pad where indirect branches are checked (CET) */
         "    push %rsi\n"
         "    call kc_shim_dlopen_name\n"
         "    pop %rsi\n"
