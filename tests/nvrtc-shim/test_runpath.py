@@ -21,6 +21,11 @@ def main():
     env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
     plain = subprocess.run([prog], env=env, capture_output=True, text=True)
     print("without the drop-in:", plain.returncode, plain.stdout.strip(), plain.stderr.strip())
+    if plain.returncode != 0:
+        # ASan's own dlopen interceptor is a call, not a jump: there, no program can.
+        print("SKIP: the neighbour is not found even without the drop-in (a sanitizer's "
+              "dlopen interceptor?): nothing to compare")
+        return 77
     preloaded = subprocess.run([prog], env=dict(env, LD_PRELOAD=shim), capture_output=True,
                                text=True)
     print("with the drop-in:", preloaded.returncode, preloaded.stdout.strip(),
