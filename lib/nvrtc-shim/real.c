@@ -270,7 +270,10 @@ const char *kc_shim_dlopen_name(const char *file)
                 }
             }
         } else {
-            ours = !strcmp(file, "libnvrtc.so") || !strcmp(file, KC_SONAME);
+            /* By name: libnvrtc.so.13, or with a minor version (PyTorch has asked
+             * for libnvrtc.so.11.2); the loader would give these our soname's file. */
+            ours = !strcmp(file, "libnvrtc.so") || !strcmp(file, KC_SONAME) ||
+                   !strncmp(file, KC_SONAME ".", strlen(KC_SONAME) + 1);
         }
         if (ours)
             use = self_path;
