@@ -239,6 +239,13 @@ def main():
         p = subprocess.run([KCACHE, "run"], env=env, capture_output=True, text=True)
         check(p.returncode == 2 and p.stderr.startswith("kcache: ") and
               len(p.stderr.splitlines()) == 1, f"kcache run without a command: {p.stderr!r}")
+        other = os.path.join(tmp2, "other.db")
+        p = subprocess.run([KCACHE, "--path", other, "run", "--", CALLS,
+                            os.path.join(tmp2, "p.bin"), INCLUDE], env=env)
+        st = json.loads(subprocess.run([KCACHE, "--path", other, "stats", "--json"], env=env,
+                                       capture_output=True, text=True).stdout)
+        check(p.returncode == 0 and st["misses"] >= N_CASES,
+              f"kcache --path FILE run: the program's cache is FILE ({st['misses']} misses)")
         p = subprocess.run([KCACHE, "run", "-v", "--", CALLS, os.path.join(tmp2, "v.bin"),
                             INCLUDE], env=env, capture_output=True, text=True)
         check(p.returncode == 0 and "kcache: nvrtc pid" in p.stderr and "hits" in p.stderr,
