@@ -181,6 +181,19 @@ static kcache_compiler *get_compiler(void)
         char err[512];
         kc_shim_enter();
         compiler_failed = !o.nvrtc_path || kcache_compiler_new(&compiler, &o, err, sizeof(err));
+        if (compiler_failed && o.nvrtc_path) {
+            /* No toolkit where kcache looks (a pip-only install: nvidia/cu13/lib/):
+             * the real library's own tree is one. */
+            char root[PATH_MAX];
+            snprintf(root, sizeof(root), "%s", o.nvrtc_path);
+            for (int up = 0; up < 2; up++) {
+                char *slash = strrchr(root, '/');
+                if (slash)
+                    *slash = '\0';
+            }
+            o.toolkit_root = root;
+            compiler_failed = kcache_compiler_new(&compiler, &o, err, sizeof(err)) != 0;
+        }
         kc_shim_leave();
         compiler_pid = getpid();
         if (!atexit_done) {
