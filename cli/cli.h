@@ -116,6 +116,7 @@ int cmd_config(int argc, char **argv);
 int cmd_clear(int argc, char **argv);
 int cmd_vacuum(int argc, char **argv);
 int cmd_path(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 
 #endif

@@ -26,6 +26,7 @@ static const struct verb verbs[] = {
     {"config", cmd_config, "show or set settings and where they come from"},
     {"clear", cmd_clear, "delete every entry"},
     {"vacuum", cmd_vacuum, "compact the database file"},
+    {"run", cmd_run, "run a program with the drop-in NVRTC: its compiles go through the cache"},
     {"path", cmd_path, "print where the cache database is"},
     {"version", cmd_version, "print the version"},
 };

@@ -4,7 +4,7 @@ _kcache()
     local cur prev verb i
     cur=${COMP_WORDS[COMP_CWORD]}
     prev=${COMP_WORDS[COMP_CWORD-1]}
-    local verbs="stats ls inspect explain compile get prune export import verify config clear vacuum path version help"
+    local verbs="stats ls inspect explain compile get prune export import verify config clear vacuum path run version help"
 
     verb=
     for ((i = 1; i < COMP_CWORD; i++)); do
@@ -46,6 +46,7 @@ _kcache()
         verify) opts+=" --recompile --json" ;;
         config) opts+=" --unset --json" ;;
         clear|vacuum|path|version) opts+=" --json" ;;
+        run) opts+=" --verbose --print-shim" ;;
         help) COMPREPLY=($(compgen -W "$verbs" -- "$cur")); return ;;
     esac
     if [[ $cur == -* ]]; then

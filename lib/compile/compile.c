@@ -81,6 +81,13 @@ static int prepare(kcache_compiler *c, const kcache_request *req, struct work *w
     for (size_t i = 0; i < req->n_name_exprs; i++)
         if (!req->name_exprs[i] || !*req->name_exprs[i])
             return kc_result_fail(r, KCACHE_EINVAL, "name expression %zu is empty", i);
+    size_t n_mem = req->version >= 2 ? req->n_headers : 0;
+    if (n_mem && (!req->header_names || !req->header_contents))
+        return kc_result_fail(r, KCACHE_EINVAL, "n_headers without header_names and contents");
+    for (size_t i = 0; i < n_mem; i++)
+        if (!req->header_names[i] || !*req->header_names[i] || !req->header_contents[i])
+            return kc_result_fail(r, KCACHE_EINVAL, "in-memory header %zu has no name or no "
+                                  "content", i);
     if ((rc = kc_opts_parse(&w->opts, req->options, req->n_options, msg, sizeof(msg))))
         return kc_result_fail(r, rc, "%s", msg);
     if ((rc = kc_resolve_arch(c, req, w, r)))
@@ -102,6 +109,9 @@ static int prepare(kcache_compiler *c, const kcache_request *req, struct work *w
         .pre_includes = (const char *const *)w->opts.pre_includes,
         .n_pre_includes = w->opts.n_pre_includes,
         .toolkit_root = c->tk.root,
+        .mem_names = n_mem ? req->header_names : NULL,
+        .mem_contents = n_mem ? req->header_contents : NULL,
+        .n_mem = n_mem,
     };
     if ((rc = kc_deps_resolve(&w->deps, &dq, msg, sizeof(msg))))
         return kc_result_fail(r, rc, "%s", msg);
@@ -190,6 +200,63 @@ static void store_compile_step(void *ctx, struct kc_result *r)
     store_result(s->c, s->w, r);
 }
 
+/* A miss compiled by the caller's own compiler (kcache_request.compile). */
+struct caller_step {
+    kcache_compiler *c;
+    const kcache_request *req;
+    const struct work *w;
+    char *toolchain;
+};
+
+static int run_caller_step(void *ctx, struct kc_result *r)
+{
+    struct caller_step *s = ctx;
+    kcache_made m;
+    memset(&m, 0, sizeof(m));
+    uint64_t t0 = kc_mono_ns();
+    int rc = s->req->compile(s->req->compile_userdata, &m);
+    r->pub.compile_ns = kc_mono_ns() - t0;
+    if (m.log && *m.log) {
+        if (!(r->log = kc_strdup(m.log)))
+            return KCACHE_ENOMEM;
+        r->pub.log = r->log;
+    }
+    if (rc == KCACHE_ECOMPILE)
+        return kc_result_fail(r, rc, "%s did not compile (see the log)", s->w->source_name);
+    if (rc)
+        return kc_result_fail(r, rc < 0 ? rc : KCACHE_EIO, "the caller's compiler failed (%d)",
+                              rc);
+    if (!m.data || !m.size || (m.n_names && (!m.name_exprs || !m.lowered_names)))
+        return kc_result_fail(r, KCACHE_EINVAL, "the caller's compiler gave no artifact");
+    if (!(r->data = kc_memdup(m.data, m.size)))
+        return KCACHE_ENOMEM;
+    r->pub.data = r->data;
+    r->pub.size = m.size;
+    r->exprs = kc_calloc(m.n_names + 1, sizeof(char *));
+    r->lowered = kc_calloc(m.n_names + 1, sizeof(char *));
+    if (!r->exprs || !r->lowered || !(s->toolchain = kc_strdup(m.toolchain ? m.toolchain
+                                                                 : "the caller's compiler")))
+        return KCACHE_ENOMEM;
+    for (size_t i = 0; i < m.n_names; i++) {
+        r->exprs[i] = kc_strdup(m.name_exprs[i] ? m.name_exprs[i] : "");
+        r->lowered[i] = kc_strdup(m.lowered_names[i] ? m.lowered_names[i] : "");
+        r->n_names = i + 1;
+        if (!r->exprs[i] || !r->lowered[i])
+            return KCACHE_ENOMEM;
+    }
+    r->pub.n_names = r->n_names;
+    r->pub.name_exprs = (const char *const *)r->exprs;
+    r->pub.lowered_names = (const char *const *)r->lowered;
+    return 0;
+}
+
+static void store_caller_step(void *ctx, struct kc_result *r)
+{
+    struct caller_step *s = ctx;
+    /* No inputs: kcache's own NVRTC would not rebuild what another compiler made. */
+    kc_store_result(s->c, r, s->w->source_name, s->toolchain, NULL, 0);
+}
+
 static int compile_request(kcache_compiler *c, const void *request, struct kc_result *r)
 {
     const kcache_request *req = request;
@@ -214,7 +281,11 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     int use_store = c->store && hermetic && !(req->flags & KCACHE_COMPILE_NO_CACHE);
     struct compile_step ctx = {c, req, &w, hermetic};
     struct kc_step step = {run_compile_step, store_compile_step, &ctx, w.nvrtc_arch, w.kind};
+    struct caller_step caller = {c, req, &w, NULL};
+    if (req->version >= 2 && req->compile)
+        step = (struct kc_step){run_caller_step, store_caller_step, &caller, w.nvrtc_arch, w.kind};
     rc = kc_through_cache(c, r, use_store, req->flags, &step);
+    free(caller.toolchain);
 out:
     kc_work_free(&w);
     return rc;

@@ -48,7 +48,10 @@ KCACHE_API int kcache_compiler_new(kcache_compiler **out, const kcache_compiler_
     if (!c)
         return kc_fmt(errbuf, errbuf_size, KCACHE_ENOMEM, "out of memory");
     int rc = kc_toolkit_find(&c->tk, options->toolkit_root, errbuf, errbuf_size);
+    if (!rc && options->version >= 2 && options->nvrtc_path)
+        rc = kc_toolkit_use_nvrtc(&c->tk, options->nvrtc_path, errbuf, errbuf_size);
     if (rc) {
+        kc_toolkit_free(&c->tk);
         free(c);
         return rc;
     }

@@ -506,12 +506,49 @@ static int new_dep(struct resolver *r, kc_dep **out, const char *spelling, int a
  * form one namespace keyed by spelling, so a spelling must mean one file for
  * the whole compile; when it means two, the compile cannot be hermetic.
  */
+static int in_memory(const struct resolver *r, const char *spelling)
+{
+    for (size_t i = 0; i < r->req->n_mem; i++)
+        if (strcmp(r->req->mem_names[i], spelling) == 0)
+            return 1;
+    return 0;
+}
+
+/*
+ * Every in-memory header is a dependency, read or not (the key covers them
+ * all, by name and content), and is scanned. Its own quoted includes have no
+ * directory to be searched first: NVRTC gives an in-memory header none.
+ * A name given twice: NVRTC takes the first, and so does kcache.
+ */
+static int add_memory_headers(struct resolver *r)
+{
+    for (size_t i = 0; i < r->req->n_mem; i++) {
+        const char *name = r->req->mem_names[i];
+        if (find_dep(r, name))
+            continue;
+        kc_dep *d;
+        int rc = new_dep(r, &d, name, 0);
+        if (rc)
+            return rc;
+        d->state = KC_DEP_USER;
+        d->size = strlen(r->req->mem_contents[i]);
+        d->content = kc_memdup(r->req->mem_contents[i], d->size);
+        d->path = kc_strdup("(in memory)");
+        if (!d->content || !d->path)
+            return KCACHE_ENOMEM;
+        kc_digest(d->digest, d->content, d->size);
+        if ((rc = add_file(r, NULL, name, d->content, d->size)))
+            return rc;
+    }
+    return 0;
+}
+
 static int resolve(struct resolver *r, const char *spelling, int angle, const char *dir)
 {
     char *path = NULL, *real = NULL, *content = NULL;
     size_t size = 0;
     int rc;
-    if (!*spelling)
+    if (!*spelling || in_memory(r, spelling))
         return 0;
     if ((rc = search(r, spelling, angle, dir, &path)))
         return rc;
@@ -761,6 +798,8 @@ int kc_deps_resolve(kc_deps *out, const kc_deps_request *req, char *msg, size_t 
         msg[0] = '\0';
     int rc = add_file(&r, req->no_source_include ? NULL : req->source_dir, "the source",
                       req->source, req->source_size);
+    if (!rc)
+        rc = add_memory_headers(&r);
     /* -include headers are read as if the main source included them first. */
     for (size_t i = 0; !rc && i < req->n_pre_includes; i++)
         rc = resolve(&r, req->pre_includes[i], 0,

@@ -83,6 +83,11 @@ typedef struct kc_deps_request {
     const char *const *pre_includes; /* -include operands */
     size_t n_pre_includes;
     const char *toolkit_root;        /* realpath of the toolkit, or NULL */
+    /* Headers handed over in memory (nvrtcCreateProgram's): found by exact
+     * spelling before anything on disk; each one is a dependency. */
+    const char *const *mem_names;
+    const char *const *mem_contents;
+    size_t n_mem;
 } kc_deps_request;
 
 typedef struct kc_deps {

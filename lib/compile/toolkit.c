@@ -180,6 +180,28 @@ static char *toolkit_identity(const char *root)
     return kc_strdup(text);
 }
 
+/* The file's name and GNU build-id: exact to the build, read without loading it. */
+static void nvrtc_identity(kc_toolkit *tk)
+{
+    char id[80];
+    if (kc_elf_build_id(tk->nvrtc_path, id, sizeof(id)) != 0)
+        snprintf(id, sizeof(id), "unknown");
+    const char *base = strrchr(tk->nvrtc_path, '/');
+    snprintf(tk->nvrtc_id, sizeof(tk->nvrtc_id), "%s build-id %s", base ? base + 1 : "", id);
+}
+
+int kc_toolkit_use_nvrtc(kc_toolkit *tk, const char *path, char *msg, size_t msg_size)
+{
+    char *real = realpath(path, NULL);
+    if (!real)
+        return kc_fmt(msg, msg_size, KCACHE_ENOTSUP, "no NVRTC library at %s: %s", path,
+                      strerror(errno));
+    free(tk->nvrtc_path);
+    tk->nvrtc_path = real;
+    nvrtc_identity(tk);
+    return 0;
+}
+
 int kc_toolkit_find(kc_toolkit *tk, const char *explicit_root, char *msg, size_t msg_size)
 {
     memset(tk, 0, sizeof(*tk));
@@ -207,10 +229,8 @@ int kc_toolkit_find(kc_toolkit *tk, const char *explicit_root, char *msg, size_t
         return rc;
     }
     char id[80];
-    if (kc_elf_build_id(tk->nvrtc_path, id, sizeof(id)) != 0)
-        snprintf(id, sizeof(id), "unknown");
-    const char *base = strrchr(tk->nvrtc_path, '/');
-    snprintf(tk->nvrtc_id, sizeof(tk->nvrtc_id), "%s build-id %s", base ? base + 1 : "", id);
+    nvrtc_identity(tk);
+    const char *base;
     if (tk->nvjitlink_path) {
         if (kc_elf_build_id(tk->nvjitlink_path, id, sizeof(id)) != 0)
             snprintf(id, sizeof(id), "unknown");

@@ -61,6 +61,8 @@ typedef struct kc_toolkit {
 /* Finds the toolkit. Returns 0 or an error with a message. */
 int kc_toolkit_find(kc_toolkit *tk, const char *explicit_root, char *msg, size_t msg_size);
 void kc_toolkit_free(kc_toolkit *tk);
+/* Uses this NVRTC library file instead of the toolkit's. Returns 0 or an error with a message. */
+int kc_toolkit_use_nvrtc(kc_toolkit *tk, const char *path, char *msg, size_t msg_size);
 
 /* Loads NVRTC (once per process). Returns 0 or an error with a message. */
 int kc_nvrtc_get(const kc_toolkit *tk, const kc_nvrtc **out, char *msg, size_t msg_size);

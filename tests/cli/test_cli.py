@@ -22,7 +22,7 @@ FILL = os.path.abspath(sys.argv[2])
 ONLY = sys.argv[3:]
 
 VERBS = ["compile", "explain", "stats", "ls", "inspect", "get", "prune", "export", "import", "verify",
-         "config", "clear", "vacuum", "path", "version"]
+         "config", "clear", "vacuum", "path", "run", "version"]
 GiB = 1 << 30
 
 

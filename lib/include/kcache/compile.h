@@ -26,7 +26,7 @@ extern "C" {
 
 typedef struct kcache_compiler kcache_compiler;
 
-#define KCACHE_COMPILER_OPTIONS_VERSION 1
+#define KCACHE_COMPILER_OPTIONS_VERSION 2
 
 typedef struct kcache_compiler_options {
     unsigned version; /* KCACHE_COMPILER_OPTIONS_VERSION */
@@ -55,6 +55,12 @@ typedef struct kcache_compiler_options {
     unsigned wait_timeout_ms;
     kcache_log_fn log;
     void *log_userdata;
+    /*
+     * Version 2. The NVRTC library file to key by (its ELF build-id) and to
+     * compile with, instead of the toolkit's. NULL: the toolkit's. The drop-in
+     * NVRTC names here the library the program would have loaded.
+     */
+    const char *nvrtc_path;
 } kcache_compiler_options;
 
 #define KCACHE_COMPILER_OPTIONS_INIT {KCACHE_COMPILER_OPTIONS_VERSION}
@@ -80,7 +86,30 @@ enum kcache_compile_flags {
     KCACHE_COMPILE_KEY_ONLY = 1 << 2, /* derive the key and stop (for explain) */
 };
 
-#define KCACHE_REQUEST_VERSION 1
+#define KCACHE_REQUEST_VERSION 2
+
+/*
+ * What a compiler of the caller's own made (kcache_request.compile): the
+ * artifact, the log, the lowered name of each name expression. Every pointer
+ * is the caller's and need only stay valid until kcache_compile() returns:
+ * kcache copies what it keeps.
+ */
+typedef struct kcache_made {
+    const void *data;
+    size_t size;
+    const char *log;                   /* NULL: none */
+    size_t n_names;                    /* name expressions and their lowered */
+    const char *const *name_exprs;     /* names, pairwise */
+    const char *const *lowered_names;
+    const char *toolchain;             /* what made it, stored with the entry */
+} kcache_made;
+
+/*
+ * Compiles a request's miss in the caller's stead. Returns 0 with *out
+ * filled, KCACHE_ECOMPILE when the source did not compile (out->log is
+ * returned, nothing is stored), or another error.
+ */
+typedef int (*kcache_compile_fn)(void *userdata, kcache_made *out);
 
 /* One CUDA C++ translation unit to compile. */
 typedef struct kcache_request {
@@ -108,6 +137,27 @@ typedef struct kcache_request {
     const void *extra_digest;  /* bytes of anything kcache cannot see that changes the output */
     size_t extra_digest_size;
     unsigned flags;            /* kcache_compile_flags */
+    /*
+     * Version 2: headers handed over in memory, as nvrtcCreateProgram's
+     * headers and includeNames: n_headers NUL-terminated contents, each
+     * found by an #include spelled exactly as its name, before anything on
+     * disk (NVRTC's rule). The key covers every one, by name and content,
+     * whether the source includes it or not.
+     */
+    size_t n_headers;
+    const char *const *header_names;
+    const char *const *header_contents;
+    /*
+     * Version 2: a compiler of the caller's own, run instead of NVRTC on a
+     * miss (NULL: NVRTC, as kcache runs it). kcache derives the key, serves
+     * hits, makes concurrent misses wait for one compile, counts and stores,
+     * as for any compile; extra_digest must name whatever the caller's
+     * compiler does that the request does not say. Its entries keep no
+     * inputs: `kcache verify --recompile` cannot rebuild them. The drop-in
+     * NVRTC uses it to compile exactly as the program asked.
+     */
+    kcache_compile_fn compile;
+    void *compile_userdata;
 } kcache_request;
 
 #define KCACHE_REQUEST_INIT {KCACHE_REQUEST_VERSION}

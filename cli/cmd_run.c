@@ -1,0 +1,205 @@
+/*
+ * kcache run: runs a program with the drop-in NVRTC (lib/nvrtc-shim), so that
+ * every NVRTC compile it makes goes through the cache, without changing it.
+ *
+ * The drop-in goes in by LD_PRELOAD; the real NVRTC's location goes in
+ * KCACHE_NVRTC_REAL, found here with the loader's own search (kcache does not
+ * run under the drop-in, so dlopen finds what the program would), so the
+ * drop-in never has to guess. Without -v the program replaces kcache (exec):
+ * same pid, same signals, same exit status.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <link.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#ifndef KC_CUDA_MAJOR
+#define KC_CUDA_MAJOR 13
+#endif
+#define KC_STR2(x) #x
+#define KC_STR(x) KC_STR2(x)
+#define SHIM_NAME "libnvrtc.so." KC_STR(KC_CUDA_MAJOR)
+
+static const char usage_text[] =
+    "usage: kcache run [-v] [--] COMMAND [ARGS...]\n"
+    "\n"
+    "Runs COMMAND with kcache's drop-in NVRTC: every nvrtcCompileProgram it makes\n"
+    "(CuPy, cuda.core, numba-cuda, PyTorch, a C program) is served from the cache\n"
+    "when it can be, and compiled by NVIDIA's NVRTC and stored when not. What the\n"
+    "program sees is what NVRTC gives. KCACHE_DISABLE=1 turns the cache off.\n"
+    "\n"
+    "  -v, --verbose  at exit, one line per process on stderr: hits, misses and the\n"
+    "                 compiles not cached, by reason\n"
+    "      --print-shim  print the drop-in's path and exit, for setting LD_PRELOAD by\n"
+    "                 hand: LD_PRELOAD=$(kcache run --print-shim) COMMAND\n"
+    "  -h, --help     this text\n";
+
+/* The drop-in: beside this executable in the build tree, else where it is installed. */
+static int find_shim(char *out, size_t size)
+{
+    const char *env = getenv("KCACHE_NVRTC_SHIM");
+    struct stat st;
+    if (env && *env) {
+        snprintf(out, size, "%s", env);
+        return stat(out, &st) == 0 ? 0 : -1;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0)
+        return -1;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash)
+        return -1;
+    *slash = '\0';
+    const char *const rel[] = {
+        "../lib/nvrtc-shim/" SHIM_NAME,       /* build tree: build/cli/kcache */
+        "../" KC_LIBDIR "/kcache/" SHIM_NAME, /* installed: PREFIX/bin/kcache */
+    };
+    for (size_t i = 0; i < sizeof(rel) / sizeof(*rel); i++) {
+        char cand[PATH_MAX * 2];
+        snprintf(cand, sizeof(cand), "%s/%s", exe, rel[i]);
+        if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && realpath(cand, out))
+            return 0;
+    }
+    snprintf(out, size, "%s", KC_SHIM_DIR "/" SHIM_NAME); /* installed elsewhere, moved */
+    return stat(out, &st) == 0 ? 0 : -1;
+}
+
+/* The NVRTC the loader gives a program started from here, or "" if none. */
+static void find_real(char *out, size_t size)
+{
+    out[0] = '\0';
+    const char *env = getenv("KCACHE_NVRTC_REAL");
+    if (env && *env) {
+        snprintf(out, size, "%s", env); /* a kcache run inside a kcache run */
+        return;
+    }
+    void *h = dlopen(SHIM_NAME, RTLD_LAZY | RTLD_LOCAL);
+    struct link_map *map = NULL;
+    if (h && dlinfo(h, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name)
+        if (!realpath(map->l_name, out))
+            out[0] = '\0';
+    /* Not closed: NVRTC's own C++ runtime leaks its allocations on dlclose, and
+     * kcache is about to exec the program or wait for it. */
+}
+
+static int prepend_env(const char *name, const char *value)
+{
+    const char *old = getenv(name);
+    if (old && strstr(old, value))
+        return 0;
+    size_t n = strlen(value) + (old ? strlen(old) + 1 : 0) + 1;
+    char *v = malloc(n);
+    if (!v)
+        return -1;
+    snprintf(v, n, "%s%s%s", value, old && *old ? ":" : "", old ? old : "");
+    int rc = setenv(name, v, 1);
+    free(v);
+    return rc;
+}
+
+/* The lines the drop-in wrote at each process's exit, on stderr. */
+static void print_report(const char *path)
+{
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return;
+    char line[1024];
+    while (fgets(line, sizeof(line), f))
+        fprintf(stderr, "kcache: nvrtc %s", line);
+    fclose(f);
+}
+
+int cmd_run(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"verbose", no_argument, NULL, 'v'},
+        {"print-shim", no_argument, NULL, 'P'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int verbose = 0, print_shim = 0, c;
+    opterr = 0;
+    optind = 1;
+    /* "+": options stop at the command, whose own options are its own. */
+    while ((c = getopt_long(argc, argv, "+:vh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'v':
+            verbose = 1;
+            break;
+        case 'P':
+            print_shim = 1;
+            break;
+        case 'h':
+            fputs(usage_text, stdout);
+            return CLI_OK;
+        default:
+            return cli_usage_error("run", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    char shim[PATH_MAX];
+    if (find_shim(shim, sizeof(shim)) != 0)
+        return cli_error("the drop-in NVRTC (%s) is not installed beside kcache: reinstall "
+                         "kcache, or set KCACHE_NVRTC_SHIM to its path", SHIM_NAME);
+    if (print_shim) {
+        printf("%s\n", shim);
+        return CLI_OK;
+    }
+    if (optind >= argc)
+        return cli_usage_error("run", "no command to run (kcache run -- COMMAND ARGS)");
+    char real[PATH_MAX];
+    find_real(real, sizeof(real));
+    if (real[0] && setenv("KCACHE_NVRTC_REAL", real, 1) != 0)
+        return cli_error("cannot set the environment: %s", strerror(errno));
+    if (prepend_env("LD_PRELOAD", shim) != 0)
+        return cli_error("cannot set the environment: %s", strerror(errno));
+    /* The global options reach the program's cache through the environment. */
+    if (cli_globals.path && setenv("KCACHE_PATH", cli_globals.path, 1) != 0)
+        return cli_error("cannot set the environment: %s", strerror(errno));
+    char max[32];
+    snprintf(max, sizeof(max), "%llu", (unsigned long long)cli_globals.max_size);
+    if (cli_globals.max_size && setenv("KCACHE_MAX_SIZE", max, 1) != 0)
+        return cli_error("cannot set the environment: %s", strerror(errno));
+    if (!verbose) {
+        execvp(argv[optind], argv + optind);
+        return cli_error("cannot run %s: %s", argv[optind], strerror(errno));
+    }
+    char report[] = "/tmp/kcache-run-XXXXXX";
+    int fd = mkstemp(report);
+    if (fd < 0)
+        return cli_error("cannot create a temporary file: %s", strerror(errno));
+    close(fd);
+    setenv("KCACHE_NVRTC_REPORT", report, 1);
+    pid_t pid = fork();
+    if (pid < 0) {
+        unlink(report);
+        return cli_error("cannot start %s: %s", argv[optind], strerror(errno));
+    }
+    if (pid == 0) {
+        execvp(argv[optind], argv + optind);
+        fprintf(stderr, "kcache: cannot run %s: %s\n", argv[optind], strerror(errno));
+        _exit(127);
+    }
+    /* The program takes ^C itself; kcache waits to report. */
+    signal(SIGINT, SIG_IGN);
+    signal(SIGQUIT, SIG_IGN);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    print_report(report);
+    unlink(report);
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    return WEXITSTATUS(status);
+}

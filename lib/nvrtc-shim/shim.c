@@ -1,0 +1,717 @@
+/*
+ * The drop-in NVRTC's entry points.
+ *
+ * A program gets a handle of ours. Until it compiles, the handle only holds
+ * copies of what it was given; nvrtcCompileProgram hands them to
+ * kcache_compile() (the public API: the same include resolver, key, store,
+ * single flight and counters as every other kcache compile) with a compiler
+ * of our own for the miss (kcache_request.compile):
+ *
+ *   - a hit is served from the result: return code, log, the output, the
+ *     lowered names, and the empty outputs NVRTC gives for what the compile
+ *     did not produce (checked call by call against NVRTC by
+ *     tests/nvrtc-shim). NVRTC is never loaded.
+ *   - a miss is compiled by NVIDIA's library on a program built from the same
+ *     arguments, exactly as the program asked (its options, its -I, its name:
+ *     no --frandom-seed, no hermetic rewriting, which would change __FILE__
+ *     and the log), stored, and from then on every call on that handle goes
+ *     to NVIDIA's library.
+ *
+ * Anything the hit cannot answer itself (an output asked for in an order
+ * NVRTC refuses, a call on odd arguments) rebuilds the real program from the
+ * copies, compiles it if the program did, and forwards: slower, never
+ * different.
+ *
+ * What kcache cannot key soundly goes to NVIDIA's library uncached and is
+ * counted by reason ($KCACHE_NVRTC_REPORT names a file that gets the counts
+ * at exit; `kcache run -v` prints them). Because the bytes of a miss come
+ * from the program's own options, the key also holds them verbatim, the
+ * in-memory header names and the real library's path (extra_digest): an
+ * entry made by `kcache compile`, which compiles hermetically, is never
+ * served here, nor the reverse.
+ */
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <kcache/compile.h>
+#include <kcache/store.h>
+
+#include "nvrtc-shim/shim.h"
+
+#define SHIM_API __attribute__((visibility("default")))
+
+/* Why a compile went to NVIDIA's library uncached. */
+enum reason {
+    R_DISABLED,
+    R_NO_STORE,
+    R_FLOW_CALLBACK,
+    R_PCH,
+    R_OPTIX,
+    R_SIDE_EFFECT,
+    R_NO_ARCH,
+    R_ODD_ARGUMENTS,
+    R_NOT_KEYED,
+    R_CPEX,
+    R_COUNT
+};
+
+static const char *const reason_names[R_COUNT] = {
+    [R_DISABLED] = "disabled",
+    [R_NO_STORE] = "no-cache",
+    [R_FLOW_CALLBACK] = "flow-callback",
+    [R_PCH] = "precompiled-headers",
+    [R_OPTIX] = "optix-ir",
+    [R_SIDE_EFFECT] = "option-with-side-effect",
+    [R_NO_ARCH] = "no-arch",
+    [R_ODD_ARGUMENTS] = "odd-arguments",
+    [R_NOT_KEYED] = "not-keyable",
+    [R_CPEX] = "private-constructor",
+};
+
+static atomic_ulong reason_count[R_COUNT];
+static atomic_ulong hit_count, miss_count;
+
+
+/* ---- the compiler, per process ------------------------------------------ */
+
+static pthread_mutex_t state_lock = PTHREAD_MUTEX_INITIALIZER;
+static kcache_compiler *compiler;
+static pid_t compiler_pid;
+static int compiler_failed;
+static int disabled = -1;
+
+/*
+ * Fork: the child must not use the parent's SQLite connection, nor find the
+ * lock held by a thread that does not exist in it. The parent's compiler is
+ * left behind unclosed in the child (closing it could touch the parent's
+ * locks); the child opens its own on first need.
+ */
+static void before_fork(void)
+{
+    /* The order every thread takes them in (get_compiler asks for the real path). */
+    pthread_mutex_lock(&state_lock);
+    kc_real_lock();
+}
+
+static void after_fork_parent(void)
+{
+    kc_real_unlock();
+    pthread_mutex_unlock(&state_lock);
+}
+
+/* Parents' compilers, left alone in a child but kept reachable (not leaked). */
+static kcache_compiler *inherited[8];
+
+static void after_fork_child(void)
+{
+    kc_real_unlock();
+    pthread_mutex_unlock(&state_lock);
+    if (compiler) {
+        memmove(inherited + 1, inherited, sizeof(inherited) - sizeof(*inherited));
+        inherited[0] = compiler;
+    }
+    compiler = NULL;
+    compiler_failed = 0;
+    /* The child's report counts the child's compiles. */
+    atomic_store(&hit_count, 0);
+    atomic_store(&miss_count, 0);
+    for (int i = 0; i < R_COUNT; i++)
+        atomic_store(&reason_count[i], 0);
+}
+
+/*
+ * At exit: hits are counted in batches (see store.c), so the batch is
+ * written now; then the counts by reason, for `kcache run`.
+ */
+static void at_exit(void)
+{
+    if (getpid() != compiler_pid)
+        return;
+    pthread_mutex_lock(&state_lock);
+    if (compiler && kcache_compiler_store(compiler)) {
+        kc_shim_enter();
+        kcache_store_flush(kcache_compiler_store(compiler));
+        kc_shim_leave();
+    }
+    pthread_mutex_unlock(&state_lock);
+    const char *path = getenv("KCACHE_NVRTC_REPORT");
+    if (!path || !*path)
+        return;
+    FILE *f = fopen(path, "ae");
+    if (!f)
+        return;
+    /* nvrtc-loaded says whether NVIDIA's library was needed at all. */
+    fprintf(f, "pid %ld hits %lu misses %lu nvrtc-loaded %s", (long)getpid(),
+            atomic_load(&hit_count), atomic_load(&miss_count), kc_real_loaded() ? "yes" : "no");
+    for (int i = 0; i < R_COUNT; i++)
+        if (atomic_load(&reason_count[i]))
+            fprintf(f, " %s %lu", reason_names[i], atomic_load(&reason_count[i]));
+    fputc('\n', f);
+    fclose(f);
+}
+
+__attribute__((constructor)) static void shim_init(void)
+{
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
+static int is_disabled(void)
+{
+    if (disabled < 0) {
+        const char *v = getenv("KCACHE_DISABLE");
+        disabled = v && *v && strcmp(v, "0") != 0;
+    }
+    return disabled;
+}
+
+/* The compiler, opened once per process; NULL when there is no cache. */
+static kcache_compiler *get_compiler(void)
+{
+    static int atexit_done;
+    pthread_mutex_lock(&state_lock);
+    if (!compiler && !compiler_failed) {
+        kcache_compiler_options o = KCACHE_COMPILER_OPTIONS_INIT;
+        o.nvrtc_path = kc_real_path();
+        char err[512];
+        kc_shim_enter();
+        compiler_failed = !o.nvrtc_path || kcache_compiler_new(&compiler, &o, err, sizeof(err));
+        if (compiler_failed && o.nvrtc_path) {
+            /* No toolkit where kcache looks (a pip-only install: nvidia/cu13/lib/):
+             * the real library's own tree is one. */
+            char root[PATH_MAX];
+            snprintf(root, sizeof(root), "%s", o.nvrtc_path);
+            for (int up = 0; up < 2; up++) {
+                char *slash = strrchr(root, '/');
+                if (slash)
+                    *slash = '\0';
+            }
+            o.toolkit_root = root;
+            compiler_failed = kcache_compiler_new(&compiler, &o, err, sizeof(err)) != 0;
+        }
+        kc_shim_leave();
+        compiler_pid = getpid();
+        if (!atexit_done) {
+            atexit(at_exit);
+            atexit_done = 1;
+        }
+    }
+    kcache_compiler *c = compiler;
+    pthread_mutex_unlock(&state_lock);
+    return c;
+}
+
+static void count(enum reason r)
+{
+    get_compiler(); /* so that the report is written */
+    atomic_fetch_add(&reason_count[r], 1);
+}
+
+/* ---- program handles ----------------------------------------------------- */
+
+static char **copy_strv(const char *const *v, size_t n, int *ok)
+{
+    char **out = calloc(n + 1, sizeof(*out));
+    if (!out) {
+        *ok = 0;
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!(out[i] = strdup(v[i])))
+            *ok = 0;
+    return out;
+}
+
+static void free_strv(char **v, size_t n)
+{
+    if (!v)
+        return;
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+static void prog_free(struct prog *p)
+{
+    free(p->src);
+    free(p->name);
+    free_strv(p->headers, (size_t)p->n_headers);
+    free_strv(p->include_names, (size_t)p->n_headers);
+    free_strv(p->exprs, p->n_exprs);
+    free_strv(p->opts, (size_t)p->n_opts);
+    kcache_result_free(p->hit);
+    kcache_result_free(p->hit_ptx);
+    free(p);
+}
+
+/*
+ * NVIDIA's program for p, built from the copies (and compiled, if the
+ * program compiled), so that any call can be forwarded. Returns 0 or NVRTC's
+ * error (which the forwarded call then returns, as NVRTC would have).
+ */
+nvrtcResult kc_prog_materialize(struct prog *p, const kc_real_nvrtc **out)
+{
+    const kc_real_nvrtc *api = kc_real();
+    *out = api;
+    if (!api)
+        return NVRTC_ERROR_INTERNAL_ERROR;
+    if (p->real)
+        return NVRTC_SUCCESS;
+    nvrtcResult rc = api->CreateProgram(&p->real, p->src, p->name, p->n_headers,
+                                        (const char *const *)p->headers,
+                                        (const char *const *)p->include_names);
+    if (rc != NVRTC_SUCCESS)
+        return rc;
+    for (size_t i = 0; i < p->n_exprs; i++)
+        api->AddNameExpression(p->real, p->exprs[i]);
+    if (p->compiled)
+        api->CompileProgram(p->real, p->n_opts, (const char *const *)p->opts);
+    /* The entry is not needed any more: everything now comes from NVIDIA's program. */
+    kcache_result_free(p->hit);
+    kcache_result_free(p->hit_ptx);
+    p->hit = p->hit_ptx = NULL;
+    p->passthrough = 1;
+    return NVRTC_SUCCESS;
+}
+
+
+SHIM_API nvrtcResult nvrtcCreateProgram(nvrtcProgram *prog, const char *src, const char *name,
+                                        int numHeaders, const char *const *headers,
+                                        const char *const *includeNames)
+{
+    int odd = !prog || !src || !name || numHeaders < 0 ||
+              (numHeaders > 0 && (!headers || !includeNames));
+    for (int i = 0; !odd && i < numHeaders; i++)
+        odd = !headers[i] || !includeNames[i];
+    if (odd) {
+        /* NVRTC's own answer to odd arguments (and its default name): forwarded whole. */
+        const kc_real_nvrtc *api = kc_real();
+        if (!api)
+            return NVRTC_ERROR_INTERNAL_ERROR;
+        nvrtcProgram real = NULL;
+        nvrtcResult rc = api->CreateProgram(prog ? &real : NULL, src, name, numHeaders,
+                                            headers, includeNames);
+        if (rc != NVRTC_SUCCESS || !prog)
+            return rc;
+        struct prog *p = calloc(1, sizeof(*p));
+        if (!p) {
+            api->DestroyProgram(&real);
+            return NVRTC_ERROR_OUT_OF_MEMORY;
+        }
+        p->real = real;
+        p->passthrough = 1;
+        *prog = (nvrtcProgram)p;
+        return rc;
+    }
+    struct prog *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NVRTC_ERROR_OUT_OF_MEMORY;
+    int ok = 1;
+    p->src = strdup(src);
+    p->name = strdup(name);
+    p->n_headers = numHeaders;
+    p->headers = copy_strv(headers, (size_t)numHeaders, &ok);
+    p->include_names = copy_strv(includeNames, (size_t)numHeaders, &ok);
+    if (!ok || !p->src || !p->name) {
+        prog_free(p);
+        return NVRTC_ERROR_OUT_OF_MEMORY;
+    }
+    *prog = (nvrtcProgram)p;
+    return NVRTC_SUCCESS;
+}
+
+SHIM_API nvrtcResult __nvrtcCPEx(nvrtcProgram *prog, const char *src, const char *name, int n,
+                                 const char *const *headers, const char *const *names, int a7,
+                                 void *a8, void *a9);
+SHIM_API nvrtcResult __nvrtcCPEx(nvrtcProgram *prog, const char *src, const char *name, int n,
+                                 const char *const *headers, const char *const *names, int a7,
+                                 void *a8, void *a9)
+{
+    /* Undocumented: what its three last arguments change is unknown, so its
+     * programs are never cached; the handle is wrapped like any other. */
+    const kc_real_nvrtc *api = kc_real();
+    if (!api)
+        return NVRTC_ERROR_INTERNAL_ERROR;
+    nvrtcProgram real = NULL;
+    nvrtcResult rc = api->CPEx(prog ? &real : NULL, src, name, n, headers, names, a7, a8, a9);
+    if (rc != NVRTC_SUCCESS || !prog)
+        return rc;
+    struct prog *p = calloc(1, sizeof(*p));
+    if (!p) {
+        api->DestroyProgram(&real);
+        return NVRTC_ERROR_OUT_OF_MEMORY;
+    }
+    p->real = real;
+    p->passthrough = 1;
+    *prog = (nvrtcProgram)p;
+    count(R_CPEX);
+    return rc;
+}
+
+SHIM_API nvrtcResult nvrtcDestroyProgram(nvrtcProgram *prog)
+{
+    if (!prog || !*prog) {
+        const kc_real_nvrtc *api = kc_real();
+        return api ? api->DestroyProgram(prog) : NVRTC_ERROR_INVALID_PROGRAM;
+    }
+    struct prog *p = (struct prog *)*prog;
+    nvrtcResult rc = NVRTC_SUCCESS;
+    if (p->real) {
+        const kc_real_nvrtc *api = kc_real();
+        rc = api ? api->DestroyProgram(&p->real) : NVRTC_ERROR_INTERNAL_ERROR;
+    }
+    prog_free(p);
+    *prog = NULL;
+    return rc;
+}
+
+SHIM_API nvrtcResult nvrtcAddNameExpression(nvrtcProgram prog, const char *name_expression)
+{
+    struct prog *p = (struct prog *)prog;
+    if (!p || !name_expression || !*name_expression || p->passthrough || p->compiled)
+        FORWARD(p, AddNameExpression(p ? p->real : NULL, name_expression));
+    char **grown = realloc(p->exprs, (p->n_exprs + 2) * sizeof(*grown));
+    if (!grown)
+        return NVRTC_ERROR_OUT_OF_MEMORY;
+    p->exprs = grown;
+    if (!(p->exprs[p->n_exprs] = strdup(name_expression)))
+        return NVRTC_ERROR_OUT_OF_MEMORY;
+    p->exprs[++p->n_exprs] = NULL;
+    return NVRTC_SUCCESS;
+}
+
+SHIM_API nvrtcResult nvrtcSetFlowCallback(nvrtcProgram prog,
+                                          int (*callback)(void *, void *), void *payload)
+{
+    struct prog *p = (struct prog *)prog;
+    /* A callback can cancel the compile halfway: such a program is never cached. */
+    if (p && !p->passthrough && !p->compiled)
+        count(R_FLOW_CALLBACK);
+    FORWARD(p, SetFlowCallback(p ? p->real : NULL, callback, payload));
+}
+
+/* ---- compiling ------------------------------------------------------------ */
+
+static int opt_is(const char *opt, const char *const *names)
+{
+    for (; *names; names++) {
+        size_t n = strlen(*names);
+        if (!strncmp(opt, *names, n) && (opt[n] == '\0' || opt[n] == '='))
+            return 1;
+    }
+    return 0;
+}
+
+/*
+ * A reason not to cache, from the options alone, or -1. out_kind gets the
+ * output the compile makes.
+ */
+static int option_reason(int n, const char *const *opts, kcache_kind *out_kind)
+{
+    static const char *const pch[] = {"-pch", "--pch", "-create-pch", "--create-pch",
+                                      "-use-pch", "--use-pch", "-pch-dir", "--pch-dir", NULL};
+    static const char *const optix[] = {"-optix-ir", "--optix-ir", NULL};
+    /* Options that write files or print, which a hit would not do. */
+    static const char *const side[] = {"-time", "--time", "-fdevice-time-trace",
+                                       "--fdevice-time-trace", "-opt-info", "--optimization-info",
+                                       "-fdevice-syntax-only", "--fdevice-syntax-only", NULL};
+    static const char *const dlto[] = {"-dlto", "--dlto", "-dlink-time-opt", "--dlink-time-opt",
+                                       NULL};
+    static const char *const arch[] = {"-arch", "--gpu-architecture", NULL};
+    int has_arch = 0, lto = 0, is_virtual = 0;
+    for (int i = 0; i < n; i++) {
+        const char *o = opts[i];
+        if (!o)
+            return R_ODD_ARGUMENTS;
+        if (opt_is(o, pch))
+            return R_PCH;
+        if (opt_is(o, optix))
+            return R_OPTIX;
+        if (opt_is(o, side))
+            return R_SIDE_EFFECT;
+        if (opt_is(o, dlto))
+            lto = 1;
+        if (opt_is(o, arch)) {
+            const char *v = strchr(o, '=');
+            if (!v && i + 1 < n)
+                v = opts[i + 1];
+            else if (v)
+                v++;
+            if (!v || !strcmp(v, "native"))
+                return R_NO_ARCH;
+            has_arch = 1;
+            is_virtual = !strncmp(v, "compute_", 8);
+        }
+    }
+    if (!has_arch)
+        return R_NO_ARCH; /* NVRTC's default target: left to NVRTC */
+    *out_kind = lto ? KCACHE_KIND_LTOIR : is_virtual ? KCACHE_KIND_PTX : KCACHE_KIND_CUBIN;
+    return -1;
+}
+
+/* What keys a compile made here apart from the same inputs compiled elsewhere. */
+static int extra_material(char **out, size_t *size, const struct prog *p, const char *real)
+{
+    size_t n = strlen("kcache nvrtc drop-in 1") + 1 + strlen(real) + 1;
+    for (int i = 0; i < p->n_opts; i++)
+        n += strlen(p->opts[i]) + 1;
+    for (int i = 0; i < p->n_headers; i++)
+        n += strlen(p->include_names[i]) + 1;
+    char *b = malloc(n), *q = b;
+    if (!b)
+        return -1;
+#define PUT(s)                                                                                     \
+    do {                                                                                           \
+        size_t l_ = strlen(s) + 1;                                                                 \
+        memcpy(q, (s), l_);                                                                        \
+        q += l_;                                                                                   \
+    } while (0)
+    PUT("kcache nvrtc drop-in 1");
+    PUT(real);
+    for (int i = 0; i < p->n_opts; i++)
+        PUT(p->opts[i]);
+    for (int i = 0; i < p->n_headers; i++)
+        PUT(p->include_names[i]);
+#undef PUT
+    *out = b;
+    *size = n;
+    return 0;
+}
+
+/* One output of NVIDIA's compiled program, as kcache keeps it (PTX without its NUL). */
+struct output_buf {
+    char *data;
+    size_t size;
+};
+
+static nvrtcResult read_output(struct output_buf *out, const kc_real_nvrtc *api,
+                               nvrtcProgram real, kcache_kind kind)
+{
+    size_t size = 0;
+    out->data = NULL;
+    out->size = 0;
+    nvrtcResult rc = kind == KCACHE_KIND_CUBIN ? api->GetCUBINSize(real, &size)
+                     : kind == KCACHE_KIND_PTX ? api->GetPTXSize(real, &size)
+                                               : api->GetLTOIRSize(real, &size);
+    if (rc != NVRTC_SUCCESS || size == 0)
+        return rc != NVRTC_SUCCESS ? rc : NVRTC_ERROR_INTERNAL_ERROR;
+    if (!(out->data = malloc(size)))
+        return NVRTC_ERROR_OUT_OF_MEMORY;
+    rc = kind == KCACHE_KIND_CUBIN ? api->GetCUBIN(real, out->data)
+         : kind == KCACHE_KIND_PTX ? api->GetPTX(real, out->data)
+                                   : api->GetLTOIR(real, out->data);
+    out->size = size;
+    if (kind == KCACHE_KIND_PTX && out->data[size - 1] == '\0')
+        out->size--;
+    return rc;
+}
+
+/* What a miss hands kcache, and what it learnt of NVIDIA's answer. */
+struct miss {
+    struct prog *p;
+    kcache_kind kind;
+    int compile;             /* compile p first (else it is compiled already) */
+    int ran;                 /* kcache called us: a miss */
+    nvrtcResult rc;          /* NVIDIA's answer to the compile */
+    struct output_buf out;
+    char *log;
+    const char **lowered;
+    char toolchain[PATH_MAX + 64];
+};
+
+/*
+ * kcache_request.compile for the drop-in: NVIDIA's library compiles the
+ * program exactly as the program asked (its options, its -I, its name), on a
+ * program built from the same arguments, which then answers every later call.
+ */
+static int compile_miss(void *userdata, kcache_made *made)
+{
+    struct miss *m = userdata;
+    struct prog *p = m->p;
+    const kc_real_nvrtc *api;
+    m->ran = 1;
+    if (m->compile) {
+        p->compiled = 0; /* the compile is the one below */
+        m->rc = kc_prog_materialize(p, &api);
+        p->compiled = 1;
+        if (m->rc == NVRTC_SUCCESS)
+            m->rc = api->CompileProgram(p->real, p->n_opts, (const char *const *)p->opts);
+        p->compile_rc = m->rc;
+    } else if ((m->rc = kc_prog_materialize(p, &api)) == NVRTC_SUCCESS) {
+        m->rc = p->compile_rc;
+    }
+    if (m->rc != NVRTC_SUCCESS && !p->real)
+        return KCACHE_EIO;
+    size_t log_size = 0;
+    if (api->GetProgramLogSize(p->real, &log_size) == NVRTC_SUCCESS && log_size &&
+        (m->log = malloc(log_size)) && api->GetProgramLog(p->real, m->log) == NVRTC_SUCCESS)
+        m->log[log_size - 1] = '\0';
+    made->log = m->log;
+    if (m->rc != NVRTC_SUCCESS)
+        return m->rc == NVRTC_ERROR_COMPILATION ? KCACHE_ECOMPILE : KCACHE_EIO;
+    if (read_output(&m->out, api, p->real, m->kind) != NVRTC_SUCCESS)
+        return KCACHE_EIO;
+    if (!(m->lowered = calloc(p->n_exprs + 1, sizeof(*m->lowered))))
+        return KCACHE_ENOMEM;
+    for (size_t i = 0; i < p->n_exprs; i++)
+        if (api->GetLoweredName(p->real, p->exprs[i], &m->lowered[i]) != NVRTC_SUCCESS)
+            return KCACHE_EIO;
+    int major = 0, minor = 0;
+    api->Version(&major, &minor);
+    snprintf(m->toolchain, sizeof(m->toolchain), "nvrtc %d.%d (drop-in, %s)", major, minor,
+             kc_real_path());
+    made->data = m->out.data;
+    made->size = m->out.size;
+    made->n_names = p->n_exprs;
+    made->name_exprs = (const char *const *)p->exprs;
+    made->lowered_names = m->lowered;
+    made->toolchain = m->toolchain;
+    return 0;
+}
+
+static void miss_free(struct miss *m)
+{
+    free(m->out.data);
+    free(m->log);
+    free(m->lowered);
+}
+
+/*
+ * p's compile of one output kind through kcache: a hit is *out; a miss runs
+ * compile_miss. What makes the key is the public compile API's: the source,
+ * the in-memory headers, every header read from disk by content, the
+ * options, the name expressions, NVIDIA's library by its build-id; and, in
+ * extra_digest, what kcache would otherwise canonicalise away but NVRTC puts
+ * in the bytes or the log (the options verbatim, -I paths included, the
+ * header names) and the real library's path.
+ */
+static int through_cache(kcache_result **out, kcache_compiler *c, struct prog *p,
+                         struct miss *m)
+{
+    char *extra = NULL;
+    size_t extra_size = 0;
+    *out = NULL;
+    if (extra_material(&extra, &extra_size, p, kc_real_path()))
+        return KCACHE_ENOMEM;
+    kcache_request req = KCACHE_REQUEST_INIT;
+    req.source = p->src;
+    req.source_name = p->name;
+    /* NVRTC searches the directory of the program's name for "quoted" includes. */
+    req.source_path = p->name;
+    req.output = m->kind;
+    req.n_options = (size_t)p->n_opts;
+    req.options = (const char *const *)p->opts;
+    req.n_name_exprs = p->n_exprs;
+    req.name_exprs = (const char *const *)p->exprs;
+    req.extra_digest = extra;
+    req.extra_digest_size = extra_size;
+    req.n_headers = (size_t)p->n_headers;
+    req.header_names = (const char *const *)p->include_names;
+    req.header_contents = (const char *const *)p->headers;
+    req.compile = compile_miss;
+    req.compile_userdata = m;
+    kc_shim_enter();
+    int rc = kcache_compile(out, c, &req);
+    kc_shim_leave();
+    free(extra);
+    return rc;
+}
+
+/* Compiles p with NVIDIA's library, uncached. */
+static nvrtcResult compile_real(struct prog *p)
+{
+    const kc_real_nvrtc *api;
+    p->compiled = 0; /* the compile is this one, below */
+    nvrtcResult rc = kc_prog_materialize(p, &api);
+    p->compiled = 1;
+    if (rc != NVRTC_SUCCESS)
+        return rc;
+    return p->compile_rc = api->CompileProgram(p->real, p->n_opts, (const char *const *)p->opts);
+}
+
+SHIM_API nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions,
+                                         const char *const *options)
+{
+    struct prog *p = (struct prog *)prog;
+    if (!p || p->passthrough || p->compiled || numOptions < 0 || (numOptions > 0 && !options))
+        FORWARD(p, CompileProgram(p ? p->real : NULL, numOptions, options));
+    kcache_kind kind = KCACHE_KIND_CUBIN;
+    int why = option_reason(numOptions, options, &kind);
+    int ok = 1;
+    p->opts = why == R_ODD_ARGUMENTS ? NULL : copy_strv(options, (size_t)numOptions, &ok);
+    p->n_opts = p->opts ? numOptions : 0;
+    if (!ok)
+        return NVRTC_ERROR_OUT_OF_MEMORY;
+    if (why == R_ODD_ARGUMENTS) {
+        count(R_ODD_ARGUMENTS);
+        p->compiled = 1;
+        FORWARD(p, CompileProgram(p->real, numOptions, options));
+    }
+    p->compiled = 1;
+    if (is_disabled())
+        return compile_real(p);
+    if (why >= 0) {
+        count((enum reason)why);
+        return compile_real(p);
+    }
+    kcache_compiler *c = get_compiler();
+    if (!c || !kcache_compiler_store(c)) {
+        count(R_NO_STORE);
+        return compile_real(p);
+    }
+    struct miss m = {.p = p, .kind = kind, .compile = 1};
+    kcache_result *res = NULL;
+    int rc = through_cache(&res, c, p, &m);
+    nvrtcResult nrc;
+    int keyed = res && res->keyed;
+    if (m.ran) {
+        /* NVIDIA's program answers from now on, whatever kcache made of it. */
+        nrc = m.rc;
+        if (keyed)
+            atomic_fetch_add(&miss_count, 1);
+        else
+            count(R_NOT_KEYED);
+    } else if (rc == 0 && res->hit && res->kind == kind && res->n_names == p->n_exprs) {
+        atomic_fetch_add(&hit_count, 1);
+        p->hit = res;
+        res = NULL;
+        p->compile_rc = nrc = NVRTC_SUCCESS;
+    } else {
+        /* kcache could not take the request (an option it does not know, ...). */
+        count(R_NOT_KEYED);
+        nrc = compile_real(p);
+    }
+    miss_free(&m);
+    kcache_result_free(res);
+    /* An sm_XX compile also makes PTX: kept under the key of its own kind. */
+    if (m.ran && keyed && nrc == NVRTC_SUCCESS && kind == KCACHE_KIND_CUBIN && p->real) {
+        struct miss ptx = {.p = p, .kind = KCACHE_KIND_PTX};
+        through_cache(&res, c, p, &ptx);
+        miss_free(&ptx);
+        kcache_result_free(res);
+    }
+    return nrc;
+}
+
+/* The PTX entry of an sm_XX hit, looked up when the program first asks for PTX. */
+void kc_prog_load_hit_ptx(struct prog *p)
+{
+    kcache_compiler *c = get_compiler();
+    if (!c || !kcache_compiler_store(c))
+        return;
+    /* A miss here compiles (compile_miss), and NVIDIA's program answers from then on. */
+    struct miss m = {.p = p, .kind = KCACHE_KIND_PTX, .compile = 1};
+    kcache_result *res = NULL;
+    if (through_cache(&res, c, p, &m) == 0 && !m.ran && res->hit &&
+        res->kind == KCACHE_KIND_PTX) {
+        p->hit_ptx = res;
+        res = NULL;
+    }
+    miss_free(&m);
+    kcache_result_free(res);
+}

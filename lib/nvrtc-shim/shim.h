@@ -1,0 +1,101 @@
+/*
+ * The drop-in NVRTC: a libnvrtc.so.N of kcache's own (see DESIGN.md, "The
+ * drop-in NVRTC"). real.c finds and loads NVIDIA's library and redirects a
+ * program's dlopen of NVRTC to this one; shim.c serves the API.
+ */
+#ifndef KC_SHIM_H
+#define KC_SHIM_H
+
+#include <nvrtc.h>
+
+#include <kcache/compile.h>
+
+/* NVIDIA's entry points, as loaded from the real library. */
+typedef struct kc_real_nvrtc {
+    __typeof__(&nvrtcGetErrorString) GetErrorString;
+    __typeof__(&nvrtcVersion) Version;
+    __typeof__(&nvrtcGetNumSupportedArchs) GetNumSupportedArchs;
+    __typeof__(&nvrtcGetSupportedArchs) GetSupportedArchs;
+    __typeof__(&nvrtcCreateProgram) CreateProgram;
+    __typeof__(&nvrtcDestroyProgram) DestroyProgram;
+    __typeof__(&nvrtcCompileProgram) CompileProgram;
+    __typeof__(&nvrtcGetPTXSize) GetPTXSize;
+    __typeof__(&nvrtcGetPTX) GetPTX;
+    __typeof__(&nvrtcGetCUBINSize) GetCUBINSize;
+    __typeof__(&nvrtcGetCUBIN) GetCUBIN;
+    __typeof__(&nvrtcGetLTOIRSize) GetLTOIRSize;
+    __typeof__(&nvrtcGetLTOIR) GetLTOIR;
+    __typeof__(&nvrtcGetOptiXIRSize) GetOptiXIRSize;
+    __typeof__(&nvrtcGetOptiXIR) GetOptiXIR;
+    __typeof__(&nvrtcGetProgramLogSize) GetProgramLogSize;
+    __typeof__(&nvrtcGetProgramLog) GetProgramLog;
+    __typeof__(&nvrtcAddNameExpression) AddNameExpression;
+    __typeof__(&nvrtcGetLoweredName) GetLoweredName;
+    __typeof__(&nvrtcGetPCHHeapSize) GetPCHHeapSize;
+    __typeof__(&nvrtcSetPCHHeapSize) SetPCHHeapSize;
+    __typeof__(&nvrtcGetPCHCreateStatus) GetPCHCreateStatus;
+    __typeof__(&nvrtcGetPCHHeapSizeRequired) GetPCHHeapSizeRequired;
+    __typeof__(&nvrtcSetFlowCallback) SetFlowCallback;
+    /* Undocumented (a program constructor with three more arguments): forwarded as is. */
+    nvrtcResult (*CPEx)(nvrtcProgram *, const char *, const char *, int, const char *const *,
+                        const char *const *, int, void *, void *);
+} kc_real_nvrtc;
+
+/* NVIDIA's library, loaded on first call; NULL if it cannot be (see kc_real_error()). */
+const kc_real_nvrtc *kc_real(void);
+/* 1 once NVIDIA's library has been loaded in this process. */
+int kc_real_loaded(void);
+/* Why kc_real() failed: one line. */
+const char *kc_real_error(void);
+/* The real library's file (realpath), or NULL if none was found. Never loads it. */
+const char *kc_real_path(void);
+
+/* For fork: shim.c takes its own lock, then this one, and releases both after. */
+void kc_real_lock(void);
+void kc_real_unlock(void);
+
+/*
+ * Calls the shim makes into libkcache run with this set, so that a dlopen of
+ * NVRTC from there reaches NVIDIA's library, never this one.
+ */
+void kc_shim_enter(void);
+void kc_shim_leave(void);
+
+/* A program handle of the drop-in's (what nvrtcProgram points to). */
+struct prog {
+    nvrtcProgram real;       /* NVIDIA's program, once there is one */
+    char *src, *name;
+    int n_headers;
+    char **headers, **include_names;
+    char **exprs;
+    size_t n_exprs;
+    char **opts;
+    int n_opts;
+    int compiled;            /* the program called nvrtcCompileProgram */
+    nvrtcResult compile_rc;
+    int passthrough;         /* every call goes to NVIDIA's program */
+    kcache_result *hit;      /* served from this result of a hit */
+    kcache_result *hit_ptx;  /* the PTX of an sm_XX hit, kept as an entry of its own */
+};
+
+/*
+ * NVIDIA's program for p, built from the copies (and compiled, if the
+ * program compiled), so that any call can be forwarded. Returns 0 or NVRTC's
+ * error (which the forwarded call then returns, as NVRTC would have).
+ */
+nvrtcResult kc_prog_materialize(struct prog *p, const kc_real_nvrtc **out);
+
+/* Looks up the PTX of an sm_XX hit (p->hit_ptx) when the program first asks for it. */
+void kc_prog_load_hit_ptx(struct prog *p);
+
+/* Forwards a call on p to NVIDIA's program, built first if need be. */
+#define FORWARD(p, call)                                                                           \
+    do {                                                                                           \
+        const kc_real_nvrtc *api_;                                                                 \
+        nvrtcResult mrc_ = kc_prog_materialize((p), &api_);                                                \
+        if (mrc_ != NVRTC_SUCCESS)                                                                 \
+            return mrc_;                                                                           \
+        return api_->call;                                                                         \
+    } while (0)
+
+#endif
