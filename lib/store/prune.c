@@ -332,16 +332,7 @@ KCACHE_API int kcache_store_vacuum(kcache_store *store)
 /* SQLite's quick_check: whether the emptied file is sound, or why not. */
 static int file_sound(kcache_store *s, char *why, size_t why_size)
 {
-    sqlite3_stmt *st = NULL;
-    int src = sqlite3_prepare_v2(s->db, "PRAGMA quick_check(1)", -1, &st, NULL);
-    if (src == SQLITE_OK)
-        src = sqlite3_step(st);
-    const unsigned char *verdict = src == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
-    int sound = verdict && !strcmp((const char *)verdict, "ok");
-    if (!sound)
-        snprintf(why, why_size, "%s", verdict ? (const char *)verdict : sqlite3_errstr(src));
-    sqlite3_finalize(st);
-    return sound;
+    return kc_db_quick_check(s, why, why_size) == 1;
 }
 
 KCACHE_API int kcache_store_clear(kcache_store *store)

@@ -297,6 +297,23 @@ int kc_db_foreign_error(kcache_store *s)
  * (quick_check reads it all, so only on this rare path): damage found is
  * damage, for recovery to set aside.
  */
+int kc_db_quick_check(kcache_store *s, char *why, size_t why_size)
+{
+    sqlite3_stmt *st = NULL;
+    int src = sqlite3_prepare_v2(s->db, "PRAGMA quick_check(1)", -1, &st, NULL);
+    if (src == SQLITE_OK)
+        src = sqlite3_step(st);
+    const unsigned char *verdict = src == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
+    int result = verdict && !strcmp((const char *)verdict, "ok") ? 1
+                 : verdict || (src & 0xff) == SQLITE_CORRUPT || (src & 0xff) == SQLITE_NOTADB
+                     ? 0
+                     : -1;
+    if (result != 1 && why)
+        snprintf(why, why_size, "%s", verdict ? (const char *)verdict : sqlite3_errstr(src));
+    sqlite3_finalize(st);
+    return result;
+}
+
 int kc_db_classify_failure(kcache_store *s, int rc)
 {
     if (rc != KCACHE_EFULL || !s->db)
@@ -308,16 +325,7 @@ int kc_db_classify_failure(kcache_store *s, int rc)
         (uint64_t)vfs.f_bavail * vfs.f_frsize < KC_FULL_MARGIN)
         return rc;
     kc_db_rollback(s);
-    sqlite3_stmt *st = NULL;
-    int src = sqlite3_prepare_v2(s->db, "PRAGMA quick_check(1)", -1, &st, NULL);
-    if (src == SQLITE_OK)
-        src = sqlite3_step(st);
-    const unsigned char *verdict = src == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
-    int sound = verdict && strcmp((const char *)verdict, "ok") == 0;
-    int damaged = (src & 0xff) == SQLITE_CORRUPT || (src & 0xff) == SQLITE_NOTADB ||
-                  (src == SQLITE_ROW && !sound);
-    sqlite3_finalize(st);
-    if (!damaged)
+    if (kc_db_quick_check(s, NULL, 0) != 0)
         return rc;
     return kc_err(s, KCACHE_ECORRUPT, "%s is damaged: quick_check failed after a write found "
                   "no room", s->path);
@@ -333,14 +341,7 @@ static int recover_alone(kcache_store *s, const char *reason)
     int damaged;
     int rc = kc_db_open_once(s, &damaged);
     if (!rc) {
-        sqlite3_stmt *st = NULL;
-        int src = sqlite3_prepare_v2(s->db, "PRAGMA quick_check(1)", -1, &st, NULL);
-        if (src == SQLITE_OK)
-            src = sqlite3_step(st);
-        const unsigned char *verdict = src == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
-        int sound = verdict && !strcmp((const char *)verdict, "ok");
-        sqlite3_finalize(st);
-        if (sound) {
+        if (kc_db_quick_check(s, NULL, 0) == 1) {
             kc_log(s, KCACHE_LOG_WARNING, "%s looked damaged through its shared-memory index; "
                    "rebuilt the index (nothing else used the cache)", s->path);
             return 0;

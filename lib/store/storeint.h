@@ -130,6 +130,8 @@ enum kc_file_kind kc_db_peek(kcache_store *s);
 /* Through the open connection; reads only. */
 enum kc_file_kind kc_db_classify(kcache_store *s, int64_t *version, int *sqlite_rc);
 int kc_db_foreign_error(kcache_store *s);
+/* SQLite's quick_check: 1 sound, 0 damaged, -1 could not tell; why says what it found. */
+int kc_db_quick_check(kcache_store *s, char *why, size_t why_size);
 /* Moves the file this connection opened (and its WAL) aside. */
 int kc_db_quarantine(kcache_store *s, const char *why, int force);
 /* Sets the file aside after SQLite reported it corrupt and starts a new one. */
