@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "compile/compileint.h"
+#include "compile/manifest.h"
 
 /* A source larger than this is not CUDA C++ anyone compiles. */
 #define KC_MAX_SOURCE_SIZE (256u << 20)
@@ -97,9 +98,29 @@ static int prepare(kcache_compiler *c, const kcache_request *req, struct work *w
             return rc;
         w->opts.dlto = 1;
     }
+    return 0;
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Resolves what the compile reads (compile/deps.c). */
+static int resolve_deps(kcache_compiler *c, const kcache_request *req, struct work *w,
+                        struct kc_result *r)
+{
+    char msg[512];
+    int rc;
+    size_t n_mem = req->version >= 2 ? req->n_headers : 0;
+    /* Before the first read: a file changed since is judged against this. */
+    w->resolved_at = now_ns();
     kc_deps_request dq = {
         .source = w->source,
         .source_size = w->source_size,
+        .source_name = w->source_name,
         .source_dir = w->source_dir,
         .no_source_include = w->opts.no_source_include,
         .include_dirs = (const char *const *)w->opts.include_dirs,
@@ -126,7 +147,7 @@ static int derive_key(kcache_compiler *c, const kcache_request *req, const struc
         return kc_result_fail(r, KCACHE_EINVAL, "extra_digest_size without extra_digest");
     for (size_t i = 0; i < w->deps.n_deps; i++)
         if (w->deps.deps[i].state != KC_DEP_ABSENT &&
-            kc_strv_push(&r->headers, &r->n_headers, w->deps.deps[i].spelling))
+            kc_strv_push(&r->headers, &r->n_headers, w->deps.deps[i].name))
             return KCACHE_ENOMEM;
     r->pub.n_headers = r->n_headers;
     r->pub.headers = (const char *const *)r->headers;
@@ -140,8 +161,9 @@ static int derive_key(kcache_compiler *c, const kcache_request *req, const struc
         .name_exprs = req->name_exprs,
         .n_name_exprs = req->n_name_exprs,
         .source_name = w->source_name,
-        .source = w->source,
-        .source_size = w->source_size,
+        /* The source as NVRTC gets it: its include spellings rewritten (deps.c). */
+        .source = w->deps.source ? w->deps.source : w->source,
+        .source_size = w->deps.source ? w->deps.source_size : w->source_size,
         .deps = w->deps.deps,
         .n_deps = w->deps.n_deps,
         .extra = req->extra_digest,
@@ -156,6 +178,88 @@ static int derive_key(kcache_compiler *c, const kcache_request *req, const struc
     return rc;
 }
 
+/* A directory as a closure records it: relative ones depend on the working directory. */
+static int add_dir(kc_buf *b, size_t *sizes, size_t *n, const char *what, const char *dir,
+                   const char *cwd)
+{
+    size_t start = b->size;
+    int failed = kc_buf_append(b, what, strlen(what) + 1);
+    if (dir && dir[0] != '/' && !failed)
+        failed = kc_buf_append(b, cwd, strlen(cwd)) || kc_buf_append(b, "/", 1);
+    if (dir && !failed)
+        failed = kc_buf_append(b, dir, strlen(dir));
+    sizes[(*n)++] = b->size - start;
+    return failed ? KCACHE_ENOMEM : 0;
+}
+
+/*
+ * The key closures are kept under: everything the key has but the headers,
+ * plus where headers are searched (a closure names paths, so it must not
+ * answer for another search path). compile/key.c encodes it.
+ */
+static int derive_base(kcache_compiler *c, const kcache_request *req, struct work *w)
+{
+    char cwd[4096];
+    if (req->extra_digest_size && !req->extra_digest)
+        return KCACHE_EINVAL; /* derive_key says so */
+    if (!getcwd(cwd, sizeof(cwd)))
+        return KCACHE_EIO; /* no working directory: relative paths mean nothing stable */
+    size_t n_mem = req->version >= 2 ? req->n_headers : 0;
+    size_t n_search = 0, cap = 2 + w->opts.n_include_dirs + w->opts.n_pre_includes + n_mem;
+    size_t *sizes = kc_calloc(cap, sizeof(*sizes));
+    const char **search = kc_calloc(cap, sizeof(*search));
+    kc_buf b = {0};
+    int rc = sizes && search ? 0 : KCACHE_ENOMEM;
+    if (!rc)
+        rc = add_dir(&b, sizes, &n_search, "toolkit", c->tk.root, cwd);
+    if (!rc)
+        rc = add_dir(&b, sizes, &n_search, "source-dir",
+                     w->opts.no_source_include ? NULL : w->source_dir, cwd);
+    for (size_t i = 0; !rc && i < w->opts.n_include_dirs; i++)
+        rc = add_dir(&b, sizes, &n_search, "include-dir", w->opts.include_dirs[i], cwd);
+    for (size_t i = 0; !rc && i < w->opts.n_pre_includes; i++)
+        rc = add_dir(&b, sizes, &n_search, "pre-include", w->opts.pre_includes[i], cwd);
+    /* The caller's in-memory headers are inputs no closure records: by name and content here. */
+    for (size_t i = 0; !rc && i < n_mem; i++) {
+        uint8_t digest[KC_DIGEST_SIZE];
+        const char *text = req->header_contents[i];
+        kc_digest(digest, text, strlen(text));
+        size_t start = b.size;
+        const char *name = req->header_names[i];
+        if (kc_buf_append(&b, "mem-header", 11) || kc_buf_append(&b, name, strlen(name) + 1) ||
+            kc_buf_append(&b, digest, sizeof(digest)))
+            rc = KCACHE_ENOMEM;
+        sizes[n_search++] = b.size - start;
+    }
+    if (!rc) {
+        size_t off = 0;
+        for (size_t i = 0; i < n_search; i++) {
+            search[i] = (const char *)b.data + off;
+            off += sizes[i];
+        }
+        kc_key_compile in = {
+            .output_kind = kcache_kind_name(w->kind),
+            .arch = w->nvrtc_arch,
+            .nvrtc_id = c->tk.nvrtc_id,
+            .toolkit_id = c->tk.identity,
+            .options = (const char *const *)w->opts.canonical,
+            .n_options = w->opts.n_canonical,
+            .name_exprs = req->name_exprs,
+            .n_name_exprs = req->n_name_exprs,
+            .source_name = w->source_name,
+            .source = w->source,
+            .source_size = w->source_size,
+            .extra = req->extra_digest,
+            .extra_size = req->extra_digest_size,
+        };
+        rc = kc_key_encode_base(&w->base, &in, search, sizes, n_search);
+    }
+    kc_buf_free(&b);
+    free(sizes);
+    free(search);
+    return rc;
+}
+
 /* Stores a fresh artifact with its inputs, so that verify can recompile it. */
 static void store_result(kcache_compiler *c, const struct work *w, struct kc_result *r)
 {
@@ -166,10 +270,16 @@ static void store_result(kcache_compiler *c, const struct work *w, struct kc_res
         kc_store_count_failure(c->store);
         return;
     }
-    in[n_in++] = (kcache_input){KCACHE_INPUT_SOURCE, w->source_name, w->source, w->source_size};
+    /* What NVRTC was given, so that a recompile gives it the same. */
+    if (w->deps.source)
+        in[n_in++] = (kcache_input){KCACHE_INPUT_SOURCE, w->source_name, w->deps.source,
+                                    w->deps.source_size};
+    else
+        in[n_in++] = (kcache_input){KCACHE_INPUT_SOURCE, w->source_name, w->source,
+                                    w->source_size};
     for (size_t i = 0; i < w->deps.n_deps; i++)
         if (w->deps.deps[i].state == KC_DEP_USER)
-            in[n_in++] = (kcache_input){KCACHE_INPUT_HEADER, w->deps.deps[i].spelling,
+            in[n_in++] = (kcache_input){KCACHE_INPUT_HEADER, w->deps.deps[i].name,
                                         w->deps.deps[i].content, w->deps.deps[i].size};
     const kc_nvrtc *api = NULL;
     char toolchain[256], ignored[64];
@@ -257,13 +367,128 @@ static void store_caller_step(void *ctx, struct kc_result *r)
     kc_store_result(s->c, r, s->w->source_name, s->toolchain, NULL, 0);
 }
 
+/* The headers of a hit served through a closure, from its key material. */
+static int header_of(void *ud, int tag, const uint8_t *data, size_t n)
+{
+    struct kc_result *r = ud;
+    size_t name_n = strnlen((const char *)data, n);
+    if (tag != KC_TAG_HEADER || name_n + 5 > n || memcmp(data + name_n + 1, "file", 5) != 0)
+        return 0;
+    char *name = kc_memdup(data, name_n);
+    if (!name)
+        return KCACHE_ENOMEM;
+    int rc = kc_strv_push(&r->headers, &r->n_headers, name);
+    free(name);
+    return rc;
+}
+
+/*
+ * A hit without resolving the includes: a closure remembered under the base
+ * key still holds, and its key is in the store. Returns 1 (r filled), 0 (go
+ * the long way: nothing holds, or the entry is gone), or KCACHE_ENOMEM.
+ */
+static int manifest_hit(kcache_compiler *c, const struct work *w, struct kc_result *r)
+{
+    kc_manifest_row *rows = NULL;
+    size_t n = 0;
+    if (kc_store_manifest_get(&rows, &n, c->store, &w->base) != 0)
+        return 0;
+    int64_t now = now_ns();
+    int found = 0, rc = 0;
+    for (size_t i = 0; !found && !rc && i < n; i++) {
+        kc_buf refreshed = {0};
+        int holds = kc_manifest_check(rows[i].closure, rows[i].size, now, &refreshed);
+        kcache_entry *e = NULL;
+        if (holds < 0) {
+            rc = holds;
+        } else if (holds == 1 && kcache_store_get(&e, c->store, &rows[i].key, 0) == 0) {
+            kc_result_from_entry(r, e);
+            r->pub.key = rows[i].key;
+            r->pub.key_material = e->key_material;
+            r->pub.key_material_size = e->key_material_size;
+            found = 1;
+            rc = kc_key_walk(e->key_material, e->key_material_size, header_of, r) ==
+                         KCACHE_ENOMEM
+                     ? KCACHE_ENOMEM
+                     : 0;
+            r->pub.n_headers = r->n_headers;
+            r->pub.headers = (const char *const *)r->headers;
+            /* Files had to be hashed: written back, so the next check is stat() only. */
+            if (!rc && refreshed.size)
+                kc_store_manifest_put(c->store, &w->base, &rows[i].key, refreshed.data,
+                                      refreshed.size);
+        }
+        kc_buf_free(&refreshed);
+    }
+    kc_manifest_rows_free(rows, n);
+    return rc ? rc : found;
+}
+
+/* Remembers the closure of a resolution that led to r's key. A failure only costs time later. */
+static void record_manifest(kcache_compiler *c, const struct work *w, const struct kc_result *r)
+{
+    kc_buf blob = {0};
+    if (kc_manifest_encode(&blob, w->deps.probes, w->deps.n_probes, w->resolved_at) == 0)
+        kc_store_manifest_put(c->store, &w->base, &r->pub.key, blob.data, blob.size);
+    kc_buf_free(&blob);
+}
+
+/* Drops what a run left in r, for another run. */
+static void clear_output(struct kc_result *r)
+{
+    free(r->data);
+    free(r->log);
+    kc_strv_free(r->exprs, r->n_names);
+    kc_strv_free(r->lowered, r->n_names);
+    r->data = r->log = NULL;
+    r->exprs = r->lowered = NULL;
+    r->n_names = 0;
+    r->pub.data = NULL;
+    r->pub.size = 0;
+    r->pub.log = "";
+    r->pub.n_names = 0;
+    r->pub.name_exprs = r->pub.lowered_names = NULL;
+    r->message[0] = '\0';
+}
+
+/* The first line of a log that says "error", for a one-line reason. */
+static void first_error(char *out, size_t size, const char *log)
+{
+    const char *p = log ? strstr(log, "error") : NULL;
+    if (!p) {
+        snprintf(out, size, "see the log");
+        return;
+    }
+    const char *start = p;
+    while (start > log && start[-1] != '\n')
+        start--;
+    snprintf(out, size, "%.*s", (int)KC_MIN(strcspn(start, "\n"), size - 1), start);
+}
+
 static int compile_request(kcache_compiler *c, const void *request, struct kc_result *r)
 {
     const kcache_request *req = request;
     struct work w;
     memset(&w, 0, sizeof(w));
     int rc = prepare(c, req, &w, r);
-    if (!rc)
+    if (rc)
+        goto out;
+    int try_manifest = c->store && !(req->flags & (KCACHE_COMPILE_NO_CACHE |
+                                                   KCACHE_COMPILE_REFRESH |
+                                                   KCACHE_COMPILE_KEY_ONLY));
+    int have_base = c->store && derive_base(c, req, &w) == 0;
+    if (try_manifest && have_base) {
+        int hit = manifest_hit(c, &w, r);
+        if (hit < 0) {
+            rc = hit;
+            goto out;
+        }
+        if (hit) {
+            r->pub.keyed = 1;
+            goto out;
+        }
+    }
+    if (!(rc = resolve_deps(c, req, &w, r)))
         rc = derive_key(c, req, &w, r);
     int hermetic = !w.deps.not_hermetic;
     r->pub.keyed = !rc && hermetic;
@@ -285,6 +510,31 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     if (req->version >= 2 && req->compile)
         step = (struct kc_step){run_caller_step, store_caller_step, &caller, w.nvrtc_arch, w.kind};
     rc = kc_through_cache(c, r, use_store, req->flags, &step);
+    if (rc == KCACHE_ECOMPILE && hermetic && step.run == run_compile_step) {
+        /*
+         * kcache never fails a compile NVRTC alone would pass: compiled again
+         * as NVRTC would (reading the disk through the caller's -I). A
+         * genuine error fails both, and the caller gets NVRTC's own log.
+         */
+        char why[300];
+        first_error(why, sizeof(why), r->pub.log);
+        clear_output(r);
+        rc = kc_run_nvrtc(c, req, &w, r, 0);
+        hermetic = 0;
+        if (!rc) {
+            char msg[512];
+            r->pub.keyed = 0;
+            snprintf(msg, sizeof(msg), "the hermetic compile failed where NVRTC reading the disk "
+                     "passed (%s); compiled without the cache", why);
+            kc_result_store_problem(r, KCACHE_ENOTSUP, msg);
+            snprintf(w.deps.reason, sizeof(w.deps.reason), "hermetic_failed");
+            w.deps.not_hermetic = 1;
+        }
+    }
+    if (w.deps.not_hermetic && !rc && c->store && !(req->flags & KCACHE_COMPILE_NO_CACHE))
+        kc_store_count_uncacheable(c->store, w.deps.reason);
+    if (!rc && hermetic && use_store && have_base)
+        record_manifest(c, &w, r);
     free(caller.toolchain);
 out:
     kc_work_free(&w);

@@ -108,6 +108,8 @@ struct work {
     kc_deps deps;
     char nvrtc_arch[32];
     kcache_kind kind;
+    kcache_key base;         /* the manifest's key: everything but the headers */
+    int64_t resolved_at;     /* ns since the epoch, when deps were read */
 };
 void kc_work_free(struct work *w);
 

@@ -177,9 +177,37 @@ void kc_result_from_entry(struct kc_result *r, kcache_entry *e)
     r->pub.kind = e->kind;
 }
 
+/*
+ * The log a hit replays: without the lines about files this compile made
+ * (NVRTC's automatic PCH says where it created or used a precompiled header,
+ * a file of this process that a later process never sees). NULL: as is.
+ */
+static char *log_for_hits(const char *log)
+{
+    if (!log || !strstr(log, "precompiled header"))
+        return NULL;
+    kc_buf b = {0};
+    for (const char *p = log; *p;) {
+        size_t n = strcspn(p, "\n");
+        int drop = 0;
+        for (size_t i = 0; i + 18 <= n && !drop; i++)
+            drop = !memcmp(p + i, "precompiled header", 18);
+        if (!drop && kc_buf_append(&b, p, n + (p[n] == '\n')))
+            goto nomem;
+        p += n + (p[n] == '\n');
+    }
+    if (kc_buf_append(&b, "", 1))
+        goto nomem;
+    return (char *)b.data;
+nomem:
+    kc_buf_free(&b);
+    return NULL;
+}
+
 void kc_store_result(kcache_compiler *c, struct kc_result *r, const char *name,
                      const char *toolchain, const kcache_input *inputs, size_t n_inputs)
 {
+    char *hit_log = log_for_hits(r->pub.log);
     kcache_entry e = KCACHE_ENTRY_INIT;
     e.key = r->pub.key;
     e.kind = r->pub.kind;
@@ -187,7 +215,7 @@ void kc_store_result(kcache_compiler *c, struct kc_result *r, const char *name,
     e.name = name;
     e.data = r->pub.data;
     e.size = r->pub.size;
-    e.log = r->pub.log;
+    e.log = hit_log ? hit_log : r->pub.log;
     e.toolchain = toolchain;
     e.compile_ns = r->pub.compile_ns;
     e.key_material = r->pub.key_material;
@@ -198,6 +226,7 @@ void kc_store_result(kcache_compiler *c, struct kc_result *r, const char *name,
     e.n_inputs = n_inputs;
     e.inputs = inputs;
     int rc = kcache_store_put(c->store, &e);
+    free(hit_log);
     if (rc) {
         /* The artifact is returned all the same; the result says why it was not kept. */
         kc_result_store_problem(r, rc, kcache_store_errmsg(c->store));

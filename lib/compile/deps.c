@@ -1,9 +1,42 @@
-/* The include scanner and resolver (see deps.h for NVRTC's search order). */
+/*
+ * The include resolver (see deps.h for NVRTC's search order).
+ *
+ * One file is one header to NVRTC. NVRTC looks headers handed in memory up by
+ * the exact spelling of an #include, and applies #pragma once to the name it
+ * was handed a header under (after folding "a/../b"; checked with NVRTC 13).
+ * So a file reached as "config.h" and as "../config.h" would be two headers,
+ * and #pragma once would not stop the second copy; and "trig.h" of two
+ * directories could not both be handed over. kcache therefore gives every
+ * file it reads one canonical name and rewrites, in the text it hands to
+ * NVRTC, every literal include of that file to the canonical name, in place
+ * on its line (line numbers do not move). The canonical name is the path the
+ * file has below the include root it was found from: a file found through -I
+ * is named by its spelling ("xsf/config.h"), a file found beside its includer
+ * by the includer's name's directory joined with the spelling
+ * ("xsf/cephes/../config.h" -> "xsf/config.h"), folded. It never depends on
+ * where the checkout lives, so keys do not either; it is also what __FILE__
+ * says inside a header (plain NVRTC says the path it opened). Two files that
+ * would get one name, or a name a toolkit header or a missing header is
+ * looked up by, get a prefix "@N/" instead.
+ *
+ * Computed includes (#include MACRO) cannot be rewritten: the name each can
+ * expand to is handed over as an alias whose content includes the canonical
+ * name. Every definition of the macro seen anywhere (any branch) is followed,
+ * and identifiers inside a <...> operand are expanded the same way, as the
+ * preprocessor does for a computed include: a superset of what the compile
+ * reads is resolved, so the key is never short of an input.
+ *
+ * Every path looked at is recorded (kc_probe) with what was found there, for
+ * the manifest: absent paths earlier on the search path matter as much as the
+ * files found. Each path is looked at once per resolution, a file reached by
+ * several paths is read once (matched by device and inode), and the toolkit is
+ * told apart by the directory searched, with one realpath() per directory.
+ */
 #include <ctype.h>
-#include <stdarg.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,364 +47,11 @@
 
 /* A compile that reads more files than this is not one kcache can key. */
 #define KC_MAX_FILES 20000
-/* How deep a computed include's macros are followed. */
+/* How deep a computed include's macros are followed, and how many names it may give. */
 #define KC_MAX_EXPANSION 8
+#define KC_MAX_CANDIDATES 64
 
-/* ---- scanner ---------------------------------------------------------- */
-
-struct scanner {
-    const char *t;
-    size_t n, i;
-    unsigned line;
-    kc_directive *out;
-    size_t count, cap;
-};
-
-static int is_ident(int c)
-{
-    return isalnum(c) || c == '_' || c == '$';
-}
-
-/* Skips a backslash-newline splice at i; returns 1 if there was one. */
-static int skip_splice(struct scanner *s)
-{
-    size_t i = s->i;
-    if (i < s->n && s->t[i] == '\\') {
-        size_t j = i + 1;
-        if (j < s->n && s->t[j] == '\r')
-            j++;
-        if (j < s->n && s->t[j] == '\n') {
-            s->i = j + 1;
-            s->line++;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-/* The current character after splices, or -1 at the end. */
-static int peek(struct scanner *s)
-{
-    while (skip_splice(s))
-        ;
-    return s->i < s->n ? (unsigned char)s->t[s->i] : -1;
-}
-
-static int peek2(struct scanner *s)
-{
-    size_t save = s->i;
-    unsigned line = s->line;
-    if (peek(s) < 0)
-        return -1;
-    s->i++;
-    int c = peek(s);
-    s->i = save;
-    s->line = line;
-    return c;
-}
-
-static void advance(struct scanner *s)
-{
-    if (s->i < s->n) {
-        if (s->t[s->i] == '\n')
-            s->line++;
-        s->i++;
-    }
-}
-
-/* Skips a block comment whose "/" is at i. */
-static void skip_block_comment(struct scanner *s)
-{
-    advance(s);
-    advance(s);
-    while (peek(s) >= 0) {
-        if (peek(s) == '*' && peek2(s) == '/') {
-            advance(s);
-            advance(s);
-            return;
-        }
-        advance(s);
-    }
-}
-
-static void skip_line_comment(struct scanner *s)
-{
-    while (peek(s) >= 0 && peek(s) != '\n')
-        advance(s);
-}
-
-/* Skips a "..." or '...' literal whose quote is at i; stops at a newline. */
-static void skip_quoted(struct scanner *s)
-{
-    int q = peek(s);
-    advance(s);
-    for (int c; (c = peek(s)) >= 0 && c != '\n';) {
-        advance(s);
-        if (c == '\\') {
-            if (peek(s) >= 0 && peek(s) != '\n')
-                advance(s);
-        } else if (c == q) {
-            return;
-        }
-    }
-}
-
-/* Skips R"delim( ... )delim" whose quote is at i (the R was consumed). */
-static void skip_raw_string(struct scanner *s)
-{
-    char delim[20];
-    size_t dn = 0;
-    advance(s); /* the quote */
-    while (s->i < s->n && s->t[s->i] != '(' && dn < 16 && s->t[s->i] != '\n')
-        delim[dn++] = s->t[s->i++];
-    if (s->i >= s->n || s->t[s->i] != '(')
-        return; /* not a raw string after all */
-    s->i++;
-    for (; s->i < s->n; advance(s)) {
-        if (s->t[s->i] == ')' && s->n - s->i > dn + 1 && memcmp(s->t + s->i + 1, delim, dn) == 0 &&
-            s->t[s->i + 1 + dn] == '"') {
-            s->i += dn + 2;
-            return;
-        }
-    }
-}
-
-static int push(struct scanner *s, int kind, int angle, int computed, unsigned line,
-                const char *text, size_t text_n, const char *value, size_t value_n)
-{
-    kc_directive *grown = kc_grow(s->out, &s->cap, s->count, sizeof(*grown), 16);
-    if (!grown)
-        return KCACHE_ENOMEM;
-    s->out = grown;
-    kc_directive *d = &s->out[s->count];
-    memset(d, 0, sizeof(*d));
-    d->kind = kind;
-    d->angle = angle;
-    d->computed = computed;
-    d->line = line;
-    d->text = kc_memdup(text, text_n);
-    d->value = value ? kc_memdup(value, value_n) : NULL;
-    if (!d->text || (value && !d->value)) {
-        free(d->text);
-        free(d->value);
-        return KCACHE_ENOMEM;
-    }
-    s->count++;
-    return 0;
-}
-
-/*
- * Collects one directive's logical line into b: splices joined, comments
- * replaced by a space (a block comment may carry the line on), literals kept.
- */
-static int logical_line(struct scanner *s, kc_buf *b)
-{
-    b->size = 0;
-    for (int c; (c = peek(s)) >= 0 && c != '\n';) {
-        if (c == '/' && peek2(s) == '*') {
-            skip_block_comment(s);
-            c = ' ';
-        } else if (c == '/' && peek2(s) == '/') {
-            skip_line_comment(s);
-            break;
-        } else if (c == '"' || c == '\'') {
-            size_t start = s->i;
-            skip_quoted(s);
-            if (kc_buf_append(b, s->t + start, s->i - start))
-                return KCACHE_ENOMEM;
-            continue;
-        } else {
-            advance(s);
-        }
-        char ch = (char)c;
-        if (kc_buf_append(b, &ch, 1))
-            return KCACHE_ENOMEM;
-    }
-    return 0;
-}
-
-static const char *skip_ws(const char *p, const char *end)
-{
-    while (p < end && (*p == ' ' || *p == '\t' || *p == '\f' || *p == '\v' || *p == '\r'))
-        p++;
-    return p;
-}
-
-/* Parses "x" or <x> at p. Returns the end, or NULL if there is neither. */
-static const char *header_name(const char *p, const char *end, const char **name, size_t *n,
-                               int *angle)
-{
-    if (p >= end || (*p != '"' && *p != '<'))
-        return NULL;
-    char close = *p == '"' ? '"' : '>';
-    const char *q = memchr(p + 1, close, (size_t)(end - p - 1));
-    if (!q)
-        return NULL;
-    *angle = close == '>';
-    *name = p + 1;
-    *n = (size_t)(q - p - 1);
-    return q + 1;
-}
-
-static int parse_directive(struct scanner *s, const char *p, const char *end, unsigned line)
-{
-    p = skip_ws(p, end);
-    const char *word = p;
-    while (p < end && is_ident((unsigned char)*p))
-        p++;
-    size_t wn = (size_t)(p - word);
-    p = skip_ws(p, end);
-    int kind = 0;
-    if ((wn == 7 && !memcmp(word, "include", 7)) || (wn == 6 && !memcmp(word, "import", 6)))
-        kind = KC_DIR_INCLUDE;
-    else if (wn == 12 && !memcmp(word, "include_next", 12))
-        kind = KC_DIR_INCLUDE_NEXT;
-    if (kind) {
-        const char *name;
-        size_t n;
-        int angle;
-        if (header_name(p, end, &name, &n, &angle))
-            return push(s, kind, angle, 0, line, name, n, NULL, 0);
-        const char *e = end;
-        while (e > p && isspace((unsigned char)e[-1]))
-            e--;
-        return e > p ? push(s, kind, 0, 1, line, p, (size_t)(e - p), NULL, 0) : 0;
-    }
-    if (wn == 6 && !memcmp(word, "define", 6)) {
-        const char *name = p;
-        while (p < end && is_ident((unsigned char)*p))
-            p++;
-        if (p == name || (p < end && *p == '('))
-            return 0; /* function-like: never names a header alone */
-        size_t nn = (size_t)(p - name);
-        p = skip_ws(p, end);
-        const char *e = end;
-        while (e > p && isspace((unsigned char)e[-1]))
-            e--;
-        return push(s, KC_DIR_DEFINE, 0, 0, line, name, nn, p, (size_t)(e - p));
-    }
-    if ((wn == 2 && !memcmp(word, "if", 2)) || (wn == 4 && !memcmp(word, "elif", 4))) {
-        static const char tok[] = "__has_include";
-        for (const char *q = p; q + sizeof(tok) - 1 <= end; q++) {
-            if (memcmp(q, tok, sizeof(tok) - 1) != 0 || (q > p && is_ident((unsigned char)q[-1])))
-                continue;
-            const char *r = q + sizeof(tok) - 1;
-            if (end - r >= 5 && !memcmp(r, "_next", 5))
-                r += 5;
-            if (r < end && is_ident((unsigned char)*r))
-                continue;
-            r = skip_ws(r, end);
-            if (r >= end || *r != '(')
-                continue;
-            r = skip_ws(r + 1, end);
-            const char *name;
-            size_t n;
-            int angle;
-            if (header_name(r, end, &name, &n, &angle)) {
-                int rc = push(s, KC_DIR_HAS_INCLUDE, angle, 0, line, name, n, NULL, 0);
-                if (rc)
-                    return rc;
-            }
-        }
-    }
-    return 0;
-}
-
-int kc_scan(kc_directive **out, size_t *n, const char *text, size_t size)
-{
-    struct scanner s = {.t = text, .n = size, .line = 1};
-    kc_buf b = {0};
-    int rc = 0;
-    int line_start = 1;
-    *out = NULL;
-    *n = 0;
-    for (int c; (c = peek(&s)) >= 0;) {
-        if (c == '\n') {
-            advance(&s);
-            line_start = 1;
-        } else if (c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v') {
-            advance(&s);
-        } else if (c == '/' && peek2(&s) == '*') {
-            skip_block_comment(&s);
-        } else if (c == '/' && peek2(&s) == '/') {
-            skip_line_comment(&s);
-        } else if (c == '#' && line_start) {
-            unsigned line = s.line;
-            advance(&s);
-            if ((rc = logical_line(&s, &b)))
-                break;
-            const char *p = (const char *)b.data;
-            if ((rc = parse_directive(&s, p ? p : "", (p ? p : "") + b.size, line)))
-                break;
-        } else if (c == '"' || c == '\'') {
-            line_start = 0;
-            skip_quoted(&s);
-        } else if (c == 'R' && peek2(&s) == '"' &&
-                   (s.i == 0 || !is_ident((unsigned char)s.t[s.i - 1]) ||
-                    (s.t[s.i - 1] == '8' || s.t[s.i - 1] == 'L' || s.t[s.i - 1] == 'u' ||
-                     s.t[s.i - 1] == 'U'))) {
-            line_start = 0;
-            advance(&s);
-            skip_raw_string(&s);
-        } else {
-            line_start = 0;
-            advance(&s);
-        }
-    }
-    kc_buf_free(&b);
-    if (rc) {
-        kc_directives_free(s.out, s.count);
-        return rc;
-    }
-    *out = s.out;
-    *n = s.count;
-    return 0;
-}
-
-void kc_directives_free(kc_directive *d, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        free(d[i].text);
-        free(d[i].value);
-    }
-    free(d);
-}
-
-/* ---- resolver --------------------------------------------------------- */
-
-struct file {
-    char *dir;       /* directory quoted includes are searched in first; NULL: none */
-    char *name;      /* for messages */
-    const char *text;
-    size_t size;
-};
-
-struct pending {
-    char *macro;
-    char *dir;
-    char *where;
-};
-
-struct macro {
-    char *name;
-    char *value;
-};
-
-struct resolver {
-    const kc_deps_request *req;
-    kc_deps *out;
-    size_t cap_deps;
-    struct file *files;
-    size_t n_files, cap_files, next_file;
-    char **visited; /* realpaths already scanned */
-    size_t n_visited, cap_visited;
-    struct pending *pending;
-    size_t n_pending, cap_pending;
-    struct macro *macros;
-    size_t n_macros, cap_macros;
-    char *msg;
-    size_t msg_size;
-};
+/* ---- small helpers ---------------------------------------------------- */
 
 static int grow(void **p, size_t *cap, size_t n, size_t elem)
 {
@@ -382,17 +62,121 @@ static int grow(void **p, size_t *cap, size_t n, size_t elem)
     return 0;
 }
 
-static void not_hermetic(struct resolver *r, const char *fmt, ...) KC_PRINTF(2, 3);
+/* A string -> index map, open addressing; keys are copied. */
+struct map {
+    char **keys;
+    size_t *vals;
+    size_t cap, n;
+};
 
-static void not_hermetic(struct resolver *r, const char *fmt, ...)
+static uint64_t hash_str(const char *s)
 {
-    if (r->out->not_hermetic)
-        return;
-    r->out->not_hermetic = 1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->out->problem, sizeof(r->out->problem), fmt, ap);
-    va_end(ap);
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static int map_find(const struct map *m, const char *key, size_t *val)
+{
+    if (!m->cap)
+        return 0;
+    for (size_t i = hash_str(key) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+        if (!m->keys[i])
+            return 0;
+        if (!strcmp(m->keys[i], key)) {
+            if (val)
+                *val = m->vals[i];
+            return 1;
+        }
+    }
+}
+
+static int map_put(struct map *m, const char *key, size_t val)
+{
+    if (2 * (m->n + 1) > m->cap) {
+        size_t cap = m->cap ? 2 * m->cap : 64;
+        char **keys = kc_calloc(cap, sizeof(*keys));
+        size_t *vals = kc_calloc(cap, sizeof(*vals));
+        if (!keys || !vals) {
+            free(keys);
+            free(vals);
+            return KCACHE_ENOMEM;
+        }
+        for (size_t i = 0; i < m->cap; i++) {
+            if (!m->keys[i])
+                continue;
+            size_t j = hash_str(m->keys[i]) & (cap - 1);
+            while (keys[j])
+                j = (j + 1) & (cap - 1);
+            keys[j] = m->keys[i];
+            vals[j] = m->vals[i];
+        }
+        free(m->keys);
+        free(m->vals);
+        m->keys = keys;
+        m->vals = vals;
+        m->cap = cap;
+    }
+    size_t i = hash_str(key) & (m->cap - 1);
+    while (m->keys[i] && strcmp(m->keys[i], key) != 0)
+        i = (i + 1) & (m->cap - 1);
+    if (!m->keys[i]) {
+        if (!(m->keys[i] = kc_strdup(key)))
+            return KCACHE_ENOMEM;
+        m->n++;
+    }
+    m->vals[i] = val;
+    return 0;
+}
+
+static void map_free(struct map *m)
+{
+    for (size_t i = 0; i < m->cap; i++)
+        free(m->keys[i]);
+    free(m->keys);
+    free(m->vals);
+    memset(m, 0, sizeof(*m));
+}
+
+char *kc_path_normalized(const char *path)
+{
+    size_t len = strlen(path);
+    char *res = kc_malloc(len + 2);
+    if (!res)
+        return NULL;
+    int absolute = path[0] == '/';
+    char *out = res;
+    if (absolute)
+        *out++ = '/';
+    size_t kept = 0; /* segments in res that a ".." may remove */
+    for (const char *in = path + absolute; *in;) {
+        const char *end = strchr(in, '/');
+        size_t n = end ? (size_t)(end - in) : strlen(in);
+        if (n == 0 || (n == 1 && in[0] == '.')) {
+            /* "//" and "." are nothing */
+        } else if (n == 2 && in[0] == '.' && in[1] == '.') {
+            if (kept) {
+                out--; /* the slash after the last kept segment */
+                while (out > res + absolute && out[-1] != '/')
+                    out--;
+                kept--;
+            } else if (!absolute) {
+                memcpy(out, "../", 3);
+                out += 3;
+            }
+        } else {
+            memcpy(out, in, n);
+            out += n;
+            *out++ = '/';
+            kept++;
+        }
+        in += n + (end != NULL);
+    }
+    if (out > res + absolute && out[-1] == '/')
+        out--;
+    *out = '\0';
+    return res;
 }
 
 static char *dirname_of(const char *path)
@@ -405,389 +189,905 @@ static char *dirname_of(const char *path)
     return kc_memdup(path, (size_t)(slash - path));
 }
 
-static kc_dep *find_dep(struct resolver *r, const char *spelling)
+int kc_read_with_identity(const char *path, char **out, size_t *size, kc_probe *id)
 {
-    for (size_t i = 0; i < r->out->n_deps; i++)
-        if (strcmp(r->out->deps[i].spelling, spelling) == 0)
-            return &r->out->deps[i];
-    return NULL;
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return KCACHE_EIO;
+    struct stat st;
+    int rc = 0;
+    char *buf = NULL;
+    if (fstat(fd, &st) != 0) {
+        rc = KCACHE_EIO;
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > KC_MAX_HEADER_SIZE) {
+        errno = S_ISREG(st.st_mode) ? EFBIG : EISDIR;
+        rc = KCACHE_EINVAL;
+        goto out;
+    }
+    size_t n = (size_t)st.st_size, got = 0;
+    if (!(buf = kc_malloc(n + 1))) {
+        rc = KCACHE_ENOMEM;
+        goto out;
+    }
+    while (got < n) {
+        ssize_t k = read(fd, buf + got, n - got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0) {
+            rc = KCACHE_EIO;
+            goto out;
+        }
+        if (k == 0)
+            break;
+        got += (size_t)k;
+    }
+    buf[got] = '\0';
+    id->dev = (uint64_t)st.st_dev;
+    id->ino = (uint64_t)st.st_ino;
+    id->size = (uint64_t)st.st_size;
+    id->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+    id->ctime_ns = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
+    kc_digest(id->digest, buf, got);
+    *out = buf;
+    *size = got;
+    buf = NULL;
+out:
+    {
+        int saved = errno;
+        free(buf);
+        close(fd);
+        errno = saved;
+    }
+    return rc;
 }
 
-static int add_file(struct resolver *r, const char *dir, const char *name, const char *text,
-                    size_t size)
+/* ---- the resolution ----------------------------------------------------- */
+
+/* One file read (node 0 is the main source). */
+struct node {
+    char *path;           /* NULL for the source */
+    char *dir;            /* quoted includes look here first; NULL: nowhere */
+    size_t parent;        /* the node whose include found it first */
+    char *spelling;       /* ... by this spelling */
+    int beside;           /* ... in that includer's own directory */
+    char *text;           /* owned, except the source's */
+    size_t size;
+    kc_directive *dirs;
+    size_t n_dirs;
+    size_t *target;       /* per directive: 1 + the node a literal include names, or 0 */
+    char *canon;
+};
+
+/* A spelling left to NVRTC: a toolkit header or a missing one. */
+struct leftname {
+    char *name;
+    int state;            /* KC_DEP_TOOLKIT or KC_DEP_ABSENT */
+    char *rel;
+    char *path;
+};
+
+/* A name a computed (or not rewritable) include is handed over under. */
+struct alias {
+    char *name;
+    size_t node;
+};
+
+struct pending {
+    size_t node, dir;
+};
+
+struct macro {
+    char **values;
+    size_t n;
+};
+
+struct resolver {
+    const kc_deps_request *req;
+    kc_deps *out;
+    struct node *nodes;
+    size_t n_nodes, cap_nodes, next_scan;
+    struct map by_path;      /* path -> 1 + node index, or 0: not a user file */
+    struct map by_identity;  /* "dev:ino" -> node */
+    struct map toolkit_dirs; /* directory -> 0 user, 1 + index into dir_reals */
+    char **dir_reals;
+    size_t n_dir_reals, cap_dir_reals;
+    char **tk_rels;          /* toolkit headers found, below the root */
+    size_t n_tk_rels, cap_tk_rels;
+    size_t cap_probes;
+    struct leftname *left;
+    size_t n_left, cap_left;
+    struct map by_left;      /* name -> index into left */
+    struct alias *aliases;
+    size_t n_aliases, cap_aliases;
+    struct pending *pending;
+    size_t n_pending, cap_pending;
+    struct map by_macro;     /* name -> index into macros */
+    struct macro *macros;
+    size_t n_macros, cap_macros;
+    char *msg;
+    size_t msg_size;
+};
+
+static void not_hermetic(struct resolver *r, const char *reason, const char *fmt, ...)
+    KC_PRINTF(3, 4);
+
+static void not_hermetic(struct resolver *r, const char *reason, const char *fmt, ...)
 {
-    if (r->n_files >= KC_MAX_FILES) {
-        not_hermetic(r, "the compile reads more than %s files%s", "20000", "");
+    if (r->out->not_hermetic)
+        return;
+    r->out->not_hermetic = 1;
+    snprintf(r->out->reason, sizeof(r->out->reason), "%s", reason);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->out->problem, sizeof(r->out->problem), fmt, ap);
+    va_end(ap);
+}
+
+/*
+ * Whether a directory searched is the toolkit's: one realpath() per
+ * directory. *real gets its realpath when it is (for the path below the root).
+ */
+static int toolkit_dir(struct resolver *r, const char *dir, const char **real, int *inside)
+{
+    size_t v;
+    *inside = 0;
+    const char *root = r->req->toolkit_root;
+    if (!root || !*root)
+        return 0;
+    if (!map_find(&r->toolkit_dirs, dir, &v)) {
+        char *rp = realpath(dir, NULL);
+        size_t n = strlen(root);
+        v = 0;
+        if (rp && strncmp(rp, root, n) == 0 && (rp[n] == '/' || rp[n] == '\0')) {
+            if (grow((void **)&r->dir_reals, &r->cap_dir_reals, r->n_dir_reals, sizeof(char *))) {
+                free(rp);
+                return KCACHE_ENOMEM;
+            }
+            r->dir_reals[r->n_dir_reals++] = rp;
+            v = r->n_dir_reals;
+        } else {
+            free(rp);
+        }
+        if (map_put(&r->toolkit_dirs, dir, v))
+            return KCACHE_ENOMEM;
+    }
+    if (v) {
+        *inside = 1;
+        *real = r->dir_reals[v - 1];
+    }
+    return 0;
+}
+
+static int add_probe(struct resolver *r, const char *path, const kc_probe *p)
+{
+    kc_deps *o = r->out;
+    if (grow((void **)&o->probes, &r->cap_probes, o->n_probes, sizeof(*o->probes)))
+        return KCACHE_ENOMEM;
+    kc_probe *q = &o->probes[o->n_probes];
+    *q = *p;
+    if (!(q->path = kc_strdup(path)))
+        return KCACHE_ENOMEM;
+    o->n_probes++;
+    return 0;
+}
+
+static int new_node(struct resolver *r, size_t *out)
+{
+    if (r->n_nodes >= KC_MAX_FILES) {
+        not_hermetic(r, "too_many_files", "the compile reads more than %d files", KC_MAX_FILES);
+        return 1;
+    }
+    if (grow((void **)&r->nodes, &r->cap_nodes, r->n_nodes, sizeof(*r->nodes)))
+        return KCACHE_ENOMEM;
+    memset(&r->nodes[r->n_nodes], 0, sizeof(*r->nodes));
+    *out = r->n_nodes++;
+    return 0;
+}
+
+/*
+ * Looks at one path (once per resolution). *node is 1 + the user file found
+ * there, or 0; *toolkit_rel (borrowed) is set when the path holds a toolkit
+ * header. by_path remembers each outcome: 0 nothing, 2 * (1 + node) a user
+ * file, 2 * (1 + i) + 1 the toolkit header tk_rels[i].
+ */
+static int look(struct resolver *r, const char *path, int in_toolkit, const char *dir_real,
+                const char *spelling, size_t *node, const char **toolkit_rel)
+{
+    *node = 0;
+    *toolkit_rel = NULL;
+    size_t v;
+    if (map_find(&r->by_path, path, &v)) {
+        if (v & 1)
+            *toolkit_rel = r->tk_rels[v / 2 - 1];
+        else if (v)
+            *node = v / 2;
         return 0;
     }
-    if (grow((void **)&r->files, &r->cap_files, r->n_files, sizeof(*r->files)))
-        return KCACHE_ENOMEM;
-    struct file *f = &r->files[r->n_files];
-    f->dir = dir ? kc_strdup(dir) : NULL;
-    f->name = kc_strdup(name);
-    f->text = text;
-    f->size = size;
-    if ((dir && !f->dir) || !f->name) {
-        free(f->dir);
-        free(f->name);
+    kc_probe p;
+    memset(&p, 0, sizeof(p));
+    int rc;
+    if (in_toolkit) {
+        struct stat st;
+        v = 0;
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+            p.state = KC_PROBE_TOOLKIT;
+            p.dev = (uint64_t)st.st_dev;
+            p.ino = (uint64_t)st.st_ino;
+            p.size = (uint64_t)st.st_size;
+            p.mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+            p.ctime_ns = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
+            /* Below the toolkit's root: what the key names it by. */
+            size_t n = strlen(dir_real) + strlen(spelling) + 2;
+            char *joined = kc_malloc(n);
+            if (!joined)
+                return KCACHE_ENOMEM;
+            snprintf(joined, n, "%s/%s", dir_real, spelling);
+            char *folded = kc_path_normalized(joined);
+            free(joined);
+            if (!folded)
+                return KCACHE_ENOMEM;
+            size_t root_n = strlen(r->req->toolkit_root);
+            const char *rel = folded;
+            if (!strncmp(folded, r->req->toolkit_root, root_n) && folded[root_n] == '/')
+                rel = folded + root_n + 1;
+            memmove(folded, rel, strlen(rel) + 1);
+            if (grow((void **)&r->tk_rels, &r->cap_tk_rels, r->n_tk_rels, sizeof(char *))) {
+                free(folded);
+                return KCACHE_ENOMEM;
+            }
+            r->tk_rels[r->n_tk_rels++] = folded;
+            *toolkit_rel = folded;
+            v = 2 * r->n_tk_rels + 1;
+        }
+        if ((rc = map_put(&r->by_path, path, v)) || (rc = add_probe(r, path, &p)))
+            return rc;
+        return 0;
+    }
+    char *text = NULL;
+    size_t size = 0;
+    rc = kc_read_with_identity(path, &text, &size, &p);
+    if (rc == KCACHE_ENOMEM)
+        return rc;
+    if (rc) {
+        int err = errno;
+        if (err != ENOENT && err != ENOTDIR && err != EISDIR && err != ELOOP &&
+            err != ENAMETOOLONG) {
+            /* NVRTC could not read it either; if its include is live, NVRTC says so. */
+            not_hermetic(r, "unreadable_header", "cannot read %s (%s)", path,
+                         err == EFBIG ? "larger than 64 MiB" : strerror(err));
+        }
+        memset(&p, 0, sizeof(p));
+        p.state = KC_PROBE_ABSENT;
+        if ((rc = map_put(&r->by_path, path, 0)) || (rc = add_probe(r, path, &p)))
+            return rc;
+        return 0;
+    }
+    p.state = KC_PROBE_FILE;
+    char id[64];
+    snprintf(id, sizeof(id), "%llx:%llx", (unsigned long long)p.dev, (unsigned long long)p.ino);
+    if (map_find(&r->by_identity, id, &v)) {
+        /* The same file by another path: one header to NVRTC. */
+        free(text);
+    } else {
+        size_t k;
+        if ((rc = new_node(r, &k))) {
+            free(text);
+            return rc < 0 ? rc : 0;
+        }
+        struct node *nd = &r->nodes[k];
+        nd->text = text;
+        nd->size = size;
+        if (!(nd->path = kc_strdup(path)) || !(nd->dir = dirname_of(path)) ||
+            map_put(&r->by_identity, id, k))
+            return KCACHE_ENOMEM;
+        v = k;
+    }
+    if ((rc = map_put(&r->by_path, path, 2 * (v + 1))) || (rc = add_probe(r, path, &p)))
+        return rc;
+    *node = v + 1;
+    return 0;
+}
+
+static int add_left(struct resolver *r, const char *name, int state, char *rel, const char *path)
+{
+    size_t v;
+    if (map_find(&r->by_left, name, &v)) {
+        struct leftname *l = &r->left[v];
+        if (l->state != state || (rel && l->rel && strcmp(rel, l->rel) != 0))
+            not_hermetic(r, "ambiguous_name",
+                         "'%s' names a toolkit header from one place and %s from another",
+                         name, state == KC_DEP_ABSENT || l->state == KC_DEP_ABSENT
+                                   ? "nothing"
+                                   : "another toolkit header");
+        free(rel);
+        return 0;
+    }
+    if (grow((void **)&r->left, &r->cap_left, r->n_left, sizeof(*r->left))) {
+        free(rel);
         return KCACHE_ENOMEM;
     }
-    r->n_files++;
+    struct leftname *l = &r->left[r->n_left];
+    memset(l, 0, sizeof(*l));
+    l->state = state;
+    l->rel = rel;
+    if (!(l->name = kc_strdup(name)) || (path && !(l->path = kc_strdup(path))) ||
+        map_put(&r->by_left, name, r->n_left)) {
+        free(l->name);
+        free(l->path);
+        free(l->rel);
+        return KCACHE_ENOMEM;
+    }
+    r->n_left++;
     return 0;
 }
 
-static int seen_before(struct resolver *r, const char *real, int *seen)
-{
-    *seen = 0;
-    for (size_t i = 0; i < r->n_visited; i++)
-        if (strcmp(r->visited[i], real) == 0) {
-            *seen = 1;
-            return 0;
-        }
-    if (grow((void **)&r->visited, &r->cap_visited, r->n_visited, sizeof(char *)))
-        return KCACHE_ENOMEM;
-    if (!(r->visited[r->n_visited] = kc_strdup(real)))
-        return KCACHE_ENOMEM;
-    r->n_visited++;
-    return 0;
-}
-
-/* Finds spelling on disk in NVRTC's order; *found is a new path or NULL. */
-static int search(struct resolver *r, const char *spelling, int angle, const char *dir,
-                  char **found)
+/*
+ * Resolves one spelling seen from node `from`, in NVRTC's order. *found is 1
+ * + the user file it names, or 0 (a toolkit header or nothing, recorded as a
+ * name left to NVRTC).
+ */
+static int resolve(struct resolver *r, const char *spelling, int angle, size_t from,
+                   size_t *found)
 {
     const kc_deps_request *q = r->req;
-    *found = NULL;
-    char path[PATH_MAX];
-    struct stat st;
-    if (spelling[0] == '/') {
-        if (stat(spelling, &st) == 0 && S_ISREG(st.st_mode))
-            *found = kc_strdup(spelling);
+    *found = 0;
+    if (!*spelling)
         return 0;
-    }
+    char path[PATH_MAX];
+    int rc;
     for (size_t i = 0; i <= q->n_include_dirs; i++) {
-        const char *cand;
-        if (i == 0) {
-            if (angle || !dir)
+        const char *dir;
+        if (spelling[0] == '/') {
+            if (i > 0)
+                break;
+            dir = NULL;
+        } else if (i == 0) {
+            if (angle || !r->nodes[from].dir)
                 continue;
-            cand = dir;
+            dir = r->nodes[from].dir;
         } else {
-            cand = q->include_dirs[i - 1];
+            dir = q->include_dirs[i - 1];
         }
-        int len = snprintf(path, sizeof(path), "%s/%s", cand, spelling);
+        int len = dir ? snprintf(path, sizeof(path), "%s/%s", dir, spelling)
+                      : snprintf(path, sizeof(path), "%s", spelling);
         if (len < 0 || (size_t)len >= sizeof(path))
             continue;
-        /* A loop of symlinks, a directory, a dangling link: not a header here. */
-        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
-            *found = kc_strdup(path);
-            return *found ? 0 : KCACHE_ENOMEM;
+        const char *real = NULL;
+        int inside = 0;
+        if (dir && (rc = toolkit_dir(r, dir, &real, &inside)))
+            return rc;
+        if (!dir && q->toolkit_root) {
+            size_t n = strlen(q->toolkit_root);
+            if (!strncmp(spelling, q->toolkit_root, n) && spelling[n] == '/') {
+                inside = 1;
+                real = ""; /* the spelling is the path: "" + "/" + it */
+            }
+        }
+        size_t node;
+        const char *rel = NULL;
+        if ((rc = look(r, path, inside, real ? real : "", spelling, &node, &rel)))
+            return rc;
+        if (rel) {
+            char *copy = kc_strdup(rel);
+            if (!copy)
+                return KCACHE_ENOMEM;
+            return add_left(r, spelling, KC_DEP_TOOLKIT, copy, path);
+        }
+        if (node) {
+            struct node *nd = &r->nodes[node - 1];
+            if (!nd->spelling && node - 1 != 0) {
+                nd->parent = from;
+                nd->beside = i == 0 && dir != NULL;
+                if (!(nd->spelling = kc_strdup(spelling)))
+                    return KCACHE_ENOMEM;
+            }
+            *found = node;
+            return 0;
         }
     }
-    return 0;
+    return add_left(r, spelling, KC_DEP_ABSENT, NULL, NULL);
 }
 
-static int new_dep(struct resolver *r, kc_dep **out, const char *spelling, int angle)
+static int add_alias(struct resolver *r, const char *name, size_t node)
 {
-    if (grow((void **)&r->out->deps, &r->cap_deps, r->out->n_deps, sizeof(kc_dep)))
-        return KCACHE_ENOMEM;
-    kc_dep *d = &r->out->deps[r->out->n_deps];
-    memset(d, 0, sizeof(*d));
-    if (!(d->spelling = kc_strdup(spelling)))
-        return KCACHE_ENOMEM;
-    d->angle = angle;
-    d->state = KC_DEP_ABSENT;
-    r->out->n_deps++;
-    *out = d;
-    return 0;
-}
-
-/*
- * Resolves one spelling seen from a file in `dir`. NVRTC's in-memory headers
- * form one namespace keyed by spelling, so a spelling must mean one file for
- * the whole compile; when it means two, the compile cannot be hermetic.
- */
-static int in_memory(const struct resolver *r, const char *spelling)
-{
-    for (size_t i = 0; i < r->req->n_mem; i++)
-        if (strcmp(r->req->mem_names[i], spelling) == 0)
-            return 1;
-    return 0;
-}
-
-/*
- * Every in-memory header is a dependency, read or not (the key covers them
- * all, by name and content), and is scanned. Its own quoted includes have no
- * directory to be searched first: NVRTC gives an in-memory header none.
- * A name given twice: NVRTC takes the first, and so does kcache.
- */
-static int add_memory_headers(struct resolver *r)
-{
-    for (size_t i = 0; i < r->req->n_mem; i++) {
-        const char *name = r->req->mem_names[i];
-        if (find_dep(r, name))
+    for (size_t i = 0; i < r->n_aliases; i++) {
+        if (strcmp(r->aliases[i].name, name) != 0)
             continue;
-        kc_dep *d;
-        int rc = new_dep(r, &d, name, 0);
-        if (rc)
-            return rc;
-        d->state = KC_DEP_USER;
-        d->size = strlen(r->req->mem_contents[i]);
-        d->content = kc_memdup(r->req->mem_contents[i], d->size);
-        d->path = kc_strdup("(in memory)");
-        if (!d->content || !d->path)
-            return KCACHE_ENOMEM;
-        kc_digest(d->digest, d->content, d->size);
-        if ((rc = add_file(r, NULL, name, d->content, d->size)))
-            return rc;
-    }
-    return 0;
-}
-
-static int resolve(struct resolver *r, const char *spelling, int angle, const char *dir)
-{
-    char *path = NULL, *real = NULL, *content = NULL;
-    size_t size = 0;
-    int rc;
-    if (!*spelling || in_memory(r, spelling))
+        if (r->aliases[i].node != node)
+            not_hermetic(r, "ambiguous_computed_include",
+                         "'%s' names two different files (%s and %s): include them by "
+                         "name",
+                         name, r->nodes[r->aliases[i].node].path, r->nodes[node].path);
         return 0;
-    if ((rc = search(r, spelling, angle, dir, &path)))
-        return rc;
-    kc_dep *d = find_dep(r, spelling);
-    if (!path) {
-        if (!d)
-            rc = new_dep(r, &d, spelling, angle);
-        return rc;
     }
-    real = realpath(path, NULL);
-    if (!real) {
-        rc = errno == ENOMEM ? KCACHE_ENOMEM : 0;
-        goto out;
-    }
-    const char *root = r->req->toolkit_root;
-    size_t root_n = root ? strlen(root) : 0;
-    if (root_n && strncmp(real, root, root_n) == 0 && real[root_n] == '/') {
-        if (d && d->state == KC_DEP_USER) {
-            not_hermetic(r, "'%s' names a toolkit header and also %s", spelling, d->path);
-        } else if (!d || d->state == KC_DEP_ABSENT) {
-            if (!d && (rc = new_dep(r, &d, spelling, angle)))
-                goto out;
-            d->state = KC_DEP_TOOLKIT;
-            if (!(d->toolkit_rel = kc_strdup(real + root_n + 1)) ||
-                (!d->path && !(d->path = kc_strdup(path))))
-                rc = KCACHE_ENOMEM;
-        } else if (strcmp(d->toolkit_rel, real + root_n + 1) != 0) {
-            not_hermetic(r, "'%s' names two different toolkit headers (%s)", spelling, path);
-        }
-        goto out;
-    }
-    if ((rc = kc_read_file(path, KC_MAX_HEADER_SIZE, &content, &size))) {
-        if (rc != KCACHE_ENOMEM) {
-            snprintf(r->msg, r->msg_size, "cannot read header %s: %s", path,
-                     rc == KCACHE_EIO ? strerror(errno)
-                                      : "not a regular file of at most 64 MiB");
-            rc = KCACHE_EIO;
-        }
-        goto out;
-    }
-    uint8_t digest[KC_DIGEST_SIZE];
-    kc_digest(digest, content, size);
-    if (d && d->state == KC_DEP_USER) {
-        if (memcmp(d->digest, digest, KC_DIGEST_SIZE) != 0)
-            not_hermetic(r, "'%s' names two different files (%s and another)", spelling, path);
-    } else if (d && d->state == KC_DEP_TOOLKIT) {
-        not_hermetic(r, "'%s' names a user header (%s) and also a toolkit header", spelling,
-                     path);
-    } else {
-        if (!d && (rc = new_dep(r, &d, spelling, angle)))
-            goto out;
-        d->state = KC_DEP_USER;
-        memcpy(d->digest, digest, KC_DIGEST_SIZE);
-        if (!(d->path = kc_strdup(path))) {
-            rc = KCACHE_ENOMEM;
-            goto out;
-        }
-        d->content = content;
-        d->size = size;
-        content = NULL;
-    }
-    int seen;
-    if ((rc = seen_before(r, real, &seen)) || seen)
-        goto out;
-    {
-        char *fdir = dirname_of(path);
-        if (!fdir) {
-            rc = KCACHE_ENOMEM;
-            goto out;
-        }
-        /* Scan the copy the compile will be given (the first one found). */
-        rc = add_file(r, fdir, path, d->content ? d->content : "", d->content ? d->size : 0);
-        free(fdir);
-    }
-out:
-    free(content);
-    free(path);
-    free(real);
-    return rc;
-}
-
-static int add_macro(struct resolver *r, const char *name, size_t name_n, const char *value)
-{
-    if (grow((void **)&r->macros, &r->cap_macros, r->n_macros, sizeof(*r->macros)))
+    if (grow((void **)&r->aliases, &r->cap_aliases, r->n_aliases, sizeof(*r->aliases)))
         return KCACHE_ENOMEM;
-    struct macro *m = &r->macros[r->n_macros];
-    m->name = kc_memdup(name, name_n);
-    m->value = kc_strdup(value);
-    if (!m->name || !m->value) {
-        free(m->name);
-        free(m->value);
+    if (!(r->aliases[r->n_aliases].name = kc_strdup(name)))
         return KCACHE_ENOMEM;
-    }
-    r->n_macros++;
+    r->aliases[r->n_aliases++].node = node;
     return 0;
 }
 
-static int scan_file(struct resolver *r, size_t index)
+static int add_macro(struct resolver *r, const char *name, const char *value)
 {
-    kc_directive *d;
-    size_t n;
-    int rc = kc_scan(&d, &n, r->files[index].text, r->files[index].size);
+    size_t v;
+    if (!map_find(&r->by_macro, name, &v)) {
+        if (grow((void **)&r->macros, &r->cap_macros, r->n_macros, sizeof(*r->macros)))
+            return KCACHE_ENOMEM;
+        memset(&r->macros[r->n_macros], 0, sizeof(*r->macros));
+        if (map_put(&r->by_macro, name, r->n_macros))
+            return KCACHE_ENOMEM;
+        v = r->n_macros++;
+    }
+    struct macro *m = &r->macros[v];
+    for (size_t i = 0; i < m->n; i++)
+        if (!strcmp(m->values[i], value))
+            return 0;
+    char **grown = kc_realloc(m->values, (m->n + 1) * sizeof(char *));
+    if (!grown)
+        return KCACHE_ENOMEM;
+    m->values = grown;
+    if (!(m->values[m->n] = kc_strdup(value)))
+        return KCACHE_ENOMEM;
+    m->n++;
+    return 0;
+}
+
+static int scan_node(struct resolver *r, size_t k)
+{
+    struct node *nd = &r->nodes[k];
+    int rc = kc_scan(&nd->dirs, &nd->n_dirs, nd->text, nd->size);
     if (rc)
         return rc;
+    if (!(r->nodes[k].target = kc_calloc(nd->n_dirs + 1, sizeof(size_t))))
+        return KCACHE_ENOMEM;
+    size_t n = nd->n_dirs;
     for (size_t i = 0; !rc && i < n; i++) {
-        /* r->files may move as resolve() adds files: index it afresh. */
-        const char *dir = r->files[index].dir;
-        switch (d[i].kind) {
+        /* r->nodes moves as files are added: index it afresh. */
+        kc_directive *d = &r->nodes[k].dirs[i];
+        switch (d->kind) {
         case KC_DIR_INCLUDE:
         case KC_DIR_HAS_INCLUDE:
-            if (!d[i].computed) {
-                rc = resolve(r, d[i].text, d[i].angle, dir);
-                break;
-            }
-            if (grow((void **)&r->pending, &r->cap_pending, r->n_pending, sizeof(*r->pending))) {
-                rc = KCACHE_ENOMEM;
-                break;
-            }
-            {
-                struct pending *p = &r->pending[r->n_pending];
-                char where[PATH_MAX + 32];
-                snprintf(where, sizeof(where), "%s:%u", r->files[index].name, d[i].line);
-                p->macro = kc_strdup(d[i].text);
-                p->dir = dir ? kc_strdup(dir) : NULL;
-                p->where = kc_strdup(where);
-                if (!p->macro || !p->where || (dir && !p->dir)) {
-                    free(p->macro);
-                    free(p->dir);
-                    free(p->where);
-                    rc = KCACHE_ENOMEM;
+            if (!d->computed) {
+                size_t found;
+                if ((rc = resolve(r, d->text, d->angle, k, &found)))
                     break;
-                }
-                r->n_pending++;
+                d = &r->nodes[k].dirs[i];
+                r->nodes[k].target[i] = found;
+                /* A spelling that cannot be rewritten in place is handed over as is. */
+                if (found && !d->exact)
+                    rc = add_alias(r, d->text, found - 1);
+                break;
             }
+            if (grow((void **)&r->pending, &r->cap_pending, r->n_pending, sizeof(*r->pending)))
+                return KCACHE_ENOMEM;
+            r->pending[r->n_pending++] = (struct pending){k, i};
             break;
         case KC_DIR_INCLUDE_NEXT:
-            not_hermetic(r, "#include_next <%s> (in %s) cannot be made hermetic", d[i].text,
-                         r->files[index].name);
+            not_hermetic(r, "include_next", "#include_next <%s> (in %s) cannot be made hermetic",
+                         d->text, r->nodes[k].path ? r->nodes[k].path : "the source");
             break;
         case KC_DIR_DEFINE:
-            rc = add_macro(r, d[i].text, strlen(d[i].text), d[i].value ? d[i].value : "");
+            rc = add_macro(r, d->text, d->value ? d->value : "");
             break;
         }
     }
-    kc_directives_free(d, n);
     return rc;
 }
 
-/*
- * Works out what a computed include can name: every definition of its macro
- * (from -D or any #define seen, in any branch) followed to a "header" or
- * <header>. Returns 1 with the candidates resolved, 0 if some definition
- * leads nowhere kcache can follow.
- */
-static int expand(struct resolver *r, const char *text, const char *dir, int depth, int *rc)
-{
-    const char *p = text;
-    while (isspace((unsigned char)*p))
-        p++;
-    const char *name;
+/* ---- computed includes ------------------------------------------------ */
+
+struct cands {
+    char **names;
+    int *angle;
     size_t n;
-    int angle;
-    const char *end = p + strlen(p);
-    const char *after = header_name(p, end, &name, &n, &angle);
-    if (after) {
-        if (*skip_ws(after, end))
+    int overflow;
+};
+
+static int add_cand(struct cands *c, const char *name, size_t n, int angle)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (c->angle[i] == angle && strlen(c->names[i]) == n && !memcmp(c->names[i], name, n))
             return 0;
-        char *spelling = kc_memdup(name, n);
-        if (!spelling) {
-            *rc = KCACHE_ENOMEM;
-            return 0;
-        }
-        *rc = resolve(r, spelling, angle, dir);
-        free(spelling);
-        return *rc == 0;
-    }
-    const char *id = p;
-    while (is_ident((unsigned char)*p))
-        p++;
-    size_t id_n = (size_t)(p - id);
-    if (!id_n || *skip_ws(p, end) || depth >= KC_MAX_EXPANSION)
+    if (c->n >= KC_MAX_CANDIDATES) {
+        c->overflow = 1;
         return 0;
-    int candidates = 0;
-    /* -D on the command line: the last definition of a name is the one in force. */
-    for (size_t i = r->req->n_defines; i-- > 0;) {
+    }
+    char **names = kc_realloc(c->names, (c->n + 1) * sizeof(char *));
+    if (!names)
+        return KCACHE_ENOMEM;
+    c->names = names;
+    int *angles = kc_realloc(c->angle, (c->n + 1) * sizeof(int));
+    if (!angles)
+        return KCACHE_ENOMEM;
+    c->angle = angles;
+    if (!(c->names[c->n] = kc_memdup(name, n)))
+        return KCACHE_ENOMEM;
+    c->angle[c->n++] = angle;
+    return 0;
+}
+
+static void cands_free(struct cands *c)
+{
+    for (size_t i = 0; i < c->n; i++)
+        free(c->names[i]);
+    free(c->names);
+    free(c->angle);
+}
+
+static int is_ident_char(int c)
+{
+    return isalnum(c) || c == '_' || c == '$';
+}
+
+/* The definitions of a name: the last -D of it, and every #define seen. */
+static size_t definitions(struct resolver *r, const char *id, size_t id_n, const char **out,
+                          size_t max)
+{
+    size_t n = 0;
+    for (size_t i = r->req->n_defines; i-- > 0 && n < max;) {
         const char *def = r->req->defines[i];
         const char *eq = strchr(def, '=');
         size_t dn = eq ? (size_t)(eq - def) : strlen(def);
-        if (dn != id_n || memcmp(def, id, id_n) != 0)
-            continue;
-        if (!expand(r, eq ? eq + 1 : "1", dir, depth + 1, rc))
-            return 0;
-        candidates++;
-        break;
+        if (dn == id_n && !memcmp(def, id, id_n)) {
+            out[n++] = eq ? eq + 1 : "1";
+            break;
+        }
     }
-    for (size_t i = 0; i < r->n_macros; i++) {
-        if (strlen(r->macros[i].name) != id_n || memcmp(r->macros[i].name, id, id_n) != 0)
+    char name[256];
+    size_t v;
+    if (id_n < sizeof(name)) {
+        memcpy(name, id, id_n);
+        name[id_n] = '\0';
+        if (map_find(&r->by_macro, name, &v))
+            for (size_t i = 0; i < r->macros[v].n && n < max; i++)
+                out[n++] = r->macros[v].values[i];
+    }
+    return n;
+}
+
+/*
+ * The body of a <...> operand that came from a macro: its identifiers are
+ * macro-expanded (each definition, and the identifier itself for when it is
+ * not defined at that point). from: where to look for the next identifier.
+ */
+static int expand_body(struct resolver *r, const char *body, size_t from, int depth,
+                       struct cands *c)
+{
+    if (c->overflow)
+        return 0;
+    size_t n = strlen(body);
+    for (size_t i = from; i < n; i++) {
+        if (!(isalpha((unsigned char)body[i]) || body[i] == '_') ||
+            (i > 0 && (is_ident_char((unsigned char)body[i - 1]) || body[i - 1] == '.')))
             continue;
-        char *value = kc_strdup(r->macros[i].value); /* r->macros may grow meanwhile */
-        if (!value) {
+        size_t e = i;
+        while (e < n && is_ident_char((unsigned char)body[e]))
+            e++;
+        const char *defs[16];
+        size_t nd = depth < KC_MAX_EXPANSION ? definitions(r, body + i, e - i, defs, 16) : 0;
+        if (!nd) {
+            i = e;
+            continue;
+        }
+        int rc = expand_body(r, body, e, depth, c); /* not defined here: kept */
+        for (size_t k = 0; !rc && k < nd; k++) {
+            const char *v = defs[k];
+            while (isspace((unsigned char)*v))
+                v++;
+            size_t vn = strlen(v);
+            while (vn && isspace((unsigned char)v[vn - 1]))
+                vn--;
+            char *next = kc_malloc(i + vn + (n - e) + 1);
+            if (!next)
+                return KCACHE_ENOMEM;
+            memcpy(next, body, i);
+            memcpy(next + i, v, vn);
+            memcpy(next + i + vn, body + e, n - e + 1);
+            rc = expand_body(r, next, i, depth + 1, c);
+            free(next);
+        }
+        return rc;
+    }
+    /* Spacing inside <...> from tokens: what the preprocessors do is drop it. */
+    char *name = kc_malloc(n + 1);
+    if (!name)
+        return KCACHE_ENOMEM;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isspace((unsigned char)body[i]))
+            name[k++] = body[i];
+    int rc = k ? add_cand(c, name, k, 1) : 0;
+    free(name);
+    return rc;
+}
+
+/* Returns 1 with candidates added, 0 if some definition leads nowhere kcache can follow. */
+static int expand(struct resolver *r, const char *text, int depth, struct cands *c, int *rc)
+{
+    while (isspace((unsigned char)*text))
+        text++;
+    size_t n = strlen(text);
+    while (n && isspace((unsigned char)text[n - 1]))
+        n--;
+    if (n >= 2 && text[0] == '"' && text[n - 1] == '"' && !memchr(text + 1, '"', n - 2)) {
+        *rc = add_cand(c, text + 1, n - 2, 0);
+        return !*rc;
+    }
+    if (n >= 2 && text[0] == '<' && text[n - 1] == '>' && !memchr(text + 1, '>', n - 2)) {
+        char *body = kc_memdup(text + 1, n - 2);
+        if (!body) {
             *rc = KCACHE_ENOMEM;
             return 0;
         }
-        int ok = expand(r, value, dir, depth + 1, rc);
-        free(value);
-        if (!ok)
-            return 0;
-        candidates++;
+        *rc = depth ? expand_body(r, body, 0, depth, c) : add_cand(c, body, n - 2, 1);
+        free(body);
+        return !*rc && !c->overflow;
     }
-    return candidates > 0;
+    size_t id_n = 0;
+    while (id_n < n && is_ident_char((unsigned char)text[id_n]))
+        id_n++;
+    if (!id_n || id_n != n || depth >= KC_MAX_EXPANSION)
+        return 0;
+    const char *defs[16];
+    size_t nd = definitions(r, text, id_n, defs, 16);
+    for (size_t i = 0; i < nd; i++)
+        if (!expand(r, defs[i], depth + 1, c, rc))
+            return 0;
+    return nd > 0 && !c->overflow;
 }
 
-static void resolver_free(struct resolver *r)
+static int resolve_pending(struct resolver *r, const struct pending *p)
 {
-    for (size_t i = 0; i < r->n_files; i++) {
-        free(r->files[i].dir);
-        free(r->files[i].name);
+    struct cands c = {0};
+    int rc = 0;
+    char *text = kc_strdup(r->nodes[p->node].dirs[p->dir].text);
+    if (!text)
+        return KCACHE_ENOMEM;
+    if (!expand(r, text, 0, &c, &rc) && !rc) {
+        const struct node *nd = &r->nodes[p->node];
+        not_hermetic(r, "computed_include",
+                     "%s:%u: '#include %s' names a header kcache cannot work out: define "
+                     "that macro with -D as a quoted header name, or include the header by name",
+                     nd->path ? nd->path : "the source", nd->dirs[p->dir].line, text);
     }
-    free(r->files);
-    for (size_t i = 0; i < r->n_visited; i++)
-        free(r->visited[i]);
-    free(r->visited);
-    for (size_t i = 0; i < r->n_pending; i++) {
-        free(r->pending[i].macro);
-        free(r->pending[i].dir);
-        free(r->pending[i].where);
+    for (size_t i = 0; !rc && i < c.n; i++) {
+        size_t found;
+        if (!(rc = resolve(r, c.names[i], c.angle[i], p->node, &found)) && found)
+            rc = add_alias(r, c.names[i], found - 1);
     }
-    free(r->pending);
-    for (size_t i = 0; i < r->n_macros; i++) {
-        free(r->macros[i].name);
-        free(r->macros[i].value);
+    free(text);
+    cands_free(&c);
+    return rc;
+}
+
+/* ---- canonical names and the texts handed over ------------------------ */
+
+static int name_taken(struct resolver *r, const struct map *canon, const char *name, size_t k)
+{
+    size_t v;
+    if (map_find(canon, name, &v))
+        return v != k;
+    if (map_find(&r->by_left, name, NULL))
+        return 1;
+    for (size_t i = 0; i < r->n_aliases; i++)
+        if (!strcmp(r->aliases[i].name, name))
+            return r->aliases[i].node != k;
+    return r->req->source_name && !strcmp(r->req->source_name, name);
+}
+
+static int assign_names(struct resolver *r)
+{
+    struct map canon = {0};
+    int rc = 0;
+    for (size_t k = 1; !rc && k < r->n_nodes; k++) {
+        struct node *nd = &r->nodes[k];
+        const char *base = "";
+        if (nd->beside && nd->parent != 0)
+            base = r->nodes[nd->parent].canon;
+        size_t n = strlen(base) + strlen(nd->spelling) + 2;
+        char *pref = kc_malloc(n);
+        if (!pref) {
+            rc = KCACHE_ENOMEM;
+            break;
+        }
+        const char *slash = strrchr(base, '/');
+        if (slash && nd->spelling[0] != '/')
+            snprintf(pref, n, "%.*s/%s", (int)(slash - base), base, nd->spelling);
+        else
+            snprintf(pref, n, "%s", nd->spelling);
+        char *name = kc_path_normalized(pref);
+        free(pref);
+        if (!(pref = name)) {
+            rc = KCACHE_ENOMEM;
+            break;
+        }
+        for (unsigned i = 2; !rc && (!*name || name_taken(r, &canon, name, k)); i++) {
+            /* Taken: a prefix no spelling has, without ".." for NVRTC to fold away. */
+            size_t m = strlen(pref) * 3 + 32;
+            char *alt = kc_malloc(m);
+            if (!alt) {
+                rc = KCACHE_ENOMEM;
+                break;
+            }
+            int w = snprintf(alt, m, "@%u/", i);
+            for (const char *s = pref; *s; s++) {
+                if (s[0] == '.' && s[1] == '.' && (s == pref || s[-1] == '/') &&
+                    (s[2] == '/' || !s[2])) {
+                    memcpy(alt + w, "up", 2);
+                    w += 2;
+                    s++;
+                } else {
+                    alt[w++] = *s == '/' && s == pref ? '_' : *s;
+                }
+            }
+            alt[w] = '\0';
+            if (name != pref)
+                free(name);
+            name = alt;
+        }
+        if (name != pref)
+            free(pref);
+        nd->canon = name;
+        if (!rc && map_put(&canon, name, k))
+            rc = KCACHE_ENOMEM;
     }
-    free(r->macros);
+    map_free(&canon);
+    return rc;
+}
+
+/* The node's text with every literal include of a user file spelled by its canonical name. */
+static int rewrite(struct resolver *r, size_t k, char **out, size_t *out_size)
+{
+    const struct node *nd = &r->nodes[k];
+    kc_buf b = {0};
+    size_t at = 0;
+    *out = NULL;
+    for (size_t i = 0; i < nd->n_dirs; i++) {
+        const kc_directive *d = &nd->dirs[i];
+        if (!nd->target[i] || !d->exact)
+            continue;
+        const char *canon = r->nodes[nd->target[i] - 1].canon;
+        size_t len = strlen(d->text);
+        if (!strcmp(canon, d->text))
+            continue;
+        if (kc_buf_append(&b, nd->text + at, d->at - at) ||
+            kc_buf_append(&b, canon, strlen(canon)))
+            goto nomem;
+        at = d->at + len;
+    }
+    if (!b.size && at == 0)
+        return 0;
+    if (kc_buf_append(&b, nd->text + at, nd->size - at) || kc_buf_append(&b, "", 1))
+        goto nomem;
+    *out = (char *)b.data;
+    *out_size = b.size - 1;
+    return 0;
+nomem:
+    kc_buf_free(&b);
+    return KCACHE_ENOMEM;
+}
+
+static int push_dep(kc_deps *o, size_t *cap, kc_dep **out)
+{
+    if (grow((void **)&o->deps, cap, o->n_deps, sizeof(*o->deps)))
+        return KCACHE_ENOMEM;
+    *out = &o->deps[o->n_deps++];
+    memset(*out, 0, sizeof(**out));
+    return 0;
 }
 
 static int cmp_dep(const void *a, const void *b)
 {
-    const kc_dep *x = a, *y = b;
-    return strcmp(x->spelling, y->spelling);
+    return strcmp(((const kc_dep *)a)->name, ((const kc_dep *)b)->name);
+}
+
+static int emit(struct resolver *r)
+{
+    kc_deps *o = r->out;
+    size_t cap = 0;
+    kc_dep *d;
+    int rc = rewrite(r, 0, &o->source, &o->source_size);
+    for (size_t k = 1; !rc && k < r->n_nodes; k++) {
+        struct node *nd = &r->nodes[k];
+        char *text = NULL;
+        size_t size = 0;
+        if ((rc = rewrite(r, k, &text, &size)) || (rc = push_dep(o, &cap, &d))) {
+            free(text);
+            break;
+        }
+        d->state = KC_DEP_USER;
+        if (!text) { /* handed over as read: the node gives its text up */
+            text = nd->text;
+            size = nd->size;
+            nd->text = NULL;
+        }
+        d->content = text;
+        d->size = size;
+        kc_digest(d->digest, text, size);
+        if (!(d->name = kc_strdup(nd->canon)) || !(d->path = kc_strdup(nd->path)))
+            rc = KCACHE_ENOMEM;
+    }
+    for (size_t i = 0; !rc && i < r->n_aliases; i++) {
+        const struct node *nd = &r->nodes[r->aliases[i].node];
+        if (!strcmp(nd->canon, r->aliases[i].name))
+            continue;
+        if ((rc = push_dep(o, &cap, &d)))
+            break;
+        size_t n = strlen(nd->canon) + 16;
+        d->state = KC_DEP_USER;
+        if (!(d->content = kc_malloc(n)) || !(d->name = kc_strdup(r->aliases[i].name)) ||
+            !(d->path = kc_strdup(nd->path))) {
+            rc = KCACHE_ENOMEM;
+            break;
+        }
+        d->size = (size_t)snprintf(d->content, n, "#include \"%s\"\n", nd->canon);
+        kc_digest(d->digest, d->content, d->size);
+    }
+    for (size_t i = 0; !rc && i < r->n_left; i++) {
+        struct leftname *l = &r->left[i];
+        if ((rc = push_dep(o, &cap, &d)))
+            break;
+        d->state = l->state;
+        d->name = l->name;
+        d->toolkit_rel = l->rel;
+        d->path = l->path;
+        l->name = l->rel = l->path = NULL;
+    }
+    if (rc)
+        return rc;
+    if (o->n_deps)
+        qsort(o->deps, o->n_deps, sizeof(*o->deps), cmp_dep);
+    for (size_t i = 1; i < o->n_deps; i++)
+        if (!strcmp(o->deps[i].name, o->deps[i - 1].name))
+            not_hermetic(r, "ambiguous_name", "'%s' would name two headers", o->deps[i].name);
+    return 0;
+}
+
+static void resolver_free(struct resolver *r)
+{
+    for (size_t k = 0; k < r->n_nodes; k++) {
+        struct node *nd = &r->nodes[k];
+        free(nd->path);
+        free(nd->dir);
+        free(nd->spelling);
+        if (k)
+            free(nd->text);
+        kc_directives_free(nd->dirs, nd->n_dirs);
+        free(nd->target);
+        free(nd->canon);
+    }
+    free(r->nodes);
+    map_free(&r->by_path);
+    map_free(&r->by_identity);
+    map_free(&r->toolkit_dirs);
+    for (size_t i = 0; i < r->n_dir_reals; i++)
+        free(r->dir_reals[i]);
+    free(r->dir_reals);
+    for (size_t i = 0; i < r->n_tk_rels; i++)
+        free(r->tk_rels[i]);
+    free(r->tk_rels);
+    for (size_t i = 0; i < r->n_left; i++) {
+        free(r->left[i].name);
+        free(r->left[i].rel);
+        free(r->left[i].path);
+    }
+    free(r->left);
+    map_free(&r->by_left);
+    for (size_t i = 0; i < r->n_aliases; i++)
+        free(r->aliases[i].name);
+    free(r->aliases);
+    free(r->pending);
+    map_free(&r->by_macro);
+    for (size_t i = 0; i < r->n_macros; i++) {
+        for (size_t j = 0; j < r->macros[i].n; j++)
+            free(r->macros[i].values[j]);
+        free(r->macros[i].values);
+    }
+    free(r->macros);
 }
 
 int kc_deps_resolve(kc_deps *out, const kc_deps_request *req, char *msg, size_t msg_size)
@@ -796,32 +1096,40 @@ int kc_deps_resolve(kc_deps *out, const kc_deps_request *req, char *msg, size_t 
     memset(out, 0, sizeof(*out));
     if (msg && msg_size)
         msg[0] = '\0';
-    int rc = add_file(&r, req->no_source_include ? NULL : req->source_dir, "the source",
-                      req->source, req->source_size);
-    if (!rc)
-        rc = add_memory_headers(&r);
-    /* -include headers are read as if the main source included them first. */
-    for (size_t i = 0; !rc && i < req->n_pre_includes; i++)
-        rc = resolve(&r, req->pre_includes[i], 0,
-                     req->no_source_include ? NULL : req->source_dir);
+    size_t src;
+    int rc = new_node(&r, &src);
+    if (!rc) {
+        r.nodes[src].text = (char *)req->source; /* borrowed: never freed (k == 0) */
+        r.nodes[src].size = req->source_size;
+        if (!req->no_source_include && req->source_dir &&
+            !(r.nodes[src].dir = kc_strdup(req->source_dir)))
+            rc = KCACHE_ENOMEM;
+    }
+    /* Definitions from -D are in force everywhere. */
+    for (size_t i = 0; !rc && i < req->n_pre_includes; i++) {
+        /* -include headers are read as if the main source included them first. */
+        size_t found;
+        rc = resolve(&r, req->pre_includes[i], 0, src, &found);
+        if (!rc && found)
+            rc = add_alias(&r, req->pre_includes[i], found - 1);
+    }
     size_t done_pending = 0;
     while (!rc) {
-        while (!rc && r.next_file < r.n_files)
-            rc = scan_file(&r, r.next_file++);
+        while (!rc && r.next_scan < r.n_nodes)
+            rc = scan_node(&r, r.next_scan++);
         if (rc || done_pending == r.n_pending)
             break;
         /* Computed includes, once every #define in reach has been seen. */
         size_t upto = r.n_pending;
         for (; !rc && done_pending < upto; done_pending++) {
             struct pending p = r.pending[done_pending];
-            if (!expand(&r, p.macro, p.dir, 0, &rc) && !rc)
-                not_hermetic(&r,
-                             "%s: '#include %s' names a header kcache cannot work out: define "
-                             "that macro with -D as a quoted header name, or include the header "
-                             "by name",
-                             p.where, p.macro);
+            rc = resolve_pending(&r, &p);
         }
     }
+    if (!rc && !out->not_hermetic)
+        rc = assign_names(&r);
+    if (!rc && !out->not_hermetic)
+        rc = emit(&r);
     resolver_free(&r);
     if (rc) {
         if (rc == KCACHE_ENOMEM && msg && msg_size)
@@ -829,20 +1137,21 @@ int kc_deps_resolve(kc_deps *out, const kc_deps_request *req, char *msg, size_t 
         kc_deps_free(out);
         return rc;
     }
-    if (out->n_deps)
-        qsort(out->deps, out->n_deps, sizeof(*out->deps), cmp_dep);
     return 0;
 }
 
 void kc_deps_free(kc_deps *deps)
 {
     for (size_t i = 0; i < deps->n_deps; i++) {
-        free(deps->deps[i].spelling);
+        free(deps->deps[i].name);
         free(deps->deps[i].content);
         free(deps->deps[i].toolkit_rel);
         free(deps->deps[i].path);
     }
     free(deps->deps);
-    deps->deps = NULL;
-    deps->n_deps = 0;
+    free(deps->source);
+    for (size_t i = 0; i < deps->n_probes; i++)
+        free(deps->probes[i].path);
+    free(deps->probes);
+    memset(deps, 0, sizeof(*deps));
 }

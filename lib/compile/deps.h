@@ -42,6 +42,13 @@ typedef struct kc_directive {
     unsigned line;
     char *text;        /* spelling, macro text, or for DEFINE the name */
     char *value;       /* DEFINE: the replacement text, trimmed */
+    /*
+     * Literal spellings: where the spelling's first byte sits in the text
+     * scanned, when the bytes there are exactly the delimited spelling (no
+     * line splice or comment inside), so that it can be rewritten in place.
+     */
+    size_t at;
+    int exact;
 } kc_directive;
 
 /*
@@ -53,27 +60,48 @@ typedef struct kc_directive {
 int kc_scan(kc_directive **out, size_t *n, const char *text, size_t size);
 void kc_directives_free(kc_directive *d, size_t n);
 
-/* How a spelling resolved. */
+/* How a name handed to NVRTC (or left to it) resolved. */
 enum kc_dep_state {
     KC_DEP_USER = 1,  /* a file outside the toolkit: read, hashed, handed over */
     KC_DEP_TOOLKIT,   /* inside the toolkit: identified by its path there */
     KC_DEP_ABSENT,    /* looked for and not found */
 };
 
+/*
+ * One name in the compile. A USER dep is handed to NVRTC in memory under
+ * `name`: a file's canonical name (see deps.c), or an alias that a computed
+ * include expands to, whose content is one #include of the canonical name.
+ * TOOLKIT and ABSENT deps keep the spelling NVRTC will look up.
+ */
 typedef struct kc_dep {
-    char *spelling;   /* as written between the quotes or brackets */
-    int angle;
+    char *name;
     int state;
-    uint8_t digest[KC_DIGEST_SIZE]; /* USER */
-    char *content;    /* USER: NUL-terminated */
+    uint8_t digest[KC_DIGEST_SIZE]; /* USER: of content, as handed over */
+    char *content;    /* USER: NUL-terminated, include spellings rewritten */
     size_t size;
     char *toolkit_rel; /* TOOLKIT: path relative to the toolkit root */
     char *path;       /* where it was found (messages only, never keyed) */
 } kc_dep;
 
+/* What one stat of the resolution saw: the manifest checks these later. */
+enum kc_probe_state {
+    KC_PROBE_ABSENT = 0, /* nothing there, or not a regular file */
+    KC_PROBE_FILE,       /* a user file: digest of its bytes */
+    KC_PROBE_TOOLKIT,    /* a toolkit file: identity only */
+};
+
+typedef struct kc_probe {
+    char *path;
+    int state;
+    uint64_t dev, ino, size;
+    int64_t mtime_ns, ctime_ns;
+    uint8_t digest[KC_DIGEST_SIZE];
+} kc_probe;
+
 typedef struct kc_deps_request {
     const char *source;       /* main source text */
     size_t source_size;
+    const char *source_name;  /* the name NVRTC is given: no header may take it */
     const char *source_dir;   /* directory of the main source, or NULL */
     int no_source_include;
     const char *const *include_dirs; /* -I, in order */
@@ -91,21 +119,34 @@ typedef struct kc_deps_request {
 } kc_deps_request;
 
 typedef struct kc_deps {
-    kc_dep *deps;             /* sorted by (spelling, angle) */
+    kc_dep *deps;             /* sorted by name */
     size_t n_deps;
+    /* The source as handed to NVRTC: its include spellings rewritten to
+     * canonical names. NULL when nothing needed rewriting. */
+    char *source;
+    size_t source_size;
+    kc_probe *probes;         /* every path looked at, in order */
+    size_t n_probes;
     /*
      * Non-zero when the compile cannot be made hermetic: a computed include
-     * that could not be worked out, #include_next, or one spelling that means
-     * two different files. `problem` then says what and what to do; the
-     * caller compiles from disk and does not cache.
+     * that could not be worked out, #include_next, an alias that would name
+     * two files. `reason` is a short counter name, `problem` one line for
+     * the user; the caller compiles from disk and does not cache.
      */
     int not_hermetic;
+    char reason[32];
     char problem[512];
 } kc_deps;
 
 /* Resolves everything the main source reads. Returns 0, or ENOMEM/EIO with msg. */
 int kc_deps_resolve(kc_deps *out, const kc_deps_request *req, char *msg, size_t msg_size);
 void kc_deps_free(kc_deps *deps);
+
+/* Reads a regular file with the identity it was read under. 0, or KCACHE_EIO/EINVAL/ENOMEM. */
+int kc_read_with_identity(const char *path, char **out, size_t *size, kc_probe *id);
+
+/* A path folded lexically ("a/./b/../c" -> "a/c"; a leading ".." stays), or NULL. */
+char *kc_path_normalized(const char *path);
 
 /* Upper bound on one header's size: anything larger is not a header. */
 #define KC_MAX_HEADER_SIZE (64u << 20)

@@ -129,37 +129,45 @@ static int seal(kc_keybuf *k, kc_buf *material, kcache_key *key)
     return 0;
 }
 
-int kc_key_encode_compile(kc_buf *material, kcache_key *key, const kc_key_compile *in,
-                          char *msg, size_t msg_size)
+/* What a compile's key and its closures' base key share. */
+static int add_compile(kc_keybuf *k, const kc_key_compile *in)
 {
-    kc_keybuf k = {{0}, 0};
-    kc_key_add_str(&k, KC_TAG_FORMAT, KC_KEY_FORMAT);
-    kc_key_add_str(&k, KC_TAG_INPUT_KIND, "cuda");
-    kc_key_add_str(&k, KC_TAG_OUTPUT_KIND, in->output_kind);
-    kc_key_add_str(&k, KC_TAG_ARCH, in->arch);
-    kc_key_add_str(&k, KC_TAG_NVRTC, in->nvrtc_id);
-    kc_key_add_str(&k, KC_TAG_TOOLKIT, in->toolkit_id);
+    kc_key_add_str(k, KC_TAG_INPUT_KIND, "cuda");
+    kc_key_add_str(k, KC_TAG_OUTPUT_KIND, in->output_kind);
+    kc_key_add_str(k, KC_TAG_ARCH, in->arch);
+    kc_key_add_str(k, KC_TAG_NVRTC, in->nvrtc_id);
+    kc_key_add_str(k, KC_TAG_TOOLKIT, in->toolkit_id);
     for (size_t i = 0; i < in->n_options; i++)
-        kc_key_add_str(&k, KC_TAG_OPTION, in->options[i]);
+        kc_key_add_str(k, KC_TAG_OPTION, in->options[i]);
     if (in->n_name_exprs) {
         const char **exprs = kc_malloc(in->n_name_exprs * sizeof(*exprs));
-        if (!exprs) {
-            kc_buf_free(&k.b);
+        if (!exprs)
             return KCACHE_ENOMEM;
-        }
         memcpy(exprs, in->name_exprs, in->n_name_exprs * sizeof(*exprs));
         qsort(exprs, in->n_name_exprs, sizeof(*exprs), cmp_cstr);
         for (size_t i = 0; i < in->n_name_exprs; i++) {
             /* Duplicates do not change the output. */
             if (i == 0 || strcmp(exprs[i], exprs[i - 1]) != 0)
-                kc_key_add_str(&k, KC_TAG_NAME_EXPR, exprs[i]);
+                kc_key_add_str(k, KC_TAG_NAME_EXPR, exprs[i]);
         }
         free(exprs);
     }
-    kc_key_add_str(&k, KC_TAG_SOURCE_NAME, in->source_name);
+    kc_key_add_str(k, KC_TAG_SOURCE_NAME, in->source_name);
     uint8_t digest[KC_DIGEST_SIZE];
     kc_digest(digest, in->source, in->source_size);
-    kc_key_add(&k, KC_TAG_SOURCE, digest, sizeof(digest));
+    kc_key_add(k, KC_TAG_SOURCE, digest, sizeof(digest));
+    return 0;
+}
+
+int kc_key_encode_compile(kc_buf *material, kcache_key *key, const kc_key_compile *in,
+                          char *msg, size_t msg_size)
+{
+    kc_keybuf k = {{0}, 0};
+    kc_key_add_str(&k, KC_TAG_FORMAT, KC_KEY_FORMAT);
+    if (add_compile(&k, in)) {
+        kc_buf_free(&k.b);
+        return KCACHE_ENOMEM;
+    }
     for (size_t i = 0; i < in->n_deps; i++) {
         const kc_dep *d = &in->deps[i];
         char field[PATH_MAX + 256];
@@ -168,23 +176,41 @@ int kc_key_encode_compile(kc_buf *material, kcache_key *key, const kc_key_compil
             char hex[2 * KC_DIGEST_SIZE + 1];
             for (int j = 0; j < KC_DIGEST_SIZE; j++)
                 snprintf(hex + 2 * j, 3, "%02x", d->digest[j]);
-            n = snprintf(field, sizeof(field), "%s%cfile%c%s", d->spelling, 0, 0, hex);
+            n = snprintf(field, sizeof(field), "%s%cfile%c%s", d->name, 0, 0, hex);
         } else if (d->state == KC_DEP_TOOLKIT) {
-            n = snprintf(field, sizeof(field), "%s%ctoolkit%c%s", d->spelling, 0, 0,
+            n = snprintf(field, sizeof(field), "%s%ctoolkit%c%s", d->name, 0, 0,
                          d->toolkit_rel);
         } else {
-            n = snprintf(field, sizeof(field), "%s%cabsent%c", d->spelling, 0, 0);
+            n = snprintf(field, sizeof(field), "%s%cabsent%c", d->name, 0, 0);
         }
         if (n < 0 || (size_t)n >= sizeof(field)) {
             kc_buf_free(&k.b);
             return kc_fmt(msg, msg_size, KCACHE_EINVAL, "include spelling too long: %.80s",
-                          d->spelling);
+                          d->name);
         }
         kc_key_add(&k, KC_TAG_HEADER, field, (size_t)n);
     }
     if (in->extra_size)
         kc_key_add(&k, KC_TAG_EXTRA, in->extra, in->extra_size);
     return seal(&k, material, key);
+}
+
+int kc_key_encode_base(kcache_key *key, const kc_key_compile *in, const char *const *search,
+                       const size_t *search_sizes, size_t n_search)
+{
+    kc_keybuf k = {{0}, 0};
+    kc_key_add_str(&k, KC_TAG_FORMAT, KC_KEY_FORMAT " closure-base-1");
+    int rc = add_compile(&k, in);
+    for (size_t i = 0; !rc && i < n_search; i++)
+        kc_key_add(&k, KC_TAG_OPTION, search[i], search_sizes[i]);
+    if (!rc && in->extra_size)
+        kc_key_add(&k, KC_TAG_EXTRA, in->extra, in->extra_size);
+    if (!rc && k.failed)
+        rc = KCACHE_ENOMEM;
+    if (!rc)
+        kc_key_finish(&k, key);
+    kc_buf_free(&k.b);
+    return rc;
 }
 
 int kc_key_encode_link(kc_buf *material, kcache_key *key, const kc_key_link *in)

@@ -15,7 +15,8 @@
  * Bump when the encoding or the meaning of a field changes: every old key
  * then misses instead of matching something it no longer describes.
  */
-#define KC_KEY_FORMAT "kcache-key-1"
+/* 2: headers by canonical name and by the bytes handed to NVRTC (compile/deps.c). */
+#define KC_KEY_FORMAT "kcache-key-2"
 
 /* Field tags. Values are part of the format: never renumber. */
 enum kc_key_tag {
@@ -84,6 +85,14 @@ typedef struct kc_key_link {
  */
 int kc_key_encode_compile(kc_buf *material, kcache_key *key, const kc_key_compile *in,
                           char *msg, size_t msg_size);
+/*
+ * The key closures are kept under (compile/manifest.c): everything a compile's
+ * key has but the headers (in->deps is not read; in->source is the source as
+ * given), plus where headers are searched, as strings ("include-dir" NUL
+ * absolute path, ...), since a closure names paths. Never an entry's key.
+ */
+int kc_key_encode_base(kcache_key *key, const kc_key_compile *in, const char *const *search,
+                       const size_t *search_sizes, size_t n_search);
 int kc_key_encode_link(kc_buf *material, kcache_key *key, const kc_key_link *in);
 
 /* What key material says a compile or link was, for rebuilding it. */

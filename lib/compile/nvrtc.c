@@ -53,10 +53,12 @@ int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct wor
         if (w->deps.deps[i].state != KC_DEP_USER)
             continue;
         contents[n_headers] = w->deps.deps[i].content;
-        spellings[n_headers++] = w->deps.deps[i].spelling;
+        spellings[n_headers++] = w->deps.deps[i].name;
     }
     for (size_t i = 0; i < w->opts.n_canonical && !rc; i++)
         rc = kc_strv_push(&opts, &n_opts, w->opts.canonical[i]);
+    for (size_t i = 0; i < w->opts.n_unkeyed && !rc; i++)
+        rc = kc_strv_push(&opts, &n_opts, w->opts.unkeyed[i]);
     snprintf(buf, sizeof(buf), "--gpu-architecture=%s", w->nvrtc_arch);
     if (!rc)
         rc = kc_strv_push(&opts, &n_opts, buf);
@@ -81,7 +83,8 @@ int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct wor
         goto out;
     /* Not hermetic: let NVRTC find "quoted" headers beside the source file. */
     const char *name = !hermetic && req->source_path ? req->source_path : w->source_name;
-    nvrtcResult res = api->CreateProgram(&prog, w->source, name, (int)n_headers, contents,
+    const char *source = hermetic && w->deps.source ? w->deps.source : w->source;
+    nvrtcResult res = api->CreateProgram(&prog, source, name, (int)n_headers, contents,
                                          spellings);
     if (res != NVRTC_SUCCESS) {
         rc = nvrtc_fail(r, api, res, "could not take the program");

@@ -20,6 +20,14 @@ enum opt_type {
 struct opt {
     const char *lng, *shrt;
     int type;
+    /*
+     * Cannot change the bytes, so not keyed: automatic PCH only saves
+     * parsing time (NVRTC checks a PCH against the headers before using it),
+     * and the others steer messages, timing files and NVRTC's own cache.
+     * An explicit --create-pch/--use-pch file stays keyed: it is an input
+     * kcache cannot see.
+     */
+    int unkeyed;
 };
 
 /* NVRTC 13's options (nvrtc.h). Anything else is passed through verbatim. */
@@ -47,7 +55,7 @@ static const struct opt table[] = {
     {"optix-ir", "optix-ir", FLAG},
     {"jump-table-density", "jtd", VALUE},
     {"device-stack-protector", "device-stack-protector", VALUE},
-    {"no-cache", "no-cache", FLAG},
+    {"no-cache", "no-cache", FLAG, 1},
     {"frandom-seed", "frandom-seed", VALUE},
     {"define-macro", "D", DEFINE},
     {"undefine-macro", "U", UNDEFINE},
@@ -57,12 +65,12 @@ static const struct opt table[] = {
     {"std", "std", VALUE},
     {"builtin-move-forward", "builtin-move-forward", VALUE},
     {"builtin-initializer-list", "builtin-initializer-list", VALUE},
-    {"pch", "pch", FLAG},
+    {"pch", "pch", FLAG, 1},
     {"create-pch", "create-pch", VALUE},
     {"use-pch", "use-pch", VALUE},
-    {"pch-dir", "pch-dir", VALUE},
-    {"pch-verbose", "pch-verbose", VALUE},
-    {"pch-messages", "pch-messages", VALUE},
+    {"pch-dir", "pch-dir", VALUE, 1},
+    {"pch-verbose", "pch-verbose", VALUE, 1},
+    {"pch-messages", "pch-messages", VALUE, 1},
     {"instantiate-templates-in-pch", "instantiate-templates-in-pch", VALUE},
     {"disable-warnings", "w", FLAG},
     {"restrict", "restrict", FLAG},
@@ -76,7 +84,7 @@ static const struct opt table[] = {
     {"diag-suppress", "diag-suppress", VALUE},
     {"diag-warn", "diag-warn", VALUE},
     {"brief-diagnostics", "brief-diag", VALUE},
-    {"time", "time", VALUE},
+    {"time", "time", VALUE, 1},
     {"split-compile", "split-compile", VALUE},
     {"fdevice-syntax-only", "fdevice-syntax-only", FLAG},
     {"minimal", "minimal", FLAG},
@@ -104,6 +112,7 @@ void kc_strv_free(char **v, size_t n)
 void kc_opts_free(kc_opts *o)
 {
     kc_strv_free(o->canonical, o->n_canonical);
+    kc_strv_free(o->unkeyed, o->n_unkeyed);
     kc_strv_free(o->include_dirs, o->n_include_dirs);
     kc_strv_free(o->pre_includes, o->n_pre_includes);
     kc_strv_free(o->defines, o->n_defines);
@@ -166,14 +175,19 @@ static const struct opt *glued(const char *arg, const char **value)
     return NULL;
 }
 
-static int add(kc_opts *o, const char *lng, const char *value)
+static int add_to(char ***v, size_t *n_v, const char *lng, const char *value)
 {
     char buf[4096];
     int n = value ? snprintf(buf, sizeof(buf), "--%s=%s", lng, value)
                   : snprintf(buf, sizeof(buf), "--%s", lng);
     if (n < 0 || (size_t)n >= sizeof(buf))
         return KCACHE_EINVAL;
-    return kc_strv_push(&o->canonical, &o->n_canonical, buf);
+    return kc_strv_push(v, n_v, buf);
+}
+
+static int add(kc_opts *o, const char *lng, const char *value)
+{
+    return add_to(&o->canonical, &o->n_canonical, lng, value);
 }
 
 int kc_opts_parse(kc_opts *o, const char *const *argv, size_t argc, char *msg, size_t msg_size)
@@ -253,7 +267,11 @@ int kc_opts_parse(kc_opts *o, const char *const *argv, size_t argc, char *msg, s
                 o->has_seed = 1;
             if (!strcmp(opt->lng, "dlink-time-opt"))
                 o->dlto = 1;
-            rc = add(o, opt->lng, opt->type == FLAG ? NULL : value);
+            if (opt->unkeyed)
+                rc = add_to(&o->unkeyed, &o->n_unkeyed, opt->lng,
+                            opt->type == FLAG ? NULL : value);
+            else
+                rc = add(o, opt->lng, opt->type == FLAG ? NULL : value);
             if (rc == KCACHE_EINVAL)
                 kc_fmt(msg, msg_size, rc, "NVRTC option %s is too long", arg);
         }

@@ -13,6 +13,10 @@
 typedef struct kc_opts {
     char **canonical;        /* keyed and handed to NVRTC, in order */
     size_t n_canonical;
+    /* Handed to NVRTC, never keyed: they cannot change the bytes (--pch and
+     * its messages, --no-cache, --time). */
+    char **unkeyed;
+    size_t n_unkeyed;
     char **include_dirs;     /* -I operands, in order */
     size_t n_include_dirs;
     char **pre_includes;     /* -include operands */

@@ -37,10 +37,10 @@ static int rebuild_source(kcache_compiler *c, const kcache_entry *e, kc_recipe *
             kc_dep *d = &w.deps.deps[w.deps.n_deps++];
             memset(d, 0, sizeof(*d));
             d->state = KC_DEP_USER;
-            d->spelling = kc_strdup(in->name);
+            d->name = kc_strdup(in->name);
             d->content = kc_memdup(in->data, in->size);
             d->size = in->size;
-            if (!d->spelling || !d->content) {
+            if (!d->name || !d->content) {
                 rc_ = KCACHE_ENOMEM;
                 goto out;
             }

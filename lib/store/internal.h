@@ -34,4 +34,28 @@ int kc_store_lease_acquire(int *acquired, kcache_store *store, const kcache_key 
 int kc_store_lease_renew(kcache_store *store, const kcache_key *key);
 void kc_store_lease_release(kcache_store *store, const kcache_key *key);
 
+/*
+ * Remembered include closures (schema/004_manifests.sql, compile/manifest.c):
+ * the closures kept under a base key, newest first, at most
+ * KC_MANIFEST_PER_BASE, each with the key its compile had. *out is freed with
+ * kc_manifest_rows_free(). Errors are returned, never fatal to a compile: a
+ * closure only saves work.
+ */
+#define KC_MANIFEST_PER_BASE 8
+
+typedef struct kc_manifest_row {
+    kcache_key key;
+    void *closure;
+    size_t size;
+} kc_manifest_row;
+
+int kc_store_manifest_get(kc_manifest_row **out, size_t *n, kcache_store *store,
+                          const kcache_key *base);
+void kc_manifest_rows_free(kc_manifest_row *rows, size_t n);
+int kc_store_manifest_put(kcache_store *store, const kcache_key *base, const kcache_key *key,
+                          const void *closure, size_t size);
+
+/* Counts a compile served without the cache, under "uncacheable.<reason>". Best effort. */
+void kc_store_count_uncacheable(kcache_store *store, const char *reason);
+
 #endif

@@ -73,6 +73,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
             if (d[i].kind < KC_DIR_INCLUDE || d[i].kind > KC_DIR_DEFINE)
                 abort();
+            /* A spelling said to sit at `at` is there, delimited, to be rewritten in place. */
+            size_t len = strlen(d[i].text);
+            if (d[i].exact && (d[i].at == 0 || d[i].at + len >= size ||
+                               memcmp(data + d[i].at, d[i].text, len) != 0))
+                abort();
         }
         kc_directives_free(d, n);
     }
@@ -86,7 +91,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int rc = kc_deps_resolve(&deps, &req, msg, sizeof(msg));
     if (rc == 0) {
         for (size_t i = 1; i < deps.n_deps; i++)
-            if (strcmp(deps.deps[i - 1].spelling, deps.deps[i].spelling) > 0)
+            if (strcmp(deps.deps[i - 1].name, deps.deps[i].name) > 0)
                 abort(); /* sorted, so the key does not depend on discovery order */
         kc_deps_free(&deps);
     } else if (rc != KCACHE_ENOMEM && rc != KCACHE_EIO) {

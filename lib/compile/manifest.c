@@ -1,0 +1,214 @@
+/*
+ * Checking a remembered include closure. Learnt from ccache's direct mode
+ * (its manifests record each include file's path, size, mtime, ctime and
+ * digest, and refuse to trust a file modified too close to the compile);
+ * written for kcache's own resolution, which also records what was NOT found:
+ * a header that appears earlier on the search path changes the compile as
+ * surely as an edit does.
+ *
+ * A closure holds when, for every path the resolution looked at:
+ *   - nothing was there and nothing (no regular file) is there now;
+ *   - a toolkit header was there and the same file (device, inode, size,
+ *     mtime, ctime) is there now (toolkit headers are keyed by the toolkit's
+ *     identity, not by content);
+ *   - a user file was there and either the same file is there now and its
+ *     timestamps were not too recent to trust when it was read, or the file
+ *     there now has the digest recorded (read and hashed: only what changed).
+ * ctime cannot be set from user space, so an edit that restores size and
+ * mtime still shows. An edit within one timestamp tick of the read can leave
+ * both times as they were: a file whose mtime or ctime is within
+ * KC_MANIFEST_RACY_NS of the moment it was read is always hashed, until a
+ * later check sees it old enough and writes the closure back.
+ *
+ * Encoding (all little endian): "KCM1", recorded_at i64, count u32, then per
+ * probe: state u8, path length u32, path bytes, and for a file or toolkit
+ * header dev, ino, size u64, mtime, ctime i64, and for a file its digest.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "compile/manifest.h"
+
+static int put_u64(kc_buf *b, uint64_t v)
+{
+    uint8_t x[8];
+    for (int i = 0; i < 8; i++)
+        x[i] = (uint8_t)(v >> (8 * i));
+    return kc_buf_append(b, x, 8);
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static int put_probe(kc_buf *b, const kc_probe *p)
+{
+    uint8_t state = (uint8_t)p->state;
+    size_t n = strlen(p->path);
+    if (kc_buf_append(b, &state, 1) || kc_buf_append_u32(b, (uint32_t)n) ||
+        kc_buf_append(b, p->path, n))
+        return KCACHE_ENOMEM;
+    if (p->state == KC_PROBE_ABSENT)
+        return 0;
+    if (put_u64(b, p->dev) || put_u64(b, p->ino) || put_u64(b, p->size) ||
+        put_u64(b, (uint64_t)p->mtime_ns) || put_u64(b, (uint64_t)p->ctime_ns))
+        return KCACHE_ENOMEM;
+    if (p->state == KC_PROBE_FILE && kc_buf_append(b, p->digest, KC_DIGEST_SIZE))
+        return KCACHE_ENOMEM;
+    return 0;
+}
+
+static int put_header(kc_buf *b, int64_t recorded_at, uint32_t n)
+{
+    b->size = 0;
+    if (kc_buf_append(b, "KCM1", 4) || put_u64(b, (uint64_t)recorded_at) ||
+        kc_buf_append_u32(b, n))
+        return KCACHE_ENOMEM;
+    return 0;
+}
+
+int kc_manifest_encode(kc_buf *out, const kc_probe *probes, size_t n, int64_t recorded_at)
+{
+    if (n > UINT32_MAX || put_header(out, recorded_at, (uint32_t)n))
+        return KCACHE_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        if (put_probe(out, &probes[i]))
+            return KCACHE_ENOMEM;
+    return 0;
+}
+
+/* Reads one probe at *off; its path points into a copy in pathbuf. 0, or -1 if it does not parse. */
+static int get_probe(const uint8_t *p, size_t size, size_t *off, kc_probe *q, char *pathbuf,
+                     size_t pathbuf_size)
+{
+    size_t o = *off;
+    if (size - o < 5)
+        return -1;
+    q->state = p[o];
+    uint32_t n = kc_read_u32(p + o + 1);
+    o += 5;
+    if (size - o < n || n >= pathbuf_size || q->state > KC_PROBE_TOOLKIT)
+        return -1;
+    memcpy(pathbuf, p + o, n);
+    pathbuf[n] = '\0';
+    q->path = pathbuf;
+    o += n;
+    if (q->state != KC_PROBE_ABSENT) {
+        if (size - o < 40)
+            return -1;
+        q->dev = get_u64(p + o);
+        q->ino = get_u64(p + o + 8);
+        q->size = get_u64(p + o + 16);
+        q->mtime_ns = (int64_t)get_u64(p + o + 24);
+        q->ctime_ns = (int64_t)get_u64(p + o + 32);
+        o += 40;
+        if (q->state == KC_PROBE_FILE) {
+            if (size - o < KC_DIGEST_SIZE)
+                return -1;
+            memcpy(q->digest, p + o, KC_DIGEST_SIZE);
+            o += KC_DIGEST_SIZE;
+        }
+    }
+    *off = o;
+    return 0;
+}
+
+static void identity_of(kc_probe *q, const struct stat *st)
+{
+    q->dev = (uint64_t)st->st_dev;
+    q->ino = (uint64_t)st->st_ino;
+    q->size = (uint64_t)st->st_size;
+    q->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+    q->ctime_ns = (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
+}
+
+static int same_identity(const kc_probe *a, const kc_probe *b)
+{
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+           a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns;
+}
+
+/* 1: the path holds what q recorded; 0: it does not; *hashed: it took a read to tell. */
+static int probe_holds(kc_probe *q, int64_t recorded_at, int *hashed)
+{
+    struct stat st;
+    if (stat(q->path, &st) != 0 || !S_ISREG(st.st_mode))
+        return q->state == KC_PROBE_ABSENT;
+    if (q->state == KC_PROBE_ABSENT)
+        return 0;
+    kc_probe now = *q;
+    identity_of(&now, &st);
+    int same = same_identity(&now, q);
+    if (q->state == KC_PROBE_TOOLKIT)
+        return same;
+    int racy = q->mtime_ns > recorded_at - KC_MANIFEST_RACY_NS ||
+               q->ctime_ns > recorded_at - KC_MANIFEST_RACY_NS;
+    if (same && !racy)
+        return 1;
+    if (now.size != q->size)
+        return 0; /* other bytes for certain: no need to read them */
+    char *text = NULL;
+    size_t size = 0;
+    kc_probe read_as;
+    memset(&read_as, 0, sizeof(read_as));
+    if (kc_read_with_identity(q->path, &text, &size, &read_as) != 0)
+        return 0;
+    free(text);
+    *hashed = 1;
+    if (memcmp(read_as.digest, q->digest, KC_DIGEST_SIZE) != 0)
+        return 0;
+    /* The bytes recorded, under the identity they were just read with. */
+    q->dev = read_as.dev;
+    q->ino = read_as.ino;
+    q->size = read_as.size;
+    q->mtime_ns = read_as.mtime_ns;
+    q->ctime_ns = read_as.ctime_ns;
+    return 1;
+}
+
+int kc_manifest_check(const void *blob, size_t size, int64_t now, kc_buf *refreshed)
+{
+    const uint8_t *p = blob;
+    refreshed->size = 0;
+    if (size < 16 || memcmp(p, "KCM1", 4) != 0)
+        return 0;
+    int64_t recorded_at = (int64_t)get_u64(p + 4);
+    uint32_t n = kc_read_u32(p + 12);
+    size_t off = 16;
+    int hashed = 0, holds = 1;
+    char path[4096];
+    kc_buf fresh = {0};
+    /* Written as the check goes, in case a file needs hashing: then the
+     * closure goes back with the identities seen now. */
+    if (put_header(&fresh, now, n)) {
+        kc_buf_free(&fresh);
+        return KCACHE_ENOMEM;
+    }
+    for (uint32_t i = 0; holds && i < n; i++) {
+        kc_probe q;
+        memset(&q, 0, sizeof(q));
+        if (get_probe(p, size, &off, &q, path, sizeof(path)) != 0) {
+            holds = 0;
+            break;
+        }
+        holds = probe_holds(&q, recorded_at, &hashed);
+        if (holds && put_probe(&fresh, &q)) {
+            kc_buf_free(&fresh);
+            return KCACHE_ENOMEM;
+        }
+    }
+    if (holds && off != size)
+        holds = 0;
+    if (holds && hashed)
+        *refreshed = fresh;
+    else
+        kc_buf_free(&fresh);
+    return holds;
+}

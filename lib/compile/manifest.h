@@ -1,0 +1,35 @@
+/*
+ * Remembered include closures (manifests): what a compile read, checked by
+ * stat() on the next request instead of resolving and hashing the tree again.
+ * See manifest.c for the rules that keep a check as sound as a resolution,
+ * schema/004_manifests.sql for where closures live, and store/internal.h for
+ * the calls that keep them.
+ */
+#ifndef KC_MANIFEST_H
+#define KC_MANIFEST_H
+
+#include "compile/deps.h"
+#include "util/common.h"
+
+/*
+ * Timestamps closer than this to the moment a file was read are not trusted
+ * to tell an edit: the file is hashed instead. Two seconds covers the
+ * coarsest file systems Linux mounts read-write (FAT's mtime); the kernel's
+ * own clock tick (1-10 ms) is far inside it.
+ */
+#define KC_MANIFEST_RACY_NS (2000000000ll)
+
+/* Encodes a resolution's probes, read at recorded_at (ns since the epoch). */
+int kc_manifest_encode(kc_buf *out, const kc_probe *probes, size_t n, int64_t recorded_at);
+
+/*
+ * Checks a closure against the disk at `now` (ns since the epoch). Returns 1
+ * when every path still holds what it held, 0 when one does not (or the blob
+ * does not parse), KCACHE_ENOMEM. When the closure holds but a file had to be
+ * hashed (new timestamps with the same bytes, or timestamps too recent to
+ * trust), *refreshed gets a closure with the identities seen now, to be put
+ * back so that the next check needs only stat(); it is left empty otherwise.
+ */
+int kc_manifest_check(const void *blob, size_t size, int64_t now, kc_buf *refreshed);
+
+#endif

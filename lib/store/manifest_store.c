@@ -1,0 +1,135 @@
+/*
+ * Closures (manifests) in the database, and the counters of compiles served
+ * without the cache. A closure only saves work: every failure here is
+ * returned for the caller to ignore, never turned into a failed compile.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store/internal.h"
+#include "store/storeint.h"
+
+void kc_manifest_rows_free(kc_manifest_row *rows, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(rows[i].closure);
+    free(rows);
+}
+
+static int manifest_get_locked(kc_manifest_row **out, size_t *n, kcache_store *s,
+                               const kcache_key *base)
+{
+    sqlite3_stmt *q;
+    int rc = kc_db_stmt(s, &q, KC_STMT_MANIFEST_GET);
+    if (rc)
+        return rc;
+    kc_manifest_row *rows = kc_calloc(KC_MANIFEST_PER_BASE, sizeof(*rows));
+    if (!rows)
+        return kc_err(s, KCACHE_ENOMEM, "out of memory");
+    sqlite3_bind_blob(q, 1, base->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
+    sqlite3_bind_int(q, 2, KC_MANIFEST_PER_BASE);
+    size_t k = 0;
+    int src = SQLITE_DONE;
+    while (k < KC_MANIFEST_PER_BASE && (src = sqlite3_step(q)) == SQLITE_ROW) {
+        const void *key = sqlite3_column_blob(q, 0);
+        const void *blob = sqlite3_column_blob(q, 1);
+        int size = sqlite3_column_bytes(q, 1);
+        if (!key || sqlite3_column_bytes(q, 0) != KCACHE_KEY_SIZE || !blob || size <= 0)
+            continue;
+        memcpy(rows[k].key.bytes, key, KCACHE_KEY_SIZE);
+        if (!(rows[k].closure = kc_memdup(blob, (size_t)size))) {
+            rc = kc_err(s, KCACHE_ENOMEM, "out of memory");
+            break;
+        }
+        rows[k++].size = (size_t)size;
+    }
+    if (!rc && k < KC_MANIFEST_PER_BASE && src != SQLITE_DONE)
+        rc = kc_sqlerr(s, src, "reading include closures");
+    sqlite3_reset(q);
+    if (rc) {
+        kc_manifest_rows_free(rows, k);
+        return rc;
+    }
+    *out = rows;
+    *n = k;
+    return 0;
+}
+
+int kc_store_manifest_get(kc_manifest_row **out, size_t *n, kcache_store *s,
+                          const kcache_key *base)
+{
+    *out = NULL;
+    *n = 0;
+    pthread_mutex_lock(&s->lock);
+    int rc = s->db ? manifest_get_locked(out, n, s, base) : KCACHE_EIO;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int manifest_put_locked(kcache_store *s, const kcache_key *base, const kcache_key *key,
+                               const void *closure, size_t size)
+{
+    int rc = kc_db_begin_write(s);
+    if (rc)
+        return rc;
+    sqlite3_stmt *q;
+    if (!(rc = kc_db_stmt(s, &q, KC_STMT_MANIFEST_PUT))) {
+        sqlite3_bind_blob(q, 1, base->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
+        sqlite3_bind_blob(q, 2, key->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
+        sqlite3_bind_blob64(q, 3, closure, size, SQLITE_STATIC);
+        sqlite3_bind_int64(q, 4, kc_now_ms());
+        int src = sqlite3_step(q);
+        sqlite3_reset(q);
+        if (src != SQLITE_DONE)
+            rc = kc_sqlerr(s, src, "storing an include closure");
+    }
+    /* Several closures per base key (a header's edit and its revert), not without end. */
+    if (!rc && !(rc = kc_db_stmt(s, &q, KC_STMT_MANIFEST_TRIM))) {
+        sqlite3_bind_blob(q, 1, base->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
+        sqlite3_bind_int(q, 2, KC_MANIFEST_PER_BASE);
+        int src = sqlite3_step(q);
+        sqlite3_reset(q);
+        if (src != SQLITE_DONE)
+            rc = kc_sqlerr(s, src, "trimming include closures");
+    }
+    if (rc) {
+        kc_db_rollback(s);
+        return rc;
+    }
+    return kc_db_commit(s);
+}
+
+int kc_store_manifest_put(kcache_store *s, const kcache_key *base, const kcache_key *key,
+                          const void *closure, size_t size)
+{
+    pthread_mutex_lock(&s->lock);
+    int rc = s->db ? manifest_put_locked(s, base, key, closure, size) : KCACHE_EIO;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+void kc_store_count_uncacheable(kcache_store *s, const char *reason)
+{
+    if (!s)
+        return;
+    char name[64];
+    snprintf(name, sizeof(name), "uncacheable.%s", reason && *reason ? reason : "other");
+    pthread_mutex_lock(&s->lock);
+    /* Written at once: such a compile ran NVRTC, far slower than this write. */
+    if (s->db && kc_db_begin_write(s) == 0) {
+        sqlite3_stmt *q;
+        int rc = kc_db_stmt(s, &q, KC_STMT_COUNTER_ADD);
+        if (!rc) {
+            sqlite3_bind_text(q, 1, name, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_int64(q, 2, 1);
+            rc = sqlite3_step(q) == SQLITE_DONE ? 0 : KCACHE_EIO;
+            sqlite3_reset(q);
+        }
+        if (rc)
+            kc_db_rollback(s);
+        else
+            kc_db_commit(s);
+    }
+    pthread_mutex_unlock(&s->lock);
+}

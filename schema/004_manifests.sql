@@ -1,0 +1,27 @@
+-- kcache schema, version 4: remembered include closures (manifests).
+--
+-- A hit on a large header tree must not re-read the tree. Under a base key
+-- (every input but the headers, plus where headers are searched) kcache
+-- keeps the closure of a compile: every path it looked at, with the file's
+-- identity (device, inode, size, mtime, ctime) and digest, or that nothing
+-- was there, and the key the compile had. A later request checks the closure
+-- with stat() and hashes only what changed (lib/manifest.c). Several closures
+-- per base key: a header's edit and its revert both stay served.
+--
+-- Closures name local paths and inodes, so they stay on this machine: export
+-- and import carry entries only, and a closure is rebuilt by the first
+-- compile that resolves its includes.
+CREATE TABLE manifest (
+    base       BLOB    NOT NULL CHECK (length(base) = 32),
+    key        BLOB    NOT NULL CHECK (length(key) = 32),
+    closure    BLOB    NOT NULL,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (base, key)
+) WITHOUT ROWID;
+
+CREATE INDEX manifest_by_key ON manifest (key);
+
+-- A closure leads to an entry: it goes with it.
+CREATE TRIGGER entry_manifests_removed AFTER DELETE ON entry BEGIN
+    DELETE FROM manifest WHERE key = OLD.key;
+END;
