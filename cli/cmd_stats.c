@@ -47,6 +47,11 @@ static void print_json(const kcache_stats *st, const char *path)
     cli_json_uint(&j, "evictions", st->evictions);
     cli_json_uint(&j, "corrupt", st->corrupt);
     cli_json_uint(&j, "store_failures", st->store_failures);
+    cli_json_uint(&j, "uncacheable", st->uncacheable);
+    cli_json_object_begin(&j, "uncacheable_by_reason");
+    for (size_t i = 0; i < st->n_uncacheable; i++)
+        cli_json_uint(&j, st->uncacheable_reasons[i].reason, st->uncacheable_reasons[i].count);
+    cli_json_object_end(&j);
     cli_json_array_begin(&j, "usage");
     for (size_t i = 0; i < st->n_usage; i++) {
         const kcache_usage *u = &st->usage[i];
@@ -93,6 +98,10 @@ static void print_human(const kcache_stats *st, const char *path)
     printf("Evictions:           %10llu\n", (unsigned long long)st->evictions);
     printf("Damaged entries:     %10llu\n", (unsigned long long)st->corrupt);
     printf("Store failures:      %10llu\n", (unsigned long long)st->store_failures);
+    printf("Not cacheable:       %10llu\n", (unsigned long long)st->uncacheable);
+    for (size_t i = 0; i < st->n_uncacheable; i++)
+        printf("  %-18s %10llu\n", st->uncacheable_reasons[i].reason,
+               (unsigned long long)st->uncacheable_reasons[i].count);
     if (!st->n_usage)
         return;
     printf("\n%-14s %-6s %10s %10s %9s %12s\n", "Architecture", "Kind", "Hits", "Misses",

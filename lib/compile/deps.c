@@ -225,6 +225,7 @@ int kc_read_with_identity(const char *path, char **out, size_t *size, kc_probe *
         got += (size_t)k;
     }
     buf[got] = '\0';
+    id->state = KC_PROBE_FILE;
     id->dev = (uint64_t)st.st_dev;
     id->ino = (uint64_t)st.st_ino;
     id->size = (uint64_t)st.st_size;

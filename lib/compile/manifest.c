@@ -32,6 +32,8 @@
 
 #include "compile/manifest.h"
 
+int64_t kc_manifest_racy_ns = KC_MANIFEST_RACY_NS;
+
 static int put_u64(kc_buf *b, uint64_t v)
 {
     uint8_t x[8];
@@ -148,8 +150,8 @@ static int probe_holds(kc_probe *q, int64_t recorded_at, int *hashed)
     int same = same_identity(&now, q);
     if (q->state == KC_PROBE_TOOLKIT)
         return same;
-    int racy = q->mtime_ns > recorded_at - KC_MANIFEST_RACY_NS ||
-               q->ctime_ns > recorded_at - KC_MANIFEST_RACY_NS;
+    int racy = q->mtime_ns > recorded_at - kc_manifest_racy_ns ||
+               q->ctime_ns > recorded_at - kc_manifest_racy_ns;
     if (same && !racy)
         return 1;
     if (now.size != q->size)

@@ -18,6 +18,8 @@
  * own clock tick (1-10 ms) is far inside it.
  */
 #define KC_MANIFEST_RACY_NS (2000000000ll)
+/* KC_MANIFEST_RACY_NS, a variable so that tests can show what each rule catches. */
+extern int64_t kc_manifest_racy_ns;
 
 /* Encodes a resolution's probes, read at recorded_at (ns since the epoch). */
 int kc_manifest_encode(kc_buf *out, const kc_probe *probes, size_t n, int64_t recorded_at);

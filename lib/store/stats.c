@@ -41,6 +41,28 @@ static int add_usage(kcache_stats *st, size_t *cap, const char *arch, int kind, 
     return 0;
 }
 
+static int add_reason(kcache_stats *st, const char *reason, uint64_t count)
+{
+    kcache_reason_count *grown =
+        kc_realloc(st->uncacheable_reasons, (st->n_uncacheable + 1) * sizeof(*grown));
+    if (!grown)
+        return KCACHE_ENOMEM;
+    st->uncacheable_reasons = grown;
+    kcache_reason_count *r = &grown[st->n_uncacheable++];
+    snprintf(r->reason, sizeof(r->reason), "%s", reason);
+    r->count = count;
+    st->uncacheable += count;
+    return 0;
+}
+
+static int cmp_reason(const void *a, const void *b)
+{
+    const kcache_reason_count *x = a, *y = b;
+    if (x->count != y->count)
+        return x->count < y->count ? 1 : -1;
+    return strcmp(x->reason, y->reason);
+}
+
 static int read_stats(kcache_store *s, kcache_stats *st)
 {
     sqlite3_stmt *q;
@@ -74,13 +96,13 @@ static int read_stats(kcache_store *s, kcache_stats *st)
             st->store_failures = v;
         else if (!strcmp(name, "since"))
             st->since = (int64_t)v;
+        else if (!strncmp(name, "uncacheable.", 12) && v && (rc = add_reason(st, name + 12, v)))
+            break;
     }
     sqlite3_reset(q);
-    if (src != SQLITE_DONE) {
+    if (!rc && src != SQLITE_DONE)
         rc = kc_sqlerr(s, src, "reading stats");
-        goto out;
-    }
-    if ((rc = kc_db_stmt(s, &q, KC_STMT_USAGE)))
+    if (rc || (rc = kc_db_stmt(s, &q, KC_STMT_USAGE)))
         goto out;
     while ((src = sqlite3_step(q)) == SQLITE_ROW) {
         const char *arch = (const char *)sqlite3_column_text(q, 0);
@@ -108,6 +130,7 @@ out:
 static int read_stats_fresh(kcache_store *s, kcache_stats *st)
 {
     free(st->usage);
+    free(st->uncacheable_reasons);
     memset(st, 0, sizeof(*st));
     st->version = KCACHE_STATS_VERSION;
     return read_stats(s, st);
@@ -137,6 +160,9 @@ KCACHE_API int kcache_store_stats(kcache_stats **out, kcache_store *store)
     }
     if (st->n_usage > 1) /* usage is NULL when empty, which qsort may not be given */
         qsort(st->usage, st->n_usage, sizeof(*st->usage), cmp_usage);
+    if (st->n_uncacheable > 1)
+        qsort(st->uncacheable_reasons, st->n_uncacheable, sizeof(*st->uncacheable_reasons),
+              cmp_reason);
     *out = st;
     return 0;
 }
@@ -146,6 +172,7 @@ KCACHE_API void kcache_stats_free(kcache_stats *stats)
     if (!stats)
         return;
     free(stats->usage);
+    free(stats->uncacheable_reasons);
     free(stats);
 }
 

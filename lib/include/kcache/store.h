@@ -233,7 +233,14 @@ typedef struct kcache_usage {
     uint64_t saved_ns; /* compile time the hits saved */
 } kcache_usage;
 
-#define KCACHE_STATS_VERSION 1
+/* 2: the uncacheable counts were added. */
+#define KCACHE_STATS_VERSION 2
+
+/* A count under a short reason name. */
+typedef struct kcache_reason_count {
+    char reason[40];
+    uint64_t count;
+} kcache_reason_count;
 
 typedef struct kcache_stats {
     unsigned version;       /* KCACHE_STATS_VERSION of the library that made it */
@@ -253,6 +260,13 @@ typedef struct kcache_stats {
     int schema_version;
     size_t n_usage;          /* per (architecture, kind), most hits first */
     kcache_usage *usage;
+    /*
+     * Version 2: compiles served without the cache, by reason
+     * ("include_next", "computed_include", "hermetic_failed", ...), most first.
+     */
+    uint64_t uncacheable;
+    size_t n_uncacheable;
+    kcache_reason_count *uncacheable_reasons;
 } kcache_stats;
 
 /*

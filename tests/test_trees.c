@@ -1,0 +1,430 @@
+/*
+ * Real header trees, in small: the trees under tests/fixtures/trees reproduce
+ * what broke kcache on CuPy's, thrust's and CCCL's headers, and the edits a
+ * remembered closure must notice. Every compile is checked against plain
+ * NVRTC reading the disk (same options, same seed), byte for byte, and every
+ * warm result against what an empty cache gives. NVRTC runs on the CPU; no
+ * GPU is needed. Skips (77) without a toolkit.
+ */
+#include <fcntl.h>
+#include <kcache/compile.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "compile/manifest.h"
+#include "compile/toolkit.h"
+#include "testutil.h"
+
+#define SEED "--frandom-seed=0x6b63"
+
+static const kc_nvrtc *api;
+static char fixtures[600];
+static int dbs;
+
+static kcache_store *new_store(void)
+{
+    char path[700];
+    snprintf(path, sizeof(path), "%s/cache%d.db", test_dir(), dbs++);
+    kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
+    o.path = path;
+    kcache_store *s = NULL;
+    char err[512];
+    if (kcache_store_open(&s, &o, err, sizeof(err)) != 0)
+        fprintf(stderr, "open %s: %s\n", path, err);
+    REQUIRE(s);
+    return s;
+}
+
+static kcache_compiler *compiler_on(kcache_store *s)
+{
+    kcache_compiler_options o = KCACHE_COMPILER_OPTIONS_INIT;
+    o.store = s;
+    kcache_compiler *c = NULL;
+    char err[512];
+    REQUIRE(kcache_compiler_new(&c, &o, err, sizeof(err)) == 0);
+    return c;
+}
+
+/* Copies a fixture tree into the scratch directory; returns its path there. */
+static const char *tree(const char *name)
+{
+    static char path[8][700];
+    static int next;
+    char *p = path[next++ % 8];
+    snprintf(p, sizeof(path[0]), "%s/%s", test_dir(), name);
+    test_sh("rm -rf '%s' && cp -R '%s/%s' '%s'", p, fixtures, name, p);
+    return p;
+}
+
+struct opts {
+    const char *v[8];
+    size_t n;
+};
+
+static struct opts with_includes(const char *root, const char *a, const char *b, const char *extra)
+{
+    static char inc[2][800];
+    struct opts o = {{0}, 0};
+    if (a) {
+        snprintf(inc[0], sizeof(inc[0]), "-I%s/%s", root, a);
+        o.v[o.n++] = inc[0];
+    }
+    if (b) {
+        snprintf(inc[1], sizeof(inc[1]), "-I%s/%s", root, b);
+        o.v[o.n++] = inc[1];
+    }
+    o.v[o.n++] = SEED;
+    if (extra)
+        o.v[o.n++] = extra;
+    return o;
+}
+
+static kcache_result *through(kcache_compiler *c, const char *path, const struct opts *o,
+                              unsigned flags)
+{
+    kcache_request q = KCACHE_REQUEST_INIT;
+    q.source_path = path;
+    q.arch = "compute_90";
+    q.options = o->v;
+    q.n_options = o->n;
+    q.flags = flags;
+    kcache_result *r = NULL;
+    kcache_compile(&r, c, &q);
+    REQUIRE(r);
+    return r;
+}
+
+/* Plain NVRTC, reading the disk as a program without kcache would: PTX, or NULL. */
+static char *plain(const char *path, const struct opts *o, size_t *size)
+{
+    size_t n;
+    uint8_t *src = test_slurp(path, &n);
+    REQUIRE(src);
+    src[n] = '\0';
+    const char *argv[12] = {"-arch=compute_90"};
+    size_t argc = 1;
+    for (size_t i = 0; i < o->n; i++)
+        argv[argc++] = o->v[i];
+    nvrtcProgram p;
+    REQUIRE(api->CreateProgram(&p, (const char *)src, path, 0, NULL, NULL) == NVRTC_SUCCESS);
+    char *ptx = NULL;
+    if (api->CompileProgram(p, (int)argc, argv) == NVRTC_SUCCESS) {
+        REQUIRE(api->GetPTXSize(p, size) == NVRTC_SUCCESS);
+        ptx = malloc(*size);
+        REQUIRE(ptx);
+        REQUIRE(api->GetPTX(p, ptx) == NVRTC_SUCCESS);
+        if (*size && ptx[*size - 1] == '\0')
+            (*size)--; /* kcache keeps PTX as text, without the NUL */
+    }
+    api->DestroyProgram(&p);
+    free(src);
+    return ptx;
+}
+
+/* Whether a result holds exactly what plain NVRTC makes of the same input now. */
+static int same_as_plain(const kcache_result *r, const char *path, const struct opts *o)
+{
+    size_t n = 0;
+    char *want = plain(path, o, &n);
+    int same = want && r->status == 0 && r->size == n && memcmp(r->data, want, n) == 0;
+    if (!same)
+        fprintf(stderr, "%s: kcache (status %d: %s / %s) and plain NVRTC (%s) differ\n", path,
+                r->status, r->message, r->store_message, want ? "compiled" : "failed");
+    free(want);
+    return same;
+}
+
+/* Whether a warm result is what an empty cache gives, byte for byte. */
+static int same_as_cold(const kcache_result *warm, const char *path, const struct opts *o)
+{
+    kcache_store *s = new_store();
+    kcache_compiler *c = compiler_on(s);
+    kcache_result *cold = through(c, path, o, 0);
+    int same = cold->status == 0 && warm->status == 0 && cold->size == warm->size &&
+               memcmp(cold->data, warm->data, cold->size) == 0 &&
+               memcmp(cold->key.bytes, warm->key.bytes, KCACHE_KEY_SIZE) == 0;
+    if (!same)
+        fprintf(stderr, "%s: the warm cache (hit %d) and an empty one differ\n", path,
+                warm->hit);
+    kcache_result_free(cold);
+    kcache_compiler_free(c);
+    kcache_store_close(s);
+    return same;
+}
+
+static uint64_t uncacheable(kcache_store *s, const char *reason)
+{
+    kcache_stats *st = NULL;
+    REQUIRE(kcache_store_stats(&st, s) == 0);
+    uint64_t n = 0;
+    for (size_t i = 0; i < st->n_uncacheable; i++)
+        if (!strcmp(st->uncacheable_reasons[i].reason, reason))
+            n = st->uncacheable_reasons[i].count;
+    kcache_stats_free(st);
+    return n;
+}
+
+/* A cached compile, a hit, both equal to plain NVRTC. */
+static void cached_and_equal(const char *what, const char *path, const struct opts *o)
+{
+    kcache_store *s = new_store();
+    kcache_compiler *c = compiler_on(s);
+    kcache_result *miss = through(c, path, o, 0);
+    kcache_result *hit = through(c, path, o, 0);
+    if (!miss->keyed || miss->store_status)
+        fprintf(stderr, "%s: not cached: %s\n", what, miss->store_message);
+    CHECK(miss->status == 0 && miss->keyed && !miss->hit && miss->store_status == 0);
+    CHECK(hit->status == 0 && hit->hit);
+    CHECK(same_as_plain(miss, path, o));
+    CHECK(same_as_plain(hit, path, o));
+    kcache_result_free(miss);
+    kcache_result_free(hit);
+    kcache_compiler_free(c);
+    kcache_store_close(s);
+}
+
+/* xsf's config.h: one #pragma once header, two spellings. */
+static void test_two_spellings(void)
+{
+    const char *t = tree("once");
+    char cu[800];
+    snprintf(cu, sizeof(cu), "%s/kernel.cu", t);
+    struct opts o = with_includes(t, "inc", NULL, NULL);
+    cached_and_equal("two spellings of one #pragma once header", cu, &o);
+}
+
+/* xsf/trig.h and xsf/cephes/trig.h. */
+static void test_twin_basenames(void)
+{
+    const char *t = tree("twins");
+    char cu[800];
+    snprintf(cu, sizeof(cu), "%s/kernel.cu", t);
+    struct opts o = with_includes(t, "inc", NULL, NULL);
+    cached_and_equal("twin basenames", cu, &o);
+    /* The other branch of the macro-built path is followed too. */
+}
+
+/* thrust's <__THRUST_DEVICE_SYSTEM_ROOT/detail/for_each.h>, and a macro kcache does not follow. */
+static void test_macro_paths(void)
+{
+    const char *t = tree("macro");
+    char cu[800];
+    snprintf(cu, sizeof(cu), "%s/kernel.cu", t);
+    struct opts o = with_includes(t, "inc", NULL, NULL);
+    cached_and_equal("an include path built from macros", cu, &o);
+    struct opts omp = with_includes(t, "inc", NULL, "-DSYS_DEVICE_OMP");
+    cached_and_equal("the same, through the other branch", cu, &omp);
+
+    snprintf(cu, sizeof(cu), "%s/stringized.cu", t);
+    kcache_store *s = new_store();
+    kcache_compiler *c = compiler_on(s);
+    kcache_result *r = through(c, cu, &o, 0);
+    CHECK(r->status == 0 && !r->keyed && r->store_status == KCACHE_ENOTSUP);
+    CHECK(strstr(r->store_message, "cannot work out") != NULL);
+    CHECK(same_as_plain(r, cu, &o));
+    CHECK(uncacheable(s, "computed_include") == 1);
+    kcache_result_free(r);
+    kcache_compiler_free(c);
+    kcache_store_close(s);
+}
+
+/* __FILE__ differs from plain NVRTC: the hermetic compile fails, NVRTC alone passes. */
+static void test_fallback(void)
+{
+    const char *t = tree("filename");
+    char cu[800], bad[800];
+    snprintf(cu, sizeof(cu), "%s/kernel.cu", t);
+    struct opts o = with_includes(t, NULL, NULL, NULL);
+    kcache_store *s = new_store();
+    kcache_compiler *c = compiler_on(s);
+    kcache_result *r = through(c, cu, &o, 0);
+    CHECK(r->status == 0 && !r->keyed && r->store_status == KCACHE_ENOTSUP);
+    CHECK(strstr(r->store_message, "hermetic compile failed") != NULL);
+    CHECK(strstr(r->store_message, "static assertion") != NULL);
+    CHECK(same_as_plain(r, cu, &o));
+    CHECK(uncacheable(s, "hermetic_failed") == 1);
+    kcache_result_free(r);
+    /* A genuine error is still an error, with NVRTC's own log. */
+    snprintf(bad, sizeof(bad), "%s/inc/broken.h", t);
+    test_write_text(bad, "__device__ float broken() { return undefined_name; }\n");
+    snprintf(bad, sizeof(bad), "%s/broken.cu", t);
+    test_write_text(bad, "#include \"inc/broken.h\"\n");
+    r = through(c, bad, &o, 0);
+    CHECK(r->status == KCACHE_ECOMPILE && !r->data);
+    CHECK(strstr(r->log, "undefined_name") != NULL);
+    CHECK(uncacheable(s, "hermetic_failed") == 1);
+    kcache_result_free(r);
+    kcache_compiler_free(c);
+    kcache_store_close(s);
+}
+
+static void set_mtime(const char *path, const struct stat *as)
+{
+    struct timespec t[2] = {as->st_atim, as->st_mtim};
+    REQUIRE(utimensat(AT_FDCWD, path, t, 0) == 0);
+}
+
+/* Edits a closure must see, each checked warm against cold. */
+static void test_edits(void)
+{
+    const char *t = tree("edits");
+    char cu[800], h[800], early[800];
+    snprintf(cu, sizeof(cu), "%s/kernel.cu", t);
+    snprintf(h, sizeof(h), "%s/inc/h.h", t);
+    test_sh("mkdir -p '%s/early'", t);
+    struct opts o = with_includes(t, "early", "late", NULL);
+    kcache_store *s = new_store();
+    kcache_compiler *c = compiler_on(s);
+    kcache_result *first = through(c, cu, &o, 0);
+    CHECK(first->status == 0 && first->keyed && !first->hit);
+    CHECK(same_as_plain(first, cu, &o));
+
+    /* Size and mtime restored, bytes changed: only ctime tells, so trust
+     * timestamps however recent to show that ctime is compared. */
+    int64_t racy = kc_manifest_racy_ns;
+    kc_manifest_racy_ns = 0;
+    kcache_result *r = through(c, cu, &o, 0);
+    CHECK(r->hit);
+    kcache_result_free(r);
+    struct stat st;
+    REQUIRE(stat(h, &st) == 0);
+    test_write_text(h, "#define H_VALUE 2222.0f\n");
+    set_mtime(h, &st);
+    r = through(c, cu, &o, 0);
+    CHECK(!r->hit);
+    CHECK(memcmp(r->key.bytes, first->key.bytes, KCACHE_KEY_SIZE) != 0);
+    CHECK(same_as_plain(r, cu, &o));
+    CHECK(same_as_cold(r, cu, &o));
+    kcache_result_free(r);
+    kc_manifest_racy_ns = racy;
+
+    /* A header appears earlier on the search path. */
+    snprintf(early, sizeof(early), "%s/early/late.h", t);
+    test_write_text(early, "#define LATE_VALUE 5.0f\n");
+    r = through(c, cu, &o, 0);
+    CHECK(!r->hit);
+    CHECK(same_as_plain(r, cu, &o));
+    CHECK(same_as_cold(r, cu, &o));
+    kcache_result_free(r);
+
+    /* Edited right after the compile that read it (inside the racy window). */
+    test_write_text(h, "#define H_VALUE 3333.0f\n");
+    kcache_result *before = through(c, cu, &o, 0);
+    REQUIRE(stat(h, &st) == 0);
+    test_write_text(h, "#define H_VALUE 4444.0f\n");
+    set_mtime(h, &st);
+    r = through(c, cu, &o, 0);
+    CHECK(!r->hit);
+    CHECK(same_as_plain(r, cu, &o));
+    CHECK(same_as_cold(r, cu, &o));
+    /* ... and put back: the earlier closure holds again, a hit. */
+    test_write_text(h, "#define H_VALUE 3333.0f\n");
+    kcache_result *back = through(c, cu, &o, 0);
+    CHECK(back->hit && back->size == before->size &&
+          memcmp(back->data, before->data, back->size) == 0);
+    kcache_result_free(back);
+    kcache_result_free(before);
+    kcache_result_free(r);
+    kcache_result_free(first);
+    kcache_compiler_free(c);
+    kcache_store_close(s);
+}
+
+/*
+ * An edit within one timestamp tick of the read leaves size, mtime and ctime
+ * as they were on file systems with coarse timestamps (Linux before 6.13's
+ * multigrain timestamps, FAT, ext3): only hashing can tell, which is why a
+ * recent file is hashed. What such a file system leaves is built here on any
+ * file system: the identity the file has after the edit, recorded with the
+ * digest of the bytes before it.
+ */
+static void test_same_tick(void)
+{
+    const char *path = test_path("tick.h");
+    test_write_text(path, "#define TICK 1\n");
+    char *text = NULL;
+    size_t size;
+    kc_probe before, after;
+    memset(&before, 0, sizeof(before));
+    memset(&after, 0, sizeof(after));
+    REQUIRE(kc_read_with_identity(path, &text, &size, &before) == 0);
+    free(text);
+    test_write_text(path, "#define TICK 2\n");
+    REQUIRE(kc_read_with_identity(path, &text, &size, &after) == 0);
+    free(text);
+    kc_probe p = after;
+    memcpy(p.digest, before.digest, sizeof(p.digest));
+    p.path = (char *)path;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64_t at = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    kc_buf blob = {0}, refreshed = {0};
+    REQUIRE(kc_manifest_encode(&blob, &p, 1, at) == 0);
+    int64_t racy = kc_manifest_racy_ns;
+    kc_manifest_racy_ns = 0;
+    /* Trusting the timestamps would keep the old bytes: the hazard. */
+    CHECK(kc_manifest_check(blob.data, blob.size, at, &refreshed) == 1);
+    kc_buf_free(&refreshed);
+    kc_manifest_racy_ns = racy;
+    CHECK(kc_manifest_check(blob.data, blob.size, at, &refreshed) == 0);
+    kc_buf_free(&refreshed);
+    /* Read long after its last change, the same identity is trusted: no hashing per hit. */
+    REQUIRE(kc_manifest_encode(&blob, &p, 1, at + 2 * racy) == 0);
+    CHECK(kc_manifest_check(blob.data, blob.size, at + 2 * racy, &refreshed) == 1);
+    CHECK(refreshed.size == 0);
+    kc_buf_free(&refreshed);
+    kc_buf_free(&blob);
+}
+
+/* --pch does not split keys, and a hit does not replay the miss's PCH lines. */
+static void test_pch(void)
+{
+    const char *t = tree("once");
+    char cu[800];
+    snprintf(cu, sizeof(cu), "%s/kernel.cu", t);
+    struct opts o = with_includes(t, "inc", NULL, NULL);
+    struct opts pch = with_includes(t, "inc", NULL, "--pch");
+    kcache_store *s = new_store();
+    kcache_compiler *c = compiler_on(s);
+    kcache_result *a = through(c, cu, &o, KCACHE_COMPILE_KEY_ONLY);
+    kcache_result *miss = through(c, cu, &pch, 0);
+    CHECK(memcmp(a->key.bytes, miss->key.bytes, KCACHE_KEY_SIZE) == 0);
+    CHECK(miss->status == 0 && !miss->hit);
+    kcache_result *hit = through(c, cu, &pch, 0);
+    CHECK(hit->status == 0 && hit->hit);
+    if (strstr(miss->log, "precompiled header"))
+        CHECK(strstr(hit->log, "precompiled header") == NULL);
+    else
+        printf("pch: this NVRTC made no precompiled header; the log check did not run\n");
+    kcache_result_free(a);
+    kcache_result_free(miss);
+    kcache_result_free(hit);
+    kcache_compiler_free(c);
+    kcache_store_close(s);
+}
+
+int main(void)
+{
+    const char *f = getenv("FIXTURES");
+    if (!f) {
+        printf("FIXTURES not set\n");
+        return TEST_SKIP;
+    }
+    snprintf(fixtures, sizeof(fixtures), "%s/trees", f);
+    kc_toolkit tk;
+    char msg[512];
+    if (kc_toolkit_find(&tk, NULL, msg, sizeof(msg)) != 0 ||
+        kc_nvrtc_get(&tk, &api, msg, sizeof(msg)) != 0) {
+        printf("no usable CUDA toolkit: %s\n", msg);
+        return TEST_SKIP;
+    }
+    test_two_spellings();
+    test_twin_basenames();
+    test_macro_paths();
+    test_fallback();
+    test_edits();
+    test_same_tick();
+    test_pch();
+    kc_toolkit_free(&tk);
+    return test_done();
+}
