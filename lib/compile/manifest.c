@@ -28,7 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "compile/manifest.h"
 
@@ -137,11 +139,114 @@ static int same_identity(const kc_probe *a, const kc_probe *b)
            a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns;
 }
 
+/*
+ * Directories opened once per check, so that each probe is one fstatat() of a
+ * base name: a stat() of a full path walks every component again, and on a
+ * deep tree (CuPy's CCCL is 15 levels down) the walk was most of a hit.
+ */
+struct dirs {
+    char **names;
+    size_t *lens;
+    int *fds;
+    size_t cap, n;
+    size_t last; /* the slot used last: consecutive probes mostly share a directory */
+};
+
+static uint64_t hash_dir(const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+/* An fd for the directory part of path (O_PATH), or -1 if it does not open; -2: no memory. */
+static int dir_fd(struct dirs *d, const char *path, size_t n)
+{
+    if (d->cap && d->names[d->last] && d->lens[d->last] == n &&
+        !memcmp(d->names[d->last], path, n))
+        return d->fds[d->last];
+    if (2 * (d->n + 1) > d->cap) {
+        size_t cap = d->cap ? 2 * d->cap : 64;
+        char **names = kc_calloc(cap, sizeof(*names));
+        size_t *lens = kc_calloc(cap, sizeof(*lens));
+        int *fds = kc_calloc(cap, sizeof(*fds));
+        if (!names || !fds || !lens) {
+            free(names);
+            free(lens);
+            free(fds);
+            return -2;
+        }
+        for (size_t i = 0; i < d->cap; i++) {
+            if (!d->names[i])
+                continue;
+            size_t j = hash_dir(d->names[i], d->lens[i]) & (cap - 1);
+            while (names[j])
+                j = (j + 1) & (cap - 1);
+            names[j] = d->names[i];
+            lens[j] = d->lens[i];
+            fds[j] = d->fds[i];
+        }
+        free(d->names);
+        free(d->lens);
+        free(d->fds);
+        d->names = names;
+        d->lens = lens;
+        d->fds = fds;
+        d->cap = cap;
+        d->last = 0;
+    }
+    size_t i = hash_dir(path, n) & (d->cap - 1);
+    for (; d->names[i]; i = (i + 1) & (d->cap - 1))
+        if (d->lens[i] == n && !memcmp(d->names[i], path, n)) {
+            d->last = i;
+            return d->fds[i];
+        }
+    if (!(d->names[i] = kc_memdup(path, n)))
+        return -2;
+    d->lens[i] = n;
+    d->last = i;
+    d->fds[i] = open(n ? d->names[i] : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (d->fds[i] < 0)
+        d->fds[i] = -1;
+    d->n++;
+    return d->fds[i];
+}
+
+static void dirs_close(struct dirs *d)
+{
+    for (size_t i = 0; i < d->cap; i++) {
+        if (d->names[i] && d->fds[i] >= 0)
+            close(d->fds[i]);
+        free(d->names[i]);
+    }
+    free(d->names);
+    free(d->lens);
+    free(d->fds);
+}
+
+/* stat() of q->path through its directory's fd. 0, -1 (no such file), -2 (no memory). */
+static int stat_probe(struct dirs *d, const char *path, struct stat *st)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return stat(path, st) == 0 ? 0 : -1;
+    int fd = dir_fd(d, path, (size_t)(slash - path));
+    if (fd == -2)
+        return -2;
+    if (fd < 0)
+        return -1;
+    return fstatat(fd, slash + 1, st, 0) == 0 ? 0 : -1;
+}
+
 /* 1: the path holds what q recorded; 0: it does not; *hashed: it took a read to tell. */
-static int probe_holds(kc_probe *q, int64_t recorded_at, int *hashed)
+static int probe_holds(struct dirs *d, kc_probe *q, int64_t recorded_at, int *hashed)
 {
     struct stat st;
-    if (stat(q->path, &st) != 0 || !S_ISREG(st.st_mode))
+    int rc = stat_probe(d, q->path, &st);
+    if (rc == -2)
+        return KCACHE_ENOMEM;
+    if (rc != 0 || !S_ISREG(st.st_mode))
         return q->state == KC_PROBE_ABSENT;
     if (q->state == KC_PROBE_ABSENT)
         return 0;
@@ -183,34 +288,37 @@ int kc_manifest_check(const void *blob, size_t size, int64_t now, kc_buf *refres
         return 0;
     int64_t recorded_at = (int64_t)get_u64(p + 4);
     uint32_t n = kc_read_u32(p + 12);
-    size_t off = 16;
     int hashed = 0, holds = 1;
     char path[4096];
-    kc_buf fresh = {0};
-    /* Written as the check goes, in case a file needs hashing: then the
-     * closure goes back with the identities seen now. */
-    if (put_header(&fresh, now, n)) {
-        kc_buf_free(&fresh);
-        return KCACHE_ENOMEM;
-    }
-    for (uint32_t i = 0; holds && i < n; i++) {
-        kc_probe q;
-        memset(&q, 0, sizeof(q));
-        if (get_probe(p, size, &off, &q, path, sizeof(path)) != 0) {
+    struct dirs d = {0};
+    /* Two passes at most: the check, and only if a file had to be hashed, the
+     * closure written again with the identities seen now. */
+    for (int pass = 0; pass < 2 && holds; pass++) {
+        kc_buf fresh = {0};
+        size_t off = 16;
+        if (pass == 1 && put_header(&fresh, now, n))
+            holds = KCACHE_ENOMEM;
+        for (uint32_t i = 0; holds == 1 && i < n; i++) {
+            kc_probe q;
+            memset(&q, 0, sizeof(q));
+            if (get_probe(p, size, &off, &q, path, sizeof(path)) != 0) {
+                holds = 0;
+                break;
+            }
+            holds = probe_holds(&d, &q, recorded_at, &hashed);
+            if (holds == 1 && pass == 1 && put_probe(&fresh, &q))
+                holds = KCACHE_ENOMEM;
+        }
+        if (holds == 1 && off != size)
             holds = 0;
-            break;
+        if (holds == 1 && pass == 1) {
+            *refreshed = fresh;
+            fresh = (kc_buf){0};
         }
-        holds = probe_holds(&q, recorded_at, &hashed);
-        if (holds && put_probe(&fresh, &q)) {
-            kc_buf_free(&fresh);
-            return KCACHE_ENOMEM;
-        }
-    }
-    if (holds && off != size)
-        holds = 0;
-    if (holds && hashed)
-        *refreshed = fresh;
-    else
         kc_buf_free(&fresh);
+        if (!hashed)
+            break;
+    }
+    dirs_close(&d);
     return holds;
 }

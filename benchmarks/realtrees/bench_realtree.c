@@ -1,0 +1,193 @@
+/*
+ * One kernel of a real header tree, in one process: plain NVRTC reading the
+ * disk, then kcache's miss and hits on an empty cache of its own, and whether
+ * kcache's bytes are plain NVRTC's. benchmarks/realtrees/run drives it (and
+ * times the whole-process hits with the kcache CLI).
+ *
+ *   bench_realtree --db PATH --source FILE --arch sm_90 [--reps N] [--plain-reps N]
+ *                  [-- NVRTC-OPTIONS]
+ *
+ * Prints one JSON object. The options should carry --frandom-seed so that
+ * plain NVRTC and kcache are given the same seed.
+ */
+#include <kcache/compile.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "toolkit.h"
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median_ms(uint64_t *v, size_t n)
+{
+    qsort(v, n, sizeof(*v), cmp_u64);
+    return (n % 2 ? (double)v[n / 2] : ((double)v[n / 2 - 1] + (double)v[n / 2]) / 2) / 1e6;
+}
+
+/* Plain NVRTC: the source by its path (so "quoted" includes are found beside it), -I as given. */
+static char *plain(const kc_nvrtc *api, const char *path, const char *text, const char *arch,
+                   const char *const *opts, size_t n_opts, size_t *size, uint64_t *ns,
+                   char **log)
+{
+    const char **argv = calloc(n_opts + 2, sizeof(char *));
+    char archopt[64];
+    snprintf(archopt, sizeof(archopt), "-arch=%s", arch);
+    argv[0] = archopt;
+    for (size_t i = 0; i < n_opts; i++)
+        argv[i + 1] = opts[i];
+    nvrtcProgram p;
+    char *out = NULL;
+    *log = NULL;
+    if (api->CreateProgram(&p, text, path, 0, NULL, NULL) != NVRTC_SUCCESS) {
+        free(argv);
+        return NULL;
+    }
+    uint64_t t0 = kc_mono_ns();
+    nvrtcResult rc = api->CompileProgram(p, (int)n_opts + 1, argv);
+    *ns = kc_mono_ns() - t0;
+    size_t ls = 0;
+    if (api->GetProgramLogSize(p, &ls) == NVRTC_SUCCESS && ls > 1 && (*log = malloc(ls)))
+        api->GetProgramLog(p, *log);
+    if (rc == NVRTC_SUCCESS && api->GetCUBINSize(p, size) == NVRTC_SUCCESS &&
+        (out = malloc(*size)))
+        api->GetCUBIN(p, out);
+    api->DestroyProgram(&p);
+    free(argv);
+    return out;
+}
+
+static void json_str(const char *k, const char *v)
+{
+    printf("\"%s\": \"", k);
+    for (const char *p = v ? v : ""; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            printf("\\%c", *p);
+        else if ((unsigned char)*p < 0x20)
+            printf(" ");
+        else
+            putchar(*p);
+    }
+    printf("\"");
+}
+
+int main(int argc, char **argv)
+{
+    const char *db = NULL, *source = NULL, *arch = "sm_90";
+    int reps = 21, plain_reps = 1;
+    int i = 1;
+    for (; i < argc; i++) {
+        if (!strcmp(argv[i], "--") ) {
+            i++;
+            break;
+        }
+        if (i + 1 >= argc)
+            break;
+        if (!strcmp(argv[i], "--db"))
+            db = argv[++i];
+        else if (!strcmp(argv[i], "--source"))
+            source = argv[++i];
+        else if (!strcmp(argv[i], "--arch"))
+            arch = argv[++i];
+        else if (!strcmp(argv[i], "--reps"))
+            reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--plain-reps"))
+            plain_reps = atoi(argv[++i]);
+    }
+    if (!db || !source || reps < 1 || plain_reps < 0) {
+        fprintf(stderr, "usage: bench_realtree --db PATH --source FILE [--arch A] [--reps N] "
+                        "[--plain-reps N] [-- OPTIONS]\n");
+        return 2;
+    }
+    const char *const *opts = (const char *const *)argv + i;
+    size_t n_opts = (size_t)(argc - i);
+    kc_toolkit tk;
+    const kc_nvrtc *api;
+    char msg[512];
+    if (kc_toolkit_find(&tk, NULL, msg, sizeof(msg)) || kc_nvrtc_get(&tk, &api, msg, sizeof(msg))) {
+        fprintf(stderr, "bench_realtree: %s\n", msg);
+        return 1;
+    }
+    char *text = NULL;
+    size_t text_n;
+    if (kc_read_file(source, 256u << 20, &text, &text_n)) {
+        fprintf(stderr, "bench_realtree: cannot read %s\n", source);
+        return 1;
+    }
+    uint64_t plain_ns = 0, best = UINT64_MAX;
+    size_t plain_n = 0;
+    char *plain_out = NULL, *plain_log = NULL;
+    for (int k = 0; k < plain_reps; k++) {
+        free(plain_out);
+        free(plain_log);
+        plain_out = plain(api, source, text, arch, opts, n_opts, &plain_n, &plain_ns, &plain_log);
+        best = KC_MIN(best, plain_ns);
+    }
+
+    kcache_store_options so = KCACHE_STORE_OPTIONS_INIT;
+    so.path = db;
+    kcache_store *s = NULL;
+    if (kcache_store_open(&s, &so, msg, sizeof(msg))) {
+        fprintf(stderr, "bench_realtree: %s\n", msg);
+        return 1;
+    }
+    kcache_compiler_options co = KCACHE_COMPILER_OPTIONS_INIT;
+    co.store = s;
+    kcache_compiler *c = NULL;
+    if (kcache_compiler_new(&c, &co, msg, sizeof(msg))) {
+        fprintf(stderr, "bench_realtree: %s\n", msg);
+        return 1;
+    }
+    kcache_request q = KCACHE_REQUEST_INIT;
+    q.source_path = source;
+    q.arch = arch;
+    q.options = opts;
+    q.n_options = n_opts;
+    kcache_result *miss = NULL;
+    kcache_compile(c, &q, &miss);
+    uint64_t *hit_ns = calloc((size_t)reps, sizeof(uint64_t));
+    int all_hits = 1, hits_equal = 1;
+    for (int k = 0; k < reps; k++) {
+        kcache_result *h = NULL;
+        uint64_t t0 = kc_mono_ns();
+        kcache_compile(c, &q, &h);
+        hit_ns[k] = kc_mono_ns() - t0;
+        all_hits &= h && h->hit;
+        hits_equal &= h && miss && h->size == miss->size && miss->data &&
+                      memcmp(h->data, miss->data, h->size) == 0;
+        kcache_result_free(h);
+    }
+    int equal = plain_out && miss && miss->status == 0 && miss->size == plain_n &&
+                memcmp(miss->data, plain_out, plain_n) == 0;
+    printf("{");
+    json_str("source", source);
+    printf(", \"plain_ok\": %s, \"plain_ms\": %.3f", plain_out ? "true" : "false",
+           plain_reps ? (double)best / 1e6 : 0.0);
+    printf(", \"miss_ok\": %s, \"miss_ms\": %.3f, \"keyed\": %s",
+           miss && miss->status == 0 ? "true" : "false",
+           miss ? (double)miss->elapsed_ns / 1e6 : 0.0, miss && miss->keyed ? "true" : "false");
+    printf(", \"headers\": %zu, ", miss ? miss->n_headers : 0);
+    json_str("store_message", miss ? miss->store_message : "");
+    printf(", ");
+    json_str("message", miss ? miss->message : "");
+    printf(", ");
+    json_str("plain_log_head", plain_log ? plain_log : "");
+    printf(", \"hit_inproc_ms\": %.4f, \"all_hits\": %s, \"hits_equal_miss\": %s",
+           median_ms(hit_ns, (size_t)reps), all_hits ? "true" : "false",
+           hits_equal ? "true" : "false");
+    printf(", \"bytes_equal_plain\": %s}\n", equal ? "true" : "false");
+    kcache_result_free(miss);
+    kcache_compiler_free(c);
+    kcache_store_close(s);
+    kc_toolkit_free(&tk);
+    free(hit_ns);
+    free(text);
+    free(plain_out);
+    free(plain_log);
+    return 0;
+}
