@@ -260,6 +260,7 @@ struct node {
     size_t n_dirs;
     size_t *target;       /* per directive: 1 + the node a literal include names, or 0 */
     char *canon;
+    uint8_t digest[KC_DIGEST_SIZE]; /* of text as read */
 };
 
 /* A spelling left to NVRTC: a toolkit header or a missing one. */
@@ -481,6 +482,7 @@ static int look(struct resolver *r, const char *path, int in_toolkit, const char
         struct node *nd = &r->nodes[k];
         nd->text = text;
         nd->size = size;
+        memcpy(nd->digest, p.digest, KC_DIGEST_SIZE);
         if (!(nd->path = kc_strdup(path)) || !(nd->dir = dirname_of(path)) ||
             map_put(&r->by_identity, id, k))
             return KCACHE_ENOMEM;
@@ -1001,14 +1003,16 @@ static int emit(struct resolver *r)
             break;
         }
         d->state = KC_DEP_USER;
-        if (!text) { /* handed over as read: the node gives its text up */
+        if (text) {
+            kc_digest(d->digest, text, size);
+        } else { /* handed over as read: the node gives its text up */
             text = nd->text;
             size = nd->size;
             nd->text = NULL;
+            memcpy(d->digest, nd->digest, KC_DIGEST_SIZE);
         }
         d->content = text;
         d->size = size;
-        kc_digest(d->digest, text, size);
         if (!(d->name = kc_strdup(nd->canon)) || !(d->path = kc_strdup(nd->path)))
             rc = KCACHE_ENOMEM;
     }

@@ -14,10 +14,12 @@
  *   - nothing else: NVRTC has no default include directory.
  *
  * The compile is made hermetic: every header found outside the toolkit is
- * read, hashed and handed to NVRTC in memory under its spelling, and the user's
+ * read, hashed and handed to NVRTC in memory under one canonical name per file
+ * (deps.c says which, and why includes are rewritten to it), and the user's
  * -I directories are not passed on, so NVRTC cannot read a file that was not
  * hashed. Headers inside the CUDA toolkit are identified by the toolkit's
  * version and read by NVRTC from disk, through the toolkit's -I directories.
+ * Every path looked at is recorded for the manifest (manifest.c).
  */
 #ifndef KC_DEPS_H
 #define KC_DEPS_H
