@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
-#include "toolkit.h"
+#include "compile/toolkit.h"
+#include "util/common.h"
 
 static int cmp_u64(const void *a, const void *b)
 {
@@ -149,13 +149,13 @@ int main(int argc, char **argv)
     q.options = opts;
     q.n_options = n_opts;
     kcache_result *miss = NULL;
-    kcache_compile(c, &q, &miss);
+    kcache_compile(&miss, c, &q);
     uint64_t *hit_ns = calloc((size_t)reps, sizeof(uint64_t));
     int all_hits = 1, hits_equal = 1;
     for (int k = 0; k < reps; k++) {
         kcache_result *h = NULL;
         uint64_t t0 = kc_mono_ns();
-        kcache_compile(c, &q, &h);
+        kcache_compile(&h, c, &q);
         hit_ns[k] = kc_mono_ns() - t0;
         all_hits &= h && h->hit;
         hits_equal &= h && miss && h->size == miss->size && miss->data &&
