@@ -14,6 +14,8 @@
 CREATE TABLE manifest (
     base       BLOB    NOT NULL CHECK (length(base) = 32),
     key        BLOB    NOT NULL CHECK (length(key) = 32),
+    codec      INTEGER NOT NULL,             -- as entry.codec: closures are mostly paths
+    raw_size   INTEGER NOT NULL CHECK (raw_size >= 0),
     closure    BLOB    NOT NULL,
     created_at INTEGER NOT NULL,
     PRIMARY KEY (base, key)

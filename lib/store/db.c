@@ -89,9 +89,11 @@ static const char *const stmt_sql[KC_STMT_COUNT] = {
     [KC_STMT_COUNTERS] = "SELECT name, value FROM counter",
     [KC_STMT_USAGE] = "SELECT arch, kind, hits, misses, saved_ns FROM usage",
     [KC_STMT_MANIFEST_GET] =
-        "SELECT key, closure FROM manifest WHERE base = ?1 ORDER BY created_at DESC LIMIT ?2",
+        "SELECT key, codec, raw_size, closure FROM manifest WHERE base = ?1"
+        " ORDER BY created_at DESC LIMIT ?2",
     [KC_STMT_MANIFEST_PUT] =
-        "INSERT OR REPLACE INTO manifest (base, key, closure, created_at) VALUES (?1, ?2, ?3, ?4)",
+        "INSERT OR REPLACE INTO manifest (base, key, codec, raw_size, closure, created_at)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     [KC_STMT_MANIFEST_TRIM] =
         "DELETE FROM manifest WHERE base = ?1 AND key NOT IN"
         " (SELECT key FROM manifest WHERE base = ?1 ORDER BY created_at DESC LIMIT ?2)",
