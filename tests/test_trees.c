@@ -8,6 +8,7 @@
  */
 #include <fcntl.h>
 #include <kcache/compile.h>
+#include <sqlite3.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -21,10 +22,12 @@ static const kc_nvrtc *api;
 static char fixtures[600];
 static int dbs;
 
+static char last_db[700];
+
 static kcache_store *new_store(void)
 {
-    char path[700];
-    snprintf(path, sizeof(path), "%s/cache%d.db", test_dir(), dbs++);
+    char *path = last_db;
+    snprintf(last_db, sizeof(last_db), "%s/cache%d.db", test_dir(), dbs++);
     kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
     o.path = path;
     kcache_store *s = NULL;
@@ -43,6 +46,19 @@ static kcache_compiler *compiler_on(kcache_store *s)
     char err[512];
     REQUIRE(kcache_compiler_new(&c, &o, err, sizeof(err)) == 0);
     return c;
+}
+
+static long long count(const char *db, const char *sql)
+{
+    sqlite3 *h = NULL;
+    sqlite3_stmt *q = NULL;
+    long long n = -1;
+    REQUIRE(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+    if (sqlite3_prepare_v2(h, sql, -1, &q, NULL) == SQLITE_OK && sqlite3_step(q) == SQLITE_ROW)
+        n = sqlite3_column_int64(q, 0);
+    sqlite3_finalize(q);
+    sqlite3_close(h);
+    return n;
 }
 
 /* Copies a fixture tree into the scratch directory; returns its path there. */
@@ -274,6 +290,8 @@ static void test_edits(void)
     test_sh("mkdir -p '%s/early'", t);
     struct opts o = with_includes(t, "early", "late", NULL);
     kcache_store *s = new_store();
+    char db[700];
+    snprintf(db, sizeof(db), "%s", last_db);
     kcache_compiler *c = compiler_on(s);
     kcache_result *first = through(c, cu, &o, 0);
     CHECK(first->status == 0 && first->keyed && !first->hit);
@@ -328,6 +346,10 @@ static void test_edits(void)
     kcache_result_free(first);
     kcache_compiler_free(c);
     kcache_store_close(s);
+    /* Replaced and refreshed closures leave no stored closure without a use. */
+    CHECK(count(db, "SELECT count(*) FROM manifest") >= 2);
+    CHECK(count(db, "SELECT count(*) FROM closure WHERE id NOT IN"
+                    " (SELECT closure_id FROM manifest)") == 0);
 }
 
 /*
@@ -359,7 +381,7 @@ static void test_same_tick(void)
     clock_gettime(CLOCK_REALTIME, &now);
     int64_t at = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
     kc_buf blob = {0}, refreshed = {0};
-    REQUIRE(kc_manifest_encode(&blob, &p, 1, at) == 0);
+    REQUIRE(kc_manifest_encode(&blob, &p, 1) == 0);
     int64_t racy = kc_manifest_racy_ns;
     kc_manifest_racy_ns = 0;
     /* Trusting the timestamps would keep the old bytes: the hazard. */
@@ -369,11 +391,45 @@ static void test_same_tick(void)
     CHECK(kc_manifest_check(blob.data, blob.size, at, &refreshed) == 0);
     kc_buf_free(&refreshed);
     /* Read long after its last change, the same identity is trusted: no hashing per hit. */
-    REQUIRE(kc_manifest_encode(&blob, &p, 1, at + 2 * racy) == 0);
     CHECK(kc_manifest_check(blob.data, blob.size, at + 2 * racy, &refreshed) == 1);
     CHECK(refreshed.size == 0);
     kc_buf_free(&refreshed);
     kc_buf_free(&blob);
+}
+
+/* Kernels that read the same files share one stored closure; none is left without a use. */
+static void test_shared_closures(void)
+{
+    const char *t = tree("once");
+    char a[800], b[800], db[700];
+    snprintf(a, sizeof(a), "%s/kernel.cu", t);
+    snprintf(b, sizeof(b), "%s/other.cu", t);
+    test_write_text(b, "#include \"lib/a.h\"\n#include \"lib/sub/b.h\"\n"
+                       "extern \"C\" __global__ void other(float *v) { v[1] = a_value(); }\n");
+    struct opts o = with_includes(t, "inc", NULL, NULL);
+    kcache_store *s = new_store();
+    snprintf(db, sizeof(db), "%s", last_db);
+    kcache_compiler *c = compiler_on(s);
+    kcache_result *ra = through(c, a, &o, 0);
+    kcache_result *rb = through(c, b, &o, 0);
+    CHECK(ra->status == 0 && ra->keyed && rb->status == 0 && rb->keyed);
+    kcache_result_free(ra);
+    kcache_result_free(rb);
+    kcache_compiler_free(c);
+    kcache_store_close(s);
+    CHECK(count(db, "SELECT count(*) FROM manifest") == 2);
+    CHECK(count(db, "SELECT count(*) FROM closure") == 1);
+    /* An entry evicted takes its closure's use with it; the last use, the closure. */
+    s = new_store();
+    kcache_store_close(s);
+    kcache_store_options so = KCACHE_STORE_OPTIONS_INIT;
+    so.path = db;
+    char err[256];
+    REQUIRE(kcache_store_open(&s, &so, err, sizeof(err)) == 0);
+    REQUIRE(kcache_store_clear(s) == 0);
+    kcache_store_close(s);
+    CHECK(count(db, "SELECT count(*) FROM manifest") == 0);
+    CHECK(count(db, "SELECT count(*) FROM closure") == 0);
 }
 
 /* --pch does not split keys, and a hit does not replay the miss's PCH lines. */
@@ -424,6 +480,7 @@ int main(void)
     test_fallback();
     test_edits();
     test_same_tick();
+    test_shared_closures();
     test_pch();
     kc_toolkit_free(&tk);
     return test_done();

@@ -397,7 +397,8 @@ static int manifest_hit(kcache_compiler *c, const struct work *w, struct kc_resu
     int found = 0, rc = 0;
     for (size_t i = 0; !found && !rc && i < n; i++) {
         kc_buf refreshed = {0};
-        int holds = kc_manifest_check(rows[i].closure, rows[i].size, now, &refreshed);
+        int holds = kc_manifest_check(rows[i].closure, rows[i].size, rows[i].recorded_at,
+                                      &refreshed);
         kcache_entry *e = NULL;
         if (holds < 0) {
             rc = holds;
@@ -415,7 +416,7 @@ static int manifest_hit(kcache_compiler *c, const struct work *w, struct kc_resu
             r->pub.headers = (const char *const *)r->headers;
             /* Files had to be hashed: written back, so the next check is stat() only. */
             if (!rc && refreshed.size)
-                kc_store_manifest_put(c->store, &w->base, &rows[i].key, refreshed.data,
+                kc_store_manifest_put(c->store, &w->base, &rows[i].key, now, refreshed.data,
                                       refreshed.size);
         }
         kc_buf_free(&refreshed);
@@ -428,8 +429,9 @@ static int manifest_hit(kcache_compiler *c, const struct work *w, struct kc_resu
 static void record_manifest(kcache_compiler *c, const struct work *w, const struct kc_result *r)
 {
     kc_buf blob = {0};
-    if (kc_manifest_encode(&blob, w->deps.probes, w->deps.n_probes, w->resolved_at) == 0)
-        kc_store_manifest_put(c->store, &w->base, &r->pub.key, blob.data, blob.size);
+    if (kc_manifest_encode(&blob, w->deps.probes, w->deps.n_probes) == 0)
+        kc_store_manifest_put(c->store, &w->base, &r->pub.key, w->resolved_at, blob.data,
+                              blob.size);
     kc_buf_free(&blob);
 }
 

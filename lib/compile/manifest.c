@@ -20,9 +20,10 @@
  * KC_MANIFEST_RACY_NS of the moment it was read is always hashed, until a
  * later check sees it old enough and writes the closure back.
  *
- * Encoding (all little endian): "KCM1", recorded_at i64, count u32, then per
- * probe: state u8, path length u32, path bytes, and for a file or toolkit
- * header dev, ino, size u64, mtime, ctime i64, and for a file its digest.
+ * Encoding (all little endian): "KCM2", count u32, then per probe: state u8,
+ * path length u32, path bytes, and for a file or toolkit header dev, ino,
+ * size u64, mtime, ctime i64, and for a file its digest. When the files were
+ * read is kept beside it (the store shares one closure between kernels).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -69,18 +70,17 @@ static int put_probe(kc_buf *b, const kc_probe *p)
     return 0;
 }
 
-static int put_header(kc_buf *b, int64_t recorded_at, uint32_t n)
+static int put_header(kc_buf *b, uint32_t n)
 {
     b->size = 0;
-    if (kc_buf_append(b, "KCM1", 4) || put_u64(b, (uint64_t)recorded_at) ||
-        kc_buf_append_u32(b, n))
+    if (kc_buf_append(b, "KCM2", 4) || kc_buf_append_u32(b, n))
         return KCACHE_ENOMEM;
     return 0;
 }
 
-int kc_manifest_encode(kc_buf *out, const kc_probe *probes, size_t n, int64_t recorded_at)
+int kc_manifest_encode(kc_buf *out, const kc_probe *probes, size_t n)
 {
-    if (n > UINT32_MAX || put_header(out, recorded_at, (uint32_t)n))
+    if (n > UINT32_MAX || put_header(out, (uint32_t)n))
         return KCACHE_ENOMEM;
     for (size_t i = 0; i < n; i++)
         if (put_probe(out, &probes[i]))
@@ -280,14 +280,13 @@ static int probe_holds(struct dirs *d, kc_probe *q, int64_t recorded_at, int *ha
     return 1;
 }
 
-int kc_manifest_check(const void *blob, size_t size, int64_t now, kc_buf *refreshed)
+int kc_manifest_check(const void *blob, size_t size, int64_t recorded_at, kc_buf *refreshed)
 {
     const uint8_t *p = blob;
     refreshed->size = 0;
-    if (size < 16 || memcmp(p, "KCM1", 4) != 0)
+    if (size < 8 || memcmp(p, "KCM2", 4) != 0)
         return 0;
-    int64_t recorded_at = (int64_t)get_u64(p + 4);
-    uint32_t n = kc_read_u32(p + 12);
+    uint32_t n = kc_read_u32(p + 4);
     int hashed = 0, holds = 1;
     char path[4096];
     struct dirs d = {0};
@@ -295,8 +294,8 @@ int kc_manifest_check(const void *blob, size_t size, int64_t now, kc_buf *refres
      * closure written again with the identities seen now. */
     for (int pass = 0; pass < 2 && holds; pass++) {
         kc_buf fresh = {0};
-        size_t off = 16;
-        if (pass == 1 && put_header(&fresh, now, n))
+        size_t off = 8;
+        if (pass == 1 && put_header(&fresh, n))
             holds = KCACHE_ENOMEM;
         for (uint32_t i = 0; holds == 1 && i < n; i++) {
             kc_probe q;

@@ -21,17 +21,18 @@
 /* KC_MANIFEST_RACY_NS, a variable so that tests can show what each rule catches. */
 extern int64_t kc_manifest_racy_ns;
 
-/* Encodes a resolution's probes, read at recorded_at (ns since the epoch). */
-int kc_manifest_encode(kc_buf *out, const kc_probe *probes, size_t n, int64_t recorded_at);
+/* Encodes a resolution's probes. */
+int kc_manifest_encode(kc_buf *out, const kc_probe *probes, size_t n);
 
 /*
- * Checks a closure against the disk at `now` (ns since the epoch). Returns 1
- * when every path still holds what it held, 0 when one does not (or the blob
- * does not parse), KCACHE_ENOMEM. When the closure holds but a file had to be
- * hashed (new timestamps with the same bytes, or timestamps too recent to
- * trust), *refreshed gets a closure with the identities seen now, to be put
- * back so that the next check needs only stat(); it is left empty otherwise.
+ * Checks a closure whose files were read at recorded_at (ns since the epoch)
+ * against the disk. Returns 1 when every path still holds what it held, 0
+ * when one does not (or the blob does not parse), KCACHE_ENOMEM. When the
+ * closure holds but a file had to be hashed (new timestamps with the same
+ * bytes, or timestamps too recent to trust), *refreshed gets a closure with
+ * the identities seen now, to be put back as read at the time the check began,
+ * so that the next check needs only stat(); it is left empty otherwise.
  */
-int kc_manifest_check(const void *blob, size_t size, int64_t now, kc_buf *refreshed);
+int kc_manifest_check(const void *blob, size_t size, int64_t recorded_at, kc_buf *refreshed);
 
 #endif

@@ -89,14 +89,20 @@ static const char *const stmt_sql[KC_STMT_COUNT] = {
     [KC_STMT_COUNTERS] = "SELECT name, value FROM counter",
     [KC_STMT_USAGE] = "SELECT arch, kind, hits, misses, saved_ns FROM usage",
     [KC_STMT_MANIFEST_GET] =
-        "SELECT key, codec, raw_size, closure FROM manifest WHERE base = ?1"
-        " ORDER BY created_at DESC LIMIT ?2",
+        "SELECT m.key, m.recorded_at, c.codec, c.raw_size, c.data FROM manifest m"
+        " JOIN closure c ON c.id = m.closure_id WHERE m.base = ?1"
+        " ORDER BY m.created_at DESC LIMIT ?2",
+    /* A delete, then an insert: a REPLACE would not fire manifest_removed. */
+    [KC_STMT_MANIFEST_DELETE] = "DELETE FROM manifest WHERE base = ?1 AND key = ?2",
     [KC_STMT_MANIFEST_PUT] =
-        "INSERT OR REPLACE INTO manifest (base, key, codec, raw_size, closure, created_at)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO manifest (base, key, closure_id, recorded_at, created_at)"
+        " VALUES (?1, ?2, ?3, ?4, ?5)",
     [KC_STMT_MANIFEST_TRIM] =
         "DELETE FROM manifest WHERE base = ?1 AND key NOT IN"
         " (SELECT key FROM manifest WHERE base = ?1 ORDER BY created_at DESC LIMIT ?2)",
+    [KC_STMT_CLOSURE_FIND] = "SELECT id FROM closure WHERE digest = ?1",
+    [KC_STMT_CLOSURE_PUT] =
+        "INSERT INTO closure (digest, codec, raw_size, data) VALUES (?1, ?2, ?3, ?4)",
 };
 
 /* Whether a write may have failed for RLIMIT_FSIZE: a file is within a page of the limit. */

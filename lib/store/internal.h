@@ -5,6 +5,8 @@
 #ifndef KC_STORE_INTERNAL_H
 #define KC_STORE_INTERNAL_H
 
+#include <stdint.h>
+
 #include "kcache/store.h"
 
 /*
@@ -45,7 +47,8 @@ void kc_store_lease_release(kcache_store *store, const kcache_key *key);
 
 typedef struct kc_manifest_row {
     kcache_key key;
-    void *closure;
+    int64_t recorded_at;   /* ns since the epoch: when its files were read */
+    void *closure;         /* compile/manifest.c's encoding, shared by every use */
     size_t size;
 } kc_manifest_row;
 
@@ -53,7 +56,7 @@ int kc_store_manifest_get(kc_manifest_row **out, size_t *n, kcache_store *store,
                           const kcache_key *base);
 void kc_manifest_rows_free(kc_manifest_row *rows, size_t n);
 int kc_store_manifest_put(kcache_store *store, const kcache_key *base, const kcache_key *key,
-                          const void *closure, size_t size);
+                          int64_t recorded_at, const void *closure, size_t size);
 
 /* Counts a compile served without the cache, under "uncacheable.<reason>". Best effort. */
 void kc_store_count_uncacheable(kcache_store *store, const char *reason);

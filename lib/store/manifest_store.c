@@ -33,10 +33,11 @@ static int manifest_get_locked(kc_manifest_row **out, size_t *n, kcache_store *s
     int src = SQLITE_DONE;
     while (k < KC_MANIFEST_PER_BASE && (src = sqlite3_step(q)) == SQLITE_ROW) {
         const void *key = sqlite3_column_blob(q, 0);
-        int codec = sqlite3_column_int(q, 1);
-        sqlite3_int64 raw_size = sqlite3_column_int64(q, 2);
-        const void *blob = sqlite3_column_blob(q, 3);
-        int size = sqlite3_column_bytes(q, 3);
+        int64_t recorded_at = sqlite3_column_int64(q, 1);
+        int codec = sqlite3_column_int(q, 2);
+        sqlite3_int64 raw_size = sqlite3_column_int64(q, 3);
+        const void *blob = sqlite3_column_blob(q, 4);
+        int size = sqlite3_column_bytes(q, 4);
         if (!key || sqlite3_column_bytes(q, 0) != KCACHE_KEY_SIZE || !blob || size <= 0 ||
             raw_size <= 0 || raw_size > (64 << 20))
             continue;
@@ -49,6 +50,7 @@ static int manifest_get_locked(kc_manifest_row **out, size_t *n, kcache_store *s
         }
         if (drc)
             continue; /* a damaged closure is no closure: the long way finds the key */
+        rows[k].recorded_at = recorded_at;
         rows[k++].size = (size_t)raw_size;
     }
     if (!rc && k < KC_MANIFEST_PER_BASE && src != SQLITE_DONE)
@@ -74,38 +76,86 @@ int kc_store_manifest_get(kc_manifest_row **out, size_t *n, kcache_store *s,
     return rc;
 }
 
-static int manifest_put_locked(kcache_store *s, const kcache_key *base, const kcache_key *key,
-                               const void *closure, size_t size)
+/* The id of the closure with these bytes, stored now if it was not. */
+static int closure_id(int64_t *id, kcache_store *s, const void *closure, size_t size)
 {
-    /* Compressed before the write lock: a closure is mostly paths (about 10x). */
-    int codec;
-    int rc = kc_encode(s->codec, &s->scratch, &codec, closure, size);
-    if (rc)
-        return kc_err(s, rc, "out of memory");
-    if ((rc = kc_db_begin_write(s)))
-        return rc;
+    uint8_t digest[KC_DIGEST_SIZE];
+    kc_digest(digest, closure, size);
     sqlite3_stmt *q;
-    if (!(rc = kc_db_stmt(s, &q, KC_STMT_MANIFEST_PUT))) {
+    int rc = kc_db_stmt(s, &q, KC_STMT_CLOSURE_FIND);
+    if (rc)
+        return rc;
+    sqlite3_bind_blob(q, 1, digest, KC_DIGEST_SIZE, SQLITE_STATIC);
+    int src = sqlite3_step(q);
+    if (src == SQLITE_ROW)
+        *id = sqlite3_column_int64(q, 0);
+    sqlite3_reset(q);
+    if (src == SQLITE_ROW)
+        return 0;
+    if (src != SQLITE_DONE)
+        return kc_sqlerr(s, src, "finding an include closure");
+    /* Compressed only when new: a closure is mostly paths (about 5x). */
+    int codec;
+    if ((rc = kc_encode(s->codec, &s->scratch, &codec, closure, size)))
+        return kc_err(s, rc, "out of memory");
+    if ((rc = kc_db_stmt(s, &q, KC_STMT_CLOSURE_PUT)))
+        return rc;
+    sqlite3_bind_blob(q, 1, digest, KC_DIGEST_SIZE, SQLITE_STATIC);
+    sqlite3_bind_int(q, 2, codec);
+    sqlite3_bind_int64(q, 3, (sqlite3_int64)size);
+    sqlite3_bind_blob64(q, 4, s->scratch.data, s->scratch.size, SQLITE_STATIC);
+    src = sqlite3_step(q);
+    sqlite3_reset(q);
+    if (src != SQLITE_DONE)
+        return kc_sqlerr(s, src, "storing an include closure");
+    *id = sqlite3_last_insert_rowid(s->db);
+    return 0;
+}
+
+/* Runs a statement bound to base and either key or an integer limit, to its end. */
+static int step_base_key(kcache_store *s, enum kc_stmt which, const kcache_key *base,
+                         const kcache_key *key, int limit, const char *what)
+{
+    sqlite3_stmt *q;
+    int rc = kc_db_stmt(s, &q, which);
+    if (rc)
+        return rc;
+    sqlite3_bind_blob(q, 1, base->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
+    if (key)
+        sqlite3_bind_blob(q, 2, key->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
+    else
+        sqlite3_bind_int(q, 2, limit);
+    int src = sqlite3_step(q);
+    sqlite3_reset(q);
+    return src == SQLITE_DONE ? 0 : kc_sqlerr(s, src, what);
+}
+
+static int manifest_put_locked(kcache_store *s, const kcache_key *base, const kcache_key *key,
+                               int64_t recorded_at, const void *closure, size_t size)
+{
+    int rc = kc_db_begin_write(s);
+    if (rc)
+        return rc;
+    int64_t id = 0;
+    sqlite3_stmt *q;
+    rc = step_base_key(s, KC_STMT_MANIFEST_DELETE, base, key, 0, "replacing an include closure");
+    if (!rc)
+        rc = closure_id(&id, s, closure, size);
+    if (!rc && !(rc = kc_db_stmt(s, &q, KC_STMT_MANIFEST_PUT))) {
         sqlite3_bind_blob(q, 1, base->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
         sqlite3_bind_blob(q, 2, key->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
-        sqlite3_bind_int(q, 3, codec);
-        sqlite3_bind_int64(q, 4, (sqlite3_int64)size);
-        sqlite3_bind_blob64(q, 5, s->scratch.data, s->scratch.size, SQLITE_STATIC);
-        sqlite3_bind_int64(q, 6, kc_now_ms());
+        sqlite3_bind_int64(q, 3, id);
+        sqlite3_bind_int64(q, 4, recorded_at);
+        sqlite3_bind_int64(q, 5, kc_now_ms());
         int src = sqlite3_step(q);
         sqlite3_reset(q);
         if (src != SQLITE_DONE)
             rc = kc_sqlerr(s, src, "storing an include closure");
     }
     /* Several closures per base key (a header's edit and its revert), not without end. */
-    if (!rc && !(rc = kc_db_stmt(s, &q, KC_STMT_MANIFEST_TRIM))) {
-        sqlite3_bind_blob(q, 1, base->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
-        sqlite3_bind_int(q, 2, KC_MANIFEST_PER_BASE);
-        int src = sqlite3_step(q);
-        sqlite3_reset(q);
-        if (src != SQLITE_DONE)
-            rc = kc_sqlerr(s, src, "trimming include closures");
-    }
+    if (!rc)
+        rc = step_base_key(s, KC_STMT_MANIFEST_TRIM, base, NULL, KC_MANIFEST_PER_BASE,
+                           "trimming include closures");
     if (rc) {
         kc_db_rollback(s);
         return rc;
@@ -114,10 +164,10 @@ static int manifest_put_locked(kcache_store *s, const kcache_key *base, const kc
 }
 
 int kc_store_manifest_put(kcache_store *s, const kcache_key *base, const kcache_key *key,
-                          const void *closure, size_t size)
+                          int64_t recorded_at, const void *closure, size_t size)
 {
     pthread_mutex_lock(&s->lock);
-    int rc = s->db ? manifest_put_locked(s, base, key, closure, size) : KCACHE_EIO;
+    int rc = s->db ? manifest_put_locked(s, base, key, recorded_at, closure, size) : KCACHE_EIO;
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
