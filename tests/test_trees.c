@@ -220,6 +220,16 @@ static void test_twin_basenames(void)
     /* The other branch of the macro-built path is followed too. */
 }
 
+/* Two files whose canonical names would be one ("x/h.h"): the second gets another. */
+static void test_colliding_names(void)
+{
+    const char *t = tree("collide");
+    char cu[800];
+    snprintf(cu, sizeof(cu), "%s/kernel.cu", t);
+    struct opts o = with_includes(t, "A", "B", NULL);
+    cached_and_equal("two files one name would give", cu, &o);
+}
+
 /* thrust's <__THRUST_DEVICE_SYSTEM_ROOT/detail/for_each.h>, and a macro kcache does not follow. */
 static void test_macro_paths(void)
 {
@@ -481,6 +491,7 @@ int main(void)
     }
     test_two_spellings();
     test_twin_basenames();
+    test_colliding_names();
     test_macro_paths();
     test_fallback();
     test_edits();
