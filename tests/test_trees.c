@@ -363,6 +363,42 @@ static void test_edits(void)
 }
 
 /*
+ * The process's memo of headers (compile/depmemo.c): a header read for one
+ * kernel is not read again for the next while its identity holds, and an edit
+ * that restores size and mtime still shows (ctime). Timestamps are trusted
+ * however recent, so that only the identity check can tell.
+ */
+static void test_memo(void)
+{
+    const char *t = tree("edits");
+    char a[800], b[800], h[800];
+    snprintf(a, sizeof(a), "%s/kernel.cu", t);
+    snprintf(b, sizeof(b), "%s/other.cu", t);
+    snprintf(h, sizeof(h), "%s/inc/h.h", t);
+    test_write_text(b, "#include \"inc/h.h\"\n"
+                       "extern \"C\" __global__ void other(float *v) { v[2] = H_VALUE; }\n");
+    struct opts o = with_includes(t, "late", NULL, NULL);
+    int64_t racy = kc_manifest_racy_ns;
+    kc_manifest_racy_ns = 0;
+    kcache_store *s = new_store();
+    kcache_compiler *c = compiler_on(s);
+    kcache_result *r = through(c, a, &o, 0);
+    CHECK(r->status == 0 && r->keyed);
+    kcache_result_free(r);
+    struct stat st;
+    REQUIRE(stat(h, &st) == 0);
+    test_write_text(h, "#define H_VALUE 5555.0f\n");
+    set_mtime(h, &st);
+    r = through(c, b, &o, 0);
+    CHECK(r->status == 0 && r->keyed && !r->hit);
+    CHECK(same_as_plain(r, b, &o));
+    kcache_result_free(r);
+    kc_manifest_racy_ns = racy;
+    kcache_compiler_free(c);
+    kcache_store_close(s);
+}
+
+/*
  * An edit within one timestamp tick of the read leaves size, mtime and ctime
  * as they were on file systems with coarse timestamps (Linux before 6.13's
  * multigrain timestamps, FAT, ext3): only hashing can tell, which is why a
@@ -495,6 +531,7 @@ int main(void)
     test_macro_paths();
     test_fallback();
     test_edits();
+    test_memo();
     test_same_tick();
     test_shared_closures();
     test_pch();

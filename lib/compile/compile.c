@@ -133,6 +133,7 @@ static int resolve_deps(kcache_compiler *c, const kcache_request *req, struct wo
         .mem_names = n_mem ? req->header_names : NULL,
         .mem_contents = n_mem ? req->header_contents : NULL,
         .n_mem = n_mem,
+        .read_at = w->resolved_at,
     };
     if ((rc = kc_deps_resolve(&w->deps, &dq, msg, sizeof(msg))))
         return kc_result_fail(r, rc, "%s", msg);

@@ -43,6 +43,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "compile/depmemo.h"
 #include "compile/deps.h"
 
 /* A compile that reads more files than this is not one kcache can key. */
@@ -260,7 +261,8 @@ struct node {
     size_t n_dirs;
     size_t *target;       /* per directive: 1 + the node a literal include names, or 0 */
     char *canon;
-    uint8_t digest[KC_DIGEST_SIZE]; /* of text as read */
+    kc_probe id;          /* identity and digest of text as read */
+    kc_memo *memo;        /* text and dirs are the memo's, borrowed */
 };
 
 /* A spelling left to NVRTC: a toolkit header or a missing one. */
@@ -450,7 +452,24 @@ static int look(struct resolver *r, const char *path, int in_toolkit, const char
     }
     char *text = NULL;
     size_t size = 0;
-    rc = kc_read_with_identity(path, &text, &size, &p);
+    kc_memo *memo = NULL;
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+        kc_probe id;
+        memset(&id, 0, sizeof(id));
+        id.dev = (uint64_t)st.st_dev;
+        id.ino = (uint64_t)st.st_ino;
+        id.size = (uint64_t)st.st_size;
+        id.mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+        id.ctime_ns = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
+        memo = kc_memo_get(path, &id);
+    }
+    if (memo) {
+        p = memo->id; /* read before, and the same file still */
+        rc = 0;
+    } else {
+        rc = kc_read_with_identity(path, &text, &size, &p);
+    }
     if (rc == KCACHE_ENOMEM)
         return rc;
     if (rc) {
@@ -473,16 +492,23 @@ static int look(struct resolver *r, const char *path, int in_toolkit, const char
     if (map_find(&r->by_identity, id, &v)) {
         /* The same file by another path: one header to NVRTC. */
         free(text);
+        kc_memo_release(memo);
     } else {
         size_t k;
         if ((rc = new_node(r, &k))) {
             free(text);
+            kc_memo_release(memo);
             return rc < 0 ? rc : 0;
         }
         struct node *nd = &r->nodes[k];
-        nd->text = text;
-        nd->size = size;
-        memcpy(nd->digest, p.digest, KC_DIGEST_SIZE);
+        nd->text = memo ? memo->text : text;
+        nd->size = memo ? memo->size : size;
+        nd->id = p;
+        if (memo) {
+            nd->memo = memo;
+            nd->dirs = memo->dirs;
+            nd->n_dirs = memo->n_dirs;
+        }
         if (!(nd->path = kc_strdup(path)) || !(nd->dir = dirname_of(path)) ||
             map_put(&r->by_identity, id, k))
             return KCACHE_ENOMEM;
@@ -642,9 +668,19 @@ static int add_macro(struct resolver *r, const char *name, const char *value)
 static int scan_node(struct resolver *r, size_t k)
 {
     struct node *nd = &r->nodes[k];
-    int rc = kc_scan(&nd->dirs, &nd->n_dirs, nd->text, nd->size);
+    int rc = nd->memo ? 0 : kc_scan(&nd->dirs, &nd->n_dirs, nd->text, nd->size);
     if (rc)
         return rc;
+    if (!nd->memo && nd->path && r->req->read_at) {
+        /* Kept for the next resolution of this process, if it can be trusted. */
+        kc_memo *m = kc_memo_adopt(nd->path, &nd->id, &nd->text, nd->size, &nd->dirs,
+                                   nd->n_dirs, r->req->read_at);
+        if (m) {
+            nd->memo = m;
+            nd->text = m->text;
+            nd->dirs = m->dirs;
+        }
+    }
     if (!(r->nodes[k].target = kc_calloc(nd->n_dirs + 1, sizeof(size_t))))
         return KCACHE_ENOMEM;
     size_t n = nd->n_dirs;
@@ -1005,11 +1041,17 @@ static int emit(struct resolver *r)
         d->state = KC_DEP_USER;
         if (text) {
             kc_digest(d->digest, text, size);
+        } else if (nd->memo) { /* handed over as read, from the process's memo */
+            if (!(text = kc_memdup(nd->text, nd->size))) {
+                rc = KCACHE_ENOMEM;
+                break;
+            }
+            size = nd->size;
         } else { /* handed over as read: the node gives its text up */
             text = nd->text;
             size = nd->size;
             nd->text = NULL;
-            memcpy(d->digest, nd->digest, KC_DIGEST_SIZE);
+            memcpy(d->digest, nd->id.digest, KC_DIGEST_SIZE);
         }
         d->content = text;
         d->size = size;
@@ -1059,9 +1101,13 @@ static void resolver_free(struct resolver *r)
         free(nd->path);
         free(nd->dir);
         free(nd->spelling);
-        if (k)
-            free(nd->text);
-        kc_directives_free(nd->dirs, nd->n_dirs);
+        if (nd->memo) {
+            kc_memo_release(nd->memo);
+        } else {
+            if (k)
+                free(nd->text);
+            kc_directives_free(nd->dirs, nd->n_dirs);
+        }
         free(nd->target);
         free(nd->canon);
     }

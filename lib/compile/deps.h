@@ -118,6 +118,9 @@ typedef struct kc_deps_request {
     const char *const *mem_names;
     const char *const *mem_contents;
     size_t n_mem;
+    /* When the resolution began (ns since the epoch), for the process's
+     * memo of headers (compile/depmemo.c); 0: nothing is kept. */
+    int64_t read_at;
 } kc_deps_request;
 
 typedef struct kc_deps {

@@ -1,0 +1,134 @@
+/*
+ * Headers read once per process while their identity holds (DESIGN.md, "The
+ * key"): a program that compiles many kernels against one tree (CuPy compiles
+ * dozens against the same 960 headers) reads, hashes and scans each header
+ * once, not once per kernel. An entry is trusted only for the identity it was
+ * read with, and only when its file had not changed within
+ * kc_manifest_racy_ns of that read (the rule compile/manifest.c gives its
+ * closures): a later edit then changes ctime, which the next lookup sees.
+ *
+ * Entries are immutable once in the table and counted: a resolution borrows
+ * an entry's text and directives and releases it when done, so an entry
+ * replaced meanwhile (its file changed) goes only when the last user lets go.
+ * The table keeps at most KC_MEMO_BUDGET bytes of text; past it, files are
+ * simply not kept.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compile/depmemo.h"
+#include "compile/manifest.h"
+
+#define KC_MEMO_BUCKETS 4096
+#define KC_MEMO_BUDGET ((size_t)256 << 20)
+
+static pthread_mutex_t memo_lock = PTHREAD_MUTEX_INITIALIZER;
+static kc_memo *buckets[KC_MEMO_BUCKETS];
+static size_t memo_bytes;
+
+static size_t bucket_of(const char *path)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *path; path++)
+        h = (h ^ (unsigned char)*path) * 1099511628211ull;
+    return (size_t)(h % KC_MEMO_BUCKETS);
+}
+
+static void destroy(kc_memo *m)
+{
+    free(m->path);
+    free(m->text);
+    kc_directives_free(m->dirs, m->n_dirs);
+    free(m);
+}
+
+static int same_identity(const kc_memo *m, const kc_probe *id)
+{
+    return m->id.dev == id->dev && m->id.ino == id->ino && m->id.size == id->size &&
+           m->id.mtime_ns == id->mtime_ns && m->id.ctime_ns == id->ctime_ns;
+}
+
+/* Takes m out of the table; it goes when its last user lets go. Under the lock. */
+static void unlink_locked(kc_memo **slot)
+{
+    kc_memo *m = *slot;
+    *slot = m->next;
+    m->next = NULL;
+    m->in_table = 0;
+    memo_bytes -= m->size;
+    if (m->refs == 0)
+        destroy(m);
+}
+
+kc_memo *kc_memo_get(const char *path, const kc_probe *id)
+{
+    kc_memo *found = NULL;
+    pthread_mutex_lock(&memo_lock);
+    for (kc_memo **slot = &buckets[bucket_of(path)]; *slot; slot = &(*slot)->next) {
+        if (strcmp((*slot)->path, path) != 0)
+            continue;
+        if (same_identity(*slot, id)) {
+            found = *slot;
+            found->refs++;
+        } else {
+            unlink_locked(slot); /* the file changed: its old bytes are no use */
+        }
+        break;
+    }
+    pthread_mutex_unlock(&memo_lock);
+    return found;
+}
+
+kc_memo *kc_memo_adopt(const char *path, const kc_probe *id, char **text, size_t size,
+                       kc_directive **dirs, size_t n_dirs, int64_t read_at)
+{
+    /* Changed too close to the read to trust its timestamps: not kept. */
+    if (id->mtime_ns > read_at - kc_manifest_racy_ns ||
+        id->ctime_ns > read_at - kc_manifest_racy_ns)
+        return NULL;
+    kc_memo *m = kc_calloc(1, sizeof(*m));
+    if (!m || !(m->path = kc_strdup(path))) {
+        free(m);
+        return NULL;
+    }
+    m->id = *id;
+    m->size = size;
+    m->refs = 1;
+    m->in_table = 1;
+    pthread_mutex_lock(&memo_lock);
+    if (memo_bytes + size > KC_MEMO_BUDGET) {
+        pthread_mutex_unlock(&memo_lock);
+        free(m->path);
+        free(m);
+        return NULL;
+    }
+    kc_memo **slot = &buckets[bucket_of(path)];
+    for (kc_memo **s = slot; *s; s = &(*s)->next) {
+        if (!strcmp((*s)->path, path)) {
+            unlink_locked(s);
+            break;
+        }
+    }
+    m->text = *text;
+    m->dirs = *dirs;
+    m->n_dirs = n_dirs;
+    *text = NULL;
+    *dirs = NULL;
+    m->next = *slot;
+    *slot = m;
+    memo_bytes += size;
+    pthread_mutex_unlock(&memo_lock);
+    return m;
+}
+
+void kc_memo_release(kc_memo *m)
+{
+    if (!m)
+        return;
+    pthread_mutex_lock(&memo_lock);
+    int gone = --m->refs == 0 && !m->in_table;
+    pthread_mutex_unlock(&memo_lock);
+    if (gone)
+        destroy(m);
+}
