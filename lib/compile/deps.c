@@ -261,6 +261,7 @@ struct node {
     size_t n_dirs;
     size_t *target;       /* per directive: 1 + the node a literal include names, or 0 */
     char *canon;
+    int in_memory;        /* handed over by the caller under spelling: keeps that name */
     kc_probe id;          /* identity and digest of text as read */
     kc_memo *memo;        /* text and dirs are the memo's, borrowed */
 };
@@ -308,6 +309,7 @@ struct resolver {
     size_t n_aliases, cap_aliases;
     struct pending *pending;
     size_t n_pending, cap_pending;
+    struct map by_memory;    /* in-memory header name -> node */
     struct map by_macro;     /* name -> index into macros */
     struct macro *macros;
     size_t n_macros, cap_macros;
@@ -565,6 +567,12 @@ static int resolve(struct resolver *r, const char *spelling, int angle, size_t f
     *found = 0;
     if (!*spelling)
         return 0;
+    size_t v;
+    if (map_find(&r->by_memory, spelling, &v)) {
+        /* Headers handed over in memory come first, by exact spelling, as in NVRTC. */
+        *found = v + 1;
+        return 0;
+    }
     char path[PATH_MAX];
     int rc;
     for (size_t i = 0; i <= q->n_include_dirs; i++) {
@@ -924,6 +932,12 @@ static int assign_names(struct resolver *r)
     int rc = 0;
     for (size_t k = 1; !rc && k < r->n_nodes; k++) {
         struct node *nd = &r->nodes[k];
+        if (nd->in_memory) {
+            /* Created first, with distinct names: nothing can have taken one yet. */
+            if (!(nd->canon = kc_strdup(nd->spelling)) || map_put(&canon, nd->canon, k))
+                rc = KCACHE_ENOMEM;
+            continue;
+        }
         const char *base = "";
         if (nd->beside && nd->parent != 0)
             base = r->nodes[nd->parent].canon;
@@ -1055,7 +1069,8 @@ static int emit(struct resolver *r)
         }
         d->content = text;
         d->size = size;
-        if (!(d->name = kc_strdup(nd->canon)) || !(d->path = kc_strdup(nd->path)))
+        if (!(d->name = kc_strdup(nd->canon)) ||
+            !(d->path = kc_strdup(nd->path ? nd->path : "(in memory)")))
             rc = KCACHE_ENOMEM;
     }
     for (size_t i = 0; !rc && i < r->n_aliases; i++) {
@@ -1067,7 +1082,7 @@ static int emit(struct resolver *r)
         size_t n = strlen(nd->canon) + 16;
         d->state = KC_DEP_USER;
         if (!(d->content = kc_malloc(n)) || !(d->name = kc_strdup(r->aliases[i].name)) ||
-            !(d->path = kc_strdup(nd->path))) {
+            !(d->path = kc_strdup(nd->path ? nd->path : "(in memory)"))) {
             rc = KCACHE_ENOMEM;
             break;
         }
@@ -1132,6 +1147,7 @@ static void resolver_free(struct resolver *r)
         free(r->aliases[i].name);
     free(r->aliases);
     free(r->pending);
+    map_free(&r->by_memory);
     map_free(&r->by_macro);
     for (size_t i = 0; i < r->n_macros; i++) {
         for (size_t j = 0; j < r->macros[i].n; j++)
@@ -1156,7 +1172,33 @@ int kc_deps_resolve(kc_deps *out, const kc_deps_request *req, char *msg, size_t 
             !(r.nodes[src].dir = kc_strdup(req->source_dir)))
             rc = KCACHE_ENOMEM;
     }
-    /* Definitions from -D are in force everywhere. */
+    /*
+     * Headers handed over in memory (nvrtcCreateProgram's) are all inputs,
+     * read or not, and are scanned; their quoted includes have no directory
+     * to be searched first (NVRTC gives an in-memory header none). A name
+     * given twice: NVRTC takes the first, and so does kcache. They keep
+     * their names: the caller's includes find them by those.
+     */
+    for (size_t i = 0; !rc && i < req->n_mem; i++) {
+        const char *name = req->mem_names[i];
+        size_t k;
+        if (map_find(&r.by_memory, name, NULL))
+            continue;
+        if ((rc = new_node(&r, &k))) {
+            rc = rc < 0 ? rc : 0;
+            break;
+        }
+        struct node *nd = &r.nodes[k];
+        nd->in_memory = 1;
+        nd->size = strlen(req->mem_contents[i]);
+        if (!(nd->text = kc_memdup(req->mem_contents[i], nd->size)) ||
+            !(nd->spelling = kc_strdup(name)) || map_put(&r.by_memory, name, k)) {
+            rc = KCACHE_ENOMEM;
+            break;
+        }
+        nd->id.state = KC_PROBE_FILE;
+        kc_digest(nd->id.digest, nd->text, nd->size);
+    }
     for (size_t i = 0; !rc && i < req->n_pre_includes; i++) {
         /* -include headers are read as if the main source included them first. */
         size_t found;
