@@ -87,6 +87,7 @@ static const char *const stmt_sql[KC_STMT_COUNT] = {
     [KC_STMT_DELETE_ID] = "DELETE FROM entry WHERE id = ?1",
     [KC_STMT_TOTALS] = "SELECT entries, raw_bytes, stored_bytes FROM totals",
     [KC_STMT_COUNTERS] = "SELECT name, value FROM counter",
+    [KC_STMT_COUNTER_GET] = "SELECT value FROM counter WHERE name = ?1",
     [KC_STMT_USAGE] = "SELECT arch, kind, hits, misses, saved_ns FROM usage",
     [KC_STMT_MANIFEST_GET] =
         "SELECT m.key, m.recorded_at, c.codec, c.raw_size, c.data FROM manifest m"

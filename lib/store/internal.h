@@ -23,6 +23,13 @@ void kc_store_count_miss(kcache_store *store, const char *arch, kcache_kind kind
 void kc_store_count_failure(kcache_store *store);
 
 /*
+ * Adds delta to a named counter of the generic counter table (batched with
+ * the hits; a new name needs no schema change). Names are under 32 bytes.
+ * Read back with kcache_store_counter(). Best effort.
+ */
+void kc_store_count(kcache_store *store, const char *name, uint64_t delta);
+
+/*
  * Single flight: when several processes (or threads) miss the same key, the
  * one that gets the lease compiles and the others wait for its entry.
  *

@@ -192,6 +192,7 @@ KCACHE_API int kcache_store_zero_stats(kcache_store *store)
         store->pending_corrupt = store->pending_failures = 0;
         kc_spill_take_begin(store); /* and the failures kept beside it */
         kc_spill_take_end(store, 1);
+        store->n_counters = 0;
     }
     pthread_mutex_unlock(&store->lock);
     return rc;

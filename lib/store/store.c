@@ -42,6 +42,7 @@ static void store_free(kcache_store *s)
     kc_buf_free(&s->scratch);
     free(s->touches);
     free(s->usage);
+    free(s->counters);
     free(s->path);
     free(s->wal_path);
     pthread_mutex_destroy(&s->lock);

@@ -38,6 +38,7 @@ enum kc_stmt {
     KC_STMT_DELETE_ID,
     KC_STMT_TOTALS,
     KC_STMT_COUNTERS,
+    KC_STMT_COUNTER_GET,
     KC_STMT_USAGE,
     KC_STMT_MANIFEST_GET,
     KC_STMT_MANIFEST_DELETE,
@@ -46,6 +47,12 @@ enum kc_stmt {
     KC_STMT_CLOSURE_FIND,
     KC_STMT_CLOSURE_PUT,
     KC_STMT_COUNT,
+};
+
+/* A named counter's delta waiting to be written (counter.c). */
+struct kc_counter_delta {
+    char name[32];
+    uint64_t value;
 };
 
 /* A hit waiting to be written: the entry's key, when, how many. */
@@ -89,6 +96,8 @@ struct kcache_store {
     struct kc_usage_delta *usage;
     size_t n_usage, cap_usage;
     uint64_t pending_corrupt, pending_failures;
+    struct kc_counter_delta *counters; /* named counters of other layers (counter.c) */
+    size_t n_counters, cap_counters;
     uint64_t last_flush_ns;
     uint64_t index_damaged_ns; /* when the file was last found sound behind a damaged -shm */
     int get_found_damage;          /* the last get deleted a damaged entry (row 11) */
@@ -227,6 +236,11 @@ int kc_entry_build(kcache_entry **out, const struct kc_row *r, kc_codec_ctx *cod
 size_t kc_col_text(sqlite3_stmt *st, int col, const char **out);
 /* Reads the metadata columns shared by get and list (list's column order). */
 void kc_row_from_list(struct kc_row *r, sqlite3_stmt *st);
+
+/* counter.c: writes the named deltas inside the caller's write transaction. */
+int kc_counters_write(kcache_store *s);
+/* The pending delta of a named counter (0 when none). */
+uint64_t kc_counter_pending(const kcache_store *s, const char *name);
 
 /* store.c */
 /* After a write failed for a full disk: the pending counters written alone, at once. */

@@ -115,7 +115,7 @@ int kc_pending_write(kcache_store *s)
     uint64_t failures = s->pending_failures + s->spilled;
     if (failures && (rc = add_counter(s, "store_failures", failures)))
         return rc;
-    return 0;
+    return kc_counters_write(s);
 }
 
 void kc_pending_clear(kcache_store *s)
@@ -124,12 +124,14 @@ void kc_pending_clear(kcache_store *s)
     s->n_usage = 0;
     s->pending_corrupt = 0;
     s->pending_failures = 0;
+    s->n_counters = 0;
     s->last_flush_ns = kc_mono_ns();
 }
 
 static int has_pending(const kcache_store *s)
 {
-    return s->n_touches || s->n_usage || s->pending_corrupt || s->pending_failures;
+    return s->n_touches || s->n_usage || s->pending_corrupt || s->pending_failures ||
+           s->n_counters;
 }
 
 /*

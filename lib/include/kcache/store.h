@@ -276,6 +276,13 @@ typedef struct kcache_stats {
 KCACHE_API int kcache_store_stats(kcache_stats **out, kcache_store *store);
 KCACHE_API void kcache_stats_free(kcache_stats *stats);
 
+/*
+ * A named counter of the store (0 when it was never counted), including this
+ * process's pending batch. Other parts of kcache keep their counts here: the
+ * shared tier's are listed in <kcache/remote.h>.
+ */
+KCACHE_API int kcache_store_counter(uint64_t *out, kcache_store *store, const char *name);
+
 /* Zeroes the hit, miss, eviction and failure counters (not the entries). */
 KCACHE_API int kcache_store_zero_stats(kcache_store *store);
 
