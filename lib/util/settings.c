@@ -145,7 +145,16 @@ struct setting_def {
     const char *description;
 };
 
-enum { SET_DIR, SET_PATH, SET_MAX_SIZE, SET_BUSY_TIMEOUT, SET_DISABLE, SET_COUNT };
+static int check_remote(const char *v)
+{
+    return v[0] == '\0' || !strncmp(v, "redis://", 8) ? 0 : KCACHE_EINVAL;
+}
+
+enum {
+    SET_DIR, SET_PATH, SET_MAX_SIZE, SET_BUSY_TIMEOUT, SET_DISABLE,
+    SET_REMOTE, SET_REMOTE_READ_ONLY, SET_REMOTE_CONNECT_TIMEOUT, SET_REMOTE_TIMEOUT,
+    SET_REMOTE_PREFIX, SET_REMOTE_SECRET, SET_COUNT
+};
 
 static const struct setting_def defs[SET_COUNT] = {
     {"dir", "KCACHE_DIR", 0, NULL, "a directory", "the cache directory"},
@@ -156,6 +165,19 @@ static const struct setting_def defs[SET_COUNT] = {
      "how long to wait for another process's lock (ms)"},
     {"disable", "KCACHE_DISABLE", 1, check_bool, "true or false",
      "bypass the cache: compile every time, store nothing"},
+    /* The shared tier (lib/remote/); the defaults are in remote/remote.h. */
+    {"remote", "KCACHE_REMOTE", 1, check_remote, "redis://[user:password@]host:port[/db]",
+     "a Redis server shared by several caches (empty: none)"},
+    {"remote_read_only", "KCACHE_REMOTE_READ_ONLY", 1, check_bool, "true or false",
+     "only take entries from the remote, never push"},
+    {"remote_connect_timeout", "KCACHE_REMOTE_CONNECT_TIMEOUT", 1, check_ms,
+     "milliseconds from 1 to 3600000", "how long to wait for the remote to accept (ms)"},
+    {"remote_timeout", "KCACHE_REMOTE_TIMEOUT", 1, check_ms, "milliseconds from 1 to 3600000",
+     "how long one remote operation may take (ms)"},
+    {"remote_prefix", "KCACHE_REMOTE_PREFIX", 1, NULL, "text",
+     "prefix of kcache's Redis keys, so that several caches can share a server"},
+    {"remote_secret", "KCACHE_REMOTE_SECRET", 1, NULL, "text",
+     "shared secret: push signed entries, take only entries signed with it"},
 };
 
 static int find_def(const char *name)
@@ -402,6 +424,14 @@ KCACHE_API int kcache_config_load(kcache_config **out, const kcache_config_overr
                          (unsigned long long)(KCACHE_DEFAULT_MAX_SIZE >> 30));
             else if (i == SET_BUSY_TIMEOUT)
                 snprintf(def, sizeof(def), "5000");
+            else if (i == SET_REMOTE_CONNECT_TIMEOUT)
+                snprintf(def, sizeof(def), "%u", KC_REMOTE_DEFAULT_CONNECT_MS);
+            else if (i == SET_REMOTE_TIMEOUT)
+                snprintf(def, sizeof(def), "%u", KC_REMOTE_DEFAULT_TIMEOUT_MS);
+            else if (i == SET_REMOTE_PREFIX)
+                snprintf(def, sizeof(def), "%s", KC_REMOTE_DEFAULT_PREFIX);
+            else if (i == SET_REMOTE || i == SET_REMOTE_SECRET)
+                def[0] = '\0';
             else
                 snprintf(def, sizeof(def), "false");
             rc = set_value(c, i, def, KCACHE_CONFIG_DEFAULT, "");
@@ -520,7 +550,10 @@ KCACHE_API int kcache_config_set(kcache_config *config, const char *name, const 
     int i = find_def(name);
     if (i < 0)
         return kc_fmt(err, err_size, KCACHE_EINVAL,
-                      "no setting '%s' (settings: max_size, busy_timeout, disable)", name);
+                      "no setting '%s' (settings: max_size, busy_timeout, disable, remote, "
+                      "remote_read_only, remote_connect_timeout, remote_timeout, "
+                      "remote_prefix, remote_secret)",
+                      name);
     if (!defs[i].in_file)
         return kc_fmt(err, err_size, KCACHE_EINVAL,
                       "'%s' cannot be kept in the config file: set %s or use --%s", name,
@@ -675,4 +708,38 @@ int kc_config_disabled(const char *db_path, char *why, size_t why_size)
         b = 1;
     free(from_file);
     return b;
+}
+
+int kc_config_value(char *buf, size_t size, const char *name, const char *explicit_value,
+                    const char *db_path)
+{
+    int i = find_def(name);
+    if (i < 0 || !defs[i].in_file)
+        return KCACHE_EINVAL;
+    const char *v = explicit_value;
+    char *from_file = NULL, err[KC_ERRMSG_SIZE];
+    if (!v)
+        v = env(defs[i].env);
+    /* A file that cannot be read is refused here as by the store, which said why first. */
+    if (!v && file_value(&from_file, i, db_path, err, sizeof(err)))
+        return KCACHE_EINVAL;
+    if (!v)
+        v = from_file;
+    int rc = 0;
+    if (!v)
+        rc = KCACHE_ENOTFOUND;
+    else if ((defs[i].check && defs[i].check(v)) || (size_t)snprintf(buf, size, "%s", v) >= size)
+        rc = KCACHE_EINVAL;
+    free(from_file);
+    return rc;
+}
+
+int kc_config_bool(int *out, const char *text)
+{
+    return parse_bool(out, text);
+}
+
+int kc_config_ms(unsigned *out, const char *text)
+{
+    return parse_ms(out, text);
 }

@@ -31,4 +31,21 @@ int kc_config_busy_timeout_at(unsigned *out, unsigned explicit_ms, const char *d
  */
 int kc_config_disabled(const char *db_path, char *why, size_t why_size);
 
+/* The shared tier's defaults, which `kcache config` shows. */
+#define KC_REMOTE_DEFAULT_CONNECT_MS 500u
+#define KC_REMOTE_DEFAULT_TIMEOUT_MS 2000u
+#define KC_REMOTE_DEFAULT_PREFIX "kcache:"
+
+/*
+ * The value of a setting kept in kcache.conf (name as in the file): explicit
+ * when not NULL (a flag), else its environment variable, else the file next
+ * to db_path. Copied into buf. Returns 0, KCACHE_ENOTFOUND when unset, or
+ * KCACHE_EINVAL when the value is not what the setting expects (or too long).
+ */
+int kc_config_value(char *buf, size_t size, const char *name, const char *explicit_value,
+                    const char *db_path);
+/* Parses a boolean (1/true/yes/on, 0/false/no/off) and milliseconds (1..3600000). */
+int kc_config_bool(int *out, const char *text);
+int kc_config_ms(unsigned *out, const char *text);
+
 #endif

@@ -12,6 +12,8 @@
  *   max_size      the size cap, e.g. 2G      KCACHE_MAX_SIZE
  *   busy_timeout  lock wait in milliseconds  KCACHE_BUSY_TIMEOUT
  *   disable       1/true: bypass the cache   KCACHE_DISABLE
+ *   remote, remote_read_only, remote_connect_timeout, remote_timeout,
+ *   remote_prefix, remote_secret: the shared tier (see <kcache/remote.h>)
  *
  * Thread safety: a kcache_config's settings are not changed after it is
  * loaded and may be read from several threads; kcache_config_set() keeps its
