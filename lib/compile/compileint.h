@@ -11,6 +11,7 @@
 #include "compile/key.h"
 #include "compile/opts.h"
 #include "compile/toolkit.h"
+#include "remote/tier.h"
 #include "store/internal.h"
 
 struct kcache_compiler {
@@ -20,6 +21,8 @@ struct kcache_compiler {
     int store_status;       /* why there is no store */
     char store_message[512];
     unsigned wait_timeout_ms;
+    kcache_remote *remote;  /* the shared tier, or NULL */
+    char remote_message[512]; /* why a remote that is set is not used */
     kcache_log_fn log;
     void *log_userdata;
 };
@@ -51,6 +54,7 @@ struct heartbeat {
     pthread_cond_t wake;
     int stop, running;
     kcache_store *store;
+    kcache_remote *remote; /* set while this process holds the fleet's lease too */
     kcache_key key;
 };
 

@@ -80,6 +80,13 @@ KCACHE_API int kcache_compiler_new(kcache_compiler **out, const kcache_compiler_
                                             sizeof(c->store_message));
         c->own_store = c->store != NULL;
     }
+    if (c->store) {
+        /* Never fatal either: a remote that cannot be used is said once, in results. */
+        const char *url = options->version >= 3 ? options->remote : NULL;
+        if (kcache_remote_open(&c->remote, c->store, url, c->remote_message,
+                               sizeof(c->remote_message)) == 0 && c->remote)
+            kc_remote_set_log(c->remote, options->log, options->log_userdata);
+    }
     *out = c;
     return 0;
 }
@@ -88,6 +95,7 @@ KCACHE_API void kcache_compiler_free(kcache_compiler *compiler)
 {
     if (!compiler)
         return;
+    kcache_remote_close(compiler->remote);
     if (compiler->own_store)
         kcache_store_close(compiler->store);
     kc_toolkit_free(&compiler->tk);
@@ -226,6 +234,8 @@ void kc_store_result(kcache_compiler *c, struct kc_result *r, const char *name,
     e.n_inputs = n_inputs;
     e.inputs = inputs;
     int rc = kcache_store_put(c->store, &e);
+    if (c->remote)
+        kc_remote_push(c->remote, &e); /* waits at most the remote's operation timeout */
     free(hit_log);
     if (rc) {
         /* The artifact is returned all the same; the result says why it was not kept. */
@@ -234,6 +244,30 @@ void kc_store_result(kcache_compiler *c, struct kc_result *r, const char *name,
         if (rc == KCACHE_EINVAL || rc == KCACHE_EREADONLY || rc == KCACHE_EVERSION)
             kc_store_count_failure(c->store);
     }
+}
+
+/* 1: served from the remote (r filled); 0: compile, *remote_leased when the fleet waits on us. */
+static int kc_through_remote(kcache_compiler *c, struct kc_result *r, int *remote_leased,
+                             struct heartbeat *hb)
+{
+    kcache_entry *e = NULL;
+    int found = kc_remote_fetch(&e, c->remote, &r->pub.key);
+    if (found < 0)
+        return 0;
+    if (found == 0) {
+        uint64_t deadline = kc_mono_ns() + (uint64_t)c->wait_timeout_ms * 1000000u;
+        if (!kc_remote_lease_or_wait(&e, remote_leased, c->remote, &r->pub.key, deadline)) {
+            if (*remote_leased) {
+                pthread_mutex_lock(&hb->lock);
+                hb->remote = c->remote;
+                pthread_mutex_unlock(&hb->lock);
+            }
+            return 0;
+        }
+    }
+    kc_result_from_entry(r, e);
+    r->pub.remote_hit = 1;
+    return 1;
 }
 
 int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, unsigned flags,
@@ -255,6 +289,19 @@ int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, uns
     struct heartbeat hb;
     if (leased)
         kc_heartbeat_start(&hb, c->store, &r->pub.key);
+    /*
+     * The shared tier, asked only by the holder of the local lease
+     * (remote/tier.h says why): a remote hit is stored locally and served from there, and a
+     * fleet's misses of one key wait for one compile.
+     */
+    int remote_leased = 0;
+    if (leased && c->remote && kc_through_remote(c, r, &remote_leased, &hb)) {
+        kc_heartbeat_stop(&hb);
+        kc_store_lease_release(c->store, &r->pub.key);
+        return 0;
+    }
+    if (c->remote_message[0])
+        kc_result_store_problem(r, KCACHE_EINVAL, c->remote_message);
     int rc = step->run(step->ctx, r);
     if (leased)
         kc_heartbeat_stop(&hb);
@@ -263,6 +310,8 @@ int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, uns
         if (!rc)
             step->store(step->ctx, r);
     }
+    if (remote_leased)
+        kc_remote_release(c->remote, &r->pub.key);
     if (leased)
         kc_store_lease_release(c->store, &r->pub.key);
     return rc;

@@ -27,8 +27,11 @@ static void *heartbeat_main(void *arg)
         pthread_cond_timedwait(&h->wake, &h->lock, &until);
         if (h->stop)
             break;
+        kcache_remote *remote = h->remote; /* set under the lock once the fleet's lease is ours */
         pthread_mutex_unlock(&h->lock);
         kc_store_lease_renew(h->store, &h->key);
+        if (remote)
+            kc_remote_renew(remote, &h->key);
         pthread_mutex_lock(&h->lock);
     }
     pthread_mutex_unlock(&h->lock);

@@ -26,7 +26,7 @@ extern "C" {
 
 typedef struct kcache_compiler kcache_compiler;
 
-#define KCACHE_COMPILER_OPTIONS_VERSION 2
+#define KCACHE_COMPILER_OPTIONS_VERSION 3
 
 typedef struct kcache_compiler_options {
     unsigned version; /* KCACHE_COMPILER_OPTIONS_VERSION */
@@ -61,6 +61,13 @@ typedef struct kcache_compiler_options {
      * NVRTC names here the library the program would have loaded.
      */
     const char *nvrtc_path;
+    /*
+     * Version 3. The shared tier (<kcache/remote.h>): a redis:// URL, as the
+     * remote setting's flag. NULL: $KCACHE_REMOTE, else remote in
+     * kcache.conf, else none. Used only with a store. A remote that cannot be
+     * used never fails the compiler: results say so in store_message.
+     */
+    const char *remote;
 } kcache_compiler_options;
 
 #define KCACHE_COMPILER_OPTIONS_INIT {KCACHE_COMPILER_OPTIONS_VERSION}
@@ -166,7 +173,7 @@ typedef struct kcache_request {
  * What a compile or link returns. Every pointer points into the result and
  * lives until kcache_result_free().
  */
-#define KCACHE_RESULT_VERSION 1
+#define KCACHE_RESULT_VERSION 2
 
 typedef struct kcache_result {
     unsigned version;          /* KCACHE_RESULT_VERSION of the library that made it */
@@ -191,6 +198,7 @@ typedef struct kcache_result {
     size_t key_material_size;
     size_t n_headers;          /* the headers the compile read, by include spelling */
     const char *const *headers;
+    int remote_hit;            /* version 2: hit came from the shared tier (<kcache/remote.h>) */
 } kcache_result;
 
 /*

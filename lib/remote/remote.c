@@ -1,0 +1,455 @@
+/*
+ * The shared tier behind the local store: settings, the back-off shared by
+ * the machine's processes, and the compile path's get, lease and push
+ * (remote.h). What is pushed and taken is checked in wire.c; transfer.c
+ * holds the tools' calls (check, push, pull).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "remote/remint.h"
+#include "util/settings.h"
+
+/* ---- settings ----------------------------------------------------------- */
+
+int kc_endpoint_parse(kc_endpoint *out, const char *url, char *msg, size_t msg_size)
+{
+    memset(out, 0, sizeof(*out));
+    out->port = 6379;
+    if (strncmp(url, "redis://", 8) != 0)
+        return kc_fmt(msg, msg_size, KCACHE_EINVAL,
+                      "remote '%s': expected redis://[user:password@]host:port[/db]", url);
+    const char *p = url + 8;
+    const char *slash = strchr(p, '/');
+    const char *at = NULL;
+    for (const char *q = p; *q && (!slash || q < slash); q++)
+        if (*q == '@')
+            at = q; /* the last one: a password may hold '@' */
+    if (at) {
+        const char *colon = memchr(p, ':', (size_t)(at - p));
+        size_t ulen = colon ? (size_t)(colon - p) : 0;
+        const char *pw = colon ? colon + 1 : p;
+        size_t plen = (size_t)(at - pw);
+        if (ulen >= sizeof(out->user) || plen >= sizeof(out->password) || plen == 0)
+            return kc_fmt(msg, msg_size, KCACHE_EINVAL,
+                          "remote: the user or password is empty or too long");
+        memcpy(out->user, p, ulen);
+        memcpy(out->password, pw, plen);
+        p = at + 1;
+    }
+    size_t hlen = strcspn(p, ":/");
+    if (hlen == 0 || hlen >= sizeof(out->host))
+        return kc_fmt(msg, msg_size, KCACHE_EINVAL, "remote '%s': no host", url);
+    memcpy(out->host, p, hlen);
+    p += hlen;
+    char *end;
+    if (*p == ':') {
+        long port = strtol(p + 1, &end, 10);
+        if (end == p + 1 || port < 1 || port > 65535 || (*end && *end != '/'))
+            return kc_fmt(msg, msg_size, KCACHE_EINVAL, "remote '%s': bad port", url);
+        out->port = (int)port;
+        p = end;
+    }
+    if (*p == '/' && p[1]) {
+        long db = strtol(p + 1, &end, 10);
+        if (end == p + 1 || *end || db < 0 || db > 1000000)
+            return kc_fmt(msg, msg_size, KCACHE_EINVAL, "remote '%s': bad database number", url);
+        out->db = (int)db;
+    } else if (*p && strcmp(p, "/")) {
+        return kc_fmt(msg, msg_size, KCACHE_EINVAL, "remote '%s': unexpected '%s'", url, p);
+    }
+    return 0;
+}
+
+/* A setting's value into buf ("" when unset); KCACHE_EINVAL with a message when malformed. */
+static int setting(char *buf, size_t size, const char *name, const char *flag,
+                   const char *db_path, char *msg, size_t msg_size)
+{
+    int rc = kc_config_value(buf, size, name, flag, db_path);
+    if (rc == KCACHE_ENOTFOUND) {
+        buf[0] = '\0';
+        return 0;
+    }
+    if (rc)
+        return kc_fmt(msg, msg_size, KCACHE_EINVAL,
+                      "setting %s (or its KCACHE_ variable) has a value that cannot be used: "
+                      "see kcache config",
+                      name);
+    return 0;
+}
+
+static void redact(char *out, size_t size, const kc_endpoint *ep)
+{
+    snprintf(out, size, "redis://%s%s%s%s:%d/%d", ep->user, ep->password[0] ? ":***" : "",
+             ep->password[0] ? "@" : "", ep->host, ep->port, ep->db);
+}
+
+KCACHE_API int kcache_remote_open(kcache_remote **out, kcache_store *store, const char *url,
+                                  char *errbuf, size_t errbuf_size)
+{
+    char tmp[KC_ERRMSG_SIZE];
+    char *msg = errbuf ? errbuf : tmp;
+    size_t msg_size = errbuf ? errbuf_size : sizeof(tmp);
+    if (!out || !store)
+        return kc_fmt(msg, msg_size, KCACHE_EINVAL, "kcache_remote_open: out or store is NULL");
+    *out = NULL;
+    const char *db_path = kcache_store_path(store);
+    char value[1024], ro[16], cto[16], to[16];
+    int rc;
+    if ((rc = setting(value, sizeof(value), "remote", url, db_path, msg, msg_size)))
+        return rc;
+    if (!value[0])
+        return 0; /* no remote: nothing to do */
+    kcache_remote *r = kc_calloc(1, sizeof(*r));
+    if (!r)
+        return kc_fmt(msg, msg_size, KCACHE_ENOMEM, "out of memory");
+    pthread_mutex_init(&r->lock, NULL);
+    r->store = store;
+    unsigned connect_ms = KC_REMOTE_DEFAULT_CONNECT_MS, timeout_ms = KC_REMOTE_DEFAULT_TIMEOUT_MS;
+    char secret[1024];
+    if ((rc = kc_endpoint_parse(&r->ep, value, msg, msg_size)) ||
+        (rc = setting(ro, sizeof(ro), "remote_read_only", NULL, db_path, msg, msg_size)) ||
+        (rc = setting(cto, sizeof(cto), "remote_connect_timeout", NULL, db_path, msg,
+                      msg_size)) ||
+        (rc = setting(to, sizeof(to), "remote_timeout", NULL, db_path, msg, msg_size)) ||
+        (rc = setting(r->prefix, sizeof(r->prefix), "remote_prefix", NULL, db_path, msg,
+                      msg_size)) ||
+        (rc = setting(secret, sizeof(secret), "remote_secret", NULL, db_path, msg, msg_size)))
+        goto fail;
+    if (ro[0])
+        kc_config_bool(&r->read_only, ro);
+    if (cto[0])
+        kc_config_ms(&connect_ms, cto);
+    if (to[0])
+        kc_config_ms(&timeout_ms, to);
+    if (!r->prefix[0] && kc_config_value(r->prefix, sizeof(r->prefix), "remote_prefix", NULL,
+                                          db_path) == KCACHE_ENOTFOUND)
+        snprintf(r->prefix, sizeof(r->prefix), "%s", KC_REMOTE_DEFAULT_PREFIX);
+    r->ep.connect_ms = connect_ms;
+    r->ep.timeout_ms = timeout_ms;
+    kc_wire_secret_init(&r->secret, secret);
+    memset(secret, 0, sizeof(secret));
+    redact(r->url, sizeof(r->url), &r->ep);
+    /* The back-off file sits beside the database: one per cache, shared by its processes. */
+    snprintf(r->down_path, sizeof(r->down_path), "%s", db_path);
+    char *dir_end = strrchr(r->down_path, '/');
+    snprintf(dir_end ? dir_end + 1 : r->down_path,
+             sizeof(r->down_path) - (size_t)(dir_end ? dir_end + 1 - r->down_path : 0),
+             "remote-down");
+    char host[64] = "host";
+    gethostname(host, sizeof(host) - 1);
+    snprintf(r->owner, sizeof(r->owner), "%s:%ld:%llx", host, (long)getpid(),
+             (unsigned long long)(kc_mono_ns() ^ ((uint64_t)getpid() << 32)));
+    if (kc_codec_new(&r->codec) || kc_redis_new(&r->backend, &r->ep)) {
+        rc = kc_fmt(msg, msg_size, KCACHE_ENOMEM, "out of memory");
+        goto fail;
+    }
+    *out = r;
+    return 0;
+fail:
+    kcache_remote_close(r);
+    return rc;
+}
+
+KCACHE_API void kcache_remote_close(kcache_remote *remote)
+{
+    if (!remote)
+        return;
+    if (remote->backend)
+        remote->backend->ops->close(remote->backend);
+    kc_codec_free(remote->codec);
+    kc_buf_free(&remote->scratch);
+    memset(&remote->secret, 0, sizeof(remote->secret));
+    memset(&remote->ep, 0, sizeof(remote->ep));
+    pthread_mutex_destroy(&remote->lock);
+    free(remote);
+}
+
+KCACHE_API const char *kcache_remote_errmsg(const kcache_remote *remote)
+{
+    if (!remote)
+        return "no remote";
+    return remote->errmsg[0] ? remote->errmsg : "no error";
+}
+
+KCACHE_API const char *kcache_remote_url(const kcache_remote *remote)
+{
+    return remote ? remote->url : "";
+}
+
+KCACHE_API int kcache_remote_read_only(const kcache_remote *remote)
+{
+    return remote ? remote->read_only : 1;
+}
+
+void kc_remote_log(kcache_remote *r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->errmsg, sizeof(r->errmsg), fmt, ap);
+    va_end(ap);
+    if (r->log)
+        r->log(r->log_userdata, KCACHE_LOG_WARNING, r->errmsg);
+}
+
+/* ---- the back-off, shared by the machine's processes ------------------- */
+
+/*
+ * Why a file: a remote that is down costs every process one timeout, and a
+ * build runs thousands of short processes. The first to fail writes until
+ * when the remote is left alone into `remote-down` beside the database; every
+ * other process reads it before trying (one small read, on misses only).
+ * The file is advisory: lost or garbled, the cost is one more timeout.
+ */
+static int64_t read_down_until(const kcache_remote *r)
+{
+    char buf[64];
+    int fd = open(r->down_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    return strtoll(buf, NULL, 10);
+}
+
+int kc_remote_usable(kcache_remote *r)
+{
+    int64_t now = kc_now_ms();
+    if (r->down_until_ms > now)
+        return 0;
+    int64_t until = read_down_until(r);
+    if (until > now && until <= now + KCACHE_REMOTE_BACKOFF_S * 1000LL) {
+        r->down_until_ms = until;
+        return 0;
+    }
+    return 1;
+}
+
+void kc_remote_mark_down(kcache_remote *r)
+{
+    r->down_until_ms = kc_now_ms() + KCACHE_REMOTE_BACKOFF_S * 1000LL;
+    char tmp[sizeof(r->down_path) + 32], text[64];
+    snprintf(tmp, sizeof(tmp), "%s.%ld", r->down_path, (long)getpid());
+    int n = snprintf(text, sizeof(text), "%lld\n", (long long)r->down_until_ms);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return;
+    int ok = write(fd, text, (size_t)n) == n;
+    close(fd);
+    if (!ok || rename(tmp, r->down_path) != 0)
+        unlink(tmp);
+}
+
+/* Accounts for a backend failure: counted, logged, and the remote left alone when down. */
+int kc_remote_failed(kcache_remote *r, int rc)
+{
+    kc_store_count(r->store, KC_RC_ERRORS, 1);
+    if (rc == KCACHE_EIO) {
+        kc_remote_mark_down(r);
+        kc_remote_log(r, "%s; the remote is left alone for %d s", r->backend->errmsg,
+                      KCACHE_REMOTE_BACKOFF_S);
+    } else if (rc == KCACHE_EFULL) {
+        /* Reads still work; only this process's pushes pause. */
+        r->writes_off_until_ms = kc_now_ms() + KCACHE_REMOTE_BACKOFF_S * 1000LL;
+        kc_remote_log(r, "%s", r->backend->errmsg);
+    } else {
+        kc_remote_log(r, "%s", r->backend->errmsg);
+    }
+    return rc;
+}
+
+/* ---- names ------------------------------------------------------------- */
+
+void kc_remote_name(char *out, size_t size, const kcache_remote *r, const char *what,
+                    const kcache_key *key)
+{
+    char hex[KCACHE_KEY_HEX_SIZE];
+    kcache_key_hex(hex, key);
+    snprintf(out, size, "%s%s:%s", r->prefix, what, hex);
+}
+
+/* ---- the compile path -------------------------------------------------- */
+
+/*
+ * The checks that belong to the shared tier (decode, bounds, signature, key,
+ * digest: wire.c), then the store's own put. Kept in one place so that the
+ * import gate (store/, issue 12) can take over the second half at merge.
+ */
+int kc_remote_admit(kcache_entry **out, kcache_remote *r, const kcache_key *key,
+                    const void *value, size_t size)
+{
+    kc_wire_entry w;
+    char why[KC_ERRMSG_SIZE];
+    int rc = kc_wire_decode(&w, r->codec, key, value, size, &r->secret, why, sizeof(why));
+    if (rc) {
+        char hex[KCACHE_KEY_HEX_SIZE];
+        kcache_key_hex(hex, key);
+        kc_store_count(r->store, KC_RC_REJECTED, 1);
+        kc_remote_log(r, "remote entry %.16s ignored: %s", hex, why);
+        return rc;
+    }
+    /* --- the rest is the store's (the import gate's at merge) --- */
+    rc = kcache_store_put(r->store, &w.e);
+    uint64_t saved = w.e.compile_ns;
+    kc_wire_entry_free(&w);
+    if (rc) {
+        kc_remote_log(r, "remote entry not kept: %s", kcache_store_errmsg(r->store));
+        return rc;
+    }
+    kc_store_count(r->store, KC_RC_SAVED_NS, saved);
+    kc_store_count(r->store, KC_RC_BYTES_IN, size);
+    return out ? kcache_store_get(out, r->store, key, KCACHE_GET_NO_TOUCH) : 0;
+}
+
+/*
+ * One remote get, under the lock. 1: found and admitted; 0: none; 2: a value
+ * that failed the checks (the caller compiles, and its push replaces it);
+ * -1: the remote failed.
+ */
+static int fetch_locked(kcache_entry **out, kcache_remote *r, const kcache_key *key)
+{
+    char name[512];
+    kc_remote_name(name, sizeof(name), r, "entry", key);
+    int rc = r->backend->ops->get(r->backend, &r->scratch, name, KC_WIRE_MAX_VALUE);
+    if (rc == KCACHE_ENOTFOUND)
+        return 0;
+    if (rc == KCACHE_ECORRUPT) { /* over the bound: never read off the socket */
+        kc_store_count(r->store, KC_RC_REJECTED, 1);
+        kc_remote_log(r, "%s", r->backend->errmsg);
+        return 2;
+    }
+    if (rc) {
+        kc_remote_failed(r, rc);
+        return -1;
+    }
+    rc = kc_remote_admit(out, r, key, r->scratch.data, r->scratch.size);
+    return rc == 0 ? 1 : rc == KCACHE_ECORRUPT ? 2 : 0;
+}
+
+int kc_remote_fetch(kcache_entry **out, kcache_remote *r, const kcache_key *key)
+{
+    *out = NULL;
+    pthread_mutex_lock(&r->lock);
+    int found = -1;
+    if (!kc_remote_usable(r))
+        kc_store_count(r->store, KC_RC_SKIPPED, 1);
+    else if ((found = fetch_locked(out, r, key)) == 1)
+        kc_store_count(r->store, KC_RC_HITS, 1);
+    else if (found == 0)
+        kc_store_count(r->store, KC_RC_MISSES, 1);
+    pthread_mutex_unlock(&r->lock);
+    return found == 1 ? 1 : found == 0 ? 0 : -1;
+}
+
+int kc_remote_lease_or_wait(kcache_entry **out, int *leased, kcache_remote *r,
+                            const kcache_key *key, uint64_t deadline_ns)
+{
+    char name[512];
+    unsigned pause_ms = 50;
+    *out = NULL;
+    *leased = 0;
+    if (r->read_only)
+        return 0;
+    kc_remote_name(name, sizeof(name), r, "lease", key);
+    for (;;) {
+        pthread_mutex_lock(&r->lock);
+        int acquired = 0, rc = 0, found = 0;
+        if (!kc_remote_usable(r))
+            rc = -1;
+        else if ((rc = r->backend->ops->lease(r->backend, &acquired, name, r->owner,
+                                              KC_REMOTE_LEASE_TTL_MS)))
+            kc_remote_failed(r, rc);
+        /* Holder or not, the entry may have landed since the last look. */
+        else if ((found = fetch_locked(out, r, key)) == 1)
+            kc_store_count(r->store, KC_RC_HITS, 1);
+        if (found == 2)
+            found = 0; /* a bad value: compile (holding the lease or not) and replace it */
+        if (found == 1 && acquired)
+            r->backend->ops->release(r->backend, name, r->owner);
+        pthread_mutex_unlock(&r->lock);
+        if (found == 1)
+            return 1;
+        if (rc || found < 0)
+            return 0; /* the remote failed: compile */
+        if (acquired) {
+            *leased = 1;
+            return 0;
+        }
+        if (kc_mono_ns() >= deadline_ns)
+            return 0;
+        struct timespec ts = {0, (long)pause_ms * 1000000L};
+        nanosleep(&ts, NULL);
+        pause_ms = KC_MIN(pause_ms * 2, 250u);
+    }
+}
+
+void kc_remote_renew(kcache_remote *r, const kcache_key *key)
+{
+    char name[512];
+    kc_remote_name(name, sizeof(name), r, "lease", key);
+    pthread_mutex_lock(&r->lock);
+    int rc = kc_remote_usable(r) ? r->backend->ops->renew(r->backend, name, r->owner,
+                                                          KC_REMOTE_LEASE_TTL_MS)
+                                 : 0;
+    if (rc)
+        kc_remote_failed(r, rc);
+    pthread_mutex_unlock(&r->lock);
+}
+
+void kc_remote_release(kcache_remote *r, const kcache_key *key)
+{
+    char name[512];
+    kc_remote_name(name, sizeof(name), r, "lease", key);
+    pthread_mutex_lock(&r->lock);
+    int rc = kc_remote_usable(r) ? r->backend->ops->release(r->backend, name, r->owner) : 0;
+    if (rc)
+        kc_remote_failed(r, rc);
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* Encodes and sends e, under the lock. Returns the bytes sent, or a negative error. */
+int64_t kc_remote_push_locked(kcache_remote *r, const kcache_entry *e, int64_t created_ms)
+{
+    char name[512], index[320], member[128], hex[KCACHE_KEY_HEX_SIZE];
+    int rc = kc_wire_encode(&r->scratch, r->codec, e, created_ms, &r->secret);
+    if (rc)
+        return rc;
+    kc_remote_name(name, sizeof(name), r, "entry", &e->key);
+    snprintf(index, sizeof(index), "%sindex", r->prefix);
+    kcache_key_hex(hex, &e->key);
+    snprintf(member, sizeof(member), "%s/%s", e->arch ? e->arch : "", hex);
+    rc = r->backend->ops->put(r->backend, name, r->scratch.data, r->scratch.size, index, member,
+                              created_ms);
+    if (rc)
+        return kc_remote_failed(r, rc);
+    kc_store_count(r->store, KC_RC_PUSHES, 1);
+    kc_store_count(r->store, KC_RC_BYTES_OUT, r->scratch.size);
+    return (int64_t)r->scratch.size;
+}
+
+int kc_remote_writable(kcache_remote *r)
+{
+    return !r->read_only && r->writes_off_until_ms <= kc_now_ms();
+}
+
+void kc_remote_push(kcache_remote *r, const kcache_entry *e)
+{
+    pthread_mutex_lock(&r->lock);
+    if (!kc_remote_writable(r))
+        ;
+    else if (!kc_remote_usable(r))
+        kc_store_count(r->store, KC_RC_SKIPPED, 1);
+    else
+        kc_remote_push_locked(r, e, kc_now_ms());
+    pthread_mutex_unlock(&r->lock);
+}

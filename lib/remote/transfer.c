@@ -1,0 +1,171 @@
+/* The tools' calls on the remote: check the connection, push and pull many entries. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "remote/remint.h"
+
+void kc_remote_set_log(kcache_remote *r, kcache_log_fn log, void *userdata)
+{
+    r->log = log;
+    r->log_userdata = userdata;
+}
+
+static int backend_error(kcache_remote *r, int rc)
+{
+    kc_remote_failed(r, rc);
+    return rc;
+}
+
+KCACHE_API int kcache_remote_check(kcache_remote_info *out, kcache_remote *remote)
+{
+    if (!remote || !out || !KC_RESULT_VERSION_OK(out, KCACHE_REMOTE_INFO_VERSION))
+        return KCACHE_EINVAL;
+    kcache_remote_info info = {KCACHE_REMOTE_INFO_VERSION};
+    char index[320];
+    snprintf(index, sizeof(index), "%sindex", remote->prefix);
+    pthread_mutex_lock(&remote->lock);
+    int64_t left = remote->down_until_ms > 0 ? remote->down_until_ms - kc_now_ms() : 0;
+    kc_remote_usable(remote); /* reads the file into down_until_ms */
+    left = KC_MAX(left, remote->down_until_ms - kc_now_ms());
+    info.down_for_s = left > 0 ? (int)((left + 999) / 1000) : 0;
+    int rc = remote->backend->ops->info(remote->backend, &info, index);
+    if (rc) {
+        snprintf(remote->errmsg, sizeof(remote->errmsg), "%s", remote->backend->errmsg);
+    } else {
+        /* It answers: compiles on this machine may use it again now. */
+        if (info.down_for_s)
+            unlink(remote->down_path);
+        remote->down_until_ms = 0;
+        info.refuses_writes = !strcmp(info.policy, "noeviction") && info.maxmemory &&
+                              info.used_memory >= info.maxmemory - info.maxmemory / 20;
+    }
+    pthread_mutex_unlock(&remote->lock);
+    size_t n = KC_MIN(sizeof(info), sizeof(*out)); /* an older caller's struct may be shorter */
+    memcpy(out, &info, n);
+    return rc;
+}
+
+struct walk {
+    kcache_remote *r;
+    const kcache_filter *filter;
+    kcache_key *keys;
+    size_t n, cap;
+};
+
+/* Collects index members "arch/hex" that pass the filter's architecture. */
+static int collect(void *ud, const char *member)
+{
+    struct walk *w = ud;
+    const char *slash = strrchr(member, '/');
+    kcache_key key;
+    if (!slash || kcache_key_parse(&key, slash + 1) != 0)
+        return 0; /* not ours: skipped */
+    if (w->filter && w->filter->arch &&
+        (strlen(w->filter->arch) != (size_t)(slash - member) ||
+         strncmp(member, w->filter->arch, (size_t)(slash - member)) != 0))
+        return 0;
+    kcache_key *grown = kc_grow(w->keys, &w->cap, w->n, sizeof(*grown), 64);
+    if (!grown)
+        return KCACHE_ENOMEM;
+    w->keys = grown;
+    w->keys[w->n++] = key;
+    return 0;
+}
+
+KCACHE_API int kcache_remote_pull(kcache_transfer *out, kcache_remote *remote,
+                                  const kcache_filter *filter, kcache_progress_fn progress,
+                                  void *userdata)
+{
+    if (!remote || !KC_RESULT_VERSION_OK(out, KCACHE_TRANSFER_VERSION))
+        return KCACHE_EINVAL;
+    kcache_transfer t = {KCACHE_TRANSFER_VERSION};
+    struct walk w = {remote, filter, NULL, 0, 0};
+    char index[320], name[512];
+    snprintf(index, sizeof(index), "%sindex", remote->prefix);
+    pthread_mutex_lock(&remote->lock);
+    int rc = remote->backend->ops->index(remote->backend, index,
+                                         filter ? filter->created_since : 0, collect, &w);
+    if (rc && rc != KCACHE_ENOMEM)
+        backend_error(remote, rc);
+    for (size_t i = 0; !rc && i < w.n; i++) {
+        kcache_entry *e = NULL;
+        if (kcache_store_get(&e, remote->store, &w.keys[i], KCACHE_GET_NO_TOUCH |
+                                                              KCACHE_GET_NO_DATA) == 0) {
+            t.present++;
+        } else {
+            kc_remote_name(name, sizeof(name), remote, "entry", &w.keys[i]);
+            int g = remote->backend->ops->get(remote->backend, &remote->scratch, name,
+                                              KC_WIRE_MAX_VALUE);
+            if (g == KCACHE_ENOTFOUND) {
+                ; /* evicted by the server since it was indexed */
+            } else if (g == KCACHE_ECORRUPT) {
+                t.rejected++;
+            } else if (g) {
+                rc = backend_error(remote, g);
+            } else if (kc_remote_admit(NULL, remote, &w.keys[i], remote->scratch.data,
+                                       remote->scratch.size) == 0) {
+                t.entries++;
+                t.bytes += remote->scratch.size;
+            } else {
+                t.rejected++;
+            }
+        }
+        kcache_entry_free(e);
+        if (progress)
+            progress(userdata, i + 1, w.n);
+    }
+    pthread_mutex_unlock(&remote->lock);
+    free(w.keys);
+    if (rc == KCACHE_ENOMEM)
+        snprintf(remote->errmsg, sizeof(remote->errmsg), "out of memory");
+    if (out)
+        memcpy(out, &t, KC_MIN(sizeof(t), sizeof(*out)));
+    return rc;
+}
+
+KCACHE_API int kcache_remote_push(kcache_transfer *out, kcache_remote *remote,
+                                  const kcache_filter *filter, kcache_progress_fn progress,
+                                  void *userdata)
+{
+    if (!remote || !KC_RESULT_VERSION_OK(out, KCACHE_TRANSFER_VERSION))
+        return KCACHE_EINVAL;
+    kcache_transfer t = {KCACHE_TRANSFER_VERSION};
+    if (remote->read_only) {
+        snprintf(remote->errmsg, sizeof(remote->errmsg),
+                 "the remote is read-only here (remote_read_only): nothing pushed");
+        return KCACHE_EREADONLY;
+    }
+    kcache_key *keys = NULL;
+    size_t n = 0;
+    int rc = kcache_store_list_keys(&keys, &n, remote->store, filter);
+    if (rc) {
+        snprintf(remote->errmsg, sizeof(remote->errmsg), "%s",
+                 kcache_store_errmsg(remote->store));
+        return rc;
+    }
+    for (size_t i = 0; !rc && i < n; i++) {
+        kcache_entry *e = NULL;
+        if (kcache_store_get(&e, remote->store, &keys[i], KCACHE_GET_NO_TOUCH) == 0) {
+            pthread_mutex_lock(&remote->lock);
+            int64_t sent = kc_remote_push_locked(remote, e, e->created_at);
+            pthread_mutex_unlock(&remote->lock);
+            if (sent < 0) {
+                rc = (int)sent;
+                snprintf(remote->errmsg, sizeof(remote->errmsg), "%s",
+                         remote->backend->errmsg);
+            } else {
+                t.entries++;
+                t.bytes += (uint64_t)sent;
+            }
+        }
+        kcache_entry_free(e);
+        if (progress)
+            progress(userdata, i + 1, n);
+    }
+    kcache_keys_free(keys);
+    if (out)
+        memcpy(out, &t, KC_MIN(sizeof(t), sizeof(*out)));
+    return rc;
+}
