@@ -113,6 +113,7 @@ int cmd_export(int argc, char **argv);
 int cmd_import(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_config(int argc, char **argv);
+int cmd_remote(int argc, char **argv);
 int cmd_clear(int argc, char **argv);
 int cmd_vacuum(int argc, char **argv);
 int cmd_path(int argc, char **argv);

@@ -37,6 +37,8 @@ static const char usage_text[] =
     "                          (FILE.ARCH.cubin|ptx|ltoir in it)\n"
     "  -j, --jobs N            compile N items at once (default 1)\n"
     "      --no-cache          compile without looking up or storing\n"
+    "      --remote URL        share through Redis: redis://[user:password@]host:port[/db]\n"
+    "                          (else KCACHE_REMOTE or remote in kcache.conf)\n"
     "      --refresh           compile even on a hit, and replace the entry\n"
     "      --json              one JSON document on stdout (fields in the README)\n"
     "  -q, --quiet             no per-item lines (errors and logs still shown)\n"
@@ -166,7 +168,10 @@ static void print_human(const struct job *job)
         printf("%-4s  %-*s  %-*s  %-12.12s  %10s  %s\n", r->hit ? "hit" : "miss", arch_w, r->arch,
                file_w, it->file, r->keyed ? hex : "(not cached)",
                cli_format_duration(t, sizeof(t), r->elapsed_ns),
-               it->output[0] ? it->output : r->keyed && !r->store_status ? "cache" : "-");
+               it->output[0]                       ? it->output
+               : r->remote_hit                     ? "cache (from the remote)"
+               : r->keyed && !r->store_status      ? "cache"
+                                                   : "-");
     }
 }
 
@@ -190,6 +195,7 @@ static void print_json(const struct job *job, size_t hits, size_t misses, size_t
             const char *kind = kcache_kind_name(r->kind);
             cli_json_string(&j, "kind", kind ? kind : "");
             cli_json_bool(&j, "hit", r->hit);
+            cli_json_bool(&j, "remote_hit", r->remote_hit);
             cli_json_bool(&j, "cached", r->keyed && !r->store_status);
             if (r->keyed)
                 cli_json_string(&j, "key", hex);

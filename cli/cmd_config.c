@@ -14,17 +14,34 @@ static const char usage_text[] =
     "\n"
     "A setting comes from a flag, else the environment, else the config file\n"
     "(kcache.conf beside the database), else the default.\n"
-    "Settings: dir, path, max_size, busy_timeout, disable.\n"
+    "Settings: dir, path, max_size, busy_timeout, disable, remote, remote_read_only,\n"
+    "remote_connect_timeout, remote_timeout, remote_prefix, remote_secret.\n"
+    "Listings hide remote_secret and the password in remote; name the setting to see it.\n"
     "\n"
     "      --unset KEY  remove KEY from the config file\n"
     "      --json       machine-readable output (fields documented in the README)\n"
     "  -h, --help       this text\n";
 
+/* What a listing shows: secrets hidden, since listings end up in CI logs. */
+static const char *shown(char *buf, size_t size, const kcache_setting *s)
+{
+    if (!strcmp(s->name, "remote_secret") && s->value[0])
+        return "(set)";
+    const char *at = strrchr(s->value, '@');
+    const char *colon = at ? memchr(s->value + 8, ':', (size_t)(at - s->value - 8)) : NULL;
+    if (!strcmp(s->name, "remote") && at && colon && !strncmp(s->value, "redis://", 8)) {
+        snprintf(buf, size, "%.*s:***%s", (int)(colon - s->value), s->value, at);
+        return buf;
+    }
+    return s->value;
+}
+
 static void json_setting(cli_json *j, const kcache_setting *s)
 {
+    char buf[1024];
     cli_json_object_begin(j, NULL);
     cli_json_string(j, "name", s->name);
-    cli_json_string(j, "value", s->value);
+    cli_json_string(j, "value", shown(buf, sizeof(buf), s));
     cli_json_string(j, "source", kcache_config_source_name(s->source));
     cli_json_string(j, "origin", s->origin);
     cli_json_string(j, "env", s->env);
@@ -115,10 +132,11 @@ int cmd_config(int argc, char **argv)
     } else if (s) {
         printf("%s\n", s->value);
     } else {
-        printf("%-13s %-24s %-12s %s\n", "SETTING", "VALUE", "FROM", "WHERE");
+        char buf[1024];
+        printf("%-22s %-24s %-12s %s\n", "SETTING", "VALUE", "FROM", "WHERE");
         for (size_t i = 0; i < kcache_config_count(cfg); i++) {
             const kcache_setting *t = kcache_config_setting(cfg, i);
-            printf("%-13s %-24s %-12s %s\n", t->name, t->value,
+            printf("%-22s %-24s %-12s %s\n", t->name, shown(buf, sizeof(buf), t),
                    kcache_config_source_name(t->source), t->origin);
         }
         printf("\nConfig file: %s\n", kcache_config_file(cfg));

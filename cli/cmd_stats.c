@@ -2,14 +2,47 @@
 #include <getopt.h>
 #include <string.h>
 
+#include <kcache/remote.h>
+
 #include "cli.h"
+
+/* The shared tier's counters (<kcache/remote.h>), in the order shown. */
+static const char *const remote_counters[] = {
+    "remote_hits",     "remote_misses",    "remote_pushes",  "remote_errors",
+    "remote_rejected", "remote_skipped",   "remote_bytes_in", "remote_bytes_out",
+    "remote_saved_ns",
+};
+enum { R_HITS, R_MISSES, R_PUSHES, R_ERRORS, R_REJECTED, R_SKIPPED, R_IN, R_OUT, R_SAVED,
+       R_COUNT };
+
+struct remote_stats {
+    char url[512]; /* "" when no remote is set */
+    uint64_t v[R_COUNT];
+    int any;
+};
+
+static void read_remote(struct remote_stats *rs, kcache_store *store)
+{
+    memset(rs, 0, sizeof(*rs));
+    kcache_remote *remote = NULL;
+    char err[512];
+    if (kcache_remote_open(&remote, store, NULL, err, sizeof(err)) == 0 && remote)
+        snprintf(rs->url, sizeof(rs->url), "%s", kcache_remote_url(remote));
+    kcache_remote_close(remote);
+    for (int i = 0; i < R_COUNT; i++) {
+        if (kcache_store_counter(&rs->v[i], store, remote_counters[i]) != 0)
+            rs->v[i] = 0;
+        rs->any |= rs->v[i] != 0;
+    }
+}
 
 static const char usage_text[] =
     "usage: kcache stats [-z|--zero] [--json]\n"
     "\n"
     "Shows entries, sizes (raw, stored, on disk) against the cap, hits and misses\n"
     "overall and per architecture and kind, compile time saved, evictions, damaged\n"
-    "entries found and store failures.\n"
+    "entries found and store failures; with a remote (or its counters), the shared\n"
+    "tier's hits, misses, pushes, errors, bytes and time saved.\n"
     "\n"
     "  -z, --zero   zero the counters after showing them (entries stay)\n"
     "      --json   machine-readable output (fields documented in the README)\n"
@@ -20,7 +53,7 @@ static double percent(uint64_t part, uint64_t whole)
     return whole ? 100.0 * (double)part / (double)whole : 0.0;
 }
 
-static void print_json(const kcache_stats *st, const char *path)
+static void print_json(const kcache_stats *st, const char *path, const struct remote_stats *rs)
 {
     cli_json j;
     cli_json_init(&j, stdout);
@@ -65,11 +98,37 @@ static void print_json(const kcache_stats *st, const char *path)
         cli_json_object_end(&j);
     }
     cli_json_array_end(&j);
+    cli_json_object_begin(&j, "remote");
+    if (rs->url[0])
+        cli_json_string(&j, "url", rs->url);
+    else
+        cli_json_null(&j, "url");
+    for (int i = 0; i < R_COUNT; i++)
+        cli_json_uint(&j, remote_counters[i] + 7, rs->v[i]); /* without "remote_" */
+    cli_json_object_end(&j);
     cli_json_object_end(&j);
     cli_json_finish(&j);
 }
 
-static void print_human(const kcache_stats *st, const char *path)
+static void print_remote(const struct remote_stats *rs)
+{
+    char a[64], b[64];
+    const uint64_t *v = rs->v;
+    printf("\nRemote:              %s\n", rs->url[0] ? rs->url : "(none set now)");
+    printf("Remote hits:         %10llu / %10llu (%6.2f %%)\n", (unsigned long long)v[R_HITS],
+           (unsigned long long)(v[R_HITS] + v[R_MISSES]), percent(v[R_HITS], v[R_HITS] + v[R_MISSES]));
+    printf("Remote misses:       %10llu\n", (unsigned long long)v[R_MISSES]);
+    printf("Remote pushes:       %10llu\n", (unsigned long long)v[R_PUSHES]);
+    printf("Remote errors:       %10llu (%llu operations skipped while it was left alone)\n",
+           (unsigned long long)v[R_ERRORS], (unsigned long long)v[R_SKIPPED]);
+    printf("Remote rejected:     %10llu (entries that failed the checks)\n",
+           (unsigned long long)v[R_REJECTED]);
+    printf("Remote traffic:      %10s in, %s out\n", kcache_format_size(a, sizeof(a), v[R_IN]),
+           kcache_format_size(b, sizeof(b), v[R_OUT]));
+    printf("Remote time saved:   %10s\n", cli_format_duration(a, sizeof(a), v[R_SAVED]));
+}
+
+static void print_human(const kcache_stats *st, const char *path, const struct remote_stats *rs)
 {
     char a[64], b[64], c[64];
     uint64_t lookups = st->hits + st->misses;
@@ -102,6 +161,8 @@ static void print_human(const kcache_stats *st, const char *path)
     for (size_t i = 0; i < st->n_uncacheable; i++)
         printf("  %-18s %10llu\n", st->uncacheable_reasons[i].reason,
                (unsigned long long)st->uncacheable_reasons[i].count);
+    if (rs->url[0] || rs->any)
+        print_remote(rs);
     if (!st->n_usage)
         return;
     printf("\n%-14s %-6s %10s %10s %9s %12s\n", "Architecture", "Kind", "Hits", "Misses",
@@ -147,10 +208,12 @@ int cmd_stats(int argc, char **argv)
         kcache_store_close(store);
         return CLI_FAIL;
     }
+    struct remote_stats rs;
+    read_remote(&rs, store);
     if (json)
-        print_json(st, kcache_store_path(store));
+        print_json(st, kcache_store_path(store), &rs);
     else
-        print_human(st, kcache_store_path(store));
+        print_human(st, kcache_store_path(store), &rs);
     kcache_stats_free(st);
     if (zero && (rc = kcache_store_zero_stats(store)))
         cli_error("%s", kcache_store_errmsg(store));

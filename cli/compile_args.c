@@ -8,7 +8,7 @@
 #include "compile_args.h"
 
 enum { OPT_STD = 256, OPT_CUBIN, OPT_PTX, OPT_LTOIR, OPT_NAME_EXPR, OPT_EXTRA, OPT_NO_CACHE,
-       OPT_REFRESH, OPT_JSON };
+       OPT_REFRESH, OPT_JSON, OPT_REMOTE };
 
 static int push(const char ***v, size_t *n, const char *s)
 {
@@ -76,6 +76,7 @@ int compile_args_parse(struct compile_args *a, const char *verb, const char *usa
         {"no-cache", no_argument, NULL, OPT_NO_CACHE},
         {"refresh", no_argument, NULL, OPT_REFRESH},
         {"json", no_argument, NULL, OPT_JSON},
+        {"remote", required_argument, NULL, OPT_REMOTE},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -120,6 +121,14 @@ int compile_args_parse(struct compile_args *a, const char *verb, const char *usa
             }
             break;
         case 'o': a->output = optarg; break;
+        case OPT_REMOTE:
+            if (optarg[0] && strncmp(optarg, "redis://", 8) != 0) {
+                free(tail);
+                return cli_usage_error(verb, "--remote '%s': expected "
+                                       "redis://[user:password@]host:port[/db]", optarg);
+            }
+            a->remote = optarg;
+            break;
         case 'j': {
             char *end;
             errno = 0;
@@ -214,6 +223,7 @@ int compile_args_compiler(const struct compile_args *a, kcache_compiler **compil
     co.no_store = (a->flags & KCACHE_COMPILE_NO_CACHE) != 0;
     co.store_path = cli_globals.path;
     co.store_max_size = cli_globals.max_size;
+    co.remote = a->remote;
     if (kcache_compiler_new(compiler, &co, err, sizeof(err)) != 0)
         return cli_error("%s", err);
     return CLI_OK;

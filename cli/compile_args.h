@@ -21,6 +21,7 @@ struct compile_args {
     kcache_kind kind;
     unsigned flags;
     const char *output;
+    const char *remote;     /* --remote URL: the shared tier */
     long jobs;
     int json, quiet;
     char *arch_list;        /* owned storage behind the arrays */

@@ -23,6 +23,7 @@ static const struct verb verbs[] = {
     {"export", cmd_export, "write entries to a bundle (or plain files) for another machine"},
     {"import", cmd_import, "check a bundle and merge it into the cache"},
     {"verify", cmd_verify, "check the database and every entry's digest"},
+    {"remote", cmd_remote, "check the shared tier (Redis), push entries up or pull them down"},
     {"config", cmd_config, "show or set settings and where they come from"},
     {"clear", cmd_clear, "delete every entry"},
     {"vacuum", cmd_vacuum, "compact the database file"},

@@ -4,7 +4,7 @@ _kcache()
     local cur prev verb i
     cur=${COMP_WORDS[COMP_CWORD]}
     prev=${COMP_WORDS[COMP_CWORD-1]}
-    local verbs="stats ls inspect explain compile get prune export import verify config clear vacuum path run version help"
+    local verbs="stats ls inspect explain compile get prune export import verify remote config clear vacuum path run version help"
 
     verb=
     for ((i = 1; i < COMP_CWORD; i++)); do
@@ -45,6 +45,7 @@ _kcache()
         import) opts+=" --dry-run --json" ;;
         verify) opts+=" --recompile --json" ;;
         config) opts+=" --unset --json" ;;
+        remote) opts+=" --remote --arch --since --json" ;;
         clear|vacuum|path|version) opts+=" --json" ;;
         run) opts+=" --verbose --print-shim" ;;
         help) COMPREPLY=($(compgen -W "$verbs" -- "$cur")); return ;;
@@ -52,7 +53,9 @@ _kcache()
     if [[ $cur == -* ]]; then
         COMPREPLY=($(compgen -W "$opts" -- "$cur"))
     elif [[ $verb == config ]]; then
-        COMPREPLY=($(compgen -W "dir path max_size busy_timeout disable" -- "$cur"))
+        COMPREPLY=($(compgen -W "dir path max_size busy_timeout disable remote remote_read_only remote_connect_timeout remote_timeout remote_prefix remote_secret" -- "$cur"))
+    elif [[ $verb == remote ]]; then
+        COMPREPLY=($(compgen -W "check push pull" -- "$cur"))
     elif [[ $verb == export || $verb == import || $verb == compile || $verb == explain ]]; then
         COMPREPLY=($(compgen -f -- "$cur"))
     fi

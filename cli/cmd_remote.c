@@ -1,0 +1,185 @@
+/* kcache remote: check the shared tier, push the local cache up, pull entries down. */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <kcache/remote.h>
+
+#include "cli.h"
+
+static const char usage_text[] =
+    "usage: kcache remote [check] [--remote URL] [--json]\n"
+    "       kcache remote push [--arch A] [--since AGE] [--remote URL] [--json]\n"
+    "       kcache remote pull [--arch A] [--since AGE] [--remote URL] [--json]\n"
+    "\n"
+    "The shared tier: a Redis server several caches share (see the README).\n"
+    "  check  connect now and show the latency, the server, whether it authenticated\n"
+    "         us, and its eviction policy (a warning when it would refuse writes)\n"
+    "  push   send local entries to the remote\n"
+    "  pull   fetch the remote's entries into the local cache, each checked\n"
+    "\n"
+    "      --remote URL  redis://[user:password@]host:port[/db]\n"
+    "                    (else KCACHE_REMOTE or remote in kcache.conf)\n"
+    "      --arch A      only entries of this architecture (sm_90, ...)\n"
+    "      --since AGE   only entries created in the last AGE (7d, 12h)\n"
+    "      --json        machine-readable output\n"
+    "  -h, --help        this text\n"
+    "\n"
+    "Exit status: 0 done, 1 the remote failed (the message says what), 2 usage.\n";
+
+static void progress(void *userdata, uint64_t done, uint64_t total)
+{
+    cli_progress(NULL, (const char *)userdata, done, total);
+}
+
+static int check(kcache_remote *remote, int json)
+{
+    kcache_remote_info info = KCACHE_REMOTE_INFO_INIT;
+    if (kcache_remote_check(&info, remote) != 0)
+        return cli_error("%s", kcache_remote_errmsg(remote));
+    char a[64], b[64];
+    int noeviction = !strcmp(info.policy, "noeviction");
+    if (json) {
+        cli_json j;
+        cli_json_init(&j, stdout);
+        cli_json_object_begin(&j, NULL);
+        cli_json_string(&j, "url", kcache_remote_url(remote));
+        cli_json_uint(&j, "latency_ns", info.latency_ns);
+        cli_json_string(&j, "server_version", info.server_version);
+        cli_json_bool(&j, "authenticated", info.authenticated);
+        cli_json_string(&j, "maxmemory_policy", info.policy);
+        cli_json_uint(&j, "maxmemory", info.maxmemory);
+        cli_json_uint(&j, "used_memory", info.used_memory);
+        cli_json_uint(&j, "entries", info.entries);
+        cli_json_bool(&j, "refuses_writes", info.refuses_writes);
+        cli_json_bool(&j, "read_only", kcache_remote_read_only(remote));
+        cli_json_uint(&j, "backoff_s", (uint64_t)info.down_for_s);
+        cli_json_object_end(&j);
+        cli_json_finish(&j);
+    } else {
+        printf("Remote:     %s%s\n", kcache_remote_url(remote),
+               kcache_remote_read_only(remote) ? " (read-only)" : "");
+        printf("Server:     Redis %s, round trip %s\n", info.server_version,
+               cli_format_duration(a, sizeof(a), info.latency_ns));
+        printf("Auth:       %s\n", info.authenticated ? "user/password accepted" : "none");
+        printf("Memory:     %s used of %s, policy %s\n",
+               kcache_format_size(a, sizeof(a), info.used_memory),
+               info.maxmemory ? kcache_format_size(b, sizeof(b), info.maxmemory) : "no limit",
+               info.policy);
+        printf("Entries:    %llu indexed\n", (unsigned long long)info.entries);
+        if (info.down_for_s)
+            printf("Back-off:   lifted (compiles had left it alone after a failure, %d s to "
+                   "go)\n",
+                   info.down_for_s);
+    }
+    if (info.refuses_writes)
+        cli_warn("the server is full and will refuse writes (noeviction): set "
+                 "maxmemory-policy allkeys-lru");
+    else if (noeviction)
+        cli_warn("maxmemory-policy is noeviction: once full, the server refuses writes "
+                 "instead of evicting; set allkeys-lru");
+    return CLI_OK;
+}
+
+static int transfer(kcache_remote *remote, int pull, const kcache_filter *f, int json)
+{
+    kcache_transfer t = KCACHE_TRANSFER_INIT;
+    const char *phase = pull ? "pull" : "push";
+    int rc = pull ? kcache_remote_pull(&t, remote, f, progress, (void *)phase)
+                  : kcache_remote_push(&t, remote, f, progress, (void *)phase);
+    char a[64];
+    if (json) {
+        cli_json j;
+        cli_json_init(&j, stdout);
+        cli_json_object_begin(&j, NULL);
+        cli_json_string(&j, "url", kcache_remote_url(remote));
+        cli_json_bool(&j, "ok", rc == 0);
+        cli_json_uint(&j, pull ? "pulled" : "pushed", t.entries);
+        cli_json_uint(&j, "present", t.present);
+        cli_json_uint(&j, "rejected", t.rejected);
+        cli_json_uint(&j, "bytes", t.bytes);
+        cli_json_object_end(&j);
+        cli_json_finish(&j);
+    } else {
+        printf("%s %llu entries (%s)", pull ? "Pulled" : "Pushed", (unsigned long long)t.entries,
+               kcache_format_size(a, sizeof(a), t.bytes));
+        if (pull)
+            printf(", %llu already here, %llu rejected by the checks",
+                   (unsigned long long)t.present, (unsigned long long)t.rejected);
+        printf("\n");
+    }
+    if (rc)
+        return cli_error("%s", kcache_remote_errmsg(remote));
+    return CLI_OK;
+}
+
+int cmd_remote(int argc, char **argv)
+{
+    static const struct option options[] = {
+        {"remote", required_argument, NULL, 'r'},
+        {"arch", required_argument, NULL, 'a'},
+        {"since", required_argument, NULL, 's'},
+        {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    kcache_filter f = KCACHE_FILTER_INIT;
+    const char *url = NULL;
+    uint64_t age = 0;
+    int json = 0, c;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
+        switch (c) {
+        case 'r':
+            if (strncmp(optarg, "redis://", 8) != 0)
+                return cli_usage_error("remote", "--remote '%s': expected "
+                                       "redis://[user:password@]host:port[/db]", optarg);
+            url = optarg;
+            break;
+        case 'a': f.arch = optarg; break;
+        case 's':
+            if (kcache_parse_age(&age, optarg) || !age)
+                return cli_usage_error("remote", "--since '%s' is not an age (use e.g. 7d)",
+                                       optarg);
+            break;
+        case 'j': json = 1; break;
+        case 'h': fputs(usage_text, stdout); return CLI_OK;
+        case ':': return cli_usage_error("remote", "%s needs a value", argv[optind - 1]);
+        default: return cli_usage_error("remote", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    const char *action = optind < argc ? argv[optind++] : "check";
+    if (optind < argc)
+        return cli_usage_error("remote", "unexpected argument '%s'", argv[optind]);
+    int pull = !strcmp(action, "pull");
+    if (strcmp(action, "check") && strcmp(action, "push") && !pull)
+        return cli_usage_error("remote", "unknown action '%s': use check, push or pull", action);
+    if (!strcmp(action, "check") && (f.arch || age))
+        return cli_usage_error("remote", "--arch and --since go with push or pull");
+    if (age) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        f.created_since = age >= (uint64_t)now / 1000 ? 1 : now - (int64_t)age * 1000;
+    }
+    kcache_store *store;
+    if (cli_open_store(&store, 0))
+        return CLI_FAIL;
+    kcache_remote *remote = NULL;
+    char err[600];
+    int ret;
+    if (kcache_remote_open(&remote, store, url, err, sizeof(err)) != 0)
+        ret = cli_error("%s", err);
+    else if (!remote)
+        ret = cli_error("no remote set: give --remote redis://host:port, set KCACHE_REMOTE, "
+                        "or run kcache config remote redis://host:port");
+    else if (!strcmp(action, "check"))
+        ret = check(remote, json);
+    else
+        ret = transfer(remote, pull, &f, json);
+    kcache_remote_close(remote);
+    kcache_store_close(store);
+    return ret;
+}
