@@ -1,0 +1,154 @@
+/*
+ * The shared tier's value format (remote/wire.h) and URL parsing, without a
+ * server: what is pushed decodes to what was put; anything changed, unsigned
+ * under a secret, or claiming more than the bounds is refused, and the
+ * bounds are checked before anything is decompressed.
+ */
+#include <string.h>
+
+#include "remote/backend.h"
+#include "remote/wire.h"
+#include "testutil.h"
+
+static const char *const exprs[] = {"k<float>", "k<int>"};
+static const char *const lowered[] = {"_Z1kIfEvv", "_Z1kIiEvv"};
+
+static void make_entry(kcache_entry *e, const uint8_t *material, size_t material_size,
+                       const void *data, size_t size)
+{
+    kcache_entry init = KCACHE_ENTRY_INIT;
+    *e = init;
+    kc_digest(e->key.bytes, material, material_size);
+    e->kind = KCACHE_KIND_CUBIN;
+    e->arch = "sm_90";
+    e->name = "k.cu";
+    e->data = data;
+    e->size = size;
+    e->log = "a warning";
+    e->toolchain = "nvrtc 13.0";
+    e->compile_ns = 123456789;
+    e->key_material = material;
+    e->key_material_size = material_size;
+    e->n_names = 2;
+    e->name_exprs = exprs;
+    e->lowered_names = lowered;
+}
+
+static int decodes(kc_codec_ctx *c, const kcache_key *key, const kc_buf *v,
+                   const kc_wire_secret *s, char *why, size_t why_size)
+{
+    kc_wire_entry w;
+    int rc = kc_wire_decode(&w, c, key, v->data, v->size, s, why, why_size);
+    if (rc == 0)
+        kc_wire_entry_free(&w);
+    return rc;
+}
+
+static void test_round_trip(kc_codec_ctx *c)
+{
+    static uint8_t data[8192];
+    for (size_t i = 0; i < sizeof(data); i++)
+        data[i] = (uint8_t)(i % 61 < 40 ? i % 7 : i * 13);
+    const uint8_t material[] = "\x01\x0c\x00\x00\x00kcache-key-1 and more";
+    kcache_entry e;
+    make_entry(&e, material, sizeof(material), data, sizeof(data));
+    kc_wire_secret none, secret, other;
+    kc_wire_secret_init(&none, NULL);
+    kc_wire_secret_init(&secret, "fleet");
+    kc_wire_secret_init(&other, "not the fleet's");
+    kc_buf v = {0};
+    CHECK_RC(kc_wire_encode(&v, c, &e, 42, &none), 0);
+    kc_wire_entry w;
+    char why[256];
+    CHECK_RC(kc_wire_decode(&w, c, &e.key, v.data, v.size, &none, why, sizeof(why)), 0);
+    CHECK(w.e.size == sizeof(data) && memcmp(w.e.data, data, sizeof(data)) == 0);
+    CHECK(!strcmp(w.e.arch, "sm_90") && !strcmp(w.e.name, "k.cu") &&
+          !strcmp(w.e.log, "a warning") && !strcmp(w.e.toolchain, "nvrtc 13.0"));
+    CHECK(w.e.n_names == 2 && !strcmp(w.e.name_exprs[1], "k<int>") &&
+          !strcmp(w.e.lowered_names[0], "_Z1kIfEvv"));
+    CHECK(w.e.compile_ns == 123456789 && w.e.created_at == 42 && w.e.kind == KCACHE_KIND_CUBIN);
+    CHECK(w.e.key_material_size == sizeof(material));
+    kc_wire_entry_free(&w);
+
+    /* Any single byte changed is refused. */
+    size_t refused = 0;
+    for (size_t i = 0; i < v.size; i++) {
+        v.data[i] ^= 0x20;
+        if (decodes(c, &e.key, &v, &none, why, sizeof(why)) == KCACHE_ECORRUPT)
+            refused++;
+        else
+            fprintf(stderr, "byte %zu changed was not noticed\n", i);
+        v.data[i] ^= 0x20;
+    }
+    CHECK(refused == v.size);
+
+    /* Under another key: the checksum (and a signature) cover the key. */
+    kcache_key wrong = e.key;
+    wrong.bytes[0] ^= 1;
+    CHECK_RC(decodes(c, &wrong, &v, &none, why, sizeof(why)), KCACHE_ECORRUPT);
+    /* Pushed under a key its material does not hash to (a forger's value). */
+    kcache_entry forged = e;
+    forged.key = wrong;
+    kc_buf fv = {0};
+    CHECK_RC(kc_wire_encode(&fv, c, &forged, 42, &none), 0);
+    CHECK_RC(decodes(c, &wrong, &fv, &none, why, sizeof(why)), KCACHE_ECORRUPT);
+    CHECK(strstr(why, "key material") != NULL);
+    kc_buf_free(&fv);
+
+    /* With a secret: unsigned refused, signed accepted, another secret refused. */
+    CHECK_RC(decodes(c, &e.key, &v, &secret, why, sizeof(why)), KCACHE_ECORRUPT);
+    CHECK(strstr(why, "not signed") != NULL);
+    kc_buf sv = {0};
+    CHECK_RC(kc_wire_encode(&sv, c, &e, 42, &secret), 0);
+    CHECK_RC(decodes(c, &e.key, &sv, &secret, why, sizeof(why)), 0);
+    CHECK_RC(decodes(c, &e.key, &sv, &none, why, sizeof(why)), 0); /* no secret: not checked */
+    CHECK_RC(decodes(c, &e.key, &sv, &other, why, sizeof(why)), KCACHE_ECORRUPT);
+    CHECK(strstr(why, "signature") != NULL);
+    sv.data[sv.size - 1] ^= 1;
+    CHECK_RC(decodes(c, &e.key, &sv, &secret, why, sizeof(why)), KCACHE_ECORRUPT);
+
+    /* Bounds before decompressing: a header claiming 8 GiB is refused on its word. */
+    uint64_t huge = UINT64_C(8) << 30;
+    for (int i = 0; i < 8; i++)
+        v.data[24 + i] = (uint8_t)(huge >> (8 * i));
+    CHECK_RC(decodes(c, &e.key, &v, &none, why, sizeof(why)), KCACHE_ECORRUPT);
+    CHECK(strstr(why, "over the bound") != NULL);
+    CHECK_RC(decodes(c, &e.key, &v, &none, why, 0) , KCACHE_ECORRUPT);
+    /* Truncated anywhere. */
+    for (size_t n = 0; n < sv.size; n += 7) {
+        kc_buf t = {sv.data, n, n};
+        CHECK_RC(decodes(c, &e.key, &t, &secret, why, sizeof(why)), KCACHE_ECORRUPT);
+    }
+    kc_buf_free(&v);
+    kc_buf_free(&sv);
+}
+
+static void test_endpoint(void)
+{
+    kc_endpoint ep;
+    char msg[256];
+    CHECK_RC(kc_endpoint_parse(&ep, "redis://127.0.0.1:6380", msg, sizeof(msg)), 0);
+    CHECK(!strcmp(ep.host, "127.0.0.1") && ep.port == 6380 && ep.db == 0 && !ep.password[0]);
+    CHECK_RC(kc_endpoint_parse(&ep, "redis://ci:p@ss:w@cache.internal/3", msg, sizeof(msg)), 0);
+    CHECK(!strcmp(ep.user, "ci") && !strcmp(ep.password, "p@ss:w") &&
+          !strcmp(ep.host, "cache.internal") && ep.port == 6379 && ep.db == 3);
+    CHECK_RC(kc_endpoint_parse(&ep, "redis://:pw@h:1/", msg, sizeof(msg)), 0);
+    CHECK(!ep.user[0] && !strcmp(ep.password, "pw") && ep.port == 1);
+    const char *bad[] = {"http://h:1", "redis://", "redis://h:0", "redis://h:65536",
+                         "redis://h:12x", "redis://h/x", "redis://u:@h", "redis://h:1/2/3"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CHECK_RC(kc_endpoint_parse(&ep, bad[i], msg, sizeof(msg)), KCACHE_EINVAL);
+        CHECK(msg[0] != '\0');
+    }
+}
+
+int main(void)
+{
+    (void)test_path;
+    kc_codec_ctx *c = NULL;
+    REQUIRE(kc_codec_new(&c) == 0 && c);
+    test_round_trip(c);
+    test_endpoint();
+    kc_codec_free(c);
+    return test_done();
+}
