@@ -281,9 +281,9 @@ void kc_remote_name(char *out, size_t size, const kcache_remote *r, const char *
 /* ---- the compile path -------------------------------------------------- */
 
 /*
- * The checks that belong to the shared tier (decode, bounds, signature, key,
- * digest: wire.c), then the store's own put. Kept in one place so that the
- * import gate (store/, issue 12) can take over the second half at merge.
+ * The checks that belong to the shared tier (its format, bounds before
+ * decompressing, signature, checksum: wire.c), then the store's import gate
+ * (the one bundles pass: put rules, key from key material, digest) and put.
  */
 int kc_remote_admit(kcache_entry **out, kcache_remote *r, const kcache_key *key,
                     const void *value, size_t size)
@@ -298,10 +298,17 @@ int kc_remote_admit(kcache_entry **out, kcache_remote *r, const kcache_key *key,
         kc_remote_log(r, "remote entry %.16s ignored: %s", hex, why);
         return rc;
     }
-    /* --- the rest is the store's (the import gate's at merge) --- */
-    rc = kcache_store_put(r->store, &w.e);
+    /* --- the rest is the store's: the import gate shared with bundles, then the put --- */
+    rc = kc_store_admit(r->store, &w.e, why, sizeof(why));
     uint64_t saved = w.e.compile_ns;
     kc_wire_entry_free(&w);
+    if (rc == KCACHE_ECORRUPT) {
+        char hex[KCACHE_KEY_HEX_SIZE];
+        kcache_key_hex(hex, key);
+        kc_store_count(r->store, KC_RC_REJECTED, 1);
+        kc_remote_log(r, "remote entry %.16s ignored: %s", hex, why);
+        return rc;
+    }
     if (rc) {
         kc_remote_log(r, "remote entry not kept: %s", kcache_store_errmsg(r->store));
         return rc;

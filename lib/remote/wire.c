@@ -244,6 +244,7 @@ int kc_wire_decode(kc_wire_entry *out, kc_codec_ctx *codec, const kcache_key *ke
         return rc == KCACHE_ENOMEM ? rc : REFUSE("entry's artifact does not match its digest");
     }
     out->data = data;
+    memcpy(e->digest, digest, KC_DIGEST_SIZE);
     e->data = data;
     e->size = (size_t)raw_size;
     e->compile_ns = get64(v + 40);

@@ -30,6 +30,15 @@ void kc_store_count_failure(kcache_store *store);
 void kc_store_count(kcache_store *store, const char *name, uint64_t delta);
 
 /*
+ * Puts an entry that came from outside the store (the shared tier) through
+ * the import gate (ingest.c: the put rules, the key recomputed from the key
+ * material, the artifact against e->digest, dates clamped), then the normal
+ * put. Returns 0; KCACHE_ECORRUPT with why in `what` when the gate refuses
+ * it; or the put's error (message on the store).
+ */
+int kc_store_admit(kcache_store *store, kcache_entry *e, char *what, size_t what_size);
+
+/*
  * Single flight: when several processes (or threads) miss the same key, the
  * one that gets the lease compiles and the others wait for its entry.
  *
