@@ -1,5 +1,5 @@
 // tiled_gemm.cu holds only a template, which nvcc compiles to an empty CUBIN:
-// instantiate the two variants the corpus README names (NVRTC reaches them
+// instantiate the two variants examples/README.md names (NVRTC reaches them
 // through name expressions instead) so that the benchmark stores real code.
 #include "tiled_gemm.cu"
 

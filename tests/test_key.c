@@ -414,9 +414,11 @@ static void test_bad_requests(void)
 int main(void)
 {
     corpus = getenv("CORPUS");
+    /* meson test sets CORPUS to examples/; run by hand without it, skip and say why. */
     if (!corpus || access(corpus, R_OK) != 0) {
-        fprintf(stderr, "CORPUS not set or unreadable\n");
-        return 1;
+        printf("skipped: CORPUS (the repository's examples/) is %s%s\n",
+               corpus ? "unreadable: " : "not set", corpus ? corpus : "");
+        return TEST_SKIP;
     }
     snprintf(toolkit, sizeof(toolkit), "%s/toolkit", test_dir());
     make_toolkit(toolkit, 0x42);

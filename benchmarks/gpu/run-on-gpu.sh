@@ -58,7 +58,8 @@ if ! compgen -G "$CUDA_HOME/lib*/libnvrtc.so*" >/dev/null || [ ! -d "$CUDA_HOME/
     exit 1
 fi
 
-export CORPUS=$dev/corpus
+# The kernels travel with the repository.
+export CORPUS=$root/examples
 release_libs=$dev/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 asan_libs=$dev/asan/lib:$dev/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 work=$(mktemp -d "${TMPDIR:-/tmp}/kcache-gpu-XXXXXX")

@@ -12,7 +12,6 @@
 #              lack: libb2.so.1, libgomp.so.1, libzstd.so.1, libsqlite3.so.0
 #   asan/bin, asan/lib   test_gpu and libkcache.so.0 built with ASan+UBSan,
 #              and libasan/libubsan from this compiler
-#   corpus/    a copy of ../shared/corpus (it does not travel with the repo)
 #   MANIFEST   what was built, from which commit, when
 set -euo pipefail
 
@@ -20,12 +19,10 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 asan=1
 [ "${1:-}" = "--no-asan" ] && asan=0
-corpus_src=${CORPUS:-$root/../shared/corpus}
 dev=.dev/gpu
 limit_mb=50
 
 die() { echo "stage: $*" >&2; exit 1; }
-[ -f "$corpus_src/block_sort.cu" ] || die "no corpus at $corpus_src (set CORPUS)"
 
 # Only the targets the GPU machine runs: the 2 shared cores here are precious.
 targets=(cli/kcache tests/gpu/test_gpu tests/gpu/test_gpu_nodriver
@@ -60,7 +57,7 @@ libpath() { # SONAME [BINARY]
 }
 
 rm -rf "$dev"
-mkdir -p "$dev/bin" "$dev/lib" "$dev/corpus"
+mkdir -p "$dev/bin" "$dev/lib"
 cp build-gpu/cli/kcache build-gpu/tests/gpu/test_gpu build-gpu/tests/gpu/test_gpu_nodriver \
     build-gpu/benchmarks/gpu/bench_gpu_start "$dev/bin/"
 cp -L build-gpu/lib/libkcache.so.0 "$dev/lib/libkcache.so.0"
@@ -81,15 +78,13 @@ if [ $asan = 1 ]; then
     done
 fi
 
-cp -R "$corpus_src/." "$dev/corpus/"
-
 {
     echo "staged: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n) ($(. /etc/os-release; echo "$PRETTY_NAME"))"
     echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' + uncommitted changes')"
     echo "kcache: $("$dev/bin/kcache" --version 2>/dev/null || echo unknown)"
     echo "built against: $(grep -m1 '#define CUDA_VERSION' /usr/local/cuda/include/cuda.h 2>/dev/null || echo unknown)"
     echo "asan: $([ $asan = 1 ] && echo yes || echo no)"
-    (cd "$dev" && find . -type f ! -path './corpus/*' ! -name MANIFEST | sort | xargs ls -l | awk '{ print "  " $5 "\t" $9 }')
+    (cd "$dev" && find . -type f ! -name MANIFEST | sort | xargs ls -l | awk '{ print "  " $5 "\t" $9 }')
 } >"$dev/MANIFEST"
 
 size_kb=$(du -sk "$dev" | cut -f1)

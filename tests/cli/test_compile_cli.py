@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """End-to-end tests of 'kcache compile', 'explain', 'inspect' key components and
-'verify --recompile', with the real NVRTC on the corpus (no GPU needed).
+'verify --recompile', with the real NVRTC on examples/ (no GPU needed).
 
 Usage: test_compile_cli.py KCACHE KCACHE_FILL [TEST-NAME...]
 Exits 77 (skipped) when the CUDA toolkit is not there.
@@ -24,7 +24,7 @@ CCCL = "/usr/local/cuda/include/cccl"
 
 
 def corpus_copy(root, name="corpus"):
-    """A private copy of the corpus: tests edit headers."""
+    """A private copy of examples/: tests edit headers."""
     dst = os.path.join(root, name)
     shutil.copytree(CORPUS, dst)
     return dst

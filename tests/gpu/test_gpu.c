@@ -1,5 +1,5 @@
 /*
- * The GPU side end to end, on a real GPU (exit 77 without one): every corpus
+ * The GPU side end to end, on a real GPU (exit 77 without one): every example
  * kernel compiled through kcache, loaded, launched on fresh random inputs and
  * checked against a CPU reference; then a second process (this program again,
  * with --second) served from the same cache file gets the same bytes without
@@ -539,7 +539,7 @@ static void test_api(kcache_gpu *gpu)
     l.output = KCACHE_KIND_LTOIR;
     l.options = rdc;
     l.n_options = 1;
-    CHECK_RC(kcache_gpu_function(&fn, gpu, &l, "fused_op"), KCACHE_EINVAL);
+    CHECK_RC(kcache_gpu_function(&fn, gpu, &l, "mul_add_one"), KCACHE_EINVAL);
     CHECK(strstr(kcache_gpu_errmsg(gpu), "LTO-IR"));
     /* A compile error reaches the caller with the compiler's line. */
     kcache_request b = request("broken.cu");
@@ -668,7 +668,7 @@ int main(int argc, char **argv)
     snprintf(cccl_inc, sizeof(cccl_inc), "-I%s/include/cccl",
              cuda && *cuda ? cuda : "/usr/local/cuda");
     if (!corpus || access(corpus, R_OK) != 0) {
-        fprintf(stderr, "CORPUS must name the kernel corpus (tests/meson.build sets it)\n");
+        fprintf(stderr, "CORPUS must name the examples/ folder (tests/meson.build sets it)\n");
         return 1;
     }
     second = argc == 4 && !strcmp(argv[1], "--second");
