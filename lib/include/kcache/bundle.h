@@ -44,7 +44,15 @@ typedef struct kcache_bundle_options {
     void *progress_userdata;
 } kcache_bundle_options;
 
-#define KCACHE_BUNDLE_OPTIONS_INIT {KCACHE_BUNDLE_OPTIONS_VERSION}
+/* KCACHE_BUNDLE_OPTIONS_INIT's value, callable from C and C++ (kcache.h says why both exist). */
+static inline kcache_bundle_options kcache_bundle_options_init(void)
+{
+    kcache_bundle_options v;
+    memset(&v, 0, sizeof(v));
+    v.version = KCACHE_BUNDLE_OPTIONS_VERSION;
+    return v;
+}
+#define KCACHE_BUNDLE_OPTIONS_INIT KCACHE_VERSIONED_INIT(kcache_bundle_options_init, KCACHE_BUNDLE_OPTIONS_VERSION)
 
 #define KCACHE_BUNDLE_RESULT_VERSION 1
 

@@ -70,7 +70,15 @@ typedef struct kcache_compiler_options {
     const char *remote;
 } kcache_compiler_options;
 
-#define KCACHE_COMPILER_OPTIONS_INIT {KCACHE_COMPILER_OPTIONS_VERSION}
+/* KCACHE_COMPILER_OPTIONS_INIT's value, callable from C and C++ (kcache.h says why both exist). */
+static inline kcache_compiler_options kcache_compiler_options_init(void)
+{
+    kcache_compiler_options v;
+    memset(&v, 0, sizeof(v));
+    v.version = KCACHE_COMPILER_OPTIONS_VERSION;
+    return v;
+}
+#define KCACHE_COMPILER_OPTIONS_INIT KCACHE_VERSIONED_INIT(kcache_compiler_options_init, KCACHE_COMPILER_OPTIONS_VERSION)
 
 /*
  * Creates a compiler. On failure *out is NULL and a one-line message is
@@ -167,7 +175,15 @@ typedef struct kcache_request {
     void *compile_userdata;
 } kcache_request;
 
-#define KCACHE_REQUEST_INIT {KCACHE_REQUEST_VERSION}
+/* KCACHE_REQUEST_INIT's value, callable from C and C++ (kcache.h says why both exist). */
+static inline kcache_request kcache_request_init(void)
+{
+    kcache_request v;
+    memset(&v, 0, sizeof(v));
+    v.version = KCACHE_REQUEST_VERSION;
+    return v;
+}
+#define KCACHE_REQUEST_INIT KCACHE_VERSIONED_INIT(kcache_request_init, KCACHE_REQUEST_VERSION)
 
 /*
  * What a compile or link returns. Every pointer points into the result and
@@ -240,7 +256,15 @@ typedef struct kcache_link_request {
     unsigned flags;            /* kcache_compile_flags */
 } kcache_link_request;
 
-#define KCACHE_LINK_REQUEST_INIT {KCACHE_LINK_REQUEST_VERSION}
+/* KCACHE_LINK_REQUEST_INIT's value, callable from C and C++ (kcache.h says why both exist). */
+static inline kcache_link_request kcache_link_request_init(void)
+{
+    kcache_link_request v;
+    memset(&v, 0, sizeof(v));
+    v.version = KCACHE_LINK_REQUEST_VERSION;
+    return v;
+}
+#define KCACHE_LINK_REQUEST_INIT KCACHE_VERSIONED_INIT(kcache_link_request_init, KCACHE_LINK_REQUEST_VERSION)
 
 /*
  * Links inputs into one CUBIN with nvJitLink. Every step is cached: each

@@ -70,7 +70,15 @@ typedef struct kcache_gpu_options {
     int device;
 } kcache_gpu_options;
 
-#define KCACHE_GPU_OPTIONS_INIT {KCACHE_GPU_OPTIONS_VERSION, 0}
+/* KCACHE_GPU_OPTIONS_INIT's value, callable from C and C++ (kcache.h says why both exist). */
+static inline kcache_gpu_options kcache_gpu_options_init(void)
+{
+    kcache_gpu_options v;
+    memset(&v, 0, sizeof(v));
+    v.version = KCACHE_GPU_OPTIONS_VERSION;
+    return v;
+}
+#define KCACHE_GPU_OPTIONS_INIT KCACHE_VERSIONED_INIT(kcache_gpu_options_init, KCACHE_GPU_OPTIONS_VERSION)
 
 /*
  * Creates a GPU handle on a compiler (borrowed: it must outlive the handle).

@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h> /* memset, for the kcache_*_init() functions */
 
 #ifdef __cplusplus
 extern "C" {
@@ -19,6 +20,25 @@ extern "C" {
 #define KCACHE_VERSION_PATCH 0
 #define KCACHE_VERSION_NUMBER                                                                      \
     (KCACHE_VERSION_MAJOR * 10000 + KCACHE_VERSION_MINOR * 100 + KCACHE_VERSION_PATCH)
+
+/*
+ * Every options, request and result struct the caller fills starts with a
+ * version; KCACHE_xxx_INIT gives one with the version set and every other
+ * field zero:
+ *     kcache_request r = KCACHE_REQUEST_INIT;
+ * In C it is a constant initializer, {.version = V}: usable for a static, and
+ * designated, so -Wextra (-Wmissing-field-initializers) is quiet about the
+ * fields left out. C++ has no designated initializers before C++20, and g++
+ * -Wextra flags a brace list that leaves any field out ({V}, {V, 0}), so there
+ * it calls kcache_xxx_init(), an inline function giving the same value
+ * (zero-filled, version set), which C code may call too, e.g. to reset one.
+ * tests/headers/ compiles every macro in C11 and C++11 with -Wall -Wextra.
+ */
+#ifdef __cplusplus
+#define KCACHE_VERSIONED_INIT(init_fn, version_value) init_fn()
+#else
+#define KCACHE_VERSIONED_INIT(init_fn, version_value) {.version = (version_value)}
+#endif
 
 #if defined(KCACHE_BUILDING_LIBRARY) && defined(__GNUC__)
 #define KCACHE_API __attribute__((visibility("default")))

@@ -49,7 +49,15 @@ typedef struct kcache_store_options {
     void *log_userdata;
 } kcache_store_options;
 
-#define KCACHE_STORE_OPTIONS_INIT {KCACHE_STORE_OPTIONS_VERSION, NULL, 0, 0, 0, NULL, NULL}
+/* KCACHE_STORE_OPTIONS_INIT's value, callable from C and C++ (kcache.h says why both exist). */
+static inline kcache_store_options kcache_store_options_init(void)
+{
+    kcache_store_options v;
+    memset(&v, 0, sizeof(v));
+    v.version = KCACHE_STORE_OPTIONS_VERSION;
+    return v;
+}
+#define KCACHE_STORE_OPTIONS_INIT KCACHE_VERSIONED_INIT(kcache_store_options_init, KCACHE_STORE_OPTIONS_VERSION)
 
 #define KCACHE_DEFAULT_MAX_SIZE (UINT64_C(4) << 30)
 
@@ -140,7 +148,15 @@ typedef struct kcache_entry {
 } kcache_entry;
 
 #define KCACHE_ENTRY_VERSION 1
-#define KCACHE_ENTRY_INIT {KCACHE_ENTRY_VERSION}
+/* KCACHE_ENTRY_INIT's value, callable from C and C++ (kcache.h says why both exist). */
+static inline kcache_entry kcache_entry_init(void)
+{
+    kcache_entry v;
+    memset(&v, 0, sizeof(v));
+    v.version = KCACHE_ENTRY_VERSION;
+    return v;
+}
+#define KCACHE_ENTRY_INIT KCACHE_VERSIONED_INIT(kcache_entry_init, KCACHE_ENTRY_VERSION)
 
 /* Flags for kcache_store_get(). */
 enum kcache_get_flags {
@@ -202,7 +218,15 @@ typedef struct kcache_filter {
     uint64_t limit;          /* 0: no limit */
 } kcache_filter;
 
-#define KCACHE_FILTER_INIT {KCACHE_FILTER_VERSION}
+/* KCACHE_FILTER_INIT's value, callable from C and C++ (kcache.h says why both exist). */
+static inline kcache_filter kcache_filter_init(void)
+{
+    kcache_filter v;
+    memset(&v, 0, sizeof(v));
+    v.version = KCACHE_FILTER_VERSION;
+    return v;
+}
+#define KCACHE_FILTER_INIT KCACHE_VERSIONED_INIT(kcache_filter_init, KCACHE_FILTER_VERSION)
 
 /*
  * Calls fn for each selected entry's metadata (data is NULL, size the raw
@@ -298,7 +322,15 @@ typedef struct kcache_prune_options {
     int dry_run;            /* count what would go, change nothing */
 } kcache_prune_options;
 
-#define KCACHE_PRUNE_OPTIONS_INIT {KCACHE_PRUNE_VERSION}
+/* KCACHE_PRUNE_OPTIONS_INIT's value, callable from C and C++ (kcache.h says why both exist). */
+static inline kcache_prune_options kcache_prune_options_init(void)
+{
+    kcache_prune_options v;
+    memset(&v, 0, sizeof(v));
+    v.version = KCACHE_PRUNE_VERSION;
+    return v;
+}
+#define KCACHE_PRUNE_OPTIONS_INIT KCACHE_VERSIONED_INIT(kcache_prune_options_init, KCACHE_PRUNE_VERSION)
 
 #define KCACHE_PRUNE_RESULT_VERSION 1
 
