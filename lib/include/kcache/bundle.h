@@ -67,7 +67,15 @@ typedef struct kcache_bundle_result {
     uint64_t damaged;  /* export: entries found damaged in the store and left out */
 } kcache_bundle_result;
 
-#define KCACHE_BUNDLE_RESULT_INIT {KCACHE_BUNDLE_RESULT_VERSION}
+/* KCACHE_BUNDLE_RESULT_INIT's value, callable from C and C++ (kcache.h says why both exist). */
+static inline kcache_bundle_result kcache_bundle_result_init(void)
+{
+    kcache_bundle_result v;
+    memset(&v, 0, sizeof(v));
+    v.version = KCACHE_BUNDLE_RESULT_VERSION;
+    return v;
+}
+#define KCACHE_BUNDLE_RESULT_INIT KCACHE_VERSIONED_INIT(kcache_bundle_result_init, KCACHE_BUNDLE_RESULT_VERSION)
 
 /*
  * Writes the selected entries of store, with their inputs, creation and last

@@ -343,7 +343,15 @@ typedef struct kcache_prune_result {
     uint64_t disk_after;     /* and after */
 } kcache_prune_result;
 
-#define KCACHE_PRUNE_RESULT_INIT {KCACHE_PRUNE_RESULT_VERSION}
+/* KCACHE_PRUNE_RESULT_INIT's value, callable from C and C++ (kcache.h says why both exist). */
+static inline kcache_prune_result kcache_prune_result_init(void)
+{
+    kcache_prune_result v;
+    memset(&v, 0, sizeof(v));
+    v.version = KCACHE_PRUNE_RESULT_VERSION;
+    return v;
+}
+#define KCACHE_PRUNE_RESULT_INIT KCACHE_VERSIONED_INIT(kcache_prune_result_init, KCACHE_PRUNE_RESULT_VERSION)
 
 /*
  * Evicts entries, least recently used first, and hands the freed pages back

@@ -24,7 +24,15 @@ typedef struct kcache_verify_result {
     char integrity[256];       /* its first complaint, or "ok" */
 } kcache_verify_result;
 
-#define KCACHE_VERIFY_RESULT_INIT {KCACHE_VERIFY_RESULT_VERSION}
+/* KCACHE_VERIFY_RESULT_INIT's value, callable from C and C++ (kcache.h says why both exist). */
+static inline kcache_verify_result kcache_verify_result_init(void)
+{
+    kcache_verify_result v;
+    memset(&v, 0, sizeof(v));
+    v.version = KCACHE_VERIFY_RESULT_VERSION;
+    return v;
+}
+#define KCACHE_VERIFY_RESULT_INIT KCACHE_VERSIONED_INIT(kcache_verify_result_init, KCACHE_VERIFY_RESULT_VERSION)
 
 /* Told about each damaged entry: its key and what was wrong. Valid during the call. */
 typedef void (*kcache_damaged_fn)(void *userdata, const kcache_key *key, const char *message);
