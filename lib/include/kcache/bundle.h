@@ -52,7 +52,8 @@ static inline kcache_bundle_options kcache_bundle_options_init(void)
     v.version = KCACHE_BUNDLE_OPTIONS_VERSION;
     return v;
 }
-#define KCACHE_BUNDLE_OPTIONS_INIT KCACHE_VERSIONED_INIT(kcache_bundle_options_init, KCACHE_BUNDLE_OPTIONS_VERSION)
+#define KCACHE_BUNDLE_OPTIONS_INIT                                                                 \
+    KCACHE_VERSIONED_INIT(kcache_bundle_options_init, KCACHE_BUNDLE_OPTIONS_VERSION)
 
 #define KCACHE_BUNDLE_RESULT_VERSION 1
 
@@ -75,7 +76,8 @@ static inline kcache_bundle_result kcache_bundle_result_init(void)
     v.version = KCACHE_BUNDLE_RESULT_VERSION;
     return v;
 }
-#define KCACHE_BUNDLE_RESULT_INIT KCACHE_VERSIONED_INIT(kcache_bundle_result_init, KCACHE_BUNDLE_RESULT_VERSION)
+#define KCACHE_BUNDLE_RESULT_INIT                                                                  \
+    KCACHE_VERSIONED_INIT(kcache_bundle_result_init, KCACHE_BUNDLE_RESULT_VERSION)
 
 /*
  * Writes the selected entries of store, with their inputs, creation and last

@@ -78,7 +78,8 @@ static inline kcache_compiler_options kcache_compiler_options_init(void)
     v.version = KCACHE_COMPILER_OPTIONS_VERSION;
     return v;
 }
-#define KCACHE_COMPILER_OPTIONS_INIT KCACHE_VERSIONED_INIT(kcache_compiler_options_init, KCACHE_COMPILER_OPTIONS_VERSION)
+#define KCACHE_COMPILER_OPTIONS_INIT                                                               \
+    KCACHE_VERSIONED_INIT(kcache_compiler_options_init, KCACHE_COMPILER_OPTIONS_VERSION)
 
 /*
  * Creates a compiler. On failure *out is NULL and a one-line message is
@@ -264,7 +265,8 @@ static inline kcache_link_request kcache_link_request_init(void)
     v.version = KCACHE_LINK_REQUEST_VERSION;
     return v;
 }
-#define KCACHE_LINK_REQUEST_INIT KCACHE_VERSIONED_INIT(kcache_link_request_init, KCACHE_LINK_REQUEST_VERSION)
+#define KCACHE_LINK_REQUEST_INIT                                                                   \
+    KCACHE_VERSIONED_INIT(kcache_link_request_init, KCACHE_LINK_REQUEST_VERSION)
 
 /*
  * Links inputs into one CUBIN with nvJitLink. Every step is cached: each

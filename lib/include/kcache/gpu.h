@@ -78,7 +78,8 @@ static inline kcache_gpu_options kcache_gpu_options_init(void)
     v.version = KCACHE_GPU_OPTIONS_VERSION;
     return v;
 }
-#define KCACHE_GPU_OPTIONS_INIT KCACHE_VERSIONED_INIT(kcache_gpu_options_init, KCACHE_GPU_OPTIONS_VERSION)
+#define KCACHE_GPU_OPTIONS_INIT                                                                    \
+    KCACHE_VERSIONED_INIT(kcache_gpu_options_init, KCACHE_GPU_OPTIONS_VERSION)
 
 /*
  * Creates a GPU handle on a compiler (borrowed: it must outlive the handle).

@@ -32,7 +32,7 @@ extern "C" {
  * -Wextra flags a brace list that leaves any field out ({V}, {V, 0}), so there
  * it calls kcache_xxx_init(), an inline function giving the same value
  * (zero-filled, version set), which C code may call too, e.g. to reset one.
- * tests/headers/ compiles every macro in C11 and C++11 with -Wall -Wextra.
+ * tests/api/check_headers.py compiles every macro in C11 and C++11 with -Wall -Wextra.
  */
 #ifdef __cplusplus
 #define KCACHE_VERSIONED_INIT(init_fn, version_value) init_fn()

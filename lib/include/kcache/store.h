@@ -57,7 +57,8 @@ static inline kcache_store_options kcache_store_options_init(void)
     v.version = KCACHE_STORE_OPTIONS_VERSION;
     return v;
 }
-#define KCACHE_STORE_OPTIONS_INIT KCACHE_VERSIONED_INIT(kcache_store_options_init, KCACHE_STORE_OPTIONS_VERSION)
+#define KCACHE_STORE_OPTIONS_INIT                                                                  \
+    KCACHE_VERSIONED_INIT(kcache_store_options_init, KCACHE_STORE_OPTIONS_VERSION)
 
 #define KCACHE_DEFAULT_MAX_SIZE (UINT64_C(4) << 30)
 
@@ -330,7 +331,8 @@ static inline kcache_prune_options kcache_prune_options_init(void)
     v.version = KCACHE_PRUNE_VERSION;
     return v;
 }
-#define KCACHE_PRUNE_OPTIONS_INIT KCACHE_VERSIONED_INIT(kcache_prune_options_init, KCACHE_PRUNE_VERSION)
+#define KCACHE_PRUNE_OPTIONS_INIT                                                                  \
+    KCACHE_VERSIONED_INIT(kcache_prune_options_init, KCACHE_PRUNE_VERSION)
 
 #define KCACHE_PRUNE_RESULT_VERSION 1
 
@@ -351,7 +353,8 @@ static inline kcache_prune_result kcache_prune_result_init(void)
     v.version = KCACHE_PRUNE_RESULT_VERSION;
     return v;
 }
-#define KCACHE_PRUNE_RESULT_INIT KCACHE_VERSIONED_INIT(kcache_prune_result_init, KCACHE_PRUNE_RESULT_VERSION)
+#define KCACHE_PRUNE_RESULT_INIT                                                                   \
+    KCACHE_VERSIONED_INIT(kcache_prune_result_init, KCACHE_PRUNE_RESULT_VERSION)
 
 /*
  * Evicts entries, least recently used first, and hands the freed pages back

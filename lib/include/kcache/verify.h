@@ -32,7 +32,8 @@ static inline kcache_verify_result kcache_verify_result_init(void)
     v.version = KCACHE_VERIFY_RESULT_VERSION;
     return v;
 }
-#define KCACHE_VERIFY_RESULT_INIT KCACHE_VERSIONED_INIT(kcache_verify_result_init, KCACHE_VERIFY_RESULT_VERSION)
+#define KCACHE_VERIFY_RESULT_INIT                                                                  \
+    KCACHE_VERSIONED_INIT(kcache_verify_result_init, KCACHE_VERIFY_RESULT_VERSION)
 
 /* Told about each damaged entry: its key and what was wrong. Valid during the call. */
 typedef void (*kcache_damaged_fn)(void *userdata, const kcache_key *key, const char *message);
