@@ -75,7 +75,16 @@ typedef struct kcache_remote_info {
     int down_for_s;          /* seconds a back-off had left to go (lifted by the check) */
 } kcache_remote_info;
 
-#define KCACHE_REMOTE_INFO_INIT {KCACHE_REMOTE_INFO_VERSION}
+/* KCACHE_REMOTE_INFO_INIT's value, callable from C and C++ (kcache.h says why both exist). */
+static inline kcache_remote_info kcache_remote_info_init(void)
+{
+    kcache_remote_info v;
+    memset(&v, 0, sizeof(v));
+    v.version = KCACHE_REMOTE_INFO_VERSION;
+    return v;
+}
+#define KCACHE_REMOTE_INFO_INIT                                                                    \
+    KCACHE_VERSIONED_INIT(kcache_remote_info_init, KCACHE_REMOTE_INFO_VERSION)
 
 /*
  * Connects now (ignoring a back-off in place: this is the way to test a
@@ -96,7 +105,15 @@ typedef struct kcache_transfer {
     uint64_t bytes;    /* on the wire */
 } kcache_transfer;
 
-#define KCACHE_TRANSFER_INIT {KCACHE_TRANSFER_VERSION}
+/* KCACHE_TRANSFER_INIT's value, callable from C and C++ (kcache.h says why both exist). */
+static inline kcache_transfer kcache_transfer_init(void)
+{
+    kcache_transfer v;
+    memset(&v, 0, sizeof(v));
+    v.version = KCACHE_TRANSFER_VERSION;
+    return v;
+}
+#define KCACHE_TRANSFER_INIT KCACHE_VERSIONED_INIT(kcache_transfer_init, KCACHE_TRANSFER_VERSION)
 
 /* Called after each entry: done of total. */
 typedef void (*kcache_progress_fn)(void *userdata, uint64_t done, uint64_t total);
