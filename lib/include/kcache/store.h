@@ -25,7 +25,7 @@ extern "C" {
 typedef struct kcache_store kcache_store;
 
 /* Bumped when fields are appended to kcache_store_options. */
-#define KCACHE_STORE_OPTIONS_VERSION 1
+#define KCACHE_STORE_OPTIONS_VERSION 2
 
 typedef struct kcache_store_options {
     unsigned version; /* KCACHE_STORE_OPTIONS_VERSION */
@@ -47,9 +47,16 @@ typedef struct kcache_store_options {
     /* Optional: where warnings go (the library never prints). */
     kcache_log_fn log;
     void *log_userdata;
+    /*
+     * Version 2. Open only a cache that exists: when there is no database at
+     * the path (or only an empty file), return KCACHE_ENOTFOUND ("no cache yet
+     * at PATH") and create nothing, not even the directory. For tools that
+     * only look.
+     */
+    int no_create;
 } kcache_store_options;
 
-#define KCACHE_STORE_OPTIONS_INIT {KCACHE_STORE_OPTIONS_VERSION, NULL, 0, 0, 0, NULL, NULL}
+#define KCACHE_STORE_OPTIONS_INIT {KCACHE_STORE_OPTIONS_VERSION, NULL, 0, 0, 0, NULL, NULL, 0}
 
 #define KCACHE_DEFAULT_MAX_SIZE (UINT64_C(4) << 30)
 
@@ -308,7 +315,7 @@ typedef struct kcache_prune_result {
     uint64_t evicted;        /* entries */
     uint64_t evicted_bytes;  /* stored bytes of those entries */
     uint64_t disk_before;    /* database + WAL on disk before */
-    uint64_t disk_after;     /* and after */
+    uint64_t disk_after;     /* and after (a dry run: an estimate) */
 } kcache_prune_result;
 
 #define KCACHE_PRUNE_RESULT_INIT {KCACHE_PRUNE_RESULT_VERSION}
