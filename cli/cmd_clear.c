@@ -38,8 +38,9 @@ int cmd_clear(int argc, char **argv)
         cli_json_object_end(&j);
         cli_json_finish(&j);
     } else {
-        char a[32], b[32];
-        printf("Removed %llu entries; on disk %s -> %s\n", (unsigned long long)before->entries,
+        char a[32], b[32], n[48];
+        printf("Removed %s; on disk %s -> %s\n",
+               cli_plural(n, sizeof(n), before->entries, "entry", "entries"),
                kcache_format_size(a, sizeof(a), disk_before),
                kcache_format_size(b, sizeof(b), disk_after));
     }

@@ -75,6 +75,10 @@ int cmd_get(int argc, char **argv)
     kcache_store *store;
     if (cli_open_store_to_read(&store))
         return CLI_FAIL;
+    if (!store) {
+        cli_no_cache("no entry to get");
+        return CLI_FAIL;
+    }
     kcache_key key;
     kcache_entry *e = NULL;
     int ret = CLI_OK;

@@ -1,5 +1,4 @@
 /* What several verbs share beyond util.c: progress on a terminal, opening to read. */
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -34,18 +33,71 @@ void cli_progress(void *userdata, const char *phase, uint64_t done, uint64_t tot
     fflush(stderr);
 }
 
+static char no_cache_message[600];
+
+int cli_config_load(kcache_config **out)
+{
+    kcache_config_override o[3];
+    size_t n = 0;
+    char size[32], err[512];
+    if (cli_globals.dir)
+        o[n++] = (kcache_config_override){"dir", cli_globals.dir};
+    if (cli_globals.path && cli_globals.path != cli_globals.dir_path)
+        o[n++] = (kcache_config_override){"path", cli_globals.path};
+    if (cli_globals.max_size) {
+        if (cli_globals.max_size == UINT64_MAX)
+            snprintf(size, sizeof(size), "none");
+        else
+            snprintf(size, sizeof(size), "%llu", (unsigned long long)cli_globals.max_size);
+        o[n++] = (kcache_config_override){"max_size", size};
+    }
+    if (kcache_config_load(out, o, n, err, sizeof(err)))
+        return cli_error("%s", err);
+    return CLI_OK;
+}
+
+int cli_open_existing(kcache_store **out, int read_only)
+{
+    kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
+    char err[512];
+    *out = NULL;
+    o.path = cli_globals.path;
+    o.max_size = cli_globals.max_size;
+    o.read_only = read_only;
+    o.no_create = 1;
+    o.log = cli_log;
+    int rc = kcache_store_open(out, &o, err, sizeof(err));
+    if (rc == KCACHE_ENOTFOUND) {
+        snprintf(no_cache_message, sizeof(no_cache_message), "%s", err);
+        return 0;
+    }
+    if (rc)
+        return cli_error("%s", err);
+    return 0;
+}
+
 int cli_open_store_to_read(kcache_store **out)
 {
-    kcache_config_override o = {"path", cli_globals.path};
-    kcache_config *cfg = NULL;
-    char err[512];
-    if (kcache_config_load(&cfg, &o, cli_globals.path ? 1 : 0, err, sizeof(err))) {
-        cli_error("%s", err);
-        return KCACHE_EINVAL;
-    }
-    /* A cache that does not exist yet is an empty one, not an error: create it. */
-    struct stat st;
-    int exists = stat(kcache_config_find(cfg, "path")->value, &st) == 0;
-    kcache_config_free(cfg);
-    return cli_open_store(out, exists);
+    return cli_open_existing(out, 1);
+}
+
+int cli_no_cache(const char *then)
+{
+    fprintf(stderr, "kcache: %s%s%s\n", no_cache_message, then ? ": " : "", then ? then : "");
+    return CLI_OK;
+}
+
+const char *cli_plural(char *buf, size_t size, uint64_t n, const char *one, const char *many)
+{
+    snprintf(buf, size, "%llu %s", (unsigned long long)n, n == 1 ? one : many);
+    return buf;
+}
+
+const char *cli_format_cap(char *buf, size_t size, uint64_t cap)
+{
+    if (cap == UINT64_MAX)
+        snprintf(buf, size, "none");
+    else
+        kcache_format_size(buf, size, cap);
+    return buf;
 }
