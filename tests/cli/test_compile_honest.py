@@ -30,9 +30,9 @@ SCALE = """template <typename T> __global__ void scale(T *x, T a) { x[threadIdx.
 """
 BROKEN = """__global__ void broken(float *x) { x[0] = undefined_symbol; }
 """
-COMPUTED = """#define HEADER "k.h"
-#include HEADER
-__global__ void k(float *x) { x[0] = 1.0f; }
+# #include_next cannot be keyed: such a compile is made without the cache.
+INCLUDE_NEXT = """#include <k.h>
+__global__ void k(float *x) { x[0] = K; }
 """
 
 
@@ -65,7 +65,10 @@ def test_error_rows(root):
         check(len(r) == 1 and r[0][0] == "error", "an error row for %s: %r" % (args, out))
         check("cache" not in r[0] and "miss" not in r[0], "no cache claim: %r" % out)
         check(why.lower() in (out + err).lower(), "the reason (%s) is given: %r %r" % (why, out, err))
-        j = c.json("compile", *args, rc=1)
+        # --json before "--": what follows goes to NVRTC.
+        split = args.index("--") if "--" in args else len(args)
+        out, _ = c.run("compile", *args[:split], "--json", *args[split:], rc=1)
+        j = json.loads(out)
         item = j["items"][0]
         check(item["status"] == "error" and item["outcome"] == "error", "json status: %s" % item)
         check(item["cached"] is False and item["hit"] is False, "json cached false: %s" % item)
@@ -80,14 +83,16 @@ def test_error_rows(root):
 
 def test_uncacheable_counted_apart(root):
     c = Cache(root)
-    write(root, "k.h", "")
-    src = write(root, "computed.cu", COMPUTED)
-    j = c.json("compile", src, "--arch", "sm_90")
+    first = os.path.dirname(write(root, "first/k.h", "#include_next <k.h>\n"))
+    second = os.path.dirname(write(root, "second/k.h", "#define K 1.0f\n"))
+    src = write(root, "next.cu", INCLUDE_NEXT)
+    args = [src, "--arch", "sm_90", "-I", first, "-I", second]
+    j = c.json("compile", *args)
     item = j["items"][0]
     check(item["status"] == "ok" and item["cached"] is False and item["outcome"] == "uncached",
-          "a computed include is compiled, not cached: %s" % item)
+          "#include_next is compiled, not cached: %s" % item)
     check(j["uncached"] == 1 and j["misses"] == 0, "json counts: %s" % j)
-    out, _ = c.run("compile", src, "--arch", "sm_90")
+    out, _ = c.run("compile", *args)
     check(rows(out)[0][0] == "uncached", "the row says uncached: %r" % out)
     st = c.json("stats")
     check(st["uncacheable"] == 2 and st["misses"] == 0, "stats: %s" % st)
