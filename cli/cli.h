@@ -94,6 +94,14 @@ int cli_no_cache(const char *then);
 struct kcache_config;
 int cli_config_load(struct kcache_config **out);
 
+/*
+ * Writes an artifact to path whole or not at all (a file beside it, then a
+ * rename), or, when path is a device or a pipe (/dev/null, /dev/stdout, a
+ * FIFO), straight into it: a rename would replace the device. 0, or -1 with
+ * a one-line message in err.
+ */
+int cli_write_output(const char *path, const void *data, size_t size, char *err, size_t err_size);
+
 /* "1 entry", "2 entries": count and the right form of the noun. */
 const char *cli_plural(char *buf, size_t size, uint64_t n, const char *one, const char *many);
 

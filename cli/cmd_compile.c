@@ -106,24 +106,6 @@ static const char *base_name(const char *path)
     return slash ? slash + 1 : path;
 }
 
-static int write_file(const char *path, const void *data, size_t size, char *err, size_t err_size)
-{
-    char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s.tmp-%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wbx");
-    if (!f) {
-        snprintf(err, err_size, "cannot write %s: %s", path, strerror(errno));
-        return -1;
-    }
-    int ok = fwrite(data, 1, size, f) == size;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        snprintf(err, err_size, "cannot write %s: %s", path, strerror(errno));
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
-}
 
 /* DIR/STEM.ARCH.EXT for an item; arch and kind as the compile will have them. */
 static void dir_output(char *out, size_t size, const char *dir, const char *file, const char *arch,
@@ -284,7 +266,7 @@ static void run_item(struct job *job, struct item *it)
             return;
         }
     }
-    if (write_file(path, it->result->data, it->result->size, it->message,
+    if (cli_write_output(path, it->result->data, it->result->size, it->message,
                    sizeof(it->message)) != 0) {
         it->rc = KCACHE_EIO;
         return;

@@ -1,4 +1,9 @@
 /* What several verbs share beyond util.c: progress on a terminal, opening to read. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -100,4 +105,60 @@ const char *cli_format_cap(char *buf, size_t size, uint64_t cap)
     else
         kcache_format_size(buf, size, cap);
     return buf;
+}
+
+static int write_all(int fd, const void *data, size_t size)
+{
+    const char *p = data;
+    while (size) {
+        ssize_t n = write(fd, p, size);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        size -= (size_t)n;
+    }
+    return 0;
+}
+
+int cli_write_output(const char *path, const void *data, size_t size, char *err, size_t err_size)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        int bad = fd < 0 || write_all(fd, data, size) != 0;
+        int saved = errno;
+        if (fd >= 0 && close(fd) != 0 && !bad) {
+            bad = 1;
+            saved = errno;
+        }
+        if (bad)
+            snprintf(err, err_size, "cannot write %s: %s", path, strerror(saved));
+        return bad ? -1 : 0;
+    }
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp-%ld", path, (long)getpid());
+    /* Never through something planted at the temporary name. */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        snprintf(err, err_size, "cannot write %s: %s", path, strerror(errno));
+        return -1;
+    }
+    int bad = write_all(fd, data, size) != 0;
+    int saved = errno;
+    if (close(fd) != 0 && !bad) {
+        bad = 1;
+        saved = errno;
+    }
+    if (!bad && rename(tmp, path) != 0) {
+        bad = 1;
+        saved = errno;
+    }
+    if (bad) {
+        snprintf(err, err_size, "cannot write %s: %s", path, strerror(saved));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
 }

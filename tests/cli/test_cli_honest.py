@@ -182,6 +182,33 @@ def test_json_valid_utf8(root):
         check(False, "path --json is not valid UTF-8 JSON: %s: %r" % (ex, p.stdout))
 
 
+def test_output_into_a_fifo(root):
+    """-o into a device or a pipe writes into it: a rename would replace it
+    (as root, 'kcache get KEY -o /dev/null' replaced /dev/null itself)."""
+    import stat
+    c = Cache(root)
+    key = c.fill(1)[0]
+    want = c.get(key)
+    fifo = os.path.join(root, "pipe")
+    os.mkfifo(fifo)
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader first, so the writer can open
+    try:
+        c.run("get", key, "-o", fifo)
+        got = b""
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            got += chunk
+    finally:
+        os.close(fd)
+    check(stat.S_ISFIFO(os.stat(fifo).st_mode), "the FIFO is still a FIFO")
+    check(got == want, "the artifact went down the pipe (%d of %d bytes)" % (len(got), len(want)))
+
+
 def main():
     return base.run_tests(globals())
 
