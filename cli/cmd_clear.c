@@ -17,8 +17,14 @@ int cmd_clear(int argc, char **argv)
     if (status >= 0)
         return status;
     kcache_store *store;
-    if (cli_open_store(&store, 0))
+    /* Nothing to clear is not a reason to create a cache. */
+    if (cli_open_existing(&store, 0))
         return CLI_FAIL;
+    if (!store) {
+        if (json)
+            printf("{\"removed\": 0, \"disk_before\": 0, \"disk_after\": 0}\n");
+        return cli_no_cache("nothing to clear");
+    }
     int ret = CLI_OK;
     kcache_stats *before = NULL, *after = NULL;
     if (kcache_store_stats(&before, store) || kcache_store_clear(store) ||

@@ -91,8 +91,16 @@ int cmd_prune(int argc, char **argv)
             o.accessed_before = now - (int64_t)age * 1000;
     }
     kcache_store *store;
-    if (cli_open_store(&store, 0))
+    /* Nothing to prune is not a reason to create a cache. */
+    if (cli_open_existing(&store, 0))
         return CLI_FAIL;
+    if (!store) {
+        if (json)
+            printf("{\"dry_run\": %s, \"evicted\": 0, \"evicted_bytes\": 0, \"disk_before\": 0, "
+                   "\"disk_after\": 0, \"disk_after_estimated\": false}\n",
+                   o.dry_run ? "true" : "false");
+        return cli_no_cache("nothing to prune");
+    }
     kcache_prune_result r = KCACHE_PRUNE_RESULT_INIT;
     int ret = CLI_OK;
     if (kcache_store_prune(&r, store, &o)) {

@@ -50,6 +50,12 @@ def test_read_only_verbs_create_nothing(root):
     check("no cache yet at " + c.db in err, "export: %r" % err)
     check(not os.path.exists(os.path.join(root, "out.kcache")), "export wrote no bundle")
     check(not os.path.exists(c.dir), "read-only verbs created %s" % tree(c.dir))
+    # Nor do the verbs that would only remove: there is nothing to remove.
+    for verb in ("clear", "vacuum", "prune"):
+        _, err = c.run(verb)
+        check("no cache yet at " + c.db in err, "%s: %r" % (verb, err))
+        json.loads(c.run(verb, "--json")[0])
+    check(not os.path.exists(c.dir), "clear/vacuum/prune created %s" % tree(c.dir))
 
 
 def test_zero_means_no_cap(root):
