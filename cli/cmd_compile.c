@@ -267,11 +267,14 @@ static void run_item(struct job *job, struct item *it)
         }
     }
     if (cli_write_output(path, it->result->data, it->result->size, it->message,
-                   sizeof(it->message)) != 0) {
+                         sizeof(it->message)) != 0) {
         it->rc = KCACHE_EIO;
         return;
     }
+    /* Read by other workers checking a "native" item's name: under the lock. */
+    pthread_mutex_lock(&job->lock);
     snprintf(it->output, sizeof(it->output), "%s", path);
+    pthread_mutex_unlock(&job->lock);
 }
 
 static void print_row(const struct job *job, const struct item *it)
