@@ -357,7 +357,7 @@ static void print_json(const struct job *job, const size_t counts[4], size_t evi
         cli_json_string(&j, "status", o == OUT_ERROR ? "error" : "ok");
         cli_json_string(&j, "outcome", outcome_names[o]);
         cli_json_string(&j, "message", o == OUT_ERROR ? reason(it) : r ? r->message : "");
-        cli_json_bool(&j, "hit", r && r->hit && !it->rc);
+        cli_json_bool(&j, "hit", r && r->hit);
         cli_json_bool(&j, "remote_hit", r && r->remote_hit);
         cli_json_bool(&j, "cached", cached(it));
         cli_json_bool(&j, "evicted", it->evicted);
