@@ -243,7 +243,9 @@ static int file_units(struct compile_args *a, const char *verb)
             compile_args_push(&global, &n_global, raw[i]);
         } else if (!matched) {
             status = cli_usage_error(verb, "--name-expr '%s': %.*s is not among the files of "
-                                     "this command", raw[i], (int)n, raw[i]);
+                                     "this command%s", raw[i], (int)n, raw[i],
+                                     a->from ? " (a request of --from has its own \"name_exprs\")"
+                                             : "");
         }
     }
     for (size_t f = 0; f < a->n_files && status < 0; f++) {
