@@ -84,7 +84,9 @@ const char *cli_format_time(char *buf, size_t size, int64_t ms)
 const char *cli_format_duration(char *buf, size_t size, uint64_t ns)
 {
     double v = (double)ns;
-    if (ns >= 60ull * 1000000000ull)
+    if (ns == 0)
+        snprintf(buf, size, "0 s"); /* not "0.0 us": nothing is nothing in any unit */
+    else if (ns >= 60ull * 1000000000ull)
         snprintf(buf, size, "%.1f min", v / 60e9);
     else if (ns >= 1000000000ull)
         snprintf(buf, size, "%.2f s", v / 1e9);

@@ -16,10 +16,12 @@
 /* Exit codes: 0 ok, 1 the work failed, 2 the command line was wrong. */
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
-/* Options given before the verb: kcache [--path FILE] [--max-size SIZE] VERB ... */
+/* Options given before the verb: kcache [--dir DIR] [--path FILE] [--max-size SIZE] VERB ... */
 struct cli_globals {
-    const char *path;
-    uint64_t max_size;
+    const char *dir;      /* --dir: the cache directory */
+    const char *path;     /* --path, else DIR/kcache.db with --dir */
+    uint64_t max_size;    /* 0: not given; UINT64_MAX: no cap */
+    char *dir_path;       /* owned storage behind path when --dir made it */
 };
 extern struct cli_globals cli_globals;
 
@@ -74,8 +76,37 @@ void cli_json_finish(cli_json *j);
  */
 void cli_progress(void *userdata, const char *phase, uint64_t done, uint64_t total);
 
-/* Opens the store read-only; one that does not exist yet is created (empty). */
+/*
+ * Opens the store only if it exists (read-only, or read-write for verbs that
+ * repair or zero, never creating anything). Returns 0 with *out set; 0 with
+ * *out NULL when there is no cache yet (cli_no_cache() says so); else
+ * CLI_FAIL, reported.
+ */
+int cli_open_existing(kcache_store **out, int read_only);
 int cli_open_store_to_read(kcache_store **out);
+/* "kcache: no cache yet at PATH" (and what follows) on stderr. Returns CLI_OK. */
+int cli_no_cache(const char *then);
+
+/*
+ * The settings as the global options (--dir, --path, --max-size) and the
+ * environment give them. 0 or CLI_FAIL (reported).
+ */
+struct kcache_config;
+int cli_config_load(struct kcache_config **out);
+
+/*
+ * Writes an artifact to path whole or not at all (a file beside it, then a
+ * rename), or, when path is a device or a pipe (/dev/null, /dev/stdout, a
+ * FIFO), straight into it: a rename would replace the device. 0, or -1 with
+ * a one-line message in err.
+ */
+int cli_write_output(const char *path, const void *data, size_t size, char *err, size_t err_size);
+
+/* "1 entry", "2 entries": count and the right form of the noun. */
+const char *cli_plural(char *buf, size_t size, uint64_t n, const char *one, const char *many);
+
+/* A size cap for humans: "2.00 GiB", or "none" for UINT64_MAX. */
+const char *cli_format_cap(char *buf, size_t size, uint64_t cap);
 
 /*
  * Parses the options of a verb that takes only --json and --help and no

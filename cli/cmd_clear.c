@@ -17,8 +17,14 @@ int cmd_clear(int argc, char **argv)
     if (status >= 0)
         return status;
     kcache_store *store;
-    if (cli_open_store(&store, 0))
+    /* Nothing to clear is not a reason to create a cache. */
+    if (cli_open_existing(&store, 0))
         return CLI_FAIL;
+    if (!store) {
+        if (json)
+            printf("{\"removed\": 0, \"disk_before\": 0, \"disk_after\": 0}\n");
+        return cli_no_cache("nothing to clear");
+    }
     int ret = CLI_OK;
     kcache_stats *before = NULL, *after = NULL;
     if (kcache_store_stats(&before, store) || kcache_store_clear(store) ||
@@ -38,8 +44,9 @@ int cmd_clear(int argc, char **argv)
         cli_json_object_end(&j);
         cli_json_finish(&j);
     } else {
-        char a[32], b[32];
-        printf("Removed %llu entries; on disk %s -> %s\n", (unsigned long long)before->entries,
+        char a[32], b[32], n[48];
+        printf("Removed %s; on disk %s -> %s\n",
+               cli_plural(n, sizeof(n), before->entries, "entry", "entries"),
                kcache_format_size(a, sizeof(a), disk_before),
                kcache_format_size(b, sizeof(b), disk_after));
     }

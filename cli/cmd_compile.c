@@ -1,7 +1,13 @@
 /*
  * kcache compile: files x architectures through the cache, in parallel with
- * -j, reporting per item hit or miss, the key, the time and where the output
- * went. This is what CI runs to warm a cache.
+ * -j, reporting per item what happened (hit, miss, uncached or error), the
+ * key, the time and where the output went. This is what CI runs to warm a
+ * cache.
+ *
+ * Output never claims what did not happen: a failed compile is an error row
+ * with its reason; "cache" only when an entry was served or stored; an
+ * output file only once it is written; outputs that would overwrite each
+ * other are refused before anything is compiled.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -15,11 +21,13 @@
 
 #include "cli.h"
 #include "compile_args.h"
+#include "live.h"
 
 #define KC_CLI_MAX(a, b) ((a) > (b) ? (a) : (b))
 
 static const char usage_text[] =
     "usage: kcache compile FILE.cu... --arch sm_90[,sm_80...] [options] [-- NVRTC-OPTIONS]\n"
+    "       kcache compile --from REQUESTS.json [options]\n"
     "\n"
     "Compiles each file for each architecture through the cache: a hit is served\n"
     "from the cache, a miss is compiled with NVRTC and stored.\n"
@@ -30,8 +38,12 @@ static const char usage_text[] =
     "  -D NAME[=VALUE]         define a macro (repeatable)\n"
     "      --std STD           C++ dialect, e.g. c++17\n"
     "      --cubin | --ptx | --ltoir   what to produce (default: cubin, or ptx for compute_XX)\n"
-    "      --name-expr EXPR    a name expression to lower, e.g. 'tiled_gemm<float, 16>'\n"
-    "                          (repeatable)\n"
+    "      --name-expr EXPR    a name expression to lower for every file, e.g.\n"
+    "                          'tiled_gemm<float, 16>' (repeatable)\n"
+    "      --name-expr FILE=EXPR  for FILE alone (FILE as given on this command line)\n"
+    "      --from FILE         requests from a JSON list: {\"requests\": [{\"source\": ...,\n"
+    "                          \"arch\": [...], \"name_exprs\": [...], \"options\": [...],\n"
+    "                          \"kind\": ...}]}; sources relative to FILE's directory\n"
     "      --extra-digest HEX  bytes of anything kcache cannot see that changes the output\n"
     "  -o, --output PATH       write the artifact: a file for one item, else a directory\n"
     "                          (FILE.ARCH.cubin|ptx|ltoir in it)\n"
@@ -40,19 +52,31 @@ static const char usage_text[] =
     "      --remote URL        share through Redis: redis://[user:password@]host:port[/db]\n"
     "                          (else KCACHE_REMOTE or remote in kcache.conf)\n"
     "      --refresh           compile even on a hit, and replace the entry\n"
-    "      --json              one JSON document on stdout (fields in the README)\n"
+    "      --json              one JSON document on stdout (see kcache-json(7))\n"
     "  -q, --quiet             no per-item lines (errors and logs still shown)\n"
     "  -h, --help              this text\n"
     "\n"
+    "Each row: hit (served from the cache), miss (compiled and stored), uncached\n"
+    "(compiled, not stored: the warning says why) or error (with the reason).\n"
+    "On a terminal, rows appear as items finish, above a progress line.\n"
     "Options after -- go to NVRTC as they are (e.g. -- -lineinfo --use_fast_math).\n"
     "Exit status: 0 when every item compiled, 1 if any failed, 2 for a usage error.\n";
 
+enum outcome { OUT_HIT, OUT_MISS, OUT_UNCACHED, OUT_ERROR };
+
+static const char *const outcome_names[] = {"hit", "miss", "uncached", "error"};
+
 struct item {
-    const char *file;
+    const struct compile_unit *unit;
     const char *arch;
+    char label[160];        /* "saxpy.cu sm_90" for the progress line */
+    char planned[4096];     /* the output path foreseen before compiling ("" if none) */
     kcache_result *result;
     int rc;
-    char output[4096];
+    char message[4400];     /* why it failed, when the result does not say */
+    char output[4096];      /* the output path, once written */
+    int evicted;            /* stored, then evicted by the cap before the command ended */
+    int printed;
 };
 
 struct job {
@@ -62,9 +86,12 @@ struct job {
     int output_is_dir;
     struct item *items;
     size_t n_items;
-    size_t next, done;
+    size_t next;
     pthread_mutex_t lock;
-    int progress;
+    size_t next_slot;
+    struct live live;
+    int stream;             /* print rows as they finish (stdout is a terminal) */
+    int file_w, arch_w;     /* column widths, fixed before the first row */
 };
 
 static const char *ext_of(kcache_kind kind)
@@ -73,109 +100,248 @@ static const char *ext_of(kcache_kind kind)
     return name ? name : "bin";
 }
 
-static int write_file(const char *path, const void *data, size_t size, char *err, size_t err_size)
+static const char *base_name(const char *path)
 {
-    char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s.tmp-%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "wbx");
-    if (!f) {
-        snprintf(err, err_size, "cannot write %s: %s", tmp, strerror(errno));
-        return -1;
-    }
-    int ok = fwrite(data, 1, size, f) == size;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        snprintf(err, err_size, "cannot write %s: %s", path, strerror(errno));
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
 }
 
-static void output_path(const struct job *job, const struct item *it, char *out, size_t size)
+
+/* DIR/STEM.ARCH.EXT for an item; arch and kind as the compile will have them. */
+static void dir_output(char *out, size_t size, const char *dir, const char *file, const char *arch,
+                       kcache_kind kind)
 {
-    if (!job->output) {
-        out[0] = '\0';
-        return;
-    }
-    if (!job->output_is_dir) {
-        snprintf(out, size, "%s", job->output);
-        return;
-    }
-    const char *base = strrchr(it->file, '/');
-    base = base ? base + 1 : it->file;
+    const char *base = base_name(file);
     size_t stem = strlen(base);
     const char *dot = strrchr(base, '.');
     if (dot && dot != base)
         stem = (size_t)(dot - base);
-    snprintf(out, size, "%s/%.*s.%s.%s", job->output, (int)stem, base, it->result->arch,
-             ext_of(it->result->kind));
+    snprintf(out, size, "%s/%.*s.%s.%s", dir, (int)stem, base, arch, ext_of(kind));
+}
+
+/*
+ * The output each item will write, worked out before anything is compiled:
+ * the kind follows the architecture as the library decides it (compute_XX
+ * gives PTX). "native" is only known after the driver answers; its name is
+ * checked again when written.
+ */
+static void plan_output(const struct job *job, struct item *it)
+{
+    if (!job->output)
+        return;
+    if (!job->output_is_dir) {
+        snprintf(it->planned, sizeof(it->planned), "%s", job->output);
+        return;
+    }
+    char norm[32];
+    if (!strcmp(it->arch, "native") || kcache_arch_normalize(norm, sizeof(norm), it->arch))
+        return;
+    kcache_kind kind = it->unit->kind;
+    if (!kind)
+        kind = !strncmp(norm, "compute_", 8) ? KCACHE_KIND_PTX : KCACHE_KIND_CUBIN;
+    dir_output(it->planned, sizeof(it->planned), job->output, it->unit->source, norm, kind);
+}
+
+/* Two items that would write one file: refused now, not found out later. */
+static int check_outputs(struct job *job)
+{
+    for (size_t i = 0; i < job->n_items; i++)
+        plan_output(job, &job->items[i]);
+    for (size_t i = 0; i < job->n_items; i++) {
+        const struct item *a = &job->items[i];
+        for (size_t k = i + 1; a->planned[0] && k < job->n_items; k++) {
+            const struct item *b = &job->items[k];
+            if (strcmp(a->planned, b->planned) != 0)
+                continue;
+            if (a->unit == b->unit)
+                return cli_usage_error("compile", "%s is given twice for %s", a->unit->source,
+                                       a->arch);
+            return cli_usage_error("compile", "%s and %s would both write %s: compile them "
+                                   "into separate -o directories", a->unit->source,
+                                   b->unit->source, a->planned);
+        }
+    }
+    if (job->output && !job->output_is_dir) {
+        /* One file: its directory must be there, or the compile is wasted. */
+        char *dir = strdup(job->output);
+        if (!dir)
+            return cli_error("out of memory");
+        char *slash = strrchr(dir, '/');
+        struct stat st;
+        int bad = 0;
+        if (slash && slash != dir) {
+            *slash = '\0';
+            bad = stat(dir, &st) != 0 || !S_ISDIR(st.st_mode);
+        }
+        if (bad)
+            cli_usage_error("compile", "cannot write %s: directory %s does not exist",
+                            job->output, dir);
+        free(dir);
+        if (bad)
+            return CLI_USAGE;
+    }
+    return CLI_OK;
+}
+
+static enum outcome outcome_of(const struct item *it)
+{
+    const kcache_result *r = it->result;
+    if (it->rc || !r)
+        return OUT_ERROR;
+    if (r->hit)
+        return OUT_HIT;
+    return r->keyed && !r->store_status ? OUT_MISS : OUT_UNCACHED;
+}
+
+/* Cached: an entry was served from the cache or stored in it. */
+static int cached(const struct item *it)
+{
+    const kcache_result *r = it->result;
+    return r && r->keyed && (r->hit || (!r->store_status && r->data));
+}
+
+static const char *reason(const struct item *it)
+{
+    if (it->message[0])
+        return it->message;
+    if (it->result && it->result->message[0])
+        return it->result->message;
+    return kcache_strerror(it->rc);
+}
+
+/*
+ * NVRTC says only "NVRTC_ERROR_COMPILATION" or "_INVALID_OPTION"; the log says
+ * what is wrong. The row gets the log's first error line.
+ */
+static void log_reason(struct item *it)
+{
+    const char *log = it->result ? it->result->log : NULL;
+    for (const char *line = log; line && *line;) {
+        const char *end = strchr(line, '\n');
+        size_t n = end ? (size_t)(end - line) : strlen(line);
+        const char *e = strstr(line, "error");
+        if (e && (size_t)(e - line) < n) {
+            /* Control bytes from a source's text must not reach the terminal. */
+            size_t k = 0;
+            for (size_t i = 0; i < n && k + 1 < sizeof(it->message) && k < 300; i++)
+                it->message[k++] = (unsigned char)line[i] < 0x20 ? ' ' : line[i];
+            it->message[k] = '\0';
+            return;
+        }
+        line = end ? end + 1 : NULL;
+    }
 }
 
 static void run_item(struct job *job, struct item *it)
 {
     kcache_request req;
-    compile_args_request(job->args, &req, it->file, it->arch);
+    compile_args_request(job->args, &req, it->unit, it->arch);
     it->rc = kcache_compile(&it->result, job->compiler, &req);
+    if (it->rc)
+        log_reason(it);
     if (it->rc || !it->result)
         return;
-    output_path(job, it, it->output, sizeof(it->output));
-    if (it->output[0]) {
-        char err[4400];
-        if (write_file(it->output, it->result->data, it->result->size, err, sizeof(err)) != 0) {
-            cli_error("%s", err);
-            it->rc = KCACHE_EIO;
+    if (!job->output)
+        return;
+    char path[4096];
+    if (job->output_is_dir)
+        dir_output(path, sizeof(path), job->output, it->unit->source, it->result->arch,
+                   it->result->kind);
+    else
+        snprintf(path, sizeof(path), "%s", job->output);
+    /* "native" resolved only now: it must not land on another item's file. */
+    if (!it->planned[0]) {
+        pthread_mutex_lock(&job->lock);
+        int taken = 0;
+        for (size_t i = 0; i < job->n_items; i++)
+            taken |= &job->items[i] != it && (!strcmp(job->items[i].planned, path) ||
+                                              !strcmp(job->items[i].output, path));
+        if (!taken)
+            snprintf(it->planned, sizeof(it->planned), "%s", path);
+        pthread_mutex_unlock(&job->lock);
+        if (taken) {
+            snprintf(it->message, sizeof(it->message),
+                     "%s is another item's output: not written", path);
+            it->rc = KCACHE_EINVAL;
+            return;
         }
     }
+    if (cli_write_output(path, it->result->data, it->result->size, it->message,
+                         sizeof(it->message)) != 0) {
+        it->rc = KCACHE_EIO;
+        return;
+    }
+    /* Read by other workers checking a "native" item's name: under the lock. */
+    pthread_mutex_lock(&job->lock);
+    snprintf(it->output, sizeof(it->output), "%s", path);
+    pthread_mutex_unlock(&job->lock);
+}
+
+static void print_row(const struct job *job, const struct item *it)
+{
+    const kcache_result *r = it->result;
+    enum outcome o = outcome_of(it);
+    char t[64], hex[KCACHE_KEY_HEX_SIZE] = "-";
+    /* A failed compile's key names nothing in the cache: not shown. */
+    if (r && r->keyed && o != OUT_ERROR)
+        kcache_key_hex(hex, &r->key);
+    const char *where = o == OUT_ERROR ? reason(it)
+                        : it->output[0] ? it->output
+                        : r && r->remote_hit ? "cache (from the remote)"
+                        : cached(it) ? "cache" : "-";
+    printf("%-8s  %-*s  %-*s  %-12.12s  %10s  %s\n", outcome_names[o], job->arch_w,
+           r && r->arch && r->arch[0] ? r->arch : it->arch, job->file_w, it->unit->source,
+           hex, r ? cli_format_duration(t, sizeof(t), r->elapsed_ns) : "-",
+           where);
+}
+
+/* The log and the diagnostics of one item, on stderr. */
+static void print_messages(const struct item *it)
+{
+    const kcache_result *r = it->result;
+    if (r && r->log && *r->log)
+        fprintf(stderr, "%s%s", r->log, r->log[strlen(r->log) - 1] == '\n' ? "" : "\n");
+    if (outcome_of(it) == OUT_ERROR)
+        cli_error("%s (%s): %s", it->unit->source, it->arch, reason(it));
+    else if (r && r->store_status && r->store_status != KCACHE_EDISABLED)
+        cli_warn("%s (%s): not cached: %s", it->unit->source, it->arch, r->store_message);
 }
 
 static void *worker(void *arg)
 {
     struct job *job = arg;
+    pthread_mutex_lock(&job->lock);
+    size_t slot = job->next_slot++;
+    pthread_mutex_unlock(&job->lock);
     for (;;) {
         pthread_mutex_lock(&job->lock);
         size_t i = job->next < job->n_items ? job->next++ : job->n_items;
+        if (i < job->n_items)
+            live_begin(&job->live, slot, job->items[i].label);
         pthread_mutex_unlock(&job->lock);
         if (i >= job->n_items)
             break;
-        run_item(job, &job->items[i]);
+        struct item *it = &job->items[i];
+        run_item(job, it);
         pthread_mutex_lock(&job->lock);
-        job->done++;
-        if (job->progress)
-            fprintf(stderr, "\r\033[Kkcache: compiled %zu/%zu", job->done, job->n_items);
+        live_end(&job->live, slot);
+        if (job->stream) {
+            /* The row above the progress line, as soon as it is known. */
+            live_clear(&job->live);
+            fflush(stdout);
+            print_messages(it);
+            if (!job->args->quiet)
+                print_row(job, it);
+            fflush(stdout);
+            it->printed = 1;
+        }
+        live_redraw(&job->live);
         pthread_mutex_unlock(&job->lock);
     }
     return NULL;
 }
 
-static void print_human(const struct job *job)
-{
-    char t[64];
-    int file_w = 4, arch_w = 5;
-    for (size_t i = 0; i < job->n_items; i++) {
-        const kcache_result *r = job->items[i].result;
-        file_w = KC_CLI_MAX(file_w, (int)strlen(job->items[i].file));
-        if (r)
-            arch_w = KC_CLI_MAX(arch_w, (int)strlen(r->arch));
-    }
-    for (size_t i = 0; i < job->n_items; i++) {
-        const struct item *it = &job->items[i];
-        const kcache_result *r = it->result;
-        if (!r || (it->rc && it->rc != KCACHE_EIO))
-            continue;
-        char hex[KCACHE_KEY_HEX_SIZE];
-        kcache_key_hex(hex, &r->key);
-        printf("%-4s  %-*s  %-*s  %-12.12s  %10s  %s\n", r->hit ? "hit" : "miss", arch_w, r->arch,
-               file_w, it->file, r->keyed ? hex : "(not cached)",
-               cli_format_duration(t, sizeof(t), r->elapsed_ns),
-               it->output[0]                       ? it->output
-               : r->remote_hit                     ? "cache (from the remote)"
-               : r->keyed && !r->store_status      ? "cache"
-                                                   : "-");
-    }
-}
-
-static void print_json(const struct job *job, size_t hits, size_t misses, size_t errors)
+static void print_json(const struct job *job, const size_t counts[4], size_t evicted)
 {
     cli_json j;
     cli_json_init(&j, stdout);
@@ -184,19 +350,26 @@ static void print_json(const struct job *job, size_t hits, size_t misses, size_t
     for (size_t i = 0; i < job->n_items; i++) {
         const struct item *it = &job->items[i];
         const kcache_result *r = it->result;
+        enum outcome o = outcome_of(it);
         cli_json_object_begin(&j, NULL);
-        cli_json_string(&j, "source", it->file);
-        cli_json_string(&j, "arch", r && r->arch[0] ? r->arch : it->arch);
-        cli_json_string(&j, "status", it->rc ? "error" : "ok");
-        cli_json_string(&j, "message", r ? r->message : kcache_strerror(it->rc));
+        cli_json_string(&j, "source", it->unit->source);
+        cli_json_string(&j, "arch", r && r->arch && r->arch[0] ? r->arch : it->arch);
+        cli_json_string(&j, "status", o == OUT_ERROR ? "error" : "ok");
+        cli_json_string(&j, "outcome", outcome_names[o]);
+        cli_json_string(&j, "message", o == OUT_ERROR ? reason(it) : r ? r->message : "");
+        cli_json_bool(&j, "hit", r && r->hit);
+        cli_json_bool(&j, "remote_hit", r && r->remote_hit);
+        cli_json_bool(&j, "cached", cached(it));
+        cli_json_bool(&j, "evicted", it->evicted);
+        if (it->output[0])
+            cli_json_string(&j, "output", it->output);
+        else
+            cli_json_null(&j, "output");
         if (r) {
             char hex[KCACHE_KEY_HEX_SIZE];
             kcache_key_hex(hex, &r->key);
             const char *kind = kcache_kind_name(r->kind);
             cli_json_string(&j, "kind", kind ? kind : "");
-            cli_json_bool(&j, "hit", r->hit);
-            cli_json_bool(&j, "remote_hit", r->remote_hit);
-            cli_json_bool(&j, "cached", r->keyed && !r->store_status);
             if (r->keyed)
                 cli_json_string(&j, "key", hex);
             else
@@ -205,10 +378,6 @@ static void print_json(const struct job *job, size_t hits, size_t misses, size_t
             cli_json_double(&j, "elapsed_ms", (double)r->elapsed_ns / 1e6);
             cli_json_double(&j, "compile_ms", (double)r->compile_ns / 1e6);
             cli_json_string(&j, "store_message", r->store_message);
-            if (it->output[0])
-                cli_json_string(&j, "output", it->output);
-            else
-                cli_json_null(&j, "output");
             cli_json_string(&j, "log", r->log);
             cli_json_array_begin(&j, "lowered_names");
             for (size_t k = 0; k < r->n_names; k++) {
@@ -222,11 +391,71 @@ static void print_json(const struct job *job, size_t hits, size_t misses, size_t
         cli_json_object_end(&j);
     }
     cli_json_array_end(&j);
-    cli_json_uint(&j, "hits", hits);
-    cli_json_uint(&j, "misses", misses);
-    cli_json_uint(&j, "errors", errors);
+    cli_json_uint(&j, "hits", counts[OUT_HIT]);
+    cli_json_uint(&j, "misses", counts[OUT_MISS]);
+    cli_json_uint(&j, "uncached", counts[OUT_UNCACHED]);
+    cli_json_uint(&j, "errors", counts[OUT_ERROR]);
+    cli_json_uint(&j, "evicted", evicted);
     cli_json_object_end(&j);
     cli_json_finish(&j);
+}
+
+static uint64_t evictions_now(kcache_store *store)
+{
+    kcache_stats *st = NULL;
+    uint64_t n = store && kcache_store_stats(&st, store) == 0 ? st->evictions : 0;
+    kcache_stats_free(st);
+    return n;
+}
+
+/*
+ * Whether the cap took back what this command stored: a cache too small for
+ * one build evicts its own entries, and CI would warm nothing without a word.
+ */
+static size_t mark_evicted(struct job *job, kcache_store *store)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < job->n_items; i++) {
+        struct item *it = &job->items[i];
+        if (!it->result || it->result->hit || !cached(it))
+            continue;
+        kcache_entry *e = NULL;
+        if (kcache_store_get(&e, store, &it->result->key,
+                             KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA) == KCACHE_ENOTFOUND) {
+            it->evicted = 1;
+            n++;
+        }
+        kcache_entry_free(e);
+    }
+    return n;
+}
+
+static int build_items(struct job *job, const struct compile_args *a)
+{
+    for (size_t u = 0; u < a->n_units; u++)
+        job->n_items += a->units[u].n_archs;
+    job->items = calloc(job->n_items ? job->n_items : 1, sizeof(*job->items));
+    if (!job->items)
+        return cli_error("out of memory");
+    size_t n = 0;
+    job->file_w = 4;
+    job->arch_w = 5;
+    for (size_t u = 0; u < a->n_units; u++) {
+        const struct compile_unit *unit = &a->units[u];
+        job->file_w = KC_CLI_MAX(job->file_w, (int)strlen(unit->source));
+        for (size_t k = 0; k < unit->n_archs; k++) {
+            struct item *it = &job->items[n++];
+            char norm[32];
+            it->unit = unit;
+            it->arch = unit->archs[k];
+            /* The row shows the normalised architecture ("90" -> sm_90). */
+            int w = kcache_arch_normalize(norm, sizeof(norm), it->arch) == 0
+                        ? (int)strlen(norm) : KC_CLI_MAX((int)strlen(it->arch), 8);
+            job->arch_w = KC_CLI_MAX(job->arch_w, w);
+            snprintf(it->label, sizeof(it->label), "%s %s", base_name(unit->source), it->arch);
+        }
+    }
+    return CLI_OK;
 }
 
 int cmd_compile(int argc, char **argv)
@@ -241,33 +470,30 @@ int cmd_compile(int argc, char **argv)
     memset(&job, 0, sizeof(job));
     job.args = &a;
     job.output = a.output;
-    job.n_items = a.n_files * a.n_archs;
-    job.items = calloc(job.n_items, sizeof(*job.items));
     kcache_compiler *compiler = NULL;
-    if (!job.items) {
-        status = cli_error("out of memory");
+    if ((status = build_items(&job, &a)) != CLI_OK)
         goto out;
-    }
-    for (size_t f = 0; f < a.n_files; f++)
-        for (size_t k = 0; k < a.n_archs; k++) {
-            job.items[f * a.n_archs + k].file = a.files[f];
-            job.items[f * a.n_archs + k].arch = a.archs[k];
-        }
     if (job.output) {
         struct stat st;
         job.output_is_dir = job.n_items > 1 || (stat(job.output, &st) == 0 && S_ISDIR(st.st_mode));
-        if (job.n_items > 1 && mkdir(job.output, 0777) != 0 && errno != EEXIST) {
-            status = cli_error("cannot create directory %s: %s", job.output, strerror(errno));
-            goto out;
-        }
+    }
+    if ((status = check_outputs(&job)) != CLI_OK)
+        goto out;
+    if (job.output_is_dir && job.n_items > 1 && mkdir(job.output, 0777) != 0 && errno != EEXIST) {
+        status = cli_error("cannot create directory %s: %s", job.output, strerror(errno));
+        goto out;
     }
     if ((status = compile_args_compiler(&a, &compiler)) != CLI_OK)
         goto out;
     job.compiler = compiler;
-    job.progress = !a.json && job.n_items > 1 && isatty(STDERR_FILENO);
+    kcache_store *store = kcache_compiler_store(compiler);
+    uint64_t evictions = evictions_now(store);
+    /* A terminal sees each result as it comes; a pipe gets them in the order given. */
+    job.stream = !a.json && isatty(STDOUT_FILENO);
+    live_init(&job.live, job.n_items, !a.json && job.n_items > 1);
     pthread_mutex_init(&job.lock, NULL);
     size_t n_threads = (size_t)a.jobs < job.n_items ? (size_t)a.jobs : job.n_items;
-    pthread_t *threads = calloc(n_threads, sizeof(*threads));
+    pthread_t *threads = calloc(n_threads ? n_threads : 1, sizeof(*threads));
     size_t started = 0;
     for (size_t t = 1; threads && t < n_threads; t++)
         if (pthread_create(&threads[started], NULL, worker, &job) == 0)
@@ -277,33 +503,30 @@ int cmd_compile(int argc, char **argv)
         pthread_join(threads[t], NULL);
     free(threads);
     pthread_mutex_destroy(&job.lock);
-    if (job.progress)
-        fputs("\r\033[K", stderr);
+    live_finish(&job.live);
 
-    size_t hits = 0, misses = 0, errors = 0;
-    for (size_t i = 0; i < job.n_items; i++) {
-        struct item *it = &job.items[i];
-        const kcache_result *r = it->result;
-        if (r && r->log && *r->log && !a.json)
-            fprintf(stderr, "%s", r->log);
-        if (it->rc) {
-            errors++;
-            if (!a.json)
-                cli_error("%s (%s): %s", it->file, it->arch,
-                          r && r->message[0] ? r->message : kcache_strerror(it->rc));
-        } else if (r->hit) {
-            hits++;
-        } else {
-            misses++;
-        }
-        if (r && r->store_status && r->store_status != KCACHE_EDISABLED && !it->rc && !a.json)
-            cli_warn("%s (%s): not cached: %s", it->file, it->arch, r->store_message);
+    size_t counts[4] = {0, 0, 0, 0};
+    for (size_t i = 0; i < job.n_items; i++)
+        counts[outcome_of(&job.items[i])]++;
+    size_t evicted = store && evictions_now(store) != evictions ? mark_evicted(&job, store) : 0;
+    for (size_t i = 0; !a.json && i < job.n_items; i++)
+        if (!job.items[i].printed)
+            print_messages(&job.items[i]);
+    if (a.json) {
+        print_json(&job, counts, evicted);
+    } else if (!a.quiet) {
+        for (size_t i = 0; i < job.n_items; i++)
+            if (!job.items[i].printed)
+                print_row(&job, &job.items[i]);
     }
-    if (a.json)
-        print_json(&job, hits, misses, errors);
-    else if (!a.quiet)
-        print_human(&job);
-    status = errors ? CLI_FAIL : CLI_OK;
+    if (evicted) {
+        char cap[32], n[48];
+        cli_warn("the cap (%s) evicted %zu of the %s this command stored: raise it (e.g. "
+                 "'kcache config max_size 8G', or 0 for none)",
+                 cli_format_cap(cap, sizeof(cap), kcache_store_max_size(store)), evicted,
+                 cli_plural(n, sizeof(n), counts[OUT_MISS], "entry", "entries"));
+    }
+    status = counts[OUT_ERROR] ? CLI_FAIL : CLI_OK;
 out:
     for (size_t i = 0; job.items && i < job.n_items; i++)
         kcache_result_free(job.items[i].result);

@@ -17,6 +17,9 @@ static const char usage_text[] =
     "Settings: dir, path, max_size, busy_timeout, disable, remote, remote_read_only,\n"
     "remote_connect_timeout, remote_timeout, remote_prefix, remote_secret.\n"
     "Listings hide remote_secret and the password in remote; name the setting to see it.\n"
+    "dir and path are not kept in the file: use 'kcache --dir DIR' or KCACHE_DIR.\n"
+    "A max_size of 0 or none means no cap. Sizes print in binary units whatever\n"
+    "set them.\n"
     "\n"
     "      --unset KEY  remove KEY from the config file\n"
     "      --json       machine-readable output (fields documented in the README)\n"
@@ -25,6 +28,11 @@ static const char usage_text[] =
 /* What a listing shows: secrets hidden, since listings end up in CI logs. */
 static const char *shown(char *buf, size_t size, const kcache_setting *s)
 {
+    /* Sizes in the one form every verb prints ("2.00 GiB", "none"), whichever
+     * route set them ("2G", "2147483648", "2048M"). */
+    uint64_t cap;
+    if (!strcmp(s->name, "max_size") && kcache_parse_max_size(&cap, s->value) == 0)
+        return cli_format_cap(buf, size, cap);
     if (!strcmp(s->name, "remote_secret") && s->value[0])
         return "(set)";
     const char *at = strrchr(s->value, '@');
@@ -39,9 +47,17 @@ static const char *shown(char *buf, size_t size, const kcache_setting *s)
 static void json_setting(cli_json *j, const kcache_setting *s)
 {
     char buf[1024];
+    uint64_t cap;
     cli_json_object_begin(j, NULL);
     cli_json_string(j, "name", s->name);
     cli_json_string(j, "value", shown(buf, sizeof(buf), s));
+    if (!strcmp(s->name, "max_size") && kcache_parse_max_size(&cap, s->value) == 0) {
+        if (cap == UINT64_MAX)
+            cli_json_null(j, "bytes");
+        else
+            cli_json_uint(j, "bytes", cap);
+    }
+    cli_json_string(j, "as_written", s->value);
     cli_json_string(j, "source", kcache_config_source_name(s->source));
     cli_json_string(j, "origin", s->origin);
     cli_json_string(j, "env", s->env);
@@ -49,20 +65,45 @@ static void json_setting(cli_json *j, const kcache_setting *s)
     cli_json_object_end(j);
 }
 
-static int load(kcache_config **out)
+/* The table's width: a line of a terminal or a mail, whatever the paths. */
+enum { TABLE_WIDTH = 100, NAME_W = 22, FROM_W = 12, VALUE_MAX = 44 };
+
+/* Prints text in exactly width columns (padded), its middle elided when longer. */
+static int fit(const char *text, int width, int pad)
 {
-    kcache_config_override o[2];
-    size_t n = 0;
-    char size[32], err[512];
-    if (cli_globals.path)
-        o[n++] = (kcache_config_override){"path", cli_globals.path};
-    if (cli_globals.max_size) {
-        snprintf(size, sizeof(size), "%llu", (unsigned long long)cli_globals.max_size);
-        o[n++] = (kcache_config_override){"max_size", size};
+    int n = (int)strlen(text);
+    if (n <= width) {
+        printf("%-*s", pad ? width : 0, text);
+        return 0;
     }
-    if (kcache_config_load(out, o, n, err, sizeof(err)))
-        return cli_error("%s", err);
-    return CLI_OK;
+    int head = (width - 3) / 2, tail = width - 3 - head;
+    printf("%.*s...%s", head, text, text + n - tail);
+    return 1;
+}
+
+static void print_table(const kcache_config *cfg)
+{
+    char buf[1024];
+    int value_w = 5;
+    for (size_t i = 0; i < kcache_config_count(cfg); i++) {
+        int n = (int)strlen(shown(buf, sizeof(buf), kcache_config_setting(cfg, i)));
+        value_w = n > value_w ? n : value_w;
+    }
+    value_w = value_w < VALUE_MAX ? value_w : VALUE_MAX;
+    int where_w = TABLE_WIDTH - NAME_W - value_w - FROM_W - 3;
+    int shortened = 0;
+    printf("%-*s %-*s %-*s %s\n", NAME_W, "SETTING", value_w, "VALUE", FROM_W, "FROM", "WHERE");
+    for (size_t i = 0; i < kcache_config_count(cfg); i++) {
+        const kcache_setting *t = kcache_config_setting(cfg, i);
+        printf("%-*s ", NAME_W, t->name);
+        shortened |= fit(shown(buf, sizeof(buf), t), value_w, 1);
+        printf(" %-*s ", FROM_W, kcache_config_source_name(t->source));
+        shortened |= fit(t->origin, where_w, 0);
+        putchar('\n');
+    }
+    printf("\nConfig file: %s\n", kcache_config_file(cfg));
+    if (shortened)
+        printf("(long values shortened with ...: 'kcache config NAME' prints one whole)\n");
 }
 
 int cmd_config(int argc, char **argv)
@@ -93,7 +134,7 @@ int cmd_config(int argc, char **argv)
     const char *value = n_args > 1 ? argv[optind + 1] : NULL;
 
     kcache_config *cfg = NULL;
-    if (load(&cfg))
+    if (cli_config_load(&cfg))
         return CLI_FAIL;
     int ret = CLI_OK;
     const kcache_setting *s = key ? kcache_config_find(cfg, key) : NULL;
@@ -130,16 +171,11 @@ int cmd_config(int argc, char **argv)
         }
         cli_json_finish(&j);
     } else if (s) {
-        printf("%s\n", s->value);
+        /* Named, a setting is shown whole (secrets too); sizes in the one form. */
+        char buf[64];
+        printf("%s\n", strcmp(s->name, "max_size") ? s->value : shown(buf, sizeof(buf), s));
     } else {
-        char buf[1024];
-        printf("%-22s %-24s %-12s %s\n", "SETTING", "VALUE", "FROM", "WHERE");
-        for (size_t i = 0; i < kcache_config_count(cfg); i++) {
-            const kcache_setting *t = kcache_config_setting(cfg, i);
-            printf("%-22s %-24s %-12s %s\n", t->name, shown(buf, sizeof(buf), t),
-                   kcache_config_source_name(t->source), t->origin);
-        }
-        printf("\nConfig file: %s\n", kcache_config_file(cfg));
+        print_table(cfg);
     }
 out:
     kcache_config_free(cfg);

@@ -220,7 +220,7 @@ int cmd_explain(int argc, char **argv)
     kcache_result *res = NULL;
     struct parts req = {0};
     struct search s = {0};
-    if (a.n_files != 1 || a.n_archs != 1) {
+    if (a.from || a.n_files != 1 || a.n_archs != 1) {
         status = cli_usage_error("explain", "explain takes one file and one architecture");
         goto out;
     }
@@ -228,7 +228,7 @@ int cmd_explain(int argc, char **argv)
         goto out;
     if (!(store = kcache_compiler_store(compiler))) {
         kcache_request probe;
-        compile_args_request(&a, &probe, a.files[0], a.archs[0]);
+        compile_args_request(&a, &probe, &a.units[0], a.archs[0]);
         probe.flags |= KCACHE_COMPILE_KEY_ONLY;
         kcache_result *why = NULL;
         kcache_compile(&why, compiler, &probe);
@@ -238,7 +238,7 @@ int cmd_explain(int argc, char **argv)
         goto out;
     }
     kcache_request r;
-    compile_args_request(&a, &r, a.files[0], a.archs[0]);
+    compile_args_request(&a, &r, &a.units[0], a.archs[0]);
     r.flags |= KCACHE_COMPILE_KEY_ONLY;
     if (kcache_compile(&res, compiler, &r) != 0) {
         status = cli_error("%s", res ? res->message : "out of memory");

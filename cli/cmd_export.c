@@ -161,8 +161,9 @@ static int export_dir(kcache_store *store, const kcache_filter *f, const char *d
     if (ret)
         goto out;
     if (left_out)
-        cli_warn("%llu entries were left out: deleted while exporting (by another process, or "
-                 "as damaged: see any warning above)", (unsigned long long)left_out);
+        cli_warn("%llu %s left out: deleted while exporting (by another process, or as "
+                 "damaged: see any warning above)", (unsigned long long)left_out,
+                 left_out == 1 ? "entry was" : "entries were");
     if (json) {
         cli_json_init(&j, stdout);
         cli_json_object_begin(&j, NULL);
@@ -173,8 +174,8 @@ static int export_dir(kcache_store *store, const kcache_filter *f, const char *d
         cli_json_object_end(&j);
         cli_json_finish(&j);
     } else {
-        char a[32];
-        printf("Exported %llu entries (%s) to %s\n", (unsigned long long)written,
+        char a[32], n[48];
+        printf("Exported %s (%s) to %s\n", cli_plural(n, sizeof(n), written, "entry", "entries"),
                kcache_format_size(a, sizeof(a), bytes), dir);
     }
 out:
@@ -234,8 +235,13 @@ int cmd_export(int argc, char **argv)
         f.created_since = age >= (uint64_t)now / 1000 ? 1 : now - (int64_t)age * 1000;
     }
     kcache_store *store;
-    if (cli_open_store(&store, 0))
+    /* Read-write: a damaged entry found on the way is deleted. Never created. */
+    if (cli_open_existing(&store, 0))
         return CLI_FAIL;
+    if (!store) {
+        cli_no_cache("nothing to export");
+        return CLI_FAIL;
+    }
     int ret = CLI_OK;
     if (dir) {
         ret = export_dir(store, &f, dir, json);
@@ -252,8 +258,8 @@ int cmd_export(int argc, char **argv)
         goto out;
     }
     if (r.damaged)
-        cli_warn("%llu damaged entries were left out (and deleted from the cache)",
-                 (unsigned long long)r.damaged);
+        cli_warn("%llu damaged %s left out (and deleted from the cache)",
+                 (unsigned long long)r.damaged, r.damaged == 1 ? "entry was" : "entries were");
     if (json) {
         cli_json j;
         cli_json_init(&j, stdout);
@@ -265,8 +271,8 @@ int cmd_export(int argc, char **argv)
         cli_json_object_end(&j);
         cli_json_finish(&j);
     } else {
-        char a[32];
-        printf("Exported %llu entries (%s) to %s\n", (unsigned long long)r.entries,
+        char a[32], n[48];
+        printf("Exported %s (%s) to %s\n", cli_plural(n, sizeof(n), r.entries, "entry", "entries"),
                kcache_format_size(a, sizeof(a), r.bytes), out_path);
     }
 out:

@@ -17,31 +17,6 @@ static const char usage_text[] =
     "  -o, --output FILE  write here (replaced whole, or not at all)\n"
     "  -h, --help         this text\n";
 
-/* Through a file beside the target and a rename: never a half-written kernel. */
-static int write_file(const char *path, const void *data, size_t size)
-{
-    size_t n = strlen(path) + 32;
-    char *tmp = malloc(n);
-    if (!tmp)
-        return cli_error("out of memory");
-    snprintf(tmp, n, "%s.tmp-%ld", path, (long)getpid());
-    int ret = CLI_OK;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        ret = cli_error("cannot write %s: %s", tmp, strerror(errno));
-        goto out;
-    }
-    int bad = fwrite(data, 1, size, f) != size;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        ret = cli_error("cannot write %s: %s", path, strerror(errno));
-        unlink(tmp);
-    }
-out:
-    free(tmp);
-    return ret;
-}
-
 int cmd_get(int argc, char **argv)
 {
     static const struct option options[] = {
@@ -75,6 +50,10 @@ int cmd_get(int argc, char **argv)
     kcache_store *store;
     if (cli_open_store_to_read(&store))
         return CLI_FAIL;
+    if (!store) {
+        cli_no_cache("no entry to get");
+        return CLI_FAIL;
+    }
     kcache_key key;
     kcache_entry *e = NULL;
     int ret = CLI_OK;
@@ -84,7 +63,9 @@ int cmd_get(int argc, char **argv)
         goto out;
     }
     if (output) {
-        ret = write_file(output, e->data, e->size);
+        char err[4400];
+        if (cli_write_output(output, e->data, e->size, err, sizeof(err)))
+            ret = cli_error("%s", err);
     } else if (fwrite(e->data, 1, e->size, stdout) != e->size || fflush(stdout) != 0) {
         ret = cli_error("cannot write to standard output: %s", strerror(errno));
     }

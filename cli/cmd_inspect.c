@@ -97,7 +97,8 @@ static void print_cubin_json(cli_json *j, const kcache_cubin_info *info)
 
 static void print_cubin_human(const kcache_cubin_info *info)
 {
-    printf("\nCUBIN: %s (ELF header), %zu kernels\n", cli_safe(info->arch), info->n_kernels);
+    printf("\nCUBIN: %s (ELF header), %zu %s\n", cli_safe(info->arch), info->n_kernels,
+           info->n_kernels == 1 ? "kernel" : "kernels");
     if (!info->n_kernels)
         return;
     printf("  %5s %9s %9s %9s %9s %7s %11s  %s\n", "REGS", "SHARED", "LOCAL", "SPILL", "CONST",
@@ -290,6 +291,10 @@ int cmd_inspect(int argc, char **argv)
     kcache_store *store;
     if (cli_open_store_to_read(&store))
         return CLI_FAIL;
+    if (!store) {
+        cli_no_cache("no entry to inspect");
+        return CLI_FAIL;
+    }
     kcache_key key;
     kcache_entry *e = NULL;
     kcache_cubin_info *cubin = NULL;

@@ -113,6 +113,12 @@ int cmd_ls(int argc, char **argv)
     kcache_store *store;
     if (cli_open_store_to_read(&store))
         return CLI_FAIL;
+    if (!store) {
+        /* Nothing to list is an empty list, not a failure. */
+        if (ctx.json)
+            printf("{\"entries\": []}\n");
+        return cli_no_cache(NULL);
+    }
     if (ctx.json) {
         cli_json_init(&ctx.j, stdout);
         cli_json_object_begin(&ctx.j, NULL);

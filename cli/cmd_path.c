@@ -18,11 +18,9 @@ int cmd_path(int argc, char **argv)
     int json, status = cli_parse_json_only(argc, argv, "path", usage_text, &json);
     if (status >= 0)
         return status;
-    kcache_config_override o = {"path", cli_globals.path};
     kcache_config *cfg = NULL;
-    char err[512];
-    if (kcache_config_load(&cfg, &o, cli_globals.path ? 1 : 0, err, sizeof(err)))
-        return cli_error("%s", err);
+    if (cli_config_load(&cfg))
+        return CLI_FAIL;
     const char *path = kcache_config_find(cfg, "path")->value;
     if (json) {
         cli_json j;

@@ -12,12 +12,14 @@ static const char usage_text[] =
     "Evicts entries, least recently used first, and hands the space back to the file\n"
     "system. Without options, brings the cache under its cap.\n"
     "\n"
-    "      --max-size SIZE   until database + WAL fit in SIZE (512M, 2G, 1.5GiB)\n"
+    "      --max-size SIZE   until database + WAL fit in SIZE (512M, 2G, 1.5GiB; 0 or\n"
+    "                        none: no size limit, only the other options)\n"
     "      --older-than AGE  entries not used for AGE (30d, 12h, 90m)\n"
     "      --arch A          with --older-than: only this architecture\n"
     "      --kind K          with --older-than: only cubin, ptx or ltoir\n"
     "      --max-entries N   keep at most N entries\n"
-    "  -n, --dry-run         say what would go, change nothing\n"
+    "  -n, --dry-run         say what would go and estimate the size after; change\n"
+    "                        nothing\n"
     "      --json            machine-readable output (fields documented in the README)\n"
     "  -h, --help            this text\n";
 
@@ -43,9 +45,10 @@ int cmd_prune(int argc, char **argv)
     while ((c = getopt_long(argc, argv, ":hn", options, NULL)) != -1) {
         switch (c) {
         case 's':
-            if (kcache_parse_size(&o.max_size, optarg) || !o.max_size)
-                return cli_usage_error("prune", "--max-size '%s' is not a size (use e.g. 2G)",
-                                       optarg);
+            /* 0/none: no size to fit, as for the cap (the other limits still apply). */
+            if (kcache_parse_max_size(&o.max_size, optarg))
+                return cli_usage_error("prune", "--max-size '%s' is not a size (use e.g. 2G, "
+                                       "or 0 or none for no size limit)", optarg);
             break;
         case 'o':
             if (kcache_parse_age(&age, optarg))
@@ -88,8 +91,16 @@ int cmd_prune(int argc, char **argv)
             o.accessed_before = now - (int64_t)age * 1000;
     }
     kcache_store *store;
-    if (cli_open_store(&store, 0))
+    /* Nothing to prune is not a reason to create a cache. */
+    if (cli_open_existing(&store, 0))
         return CLI_FAIL;
+    if (!store) {
+        if (json)
+            printf("{\"dry_run\": %s, \"evicted\": 0, \"evicted_bytes\": 0, \"disk_before\": 0, "
+                   "\"disk_after\": 0, \"disk_after_estimated\": false}\n",
+                   o.dry_run ? "true" : "false");
+        return cli_no_cache("nothing to prune");
+    }
     kcache_prune_result r = KCACHE_PRUNE_RESULT_INIT;
     int ret = CLI_OK;
     if (kcache_store_prune(&r, store, &o)) {
@@ -103,15 +114,16 @@ int cmd_prune(int argc, char **argv)
         cli_json_uint(&j, "evicted_bytes", r.evicted_bytes);
         cli_json_uint(&j, "disk_before", r.disk_before);
         cli_json_uint(&j, "disk_after", r.disk_after);
+        cli_json_bool(&j, "disk_after_estimated", o.dry_run);
         cli_json_object_end(&j);
         cli_json_finish(&j);
     } else {
-        char a[32], b[32], d[32];
-        printf("%s %llu entries (%s stored); on disk %s -> %s\n",
-               o.dry_run ? "Would evict" : "Evicted", (unsigned long long)r.evicted,
+        char a[32], b[32], d[32], n[48];
+        printf("%s %s (%s stored); on disk %s -> %s%s\n", o.dry_run ? "Would evict" : "Evicted",
+               cli_plural(n, sizeof(n), r.evicted, "entry", "entries"),
                kcache_format_size(a, sizeof(a), r.evicted_bytes),
                kcache_format_size(b, sizeof(b), r.disk_before),
-               kcache_format_size(d, sizeof(d), r.disk_after));
+               o.dry_run ? "about " : "", kcache_format_size(d, sizeof(d), r.disk_after));
     }
     kcache_store_close(store);
     return ret;

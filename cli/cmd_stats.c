@@ -2,7 +2,9 @@
 #include <getopt.h>
 #include <string.h>
 
+#include <kcache/config.h>
 #include <kcache/remote.h>
+#include <kcache/config.h>
 
 #include "cli.h"
 
@@ -53,12 +55,14 @@ static double percent(uint64_t part, uint64_t whole)
     return whole ? 100.0 * (double)part / (double)whole : 0.0;
 }
 
-static void print_json(const kcache_stats *st, const char *path, const struct remote_stats *rs)
+static void print_json(const kcache_stats *st, const char *path, const struct remote_stats *rs,
+                       int exists, uint64_t errors)
 {
     cli_json j;
     cli_json_init(&j, stdout);
     cli_json_object_begin(&j, NULL);
     cli_json_string(&j, "path", path);
+    cli_json_bool(&j, "exists", exists);
     cli_json_int(&j, "schema_version", st->schema_version);
     cli_json_int(&j, "since_ms", st->since);
     cli_json_uint(&j, "entries", st->entries);
@@ -75,6 +79,7 @@ static void print_json(const kcache_stats *st, const char *path, const struct re
                     st->stored_bytes ? (double)st->raw_bytes / (double)st->stored_bytes : 0.0);
     cli_json_uint(&j, "hits", st->hits);
     cli_json_uint(&j, "misses", st->misses);
+    cli_json_uint(&j, "errors", errors);
     cli_json_double(&j, "hit_rate", percent(st->hits, st->hits + st->misses) / 100.0);
     cli_json_uint(&j, "saved_ns", st->saved_ns);
     cli_json_uint(&j, "evictions", st->evictions);
@@ -128,17 +133,25 @@ static void print_remote(const struct remote_stats *rs)
     printf("Remote time saved:   %10s\n", cli_format_duration(a, sizeof(a), v[R_SAVED]));
 }
 
-static void print_human(const kcache_stats *st, const char *path, const struct remote_stats *rs)
+static void print_human(const kcache_stats *st, const char *path, const struct remote_stats *rs,
+                        int exists, uint64_t errors)
 {
     char a[64], b[64], c[64];
     uint64_t lookups = st->hits + st->misses;
     uint64_t disk = st->file_bytes + st->wal_bytes;
+    if (!exists) {
+        printf("No cache yet at %s: nothing has been compiled through it.\n", path);
+        printf("Cap:                 %10s\n", cli_format_cap(a, sizeof(a), st->max_size));
+        return;
+    }
     printf("Database:            %s (schema %d)\n", path, st->schema_version);
     printf("Stats since:         %s\n", cli_format_time(a, sizeof(a), st->since));
     printf("Hits:                %10llu / %10llu (%6.2f %%)\n", (unsigned long long)st->hits,
            (unsigned long long)lookups, percent(st->hits, lookups));
     printf("Misses:              %10llu / %10llu (%6.2f %%)\n", (unsigned long long)st->misses,
            (unsigned long long)lookups, percent(st->misses, lookups));
+    /* Errors and uncacheable compiles are not lookups: counted apart. */
+    printf("Errors:              %10llu   (failed compiles)\n", (unsigned long long)errors);
     printf("Compile time saved:  %10s\n", cli_format_duration(a, sizeof(a), st->saved_ns));
     printf("Entries:             %10llu\n", (unsigned long long)st->entries);
     printf("Artifacts:           %10s raw, %s stored (%.1fx)\n",
@@ -153,7 +166,7 @@ static void print_human(const kcache_stats *st, const char *path, const struct r
         printf("Cap:                 %10s\n", "none");
     else
         printf("Cap:                 %10s (%.1f %% full)\n",
-               kcache_format_size(a, sizeof(a), st->max_size), percent(disk, st->max_size));
+               cli_format_cap(a, sizeof(a), st->max_size), percent(disk, st->max_size));
     printf("Evictions:           %10llu\n", (unsigned long long)st->evictions);
     printf("Damaged entries:     %10llu\n", (unsigned long long)st->corrupt);
     printf("Store failures:      %10llu\n", (unsigned long long)st->store_failures);
@@ -175,6 +188,29 @@ static void print_human(const kcache_stats *st, const char *path, const struct r
                percent(u->hits, u->hits + u->misses),
                cli_format_duration(a, sizeof(a), u->saved_ns));
     }
+}
+
+/* Stats of a cache that does not exist: zeros, the path and the cap it would have. */
+static int no_cache(int json)
+{
+    kcache_config *cfg = NULL;
+    if (cli_config_load(&cfg))
+        return CLI_FAIL;
+    kcache_stats st;
+    struct remote_stats none;
+    memset(&st, 0, sizeof(st));
+    memset(&none, 0, sizeof(none));
+    st.max_size = cli_globals.max_size;
+    if (!st.max_size && kcache_parse_max_size(&st.max_size,
+                                              kcache_config_find(cfg, "max_size")->value))
+        st.max_size = KCACHE_DEFAULT_MAX_SIZE;
+    const char *path = kcache_config_find(cfg, "path")->value;
+    if (json)
+        print_json(&st, path, &none, 0, 0);
+    else
+        print_human(&st, path, &none, 0, 0);
+    kcache_config_free(cfg);
+    return CLI_OK;
 }
 
 int cmd_stats(int argc, char **argv)
@@ -199,8 +235,11 @@ int cmd_stats(int argc, char **argv)
     if (optind < argc)
         return cli_usage_error("stats", "unexpected argument '%s'", argv[optind]);
     kcache_store *store;
-    if (cli_open_store(&store, 0))
+    /* Reading stats creates nothing; only -z writes. */
+    if (cli_open_existing(&store, !zero))
         return CLI_FAIL;
+    if (!store)
+        return no_cache(json);
     kcache_stats *st = NULL;
     int rc = kcache_store_stats(&st, store);
     if (rc) {
@@ -210,10 +249,13 @@ int cmd_stats(int argc, char **argv)
     }
     struct remote_stats rs;
     read_remote(&rs, store);
+    uint64_t errors = 0;
+    if (kcache_store_counter(&errors, store, "errors") != 0)
+        errors = 0;
     if (json)
-        print_json(st, kcache_store_path(store), &rs);
+        print_json(st, kcache_store_path(store), &rs, 1, errors);
     else
-        print_human(st, kcache_store_path(store), &rs);
+        print_human(st, kcache_store_path(store), &rs, 1, errors);
     kcache_stats_free(st);
     if (zero && (rc = kcache_store_zero_stats(store)))
         cli_error("%s", kcache_store_errmsg(store));

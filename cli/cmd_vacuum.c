@@ -28,8 +28,14 @@ int cmd_vacuum(int argc, char **argv)
     if (status >= 0)
         return status;
     kcache_store *store;
-    if (cli_open_store(&store, 0))
+    /* Nothing to compact is not a reason to create a cache. */
+    if (cli_open_existing(&store, 0))
         return CLI_FAIL;
+    if (!store) {
+        if (json)
+            printf("{\"disk_before\": 0, \"disk_after\": 0}\n");
+        return cli_no_cache("nothing to compact");
+    }
     uint64_t before = 0, after = 0;
     int ret = CLI_OK;
     if (disk(store, &before) || kcache_store_vacuum(store) || disk(store, &after)) {

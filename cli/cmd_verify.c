@@ -180,6 +180,13 @@ int cmd_verify(int argc, char **argv)
     kcache_store *store;
     if (cli_open_store_to_read(&store))
         return CLI_FAIL;
+    if (!store) {
+        if (ctx.json)
+            printf("{\"damaged\": [], \"ok\": true, \"integrity_ok\": true, "
+                   "\"integrity\": \"ok\", \"entries\": 0, \"damaged_entries\": 0, "
+                   "\"bytes\": 0}\n");
+        return cli_no_cache("nothing to verify");
+    }
     if (ctx.json) {
         cli_json_init(&ctx.j, stdout);
         cli_json_object_begin(&ctx.j, NULL);
@@ -219,21 +226,38 @@ int cmd_verify(int argc, char **argv)
         printf("Entries checked:  %llu (%s)\n", (unsigned long long)r.entries,
                kcache_format_size(a, sizeof(a), r.bytes));
         printf("Damaged entries:  %llu\n", (unsigned long long)r.damaged);
-        if (recompile)
-            printf("Recompiled:       %llu (identical %llu, different %llu, failed %llu, "
-                   "skipped %llu: made by another toolchain)\n",
-                   (unsigned long long)rec.checked, (unsigned long long)rec.identical,
-                   (unsigned long long)rec.different, (unsigned long long)rec.failed,
-                   (unsigned long long)rec.skipped);
+        if (recompile) {
+            /* "2 entries: 1 identical, 1 skipped (...)": only the parts that happened. */
+            const struct {
+                uint64_t n;
+                const char *what;
+            } parts[] = {
+                {rec.identical, "identical"},
+                {rec.different, "different"},
+                {rec.failed, "failed"},
+                {rec.skipped, "skipped (made by another toolchain)"},
+            };
+            char n[48];
+            printf("Recompiled:       %s", cli_plural(n, sizeof(n), rec.checked, "entry",
+                                                      "entries"));
+            const char *sep = ": ";
+            for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
+                if (parts[i].n) {
+                    printf("%s%llu %s", sep, (unsigned long long)parts[i].n, parts[i].what);
+                    sep = ", ";
+                }
+            putchar('\n');
+        }
         /* What each finding needs, and which command does it (issue 12). */
         if (!r.integrity_ok)
             fprintf(stderr, "kcache: the database file is damaged: 'kcache clear' sets it aside "
                             "and starts an empty cache now (the next command that writes does "
                             "the same once no other process has the cache open)\n");
         else if (r.damaged)
-            fprintf(stderr, "kcache: %llu damaged entries: each is deleted on its next lookup "
+            fprintf(stderr, "kcache: %llu damaged %s: each is deleted on its next lookup "
                             "(a miss, then compiled again); 'kcache clear' deletes everything "
-                            "now\n", (unsigned long long)r.damaged);
+                            "now\n", (unsigned long long)r.damaged,
+                    r.damaged == 1 ? "entry" : "entries");
     }
     kcache_store_close(store);
     return ok ? CLI_OK : CLI_FAIL;

@@ -1,4 +1,8 @@
 /* What several verbs share beyond util.c: progress on a terminal, opening to read. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,18 +38,127 @@ void cli_progress(void *userdata, const char *phase, uint64_t done, uint64_t tot
     fflush(stderr);
 }
 
+static char no_cache_message[600];
+
+int cli_config_load(kcache_config **out)
+{
+    kcache_config_override o[3];
+    size_t n = 0;
+    char size[32], err[512];
+    if (cli_globals.dir)
+        o[n++] = (kcache_config_override){"dir", cli_globals.dir};
+    if (cli_globals.path && cli_globals.path != cli_globals.dir_path)
+        o[n++] = (kcache_config_override){"path", cli_globals.path};
+    if (cli_globals.max_size) {
+        if (cli_globals.max_size == UINT64_MAX)
+            snprintf(size, sizeof(size), "none");
+        else
+            snprintf(size, sizeof(size), "%llu", (unsigned long long)cli_globals.max_size);
+        o[n++] = (kcache_config_override){"max_size", size};
+    }
+    if (kcache_config_load(out, o, n, err, sizeof(err)))
+        return cli_error("%s", err);
+    return CLI_OK;
+}
+
+int cli_open_existing(kcache_store **out, int read_only)
+{
+    kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
+    char err[512];
+    *out = NULL;
+    o.path = cli_globals.path;
+    o.max_size = cli_globals.max_size;
+    o.read_only = read_only;
+    o.no_create = 1;
+    o.log = cli_log;
+    int rc = kcache_store_open(out, &o, err, sizeof(err));
+    if (rc == KCACHE_ENOTFOUND) {
+        snprintf(no_cache_message, sizeof(no_cache_message), "%s", err);
+        return 0;
+    }
+    if (rc)
+        return cli_error("%s", err);
+    return 0;
+}
+
 int cli_open_store_to_read(kcache_store **out)
 {
-    kcache_config_override o = {"path", cli_globals.path};
-    kcache_config *cfg = NULL;
-    char err[512];
-    if (kcache_config_load(&cfg, &o, cli_globals.path ? 1 : 0, err, sizeof(err))) {
-        cli_error("%s", err);
-        return KCACHE_EINVAL;
+    return cli_open_existing(out, 1);
+}
+
+int cli_no_cache(const char *then)
+{
+    fprintf(stderr, "kcache: %s%s%s\n", no_cache_message, then ? ": " : "", then ? then : "");
+    return CLI_OK;
+}
+
+const char *cli_plural(char *buf, size_t size, uint64_t n, const char *one, const char *many)
+{
+    snprintf(buf, size, "%llu %s", (unsigned long long)n, n == 1 ? one : many);
+    return buf;
+}
+
+const char *cli_format_cap(char *buf, size_t size, uint64_t cap)
+{
+    if (cap == UINT64_MAX)
+        snprintf(buf, size, "none");
+    else
+        kcache_format_size(buf, size, cap);
+    return buf;
+}
+
+static int write_all(int fd, const void *data, size_t size)
+{
+    const char *p = data;
+    while (size) {
+        ssize_t n = write(fd, p, size);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        size -= (size_t)n;
     }
-    /* A cache that does not exist yet is an empty one, not an error: create it. */
+    return 0;
+}
+
+int cli_write_output(const char *path, const void *data, size_t size, char *err, size_t err_size)
+{
     struct stat st;
-    int exists = stat(kcache_config_find(cfg, "path")->value, &st) == 0;
-    kcache_config_free(cfg);
-    return cli_open_store(out, exists);
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+        int fd = open(path, O_WRONLY | O_CLOEXEC);
+        int bad = fd < 0 || write_all(fd, data, size) != 0;
+        int saved = errno;
+        if (fd >= 0 && close(fd) != 0 && !bad) {
+            bad = 1;
+            saved = errno;
+        }
+        if (bad)
+            snprintf(err, err_size, "cannot write %s: %s", path, strerror(saved));
+        return bad ? -1 : 0;
+    }
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s.tmp-%ld", path, (long)getpid());
+    /* Never through something planted at the temporary name. */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        snprintf(err, err_size, "cannot write %s: %s", path, strerror(errno));
+        return -1;
+    }
+    int bad = write_all(fd, data, size) != 0;
+    int saved = errno;
+    if (close(fd) != 0 && !bad) {
+        bad = 1;
+        saved = errno;
+    }
+    if (!bad && rename(tmp, path) != 0) {
+        bad = 1;
+        saved = errno;
+    }
+    if (bad) {
+        snprintf(err, err_size, "cannot write %s: %s", path, strerror(saved));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
 }

@@ -3,14 +3,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "compile_args.h"
 
 enum { OPT_STD = 256, OPT_CUBIN, OPT_PTX, OPT_LTOIR, OPT_NAME_EXPR, OPT_EXTRA, OPT_NO_CACHE,
-       OPT_REFRESH, OPT_JSON, OPT_REMOTE };
+       OPT_REFRESH, OPT_JSON, OPT_REMOTE, OPT_FROM };
 
-static int push(const char ***v, size_t *n, const char *s)
+int compile_args_push(const char ***v, size_t *n, const char *s)
 {
     const char **grown = realloc(*v, (*n + 1) * sizeof(*grown));
     if (!grown)
@@ -21,7 +22,7 @@ static int push(const char ***v, size_t *n, const char *s)
 }
 
 /* Keeps a string alive for the life of the arguments. */
-static const char *own(struct compile_args *a, char *s)
+const char *compile_args_own(struct compile_args *a, char *s)
 {
     char **grown = s ? realloc(a->owned, (a->n_owned + 1) * sizeof(*grown)) : NULL;
     if (!grown) {
@@ -39,7 +40,7 @@ static const char *joined(struct compile_args *a, const char *prefix, const char
     char *s = malloc(n);
     if (s)
         snprintf(s, n, "%s%s", prefix, value);
-    return own(a, s);
+    return compile_args_own(a, s);
 }
 
 static int parse_hex(const char *hex, uint8_t **out, size_t *size)
@@ -60,6 +61,8 @@ static int parse_hex(const char *hex, uint8_t **out, size_t *size)
     return 0;
 }
 
+static int file_units(struct compile_args *a, const char *verb);
+
 int compile_args_parse(struct compile_args *a, const char *verb, const char *usage, int argc,
                        char **argv)
 {
@@ -77,6 +80,7 @@ int compile_args_parse(struct compile_args *a, const char *verb, const char *usa
         {"refresh", no_argument, NULL, OPT_REFRESH},
         {"json", no_argument, NULL, OPT_JSON},
         {"remote", required_argument, NULL, OPT_REMOTE},
+        {"from", required_argument, NULL, OPT_FROM},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -92,7 +96,7 @@ int compile_args_parse(struct compile_args *a, const char *verb, const char *usa
         if (!strcmp(argv[i], "--")) {
             n_args = i;
             for (int k = i + 1; k < argc; k++)
-                push(&tail, &n_tail, argv[k]);
+                compile_args_push(&tail, &n_tail, argv[k]);
             break;
         }
     const char *std_opt = NULL;
@@ -105,13 +109,13 @@ int compile_args_parse(struct compile_args *a, const char *verb, const char *usa
             free(a->arch_list);
             a->arch_list = strdup(optarg);
             break;
-        case 'I': push(&a->nvrtc, &a->n_nvrtc, joined(a, "-I", optarg)); break;
-        case 'D': push(&a->nvrtc, &a->n_nvrtc, joined(a, "-D", optarg)); break;
+        case 'I': compile_args_push(&a->nvrtc, &a->n_nvrtc, joined(a, "-I", optarg)); break;
+        case 'D': compile_args_push(&a->nvrtc, &a->n_nvrtc, joined(a, "-D", optarg)); break;
         case OPT_STD: std_opt = joined(a, "--std=", optarg); break;
         case OPT_CUBIN: a->kind = KCACHE_KIND_CUBIN; break;
         case OPT_PTX: a->kind = KCACHE_KIND_PTX; break;
         case OPT_LTOIR: a->kind = KCACHE_KIND_LTOIR; break;
-        case OPT_NAME_EXPR: push(&a->exprs, &a->n_exprs, optarg); break;
+        case OPT_NAME_EXPR: compile_args_push(&a->exprs, &a->n_exprs, optarg); break;
         case OPT_EXTRA:
             free(a->extra);
             a->extra = NULL;
@@ -142,6 +146,7 @@ int compile_args_parse(struct compile_args *a, const char *verb, const char *usa
         case OPT_NO_CACHE: a->flags |= KCACHE_COMPILE_NO_CACHE; break;
         case OPT_REFRESH: a->flags |= KCACHE_COMPILE_REFRESH; break;
         case OPT_JSON: a->json = 1; break;
+        case OPT_FROM: a->from = optarg; break;
         case 'q': a->quiet = 1; break;
         case 'h':
             fputs(usage, stdout);
@@ -154,36 +159,129 @@ int compile_args_parse(struct compile_args *a, const char *verb, const char *usa
         }
     }
     if (std_opt)
-        push(&a->nvrtc, &a->n_nvrtc, std_opt);
+        compile_args_push(&a->nvrtc, &a->n_nvrtc, std_opt);
     for (size_t i = 0; i < n_tail; i++)
-        push(&a->nvrtc, &a->n_nvrtc, tail[i]);
+        compile_args_push(&a->nvrtc, &a->n_nvrtc, tail[i]);
     free(tail);
     for (int i = optind; i < n_args; i++)
-        push(&a->files, &a->n_files, argv[i]);
-    if (!a->n_files)
+        compile_args_push(&a->files, &a->n_files, argv[i]);
+    if (!a->n_files && !a->from)
         return cli_usage_error(verb, "no source file given");
-    if (!a->arch_list || !*a->arch_list)
-        return cli_usage_error(verb, "no architecture: pass --arch (e.g. --arch sm_90)");
-    for (char *save = NULL, *s = strtok_r(a->arch_list, ",", &save); s;
-         s = strtok_r(NULL, ",", &save))
-        if (*s)
-            push(&a->archs, &a->n_archs, s);
-    if (!a->n_archs)
-        return cli_usage_error(verb, "--arch lists no architecture");
-    for (size_t i = 0; i < a->n_archs; i++) {
-        char norm[32];
-        if (strcmp(a->archs[i], "native") != 0 &&
-            kcache_arch_normalize(norm, sizeof(norm), a->archs[i]) != 0)
-            return cli_usage_error(verb,
-                                   "'%.40s' is not a GPU architecture (use e.g. sm_90, sm_90a, "
-                                   "compute_90 or native)",
-                                   a->archs[i]);
+    if (a->arch_list) {
+        for (char *save = NULL, *s = strtok_r(a->arch_list, ",", &save); s;
+             s = strtok_r(NULL, ",", &save))
+            if (*s)
+                compile_args_push(&a->archs, &a->n_archs, s);
+        if (!a->n_archs)
+            return cli_usage_error(verb, "--arch lists no architecture");
     }
+    for (size_t i = 0; i < a->n_archs; i++)
+        if (compile_args_check_arch(verb, a->archs[i], NULL) >= 0)
+            return CLI_USAGE;
+    int status = file_units(a, verb);
+    if (status < 0 && a->from)
+        status = compile_from_read(a, verb);
+    if (status >= 0)
+        return status;
+    for (size_t u = 0; u < a->n_units; u++)
+        if (!a->units[u].n_archs)
+            return cli_usage_error(verb, "no architecture for %s: pass --arch (e.g. --arch "
+                                   "sm_90)", a->units[u].source);
     return -1;
+}
+
+int compile_args_check_arch(const char *verb, const char *arch, const char *where)
+{
+    char norm[32];
+    if (!strcmp(arch, "native") || kcache_arch_normalize(norm, sizeof(norm), arch) == 0)
+        return -1;
+    return cli_usage_error(verb, "%s%s'%.40s' is not a GPU architecture (use e.g. sm_90, "
+                           "sm_90a, compute_90 or native)", where ? where : "",
+                           where ? ": " : "", arch);
+}
+
+/* Whether two spellings name one file (a/k.cu and ./a/k.cu). */
+static int same_file(const char *x, const char *y)
+{
+    struct stat sx, sy;
+    if (!strcmp(x, y))
+        return 1;
+    return stat(x, &sx) == 0 && stat(y, &sy) == 0 && sx.st_dev == sy.st_dev &&
+           sx.st_ino == sy.st_ino;
+}
+
+/*
+ * A unit per file of the command line. --name-expr FILE=EXPR gives EXPR to
+ * FILE alone; a plain --name-expr EXPR goes to every file (and request). The
+ * form is told by what precedes the first '=': a file of this command, or
+ * something ending in .cu that is not one (a mistake worth a message);
+ * anything else is an expression (they may contain '=' only in a default
+ * template argument, never before a source's name).
+ */
+static int file_units(struct compile_args *a, const char *verb)
+{
+    const char **global = NULL, **raw = a->exprs;
+    size_t n_global = 0, n_raw = a->n_exprs;
+    int status = -1;
+    a->exprs = NULL;
+    a->n_exprs = 0;
+    a->units = calloc(a->n_files ? a->n_files : 1, sizeof(*a->units));
+    if (!a->units) {
+        status = cli_error("out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n_raw && status < 0; i++) {
+        const char *eq = strchr(raw[i], '=');
+        size_t n = eq ? (size_t)(eq - raw[i]) : 0;
+        char *file = eq ? strndup(raw[i], n) : NULL;
+        int matched = 0;
+        for (size_t f = 0; file && f < a->n_files; f++)
+            matched |= same_file(file, a->files[f]);
+        int looks_like_file = file && n > 3 && !strcmp(file + n - 3, ".cu");
+        free(file);
+        if (!matched && !looks_like_file) {
+            compile_args_push(&global, &n_global, raw[i]);
+        } else if (!matched) {
+            status = cli_usage_error(verb, "--name-expr '%s': %.*s is not among the files of "
+                                     "this command%s", raw[i], (int)n, raw[i],
+                                     a->from ? " (a request of --from has its own \"name_exprs\")"
+                                             : "");
+        }
+    }
+    for (size_t f = 0; f < a->n_files && status < 0; f++) {
+        struct compile_unit *u = &a->units[a->n_units++];
+        u->source = a->files[f];
+        u->kind = a->kind;
+        for (size_t k = 0; k < a->n_archs; k++)
+            compile_args_push(&u->archs, &u->n_archs, a->archs[k]);
+        for (size_t k = 0; k < a->n_nvrtc; k++)
+            compile_args_push(&u->options, &u->n_options, a->nvrtc[k]);
+        for (size_t k = 0; k < n_global; k++)
+            compile_args_push(&u->exprs, &u->n_exprs, global[k]);
+        for (size_t i = 0; i < n_raw; i++) {
+            const char *eq = strchr(raw[i], '=');
+            char *file = eq ? strndup(raw[i], (size_t)(eq - raw[i])) : NULL;
+            if (file && same_file(file, u->source))
+                compile_args_push(&u->exprs, &u->n_exprs, eq + 1);
+            free(file);
+        }
+    }
+out:
+    /* What is left in a->exprs applies to every request of --from too. */
+    a->exprs = global;
+    a->n_exprs = n_global;
+    free(raw);
+    return status;
 }
 
 void compile_args_free(struct compile_args *a)
 {
+    for (size_t u = 0; u < a->n_units; u++) {
+        free(a->units[u].archs);
+        free(a->units[u].options);
+        free(a->units[u].exprs);
+    }
+    free(a->units);
     free(a->files);
     free(a->archs);
     free(a->nvrtc);
@@ -193,19 +291,20 @@ void compile_args_free(struct compile_args *a)
     for (size_t i = 0; i < a->n_owned; i++)
         free(a->owned[i]);
     free(a->owned);
+    compile_from_free(a);
 }
 
-void compile_args_request(const struct compile_args *a, kcache_request *req, const char *file,
-                          const char *arch)
+void compile_args_request(const struct compile_args *a, kcache_request *req,
+                          const struct compile_unit *unit, const char *arch)
 {
     kcache_request r = KCACHE_REQUEST_INIT;
-    r.source_path = file;
+    r.source_path = unit->source;
     r.arch = arch;
-    r.output = a->kind;
-    r.options = a->nvrtc;
-    r.n_options = a->n_nvrtc;
-    r.name_exprs = a->exprs;
-    r.n_name_exprs = a->n_exprs;
+    r.output = unit->kind;
+    r.options = unit->options;
+    r.n_options = unit->n_options;
+    r.name_exprs = unit->exprs;
+    r.n_name_exprs = unit->n_exprs;
     r.extra_digest = a->extra;
     r.extra_digest_size = a->extra_size;
     r.flags = a->flags;

@@ -1,4 +1,5 @@
 /* kcache VERB [options]: the dispatch table and the options that come before the verb. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,15 +35,18 @@ static const struct verb verbs[] = {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: kcache [--path FILE] [--max-size SIZE] <verb> [options]\n\n"
+    fprintf(f, "usage: kcache [--dir DIR] [--path FILE] [--max-size SIZE] <verb> [options]\n\n"
                "A cache of compiled CUDA kernels in one SQLite file.\n\nVerbs:\n");
     for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
         fprintf(f, "  %-10s %s\n", verbs[i].name, verbs[i].summary);
     fprintf(f, "\nOptions before the verb:\n"
-               "  --path FILE       the cache database (default: $KCACHE_PATH,\n"
-               "                    $KCACHE_DIR/kcache.db, $XDG_CACHE_HOME/kcache/kcache.db\n"
-               "                    or ~/.cache/kcache/kcache.db)\n"
-               "  --max-size SIZE   the size cap, e.g. 2G (default: $KCACHE_MAX_SIZE or 4 GiB)\n"
+               "  --dir DIR         the cache directory: DIR/kcache.db and DIR/kcache.conf\n"
+               "                    (default: $KCACHE_DIR, $XDG_CACHE_HOME/kcache or\n"
+               "                    ~/.cache/kcache)\n"
+               "  --path FILE       the cache database (default: $KCACHE_PATH, else\n"
+               "                    kcache.db in the directory)\n"
+               "  --max-size SIZE   the size cap, e.g. 2G; 0 or none: no cap (default:\n"
+               "                    $KCACHE_MAX_SIZE, max_size in kcache.conf, or 4 GiB)\n"
                "  --version         print the version\n"
                "  --help            this text\n\n"
                "'kcache VERB --help' describes each verb.\n");
@@ -87,27 +91,42 @@ int main(int argc, char **argv)
             printf("kcache %s\n", kcache_version());
             return CLI_OK;
         }
-        if (!strncmp(a, "--path", 6) || !strncmp(a, "--max-size", 10)) {
-            const char *eq = strchr(a, '=');
-            size_t name_len = eq ? (size_t)(eq - a) : strlen(a);
+        static const char *const takes_value[] = {"--path", "--max-size", "--dir"};
+        size_t which = 0, name_len = 0;
+        const char *eq = strchr(a, '=');
+        name_len = eq ? (size_t)(eq - a) : strlen(a);
+        while (which < 3 && !(strlen(takes_value[which]) == name_len &&
+                              !strncmp(a, takes_value[which], name_len)))
+            which++;
+        if (which < 3) {
             if (eq)
                 value = eq + 1;
             else if (i + 1 < argc)
                 value = argv[++i];
             else
                 return cli_usage_error(NULL, "%s needs a value", a);
-            if (name_len == 6 && !strncmp(a, "--path", 6)) {
+            if (which == 0) {
                 cli_globals.path = value;
-                continue;
+            } else if (which == 1) {
+                if (kcache_parse_max_size(&cli_globals.max_size, value))
+                    return cli_usage_error(NULL, "--max-size '%s' is not a size (use e.g. 2G, "
+                                           "or 0 or none for no cap)", value);
+            } else {
+                if (!*value)
+                    return cli_usage_error(NULL, "--dir needs a directory");
+                cli_globals.dir = value;
             }
-            if (name_len == 10 && !strncmp(a, "--max-size", 10)) {
-                if (kcache_parse_size(&cli_globals.max_size, value) || !cli_globals.max_size)
-                    return cli_usage_error(NULL, "--max-size '%s' is not a size (use e.g. 2G)",
-                                           value);
-                continue;
-            }
+            continue;
         }
         return cli_usage_error(NULL, "unknown option '%s'", a);
+    }
+    /* --path names the file itself and wins over --dir, as KCACHE_PATH over KCACHE_DIR. */
+    if (cli_globals.dir && !cli_globals.path) {
+        size_t n = strlen(cli_globals.dir) + sizeof("/kcache.db");
+        if (!(cli_globals.dir_path = malloc(n)))
+            return cli_error("out of memory");
+        snprintf(cli_globals.dir_path, n, "%s/kcache.db", cli_globals.dir);
+        cli_globals.path = cli_globals.dir_path;
     }
     if (i >= argc) {
         usage(stderr);

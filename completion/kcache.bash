@@ -9,23 +9,26 @@ _kcache()
     verb=
     for ((i = 1; i < COMP_CWORD; i++)); do
         case ${COMP_WORDS[i]} in
-            --path|--max-size) ((i++)) ;;
+            --path|--max-size|--dir) ((i++)) ;;
             -*) ;;
             *) verb=${COMP_WORDS[i]}; break ;;
         esac
     done
 
     case $prev in
-        --path|-o|--output|--dir) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        --path|-o|--output|--from) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        --dir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
         --kind) COMPREPLY=($(compgen -W "cubin ptx ltoir" -- "$cur")); return ;;
         --sort) COMPREPLY=($(compgen -W "accessed size created hits" -- "$cur")); return ;;
-        --arch) COMPREPLY=($(compgen -W "sm_70 sm_75 sm_80 sm_86 sm_89 sm_90 sm_90a sm_100 sm_120" -- "$cur")); return ;;
-        --max-size|--older-than|--since|--limit|--max-entries) return ;;
+        # What NVRTC 13 accepts (nvrtcGetSupportedArchs), plus native.
+        --arch) COMPREPLY=($(compgen -W "sm_75 sm_80 sm_86 sm_87 sm_88 sm_89 sm_90 sm_90a sm_100 sm_100a sm_103 sm_110 sm_120 sm_121 compute_90 native" -- "$cur")); return ;;
+        --max-size) COMPREPLY=($(compgen -W "512M 1G 2G 4G 8G none" -- "$cur")); return ;;
+        --older-than|--since|--limit|--max-entries) return ;;
     esac
 
     if [[ -z $verb ]]; then
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "--path --max-size --version --help" -- "$cur"))
+            COMPREPLY=($(compgen -W "--dir --path --max-size --version --help" -- "$cur"))
         else
             COMPREPLY=($(compgen -W "$verbs" -- "$cur"))
         fi
@@ -34,7 +37,7 @@ _kcache()
 
     local opts="--help"
     case $verb in
-        compile) opts+=" --arch --std --cubin --ptx --ltoir --name-expr --extra-digest --output --jobs --no-cache --refresh --json --quiet" ;;
+        compile) opts+=" --arch --std --cubin --ptx --ltoir --name-expr --from --extra-digest --output --jobs --no-cache --refresh --json --quiet" ;;
         explain) opts+=" --arch --std --cubin --ptx --ltoir --name-expr --extra-digest --json" ;;
         stats) opts+=" --zero --json" ;;
         ls) opts+=" --arch --kind --sort --limit --json" ;;

@@ -475,7 +475,7 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     memset(&w, 0, sizeof(w));
     int rc = prepare(c, req, &w, r);
     if (rc)
-        goto out;
+        goto unkeyed;
     int try_manifest = c->store && !(req->flags & (KCACHE_COMPILE_NO_CACHE |
                                                    KCACHE_COMPILE_REFRESH |
                                                    KCACHE_COMPILE_KEY_ONLY));
@@ -496,7 +496,7 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     int hermetic = !w.deps.not_hermetic;
     r->pub.keyed = !rc && hermetic;
     if (rc)
-        goto out;
+        goto unkeyed;
     if (!hermetic) {
         char msg[700];
         snprintf(msg, sizeof(msg), "%s; compiled without the cache", w.deps.problem);
@@ -539,6 +539,12 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     if (!rc && hermetic && use_store && have_base)
         record_manifest(c, &w, r);
     free(caller.toolchain);
+    goto out;
+unkeyed:
+    /* A source that cannot be read or options that cannot be keyed: a failed
+     * compile as far as stats is concerned, but not a probe's. */
+    if (c->store && !(req->flags & (KCACHE_COMPILE_KEY_ONLY | KCACHE_COMPILE_NO_CACHE)))
+        kc_store_count(c->store, "errors", 1);
 out:
     kc_work_free(&w);
     return rc;

@@ -306,9 +306,14 @@ int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, uns
     if (leased)
         kc_heartbeat_stop(&hb);
     if (use_store) {
-        kc_store_count_miss(c->store, step->arch, step->kind);
-        if (!rc)
+        /* A failed compile stored nothing: it is an error (the named counter
+         * "errors"), not a miss. */
+        if (rc) {
+            kc_store_count(c->store, "errors", 1);
+        } else {
+            kc_store_count_miss(c->store, step->arch, step->kind);
             step->store(step->ctx, r);
+        }
     }
     if (remote_leased)
         kc_remote_release(c->remote, &r->pub.key);

@@ -2,6 +2,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <link.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -332,6 +333,38 @@ struct library {
     int (*usable)(void *table, void *h);
 };
 
+static int has_interp(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    for (size_t i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_INTERP)
+            *(int *)data = 1;
+    return 1; /* the first object is the program: enough */
+}
+
+/*
+ * A program linked with -static has no dynamic loader (no PT_INTERP), and
+ * glibc's static dlopen brings a second C library along with NVRTC: it
+ * crashes inside NVRTC on the first miss. Refused with a message instead;
+ * linking libkcache.a into a dynamically linked program is fine. Called
+ * under load_lock.
+ */
+static int static_program(char *msg, size_t msg_size, const char *what)
+{
+    static int checked, is_static;
+    if (!checked) {
+        int interp = 0;
+        dl_iterate_phdr(has_interp, &interp);
+        is_static = !interp;
+        checked = 1;
+    }
+    if (!is_static)
+        return 0;
+    return kc_fmt(msg, msg_size, KCACHE_ENOTSUP,
+                  "this program is linked statically (-static), and glibc cannot load %s into "
+                  "it: link the program dynamically (linking libkcache.a is fine)", what);
+}
+
 /*
  * The table of entry points of the library at path: loaded once per process
  * and per file, and kept (the handle stays open, like any NVRTC user's).
@@ -345,6 +378,8 @@ static int load(const struct library *lib, const char *path, void **out, char *m
         *out = lib->loaded->api;
         goto out;
     }
+    if ((rc = static_program(msg, msg_size, lib->what)))
+        goto out;
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         rc = kc_fmt(msg, msg_size, KCACHE_ENOTSUP, "cannot load %s (%s): %s", lib->what, path,

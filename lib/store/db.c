@@ -665,10 +665,14 @@ static int wait_for_creator(kcache_store *s, int *damaged)
 
 int kc_db_open(kcache_store *s)
 {
+    struct stat st;
+    /* Looking must not leave a cache (or its directory) behind: an empty
+     * file is what a crash before the first table leaves, and holds none. */
+    if (s->no_create && (stat(s->path, &st) != 0 || (S_ISREG(st.st_mode) && st.st_size == 0)))
+        return kc_err(s, KCACHE_ENOTFOUND, "no cache yet at %s", s->path);
     int rc = make_parent_dirs(s, s->path);
     if (rc)
         return rc;
-    struct stat st;
     if (stat(s->path, &st) == 0 && S_ISDIR(st.st_mode))
         return kc_err(s, KCACHE_EIO, "%s is a directory, not a cache file: move it away or "
                       "set KCACHE_PATH to a file", s->path);

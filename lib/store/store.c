@@ -88,6 +88,7 @@ static int store_open(kcache_store **out, const kcache_store_options *options, i
     pthread_mutex_init(&s->lock, NULL);
     s->lock_fd = -1;
     s->read_only = options->read_only != 0;
+    s->no_create = options->version >= 2 && options->no_create;
     s->any_owner = any_owner;
     s->log = options->log;
     s->log_userdata = options->log_userdata;

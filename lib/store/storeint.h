@@ -80,6 +80,7 @@ struct kcache_store {
     uint64_t max_size;
     unsigned busy_timeout_ms;
     int read_only;      /* asked for */
+    int no_create;      /* open only a database that exists */
     int any_owner;      /* a bundle: whoever owns the file (owner.c) */
     int lock_fd;        /* PATH-lock, held shared while open (alone.c); -1: none */
     int spill_held;     /* this flush holds the failures kept in PATH-lock */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "util/common.h"
@@ -177,6 +178,23 @@ KCACHE_API int kcache_parse_size(uint64_t *out, const char *text)
         {"TiB", UINT64_C(1) << 40},
     };
     return parse_scaled(out, text, units, KC_ARRAY_SIZE(units));
+}
+
+KCACHE_API int kcache_parse_max_size(uint64_t *out, const char *text)
+{
+    /* As ccache's -M 0: a cap of nothing would evict everything, so 0 is
+     * taken to mean what a user typing it means, no cap at all. */
+    static const char *const none[] = {"0", "none", "unlimited"};
+    for (size_t i = 0; text && i < KC_ARRAY_SIZE(none); i++)
+        if (!strcasecmp(text, none[i])) {
+            *out = UINT64_MAX;
+            return 0;
+        }
+    uint64_t n;
+    if (kcache_parse_size(&n, text) != 0 || n == 0)
+        return KCACHE_EINVAL;
+    *out = n;
+    return 0;
 }
 
 KCACHE_API int kcache_parse_age(uint64_t *out, const char *text)

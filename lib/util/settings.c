@@ -97,7 +97,7 @@ static int file_for(char **out, const char *db_path, char *err, size_t err_size)
 static int check_size(const char *v)
 {
     uint64_t n;
-    return kcache_parse_size(&n, v) == 0 && n > 0 ? 0 : KCACHE_EINVAL;
+    return kcache_parse_max_size(&n, v);
 }
 
 static int parse_ms(unsigned *out, const char *v)
@@ -159,7 +159,7 @@ enum {
 static const struct setting_def defs[SET_COUNT] = {
     {"dir", "KCACHE_DIR", 0, NULL, "a directory", "the cache directory"},
     {"path", "KCACHE_PATH", 0, NULL, "a file", "the database file"},
-    {"max_size", "KCACHE_MAX_SIZE", 1, check_size, "a size such as 2G or 512M",
+    {"max_size", "KCACHE_MAX_SIZE", 1, check_size, "a size such as 2G or 512M, or 0 for no cap",
      "size cap of the database plus its WAL"},
     {"busy_timeout", "KCACHE_BUSY_TIMEOUT", 1, check_ms, "milliseconds from 1 to 3600000",
      "how long to wait for another process's lock (ms)"},
@@ -661,9 +661,10 @@ int kc_config_max_size_at(uint64_t *out, uint64_t explicit_size, const char *db_
             what = "max_size in " KC_CONFIG_FILE_NAME;
     }
     *out = KCACHE_DEFAULT_MAX_SIZE;
-    if (v && (kcache_parse_size(out, v) != 0 || *out == 0))
+    if (v && kcache_parse_max_size(out, v) != 0)
         rc = kc_fmt(err, err_size, KCACHE_EINVAL,
-                    "%s=%s is not a size: use a number with K, M or G, such as 2G", what, v);
+                    "%s=%s is not a size: use a number with K, M or G, such as 2G "
+                    "(0 or none: no cap)", what, v);
     free(from_file);
     return rc;
 }

@@ -5,7 +5,10 @@
  *
  * NVRTC and nvJitLink are loaded at run time, on the first miss: a hit never
  * loads them. The driver is never needed, except for the architecture
- * "native".
+ * "native". A program linked with -static cannot load them (glibc's static
+ * dlopen would bring a second C library): there a miss returns
+ * KCACHE_ENOTSUP saying so, while hits still work. Link such programs
+ * dynamically; linking libkcache.a into a dynamic program is fine.
  *
  * Thread safety: a kcache_compiler may be shared by any number of threads.
  * Results belong to the caller and are independent of the compiler.

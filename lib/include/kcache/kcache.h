@@ -113,6 +113,13 @@ KCACHE_API int kcache_key_parse(kcache_key *out, const char *hex);
 KCACHE_API int kcache_parse_size(uint64_t *out, const char *text);
 
 /*
+ * Parses a size cap: a size as kcache_parse_size() reads it (not 0), or "0",
+ * "none" or "unlimited" for no cap, which sets *out to UINT64_MAX.
+ * Returns 0 or KCACHE_EINVAL.
+ */
+KCACHE_API int kcache_parse_max_size(uint64_t *out, const char *text);
+
+/*
  * Parses an age such as "30d", "12h", "90m", "45s" or "2w" into seconds.
  * Returns 0, or KCACHE_EINVAL.
  */

@@ -25,7 +25,7 @@ extern "C" {
 typedef struct kcache_store kcache_store;
 
 /* Bumped when fields are appended to kcache_store_options. */
-#define KCACHE_STORE_OPTIONS_VERSION 1
+#define KCACHE_STORE_OPTIONS_VERSION 2
 
 typedef struct kcache_store_options {
     unsigned version; /* KCACHE_STORE_OPTIONS_VERSION */
@@ -47,6 +47,13 @@ typedef struct kcache_store_options {
     /* Optional: where warnings go (the library never prints). */
     kcache_log_fn log;
     void *log_userdata;
+    /*
+     * Version 2. Open only a cache that exists: when there is no database at
+     * the path (or only an empty file), return KCACHE_ENOTFOUND ("no cache yet
+     * at PATH") and create nothing, not even the directory. For tools that
+     * only look.
+     */
+    int no_create;
 } kcache_store_options;
 
 /* KCACHE_STORE_OPTIONS_INIT's value, callable from C and C++ (kcache.h says why both exist). */
@@ -342,7 +349,7 @@ typedef struct kcache_prune_result {
     uint64_t evicted;        /* entries */
     uint64_t evicted_bytes;  /* stored bytes of those entries */
     uint64_t disk_before;    /* database + WAL on disk before */
-    uint64_t disk_after;     /* and after */
+    uint64_t disk_after;     /* and after (a dry run: an estimate) */
 } kcache_prune_result;
 
 /* KCACHE_PRUNE_RESULT_INIT's value, callable from C and C++ (kcache.h says why both exist). */
