@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 
 #include "testutil.h"
+#include "compile/compileint.h"
 #include "compile/toolkit.h"
 
 static const char *corpus;
@@ -97,6 +98,46 @@ static const char *nvrtc_pick(const kc_nvrtc *api, const char *name, const char 
     }
     api->DestroyProgram(&p);
     return result;
+}
+
+/*
+ * NVRTC's own cache is off unless asked for: --no-cache reaches NVRTC once,
+ * whatever the caller spelled, and NVRTC 13 accepts both of its spellings.
+ */
+static size_t count_no_cache(const char *const *argv, size_t argc, unsigned flags)
+{
+    kc_opts o;
+    char msg[256];
+    REQUIRE(kc_opts_parse(&o, argv, argc, msg, sizeof(msg)) == 0);
+    char **v = NULL;
+    size_t n = 0, found = 0;
+    REQUIRE(kc_nvrtc_cache_option(&v, &n, &o, flags) == 0);
+    for (size_t i = 0; i < o.n_unkeyed; i++)
+        found += strcmp(o.unkeyed[i], "--no-cache") == 0;
+    for (size_t i = 0; i < n; i++)
+        found += strcmp(v[i], "--no-cache") == 0;
+    for (size_t i = 0; i < o.n_canonical; i++) /* never keyed */
+        CHECK(strstr(o.canonical[i], "no-cache") == NULL);
+    kc_strv_free(v, n);
+    kc_opts_free(&o);
+    return found;
+}
+
+static void test_nvrtc_cache_off(const kc_nvrtc *api)
+{
+    const char *none[] = {"-std=c++17"};
+    const char *short_form[] = {"-no-cache"};
+    const char *long_form[] = {"--no-cache", "-std=c++17"};
+    CHECK(count_no_cache(none, 1, 0) == 1);
+    CHECK(count_no_cache(short_form, 1, 0) == 1);
+    CHECK(count_no_cache(long_form, 2, 0) == 1);
+    CHECK(count_no_cache(none, 1, KCACHE_COMPILE_NVRTC_CACHE) == 0);
+    /* what kcache hands NVRTC must be an option NVRTC 13 takes */
+    char out[64];
+    const char *src = "__device__ int picked_x;\n";
+    const char *o1[] = {"--no-cache"}, *o2[] = {"-no-cache"};
+    CHECK(strcmp(nvrtc_pick(api, "x.cu", src, o1, 1, out, sizeof(out)), "error") != 0);
+    CHECK(strcmp(nvrtc_pick(api, "x.cu", src, o2, 1, out, sizeof(out)), "error") != 0);
 }
 
 static void test_search_order_matches_nvrtc(kcache_compiler *c, const kc_nvrtc *api)
@@ -380,6 +421,7 @@ int main(void)
     snprintf(db, sizeof(db), "%s/cache.db", test_dir());
     kcache_store *s = open_store(db, 0);
     kcache_compiler *c = compiler_on(s);
+    test_nvrtc_cache_off(api);
     test_search_order_matches_nvrtc(c, api);
     test_computed_include(s, c);
     test_broken(s, c);

@@ -83,6 +83,7 @@ struct req {
     const char *exprs[4];
     const char *extra;
     kcache_kind output;
+    unsigned flags;
 };
 
 static size_t count(const char *const *v, size_t max)
@@ -109,7 +110,7 @@ static void key_of(kcache_compiler *c, const struct req *q, char hex[KCACHE_KEY_
         r.extra_digest = q->extra;
         r.extra_digest_size = strlen(q->extra);
     }
-    r.flags = KCACHE_COMPILE_KEY_ONLY;
+    r.flags = KCACHE_COMPILE_KEY_ONLY | q->flags;
     kcache_result *res = NULL;
     int rc = kcache_compile(&res, c, &r);
     if (rc) {
@@ -322,6 +323,20 @@ static void test_what_must_not_change_key(void)
     char k4[KCACHE_KEY_HEX_SIZE];
     key_of(c, &s4, k4);
     SAME(k1, k4);
+
+    /* NVRTC's own cache, on or off, in any spelling: it cannot change the bytes */
+    struct req nc1 = {.path = main_a, .opts = {inc_a, "-std=c++17", "-DX", "--no-cache"},
+                     .arch = "sm_90"};
+    struct req nc2 = {.path = main_a, .opts = {inc_a, "-no-cache", "-std=c++17", "-DX"},
+                     .arch = "sm_90"};
+    key_of(c, &nc1, k2);
+    key_of(c, &nc2, k3);
+    SAME(k1, k2);
+    SAME(k1, k3);
+    struct req nc3 = s4;
+    nc3.flags = KCACHE_COMPILE_NVRTC_CACHE;
+    key_of(c, &nc3, k2);
+    SAME(k1, k2);
 
     /* name-expression order */
     char g[700];

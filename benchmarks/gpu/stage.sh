@@ -7,7 +7,7 @@
 #   benchmarks/gpu/stage.sh --no-asan  # release only
 #
 # What lands in .dev/gpu/ (kept under 50 MB):
-#   bin/       kcache, test_gpu, test_gpu_nodriver, bench_gpu_start (release)
+#   bin/       kcache, test_gpu, test_gpu_nodriver, bench_gpu_start, bench_compile (release)
 #   lib/       libkcache.so.0 and the libraries it needs that the GPU image may
 #              lack: libb2.so.1, libgomp.so.1, libzstd.so.1, libsqlite3.so.0
 #   asan/bin, asan/lib   test_gpu and libkcache.so.0 built with ASan+UBSan,
@@ -26,7 +26,7 @@ die() { echo "stage: $*" >&2; exit 1; }
 
 # Only the targets the GPU machine runs: the 2 shared cores here are precious.
 targets=(cli/kcache tests/gpu/test_gpu tests/gpu/test_gpu_nodriver
-         benchmarks/gpu/bench_gpu_start)
+         benchmarks/gpu/bench_gpu_start benchmarks/bench_compile)
 
 setup() { # DIR ARGS...
     local dir=$1; shift
@@ -59,7 +59,7 @@ libpath() { # SONAME [BINARY]
 rm -rf "$dev"
 mkdir -p "$dev/bin" "$dev/lib"
 cp build-gpu/cli/kcache build-gpu/tests/gpu/test_gpu build-gpu/tests/gpu/test_gpu_nodriver \
-    build-gpu/benchmarks/gpu/bench_gpu_start "$dev/bin/"
+    build-gpu/benchmarks/gpu/bench_gpu_start build-gpu/benchmarks/bench_compile "$dev/bin/"
 cp -L build-gpu/lib/libkcache.so.0 "$dev/lib/libkcache.so.0"
 for so in libb2.so.1 libgomp.so.1 libzstd.so.1 libsqlite3.so.0; do
     cp "$(libpath $so)" "$dev/lib/$so"

@@ -125,6 +125,13 @@ int kc_resolve_arch(kcache_compiler *c, const kcache_request *req, struct work *
  * Runs NVRTC on prepared work into r. hermetic: user headers in memory, only
  * the toolkit's -I directories, no source-directory search.
  */
+/*
+ * Appends --no-cache to NVRTC's options unless the caller passed it already or
+ * asked for NVRTC's own cache (KCACHE_COMPILE_NVRTC_CACHE). Not keyed either
+ * way: opts.c lists --no-cache as unkeyed.
+ */
+int kc_nvrtc_cache_option(char ***opts, size_t *n_opts, const kc_opts *o, unsigned flags);
+
 int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct work *w,
                  struct kc_result *r, int hermetic);
 

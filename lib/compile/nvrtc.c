@@ -19,6 +19,17 @@ static int under_root(const kc_toolkit *tk, const char *dir)
     return inside;
 }
 
+int kc_nvrtc_cache_option(char ***opts, size_t *n_opts, const kc_opts *o, unsigned flags)
+{
+    if (flags & KCACHE_COMPILE_NVRTC_CACHE)
+        return 0;
+    /* opts.c canonicalises every spelling (-no-cache too) to --no-cache. */
+    for (size_t i = 0; i < o->n_unkeyed; i++)
+        if (strcmp(o->unkeyed[i], "--no-cache") == 0)
+            return 0;
+    return kc_strv_push(opts, n_opts, "--no-cache");
+}
+
 static int nvrtc_fail(struct kc_result *r, const kc_nvrtc *api, nvrtcResult res, const char *what)
 {
     return kc_result_fail(r, res == NVRTC_ERROR_OUT_OF_MEMORY ? KCACHE_ENOMEM : KCACHE_EIO,
@@ -79,6 +90,8 @@ int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct wor
                  r->pub.key.bytes[1], r->pub.key.bytes[2], r->pub.key.bytes[3]);
         rc = kc_strv_push(&opts, &n_opts, buf);
     }
+    if (!rc)
+        rc = kc_nvrtc_cache_option(&opts, &n_opts, &w->opts, req->flags);
     if (rc)
         goto out;
     /* Not hermetic: let NVRTC find "quoted" headers beside the source file. */
