@@ -284,7 +284,10 @@ SHIM_API nvrtcResult nvrtcCreateProgram(nvrtcProgram *prog, const char *src, con
                                         int numHeaders, const char *const *headers,
                                         const char *const *includeNames)
 {
-    int odd = !prog || !src || !name || numHeaders < 0 ||
+    /* A NULL name is no odd argument: NVRTC names such a program
+     * "default_program" (nvrtc.h), and CuPy passes NULL for every RawModule
+     * and RawKernel compiled without its disk cache. */
+    int odd = !prog || !src || numHeaders < 0 ||
               (numHeaders > 0 && (!headers || !includeNames));
     for (int i = 0; !odd && i < numHeaders; i++)
         odd = !headers[i] || !includeNames[i];
@@ -306,6 +309,7 @@ SHIM_API nvrtcResult nvrtcCreateProgram(nvrtcProgram *prog, const char *src, con
         p->real = real;
         p->passthrough = 1;
         *prog = (nvrtcProgram)p;
+        count(R_ODD_ARGUMENTS);
         return rc;
     }
     struct prog *p = calloc(1, sizeof(*p));
@@ -313,11 +317,12 @@ SHIM_API nvrtcResult nvrtcCreateProgram(nvrtcProgram *prog, const char *src, con
         return NVRTC_ERROR_OUT_OF_MEMORY;
     int ok = 1;
     p->src = strdup(src);
-    p->name = strdup(name);
+    /* Kept as given (NULL or ""), for NVIDIA's program; the key's name is NVRTC's. */
+    p->name = name ? strdup(name) : NULL;
     p->n_headers = numHeaders;
     p->headers = copy_strv(headers, (size_t)numHeaders, &ok);
     p->include_names = copy_strv(includeNames, (size_t)numHeaders, &ok);
-    if (!ok || !p->src || !p->name) {
+    if (!ok || !p->src || (name && !p->name)) {
         prog_free(p);
         return NVRTC_ERROR_OUT_OF_MEMORY;
     }
@@ -600,9 +605,9 @@ static int through_cache(kcache_result **out, kcache_compiler *c, struct prog *p
         return KCACHE_ENOMEM;
     kcache_request req = KCACHE_REQUEST_INIT;
     req.source = p->src;
-    req.source_name = p->name;
+    req.source_name = p->name && *p->name ? p->name : "default_program";
     /* NVRTC searches the directory of the program's name for "quoted" includes. */
-    req.source_path = p->name;
+    req.source_path = req.source_name;
     req.output = m->kind;
     req.n_options = (size_t)p->n_opts;
     req.options = (const char *const *)p->opts;

@@ -96,6 +96,7 @@ struct spec {
     const char *opts[5];
     const char *exprs[4];
     int flow_callback;
+    int null_name;           /* created with name NULL, as CuPy does: NVRTC's "default_program" */
     struct record rec;
 };
 
@@ -118,7 +119,8 @@ static void run_case(struct spec *s)
     while (n_opts < 5 && s->opts[n_opts])
         n_opts++;
     putf(r, "== %s\n", s->name);
-    nvrtcResult rc = nv.CreateProgram(&p, s->src, s->name, s->n_headers, s->headers,
+    nvrtcResult rc = nv.CreateProgram(&p, s->src, s->null_name ? NULL : s->name, s->n_headers,
+                                      s->headers,
                                       s->include_names);
     putf(r, "create rc %d\n", (int)rc);
     if (rc != NVRTC_SUCCESS)
@@ -222,6 +224,9 @@ int main(int argc, char **argv)
          .opts = {"-arch=sm_90"}},
         {.name = "ptx.cu", .src = SAXPY, .opts = {"-arch=compute_90"}},
         {.name = "lto.cu", .src = SAXPY, .opts = {"-arch=sm_90", "-dlto"}},
+        /* CuPy's RawModule without its disk cache: no name, name expressions. */
+        {.name = "(unnamed)", .null_name = 1, .src = tmpl,
+         .opts = {"-std=c++17", inc, "-arch=sm_90"}, .exprs = {"scale<float, 4>"}},
         {.name = "thread_a.cu", .src = SAXPY "__global__ void a(int *p) { p[0] = 1; }\n",
          .opts = {"-arch=sm_90"}},
         {.name = "thread_b.cu", .src = tmpl, .opts = {"-arch=sm_90"}, .exprs = {"scale<double, 4>"}},

@@ -23,8 +23,8 @@ MODE, CALLS = sys.argv[1], sys.argv[2]
 KCACHE = os.environ["KCACHE_EXE"]
 REAL = os.environ["NVRTC_REAL"]
 INCLUDE = os.environ["SHIM_INCLUDE"]
-N_CASES = 9  # cases in nvrtc_calls.c; broken.cu is the one that cannot be cached
-N_SM_OK = 6  # of them, sm_90 compiles that succeed (each also makes PTX)
+N_CASES = 10  # cases in nvrtc_calls.c; broken.cu is the one that cannot be cached
+N_SM_OK = 7  # of them, sm_90 compiles that succeed (each also makes PTX)
 
 failures = []
 SHIM = subprocess.run([KCACHE, "run", "--print-shim"], capture_output=True, text=True,
