@@ -44,14 +44,7 @@ typedef struct kcache_bundle_options {
     void *progress_userdata;
 } kcache_bundle_options;
 
-/* KCACHE_BUNDLE_OPTIONS_INIT's value, callable from C and C++ (kcache.h says why both exist). */
-static inline kcache_bundle_options kcache_bundle_options_init(void)
-{
-    kcache_bundle_options v;
-    memset(&v, 0, sizeof(v));
-    v.version = KCACHE_BUNDLE_OPTIONS_VERSION;
-    return v;
-}
+KCACHE_DEFINE_INIT(kcache_bundle_options, kcache_bundle_options_init, KCACHE_BUNDLE_OPTIONS_VERSION)
 #define KCACHE_BUNDLE_OPTIONS_INIT                                                                 \
     KCACHE_VERSIONED_INIT(kcache_bundle_options_init, KCACHE_BUNDLE_OPTIONS_VERSION)
 
@@ -68,14 +61,7 @@ typedef struct kcache_bundle_result {
     uint64_t damaged;  /* export: entries found damaged in the store and left out */
 } kcache_bundle_result;
 
-/* KCACHE_BUNDLE_RESULT_INIT's value, callable from C and C++ (kcache.h says why both exist). */
-static inline kcache_bundle_result kcache_bundle_result_init(void)
-{
-    kcache_bundle_result v;
-    memset(&v, 0, sizeof(v));
-    v.version = KCACHE_BUNDLE_RESULT_VERSION;
-    return v;
-}
+KCACHE_DEFINE_INIT(kcache_bundle_result, kcache_bundle_result_init, KCACHE_BUNDLE_RESULT_VERSION)
 #define KCACHE_BUNDLE_RESULT_INIT                                                                  \
     KCACHE_VERSIONED_INIT(kcache_bundle_result_init, KCACHE_BUNDLE_RESULT_VERSION)
 

@@ -73,14 +73,7 @@ typedef struct kcache_compiler_options {
     const char *remote;
 } kcache_compiler_options;
 
-/* KCACHE_COMPILER_OPTIONS_INIT's value, callable from C and C++ (kcache.h says why both exist). */
-static inline kcache_compiler_options kcache_compiler_options_init(void)
-{
-    kcache_compiler_options v;
-    memset(&v, 0, sizeof(v));
-    v.version = KCACHE_COMPILER_OPTIONS_VERSION;
-    return v;
-}
+KCACHE_DEFINE_INIT(kcache_compiler_options, kcache_compiler_options_init, KCACHE_COMPILER_OPTIONS_VERSION)
 #define KCACHE_COMPILER_OPTIONS_INIT                                                               \
     KCACHE_VERSIONED_INIT(kcache_compiler_options_init, KCACHE_COMPILER_OPTIONS_VERSION)
 
@@ -184,14 +177,7 @@ typedef struct kcache_request {
     void *compile_userdata;
 } kcache_request;
 
-/* KCACHE_REQUEST_INIT's value, callable from C and C++ (kcache.h says why both exist). */
-static inline kcache_request kcache_request_init(void)
-{
-    kcache_request v;
-    memset(&v, 0, sizeof(v));
-    v.version = KCACHE_REQUEST_VERSION;
-    return v;
-}
+KCACHE_DEFINE_INIT(kcache_request, kcache_request_init, KCACHE_REQUEST_VERSION)
 #define KCACHE_REQUEST_INIT KCACHE_VERSIONED_INIT(kcache_request_init, KCACHE_REQUEST_VERSION)
 
 /*
@@ -265,14 +251,7 @@ typedef struct kcache_link_request {
     unsigned flags;            /* kcache_compile_flags */
 } kcache_link_request;
 
-/* KCACHE_LINK_REQUEST_INIT's value, callable from C and C++ (kcache.h says why both exist). */
-static inline kcache_link_request kcache_link_request_init(void)
-{
-    kcache_link_request v;
-    memset(&v, 0, sizeof(v));
-    v.version = KCACHE_LINK_REQUEST_VERSION;
-    return v;
-}
+KCACHE_DEFINE_INIT(kcache_link_request, kcache_link_request_init, KCACHE_LINK_REQUEST_VERSION)
 #define KCACHE_LINK_REQUEST_INIT                                                                   \
     KCACHE_VERSIONED_INIT(kcache_link_request_init, KCACHE_LINK_REQUEST_VERSION)
 

@@ -70,14 +70,7 @@ typedef struct kcache_gpu_options {
     int device;
 } kcache_gpu_options;
 
-/* KCACHE_GPU_OPTIONS_INIT's value, callable from C and C++ (kcache.h says why both exist). */
-static inline kcache_gpu_options kcache_gpu_options_init(void)
-{
-    kcache_gpu_options v;
-    memset(&v, 0, sizeof(v));
-    v.version = KCACHE_GPU_OPTIONS_VERSION;
-    return v;
-}
+KCACHE_DEFINE_INIT(kcache_gpu_options, kcache_gpu_options_init, KCACHE_GPU_OPTIONS_VERSION)
 #define KCACHE_GPU_OPTIONS_INIT                                                                    \
     KCACHE_VERSIONED_INIT(kcache_gpu_options_init, KCACHE_GPU_OPTIONS_VERSION)
 

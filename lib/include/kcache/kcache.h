@@ -34,6 +34,20 @@ extern "C" {
  * (zero-filled, version set), which C code may call too, e.g. to reset one.
  * tests/api/check_headers.py compiles every macro in C11 and C++11 with -Wall -Wextra.
  */
+/*
+ * Defines fn(), the value of a KCACHE_xxx_INIT: a zero-filled type with its
+ * version set. C++ has no designated initializers before C++20, so there the
+ * macro calls it; C may call it too.
+ */
+#define KCACHE_DEFINE_INIT(type, fn, version_value)                                                \
+    static inline type fn(void)                                                                    \
+    {                                                                                              \
+        type v;                                                                                    \
+        memset(&v, 0, sizeof(v));                                                                  \
+        v.version = (version_value);                                                               \
+        return v;                                                                                  \
+    }
+
 #ifdef __cplusplus
 #define KCACHE_VERSIONED_INIT(init_fn, version_value) init_fn()
 #else

@@ -75,14 +75,7 @@ typedef struct kcache_remote_info {
     int down_for_s;          /* seconds a back-off had left to go (lifted by the check) */
 } kcache_remote_info;
 
-/* KCACHE_REMOTE_INFO_INIT's value, callable from C and C++ (kcache.h says why both exist). */
-static inline kcache_remote_info kcache_remote_info_init(void)
-{
-    kcache_remote_info v;
-    memset(&v, 0, sizeof(v));
-    v.version = KCACHE_REMOTE_INFO_VERSION;
-    return v;
-}
+KCACHE_DEFINE_INIT(kcache_remote_info, kcache_remote_info_init, KCACHE_REMOTE_INFO_VERSION)
 #define KCACHE_REMOTE_INFO_INIT                                                                    \
     KCACHE_VERSIONED_INIT(kcache_remote_info_init, KCACHE_REMOTE_INFO_VERSION)
 
@@ -105,14 +98,7 @@ typedef struct kcache_transfer {
     uint64_t bytes;    /* on the wire */
 } kcache_transfer;
 
-/* KCACHE_TRANSFER_INIT's value, callable from C and C++ (kcache.h says why both exist). */
-static inline kcache_transfer kcache_transfer_init(void)
-{
-    kcache_transfer v;
-    memset(&v, 0, sizeof(v));
-    v.version = KCACHE_TRANSFER_VERSION;
-    return v;
-}
+KCACHE_DEFINE_INIT(kcache_transfer, kcache_transfer_init, KCACHE_TRANSFER_VERSION)
 #define KCACHE_TRANSFER_INIT KCACHE_VERSIONED_INIT(kcache_transfer_init, KCACHE_TRANSFER_VERSION)
 
 /* Called after each entry: done of total. */

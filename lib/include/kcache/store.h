@@ -56,14 +56,7 @@ typedef struct kcache_store_options {
     int no_create;
 } kcache_store_options;
 
-/* KCACHE_STORE_OPTIONS_INIT's value, callable from C and C++ (kcache.h says why both exist). */
-static inline kcache_store_options kcache_store_options_init(void)
-{
-    kcache_store_options v;
-    memset(&v, 0, sizeof(v));
-    v.version = KCACHE_STORE_OPTIONS_VERSION;
-    return v;
-}
+KCACHE_DEFINE_INIT(kcache_store_options, kcache_store_options_init, KCACHE_STORE_OPTIONS_VERSION)
 #define KCACHE_STORE_OPTIONS_INIT                                                                  \
     KCACHE_VERSIONED_INIT(kcache_store_options_init, KCACHE_STORE_OPTIONS_VERSION)
 
@@ -156,14 +149,7 @@ typedef struct kcache_entry {
 } kcache_entry;
 
 #define KCACHE_ENTRY_VERSION 1
-/* KCACHE_ENTRY_INIT's value, callable from C and C++ (kcache.h says why both exist). */
-static inline kcache_entry kcache_entry_init(void)
-{
-    kcache_entry v;
-    memset(&v, 0, sizeof(v));
-    v.version = KCACHE_ENTRY_VERSION;
-    return v;
-}
+KCACHE_DEFINE_INIT(kcache_entry, kcache_entry_init, KCACHE_ENTRY_VERSION)
 #define KCACHE_ENTRY_INIT KCACHE_VERSIONED_INIT(kcache_entry_init, KCACHE_ENTRY_VERSION)
 
 /* Flags for kcache_store_get(). */
@@ -226,14 +212,7 @@ typedef struct kcache_filter {
     uint64_t limit;          /* 0: no limit */
 } kcache_filter;
 
-/* KCACHE_FILTER_INIT's value, callable from C and C++ (kcache.h says why both exist). */
-static inline kcache_filter kcache_filter_init(void)
-{
-    kcache_filter v;
-    memset(&v, 0, sizeof(v));
-    v.version = KCACHE_FILTER_VERSION;
-    return v;
-}
+KCACHE_DEFINE_INIT(kcache_filter, kcache_filter_init, KCACHE_FILTER_VERSION)
 #define KCACHE_FILTER_INIT KCACHE_VERSIONED_INIT(kcache_filter_init, KCACHE_FILTER_VERSION)
 
 /*
@@ -330,14 +309,7 @@ typedef struct kcache_prune_options {
     int dry_run;            /* count what would go, change nothing */
 } kcache_prune_options;
 
-/* KCACHE_PRUNE_OPTIONS_INIT's value, callable from C and C++ (kcache.h says why both exist). */
-static inline kcache_prune_options kcache_prune_options_init(void)
-{
-    kcache_prune_options v;
-    memset(&v, 0, sizeof(v));
-    v.version = KCACHE_PRUNE_VERSION;
-    return v;
-}
+KCACHE_DEFINE_INIT(kcache_prune_options, kcache_prune_options_init, KCACHE_PRUNE_VERSION)
 #define KCACHE_PRUNE_OPTIONS_INIT                                                                  \
     KCACHE_VERSIONED_INIT(kcache_prune_options_init, KCACHE_PRUNE_VERSION)
 
@@ -352,14 +324,7 @@ typedef struct kcache_prune_result {
     uint64_t disk_after;     /* and after (a dry run: an estimate) */
 } kcache_prune_result;
 
-/* KCACHE_PRUNE_RESULT_INIT's value, callable from C and C++ (kcache.h says why both exist). */
-static inline kcache_prune_result kcache_prune_result_init(void)
-{
-    kcache_prune_result v;
-    memset(&v, 0, sizeof(v));
-    v.version = KCACHE_PRUNE_RESULT_VERSION;
-    return v;
-}
+KCACHE_DEFINE_INIT(kcache_prune_result, kcache_prune_result_init, KCACHE_PRUNE_RESULT_VERSION)
 #define KCACHE_PRUNE_RESULT_INIT                                                                   \
     KCACHE_VERSIONED_INIT(kcache_prune_result_init, KCACHE_PRUNE_RESULT_VERSION)
 

@@ -24,14 +24,7 @@ typedef struct kcache_verify_result {
     char integrity[256];       /* its first complaint, or "ok" */
 } kcache_verify_result;
 
-/* KCACHE_VERIFY_RESULT_INIT's value, callable from C and C++ (kcache.h says why both exist). */
-static inline kcache_verify_result kcache_verify_result_init(void)
-{
-    kcache_verify_result v;
-    memset(&v, 0, sizeof(v));
-    v.version = KCACHE_VERIFY_RESULT_VERSION;
-    return v;
-}
+KCACHE_DEFINE_INIT(kcache_verify_result, kcache_verify_result_init, KCACHE_VERIFY_RESULT_VERSION)
 #define KCACHE_VERIFY_RESULT_INIT                                                                  \
     KCACHE_VERSIONED_INIT(kcache_verify_result_init, KCACHE_VERIFY_RESULT_VERSION)
 
