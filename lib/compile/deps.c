@@ -192,58 +192,21 @@ static char *dirname_of(const char *path)
 
 int kc_read_with_identity(const char *path, char **out, size_t *size, kc_probe *id)
 {
-    *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return KCACHE_EIO;
     struct stat st;
-    int rc = 0;
-    char *buf = NULL;
-    if (fstat(fd, &st) != 0) {
-        rc = KCACHE_EIO;
-        goto out;
-    }
-    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > KC_MAX_HEADER_SIZE) {
+    memset(&st, 0, sizeof(st));
+    int rc = kc_read_file_stat(path, KC_MAX_HEADER_SIZE, out, size, &st);
+    if (rc == KCACHE_EINVAL)
         errno = S_ISREG(st.st_mode) ? EFBIG : EISDIR;
-        rc = KCACHE_EINVAL;
-        goto out;
-    }
-    size_t n = (size_t)st.st_size, got = 0;
-    if (!(buf = kc_malloc(n + 1))) {
-        rc = KCACHE_ENOMEM;
-        goto out;
-    }
-    while (got < n) {
-        ssize_t k = read(fd, buf + got, n - got);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0) {
-            rc = KCACHE_EIO;
-            goto out;
-        }
-        if (k == 0)
-            break;
-        got += (size_t)k;
-    }
-    buf[got] = '\0';
+    if (rc)
+        return rc;
     id->state = KC_PROBE_FILE;
     id->dev = (uint64_t)st.st_dev;
     id->ino = (uint64_t)st.st_ino;
     id->size = (uint64_t)st.st_size;
     id->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
     id->ctime_ns = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
-    kc_digest(id->digest, buf, got);
-    *out = buf;
-    *size = got;
-    buf = NULL;
-out:
-    {
-        int saved = errno;
-        free(buf);
-        close(fd);
-        errno = saved;
-    }
-    return rc;
+    kc_digest(id->digest, *out, *size);
+    return 0;
 }
 
 /* ---- the resolution ----------------------------------------------------- */

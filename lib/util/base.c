@@ -349,7 +349,8 @@ void kc_buf_free(kc_buf *b)
     b->size = b->cap = 0;
 }
 
-int kc_read_file(const char *path, uint64_t max, char **out, size_t *size)
+int kc_read_file_stat(const char *path, uint64_t max, char **out, size_t *size,
+                       struct stat *st_out)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -361,6 +362,8 @@ int kc_read_file(const char *path, uint64_t max, char **out, size_t *size)
         rc = KCACHE_EIO;
         goto out;
     }
+    if (st_out)
+        *st_out = st;
     if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > max) {
         rc = KCACHE_EINVAL;
         goto out;
@@ -394,4 +397,9 @@ out:
         errno = saved;
     }
     return rc;
+}
+
+int kc_read_file(const char *path, uint64_t max, char **out, size_t *size)
+{
+    return kc_read_file_stat(path, max, out, size, NULL);
 }

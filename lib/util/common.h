@@ -70,6 +70,10 @@ void kc_buf_free(kc_buf *b);
  * KCACHE_ENOMEM.
  */
 int kc_read_file(const char *path, uint64_t max, char **out, size_t *size);
+/* kc_read_file(), and what fstat() said of the file opened (when st is not NULL). */
+struct stat;
+int kc_read_file_stat(const char *path, uint64_t max, char **out, size_t *size,
+                      struct stat *st);
 
 /* Reads little-endian integers. */
 uint32_t kc_read_u32(const uint8_t *p);
