@@ -34,7 +34,7 @@ say() { echo "nvrtc-cache-rows: $*" >&2; }
     exit 1
 }
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-export CORPUS=$dev/corpus
+export CORPUS=$root/examples
 libs=$dev/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 work=$(mktemp -d "${TMPDIR:-/tmp}/kcache-nvrtc-rows-XXXXXX")
 trap 'rm -rf "$work"' EXIT
