@@ -162,7 +162,27 @@ int cmd_run(int argc, char **argv)
     find_real(real, sizeof(real));
     if (real[0] && setenv("KCACHE_NVRTC_REAL", real, 1) != 0)
         return cli_error("cannot set the environment: %s", strerror(errno));
-    if (prepend_env("LD_PRELOAD", shim) != 0)
+    /*
+     * LD_PRELOAD separates its entries by spaces and colons, with no escape:
+     * a drop-in under a path holding either (a checkout in "My Projects") goes
+     * in by its file name, found through LD_LIBRARY_PATH (which splits on
+     * colons only). A colon in the path is refused: neither variable holds it.
+     */
+    if (strchr(shim, ':'))
+        return cli_error("the drop-in's path %s holds a ':', which LD_PRELOAD and "
+                         "LD_LIBRARY_PATH cannot carry: install kcache elsewhere", shim);
+    int rc_env;
+    if (strchr(shim, ' ')) {
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof(dir), "%s", shim);
+        *strrchr(dir, '/') = '\0';
+        rc_env = prepend_env("LD_LIBRARY_PATH", dir);
+        if (!rc_env)
+            rc_env = prepend_env("LD_PRELOAD", strrchr(shim, '/') + 1);
+    } else {
+        rc_env = prepend_env("LD_PRELOAD", shim);
+    }
+    if (rc_env != 0)
         return cli_error("cannot set the environment: %s", strerror(errno));
     /* The global options reach the program's cache through the environment. */
     if (cli_globals.path && setenv("KCACHE_PATH", cli_globals.path, 1) != 0)

@@ -144,7 +144,7 @@ static void test_search_order_matches_nvrtc(kcache_compiler *c, const kc_nvrtc *
 {
     char t[600], src_dir[700], main_cu[800], i1[700], i2[700];
     snprintf(t, sizeof(t), "%s/order", test_dir());
-    test_sh("mkdir -p %s/src/sub %s/I1 %s/I2", t, t, t);
+    test_sh("mkdir -p '%s/src/sub' '%s/I1' '%s/I2'", t, t, t);
     struct {
         const char *file, *text;
     } files[] = {
@@ -204,8 +204,8 @@ static void test_computed_include(kcache_store *s, kcache_compiler *c)
 {
     char t[600], cu[700], hdr[700];
     snprintf(t, sizeof(t), "%s/computed", test_dir());
-    test_sh("mkdir -p %s && cp %s/computed_include.cu %s/ && cp -R %s/headers %s/", t, corpus, t,
-            corpus, t);
+    test_sh("mkdir -p '%s' && cp '%s/computed_include.cu' '%s/' && cp -R '%s/headers' '%s/'",
+            t, corpus, t, corpus, t);
     snprintf(cu, sizeof(cu), "%s/computed_include.cu", t);
     snprintf(hdr, sizeof(hdr), "%s/headers/include/common.cuh", t);
     kcache_result *a = compile(c, cu, "sm_90", NULL, 0, 0, 0);

@@ -13,6 +13,7 @@ sample falls inside the run, which at ten samples a second for several
 seconds always happens.
 """
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -76,9 +77,9 @@ def main():
             return 1
 
         done = os.path.join(root, "done")
-        command = " ".join(["env", "KCACHE_DIR=%s" % env["KCACHE_DIR"], "NO_COLOR=1", KCACHE,
-                            "compile"] + files + ["--arch", "sm_90", "-j", "2", "--no-cache",
-                            "-I", CCCL, "--std", "c++17", ";", "touch", done])
+        words = ["env", "KCACHE_DIR=%s" % env["KCACHE_DIR"], "NO_COLOR=1", KCACHE, "compile"] + \
+            files + ["--arch", "sm_90", "-j", "2", "--no-cache", "-I", CCCL, "--std", "c++17"]
+        command = " ".join(shlex.quote(w) for w in words) + "; touch " + shlex.quote(done)
         tmux("new-session", "-d", "-x", "160", "-y", "40", "-s", "k", "sh")
         tmux("send-keys", "-t", "k", "clear; " + command, "Enter")
         samples = []
