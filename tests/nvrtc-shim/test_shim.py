@@ -179,8 +179,16 @@ def main():
                   f"OptiX IR, no -arch, a flow callback, an include kcache cannot follow: "
                   f"each counted by reason ({r})")
 
-        # LD_PRELOAD by hand: the drop-in finds NVIDIA's library itself.
-        calls(j("preload.bin"), dict(run_env, LD_PRELOAD=shim), INCLUDE)
+        # LD_PRELOAD by hand: the drop-in finds NVIDIA's library itself. LD_PRELOAD
+        # splits on spaces with no escape, so under a path with one (a checkout in
+        # "My Projects") it names the file and LD_LIBRARY_PATH its folder, as the
+        # README says and `kcache run` does.
+        preload = dict(run_env, LD_PRELOAD=shim)
+        if " " in shim:
+            folder, name = os.path.split(shim)
+            preload.update(LD_PRELOAD=name, LD_LIBRARY_PATH=folder + ":" +
+                           run_env.get("LD_LIBRARY_PATH", ""))
+        calls(j("preload.bin"), preload, INCLUDE)
         r = report(rep)
         same(j("real.bin"), j("preload.bin"), "LD_PRELOAD by hand: every answer as NVIDIA's")
         check(parent(r).get("hits") == N_CASES - 1, f"LD_PRELOAD by hand: hits (report {r})")
