@@ -140,6 +140,28 @@ static int resolve_deps(kcache_compiler *c, const kcache_request *req, struct wo
     return 0;
 }
 
+/* What a compile's key and its closure's base key share: all but the headers. */
+static kc_key_compile key_inputs(const kcache_compiler *c, const kcache_request *req,
+                                 const struct work *w)
+{
+    kc_key_compile in = {
+        .output_kind = kcache_kind_name(w->kind),
+        .arch = w->nvrtc_arch,
+        .nvrtc_id = c->tk.nvrtc_id,
+        .toolkit_id = c->tk.identity,
+        .options = (const char *const *)w->opts.canonical,
+        .n_options = w->opts.n_canonical,
+        .name_exprs = req->name_exprs,
+        .n_name_exprs = req->n_name_exprs,
+        .source_name = w->source_name,
+        .source = w->source,
+        .source_size = w->source_size,
+        .extra = req->extra_digest,
+        .extra_size = req->extra_digest_size,
+    };
+    return in;
+}
+
 /* The key of a compile (compile/key.c holds the format). */
 static int derive_key(kcache_compiler *c, const kcache_request *req, const struct work *w,
                       struct kc_result *r)
@@ -152,24 +174,14 @@ static int derive_key(kcache_compiler *c, const kcache_request *req, const struc
             return KCACHE_ENOMEM;
     r->pub.n_headers = r->n_headers;
     r->pub.headers = (const char *const *)r->headers;
-    kc_key_compile in = {
-        .output_kind = kcache_kind_name(w->kind),
-        .arch = w->nvrtc_arch,
-        .nvrtc_id = c->tk.nvrtc_id,
-        .toolkit_id = c->tk.identity,
-        .options = (const char *const *)w->opts.canonical,
-        .n_options = w->opts.n_canonical,
-        .name_exprs = req->name_exprs,
-        .n_name_exprs = req->n_name_exprs,
-        .source_name = w->source_name,
-        /* The source as NVRTC gets it: its include spellings rewritten (deps.c). */
-        .source = w->deps.source ? w->deps.source : w->source,
-        .source_size = w->deps.source ? w->deps.source_size : w->source_size,
-        .deps = w->deps.deps,
-        .n_deps = w->deps.n_deps,
-        .extra = req->extra_digest,
-        .extra_size = req->extra_digest_size,
-    };
+    kc_key_compile in = key_inputs(c, req, w);
+    /* The source as NVRTC gets it: its include spellings rewritten (deps.c). */
+    if (w->deps.source) {
+        in.source = w->deps.source;
+        in.source_size = w->deps.source_size;
+    }
+    in.deps = w->deps.deps;
+    in.n_deps = w->deps.n_deps;
     char msg[256];
     int rc = kc_key_encode_compile(&r->material, &r->pub.key, &in, msg, sizeof(msg));
     if (rc == KCACHE_EINVAL)
@@ -238,21 +250,7 @@ static int derive_base(kcache_compiler *c, const kcache_request *req, struct wor
             search[i] = (const char *)b.data + off;
             off += sizes[i];
         }
-        kc_key_compile in = {
-            .output_kind = kcache_kind_name(w->kind),
-            .arch = w->nvrtc_arch,
-            .nvrtc_id = c->tk.nvrtc_id,
-            .toolkit_id = c->tk.identity,
-            .options = (const char *const *)w->opts.canonical,
-            .n_options = w->opts.n_canonical,
-            .name_exprs = req->name_exprs,
-            .n_name_exprs = req->n_name_exprs,
-            .source_name = w->source_name,
-            .source = w->source,
-            .source_size = w->source_size,
-            .extra = req->extra_digest,
-            .extra_size = req->extra_digest_size,
-        };
+        kc_key_compile in = key_inputs(c, req, w);
         rc = kc_key_encode_base(&w->base, &in, search, sizes, n_search);
     }
     kc_buf_free(&b);

@@ -92,45 +92,21 @@ static nvrtcResult get_data(nvrtcProgram prog, char *out, enum output which)
     }
 }
 
-SHIM_API nvrtcResult nvrtcGetPTXSize(nvrtcProgram prog, size_t *ptxSizeRet)
-{
-    return get_size(prog, ptxSizeRet, OUT_PTX);
-}
+/* Each output's pair of entry points: its size, then its bytes. */
+#define SHIM_OUTPUT(Name, which)                                                                   \
+    SHIM_API nvrtcResult nvrtcGet##Name##Size(nvrtcProgram prog, size_t *size)                    \
+    {                                                                                              \
+        return get_size(prog, size, which);                                                        \
+    }                                                                                              \
+    SHIM_API nvrtcResult nvrtcGet##Name(nvrtcProgram prog, char *out)                              \
+    {                                                                                              \
+        return get_data(prog, out, which);                                                         \
+    }
 
-SHIM_API nvrtcResult nvrtcGetPTX(nvrtcProgram prog, char *ptx)
-{
-    return get_data(prog, ptx, OUT_PTX);
-}
-
-SHIM_API nvrtcResult nvrtcGetCUBINSize(nvrtcProgram prog, size_t *cubinSizeRet)
-{
-    return get_size(prog, cubinSizeRet, OUT_CUBIN);
-}
-
-SHIM_API nvrtcResult nvrtcGetCUBIN(nvrtcProgram prog, char *cubin)
-{
-    return get_data(prog, cubin, OUT_CUBIN);
-}
-
-SHIM_API nvrtcResult nvrtcGetLTOIRSize(nvrtcProgram prog, size_t *LTOIRSizeRet)
-{
-    return get_size(prog, LTOIRSizeRet, OUT_LTOIR);
-}
-
-SHIM_API nvrtcResult nvrtcGetLTOIR(nvrtcProgram prog, char *LTOIR)
-{
-    return get_data(prog, LTOIR, OUT_LTOIR);
-}
-
-SHIM_API nvrtcResult nvrtcGetOptiXIRSize(nvrtcProgram prog, size_t *optixirSizeRet)
-{
-    return get_size(prog, optixirSizeRet, OUT_OPTIX);
-}
-
-SHIM_API nvrtcResult nvrtcGetOptiXIR(nvrtcProgram prog, char *optixir)
-{
-    return get_data(prog, optixir, OUT_OPTIX);
-}
+SHIM_OUTPUT(PTX, OUT_PTX)
+SHIM_OUTPUT(CUBIN, OUT_CUBIN)
+SHIM_OUTPUT(LTOIR, OUT_LTOIR)
+SHIM_OUTPUT(OptiXIR, OUT_OPTIX)
 
 SHIM_API nvrtcResult nvrtcGetProgramLogSize(nvrtcProgram prog, size_t *logSizeRet)
 {
