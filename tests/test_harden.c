@@ -171,23 +171,7 @@ static int run_kcache(struct cli_out *o, const char *db, const char *extra_env, 
         int fe = open(errp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         dup2(fo, 1);
         dup2(fe, 2);
-        setenv("KCACHE_PATH", db, 1);
-        unsetenv("KCACHE_DIR");
-        if (extra_env) {
-            char kv[512];
-            snprintf(kv, sizeof(kv), "%s", extra_env);
-            char *eq = strchr(kv, '=');
-            *eq = '\0';
-            setenv(kv, eq + 1, 1);
-        }
-        char *argv[24];
-        int n = 0;
-        argv[n++] = (char *)exe;
-        for (; args[n - 1] && n < 23; n++)
-            argv[n] = (char *)args[n - 1];
-        argv[n] = NULL;
-        execv(exe, argv);
-        _exit(126);
+        test_exec_cli(exe, db, extra_env, args);
     }
     int status = 0;
     for (;;) {

@@ -151,6 +151,35 @@ TEST_UNUSED static int test_same_bytes(const char *path, const uint8_t *want, si
 }
 
 /*
+ * In a forked child: runs exe with args (NULL-terminated, at most 22), with
+ * KCACHE_PATH=db, no KCACHE_DIR and one optional extra "NAME=VALUE". Exits 124
+ * for a malformed extra, 126 when exe cannot run.
+ */
+TEST_UNUSED static void test_exec_cli(const char *exe, const char *db, const char *extra_env,
+                                      const char *const *args)
+{
+    setenv("KCACHE_PATH", db, 1);
+    unsetenv("KCACHE_DIR");
+    if (extra_env) {
+        char kv[512];
+        snprintf(kv, sizeof(kv), "%s", extra_env);
+        char *eq = strchr(kv, '=');
+        if (!eq)
+            _exit(124);
+        *eq = '\0';
+        setenv(kv, eq + 1, 1);
+    }
+    char *argv[24];
+    int n = 0;
+    argv[n++] = (char *)exe;
+    for (; args[n - 1] && n < 23; n++)
+        argv[n] = (char *)args[n - 1];
+    argv[n] = NULL;
+    execv(exe, argv);
+    _exit(126);
+}
+
+/*
  * Runs the kcache executable named by $KCACHE_EXE with args (NULL-terminated,
  * at most 22) as user uid (-1: as is), with KCACHE_PATH=db and one optional
  * extra "NAME=VALUE" in the environment. Returns its exit status (-1 when no
@@ -176,25 +205,7 @@ TEST_UNUSED static int test_run_cli(const char *db, int uid, const char *extra_e
         if (uid >= 0 && (setgroups(0, NULL) != 0 || setgid((gid_t)uid) != 0 ||
                          setuid((uid_t)uid) != 0))
             _exit(125);
-        setenv("KCACHE_PATH", db, 1);
-        unsetenv("KCACHE_DIR");
-        if (extra_env) {
-            char kv[256];
-            snprintf(kv, sizeof(kv), "%s", extra_env);
-            char *eq = strchr(kv, '=');
-            if (!eq)
-                _exit(124);
-            *eq = '\0';
-            setenv(kv, eq + 1, 1);
-        }
-        char *argv[24];
-        int n = 0;
-        argv[n++] = (char *)exe;
-        for (; args[n - 1] && n < 23; n++)
-            argv[n] = (char *)args[n - 1];
-        argv[n] = NULL;
-        execv(exe, argv);
-        _exit(126);
+        test_exec_cli(exe, db, extra_env, args);
     }
     close(p[1]);
     size_t got = 0;
