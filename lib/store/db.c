@@ -583,7 +583,14 @@ int kc_db_open_once(kcache_store *s, int *damaged)
 {
     int rc;
     *damaged = 0;
-    switch (kc_db_peek(s)) {
+    struct stat st;
+    int exists = stat(s->path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+    if (!exists && !s->read_only && (rc = create_file(s)))
+        return rc;
+    /* Connected first, so that the peek reads through this connection (recovery.c). */
+    if ((rc = connect(s)) || (rc = set_identity(s)))
+        return rc;
+    switch (exists ? kc_db_peek(s) : KC_NEW) {
     case KC_DAMAGED:
         *damaged = 1;
         return kc_err(s, KCACHE_ECORRUPT, "%s is damaged: not an SQLite database", s->path);
@@ -593,10 +600,6 @@ int kc_db_open_once(kcache_store *s, int *damaged)
     case KC_OURS:
         break;
     }
-    if (!s->read_only && (rc = create_file(s)))
-        return rc;
-    if ((rc = connect(s)) || (rc = set_identity(s)))
-        return rc;
     int64_t version;
     int src;
     switch (kc_db_classify(s, &version, &src)) {

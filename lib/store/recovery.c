@@ -225,15 +225,20 @@ static uint32_t read_be32(const uint8_t *p)
 
 
 /*
- * Looks at what is at the path before SQLite opens it for real, from the
- * file's first bytes. SQLite would take a short non-empty file for an empty
- * database and write over it, and opening another application's WAL
- * database creates -wal and -shm files beside it (a read-only connection
- * even leaves them there).
+ * Looks at what is at the path before SQLite reads it, from the file's first
+ * bytes. SQLite would take a short non-empty file for an empty database and
+ * write over it, and reading another application's WAL database creates
+ * -wal and -shm files beside it (a read-only connection even leaves them
+ * there).
  *
- * The bytes are read through SQLite, never with open()/close() of our own:
- * closing any descriptor of a file drops every POSIX lock this process holds
- * on it, including those of another handle on the same cache.
+ * The bytes are read through the store's own connection, opened but not yet
+ * used (sqlite3_open_v2 opens the file and reads nothing), never with
+ * open()/close() of our own: closing any descriptor of a file drops every
+ * POSIX lock this process holds on it, including those of another handle on
+ * the same cache. Reading through the connection that will serve the store,
+ * rather than a second immutable one, is most of a process's first hit
+ * saved (benchmarks/PROFILE-first-hit.md: 0.13 M instructions and an open
+ * and close of the file).
  *
  * A kcache file's first page carries application_id and user_version from
  * the transaction that creates its tables on, so a header without our id is
@@ -252,34 +257,31 @@ enum kc_file_kind kc_db_peek(kcache_store *s)
     uint8_t h[100];
     if (st.st_size < (off_t)sizeof(h))
         return KC_DAMAGED;
-    sqlite3 *db = open_untouched(s->path);
     sqlite3_file *f = NULL;
-    if (!db || sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &f) != SQLITE_OK ||
-        !f || !f->pMethods || f->pMethods->xRead(f, h, sizeof(h), 0) != SQLITE_OK) {
-        sqlite3_close(db);
+    if (!s->db || sqlite3_file_control(s->db, "main", SQLITE_FCNTL_FILE_POINTER, &f) != SQLITE_OK ||
+        !f || !f->pMethods || f->pMethods->xRead(f, h, sizeof(h), 0) != SQLITE_OK)
         return KC_NEW; /* could not look: the real open tells */
-    }
-    enum kc_file_kind what = KC_NEW;
     /* The fields SQLite itself insists on: magic, page size, fixed fractions. */
     unsigned page = (unsigned)h[16] << 8 | h[17];
     int valid = memcmp(h, "SQLite format 3", 16) == 0 &&
                 (page == 1 || (page >= 512 && (page & (page - 1)) == 0)) && h[21] == 64 &&
                 h[22] == 32 && h[23] == 32;
     uint32_t app = read_be32(h + 68), version = read_be32(h + 60);
-    if (!valid) {
-        what = KC_DAMAGED;
-    } else if (app == KC_APPLICATION_ID) {
-        what = KC_OURS;
-    } else if (app != 0 || version != 0) {
-        what = KC_FOREIGN;
-    } else {
-        int rc;
-        int64_t objects = kc_pragma_int(db, "SELECT count(*) FROM sqlite_schema", &rc);
-        if (rc == SQLITE_OK && objects > 0)
-            what = KC_FOREIGN;
-    }
+    if (!valid)
+        return KC_DAMAGED;
+    if (app == KC_APPLICATION_ID)
+        return KC_OURS;
+    if (app != 0 || version != 0)
+        return KC_FOREIGN;
+    /* Counting its objects is a statement: on a connection of its own that
+     * writes nothing (immutable), since this one would make -wal and -shm. */
+    sqlite3 *db = open_untouched(s->path);
+    if (!db)
+        return KC_NEW;
+    int rc;
+    int64_t objects = kc_pragma_int(db, "SELECT count(*) FROM sqlite_schema", &rc);
     sqlite3_close(db);
-    return what;
+    return rc == SQLITE_OK && objects > 0 ? KC_FOREIGN : KC_NEW;
 }
 
 int kc_db_foreign_error(kcache_store *s)
