@@ -51,8 +51,8 @@ fi
 # The real file behind each name: symbolic links do not travel.
 libpath() { # SONAME [BINARY]
     local p
-    p=$(ldd "${2:-build-gpu/cli/kcache}" | awk -v n="$1" '$1 == n { print $3 }')
-    [ -n "$p" ] && [ -e "$p" ] || die "cannot find $1 (needed by ${2:-kcache})"
+    p=$(ldd "${2:-build-gpu/lib/libkcache.so.0}" | awk -v n="$1" '$1 == n { print $3 }')
+    [ -n "$p" ] && [ -e "$p" ] || die "cannot find $1 (needed by ${2:-libkcache.so.0})"
     readlink -f "$p"
 }
 
