@@ -265,7 +265,9 @@ def main():
         ["ccache", "Debian's ccache in front of `nvcc -c`"],
         ["floor", "the bytes kcache stores, as a zstd frame in a plain file: `open`+`read`+"
                   "`ZSTD_decompress` (checksum checked): what a hit cannot beat"],
-        ["CuPy", "measured on the GPU machine, see the GPU benchmark (issue 5) below"],
+        ["CuPy", "measured on the GPU machine, see \"On the GPU machine\" below"],
+        ["NVRTC's own cache", "NVRTC 12.9+'s cache in the driver's ComputeCache: measured on the GPU "
+         "machine (it needs a driver), see \"On the GPU machine\" below"],
     ]))
 
     # ---- headline -------------------------------------------------------
@@ -599,17 +601,41 @@ def main():
     w("![on-disk size while writing past the cap](compare/size_cap.png)\n")
 
     # ---- GPU ----------------------------------------------------------------
-    w("## CuPy's kernel cache (GPU machine)\n")
     gpu = load_gpu(a.gpu_dir) if a.gpu_dir else []
+    w("## On the GPU machine\n")
     if not gpu:
-        w("CuPy's cache needs a GPU (it loads the module): **measured on the GPU machine, see the "
-          "GPU benchmark (issue 5)**, `benchmarks/gpu/`. No GPU results JSON was found under "
-          "`benchmarks/gpu/` when this page was generated; rerun this command after it is there "
-          "to merge it here.\n")
+        w("CuPy's cache, the hot start and NVRTC's own cache need a GPU: **measured on the GPU "
+          "machine**, `benchmarks/gpu/nvrtc-cache-rows.sh` (see `benchmarks/gpu/README.md`). No GPU "
+          "results JSON was found under `benchmarks/gpu/` when this page was generated; rerun "
+          "this command after it is there to merge it here.\n")
+    titles = {"gpu-hotstart": "Hot start: process start to the first completed launch",
+              "gpu-nvrtc-cache": "NVRTC's own cache (ComputeCache) as a system",
+              "gpu-bench-compile": "kcache compile: cold against a hit"}
+    settings = {"cold": "NVRTC's cache disabled (`CUDA_CACHE_DISABLE=1`) and emptied: cold rows "
+                        "are cold",
+                "nvrtc-warm": "NVRTC's own cache enabled and warmed by one untimed run first"}
     for p, j in gpu:
-        w(f"From `{os.path.relpath(p, os.path.dirname(os.path.abspath(a.out)))}` "
-          f"({j.get('device', '?')}, {j.get('kernel', '')}): process start to first "
-          "completed launch, median of fresh processes.\n")
+        kind = str(j.get("benchmark"))
+        setting = j.get("setting")
+        title = titles.get(kind, kind)
+        w(f"### {title}{' (' + setting + ')' if setting else ''}\n")
+        src = os.path.relpath(p, os.path.dirname(os.path.abspath(a.out)))
+        w(f"From `{src}`" + (f" ({j['device']})" if j.get("device") else "") +
+          (f"; {settings[setting]}" if setting in settings else "") + ".\n")
+        if kind == "gpu-bench-compile":
+            rows = [[r.get("figure", "?").strip(), fmt(r.get("value")), r.get("unit", "")]
+                    for r in j.get("rows", [])]
+            w(table(["figure", "median", "unit"], rows))
+            continue
+        if kind == "gpu-nvrtc-cache":
+            w("Each figure a fresh process, from loading libnvrtc to the CUBIN in hand, median "
+              f"of {j.get('runs', '?')}; interleaved. kcache's hit for the same kernel is in "
+              "the compile table of the same run (bench_compile).\n")
+            rows = [[r.get("kernel", "?"), r.get("system", "?"), fmt(r.get("median_ms")),
+                     r.get("note", "")] for r in j.get("rows", [])]
+            w(table(["kernel", "system", "ms", "note"], rows))
+            continue
+        w(f"Median of fresh processes ({j.get('kernel', '')}).\n")
         rows = [[r.get("variant", "?"), fmt(r.get("median_ms")), fmt(r.get("in_process_median_ms")),
                  r.get("note", "")] for r in j.get("rows", [])]
         w(table(["variant", "total ms", "in-process ms", "note"], rows))

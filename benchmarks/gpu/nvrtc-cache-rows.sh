@@ -12,7 +12,9 @@
 # benchmark runs in two settings, each against its own fresh CUDA_CACHE_PATH:
 #   cold:       CUDA_CACHE_DISABLE=1, the cache directory emptied first;
 #   nvrtc-warm: NVRTC's cache enabled and warmed by one untimed run first.
-# Prints one short table at the end: benchmark, setting, row, median.
+# Then NVRTC's own cache as a system (nvrtc_cache.py: --no-cache, cold, warm,
+# warm with the driver started). Prints one short table at the end: benchmark,
+# setting, row, median.
 set -u -o pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -67,6 +69,25 @@ run_setting() { # SETTING
 run_setting cold
 run_setting nvrtc-warm
 
+say "NVRTC's own cache as a system"
+python3 benchmarks/gpu/nvrtc_cache.py --cuda "$CUDA_HOME" --corpus "$CORPUS" --runs "$cold_runs" \
+    --json "$out/nvrtc-cache.json" >"$out/nvrtc-cache.txt" 2>&1 ||
+    say "nvrtc_cache.py failed: see $out/nvrtc-cache.txt"
+
+# Each JSON says what it is and in which setting it ran, for the results page
+# (benchmarks/compare/gen_results.py reads benchmarks/gpu/results/*.json).
+python3 - "$out" <<'PY'
+import json, os, sys
+out = sys.argv[1]
+for setting in ("cold", "nvrtc-warm"):
+    for name, kind in (("bench_compile", "gpu-bench-compile"), ("hotstart", "gpu-hotstart")):
+        p = os.path.join(out, "%s-%s.json" % (name, setting))
+        if os.path.exists(p):
+            j = json.load(open(p))
+            j["benchmark"], j["setting"] = kind, setting
+            json.dump(j, open(p, "w"), indent=1)
+PY
+
 python3 - "$out" <<'PY'
 import json, os, sys
 out = sys.argv[1]
@@ -84,4 +105,8 @@ for setting in ("cold", "nvrtc-warm"):
                 med = r.get("median_ms", r.get("total_ms"))
                 print("%-12s %-11s %-58s %9s ms" % ("hotstart", setting, r["variant"][:58],
                       "%.1f" % med if isinstance(med, (int, float)) else "-"))
+p = os.path.join(out, "nvrtc-cache.json")
+if os.path.exists(p):
+    for r in json.load(open(p))["rows"]:
+        print("%-12s %-11s %-58s %9.1f ms" % ("nvrtc-cache", "-", r["variant"][:58], r["median_ms"]))
 PY
