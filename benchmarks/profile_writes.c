@@ -154,15 +154,24 @@ int main(int argc, char **argv)
         load_pool(argv + first_pool, argc - first_pool);
         uint8_t *data = malloc(1048576);
         double timed = 0;
+        kcache_batch *b = NULL;
+        if (batch) {
+            kcache_batch_options bo = KCACHE_BATCH_OPTIONS_INIT;
+            bo.max_entries = (size_t)strtoull(argv[4], NULL, 10);
+            rc = kcache_batch_new(&b, s, &bo);
+        }
         for (uint64_t i = 0; data && i < n && !rc; i++) {
             size_t size = entry_size(i);
             entry_bytes(i, data, size);
             kcache_entry e;
             entry_of(&e, i, data, size);
             t0 = now();
-            rc = kcache_store_put(s, &e);
+            rc = b ? kcache_batch_put(b, &e) : kcache_store_put(s, &e);
+            if (!rc && b && i + 1 == n)
+                rc = kcache_batch_commit(b);
             timed += now() - t0;
         }
+        kcache_batch_free(b);
         free(data);
         fprintf(stderr, "%s: %llu puts in %.1f ms (%.0f puts/s)\n", mode,
                 (unsigned long long)n, timed * 1e3, (double)n / timed);
