@@ -578,7 +578,13 @@ int kc_put_encode(struct kc_put_ctx *p, const kcache_entry *e, kc_codec_ctx *cod
     if ((rc = kc_names_encode(names, e)))
         return rc == KCACHE_ENOMEM ? rc : KCACHE_EINVAL;
     kc_digest(p->digest, e->data, e->size);
-    kc_digest(p->stored_digest, stored->data, stored->size);
+    /* Stored as is, the bytes are the artifact: one hash is both digests, where an
+     * uncompressed put (small or incompressible, or a codec setting of none) hashed
+     * the same bytes twice. */
+    if (p->codec == KC_CODEC_RAW)
+        memcpy(p->stored_digest, p->digest, KC_DIGEST_SIZE);
+    else
+        kc_digest(p->stored_digest, stored->data, stored->size);
     return 0;
 }
 
