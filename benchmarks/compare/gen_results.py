@@ -578,6 +578,19 @@ def main():
       "64 entries per transaction, into a store of its own, interleaved with the others; "
       "the others have no batch):\n")
     w(table(["system", "puts/s", "kcache / this", "kcache batched / this"], rows))
+    dk_all = d.get("disk", KC, "all", "allocated_bytes")
+    df_all = d.get("disk", FPE, "all", "allocated_bytes")
+    if kc_puts and dk_all and df_all:
+        behind.reason("Puts per second",
+                      "kcache compresses every artifact (zstd level 3) and SQLite writes each "
+                      "page twice (its WAL, then the checkpoint), where the file-per-entry cache "
+                      "writes the raw bytes once; in instructions a put is 70% zstd, 24% "
+                      "BLAKE2b and 6% SQLite (`benchmarks/PROFILE-writes.md`). It buys the disk "
+                      f"rows above: this run's set takes {fmt(df_all / dk_all)}× less disk in "
+                      "kcache than in the file-per-entry cache, in 3 files instead of "
+                      f"{fmt(d.get('disk', FPE, 'all', 'files'))}." +
+                      (f" A caller with many entries at once gets {fmt(kcb_puts)} puts/s with "
+                       f"`kcache_batch_put` ({kcb_puts / kc_puts - 1:+.0%})." if kcb_puts else ""))
     w("Random hits over all entries (uniform), page cache warm, each process its own handle, "
       "run for a fixed time; total over the processes:\n")
     rows = []
@@ -624,6 +637,15 @@ def main():
                          s, unit="us")
     w(table(["system", "time", "entries evicted", "per entry evicted", "after / target",
              "kcache / this (time)", "kcache / this (per entry)"], rows))
+    if per_entry(KC):
+        behind.reason("Prune to half",
+                      "a single file that gives space back has to move the live pages that "
+                      "follow the evicted ones (the least recently used entries are the oldest, "
+                      "at the front of the file) and write them through the WAL; a file per "
+                      "entry unlinks. kcache ended at "
+                      f"{rfmt(d.get('prune', KC, 'to half', 'bytes_after_over_target'))} of its "
+                      "target, the files on disk and nothing more; the steps and their costs "
+                      "are in `benchmarks/PROFILE-writes.md`.")
     cap = d.get("cap", "-", "cap", "bytes")
     w(f"### Writing past a size cap\n\nA fresh cache with a cap of {fmt(cap, 'B')}; entries of "
       f"the same size distribution written until {fmt(d.get('cap', '-', 'written', 'raw_over_cap'))}× "
