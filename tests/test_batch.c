@@ -10,8 +10,11 @@
  *     before reads back exactly, no entry of the failed transaction is
  *     there, not even in part, and the totals (stats) match the entries;
  *   - a bundle with a bad entry in the middle imports nothing at all;
- *   - a prune's totals match what is left.
+ *   - a prune's totals match what is left;
+ *   - batches on several threads of one store, with gets between, each
+ *     entry once and exact.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -288,11 +291,66 @@ static void test_prune_totals(void)
     CHECK(st_integrity_ok(path));
 }
 
+struct worker {
+    kcache_store *s;
+    unsigned first;
+    int failures;
+};
+
+static void *batch_worker(void *arg)
+{
+    struct worker *w = arg;
+    static _Thread_local uint8_t buf[ART_MAX];
+    kcache_batch_options o = KCACHE_BATCH_OPTIONS_INIT;
+    o.max_entries = 7;
+    kcache_batch *b = NULL;
+    if (kcache_batch_new(&b, w->s, &o) != 0) {
+        w->failures++;
+        return NULL;
+    }
+    for (unsigned n = w->first; n < w->first + 50; n++) {
+        kcache_entry e = KCACHE_ENTRY_INIT;
+        e.key = st_key(n);
+        e.kind = (kcache_kind)(1 + n % 3);
+        e.arch = n % 2 ? "sm_90" : "sm_80";
+        e.size = st_size(n, ART_MAX);
+        st_fill(buf, e.size, n);
+        e.data = buf;
+        w->failures += kcache_batch_put(b, &e) != 0;
+        /* The store is free between calls: a get from this thread does not wait on the batch. */
+        if (n % 10 == 0)
+            w->failures += present(w->s, w->first, 0) < 0;
+    }
+    w->failures += kcache_batch_commit(b) != 0;
+    kcache_batch_free(b);
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    const char *path = test_path("threads.db");
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    struct worker w[3] = {{s, 0, 0}, {s, 100, 0}, {s, 200, 0}};
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++)
+        REQUIRE(pthread_create(&t[i], NULL, batch_worker, &w[i]) == 0);
+    for (int i = 0; i < 3; i++) {
+        pthread_join(t[i], NULL);
+        CHECK(w[i].failures == 0);
+    }
+    for (int i = 0; i < 3; i++)
+        for (unsigned n = w[i].first; n < w[i].first + 50; n++)
+            CHECK(present(s, n, 1) == 1);
+    kcache_store_close(s);
+    check_totals(path, "after batches on three threads");
+}
+
 int main(void)
 {
     test_basic();
     test_failure_in_the_middle();
     test_import_bad_middle();
     test_prune_totals();
+    test_threads();
     return test_done();
 }
