@@ -33,7 +33,7 @@
 
 /* The level and frame flags the library writes (lib/codec.c), so that the
  * floor decodes bytes of the same shape as the store hands back. */
-#define FLOOR_ZSTD_LEVEL 6
+#define FLOOR_ZSTD_LEVEL 3
 
 static struct {
     int quick;

@@ -83,8 +83,7 @@ static const char *const stmt_sql[KC_STMT_COUNT] = {
     [KC_STMT_LIST_LRU] = KC_LIST_SELECT " ORDER BY accessed_at ASC, id LIMIT ?5",
 #undef KC_LIST_SELECT
     [KC_STMT_LRU_BATCH] =
-        "SELECT id, stored_size FROM entry ORDER BY accessed_at ASC LIMIT ?1",
-    [KC_STMT_DELETE_ID] = "DELETE FROM entry WHERE id = ?1",
+        "SELECT id, stored_size, accessed_at FROM entry ORDER BY accessed_at, id LIMIT ?1",
     [KC_STMT_TOTALS] = "SELECT entries, raw_bytes, stored_bytes FROM totals",
     [KC_STMT_COUNTERS] = "SELECT name, value FROM counter",
     [KC_STMT_COUNTER_GET] = "SELECT value FROM counter WHERE name = ?1",

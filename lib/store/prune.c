@@ -3,9 +3,10 @@
  * handing the freed pages back to the file system.
  *
  * The cost of a prune follows what it evicts, not the size of the cache: the
- * victims come off the accessed_at index in order, each delete frees its own
- * pages, incremental_vacuum moves only as many pages as were freed, and the
- * checkpoint copies only the pages those steps wrote.
+ * victims come off the accessed_at index in order, are deleted by a few
+ * set-based statements per batch, incremental_vacuum moves only as many
+ * pages as were freed, and the checkpoint copies only the pages those steps
+ * wrote. What a prune costs, measured: benchmarks/PROFILE-writes.md.
  */
 #include <stdlib.h>
 #include <stdio.h>
@@ -13,8 +14,12 @@
 
 #include "store/storeint.h"
 
-/* Entries deleted per transaction, so that readers are never held off long. */
-#define KC_EVICT_BATCH 256
+/*
+ * Entries deleted per transaction. Readers are never held off (WAL); other
+ * writers wait for the lock, so a transaction stays well under their busy
+ * timeout: 1024 entries of the compare benchmark's set took 130-200 ms here.
+ */
+#define KC_EVICT_BATCH 1024
 
 /* What an entry costs beyond its artifact bytes: rows, index entries, info. */
 #define KC_ENTRY_OVERHEAD 512
@@ -81,40 +86,67 @@ static int count_evictions(kcache_store *s, uint64_t n)
     return src == SQLITE_DONE ? 0 : kc_sqlerr(s, src, "counting evictions");
 }
 
-/* Victims of one batch: ids and the bytes they hold. */
+/*
+ * Victims of one transaction, taken off the LRU end: how many, the bytes
+ * they hold, and the last of them in LRU order (accessed_at, id), which is
+ * where the set-based delete stops.
+ */
 struct batch {
-    int64_t ids[KC_EVICT_BATCH];
-    uint64_t bytes[KC_EVICT_BATCH];
     size_t n;
+    uint64_t bytes;
+    int64_t cut_at, cut_id;
 };
 
-/* Deletes one batch in one transaction. */
-static int delete_batch(kcache_store *s, const struct batch *b, kcache_prune_result *r)
+/*
+ * The victims of a batch, as one predicate over `entry` (parameters: ?1
+ * arch or NULL, ?2 kind or 0, ?3 accessed_before or 0: the filter of
+ * KC_STMT_LIST_LRU; ?4 and ?5 the cut). The LRU order is the entry_lru
+ * index's, (accessed_at, rowid), so "at or before the cut" is exactly the
+ * walk's victims: the filter keeps the others out.
+ */
+#define KC_VICTIMS                                                                                 \
+    "SELECT id FROM entry WHERE (accessed_at < ?4 OR (accessed_at = ?4 AND id <= ?5))"            \
+    " AND (?1 IS NULL OR arch = ?1) AND (?2 = 0 OR kind = ?2) AND (?3 = 0 OR accessed_at < ?3)"
+
+/*
+ * One statement per table instead of one DELETE per entry: children first,
+ * so that the per-row triggers of schema/ (totals, artifact, info, inputs,
+ * manifests) find nothing left to delete but the totals to update. Measured
+ * (benchmarks/PROFILE-writes.md), this alone saves only 4% of a prune's
+ * instructions: the pages are the cost, not the statements. It stays for
+ * what it guarantees: the set chosen, deleted and counted is one set, in
+ * one transaction.
+ */
+static const char *const delete_sql[] = {
+    "DELETE FROM artifact WHERE id IN (" KC_VICTIMS ")",
+    "DELETE FROM entry_info WHERE id IN (" KC_VICTIMS ")",
+    "DELETE FROM entry_input WHERE entry_id IN (" KC_VICTIMS ")",
+    "DELETE FROM manifest WHERE key IN (SELECT key FROM entry WHERE id IN (" KC_VICTIMS "))",
+    "DELETE FROM entry WHERE id IN (" KC_VICTIMS ")",
+};
+
+static int delete_victims(kcache_store *s, const struct batch *b, const kcache_prune_options *o,
+                          int filtered, int64_t *deleted)
 {
-    int rc = kc_db_begin_write(s);
-    if (rc)
-        return rc;
-    for (size_t i = 0; i < b->n; i++) {
-        sqlite3_stmt *st;
-        if ((rc = kc_db_stmt(s, &st, KC_STMT_DELETE_ID)))
-            goto fail;
-        sqlite3_bind_int64(st, 1, b->ids[i]);
-        int src = sqlite3_step(st);
-        sqlite3_reset(st);
-        if (src != SQLITE_DONE) {
-            rc = kc_sqlerr(s, src, "evicting");
-            goto fail;
+    int rc = 0;
+    for (size_t i = 0; !rc && i < KC_ARRAY_SIZE(delete_sql); i++) {
+        sqlite3_stmt *st = NULL;
+        int src = sqlite3_prepare_v2(s->db, delete_sql[i], -1, &st, NULL);
+        if (src == SQLITE_OK) {
+            if (filtered && o->arch && *o->arch)
+                sqlite3_bind_text(st, 1, o->arch, -1, SQLITE_STATIC);
+            sqlite3_bind_int(st, 2, filtered ? (int)o->kind : 0);
+            sqlite3_bind_int64(st, 3, filtered ? o->accessed_before : 0);
+            sqlite3_bind_int64(st, 4, b->cut_at);
+            sqlite3_bind_int64(st, 5, b->cut_id);
+            src = sqlite3_step(st);
         }
+        if (src == SQLITE_DONE)
+            *deleted = sqlite3_changes(s->db); /* the last statement's: entries */
+        else
+            rc = kc_sqlerr(s, src, "evicting");
+        sqlite3_finalize(st);
     }
-    if ((rc = count_evictions(s, b->n)) || (rc = kc_db_commit(s)))
-        goto fail;
-    for (size_t i = 0; i < b->n; i++) {
-        r->evicted++;
-        r->evicted_bytes += b->bytes[i];
-    }
-    return 0;
-fail:
-    kc_db_rollback(s);
     return rc;
 }
 
@@ -127,7 +159,7 @@ static int fill_batch(kcache_store *s, struct batch *b, const kcache_prune_optio
                       int filtered, uint64_t count, uint64_t bytes, uint64_t skip)
 {
     sqlite3_stmt *st;
-    b->n = 0;
+    memset(b, 0, sizeof(*b));
     int rc = kc_db_stmt(s, &st, filtered ? KC_STMT_LIST_LRU : KC_STMT_LRU_BATCH);
     if (rc)
         return rc;
@@ -143,17 +175,66 @@ static int fill_batch(kcache_store *s, struct batch *b, const kcache_prune_optio
         sqlite3_bind_int64(st, 1, (sqlite3_int64)(want + skip));
     }
     uint64_t got = 0, seen = 0;
-    int src;
+    int src = SQLITE_DONE;
     while (b->n < want && got < bytes && (src = sqlite3_step(st)) == SQLITE_ROW) {
         if (seen++ < skip)
             continue;
-        b->ids[b->n] = sqlite3_column_int64(st, 0);
-        b->bytes[b->n] = (uint64_t)sqlite3_column_int64(st, filtered ? 6 : 1);
-        got += b->bytes[b->n] + KC_ENTRY_OVERHEAD;
+        uint64_t n = (uint64_t)sqlite3_column_int64(st, filtered ? 6 : 1);
+        b->cut_id = sqlite3_column_int64(st, 0);
+        b->cut_at = sqlite3_column_int64(st, filtered ? 9 : 2);
+        b->bytes += n;
+        got += n + KC_ENTRY_OVERHEAD;
         b->n++;
     }
     sqlite3_reset(st);
+    return src == SQLITE_ROW || src == SQLITE_DONE ? 0 : kc_sqlerr(s, src, "choosing what to evict");
+}
+
+/*
+ * Chooses and deletes one batch in one write transaction, so that what was
+ * chosen is what is deleted and counted (another process may put, touch or
+ * evict between two transactions). *n is the number of entries deleted.
+ */
+static int evict_batch(kcache_store *s, const kcache_prune_options *o, int filtered,
+                       uint64_t count, uint64_t bytes, uint64_t *n, uint64_t *n_bytes,
+                       kcache_prune_result *r)
+{
+    struct batch b;
+    int64_t deleted = 0;
+    *n = *n_bytes = 0;
+    int rc = kc_db_begin_write(s);
+    if (rc)
+        return rc;
+    if ((rc = fill_batch(s, &b, o, filtered, count, bytes, 0)))
+        goto fail;
+    if (b.n == 0) {
+        kc_db_rollback(s);
+        return 0;
+    }
+    if ((rc = delete_victims(s, &b, o, filtered, &deleted)))
+        goto fail;
+    /* The walk and the delete see the same rows (one transaction, the write lock held);
+     * what is counted is what the delete removed, whatever a damaged index says. */
+    /*
+     * The freed pages go back in the same transaction: moving the live pages
+     * that follow them while the freelist is still in the cache, instead of
+     * writing the freelist, committing, and reading it all back to vacuum,
+     * cost a prune 23% fewer instructions and about 40% less time
+     * (benchmarks/PROFILE-writes.md).
+     */
+    if ((rc = count_evictions(s, (uint64_t)deleted)) ||
+        (query_int(s, "PRAGMA auto_vacuum", &rc) == 2 && !rc &&
+         (rc = kc_db_exec(s, "PRAGMA incremental_vacuum", "releasing free pages"))) ||
+        (rc = kc_db_commit(s)))
+        goto fail;
+    r->evicted += (uint64_t)deleted;
+    r->evicted_bytes += b.bytes;
+    *n = (uint64_t)deleted;
+    *n_bytes = b.bytes;
     return 0;
+fail:
+    kc_db_rollback(s);
+    return rc;
 }
 
 /*
@@ -164,29 +245,26 @@ static int evict(kcache_store *s, const kcache_prune_options *o, int filtered, u
                  uint64_t bytes, kcache_prune_result *r)
 {
     uint64_t done_n = 0, done_bytes = 0;
-    struct batch *b = kc_malloc(sizeof(*b));
-    if (!b)
-        return kc_err(s, KCACHE_ENOMEM, "out of memory");
     int rc = 0;
     while (done_n < count && done_bytes < bytes) {
-        if ((rc = fill_batch(s, b, o, filtered, count - done_n, bytes - done_bytes,
-                             o->dry_run ? done_n : 0)))
-            break;
-        if (b->n == 0)
-            break;
+        uint64_t n = 0, n_bytes = 0;
         if (o->dry_run) {
-            for (size_t i = 0; i < b->n; i++) {
-                r->evicted++;
-                r->evicted_bytes += b->bytes[i];
-            }
-        } else if ((rc = delete_batch(s, b, r))) {
+            struct batch b;
+            if ((rc = fill_batch(s, &b, o, filtered, count - done_n, bytes - done_bytes, done_n)))
+                break;
+            n = b.n;
+            n_bytes = b.bytes;
+            r->evicted += n;
+            r->evicted_bytes += n_bytes;
+        } else if ((rc = evict_batch(s, o, filtered, count - done_n, bytes - done_bytes, &n,
+                                     &n_bytes, r))) {
             break;
         }
-        done_n += b->n;
-        for (size_t i = 0; i < b->n; i++)
-            done_bytes += b->bytes[i] + KC_ENTRY_OVERHEAD;
+        if (n == 0)
+            break;
+        done_n += n;
+        done_bytes += n_bytes + n * KC_ENTRY_OVERHEAD;
     }
-    free(b);
     return rc;
 }
 
@@ -229,7 +307,7 @@ static int fit_size(kcache_store *s, const kcache_prune_options *o, uint64_t tar
     return 0;
 }
 
-int kc_prune_locked(kcache_store *s, const kcache_prune_options *o, kcache_prune_result *r)
+static int prune_locked(kcache_store *s, const kcache_prune_options *o, kcache_prune_result *r)
 {
     int rc;
     unsigned version = r->version;
@@ -266,6 +344,31 @@ int kc_prune_locked(kcache_store *s, const kcache_prune_options *o, kcache_prune
         r->disk_after = disk_bytes(s);
     }
     return 0;
+}
+
+/*
+ * A prune rewrites every page it moves; with SQLite's default cache (2 MB)
+ * the transaction spills pages to the WAL before it commits and writes
+ * some of them twice. A larger cache for the prune alone (given back after)
+ * cost it 9% fewer instructions (benchmarks/PROFILE-writes.md).
+ */
+#define KC_PRUNE_CACHE_KIB 32768
+
+int kc_prune_locked(kcache_store *s, const kcache_prune_options *o, kcache_prune_result *r)
+{
+    int rc;
+    int64_t cache = query_int(s, "PRAGMA cache_size", &rc);
+    char sql[64];
+    if (!rc && !o->dry_run) {
+        snprintf(sql, sizeof(sql), "PRAGMA cache_size = -%d", KC_PRUNE_CACHE_KIB);
+        sqlite3_exec(s->db, sql, NULL, NULL, NULL); /* only a speed-up: no message */
+    }
+    int prc = prune_locked(s, o, r);
+    if (!rc && !o->dry_run) {
+        snprintf(sql, sizeof(sql), "PRAGMA cache_size = %lld", (long long)cache);
+        sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+    }
+    return prc;
 }
 
 int kc_maybe_prune_locked(kcache_store *s)

@@ -465,15 +465,6 @@ static int put_input(kcache_store *s, int64_t entry_id, int seq, const kcache_in
     return src == SQLITE_DONE ? 0 : kc_sqlerr(s, src, "storing inputs");
 }
 
-struct put_ctx {
-    const kcache_entry *e;
-    const kc_buf *stored;
-    int codec;
-    uint8_t digest[KC_DIGEST_SIZE];
-    uint8_t stored_digest[KC_DIGEST_SIZE];
-    const kc_buf *names;
-};
-
 static int step_done(kcache_store *s, sqlite3_stmt *st, const char *what)
 {
     int src = sqlite3_step(st);
@@ -482,7 +473,7 @@ static int step_done(kcache_store *s, sqlite3_stmt *st, const char *what)
 }
 
 /* The rows of one entry, inside a write transaction the caller holds. */
-static int put_rows(kcache_store *s, const struct put_ctx *p)
+int kc_put_rows(kcache_store *s, const struct kc_put_ctx *p)
 {
     const kcache_entry *e = p->e;
     sqlite3_stmt *st;
@@ -538,12 +529,12 @@ fail:
     return rc;
 }
 
-static int put_locked(kcache_store *s, const struct put_ctx *p)
+static int put_locked(kcache_store *s, const struct kc_put_ctx *p)
 {
     int rc = kc_db_begin_write(s);
     if (rc)
         return rc;
-    if ((rc = kc_pending_write(s)) || (rc = put_rows(s, p)) || (rc = kc_db_commit(s))) {
+    if ((rc = kc_pending_write(s)) || (rc = kc_put_rows(s, p)) || (rc = kc_db_commit(s))) {
         kc_db_rollback(s);
         return rc;
     }
@@ -577,30 +568,50 @@ static int check_entry(kcache_store *s, const kcache_entry *e)
     return 0;
 }
 
-/* Checks and encodes an entry for put_rows(): the store's own put rules. */
-static int put_prepare(kcache_store *store, const kcache_entry *entry, struct put_ctx *p,
-                       kc_buf *names)
+int kc_put_encode(struct kc_put_ctx *p, const kcache_entry *e, kc_codec_ctx *codec,
+                  kc_buf *stored, kc_buf *names)
 {
-    *p = (struct put_ctx){.e = entry, .stored = &store->scratch, .names = names};
-    int rc = check_entry(store, entry);
-    if (!rc && !store->db)
-        rc = kc_err(store, KCACHE_EIO, "the cache could not be reopened");
-    if (!rc)
-        rc = kc_db_writable(store);
-    if (!rc && (rc = kc_encode(store->codec, &store->scratch, &p->codec, entry->data, entry->size)))
-        kc_err(store, rc, "out of memory compressing an artifact");
-    if (!rc && (rc = kc_names_encode(names, entry)))
-        kc_err(store, rc, "name expressions too large");
-    if (!rc) {
-        kc_digest(p->digest, entry->data, entry->size);
-        kc_digest(p->stored_digest, store->scratch.data, store->scratch.size);
-    }
-    return rc;
+    *p = (struct kc_put_ctx){.e = e, .stored = stored, .names = names};
+    int rc = kc_encode(codec, stored, &p->codec, e->data, e->size);
+    if (rc)
+        return rc;
+    if ((rc = kc_names_encode(names, e)))
+        return rc == KCACHE_ENOMEM ? rc : KCACHE_EINVAL;
+    kc_digest(p->digest, e->data, e->size);
+    /* Stored as is, the bytes are the artifact: one hash is both digests, where an
+     * uncompressed put (small or incompressible, or a codec setting of none) hashed
+     * the same bytes twice. */
+    if (p->codec == KC_CODEC_RAW)
+        memcpy(p->stored_digest, p->digest, KC_DIGEST_SIZE);
+    else
+        kc_digest(p->stored_digest, stored->data, stored->size);
+    return 0;
 }
 
 int kc_put_check(kcache_store *s, const kcache_entry *e)
 {
     return check_entry(s, e);
+}
+
+int kc_put_allowed(kcache_store *s, const kcache_entry *e)
+{
+    int rc = check_entry(s, e);
+    if (!rc && !s->db)
+        rc = kc_err(s, KCACHE_EIO, "the cache could not be reopened");
+    if (!rc)
+        rc = kc_db_writable(s);
+    return rc;
+}
+
+/* Checks and encodes an entry for kc_put_rows(): the store's own put rules. */
+static int put_prepare(kcache_store *store, const kcache_entry *entry, struct kc_put_ctx *p,
+                       kc_buf *names)
+{
+    int rc = kc_put_allowed(store, entry);
+    if (!rc && (rc = kc_put_encode(p, entry, store->codec, &store->scratch, names)))
+        kc_err(store, rc, rc == KCACHE_ENOMEM ? "out of memory compressing an artifact"
+                                              : "name expressions too large");
+    return rc;
 }
 
 int kc_put_batch_begin(kcache_store *s)
@@ -618,10 +629,10 @@ int kc_put_batch_add(kcache_store *s, const kcache_entry *e, int64_t created_at,
                      int64_t accessed_at)
 {
     kc_buf names = {0};
-    struct put_ctx p;
+    struct kc_put_ctx p;
     int rc = put_prepare(s, e, &p, &names);
     if (!rc)
-        rc = put_rows(s, &p);
+        rc = kc_put_rows(s, &p);
     if (!rc) {
         /* put_rows() stamps now; a batch keeps the times it was given (already clamped). */
         sqlite3_stmt *st = NULL;
@@ -661,7 +672,7 @@ KCACHE_API int kcache_store_put(kcache_store *store, const kcache_entry *entry)
     KC_CHECK_ARG(store, store && entry);
     kc_buf names = {0};
     pthread_mutex_lock(&store->lock);
-    struct put_ctx p;
+    struct kc_put_ctx p;
     int rc = put_prepare(store, entry, &p, &names);
     if (!rc)
         KC_WITH_RECOVERY(store, rc, put_locked(store, &p));

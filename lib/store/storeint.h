@@ -35,7 +35,6 @@ enum kc_stmt {
     KC_STMT_LIST_HITS,
     KC_STMT_LIST_LRU,
     KC_STMT_LRU_BATCH,
-    KC_STMT_DELETE_ID,
     KC_STMT_TOTALS,
     KC_STMT_COUNTERS,
     KC_STMT_COUNTER_GET,
@@ -254,6 +253,28 @@ void kc_count_now_locked(kcache_store *s);
 int kc_store_get_found_damage(kcache_store *s);
 /* The store's own put rules (what kcache_store_put() refuses with KCACHE_EINVAL). */
 int kc_put_check(kcache_store *s, const kcache_entry *e);
+/* kc_put_check(), and that this store takes writes now (message on s). */
+int kc_put_allowed(kcache_store *s, const kcache_entry *e);
+
+/* An entry ready to be written: its artifact encoded, its digests, its names. */
+struct kc_put_ctx {
+    const kcache_entry *e;
+    const kc_buf *stored;
+    int codec;
+    uint8_t digest[KC_DIGEST_SIZE];
+    uint8_t stored_digest[KC_DIGEST_SIZE];
+    const kc_buf *names;
+};
+
+/*
+ * Encodes e's artifact with codec into *stored, its names into *names, and
+ * hashes both (no lock needed: nothing of the store is used). Returns 0,
+ * KCACHE_ENOMEM, or KCACHE_EINVAL (names too large); no message.
+ */
+int kc_put_encode(struct kc_put_ctx *p, const kcache_entry *e, kc_codec_ctx *codec,
+                  kc_buf *stored, kc_buf *names);
+/* The rows of one entry, inside a write transaction the caller holds. */
+int kc_put_rows(kcache_store *s, const struct kc_put_ctx *p);
 /*
  * Puts in one transaction, all or nothing (ingest.c): begin takes the
  * store's lock and the write lock; add puts one entry with the times given;

@@ -6,11 +6,14 @@
 #include "util/codec.h"
 
 /*
- * Level 6: CUBINs are written once and read many times, decoding speed does
- * not depend on the level, and 6 shrinks a CUBIN noticeably more than the
- * default 3 for a put that is still far cheaper than the compile it stores.
+ * Level 3, zstd's default. Measured on sm_90 CUBINs (issue 14,
+ * benchmarks/PROFILE-writes.md): level 6 compressed them 4.2x against 4.0x
+ * for level 3 (block_sort.cubin: 9,266 against 9,816 bytes), but at 78 MB/s
+ * against 390 MB/s, so it was 88% of a put's instructions and held puts/s
+ * under a file-per-entry cache's. Decoding speed does not depend on the
+ * level. 6% more bytes on disk buys puts 3-4x cheaper in CPU.
  */
-#define KC_ZSTD_LEVEL 6
+#define KC_ZSTD_LEVEL 3
 
 /* Below this, a frame's header and checksum outweigh what compression saves. */
 #define KC_RAW_BELOW 64

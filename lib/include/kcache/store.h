@@ -181,6 +181,61 @@ KCACHE_API void kcache_entry_free(kcache_entry *entry);
  */
 KCACHE_API int kcache_store_put(kcache_store *store, const kcache_entry *entry);
 
+/*
+ * Batches: many puts in few transactions, for callers that have many entries
+ * at once (a bulk import, a build that warms a cache). A put alone commits a
+ * transaction of its own; a batch writes up to max_entries in one.
+ *
+ * kcache_batch_put() checks and compresses the entry at once (the caller may
+ * reuse its buffers when it returns) and keeps it in memory; the batch is
+ * written in one transaction when max_entries wait, or about 64 MiB of
+ * compressed bytes, and by kcache_batch_commit(). Each transaction is all
+ * or nothing: a failure (a full disk) loses the entries of that transaction
+ * only, never half an entry, and what was committed before stays.
+ * kcache_batch_free() drops what was not committed.
+ *
+ * Entries are not visible to gets until committed. Between calls nothing of
+ * the store is held: the store can be used meanwhile, from this thread or
+ * others. A batch is used by one thread at a time; several batches on one
+ * store are fine. Errors: 0 or a negative code, the message on the store
+ * (kcache_store_errmsg()).
+ */
+typedef struct kcache_batch kcache_batch;
+
+#define KCACHE_BATCH_OPTIONS_VERSION 1
+
+typedef struct kcache_batch_options {
+    unsigned version;   /* KCACHE_BATCH_OPTIONS_VERSION */
+    size_t max_entries; /* entries per transaction; 0: 64 */
+} kcache_batch_options;
+
+KCACHE_DEFINE_INIT(kcache_batch_options, kcache_batch_options_init, KCACHE_BATCH_OPTIONS_VERSION)
+#define KCACHE_BATCH_OPTIONS_INIT                                                                  \
+    KCACHE_VERSIONED_INIT(kcache_batch_options_init, KCACHE_BATCH_OPTIONS_VERSION)
+
+/*
+ * A new batch on store (options may be NULL), released with
+ * kcache_batch_free(); the store must outlive it.
+ */
+KCACHE_API int kcache_batch_new(kcache_batch **out, kcache_store *store,
+                                const kcache_batch_options *options);
+
+/*
+ * Adds an entry, as kcache_store_put() would store it. Returns 0, the put's
+ * KCACHE_EINVAL (the entry is not added; the batch goes on), or the error
+ * of the transaction this call wrote (its entries are lost).
+ */
+KCACHE_API int kcache_batch_put(kcache_batch *batch, const kcache_entry *entry);
+
+/* Writes what waits in one transaction. Returns 0 or its error (those entries are lost). */
+KCACHE_API int kcache_batch_commit(kcache_batch *batch);
+
+/* Entries put and not yet committed. */
+KCACHE_API size_t kcache_batch_pending(const kcache_batch *batch);
+
+/* Drops what was not committed and releases the batch. Accepts NULL. */
+KCACHE_API void kcache_batch_free(kcache_batch *batch);
+
 /* Deletes one entry. Returns 0 or KCACHE_ENOTFOUND. */
 KCACHE_API int kcache_store_delete(kcache_store *store, const kcache_key *key);
 
