@@ -91,25 +91,6 @@ static const struct opt table[] = {
     {"minimal", "minimal", FLAG},
 };
 
-int kc_strv_push(char ***v, size_t *n, const char *s)
-{
-    char **grown = kc_realloc(*v, (*n + 1) * sizeof(char *));
-    if (!grown)
-        return KCACHE_ENOMEM;
-    *v = grown;
-    if (!(grown[*n] = kc_strdup(s)))
-        return KCACHE_ENOMEM;
-    (*n)++;
-    return 0;
-}
-
-void kc_strv_free(char **v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(v[i]);
-    free(v);
-}
-
 void kc_opts_free(kc_opts *o)
 {
     kc_strv_free(o->canonical, o->n_canonical);

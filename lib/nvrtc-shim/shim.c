@@ -43,6 +43,7 @@
 #include <kcache/store.h>
 
 #include "nvrtc-shim/shim.h"
+#include "util/common.h"
 
 #define SHIM_API __attribute__((visibility("default")))
 
@@ -227,23 +228,14 @@ static char **copy_strv(const char *const *v, size_t n, int *ok)
     return out;
 }
 
-static void free_strv(char **v, size_t n)
-{
-    if (!v)
-        return;
-    for (size_t i = 0; i < n; i++)
-        free(v[i]);
-    free(v);
-}
-
 static void prog_free(struct prog *p)
 {
     free(p->src);
     free(p->name);
-    free_strv(p->headers, (size_t)p->n_headers);
-    free_strv(p->include_names, (size_t)p->n_headers);
-    free_strv(p->exprs, p->n_exprs);
-    free_strv(p->opts, (size_t)p->n_opts);
+    kc_strv_free(p->headers, (size_t)p->n_headers);
+    kc_strv_free(p->include_names, (size_t)p->n_headers);
+    kc_strv_free(p->exprs, p->n_exprs);
+    kc_strv_free(p->opts, (size_t)p->n_opts);
     kcache_result_free(p->hit);
     kcache_result_free(p->hit_ptx);
     free(p);

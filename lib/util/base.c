@@ -268,6 +268,27 @@ void *kc_grow(void *p, size_t *cap, size_t n, size_t elem, size_t first)
     return q;
 }
 
+int kc_strv_push(char ***v, size_t *n, const char *s)
+{
+    char **grown = kc_realloc(*v, (*n + 1) * sizeof(char *));
+    if (!grown)
+        return KCACHE_ENOMEM;
+    *v = grown;
+    if (!(grown[*n] = kc_strdup(s)))
+        return KCACHE_ENOMEM;
+    (*n)++;
+    return 0;
+}
+
+void kc_strv_free(char **v, size_t n)
+{
+    if (!v)
+        return;
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
 char *kc_strdup(const char *s)
 {
     return kc_memdup(s ? s : "", s ? strlen(s) : 0);
