@@ -238,8 +238,10 @@ size_t kc_col_text(sqlite3_stmt *st, int col, const char **out);
 /* Reads the metadata columns shared by get and list (list's column order). */
 void kc_row_from_list(struct kc_row *r, sqlite3_stmt *st);
 
-/* counter.c: writes the named deltas inside the caller's write transaction. */
+/* counter.c: writes the named deltas inside the caller's write transaction; */
 int kc_counters_write(kcache_store *s);
+/* ... and one delta, not queued (the store's own counts, kept in its fields). */
+int kc_counter_write(kcache_store *s, const char *name, uint64_t value);
 /* The pending delta of a named counter (0 when none). */
 uint64_t kc_counter_pending(const kcache_store *s, const char *name);
 
