@@ -72,18 +72,6 @@ void kc_touch(kcache_store *s, const kcache_key *key)
     add_touch(s, key);
 }
 
-static int add_counter(kcache_store *s, const char *name, uint64_t value)
-{
-    sqlite3_stmt *st;
-    int rc = kc_db_stmt(s, &st, KC_STMT_COUNTER_ADD);
-    if (rc)
-        return rc;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, (sqlite3_int64)value);
-    rc = sqlite3_step(st);
-    return rc == SQLITE_DONE ? 0 : kc_sqlerr(s, rc, "recording counters");
-}
-
 /* Writes what is pending inside the caller's write transaction. */
 int kc_pending_write(kcache_store *s)
 {
@@ -110,10 +98,10 @@ int kc_pending_write(kcache_store *s)
         if ((rc = sqlite3_step(st)) != SQLITE_DONE)
             return kc_sqlerr(s, rc, "recording hits");
     }
-    if (s->pending_corrupt && (rc = add_counter(s, "corrupt", s->pending_corrupt)))
+    if (s->pending_corrupt && (rc = kc_counter_write(s, "corrupt", s->pending_corrupt)))
         return rc;
     uint64_t failures = s->pending_failures + s->spilled;
-    if (failures && (rc = add_counter(s, "store_failures", failures)))
+    if (failures && (rc = kc_counter_write(s, "store_failures", failures)))
         return rc;
     return kc_counters_write(s);
 }
