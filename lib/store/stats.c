@@ -125,7 +125,7 @@ static int read_stats(kcache_store *s, kcache_stats *st)
     if (!rc && src != SQLITE_DONE)
         rc = kc_sqlerr(s, src, "reading stats");
     for (size_t i = 0; !rc && i < s->n_usage; i++) {
-        const struct kc_usage_delta *u = &s->usage[i];
+        const kcache_usage *u = &s->usage[i];
         rc = add_usage(st, &cap, u->arch, u->kind, u->hits, u->misses, u->saved_ns);
     }
     st->corrupt += s->pending_corrupt;

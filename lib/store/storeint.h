@@ -62,13 +62,6 @@ struct kc_touch {
     uint32_t hits;
 };
 
-/* Counter deltas waiting to be written, per (architecture, kind). */
-struct kc_usage_delta {
-    char arch[32];
-    int kind;
-    uint64_t hits, misses, saved_ns;
-};
-
 struct kcache_store {
     pthread_mutex_t lock;
     sqlite3 *db;
@@ -94,7 +87,7 @@ struct kcache_store {
 
     struct kc_touch *touches;
     size_t n_touches, cap_touches;
-    struct kc_usage_delta *usage;
+    kcache_usage *usage; /* counter deltas waiting to be written, per (architecture, kind) */
     size_t n_usage, cap_usage;
     uint64_t pending_corrupt, pending_failures;
     struct kc_counter_delta *counters; /* named counters of other layers (counter.c) */
