@@ -161,22 +161,18 @@ static int parse_scaled(uint64_t *out, const char *text, const struct unit *unit
 
 KCACHE_API int kcache_parse_size(uint64_t *out, const char *text)
 {
+    /* A unit is binary in each of its three spellings: 1K, 1KB and 1KiB are 1024 bytes. */
+#define KC_BINARY_UNIT(p, shift)                                                                   \
+    {p, UINT64_C(1) << (shift)}, {p "B", UINT64_C(1) << (shift)}, {p "iB", UINT64_C(1) << (shift)}
     static const struct unit units[] = {
         {"", 1},
         {"B", 1},
-        {"K", UINT64_C(1) << 10},
-        {"KB", UINT64_C(1) << 10},
-        {"KiB", UINT64_C(1) << 10},
-        {"M", UINT64_C(1) << 20},
-        {"MB", UINT64_C(1) << 20},
-        {"MiB", UINT64_C(1) << 20},
-        {"G", UINT64_C(1) << 30},
-        {"GB", UINT64_C(1) << 30},
-        {"GiB", UINT64_C(1) << 30},
-        {"T", UINT64_C(1) << 40},
-        {"TB", UINT64_C(1) << 40},
-        {"TiB", UINT64_C(1) << 40},
+        KC_BINARY_UNIT("K", 10),
+        KC_BINARY_UNIT("M", 20),
+        KC_BINARY_UNIT("G", 30),
+        KC_BINARY_UNIT("T", 40),
     };
+#undef KC_BINARY_UNIT
     return parse_scaled(out, text, units, KC_ARRAY_SIZE(units));
 }
 
