@@ -107,6 +107,15 @@ int kc_err(kcache_store *s, int code, const char *fmt, ...) KC_PRINTF(3, 4);
 /* Maps an SQLite result to a status and sets a message naming what failed. */
 int kc_sqlerr(kcache_store *s, int sqlite_rc, const char *what);
 
+/*
+ * store.c: the id of the row holding these bytes in a table addressed by
+ * their digest (input, closure), inserted compressed (through enc) if there
+ * was none. find binds ?1 digest; put ?1 digest, ?2 size, ?3 codec, ?4 data.
+ * finding and storing name what failed, for the message.
+ */
+int kc_blob_id(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt put, kc_buf *enc,
+               const void *data, size_t size, const char *finding, const char *storing);
+
 void kc_log(kcache_store *s, int level, const char *fmt, ...) KC_PRINTF(3, 4);
 
 /* kcache_store_open(), for a file that may be anyone's (a bundle, read-only). */
