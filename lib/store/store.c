@@ -161,9 +161,7 @@ KCACHE_API void kcache_store_close(kcache_store *store)
 
 KCACHE_API const char *kcache_store_errmsg(const kcache_store *store)
 {
-    if (!store)
-        return "no store";
-    return store->errmsg[0] ? store->errmsg : "no error";
+    return kc_errmsg_of(store ? store->errmsg : NULL, "no store");
 }
 
 KCACHE_API const char *kcache_store_path(const kcache_store *store)

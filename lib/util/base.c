@@ -290,6 +290,13 @@ char *kc_strdup(const char *s)
     return kc_memdup(s ? s : "", s ? strlen(s) : 0);
 }
 
+const char *kc_errmsg_of(const char *errmsg, const char *absent)
+{
+    if (!errmsg)
+        return absent;
+    return errmsg[0] ? errmsg : "no error";
+}
+
 int kc_fmt(char *buf, size_t size, int code, const char *fmt, ...)
 {
     if (buf && size) {
