@@ -534,9 +534,7 @@ out:
 
 KCACHE_API const char *kcache_config_errmsg(const kcache_config *config)
 {
-    if (!config)
-        return "no config";
-    return config->errmsg[0] ? config->errmsg : "no error";
+    return kc_errmsg_of(config ? config->errmsg : NULL, "no config");
 }
 
 KCACHE_API int kcache_config_set(kcache_config *config, const char *name, const char *value)
