@@ -231,16 +231,14 @@ int kc_opts_parse(kc_opts *o, const char *const *argv, size_t argc, char *msg, s
         case INCLUDE:
             rc = kc_strv_push(&o->include_dirs, &o->n_include_dirs, value);
             break;
-        case PREINCLUDE:
-            rc = kc_strv_push(&o->pre_includes, &o->n_pre_includes, value);
-            if (!rc)
-                rc = add(o, opt->lng, value);
-            break;
         case NOSRC:
             o->no_source_include = 1;
             break;
+        case PREINCLUDE:
         case DEFINE:
-            rc = kc_strv_push(&o->defines, &o->n_defines, value);
+            /* Listed for the include resolver, and keyed as written. */
+            rc = opt->type == DEFINE ? kc_strv_push(&o->defines, &o->n_defines, value)
+                                     : kc_strv_push(&o->pre_includes, &o->n_pre_includes, value);
             if (!rc)
                 rc = add(o, opt->lng, value);
             break;
