@@ -133,9 +133,7 @@ static int map_put(struct map *m, const char *key, size_t val)
 
 static void map_free(struct map *m)
 {
-    for (size_t i = 0; i < m->cap; i++)
-        free(m->keys[i]);
-    free(m->keys);
+    kc_strv_free(m->keys, m->cap);
     free(m->vals);
     memset(m, 0, sizeof(*m));
 }
@@ -722,9 +720,7 @@ static int add_cand(struct cands *c, const char *name, size_t n, int angle)
 
 static void cands_free(struct cands *c)
 {
-    for (size_t i = 0; i < c->n; i++)
-        free(c->names[i]);
-    free(c->names);
+    kc_strv_free(c->names, c->n);
     free(c->angle);
 }
 
@@ -1093,12 +1089,8 @@ static void resolver_free(struct resolver *r)
     map_free(&r->by_path);
     map_free(&r->by_identity);
     map_free(&r->toolkit_dirs);
-    for (size_t i = 0; i < r->n_dir_reals; i++)
-        free(r->dir_reals[i]);
-    free(r->dir_reals);
-    for (size_t i = 0; i < r->n_tk_rels; i++)
-        free(r->tk_rels[i]);
-    free(r->tk_rels);
+    kc_strv_free(r->dir_reals, r->n_dir_reals);
+    kc_strv_free(r->tk_rels, r->n_tk_rels);
     for (size_t i = 0; i < r->n_left; i++) {
         free(r->left[i].name);
         free(r->left[i].rel);

@@ -91,25 +91,6 @@ static const struct opt table[] = {
     {"minimal", "minimal", FLAG},
 };
 
-int kc_strv_push(char ***v, size_t *n, const char *s)
-{
-    char **grown = kc_realloc(*v, (*n + 1) * sizeof(char *));
-    if (!grown)
-        return KCACHE_ENOMEM;
-    *v = grown;
-    if (!(grown[*n] = kc_strdup(s)))
-        return KCACHE_ENOMEM;
-    (*n)++;
-    return 0;
-}
-
-void kc_strv_free(char **v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(v[i]);
-    free(v);
-}
-
 void kc_opts_free(kc_opts *o)
 {
     kc_strv_free(o->canonical, o->n_canonical);
@@ -250,16 +231,14 @@ int kc_opts_parse(kc_opts *o, const char *const *argv, size_t argc, char *msg, s
         case INCLUDE:
             rc = kc_strv_push(&o->include_dirs, &o->n_include_dirs, value);
             break;
-        case PREINCLUDE:
-            rc = kc_strv_push(&o->pre_includes, &o->n_pre_includes, value);
-            if (!rc)
-                rc = add(o, opt->lng, value);
-            break;
         case NOSRC:
             o->no_source_include = 1;
             break;
+        case PREINCLUDE:
         case DEFINE:
-            rc = kc_strv_push(&o->defines, &o->n_defines, value);
+            /* Listed for the include resolver, and keyed as written. */
+            rc = opt->type == DEFINE ? kc_strv_push(&o->defines, &o->n_defines, value)
+                                     : kc_strv_push(&o->pre_includes, &o->n_pre_includes, value);
             if (!rc)
                 rc = add(o, opt->lng, value);
             break;

@@ -34,8 +34,4 @@ typedef struct kc_opts {
 int kc_opts_parse(kc_opts *out, const char *const *argv, size_t argc, char *msg, size_t msg_size);
 void kc_opts_free(kc_opts *o);
 
-/* Appends a copy of s to a string list. */
-int kc_strv_push(char ***v, size_t *n, const char *s);
-void kc_strv_free(char **v, size_t n);
-
 #endif

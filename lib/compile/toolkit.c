@@ -15,13 +15,6 @@
 #include "util/codec.h"
 #include "compile/toolkit.h"
 
-#ifndef KC_TOOLKIT_DIR
-#define KC_TOOLKIT_DIR "/usr/local/cuda"
-#endif
-#ifndef KC_CUDA_MAJOR
-#define KC_CUDA_MAJOR 13
-#endif
-
 static uint64_t rd(const uint8_t *p, int n)
 {
     uint64_t v = 0;
@@ -276,37 +269,11 @@ struct entry_point {
 
 #define KC_EP(type, field, symbol) {offsetof(type, field), symbol}
 
-static const struct entry_point nvrtc_points[] = {
-    KC_EP(kc_nvrtc, Version, "nvrtcVersion"),
-    KC_EP(kc_nvrtc, GetErrorString, "nvrtcGetErrorString"),
-    KC_EP(kc_nvrtc, CreateProgram, "nvrtcCreateProgram"),
-    KC_EP(kc_nvrtc, DestroyProgram, "nvrtcDestroyProgram"),
-    KC_EP(kc_nvrtc, CompileProgram, "nvrtcCompileProgram"),
-    KC_EP(kc_nvrtc, GetProgramLogSize, "nvrtcGetProgramLogSize"),
-    KC_EP(kc_nvrtc, GetProgramLog, "nvrtcGetProgramLog"),
-    KC_EP(kc_nvrtc, GetPTXSize, "nvrtcGetPTXSize"),
-    KC_EP(kc_nvrtc, GetPTX, "nvrtcGetPTX"),
-    KC_EP(kc_nvrtc, GetCUBINSize, "nvrtcGetCUBINSize"),
-    KC_EP(kc_nvrtc, GetCUBIN, "nvrtcGetCUBIN"),
-    KC_EP(kc_nvrtc, GetLTOIRSize, "nvrtcGetLTOIRSize"),
-    KC_EP(kc_nvrtc, GetLTOIR, "nvrtcGetLTOIR"),
-    KC_EP(kc_nvrtc, AddNameExpression, "nvrtcAddNameExpression"),
-    KC_EP(kc_nvrtc, GetLoweredName, "nvrtcGetLoweredName"),
-};
+#define KC_NVRTC_POINT(Name) KC_EP(kc_nvrtc, Name, "nvrtc" #Name),
+static const struct entry_point nvrtc_points[] = {KC_NVRTC_POINTS(KC_NVRTC_POINT)};
 
-/* nvJitLink's entry points are versioned symbols behind macros in its header. */
-static const struct entry_point nvjitlink_points[] = {
-    KC_EP(kc_nvjitlink, Create, "__nvJitLinkCreate_13_0"),
-    KC_EP(kc_nvjitlink, Destroy, "__nvJitLinkDestroy_13_0"),
-    KC_EP(kc_nvjitlink, AddData, "__nvJitLinkAddData_13_0"),
-    KC_EP(kc_nvjitlink, Complete, "__nvJitLinkComplete_13_0"),
-    KC_EP(kc_nvjitlink, GetLinkedCubinSize, "__nvJitLinkGetLinkedCubinSize_13_0"),
-    KC_EP(kc_nvjitlink, GetLinkedCubin, "__nvJitLinkGetLinkedCubin_13_0"),
-    KC_EP(kc_nvjitlink, GetErrorLogSize, "__nvJitLinkGetErrorLogSize_13_0"),
-    KC_EP(kc_nvjitlink, GetErrorLog, "__nvJitLinkGetErrorLog_13_0"),
-    KC_EP(kc_nvjitlink, GetInfoLogSize, "__nvJitLinkGetInfoLogSize_13_0"),
-    KC_EP(kc_nvjitlink, GetInfoLog, "__nvJitLinkGetInfoLog_13_0"),
-};
+#define KC_NVJITLINK_POINT(Name) KC_EP(kc_nvjitlink, Name, "__nvJitLink" #Name "_13_0"),
+static const struct entry_point nvjitlink_points[] = {KC_NVJITLINK_POINTS(KC_NVJITLINK_POINT)};
 
 static int nvrtc_usable(void *table, void *h)
 {

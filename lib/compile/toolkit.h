@@ -14,38 +14,31 @@
 #include <nvJitLink.h>
 #include <nvrtc.h>
 
+#include "compile/nvrtc_points.h"
 #include "util/common.h"
 
 typedef struct kc_nvrtc {
-    __typeof__(&nvrtcVersion) Version;
-    __typeof__(&nvrtcGetErrorString) GetErrorString;
-    __typeof__(&nvrtcCreateProgram) CreateProgram;
-    __typeof__(&nvrtcDestroyProgram) DestroyProgram;
-    __typeof__(&nvrtcCompileProgram) CompileProgram;
-    __typeof__(&nvrtcGetProgramLogSize) GetProgramLogSize;
-    __typeof__(&nvrtcGetProgramLog) GetProgramLog;
-    __typeof__(&nvrtcGetPTXSize) GetPTXSize;
-    __typeof__(&nvrtcGetPTX) GetPTX;
-    __typeof__(&nvrtcGetCUBINSize) GetCUBINSize;
-    __typeof__(&nvrtcGetCUBIN) GetCUBIN;
-    __typeof__(&nvrtcGetLTOIRSize) GetLTOIRSize;
-    __typeof__(&nvrtcGetLTOIR) GetLTOIR;
-    __typeof__(&nvrtcAddNameExpression) AddNameExpression;
-    __typeof__(&nvrtcGetLoweredName) GetLoweredName;
+    KC_NVRTC_POINTS(KC_NVRTC_FIELD)
     int major, minor;
 } kc_nvrtc;
 
+/* X(Name) for each nvJitLinkName: versioned symbols (__nvJitLinkName_13_0) behind macros in
+ * nvJitLink.h, so the table is typed and loaded from those. */
+#define KC_NVJITLINK_POINTS(X)                                                                     \
+    X(Create)                                                                                      \
+    X(Destroy)                                                                                     \
+    X(AddData)                                                                                     \
+    X(Complete)                                                                                    \
+    X(GetLinkedCubinSize)                                                                          \
+    X(GetLinkedCubin)                                                                              \
+    X(GetErrorLogSize)                                                                             \
+    X(GetErrorLog)                                                                                 \
+    X(GetInfoLogSize)                                                                              \
+    X(GetInfoLog)
+#define KC_NVJITLINK_FIELD(Name) __typeof__(&__nvJitLink##Name##_13_0) Name;
+
 typedef struct kc_nvjitlink {
-    __typeof__(&__nvJitLinkCreate_13_0) Create;
-    __typeof__(&__nvJitLinkDestroy_13_0) Destroy;
-    __typeof__(&__nvJitLinkAddData_13_0) AddData;
-    __typeof__(&__nvJitLinkComplete_13_0) Complete;
-    __typeof__(&__nvJitLinkGetLinkedCubinSize_13_0) GetLinkedCubinSize;
-    __typeof__(&__nvJitLinkGetLinkedCubin_13_0) GetLinkedCubin;
-    __typeof__(&__nvJitLinkGetErrorLogSize_13_0) GetErrorLogSize;
-    __typeof__(&__nvJitLinkGetErrorLog_13_0) GetErrorLog;
-    __typeof__(&__nvJitLinkGetInfoLogSize_13_0) GetInfoLogSize;
-    __typeof__(&__nvJitLinkGetInfoLog_13_0) GetInfoLog;
+    KC_NVJITLINK_POINTS(KC_NVJITLINK_FIELD)
     unsigned major, minor;
 } kc_nvjitlink;
 

@@ -50,57 +50,29 @@ static int hit_output(struct prog *p, enum output which, const char **data, size
     return 1;
 }
 
-static nvrtcResult get_size(nvrtcProgram prog, size_t *out, enum output which)
-{
-    struct prog *p = (struct prog *)prog;
-    const char *data;
-    size_t size;
-    if (p && out && hit_output(p, which, &data, &size)) {
-        *out = size;
-        return NVRTC_SUCCESS;
-    }
-    switch (which) {
-    case OUT_PTX:
-        FORWARD(p, GetPTXSize(p ? p->real : NULL, out));
-    case OUT_CUBIN:
-        FORWARD(p, GetCUBINSize(p ? p->real : NULL, out));
-    case OUT_LTOIR:
-        FORWARD(p, GetLTOIRSize(p ? p->real : NULL, out));
-    default:
-        FORWARD(p, GetOptiXIRSize(p ? p->real : NULL, out));
-    }
-}
-
-static nvrtcResult get_data(nvrtcProgram prog, char *out, enum output which)
-{
-    struct prog *p = (struct prog *)prog;
-    const char *data;
-    size_t size;
-    if (p && out && hit_output(p, which, &data, &size)) {
-        memcpy(out, data, size);
-        return NVRTC_SUCCESS;
-    }
-    switch (which) {
-    case OUT_PTX:
-        FORWARD(p, GetPTX(p ? p->real : NULL, out));
-    case OUT_CUBIN:
-        FORWARD(p, GetCUBIN(p ? p->real : NULL, out));
-    case OUT_LTOIR:
-        FORWARD(p, GetLTOIR(p ? p->real : NULL, out));
-    default:
-        FORWARD(p, GetOptiXIR(p ? p->real : NULL, out));
-    }
-}
-
-/* Each output's pair of entry points: its size, then its bytes. */
+/*
+ * Each output's pair of entry points: its size, then its bytes, from a hit
+ * (hit_output) or else from NVIDIA's program.
+ */
 #define SHIM_OUTPUT(Name, which)                                                                   \
     SHIM_API nvrtcResult nvrtcGet##Name##Size(nvrtcProgram prog, size_t *size)                    \
     {                                                                                              \
-        return get_size(prog, size, which);                                                        \
+        struct prog *p = (struct prog *)prog;                                                      \
+        const char *data;                                                                          \
+        if (p && size && hit_output(p, which, &data, size))                                        \
+            return NVRTC_SUCCESS;                                                                  \
+        FORWARD(p, Get##Name##Size(p ? p->real : NULL, size));                                     \
     }                                                                                              \
     SHIM_API nvrtcResult nvrtcGet##Name(nvrtcProgram prog, char *out)                              \
     {                                                                                              \
-        return get_data(prog, out, which);                                                         \
+        struct prog *p = (struct prog *)prog;                                                      \
+        const char *data;                                                                          \
+        size_t size;                                                                               \
+        if (p && out && hit_output(p, which, &data, &size)) {                                      \
+            memcpy(out, data, size);                                                               \
+            return NVRTC_SUCCESS;                                                                  \
+        }                                                                                          \
+        FORWARD(p, Get##Name(p ? p->real : NULL, out));                                            \
     }
 
 SHIM_OUTPUT(PTX, OUT_PTX)

@@ -23,12 +23,6 @@
 
 #include "nvrtc-shim/shim.h"
 
-#ifndef KC_TOOLKIT_DIR
-#define KC_TOOLKIT_DIR "/usr/local/cuda"
-#endif
-#ifndef KC_CUDA_MAJOR
-#define KC_CUDA_MAJOR 13
-#endif
 #define KC_STR2(x) #x
 #define KC_STR(x) KC_STR2(x)
 #define KC_SONAME "libnvrtc.so." KC_STR(KC_CUDA_MAJOR)
@@ -173,6 +167,7 @@ static void next_dlopen_init(void)
             missing = name;                                                                        \
         memcpy(&real_api.field, &p_, sizeof(p_));                                                  \
     } while (0)
+#define LOAD_NVRTC(Name) LOAD(Name, "nvrtc" #Name);
 
 const kc_real_nvrtc *kc_real(void)
 {
@@ -193,30 +188,8 @@ const kc_real_nvrtc *kc_real(void)
         goto out;
     }
     const char *missing = NULL;
-    LOAD(GetErrorString, "nvrtcGetErrorString");
-    LOAD(Version, "nvrtcVersion");
-    LOAD(GetNumSupportedArchs, "nvrtcGetNumSupportedArchs");
-    LOAD(GetSupportedArchs, "nvrtcGetSupportedArchs");
-    LOAD(CreateProgram, "nvrtcCreateProgram");
-    LOAD(DestroyProgram, "nvrtcDestroyProgram");
-    LOAD(CompileProgram, "nvrtcCompileProgram");
-    LOAD(GetPTXSize, "nvrtcGetPTXSize");
-    LOAD(GetPTX, "nvrtcGetPTX");
-    LOAD(GetCUBINSize, "nvrtcGetCUBINSize");
-    LOAD(GetCUBIN, "nvrtcGetCUBIN");
-    LOAD(GetLTOIRSize, "nvrtcGetLTOIRSize");
-    LOAD(GetLTOIR, "nvrtcGetLTOIR");
-    LOAD(GetOptiXIRSize, "nvrtcGetOptiXIRSize");
-    LOAD(GetOptiXIR, "nvrtcGetOptiXIR");
-    LOAD(GetProgramLogSize, "nvrtcGetProgramLogSize");
-    LOAD(GetProgramLog, "nvrtcGetProgramLog");
-    LOAD(AddNameExpression, "nvrtcAddNameExpression");
-    LOAD(GetLoweredName, "nvrtcGetLoweredName");
-    LOAD(GetPCHHeapSize, "nvrtcGetPCHHeapSize");
-    LOAD(SetPCHHeapSize, "nvrtcSetPCHHeapSize");
-    LOAD(GetPCHCreateStatus, "nvrtcGetPCHCreateStatus");
-    LOAD(GetPCHHeapSizeRequired, "nvrtcGetPCHHeapSizeRequired");
-    LOAD(SetFlowCallback, "nvrtcSetFlowCallback");
+    KC_NVRTC_POINTS(LOAD_NVRTC)
+    KC_SHIM_MORE_POINTS(LOAD_NVRTC)
     LOAD(CPEx, "__nvrtcCPEx");
     if (missing) {
         snprintf(real_err, sizeof(real_err), "kcache: %s has no %s: not the NVRTC %s expects",

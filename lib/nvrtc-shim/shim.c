@@ -43,6 +43,7 @@
 #include <kcache/store.h>
 
 #include "nvrtc-shim/shim.h"
+#include "util/common.h"
 
 #define SHIM_API __attribute__((visibility("default")))
 
@@ -227,23 +228,14 @@ static char **copy_strv(const char *const *v, size_t n, int *ok)
     return out;
 }
 
-static void free_strv(char **v, size_t n)
-{
-    if (!v)
-        return;
-    for (size_t i = 0; i < n; i++)
-        free(v[i]);
-    free(v);
-}
-
 static void prog_free(struct prog *p)
 {
     free(p->src);
     free(p->name);
-    free_strv(p->headers, (size_t)p->n_headers);
-    free_strv(p->include_names, (size_t)p->n_headers);
-    free_strv(p->exprs, p->n_exprs);
-    free_strv(p->opts, (size_t)p->n_opts);
+    kc_strv_free(p->headers, (size_t)p->n_headers);
+    kc_strv_free(p->include_names, (size_t)p->n_headers);
+    kc_strv_free(p->exprs, p->n_exprs);
+    kc_strv_free(p->opts, (size_t)p->n_opts);
     kcache_result_free(p->hit);
     kcache_result_free(p->hit_ptx);
     free(p);
@@ -280,6 +272,27 @@ nvrtcResult kc_prog_materialize(struct prog *p, const kc_real_nvrtc **out)
 }
 
 
+/*
+ * A program NVIDIA's library made (rc, real) that is never cached: wrapped
+ * in a handle of ours that forwards every call, and counted under why.
+ */
+static nvrtcResult wrap_real(nvrtcProgram *prog, nvrtcResult rc, const kc_real_nvrtc *api,
+                             nvrtcProgram real, enum reason why)
+{
+    if (rc != NVRTC_SUCCESS || !prog)
+        return rc;
+    struct prog *p = calloc(1, sizeof(*p));
+    if (!p) {
+        api->DestroyProgram(&real);
+        return NVRTC_ERROR_OUT_OF_MEMORY;
+    }
+    p->real = real;
+    p->passthrough = 1;
+    *prog = (nvrtcProgram)p;
+    count(why);
+    return rc;
+}
+
 SHIM_API nvrtcResult nvrtcCreateProgram(nvrtcProgram *prog, const char *src, const char *name,
                                         int numHeaders, const char *const *headers,
                                         const char *const *includeNames)
@@ -299,18 +312,7 @@ SHIM_API nvrtcResult nvrtcCreateProgram(nvrtcProgram *prog, const char *src, con
         nvrtcProgram real = NULL;
         nvrtcResult rc = api->CreateProgram(prog ? &real : NULL, src, name, numHeaders,
                                             headers, includeNames);
-        if (rc != NVRTC_SUCCESS || !prog)
-            return rc;
-        struct prog *p = calloc(1, sizeof(*p));
-        if (!p) {
-            api->DestroyProgram(&real);
-            return NVRTC_ERROR_OUT_OF_MEMORY;
-        }
-        p->real = real;
-        p->passthrough = 1;
-        *prog = (nvrtcProgram)p;
-        count(R_ODD_ARGUMENTS);
-        return rc;
+        return wrap_real(prog, rc, api, real, R_ODD_ARGUMENTS);
     }
     struct prog *p = calloc(1, sizeof(*p));
     if (!p)
@@ -344,18 +346,7 @@ SHIM_API nvrtcResult __nvrtcCPEx(nvrtcProgram *prog, const char *src, const char
         return NVRTC_ERROR_INTERNAL_ERROR;
     nvrtcProgram real = NULL;
     nvrtcResult rc = api->CPEx(prog ? &real : NULL, src, name, n, headers, names, a7, a8, a9);
-    if (rc != NVRTC_SUCCESS || !prog)
-        return rc;
-    struct prog *p = calloc(1, sizeof(*p));
-    if (!p) {
-        api->DestroyProgram(&real);
-        return NVRTC_ERROR_OUT_OF_MEMORY;
-    }
-    p->real = real;
-    p->passthrough = 1;
-    *prog = (nvrtcProgram)p;
-    count(R_CPEX);
-    return rc;
+    return wrap_real(prog, rc, api, real, R_CPEX);
 }
 
 SHIM_API nvrtcResult nvrtcDestroyProgram(nvrtcProgram *prog)

@@ -10,32 +10,28 @@
 
 #include <kcache/compile.h>
 
+#include "compile/nvrtc_points.h"
+
+/*
+ * What the drop-in forwards beyond what a compile calls (KC_NVRTC_POINTS):
+ * X(Name) for each nvrtcName, so that the table and its loading in real.c
+ * come from one list.
+ */
+#define KC_SHIM_MORE_POINTS(X)                                                                     \
+    X(GetNumSupportedArchs)                                                                        \
+    X(GetSupportedArchs)                                                                           \
+    X(GetOptiXIRSize)                                                                              \
+    X(GetOptiXIR)                                                                                  \
+    X(GetPCHHeapSize)                                                                              \
+    X(SetPCHHeapSize)                                                                              \
+    X(GetPCHCreateStatus)                                                                          \
+    X(GetPCHHeapSizeRequired)                                                                      \
+    X(SetFlowCallback)
+
 /* NVIDIA's entry points, as loaded from the real library. */
 typedef struct kc_real_nvrtc {
-    __typeof__(&nvrtcGetErrorString) GetErrorString;
-    __typeof__(&nvrtcVersion) Version;
-    __typeof__(&nvrtcGetNumSupportedArchs) GetNumSupportedArchs;
-    __typeof__(&nvrtcGetSupportedArchs) GetSupportedArchs;
-    __typeof__(&nvrtcCreateProgram) CreateProgram;
-    __typeof__(&nvrtcDestroyProgram) DestroyProgram;
-    __typeof__(&nvrtcCompileProgram) CompileProgram;
-    __typeof__(&nvrtcGetPTXSize) GetPTXSize;
-    __typeof__(&nvrtcGetPTX) GetPTX;
-    __typeof__(&nvrtcGetCUBINSize) GetCUBINSize;
-    __typeof__(&nvrtcGetCUBIN) GetCUBIN;
-    __typeof__(&nvrtcGetLTOIRSize) GetLTOIRSize;
-    __typeof__(&nvrtcGetLTOIR) GetLTOIR;
-    __typeof__(&nvrtcGetOptiXIRSize) GetOptiXIRSize;
-    __typeof__(&nvrtcGetOptiXIR) GetOptiXIR;
-    __typeof__(&nvrtcGetProgramLogSize) GetProgramLogSize;
-    __typeof__(&nvrtcGetProgramLog) GetProgramLog;
-    __typeof__(&nvrtcAddNameExpression) AddNameExpression;
-    __typeof__(&nvrtcGetLoweredName) GetLoweredName;
-    __typeof__(&nvrtcGetPCHHeapSize) GetPCHHeapSize;
-    __typeof__(&nvrtcSetPCHHeapSize) SetPCHHeapSize;
-    __typeof__(&nvrtcGetPCHCreateStatus) GetPCHCreateStatus;
-    __typeof__(&nvrtcGetPCHHeapSizeRequired) GetPCHHeapSizeRequired;
-    __typeof__(&nvrtcSetFlowCallback) SetFlowCallback;
+    KC_NVRTC_POINTS(KC_NVRTC_FIELD)
+    KC_SHIM_MORE_POINTS(KC_NVRTC_FIELD)
     /* Undocumented (a program constructor with three more arguments): forwarded as is. */
     nvrtcResult (*CPEx)(nvrtcProgram *, const char *, const char *, int, const char *const *,
                         const char *const *, int, void *, void *);

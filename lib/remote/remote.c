@@ -174,9 +174,7 @@ KCACHE_API void kcache_remote_close(kcache_remote *remote)
 
 KCACHE_API const char *kcache_remote_errmsg(const kcache_remote *remote)
 {
-    if (!remote)
-        return "no remote";
-    return remote->errmsg[0] ? remote->errmsg : "no error";
+    return kc_errmsg_of(remote ? remote->errmsg : NULL, "no remote");
 }
 
 KCACHE_API const char *kcache_remote_url(const kcache_remote *remote)

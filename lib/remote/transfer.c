@@ -74,13 +74,9 @@ static int collect(void *ud, const char *member)
     return 0;
 }
 
-KCACHE_API int kcache_remote_pull(kcache_transfer *out, kcache_remote *remote,
-                                  const kcache_filter *filter, kcache_progress_fn progress,
-                                  void *userdata)
+static int pull(kcache_transfer *t, kcache_remote *remote, const kcache_filter *filter,
+                kcache_progress_fn progress, void *userdata)
 {
-    if (!remote || !KC_RESULT_VERSION_OK(out, KCACHE_TRANSFER_VERSION))
-        return KCACHE_EINVAL;
-    kcache_transfer t = {KCACHE_TRANSFER_VERSION};
     struct walk w = {remote, filter, NULL, 0, 0};
     char index[320], name[512];
     snprintf(index, sizeof(index), "%sindex", remote->prefix);
@@ -93,7 +89,7 @@ KCACHE_API int kcache_remote_pull(kcache_transfer *out, kcache_remote *remote,
         kcache_entry *e = NULL;
         if (kcache_store_get(&e, remote->store, &w.keys[i], KCACHE_GET_NO_TOUCH |
                                                               KCACHE_GET_NO_DATA) == 0) {
-            t.present++;
+            t->present++;
         } else {
             kc_remote_name(name, sizeof(name), remote, "entry", &w.keys[i]);
             int g = remote->backend->ops->get(remote->backend, &remote->scratch, name,
@@ -101,15 +97,15 @@ KCACHE_API int kcache_remote_pull(kcache_transfer *out, kcache_remote *remote,
             if (g == KCACHE_ENOTFOUND) {
                 ; /* evicted by the server since it was indexed */
             } else if (g == KCACHE_ECORRUPT) {
-                t.rejected++;
+                t->rejected++;
             } else if (g) {
                 rc = backend_error(remote, g);
             } else if (kc_remote_admit(NULL, remote, &w.keys[i], remote->scratch.data,
                                        remote->scratch.size) == 0) {
-                t.entries++;
-                t.bytes += remote->scratch.size;
+                t->entries++;
+                t->bytes += remote->scratch.size;
             } else {
-                t.rejected++;
+                t->rejected++;
             }
         }
         kcache_entry_free(e);
@@ -120,18 +116,12 @@ KCACHE_API int kcache_remote_pull(kcache_transfer *out, kcache_remote *remote,
     free(w.keys);
     if (rc == KCACHE_ENOMEM)
         snprintf(remote->errmsg, sizeof(remote->errmsg), "out of memory");
-    if (out)
-        memcpy(out, &t, KC_MIN(sizeof(t), sizeof(*out)));
     return rc;
 }
 
-KCACHE_API int kcache_remote_push(kcache_transfer *out, kcache_remote *remote,
-                                  const kcache_filter *filter, kcache_progress_fn progress,
-                                  void *userdata)
+static int push(kcache_transfer *t, kcache_remote *remote, const kcache_filter *filter,
+                kcache_progress_fn progress, void *userdata)
 {
-    if (!remote || !KC_RESULT_VERSION_OK(out, KCACHE_TRANSFER_VERSION))
-        return KCACHE_EINVAL;
-    kcache_transfer t = {KCACHE_TRANSFER_VERSION};
     if (remote->read_only) {
         snprintf(remote->errmsg, sizeof(remote->errmsg),
                  "the remote is read-only here (remote_read_only): nothing pushed");
@@ -156,8 +146,8 @@ KCACHE_API int kcache_remote_push(kcache_transfer *out, kcache_remote *remote,
                 snprintf(remote->errmsg, sizeof(remote->errmsg), "%s",
                          remote->backend->errmsg);
             } else {
-                t.entries++;
-                t.bytes += (uint64_t)sent;
+                t->entries++;
+                t->bytes += (uint64_t)sent;
             }
         }
         kcache_entry_free(e);
@@ -165,7 +155,34 @@ KCACHE_API int kcache_remote_push(kcache_transfer *out, kcache_remote *remote,
             progress(userdata, i + 1, n);
     }
     kcache_keys_free(keys);
+    return rc;
+}
+
+/* Pull and push: the arguments checked, then the counts given back whatever happened. */
+static int transfer(kcache_transfer *out, kcache_remote *remote, const kcache_filter *filter,
+                    kcache_progress_fn progress, void *userdata,
+                    int (*run)(kcache_transfer *, kcache_remote *, const kcache_filter *,
+                               kcache_progress_fn, void *))
+{
+    if (!remote || !KC_RESULT_VERSION_OK(out, KCACHE_TRANSFER_VERSION))
+        return KCACHE_EINVAL;
+    kcache_transfer t = {KCACHE_TRANSFER_VERSION};
+    int rc = run(&t, remote, filter, progress, userdata);
     if (out)
         memcpy(out, &t, KC_MIN(sizeof(t), sizeof(*out)));
     return rc;
+}
+
+KCACHE_API int kcache_remote_pull(kcache_transfer *out, kcache_remote *remote,
+                                  const kcache_filter *filter, kcache_progress_fn progress,
+                                  void *userdata)
+{
+    return transfer(out, remote, filter, progress, userdata, pull);
+}
+
+KCACHE_API int kcache_remote_push(kcache_transfer *out, kcache_remote *remote,
+                                  const kcache_filter *filter, kcache_progress_fn progress,
+                                  void *userdata)
+{
+    return transfer(out, remote, filter, progress, userdata, push);
 }

@@ -160,15 +160,10 @@ static int check_call(const kcache_bundle_options **o, kcache_store *store, cons
     return 0;
 }
 
-KCACHE_API int kcache_bundle_export(kcache_bundle_result *out, kcache_store *store,
-                                    const char *path,
-                                    const kcache_bundle_options *options)
+static int export_to(kcache_bundle_result *r, kcache_store *store, const char *path,
+                     const kcache_bundle_options *o)
 {
-    const kcache_bundle_options *o;
-    int rc = check_call(&o, store, "kcache_bundle_export", path, out, options);
-    if (rc)
-        return rc;
-    kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
+    int rc;
     struct item_list keys = {0};
     kcache_store *dst = NULL;
     char *tmp = NULL;
@@ -212,7 +207,7 @@ KCACHE_API int kcache_bundle_export(kcache_bundle_result *out, kcache_store *sto
         if (rc == KCACHE_ENOTFOUND) {
             /* Damaged (the store deleted it) or pruned meanwhile: not exported; only the
              * first is damage (issue 12: a prune during export is not). */
-            r.damaged += (uint64_t)kc_store_get_found_damage(store);
+            r->damaged += (uint64_t)kc_store_get_found_damage(store);
             continue;
         }
         if (rc)
@@ -220,13 +215,13 @@ KCACHE_API int kcache_bundle_export(kcache_bundle_result *out, kcache_store *sto
         rc = kcache_store_put(dst, e);
         if (!rc)
             rc = set_times(dst, &e->key, e->created_at, e->accessed_at);
-        r.bytes += e->size;
+        r->bytes += e->size;
         kcache_entry_free(e);
         if (rc) {
             rc = pass_err(store, dst, rc, "writing the bundle");
             goto out;
         }
-        r.entries++;
+        r->entries++;
     }
     progress(o, "exporting", keys.n, keys.n);
     kcache_store_close(dst);
@@ -247,10 +242,6 @@ out:
         remove_with_sidecars(tmp);
     free(tmp);
     free(keys.items);
-    if (out) {
-        r.version = out->version;
-        *out = r;
-    }
     return rc;
 }
 
@@ -487,15 +478,10 @@ out:
     return rc;
 }
 
-KCACHE_API int kcache_bundle_import(kcache_bundle_result *out, kcache_store *store,
-                                    const char *path,
-                                    const kcache_bundle_options *options)
+static int import_from(kcache_bundle_result *r, kcache_store *store, const char *path,
+                       const kcache_bundle_options *o)
 {
-    const kcache_bundle_options *o;
-    int rc = check_call(&o, store, "kcache_bundle_import", path, out, options);
-    if (rc)
-        return rc;
-    kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
+    int rc;
     struct item_list keys = {0};
     kcache_store *src = NULL;
     kcache_entry *e = NULL, *have = NULL;
@@ -558,8 +544,8 @@ KCACHE_API int kcache_bundle_import(kcache_bundle_result *out, kcache_store *sto
                      hex, what);
             break;
         }
-        r.entries++;
-        r.bytes += e->size;
+        r->entries++;
+        r->bytes += e->size;
         int64_t have_created = 0;
         int exists;
         if (in_batch) {
@@ -579,12 +565,12 @@ KCACHE_API int kcache_bundle_import(kcache_bundle_result *out, kcache_store *sto
         }
         /* e's times are clamped to now: a bundle cannot make its entry "newer" for ever. */
         if (exists && have_created >= e->created_at) {
-            r.skipped++;
+            r->skipped++;
         } else {
             if (exists)
-                r.replaced++;
+                r->replaced++;
             else
-                r.added++;
+                r->added++;
             if (in_batch && (rc = kc_put_batch_add(store, e, e->created_at, e->created_at)))
                 break;
         }
@@ -598,7 +584,7 @@ KCACHE_API int kcache_bundle_import(kcache_bundle_result *out, kcache_store *sto
     }
     if (rc) {
         /* Nothing was merged: the counts say so. */
-        r.added = r.replaced = r.skipped = 0;
+        r->added = r->replaced = r->skipped = 0;
         if (why[0]) {
             bundle_err(store, rc, "%s", why);
         } else {
@@ -617,9 +603,38 @@ out:
     kcache_entry_free(have);
     kcache_store_close(src);
     free(keys.items);
+    return rc;
+}
+
+/* Export and import: the call checked, then the counts given back whatever happened. */
+static int bundle_call(kcache_bundle_result *out, kcache_store *store, const char *path,
+                       const kcache_bundle_options *options, const char *fn,
+                       int (*run)(kcache_bundle_result *, kcache_store *, const char *,
+                                  const kcache_bundle_options *))
+{
+    const kcache_bundle_options *o;
+    int rc = check_call(&o, store, fn, path, out, options);
+    if (rc)
+        return rc;
+    kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
+    rc = run(&r, store, path, o);
     if (out) {
         r.version = out->version;
         *out = r;
     }
     return rc;
+}
+
+KCACHE_API int kcache_bundle_export(kcache_bundle_result *out, kcache_store *store,
+                                    const char *path,
+                                    const kcache_bundle_options *options)
+{
+    return bundle_call(out, store, path, options, "kcache_bundle_export", export_to);
+}
+
+KCACHE_API int kcache_bundle_import(kcache_bundle_result *out, kcache_store *store,
+                                    const char *path,
+                                    const kcache_bundle_options *options)
+{
+    return bundle_call(out, store, path, options, "kcache_bundle_import", import_from);
 }

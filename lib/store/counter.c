@@ -10,18 +10,24 @@
 
 #include "store/storeint.h"
 
-int kc_counters_write(kcache_store *s)
+int kc_counter_write(kcache_store *s, const char *name, uint64_t value)
 {
     sqlite3_stmt *st;
+    int rc = kc_db_stmt(s, &st, KC_STMT_COUNTER_ADD);
+    if (rc)
+        return rc;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)value);
+    rc = sqlite3_step(st);
+    return rc == SQLITE_DONE ? 0 : kc_sqlerr(s, rc, "recording counters");
+}
+
+int kc_counters_write(kcache_store *s)
+{
     int rc;
-    for (size_t i = 0; i < s->n_counters; i++) {
-        if ((rc = kc_db_stmt(s, &st, KC_STMT_COUNTER_ADD)))
+    for (size_t i = 0; i < s->n_counters; i++)
+        if ((rc = kc_counter_write(s, s->counters[i].name, s->counters[i].value)))
             return rc;
-        sqlite3_bind_text(st, 1, s->counters[i].name, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, (sqlite3_int64)s->counters[i].value);
-        if ((rc = sqlite3_step(st)) != SQLITE_DONE)
-            return kc_sqlerr(s, rc, "recording counters");
-    }
     return 0;
 }
 

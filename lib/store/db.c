@@ -102,7 +102,7 @@ static const char *const stmt_sql[KC_STMT_COUNT] = {
         " (SELECT key FROM manifest WHERE base = ?1 ORDER BY created_at DESC LIMIT ?2)",
     [KC_STMT_CLOSURE_FIND] = "SELECT id FROM closure WHERE digest = ?1",
     [KC_STMT_CLOSURE_PUT] =
-        "INSERT INTO closure (digest, codec, raw_size, data) VALUES (?1, ?2, ?3, ?4)",
+        "INSERT INTO closure (digest, raw_size, codec, data) VALUES (?1, ?2, ?3, ?4)",
 };
 
 /* Whether a write may have failed for RLIMIT_FSIZE: a file is within a page of the limit. */

@@ -46,6 +46,20 @@ static int query_double(sqlite3 *db, const char *sql, double *out)
     return src;
 }
 
+/*
+ * KCACHE_ECORRUPT, with what said, when size passes its bound: "<says> N MiB
+ * with <whose> inputs (at most M MiB<scope>)".
+ */
+static int over_bound(char *what, size_t what_size, double size, uint64_t bound, const char *says,
+                      const char *whose, const char *scope)
+{
+    if (size <= (double)bound)
+        return 0;
+    snprintf(what, what_size, "%s %.0f MiB with %s inputs (at most %llu MiB%s)", says,
+             size / (1 << 20), whose, (unsigned long long)(bound >> 20), scope);
+    return KCACHE_ECORRUPT;
+}
+
 int kc_ingest_check_sizes(sqlite3 *db, char *what, size_t what_size)
 {
     /* total(): a float, so that no sum of hostile sizes can overflow into an error. */
@@ -64,21 +78,12 @@ int kc_ingest_check_sizes(sqlite3 *db, char *what, size_t what_size)
         snprintf(what, what_size, "its sizes cannot be read: %s", sqlite3_errstr(src));
         return KCACHE_ECORRUPT;
     }
-    if (largest > (double)KC_INGEST_MAX_ENTRY) {
-        snprintf(what, what_size,
-                 "an entry is too large: it decodes to %.0f MiB with its inputs (at most %llu "
-                 "MiB)",
-                 largest / (1 << 20), (unsigned long long)(KC_INGEST_MAX_ENTRY >> 20));
-        return KCACHE_ECORRUPT;
-    }
-    if (all > (double)KC_INGEST_MAX_TOTAL) {
-        snprintf(what, what_size,
-                 "it is too large: its entries decode to %.0f MiB with their inputs (at most "
-                 "%llu MiB in one bundle)",
-                 all / (1 << 20), (unsigned long long)(KC_INGEST_MAX_TOTAL >> 20));
-        return KCACHE_ECORRUPT;
-    }
-    return 0;
+    int rc = over_bound(what, what_size, largest, KC_INGEST_MAX_ENTRY,
+                        "an entry is too large: it decodes to", "its", "");
+    if (!rc)
+        rc = over_bound(what, what_size, all, KC_INGEST_MAX_TOTAL,
+                        "it is too large: its entries decode to", "their", " in one bundle");
+    return rc;
 }
 
 int kc_ingest_check_entry(kcache_store *s, kcache_entry *e, int64_t now, char *what,

@@ -79,37 +79,9 @@ int kc_store_manifest_get(kc_manifest_row **out, size_t *n, kcache_store *s,
 /* The id of the closure with these bytes, stored now if it was not. */
 static int closure_id(int64_t *id, kcache_store *s, const void *closure, size_t size)
 {
-    uint8_t digest[KC_DIGEST_SIZE];
-    kc_digest(digest, closure, size);
-    sqlite3_stmt *q;
-    int rc = kc_db_stmt(s, &q, KC_STMT_CLOSURE_FIND);
-    if (rc)
-        return rc;
-    sqlite3_bind_blob(q, 1, digest, KC_DIGEST_SIZE, SQLITE_STATIC);
-    int src = sqlite3_step(q);
-    if (src == SQLITE_ROW)
-        *id = sqlite3_column_int64(q, 0);
-    sqlite3_reset(q);
-    if (src == SQLITE_ROW)
-        return 0;
-    if (src != SQLITE_DONE)
-        return kc_sqlerr(s, src, "finding an include closure");
-    /* Compressed only when new: a closure is mostly paths (about 5x). */
-    int codec;
-    if ((rc = kc_encode(s->codec, &s->scratch, &codec, closure, size)))
-        return kc_err(s, rc, "out of memory");
-    if ((rc = kc_db_stmt(s, &q, KC_STMT_CLOSURE_PUT)))
-        return rc;
-    sqlite3_bind_blob(q, 1, digest, KC_DIGEST_SIZE, SQLITE_STATIC);
-    sqlite3_bind_int(q, 2, codec);
-    sqlite3_bind_int64(q, 3, (sqlite3_int64)size);
-    sqlite3_bind_blob64(q, 4, s->scratch.data, s->scratch.size, SQLITE_STATIC);
-    src = sqlite3_step(q);
-    sqlite3_reset(q);
-    if (src != SQLITE_DONE)
-        return kc_sqlerr(s, src, "storing an include closure");
-    *id = sqlite3_last_insert_rowid(s->db);
-    return 0;
+    /* Compressed: a closure is mostly paths (about 5x). */
+    return kc_blob_id(id, s, KC_STMT_CLOSURE_FIND, KC_STMT_CLOSURE_PUT, &s->scratch, closure, size,
+                      "finding an include closure", "storing an include closure");
 }
 
 /* Runs a statement bound to base and either key or an integer limit, to its end. */

@@ -15,19 +15,19 @@ static int cmp_usage(const void *a, const void *b)
     return c ? c : (int)x->kind - (int)y->kind;
 }
 
-static int add_usage(kcache_stats *st, size_t *cap, const char *arch, int kind, uint64_t hits,
-                     uint64_t misses, uint64_t saved_ns)
+int kc_usage_merge(kcache_usage **v, size_t *n, size_t *cap, const char *arch, int kind,
+                   uint64_t hits, uint64_t misses, uint64_t saved_ns)
 {
     kcache_usage *u = NULL;
-    for (size_t i = 0; i < st->n_usage; i++)
-        if ((int)st->usage[i].kind == kind && strcmp(st->usage[i].arch, arch) == 0)
-            u = &st->usage[i];
+    for (size_t i = 0; i < *n; i++)
+        if ((int)(*v)[i].kind == kind && strcmp((*v)[i].arch, arch) == 0)
+            u = &(*v)[i];
     if (!u) {
-        kcache_usage *grown = kc_grow(st->usage, cap, st->n_usage, sizeof(*grown), 8);
+        kcache_usage *grown = kc_grow(*v, cap, *n, sizeof(*grown), 8);
         if (!grown)
             return KCACHE_ENOMEM;
-        st->usage = grown;
-        u = &st->usage[st->n_usage++];
+        *v = grown;
+        u = &grown[(*n)++];
         memset(u, 0, sizeof(*u));
         snprintf(u->arch, sizeof(u->arch), "%s", arch);
         u->kind = (kcache_kind)kind;
@@ -35,6 +35,15 @@ static int add_usage(kcache_stats *st, size_t *cap, const char *arch, int kind, 
     u->hits += hits;
     u->misses += misses;
     u->saved_ns += saved_ns;
+    return 0;
+}
+
+static int add_usage(kcache_stats *st, size_t *cap, const char *arch, int kind, uint64_t hits,
+                     uint64_t misses, uint64_t saved_ns)
+{
+    int rc = kc_usage_merge(&st->usage, &st->n_usage, cap, arch, kind, hits, misses, saved_ns);
+    if (rc)
+        return rc;
     st->hits += hits;
     st->misses += misses;
     st->saved_ns += saved_ns;
@@ -116,7 +125,7 @@ static int read_stats(kcache_store *s, kcache_stats *st)
     if (!rc && src != SQLITE_DONE)
         rc = kc_sqlerr(s, src, "reading stats");
     for (size_t i = 0; !rc && i < s->n_usage; i++) {
-        const struct kc_usage_delta *u = &s->usage[i];
+        const kcache_usage *u = &s->usage[i];
         rc = add_usage(st, &cap, u->arch, u->kind, u->hits, u->misses, u->saved_ns);
     }
     st->corrupt += s->pending_corrupt;

@@ -161,9 +161,7 @@ KCACHE_API void kcache_store_close(kcache_store *store)
 
 KCACHE_API const char *kcache_store_errmsg(const kcache_store *store)
 {
-    if (!store)
-        return "no store";
-    return store->errmsg[0] ? store->errmsg : "no error";
+    return kc_errmsg_of(store ? store->errmsg : NULL, "no store");
 }
 
 KCACHE_API const char *kcache_store_path(const kcache_store *store)
@@ -418,41 +416,54 @@ static int bind_text(sqlite3_stmt *st, int col, const char *text)
     return sqlite3_bind_text(st, col, text ? text : "", -1, SQLITE_STATIC);
 }
 
-static int put_input(kcache_store *s, int64_t entry_id, int seq, const kcache_input *in)
+int kc_blob_id(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt put, kc_buf *enc,
+               const void *data, size_t size, const char *finding, const char *storing)
 {
     uint8_t digest[KC_DIGEST_SIZE];
-    kc_digest(digest, in->data, in->size);
+    kc_digest(digest, data, size);
     sqlite3_stmt *st;
-    int rc = kc_db_stmt(s, &st, KC_STMT_FIND_INPUT);
+    int rc = kc_db_stmt(s, &st, find);
     if (rc)
         return rc;
     sqlite3_bind_blob(st, 1, digest, KC_DIGEST_SIZE, SQLITE_STATIC);
     int src = sqlite3_step(st);
-    int64_t input_id = src == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    if (src == SQLITE_ROW)
+        *id = sqlite3_column_int64(st, 0);
     sqlite3_reset(st);
-    if (src != SQLITE_ROW && src != SQLITE_DONE)
-        return kc_sqlerr(s, src, "storing inputs");
-    if (!input_id) {
-        kc_buf enc = {0};
-        int codec;
-        if ((rc = kc_encode(s->codec, &enc, &codec, in->data, in->size)))
-            return rc;
-        if ((rc = kc_db_stmt(s, &st, KC_STMT_INSERT_INPUT))) {
-            kc_buf_free(&enc);
-            return rc;
-        }
-        sqlite3_bind_blob(st, 1, digest, KC_DIGEST_SIZE, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, (sqlite3_int64)in->size);
-        sqlite3_bind_int(st, 3, codec);
-        sqlite3_bind_blob64(st, 4, enc.data ? (const void *)enc.data : "", enc.size,
-                            SQLITE_STATIC);
-        src = sqlite3_step(st);
-        sqlite3_reset(st);
-        kc_buf_free(&enc);
-        if (src != SQLITE_DONE)
-            return kc_sqlerr(s, src, "storing inputs");
-        input_id = sqlite3_last_insert_rowid(s->db);
-    }
+    if (src == SQLITE_ROW)
+        return 0;
+    if (src != SQLITE_DONE)
+        return kc_sqlerr(s, src, finding);
+    /* Compressed only when new. */
+    int codec;
+    if ((rc = kc_encode(s->codec, enc, &codec, data, size)))
+        return kc_err(s, rc, "out of memory");
+    if ((rc = kc_db_stmt(s, &st, put)))
+        return rc;
+    sqlite3_bind_blob(st, 1, digest, KC_DIGEST_SIZE, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)size);
+    sqlite3_bind_int(st, 3, codec);
+    sqlite3_bind_blob64(st, 4, enc->data ? (const void *)enc->data : "", enc->size,
+                        SQLITE_STATIC);
+    src = sqlite3_step(st);
+    sqlite3_reset(st);
+    if (src != SQLITE_DONE)
+        return kc_sqlerr(s, src, storing);
+    *id = sqlite3_last_insert_rowid(s->db);
+    return 0;
+}
+
+static int put_input(kcache_store *s, int64_t entry_id, int seq, const kcache_input *in)
+{
+    /* Not s->scratch: that holds the entry's own encoded bytes during a put. */
+    kc_buf enc = {0};
+    int64_t input_id;
+    int rc = kc_blob_id(&input_id, s, KC_STMT_FIND_INPUT, KC_STMT_INSERT_INPUT, &enc, in->data,
+                        in->size, "storing inputs", "storing inputs");
+    kc_buf_free(&enc);
+    if (rc)
+        return rc;
+    sqlite3_stmt *st;
     if ((rc = kc_db_stmt(s, &st, KC_STMT_INSERT_ENTRY_INPUT)))
         return rc;
     sqlite3_bind_int64(st, 1, entry_id);
@@ -460,7 +471,7 @@ static int put_input(kcache_store *s, int64_t entry_id, int seq, const kcache_in
     sqlite3_bind_int(st, 3, in->role);
     bind_text(st, 4, in->name);
     sqlite3_bind_int64(st, 5, input_id);
-    src = sqlite3_step(st);
+    int src = sqlite3_step(st);
     sqlite3_reset(st);
     return src == SQLITE_DONE ? 0 : kc_sqlerr(s, src, "storing inputs");
 }

@@ -61,13 +61,6 @@ struct kc_touch {
     uint32_t hits;
 };
 
-/* Counter deltas waiting to be written, per (architecture, kind). */
-struct kc_usage_delta {
-    char arch[32];
-    int kind;
-    uint64_t hits, misses, saved_ns;
-};
-
 struct kcache_store {
     pthread_mutex_t lock;
     sqlite3 *db;
@@ -93,7 +86,7 @@ struct kcache_store {
 
     struct kc_touch *touches;
     size_t n_touches, cap_touches;
-    struct kc_usage_delta *usage;
+    kcache_usage *usage; /* counter deltas waiting to be written, per (architecture, kind) */
     size_t n_usage, cap_usage;
     uint64_t pending_corrupt, pending_failures;
     struct kc_counter_delta *counters; /* named counters of other layers (counter.c) */
@@ -112,6 +105,15 @@ int kc_err(kcache_store *s, int code, const char *fmt, ...) KC_PRINTF(3, 4);
 
 /* Maps an SQLite result to a status and sets a message naming what failed. */
 int kc_sqlerr(kcache_store *s, int sqlite_rc, const char *what);
+
+/*
+ * store.c: the id of the row holding these bytes in a table addressed by
+ * their digest (input, closure), inserted compressed (through enc) if there
+ * was none. find binds ?1 digest; put ?1 digest, ?2 size, ?3 codec, ?4 data.
+ * finding and storing name what failed, for the message.
+ */
+int kc_blob_id(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt put, kc_buf *enc,
+               const void *data, size_t size, const char *finding, const char *storing);
 
 void kc_log(kcache_store *s, int level, const char *fmt, ...) KC_PRINTF(3, 4);
 
@@ -237,8 +239,10 @@ size_t kc_col_text(sqlite3_stmt *st, int col, const char **out);
 /* Reads the metadata columns shared by get and list (list's column order). */
 void kc_row_from_list(struct kc_row *r, sqlite3_stmt *st);
 
-/* counter.c: writes the named deltas inside the caller's write transaction. */
+/* counter.c: writes the named deltas inside the caller's write transaction; */
 int kc_counters_write(kcache_store *s);
+/* ... and one delta, not queued (the store's own counts, kept in its fields). */
+int kc_counter_write(kcache_store *s, const char *name, uint64_t value);
 /* The pending delta of a named counter (0 when none). */
 uint64_t kc_counter_pending(const kcache_store *s, const char *name);
 
@@ -288,6 +292,9 @@ int kc_put_batch_end(kcache_store *s, int commit);
 int kc_flush_locked(kcache_store *s, int wait);
 int kc_usage_add(kcache_store *s, const char *arch, int kind, uint64_t hits, uint64_t misses,
                  uint64_t saved_ns);
+/* stats.c: adds the counts to the row of (arch, kind) in the list v of *n, appended if new. */
+int kc_usage_merge(kcache_usage **v, size_t *n, size_t *cap, const char *arch, int kind,
+                   uint64_t hits, uint64_t misses, uint64_t saved_ns);
 
 /* prune.c */
 int kc_prune_locked(kcache_store *s, const kcache_prune_options *o, kcache_prune_result *r);

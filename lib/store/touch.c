@@ -19,25 +19,8 @@
 int kc_usage_add(kcache_store *s, const char *arch, int kind, uint64_t hits, uint64_t misses,
                  uint64_t saved_ns)
 {
-    struct kc_usage_delta *u = NULL;
-    for (size_t i = 0; i < s->n_usage; i++)
-        if (s->usage[i].kind == kind && strcmp(s->usage[i].arch, arch) == 0)
-            u = &s->usage[i];
-    if (!u) {
-        struct kc_usage_delta *grown =
-            kc_grow(s->usage, &s->cap_usage, s->n_usage, sizeof(*grown), 8);
-        if (!grown)
-            return KCACHE_ENOMEM;
-        s->usage = grown;
-        u = &s->usage[s->n_usage++];
-        memset(u, 0, sizeof(*u));
-        snprintf(u->arch, sizeof(u->arch), "%s", arch);
-        u->kind = kind;
-    }
-    u->hits += hits;
-    u->misses += misses;
-    u->saved_ns += saved_ns;
-    return 0;
+    return kc_usage_merge(&s->usage, &s->n_usage, &s->cap_usage, arch, kind, hits, misses,
+                          saved_ns);
 }
 
 static void add_touch(kcache_store *s, const kcache_key *key)
@@ -72,18 +55,6 @@ void kc_touch(kcache_store *s, const kcache_key *key)
     add_touch(s, key);
 }
 
-static int add_counter(kcache_store *s, const char *name, uint64_t value)
-{
-    sqlite3_stmt *st;
-    int rc = kc_db_stmt(s, &st, KC_STMT_COUNTER_ADD);
-    if (rc)
-        return rc;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, (sqlite3_int64)value);
-    rc = sqlite3_step(st);
-    return rc == SQLITE_DONE ? 0 : kc_sqlerr(s, rc, "recording counters");
-}
-
 /* Writes what is pending inside the caller's write transaction. */
 int kc_pending_write(kcache_store *s)
 {
@@ -99,7 +70,7 @@ int kc_pending_write(kcache_store *s)
             return kc_sqlerr(s, rc, "recording hits");
     }
     for (size_t i = 0; i < s->n_usage; i++) {
-        const struct kc_usage_delta *u = &s->usage[i];
+        const kcache_usage *u = &s->usage[i];
         if ((rc = kc_db_stmt(s, &st, KC_STMT_USAGE_ADD)))
             return rc;
         sqlite3_bind_text(st, 1, u->arch, -1, SQLITE_STATIC);
@@ -110,10 +81,10 @@ int kc_pending_write(kcache_store *s)
         if ((rc = sqlite3_step(st)) != SQLITE_DONE)
             return kc_sqlerr(s, rc, "recording hits");
     }
-    if (s->pending_corrupt && (rc = add_counter(s, "corrupt", s->pending_corrupt)))
+    if (s->pending_corrupt && (rc = kc_counter_write(s, "corrupt", s->pending_corrupt)))
         return rc;
     uint64_t failures = s->pending_failures + s->spilled;
-    if (failures && (rc = add_counter(s, "store_failures", failures)))
+    if (failures && (rc = kc_counter_write(s, "store_failures", failures)))
         return rc;
     return kc_counters_write(s);
 }

@@ -161,22 +161,18 @@ static int parse_scaled(uint64_t *out, const char *text, const struct unit *unit
 
 KCACHE_API int kcache_parse_size(uint64_t *out, const char *text)
 {
+    /* A unit is binary in each of its three spellings: 1K, 1KB and 1KiB are 1024 bytes. */
+#define KC_BINARY_UNIT(p, shift)                                                                   \
+    {p, UINT64_C(1) << (shift)}, {p "B", UINT64_C(1) << (shift)}, {p "iB", UINT64_C(1) << (shift)}
     static const struct unit units[] = {
         {"", 1},
         {"B", 1},
-        {"K", UINT64_C(1) << 10},
-        {"KB", UINT64_C(1) << 10},
-        {"KiB", UINT64_C(1) << 10},
-        {"M", UINT64_C(1) << 20},
-        {"MB", UINT64_C(1) << 20},
-        {"MiB", UINT64_C(1) << 20},
-        {"G", UINT64_C(1) << 30},
-        {"GB", UINT64_C(1) << 30},
-        {"GiB", UINT64_C(1) << 30},
-        {"T", UINT64_C(1) << 40},
-        {"TB", UINT64_C(1) << 40},
-        {"TiB", UINT64_C(1) << 40},
+        KC_BINARY_UNIT("K", 10),
+        KC_BINARY_UNIT("M", 20),
+        KC_BINARY_UNIT("G", 30),
+        KC_BINARY_UNIT("T", 40),
     };
+#undef KC_BINARY_UNIT
     return parse_scaled(out, text, units, KC_ARRAY_SIZE(units));
 }
 
@@ -268,9 +264,37 @@ void *kc_grow(void *p, size_t *cap, size_t n, size_t elem, size_t first)
     return q;
 }
 
+int kc_strv_push(char ***v, size_t *n, const char *s)
+{
+    char **grown = kc_realloc(*v, (*n + 1) * sizeof(char *));
+    if (!grown)
+        return KCACHE_ENOMEM;
+    *v = grown;
+    if (!(grown[*n] = kc_strdup(s)))
+        return KCACHE_ENOMEM;
+    (*n)++;
+    return 0;
+}
+
+void kc_strv_free(char **v, size_t n)
+{
+    if (!v)
+        return;
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
 char *kc_strdup(const char *s)
 {
     return kc_memdup(s ? s : "", s ? strlen(s) : 0);
+}
+
+const char *kc_errmsg_of(const char *errmsg, const char *absent)
+{
+    if (!errmsg)
+        return absent;
+    return errmsg[0] ? errmsg : "no error";
 }
 
 int kc_fmt(char *buf, size_t size, int code, const char *fmt, ...)

@@ -44,8 +44,19 @@ char *kc_memdup(const void *p, size_t size);
  */
 void *kc_grow(void *p, size_t *cap, size_t n, size_t elem, size_t first);
 
+/* A list of n strings of its own: push appends a copy of s; free frees the strings and v. */
+int kc_strv_push(char ***v, size_t *n, const char *s);
+void kc_strv_free(char **v, size_t n);
+
 /* Formats into a fixed buffer, always NUL-terminated. Returns code. */
 int kc_fmt(char *buf, size_t size, int code, const char *fmt, ...) KC_PRINTF(4, 5);
+
+/*
+ * What a handle's public _errmsg() returns: its last message (errmsg, NULL
+ * when there is no handle), "no error" before any, absent ("no store")
+ * without a handle. Never NULL.
+ */
+const char *kc_errmsg_of(const char *errmsg, const char *absent);
 
 /* Milliseconds since the Unix epoch, and a monotonic clock in nanoseconds. */
 int64_t kc_now_ms(void);

@@ -136,19 +136,33 @@ static int check_bool(const char *v)
     return parse_bool(&b, v);
 }
 
-struct setting_def {
-    const char *name;
-    const char *env;
-    int in_file;                /* may be set in kcache.conf */
-    int (*check)(const char *); /* NULL: any text */
-    const char *expect;         /* what check wants, for messages */
-    const char *description;
-};
-
 static int check_remote(const char *v)
 {
     return v[0] == '\0' || !strncmp(v, "redis://", 8) ? 0 : KCACHE_EINVAL;
 }
+
+/* A kind of value: its check, and what the check wants, said in messages; the two together. */
+struct value_kind {
+    int (*check)(const char *); /* NULL: any text */
+    const char *expect;
+};
+
+static const struct value_kind as_directory = {NULL, "a directory"};
+static const struct value_kind as_file = {NULL, "a file"};
+static const struct value_kind as_size = {check_size, "a size such as 2G or 512M, or 0 for no cap"};
+static const struct value_kind as_ms = {check_ms, "milliseconds from 1 to 3600000"};
+static const struct value_kind as_bool = {check_bool, "true or false"};
+static const struct value_kind as_redis_url = {check_remote,
+                                               "redis://[user:password@]host:port[/db]"};
+static const struct value_kind as_text = {NULL, "text"};
+
+struct setting_def {
+    const char *name;
+    const char *env;
+    int in_file; /* may be set in kcache.conf */
+    const struct value_kind *kind;
+    const char *description;
+};
 
 enum {
     SET_DIR, SET_PATH, SET_MAX_SIZE, SET_BUSY_TIMEOUT, SET_DISABLE,
@@ -157,28 +171,33 @@ enum {
 };
 
 static const struct setting_def defs[SET_COUNT] = {
-    {"dir", "KCACHE_DIR", 0, NULL, "a directory", "the cache directory"},
-    {"path", "KCACHE_PATH", 0, NULL, "a file", "the database file"},
-    {"max_size", "KCACHE_MAX_SIZE", 1, check_size, "a size such as 2G or 512M, or 0 for no cap",
-     "size cap of the database plus its WAL"},
-    {"busy_timeout", "KCACHE_BUSY_TIMEOUT", 1, check_ms, "milliseconds from 1 to 3600000",
+    {"dir", "KCACHE_DIR", 0, &as_directory, "the cache directory"},
+    {"path", "KCACHE_PATH", 0, &as_file, "the database file"},
+    {"max_size", "KCACHE_MAX_SIZE", 1, &as_size, "size cap of the database plus its WAL"},
+    {"busy_timeout", "KCACHE_BUSY_TIMEOUT", 1, &as_ms,
      "how long to wait for another process's lock (ms)"},
-    {"disable", "KCACHE_DISABLE", 1, check_bool, "true or false",
+    {"disable", "KCACHE_DISABLE", 1, &as_bool,
      "bypass the cache: compile every time, store nothing"},
     /* The shared tier (lib/remote/); the defaults are in remote/remote.h. */
-    {"remote", "KCACHE_REMOTE", 1, check_remote, "redis://[user:password@]host:port[/db]",
+    {"remote", "KCACHE_REMOTE", 1, &as_redis_url,
      "a Redis server shared by several caches (empty: none)"},
-    {"remote_read_only", "KCACHE_REMOTE_READ_ONLY", 1, check_bool, "true or false",
+    {"remote_read_only", "KCACHE_REMOTE_READ_ONLY", 1, &as_bool,
      "only take entries from the remote, never push"},
-    {"remote_connect_timeout", "KCACHE_REMOTE_CONNECT_TIMEOUT", 1, check_ms,
-     "milliseconds from 1 to 3600000", "how long to wait for the remote to accept (ms)"},
-    {"remote_timeout", "KCACHE_REMOTE_TIMEOUT", 1, check_ms, "milliseconds from 1 to 3600000",
+    {"remote_connect_timeout", "KCACHE_REMOTE_CONNECT_TIMEOUT", 1, &as_ms,
+     "how long to wait for the remote to accept (ms)"},
+    {"remote_timeout", "KCACHE_REMOTE_TIMEOUT", 1, &as_ms,
      "how long one remote operation may take (ms)"},
-    {"remote_prefix", "KCACHE_REMOTE_PREFIX", 1, NULL, "text",
+    {"remote_prefix", "KCACHE_REMOTE_PREFIX", 1, &as_text,
      "prefix of kcache's Redis keys, so that several caches can share a server"},
-    {"remote_secret", "KCACHE_REMOTE_SECRET", 1, NULL, "text",
+    {"remote_secret", "KCACHE_REMOTE_SECRET", 1, &as_text,
      "shared secret: push signed entries, take only entries signed with it"},
 };
+
+/* Whether v is not a value setting i takes. */
+static int invalid(int i, const char *v)
+{
+    return defs[i].kind->check && defs[i].kind->check(v);
+}
 
 static int find_def(const char *name)
 {
@@ -283,9 +302,9 @@ static int parse_lines(char *text, const char *file, char *values[SET_COUNT], ch
                           "%s:%d: '%s' is not a setting of the config file; fix or remove the "
                           "line",
                           file, line, key);
-        if (defs[i].check && defs[i].check(value))
+        if (invalid(i, value))
             return kc_fmt(err, err_size, KCACHE_EINVAL, "%s:%d: %s = '%s': expected %s", file,
-                          line, key, value, defs[i].expect);
+                          line, key, value, defs[i].kind->expect);
         values[i] = value;
     }
     return 0;
@@ -356,9 +375,9 @@ KCACHE_API int kcache_config_load(kcache_config **out, const kcache_config_overr
         if (i < 0 || !overrides[k].value)
             return kc_fmt(err, err_size, KCACHE_EINVAL, "no setting '%s'",
                           overrides[k].name ? overrides[k].name : "(null)");
-        if (defs[i].check && defs[i].check(overrides[k].value))
+        if (invalid(i, overrides[k].value))
             return kc_fmt(err, err_size, KCACHE_EINVAL, "%s '%s': expected %s", defs[i].name,
-                          overrides[k].value, defs[i].expect);
+                          overrides[k].value, defs[i].kind->expect);
         flag[i] = overrides[k].value;
     }
 
@@ -409,9 +428,9 @@ KCACHE_API int kcache_config_load(kcache_config **out, const kcache_config_overr
             rc = set_value(c, i, flag[i], KCACHE_CONFIG_FLAG, "flag");
         else if (env(defs[i].env)) {
             const char *v = env(defs[i].env);
-            if (defs[i].check && defs[i].check(v)) {
+            if (invalid(i, v)) {
                 rc = kc_fmt(err, err_size, KCACHE_EINVAL, "%s=%s: expected %s", defs[i].env, v,
-                            defs[i].expect);
+                            defs[i].kind->expect);
                 goto out;
             }
             rc = set_value(c, i, v, KCACHE_CONFIG_ENV, defs[i].env);
@@ -534,9 +553,7 @@ out:
 
 KCACHE_API const char *kcache_config_errmsg(const kcache_config *config)
 {
-    if (!config)
-        return "no config";
-    return config->errmsg[0] ? config->errmsg : "no error";
+    return kc_errmsg_of(config ? config->errmsg : NULL, "no config");
 }
 
 KCACHE_API int kcache_config_set(kcache_config *config, const char *name, const char *value)
@@ -558,9 +575,9 @@ KCACHE_API int kcache_config_set(kcache_config *config, const char *name, const 
         return kc_fmt(err, err_size, KCACHE_EINVAL,
                       "'%s' cannot be kept in the config file: set %s or use --%s", name,
                       defs[i].env, name);
-    if (value && (strchr(value, '\n') || (defs[i].check && defs[i].check(value))))
+    if (value && (strchr(value, '\n') || invalid(i, value)))
         return kc_fmt(err, err_size, KCACHE_EINVAL, "%s '%s': expected %s", name, value,
-                      defs[i].expect);
+                      defs[i].kind->expect);
 
     /* Keep every other line (comments included) as it was; replace or drop ours. */
     char *text = NULL;
@@ -729,7 +746,7 @@ int kc_config_value(char *buf, size_t size, const char *name, const char *explic
     int rc = 0;
     if (!v)
         rc = KCACHE_ENOTFOUND;
-    else if ((defs[i].check && defs[i].check(v)) || (size_t)snprintf(buf, size, "%s", v) >= size)
+    else if (invalid(i, v) || (size_t)snprintf(buf, size, "%s", v) >= size)
         rc = KCACHE_EINVAL;
     free(from_file);
     return rc;

@@ -20,11 +20,14 @@ ALLOWED = {
     'remote': {'util', 'store'},
     'compile': {'util', 'store', 'remote', 'gpu'},
     'gpu': {'util'},
-    'nvrtc-shim': {'util'},
+    'nvrtc-shim': {'util', 'compile'},
 }
 # compile/ reaches into gpu/ for one thing only: the driver, for --arch native.
 # gpu.c uses compile/ through the public API, so that arrow is not private.
-NARROW = {('compile', 'gpu'): {'gpu/driver.h'}}
+# The drop-in reaches into compile/ for the list of NVRTC's entry points only
+# (a header without code), so that both tables of them come from one list.
+NARROW = {('compile', 'gpu'): {'gpu/driver.h'},
+          ('nvrtc-shim', 'compile'): {'compile/nvrtc_points.h'}}
 
 # (what, pattern, the folders where it belongs)
 OWNED = [
