@@ -40,20 +40,6 @@ struct kcache_batch {
     uint64_t bytes;
 };
 
-static int batch_err(kcache_store *s, int code, const char *fmt, ...) KC_PRINTF(3, 4);
-static int batch_err(kcache_store *s, int code, const char *fmt, ...)
-{
-    char msg[KC_ERRMSG_SIZE];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    pthread_mutex_lock(&s->lock);
-    kc_err(s, code, "%s", msg);
-    pthread_mutex_unlock(&s->lock);
-    return code;
-}
-
 static void pending_free(struct pending *p)
 {
     free((void *)p->e.arch);
@@ -124,18 +110,18 @@ KCACHE_API int kcache_batch_new(kcache_batch **out, kcache_store *store,
     if (!store)
         return KCACHE_EINVAL;
     if (!out)
-        return batch_err(store, KCACHE_EINVAL, "kcache_batch_new: out is NULL");
+        return kc_err_locking(store, KCACHE_EINVAL, "kcache_batch_new: out is NULL");
     *out = NULL;
     if (!options)
         options = &defaults;
     if (options->version < 1 || options->version > KCACHE_BATCH_OPTIONS_VERSION)
-        return batch_err(store, KCACHE_EINVAL,
+        return kc_err_locking(store, KCACHE_EINVAL,
                          "kcache_batch_new: options version %u is not supported",
                          options->version);
     kcache_batch *b = kc_calloc(1, sizeof(*b));
     if (!b || kc_codec_new(&b->codec)) {
         free(b);
-        return batch_err(store, KCACHE_ENOMEM, "out of memory");
+        return kc_err_locking(store, KCACHE_ENOMEM, "out of memory");
     }
     b->store = store;
     b->max_entries = options->max_entries ? options->max_entries : KC_BATCH_DEFAULT_ENTRIES;
@@ -196,7 +182,7 @@ KCACHE_API int kcache_batch_put(kcache_batch *batch, const kcache_entry *entry)
         return KCACHE_EINVAL;
     kcache_store *s = batch->store;
     if (!entry)
-        return batch_err(s, KCACHE_EINVAL, "kcache_batch_put: entry is NULL");
+        return kc_err_locking(s, KCACHE_EINVAL, "kcache_batch_put: entry is NULL");
     pthread_mutex_lock(&s->lock);
     int rc = kc_put_allowed(s, entry);
     pthread_mutex_unlock(&s->lock);
@@ -204,7 +190,7 @@ KCACHE_API int kcache_batch_put(kcache_batch *batch, const kcache_entry *entry)
         return rc;
     struct pending *grown = kc_grow(batch->p, &batch->cap, batch->n, sizeof(*grown), 16);
     if (!grown)
-        return batch_err(s, KCACHE_ENOMEM, "out of memory");
+        return kc_err_locking(s, KCACHE_ENOMEM, "out of memory");
     batch->p = grown;
     struct pending *p = &batch->p[batch->n];
     memset(p, 0, sizeof(*p));
@@ -214,7 +200,7 @@ KCACHE_API int kcache_batch_put(kcache_batch *batch, const kcache_entry *entry)
         rc = copy_entry(p, entry);
     if (rc) {
         pending_free(p);
-        return batch_err(s, rc, rc == KCACHE_ENOMEM ? "out of memory compressing an artifact"
+        return kc_err_locking(s, rc, rc == KCACHE_ENOMEM ? "out of memory compressing an artifact"
                                                     : "kcache_batch_put: name expressions too "
                                                       "large");
     }

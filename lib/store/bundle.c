@@ -25,22 +25,10 @@
 #include "store/storeint.h"
 
 /* Sets the store's message under its lock (the store's own calls do the same). */
-static int bundle_err(kcache_store *s, int code, const char *fmt, ...) KC_PRINTF(3, 4);
-static int bundle_err(kcache_store *s, int code, const char *fmt, ...)
-{
-    va_list ap;
-    pthread_mutex_lock(&s->lock);
-    va_start(ap, fmt);
-    vsnprintf(s->errmsg, sizeof(s->errmsg), fmt, ap);
-    va_end(ap);
-    pthread_mutex_unlock(&s->lock);
-    return code;
-}
-
 /* Copies another store's message into s (after a call on `from` failed). */
 static int pass_err(kcache_store *s, kcache_store *from, int code, const char *what)
 {
-    return bundle_err(s, code, "%s: %s", what, kcache_store_errmsg(from));
+    return kc_err_locking(s, code, "%s: %s", what, kcache_store_errmsg(from));
 }
 
 struct key_item {
@@ -123,13 +111,13 @@ static int make_single_file(kcache_store *s, const char *path)
     if (src == SQLITE_OK)
         src = sqlite3_exec(db, "PRAGMA journal_mode = DELETE", NULL, NULL, NULL);
     int rc = src == SQLITE_OK ? 0
-                              : bundle_err(s, KCACHE_EIO, "finishing %s: %s", path,
+                              : kc_err_locking(s, KCACHE_EIO, "finishing %s: %s", path,
                                            db ? sqlite3_errmsg(db) : sqlite3_errstr(src));
     if (sqlite3_close(db) != SQLITE_OK && !rc)
-        rc = bundle_err(s, KCACHE_EIO, "finishing %s: could not close it", path);
+        rc = kc_err_locking(s, KCACHE_EIO, "finishing %s: could not close it", path);
     int fd = rc ? -1 : open(path, O_RDONLY | O_CLOEXEC);
     if (!rc && (fd < 0 || fsync(fd) != 0))
-        rc = bundle_err(s, errno == ENOSPC ? KCACHE_EFULL : KCACHE_EIO, "cannot write %s: %s",
+        rc = kc_err_locking(s, errno == ENOSPC ? KCACHE_EFULL : KCACHE_EIO, "cannot write %s: %s",
                         path, strerror(errno));
     if (fd >= 0)
         close(fd);
@@ -146,16 +134,16 @@ static int check_call(const kcache_bundle_options **o, kcache_store *store, cons
     if (!store)
         return KCACHE_EINVAL;
     if (!path || !*path)
-        return bundle_err(store, KCACHE_EINVAL, "%s: no path", fn);
+        return kc_err_locking(store, KCACHE_EINVAL, "%s: no path", fn);
     if ((*o)->version < 1 || (*o)->version > KCACHE_BUNDLE_OPTIONS_VERSION)
-        return bundle_err(store, KCACHE_EINVAL, "%s: options version %u is not supported", fn,
+        return kc_err_locking(store, KCACHE_EINVAL, "%s: options version %u is not supported", fn,
                           (*o)->version);
     if (!KC_RESULT_VERSION_OK(out, KCACHE_BUNDLE_RESULT_VERSION))
-        return bundle_err(store, KCACHE_EINVAL,
+        return kc_err_locking(store, KCACHE_EINVAL,
                           "%s: result version %u is not supported (KCACHE_BUNDLE_RESULT_INIT)",
                           fn, out->version);
     if (!strcmp(path, kcache_store_path(store)))
-        return bundle_err(store, KCACHE_EINVAL, "%s is the cache itself: give another file",
+        return kc_err_locking(store, KCACHE_EINVAL, "%s is the cache itself: give another file",
                           path);
     return 0;
 }
@@ -175,13 +163,13 @@ static int export_to(kcache_bundle_result *r, kcache_store *store, const char *p
     f.sort = KCACHE_SORT_CREATED;
     rc = kcache_store_list(store, &f, collect, &keys);
     if (rc == KCACHE_ENOMEM)
-        rc = bundle_err(store, rc, "out of memory listing entries");
+        rc = kc_err_locking(store, rc, "out of memory listing entries");
     if (rc)
         goto out;
 
     size_t tn = strlen(path) + 32;
     if (!(tmp = kc_malloc(tn))) {
-        rc = bundle_err(store, KCACHE_ENOMEM, "out of memory");
+        rc = kc_err_locking(store, KCACHE_ENOMEM, "out of memory");
         goto out;
     }
     snprintf(tmp, tn, "%s.tmp-%ld", path, (long)getpid());
@@ -191,7 +179,7 @@ static int export_to(kcache_bundle_result *r, kcache_store *store, const char *p
     so.max_size = UINT64_MAX;
     char err[KC_ERRMSG_SIZE];
     if ((rc = kcache_store_open(&dst, &so, err, sizeof(err)))) {
-        rc = bundle_err(store, rc, "%s", err);
+        rc = kc_err_locking(store, rc, "%s", err);
         goto out;
     }
     /* Nobody sees the file before the rename, and it is synced before that: no
@@ -233,7 +221,7 @@ static int export_to(kcache_bundle_result *r, kcache_store *store, const char *p
     if ((rc = make_single_file(store, tmp)))
         goto out;
     if (rename(tmp, path) != 0) {
-        rc = bundle_err(store, KCACHE_EIO, "cannot write %s: %s", path, strerror(errno));
+        rc = kc_err_locking(store, KCACHE_EIO, "cannot write %s: %s", path, strerror(errno));
         goto out;
     }
 out:
@@ -372,21 +360,21 @@ static int check_file(kcache_store *s, const char *path)
     int rc = 0;
     struct stat sb;
     if (stat(path, &sb) != 0)
-        return bundle_err(s, KCACHE_EIO, "cannot read %s: %s", path, strerror(errno));
+        return kc_err_locking(s, KCACHE_EIO, "cannot read %s: %s", path, strerror(errno));
     if (!S_ISREG(sb.st_mode))
-        return bundle_err(s, KCACHE_EINVAL, "%s is not a file", path);
+        return kc_err_locking(s, KCACHE_EINVAL, "%s is not a file", path);
     if (sb.st_size == 0)
-        return bundle_err(s, KCACHE_ECORRUPT, "%s is empty, not a kcache bundle", path);
+        return kc_err_locking(s, KCACHE_ECORRUPT, "%s is empty, not a kcache bundle", path);
 
     struct stat live;
     if (stat(kcache_store_path(s), &live) == 0 && live.st_dev == sb.st_dev &&
         live.st_ino == sb.st_ino)
-        return bundle_err(s, KCACHE_EINVAL, "%s is the cache itself (another name for it)", path);
+        return kc_err_locking(s, KCACHE_EINVAL, "%s is the cache itself (another name for it)", path);
 
     /* immutable: no locks, no -journal, -wal or -shm read or made beside the user's file. */
     int src = kc_sqlite_open_immutable(&db, path);
     if (src != SQLITE_OK) {
-        rc = bundle_err(s, KCACHE_EIO, "cannot open %s: %s", path, sqlite3_errstr(src));
+        rc = kc_err_locking(s, KCACHE_EIO, "cannot open %s: %s", path, sqlite3_errstr(src));
         goto out;
     }
     sqlite3_exec(db, "PRAGMA query_only = 1", NULL, NULL, NULL);
@@ -401,7 +389,7 @@ static int check_file(kcache_store *s, const char *path)
         sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &f) == SQLITE_OK && f &&
         f->pMethods && f->pMethods->xRead(f, h, sizeof(h), 0) == SQLITE_OK &&
         !memcmp(h, "SQLite format 3", 16) && (h[18] == 2 || h[19] == 2)) {
-        rc = bundle_err(s, KCACHE_EINVAL,
+        rc = kc_err_locking(s, KCACHE_EINVAL,
                         "%s is in WAL mode, as a live cache is, not a bundle: make one with "
                         "kcache export; nothing imported",
                         path);
@@ -413,26 +401,26 @@ static int check_file(kcache_store *s, const char *path)
     if (src == SQLITE_OK)
         src = query_int(db, "PRAGMA user_version", 0, &version);
     if (src != SQLITE_OK) {
-        rc = bundle_err(s, KCACHE_ECORRUPT, "%s is not a kcache bundle (%s); nothing imported",
+        rc = kc_err_locking(s, KCACHE_ECORRUPT, "%s is not a kcache bundle (%s); nothing imported",
                         path, sqlite3_errstr(src));
         goto out;
     }
     if (app != KC_APPLICATION_ID) {
-        rc = bundle_err(s, KCACHE_EFOREIGN,
+        rc = kc_err_locking(s, KCACHE_EFOREIGN,
                         "%s is not a kcache bundle (another application's database); nothing "
                         "imported",
                         path);
         goto out;
     }
     if (version != kc_schema_version) {
-        rc = bundle_err(s, KCACHE_EVERSION,
+        rc = kc_err_locking(s, KCACHE_EVERSION,
                         "%s has schema %lld and this kcache reads schema %d bundles: export it "
                         "again with this version of kcache; nothing imported",
                         path, (long long)version, kc_schema_version);
         goto out;
     }
     if (reference_schema(&ref, kc_schema_version) != SQLITE_OK) {
-        rc = bundle_err(s, KCACHE_ENOMEM, "out of memory");
+        rc = kc_err_locking(s, KCACHE_ENOMEM, "out of memory");
         goto out;
     }
     if (!same_schema(db, ref, what, sizeof(what)) || !check_integrity(db, what, sizeof(what)))
@@ -471,7 +459,7 @@ static int check_file(kcache_store *s, const char *path)
         goto damaged;
     goto out;
 damaged:
-    rc = bundle_err(s, KCACHE_ECORRUPT, "%s is damaged: %s; nothing imported", path, what);
+    rc = kc_err_locking(s, KCACHE_ECORRUPT, "%s is damaged: %s; nothing imported", path, what);
 out:
     sqlite3_close(ref);
     sqlite3_close(db);
@@ -487,7 +475,7 @@ static int import_from(kcache_bundle_result *r, kcache_store *store, const char 
     kcache_entry *e = NULL, *have = NULL;
 
     if (!o->dry_run && kcache_store_read_only(store)) {
-        rc = bundle_err(store, KCACHE_EREADONLY, "the cache is read-only: nothing imported");
+        rc = kc_err_locking(store, KCACHE_EREADONLY, "the cache is read-only: nothing imported");
         goto out;
     }
     if ((rc = check_file(store, path)))
@@ -495,13 +483,13 @@ static int import_from(kcache_bundle_result *r, kcache_store *store, const char 
 
     char err[KC_ERRMSG_SIZE];
     if ((rc = kc_store_open_bundle(&src, path, err, sizeof(err)))) {
-        rc = bundle_err(store, rc, "%s", err);
+        rc = kc_err_locking(store, rc, "%s", err);
         goto out;
     }
     kcache_filter f = KCACHE_FILTER_INIT;
     f.sort = KCACHE_SORT_CREATED;
     if ((rc = kcache_store_list(src, &f, collect, &keys))) {
-        rc = rc == KCACHE_ENOMEM ? bundle_err(store, rc, "out of memory")
+        rc = rc == KCACHE_ENOMEM ? kc_err_locking(store, rc, "out of memory")
                                  : pass_err(store, src, rc, path);
         goto out;
     }
@@ -586,12 +574,12 @@ static int import_from(kcache_bundle_result *r, kcache_store *store, const char 
         /* Nothing was merged: the counts say so. */
         r->added = r->replaced = r->skipped = 0;
         if (why[0]) {
-            bundle_err(store, rc, "%s", why);
+            kc_err_locking(store, rc, "%s", why);
         } else {
             char msg[KC_ERRMSG_SIZE];
             snprintf(msg, sizeof(msg), "%s", kcache_store_errmsg(store));
             if (!strstr(msg, "nothing imported"))
-                bundle_err(store, rc, "%s; nothing imported", msg);
+                kc_err_locking(store, rc, "%s; nothing imported", msg);
         }
     }
     if (rc)

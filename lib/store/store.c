@@ -10,15 +10,33 @@
 #include "store/storeint.h"
 
 
+static int set_err(kcache_store *s, int code, const char *fmt, va_list ap) KC_PRINTF(3, 0);
+static int set_err(kcache_store *s, int code, const char *fmt, va_list ap)
+{
+    vsnprintf(s->errmsg, sizeof(s->errmsg), fmt, ap);
+    for (char *p = s->errmsg; *p; p++)
+        if (*p == '\n' || *p == '\r')
+            *p = ' ';
+    return code;
+}
+
 int kc_err(kcache_store *s, int code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(s->errmsg, sizeof(s->errmsg), fmt, ap);
+    set_err(s, code, fmt, ap);
     va_end(ap);
-    for (char *p = s->errmsg; *p; p++)
-        if (*p == '\n' || *p == '\r')
-            *p = ' ';
+    return code;
+}
+
+int kc_err_locking(kcache_store *s, int code, const char *fmt, ...)
+{
+    va_list ap;
+    pthread_mutex_lock(&s->lock);
+    va_start(ap, fmt);
+    set_err(s, code, fmt, ap);
+    va_end(ap);
+    pthread_mutex_unlock(&s->lock);
     return code;
 }
 

@@ -102,6 +102,8 @@ struct kcache_store {
 
 /* Sets the store's message; returns code. */
 int kc_err(kcache_store *s, int code, const char *fmt, ...) KC_PRINTF(3, 4);
+/* The same, from a caller that does not hold s->lock: takes it around the write. */
+int kc_err_locking(kcache_store *s, int code, const char *fmt, ...) KC_PRINTF(3, 4);
 
 /* Maps an SQLite result to a status and sets a message naming what failed. */
 int kc_sqlerr(kcache_store *s, int sqlite_rc, const char *what);
