@@ -18,7 +18,7 @@
 enum kc_codec {
     KC_CODEC_RAW = 0,  /* the bytes themselves */
     KC_CODEC_ZSTD = 1, /* one zstd frame with its content size and checksum */
-    KC_CODEC_LZ4 = 2,  /* one LZ4 block; its decoded size is the row's raw size */
+    KC_CODEC_LZ4 = 2,  /* one LZ4 frame with its content size and checksum */
 };
 
 /* Whether a codec number is one this build decodes. */
