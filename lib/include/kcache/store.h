@@ -56,8 +56,9 @@ typedef struct kcache_store_options {
     int no_create;
     /*
      * Version 3. How this handle stores what it writes: "zstd" (smallest),
-     * "lz4" (faster hits, larger), "none". NULL: $KCACHE_COMPRESSION, else
-     * compression in kcache.conf, else "zstd". Every entry records its own
+     * "lz4" (faster hits up to ~128 KiB, a fifth larger), "none". NULL:
+     * $KCACHE_COMPRESSION, else compression in kcache.conf, else "zstd".
+     * Every entry records its own
      * codec, so a store holds a mix and any handle reads them all; anything
      * else is KCACHE_EINVAL at open, with a message naming the valid ones.
      */
