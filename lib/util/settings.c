@@ -580,8 +580,7 @@ KCACHE_API int kcache_config_set(kcache_config *config, const char *name, const 
     if (i < 0)
         return kc_fmt(err, err_size, KCACHE_EINVAL,
                       "no setting '%s' (settings: max_size, busy_timeout, disable, compression, "
-                      "remote, "
-                      "remote_read_only, remote_connect_timeout, remote_timeout, "
+                      "remote, remote_read_only, remote_connect_timeout, remote_timeout, "
                       "remote_prefix, remote_secret)",
                       name);
     if (!defs[i].in_file)
@@ -728,23 +727,25 @@ int kc_config_compression_at(int *out, const char *explicit_value, const char *d
                              char *err, size_t err_size)
 {
     *out = KC_COMPRESSION_DEFAULT;
-    const char *v = explicit_value && *explicit_value ? explicit_value : env("KCACHE_COMPRESSION");
-    /* Where the value came from, written before it: "KCACHE_COMPRESSION=" ... */
-    const char *from = explicit_value && *explicit_value ? "compression " : "KCACHE_COMPRESSION=";
-    const char *in_file = "";
+    /* Never a silent fallback: entries would go on being written in a codec nobody chose.
+     * The messages are kcache_config_load()'s, so a value reads the same wherever it fails. */
+    if (explicit_value && *explicit_value)
+        return kc_compression_parse(out, explicit_value)
+                   ? kc_fmt(err, err_size, KCACHE_EINVAL, "compression '%s': expected "
+                            KC_COMPRESSION_NAMES, explicit_value)
+                   : 0;
+    const char *v = env("KCACHE_COMPRESSION");
+    if (v)
+        return kc_compression_parse(out, v)
+                   ? kc_fmt(err, err_size, KCACHE_EINVAL, "KCACHE_COMPRESSION=%s: expected "
+                            KC_COMPRESSION_NAMES, v)
+                   : 0;
     char *from_file = NULL;
-    int rc = 0;
-    if (!v) {
-        if ((rc = file_value(&from_file, SET_COMPRESSION, db_path, err, err_size)))
-            return rc;
-        v = from_file;
-        from = "compression = ";
-        in_file = " in " KC_CONFIG_FILE_NAME;
-    }
-    /* Never a silent fallback: entries would go on being written in a codec nobody chose. */
-    if (v && kc_compression_parse(out, v))
-        rc = kc_fmt(err, err_size, KCACHE_EINVAL, "%s%s%s is not a compression: use "
-                    KC_COMPRESSION_NAMES, from, v, in_file);
+    int rc = file_value(&from_file, SET_COMPRESSION, db_path, err, err_size);
+    /* parse_lines() refused a bad value with its file and line already. */
+    if (!rc && from_file && kc_compression_parse(out, from_file))
+        rc = kc_fmt(err, err_size, KCACHE_EINVAL, "compression = %s in " KC_CONFIG_FILE_NAME
+                    ": expected " KC_COMPRESSION_NAMES, from_file);
     free(from_file);
     return rc;
 }
