@@ -296,6 +296,38 @@ static void test_setting(void)
     sqlite3_close(db);
 }
 
+/* Batches of puts encode with the store's setting too (they compress outside its lock). */
+static void test_batch(void)
+{
+    const char *path = test_path("batch.db");
+    for (unsigned k = 0; k < 3; k++) {
+        kcache_store *s = open_with(path, settings[k]);
+        kcache_batch *b = NULL;
+        REQUIRE(kcache_batch_new(&b, s, NULL) == 0);
+        for (unsigned n = 400 + 10 * k; n < 403 + 10 * k; n++) {
+            char material[32];
+            kcache_entry e = KCACHE_ENTRY_INIT;
+            e.key = st_material_key(material, n);
+            e.key_material = material;
+            e.key_material_size = strlen(material);
+            e.kind = KCACHE_KIND_CUBIN;
+            e.arch = "sm_90";
+            e.name = "k.cu";
+            e.size = ART_SIZE - n;
+            st_fill(scratch, e.size, n);
+            e.data = scratch;
+            CHECK_RC(kcache_batch_put(b, &e), 0);
+        }
+        CHECK_RC(kcache_batch_commit(b), 0);
+        kcache_batch_free(b);
+        kcache_store_close(s);
+    }
+    sqlite3 *db = sql_open(path);
+    for (unsigned k = 0; k < 3; k++)
+        CHECK(codec_count(db, "entry", codec_of[k]) == 3);
+    sqlite3_close(db);
+}
+
 int main(void)
 {
     unsetenv("KCACHE_COMPRESSION");
@@ -303,5 +335,6 @@ int main(void)
     test_bundle();
     test_unknown_codec();
     test_setting();
+    test_batch();
     return test_done();
 }
