@@ -304,7 +304,7 @@ def main():
         ["floor", "the bytes kcache stores, as a zstd frame in a plain file: `open`+`read`+"
                   "`ZSTD_decompress` (checksum checked): what a hit cannot beat"],
         [", ".join(s for s, _, df in kc_settings(d) if not df) or "–",
-         "kcache with its other `compression` settings (zstd: level-6 frames; lz4: LZ4HC "
+         "kcache with its other `compression` settings (zstd: level-3 frames; lz4: LZ4HC "
          "frames; none: raw bytes), each in a database of its own filled with the same "
          "entries; see \"Each `compression` setting\""],
         ["floor lz4", "the LZ4 frame kcache stores (LZ4HC, content size and checksum), in a "

@@ -32,17 +32,18 @@ int kc_codec_known(int codec);
  */
 #define KC_COMPRESSION_NAMES "zstd, lz4 or none"
 /*
- * The default stays zstd: what a kept entry saves (a compile, 50 ms to
- * seconds) outweighs what lz4 saves on a hit (tens of microseconds), and
- * zstd keeps a fifth to a third more entries under a cap. Measured with
+ * The default stays zstd (level 3): it writes twice as fast as lz4 (LZ4HC)
+ * and keeps an eighth more entries under a cap, where lz4 saves a fifth of
+ * a warm hit up to ~128 KiB and less above; a kept entry saves a compile
+ * (50 ms to seconds), a faster hit tens of microseconds. Measured with
  * `benchmarks/compare/run --quick` (10,000 entries, median 40 KiB; zstd /
- * lz4 / none): warm hit of a 32-128 KiB entry 114 / 86 / 110 us, of a
- * 512-1024 KiB one 778 / 786 / 1,331 us; a process's first hit (32-128 KiB)
- * 811 / 718 / 752 us; random hits, one process, 4,104 / 4,519 / 3,528 per
- * second; puts 733 / 669 / 1,536 per second; disk 166 / 201 / 634 MiB.
- * lz4 stores 3.07x against zstd's 4.22x on sort_sm90.cubin. Per hit (stored bytes' BLAKE2b + decode, callgrind,
- * sort_sm90): 570 k / 345 k / 386 k instructions. doc/kcache.1,
- * COMPRESSION, says it for users.
+ * lz4 / none): warm hit of a 32-128 KiB entry 106 / 85 / 110 us, of a
+ * 512-1024 KiB one 835 / 783 / 1,295 us; a process's first hit (32-128 KiB)
+ * 744 / 670 / 695 us; random hits, one process, 7,063 / 7,942 / 5,373 per
+ * second; puts 1,509 / 707 / 1,947 per second; disk 180 / 201 / 634 MiB.
+ * Per hit (stored bytes' BLAKE2b + decode, callgrind, sort_sm90.cubin):
+ * 570 k / 345 k / 386 k instructions. doc/kcache.1, COMPRESSION, says it
+ * for users.
  */
 #define KC_COMPRESSION_DEFAULT KC_CODEC_ZSTD
 int kc_compression_parse(int *out, const char *text);

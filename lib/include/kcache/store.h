@@ -56,7 +56,7 @@ typedef struct kcache_store_options {
     int no_create;
     /*
      * Version 3. How this handle stores what it writes: "zstd" (smallest),
-     * "lz4" (faster hits up to ~128 KiB, a fifth larger), "none". NULL:
+     * "lz4" (faster hits, slower puts, an eighth larger), "none". NULL:
      * $KCACHE_COMPRESSION, else compression in kcache.conf, else "zstd".
      * Every entry records its own
      * codec, so a store holds a mix and any handle reads them all; anything
