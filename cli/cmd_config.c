@@ -14,8 +14,11 @@ static const char usage_text[] =
     "\n"
     "A setting comes from a flag, else the environment, else the config file\n"
     "(kcache.conf beside the database), else the default.\n"
-    "Settings: dir, path, max_size, busy_timeout, disable, remote, remote_read_only,\n"
-    "remote_connect_timeout, remote_timeout, remote_prefix, remote_secret.\n"
+    "Settings: dir, path, max_size, busy_timeout, disable, compression, remote,\n"
+    "remote_read_only, remote_connect_timeout, remote_timeout, remote_prefix,\n"
+    "remote_secret.\n"
+    "compression (zstd, lz4 or none) applies to what is written from then on;\n"
+    "entries already stored keep theirs and are read whatever it is.\n"
     "Listings hide remote_secret and the password in remote; name the setting to see it.\n"
     "dir and path are not kept in the file: use 'kcache --dir DIR' or KCACHE_DIR.\n"
     "A max_size of 0 or none means no cap. Sizes print in binary units whatever\n"
@@ -140,7 +143,9 @@ int cmd_config(int argc, char **argv)
     const kcache_setting *s = key ? kcache_config_find(cfg, key) : NULL;
     if (key && !s) {
         ret = cli_usage_error("config", "no setting '%s' (settings: dir, path, max_size, "
-                                        "busy_timeout, disable)",
+                                        "busy_timeout, disable, compression, remote, "
+                                        "remote_read_only, remote_connect_timeout, "
+                                        "remote_timeout, remote_prefix, remote_secret)",
                               key);
         goto out;
     }

@@ -56,7 +56,7 @@ _kcache()
     if [[ $cur == -* ]]; then
         COMPREPLY=($(compgen -W "$opts" -- "$cur"))
     elif [[ $verb == config ]]; then
-        COMPREPLY=($(compgen -W "dir path max_size busy_timeout disable remote remote_read_only remote_connect_timeout remote_timeout remote_prefix remote_secret" -- "$cur"))
+        COMPREPLY=($(compgen -W "dir path max_size busy_timeout disable compression remote remote_read_only remote_connect_timeout remote_timeout remote_prefix remote_secret" -- "$cur"))
     elif [[ $verb == remote ]]; then
         COMPREPLY=($(compgen -W "check push pull" -- "$cur"))
     elif [[ $verb == export || $verb == import || $verb == compile || $verb == explain ]]; then

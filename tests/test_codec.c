@@ -18,14 +18,18 @@ static void fill_random(uint8_t *p, size_t n, uint64_t seed)
     }
 }
 
-/* Encodes, checks the codec chosen, decodes both ways and compares. */
-static void round_trip(kc_codec_ctx *c, const uint8_t *raw, size_t n, int want_codec)
+/* Encodes with method, checks the codec chosen, decodes both ways and compares. */
+static void round_trip_with(kc_codec_ctx *c, int method, const uint8_t *raw, size_t n,
+                            int want_codec)
 {
     kc_buf enc = {0};
     int codec = -1;
-    CHECK_RC(kc_encode(c, &enc, &codec, raw, n), 0);
+    CHECK_RC(kc_encode(c, &enc, &codec, method, raw, n), 0);
+    if (codec != want_codec)
+        fprintf(stderr, "method %s, %zu bytes: codec %d, wanted %d\n",
+                kc_compression_name(method), n, codec, want_codec);
     CHECK(codec == want_codec);
-    if (codec == KC_CODEC_ZSTD)
+    if (codec != KC_CODEC_RAW)
         CHECK(enc.size < n);
     else
         CHECK(enc.size == n);
@@ -43,11 +47,16 @@ static void round_trip(kc_codec_ctx *c, const uint8_t *raw, size_t n, int want_c
     /* The encoding is a pure function of the input. */
     kc_buf again = {0};
     int codec2;
-    CHECK_RC(kc_encode(c, &again, &codec2, raw, n), 0);
+    CHECK_RC(kc_encode(c, &again, &codec2, method, raw, n), 0);
     CHECK(codec2 == codec && again.size == enc.size &&
           (enc.size == 0 || memcmp(again.data, enc.data, enc.size) == 0));
     kc_buf_free(&again);
     kc_buf_free(&enc);
+}
+
+static void round_trip(kc_codec_ctx *c, const uint8_t *raw, size_t n, int want_codec)
+{
+    round_trip_with(c, KC_CODEC_ZSTD, raw, n, want_codec);
 }
 
 static void test_round_trips(kc_codec_ctx *c)
@@ -64,6 +73,62 @@ static void test_round_trips(kc_codec_ctx *c)
     /* The context is reused after an incompressible input. */
     fill_compressible(buf, 300000, 4);
     round_trip(c, buf, 300000, KC_CODEC_ZSTD);
+}
+
+/*
+ * Each setting of `compression`: what it stores and that any context reads
+ * it back (a store reads rows whatever it writes now).
+ */
+static void test_methods(kc_codec_ctx *c)
+{
+    static uint8_t buf[1 << 20];
+    static const struct {
+        const char *name;
+        int method;
+    } m[] = {{"zstd", KC_CODEC_ZSTD}, {"lz4", KC_CODEC_LZ4}, {"none", KC_CODEC_RAW}};
+    for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
+        int method = -1;
+        CHECK_RC(kc_compression_parse(&method, m[i].name), 0);
+        CHECK(method == m[i].method);
+        CHECK(!strcmp(kc_compression_name(method), m[i].name));
+        CHECK(kc_codec_known(method));
+        round_trip_with(c, method, buf, 0, KC_CODEC_RAW);
+        fill_compressible(buf, 10, 1);
+        round_trip_with(c, method, buf, 10, KC_CODEC_RAW); /* tiny: raw, whatever the method */
+        fill_compressible(buf, sizeof(buf), 2);
+        round_trip_with(c, method, buf, 4096, method);
+        round_trip_with(c, method, buf, sizeof(buf), method);
+        fill_random(buf, 100000, 3);
+        round_trip_with(c, method, buf, 100000, KC_CODEC_RAW); /* incompressible */
+        fill_compressible(buf, 300000, 4);
+        round_trip_with(c, method, buf, 300000, method);
+    }
+    /* The names a user may write, and nothing else: no case folding, no levels. */
+    static const char *const bad[] = {"", "ZSTD", "lz4hc", "zstd:6", "gzip", "raw", " none"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int method = 42;
+        CHECK_RC(kc_compression_parse(&method, bad[i]), KCACHE_EINVAL);
+        CHECK(method == 42);
+    }
+    CHECK(kc_compression_name(7) == NULL);
+    CHECK(!kc_codec_known(3) && !kc_codec_known(-1));
+
+    /* A fresh context decodes what another wrote, in any codec. */
+    kc_codec_ctx *other = NULL;
+    REQUIRE(kc_codec_new(&other) == 0);
+    fill_compressible(buf, 65536, 5);
+    for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
+        kc_buf enc = {0};
+        int codec;
+        REQUIRE(kc_encode(c, &enc, &codec, m[i].method, buf, 65536) == 0);
+        uint8_t *out = malloc(65536);
+        REQUIRE(out);
+        CHECK_RC(kc_decode_into(other, out, codec, enc.data, enc.size, 65536), 0);
+        CHECK(memcmp(out, buf, 65536) == 0);
+        free(out);
+        kc_buf_free(&enc);
+    }
+    kc_codec_free(other);
 }
 
 static int decodes(kc_codec_ctx *c, int codec, const void *stored, size_t n, size_t raw_size)
@@ -83,7 +148,7 @@ static void test_damage(kc_codec_ctx *c)
     fill_compressible(raw, N, 5);
     kc_buf enc = {0};
     int codec;
-    REQUIRE(kc_encode(c, &enc, &codec, raw, N) == 0 && codec == KC_CODEC_ZSTD);
+    REQUIRE(kc_encode(c, &enc, &codec, KC_CODEC_ZSTD, raw, N) == 0 && codec == KC_CODEC_ZSTD);
     uint8_t *copy = malloc(enc.size);
     REQUIRE(copy);
 
@@ -168,6 +233,45 @@ static void test_damage(kc_codec_ctx *c)
 
     free(copy);
     kc_buf_free(&enc);
+
+    /* LZ4 frames: cut, flipped, followed by more, or claiming another size are refused. */
+    REQUIRE(kc_encode(c, &enc, &codec, KC_CODEC_LZ4, raw, N) == 0 && codec == KC_CODEC_LZ4);
+    REQUIRE((copy = malloc(enc.size)));
+    for (size_t i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++)
+        if (cuts[i] < enc.size)
+            CHECK_RC(decodes(c, KC_CODEC_LZ4, enc.data, cuts[i], N), KCACHE_ECORRUPT);
+    CHECK_RC(decodes(c, KC_CODEC_LZ4, enc.data, enc.size, N - 1), KCACHE_ECORRUPT);
+    CHECK_RC(decodes(c, KC_CODEC_LZ4, enc.data, enc.size, N + 1), KCACHE_ECORRUPT);
+    CHECK_RC(decodes(c, KC_CODEC_LZ4, enc.data, enc.size, 0), KCACHE_ECORRUPT);
+    CHECK_RC(decodes(c, KC_CODEC_LZ4, enc.data, enc.size, SIZE_MAX), KCACHE_ECORRUPT);
+    /* Another codec's bytes under the lz4 number, and lz4's under zstd's. */
+    CHECK_RC(decodes(c, KC_CODEC_LZ4, raw, 100, N), KCACHE_ECORRUPT);
+    CHECK_RC(decodes(c, KC_CODEC_ZSTD, enc.data, enc.size, N), KCACHE_ECORRUPT);
+    /* Flips anywhere, header and checksum included: refused, or (a bit the frame does
+     * not use) the same bytes; other bytes never. The context is reused after each. */
+    for (size_t pos = 0; pos < enc.size; pos += pos < 64 ? 1 : 1 + enc.size / 97) {
+        memcpy(copy, enc.data, enc.size);
+        copy[pos] ^= 0x5a;
+        uint8_t *out = malloc(N);
+        REQUIRE(out);
+        int rc = kc_decode_into(c, out, KC_CODEC_LZ4, copy, enc.size, N);
+        if (!(rc == KCACHE_ECORRUPT || (rc == 0 && memcmp(out, raw, N) == 0))) {
+            fprintf(stderr, "lz4 byte %zu altered: decode returned %d\n", pos, rc);
+            test_failures++;
+        }
+        free(out);
+    }
+    CHECK_RC(decodes(c, KC_CODEC_LZ4, enc.data, enc.size, N), 0);
+    {
+        uint8_t *more = malloc(enc.size + 4);
+        REQUIRE(more);
+        memcpy(more, enc.data, enc.size);
+        memset(more + enc.size, 0, 4);
+        CHECK_RC(decodes(c, KC_CODEC_LZ4, more, enc.size + 4, N), KCACHE_ECORRUPT);
+        free(more);
+    }
+    free(copy);
+    kc_buf_free(&enc);
 }
 
 static void test_digest(void)
@@ -193,6 +297,7 @@ int main(void)
     kc_codec_ctx *c = NULL;
     REQUIRE(kc_codec_new(&c) == 0 && c);
     test_round_trips(c);
+    test_methods(c);
     test_damage(c);
     test_digest();
     kc_codec_free(c);

@@ -169,6 +169,10 @@ static const struct bundle_case bundle_cases[] = {
      "UPDATE entry SET digest = zeroblob(32) WHERE codec = 0 AND id = (SELECT max(id) FROM entry"
      " WHERE codec = 0)",
      KCACHE_ECORRUPT},
+    {"an artifact in a codec this build does not know",
+     "UPDATE entry SET codec = 9 WHERE id = (SELECT min(id) FROM entry)", KCACHE_ECORRUPT},
+    {"an input in a codec this build does not know",
+     "UPDATE input SET codec = 77 WHERE id = (SELECT min(id) FROM input)", KCACHE_ECORRUPT},
     {"an artifact's stored bytes changed",
      "UPDATE artifact SET data = randomblob(length(data)) WHERE id = (SELECT min(id) FROM entry)",
      KCACHE_ECORRUPT},

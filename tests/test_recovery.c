@@ -560,7 +560,7 @@ static void make_v1(const char *path)
     REQUIRE(kc_codec_new(&c) == 0);
     kc_buf enc = {0};
     int codec;
-    REQUIRE(kc_encode(c, &enc, &codec, scratch, N) == 0 && codec == KC_CODEC_ZSTD);
+    REQUIRE(kc_encode(c, &enc, &codec, KC_CODEC_ZSTD, scratch, N) == 0 && codec == KC_CODEC_ZSTD);
     uint8_t digest[KC_DIGEST_SIZE], stored_digest[KC_DIGEST_SIZE];
     kc_digest(digest, scratch, N);
     kc_digest(stored_digest, enc.data, enc.size);

@@ -16,6 +16,7 @@ FPE = "file-per-entry"
 KCB = "kcache batched"
 CC = "cuda.core"
 FLOOR = "floor"
+FLOOR_LZ4 = "floor lz4"
 BINS = ["4-8 KiB", "8-32 KiB", "32-128 KiB", "128-512 KiB", "512-1024 KiB"]
 
 
@@ -40,6 +41,19 @@ class Data:
                 if r["case"] not in seen:
                     seen.append(r["case"])
         return seen
+
+
+def kc_settings(d):
+    """kcache's systems, one per `compression` setting: [(system, setting, is_default)],
+    the default first (cmp_store.c records which is which)."""
+    found = [(r["system"], r["metric"], bool(r["value"])) for r in d.recs
+             if r["group"] == "meta" and r["case"] == "compression"]
+    if not found:  # a run from before the record: cmp_store.c's names then
+        found = [(s, c, s == KC) for s, c in ((KC, "zstd"), ("kcache lz4", "lz4"),
+                                              ("kcache none", "none"))]
+    found = [f for f in found if any(r["system"] == f[0] and r["group"] == "hit_warm"
+                                     for r in d.recs)]
+    return sorted(found, key=lambda f: not f[2])
 
 
 def fmt(v, unit=""):
@@ -130,6 +144,12 @@ def table(head, rows):
     return "\n".join(out) + "\n"
 
 
+def kc_floor(d):
+    """The floor of the default setting's codec: what "kcache" (the default) is compared to."""
+    kcs = kc_settings(d)
+    return FLOOR_LZ4 if kcs and kcs[0][1] == "lz4" else FLOOR
+
+
 def plot(d, plots_dir, rel):
     import matplotlib
     matplotlib.use("Agg")
@@ -137,7 +157,7 @@ def plot(d, plots_dir, rel):
     made = []
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
     styles = {KC: ("tab:blue", "o"), FPE: ("tab:orange", "s"), CC: ("tab:green", "^"),
-              FLOOR: ("black", "x")}
+              kc_floor(d): ("black", "x")}
     for ax, group, title in ((axes[0], "hit_warm", "warm page cache, handle open"),
                              (axes[1], "hit_cold", "cold: pages dropped, open + get + close")):
         for sysname, (col, mk) in styles.items():
@@ -262,8 +282,10 @@ def main():
 
     w("## The systems\n")
     w(table(["system", "what runs"], [
-        ["**kcache**", "this library: one SQLite file, zstd-compressed artifacts, BLAKE2b checked "
-                       "on every hit; compile-level hits resolve and hash every header"],
+        ["**kcache**", f"this library: one SQLite file, artifacts stored with its default "
+                       f"`compression` ({kc_settings(d)[0][1] if kc_settings(d) else '?'}), "
+                       "BLAKE2b of the stored bytes checked on every hit; compile-level hits "
+                       "resolve and hash every header"],
         ["NVRTC (no cache)", "NVRTC called directly through `dlopen` of libnvrtc.so.13: what "
                              "every run costs without a cache"],
         ["kcache no-cache", "`kcache_compile` with `KCACHE_COMPILE_NO_CACHE`: NVRTC plus kcache's "
@@ -281,6 +303,12 @@ def main():
         ["ccache", "Debian's ccache in front of `nvcc -c`"],
         ["floor", "the bytes kcache stores, as a zstd frame in a plain file: `open`+`read`+"
                   "`ZSTD_decompress` (checksum checked): what a hit cannot beat"],
+        [", ".join(s for s, _, df in kc_settings(d) if not df) or "–",
+         "kcache with its other `compression` settings (zstd: level-3 frames; lz4: LZ4HC "
+         "frames; none: raw bytes), each in a database of its own filled with the same "
+         "entries; see \"Each `compression` setting\""],
+        ["floor lz4", "the LZ4 frame kcache stores (LZ4HC, content size and checksum), in a "
+                      "plain file: `open`+`read`+`LZ4F_decompress` (checksum checked)"],
         ["CuPy", "measured on the GPU machine, see \"On the GPU machine\" below"],
         ["NVRTC's own cache", "NVRTC 12.9+'s cache in the driver's ComputeCache: measured on the GPU "
          "machine (it needs a driver), see \"On the GPU machine\" below"],
@@ -289,7 +317,8 @@ def main():
     # ---- headline -------------------------------------------------------
     head = []
     mid = "32-128 KiB"
-    kcw, flw, few, ccw = (d.get("hit_warm", s, mid, "median_us") for s in (KC, FLOOR, FPE, CC))
+    kfl = kc_floor(d)
+    kcw, flw, few, ccw = (d.get("hit_warm", s, mid, "median_us") for s in (KC, kfl, FPE, CC))
     if kcw:
         head.append(f"Warm hit, {mid} artifacts (median): kcache {fmt(kcw, 'us')} = "
                     f"{rfmt(ratio(kcw, flw))} the floor, {rfmt(ratio(kcw, few))} the "
@@ -355,7 +384,7 @@ def main():
             ("hit_warm", "Warm (page cache), handle already open",
              "kcache: `kcache_store_get` + `kcache_entry_free` on an open store; file-per-entry: "
              "`fpe_get`; cuda.core: `cache[key]` on an open `FileStreamProgramCache`; floor: "
-             "open + read + zstd decode."),
+             "open + read + decode of the default setting's codec."),
             ("hit_open", "One get per fresh handle (a process's first hit), warm page cache",
              "Open the cache, get one entry, close. kcache's open, get and close are also "
              "shown apart."),
@@ -369,13 +398,13 @@ def main():
         for b in BINS:
             size = d.get("hit_warm", KC, b, "size")
             vals = {s: (d.get(group, s, b, "median_us"), d.get(group, s, b, "p99_us"))
-                    for s in (FLOOR, KC, FPE, CC)}
+                    for s in (kfl, KC, FPE, CC)}
             if vals[KC][0] is None:
                 continue
             row = [b, fmt(size, "B")]
-            for s in (FLOOR, KC, FPE, CC):
+            for s in (kfl, KC, FPE, CC):
                 row.append(f"{fmt(vals[s][0])} / {fmt(vals[s][1])}")
-            row += [rfmt(ratio(vals[KC][0], vals[FLOOR][0])),
+            row += [rfmt(ratio(vals[KC][0], vals[kfl][0])),
                     rfmt(ratio(vals[KC][0], vals[FPE][0])), rfmt(ratio(vals[KC][0], vals[CC][0]))]
             if group == "hit_open":
                 row.append(" / ".join(fmt(d.get(group, KC, b, f"{x}_median_us"))
@@ -388,14 +417,106 @@ def main():
                              nm, unit="us", detail=b)
                 behind.check(f"Store hit, {title.lower()}: p99", vals[KC][1], vals[s][1], nm,
                              unit="us", detail=b)
-        h = ["size bin", "median size", "floor µs (median / p99)", "kcache µs", "file-per-entry µs",
-             "cuda.core µs", "kcache / floor", "kcache / file-per-entry", "kcache / cuda.core"]
+        h = ["size bin", "median size", f"{kfl} µs (median / p99)", "kcache µs", "file-per-entry µs",
+             "cuda.core µs", f"kcache / {kfl}", "kcache / file-per-entry", "kcache / cuda.core"]
         if group == "hit_open":
             h.append("kcache open / get / close µs (medians)")
             h.append("kcache with `KCACHE_GET_NO_TOUCH`: total µs (close)")
         w(table(h, rows))
     if os.path.exists(os.path.join(a.plots, "hit_latency.png")) or True:
         w("![hit latency against artifact size](compare/hit_latency.png)\n")
+
+    # ---- compression settings ---------------------------------------------
+    kcs = kc_settings(d)
+    if len(kcs) > 1:
+        lab = {s: f"kcache {c}" + (" (default)" if df else "") for s, c, df in kcs}
+        w("## Each `compression` setting\n")
+        w("The same entries in one database per setting (`compression = zstd`, `lz4`, `none`), "
+          "read in the same interleaved loops as the tables above (the \"kcache\" rows there are "
+          "the default). A hit checks the BLAKE2b of the *stored* bytes before decoding, so "
+          "`none` hashes the most bytes and reads the most pages: it is not the fastest. "
+          "\"fastest peer\" is the faster of the file-per-entry cache and cuda.core in that row; "
+          "the ratios are each setting's median over it (below 1×: kcache is faster).\n")
+        for group, title in (("hit_warm", "Warm hit, handle open"),
+                             ("hit_open", "A process's first hit (open + get + close), warm "
+                                          "page cache"),
+                             ("hit_cold", "Cold page cache (open + get + close)")):
+            rows = []
+            for b in BINS:
+                if d.get(group, kcs[0][0], b, "median_us") is None:
+                    continue
+                row = [b]
+                for s, _, _ in kcs:
+                    row.append(f"{fmt(d.get(group, s, b, 'median_us'))} / "
+                               f"{fmt(d.get(group, s, b, 'p99_us'))}")
+                for fl in (FLOOR, FLOOR_LZ4):
+                    row.append(fmt(d.get(group, fl, b, "median_us")))
+                peers = [(d.get(group, p, b, "median_us"), p) for p in (FPE, CC)]
+                peers = [x for x in peers if x[0]]
+                best = min(peers) if peers else (None, "")
+                row.append(f"{fmt(best[0])} ({best[1]})" if best[0] else "–")
+                for s, _, _ in kcs:
+                    row.append(rfmt(ratio(d.get(group, s, b, "median_us"), best[0])))
+                if group == "hit_open":
+                    row.append(" / ".join(fmt(d.get(group, s, b, "get_median_us"))
+                                          for s, _, _ in kcs))
+                rows.append(row)
+            h = (["size bin"] + [f"{lab[s]} µs (median / p99)" for s, _, _ in kcs] +
+                 ["floor (zstd) µs", "floor lz4 µs", "fastest peer µs"] +
+                 [f"{lab[s]} / fastest peer" for s, _, _ in kcs])
+            if group == "hit_open":
+                h.append("get alone µs: " + " / ".join(c for _, c, _ in kcs))
+            w(f"### {title}\n")
+            w(table(h, rows))
+        w("### Writes, read throughput and disk\n")
+        raw_b = d.get("dataset", "-", "entries", "raw_bytes")
+        rows = []
+        for s, c, df in kcs:
+            al = d.get("disk", s, "all", "allocated_bytes")
+            rows.append([lab[s], fmt(d.get("populate", s, "all", "puts_per_s")),
+                         f"{fmt(d.get('throughput', s, '1 proc', 'gets_per_s'))} "
+                         f"({fmt(d.get('throughput', s, '1 proc', 'MB_per_s'))} MB/s)",
+                         fmt(al, "B"), rfmt(ratio(raw_b, al)),
+                         rfmt(ratio(al, d.get("disk", kcs[0][0], "all", "allocated_bytes")))])
+        for p in (FPE, CC):
+            al = d.get("disk", p, "all", "allocated_bytes")
+            if al is None:
+                continue
+            rows.append([p, fmt(d.get("populate", p, "all", "puts_per_s")),
+                         f"{fmt(d.get('throughput', p, '1 proc', 'gets_per_s'))} "
+                         f"({fmt(d.get('throughput', p, '1 proc', 'MB_per_s'))} MB/s)",
+                         fmt(al, "B"), rfmt(ratio(raw_b, al)),
+                         rfmt(ratio(al, d.get("disk", kcs[0][0], "all", "allocated_bytes")))])
+        w(table(["system", "puts/s (filling the set)", "random hits/s, 1 process",
+                 "disk (allocated)", "raw / disk", "disk / the default's"], rows))
+        # Why the warm hits and the read throughput are behind: what a hit does
+        # that cuda.core's does not, with each setting's figure and the disk it buys.
+        mid = "32-128 KiB"
+        kc0, c0 = kcs[0][0], kcs[0][1]
+        others = "; ".join(f"with `compression = {c}` {fmt(d.get('hit_warm', s, mid, 'median_us'), 'us')}"
+                           for s, c, df in kcs if not df)
+        cd, kd = d.get("disk", CC, "all", "allocated_bytes"), d.get("disk", kc0, "all",
+                                                                      "allocated_bytes")
+        buys = (f"; it buys {rfmt(ratio(cd, kd))} less disk than cuda.core ({fmt(kd, 'B')} "
+                f"against {fmt(cd, 'B')}) and a hit that never hands out damaged bytes"
+                if cd and kd else "")
+        kw = d.get("hit_warm", kc0, mid, "median_us")
+        if kw:
+            behind.reason("Store hit, warm",
+                          f"a kcache hit reads the row from SQLite, checks the BLAKE2b of the "
+                          f"stored bytes and decodes them ({c0}, the default), where cuda.core "
+                          f"reads a file and checks nothing. At {mid}: kcache "
+                          f"{fmt(kw, 'us')}, the floor of its codec (read + decode, no SQLite, "
+                          f"no hash) {fmt(d.get('hit_warm', kc_floor(d), mid, 'median_us'), 'us')}, "
+                          f"cuda.core {fmt(d.get('hit_warm', CC, mid, 'median_us'), 'us')}; "
+                          f"{others}" + buys + ".")
+        t1 = [(c, d.get("throughput", s, "1 proc", "gets_per_s")) for s, c, _ in kcs]
+        if all(v for _, v in t1):
+            behind.reason("Read throughput",
+                          "the same work per hit as above, over entries of every size: one "
+                          "process serves " + ", ".join(f"{fmt(v)}/s with {c}" for c, v in t1) +
+                          f", cuda.core {fmt(d.get('throughput', CC, '1 proc', 'gets_per_s'))}/s" +
+                          buys + ".")
 
     # ---- compile level ----------------------------------------------------
     w("## Compile through the cache (corpus kernels, in process)\n")

@@ -426,7 +426,8 @@ void kc_remote_release(kcache_remote *r, const kcache_key *key)
 int64_t kc_remote_push_locked(kcache_remote *r, const kcache_entry *e, int64_t created_ms)
 {
     char name[512], index[320], member[128], hex[KCACHE_KEY_HEX_SIZE];
-    int rc = kc_wire_encode(&r->scratch, r->codec, e, created_ms, &r->secret);
+    int rc = kc_wire_encode(&r->scratch, r->codec, KC_WIRE_PUSH_CODEC, e, created_ms,
+                            &r->secret);
     if (rc)
         return rc;
     kc_remote_name(name, sizeof(name), r, "entry", &e->key);

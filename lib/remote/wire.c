@@ -61,8 +61,8 @@ static int append_text(kc_buf *b, const char *s)
     return kc_buf_append(b, s ? s : "", text_len(s));
 }
 
-int kc_wire_encode(kc_buf *out, kc_codec_ctx *codec, const kcache_entry *e, int64_t created_ms,
-                   const kc_wire_secret *secret)
+int kc_wire_encode(kc_buf *out, kc_codec_ctx *codec, int method, const kcache_entry *e,
+                   int64_t created_ms, const kc_wire_secret *secret)
 {
     kc_buf names = {0}, stored = {0};
     int rc, how = KC_CODEC_RAW;
@@ -74,7 +74,7 @@ int kc_wire_encode(kc_buf *out, kc_codec_ctx *codec, const kcache_entry *e, int6
                 (rc = append_text(&names, pair[k])))
                 goto out;
     }
-    if ((rc = kc_encode(codec, &stored, &how, e->data, e->size)))
+    if ((rc = kc_encode(codec, &stored, &how, method, e->data, e->size)))
         goto out;
     uint8_t h[KC_WIRE_HEADER_SIZE];
     memcpy(h, magic, 4);
@@ -192,7 +192,7 @@ int kc_wire_decode(kc_wire_entry *out, kc_codec_ctx *codec, const kcache_key *ke
     if (want != size || n_names > KC_WIRE_MAX_NAMES || (flags & ~1u))
         return REFUSE("entry sizes do not add up");
     if (kind < KCACHE_KIND_CUBIN || kind > KCACHE_KIND_LTOIR ||
-        (how != KC_CODEC_RAW && how != KC_CODEC_ZSTD) || (how == KC_CODEC_RAW && raw_size != stored_size))
+        !kc_codec_known((int)how) || (how == KC_CODEC_RAW && raw_size != stored_size))
         return REFUSE("entry of an unknown kind or codec");
     size_t body = size - KC_WIRE_SIG_SIZE - ((flags & 1) ? KC_WIRE_SIG_SIZE : 0);
     uint8_t sig[KC_WIRE_SIG_SIZE];

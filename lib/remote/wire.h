@@ -45,9 +45,21 @@ typedef struct kc_wire_secret {
 
 void kc_wire_secret_init(kc_wire_secret *out, const char *secret);
 
-/* Encodes e (its data raw) into out (reset first), signed when secret->set. */
-int kc_wire_encode(kc_buf *out, kc_codec_ctx *codec, const kcache_entry *e, int64_t created_ms,
-                   const kc_wire_secret *secret);
+/*
+ * Encodes e (its data raw) into out (reset first), its artifact compressed
+ * with method (a `compression` of util/codec.h), signed when secret->set.
+ */
+int kc_wire_encode(kc_buf *out, kc_codec_ctx *codec, int method, const kcache_entry *e,
+                   int64_t created_ms, const kc_wire_secret *secret);
+
+/*
+ * What the remote tier pushes with, whatever the local `compression`: zstd.
+ * A value crosses the network and sits in the server's memory, where its
+ * size counts and a decode is small beside the round trip; and every kcache
+ * of a fleet reads zstd, while only builds with LZ4 read lz4. Every codec of
+ * util/codec.h is read back, so a later build may push another.
+ */
+#define KC_WIRE_PUSH_CODEC KC_CODEC_ZSTD
 
 /* A decoded value: entry points into the value and into the two allocations here. */
 typedef struct kc_wire_entry {

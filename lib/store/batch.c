@@ -195,7 +195,8 @@ KCACHE_API int kcache_batch_put(kcache_batch *batch, const kcache_entry *entry)
     struct pending *p = &batch->p[batch->n];
     memset(p, 0, sizeof(*p));
     /* The costly part (compressing, hashing) without the store's lock. */
-    rc = kc_put_encode(&p->ctx, entry, batch->codec, &p->stored, &p->names);
+    /* s->compression is set at open and never changes: no lock needed to read it. */
+    rc = kc_put_encode(&p->ctx, entry, batch->codec, s->compression, &p->stored, &p->names);
     if (!rc)
         rc = copy_entry(p, entry);
     if (rc) {

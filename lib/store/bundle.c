@@ -177,6 +177,9 @@ static int export_to(kcache_bundle_result *r, kcache_store *store, const char *p
     kcache_store_options so = KCACHE_STORE_OPTIONS_INIT;
     so.path = tmp;
     so.max_size = UINT64_MAX;
+    /* Written as the cache writes (its `compression`), not by a kcache.conf beside the
+     * bundle; whatever the codecs, an import decodes each entry by its own. */
+    so.compression = kc_compression_name(store->compression);
     char err[KC_ERRMSG_SIZE];
     if ((rc = kcache_store_open(&dst, &so, err, sizeof(err)))) {
         rc = kc_err_locking(store, rc, "%s", err);

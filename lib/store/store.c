@@ -119,6 +119,10 @@ static int store_open(kcache_store **out, const kcache_store_options *options, i
     if (!rc)
         rc = kc_config_busy_timeout_at(&s->busy_timeout_ms, options->busy_timeout_ms, s->path,
                                        s->errmsg, sizeof(s->errmsg));
+    if (!rc)
+        rc = kc_config_compression_at(&s->compression,
+                                      options->version >= 3 ? options->compression : NULL,
+                                      s->path, s->errmsg, sizeof(s->errmsg));
     if (!rc) {
         size_t n = strlen(s->path) + 5;
         if (!(s->wal_path = kc_malloc(n)))
@@ -454,7 +458,7 @@ int kc_blob_id(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt put
         return kc_sqlerr(s, src, finding);
     /* Compressed only when new. */
     int codec;
-    if ((rc = kc_encode(s->codec, enc, &codec, data, size)))
+    if ((rc = kc_encode(s->codec, enc, &codec, s->compression, data, size)))
         return kc_err(s, rc, "out of memory");
     if ((rc = kc_db_stmt(s, &st, put)))
         return rc;
@@ -597,11 +601,11 @@ static int check_entry(kcache_store *s, const kcache_entry *e)
     return 0;
 }
 
-int kc_put_encode(struct kc_put_ctx *p, const kcache_entry *e, kc_codec_ctx *codec,
+int kc_put_encode(struct kc_put_ctx *p, const kcache_entry *e, kc_codec_ctx *codec, int method,
                   kc_buf *stored, kc_buf *names)
 {
     *p = (struct kc_put_ctx){.e = e, .stored = stored, .names = names};
-    int rc = kc_encode(codec, stored, &p->codec, e->data, e->size);
+    int rc = kc_encode(codec, stored, &p->codec, method, e->data, e->size);
     if (rc)
         return rc;
     if ((rc = kc_names_encode(names, e)))
@@ -637,7 +641,7 @@ static int put_prepare(kcache_store *store, const kcache_entry *entry, struct kc
                        kc_buf *names)
 {
     int rc = kc_put_allowed(store, entry);
-    if (!rc && (rc = kc_put_encode(p, entry, store->codec, &store->scratch, names)))
+    if (!rc && (rc = kc_put_encode(p, entry, store->codec, store->compression, &store->scratch, names)))
         kc_err(store, rc, rc == KCACHE_ENOMEM ? "out of memory compressing an artifact"
                                               : "name expressions too large");
     return rc;

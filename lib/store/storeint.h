@@ -82,6 +82,7 @@ struct kcache_store {
     kcache_log_fn log;
     void *log_userdata;
     kc_codec_ctx *codec;
+    int compression;    /* what puts encode with (util/codec.h); rows say what they hold */
     kc_buf scratch;
 
     struct kc_touch *touches;
@@ -273,11 +274,12 @@ struct kc_put_ctx {
 };
 
 /*
- * Encodes e's artifact with codec into *stored, its names into *names, and
- * hashes both (no lock needed: nothing of the store is used). Returns 0,
- * KCACHE_ENOMEM, or KCACHE_EINVAL (names too large); no message.
+ * Encodes e's artifact with codec and method (the store's `compression`)
+ * into *stored, its names into *names, and hashes both (no lock needed:
+ * nothing of the store is used). Returns 0, KCACHE_ENOMEM, or KCACHE_EINVAL
+ * (names too large); no message.
  */
-int kc_put_encode(struct kc_put_ctx *p, const kcache_entry *e, kc_codec_ctx *codec,
+int kc_put_encode(struct kc_put_ctx *p, const kcache_entry *e, kc_codec_ctx *codec, int method,
                   kc_buf *stored, kc_buf *names);
 /* The rows of one entry, inside a write transaction the caller holds. */
 int kc_put_rows(kcache_store *s, const struct kc_put_ctx *p);

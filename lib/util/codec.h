@@ -1,6 +1,10 @@
 /*
- * How artifact bytes are stored: a zstd frame with its content checksum, or
- * the raw bytes where compression does not pay. Every decode is checked.
+ * How artifact bytes are stored: a zstd frame with its content checksum, an
+ * LZ4 block, or the raw bytes where compression does not pay. The codec is
+ * recorded per row (entry.codec, input.codec, closure.codec), so a store
+ * holds a mix and the `compression` setting can change at any time: every
+ * decode takes the row's codec, whatever the store writes now. Every decode
+ * is checked.
  */
 #ifndef KC_CODEC_H
 #define KC_CODEC_H
@@ -10,15 +14,46 @@
 
 #include "util/common.h"
 
+/* The numbers in the codec columns and on the wire: never renumber. */
 enum kc_codec {
-    KC_CODEC_RAW = 0,
-    KC_CODEC_ZSTD = 1,
+    KC_CODEC_RAW = 0,  /* the bytes themselves */
+    KC_CODEC_ZSTD = 1, /* one zstd frame with its content size and checksum */
+    KC_CODEC_LZ4 = 2,  /* one LZ4 frame with its content size and checksum */
 };
+
+/* Whether a codec number is one this build decodes. */
+int kc_codec_known(int codec);
+
+/*
+ * The `compression` setting: what kc_encode() tries (KC_CODEC_ZSTD,
+ * KC_CODEC_LZ4, or KC_CODEC_RAW for none), by the name a user writes
+ * ("zstd", "lz4", "none"). parse returns 0 or KCACHE_EINVAL; name returns
+ * NULL for a number that is not a setting.
+ */
+#define KC_COMPRESSION_NAMES "zstd, lz4 or none"
+/*
+ * The default stays zstd (level 3): it writes twice as fast as lz4 (LZ4HC)
+ * and keeps an eighth more entries under a cap, where lz4 saves a fifth of
+ * a warm hit up to ~128 KiB and less above; a kept entry saves a compile
+ * (50 ms to seconds), a faster hit tens of microseconds. Measured with
+ * `benchmarks/compare/run --quick` (10,000 entries, median 40 KiB; zstd /
+ * lz4 / none): warm hit of a 32-128 KiB entry 106 / 85 / 110 us, of a
+ * 512-1024 KiB one 835 / 783 / 1,295 us; a process's first hit (32-128 KiB)
+ * 744 / 670 / 695 us; random hits, one process, 7,063 / 7,942 / 5,373 per
+ * second; puts 1,509 / 707 / 1,947 per second; disk 180 / 201 / 634 MiB.
+ * Per hit (stored bytes' BLAKE2b + decode, callgrind, sort_sm90.cubin):
+ * 570 k / 345 k / 386 k instructions. doc/kcache.1, COMPRESSION, says it
+ * for users.
+ */
+#define KC_COMPRESSION_DEFAULT KC_CODEC_ZSTD
+int kc_compression_parse(int *out, const char *text);
+const char *kc_compression_name(int method);
 
 #define KC_DIGEST_SIZE 32
 
 typedef struct kc_codec_ctx kc_codec_ctx;
 
+/* A context for one thread at a time; the codecs' own state is made on first use. */
 int kc_codec_new(kc_codec_ctx **out);
 void kc_codec_free(kc_codec_ctx *ctx);
 
@@ -26,15 +61,19 @@ void kc_codec_free(kc_codec_ctx *ctx);
 void kc_digest(uint8_t out[KC_DIGEST_SIZE], const void *data, size_t size);
 
 /*
- * Encodes raw bytes for storage into out (reset first). *codec says how.
- * The encoding is a pure function of the input.
+ * Encodes raw bytes for storage into out (reset first) with `method` (a
+ * setting from kc_compression_parse()). *codec says how they were stored:
+ * KC_CODEC_RAW where compressing does not pay (tiny or incompressible
+ * input, or method none). The encoding is a pure function of the input and
+ * the method.
  */
-int kc_encode(kc_codec_ctx *ctx, kc_buf *out, int *codec, const void *raw, size_t size);
+int kc_encode(kc_codec_ctx *ctx, kc_buf *out, int *codec, int method, const void *raw,
+              size_t size);
 
 /*
  * Decodes stored bytes into dst, which holds exactly raw_size bytes. Returns
  * 0, or KCACHE_ECORRUPT if they do not decode to raw_size bytes with a valid
- * checksum.
+ * checksum, or the codec is not one this build knows.
  */
 int kc_decode_into(kc_codec_ctx *ctx, void *dst, int codec, const void *stored, size_t stored_size,
                    size_t raw_size);
@@ -42,7 +81,8 @@ int kc_decode_into(kc_codec_ctx *ctx, void *dst, int codec, const void *stored, 
 /*
  * Decodes stored bytes into a new buffer of exactly raw_size bytes (plus a
  * NUL not counted) that the caller frees. Returns 0, KCACHE_ECORRUPT if the
- * bytes do not decode to raw_size bytes with a valid checksum, or ENOMEM.
+ * bytes do not decode to raw_size bytes with a valid checksum or the codec is
+ * unknown, or ENOMEM.
  */
 int kc_decode(kc_codec_ctx *ctx, void **out, int codec, const void *stored, size_t stored_size,
               size_t raw_size);

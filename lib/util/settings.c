@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "util/codec.h"
 #include "util/common.h"
 #include "util/settings.h"
 #include "kcache/config.h"
@@ -136,6 +137,12 @@ static int check_bool(const char *v)
     return parse_bool(&b, v);
 }
 
+static int check_compression(const char *v)
+{
+    int method;
+    return kc_compression_parse(&method, v);
+}
+
 static int check_remote(const char *v)
 {
     return v[0] == '\0' || !strncmp(v, "redis://", 8) ? 0 : KCACHE_EINVAL;
@@ -155,6 +162,7 @@ static const struct value_kind as_bool = {check_bool, "true or false"};
 static const struct value_kind as_redis_url = {check_remote,
                                                "redis://[user:password@]host:port[/db]"};
 static const struct value_kind as_text = {NULL, "text"};
+static const struct value_kind as_compression = {check_compression, KC_COMPRESSION_NAMES};
 
 struct setting_def {
     const char *name;
@@ -165,7 +173,7 @@ struct setting_def {
 };
 
 enum {
-    SET_DIR, SET_PATH, SET_MAX_SIZE, SET_BUSY_TIMEOUT, SET_DISABLE,
+    SET_DIR, SET_PATH, SET_MAX_SIZE, SET_BUSY_TIMEOUT, SET_DISABLE, SET_COMPRESSION,
     SET_REMOTE, SET_REMOTE_READ_ONLY, SET_REMOTE_CONNECT_TIMEOUT, SET_REMOTE_TIMEOUT,
     SET_REMOTE_PREFIX, SET_REMOTE_SECRET, SET_COUNT
 };
@@ -178,6 +186,8 @@ static const struct setting_def defs[SET_COUNT] = {
      "how long to wait for another process's lock (ms)"},
     {"disable", "KCACHE_DISABLE", 1, &as_bool,
      "bypass the cache: compile every time, store nothing"},
+    {"compression", "KCACHE_COMPRESSION", 1, &as_compression,
+     "how new entries are stored: zstd (smallest), lz4 (faster hits), none"},
     /* The shared tier (lib/remote/); the defaults are in remote/remote.h. */
     {"remote", "KCACHE_REMOTE", 1, &as_redis_url,
      "a Redis server shared by several caches (empty: none)"},
@@ -443,6 +453,8 @@ KCACHE_API int kcache_config_load(kcache_config **out, const kcache_config_overr
                          (unsigned long long)(KCACHE_DEFAULT_MAX_SIZE >> 30));
             else if (i == SET_BUSY_TIMEOUT)
                 snprintf(def, sizeof(def), "5000");
+            else if (i == SET_COMPRESSION)
+                snprintf(def, sizeof(def), "%s", kc_compression_name(KC_COMPRESSION_DEFAULT));
             else if (i == SET_REMOTE_CONNECT_TIMEOUT)
                 snprintf(def, sizeof(def), "%u", KC_REMOTE_DEFAULT_CONNECT_MS);
             else if (i == SET_REMOTE_TIMEOUT)
@@ -567,8 +579,8 @@ KCACHE_API int kcache_config_set(kcache_config *config, const char *name, const 
     int i = find_def(name);
     if (i < 0)
         return kc_fmt(err, err_size, KCACHE_EINVAL,
-                      "no setting '%s' (settings: max_size, busy_timeout, disable, remote, "
-                      "remote_read_only, remote_connect_timeout, remote_timeout, "
+                      "no setting '%s' (settings: max_size, busy_timeout, disable, compression, "
+                      "remote, remote_read_only, remote_connect_timeout, remote_timeout, "
                       "remote_prefix, remote_secret)",
                       name);
     if (!defs[i].in_file)
@@ -707,6 +719,33 @@ int kc_config_busy_timeout_at(unsigned *out, unsigned explicit_ms, const char *d
     else if (from_file && parse_ms(out, from_file))
         rc = kc_fmt(err, err_size, KCACHE_EINVAL, "busy_timeout = %s in " KC_CONFIG_FILE_NAME
                     " is not a time: use milliseconds from 1 to 3600000", from_file);
+    free(from_file);
+    return rc;
+}
+
+int kc_config_compression_at(int *out, const char *explicit_value, const char *db_path,
+                             char *err, size_t err_size)
+{
+    *out = KC_COMPRESSION_DEFAULT;
+    /* Never a silent fallback: entries would go on being written in a codec nobody chose.
+     * The messages are kcache_config_load()'s, so a value reads the same wherever it fails. */
+    if (explicit_value && *explicit_value)
+        return kc_compression_parse(out, explicit_value)
+                   ? kc_fmt(err, err_size, KCACHE_EINVAL, "compression '%s': expected "
+                            KC_COMPRESSION_NAMES, explicit_value)
+                   : 0;
+    const char *v = env("KCACHE_COMPRESSION");
+    if (v)
+        return kc_compression_parse(out, v)
+                   ? kc_fmt(err, err_size, KCACHE_EINVAL, "KCACHE_COMPRESSION=%s: expected "
+                            KC_COMPRESSION_NAMES, v)
+                   : 0;
+    char *from_file = NULL;
+    int rc = file_value(&from_file, SET_COMPRESSION, db_path, err, err_size);
+    /* parse_lines() refused a bad value with its file and line already. */
+    if (!rc && from_file && kc_compression_parse(out, from_file))
+        rc = kc_fmt(err, err_size, KCACHE_EINVAL, "compression = %s in " KC_CONFIG_FILE_NAME
+                    ": expected " KC_COMPRESSION_NAMES, from_file);
     free(from_file);
     return rc;
 }

@@ -24,6 +24,15 @@ int kc_config_busy_timeout_at(unsigned *out, unsigned explicit_ms, const char *d
                               size_t err_size);
 
 /*
+ * How the store encodes what it writes (a KC_CODEC_* from util/codec.h):
+ * explicit when not NULL or "", else $KCACHE_COMPRESSION, else compression
+ * in the file next to db_path, else KC_COMPRESSION_DEFAULT. A value that is
+ * not zstd, lz4 or none is KCACHE_EINVAL with a message naming them.
+ */
+int kc_config_compression_at(int *out, const char *explicit_value, const char *db_path,
+                             char *err, size_t err_size);
+
+/*
  * Whether KCACHE_DISABLE (or disable in the file) turns the cache off. A
  * config file that cannot be read or understood turns it off too (its
  * "disable = true" may be what was not read), and why says why; else why

@@ -602,6 +602,37 @@ def test_config(root):
     check("kcache.conf:" in err, "stats with a broken config file: %r" % err)
 
 
+def test_compression(root):
+    """The compression setting through the CLI: set, shown, used for what is written
+    from then on, every entry readable whatever it is now; bad values named."""
+    c = Cache(root)
+    s = c.json("config", "compression")
+    check(s["value"] == "zstd" and s["source"] == "default", "default compression %r" % s)
+    written = {}
+    for seed, setting in enumerate(("zstd", "lz4", "none")):
+        c.run("config", "compression", setting)
+        check(c.json("config", "compression")["value"] == setting, "not set to %s" % setting)
+        written[setting] = c.fill(4, "--size", "30000", "--seed", 40 + seed)
+    ents = c.entries()
+    check(len(ents) == 12, "entries %d" % len(ents))
+    stored = {k: sum(ents[key]["stored_size"] for key in keys) for k, keys in written.items()}
+    check(stored["zstd"] < stored["lz4"] < stored["none"] == 4 * 30000,
+          "stored bytes by setting %r" % stored)
+    s = c.json("stats")
+    check(s["entries"] == 12 and s["raw_bytes"] == 12 * 30000 and
+          s["stored_bytes"] == sum(stored.values()), "stats across codecs %r" % s)
+    for setting in ("zstd", "lz4", "none"):
+        for key in written[setting]:
+            check(len(c.get(key)) == 30000, "%s entry %s not readable" % (setting, key[:8]))
+    v = c.json("verify")
+    check(v["entries"] == 12 and v["damaged_entries"] == 0, "verify %r" % v)
+    _, err = c.run("config", "compression", "gzip", rc=1)
+    check(err.startswith("kcache: ") and "zstd, lz4 or none" in err and "\n" not in err.strip(),
+          "bad value: %r" % err)
+    _, err = c.run("stats", rc=2, env={"KCACHE_COMPRESSION": "fast"})
+    check("KCACHE_COMPRESSION=fast" in err and "zstd, lz4 or none" in err, "bad env: %r" % err)
+
+
 def test_clear_and_vacuum(root):
     c = Cache(root)
     c.fill(30, "--size", "20000", "--seed", 16)

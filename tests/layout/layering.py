@@ -2,8 +2,9 @@
 """The layering test: the arrows of lib/README.md, checked on the source.
 
 System headers sit on every include path, so only this test keeps SQLite in
-store/, NVRTC and nvJitLink in compile/, hiredis in remote/, and stops a folder
-from reaching into another's private headers against the arrows. It reads the
+store/, NVRTC and nvJitLink in compile/, hiredis in remote/, zstd and LZ4 in
+util/ (the codec), and stops a folder from reaching into another's private
+headers against the arrows. It reads the
 files as text with comments and string literals removed, so a message that says
 "NVRTC" is fine and a call to nvrtcCompileProgram is not.
 
@@ -37,6 +38,9 @@ OWNED = [
     ('nvJitLink', re.compile(r'#\s*include\s*<nvJitLink\.h>|\bnvJitLink\w*|\bNVJITLINK_\w+'),
      {'compile'}),
     ('hiredis', re.compile(r'#\s*include\s*<hiredis/|\bredis[A-Z]\w*'), {'remote'}),
+    # The codecs behind util/codec.h: a layer that wants bytes compressed asks the codec.
+    ('zstd', re.compile(r'#\s*include\s*<zstd\.h>|\bZSTD_\w+'), {'util'}),
+    ('LZ4', re.compile(r'#\s*include\s*<lz4\w*\.h>|\bLZ4\w*_\w+'), {'util'}),
 ]
 
 STRIP = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)

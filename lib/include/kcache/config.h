@@ -12,6 +12,8 @@
  *   max_size      the size cap, e.g. 2G      KCACHE_MAX_SIZE
  *   busy_timeout  lock wait in milliseconds  KCACHE_BUSY_TIMEOUT
  *   disable       1/true: bypass the cache   KCACHE_DISABLE
+ *   compression   zstd, lz4 or none          KCACHE_COMPRESSION
+ *                 (how new entries are stored; each keeps its own)
  *   remote, remote_read_only, remote_connect_timeout, remote_timeout,
  *   remote_prefix, remote_secret: the shared tier (see <kcache/remote.h>)
  *

@@ -25,7 +25,7 @@ extern "C" {
 typedef struct kcache_store kcache_store;
 
 /* Bumped when fields are appended to kcache_store_options. */
-#define KCACHE_STORE_OPTIONS_VERSION 2
+#define KCACHE_STORE_OPTIONS_VERSION 3
 
 typedef struct kcache_store_options {
     unsigned version; /* KCACHE_STORE_OPTIONS_VERSION */
@@ -54,6 +54,15 @@ typedef struct kcache_store_options {
      * only look.
      */
     int no_create;
+    /*
+     * Version 3. How this handle stores what it writes: "zstd" (smallest),
+     * "lz4" (faster hits, slower puts, an eighth larger), "none". NULL:
+     * $KCACHE_COMPRESSION, else compression in kcache.conf, else "zstd".
+     * Every entry records its own
+     * codec, so a store holds a mix and any handle reads them all; anything
+     * else is KCACHE_EINVAL at open, with a message naming the valid ones.
+     */
+    const char *compression;
 } kcache_store_options;
 
 KCACHE_DEFINE_INIT(kcache_store_options, kcache_store_options_init, KCACHE_STORE_OPTIONS_VERSION)

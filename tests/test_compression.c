@@ -1,0 +1,340 @@
+/*
+ * The `compression` setting (issue 14): each entry records its codec, so a
+ * store holds a mix and the setting can change at any time. What a user
+ * would notice: every entry reads back whatever the store writes now, stats
+ * add up across codecs, a bundle of one setting imports into a store of
+ * another, an entry whose codec this build does not know is a counted
+ * miss (never a crash), and a bad value is a one-line error naming the
+ * valid ones.
+ */
+#include <kcache/bundle.h>
+#include <kcache/verify.h>
+
+#include "storetest.h"
+
+#define ART_SIZE 50000
+static uint8_t scratch[ART_SIZE + 1];
+
+static const char *const settings[] = {"zstd", "lz4", "none"};
+/* The codec column each setting writes for a compressible artifact (util/codec.h). */
+static const int codec_of[] = {1, 2, 0};
+
+static kcache_store *open_with(const char *path, const char *compression)
+{
+    kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
+    o.path = path;
+    o.max_size = UINT64_MAX;
+    o.compression = compression;
+    kcache_store *s = NULL;
+    char err[512];
+    int rc = kcache_store_open(&s, &o, err, sizeof(err));
+    if (rc)
+        fprintf(stderr, "open %s (compression %s): %d %s\n", path,
+                compression ? compression : "(unset)", rc, err);
+    REQUIRE(rc == 0 && s);
+    return s;
+}
+
+/* Entry n: key from its key material (so it can go through a bundle), one input. */
+static int put_entry(kcache_store *s, unsigned n)
+{
+    char src[160];
+    snprintf(src, sizeof(src), "// input of entry %u, compressible enough: %0100u\n", n, n);
+    kcache_input in[1] = {{KCACHE_INPUT_SOURCE, "k.cu", src, strlen(src)}};
+    kcache_entry e = KCACHE_ENTRY_INIT;
+    char material[32];
+    e.key = st_material_key(material, n);
+    e.key_material = material;
+    e.key_material_size = strlen(material);
+    e.kind = KCACHE_KIND_CUBIN;
+    e.arch = "sm_90";
+    e.name = "k.cu";
+    e.size = ART_SIZE - n;
+    st_fill(scratch, e.size, n);
+    e.data = scratch;
+    e.n_inputs = 1;
+    e.inputs = in;
+    return kcache_store_put(s, &e);
+}
+
+/* Entry n read back whole: artifact and input. Returns its stored size, or -1. */
+static int64_t check_entry(kcache_store *s, unsigned n)
+{
+    char material[32];
+    kcache_key k = st_material_key(material, n);
+    kcache_entry *e = NULL;
+    int rc = kcache_store_get(&e, s, &k, KCACHE_GET_INPUTS);
+    if (rc) {
+        fprintf(stderr, "entry %u: %d %s\n", n, rc, kcache_store_errmsg(s));
+        return -1;
+    }
+    size_t size = ART_SIZE - n;
+    static uint8_t want[ART_SIZE + 1];
+    st_fill(want, size, n);
+    char src[160];
+    snprintf(src, sizeof(src), "// input of entry %u, compressible enough: %0100u\n", n, n);
+    int ok = e->size == size && memcmp(e->data, want, size) == 0 && e->n_inputs == 1 &&
+             e->inputs[0].size == strlen(src) && !memcmp(e->inputs[0].data, src, strlen(src));
+    int64_t stored = ok ? (int64_t)e->stored_size : -1;
+    if (!ok)
+        fprintf(stderr, "entry %u: wrong bytes\n", n);
+    kcache_entry_free(e);
+    return stored;
+}
+
+static sqlite3 *sql_open(const char *path)
+{
+    sqlite3 *db = NULL;
+    REQUIRE(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    return db;
+}
+
+static int64_t codec_count(sqlite3 *db, const char *table, int codec)
+{
+    char sql[128];
+    snprintf(sql, sizeof(sql), "SELECT count(*) FROM %s WHERE codec = %d", table, codec);
+    return st_sql_int(db, sql);
+}
+
+/* Written with zstd, then lz4, then none: all readable by every setting; stats add up. */
+static void test_mixed(void)
+{
+    const char *path = test_path("mixed.db");
+    for (unsigned k = 0; k < 3; k++) {
+        kcache_store *s = open_with(path, settings[k]);
+        for (unsigned n = 0; n < 4; n++)
+            CHECK_RC(put_entry(s, 10 * k + n), 0);
+        kcache_store_close(s);
+    }
+    sqlite3 *db = sql_open(path);
+    for (unsigned k = 0; k < 3; k++) {
+        CHECK(codec_count(db, "entry", codec_of[k]) == 4);
+        CHECK(codec_count(db, "input", codec_of[k]) == 4);
+    }
+    int64_t stored_sql = st_sql_int(db, "SELECT sum(stored_size) FROM entry");
+    int64_t raw_sql = st_sql_int(db, "SELECT sum(raw_size) FROM entry");
+    sqlite3_close(db);
+
+    /* Read with each setting, and with none given (the default). */
+    for (int k = -1; k < 3; k++) {
+        kcache_store *s = open_with(path, k < 0 ? NULL : settings[k]);
+        uint64_t stored[3] = {0, 0, 0}, raw = 0;
+        for (unsigned w = 0; w < 3; w++) {
+            for (unsigned n = 0; n < 4; n++) {
+                int64_t got = check_entry(s, 10 * w + n);
+                CHECK(got > 0);
+                if (got < 0)
+                    continue;
+                stored[w] += (uint64_t)got;
+                raw += ART_SIZE - (10 * w + n);
+                /* Compressed where the setting compresses, as is where it does not. */
+                if (codec_of[w])
+                    CHECK((size_t)got < ART_SIZE - (10 * w + n));
+                else
+                    CHECK((size_t)got == ART_SIZE - (10 * w + n));
+            }
+        }
+        /* lz4 stores more than zstd for the same kind of bytes, less than none. */
+        CHECK(stored[0] < stored[1] && stored[1] < stored[2]);
+        kcache_stats *st = NULL;
+        REQUIRE(kcache_store_stats(&st, s) == 0);
+        CHECK(st->entries == 12);
+        CHECK(st->raw_bytes == raw && (int64_t)raw == raw_sql);
+        CHECK(st->stored_bytes == stored[0] + stored[1] + stored[2]);
+        CHECK((int64_t)st->stored_bytes == stored_sql);
+        CHECK(st->corrupt == 0);
+        CHECK(st->hits == 12u * (unsigned)(k + 2)); /* every get so far hit */
+        kcache_stats_free(st);
+        kcache_verify_result vr = KCACHE_VERIFY_RESULT_INIT;
+        CHECK_RC(kcache_store_verify(&vr, s, NULL, NULL, NULL), 0);
+        CHECK(vr.entries == 12 && vr.damaged == 0 && vr.integrity_ok);
+        kcache_store_close(s);
+    }
+}
+
+/* A bundle exported from an lz4 store is lz4 inside, and imports into a zstd store. */
+static void test_bundle(void)
+{
+    const char *src_path = test_path("lz4.db"), *dst_path = test_path("zstd.db");
+    const char *bundle = test_path("lz4.kcache");
+    kcache_store *src = open_with(src_path, "lz4");
+    for (unsigned n = 100; n < 105; n++)
+        CHECK_RC(put_entry(src, n), 0);
+    kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
+    CHECK_RC(kcache_bundle_export(&r, src, bundle, NULL), 0);
+    CHECK(r.entries == 5);
+    kcache_store_close(src);
+
+    sqlite3 *db = sql_open(bundle);
+    CHECK(codec_count(db, "entry", 2) == 5);
+    CHECK(codec_count(db, "input", 2) == 5);
+    sqlite3_close(db);
+
+    kcache_store *dst = open_with(dst_path, "zstd");
+    r = (kcache_bundle_result)KCACHE_BUNDLE_RESULT_INIT;
+    CHECK_RC(kcache_bundle_import(&r, dst, bundle, NULL), 0);
+    CHECK(r.entries == 5 && r.added == 5);
+    for (unsigned n = 100; n < 105; n++)
+        CHECK(check_entry(dst, n) > 0);
+    kcache_store_close(dst);
+    /* Merged as the store writes: zstd. */
+    db = sql_open(dst_path);
+    CHECK(codec_count(db, "entry", 1) == 5);
+    CHECK(codec_count(db, "input", 1) == 5);
+    sqlite3_close(db);
+}
+
+static int warnings;
+static void count_warning(void *ud, int level, const char *msg)
+{
+    (void)ud;
+    (void)level;
+    (void)msg;
+    warnings++;
+}
+
+/* A codec number this build does not know: a damaged entry, deleted and counted. */
+static void test_unknown_codec(void)
+{
+    const char *path = test_path("unknown.db");
+    kcache_store *s = open_with(path, "lz4");
+    for (unsigned n = 200; n < 204; n++)
+        CHECK_RC(put_entry(s, n), 0);
+    kcache_store_close(s);
+    char material[32];
+    kcache_key k200 = st_material_key(material, 200), k201 = st_material_key(material, 201);
+    sqlite3 *db = sql_open(path);
+    /* 200's artifact, and 201's input, in codecs nobody wrote. */
+    CHECK(sqlite3_exec(db, "UPDATE entry SET codec = 9 WHERE name = 'k.cu' AND raw_size = 49800;"
+                       "UPDATE input SET codec = 1000 WHERE id = (SELECT ei.input_id FROM "
+                       "entry_input ei JOIN entry e ON e.id = ei.entry_id WHERE e.raw_size = "
+                       "49799)",
+                       NULL, NULL, NULL) == SQLITE_OK);
+    CHECK(sqlite3_changes(db) == 1);
+    sqlite3_close(db);
+
+    kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
+    o.path = path;
+    o.log = count_warning;
+    s = NULL;
+    REQUIRE(kcache_store_open(&s, &o, NULL, 0) == 0);
+    kcache_entry *e = NULL;
+    CHECK_RC(kcache_store_get(&e, s, &k200, 0), KCACHE_ENOTFOUND);
+    CHECK(strstr(kcache_store_errmsg(s), "damaged") != NULL);
+    CHECK(e == NULL);
+    CHECK_RC(kcache_store_get(&e, s, &k201, KCACHE_GET_INPUTS), KCACHE_ENOTFOUND);
+    CHECK(warnings == 2);
+    for (unsigned n = 202; n < 204; n++)
+        CHECK(check_entry(s, n) > 0);
+    kcache_stats *st = NULL;
+    REQUIRE(kcache_store_stats(&st, s) == 0);
+    CHECK(st->corrupt == 2);
+    CHECK(st->entries == 2);
+    kcache_stats_free(st);
+    kcache_store_close(s);
+
+    /* verify says so too, for an entry no get has met. */
+    db = sql_open(path);
+    CHECK(sqlite3_exec(db, "UPDATE entry SET codec = -3 WHERE raw_size = 49798", NULL, NULL,
+                       NULL) == SQLITE_OK);
+    sqlite3_close(db);
+    s = open_with(path, NULL);
+    kcache_verify_result vr = KCACHE_VERIFY_RESULT_INIT;
+    CHECK_RC(kcache_store_verify(&vr, s, NULL, NULL, NULL), 0);
+    CHECK(vr.entries == 2 && vr.damaged == 1);
+    kcache_store_close(s);
+}
+
+static int one_line(const char *s)
+{
+    return s && *s && !strchr(s, '\n');
+}
+
+/* Bad values: refused at open with one line naming the valid ones; flag > env > file. */
+static void test_setting(void)
+{
+    const char *path = test_path("setting/kcache.db");
+    test_sh("mkdir -p '%s'", test_path("setting"));
+    char err[512];
+    kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
+    o.path = path;
+    kcache_store *s = NULL;
+
+    o.compression = "gzip";
+    CHECK_RC(kcache_store_open(&s, &o, err, sizeof(err)), KCACHE_EINVAL);
+    CHECK(s == NULL && one_line(err) && strstr(err, "gzip") && strstr(err, "zstd, lz4 or none"));
+
+    o.compression = NULL;
+    setenv("KCACHE_COMPRESSION", "fast", 1);
+    CHECK_RC(kcache_store_open(&s, &o, err, sizeof(err)), KCACHE_EINVAL);
+    CHECK(one_line(err) && strstr(err, "KCACHE_COMPRESSION=fast") &&
+          strstr(err, "zstd, lz4 or none"));
+    unsetenv("KCACHE_COMPRESSION");
+
+    test_write_text(test_path("setting/kcache.conf"), "max_size = 1G\ncompression = zstd9\n");
+    CHECK_RC(kcache_store_open(&s, &o, err, sizeof(err)), KCACHE_EINVAL);
+    CHECK(one_line(err) && strstr(err, "kcache.conf:2") && strstr(err, "zstd, lz4 or none"));
+
+    /* The file's value, then the environment's over it, then the flag's over both. */
+    test_write_text(test_path("setting/kcache.conf"), "compression = none\n");
+    s = open_with(path, NULL);
+    CHECK_RC(put_entry(s, 300), 0);
+    kcache_store_close(s);
+    setenv("KCACHE_COMPRESSION", "lz4", 1);
+    s = open_with(path, NULL);
+    CHECK_RC(put_entry(s, 301), 0);
+    kcache_store_close(s);
+    s = open_with(path, "zstd");
+    CHECK_RC(put_entry(s, 302), 0);
+    kcache_store_close(s);
+    unsetenv("KCACHE_COMPRESSION");
+    sqlite3 *db = sql_open(path);
+    CHECK(codec_count(db, "entry", 0) == 1);
+    CHECK(codec_count(db, "entry", 2) == 1);
+    CHECK(codec_count(db, "entry", 1) == 1);
+    sqlite3_close(db);
+}
+
+/* Batches of puts encode with the store's setting too (they compress outside its lock). */
+static void test_batch(void)
+{
+    const char *path = test_path("batch.db");
+    for (unsigned k = 0; k < 3; k++) {
+        kcache_store *s = open_with(path, settings[k]);
+        kcache_batch *b = NULL;
+        REQUIRE(kcache_batch_new(&b, s, NULL) == 0);
+        for (unsigned n = 400 + 10 * k; n < 403 + 10 * k; n++) {
+            char material[32];
+            kcache_entry e = KCACHE_ENTRY_INIT;
+            e.key = st_material_key(material, n);
+            e.key_material = material;
+            e.key_material_size = strlen(material);
+            e.kind = KCACHE_KIND_CUBIN;
+            e.arch = "sm_90";
+            e.name = "k.cu";
+            e.size = ART_SIZE - n;
+            st_fill(scratch, e.size, n);
+            e.data = scratch;
+            CHECK_RC(kcache_batch_put(b, &e), 0);
+        }
+        CHECK_RC(kcache_batch_commit(b), 0);
+        kcache_batch_free(b);
+        kcache_store_close(s);
+    }
+    sqlite3 *db = sql_open(path);
+    for (unsigned k = 0; k < 3; k++)
+        CHECK(codec_count(db, "entry", codec_of[k]) == 3);
+    sqlite3_close(db);
+}
+
+int main(void)
+{
+    unsetenv("KCACHE_COMPRESSION");
+    test_mixed();
+    test_bundle();
+    test_unknown_codec();
+    test_setting();
+    test_batch();
+    return test_done();
+}
