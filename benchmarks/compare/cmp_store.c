@@ -33,6 +33,7 @@
 #include "cmp_store.h"
 #include "cmp_util.h"
 #include "fpe.h"
+#include "sqlite_floor.h"
 
 /* What lib/util/codec.c writes, so that the floors decode data of the same shape. */
 #define FLOOR_ZSTD_LEVEL 3
@@ -424,6 +425,10 @@ int cmp_store_main(const struct cmp_store_args *a)
     snprintf(db, sizeof(db), "%s", kdb[0]);
     snprintf(dir, sizeof(dir), "%s/fpe", a->workdir);
     snprintf(floor_dir, sizeof(floor_dir), "%s/floor", a->workdir);
+    /* The least one SQLite file can cost (sqlite_floor.h): the same entries, raw. */
+    char sqf_db[4300], sqf_wal[4310];
+    snprintf(sqf_db, sizeof(sqf_db), "%s/sqlite-floor.db", a->workdir);
+    snprintf(sqf_wal, sizeof(sqf_wal), "%s-wal", sqf_db);
     db_files(db, wal, shm);
     remove_tree(a->workdir);
     if (mkdir(a->workdir, 0700) != 0 || mkdir(floor_dir, 0700) != 0)
@@ -496,9 +501,11 @@ int cmp_store_main(const struct cmp_store_args *a)
     if (kcache_batch_new(&batch, sb, NULL) != 0)
         cmp_fail("kcache batch: %s", kcache_store_errmsg(sb));
     double t_kcs[N_KC] = {0}, t_fpe = 0, t_batch = 0;
+    sqf_writer *sqw = sqf_create(sqf_db);
     for (uint64_t i = 0; i < n; i++) {
         entry_bytes(i, buf, sizes[i]);
         kcache_key k = entry_key(i);
+        sqf_put(sqw, k.bytes, buf, sizes[i]); /* not timed: not a compared put */
         for (int ki = 0; ki < N_KC; ki++) {
             double t0 = cmp_now();
             kc_put(ks[ki], i, buf, sizes[i]);
@@ -518,6 +525,7 @@ int cmp_store_main(const struct cmp_store_args *a)
     }
     kcache_batch_free(batch);
     kcache_store_close(sb);
+    sqf_finish(sqw);
     for (int k = 0; k < N_KC; k++) {
         kcache_store_close(ks[k]);
         cmp_rec("populate", sys_name[k], "all", "puts_per_s", (double)n / t_kcs[k], "1/s");
@@ -668,6 +676,12 @@ int cmp_store_main(const struct cmp_store_args *a)
     }
     double *t_nt = cmp_xmalloc(a->cold_iters * sizeof(double));
     double *t_ntc = cmp_xmalloc(a->cold_iters * sizeof(double));
+    /* The SQLite floor's time, and the KiB each system had read from the disk
+     * (/proc/self/io): the measured reasons behind a slow first or cold hit. */
+    double *t_sqf = cmp_xmalloc(a->cold_iters * sizeof(double));
+    double *disk[N_SYS + 1];
+    for (int k = 0; k <= N_SYS; k++)
+        disk[k] = cmp_xmalloc(a->cold_iters * sizeof(double));
     for (int cold = 1; cold >= 0; cold--) {
         const char *group = cold ? "hit_cold" : "hit_open";
         for (int b = 0; b < N_BINS; b++) {
@@ -680,11 +694,13 @@ int cmp_store_main(const struct cmp_store_args *a)
                     int k = (int)((r + it) % N_SYS);
                     char path[4200];
                     double t0;
+                    uint64_t d0 = 0;
                     if (k < N_KC) {
                         if (cold) {
                             cmp_drop_cache(kdb[k]);
                             cmp_drop_cache(kwal[k]);
                         }
+                        d0 = cmp_disk_read_bytes();
                         t0 = cmp_now();
                         kcache_store *s2 = open_store(kdb[k], UINT64_MAX, kc_setting[k]);
                         double ta = cmp_now();
@@ -701,6 +717,7 @@ int cmp_store_main(const struct cmp_store_args *a)
                         fpe_close(c2);
                         if (cold)
                             cmp_drop_cache(path);
+                        d0 = cmp_disk_read_bytes();
                         t0 = cmp_now();
                         c2 = open_fpe(dir, 0);
                         get_fpe(c2, x);
@@ -708,15 +725,36 @@ int cmp_store_main(const struct cmp_store_args *a)
                     } else if (k == SYS_FLOOR) {
                         if (cold)
                             cmp_drop_cache(x->floor_path);
+                        d0 = cmp_disk_read_bytes();
                         t0 = cmp_now();
                         get_floor(x);
                     } else {
                         if (cold)
                             cmp_drop_cache(x->floor_lz4_path);
+                        d0 = cmp_disk_read_bytes();
                         t0 = cmp_now();
                         get_floor_lz4(x);
                     }
                     t[k][it] = cmp_now() - t0;
+                    disk[k][it] = (double)(cmp_disk_read_bytes() - d0) / KIB;
+                }
+                {
+                    if (cold) {
+                        cmp_drop_cache(sqf_db);
+                        cmp_drop_cache(sqf_wal);
+                    }
+                    kcache_key key = entry_key(x->index);
+                    void *data;
+                    size_t size;
+                    uint64_t d0 = cmp_disk_read_bytes();
+                    double t0 = cmp_now();
+                    sqf_first_hit(sqf_db, key.bytes, &data, &size);
+                    t_sqf[it] = cmp_now() - t0;
+                    disk[N_SYS][it] = (double)(cmp_disk_read_bytes() - d0) / KIB;
+                    if (size != x->size || memcmp(data, x->bytes, size) != 0)
+                        cmp_fail("sqlite floor: entry %llu read back wrong",
+                                 (unsigned long long)x->index);
+                    free(data);
                 }
                 if (cold) {
                     sync_dir(a->workdir); /* the touches kcache wrote */
@@ -751,10 +789,20 @@ int cmp_store_main(const struct cmp_store_args *a)
                 cmp_rec(group, sys_name[k], bin_name[b], "p99_us",
                         cmp_quantile(t[k], a->cold_iters, 0.99) * 1e6, "us");
             }
+            cmp_rec(group, "sqlite floor", bin_name[b], "median_us",
+                    cmp_quantile(t_sqf, a->cold_iters, 0.5) * 1e6, "us");
+            cmp_rec(group, "sqlite floor", bin_name[b], "p99_us",
+                    cmp_quantile(t_sqf, a->cold_iters, 0.99) * 1e6, "us");
+            for (int k = 0; cold && k <= N_SYS; k++)
+                cmp_rec(group, k < N_SYS ? sys_name[k] : "sqlite floor", bin_name[b],
+                        "disk_read_kib_median", cmp_quantile(disk[k], a->cold_iters, 0.5), "KiB");
         }
     }
     for (int k = 0; k < N_SYS; k++)
         free(t[k]);
+    for (int k = 0; k <= N_SYS; k++)
+        free(disk[k]);
+    free(t_sqf);
     for (int k = 0; k < N_KC; k++) {
         free(t_open[k]);
         free(t_get[k]);

@@ -248,3 +248,17 @@ void cmp_json_close(void)
         cmp_fail("cannot write the JSON file");
     json = NULL;
 }
+
+uint64_t cmp_disk_read_bytes(void)
+{
+    FILE *f = fopen("/proc/self/io", "r");
+    if (!f)
+        return 0;
+    char line[128];
+    unsigned long long v = 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "read_bytes: %llu", &v) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)v;
+}

@@ -30,6 +30,9 @@ uint64_t cmp_file_size(const char *path);
 uint64_t cmp_file_blocks(const char *path); /* st_blocks * 512, 0 if missing */
 /* Drops a file's clean pages from the page cache (posix_fadvise DONTNEED). */
 void cmp_drop_cache(const char *path);
+/* Bytes this process has had read from storage (/proc/self/io read_bytes): what a
+ * cold get really fetched from the disk, page cache hits not counted. 0 where unknown. */
+uint64_t cmp_disk_read_bytes(void);
 /* Reads a file through once, so that it is in the page cache. */
 void cmp_warm_file(const char *path);
 
