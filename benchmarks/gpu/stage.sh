@@ -8,8 +8,8 @@
 #
 # What lands in .dev/gpu/ (kept under 50 MB):
 #   bin/       kcache, test_gpu, test_gpu_nodriver, bench_gpu_start, bench_compile (release)
-#   lib/       libkcache.so.0 and the libraries it needs that the GPU image may
-#              lack: libb2.so.1, libgomp.so.1, libzstd.so.1, libsqlite3.so.0
+#   lib/       libkcache.so.0 and every library it loads but glibc's (the GPU
+#              image may lack them): libb2, libgomp, libzstd, liblz4, libsqlite3, libhiredis
 #   asan/bin, asan/lib   test_gpu and libkcache.so.0 built with ASan+UBSan,
 #              and libasan/libubsan from this compiler
 #   MANIFEST   what was built, from which commit, when
@@ -61,8 +61,14 @@ mkdir -p "$dev/bin" "$dev/lib"
 cp build-gpu/cli/kcache build-gpu/tests/gpu/test_gpu build-gpu/tests/gpu/test_gpu_nodriver \
     build-gpu/benchmarks/gpu/bench_gpu_start build-gpu/benchmarks/bench_compile "$dev/bin/"
 cp -L build-gpu/lib/libkcache.so.0 "$dev/lib/libkcache.so.0"
-for so in libb2.so.1 libgomp.so.1 libzstd.so.1 libsqlite3.so.0; do
-    cp "$(libpath $so)" "$dev/lib/$so"
+# Every library libkcache.so.0 loads, directly or not, except glibc's own
+# (the GPU image has those): the list follows the build (hiredis and lz4
+# came with the remote tier and the compression setting).
+for so in $(ldd build-gpu/lib/libkcache.so.0 | awk '$3 ~ /^\// { print $1 }'); do
+    case $so in
+    libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | ld-linux*) continue ;;
+    esac
+    cp "$(libpath "$so")" "$dev/lib/$so"
 done
 strip --strip-unneeded "$dev/bin/"* "$dev/lib/"* 2>/dev/null || true
 
