@@ -897,6 +897,29 @@ def main():
             rows = [[r.get("kernel", "?"), r.get("system", "?"), fmt(r.get("median_ms")),
                      r.get("note", "")] for r in j.get("rows", [])]
             w(table(["kernel", "system", "ms", "note"], rows))
+            # kcache's hit on the same kernel, from bench_compile in the same session
+            hit = next((r.get("value") for _, g in gpu
+                        if g.get("benchmark") == "gpu-bench-compile" and g.get("setting") == "cold"
+                        for r in g.get("rows", [])
+                        if r.get("figure") == "block_sort.cu hit, in process"), None)
+            warm = next((r.get("median_ms") for r in j.get("rows", [])
+                         if r.get("kernel") == "block_sort.cu"
+                         and r.get("system") == "NVRTC's cache, warm, driver started"), None)
+            if hit and warm:
+                w(f"block_sort.cu: NVRTC's own cache warm (driver started) {fmt(warm, 'ms')}, a "
+                  f"kcache hit in process {fmt(hit, 'us')} (bench_compile, same machine): "
+                  f"{warm * 1e3 / hit:,.0f}× faster. Without a driver NVRTC's cache stores "
+                  "nothing (a CPU-only CI runner gets no help from it).\n")
+            saved = []
+            for kern in sorted({r.get("kernel") for r in j.get("rows", [])}):
+                v = {r.get("system"): r.get("median_ms") for r in j.get("rows", [])
+                     if r.get("kernel") == kern}
+                nc, wm = v.get("NVRTC --no-cache"), v.get("NVRTC's cache, warm")
+                if nc and wm:
+                    saved.append(f"{kern} {fmt(wm, 'ms')} against {fmt(nc, 'ms')} with "
+                                 f"`--no-cache` ({(wm - nc) / nc:+.0%})")
+            if saved:
+                w("NVRTC's cache warm against no cache, same run: " + "; ".join(saved) + ".\n")
             continue
         w(f"Median of fresh processes ({j.get('kernel', '')}).\n")
         rows = [[r.get("variant", "?"), fmt(r.get("median_ms")), fmt(r.get("in_process_median_ms")),
