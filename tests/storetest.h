@@ -44,6 +44,15 @@ static inline kcache_key st_material_key(char material[32], unsigned n)
     return k;
 }
 
+/* Entry n keyed by its key material, which it carries (so that a bundle or a
+ * remote can check it): material must outlive the entry. */
+static inline void st_material_entry(kcache_entry *e, char material[32], unsigned n)
+{
+    e->key = st_material_key(material, n);
+    e->key_material = material;
+    e->key_material_size = strlen(material);
+}
+
 static inline unsigned st_key_number(const kcache_key *k)
 {
     return (unsigned)k->bytes[0] << 24 | (unsigned)k->bytes[1] << 16 |
@@ -100,6 +109,19 @@ static inline int st_put(kcache_store *s, unsigned n, size_t size_max, uint8_t *
     return kcache_store_put(s, &e);
 }
 
+/* Opens with the options given, or fails the test saying why. */
+static inline kcache_store *st_open_with(const kcache_store_options *o)
+{
+    kcache_store *s = NULL;
+    char err[512];
+    int rc = kcache_store_open(&s, o, err, sizeof(err));
+    if (rc)
+        fprintf(stderr, "open %s (compression %s): %d %s\n", o->path,
+                o->compression ? o->compression : "(unset)", rc, err);
+    REQUIRE(rc == 0 && s);
+    return s;
+}
+
 static inline kcache_store *st_open(const char *path, uint64_t max_size, kcache_log_fn log,
                                     void *ud)
 {
@@ -108,13 +130,7 @@ static inline kcache_store *st_open(const char *path, uint64_t max_size, kcache_
     o.max_size = max_size;
     o.log = log;
     o.log_userdata = ud;
-    kcache_store *s = NULL;
-    char err[512];
-    int rc = kcache_store_open(&s, &o, err, sizeof(err));
-    if (rc)
-        fprintf(stderr, "open %s: %d %s\n", path, rc, err);
-    REQUIRE(rc == 0 && s);
-    return s;
+    return st_open_with(&o);
 }
 
 /* Runs one query returning one integer on a plain SQLite connection. */

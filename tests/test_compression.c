@@ -25,14 +25,7 @@ static kcache_store *open_with(const char *path, const char *compression)
     o.path = path;
     o.max_size = UINT64_MAX;
     o.compression = compression;
-    kcache_store *s = NULL;
-    char err[512];
-    int rc = kcache_store_open(&s, &o, err, sizeof(err));
-    if (rc)
-        fprintf(stderr, "open %s (compression %s): %d %s\n", path,
-                compression ? compression : "(unset)", rc, err);
-    REQUIRE(rc == 0 && s);
-    return s;
+    return st_open_with(&o);
 }
 
 /* Entry n: key from its key material (so it can go through a bundle), one input. */
@@ -43,9 +36,7 @@ static int put_entry(kcache_store *s, unsigned n)
     kcache_input in[1] = {{KCACHE_INPUT_SOURCE, "k.cu", src, strlen(src)}};
     kcache_entry e = KCACHE_ENTRY_INIT;
     char material[32];
-    e.key = st_material_key(material, n);
-    e.key_material = material;
-    e.key_material_size = strlen(material);
+    st_material_entry(&e, material, n);
     e.kind = KCACHE_KIND_CUBIN;
     e.arch = "sm_90";
     e.name = "k.cu";
@@ -307,9 +298,7 @@ static void test_batch(void)
         for (unsigned n = 400 + 10 * k; n < 403 + 10 * k; n++) {
             char material[32];
             kcache_entry e = KCACHE_ENTRY_INIT;
-            e.key = st_material_key(material, n);
-            e.key_material = material;
-            e.key_material_size = strlen(material);
+            st_material_entry(&e, material, n);
             e.kind = KCACHE_KIND_CUBIN;
             e.arch = "sm_90";
             e.name = "k.cu";

@@ -96,9 +96,7 @@ static int put_big(kcache_store *s, unsigned n, size_t size)
     }
     kcache_entry e = KCACHE_ENTRY_INIT;
     char material[32];
-    e.key = st_material_key(material, n); /* exported and imported below: a checkable key */
-    e.key_material = material;
-    e.key_material_size = strlen(material);
+    st_material_entry(&e, material, n); /* exported and imported below: a checkable key */
     e.kind = KCACHE_KIND_CUBIN;
     e.arch = "sm_90";
     e.data = scratch;

@@ -105,9 +105,7 @@ static int put_with_inputs(kcache_store *s, unsigned n)
     kcache_input in[1] = {{KCACHE_INPUT_SOURCE, "k.cu", src, strlen(src)}};
     kcache_entry e = KCACHE_ENTRY_INIT;
     char material[32];
-    e.key = st_material_key(material, n);
-    e.key_material = material;
-    e.key_material_size = strlen(material);
+    st_material_entry(&e, material, n);
     e.kind = (kcache_kind)(1 + n % 3);
     e.arch = n % 2 ? "sm_90" : "sm_80";
     e.name = "k.cu";
