@@ -28,21 +28,28 @@ static kcache_store *open_with(const char *path, const char *compression)
     return st_open_with(&o);
 }
 
-/* Entry n: key from its key material (so it can go through a bundle), one input. */
+/* Entry n's CUBIN, keyed from its key material (so it can go through a bundle). */
+static void make_entry(kcache_entry *e, char material[32], unsigned n)
+{
+    *e = (kcache_entry)KCACHE_ENTRY_INIT;
+    st_material_entry(e, material, n);
+    e->kind = KCACHE_KIND_CUBIN;
+    e->arch = "sm_90";
+    e->name = "k.cu";
+    e->size = ART_SIZE - n;
+    st_fill(scratch, e->size, n);
+    e->data = scratch;
+}
+
+/* Entry n with one input. */
 static int put_entry(kcache_store *s, unsigned n)
 {
     char src[160];
     snprintf(src, sizeof(src), "// input of entry %u, compressible enough: %0100u\n", n, n);
     kcache_input in[1] = {{KCACHE_INPUT_SOURCE, "k.cu", src, strlen(src)}};
-    kcache_entry e = KCACHE_ENTRY_INIT;
+    kcache_entry e;
     char material[32];
-    st_material_entry(&e, material, n);
-    e.kind = KCACHE_KIND_CUBIN;
-    e.arch = "sm_90";
-    e.name = "k.cu";
-    e.size = ART_SIZE - n;
-    st_fill(scratch, e.size, n);
-    e.data = scratch;
+    make_entry(&e, material, n);
     e.n_inputs = 1;
     e.inputs = in;
     return kcache_store_put(s, &e);
@@ -297,14 +304,8 @@ static void test_batch(void)
         REQUIRE(kcache_batch_new(&b, s, NULL) == 0);
         for (unsigned n = 400 + 10 * k; n < 403 + 10 * k; n++) {
             char material[32];
-            kcache_entry e = KCACHE_ENTRY_INIT;
-            st_material_entry(&e, material, n);
-            e.kind = KCACHE_KIND_CUBIN;
-            e.arch = "sm_90";
-            e.name = "k.cu";
-            e.size = ART_SIZE - n;
-            st_fill(scratch, e.size, n);
-            e.data = scratch;
+            kcache_entry e;
+            make_entry(&e, material, n);
             CHECK_RC(kcache_batch_put(b, &e), 0);
         }
         CHECK_RC(kcache_batch_commit(b), 0);
