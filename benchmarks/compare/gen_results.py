@@ -663,6 +663,35 @@ def main():
       "only the source text and options, so their hits are cheaper and an edited header is a "
       "stale hit for them.\n")
 
+    # ---- real header trees --------------------------------------------------
+    rt_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "realtrees",
+                           "results.json")
+    w("## Real header trees (CuPy, Warp, MathDx)\n")
+    try:
+        rt = json.load(open(rt_path))
+    except (OSError, ValueError):
+        rt = []
+    if not rt:
+        w("`benchmarks/realtrees/run --json benchmarks/realtrees/results.json` has not been run "
+          "here: rerun this command after it has.\n")
+    else:
+        w("From `realtrees/results.json` (`benchmarks/realtrees/run`, this machine, CPU only): "
+          "kernels shaped like what CuPy's, Warp's and MathDx's code generators emit, with "
+          "their options and their installed header trees. Hits are medians; NVRTC and the "
+          "miss one run each. Details: `RESULTS-realtrees.md`.\n")
+        rows = []
+        for r in rt:
+            plain, inproc = r.get("plain_ms"), r.get("hit_inproc_ms")
+            rows.append([r.get("kernel", "?"), r.get("headers", "–"), fmt(plain),
+                         fmt(r.get("miss_ms")), fmt(r.get("hit_whole_ms")), fmt(inproc),
+                         f"{plain / inproc:,.0f}×" if plain and inproc else "–",
+                         "yes" if r.get("whole_all_hits") and r.get("all_hits") else "NO",
+                         "yes" if r.get("bytes_equal_plain") else
+                         "yes but `__FILE__`" if r.get("equal_but_file_names") else "NO"])
+        w(table(["kernel", "headers", "NVRTC ms", "kcache miss ms", "hit, whole process ms",
+                 "hit, in process ms", "NVRTC / hit in process", "every hit a hit",
+                 "bytes = plain NVRTC"], rows))
+
     # ---- end to end -------------------------------------------------------
     w("## Whole process on a hit (CLI)\n")
     w("Each a fresh process, timed from spawn to exit, interleaved; median. `kcache compile` "
