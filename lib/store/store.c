@@ -243,6 +243,8 @@ static int load_inputs(kcache_store *s, int64_t id, struct kc_row *r)
         void *data = NULL;
         if (size < 0 || sqlite3_column_bytes(st, 4) != KC_DIGEST_SIZE)
             return KCACHE_ECORRUPT;
+        if (!kc_codec_known(sqlite3_column_int(st, 3)))
+            return KCACHE_ENOTSUP; /* see unreadable() */
         if ((rc = kc_decode(s->codec, &data, sqlite3_column_int(st, 3), stored, stored_n,
                             (size_t)size)))
             return rc;
@@ -288,6 +290,28 @@ fail:
     return rc;
 }
 
+/*
+ * An entry (or one of its inputs) stored with a codec this build does not
+ * know. Damage could write such a number, but so does a newer kcache sharing
+ * the cache with a new `compression`: deleting would throw away the other
+ * build's good entries on every hit. So it is a miss that changes nothing
+ * (not deleted, not counted as damage); the next put of the key replaces it.
+ * verify still lists it, with this message.
+ */
+static int unreadable(kcache_store *s, const kcache_key *key, int codec)
+{
+    char hex[KCACHE_KEY_HEX_SIZE];
+    kcache_key_hex(hex, key);
+    s->get_found_damage = 1;
+    if (codec >= 0)
+        return kc_err(s, KCACHE_ENOTFOUND,
+                      "entry %s is stored in codec %d, which this kcache cannot read (a newer "
+                      "kcache wrote it?): left in place; upgrade kcache to use it", hex, codec);
+    return kc_err(s, KCACHE_ENOTFOUND,
+                  "entry %s has an input in a codec this kcache cannot read (a newer kcache "
+                  "wrote it?): left in place; upgrade kcache to use it", hex);
+}
+
 static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key, unsigned flags)
 {
     s->get_found_damage = 0;
@@ -314,6 +338,10 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
     int64_t raw_size = sqlite3_column_int64(st, 4);
     r.stored_size = (uint64_t)sqlite3_column_int64(st, 5);
     r.codec = sqlite3_column_int(st, 6);
+    if (!kc_codec_known(r.codec)) {
+        sqlite3_reset(st);
+        return unreadable(s, key, r.codec);
+    }
     r.digest = sqlite3_column_bytes(st, 7) == KC_DIGEST_SIZE ? sqlite3_column_blob(st, 7) : NULL;
     r.created_at = sqlite3_column_int64(st, 8);
     r.accessed_at = sqlite3_column_int64(st, 9);
@@ -358,10 +386,15 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
     }
     if (!damaged && (flags & KCACHE_GET_INPUTS)) {
         rc = load_inputs(s, id, &r);
-        if (rc == KCACHE_ECORRUPT)
+        if (rc == KCACHE_ECORRUPT) {
             damaged = 1;
-        else if (rc)
+        } else if (rc == KCACHE_ENOTSUP) {
+            sqlite3_reset(st);
+            free_inputs(&r);
+            return unreadable(s, key, -1);
+        } else if (rc) {
             goto out;
+        }
     }
     if (!damaged) {
         rc = kc_entry_build(out, &r, s->codec);
