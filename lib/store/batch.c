@@ -206,7 +206,11 @@ KCACHE_API int kcache_batch_put(kcache_batch *batch, const kcache_entry *entry)
                                                       "large");
     }
     batch->n++;
+    /* What the batch holds for it: the stored artifact, the key material and
+     * the raw copy of each input (a header closure can be megabytes). */
     batch->bytes += p->stored.size + p->e.key_material_size;
+    for (size_t i = 0; i < p->e.n_inputs; i++)
+        batch->bytes += p->e.inputs[i].size;
     if (batch->n >= batch->max_entries || batch->bytes >= KC_BATCH_MAX_BYTES)
         return kcache_batch_commit(batch);
     return 0;

@@ -197,8 +197,9 @@ KCACHE_API int kcache_store_put(kcache_store *store, const kcache_entry *entry);
  *
  * kcache_batch_put() checks and compresses the entry at once (the caller may
  * reuse its buffers when it returns) and keeps it in memory; the batch is
- * written in one transaction when max_entries wait, or about 64 MiB of
- * compressed bytes, and by kcache_batch_commit(). Each transaction is all
+ * written in one transaction when max_entries wait, or about 64 MiB are
+ * held (compressed artifacts, key material and the entries' inputs), and by
+ * kcache_batch_commit(). Each transaction is all
  * or nothing: a failure (a full disk) loses the entries of that transaction
  * only, never half an entry, and what was committed before stays.
  * kcache_batch_free() drops what was not committed.
