@@ -149,6 +149,9 @@ int kc_entry_build(kcache_entry **out, const struct kc_row *r, kc_codec_ctx *cod
 {
     struct layout l = {NULL, 0};
     int rc = 0;
+    /* The size a damaged row claims is not allocated (util/codec.c). */
+    if (r->stored && !kc_decode_plausible(r->codec, r->stored, r->stored_n, r->raw_size))
+        return KCACHE_ECORRUPT;
     layout_entry(&l, r, codec, &rc);
     l.base = kc_malloc(l.off);
     if (!l.base)

@@ -230,11 +230,41 @@ int kc_decode_into(kc_codec_ctx *ctx, void *dst, int codec, const void *stored, 
     return KCACHE_ECORRUPT; /* a codec this build does not know */
 }
 
+/*
+ * Whether the stored bytes' own header agrees with raw_size, read before a
+ * buffer of raw_size is allocated: a damaged row claiming terabytes is then
+ * damage (dropped, counted), not an out-of-memory error on every get. The
+ * decoders check the same again, and everything else, while decoding.
+ */
+int kc_decode_plausible(int codec, const void *stored, size_t stored_size, size_t raw_size)
+{
+    const uint8_t *p = stored;
+    switch (codec) {
+    case KC_CODEC_RAW:
+        return stored_size == raw_size;
+    case KC_CODEC_ZSTD:
+        return ZSTD_getFrameContentSize(stored, stored_size) == (unsigned long long)raw_size;
+    case KC_CODEC_LZ4: {
+        /* Frame: magic 0x184D2204 (LE), FLG (version 01, content size flag
+         * 0x08), BD, then the content size, 8 bytes LE: written by kc_encode. */
+        if (stored_size < 14 || p[0] != 0x04 || p[1] != 0x22 || p[2] != 0x4D || p[3] != 0x18 ||
+            (p[4] & 0xC0) != 0x40 || !(p[4] & 0x08))
+            return 0;
+        uint64_t n = 0;
+        for (int i = 7; i >= 0; i--)
+            n = n << 8 | p[6 + i];
+        return n == (uint64_t)raw_size;
+    }
+    }
+    return 0;
+}
+
 int kc_decode(kc_codec_ctx *ctx, void **out, int codec, const void *stored, size_t stored_size,
               size_t raw_size)
 {
     *out = NULL;
-    if (raw_size == SIZE_MAX || !kc_codec_known(codec))
+    if (raw_size == SIZE_MAX || !kc_codec_known(codec) ||
+        !kc_decode_plausible(codec, stored, stored_size, raw_size))
         return KCACHE_ECORRUPT;
     char *buf = kc_malloc(raw_size + 1);
     if (!buf)
