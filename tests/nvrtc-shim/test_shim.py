@@ -19,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 
+from shim_report import read_report  # beside this script
+
 MODE, CALLS = sys.argv[1], sys.argv[2]
 KCACHE = os.environ["KCACHE_EXE"]
 REAL = os.environ["NVRTC_REAL"]
@@ -64,18 +66,6 @@ def calls(out, env, include, wrap=()):
     check(p.returncode == 0, f"{' '.join(argv[:3])}... exits 0")
 
 
-def report(path):
-    """The drop-in's per-process lines: {'hits': n, 'misses': n, reason: n, ...}."""
-    rows = []
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                w = line.split()
-                rows.append({w[i]: (int(w[i + 1]) if w[i + 1].isdigit() else w[i + 1])
-                             for i in range(0, len(w) - 1, 2)})
-        os.unlink(path)
-    return rows
-
 
 def stats(env):
     out = subprocess.run([KCACHE, "stats", "--json"], env=env, capture_output=True, text=True,
@@ -111,13 +101,13 @@ def main():
                 return 77
         # NVIDIA's answers; twice, to show they are deterministic at all.
         calls(j("real.bin"), dict(env, KCACHE_NVRTC_REPORT=rep), INCLUDE)
-        check(not report(rep), "the reference run is NVIDIA's library, not the drop-in")
+        check(not read_report(rep), "the reference run is NVIDIA's library, not the drop-in")
         calls(j("real2.bin"), env, INCLUDE)
         same(j("real.bin"), j("real2.bin"), "NVIDIA's NVRTC gives the same bytes twice")
 
         run_env = dict(env, KCACHE_NVRTC_REPORT=rep)
         calls(j("miss.bin"), run_env, INCLUDE, [KCACHE, "run", "--"])
-        r = report(rep)
+        r = read_report(rep)
         same(j("real.bin"), j("miss.bin"), "first process (misses): every answer as NVIDIA's")
         check(len(r) == 2 and parent(r)["hits"] == 0 and parent(r)["misses"] == N_CASES,
               f"first process: 0 hits, {N_CASES} misses (report {r})")
@@ -132,7 +122,7 @@ def main():
               f"({st['hits']}, {st['misses']}, {st['errors']})")
 
         calls(j("hit.bin"), run_env, INCLUDE, [KCACHE, "run", "--"])
-        r = report(rep)
+        r = read_report(rep)
         same(j("real.bin"), j("hit.bin"), "second process (hits): every answer as NVIDIA's")
         check(parent(r).get("hits") == N_CASES - 1 and parent(r).get("misses") == 1,
               f"second process: {N_CASES - 1} hits, the compile error a miss (report {r})")
@@ -143,7 +133,7 @@ def main():
         skip_env = dict(run_env, NVRTC_CALLS_SKIP="broken.cu")
         calls(j("real-ok.bin"), dict(env, NVRTC_CALLS_SKIP="broken.cu"), INCLUDE)
         calls(j("warm.bin"), skip_env, INCLUDE, [KCACHE, "run", "--"])
-        r = report(rep)
+        r = read_report(rep)
         same(j("real-ok.bin"), j("warm.bin"), "warm process: every answer as NVIDIA's")
         check(len(r) == 2 and all(x["nvrtc-loaded"] == "no" and x["misses"] == 0 for x in r),
               f"warm process: all hits, NVIDIA's library never loaded (report {r})")
@@ -156,7 +146,7 @@ def main():
                                   env=flight_env) for i in range(2)]
         pids = {p.pid for p in procs}
         check(all(p.wait() == 0 for p in procs), "two processes at once: both exit 0")
-        r = [x for x in report(rep) if x["pid"] in pids]
+        r = [x for x in read_report(rep) if x["pid"] in pids]
         misses, hits = sum(x["misses"] for x in r), sum(x["hits"] for x in r)
         same(j("real.bin"), j("flight0.bin"), "two processes at once: the first's answers")
         same(j("real.bin"), j("flight1.bin"), "two processes at once: the second's answers")
@@ -170,7 +160,7 @@ def main():
             calls(j("unc-real.bin"), unc, INCLUDE)
             calls(j("unc-shim.bin"), dict(run_env, NVRTC_CALLS_UNCACHED="1"), INCLUDE,
                   [KCACHE, "run", "--"])
-            r = parent(report(rep))
+            r = parent(read_report(rep))
             same(j("unc-real.bin"), j("unc-shim.bin"),
                  "OptiX IR, no -arch, a flow callback, an include kcache cannot follow: every "
                  "answer as NVIDIA's")
@@ -189,7 +179,7 @@ def main():
             preload.update(LD_PRELOAD=name, LD_LIBRARY_PATH=folder + ":" +
                            run_env.get("LD_LIBRARY_PATH", ""))
         calls(j("preload.bin"), preload, INCLUDE)
-        r = report(rep)
+        r = read_report(rep)
         same(j("real.bin"), j("preload.bin"), "LD_PRELOAD by hand: every answer as NVIDIA's")
         check(parent(r).get("hits") == N_CASES - 1, f"LD_PRELOAD by hand: hits (report {r})")
 
@@ -197,7 +187,7 @@ def main():
         before = stats(env)
         calls(j("disabled.bin"), dict(run_env, KCACHE_DISABLE="1"), INCLUDE,
               [KCACHE, "run", "--"])
-        r = report(rep)
+        r = read_report(rep)
         after = stats(env)
         same(j("real.bin"), j("disabled.bin"), "KCACHE_DISABLE=1: every answer as NVIDIA's")
         check(after["hits"] == before["hits"] and after["misses"] == before["misses"],
@@ -207,7 +197,7 @@ def main():
         inc = j("include")
         shutil.copytree(INCLUDE, inc)
         calls(j("edit-before.bin"), run_env, inc, [KCACHE, "run", "--"])
-        report(rep)
+        read_report(rep)
         with open(os.path.join(inc, "shim_axpb.h"), "a") as f:
             f.write("__device__ float edited_in_place(float x) { return x - 1; }\n"
                     "#define AXPB_EDITED 1\n")
@@ -220,7 +210,7 @@ def main():
             f.write(text)
         calls(j("edit-real.bin"), env, inc)
         calls(j("edit-shim.bin"), run_env, inc, [KCACHE, "run", "--"])
-        r = report(rep)
+        r = read_report(rep)
         same(j("edit-real.bin"), j("edit-shim.bin"), "after a header edit: NVIDIA's new bytes")
         check(not filecmp.cmp(j("edit-before.bin"), j("edit-shim.bin"), shallow=False),
               "after a header edit: not the old bytes")

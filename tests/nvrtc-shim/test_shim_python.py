@@ -17,6 +17,8 @@ import sys
 import tempfile
 import threading
 
+from shim_report import read_report  # beside this script
+
 SAXPY = b"""extern "C" __global__ void saxpy(float a, const float *x, float *y, int n)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -131,17 +133,6 @@ def venv_python():
     return py
 
 
-def report(path):
-    rows = []
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                w = line.split()
-                rows.append({w[i]: (int(w[i + 1]) if w[i + 1].isdigit() else w[i + 1])
-                             for i in range(0, len(w) - 1, 2)})
-        os.unlink(path)
-    return rows
-
 
 def main():
     kcache = os.environ["KCACHE_EXE"]
@@ -176,15 +167,15 @@ def main():
         j = lambda n: os.path.join(tmp, n)  # noqa: E731
         real_env = dict(env, KCACHE_NVRTC_REPORT=rep)
         run(j("real.bin"), real_env)
-        check(not report(rep), "the reference run is NVIDIA's library, not the drop-in")
+        check(not read_report(rep), "the reference run is NVIDIA's library, not the drop-in")
         run(j("miss.bin"), run_env, [kcache, "run", "--"])
-        r = report(rep)
+        r = read_report(rep)
         check(filecmp.cmp(j("real.bin"), j("miss.bin"), shallow=False),
               "first process (misses): every answer as NVIDIA's")
         check(len(r) == 1 and r[0]["hits"] == 0 and r[0]["misses"] == N_CASES,
               f"first process: 0 hits, {N_CASES} misses (report {r})")
         run(j("hit.bin"), run_env, [kcache, "run", "--"])
-        r = report(rep)
+        r = read_report(rep)
         check(filecmp.cmp(j("real.bin"), j("hit.bin"), shallow=False),
               "second process (hits): every answer as NVIDIA's")
         check(len(r) == 1 and r[0]["hits"] == N_CASES - 1 and r[0]["misses"] == 1,
