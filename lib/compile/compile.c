@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "compile/compileint.h"
+#include "compile/identity.h"
 #include "compile/manifest.h"
 
 /* A source larger than this is not CUDA C++ anyone compiles. */
@@ -101,13 +102,6 @@ static int prepare(kcache_compiler *c, const kcache_request *req, struct work *w
     return 0;
 }
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Resolves what the compile reads (compile/deps.c). */
 static int resolve_deps(kcache_compiler *c, const kcache_request *req, struct work *w,
                         struct kc_result *r)
@@ -116,7 +110,7 @@ static int resolve_deps(kcache_compiler *c, const kcache_request *req, struct wo
     int rc;
     size_t n_mem = req->version >= 2 ? req->n_headers : 0;
     /* Before the first read: a file changed since is judged against this. */
-    w->resolved_at = now_ns();
+    w->resolved_at = kc_identity_now_ns();
     kc_deps_request dq = {
         .source = w->source,
         .source_size = w->source_size,
@@ -392,7 +386,7 @@ static int manifest_hit(kcache_compiler *c, const struct work *w, struct kc_resu
     size_t n = 0;
     if (kc_store_manifest_get(&rows, &n, c->store, &w->base) != 0)
         return 0;
-    int64_t now = now_ns();
+    int64_t now = kc_identity_now_ns();
     int found = 0, rc = 0;
     for (size_t i = 0; !found && !rc && i < n; i++) {
         kc_buf refreshed = {0};
