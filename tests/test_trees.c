@@ -309,8 +309,8 @@ static void test_edits(void)
 
     /* Size and mtime restored, bytes changed: only ctime tells, so trust
      * timestamps however recent to show that ctime is compared. */
-    int64_t racy = kc_manifest_racy_ns;
-    kc_manifest_racy_ns = 0;
+    int64_t racy = kc_identity_racy_ns;
+    kc_identity_racy_ns = 0;
     kcache_result *r = through(c, cu, &o, 0);
     CHECK(r->hit);
     kcache_result_free(r);
@@ -324,7 +324,7 @@ static void test_edits(void)
     CHECK(same_as_plain(r, cu, &o));
     CHECK(same_as_cold(r, cu, &o));
     kcache_result_free(r);
-    kc_manifest_racy_ns = racy;
+    kc_identity_racy_ns = racy;
 
     /* A header appears earlier on the search path. */
     snprintf(early, sizeof(early), "%s/early/late.h", t);
@@ -378,8 +378,8 @@ static void test_memo(void)
     test_write_text(b, "#include \"inc/h.h\"\n"
                        "extern \"C\" __global__ void other(float *v) { v[2] = H_VALUE; }\n");
     struct opts o = with_includes(t, "late", NULL, NULL);
-    int64_t racy = kc_manifest_racy_ns;
-    kc_manifest_racy_ns = 0;
+    int64_t racy = kc_identity_racy_ns;
+    kc_identity_racy_ns = 0;
     kcache_store *s = new_store();
     kcache_compiler *c = compiler_on(s);
     kcache_result *r = through(c, a, &o, 0);
@@ -393,9 +393,51 @@ static void test_memo(void)
     CHECK(r->status == 0 && r->keyed && !r->hit);
     CHECK(same_as_plain(r, b, &o));
     kcache_result_free(r);
-    kc_manifest_racy_ns = racy;
+    kc_identity_racy_ns = racy;
     kcache_compiler_free(c);
     kcache_store_close(s);
+}
+
+/* kcache_key_describe(): fails on a header keyed without its content's digest. */
+static int header_has_digest(void *userdata, const char *component, const char *value)
+{
+    int *headers = userdata;
+    if (strcmp(component, "header") != 0)
+        return 0;
+    ++*headers;
+    CHECK(strstr(value, "0000000000000000000000000000000000000000000000000000000000000000") == NULL);
+    return 0;
+}
+
+/*
+ * No key holds a header without its content's digest, however the header was
+ * read: fresh, trusted (old) and kept in the process's memo, or served from
+ * that memo to the next compile.
+ */
+static void test_every_header_digested(void)
+{
+    const char *t = tree("edits");
+    char a[800];
+    snprintf(a, sizeof(a), "%s/kernel.cu", t);
+    struct opts o = with_includes(t, "late", NULL, NULL);
+    int64_t racy = kc_identity_racy_ns;
+    for (int old = 0; old < 2; old++) {
+        kc_identity_racy_ns = old ? 0 : racy; /* 0: every file is old enough to trust */
+        kcache_store *s = new_store();
+        kcache_compiler *c = compiler_on(s);
+        for (int round = 0; round < 2; round++) {
+            kcache_result *r = through(c, a, &o, KCACHE_COMPILE_REFRESH);
+            int headers = 0;
+            CHECK(r->status == 0 && r->keyed);
+            CHECK(kcache_key_describe(r->key_material, r->key_material_size, header_has_digest,
+                                      &headers) == 0);
+            CHECK(headers > 0);
+            kcache_result_free(r);
+        }
+        kcache_compiler_free(c);
+        kcache_store_close(s);
+    }
+    kc_identity_racy_ns = racy;
 }
 
 /*
@@ -415,10 +457,10 @@ static void test_same_tick(void)
     kc_probe before, after;
     memset(&before, 0, sizeof(before));
     memset(&after, 0, sizeof(after));
-    REQUIRE(kc_read_with_identity(path, &text, &size, &before) == 0);
+    REQUIRE(kc_identity_read(path, &text, &size, &before) == 0);
     free(text);
     test_write_text(path, "#define TICK 2\n");
-    REQUIRE(kc_read_with_identity(path, &text, &size, &after) == 0);
+    REQUIRE(kc_identity_read(path, &text, &size, &after) == 0);
     free(text);
     kc_probe p = after;
     memcpy(p.digest, before.digest, sizeof(p.digest));
@@ -428,12 +470,12 @@ static void test_same_tick(void)
     int64_t at = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
     kc_buf blob = {0}, refreshed = {0};
     REQUIRE(kc_manifest_encode(&blob, &p, 1) == 0);
-    int64_t racy = kc_manifest_racy_ns;
-    kc_manifest_racy_ns = 0;
+    int64_t racy = kc_identity_racy_ns;
+    kc_identity_racy_ns = 0;
     /* Trusting the timestamps would keep the old bytes: the hazard. */
     CHECK(kc_manifest_check(blob.data, blob.size, at, &refreshed) == 1);
     kc_buf_free(&refreshed);
-    kc_manifest_racy_ns = racy;
+    kc_identity_racy_ns = racy;
     CHECK(kc_manifest_check(blob.data, blob.size, at, &refreshed) == 0);
     kc_buf_free(&refreshed);
     /* Read long after its last change, the same identity is trusted: no hashing per hit. */
@@ -532,6 +574,7 @@ int main(void)
     test_fallback();
     test_edits();
     test_memo();
+    test_every_header_digested();
     test_same_tick();
     test_shared_closures();
     test_pch();

@@ -102,6 +102,16 @@ static int prepare(kcache_compiler *c, const kcache_request *req, struct work *w
     return 0;
 }
 
+/* Whether the last --std= asks for a standard older than C++14 (NVRTC's default is C++17). */
+static int std_before_cxx14(const kc_opts *o)
+{
+    int before = 0;
+    for (size_t i = 0; i < o->n_canonical; i++)
+        if (!strncmp(o->canonical[i], "--std=", 6))
+            before = !strcmp(o->canonical[i] + 6, "c++03") || !strcmp(o->canonical[i] + 6, "c++11");
+    return before;
+}
+
 /* Resolves what the compile reads (compile/deps.c). */
 static int resolve_deps(kcache_compiler *c, const kcache_request *req, struct work *w,
                         struct kc_result *r)
@@ -128,6 +138,7 @@ static int resolve_deps(kcache_compiler *c, const kcache_request *req, struct wo
         .mem_contents = n_mem ? req->header_contents : NULL,
         .n_mem = n_mem,
         .read_at = w->resolved_at,
+        .before_cxx14 = std_before_cxx14(&w->opts),
     };
     if ((rc = kc_deps_resolve(&w->deps, &dq, msg, sizeof(msg))))
         return kc_result_fail(r, rc, "%s", msg);

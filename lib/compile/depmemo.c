@@ -3,9 +3,8 @@
  * key"): a program that compiles many kernels against one tree (CuPy compiles
  * dozens against the same 960 headers) reads, hashes and scans each header
  * once, not once per kernel. An entry is trusted only for the identity it was
- * read with, and only when its file had not changed within
- * kc_manifest_racy_ns of that read (the rule compile/manifest.c gives its
- * closures): a later edit then changes ctime, which the next lookup sees.
+ * read with, and only when compile/identity.h's trust rule holds for that
+ * read: a later edit then changes ctime, which the next lookup sees.
  *
  * Entries are immutable once in the table and counted: a resolution borrows
  * an entry's text and directives and releases it when done, so an entry
@@ -18,7 +17,6 @@
 #include <string.h>
 
 #include "compile/depmemo.h"
-#include "compile/manifest.h"
 
 #define KC_MEMO_BUCKETS 4096
 #define KC_MEMO_BUDGET ((size_t)256 << 20)
@@ -43,11 +41,6 @@ static void destroy(kc_memo *m)
     free(m);
 }
 
-static int same_identity(const kc_memo *m, const kc_probe *id)
-{
-    return m->id.dev == id->dev && m->id.ino == id->ino && m->id.size == id->size &&
-           m->id.mtime_ns == id->mtime_ns && m->id.ctime_ns == id->ctime_ns;
-}
 
 /* Takes m out of the table; it goes when its last user lets go. Under the lock. */
 static void unlink_locked(kc_memo **slot)
@@ -68,7 +61,7 @@ kc_memo *kc_memo_get(const char *path, const kc_probe *id)
     for (kc_memo **slot = &buckets[bucket_of(path)]; *slot; slot = &(*slot)->next) {
         if (strcmp((*slot)->path, path) != 0)
             continue;
-        if (same_identity(*slot, id)) {
+        if (kc_identity_same(&(*slot)->id, id)) {
             found = *slot;
             found->refs++;
         } else {
@@ -84,8 +77,7 @@ kc_memo *kc_memo_adopt(const char *path, const kc_probe *id, char **text, size_t
                        kc_directive **dirs, size_t n_dirs, int64_t read_at)
 {
     /* Changed too close to the read to trust its timestamps: not kept. */
-    if (id->mtime_ns > read_at - kc_manifest_racy_ns ||
-        id->ctime_ns > read_at - kc_manifest_racy_ns)
+    if (!kc_identity_trusted(id, read_at))
         return NULL;
     kc_memo *m = kc_calloc(1, sizeof(*m));
     if (!m || !(m->path = kc_strdup(path))) {

@@ -32,6 +32,7 @@
  * several paths is read once (matched by device and inode), and the toolkit is
  * told apart by the directory searched, with one realpath() per directory.
  */
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -188,25 +189,6 @@ static char *dirname_of(const char *path)
     return kc_memdup(path, (size_t)(slash - path));
 }
 
-int kc_read_with_identity(const char *path, char **out, size_t *size, kc_probe *id)
-{
-    struct stat st;
-    memset(&st, 0, sizeof(st));
-    int rc = kc_read_file_stat(path, KC_MAX_HEADER_SIZE, out, size, &st);
-    if (rc == KCACHE_EINVAL)
-        errno = S_ISREG(st.st_mode) ? EFBIG : EISDIR;
-    if (rc)
-        return rc;
-    id->state = KC_PROBE_FILE;
-    id->dev = (uint64_t)st.st_dev;
-    id->ino = (uint64_t)st.st_ino;
-    id->size = (uint64_t)st.st_size;
-    id->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-    id->ctime_ns = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
-    kc_digest(id->digest, *out, *size);
-    return 0;
-}
-
 /* ---- the resolution ----------------------------------------------------- */
 
 /* One file read (node 0 is the main source). */
@@ -223,6 +205,7 @@ struct node {
     size_t *target;       /* per directive: 1 + the node a literal include names, or 0 */
     char *canon;
     int in_memory;        /* handed over by the caller under spelling: keeps that name */
+    int toolkit;          /* a toolkit header: followed for what it includes, never handed over */
     kc_probe id;          /* identity and digest of text as read */
     kc_memo *memo;        /* text and dirs are the memo's, borrowed */
 };
@@ -272,6 +255,15 @@ struct resolver {
     size_t n_pending, cap_pending;
     struct map by_memory;    /* in-memory header name -> node */
     struct map by_macro;     /* name -> index into macros */
+    /* Spellings that toolkit headers include and NVRTC finds in the toolkit
+     * or nowhere: an in-memory header of that name would take their place. */
+    struct map tk_names;
+    struct map tk_nodes;     /* toolkit path -> node, so each is scanned once */
+    struct map wrappers;     /* function-like macros that wrap __has_include */
+    struct pending *calls;   /* NAME(arg) seen in conditions, not yet probed */
+    size_t n_calls, cap_calls;
+    char **func_names, **func_bodies;  /* every function-like #define seen */
+    size_t n_funcs, cap_funcs, cap_func_bodies;
     struct macro *macros;
     size_t n_macros, cap_macros;
     char *msg;
@@ -354,84 +346,138 @@ static int new_node(struct resolver *r, size_t *out)
     return 0;
 }
 
+/* Whether an absolute real path lies in the toolkit; *rel: below its root. */
+static int in_toolkit_root(const struct resolver *r, const char *real, const char **rel)
+{
+    const char *root = r->req->toolkit_root;
+    size_t n = root ? strlen(root) : 0;
+    if (!n || strncmp(real, root, n) != 0 || real[n] != '/')
+        return 0;
+    *rel = real + n + 1;
+    return 1;
+}
+
 /*
- * Looks at one path (once per resolution). *node is 1 + the user file found
- * there, or 0; *toolkit_rel (borrowed) is set when the path holds a toolkit
- * header. by_path remembers each outcome: 0 nothing, 2 * (1 + node) a user
- * file, 2 * (1 + i) + 1 the toolkit header tk_rels[i].
+ * A toolkit header found at path: a node of its own (once per file), scanned
+ * for what it includes but never handed over or hashed into the key. Sets
+ * *node to 1 + its index.
  */
-static int look(struct resolver *r, const char *path, int in_toolkit, const char *dir_real,
-                const char *spelling, size_t *node, const char **toolkit_rel)
+static int toolkit_node(struct resolver *r, const char *path, const char *rel, size_t *node)
+{
+    size_t v;
+    if (map_find(&r->tk_nodes, rel, &v)) {
+        *node = v + 1;
+        return 0;
+    }
+    size_t k;
+    int rc = new_node(r, &k);
+    if (rc)
+        return rc < 0 ? rc : 0;
+    struct node *nd = &r->nodes[k];
+    nd->toolkit = 1;
+    struct stat st;
+    kc_probe id;
+    memset(&id, 0, sizeof(id));
+    if (stat(path, &st) == 0)
+        kc_identity_of(&id, &st);
+    kc_memo *memo = kc_memo_get(path, &id);
+    if (memo) {
+        nd->memo = memo;
+        nd->text = memo->text;
+        nd->size = memo->size;
+        nd->dirs = memo->dirs;
+        nd->n_dirs = memo->n_dirs;
+        nd->id = memo->id;
+    } else if ((rc = kc_identity_read(path, &nd->text, &nd->size, &nd->id))) {
+        if (rc == KCACHE_ENOMEM)
+            return rc;
+        /* Gone or unreadable since the stat: NVRTC could not be sure to read it either. */
+        not_hermetic(r, "unreadable_header", "cannot read %s", path);
+        return 0;
+    }
+    if (!(nd->path = kc_strdup(path)) || !(nd->dir = dirname_of(path)) ||
+        map_put(&r->tk_nodes, rel, k))
+        return KCACHE_ENOMEM;
+    *node = k + 1;
+    return 0;
+}
+
+/*
+ * Looks at one path (once per resolution). *node is 1 + the file found there
+ * (a user file, or with *toolkit_rel set a toolkit header), or 0 for nothing.
+ * A file is a toolkit header only by its real path: one reached through the
+ * toolkit's directory but lying elsewhere ("/usr/local/cuda/../../home/x.h",
+ * a symlink out of it) is a user file, read and hashed like any other.
+ * by_path remembers each outcome: 0 nothing, 2 * (1 + node) a user file,
+ * 2 * (1 + i) + 1 the toolkit header tk_rels[i] (its node in tk_nodes).
+ *
+ * Probes are recorded for the manifest, except what a toolkit header's
+ * lookups find inside the toolkit, which the toolkit's build keys: on a hit
+ * that would be a stat() per toolkit header for nothing.
+ */
+static int look(struct resolver *r, const char *path, int in_toolkit, int from_toolkit,
+                size_t *node, const char **toolkit_rel)
 {
     *node = 0;
     *toolkit_rel = NULL;
     size_t v;
     if (map_find(&r->by_path, path, &v)) {
-        if (v & 1)
+        if (v & 1) {
             *toolkit_rel = r->tk_rels[v / 2 - 1];
-        else if (v)
+            if (map_find(&r->tk_nodes, *toolkit_rel, &v))
+                *node = v + 1;
+        } else if (v) {
             *node = v / 2;
+        }
         return 0;
     }
     kc_probe p;
     memset(&p, 0, sizeof(p));
     int rc;
-    if (in_toolkit) {
-        struct stat st;
-        v = 0;
-        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+    struct stat st;
+    int regular = stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    if (regular && in_toolkit) {
+        char *real = realpath(path, NULL);
+        const char *rel;
+        if (!real && errno == ENOMEM)
+            return KCACHE_ENOMEM;
+        if (real && in_toolkit_root(r, real, &rel)) {
             p.state = KC_PROBE_TOOLKIT;
-            p.dev = (uint64_t)st.st_dev;
-            p.ino = (uint64_t)st.st_ino;
-            p.size = (uint64_t)st.st_size;
-            p.mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-            p.ctime_ns = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
-            /* Below the toolkit's root: what the key names it by. */
-            size_t n = strlen(dir_real) + strlen(spelling) + 2;
-            char *joined = kc_malloc(n);
-            if (!joined)
-                return KCACHE_ENOMEM;
-            snprintf(joined, n, "%s/%s", dir_real, spelling);
-            char *folded = kc_path_normalized(joined);
-            free(joined);
-            if (!folded)
-                return KCACHE_ENOMEM;
-            size_t root_n = strlen(r->req->toolkit_root);
-            const char *rel = folded;
-            if (!strncmp(folded, r->req->toolkit_root, root_n) && folded[root_n] == '/')
-                rel = folded + root_n + 1;
-            memmove(folded, rel, strlen(rel) + 1);
-            if (grow((void **)&r->tk_rels, &r->cap_tk_rels, r->n_tk_rels, sizeof(char *))) {
-                free(folded);
+            kc_identity_of(&p, &st);
+            char *copy = kc_strdup(rel);
+            free(real);
+            if (!copy ||
+                grow((void **)&r->tk_rels, &r->cap_tk_rels, r->n_tk_rels, sizeof(char *))) {
+                free(copy);
                 return KCACHE_ENOMEM;
             }
-            r->tk_rels[r->n_tk_rels++] = folded;
-            *toolkit_rel = folded;
-            v = 2 * r->n_tk_rels + 1;
+            r->tk_rels[r->n_tk_rels++] = copy;
+            *toolkit_rel = copy;
+            if ((rc = map_put(&r->by_path, path, 2 * r->n_tk_rels + 1)) ||
+                (!from_toolkit && (rc = add_probe(r, path, &p))))
+                return rc;
+            return toolkit_node(r, path, copy, node);
         }
-        if ((rc = map_put(&r->by_path, path, v)) || (rc = add_probe(r, path, &p)))
-            return rc;
-        return 0;
+        free(real); /* outside the toolkit, whatever the path says: a user file */
+    }
+    if (!regular && in_toolkit && from_toolkit) {
+        /* Nothing there, inside the toolkit: the toolkit's build keys that. */
+        return map_put(&r->by_path, path, 0);
     }
     char *text = NULL;
     size_t size = 0;
     kc_memo *memo = NULL;
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+    if (regular) {
         kc_probe id;
         memset(&id, 0, sizeof(id));
-        id.dev = (uint64_t)st.st_dev;
-        id.ino = (uint64_t)st.st_ino;
-        id.size = (uint64_t)st.st_size;
-        id.mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-        id.ctime_ns = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
+        kc_identity_of(&id, &st);
         memo = kc_memo_get(path, &id);
     }
     if (memo) {
-        p = memo->id; /* read before, and the same file still */
+        p = memo->id; /* read before, and the same file still: its digest with it */
         rc = 0;
     } else {
-        rc = kc_read_with_identity(path, &text, &size, &p);
+        rc = kc_identity_read(path, &text, &size, &p);
     }
     if (rc == KCACHE_ENOMEM)
         return rc;
@@ -516,15 +562,28 @@ static int add_left(struct resolver *r, const char *name, int state, char *rel, 
     return 0;
 }
 
+/* A spelling a toolkit header's lookup leaves to the toolkit or to nothing. */
+static int add_tk_name(struct resolver *r, const char *spelling)
+{
+    return map_find(&r->tk_names, spelling, NULL) ? 0 : map_put(&r->tk_names, spelling, 0);
+}
+
 /*
  * Resolves one spelling seen from node `from`, in NVRTC's order. *found is 1
- * + the user file it names, or 0 (a toolkit header or nothing, recorded as a
- * name left to NVRTC).
+ * + the user file it names, or 0: a toolkit header or nothing, recorded as a
+ * name left to NVRTC when a user file asked, and as a toolkit header's
+ * lookup (tk_names) when a toolkit header did. Toolkit headers are followed
+ * too: what they include is looked for in the user's directories first when
+ * those come first, exactly as NVRTC would, and a user file found so is
+ * handed over under the spelling the toolkit header uses.
  */
+static int add_alias(struct resolver *r, const char *name, size_t node);
+
 static int resolve(struct resolver *r, const char *spelling, int angle, size_t from,
                    size_t *found)
 {
     const kc_deps_request *q = r->req;
+    int from_toolkit = r->nodes[from].toolkit;
     *found = 0;
     if (!*spelling)
         return 0;
@@ -557,18 +616,15 @@ static int resolve(struct resolver *r, const char *spelling, int angle, size_t f
         int inside = 0;
         if (dir && (rc = toolkit_dir(r, dir, &real, &inside)))
             return rc;
-        if (!dir && q->toolkit_root) {
-            size_t n = strlen(q->toolkit_root);
-            if (!strncmp(spelling, q->toolkit_root, n) && spelling[n] == '/') {
-                inside = 1;
-                real = ""; /* the spelling is the path: "" + "/" + it */
-            }
-        }
+        if (!dir && q->toolkit_root)
+            inside = 1; /* an absolute spelling: its real path decides */
         size_t node;
         const char *rel = NULL;
-        if ((rc = look(r, path, inside, real ? real : "", spelling, &node, &rel)))
+        if ((rc = look(r, path, inside, from_toolkit, &node, &rel)))
             return rc;
         if (rel) {
+            if (from_toolkit)
+                return add_tk_name(r, spelling);
             char *copy = kc_strdup(rel);
             if (!copy)
                 return KCACHE_ENOMEM;
@@ -578,14 +634,17 @@ static int resolve(struct resolver *r, const char *spelling, int angle, size_t f
             struct node *nd = &r->nodes[node - 1];
             if (!nd->spelling && node - 1 != 0) {
                 nd->parent = from;
-                nd->beside = i == 0 && dir != NULL;
+                nd->beside = i == 0 && dir != NULL && !from_toolkit;
                 if (!(nd->spelling = kc_strdup(spelling)))
                     return KCACHE_ENOMEM;
             }
             *found = node;
-            return 0;
+            /* A toolkit header's text is not rewritten: the file goes in under its spelling. */
+            return from_toolkit ? add_alias(r, spelling, node - 1) : 0;
         }
     }
+    if (from_toolkit)
+        return add_tk_name(r, spelling);
     return add_left(r, spelling, KC_DEP_ABSENT, NULL, NULL);
 }
 
@@ -634,6 +693,24 @@ static int add_macro(struct resolver *r, const char *name, const char *value)
     return 0;
 }
 
+static int is_ident_char(int c);
+
+static int add_func(struct resolver *r, const char *name, const char *body)
+{
+    if (grow((void **)&r->func_names, &r->cap_funcs, r->n_funcs, sizeof(char *)) ||
+        grow((void **)&r->func_bodies, &r->cap_func_bodies, r->n_funcs, sizeof(char *)))
+        return KCACHE_ENOMEM;
+    r->func_names[r->n_funcs] = kc_strdup(name);
+    r->func_bodies[r->n_funcs] = kc_strdup(body ? body : "");
+    r->n_funcs++;
+    return r->func_names[r->n_funcs - 1] && r->func_bodies[r->n_funcs - 1] ? 0 : KCACHE_ENOMEM;
+}
+
+static const char *where(const struct node *nd)
+{
+    return nd->path ? nd->path : nd->in_memory ? nd->spelling : "the source";
+}
+
 static int scan_node(struct resolver *r, size_t k)
 {
     struct node *nd = &r->nodes[k];
@@ -666,7 +743,7 @@ static int scan_node(struct resolver *r, size_t k)
                 d = &r->nodes[k].dirs[i];
                 r->nodes[k].target[i] = found;
                 /* A spelling that cannot be rewritten in place is handed over as is. */
-                if (found && !d->exact)
+                if (found && !d->exact && !r->nodes[k].toolkit)
                     rc = add_alias(r, d->text, found - 1);
                 break;
             }
@@ -676,12 +753,124 @@ static int scan_node(struct resolver *r, size_t k)
             break;
         case KC_DIR_INCLUDE_NEXT:
             not_hermetic(r, "include_next", "#include_next <%s> (in %s) cannot be made hermetic",
-                         d->text, r->nodes[k].path ? r->nodes[k].path : "the source");
+                         d->text, where(&r->nodes[k]));
             break;
         case KC_DIR_DEFINE:
             rc = add_macro(r, d->text, d->value ? d->value : "");
             break;
+        case KC_DIR_FUNC_DEFINE:
+            rc = add_func(r, d->text, d->value);
+            break;
+        case KC_DIR_CALL:
+            if (grow((void **)&r->calls, &r->cap_calls, r->n_calls, sizeof(*r->calls)))
+                return KCACHE_ENOMEM;
+            r->calls[r->n_calls++] = (struct pending){k, i};
+            break;
+        case KC_DIR_UNCERTAIN:
+            /* A digit separator lexes as C++14 does, which the scanner follows. */
+            if (d->digit_sep && !r->req->before_cxx14)
+                break;
+            not_hermetic(r, "uncertain_construct",
+                         "%s:%u: %s: kcache cannot be sure what the compile reads",
+                         where(&r->nodes[k]), d->line, d->text);
+            break;
         }
+    }
+    return rc;
+}
+
+/* ---- macros that wrap __has_include ---------------------------------- */
+
+/* Whether text names `name` as a whole identifier (followed by '(' when call is set). */
+static int mentions(const char *text, const char *name, size_t name_n, int call)
+{
+    for (const char *p = strstr(text, name); p; p = strstr(p + 1, name)) {
+        if (p > text && is_ident_char((unsigned char)p[-1]))
+            continue;
+        const char *e = p + name_n;
+        if (is_ident_char((unsigned char)*e))
+            continue;
+        while (call && isspace((unsigned char)*e))
+            e++;
+        if (!call || *e == '(')
+            return 1;
+    }
+    return 0;
+}
+
+/*
+ * The function-like macros that reach __has_include (directly, or through
+ * another such macro), and the object-like ones that name one: their calls
+ * probe what they are given (CCCL's _CCCL_HAS_INCLUDE(<x>)).
+ */
+static int find_wrappers(struct resolver *r)
+{
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (size_t i = 0; i < r->n_funcs; i++) {
+            const char *name = r->func_names[i];
+            if (map_find(&r->wrappers, name, NULL))
+                continue;
+            int wraps = mentions(r->func_bodies[i], "__has_include", 13, 0);
+            for (size_t j = 0; !wraps && j < r->wrappers.cap; j++) {
+                const char *w = r->wrappers.keys[j];
+                wraps = w && mentions(r->func_bodies[i], w, strlen(w), 1);
+            }
+            if (wraps) {
+                if (map_put(&r->wrappers, name, 0))
+                    return KCACHE_ENOMEM;
+                changed = 1;
+            }
+        }
+        for (size_t j = 0; j < r->by_macro.cap; j++) {
+            const char *name = r->by_macro.keys[j];
+            if (!name || map_find(&r->wrappers, name, NULL))
+                continue;
+            const struct macro *m = &r->macros[r->by_macro.vals[j]];
+            for (size_t d = 0; d < m->n; d++) {
+                if (map_find(&r->wrappers, m->values[d], NULL)) {
+                    if (map_put(&r->wrappers, name, 0))
+                        return KCACHE_ENOMEM;
+                    changed = 1;
+                    break;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+/* Probes the argument of every call of a wrapper; *done counts calls handled. */
+static int resolve_calls(struct resolver *r, size_t *progress)
+{
+    int rc = find_wrappers(r);
+    for (size_t i = 0; !rc && i < r->n_calls; i++) {
+        struct pending c = r->calls[i];
+        if (c.node == (size_t)-1)
+            continue;
+        const kc_directive *d = &r->nodes[c.node].dirs[c.dir];
+        if (!map_find(&r->wrappers, d->text, NULL))
+            continue;
+        r->calls[i].node = (size_t)-1;
+        (*progress)++;
+        const char *a = d->value ? d->value : "";
+        size_t n = strlen(a);
+        int angle = n >= 2 && a[0] == '<' && a[n - 1] == '>' && !memchr(a + 1, '>', n - 2);
+        int quote = n >= 2 && a[0] == '"' && a[n - 1] == '"' && !memchr(a + 1, '"', n - 2);
+        if (!angle && !quote) {
+            not_hermetic(r, "computed_has_include",
+                         "%s:%u: %s(%s) asks __has_include of something kcache cannot work out",
+                         where(&r->nodes[c.node]), d->line, d->text, a);
+            continue;
+        }
+        char *name = kc_memdup(a + 1, n - 2);
+        size_t found;
+        if (!name)
+            return KCACHE_ENOMEM;
+        rc = resolve(r, name, angle, c.node, &found);
+        if (!rc && found && !r->nodes[c.node].toolkit)
+            rc = add_alias(r, name, found - 1);
+        free(name);
     }
     return rc;
 }
@@ -877,7 +1066,7 @@ static int name_taken(struct resolver *r, const struct map *canon, const char *n
     size_t v;
     if (map_find(canon, name, &v))
         return v != k;
-    if (map_find(&r->by_left, name, NULL))
+    if (map_find(&r->by_left, name, NULL) || map_find(&r->tk_names, name, NULL))
         return 1;
     for (size_t i = 0; i < r->n_aliases; i++)
         if (!strcmp(r->aliases[i].name, name))
@@ -891,6 +1080,8 @@ static int assign_names(struct resolver *r)
     int rc = 0;
     for (size_t k = 1; !rc && k < r->n_nodes; k++) {
         struct node *nd = &r->nodes[k];
+        if (nd->toolkit)
+            continue;
         if (nd->in_memory) {
             /* Created first, with distinct names: nothing can have taken one yet. */
             if (!(nd->canon = kc_strdup(nd->spelling)) || map_put(&canon, nd->canon, k))
@@ -1007,6 +1198,8 @@ static int emit(struct resolver *r)
         struct node *nd = &r->nodes[k];
         char *text = NULL;
         size_t size = 0;
+        if (nd->toolkit)
+            continue;
         if ((rc = rewrite(r, k, &text, &size)) || (rc = push_dep(o, &cap, &d))) {
             free(text);
             break;
@@ -1014,18 +1207,20 @@ static int emit(struct resolver *r)
         d->state = KC_DEP_USER;
         if (text) {
             kc_digest(d->digest, text, size);
-        } else if (nd->memo) { /* handed over as read, from the process's memo */
-            if (!(text = kc_memdup(nd->text, nd->size))) {
-                rc = KCACHE_ENOMEM;
-                break;
+        } else { /* handed over as read: the digest it was read with */
+            if (nd->memo) {
+                if (!(text = kc_memdup(nd->text, nd->size))) {
+                    rc = KCACHE_ENOMEM;
+                    break;
+                }
+            } else { /* the node gives its text up */
+                text = nd->text;
+                nd->text = NULL;
             }
             size = nd->size;
-        } else { /* handed over as read: the node gives its text up */
-            text = nd->text;
-            size = nd->size;
-            nd->text = NULL;
             memcpy(d->digest, nd->id.digest, KC_DIGEST_SIZE);
         }
+        assert(nd->id.state == KC_PROBE_FILE); /* every text here was read with its digest */
         d->content = text;
         d->size = size;
         if (!(d->name = kc_strdup(nd->canon)) ||
@@ -1065,6 +1260,12 @@ static int emit(struct resolver *r)
     for (size_t i = 1; i < o->n_deps; i++)
         if (!strcmp(o->deps[i].name, o->deps[i - 1].name))
             not_hermetic(r, "ambiguous_name", "'%s' would name two headers", o->deps[i].name);
+    for (size_t i = 0; i < r->n_aliases; i++)
+        if (map_find(&r->tk_names, r->aliases[i].name, NULL))
+            not_hermetic(r, "ambiguous_name",
+                         "'%s' names a user header from one place and a toolkit header or "
+                         "nothing from a toolkit header",
+                         r->aliases[i].name);
     return 0;
 }
 
@@ -1104,6 +1305,12 @@ static void resolver_free(struct resolver *r)
     free(r->pending);
     map_free(&r->by_memory);
     map_free(&r->by_macro);
+    map_free(&r->tk_names);
+    map_free(&r->tk_nodes);
+    map_free(&r->wrappers);
+    free(r->calls);
+    kc_strv_free(r->func_names, r->n_funcs);
+    kc_strv_free(r->func_bodies, r->n_funcs);
     for (size_t i = 0; i < r->n_macros; i++) {
         for (size_t j = 0; j < r->macros[i].n; j++)
             free(r->macros[i].values[j]);
@@ -1129,8 +1336,8 @@ int kc_deps_resolve(kc_deps *out, const kc_deps_request *req, char *msg, size_t 
     }
     /*
      * Headers handed over in memory (nvrtcCreateProgram's) are all inputs,
-     * read or not, and are scanned; their quoted includes have no directory
-     * to be searched first (NVRTC gives an in-memory header none). A name
+     * read or not, and are scanned; their quoted includes are searched for
+     * beside the header's name first, as NVRTC does. A name
      * given twice: NVRTC takes the first, and so does kcache. They keep
      * their names: the caller's includes find them by those.
      */
@@ -1153,6 +1360,12 @@ int kc_deps_resolve(kc_deps *out, const kc_deps_request *req, char *msg, size_t 
         }
         nd->id.state = KC_PROBE_FILE;
         kc_digest(nd->id.digest, nd->text, nd->size);
+        /* NVRTC looks for an in-memory header's "quoted" includes beside its
+         * name, relative to the working directory. */
+        if (!(nd->dir = dirname_of(name))) {
+            rc = KCACHE_ENOMEM;
+            break;
+        }
     }
     for (size_t i = 0; !rc && i < req->n_pre_includes; i++) {
         /* -include headers are read as if the main source included them first. */
@@ -1165,7 +1378,10 @@ int kc_deps_resolve(kc_deps *out, const kc_deps_request *req, char *msg, size_t 
     while (!rc) {
         while (!rc && r.next_scan < r.n_nodes)
             rc = scan_node(&r, r.next_scan++);
-        if (rc || done_pending == r.n_pending)
+        size_t progress = 0;
+        if (!rc)
+            rc = resolve_calls(&r, &progress);
+        if (rc || (done_pending == r.n_pending && !progress && r.next_scan == r.n_nodes))
             break;
         /* Computed includes, once every #define in reach has been seen. */
         size_t upto = r.n_pending;

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "compile/identity.h"
 #include "util/codec.h"
 
 /* One directive found by the scanner. */
@@ -35,11 +36,25 @@ enum kc_directive_kind {
     KC_DIR_INCLUDE_NEXT,    /* #include_next */
     KC_DIR_HAS_INCLUDE,     /* __has_include(...) in a condition */
     KC_DIR_DEFINE,          /* #define NAME value (object-like) */
+    /*
+     * A construct the scanner cannot be sure it reads as NVRTC does (a %:
+     * digraph directive, __has_include with an operand that is not a
+     * literal, a digit separator under a standard older than C++14): `text`
+     * says which. The compile runs uncached: kcache never guesses.
+     */
+    KC_DIR_UNCERTAIN,
+    /* A function-like #define: `text` its name, `value` its body, for
+     * finding macros that wrap __has_include (CCCL's _CCCL_HAS_INCLUDE). */
+    KC_DIR_FUNC_DEFINE,
+    /* NAME(argument) in an #if, #elif or #define: `text` the name, `value`
+     * the argument; a probe if NAME turns out to wrap __has_include. */
+    KC_DIR_CALL,
 };
 
 typedef struct kc_directive {
     int kind;
     int angle;         /* <...> rather than "..." */
+    int digit_sep;     /* UNCERTAIN only: a digit separator, uncertain before C++14 alone */
     int computed;      /* the operand is not "..." or <...>: macro text in `text` */
     unsigned line;
     char *text;        /* spelling, macro text, or for DEFINE the name */
@@ -85,21 +100,6 @@ typedef struct kc_dep {
     char *path;       /* where it was found (messages only, never keyed) */
 } kc_dep;
 
-/* What one stat of the resolution saw: the manifest checks these later. */
-enum kc_probe_state {
-    KC_PROBE_ABSENT = 0, /* nothing there, or not a regular file */
-    KC_PROBE_FILE,       /* a user file: digest of its bytes */
-    KC_PROBE_TOOLKIT,    /* a toolkit file: identity only */
-};
-
-typedef struct kc_probe {
-    char *path;
-    int state;
-    uint64_t dev, ino, size;
-    int64_t mtime_ns, ctime_ns;
-    uint8_t digest[KC_DIGEST_SIZE];
-} kc_probe;
-
 typedef struct kc_deps_request {
     const char *source;       /* main source text */
     size_t source_size;
@@ -121,6 +121,9 @@ typedef struct kc_deps_request {
     /* When the resolution began (ns since the epoch), for the process's
      * memo of headers (compile/depmemo.c); 0: nothing is kept. */
     int64_t read_at;
+    /* The compile's -std is older than C++14: a digit separator lexes as a
+     * character literal there, so a text with one is not followed. */
+    int before_cxx14;
 } kc_deps_request;
 
 typedef struct kc_deps {
@@ -147,13 +150,7 @@ typedef struct kc_deps {
 int kc_deps_resolve(kc_deps *out, const kc_deps_request *req, char *msg, size_t msg_size);
 void kc_deps_free(kc_deps *deps);
 
-/* Reads a regular file with the identity it was read under. 0, or KCACHE_EIO/EINVAL/ENOMEM. */
-int kc_read_with_identity(const char *path, char **out, size_t *size, kc_probe *id);
-
 /* A path folded lexically ("a/./b/../c" -> "a/c"; a leading ".." stays), or NULL. */
 char *kc_path_normalized(const char *path);
-
-/* Upper bound on one header's size: anything larger is not a header. */
-#define KC_MAX_HEADER_SIZE (64u << 20)
 
 #endif

@@ -15,8 +15,11 @@
  * Bump when the encoding or the meaning of a field changes: every old key
  * then misses instead of matching something it no longer describes.
  */
-/* 2: headers by canonical name and by the bytes handed to NVRTC (compile/deps.c). */
-#define KC_KEY_FORMAT "kcache-key-2"
+/* 2: headers by canonical name and by the bytes handed to NVRTC (compile/deps.c).
+ * 3: every header with its digest (2 keyed headers read from the process memo
+ *    with a zero one), toolkit headers by their real paths, toolkit headers
+ *    followed. */
+#define KC_KEY_FORMAT "kcache-key-3"
 
 /* Field tags. Values are part of the format: never renumber. */
 enum kc_key_tag {

@@ -17,7 +17,7 @@
  * ctime cannot be set from user space, so an edit that restores size and
  * mtime still shows. An edit within one timestamp tick of the read can leave
  * both times as they were: a file whose mtime or ctime is within
- * KC_MANIFEST_RACY_NS of the moment it was read is always hashed, until a
+ * KC_IDENTITY_RACY_NS of the moment it was read is always hashed, until a
  * later check sees it old enough and writes the closure back.
  *
  * Encoding (all little endian): "KCM2", count u32, then per probe: state u8,
@@ -34,8 +34,6 @@
 #include <unistd.h>
 
 #include "compile/manifest.h"
-
-int64_t kc_manifest_racy_ns = KC_MANIFEST_RACY_NS;
 
 static int put_u64(kc_buf *b, uint64_t v)
 {
@@ -122,21 +120,6 @@ static int get_probe(const uint8_t *p, size_t size, size_t *off, kc_probe *q, ch
     }
     *off = o;
     return 0;
-}
-
-static void identity_of(kc_probe *q, const struct stat *st)
-{
-    q->dev = (uint64_t)st->st_dev;
-    q->ino = (uint64_t)st->st_ino;
-    q->size = (uint64_t)st->st_size;
-    q->mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
-    q->ctime_ns = (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
-}
-
-static int same_identity(const kc_probe *a, const kc_probe *b)
-{
-    return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
-           a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns;
 }
 
 /*
@@ -251,13 +234,11 @@ static int probe_holds(struct dirs *d, kc_probe *q, int64_t recorded_at, int *ha
     if (q->state == KC_PROBE_ABSENT)
         return 0;
     kc_probe now = *q;
-    identity_of(&now, &st);
-    int same = same_identity(&now, q);
+    kc_identity_of(&now, &st);
+    int same = kc_identity_same(&now, q);
     if (q->state == KC_PROBE_TOOLKIT)
         return same;
-    int racy = q->mtime_ns > recorded_at - kc_manifest_racy_ns ||
-               q->ctime_ns > recorded_at - kc_manifest_racy_ns;
-    if (same && !racy)
+    if (same && kc_identity_trusted(q, recorded_at))
         return 1;
     if (now.size != q->size)
         return 0; /* other bytes for certain: no need to read them */
@@ -265,7 +246,7 @@ static int probe_holds(struct dirs *d, kc_probe *q, int64_t recorded_at, int *ha
     size_t size = 0;
     kc_probe read_as;
     memset(&read_as, 0, sizeof(read_as));
-    if (kc_read_with_identity(q->path, &text, &size, &read_as) != 0)
+    if (kc_identity_read(q->path, &text, &size, &read_as) != 0)
         return 0;
     free(text);
     *hashed = 1;

@@ -11,16 +11,6 @@
 #include "compile/deps.h"
 #include "util/common.h"
 
-/*
- * Timestamps closer than this to the moment a file was read are not trusted
- * to tell an edit: the file is hashed instead. Two seconds covers the
- * coarsest file systems Linux mounts read-write (FAT's mtime); the kernel's
- * own clock tick (1-10 ms) is far inside it.
- */
-#define KC_MANIFEST_RACY_NS (2000000000ll)
-/* KC_MANIFEST_RACY_NS, a variable so that tests can show what each rule catches. */
-extern int64_t kc_manifest_racy_ns;
-
 /* Encodes a resolution's probes. */
 int kc_manifest_encode(kc_buf *out, const kc_probe *probes, size_t n);
 

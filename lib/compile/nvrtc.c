@@ -10,13 +10,20 @@
 
 #include "compile/compileint.h"
 
-static int under_root(const kc_toolkit *tk, const char *dir)
+/*
+ * The real path of a directory inside the toolkit, or NULL. The hermetic
+ * compile passes the toolkit's directories by their real paths, so that the
+ * bytes (a toolkit header's __FILE__) do not depend on how the request spelled
+ * them, as its key does not.
+ */
+static char *toolkit_real(const kc_toolkit *tk, const char *dir)
 {
     char *real = realpath(dir, NULL);
     size_t n = strlen(tk->root);
-    int inside = real && strncmp(real, tk->root, n) == 0 && (real[n] == '/' || real[n] == '\0');
+    if (real && strncmp(real, tk->root, n) == 0 && (real[n] == '/' || real[n] == '\0'))
+        return real;
     free(real);
-    return inside;
+    return NULL;
 }
 
 int kc_nvrtc_cache_option(char ***opts, size_t *n_opts, const kc_opts *o, unsigned flags)
@@ -74,9 +81,11 @@ int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct wor
     if (!rc)
         rc = kc_strv_push(&opts, &n_opts, buf);
     for (size_t i = 0; i < w->opts.n_include_dirs && !rc; i++) {
-        if (hermetic && !under_root(&c->tk, w->opts.include_dirs[i]))
+        char *real = hermetic ? toolkit_real(&c->tk, w->opts.include_dirs[i]) : NULL;
+        if (hermetic && !real)
             continue;
-        snprintf(buf, sizeof(buf), "--include-path=%s", w->opts.include_dirs[i]);
+        snprintf(buf, sizeof(buf), "--include-path=%s", real ? real : w->opts.include_dirs[i]);
+        free(real);
         rc = kc_strv_push(&opts, &n_opts, buf);
     }
     if (!rc && (hermetic || w->opts.no_source_include))

@@ -24,6 +24,7 @@ struct scanner {
     unsigned line;
     kc_directive *out;
     size_t count, cap;
+    int digit_sep_pushed;
 };
 
 static int is_ident(int c)
@@ -136,6 +137,65 @@ static void skip_raw_string(struct scanner *s)
 }
 
 static int push(struct scanner *s, int kind, int angle, int computed, unsigned line,
+                const char *text, size_t text_n, const char *value, size_t value_n);
+
+/*
+ * Skips a pp-number whose first character is at i, the way C++14 and later
+ * lex one: digit separators (1'000) are part of it, not a character literal.
+ * Before C++14 the same bytes lex otherwise, so a separator is reported once
+ * per text (the resolver decides by the compile's -std). Appends the number
+ * to b when b is given. Returns 0 or KCACHE_ENOMEM.
+ */
+static int skip_pp_number(struct scanner *s, kc_buf *b)
+{
+    for (int c; (c = peek(s)) >= 0;) {
+        int take = 0;
+        if (is_ident(c) || c == '.') {
+            take = 1;
+            if ((c == 'e' || c == 'E' || c == 'p' || c == 'P')) {
+                int n = peek2(s);
+                if (n == '+' || n == '-') {
+                    if (b && kc_buf_append(b, (char[]){(char)c}, 1))
+                        return KCACHE_ENOMEM;
+                    advance(s);
+                    c = peek(s);
+                }
+            }
+        } else if (c == '\'' && is_ident(peek2(s))) {
+            take = 1;
+            if (!s->digit_sep_pushed) {
+                s->digit_sep_pushed = 1;
+                int rc = push(s, KC_DIR_UNCERTAIN, 0, 0, s->line, "digit separator", 15, NULL, 0);
+                if (rc)
+                    return rc;
+                s->out[s->count - 1].digit_sep = 1;
+            }
+        }
+        if (!take)
+            break;
+        if (b && kc_buf_append(b, (char[]){(char)c}, 1))
+            return KCACHE_ENOMEM;
+        advance(s);
+    }
+    return 0;
+}
+
+/* Whether an identifier just read is a prefix that makes the quote after it a literal's. */
+static int literal_prefix(const char *id, size_t n, int *raw)
+{
+    static const char *const plain[] = {"L", "u", "U", "u8"};
+    static const char *const rawp[] = {"R", "LR", "uR", "UR", "u8R"};
+    *raw = 0;
+    for (size_t i = 0; i < sizeof(rawp) / sizeof(*rawp); i++)
+        if (strlen(rawp[i]) == n && !memcmp(rawp[i], id, n))
+            return *raw = 1;
+    for (size_t i = 0; i < sizeof(plain) / sizeof(*plain); i++)
+        if (strlen(plain[i]) == n && !memcmp(plain[i], id, n))
+            return 1;
+    return 0;
+}
+
+static int push(struct scanner *s, int kind, int angle, int computed, unsigned line,
                 const char *text, size_t text_n, const char *value, size_t value_n)
 {
     kc_directive *grown = kc_grow(s->out, &s->cap, s->count, sizeof(*grown), 16);
@@ -182,7 +242,15 @@ static int push(struct scanner *s, int kind, int angle, int computed, unsigned l
 static int logical_line(struct scanner *s, kc_buf *b)
 {
     b->size = 0;
+    int after_ident = 0;
     for (int c; (c = peek(s)) >= 0 && c != '\n';) {
+        if (!after_ident && (isdigit(c) || (c == '.' && isdigit(peek2(s))))) {
+            int rc = skip_pp_number(s, b);
+            if (rc)
+                return rc;
+            continue;
+        }
+        after_ident = is_ident(c);
         if (c == '/' && peek2(s) == '*') {
             skip_block_comment(s);
             c = ' ';
@@ -228,6 +296,89 @@ static const char *header_name(const char *p, const char *end, const char **name
     return q + 1;
 }
 
+/*
+ * Looks through an #if/#elif condition or a #define body for what can probe
+ * a file: __has_include("x") and __has_include(<x>) are probes; any other
+ * operand (a macro, a parameter) is not something kcache can follow, except
+ * inside a function-like #define, whose calls are recorded instead: NAME(arg)
+ * anywhere in a condition or a body is kept, and the resolver probes arg
+ * when NAME turns out to wrap __has_include. __has_include_next is never
+ * followed. An operand-less __has_include in a #define (an alias for it) is
+ * uncertain; in a condition it can only be defined(__has_include).
+ */
+static int scan_condition(struct scanner *s, const char *p, const char *end, unsigned line,
+                          int in_define)
+{
+    static const char tok[] = "__has_include";
+    const size_t tn = sizeof(tok) - 1;
+    int func_body = in_define && s->count && s->out[s->count - 1].kind == KC_DIR_FUNC_DEFINE &&
+                    s->out[s->count - 1].line == line;
+    for (const char *q = p; q < end; q++) {
+        if (*q == '"' || (*q == '\'' && !(q > p && is_ident((unsigned char)q[-1])))) {
+            /* A literal's text probes nothing. */
+            for (const char *l = q + 1; l < end; l++) {
+                if (*l == '\\' && l + 1 < end) {
+                    l++;
+                } else if (*l == *q) {
+                    q = l;
+                    break;
+                }
+            }
+            continue;
+        }
+        if (!(isalpha((unsigned char)*q) || *q == '_') || (q > p && is_ident((unsigned char)q[-1])))
+            continue;
+        const char *id = q;
+        while (q < end && is_ident((unsigned char)*q))
+            q++;
+        size_t idn = (size_t)(q - id);
+        const char *r = skip_ws(q, end);
+        q--;
+        int rc = 0;
+        if ((idn == tn || idn == tn + 5) && !memcmp(id, tok, tn)) {
+            if (idn == tn + 5 && memcmp(id + tn, "_next", 5) != 0)
+                continue;
+            if (idn == tn + 5) {
+                rc = push(s, KC_DIR_UNCERTAIN, 0, 0, line, "__has_include_next", 18, NULL, 0);
+            } else if (r >= end || *r != '(') {
+                if (in_define)
+                    rc = push(s, KC_DIR_UNCERTAIN, 0, 0, line, "__has_include as a macro", 24,
+                              NULL, 0);
+            } else {
+                const char *name;
+                size_t n;
+                int angle;
+                const char *a = skip_ws(r + 1, end);
+                const char *after = header_name(a, end, &name, &n, &angle);
+                if (after && (after = skip_ws(after, end)) < end && *after == ')')
+                    rc = push(s, KC_DIR_HAS_INCLUDE, angle, 0, line, name, n, NULL, 0);
+                else if (!func_body)
+                    rc = push(s, KC_DIR_UNCERTAIN, 0, 0, line,
+                              "__has_include of something other than a literal", 47, NULL, 0);
+            }
+        } else if (r < end && *r == '(' && !(idn == 7 && !memcmp(id, "defined", 7))) {
+            /* NAME(arg): the argument up to the matching parenthesis. */
+            int depth = 0;
+            const char *a = r + 1, *e = a;
+            for (; e < end; e++) {
+                if (*e == '(')
+                    depth++;
+                else if (*e == ')' && depth-- == 0)
+                    break;
+            }
+            if (e < end) {
+                const char *as = skip_ws(a, e), *ae = e;
+                while (ae > as && isspace((unsigned char)ae[-1]))
+                    ae--;
+                rc = push(s, KC_DIR_CALL, 0, 0, line, id, idn, as, (size_t)(ae - as));
+            }
+        }
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 static int parse_directive(struct scanner *s, const char *p, const char *end, unsigned line)
 {
     p = skip_ws(p, end);
@@ -252,44 +403,42 @@ static int parse_directive(struct scanner *s, const char *p, const char *end, un
             e--;
         return e > p ? push(s, kind, 0, 1, line, p, (size_t)(e - p), NULL, 0) : 0;
     }
-    if (wn == 6 && !memcmp(word, "define", 6)) {
+    int is_define = wn == 6 && !memcmp(word, "define", 6);
+    const char *cond = p; /* where __has_include and calls are looked for */
+    if (is_define) {
         const char *name = p;
         while (p < end && is_ident((unsigned char)*p))
             p++;
-        if (p == name || (p < end && *p == '('))
-            return 0; /* function-like: never names a header alone */
+        if (p == name)
+            return 0;
         size_t nn = (size_t)(p - name);
-        p = skip_ws(p, end);
-        const char *e = end;
-        while (e > p && isspace((unsigned char)e[-1]))
-            e--;
-        return push(s, KC_DIR_DEFINE, 0, 0, line, name, nn, p, (size_t)(e - p));
-    }
-    if ((wn == 2 && !memcmp(word, "if", 2)) || (wn == 4 && !memcmp(word, "elif", 4))) {
-        static const char tok[] = "__has_include";
-        for (const char *q = p; q + sizeof(tok) - 1 <= end; q++) {
-            if (memcmp(q, tok, sizeof(tok) - 1) != 0 || (q > p && is_ident((unsigned char)q[-1])))
-                continue;
-            const char *r = q + sizeof(tok) - 1;
-            if (end - r >= 5 && !memcmp(r, "_next", 5))
-                r += 5;
-            if (r < end && is_ident((unsigned char)*r))
-                continue;
-            r = skip_ws(r, end);
-            if (r >= end || *r != '(')
-                continue;
-            r = skip_ws(r + 1, end);
-            const char *name;
-            size_t n;
-            int angle;
-            if (header_name(r, end, &name, &n, &angle)) {
-                int rc = push(s, KC_DIR_HAS_INCLUDE, angle, 0, line, name, n, NULL, 0);
-                if (rc)
-                    return rc;
-            }
+        if (p < end && *p == '(') {
+            /* Function-like: never names a header alone, but may wrap __has_include. */
+            const char *close = memchr(p, ')', (size_t)(end - p));
+            if (!close)
+                return 0;
+            const char *body = skip_ws(close + 1, end);
+            const char *e = end;
+            while (e > body && isspace((unsigned char)e[-1]))
+                e--;
+            int rc = push(s, KC_DIR_FUNC_DEFINE, 0, 0, line, name, nn, body, (size_t)(e - body));
+            if (rc)
+                return rc;
+            cond = body;
+        } else {
+            p = skip_ws(p, end);
+            const char *e = end;
+            while (e > p && isspace((unsigned char)e[-1]))
+                e--;
+            int rc = push(s, KC_DIR_DEFINE, 0, 0, line, name, nn, p, (size_t)(e - p));
+            if (rc)
+                return rc;
+            cond = p;
         }
+    } else if (!((wn == 2 && !memcmp(word, "if", 2)) || (wn == 4 && !memcmp(word, "elif", 4)))) {
+        return 0;
     }
-    return 0;
+    return scan_condition(s, cond, end, line, is_define);
 }
 
 int kc_scan(kc_directive **out, size_t *n, const char *text, size_t size)
@@ -319,16 +468,40 @@ int kc_scan(kc_directive **out, size_t *n, const char *text, size_t size)
             const char *p = (const char *)b.data;
             if ((rc = parse_directive(&s, p ? p : "", (p ? p : "") + b.size, line)))
                 break;
+        } else if ((c == '%' && peek2(&s) == ':' && line_start) ||
+                   (c == '?' && peek2(&s) == '?' && line_start)) {
+            /* %: is #, and ?\?= is # where trigraphs are on: a directive the
+             * scanner does not parse, so none of this text is trusted. */
+            line_start = 0;
+            if ((rc = push(&s, KC_DIR_UNCERTAIN, 0, 0, s.line,
+                           c == '%' ? "a %: digraph directive" : "a ?\?= trigraph",
+                           c == '%' ? 22 : 14, NULL, 0)))
+                break;
+            advance(&s);
         } else if (c == '"' || c == '\'') {
             line_start = 0;
             skip_quoted(&s);
-        } else if (c == 'R' && peek2(&s) == '"' &&
-                   (s.i == 0 || !is_ident((unsigned char)s.t[s.i - 1]) ||
-                    (s.t[s.i - 1] == '8' || s.t[s.i - 1] == 'L' || s.t[s.i - 1] == 'u' ||
-                     s.t[s.i - 1] == 'U'))) {
+        } else if (isdigit(c) || (c == '.' && isdigit(peek2(&s)))) {
             line_start = 0;
-            advance(&s);
-            skip_raw_string(&s);
+            if ((rc = skip_pp_number(&s, NULL)))
+                break;
+        } else if (is_ident(c)) {
+            /* Whole identifiers: a digit inside one starts no number, and a
+             * literal's prefix (u8, L, R...) is told from a name ending so. */
+            line_start = 0;
+            char id[4];
+            size_t idn = 0;
+            for (int d; (d = peek(&s)) >= 0 && is_ident(d); advance(&s))
+                if (idn < sizeof(id))
+                    id[idn++] = (char)d;
+            int raw;
+            int q = peek(&s);
+            if ((q == '"' || q == '\'') && idn < sizeof(id) && literal_prefix(id, idn, &raw)) {
+                if (raw && q == '"')
+                    skip_raw_string(&s);
+                else
+                    skip_quoted(&s);
+            }
         } else {
             line_start = 0;
             advance(&s);

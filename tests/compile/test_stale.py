@@ -1,0 +1,237 @@
+#!/usr/bin/env python3
+"""Stale kernels: each way a warm kcache once returned a kernel other than what
+plain NVRTC gives for the files as they are now, as an end-to-end test of
+`kcache compile` against NVIDIA's NVRTC reading the disk (no GPU needed).
+
+Files are made old without waiting: KCACHE_TEST_CLOCK_SHIFT_NS moves the trust
+rule's clock 10 s ahead (lib/compile/identity.h), and every edit here changes
+the file's ctime, as a real wait would.
+
+Usage: test_stale.py KCACHE KCACHE_FILL [TEST-NAME...]; exits 77 without a toolkit.
+"""
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli"))
+import test_cli as base  # noqa: E402
+from test_cli import Cache, Failure, check  # noqa: E402
+
+TOOLKIT = "/usr/local/cuda"
+CCCL = TOOLKIT + "/include/cccl"
+OLD = {"KCACHE_TEST_CLOCK_SHIFT_NS": str(10 * 10**9)}
+
+
+class PlainNvrtc:
+    """NVIDIA's NVRTC, reading the disk as a program would: the reference."""
+
+    def __init__(self):
+        self.lib = ctypes.CDLL(os.path.join(TOOLKIT, "lib64", "libnvrtc.so"))
+
+    def ptx(self, path, options, cwd=None):
+        with open(path, "rb") as f:
+            src = f.read()
+        prog = ctypes.c_void_p()
+        name = path.encode()
+        if self.lib.nvrtcCreateProgram(ctypes.byref(prog), src, name, 0, None, None):
+            raise Failure("nvrtcCreateProgram failed")
+        opts = [o.encode() for o in ["--gpu-architecture=compute_90"] + options]
+        arr = (ctypes.c_char_p * len(opts))(*opts)
+        old = os.getcwd()
+        os.chdir(cwd or os.path.dirname(path))
+        try:
+            rc = self.lib.nvrtcCompileProgram(prog, len(opts), arr)
+        finally:
+            os.chdir(old)
+        if rc:
+            n = ctypes.c_size_t()
+            self.lib.nvrtcGetProgramLogSize(prog, ctypes.byref(n))
+            log = ctypes.create_string_buffer(n.value)
+            self.lib.nvrtcGetProgramLog(prog, log)
+            raise Failure("plain NVRTC failed: %s" % log.value.decode(errors="replace"))
+        n = ctypes.c_size_t()
+        self.lib.nvrtcGetPTXSize(prog, ctypes.byref(n))
+        buf = ctypes.create_string_buffer(n.value)
+        self.lib.nvrtcGetPTX(prog, buf)
+        self.lib.nvrtcDestroyProgram(ctypes.byref(prog))
+        return buf.value.decode()
+
+
+def code(ptx):
+    """PTX without its comments: the generated code, which is what must agree."""
+    return "\n".join(l for l in ptx.splitlines() if not l.lstrip().startswith("//")).strip()
+
+
+def write(path, text, keep_stat=None):
+    """Writes text; with keep_stat, restores that size-and-mtime (ctime still moves)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    before = os.stat(path).st_ctime_ns if os.path.exists(path) else None
+    with open(path, "w") as f:
+        f.write(text)
+    if keep_stat is not None:
+        os.utime(path, ns=(keep_stat.st_atime_ns, keep_stat.st_mtime_ns))
+    while before is not None and os.stat(path).st_ctime_ns == before:
+        time.sleep(0.01)  # the edit must change the identity, as a real wait would
+        os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns))
+
+
+class Case:
+    def __init__(self, root, nvrtc):
+        self.root = root
+        self.c = Cache(root)
+        self.nvrtc = nvrtc
+
+    def kcache(self, src, *opts, old=True):
+        out = os.path.join(self.root, "out.ptx")
+        args = ["compile", src, "--arch", "sm_90", "--ptx", "-o", out, "--json"]
+        if opts:
+            args += ["--"] + list(opts)
+        o, _ = self.c.run(*args, env=OLD if old else None)
+        with open(out) as f:
+            return f.read(), o
+
+    def agrees(self, src, *opts, what=""):
+        got, report = self.kcache(src, *opts)
+        want = self.nvrtc.ptx(src, list(opts))
+        check(code(got) == code(want),
+              "%s: kcache's kernel differs from NVRTC's\nkcache: %s\nNVRTC:  %s\n%s"
+              % (what, grep_values(got), grep_values(want), report))
+        return report
+
+
+def grep_values(ptx):
+    return re.findall(r"st\.global\.u32\s+\[[^\]]*\],\s*(-?\d+)", ptx)
+
+
+KERNEL = 'extern "C" __global__ void k(int *o) { o[0] = %s; }\n'
+
+
+def test_old_header_edit(root, nvrtc):
+    t = Case(root, nvrtc)
+    d = os.path.join(root, "C")
+    write(os.path.join(d, "h.cuh"), "#pragma once\n#define VALUE (20 + 1)\n")
+    write(os.path.join(d, "k.cu"), '#include "h.cuh"\n' + KERNEL % "VALUE")
+    t.agrees(os.path.join(d, "k.cu"), what="first compile")
+    write(os.path.join(d, "h.cuh"), "#pragma once\n#define VALUE (30 + 3)\n")
+    t.agrees(os.path.join(d, "k.cu"), what="an old header edited")
+    st = os.stat(os.path.join(d, "h.cuh"))
+    write(os.path.join(d, "h.cuh"), "#pragma once\n#define VALUE (40 + 7)\n", keep_stat=st)
+    t.agrees(os.path.join(d, "k.cu"), what="an edit with size and mtime restored")
+    # The same tree twice in one cache: both old, the second is a hit.
+    _, report = t.kcache(os.path.join(d, "k.cu"))
+    check('"hit": true' in report, "an unchanged old tree hits: %s" % report)
+
+
+def test_include_through_toolkit_path(root, nvrtc):
+    t = Case(root, nvrtc)
+    d = os.path.join(root, "proj")
+    x = os.path.join(d, "x.h")
+    write(x, "#define VALUE 11\n")
+    spelled = TOOLKIT + "/" + os.path.relpath(x, os.path.realpath(TOOLKIT))
+    write(os.path.join(d, "k.cu"), '#include "%s"\n' % spelled + KERNEL % "VALUE")
+    inc = TOOLKIT + "/include"
+    angled = os.path.relpath(x, os.path.realpath(inc))
+    write(os.path.join(d, "a.cu"), "#include <%s>\n" % angled + KERNEL % "VALUE")
+    for src in ("k.cu", "a.cu"):
+        t.agrees(os.path.join(d, src), "-I" + inc, what=src)
+    write(x, "#define VALUE 12\n")
+    for src in ("k.cu", "a.cu"):
+        t.agrees(os.path.join(d, src), "-I" + inc, what=src + " after x.h was edited")
+
+
+def test_toolkit_header_includes_a_shadow(root, nvrtc):
+    t = Case(root, nvrtc)
+    d = os.path.join(root, "p")
+    real = os.path.join(CCCL, "cuda", "std", "version")
+    shadow = os.path.join(d, "shadow", "cuda", "std", "version")
+    write(shadow, '#include "%s"\n#define SHADOW 5\n' % real)
+    write(os.path.join(d, "k.cu"), "#include <cuda/std/cstdint>\n#ifndef SHADOW\n#define SHADOW 1\n"
+          "#endif\n" + KERNEL % "SHADOW")
+    opts = ("-I" + os.path.join(d, "shadow"), "-I" + CCCL)
+    t.agrees(os.path.join(d, "k.cu"), *opts, what="a user directory shadows a toolkit header")
+    write(shadow, '#include "%s"\n#define SHADOW 7\n' % real)
+    t.agrees(os.path.join(d, "k.cu"), *opts, what="the shadow edited")
+    os.unlink(shadow)
+    t.agrees(os.path.join(d, "k.cu"), *opts, what="the shadow removed")
+
+
+def test_has_include_through_a_macro(root, nvrtc):
+    t = Case(root, nvrtc)
+    d = os.path.join(root, "m")
+    write(os.path.join(d, "k.cu"), '#define HAS_OPT __has_include("opt.h")\n#if HAS_OPT\n'
+          '#define V 2\n#else\n#define V 1\n#endif\n' + KERNEL % "V")
+    t.agrees(os.path.join(d, "k.cu"), what="opt.h absent")
+    write(os.path.join(d, "opt.h"), "\n")
+    t.agrees(os.path.join(d, "k.cu"), what="opt.h created")
+
+
+def test_scanner_constructs(root, nvrtc):
+    t = Case(root, nvrtc)
+    d = os.path.join(root, "s")
+    write(os.path.join(d, "h.h"), "#define A 3\n")
+    write(os.path.join(d, "g.h"), "#define B 4\n")
+    # A digit separator is part of its number: the quote after it opens
+    # nothing, and the /* inside the string opens no comment.
+    write(os.path.join(d, "sep.cu"), '__device__ int x = 1\'0; __device__ const char *s = "\'/*";\n'
+          '#include "h.h"\n#include "g.h"\n' + KERNEL % "A * 10 + B")
+    # %: is #: a directive the scanner does not parse, so nothing is trusted.
+    write(os.path.join(d, "digraph.cu"), '%:include "h.h"\n#include "g.h"\n' + KERNEL % "A * 10 + B")
+    for src in ("sep.cu", "digraph.cu"):
+        report = t.agrees(os.path.join(d, src), what=src)
+        cached = '"cached": true' in report
+        check(cached == (src == "sep.cu"), "%s: cached %s: %s" % (src, cached, report))
+        if src == "digraph.cu":
+            check("%: digraph" in report, "the reason is given: %s" % report)
+    write(os.path.join(d, "h.h"), "#define A 5\n")
+    write(os.path.join(d, "g.h"), "#define B 6\n")
+    for src in ("sep.cu", "digraph.cu"):
+        t.agrees(os.path.join(d, src), what=src + " after both headers were edited")
+
+
+def test_toolkit_spelled_two_ways(root, nvrtc):
+    """Toolkit -I by another spelling: one key, so the same bytes (__FILE__ in an assertion)."""
+    c1, c2 = Cache(root, "one"), Cache(root, "two")
+    d = os.path.join(root, "t")
+    write(os.path.join(d, "k.cu"), "#include <cuda/std/span>\n"
+          'extern "C" __global__ void k(int *o, int i) { cuda::std::span<int, 4> s(o, 4); '
+          "s[i] = 1; }\n")
+    got = []
+    for c, inc in ((c1, CCCL), (c2, os.path.realpath(CCCL))):
+        out = os.path.join(root, c.dir + ".ptx")
+        o, _ = c.run("compile", os.path.join(d, "k.cu"), "--arch", "sm_90", "--ptx", "-o", out,
+                     "--json", "--", "-I" + inc, "-DCCCL_ENABLE_ASSERTIONS", "-std=c++17")
+        with open(out) as f:
+            got.append((re.search(r'"key": "([0-9a-f]+)"', o).group(1), f.read()))
+    check(got[0][0] == got[1][0], "one key for both spellings")
+    check(got[0][1] == got[1][1], "the same bytes for one key")
+
+
+def main():
+    if not os.path.exists(os.path.join(TOOLKIT, "lib64", "libnvrtc.so")):
+        print("skipped: no CUDA toolkit at %s" % TOOLKIT)
+        return 77
+    nvrtc = PlainNvrtc()
+    failed = []
+    for name, fn in sorted(globals().items()):
+        if not name.startswith("test_") or (base.ONLY and name not in base.ONLY):
+            continue
+        root = tempfile.mkdtemp(prefix="kcache-stale-")
+        try:
+            fn(root, nvrtc)
+            print("ok   %s" % name)
+        except Exception as ex:
+            failed.append(name)
+            print("FAIL %s: %s" % (name, ex))
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    print("%d failed" % len(failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
