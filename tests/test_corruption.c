@@ -1,6 +1,6 @@
 /*
  * The corruption cases test_recovery.c does not cover, each with the outcome
- * DESIGN.md's recovery table gives it:
+ * doc/design.md's recovery table gives it:
  *
  *   zeroed header (first 100 bytes)     not SQLite: set aside, a new cache starts
  *   random bytes in the WAL             SQLite drops frames that fail their

@@ -1,5 +1,5 @@
 /*
- * Resource faults, as DESIGN.md's recovery table has them: "disk full,
+ * Resource faults, as doc/design.md's recovery table has them: "disk full,
  * read-only directory, lock held too long: the compile still returns its
  * artifact; the cache reports and counts the failure". For each:
  *

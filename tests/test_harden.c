@@ -1,7 +1,7 @@
 /*
  * Hardening (issue 12): each row of the issue's table, tried as it was
  * found, against the library and the kcache executable. A row passes when
- * kcache does what DESIGN.md's recovery table says for it: no state that
+ * kcache does what doc/design.md's recovery table says for it: no state that
  * needs rm, no other user's cache used, nothing from a bundle that poisons
  * or exhausts, a config file read whole or refused, output a terminal can
  * show, maintenance that does not call a removed entry damaged, leases that

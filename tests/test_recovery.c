@@ -1,5 +1,5 @@
 /*
- * Every row of DESIGN.md's recovery table, as a user would meet it: what is
+ * Every row of doc/design.md's recovery table, as a user would meet it: what is
  * found at the path, what open, get and put then do, what is left on disk.
  * A cache may lose entries, never a user's data, never correctness.
  */

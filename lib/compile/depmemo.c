@@ -1,5 +1,5 @@
 /*
- * Headers read once per process while their identity holds (DESIGN.md, "The
+ * Headers read once per process while their identity holds (doc/design.md, "The
  * key"): a program that compiles many kernels against one tree (CuPy compiles
  * dozens against the same 960 headers) reads, hashes and scans each header
  * once, not once per kernel. An entry is trusted only for the identity it was

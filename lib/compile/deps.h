@@ -13,13 +13,28 @@
  *   - <angled>: each -I directory in order;
  *   - nothing else: NVRTC has no default include directory.
  *
- * The compile is made hermetic: every header found outside the toolkit is
- * read, hashed and handed to NVRTC in memory under one canonical name per file
- * (deps.c says which, and why includes are rewritten to it), and the user's
- * -I directories are not passed on, so NVRTC cannot read a file that was not
- * hashed. Headers inside the CUDA toolkit are identified by the toolkit's
- * version and read by NVRTC from disk, through the toolkit's -I directories.
- * Every path looked at is recorded for the manifest (manifest.c).
+ * The rule that keeps a key honest is "hermetic or uncached": during a cached
+ * compile NVRTC reads nothing the key does not cover.
+ *   - Every header found outside the toolkit is read, hashed and handed to
+ *     NVRTC in memory under one canonical name per file (deps.c says which,
+ *     and why includes are rewritten to it), and the user's -I directories
+ *     are not passed on, so NVRTC cannot read a file that was not hashed.
+ *   - A toolkit header is one whose REAL path lies in the toolkit; it is
+ *     keyed by the toolkit's build and read by NVRTC from disk through the
+ *     toolkit's -I directories (passed by their real paths). A path that
+ *     only passes through the toolkit's directory is a user file.
+ *   - Toolkit headers are followed too, in NVRTC's order, so a user
+ *     directory ahead of the toolkit's that holds a name a toolkit header
+ *     includes is seen, and that file handed over under the toolkit
+ *     header's spelling.
+ *   - In-memory headers' "quoted" includes are looked for beside their names.
+ *   - What the scanner cannot be certain it reads as NVRTC does (a %:
+ *     directive, __has_include of a non-literal, a digit separator before
+ *     C++14, #include_next, a computed include it cannot expand) makes the
+ *     resolution not hermetic: the caller compiles from disk, uncached, and
+ *     says why. kcache never guesses.
+ * Every path looked at is recorded for the manifest (manifest.c), except what
+ * toolkit headers' own lookups find inside the toolkit (the build keys it).
  */
 #ifndef KC_DEPS_H
 #define KC_DEPS_H

@@ -1,5 +1,5 @@
 /*
- * The drop-in NVRTC: a libnvrtc.so.N of kcache's own (see DESIGN.md, "The
+ * The drop-in NVRTC: a libnvrtc.so.N of kcache's own (see doc/design.md, "The
  * drop-in NVRTC"). real.c finds and loads NVIDIA's library and redirects a
  * program's dlopen of NVRTC to this one; shim.c serves the API.
  */

@@ -1,6 +1,6 @@
 /*
  * Recognising the file at the path, and setting a damaged one aside
- * (DESIGN.md, Recovery): a cache may lose entries, never a user's data.
+ * (doc/design.md, Recovery): a cache may lose entries, never a user's data.
  */
 #include <dirent.h>
 #include <errno.h>

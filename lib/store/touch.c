@@ -1,6 +1,6 @@
 /*
  * Hits and counters wait in memory and are written in batches: a hit must not
- * wait for the write lock (DESIGN.md, the store).
+ * wait for the write lock (doc/design.md, the store).
  */
 #include <stdio.h>
 #include <stdlib.h>
