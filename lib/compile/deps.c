@@ -259,6 +259,7 @@ struct resolver {
      * or nowhere: an in-memory header of that name would take their place. */
     struct map tk_names;
     struct map tk_nodes;     /* toolkit path -> node, so each is scanned once */
+    struct map vouchers;     /* directory -> 1 + its DIR probe, or 0: none exists */
     struct map wrappers;     /* function-like macros that wrap __has_include */
     struct pending *calls;   /* NAME(arg) seen in conditions, not yet probed */
     size_t n_calls, cap_calls;
@@ -331,6 +332,60 @@ static int add_probe(struct resolver *r, const char *path, const kc_probe *p)
         return KCACHE_ENOMEM;
     o->n_probes++;
     return 0;
+}
+
+/*
+ * The DIR probe for the nearest existing directory above path (1 + its index
+ * in the probes, recorded once per resolution), or 0. An absent path under a
+ * directory whose identity holds is still absent: the closure check stats
+ * that directory once instead of every name looked for in it, which is what
+ * following toolkit headers past user directories would otherwise cost.
+ */
+static int voucher(struct resolver *r, const char *path, uint32_t *out)
+{
+    char *missing[64]; /* directories walked through that do not exist */
+    size_t n_missing = 0;
+    char *dir = dirname_of(path);
+    int rc = dir ? 0 : KCACHE_ENOMEM;
+    size_t v = 0;
+    while (!rc) {
+        if (map_find(&r->vouchers, dir, &v))
+            break;
+        struct stat st;
+        if (stat(dir, &st) == 0) {
+            v = 0;
+            if (S_ISDIR(st.st_mode) && r->out->n_probes < UINT32_MAX) {
+                kc_probe p;
+                memset(&p, 0, sizeof(p));
+                p.state = KC_PROBE_DIR;
+                kc_identity_of(&p, &st);
+                if (!(rc = add_probe(r, dir, &p)))
+                    v = r->out->n_probes;
+            }
+            rc = rc ? rc : map_put(&r->vouchers, dir, v);
+            break;
+        }
+        if (!strcmp(dir, "/") || !strcmp(dir, ".") || n_missing == 64) {
+            v = 0;
+            break;
+        }
+        char *up = dirname_of(dir);
+        if (!up) {
+            rc = KCACHE_ENOMEM;
+            break;
+        }
+        missing[n_missing++] = dir;
+        dir = up;
+    }
+    /* A name under a missing directory is vouched for by what vouches for that directory. */
+    for (size_t i = 0; i < n_missing; i++) {
+        if (!rc)
+            rc = map_put(&r->vouchers, missing[i], v);
+        free(missing[i]);
+    }
+    free(dir);
+    *out = rc ? 0 : (uint32_t)v;
+    return rc;
 }
 
 static int new_node(struct resolver *r, size_t *out)
@@ -491,7 +546,8 @@ static int look(struct resolver *r, const char *path, int in_toolkit, int from_t
         }
         memset(&p, 0, sizeof(p));
         p.state = KC_PROBE_ABSENT;
-        if ((rc = map_put(&r->by_path, path, 0)) || (rc = add_probe(r, path, &p)))
+        if ((rc = map_put(&r->by_path, path, 0)) || (rc = voucher(r, path, &p.vouch)) ||
+            (rc = add_probe(r, path, &p)))
             return rc;
         return 0;
     }
@@ -1307,6 +1363,7 @@ static void resolver_free(struct resolver *r)
     map_free(&r->by_macro);
     map_free(&r->tk_names);
     map_free(&r->tk_nodes);
+    map_free(&r->vouchers);
     map_free(&r->wrappers);
     free(r->calls);
     kc_strv_free(r->func_names, r->n_funcs);

@@ -34,6 +34,10 @@ enum kc_probe_state {
     KC_PROBE_ABSENT = 0, /* nothing there, or not a regular file */
     KC_PROBE_FILE,       /* a user file: digest of its bytes */
     KC_PROBE_TOOLKIT,    /* a toolkit file: identity only */
+    /* A directory: while its identity holds and is trusted, no entry was
+     * added, removed or renamed in it, so every ABSENT probe it vouches for
+     * is still absent without a stat of its own. */
+    KC_PROBE_DIR,
 };
 
 typedef struct kc_probe {
@@ -42,6 +46,9 @@ typedef struct kc_probe {
     uint64_t dev, ino, size;
     int64_t mtime_ns, ctime_ns;
     uint8_t digest[KC_DIGEST_SIZE];
+    /* ABSENT: 1 + the index of the DIR probe (earlier in the list) that is the
+     * nearest existing directory above the path, or 0. */
+    uint32_t vouch;
 } kc_probe;
 
 /*

@@ -20,8 +20,16 @@
  * KC_IDENTITY_RACY_NS of the moment it was read is always hashed, until a
  * later check sees it old enough and writes the closure back.
  *
- * Encoding (all little endian): "KCM2", count u32, then per probe: state u8,
- * path length u32, path bytes, and for a file or toolkit header dev, ino,
+ * An absent path may be vouched for by the nearest directory above it that
+ * exists (a DIR probe, recorded before it): while that directory's identity
+ * holds and is old enough to trust, no entry was added, removed or renamed in
+ * it, so the path is still absent without a stat of its own. This keeps the
+ * many names toolkit headers look for in user directories at one stat per
+ * directory on a hit.
+ *
+ * Encoding (all little endian): "KCM3", count u32, then per probe: state u8,
+ * path length u32, path bytes; for an absent path the voucher (1 + index of a
+ * DIR probe, or 0) u32; for a file, toolkit header or directory dev, ino,
  * size u64, mtime, ctime i64, and for a file its digest. When the files were
  * read is kept beside it (the store shares one closure between kernels).
  */
@@ -59,7 +67,7 @@ static int put_probe(kc_buf *b, const kc_probe *p)
         kc_buf_append(b, p->path, n))
         return KCACHE_ENOMEM;
     if (p->state == KC_PROBE_ABSENT)
-        return 0;
+        return kc_buf_append_u32(b, p->vouch) ? KCACHE_ENOMEM : 0;
     if (put_u64(b, p->dev) || put_u64(b, p->ino) || put_u64(b, p->size) ||
         put_u64(b, (uint64_t)p->mtime_ns) || put_u64(b, (uint64_t)p->ctime_ns))
         return KCACHE_ENOMEM;
@@ -71,7 +79,7 @@ static int put_probe(kc_buf *b, const kc_probe *p)
 static int put_header(kc_buf *b, uint32_t n)
 {
     b->size = 0;
-    if (kc_buf_append(b, "KCM2", 4) || kc_buf_append_u32(b, n))
+    if (kc_buf_append(b, "KCM3", 4) || kc_buf_append_u32(b, n))
         return KCACHE_ENOMEM;
     return 0;
 }
@@ -96,13 +104,18 @@ static int get_probe(const uint8_t *p, size_t size, size_t *off, kc_probe *q, ch
     q->state = p[o];
     uint32_t n = kc_read_u32(p + o + 1);
     o += 5;
-    if (size - o < n || n >= pathbuf_size || q->state > KC_PROBE_TOOLKIT)
+    if (size - o < n || n >= pathbuf_size || q->state > KC_PROBE_DIR)
         return -1;
     memcpy(pathbuf, p + o, n);
     pathbuf[n] = '\0';
     q->path = pathbuf;
     o += n;
-    if (q->state != KC_PROBE_ABSENT) {
+    if (q->state == KC_PROBE_ABSENT) {
+        if (size - o < 4)
+            return -1;
+        q->vouch = kc_read_u32(p + o);
+        o += 4;
+    } else {
         if (size - o < 40)
             return -1;
         q->dev = get_u64(p + o);
@@ -261,16 +274,45 @@ static int probe_holds(struct dirs *d, kc_probe *q, int64_t recorded_at, int *ha
     return 1;
 }
 
+/*
+ * A DIR probe: *vouches when the directory is the one recorded, unchanged and
+ * old enough to trust, so that no entry appeared in it since. q takes the
+ * identity seen now, for a closure written back (one that never matches when
+ * it is no directory now). *changed when it does not vouch though it exists.
+ */
+static int dir_holds(struct dirs *d, kc_probe *q, int64_t recorded_at, int *vouches,
+                     int *changed)
+{
+    struct stat st;
+    int rc = stat_probe(d, q->path, &st);
+    if (rc == -2)
+        return KCACHE_ENOMEM;
+    kc_probe now = *q;
+    if (rc == 0 && S_ISDIR(st.st_mode)) {
+        kc_identity_of(&now, &st);
+    } else {
+        now.dev = now.ino = now.size = 0;
+        now.mtime_ns = now.ctime_ns = 0;
+    }
+    *vouches = rc == 0 && kc_identity_same(&now, q) && kc_identity_trusted(q, recorded_at);
+    *changed = !*vouches && rc == 0;
+    *q = now;
+    return 1;
+}
+
 int kc_manifest_check(const void *blob, size_t size, int64_t recorded_at, kc_buf *refreshed)
 {
     const uint8_t *p = blob;
     refreshed->size = 0;
-    if (size < 8 || memcmp(p, "KCM2", 4) != 0)
+    if (size < 8 || memcmp(p, "KCM3", 4) != 0)
         return 0;
     uint32_t n = kc_read_u32(p + 4);
     int hashed = 0, holds = 1;
     char path[4096];
     struct dirs d = {0};
+    uint8_t *vouched = kc_calloc(n ? n : 1, 1); /* per DIR probe: it vouches */
+    if (!vouched)
+        return KCACHE_ENOMEM;
     /* Two passes at most: the check, and only if a file had to be hashed, the
      * closure written again with the identities seen now. */
     for (int pass = 0; pass < 2 && holds; pass++) {
@@ -285,7 +327,17 @@ int kc_manifest_check(const void *blob, size_t size, int64_t recorded_at, kc_buf
                 holds = 0;
                 break;
             }
-            holds = probe_holds(&d, &q, recorded_at, &hashed);
+            int v = 0, changed = 0;
+            if (q.state == KC_PROBE_DIR) {
+                holds = dir_holds(&d, &q, recorded_at, &v, &changed);
+                vouched[i] = (uint8_t)v;
+                hashed |= changed; /* written back with what it is now */
+            } else if (q.state == KC_PROBE_ABSENT && q.vouch && q.vouch - 1 < i &&
+                       vouched[q.vouch - 1]) {
+                holds = 1; /* its directory says nothing was added */
+            } else {
+                holds = probe_holds(&d, &q, recorded_at, &hashed);
+            }
             if (holds == 1 && pass == 1 && put_probe(&fresh, &q))
                 holds = KCACHE_ENOMEM;
         }
@@ -300,5 +352,6 @@ int kc_manifest_check(const void *blob, size_t size, int64_t recorded_at, kc_buf
             break;
     }
     dirs_close(&d);
+    free(vouched);
     return holds;
 }

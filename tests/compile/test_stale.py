@@ -160,6 +160,25 @@ def test_toolkit_header_includes_a_shadow(root, nvrtc):
     t.agrees(os.path.join(d, "k.cu"), *opts, what="the shadow removed")
 
 
+def test_shadow_appears_in_a_vouched_directory(root, nvrtc):
+    """Names toolkit headers look for in a user directory are vouched for by that
+    directory's identity: a header created there later must still be seen."""
+    t = Case(root, nvrtc)
+    d = os.path.join(root, "v")
+    os.makedirs(os.path.join(d, "shadow"))
+    write(os.path.join(d, "k.cu"), "#include <cuda/std/cstdint>\n#ifndef SHADOW\n#define SHADOW 1\n"
+          "#endif\n" + KERNEL % "SHADOW")
+    opts = ("-I" + os.path.join(d, "shadow"), "-I" + CCCL)
+    t.agrees(os.path.join(d, "k.cu"), *opts, what="an empty user directory first")
+    _, report = t.kcache(os.path.join(d, "k.cu"), *opts)
+    check('"hit": true' in report, "a hit before the shadow appears: %s" % report)
+    time.sleep(0.05)  # a new name changes the directory's mtime in a later tick
+    real = os.path.join(CCCL, "cuda", "std", "version")
+    write(os.path.join(d, "shadow", "cuda", "std", "version"),
+          '#include "%s"\n#define SHADOW 9\n' % real)
+    t.agrees(os.path.join(d, "k.cu"), *opts, what="a shadow created after the hit")
+
+
 def test_has_include_through_a_macro(root, nvrtc):
     t = Case(root, nvrtc)
     d = os.path.join(root, "m")
