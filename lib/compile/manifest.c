@@ -27,13 +27,18 @@
  * many names toolkit headers look for in user directories at one stat per
  * directory on a hit.
  *
- * Encoding (all little endian): "KCM3", count u32, then per probe: state u8,
- * path length u32, path bytes; for an absent path the voucher (1 + index of a
- * DIR probe, or 0) u32; for a file, toolkit header or directory dev, ino,
- * size u64, mtime, ctime i64, and for a file its digest. When the files were
- * read is kept beside it (the store shares one closure between kernels).
+ * Encoding (all little endian), compact so that a hit decodes little and
+ * hashes no path: "KCM3", the directory table (count u32, then per directory
+ * its length u32 and bytes), then count u32 and per probe: state u8, its
+ * directory (index into the table u32, or UINT32_MAX for a name relative to
+ * the working directory without a slash), its base name (length u32,
+ * bytes); for an absent path the voucher (1 + index of a DIR probe, or 0)
+ * u32; for a file, toolkit header or directory dev, ino, size u64, mtime,
+ * ctime i64, and for a file its digest. When the files were read is kept
+ * beside it (the store shares one closure between kernels).
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +47,8 @@
 #include <unistd.h>
 
 #include "compile/manifest.h"
+
+#define NO_DIR UINT32_MAX
 
 static int put_u64(kc_buf *b, uint64_t v)
 {
@@ -59,12 +66,74 @@ static uint64_t get_u64(const uint8_t *p)
     return v;
 }
 
-static int put_probe(kc_buf *b, const kc_probe *p)
+/* ---- encoding ---------------------------------------------------------- */
+
+/* Directories of an encoding: an open-addressing table of (offset, length) into the paths. */
+struct dir_table {
+    const char **names; /* borrowed from the probes' paths */
+    size_t *lens;
+    uint32_t *index;    /* slot -> 1 + directory index */
+    size_t cap, n;
+};
+
+static uint64_t hash_bytes(const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The index of a directory (added if new), or NO_DIR for KCACHE_ENOMEM. */
+static uint32_t dir_index(struct dir_table *t, const char *name, size_t n, kc_buf *dirs)
+{
+    if (2 * (t->n + 1) > t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 64;
+        const char **names = kc_calloc(cap, sizeof(*names));
+        size_t *lens = kc_calloc(cap, sizeof(*lens));
+        uint32_t *index = kc_calloc(cap, sizeof(*index));
+        if (!names || !lens || !index) {
+            free(names);
+            free(lens);
+            free(index);
+            return NO_DIR;
+        }
+        for (size_t i = 0; i < t->cap; i++) {
+            if (!t->index[i])
+                continue;
+            size_t j = hash_bytes(t->names[i], t->lens[i]) & (cap - 1);
+            while (index[j])
+                j = (j + 1) & (cap - 1);
+            names[j] = t->names[i];
+            lens[j] = t->lens[i];
+            index[j] = t->index[i];
+        }
+        free(t->names);
+        free(t->lens);
+        free(t->index);
+        t->names = names;
+        t->lens = lens;
+        t->index = index;
+        t->cap = cap;
+    }
+    size_t i = hash_bytes(name, n) & (t->cap - 1);
+    for (; t->index[i]; i = (i + 1) & (t->cap - 1))
+        if (t->lens[i] == n && !memcmp(t->names[i], name, n))
+            return t->index[i] - 1;
+    if (t->n >= NO_DIR - 1 || kc_buf_append_u32(dirs, (uint32_t)n) || kc_buf_append(dirs, name, n))
+        return NO_DIR;
+    t->names[i] = name;
+    t->lens[i] = n;
+    t->index[i] = (uint32_t)++t->n;
+    return (uint32_t)(t->n - 1);
+}
+
+static int put_probe(kc_buf *b, const kc_probe *p, uint32_t dir, const char *base)
 {
     uint8_t state = (uint8_t)p->state;
-    size_t n = strlen(p->path);
-    if (kc_buf_append(b, &state, 1) || kc_buf_append_u32(b, (uint32_t)n) ||
-        kc_buf_append(b, p->path, n))
+    size_t n = strlen(base);
+    if (kc_buf_append(b, &state, 1) || kc_buf_append_u32(b, dir) ||
+        kc_buf_append_u32(b, (uint32_t)n) || kc_buf_append(b, base, n))
         return KCACHE_ENOMEM;
     if (p->state == KC_PROBE_ABSENT)
         return kc_buf_append_u32(b, p->vouch) ? KCACHE_ENOMEM : 0;
@@ -76,39 +145,114 @@ static int put_probe(kc_buf *b, const kc_probe *p)
     return 0;
 }
 
-static int put_header(kc_buf *b, uint32_t n)
-{
-    b->size = 0;
-    if (kc_buf_append(b, "KCM3", 4) || kc_buf_append_u32(b, n))
-        return KCACHE_ENOMEM;
-    return 0;
-}
-
 int kc_manifest_encode(kc_buf *out, const kc_probe *probes, size_t n)
 {
-    if (n > UINT32_MAX || put_header(out, (uint32_t)n))
+    struct dir_table t = {0};
+    kc_buf dirs = {0}, list = {0};
+    int rc = n > UINT32_MAX ? KCACHE_ENOMEM : 0;
+    for (size_t i = 0; !rc && i < n; i++) {
+        const char *path = probes[i].path;
+        const char *slash = strrchr(path, '/');
+        uint32_t dir = NO_DIR;
+        if (slash) {
+            /* "/x" lives in "/", kept as the empty name. */
+            dir = dir_index(&t, path, (size_t)(slash - path), &dirs);
+            if (dir == NO_DIR) {
+                rc = KCACHE_ENOMEM;
+                break;
+            }
+        }
+        rc = put_probe(&list, &probes[i], dir, slash ? slash + 1 : path);
+    }
+    out->size = 0;
+    if (!rc && (kc_buf_append(out, "KCM3", 4) || kc_buf_append_u32(out, (uint32_t)t.n) ||
+                kc_buf_append(out, dirs.data, dirs.size) ||
+                kc_buf_append_u32(out, (uint32_t)n) || kc_buf_append(out, list.data, list.size)))
+        rc = KCACHE_ENOMEM;
+    free(t.names);
+    free(t.lens);
+    free(t.index);
+    kc_buf_free(&dirs);
+    kc_buf_free(&list);
+    return rc;
+}
+
+/* ---- checking ------------------------------------------------------------ */
+
+/* A decoded closure's directories: their names and, opened on first use, fds. */
+struct dirs {
+    const uint8_t **names; /* into the blob, not NUL-terminated */
+    uint32_t *lens;
+    int *fds;              /* -3 not opened yet, -1 does not open */
+    uint32_t n;
+};
+
+static int read_dirs(struct dirs *d, const uint8_t *p, size_t size, size_t *off)
+{
+    if (size - *off < 4)
+        return -1;
+    uint32_t n = kc_read_u32(p + *off);
+    *off += 4;
+    if (n > (size - *off) / 4)
+        return -1;
+    d->names = kc_calloc(n ? n : 1, sizeof(*d->names));
+    d->lens = kc_calloc(n ? n : 1, sizeof(*d->lens));
+    d->fds = kc_calloc(n ? n : 1, sizeof(*d->fds));
+    if (!d->names || !d->lens || !d->fds)
         return KCACHE_ENOMEM;
-    for (size_t i = 0; i < n; i++)
-        if (put_probe(out, &probes[i]))
-            return KCACHE_ENOMEM;
+    d->n = n;
+    for (uint32_t i = 0; i < n; i++) {
+        if (size - *off < 4)
+            return -1;
+        uint32_t len = kc_read_u32(p + *off);
+        *off += 4;
+        if (size - *off < len || len >= PATH_MAX)
+            return -1;
+        d->names[i] = p + *off;
+        d->lens[i] = len;
+        d->fds[i] = -3;
+        *off += len;
+    }
     return 0;
 }
 
-/* Reads one probe at *off; its path points into a copy in pathbuf. 0, or -1 if it does not parse. */
-static int get_probe(const uint8_t *p, size_t size, size_t *off, kc_probe *q, char *pathbuf,
-                     size_t pathbuf_size)
+static void dirs_close(struct dirs *d)
+{
+    for (uint32_t i = 0; i < d->n; i++)
+        if (d->fds[i] >= 0)
+            close(d->fds[i]);
+    free(d->names);
+    free(d->lens);
+    free(d->fds);
+}
+
+/* One probe as read: its directory and base name, and its full path when asked. */
+struct probe_at {
+    kc_probe q;
+    uint32_t dir;
+    const char *base; /* into namebuf */
+    char namebuf[NAME_MAX + 1];
+};
+
+/* Reads one probe at *off. 0, or -1 if it does not parse. */
+static int get_probe(const uint8_t *p, size_t size, size_t *off, const struct dirs *d,
+                     struct probe_at *a)
 {
     size_t o = *off;
-    if (size - o < 5)
+    kc_probe *q = &a->q;
+    memset(q, 0, sizeof(*q));
+    if (size - o < 9)
         return -1;
     q->state = p[o];
-    uint32_t n = kc_read_u32(p + o + 1);
-    o += 5;
-    if (size - o < n || n >= pathbuf_size || q->state > KC_PROBE_DIR)
+    a->dir = kc_read_u32(p + o + 1);
+    uint32_t n = kc_read_u32(p + o + 5);
+    o += 9;
+    if (size - o < n || n > NAME_MAX || q->state > KC_PROBE_DIR ||
+        (a->dir != NO_DIR && a->dir >= d->n))
         return -1;
-    memcpy(pathbuf, p + o, n);
-    pathbuf[n] = '\0';
-    q->path = pathbuf;
+    memcpy(a->namebuf, p + o, n);
+    a->namebuf[n] = '\0';
+    a->base = a->namebuf;
     o += n;
     if (q->state == KC_PROBE_ABSENT) {
         if (size - o < 4)
@@ -135,111 +279,46 @@ static int get_probe(const uint8_t *p, size_t size, size_t *off, kc_probe *q, ch
     return 0;
 }
 
+/* The probe's full path into buf (for a read, or a closure written back). 0, or -1 if too long. */
+static int full_path(const struct dirs *d, const struct probe_at *a, char *buf, size_t size)
+{
+    int n = a->dir == NO_DIR ? snprintf(buf, size, "%s", a->base)
+                             : snprintf(buf, size, "%.*s/%s", (int)d->lens[a->dir],
+                                        (const char *)d->names[a->dir], a->base);
+    return n < 0 || (size_t)n >= size ? -1 : 0;
+}
+
 /*
- * Directories opened once per check, so that each probe is one fstatat() of a
- * base name: a stat() of a full path walks every component again, and on a
- * deep tree (CuPy's CCCL is 15 levels down) the walk was most of a hit.
+ * stat() of a probe through its directory's fd, opened once per check: a
+ * stat() of a full path walks every component again, and on a deep tree
+ * (CuPy's CCCL is 15 levels down) the walk was most of a hit.
+ * 0, -1 (nothing there), -2 (no memory).
  */
-struct dirs {
-    char **names;
-    size_t *lens;
-    int *fds;
-    size_t cap, n;
-    size_t last; /* the slot used last: consecutive probes mostly share a directory */
-};
-
-static uint64_t hash_dir(const char *s, size_t n)
+static int stat_probe(struct dirs *d, const struct probe_at *a, struct stat *st)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h;
-}
-
-/* An fd for the directory part of path (O_PATH), or -1 if it does not open; -2: no memory. */
-static int dir_fd(struct dirs *d, const char *path, size_t n)
-{
-    if (d->cap && d->names[d->last] && d->lens[d->last] == n &&
-        !memcmp(d->names[d->last], path, n))
-        return d->fds[d->last];
-    if (2 * (d->n + 1) > d->cap) {
-        size_t cap = d->cap ? 2 * d->cap : 64;
-        char **names = kc_calloc(cap, sizeof(*names));
-        size_t *lens = kc_calloc(cap, sizeof(*lens));
-        int *fds = kc_calloc(cap, sizeof(*fds));
-        if (!names || !fds || !lens) {
-            free(names);
-            free(lens);
-            free(fds);
-            return -2;
-        }
-        for (size_t i = 0; i < d->cap; i++) {
-            if (!d->names[i])
-                continue;
-            size_t j = hash_dir(d->names[i], d->lens[i]) & (cap - 1);
-            while (names[j])
-                j = (j + 1) & (cap - 1);
-            names[j] = d->names[i];
-            lens[j] = d->lens[i];
-            fds[j] = d->fds[i];
-        }
-        free(d->names);
-        free(d->lens);
-        free(d->fds);
-        d->names = names;
-        d->lens = lens;
-        d->fds = fds;
-        d->cap = cap;
-        d->last = 0;
+    if (a->dir == NO_DIR)
+        return stat(a->base, st) == 0 ? 0 : -1;
+    int *fd = &d->fds[a->dir];
+    if (*fd == -3) {
+        char path[PATH_MAX];
+        uint32_t n = d->lens[a->dir];
+        memcpy(path, d->names[a->dir], n);
+        path[n] = '\0';
+        *fd = open(n ? path : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (*fd < 0)
+            *fd = -1;
     }
-    size_t i = hash_dir(path, n) & (d->cap - 1);
-    for (; d->names[i]; i = (i + 1) & (d->cap - 1))
-        if (d->lens[i] == n && !memcmp(d->names[i], path, n)) {
-            d->last = i;
-            return d->fds[i];
-        }
-    if (!(d->names[i] = kc_memdup(path, n)))
-        return -2;
-    d->lens[i] = n;
-    d->last = i;
-    d->fds[i] = open(n ? d->names[i] : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (d->fds[i] < 0)
-        d->fds[i] = -1;
-    d->n++;
-    return d->fds[i];
-}
-
-static void dirs_close(struct dirs *d)
-{
-    for (size_t i = 0; i < d->cap; i++) {
-        if (d->names[i] && d->fds[i] >= 0)
-            close(d->fds[i]);
-        free(d->names[i]);
-    }
-    free(d->names);
-    free(d->lens);
-    free(d->fds);
-}
-
-/* stat() of q->path through its directory's fd. 0, -1 (no such file), -2 (no memory). */
-static int stat_probe(struct dirs *d, const char *path, struct stat *st)
-{
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        return stat(path, st) == 0 ? 0 : -1;
-    int fd = dir_fd(d, path, (size_t)(slash - path));
-    if (fd == -2)
-        return -2;
-    if (fd < 0)
+    if (*fd < 0)
         return -1;
-    return fstatat(fd, slash + 1, st, 0) == 0 ? 0 : -1;
+    return fstatat(*fd, a->base, st, 0) == 0 ? 0 : -1;
 }
 
 /* 1: the path holds what q recorded; 0: it does not; *hashed: it took a read to tell. */
-static int probe_holds(struct dirs *d, kc_probe *q, int64_t recorded_at, int *hashed)
+static int probe_holds(struct dirs *d, struct probe_at *a, int64_t recorded_at, int *hashed)
 {
+    kc_probe *q = &a->q;
     struct stat st;
-    int rc = stat_probe(d, q->path, &st);
+    int rc = stat_probe(d, a, &st);
     if (rc == -2)
         return KCACHE_ENOMEM;
     if (rc != 0 || !S_ISREG(st.st_mode))
@@ -255,11 +334,12 @@ static int probe_holds(struct dirs *d, kc_probe *q, int64_t recorded_at, int *ha
         return 1;
     if (now.size != q->size)
         return 0; /* other bytes for certain: no need to read them */
+    char path[PATH_MAX];
     char *text = NULL;
     size_t size = 0;
     kc_probe read_as;
     memset(&read_as, 0, sizeof(read_as));
-    if (kc_identity_read(q->path, &text, &size, &read_as) != 0)
+    if (full_path(d, a, path, sizeof(path)) || kc_identity_read(path, &text, &size, &read_as))
         return 0;
     free(text);
     *hashed = 1;
@@ -280,11 +360,12 @@ static int probe_holds(struct dirs *d, kc_probe *q, int64_t recorded_at, int *ha
  * identity seen now, for a closure written back (one that never matches when
  * it is no directory now). *changed when it does not vouch though it exists.
  */
-static int dir_holds(struct dirs *d, kc_probe *q, int64_t recorded_at, int *vouches,
+static int dir_holds(struct dirs *d, struct probe_at *a, int64_t recorded_at, int *vouches,
                      int *changed)
 {
+    kc_probe *q = &a->q;
     struct stat st;
-    int rc = stat_probe(d, q->path, &st);
+    int rc = stat_probe(d, a, &st);
     if (rc == -2)
         return KCACHE_ENOMEM;
     kc_probe now = *q;
@@ -306,52 +387,74 @@ int kc_manifest_check(const void *blob, size_t size, int64_t recorded_at, kc_buf
     refreshed->size = 0;
     if (size < 8 || memcmp(p, "KCM3", 4) != 0)
         return 0;
-    uint32_t n = kc_read_u32(p + 4);
-    int hashed = 0, holds = 1;
-    char path[4096];
     struct dirs d = {0};
+    size_t start = 4;
+    int holds = read_dirs(&d, p, size, &start);
+    if (holds) {
+        dirs_close(&d);
+        return holds == KCACHE_ENOMEM ? holds : 0;
+    }
+    holds = 1;
+    uint32_t n = size - start >= 4 ? kc_read_u32(p + start) : 0;
+    start += 4;
+    if (start > size || n > (size - start) / 9) {
+        dirs_close(&d);
+        return 0;
+    }
+    int hashed = 0;
     uint8_t *vouched = kc_calloc(n ? n : 1, 1); /* per DIR probe: it vouches */
-    if (!vouched)
+    struct probe_at *a = kc_malloc(sizeof(*a));
+    kc_probe *fresh = NULL; /* pass 1: what is there now, for the closure written back */
+    if (!vouched || !a) {
+        free(vouched);
+        free(a);
+        dirs_close(&d);
         return KCACHE_ENOMEM;
-    /* Two passes at most: the check, and only if a file had to be hashed, the
-     * closure written again with the identities seen now. */
-    for (int pass = 0; pass < 2 && holds; pass++) {
-        kc_buf fresh = {0};
-        size_t off = 8;
-        if (pass == 1 && put_header(&fresh, n))
+    }
+    /* Two passes at most: the check, and only if a file had to be hashed or a
+     * directory changed, again with the identities seen now, written back. */
+    for (int pass = 0; pass < 2 && holds == 1; pass++) {
+        size_t off = start;
+        if (pass == 1 && !(fresh = kc_calloc(n ? n : 1, sizeof(*fresh))))
             holds = KCACHE_ENOMEM;
         for (uint32_t i = 0; holds == 1 && i < n; i++) {
-            kc_probe q;
-            memset(&q, 0, sizeof(q));
-            if (get_probe(p, size, &off, &q, path, sizeof(path)) != 0) {
+            if (get_probe(p, size, &off, &d, a) != 0) {
                 holds = 0;
                 break;
             }
             int v = 0, changed = 0;
-            if (q.state == KC_PROBE_DIR) {
-                holds = dir_holds(&d, &q, recorded_at, &v, &changed);
+            if (a->q.state == KC_PROBE_DIR) {
+                holds = dir_holds(&d, a, recorded_at, &v, &changed);
                 vouched[i] = (uint8_t)v;
                 hashed |= changed; /* written back with what it is now */
-            } else if (q.state == KC_PROBE_ABSENT && q.vouch && q.vouch - 1 < i &&
-                       vouched[q.vouch - 1]) {
+            } else if (a->q.state == KC_PROBE_ABSENT && a->q.vouch && a->q.vouch - 1 < i &&
+                       vouched[a->q.vouch - 1]) {
                 holds = 1; /* its directory says nothing was added */
             } else {
-                holds = probe_holds(&d, &q, recorded_at, &hashed);
+                holds = probe_holds(&d, a, recorded_at, &hashed);
             }
-            if (holds == 1 && pass == 1 && put_probe(&fresh, &q))
-                holds = KCACHE_ENOMEM;
+            if (holds == 1 && pass == 1) {
+                char path[PATH_MAX];
+                fresh[i] = a->q;
+                if (full_path(&d, a, path, sizeof(path)) || !(fresh[i].path = kc_strdup(path)))
+                    holds = KCACHE_ENOMEM;
+            }
         }
         if (holds == 1 && off != size)
             holds = 0;
-        if (holds == 1 && pass == 1) {
-            *refreshed = fresh;
-            fresh = (kc_buf){0};
-        }
-        kc_buf_free(&fresh);
+        if (holds == 1 && pass == 1 && kc_manifest_encode(refreshed, fresh, n))
+            holds = KCACHE_ENOMEM;
         if (!hashed)
             break;
     }
-    dirs_close(&d);
+    if (fresh)
+        for (uint32_t i = 0; i < n; i++)
+            free(fresh[i].path);
+    free(fresh);
+    free(a);
     free(vouched);
+    dirs_close(&d);
+    if (holds != 1)
+        refreshed->size = 0;
     return holds;
 }
