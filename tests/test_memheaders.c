@@ -115,6 +115,28 @@ static void test_memory_before_disk(void)
     DIFFERENT(a, b);
 }
 
+/*
+ * NVRTC looks for an in-memory header's "quoted" includes beside its name,
+ * relative to the working directory: "sub/h.h" including "g.h" reads
+ * ./sub/g.h. That file is an input like any other.
+ */
+static void test_beside_the_name(void)
+{
+    char a[KCACHE_KEY_HEX_SIZE], b[KCACHE_KEY_HEX_SIZE], cwd[600], d[600], p[700];
+    REQUIRE(getcwd(cwd, sizeof(cwd)) != NULL);
+    snprintf(d, sizeof(d), "%s/beside", test_dir());
+    test_sh("mkdir -p '%s/sub'", d);
+    REQUIRE(chdir(d) == 0);
+    struct mem m = {{"vec.h", "sub/h.h"}, {"#include \"sub/h.h\"\n", "#include \"g.h\"\n"}};
+    snprintf(p, sizeof(p), "%s/sub/g.h", d);
+    test_write_text(p, "__device__ float f() { return 1; }\n");
+    key_of(a, SRC, &m, NULL, KCACHE_REQUEST_VERSION, NULL);
+    test_write_text(p, "__device__ float f() { return 2; }\n");
+    key_of(b, SRC, &m, NULL, KCACHE_REQUEST_VERSION, NULL);
+    DIFFERENT(a, b);
+    REQUIRE(chdir(cwd) == 0);
+}
+
 static void test_versions_and_bad_requests(void)
 {
     char a[KCACHE_KEY_HEX_SIZE], b[KCACHE_KEY_HEX_SIZE];
@@ -153,6 +175,7 @@ int main(void)
     test_name_and_content();
     test_nested();
     test_memory_before_disk();
+    test_beside_the_name();
     test_versions_and_bad_requests();
     kcache_compiler_free(compiler);
     return test_done();
