@@ -1,0 +1,318 @@
+/*
+ * One path looked at by the resolver (see deps.h): what is there, a user file
+ * (read with its identity and digest, or from the process's memo) or a
+ * toolkit header by its real path, or nothing; and what the manifest records
+ * of it, with the directory that vouches for an absent name.
+ */
+#include <assert.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "compile/resolver.h"
+
+/*
+ * Whether a directory searched is the toolkit's: one realpath() per
+ * directory. *real gets its realpath when it is (for the path below the root).
+ */
+int kc_res_toolkit_dir(struct resolver *r, const char *dir, const char **real, int *inside)
+{
+    size_t v;
+    *inside = 0;
+    const char *root = r->req->toolkit_root;
+    if (!root || !*root)
+        return 0;
+    if (!kc_smap_find(&r->toolkit_dirs, dir, &v)) {
+        char *rp = realpath(dir, NULL);
+        size_t n = strlen(root);
+        v = 0;
+        if (rp && strncmp(rp, root, n) == 0 && (rp[n] == '/' || rp[n] == '\0')) {
+            if (kc_res_grow((void **)&r->dir_reals, &r->cap_dir_reals, r->n_dir_reals, sizeof(char *))) {
+                free(rp);
+                return KCACHE_ENOMEM;
+            }
+            r->dir_reals[r->n_dir_reals++] = rp;
+            v = r->n_dir_reals;
+        } else {
+            free(rp);
+        }
+        if (kc_smap_put(&r->toolkit_dirs, dir, v))
+            return KCACHE_ENOMEM;
+    }
+    if (v) {
+        *inside = 1;
+        *real = r->dir_reals[v - 1];
+    }
+    return 0;
+}
+
+static int add_probe(struct resolver *r, const char *path, const kc_probe *p)
+{
+    kc_deps *o = r->out;
+    if (kc_res_grow((void **)&o->probes, &r->cap_probes, o->n_probes, sizeof(*o->probes)))
+        return KCACHE_ENOMEM;
+    kc_probe *q = &o->probes[o->n_probes];
+    *q = *p;
+    if (!(q->path = kc_strdup(path)))
+        return KCACHE_ENOMEM;
+    o->n_probes++;
+    return 0;
+}
+
+/*
+ * The DIR probe for the nearest existing directory above path (1 + its index
+ * in the probes, recorded once per resolution), or 0. An absent path under a
+ * directory whose identity holds is still absent: the closure check stats
+ * that directory once instead of every name looked for in it, which is what
+ * following toolkit headers past user directories would otherwise cost.
+ */
+static int voucher(struct resolver *r, const char *path, uint32_t *out)
+{
+    char *missing[64]; /* directories walked through that do not exist */
+    size_t n_missing = 0;
+    char *dir = kc_path_dirname(path);
+    int rc = dir ? 0 : KCACHE_ENOMEM;
+    size_t v = 0;
+    while (!rc) {
+        if (kc_smap_find(&r->vouchers, dir, &v))
+            break;
+        struct stat st;
+        if (stat(dir, &st) == 0) {
+            v = 0;
+            if (S_ISDIR(st.st_mode) && r->out->n_probes < UINT32_MAX) {
+                kc_probe p;
+                memset(&p, 0, sizeof(p));
+                p.state = KC_PROBE_DIR;
+                kc_identity_of(&p, &st);
+                if (!(rc = add_probe(r, dir, &p)))
+                    v = r->out->n_probes;
+            }
+            rc = rc ? rc : kc_smap_put(&r->vouchers, dir, v);
+            break;
+        }
+        if (!strcmp(dir, "/") || !strcmp(dir, ".") || n_missing == 64) {
+            v = 0;
+            break;
+        }
+        char *up = kc_path_dirname(dir);
+        if (!up) {
+            rc = KCACHE_ENOMEM;
+            break;
+        }
+        missing[n_missing++] = dir;
+        dir = up;
+    }
+    /* A name under a missing directory is vouched for by what vouches for that directory. */
+    for (size_t i = 0; i < n_missing; i++) {
+        if (!rc)
+            rc = kc_smap_put(&r->vouchers, missing[i], v);
+        free(missing[i]);
+    }
+    free(dir);
+    *out = rc ? 0 : (uint32_t)v;
+    return rc;
+}
+
+int kc_res_new_node(struct resolver *r, size_t *out)
+{
+    if (r->n_nodes >= KC_MAX_FILES) {
+        kc_res_not_hermetic(r, "too_many_files", "the compile reads more than %d files", KC_MAX_FILES);
+        return 1;
+    }
+    if (kc_res_grow((void **)&r->nodes, &r->cap_nodes, r->n_nodes, sizeof(*r->nodes)))
+        return KCACHE_ENOMEM;
+    memset(&r->nodes[r->n_nodes], 0, sizeof(*r->nodes));
+    *out = r->n_nodes++;
+    return 0;
+}
+
+/* Whether an absolute real path lies in the toolkit; *rel: below its root. */
+static int in_toolkit_root(const struct resolver *r, const char *real, const char **rel)
+{
+    const char *root = r->req->toolkit_root;
+    size_t n = root ? strlen(root) : 0;
+    if (!n || strncmp(real, root, n) != 0 || real[n] != '/')
+        return 0;
+    *rel = real + n + 1;
+    return 1;
+}
+
+/*
+ * A toolkit header found at path: a node of its own (once per file), scanned
+ * for what it includes but never handed over or hashed into the key. Sets
+ * *node to 1 + its index.
+ */
+static int toolkit_node(struct resolver *r, const char *path, const char *rel, size_t *node)
+{
+    size_t v;
+    if (kc_smap_find(&r->tk_nodes, rel, &v)) {
+        *node = v + 1;
+        return 0;
+    }
+    size_t k;
+    int rc = kc_res_new_node(r, &k);
+    if (rc)
+        return rc < 0 ? rc : 0;
+    struct node *nd = &r->nodes[k];
+    nd->toolkit = 1;
+    struct stat st;
+    kc_probe id;
+    memset(&id, 0, sizeof(id));
+    if (stat(path, &st) == 0)
+        kc_identity_of(&id, &st);
+    kc_memo *memo = kc_memo_get(path, &id);
+    if (memo) {
+        nd->memo = memo;
+        nd->text = memo->text;
+        nd->size = memo->size;
+        nd->dirs = memo->dirs;
+        nd->n_dirs = memo->n_dirs;
+        nd->id = memo->id;
+    } else if ((rc = kc_identity_read(path, &nd->text, &nd->size, &nd->id))) {
+        if (rc == KCACHE_ENOMEM)
+            return rc;
+        /* Gone or unreadable since the stat: NVRTC could not be sure to read it either. */
+        kc_res_not_hermetic(r, "unreadable_header", "cannot read %s", path);
+        return 0;
+    }
+    if (!(nd->path = kc_strdup(path)) || !(nd->dir = kc_path_dirname(path)) ||
+        kc_smap_put(&r->tk_nodes, rel, k))
+        return KCACHE_ENOMEM;
+    *node = k + 1;
+    return 0;
+}
+
+/*
+ * Looks at one path (once per resolution). *node is 1 + the file found there
+ * (a user file, or with *toolkit_rel set a toolkit header), or 0 for nothing.
+ * A file is a toolkit header only by its real path: one reached through the
+ * toolkit's directory but lying elsewhere ("/usr/local/cuda/../../home/x.h",
+ * a symlink out of it) is a user file, read and hashed like any other.
+ * by_path remembers each outcome: 0 nothing, 2 * (1 + node) a user file,
+ * 2 * (1 + i) + 1 the toolkit header tk_rels[i] (its node in tk_nodes).
+ *
+ * Probes are recorded for the manifest, except what a toolkit header's
+ * lookups find inside the toolkit, which the toolkit's build keys: on a hit
+ * that would be a stat() per toolkit header for nothing.
+ */
+int kc_res_look(struct resolver *r, const char *path, int in_toolkit, int from_toolkit,
+                size_t *node, const char **toolkit_rel)
+{
+    *node = 0;
+    *toolkit_rel = NULL;
+    size_t v;
+    if (kc_smap_find(&r->by_path, path, &v)) {
+        if (v & 1) {
+            *toolkit_rel = r->tk_rels[v / 2 - 1];
+            if (kc_smap_find(&r->tk_nodes, *toolkit_rel, &v))
+                *node = v + 1;
+        } else if (v) {
+            *node = v / 2;
+        }
+        return 0;
+    }
+    kc_probe p;
+    memset(&p, 0, sizeof(p));
+    int rc;
+    struct stat st;
+    int regular = stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    if (regular && in_toolkit) {
+        char *real = realpath(path, NULL);
+        const char *rel;
+        if (!real && errno == ENOMEM)
+            return KCACHE_ENOMEM;
+        if (real && in_toolkit_root(r, real, &rel)) {
+            p.state = KC_PROBE_TOOLKIT;
+            kc_identity_of(&p, &st);
+            char *copy = kc_strdup(rel);
+            free(real);
+            if (!copy ||
+                kc_res_grow((void **)&r->tk_rels, &r->cap_tk_rels, r->n_tk_rels, sizeof(char *))) {
+                free(copy);
+                return KCACHE_ENOMEM;
+            }
+            r->tk_rels[r->n_tk_rels++] = copy;
+            *toolkit_rel = copy;
+            if ((rc = kc_smap_put(&r->by_path, path, 2 * r->n_tk_rels + 1)) ||
+                (!from_toolkit && (rc = add_probe(r, path, &p))))
+                return rc;
+            return toolkit_node(r, path, copy, node);
+        }
+        free(real); /* outside the toolkit, whatever the path says: a user file */
+    }
+    if (!regular && in_toolkit && from_toolkit) {
+        /* Nothing there, inside the toolkit: the toolkit's build keys that. */
+        return kc_smap_put(&r->by_path, path, 0);
+    }
+    char *text = NULL;
+    size_t size = 0;
+    kc_memo *memo = NULL;
+    if (regular) {
+        kc_probe id;
+        memset(&id, 0, sizeof(id));
+        kc_identity_of(&id, &st);
+        memo = kc_memo_get(path, &id);
+    }
+    if (memo) {
+        p = memo->id; /* read before, and the same file still: its digest with it */
+        rc = 0;
+    } else {
+        rc = kc_identity_read(path, &text, &size, &p);
+    }
+    if (rc == KCACHE_ENOMEM)
+        return rc;
+    if (rc) {
+        int err = errno;
+        if (err != ENOENT && err != ENOTDIR && err != EISDIR && err != ELOOP &&
+            err != ENAMETOOLONG) {
+            /* NVRTC could not read it either; if its include is live, NVRTC says so. */
+            kc_res_not_hermetic(r, "unreadable_header", "cannot read %s (%s)", path,
+                         err == EFBIG ? "larger than 64 MiB" : strerror(err));
+        }
+        memset(&p, 0, sizeof(p));
+        p.state = KC_PROBE_ABSENT;
+        if ((rc = kc_smap_put(&r->by_path, path, 0)) || (rc = voucher(r, path, &p.vouch)) ||
+            (rc = add_probe(r, path, &p)))
+            return rc;
+        return 0;
+    }
+    p.state = KC_PROBE_FILE;
+    char id[64];
+    snprintf(id, sizeof(id), "%llx:%llx", (unsigned long long)p.dev, (unsigned long long)p.ino);
+    if (kc_smap_find(&r->by_identity, id, &v)) {
+        /* The same file by another path: one header to NVRTC. */
+        free(text);
+        kc_memo_release(memo);
+    } else {
+        size_t k;
+        if ((rc = kc_res_new_node(r, &k))) {
+            free(text);
+            kc_memo_release(memo);
+            return rc < 0 ? rc : 0;
+        }
+        struct node *nd = &r->nodes[k];
+        nd->text = memo ? memo->text : text;
+        nd->size = memo ? memo->size : size;
+        nd->id = p;
+        if (memo) {
+            nd->memo = memo;
+            nd->dirs = memo->dirs;
+            nd->n_dirs = memo->n_dirs;
+        }
+        if (!(nd->path = kc_strdup(path)) || !(nd->dir = kc_path_dirname(path)) ||
+            kc_smap_put(&r->by_identity, id, k))
+            return KCACHE_ENOMEM;
+        v = k;
+    }
+    if ((rc = kc_smap_put(&r->by_path, path, 2 * (v + 1))) || (rc = add_probe(r, path, &p)))
+        return rc;
+    *node = v + 1;
+    return 0;
+}

@@ -1,0 +1,139 @@
+/*
+ * The include resolver's state, shared by the files that make it up:
+ * deps.c (the resolution: NVRTC's search order, scanning, the entry point),
+ * lookup.c (one path looked at: identity, toolkit or user file, probes),
+ * expand.c (computed includes and macros that wrap __has_include) and
+ * names.c (canonical names and the texts handed to NVRTC). Private to
+ * compile/.
+ */
+#ifndef KC_RESOLVER_H
+#define KC_RESOLVER_H
+
+#include "compile/depmemo.h"
+#include "compile/deps.h"
+#include "util/strmap.h"
+
+/* A compile that reads more files than this is not one kcache can key. */
+#define KC_MAX_FILES 20000
+/* How deep a computed include's macros are followed, and how many names it may give. */
+#define KC_MAX_EXPANSION 8
+#define KC_MAX_CANDIDATES 64
+
+static inline int kc_res_grow(void **p, size_t *cap, size_t n, size_t elem)
+{
+    void *q = kc_grow(*p, cap, n, elem, 16);
+    if (!q)
+        return KCACHE_ENOMEM;
+    *p = q;
+    return 0;
+}
+
+/* One file read (node 0 is the main source). */
+struct node {
+    char *path;           /* NULL for the source */
+    char *dir;            /* quoted includes look here first; NULL: nowhere */
+    size_t parent;        /* the node whose include found it first */
+    char *spelling;       /* ... by this spelling */
+    int beside;           /* ... in that includer's own directory */
+    char *text;           /* owned, except the source's */
+    size_t size;
+    kc_directive *dirs;
+    size_t n_dirs;
+    size_t *target;       /* per directive: 1 + the node a literal include names, or 0 */
+    char *canon;
+    int in_memory;        /* handed over by the caller under spelling: keeps that name */
+    int toolkit;          /* a toolkit header: followed for what it includes, never handed over */
+    kc_probe id;          /* identity and digest of text as read */
+    kc_memo *memo;        /* text and dirs are the memo's, borrowed */
+};
+
+/* A spelling left to NVRTC: a toolkit header or a missing one. */
+struct leftname {
+    char *name;
+    int state;            /* KC_DEP_TOOLKIT or KC_DEP_ABSENT */
+    char *rel;
+    char *path;
+};
+
+/* A name a computed (or not rewritable) include is handed over under. */
+struct alias {
+    char *name;
+    size_t node;
+};
+
+struct pending {
+    size_t node, dir;
+};
+
+struct macro {
+    char **values;
+    size_t n;
+};
+
+struct resolver {
+    const kc_deps_request *req;
+    kc_deps *out;
+    struct node *nodes;
+    size_t n_nodes, cap_nodes, next_scan;
+    kc_smap by_path;      /* path -> 1 + node index, or 0: not a user file */
+    kc_smap by_identity;  /* "dev:ino" -> node */
+    kc_smap toolkit_dirs; /* directory -> 0 user, 1 + index into dir_reals */
+    char **dir_reals;
+    size_t n_dir_reals, cap_dir_reals;
+    char **tk_rels;          /* toolkit headers found, below the root */
+    size_t n_tk_rels, cap_tk_rels;
+    size_t cap_probes;
+    struct leftname *left;
+    size_t n_left, cap_left;
+    kc_smap by_left;      /* name -> index into left */
+    struct alias *aliases;
+    size_t n_aliases, cap_aliases;
+    struct pending *pending;
+    size_t n_pending, cap_pending;
+    kc_smap by_memory;    /* in-memory header name -> node */
+    kc_smap by_macro;     /* name -> index into macros */
+    /* Spellings that toolkit headers include and NVRTC finds in the toolkit
+     * or nowhere: an in-memory header of that name would take their place. */
+    kc_smap tk_names;
+    kc_smap tk_nodes;     /* toolkit path -> node, so each is scanned once */
+    kc_smap vouchers;     /* directory -> 1 + its DIR probe, or 0: none exists */
+    kc_smap wrappers;     /* function-like macros that wrap __has_include */
+    struct pending *calls;   /* NAME(arg) seen in conditions, not yet probed */
+    size_t n_calls, cap_calls;
+    char **func_names, **func_bodies;  /* every function-like #define seen */
+    size_t n_funcs, cap_funcs, cap_func_bodies;
+    struct macro *macros;
+    size_t n_macros, cap_macros;
+    char *msg;
+    size_t msg_size;
+};
+
+/* Marks the resolution not hermetic (the first reason stays): the compile runs uncached. */
+void kc_res_not_hermetic(struct resolver *r, const char *reason, const char *fmt, ...)
+    KC_PRINTF(3, 4);
+/* Where a node came from, for messages. */
+const char *kc_res_where(const struct node *nd);
+/* The directory part of a path ("." for none), or NULL. */
+char *kc_path_dirname(const char *path);
+
+/* lookup.c */
+int kc_res_toolkit_dir(struct resolver *r, const char *dir, const char **real, int *inside);
+int kc_res_new_node(struct resolver *r, size_t *out);
+int kc_res_look(struct resolver *r, const char *path, int in_toolkit, int from_toolkit,
+                size_t *node, const char **toolkit_rel);
+
+/* deps.c */
+int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t from,
+                   size_t *found);
+int kc_res_add_alias(struct resolver *r, const char *name, size_t node);
+
+/* expand.c */
+int kc_res_is_ident_char(int c);
+int kc_res_resolve_calls(struct resolver *r, size_t *progress);
+int kc_res_resolve_pending(struct resolver *r, const struct pending *p);
+
+/* names.c */
+int kc_res_assign_names(struct resolver *r);
+int kc_res_emit(struct resolver *r);
+
+#endif
