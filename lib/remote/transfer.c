@@ -100,12 +100,17 @@ static int pull(kcache_transfer *t, kcache_remote *remote, const kcache_filter *
                 t->rejected++;
             } else if (g) {
                 rc = backend_error(remote, g);
-            } else if (kc_remote_admit(NULL, remote, &w.keys[i], remote->scratch.data,
-                                       remote->scratch.size) == 0) {
-                t->entries++;
-                t->bytes += remote->scratch.size;
             } else {
-                t->rejected++;
+                int a = kc_remote_admit(NULL, remote, &w.keys[i], remote->scratch.data,
+                                        remote->scratch.size);
+                if (a == 0) {
+                    t->entries++;
+                    t->bytes += remote->scratch.size;
+                } else if (a == 1) {
+                    t->conflicts++; /* the key landed here meanwhile, with other bytes */
+                } else {
+                    t->rejected++;
+                }
             }
         }
         kcache_entry_free(e);
