@@ -549,20 +549,20 @@ def test_import_conflicts_keep_local(root):
     b = Cache(root, "b")
     b.fill(3, "--seed", 14, "--data", blob)
     theirs = hashlib.blake2b(b"newer bytes" * 50, digest_size=32).hexdigest()
-    # Newer or older, an arriving entry never displaces bytes already here.
-    for cache, bundle, kept in ((b, old_bundle, b"newer bytes" * 50), (a, None, None)):
-        if bundle is None:
-            bundle = os.path.join(root, "new.kcache")
-            b.run("export", bundle)
+    new_bundle = os.path.join(root, "new.kcache")
+    b.run("export", new_bundle)
+    # Newer (b's) or older (a's), an arriving entry never displaces bytes already here.
+    for cache, bundle, kept in ((a, new_bundle, None), (b, old_bundle, b"newer bytes" * 50)):
         d = cache.json("import", bundle)
+        for k in keys:
+            check(cache.get(k) == (kept if kept else ours[k]),
+                  "the local entry was not kept: %r" % d)
         check(d["conflicts"] == 3 and d["added"] == 0 and d["replaced"] == 0,
               "a conflict is counted, nothing replaced: %r" % d)
         check(len(d["conflict_list"]) == 3 and
               all(c["key"] in keys and len(c["kept"]) == 64 and len(c["refused"]) == 64
                   and c["kept"] != c["refused"] for c in d["conflict_list"]),
               "each conflict with both digests: %r" % d)
-        for k in keys:
-            check(cache.get(k) == (kept if kept else ours[k]), "the local entry was not kept")
     out, err = b.run("import", old_bundle)
     lines = [l for l in err.splitlines() if "conflict" in l]
     check(len(lines) == 3 and all(theirs in l and l.count("digest") == 2 for l in lines),
