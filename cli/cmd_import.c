@@ -74,51 +74,73 @@ static void hex32(char out[65], const uint8_t d[32])
 /*
  * --resolve-conflicts. Which of two artifacts under one key is right is what
  * the key's inputs build: only a compiler can say, and the store (which does
- * not know the compiler) keeps its own until one does. The cache's entry is
- * rebuilt from what was kept with it (kcache_recompile(), as verify
- * --recompile does): the same bytes confirm it; the bundle's bytes put the
- * bundle's entry in its place; neither removes it, as verify --recompile
- * would. Lives here, over the two public APIs, so that neither layer learns
- * the other.
+ * not know the compiler) keeps its own until one does. The entry is rebuilt
+ * (kcache_recompile(), as verify --recompile does) from the inputs kept
+ * with the cache's copy, or, when those cannot be used (not kept, or not the
+ * ones its key names), from the bundle's copy's: the key names its inputs
+ * by content, so either set that passes rebuilds the same truth. Then the
+ * copy that equals the rebuild stays or comes in; when neither does, the
+ * cache's goes, as verify --recompile would remove it. Lives here, over the
+ * two public APIs, so that neither layer learns the other.
  */
-static int resolve(kcache_store *store, const char *bundle, struct conflicts *c)
+static int rebuild(kcache_result **out, kcache_store *from, const kcache_key *key, char *why,
+                   size_t why_size)
 {
     kcache_compiler_options co = KCACHE_COMPILER_OPTIONS_INIT;
     kcache_compiler *compiler = NULL;
+    co.store = from;
+    co.log = cli_log;
+    *out = NULL;
+    int rc = kcache_compiler_new(&compiler, &co, why, why_size);
+    if (rc)
+        return rc;
+    int same = 0;
+    rc = kcache_recompile(out, &same, compiler, key);
+    if (rc)
+        snprintf(why, why_size, "%s",
+                 *out && (*out)->message[0] ? (*out)->message : kcache_strerror(rc));
+    kcache_compiler_free(compiler);
+    return rc;
+}
+
+static int is_bytes(const kcache_entry *e, const kcache_result *r)
+{
+    return e && r && e->size == r->size && !memcmp(e->data, r->data, r->size);
+}
+
+static int resolve(kcache_store *store, const char *bundle, struct conflicts *c)
+{
     kcache_store *b = NULL;
     char err[600];
-    co.store = store;
-    co.log = cli_log;
-    if (kcache_compiler_new(&compiler, &co, err, sizeof(err)) != 0)
-        return cli_error("--resolve-conflicts: %s; the cache's entries stay", err);
     kcache_store_options so = KCACHE_STORE_OPTIONS_INIT;
     so.path = bundle;
     so.read_only = 1;
     so.no_create = 1;
     so.max_size = UINT64_MAX;
-    if (kcache_store_open(&b, &so, err, sizeof(err)) != 0) {
-        kcache_compiler_free(compiler);
+    if (kcache_store_open(&b, &so, err, sizeof(err)) != 0)
         return cli_error("--resolve-conflicts: %s; the cache's entries stay", err);
-    }
     int ret = CLI_OK;
     for (size_t i = 0; i < c->n; i++) {
         struct conflict *x = &c->v[i];
-        char hex[KCACHE_KEY_HEX_SIZE];
+        char hex[KCACHE_KEY_HEX_SIZE], why[600] = "", why_b[600] = "";
         kcache_key_hex(hex, &x->key);
         cli_progress(NULL, "rebuilding", i, c->n);
-        int same = 0;
         kcache_result *r = NULL;
-        kcache_entry *theirs = NULL;
-        int rc = kcache_recompile(&r, &same, compiler, &x->key);
+        kcache_entry *ours = NULL, *theirs = NULL;
+        kcache_store_get(&ours, store, &x->key, KCACHE_GET_NO_TOUCH);
+        kcache_store_get(&theirs, b, &x->key, KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
+        int rc = rebuild(&r, store, &x->key, why, sizeof(why));
+        if (rc) {
+            kcache_result_free(r);
+            rc = rebuild(&r, b, &x->key, why_b, sizeof(why_b));
+        }
         if (rc) {
             x->outcome = "kept: cannot be rebuilt here";
             cli_warn("conflict %.16s: cannot be rebuilt here (%s): the cache's entry stays", hex,
-                     r && r->message[0] ? r->message : kcache_strerror(rc));
-        } else if (same) {
+                     why_b[0] ? why_b : why);
+        } else if (is_bytes(ours, r)) {
             x->outcome = "kept: a rebuild gives the cache's bytes";
-        } else if (kcache_store_get(&theirs, b, &x->key, KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS)
-                       == 0 &&
-                   theirs->size == r->size && !memcmp(theirs->data, r->data, r->size)) {
+        } else if (is_bytes(theirs, r)) {
             if (kcache_store_put(store, theirs) != 0) {
                 ret = cli_error("%s", kcache_store_errmsg(store));
                 x->outcome = "kept: the bundle's could not be written";
@@ -131,12 +153,12 @@ static int resolve(kcache_store *store, const char *bundle, struct conflicts *c)
         } else {
             x->outcome = "removed: a rebuild gives neither";
         }
+        kcache_entry_free(ours);
         kcache_entry_free(theirs);
         kcache_result_free(r);
     }
     cli_progress(NULL, "rebuilding", c->n, c->n);
     kcache_store_close(b);
-    kcache_compiler_free(compiler);
     return ret;
 }
 
