@@ -16,7 +16,7 @@ static const char usage_text[] =
     "(kcache.conf beside the database), else the default.\n"
     "Settings: dir, path, max_size, busy_timeout, disable, compression, remote,\n"
     "remote_read_only, remote_connect_timeout, remote_timeout, remote_prefix,\n"
-    "remote_secret.\n"
+    "remote_secret, import_require_signature.\n"
     "compression (zstd, lz4 or none) applies to what is written from then on;\n"
     "entries already stored keep theirs and are read whatever it is.\n"
     "Listings hide remote_secret and the password in remote; name the setting to see it.\n"
@@ -145,7 +145,8 @@ int cmd_config(int argc, char **argv)
         ret = cli_usage_error("config", "no setting '%s' (settings: dir, path, max_size, "
                                         "busy_timeout, disable, compression, remote, "
                                         "remote_read_only, remote_connect_timeout, "
-                                        "remote_timeout, remote_prefix, remote_secret)",
+                                        "remote_timeout, remote_prefix, remote_secret, "
+                                        "import_require_signature)",
                               key);
         goto out;
     }

@@ -12,11 +12,13 @@
 #include "cli.h"
 
 static const char usage_text[] =
-    "usage: kcache export OUT.kcache [--arch A] [--kind K] [--since AGE] [--json]\n"
+    "usage: kcache export OUT.kcache [--arch A] [--kind K] [--since AGE] [--sign] [--json]\n"
     "       kcache export --dir DIR [--arch A] [--kind K] [--since AGE] [--json]\n"
     "\n"
     "Writes the selected entries to a bundle, itself a kcache database that\n"
     "'kcache import' checks and merges on another machine (OUT is replaced whole).\n"
+    "The bundle is signed whenever remote_secret is set (the shared tier's secret):\n"
+    "an import with that secret refuses it if it was changed after signing.\n"
     "With --dir, writes plain files instead: DIR/ARCH/NAME-KEY.cubin|.ptx|.ltoir\n"
     "and DIR/manifest.json describing each.\n"
     "\n"
@@ -24,6 +26,7 @@ static const char usage_text[] =
     "      --kind K     only cubin, ptx or ltoir\n"
     "      --since AGE  only entries created in the last AGE (7d, 12h)\n"
     "      --dir DIR    plain files and a manifest instead of a bundle\n"
+    "      --sign       fail unless the bundle can be signed (remote_secret set)\n"
     "      --json       report as JSON\n"
     "  -h, --help       this text\n";
 
@@ -193,6 +196,7 @@ int cmd_export(int argc, char **argv)
         {"kind", required_argument, NULL, 'k'},
         {"since", required_argument, NULL, 's'},
         {"dir", required_argument, NULL, 'd'},
+        {"sign", no_argument, NULL, 'S'},
         {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -200,7 +204,7 @@ int cmd_export(int argc, char **argv)
     kcache_filter f = KCACHE_FILTER_INIT;
     const char *dir = NULL;
     uint64_t age = 0;
-    int json = 0, c;
+    int json = 0, sign = 0, c;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
@@ -216,6 +220,7 @@ int cmd_export(int argc, char **argv)
                                        optarg);
             break;
         case 'd': dir = optarg; break;
+        case 'S': sign = 1; break;
         case 'j': json = 1; break;
         case 'h': fputs(usage_text, stdout); return CLI_OK;
         case ':': return cli_usage_error("export", "%s needs a value", argv[optind - 1]);
@@ -228,6 +233,8 @@ int cmd_export(int argc, char **argv)
                                argv[optind + (out_path ? 1 : 0)]);
     if (!out_path == !dir)
         return cli_usage_error("export", "give either OUT.kcache or --dir DIR");
+    if (sign && dir)
+        return cli_usage_error("export", "--sign signs a bundle: plain files (--dir) are not");
     if (age) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -253,6 +260,7 @@ int cmd_export(int argc, char **argv)
     o.kind = f.kind;
     o.created_since = f.created_since;
     o.progress = cli_progress;
+    o.sign = sign;
     if (kcache_bundle_export(&r, store, out_path, &o)) {
         ret = cli_error("%s", kcache_store_errmsg(store));
         goto out;
@@ -268,12 +276,15 @@ int cmd_export(int argc, char **argv)
         cli_json_uint(&j, "entries", r.entries);
         cli_json_uint(&j, "bytes", r.bytes);
         cli_json_uint(&j, "damaged", r.damaged);
+        cli_json_bool(&j, "signed", r.signed_by_secret);
         cli_json_object_end(&j);
         cli_json_finish(&j);
     } else {
         char a[32], n[48];
-        printf("Exported %s (%s) to %s\n", cli_plural(n, sizeof(n), r.entries, "entry", "entries"),
-               kcache_format_size(a, sizeof(a), r.bytes), out_path);
+        printf("Exported %s (%s) to %s%s\n",
+               cli_plural(n, sizeof(n), r.entries, "entry", "entries"),
+               kcache_format_size(a, sizeof(a), r.bytes), out_path,
+               r.signed_by_secret ? ", signed with remote_secret" : "");
     }
 out:
     kcache_store_close(store);

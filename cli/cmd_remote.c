@@ -98,6 +98,7 @@ static int transfer(kcache_remote *remote, int pull, const kcache_filter *f, int
         cli_json_uint(&j, pull ? "pulled" : "pushed", t.entries);
         cli_json_uint(&j, "present", t.present);
         cli_json_uint(&j, "rejected", t.rejected);
+        cli_json_uint(&j, "conflicts", t.conflicts);
         cli_json_uint(&j, "bytes", t.bytes);
         cli_json_object_end(&j);
         cli_json_finish(&j);
@@ -107,6 +108,9 @@ static int transfer(kcache_remote *remote, int pull, const kcache_filter *f, int
         if (pull)
             printf(", %llu already here, %llu rejected by the checks",
                    (unsigned long long)t.present, (unsigned long long)t.rejected);
+        if (t.conflicts) /* each said with both digests in a warning above */
+            printf(", %llu in conflict with this cache (its entries kept)",
+                   (unsigned long long)t.conflicts);
         printf("\n");
     }
     if (rc)

@@ -56,7 +56,7 @@ static double percent(uint64_t part, uint64_t whole)
 }
 
 static void print_json(const kcache_stats *st, const char *path, const struct remote_stats *rs,
-                       int exists, uint64_t errors)
+                       int exists, uint64_t errors, uint64_t conflicts)
 {
     cli_json j;
     cli_json_init(&j, stdout);
@@ -85,6 +85,7 @@ static void print_json(const kcache_stats *st, const char *path, const struct re
     cli_json_uint(&j, "evictions", st->evictions);
     cli_json_uint(&j, "corrupt", st->corrupt);
     cli_json_uint(&j, "store_failures", st->store_failures);
+    cli_json_uint(&j, "conflicts", conflicts);
     cli_json_uint(&j, "uncacheable", st->uncacheable);
     cli_json_object_begin(&j, "uncacheable_by_reason");
     for (size_t i = 0; i < st->n_uncacheable; i++)
@@ -134,7 +135,7 @@ static void print_remote(const struct remote_stats *rs)
 }
 
 static void print_human(const kcache_stats *st, const char *path, const struct remote_stats *rs,
-                        int exists, uint64_t errors)
+                        int exists, uint64_t errors, uint64_t conflicts)
 {
     char a[64], b[64], c[64];
     uint64_t lookups = st->hits + st->misses;
@@ -170,6 +171,9 @@ static void print_human(const kcache_stats *st, const char *path, const struct r
     printf("Evictions:           %10llu\n", (unsigned long long)st->evictions);
     printf("Damaged entries:     %10llu\n", (unsigned long long)st->corrupt);
     printf("Store failures:      %10llu\n", (unsigned long long)st->store_failures);
+    /* Arrivals (import, remote) under a key held here with other bytes: ours were kept. */
+    printf("Conflicts:           %10llu   (arriving entries with other bytes; local kept)\n",
+           (unsigned long long)conflicts);
     printf("Not cacheable:       %10llu\n", (unsigned long long)st->uncacheable);
     for (size_t i = 0; i < st->n_uncacheable; i++)
         printf("  %-18s %10llu\n", st->uncacheable_reasons[i].reason,
@@ -206,9 +210,9 @@ static int no_cache(int json)
         st.max_size = KCACHE_DEFAULT_MAX_SIZE;
     const char *path = kcache_config_find(cfg, "path")->value;
     if (json)
-        print_json(&st, path, &none, 0, 0);
+        print_json(&st, path, &none, 0, 0, 0);
     else
-        print_human(&st, path, &none, 0, 0);
+        print_human(&st, path, &none, 0, 0, 0);
     kcache_config_free(cfg);
     return CLI_OK;
 }
@@ -252,10 +256,13 @@ int cmd_stats(int argc, char **argv)
     uint64_t errors = 0;
     if (kcache_store_counter(&errors, store, "errors") != 0)
         errors = 0;
+    uint64_t conflicts = 0;
+    if (kcache_store_counter(&conflicts, store, "conflicts") != 0)
+        conflicts = 0;
     if (json)
-        print_json(st, kcache_store_path(store), &rs, 1, errors);
+        print_json(st, kcache_store_path(store), &rs, 1, errors, conflicts);
     else
-        print_human(st, kcache_store_path(store), &rs, 1, errors);
+        print_human(st, kcache_store_path(store), &rs, 1, errors, conflicts);
     kcache_stats_free(st);
     if (zero && (rc = kcache_store_zero_stats(store)))
         cli_error("%s", kcache_store_errmsg(store));

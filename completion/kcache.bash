@@ -44,8 +44,8 @@ _kcache()
         inspect) opts+=" --log --source --ptx --json" ;;
         get) opts+=" --output" ;;
         prune) opts+=" --max-size --older-than --arch --kind --max-entries --dry-run --json" ;;
-        export) opts+=" --arch --kind --since --dir --json" ;;
-        import) opts+=" --dry-run --json" ;;
+        export) opts+=" --arch --kind --since --dir --sign --json" ;;
+        import) opts+=" --dry-run --require-signature --resolve-conflicts --json" ;;
         verify) opts+=" --recompile --json" ;;
         config) opts+=" --unset --json" ;;
         remote) opts+=" --remote --arch --since --json" ;;
@@ -56,7 +56,7 @@ _kcache()
     if [[ $cur == -* ]]; then
         COMPREPLY=($(compgen -W "$opts" -- "$cur"))
     elif [[ $verb == config ]]; then
-        COMPREPLY=($(compgen -W "dir path max_size busy_timeout disable compression remote remote_read_only remote_connect_timeout remote_timeout remote_prefix remote_secret" -- "$cur"))
+        COMPREPLY=($(compgen -W "dir path max_size busy_timeout disable compression remote remote_read_only remote_connect_timeout remote_timeout remote_prefix remote_secret import_require_signature" -- "$cur"))
     elif [[ $verb == remote ]]; then
         COMPREPLY=($(compgen -W "check push pull" -- "$cur"))
     elif [[ $verb == export || $verb == import || $verb == compile || $verb == explain ]]; then

@@ -26,27 +26,6 @@ void kc_key_finish(const kc_keybuf *k, kcache_key *out)
     kc_digest(out->bytes, k->b.data, k->b.size);
 }
 
-int kc_key_walk(const void *material, size_t size,
-                int (*fn)(void *ud, int tag, const uint8_t *data, size_t n), void *ud)
-{
-    const uint8_t *p = material;
-    size_t off = 0;
-    while (off < size) {
-        if (size - off < 5)
-            return KCACHE_ECORRUPT;
-        int tag = p[off];
-        uint32_t n = kc_read_u32(p + off + 1);
-        off += 5;
-        if (size - off < n)
-            return KCACHE_ECORRUPT;
-        int rc = fn(ud, tag, p + off, n);
-        if (rc)
-            return rc;
-        off += n;
-    }
-    return 0;
-}
-
 const char *kc_key_tag_name(int tag)
 {
     static const char *const names[] = {

@@ -2,7 +2,8 @@
  * The key: BLAKE2b-256 over a tag-length-value encoding of every input that
  * can change the output. Each field is (tag: 1 byte, length: 4 bytes little
  * endian, bytes), so no two different sets of inputs encode to the same
- * stream. The encoding is kept with the entry (key material) so that inspect
+ * stream (the layout and the tags: util/keyfmt.h, which the store reads
+ * too). The encoding is kept with the entry (key material) so that inspect
  * can show it and explain can compare two.
  */
 #ifndef KC_KEY_H
@@ -10,34 +11,7 @@
 
 #include "compile/deps.h"
 #include "util/common.h"
-
-/*
- * Bump when the encoding or the meaning of a field changes: every old key
- * then misses instead of matching something it no longer describes.
- */
-/* 2: headers by canonical name and by the bytes handed to NVRTC (compile/deps.c).
- * 3: every header with its digest (2 keyed headers read from the process memo
- *    with a zero one), toolkit headers by their real paths, toolkit headers
- *    followed. */
-#define KC_KEY_FORMAT "kcache-key-3"
-
-/* Field tags. Values are part of the format: never renumber. */
-enum kc_key_tag {
-    KC_TAG_FORMAT = 1,
-    KC_TAG_INPUT_KIND = 2,   /* "cuda", "ptx", "ltoir", "cubin", "link" */
-    KC_TAG_OUTPUT_KIND = 3,  /* "cubin", "ptx", "ltoir" */
-    KC_TAG_ARCH = 4,
-    KC_TAG_NVRTC = 5,        /* NVRTC's identity */
-    KC_TAG_NVJITLINK = 6,    /* nvJitLink's identity, link steps only */
-    KC_TAG_OPTION = 7,       /* one canonical option; order kept */
-    KC_TAG_NAME_EXPR = 8,    /* sorted */
-    KC_TAG_SOURCE_NAME = 9,
-    KC_TAG_SOURCE = 10,      /* BLAKE2b-256 of the source text */
-    KC_TAG_HEADER = 11,      /* spelling NUL state NUL (digest hex | toolkit path | "") */
-    KC_TAG_EXTRA = 12,       /* the caller's extra digest */
-    KC_TAG_LINK_INPUT = 13,  /* kind NUL BLAKE2b-256 hex of one link input */
-    KC_TAG_TOOLKIT = 14,     /* the toolkit whose headers were used */
-};
+#include "util/keyfmt.h"
 
 typedef struct kc_keybuf {
     kc_buf b;
@@ -116,10 +90,6 @@ typedef struct kc_recipe {
 /* Decodes material into *out (zeroed first). Returns 0, KCACHE_ECORRUPT or KCACHE_ENOMEM. */
 int kc_key_decode(kc_recipe *out, const void *material, size_t size);
 void kc_recipe_free(kc_recipe *rc);
-
-/* Walks an encoding; fn gets the tag and its bytes. Returns 0 or KCACHE_ECORRUPT. */
-int kc_key_walk(const void *material, size_t size,
-                int (*fn)(void *ud, int tag, const uint8_t *data, size_t n), void *ud);
 
 /* The component name of a tag ("option", "header", ...), or NULL. */
 const char *kc_key_tag_name(int tag);

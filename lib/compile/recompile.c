@@ -12,9 +12,76 @@
 #include "compile/compileint.h"
 
 
+/* What the key names as the compile's bytes: the source's digest, and each user header's field. */
+struct named_inputs {
+    const uint8_t *source; /* KC_DIGEST_SIZE bytes, or NULL */
+    const uint8_t *field[4096];
+    size_t field_size[4096];
+    size_t n;
+    int overflow;
+};
+
+static int collect_named(void *ud, int tag, const uint8_t *data, size_t n)
+{
+    struct named_inputs *ni = ud;
+    if (tag == KC_TAG_SOURCE && n == KC_DIGEST_SIZE)
+        ni->source = data;
+    if (tag == KC_TAG_HEADER) {
+        if (ni->n == KC_ARRAY_SIZE(ni->field)) {
+            ni->overflow = 1;
+            return 0;
+        }
+        ni->field[ni->n] = data;
+        ni->field_size[ni->n++] = n;
+    }
+    return 0;
+}
+
+/*
+ * Whether every input kept with e is one its key names, by content: the
+ * source by its digest, each user header as "name NUL file NUL digest hex"
+ * (compile/key.c). A rebuild is only evidence of what a key builds when it
+ * reads what the key covers; an entry whose kept source is another's (a
+ * bundle may carry both the artifact and the inputs of another kernel)
+ * would otherwise "confirm" itself.
+ */
+static int inputs_named_by_key(const kcache_entry *e)
+{
+    struct named_inputs *ni = kc_calloc(1, sizeof(*ni));
+    if (!ni)
+        return KCACHE_ENOMEM;
+    int ok = kc_key_walk(e->key_material, e->key_material_size, collect_named, ni) == 0 &&
+             !ni->overflow;
+    for (size_t i = 0; ok && i < e->n_inputs; i++) {
+        const kcache_input *in = &e->inputs[i];
+        uint8_t d[KC_DIGEST_SIZE];
+        kc_digest(d, in->data, in->size);
+        if (in->role == KCACHE_INPUT_SOURCE) {
+            ok = ni->source && !memcmp(ni->source, d, KC_DIGEST_SIZE);
+        } else if (in->role == KCACHE_INPUT_HEADER) {
+            char want[4096 + 2 * KC_DIGEST_SIZE + 16];
+            int n = snprintf(want, sizeof(want), "%s%cfile%c", in->name ? in->name : "", 0, 0);
+            for (int j = 0; n > 0 && j < KC_DIGEST_SIZE && (size_t)n + 3 < sizeof(want); j++)
+                n += snprintf(want + n, sizeof(want) - (size_t)n, "%02x", d[j]);
+            int found = 0;
+            for (size_t k = 0; !found && n > 0 && k < ni->n; k++)
+                found = ni->field_size[k] == (size_t)n && !memcmp(ni->field[k], want, (size_t)n);
+            ok = found;
+        }
+    }
+    free(ni);
+    return ok;
+}
+
 static int rebuild_source(kcache_compiler *c, const kcache_entry *e, kc_recipe *rc,
                           struct kc_result *r)
 {
+    int named = inputs_named_by_key(e);
+    if (named < 0)
+        return kc_result_fail(r, named, "out of memory");
+    if (!named)
+        return kc_result_fail(r, KCACHE_ECORRUPT,
+                              "its kept source or headers are not the ones its key names");
     if (strcmp(rc->nvrtc, c->tk.nvrtc_id) != 0 || strcmp(rc->toolkit, c->tk.identity) != 0)
         return kc_result_fail(r, KCACHE_ENOTSUP,
                               "made by another toolchain (%s); this one is %s", rc->nvrtc,

@@ -2,65 +2,34 @@
  * The Redis backend (backend.h), through hiredis: the only file that knows
  * it. Debian's hiredis (0.14) has no TLS: users put a tunnel in front (README).
  *
- * Every operation runs under the connect and operation timeouts; a
- * connection that failed once is dropped, and the caller (remote.c) decides
- * when to try again, so a stalled server costs one timeout.
+ * One deadline per operation (remote_timeout): a backend call (a get, a
+ * put, a lease, a check; a page of the index) must be over by then,
+ * connecting, authenticating, sending and every byte of the reply included,
+ * so a server that answers a byte a second costs one timeout, not one per
+ * byte. Every size a reply declares is checked before it is read
+ * (resp.h): a get takes at most the value bound, anything else a small one.
+ * hiredis connects and formats commands; the bytes on the socket are ours
+ * (resp.c). A connection that failed once is dropped, and the caller
+ * (remote.c) decides when to try again.
  */
 #include <hiredis/hiredis.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 
 #include "remote/backend.h"
+#include "remote/resp.h"
+
+/* What a reply to anything but a get may hold: INFO, a page of 1000 index members. */
+#define KC_REDIS_MAX_SMALL_REPLY ((size_t)4 << 20)
 
 struct redis {
     kc_backend base; /* first */
     kc_endpoint ep;
-    redisContext *ctx;
+    redisContext *ctx; /* the connection hiredis made; its fd is read and written by resp.c */
+    kc_conn conn;
 };
-
-/*
- * hiredis writes with write(): a server that died mid-write (a large push
- * after its RST) would raise SIGPIPE and kill the program that only wanted a
- * kernel. SIGPIPE is blocked in the calling thread around our socket calls,
- * and one raised there is consumed, so the write fails with EPIPE instead.
- */
-struct sigpipe_guard {
-    sigset_t old;
-    int was_pending;
-};
-
-static void sigpipe_block(struct sigpipe_guard *g)
-{
-    sigset_t set, pending;
-    sigemptyset(&set);
-    sigaddset(&set, SIGPIPE);
-    sigpending(&pending);
-    g->was_pending = sigismember(&pending, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &set, &g->old);
-}
-
-static void sigpipe_restore(struct sigpipe_guard *g)
-{
-    sigset_t set, pending;
-    sigemptyset(&set);
-    sigaddset(&set, SIGPIPE);
-    sigpending(&pending);
-    if (!g->was_pending && sigismember(&pending, SIGPIPE)) {
-        const struct timespec none = {0, 0};
-        sigtimedwait(&set, NULL, &none);
-    }
-    pthread_sigmask(SIG_SETMASK, &g->old, NULL);
-}
-
-static struct timeval tv_ms(unsigned ms)
-{
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
-    return tv;
-}
 
 static int fail(struct redis *r, int code, const char *fmt, ...) KC_PRINTF(3, 4);
 static int fail(struct redis *r, int code, const char *fmt, ...)
@@ -80,15 +49,21 @@ static void drop(struct redis *r)
     if (r->ctx)
         redisFree(r->ctx);
     r->ctx = NULL;
+    r->conn.beg = r->conn.end = 0;
+}
+
+/* The operation under way must be over by deadline (kc_mono_ns()): now + remote_timeout. */
+static void begin(struct redis *r)
+{
+    r->conn.deadline_ns = kc_mono_ns() + (uint64_t)r->ep.timeout_ms * 1000000u;
+    r->conn.timed_out = 0;
 }
 
 /* A failed exchange: the connection is not trusted again. */
-static int io_error(struct redis *r, const char *what)
+static int io_error(struct redis *r, const char *what, const char *why)
 {
-    const char *why = r->ctx && r->ctx->errstr[0] ? r->ctx->errstr : "no reply";
     int rc;
-    /* hiredis reports a timeout as the socket's EAGAIN: say what it means. */
-    if (strstr(why, "temporarily unavailable") || strstr(why, "timed out"))
+    if (r->conn.timed_out)
         rc = fail(r, KCACHE_EIO, "remote %s:%d: %s: no answer within %u ms (remote_timeout)",
                   r->ep.host, r->ep.port, what, r->ep.timeout_ms);
     else
@@ -98,7 +73,7 @@ static int io_error(struct redis *r, const char *what)
 }
 
 /* An error reply: the server's words decide what it means for us. */
-static int reply_error(struct redis *r, const redisReply *rep, const char *what)
+static int reply_error(struct redis *r, const kc_resp *rep, const char *what)
 {
     if (!strncmp(rep->str, "OOM", 3))
         return fail(r, KCACHE_EFULL,
@@ -111,70 +86,119 @@ static int reply_error(struct redis *r, const redisReply *rep, const char *what)
     return fail(r, KCACHE_EIO, "remote %s:%d: %s: %s", r->ep.host, r->ep.port, what, rep->str);
 }
 
-/* Runs a command (argv), connecting first if needed. *out: the reply, never an error one. */
-static int command(struct redis *r, redisReply **out, const char *what, int argc,
-                   const char **argv, const size_t *lens);
-
-static int connect_now(struct redis *r)
+/* Sends one command (argv), formatted by hiredis, before the deadline. */
+static int send_command(struct redis *r, const char *what, int argc, const char **argv,
+                        const size_t *lens)
 {
-    r->ctx = redisConnectWithTimeout(r->ep.host, r->ep.port, tv_ms(r->ep.connect_ms));
-    if (!r->ctx)
-        return fail(r, KCACHE_EIO, "remote %s:%d: out of memory", r->ep.host, r->ep.port);
-    if (r->ctx->err)
-        return io_error(r, "cannot connect");
-    if (redisSetTimeout(r->ctx, tv_ms(r->ep.timeout_ms)) != REDIS_OK)
-        return io_error(r, "cannot set the timeout");
-    redisReply *rep = NULL;
-    int rc = 0;
-    if (r->ep.password[0]) {
-        const char *argv[3] = {"AUTH", r->ep.user, r->ep.password};
-        if (r->ep.user[0])
-            rc = command(r, &rep, "AUTH", 3, argv, NULL);
-        else {
-            argv[1] = r->ep.password;
-            rc = command(r, &rep, "AUTH", 2, argv, NULL);
-        }
-        freeReplyObject(rep);
-        rep = NULL;
-    }
-    if (!rc && r->ep.db) {
-        char db[16];
-        snprintf(db, sizeof(db), "%d", r->ep.db);
-        const char *argv[2] = {"SELECT", db};
-        rc = command(r, &rep, "SELECT", 2, argv, NULL);
-        freeReplyObject(rep);
-    }
-    if (rc)
-        drop(r);
-    return rc;
+    char *cmd = NULL, why[256];
+    int n = redisFormatCommandArgv(&cmd, argc, argv, lens);
+    if (n < 0 || !cmd)
+        return fail(r, KCACHE_ENOMEM, "remote %s:%d: %s: out of memory", r->ep.host, r->ep.port,
+                    what);
+    int rc = kc_conn_send(&r->conn, cmd, (size_t)n, why, sizeof(why));
+    redisFreeCommand(cmd);
+    return rc ? io_error(r, what, why) : 0;
 }
 
-static int command(struct redis *r, redisReply **out, const char *what, int argc,
-                   const char **argv, const size_t *lens)
+/*
+ * Reads one reply before the deadline, none of its strings over max_string.
+ * *out: the reply, never an error one. A declared size over the bound is
+ * KCACHE_ECORRUPT, and the connection is dropped: the rest was never read.
+ */
+static int read_reply(struct redis *r, kc_resp **out, const char *what, size_t max_string)
 {
+    char why[256];
+    kc_resp_limits lim = {max_string, KC_MAX(max_string, KC_REDIS_MAX_SMALL_REPLY)};
     *out = NULL;
-    int rc;
-    if (!r->ctx && (rc = connect_now(r)))
-        return rc;
-    struct sigpipe_guard g;
-    sigpipe_block(&g);
-    redisReply *rep = redisCommandArgv(r->ctx, argc, argv, lens);
-    sigpipe_restore(&g);
-    if (!rep)
-        return io_error(r, what);
-    if (rep->type == REDIS_REPLY_ERROR) {
+    kc_resp *rep = NULL;
+    int rc = kc_resp_read(&rep, &r->conn, &lim, why, sizeof(why));
+    if (rc == KCACHE_ECORRUPT) {
+        drop(r);
+        return fail(r, KCACHE_ECORRUPT, "%s", why);
+    }
+    if (rc)
+        return io_error(r, what, why);
+    if (rep->type == KC_RESP_ERROR) {
         rc = reply_error(r, rep, what);
-        freeReplyObject(rep);
+        kc_resp_free(rep);
         return rc;
     }
     *out = rep;
     return 0;
 }
 
+/* Runs a command (argv), connecting first if needed, under the operation's deadline. */
+static int command(struct redis *r, kc_resp **out, const char *what, int argc,
+                   const char **argv, const size_t *lens, size_t max_string);
+
+static int connect_now(struct redis *r)
+{
+    /* The connect is part of the operation: its own bound, within what is left. */
+    uint64_t now = kc_mono_ns();
+    uint64_t left_ms = r->conn.deadline_ns > now ? (r->conn.deadline_ns - now) / 1000000 : 0;
+    unsigned ms = (unsigned)KC_MIN((uint64_t)r->ep.connect_ms, left_ms);
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    if (ms == 0) {
+        r->conn.timed_out = 1;
+        return io_error(r, "cannot connect", "");
+    }
+    r->ctx = redisConnectWithTimeout(r->ep.host, r->ep.port, tv);
+    if (!r->ctx)
+        return fail(r, KCACHE_EIO, "remote %s:%d: out of memory", r->ep.host, r->ep.port);
+    if (r->ctx->err)
+        return io_error(r, "cannot connect", r->ctx->errstr);
+    r->conn.fd = r->ctx->fd;
+    r->conn.beg = r->conn.end = 0;
+    kc_resp *rep = NULL;
+    int rc = 0;
+    if (r->ep.password[0]) {
+        const char *argv[3] = {"AUTH", r->ep.user, r->ep.password};
+        if (r->ep.user[0])
+            rc = command(r, &rep, "AUTH", 3, argv, NULL, 0);
+        else {
+            argv[1] = r->ep.password;
+            rc = command(r, &rep, "AUTH", 2, argv, NULL, 0);
+        }
+        kc_resp_free(rep);
+        rep = NULL;
+    }
+    if (!rc && r->ep.db) {
+        char db[16];
+        snprintf(db, sizeof(db), "%d", r->ep.db);
+        const char *argv[2] = {"SELECT", db};
+        rc = command(r, &rep, "SELECT", 2, argv, NULL, 0);
+        kc_resp_free(rep);
+    }
+    if (rc)
+        drop(r);
+    return rc;
+}
+
+static int command(struct redis *r, kc_resp **out, const char *what, int argc,
+                   const char **argv, const size_t *lens, size_t max_string)
+{
+    *out = NULL;
+    int rc;
+    if (!r->ctx && (rc = connect_now(r)))
+        return rc;
+    if ((rc = send_command(r, what, argc, argv, lens)))
+        return rc;
+    if ((rc = read_reply(r, out, what, max_string ? max_string : KC_REDIS_MAX_SMALL_REPLY)))
+        return rc;
+    /* Bytes nobody asked for would be read as the next command's reply. */
+    if (kc_conn_has_unread(&r->conn)) {
+        kc_resp_free(*out);
+        *out = NULL;
+        return io_error(r, what, "more bytes than one reply");
+    }
+    return 0;
+}
+
 /*
  * One round trip that will not hand over a value larger than the caller
  * takes: the length is checked on the server, so a hostile value is not even
- * read off the socket.
+ * sent; and a server that sends one anyway is refused on its declared length
+ * (read_reply), before it is read.
  */
 static const char get_script[] =
     "local n = redis.call('strlen', KEYS[1])\n"
@@ -187,22 +211,27 @@ static int redis_get(kc_backend *b, kc_buf *out, const char *name, size_t max)
     char max_s[32];
     snprintf(max_s, sizeof(max_s), "%zu", max);
     const char *argv[] = {"EVAL", get_script, "1", name, max_s};
-    redisReply *rep;
-    int rc = command(r, &rep, "get", 5, argv, NULL);
+    kc_resp *rep;
+    begin(r);
+    int rc = command(r, &rep, "get", 5, argv, NULL, max);
     if (rc)
         return rc;
-    if (rep->type == REDIS_REPLY_NIL)
+    if (rep->type == KC_RESP_NIL)
         rc = KCACHE_ENOTFOUND;
-    else if (rep->type == REDIS_REPLY_INTEGER)
+    else if (rep->type == KC_RESP_INTEGER)
         rc = fail(r, KCACHE_ECORRUPT, "remote value of %lld bytes is over the bound of %zu",
-                  (long long)rep->integer, max);
-    else if (rep->type != REDIS_REPLY_STRING)
+                  rep->integer, max);
+    else if (rep->type != KC_RESP_STRING)
         rc = fail(r, KCACHE_ECORRUPT, "remote value is not a string");
     else {
-        out->size = 0;
-        rc = kc_buf_append(out, rep->str, rep->len);
+        /* The reply's bytes become the buffer's: a value is never copied. */
+        kc_buf_free(out);
+        out->data = (uint8_t *)rep->str;
+        out->size = rep->len;
+        out->cap = rep->len + 1;
+        rep->str = NULL;
     }
-    freeReplyObject(rep);
+    kc_resp_free(rep);
     return rc;
 }
 
@@ -212,31 +241,31 @@ static int redis_put(kc_backend *b, const char *name, const void *data, size_t s
     struct redis *r = (struct redis *)b;
     char score_s[32];
     snprintf(score_s, sizeof(score_s), "%lld", (long long)score);
-    /* Both in one pipeline: one round trip, one timeout. */
+    /* Both in one pipeline: one round trip, one deadline. */
     const char *set[] = {"SET", name, data};
     size_t set_lens[] = {3, strlen(name), size};
     const char *zadd[] = {"ZADD", index, score_s, member};
     int rc;
+    begin(r);
     if (!r->ctx && (rc = connect_now(r)))
         return rc;
-    if (redisAppendCommandArgv(r->ctx, 3, set, set_lens) != REDIS_OK ||
-        redisAppendCommandArgv(r->ctx, 4, zadd, NULL) != REDIS_OK)
-        return io_error(r, "put");
-    rc = 0;
-    struct sigpipe_guard g;
-    sigpipe_block(&g);
+    if ((rc = send_command(r, "put", 3, set, set_lens)) ||
+        (rc = send_command(r, "put", 4, zadd, NULL)))
+        return rc;
+    int first_error = 0;
     for (int i = 0; i < 2; i++) {
-        redisReply *rep = NULL;
-        if (redisGetReply(r->ctx, (void **)&rep) != REDIS_OK || !rep) {
-            rc = io_error(r, "put");
-            break;
-        }
-        if (rep->type == REDIS_REPLY_ERROR && !rc)
-            rc = reply_error(r, rep, "put");
-        freeReplyObject(rep);
+        kc_resp *rep = NULL;
+        /* An error reply is kept as the first error; the pipeline's other reply is read. */
+        rc = read_reply(r, &rep, "put", KC_REDIS_MAX_SMALL_REPLY);
+        kc_resp_free(rep);
+        if (rc && !r->ctx)
+            return rc; /* the connection is gone: nothing more to read */
+        if (rc && !first_error)
+            first_error = rc;
     }
-    sigpipe_restore(&g);
-    return rc;
+    if (!first_error && kc_conn_has_unread(&r->conn))
+        return io_error(r, "put", "more bytes than two replies");
+    return first_error;
 }
 
 static int redis_lease(kc_backend *b, int *acquired, const char *name, const char *owner,
@@ -246,12 +275,13 @@ static int redis_lease(kc_backend *b, int *acquired, const char *name, const cha
     char ttl[16];
     snprintf(ttl, sizeof(ttl), "%u", ttl_ms);
     const char *argv[] = {"SET", name, owner, "NX", "PX", ttl};
-    redisReply *rep;
-    int rc = command(r, &rep, "lease", 6, argv, NULL);
+    kc_resp *rep;
+    begin(r);
+    int rc = command(r, &rep, "lease", 6, argv, NULL, 0);
     if (rc)
         return rc;
-    *acquired = rep->type == REDIS_REPLY_STATUS;
-    freeReplyObject(rep);
+    *acquired = rep->type == KC_RESP_STATUS;
+    kc_resp_free(rep);
     return 0;
 }
 
@@ -270,9 +300,10 @@ static int redis_renew(kc_backend *b, const char *name, const char *owner, unsig
     char ttl[16];
     snprintf(ttl, sizeof(ttl), "%u", ttl_ms);
     const char *argv[] = {"EVAL", renew_script, "1", name, owner, ttl};
-    redisReply *rep;
-    int rc = command(r, &rep, "lease renewal", 6, argv, NULL);
-    freeReplyObject(rep);
+    kc_resp *rep;
+    begin(r);
+    int rc = command(r, &rep, "lease renewal", 6, argv, NULL, 0);
+    kc_resp_free(rep);
     return rc;
 }
 
@@ -280,9 +311,10 @@ static int redis_release(kc_backend *b, const char *name, const char *owner)
 {
     struct redis *r = (struct redis *)b;
     const char *argv[] = {"EVAL", release_script, "1", name, owner};
-    redisReply *rep;
-    int rc = command(r, &rep, "lease release", 5, argv, NULL);
-    freeReplyObject(rep);
+    kc_resp *rep;
+    begin(r);
+    int rc = command(r, &rep, "lease release", 5, argv, NULL, 0);
+    kc_resp_free(rep);
     return rc;
 }
 
@@ -295,15 +327,16 @@ static int redis_index(kc_backend *b, const char *index, int64_t since,
     for (long long offset = 0;; offset += 1000) {
         snprintf(off, sizeof(off), "%lld", offset);
         const char *argv[] = {"ZRANGEBYSCORE", index, min, "+inf", "LIMIT", off, "1000"};
-        redisReply *rep;
-        int rc = command(r, &rep, "index", 7, argv, NULL);
+        kc_resp *rep;
+        begin(r); /* a page is an operation: a long index is many */
+        int rc = command(r, &rep, "index", 7, argv, NULL, 0);
         if (rc)
             return rc;
-        size_t n = rep->type == REDIS_REPLY_ARRAY ? rep->elements : 0;
+        size_t n = rep->type == KC_RESP_ARRAY ? rep->elements : 0;
         for (size_t i = 0; !rc && i < n; i++)
-            if (rep->element[i]->type == REDIS_REPLY_STRING)
+            if (rep->element[i]->type == KC_RESP_STRING)
                 rc = fn(ud, rep->element[i]->str);
-        freeReplyObject(rep);
+        kc_resp_free(rep);
         if (rc || n < 1000)
             return rc;
     }
@@ -329,22 +362,23 @@ static int redis_info(kc_backend *b, kcache_remote_info *out, const char *index)
     struct redis *r = (struct redis *)b;
     drop(r); /* a check connects afresh, so that it sees what a new process would */
     const char *ping[] = {"PING"};
-    redisReply *rep;
-    int rc = command(r, &rep, "PING", 1, ping, NULL);
+    kc_resp *rep;
+    begin(r); /* the whole check is one operation */
+    int rc = command(r, &rep, "PING", 1, ping, NULL, 0);
     if (rc)
         return rc;
-    freeReplyObject(rep);
+    kc_resp_free(rep);
     /* The round trip alone: the connection (and AUTH) happened before t1. */
     uint64_t t1 = kc_mono_ns();
-    if ((rc = command(r, &rep, "PING", 1, ping, NULL)))
+    if ((rc = command(r, &rep, "PING", 1, ping, NULL, 0)))
         return rc;
     out->latency_ns = kc_mono_ns() - t1;
-    freeReplyObject(rep);
+    kc_resp_free(rep);
     const char *info[] = {"INFO", "all"};
-    if ((rc = command(r, &rep, "INFO", 2, info, NULL)))
+    if ((rc = command(r, &rep, "INFO", 2, info, NULL, 0)))
         return rc;
     char buf[64];
-    if (rep->type == REDIS_REPLY_STRING) {
+    if (rep->type == KC_RESP_STRING) {
         info_field(out->server_version, sizeof(out->server_version), rep->str, "redis_version");
         info_field(out->policy, sizeof(out->policy), rep->str, "maxmemory_policy");
         info_field(buf, sizeof(buf), rep->str, "maxmemory");
@@ -352,12 +386,12 @@ static int redis_info(kc_backend *b, kcache_remote_info *out, const char *index)
         info_field(buf, sizeof(buf), rep->str, "used_memory");
         out->used_memory = strtoull(buf, NULL, 10);
     }
-    freeReplyObject(rep);
+    kc_resp_free(rep);
     const char *zcard[] = {"ZCARD", index};
-    if ((rc = command(r, &rep, "ZCARD", 2, zcard, NULL)))
+    if ((rc = command(r, &rep, "ZCARD", 2, zcard, NULL, 0)))
         return rc;
-    out->entries = rep->type == REDIS_REPLY_INTEGER ? (uint64_t)rep->integer : 0;
-    freeReplyObject(rep);
+    out->entries = rep->type == KC_RESP_INTEGER ? (uint64_t)rep->integer : 0;
+    kc_resp_free(rep);
     out->authenticated = r->ep.password[0] != '\0';
     return 0;
 }

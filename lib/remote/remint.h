@@ -42,7 +42,12 @@ int kc_remote_failed(kcache_remote *r, int rc);
 /* "<prefix><what>:<key hex>" */
 void kc_remote_name(char *out, size_t size, const kcache_remote *r, const char *what,
                     const kcache_key *key);
-/* Checks a value and puts it into the store; *out (when not NULL): the store's copy. */
+/*
+ * Checks a value and puts it into the store; *out (when not NULL): the
+ * store's copy. Returns 0; 1 for a conflict (the store holds the key with
+ * other bytes and keeps them: counted and logged with both digests);
+ * KCACHE_ECORRUPT for a value refused; or the store's error.
+ */
 int kc_remote_admit(kcache_entry **out, kcache_remote *r, const kcache_key *key,
                     const void *value, size_t size);
 int64_t kc_remote_push_locked(kcache_remote *r, const kcache_entry *e, int64_t created_ms);

@@ -307,6 +307,11 @@ int kc_remote_admit(kcache_entry **out, kcache_remote *r, const kcache_key *key,
         kc_remote_log(r, "remote entry %.16s ignored: %s", hex, why);
         return rc;
     }
+    if (rc == 1) {
+        /* The store kept its own bytes, counted the conflict and logged it: not said twice. */
+        snprintf(r->errmsg, sizeof(r->errmsg), "%s", why);
+        return rc;
+    }
     if (rc) {
         kc_remote_log(r, "remote entry not kept: %s", kcache_store_errmsg(r->store));
         return rc;
@@ -318,8 +323,10 @@ int kc_remote_admit(kcache_entry **out, kcache_remote *r, const kcache_key *key,
 
 /*
  * One remote get, under the lock. 1: found and admitted; 0: none; 2: a value
- * that failed the checks (the caller compiles, and its push replaces it);
- * -1: the remote failed.
+ * that failed the checks, or a conflict with what the local store got
+ * meanwhile (the caller compiles: its fresh bytes replace the local entry
+ * and its push the remote's value, so a compile settles a conflict); -1:
+ * the remote failed.
  */
 static int fetch_locked(kcache_entry **out, kcache_remote *r, const kcache_key *key)
 {
@@ -338,7 +345,7 @@ static int fetch_locked(kcache_entry **out, kcache_remote *r, const kcache_key *
         return -1;
     }
     rc = kc_remote_admit(out, r, key, r->scratch.data, r->scratch.size);
-    return rc == 0 ? 1 : rc == KCACHE_ECORRUPT ? 2 : 0;
+    return rc == 0 ? 1 : rc == KCACHE_ECORRUPT || rc == 1 ? 2 : 0;
 }
 
 int kc_remote_fetch(kcache_entry **out, kcache_remote *r, const kcache_key *key)

@@ -1,4 +1,5 @@
 /* The tools' calls on the remote: check the connection, push and pull many entries. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,12 +101,17 @@ static int pull(kcache_transfer *t, kcache_remote *remote, const kcache_filter *
                 t->rejected++;
             } else if (g) {
                 rc = backend_error(remote, g);
-            } else if (kc_remote_admit(NULL, remote, &w.keys[i], remote->scratch.data,
-                                       remote->scratch.size) == 0) {
-                t->entries++;
-                t->bytes += remote->scratch.size;
             } else {
-                t->rejected++;
+                int a = kc_remote_admit(NULL, remote, &w.keys[i], remote->scratch.data,
+                                        remote->scratch.size);
+                if (a == 0) {
+                    t->entries++;
+                    t->bytes += remote->scratch.size;
+                } else if (a == 1) {
+                    t->conflicts++; /* the key landed here meanwhile, with other bytes */
+                } else {
+                    t->rejected++;
+                }
             }
         }
         kcache_entry_free(e);
@@ -168,8 +174,11 @@ static int transfer(kcache_transfer *out, kcache_remote *remote, const kcache_fi
         return KCACHE_EINVAL;
     kcache_transfer t = {KCACHE_TRANSFER_VERSION};
     int rc = run(&t, remote, filter, progress, userdata);
-    if (out)
-        memcpy(out, &t, KC_MIN(sizeof(t), sizeof(*out)));
+    /* An older caller's struct ends before the fields of later versions. */
+    if (out) {
+        t.version = out->version;
+        memcpy(out, &t, out->version >= 2 ? sizeof(t) : offsetof(kcache_transfer, conflicts));
+    }
     return rc;
 }
 

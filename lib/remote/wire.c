@@ -1,5 +1,4 @@
 /* The value of a remote entry: encoding, signing, and the checks before belief (wire.h). */
-#include <blake2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,25 +29,18 @@ static uint64_t get64(const uint8_t *p)
 
 void kc_wire_secret_init(kc_wire_secret *out, const char *secret)
 {
-    memset(out, 0, sizeof(*out));
-    if (!secret || !*secret)
-        return;
-    out->set = 1;
-    blake2b(out->key, secret, NULL, sizeof(out->key), strlen(secret), 0);
+    kc_secret_init(out, secret);
 }
 
 /* Keyed by the secret (a signature), or plain (secret NULL: a checksum). */
 static void sign(uint8_t sig[KC_WIRE_SIG_SIZE], const kc_wire_secret *secret,
                  const kcache_key *key, const void *data, size_t size)
 {
-    blake2b_state st;
-    if (secret)
-        blake2b_init_key(&st, KC_WIRE_SIG_SIZE, secret->key, sizeof(secret->key));
-    else
-        blake2b_init(&st, KC_WIRE_SIG_SIZE);
-    blake2b_update(&st, key->bytes, KCACHE_KEY_SIZE);
-    blake2b_update(&st, data, size);
-    blake2b_final(&st, sig, KC_WIRE_SIG_SIZE);
+    kc_mac m;
+    kc_mac_init(&m, secret);
+    kc_mac_update(&m, key->bytes, KCACHE_KEY_SIZE);
+    kc_mac_update(&m, data, size);
+    kc_mac_final(&m, sig);
 }
 
 static size_t text_len(const char *s)

@@ -27,6 +27,7 @@
 #include "kcache/store.h"
 #include "util/codec.h"
 #include "util/common.h"
+#include "util/secret.h"
 
 #define KC_WIRE_FORMAT 1
 #define KC_WIRE_HEADER_SIZE 112
@@ -37,11 +38,8 @@
 #define KC_WIRE_MAX_TEXT (UINT32_C(16) << 20)      /* log, names, key material each */
 #define KC_WIRE_MAX_NAMES 65536u
 
-/* The key a secret signs with: BLAKE2b-512 of the secret, so any length works. */
-typedef struct kc_wire_secret {
-    int set;
-    uint8_t key[64];
-} kc_wire_secret;
+/* remote_secret, as util/secret.h keys with it (bundles are signed with the same). */
+typedef kc_secret kc_wire_secret;
 
 void kc_wire_secret_init(kc_wire_secret *out, const char *secret);
 

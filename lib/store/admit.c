@@ -1,15 +1,43 @@
 /*
  * Entries from the shared tier enter through the same gate as a bundle's
- * (ingest.c), then the normal put: lib/remote/ decodes and checks what only
- * it knows (its value format, the signature, the bounds before decompressing)
- * and hands the entry here.
+ * (ingest.c), then a put: lib/remote/ decodes and checks what only it knows
+ * (its value format, the signature, the bounds before decompressing) and
+ * hands the entry here.
  */
+#include <string.h>
+
 #include "store/ingest.h"
 
 int kc_store_admit(kcache_store *store, kcache_entry *e, char *what, size_t what_size)
 {
+    int64_t now = kc_now_ms();
     pthread_mutex_lock(&store->lock);
-    int rc = kc_ingest_check_entry(store, e, kc_now_ms(), what, what_size);
+    int rc = kc_ingest_check_entry(store, e, now, what, what_size);
     pthread_mutex_unlock(&store->lock);
-    return rc ? rc : kcache_store_put(store, e);
+    if (rc)
+        return rc;
+    /*
+     * The look for a conflict and the put in one write transaction: another
+     * process's compile of the same key landing in between is then seen,
+     * never overwritten. The times are the put's own (now), as before.
+     */
+    if ((rc = kc_put_batch_begin(store)))
+        return rc;
+    int64_t created = 0;
+    uint8_t have[KC_DIGEST_SIZE];
+    int exists = kc_ingest_existing(store, &e->key, &created, have);
+    int conflict = exists == 1 && memcmp(have, e->digest, KC_DIGEST_SIZE) != 0;
+    rc = exists < 0 ? exists : conflict ? 0 : kc_put_batch_add(store, e, now, now);
+    int end = kc_put_batch_end(store, rc == 0 && !conflict);
+    if (!rc && !conflict)
+        rc = end;
+    if (rc)
+        return rc;
+    if (conflict) {
+        kc_ingest_conflict_text(what, what_size, &e->key, have, e->digest, "the remote");
+        kc_store_count(store, KC_COUNTER_CONFLICTS, 1);
+        kc_log(store, KCACHE_LOG_WARNING, "%s", what);
+        return 1;
+    }
+    return 0;
 }

@@ -19,8 +19,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "store/bundle_sign.h"
 #include "store/ingest.h"
 #include "kcache/bundle.h"
+#include <stddef.h>
 #include "store/schema.h"
 #include "store/storeint.h"
 
@@ -103,11 +105,17 @@ static void remove_with_sidecars(const char *path)
     unlink(side);
 }
 
-/* A bundle is one file: leave WAL mode so that it can be copied and opened read-only anywhere. */
-static int make_single_file(kcache_store *s, const char *path)
+/*
+ * A bundle is one file: leave WAL mode so that it can be copied and opened
+ * read-only anywhere. Its signature (bundle_sign.c), when there is one, is
+ * written first, while it is still nobody's but ours.
+ */
+static int make_single_file(kcache_store *s, const char *path, const uint8_t *sig)
 {
     sqlite3 *db = NULL;
     int src = kc_sqlite_open(&db, path, SQLITE_OPEN_READWRITE);
+    if (src == SQLITE_OK && sig)
+        src = kc_bundle_sig_write(db, sig);
     if (src == SQLITE_OK)
         src = sqlite3_exec(db, "PRAGMA journal_mode = DELETE", NULL, NULL, NULL);
     int rc = src == SQLITE_OK ? 0
@@ -125,19 +133,23 @@ static int make_single_file(kcache_store *s, const char *path)
 }
 
 /* What export and import check before they touch anything. */
-static int check_call(const kcache_bundle_options **o, kcache_store *store, const char *fn,
+static int check_call(kcache_bundle_options *o, kcache_store *store, const char *fn,
                       const char *path, const kcache_bundle_result *out,
                       const kcache_bundle_options *options)
 {
     static const kcache_bundle_options defaults = KCACHE_BUNDLE_OPTIONS_INIT;
-    *o = options ? options : &defaults;
+    *o = defaults;
     if (!store)
         return KCACHE_EINVAL;
     if (!path || !*path)
         return kc_err_locking(store, KCACHE_EINVAL, "%s: no path", fn);
-    if ((*o)->version < 1 || (*o)->version > KCACHE_BUNDLE_OPTIONS_VERSION)
+    if (options && (options->version < 1 || options->version > KCACHE_BUNDLE_OPTIONS_VERSION))
         return kc_err_locking(store, KCACHE_EINVAL, "%s: options version %u is not supported", fn,
-                          (*o)->version);
+                          options->version);
+    /* An older caller's struct ends before the fields of later versions: those keep defaults. */
+    if (options)
+        memcpy(o, options, options->version >= 2 ? sizeof(*o)
+                                                 : offsetof(kcache_bundle_options, sign));
     if (!KC_RESULT_VERSION_OK(out, KCACHE_BUNDLE_RESULT_VERSION))
         return kc_err_locking(store, KCACHE_EINVAL,
                           "%s: result version %u is not supported (KCACHE_BUNDLE_RESULT_INIT)",
@@ -155,7 +167,16 @@ static int export_to(kcache_bundle_result *r, kcache_store *store, const char *p
     struct item_list keys = {0};
     kcache_store *dst = NULL;
     char *tmp = NULL;
+    kc_bundle_sig sig = {0};
+    kc_secret secret;
 
+    kc_bundle_secret(&secret, store);
+    if (o->sign && !secret.set) {
+        rc = kc_err_locking(store, KCACHE_EINVAL,
+                            "cannot sign the bundle: remote_secret is not set here (kcache config "
+                            "remote_secret SECRET, or KCACHE_REMOTE_SECRET); nothing written");
+        goto out;
+    }
     kcache_filter f = KCACHE_FILTER_INIT;
     f.arch = o->arch;
     f.kind = o->kind;
@@ -206,6 +227,8 @@ static int export_to(kcache_bundle_result *r, kcache_store *store, const char *p
         rc = kcache_store_put(dst, e);
         if (!rc)
             rc = set_times(dst, &e->key, e->created_at, e->accessed_at);
+        if (!rc && secret.set)
+            kc_bundle_sig_add(&sig, e); /* as the bundle now holds it */
         r->bytes += e->size;
         kcache_entry_free(e);
         if (rc) {
@@ -221,8 +244,14 @@ static int export_to(kcache_bundle_result *r, kcache_store *store, const char *p
     char lock[4200];
     snprintf(lock, sizeof(lock), "%s-lock", tmp);
     unlink(lock);
-    if ((rc = make_single_file(store, tmp)))
+    uint8_t mac[KC_MAC_SIZE];
+    if (secret.set && kc_bundle_sig_finish(mac, &sig, &secret)) {
+        rc = kc_err_locking(store, KCACHE_ENOMEM, "out of memory signing the bundle");
         goto out;
+    }
+    if ((rc = make_single_file(store, tmp, secret.set ? mac : NULL)))
+        goto out;
+    r->signed_by_secret = secret.set;
     if (rename(tmp, path) != 0) {
         rc = kc_err_locking(store, KCACHE_EIO, "cannot write %s: %s", path, strerror(errno));
         goto out;
@@ -233,6 +262,8 @@ out:
         remove_with_sidecars(tmp);
     free(tmp);
     free(keys.items);
+    kc_bundle_sig_free(&sig);
+    memset(&secret, 0, sizeof(secret));
     return rc;
 }
 
@@ -356,7 +387,7 @@ static int check_integrity(sqlite3 *db, char *what, size_t what_size)
  * Everything about the file that the store does not check when it serves an
  * entry. Opens it read-only, with nothing in it allowed to run code.
  */
-static int check_file(kcache_store *s, const char *path)
+static int check_file(kcache_store *s, const char *path, int *has_sig, uint8_t sig[KC_MAC_SIZE])
 {
     char what[KC_ERRMSG_SIZE] = "";
     sqlite3 *db = NULL, *ref = NULL;
@@ -460,6 +491,12 @@ static int check_file(kcache_store *s, const char *path)
     /* What all of it decodes to, bounded before the first byte is decoded (ingest.c). */
     if (kc_ingest_check_sizes(db, what, sizeof(what)))
         goto damaged;
+    if ((*has_sig = kc_bundle_sig_read(db, sig)) < 0) {
+        rc = kc_err_locking(s, KCACHE_ECORRUPT,
+                            "%s has a signature that is not one (not 32 bytes); nothing imported",
+                            path);
+        goto out;
+    }
     goto out;
 damaged:
     rc = kc_err_locking(s, KCACHE_ECORRUPT, "%s is damaged: %s; nothing imported", path, what);
@@ -469,19 +506,67 @@ out:
     return rc;
 }
 
+struct conflict {
+    kcache_key key;
+    uint8_t kept[KC_DIGEST_SIZE], refused[KC_DIGEST_SIZE];
+};
+
+struct conflict_list {
+    struct conflict *items;
+    size_t n, cap;
+};
+
+/*
+ * Whether a signature is needed and can be checked, before anything is read:
+ * a bundle refused for its signature is refused whole, and at once.
+ */
+static int signature_policy(int *verify, kcache_store *store, const char *path,
+                            const kcache_bundle_options *o, const kc_secret *secret, int has_sig)
+{
+    int required = o->require_signature;
+    if (!required && kc_bundle_require_setting(&required, store))
+        return kc_err_locking(store, KCACHE_EINVAL,
+                              "setting import_require_signature (or "
+                              "KCACHE_IMPORT_REQUIRE_SIGNATURE) is not true or false: see "
+                              "kcache config; nothing imported");
+    if (required && !secret->set)
+        return kc_err_locking(store, KCACHE_EINVAL,
+                              "a signed bundle is required, and remote_secret is not set here to "
+                              "check %s with (kcache config remote_secret SECRET, or "
+                              "KCACHE_REMOTE_SECRET); nothing imported",
+                              path);
+    if (required && !has_sig)
+        return kc_err_locking(store, KCACHE_EINVAL,
+                              "%s is not signed, and a signed bundle is required "
+                              "(--require-signature or import_require_signature): export it with "
+                              "remote_secret set; nothing imported",
+                              path);
+    /* Without the secret a signature cannot be checked: the bundle is then as unsigned. */
+    *verify = has_sig && secret->set;
+    return 0;
+}
+
 static int import_from(kcache_bundle_result *r, kcache_store *store, const char *path,
                        const kcache_bundle_options *o)
 {
     int rc;
     struct item_list keys = {0};
+    struct conflict_list conflicts = {0};
     kcache_store *src = NULL;
     kcache_entry *e = NULL, *have = NULL;
+    kc_bundle_sig sig = {0};
+    kc_secret secret;
+    uint8_t claimed[KC_MAC_SIZE];
+    int has_sig = 0, verify = 0;
 
+    kc_bundle_secret(&secret, store);
     if (!o->dry_run && kcache_store_read_only(store)) {
         rc = kc_err_locking(store, KCACHE_EREADONLY, "the cache is read-only: nothing imported");
         goto out;
     }
-    if ((rc = check_file(store, path)))
+    if ((rc = check_file(store, path, &has_sig, claimed)))
+        goto out;
+    if ((rc = signature_policy(&verify, store, path, o, &secret, has_sig)))
         goto out;
 
     char err[KC_ERRMSG_SIZE];
@@ -504,7 +589,8 @@ static int import_from(kcache_bundle_result *r, kcache_store *store, const char 
      * that checked everything before a second read it all again cost an
      * import a third of its time). Entries are read one at a time, so memory
      * stays within one entry's bound. A dry run checks and counts the same
-     * way and writes nothing.
+     * way and writes nothing. The signature is checked at the end, before
+     * the commit: a bundle changed after it was signed is rolled back whole.
      */
     int64_t now = kc_now_ms();
     int in_batch = 0;
@@ -525,6 +611,8 @@ static int import_from(kcache_bundle_result *r, kcache_store *store, const char 
             rc = KCACHE_ECORRUPT;
             break;
         }
+        if (verify)
+            kc_bundle_sig_add(&sig, e); /* as signed: before the gate clamps its dates */
         if (!in_batch)
             pthread_mutex_lock(&store->lock);
         rc = kc_ingest_check_entry(store, e, now, what, sizeof(what));
@@ -538,15 +626,18 @@ static int import_from(kcache_bundle_result *r, kcache_store *store, const char 
         r->entries++;
         r->bytes += e->size;
         int64_t have_created = 0;
+        uint8_t have_digest[KC_DIGEST_SIZE];
         int exists;
         if (in_batch) {
-            exists = kc_ingest_created_at(store, &k->key, &have_created);
+            exists = kc_ingest_existing(store, &k->key, &have_created, have_digest);
         } else {
             exists = kcache_store_get(&have, store, &k->key,
                                       KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA);
             exists = exists == 0 ? 1 : exists == KCACHE_ENOTFOUND ? 0 : exists;
-            if (exists == 1)
+            if (exists == 1) {
                 have_created = have->created_at;
+                memcpy(have_digest, have->digest, KC_DIGEST_SIZE);
+            }
             kcache_entry_free(have);
             have = NULL;
         }
@@ -554,8 +645,22 @@ static int import_from(kcache_bundle_result *r, kcache_store *store, const char 
             rc = exists;
             break;
         }
-        /* e's times are clamped to now: a bundle cannot make its entry "newer" for ever. */
-        if (exists && have_created >= e->created_at) {
+        if (exists && memcmp(have_digest, e->digest, KC_DIGEST_SIZE) != 0) {
+            /* A conflict (ingest.c): the store's entry stays, whatever the dates say. */
+            struct conflict *grown = kc_grow(conflicts.items, &conflicts.cap, conflicts.n,
+                                             sizeof(*grown), 8);
+            if (!grown) {
+                snprintf(why, sizeof(why), "out of memory; nothing imported");
+                rc = KCACHE_ENOMEM;
+                break;
+            }
+            conflicts.items = grown;
+            struct conflict *c = &conflicts.items[conflicts.n++];
+            c->key = k->key;
+            memcpy(c->kept, have_digest, KC_DIGEST_SIZE);
+            memcpy(c->refused, e->digest, KC_DIGEST_SIZE);
+        } else if (exists && have_created >= e->created_at) {
+            /* e's times are clamped to now: a bundle cannot make its entry "newer" for ever. */
             r->skipped++;
         } else {
             if (exists)
@@ -567,6 +672,19 @@ static int import_from(kcache_bundle_result *r, kcache_store *store, const char 
         }
         kcache_entry_free(e);
         e = NULL;
+    }
+    if (!rc && verify) {
+        uint8_t mac[KC_MAC_SIZE];
+        if (kc_bundle_sig_finish(mac, &sig, &secret)) {
+            snprintf(why, sizeof(why), "out of memory checking the signature; nothing imported");
+            rc = KCACHE_ENOMEM;
+        } else if (!kc_mac_equal(mac, claimed)) {
+            snprintf(why, sizeof(why),
+                     "%s's signature does not match remote_secret: it was changed after it was "
+                     "signed, or signed with another secret; nothing imported",
+                     path);
+            rc = KCACHE_ECORRUPT;
+        }
     }
     if (in_batch) {
         int end = kc_put_batch_end(store, rc == 0);
@@ -587,6 +705,19 @@ static int import_from(kcache_bundle_result *r, kcache_store *store, const char 
     }
     if (rc)
         goto out;
+    r->signed_by_secret = verify;
+    r->conflicts = conflicts.n;
+    /* Said once the outcome is known: a bundle refused later reports none. */
+    if (conflicts.n && !o->dry_run)
+        kc_store_count(store, KC_COUNTER_CONFLICTS, conflicts.n);
+    for (size_t i = 0; i < conflicts.n; i++) {
+        const struct conflict *c = &conflicts.items[i];
+        char line[KC_ERRMSG_SIZE];
+        kc_ingest_conflict_text(line, sizeof(line), &c->key, c->kept, c->refused, "the bundle");
+        kc_log(store, KCACHE_LOG_WARNING, "%s", line);
+        if (o->conflict)
+            o->conflict(o->conflict_userdata, &c->key, c->kept, c->refused);
+    }
     progress(o, o->dry_run ? "checking" : "importing", keys.n, keys.n);
     rc = 0;
 out:
@@ -594,6 +725,9 @@ out:
     kcache_entry_free(have);
     kcache_store_close(src);
     free(keys.items);
+    free(conflicts.items);
+    kc_bundle_sig_free(&sig);
+    memset(&secret, 0, sizeof(secret));
     return rc;
 }
 
@@ -603,15 +737,17 @@ static int bundle_call(kcache_bundle_result *out, kcache_store *store, const cha
                        int (*run)(kcache_bundle_result *, kcache_store *, const char *,
                                   const kcache_bundle_options *))
 {
-    const kcache_bundle_options *o;
+    kcache_bundle_options o;
     int rc = check_call(&o, store, fn, path, out, options);
     if (rc)
         return rc;
     kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
-    rc = run(&r, store, path, o);
+    rc = run(&r, store, path, &o);
     if (out) {
+        /* An older caller's struct ends before the fields of later versions. */
         r.version = out->version;
-        *out = r;
+        memcpy(out, &r, out->version >= 2 ? sizeof(r)
+                                          : offsetof(kcache_bundle_result, conflicts));
     }
     return rc;
 }

@@ -17,6 +17,12 @@
  *   - the key: BLAKE2b-256 of the entry's key material, as key.c makes it,
  *     recomputed and compared. An entry without key material cannot be
  *     checked and is refused;
+ *   - the kind and the architecture against what the key material says
+ *     (util/keyfmt.h reads it: the store may not know compile/): a valid
+ *     key with a PTX under a CUBIN key, or sm_80 code under an sm_90 key,
+ *     would otherwise be served to whoever asks for that key. Material in
+ *     no format of kcache's is a key no compile of kcache's asks for, and
+ *     is held to nothing more;
  *   - the artifact's digest (the store checks the stored bytes; the digest
  *     it hands out comes from the row);
  *   - created_at and accessed_at clamped to now.
@@ -28,11 +34,26 @@
  * material would build (k19's code under k20's key, digests consistent):
  * `kcache verify --recompile` rebuilds entries and removes those that
  * differ.
+ *
+ * Conflicts. Entries are content-addressed: two entries under one key with
+ * different artifact bytes cannot both be what the key builds. An arriving
+ * entry (a bundle's, the remote's) for a key the store holds with other
+ * bytes is a conflict, and the entry the store holds is kept, whatever the
+ * dates say: what this machine compiled or accepted earlier is no less
+ * trustworthy than what arrives, and letting the newer win let a poisoned
+ * bundle displace good entries (and stick, once in, against good bundles).
+ * A conflict is counted ("conflicts") and said with both digests. Only a
+ * rebuild can tell which one is right; that needs the compiler, which the
+ * store does not know, so it is the caller's (kcache import
+ * --resolve-conflicts; on the compile path, the compile that follows a
+ * refused remote value replaces both). The same bytes with other metadata
+ * are no conflict: the newer wins, as before.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "store/ingest.h"
+#include "util/keyfmt.h"
 
 static int query_double(sqlite3 *db, const char *sql, double *out)
 {
@@ -117,6 +138,24 @@ int kc_ingest_check_entry(kcache_store *s, kcache_entry *e, int64_t now, char *w
         snprintf(what, what_size, "its key is not the digest of its key material");
         return KCACHE_ECORRUPT;
     }
+    char kind[16], arch[64];
+    int known = kc_key_target(kind, sizeof(kind), arch, sizeof(arch), e->key_material,
+                              e->key_material_size);
+    if (known < 0) {
+        snprintf(what, what_size, "its key material does not say its kind and architecture");
+        return KCACHE_ECORRUPT;
+    }
+    const char *has_kind = kcache_kind_name(e->kind);
+    if (known && (!has_kind || strcmp(kind, has_kind) != 0)) {
+        snprintf(what, what_size, "it is a %s under a key for a %s", has_kind ? has_kind : "?",
+                 kind);
+        return KCACHE_ECORRUPT;
+    }
+    if (known && strcmp(arch, e->arch ? e->arch : "") != 0) {
+        snprintf(what, what_size, "it is for %.32s under a key for %s", e->arch ? e->arch : "",
+                 arch);
+        return KCACHE_ECORRUPT;
+    }
     kc_digest(check, e->data, e->size);
     if (memcmp(check, e->digest, KC_DIGEST_SIZE) != 0) {
         snprintf(what, what_size, "it does not match its digest");
@@ -127,21 +166,42 @@ int kc_ingest_check_entry(kcache_store *s, kcache_entry *e, int64_t now, char *w
     return 0;
 }
 
-int kc_ingest_created_at(kcache_store *s, const kcache_key *key, int64_t *out)
+int kc_ingest_existing(kcache_store *s, const kcache_key *key, int64_t *created_at,
+                       uint8_t digest[KC_DIGEST_SIZE])
 {
     sqlite3_stmt *st = NULL;
-    int src = sqlite3_prepare_v2(s->db, "SELECT created_at FROM entry WHERE key = ?1", -1, &st,
-                                 NULL);
+    int src = sqlite3_prepare_v2(s->db, "SELECT created_at, digest FROM entry WHERE key = ?1",
+                                 -1, &st, NULL);
     int found = 0;
     if (src == SQLITE_OK) {
         sqlite3_bind_blob(st, 1, key->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
         src = sqlite3_step(st);
         if (src == SQLITE_ROW) {
-            *out = sqlite3_column_int64(st, 0);
+            *created_at = sqlite3_column_int64(st, 0);
+            const void *d = sqlite3_column_blob(st, 1);
+            memset(digest, 0, KC_DIGEST_SIZE);
+            if (d && sqlite3_column_bytes(st, 1) == KC_DIGEST_SIZE)
+                memcpy(digest, d, KC_DIGEST_SIZE);
             found = 1;
             src = SQLITE_DONE;
         }
     }
     sqlite3_finalize(st);
     return src == SQLITE_DONE ? found : kc_sqlerr(s, src, "reading an entry");
+}
+
+void kc_ingest_conflict_text(char *out, size_t size, const kcache_key *key,
+                             const uint8_t kept[KC_DIGEST_SIZE],
+                             const uint8_t refused[KC_DIGEST_SIZE], const char *from)
+{
+    char hex[KCACHE_KEY_HEX_SIZE], a[2 * KC_DIGEST_SIZE + 1], b[2 * KC_DIGEST_SIZE + 1];
+    kcache_key_hex(hex, key);
+    for (int i = 0; i < KC_DIGEST_SIZE; i++) {
+        snprintf(a + 2 * i, 3, "%02x", kept[i]);
+        snprintf(b + 2 * i, 3, "%02x", refused[i]);
+    }
+    snprintf(out, size,
+             "conflict: entry %s is here with other bytes than %s's: kept the local artifact "
+             "(digest %s), refused the arriving one (digest %s)",
+             hex, from, a, b);
 }

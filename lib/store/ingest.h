@@ -32,10 +32,23 @@ int kc_ingest_check_entry(kcache_store *s, kcache_entry *e, int64_t now, char *w
                           size_t what_size);
 
 /*
- * Inside a batch (kc_put_batch_begin(), the store's lock held): the
- * created_at of the store's entry for key. Returns 1 (found), 0 (none) or a
- * negative code.
+ * Inside a batch (kc_put_batch_begin(), the store's lock held), or under the
+ * lock: the created_at and artifact digest of the store's entry for key.
+ * Returns 1 (found), 0 (none) or a negative code.
  */
-int kc_ingest_created_at(kcache_store *s, const kcache_key *key, int64_t *out);
+int kc_ingest_existing(kcache_store *s, const kcache_key *key, int64_t *created_at,
+                       uint8_t digest[KC_DIGEST_SIZE]);
+
+/* The counter of conflicts (ingest.c says what one is). */
+#define KC_COUNTER_CONFLICTS "conflicts"
+
+/*
+ * The one line that reports a conflict: the key, the digest kept (the
+ * store's) and the one refused (arriving from `from`: "the bundle", "the
+ * remote").
+ */
+void kc_ingest_conflict_text(char *out, size_t size, const kcache_key *key,
+                             const uint8_t kept[KC_DIGEST_SIZE],
+                             const uint8_t refused[KC_DIGEST_SIZE], const char *from);
 
 #endif

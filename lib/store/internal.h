@@ -32,9 +32,12 @@ void kc_store_count(kcache_store *store, const char *name, uint64_t delta);
 /*
  * Puts an entry that came from outside the store (the shared tier) through
  * the import gate (ingest.c: the put rules, the key recomputed from the key
- * material, the artifact against e->digest, dates clamped), then the normal
- * put. Returns 0; KCACHE_ECORRUPT with why in `what` when the gate refuses
- * it; or the put's error (message on the store).
+ * material, kind and arch against the key material, the artifact against
+ * e->digest, dates clamped), then a put. Returns 0; 1 for a conflict (the
+ * store holds the key with other bytes: they are kept, the conflict is
+ * counted and logged, and `what` is its line with both digests);
+ * KCACHE_ECORRUPT with why in `what` when the gate refuses it; or the put's
+ * error (message on the store).
  */
 int kc_store_admit(kcache_store *store, kcache_entry *e, char *what, size_t what_size);
 

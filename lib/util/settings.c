@@ -175,7 +175,7 @@ struct setting_def {
 enum {
     SET_DIR, SET_PATH, SET_MAX_SIZE, SET_BUSY_TIMEOUT, SET_DISABLE, SET_COMPRESSION,
     SET_REMOTE, SET_REMOTE_READ_ONLY, SET_REMOTE_CONNECT_TIMEOUT, SET_REMOTE_TIMEOUT,
-    SET_REMOTE_PREFIX, SET_REMOTE_SECRET, SET_COUNT
+    SET_REMOTE_PREFIX, SET_REMOTE_SECRET, SET_IMPORT_REQUIRE_SIGNATURE, SET_COUNT
 };
 
 static const struct setting_def defs[SET_COUNT] = {
@@ -200,7 +200,9 @@ static const struct setting_def defs[SET_COUNT] = {
     {"remote_prefix", "KCACHE_REMOTE_PREFIX", 1, &as_text,
      "prefix of kcache's Redis keys, so that several caches can share a server"},
     {"remote_secret", "KCACHE_REMOTE_SECRET", 1, &as_text,
-     "shared secret: push signed entries, take only entries signed with it"},
+     "shared secret: push signed entries, take only entries signed with it; signs bundles"},
+    {"import_require_signature", "KCACHE_IMPORT_REQUIRE_SIGNATURE", 1, &as_bool,
+     "import only bundles signed with remote_secret"},
 };
 
 /* Whether v is not a value setting i takes. */
@@ -581,7 +583,7 @@ KCACHE_API int kcache_config_set(kcache_config *config, const char *name, const 
         return kc_fmt(err, err_size, KCACHE_EINVAL,
                       "no setting '%s' (settings: max_size, busy_timeout, disable, compression, "
                       "remote, remote_read_only, remote_connect_timeout, remote_timeout, "
-                      "remote_prefix, remote_secret)",
+                      "remote_prefix, remote_secret, import_require_signature)",
                       name);
     if (!defs[i].in_file)
         return kc_fmt(err, err_size, KCACHE_EINVAL,

@@ -10,11 +10,13 @@ compiler is needed. Exits 0 when every test passed, 1 otherwise.
 import hashlib
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 import traceback
 
 KCACHE = os.path.abspath(sys.argv[1])
@@ -514,26 +516,64 @@ def test_import_damaged(root):
 
 
 def test_import_keeps_newer(root):
+    """The same bytes under a key: the newer entry is kept, whichever side it is on."""
     a = Cache(root, "a")
     keys = a.fill(3, "--seed", 14, "--size", "500")
     old_bundle = os.path.join(root, "old.kcache")
     a.run("export", old_bundle)
-    # The same keys written again later, with other bytes.
+    time.sleep(0.01)
+    b = Cache(root, "b")
+    b.fill(3, "--seed", 14, "--size", "500")  # the same keys and bytes, written later
+    d = b.json("import", old_bundle)
+    check(d["skipped"] == 3 and d["added"] == 0 and d["conflicts"] == 0,
+          "older bundle entries replaced newer: %r" % d)
+    new_bundle = os.path.join(root, "new.kcache")
+    b.run("export", new_bundle)
+    d = a.json("import", new_bundle)
+    check(d["replaced"] == 3 and d["conflicts"] == 0,
+          "newer bundle entries did not replace older: %r" % d)
+    check(a.json("stats")["conflicts"] == 0, "no conflict counted")
+    check(all(len(a.get(k)) == 500 for k in keys), "the entries are served")
+
+
+def test_import_conflicts_keep_local(root):
+    """The same keys with other bytes: conflicts, the local entries kept, both digests said."""
+    a = Cache(root, "a")
+    keys = a.fill(3, "--seed", 14, "--size", "500")
+    old_bundle = os.path.join(root, "old.kcache")
+    a.run("export", old_bundle)
+    ours = {k: a.get(k) for k in keys}
     blob = os.path.join(root, "new.bin")
     with open(blob, "wb") as f:
         f.write(b"newer bytes" * 50)
     b = Cache(root, "b")
     b.fill(3, "--seed", 14, "--data", blob)
-    d = b.json("import", old_bundle)
-    check(d["skipped"] == 3 and d["added"] == 0, "older bundle entries replaced newer: %r" % d)
-    for k in keys:
-        check(b.get(k) == b"newer bytes" * 50, "the newer entry was not kept")
+    theirs = hashlib.blake2b(b"newer bytes" * 50, digest_size=32).hexdigest()
     new_bundle = os.path.join(root, "new.kcache")
     b.run("export", new_bundle)
-    d = a.json("import", new_bundle)
-    check(d["replaced"] == 3, "newer bundle entries did not replace older: %r" % d)
-    for k in keys:
-        check(a.get(k) == b"newer bytes" * 50, "the newer entry was not imported")
+    # Newer (b's) or older (a's), an arriving entry never displaces bytes already here.
+    for cache, bundle, kept in ((a, new_bundle, None), (b, old_bundle, b"newer bytes" * 50)):
+        d = cache.json("import", bundle)
+        for k in keys:
+            check(cache.get(k) == (kept if kept else ours[k]),
+                  "the local entry was not kept: %r" % d)
+        check(d["conflicts"] == 3 and d["added"] == 0 and d["replaced"] == 0,
+              "a conflict is counted, nothing replaced: %r" % d)
+        check(len(d["conflict_list"]) == 3 and
+              all(c["key"] in keys and len(c["kept"]) == 64 and len(c["refused"]) == 64
+                  and c["kept"] != c["refused"] for c in d["conflict_list"]),
+              "each conflict with both digests: %r" % d)
+    out, err = b.run("import", old_bundle)
+    lines = [l for l in err.splitlines() if "conflict" in l]
+    check(len(lines) == 3 and all(theirs in l and l.count("digest") == 2 for l in lines),
+          "one line per conflict, with both digests: %r" % err)
+    check("3 conflicts" in out, "the summary counts them: %r" % out)
+    check(b.json("stats")["conflicts"] == 6, "stats counts them: %r" % b.json("stats"))
+    out, _ = b.run("stats")
+    check(re.search(r"Conflicts:\s+6", out), "stats shows them: %r" % out)
+    d = b.json("import", "--dry-run", old_bundle)
+    check(d["conflicts"] == 3 and b.json("stats")["conflicts"] == 6,
+          "a dry run says them, counts nothing: %r" % d)
 
 
 def test_verify(root):

@@ -30,7 +30,17 @@ extern "C" {
 typedef void (*kcache_progress_fn)(void *userdata, const char *phase, uint64_t done,
                                    uint64_t total);
 
-#define KCACHE_BUNDLE_OPTIONS_VERSION 1
+/*
+ * An arriving entry whose key the store holds with other artifact bytes: a
+ * conflict. The store's entry is kept; kept and refused are the BLAKE2b-256
+ * digests of the two artifacts. Only a rebuild can say which is right
+ * (kcache_recompile(), which the caller may run: kcache import
+ * --resolve-conflicts does).
+ */
+typedef void (*kcache_conflict_fn)(void *userdata, const kcache_key *key, const uint8_t kept[32],
+                                   const uint8_t refused[32]);
+
+#define KCACHE_BUNDLE_OPTIONS_VERSION 2
 
 typedef struct kcache_bundle_options {
     unsigned version;      /* KCACHE_BUNDLE_OPTIONS_VERSION */
@@ -42,13 +52,28 @@ typedef struct kcache_bundle_options {
     int dry_run;
     kcache_progress_fn progress; /* optional */
     void *progress_userdata;
+    /*
+     * Version 2. Signatures: keyed BLAKE2b-256 with remote_secret (the
+     * shared tier's secret: flag, KCACHE_REMOTE_SECRET or kcache.conf), over
+     * every entry's contents. Export signs whenever the secret is set; with
+     * sign, a missing secret is an error (KCACHE_EINVAL) instead of an
+     * unsigned bundle. Import refuses, merging nothing, a bundle whose
+     * signature does not match the secret it has (KCACHE_ECORRUPT) and, with
+     * require_signature (or import_require_signature = true), one that is
+     * not signed or cannot be checked for want of a secret (KCACHE_EINVAL).
+     */
+    int sign;
+    int require_signature;
+    /* import: called for each conflict (above) once the merge is done or, dry, checked. */
+    kcache_conflict_fn conflict;
+    void *conflict_userdata;
 } kcache_bundle_options;
 
 KCACHE_DEFINE_INIT(kcache_bundle_options, kcache_bundle_options_init, KCACHE_BUNDLE_OPTIONS_VERSION)
 #define KCACHE_BUNDLE_OPTIONS_INIT                                                                 \
     KCACHE_VERSIONED_INIT(kcache_bundle_options_init, KCACHE_BUNDLE_OPTIONS_VERSION)
 
-#define KCACHE_BUNDLE_RESULT_VERSION 1
+#define KCACHE_BUNDLE_RESULT_VERSION 2
 
 /* Filled by export and import; the caller sets version (KCACHE_BUNDLE_RESULT_INIT). */
 typedef struct kcache_bundle_result {
@@ -59,6 +84,9 @@ typedef struct kcache_bundle_result {
     uint64_t replaced; /* import: keys whose stored entry was older */
     uint64_t skipped;  /* import: keys whose stored entry was as new or newer */
     uint64_t damaged;  /* export: entries found damaged in the store and left out */
+    /* Version 2. */
+    uint64_t conflicts; /* import: keys the store holds with other bytes (its own kept) */
+    int signed_by_secret; /* export: signed; import: its signature matched remote_secret */
 } kcache_bundle_result;
 
 KCACHE_DEFINE_INIT(kcache_bundle_result, kcache_bundle_result_init, KCACHE_BUNDLE_RESULT_VERSION)
@@ -79,13 +107,18 @@ KCACHE_API int kcache_bundle_export(kcache_bundle_result *out, kcache_store *sto
 /*
  * Checks the bundle at path (opened read-only, never changed) and then merges
  * it into store: an entry whose key the store lacks is added; for a key in
- * both, the one created later is kept. Entries keep their creation time;
+ * both with the same artifact, the one created later is kept; for a key in
+ * both with different artifacts (a conflict), the store's is kept, the
+ * conflict counted ("conflicts"), logged as a warning with both digests and
+ * handed to options->conflict. Each entry's kind and architecture must be
+ * what its key material says. Entries keep their creation time;
  * their time of last use is the import's, so that a warm cache is not the
  * first thing evicted. With dry_run, only checks and counts. options and out
  * may be NULL. Returns 0; KCACHE_ECORRUPT for a damaged bundle,
  * KCACHE_EFOREIGN for a file that is not a kcache bundle, KCACHE_EVERSION for
- * a bundle of another schema version (nothing merged in each case); or
- * another error. The message is on store.
+ * a bundle of another schema version, KCACHE_ECORRUPT or KCACHE_EINVAL for
+ * a signature refused (above) (nothing merged in each case); or another
+ * error. The message is on store.
  */
 KCACHE_API int kcache_bundle_import(kcache_bundle_result *out, kcache_store *store,
                                     const char *path,

@@ -16,6 +16,8 @@
  *                 (how new entries are stored; each keeps its own)
  *   remote, remote_read_only, remote_connect_timeout, remote_timeout,
  *   remote_prefix, remote_secret: the shared tier (see <kcache/remote.h>)
+ *   import_require_signature  1/true: import only bundles signed with
+ *                 remote_secret (see <kcache/bundle.h>)
  *
  * Thread safety: a kcache_config's settings are not changed after it is
  * loaded and may be read from several threads; kcache_config_set() keeps its

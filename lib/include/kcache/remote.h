@@ -87,7 +87,7 @@ KCACHE_DEFINE_INIT(kcache_remote_info, kcache_remote_info_init, KCACHE_REMOTE_IN
  */
 KCACHE_API int kcache_remote_check(kcache_remote_info *out, kcache_remote *remote);
 
-#define KCACHE_TRANSFER_VERSION 1
+#define KCACHE_TRANSFER_VERSION 2
 
 /* What a push or a pull did. */
 typedef struct kcache_transfer {
@@ -96,6 +96,8 @@ typedef struct kcache_transfer {
     uint64_t present;  /* already there (pull) */
     uint64_t rejected; /* failed the checks (pull) */
     uint64_t bytes;    /* on the wire */
+    /* Version 2: keys the local store got meanwhile with other bytes (its own kept). */
+    uint64_t conflicts;
 } kcache_transfer;
 
 KCACHE_DEFINE_INIT(kcache_transfer, kcache_transfer_init, KCACHE_TRANSFER_VERSION)

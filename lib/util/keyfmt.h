@@ -1,0 +1,62 @@
+/*
+ * The layout of key material: a tag-length-value stream (tag: 1 byte,
+ * length: 4 bytes little endian, bytes), so that no two different sets of
+ * inputs encode to the same stream. compile/key.c writes it and says what
+ * each field means; it lives here, below every layer, because the store
+ * must read two of its fields too: an entry that arrives from outside (a
+ * bundle, the shared tier) is checked against its own key material, and the
+ * store may not know compile/ (lib/README.md).
+ */
+#ifndef KC_KEYFMT_H
+#define KC_KEYFMT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Bump when the encoding or the meaning of a field changes: every old key
+ * then misses instead of matching something it no longer describes.
+ */
+/* 2: headers by canonical name and by the bytes handed to NVRTC (compile/deps.c).
+ * 3: every header with its digest (2 keyed headers read from the process memo
+ *    with a zero one), toolkit headers by their real paths, toolkit headers
+ *    followed. */
+#define KC_KEY_FORMAT "kcache-key-3"
+/* What every version of the format starts with (its first field, KC_TAG_FORMAT). */
+#define KC_KEY_FORMAT_FAMILY "kcache-key-"
+
+/* Field tags. Values are part of the format: never renumber. */
+enum kc_key_tag {
+    KC_TAG_FORMAT = 1,
+    KC_TAG_INPUT_KIND = 2,   /* "cuda", "ptx", "ltoir", "cubin", "link" */
+    KC_TAG_OUTPUT_KIND = 3,  /* "cubin", "ptx", "ltoir" */
+    KC_TAG_ARCH = 4,
+    KC_TAG_NVRTC = 5,        /* NVRTC's identity */
+    KC_TAG_NVJITLINK = 6,    /* nvJitLink's identity, link steps only */
+    KC_TAG_OPTION = 7,       /* one canonical option; order kept */
+    KC_TAG_NAME_EXPR = 8,    /* sorted */
+    KC_TAG_SOURCE_NAME = 9,
+    KC_TAG_SOURCE = 10,      /* BLAKE2b-256 of the source text */
+    KC_TAG_HEADER = 11,      /* spelling NUL state NUL (digest hex | toolkit path | "") */
+    KC_TAG_EXTRA = 12,       /* the caller's extra digest */
+    KC_TAG_LINK_INPUT = 13,  /* kind NUL BLAKE2b-256 hex of one link input */
+    KC_TAG_TOOLKIT = 14,     /* the toolkit whose headers were used */
+};
+
+/* Walks an encoding; fn gets the tag and its bytes. Returns 0, fn's value or KCACHE_ECORRUPT. */
+int kc_key_walk(const void *material, size_t size,
+                int (*fn)(void *ud, int tag, const uint8_t *data, size_t n), void *ud);
+
+/*
+ * What an entry made from this material must be: its output kind ("cubin",
+ * "ptx", "ltoir") and its architecture, as the key holds them (the entry's
+ * arch is the key's, character for character). Returns 1 with both copied
+ * (NUL-terminated, truncated to their sizes) when the material is in
+ * kcache's format; 0 when it is not (a key no compile of kcache's asks for:
+ * nothing to hold the entry to); KCACHE_ECORRUPT when it says it is
+ * kcache's format but does not parse or lacks either field.
+ */
+int kc_key_target(char *kind, size_t kind_size, char *arch, size_t arch_size,
+                  const void *material, size_t size);
+
+#endif
