@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "compile/depmemo.h"
+#include "util/strmap.h"
 
 #define KC_MEMO_BUCKETS 4096
 #define KC_MEMO_BUDGET ((size_t)256 << 20)
@@ -27,10 +28,7 @@ static size_t memo_bytes;
 
 static size_t bucket_of(const char *path)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (; *path; path++)
-        h = (h ^ (unsigned char)*path) * 1099511628211ull;
-    return (size_t)(h % KC_MEMO_BUCKETS);
+    return (size_t)(kc_fnv1a(path, strlen(path)) % KC_MEMO_BUCKETS);
 }
 
 static void destroy(kc_memo *m)

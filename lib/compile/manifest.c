@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "compile/manifest.h"
+#include "util/strmap.h"
 
 #define NO_DIR UINT32_MAX
 
@@ -76,14 +77,6 @@ struct dir_table {
     size_t cap, n;
 };
 
-static uint64_t hash_bytes(const char *s, size_t n)
-{
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
-    return h;
-}
-
 /* The index of a directory (added if new), or NO_DIR for KCACHE_ENOMEM. */
 static uint32_t dir_index(struct dir_table *t, const char *name, size_t n, kc_buf *dirs)
 {
@@ -101,7 +94,7 @@ static uint32_t dir_index(struct dir_table *t, const char *name, size_t n, kc_bu
         for (size_t i = 0; i < t->cap; i++) {
             if (!t->index[i])
                 continue;
-            size_t j = hash_bytes(t->names[i], t->lens[i]) & (cap - 1);
+            size_t j = kc_fnv1a(t->names[i], t->lens[i]) & (cap - 1);
             while (index[j])
                 j = (j + 1) & (cap - 1);
             names[j] = t->names[i];
@@ -116,7 +109,7 @@ static uint32_t dir_index(struct dir_table *t, const char *name, size_t n, kc_bu
         t->index = index;
         t->cap = cap;
     }
-    size_t i = hash_bytes(name, n) & (t->cap - 1);
+    size_t i = kc_fnv1a(name, n) & (t->cap - 1);
     for (; t->index[i]; i = (i + 1) & (t->cap - 1))
         if (t->lens[i] == n && !memcmp(t->names[i], name, n))
             return t->index[i] - 1;

@@ -5,12 +5,18 @@
 #include "util/common.h"
 #include "util/strmap.h"
 
+uint64_t kc_fnv1a(const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
 static uint64_t hash_str(const char *s)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
+    return kc_fnv1a(s, strlen(s));
 }
 
 int kc_smap_find(const struct kc_smap *m, const char *key, size_t *val)
