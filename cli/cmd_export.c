@@ -120,7 +120,7 @@ static int export_dir(kcache_store *store, const kcache_filter *f, const char *d
         safe_name(arch, sizeof(arch), e->arch, 0);
         safe_name(name, sizeof(name), e->name, 1);
         /* The whole key: two keys may share any prefix, and one file would replace the
-         * other with the manifest still naming both (issue 12). */
+         * other with the manifest still naming both. */
         snprintf(rel, sizeof(rel), "%s/%s-%s.%s", arch, name, hex, kind ? kind : "bin");
         snprintf(path, path_size, "%s/%s", dir, arch);
         if (!(ret = make_dir(path))) {

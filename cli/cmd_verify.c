@@ -57,7 +57,7 @@ struct recompiled {
 
 /*
  * An entry whose rebuild differs is not what its key says it is (a bundle
- * can carry one whose digests are all consistent: issue 12), and a lookup
+ * can carry one whose digests are all consistent), and a lookup
  * would serve it for ever: it is removed, through a writable handle opened
  * the first time one is needed (verify itself only reads).
  */
@@ -248,7 +248,7 @@ int cmd_verify(int argc, char **argv)
                 }
             putchar('\n');
         }
-        /* What each finding needs, and which command does it (issue 12). */
+        /* What each finding needs, and which command does it. */
         if (!r.integrity_ok)
             fprintf(stderr, "kcache: the database file is damaged: 'kcache clear' sets it aside "
                             "and starts an empty cache now (the next command that writes does "

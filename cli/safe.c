@@ -1,5 +1,5 @@
 /*
- * Text from the cache or a bundle, made safe to print (issue 12).
+ * Text from the cache or a bundle, made safe to print.
  *
  * Names, toolchain strings, logs, inputs and PTX in a cache may come from a
  * bundle someone else made. Printed raw, an escape sequence in them sets the

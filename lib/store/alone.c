@@ -1,5 +1,5 @@
 /*
- * Whether any other handle uses the cache (issue 12): recovery that would
+ * Whether any other handle uses the cache: recovery that would
  * pull files from under another process (a -shm it maps, a WAL it reads)
  * may only run when nobody else has the cache open.
  *
@@ -83,7 +83,7 @@ void kc_alone_close(kcache_store *s)
 }
 
 /*
- * Store failures that could not be written (issue 12 row 15). On a disk full
+ * Store failures that could not be written. On a disk full
  * to the last byte not even the few bytes of a counter fit in the database,
  * and stats said 0 after as many warnings. The -lock file keeps a count for
  * them in bytes [8, 16), allocated when the file is made (while there was

@@ -1,5 +1,5 @@
 /*
- * Batches of puts (issue 14): entries checked and compressed as they come,
+ * Batches of puts: entries checked and compressed as they come,
  * outside the store's lock, then written in one transaction each
  * max_entries.
  *

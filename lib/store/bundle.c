@@ -218,7 +218,7 @@ static int export_to(kcache_bundle_result *r, kcache_store *store, const char *p
                               KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
         if (rc == KCACHE_ENOTFOUND) {
             /* Damaged (the store deleted it) or pruned meanwhile: not exported; only the
-             * first is damage (issue 12: a prune during export is not). */
+             * first is damage (a prune during export is not). */
             r->damaged += (uint64_t)kc_store_get_found_damage(store);
             continue;
         }

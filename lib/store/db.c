@@ -641,7 +641,7 @@ int kc_db_open_once(kcache_store *s, int *damaged)
  * A read-only open found the file made and its tables not yet: another
  * process may be creating the cache (it makes the file, then the tables in
  * one transaction), and `kcache ls` at that moment said "holds no cache yet"
- * (issue 12 row 16). Every handle holds its lock (alone.c) from before the
+ *. Every handle holds its lock (alone.c) from before the
  * file is made, so when this one is alone nobody is creating anything and
  * the answer stands; otherwise it looks again, for at most 2 s (creating
  * takes milliseconds) and never past the busy timeout.

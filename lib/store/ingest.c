@@ -1,5 +1,5 @@
 /*
- * The gate for bytes entering the store from outside it (issue 12).
+ * The gate for bytes entering the store from outside it.
  *
  * What the store writes itself it can trust; a bundle (and later an entry
  * from the remote tier) comes from another machine, and was once enough to

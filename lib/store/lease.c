@@ -17,7 +17,7 @@ static const char *host_name(void)
 
 /*
  * A lease of another host can only be judged by its heartbeat, and a
- * heartbeat from another clock proves little (issue 12: a heartbeat in the
+ * heartbeat from another clock proves little (a heartbeat in the
  * future held a compile for the full 10 minutes, silently). So such a lease
  * is honoured for a bounded time per key and handle, KCACHE_OTHER_HOST_WAIT
  * milliseconds (default 30 s), and the wait is said at once through the log.

@@ -1,5 +1,5 @@
 /*
- * Whose cache this is, checked before SQLite opens anything (issue 12).
+ * Whose cache this is, checked before SQLite opens anything.
  *
  * A cache serves code that the caller runs: whoever can write the database
  * decides what a hit returns. So kcache uses a cache directory and files

@@ -94,7 +94,7 @@ struct kcache_store {
     size_t n_counters, cap_counters;
     uint64_t last_flush_ns;
     uint64_t index_damaged_ns; /* when the file was last found sound behind a damaged -shm */
-    int get_found_damage;          /* the last get deleted a damaged entry (row 11) */
+    int get_found_damage;          /* the last get deleted a damaged entry */
     kcache_key other_host_key;     /* the lease of another host this handle waits for, */
     uint64_t other_host_since_ns;  /* and since when (lease.c) */
 

@@ -7,8 +7,8 @@
 #include "util/codec.h"
 
 /*
- * Level 3, zstd's default. Measured on sm_90 CUBINs (issue 14,
- * benchmarks/PROFILE-writes.md): level 6 compressed them 4.2x against 4.0x
+ * Level 3, zstd's default. Measured on sm_90 CUBINs
+ * (benchmarks/PROFILE-writes.md): level 6 compressed them 4.2x against 4.0x
  * for level 3 (block_sort.cubin: 9,266 against 9,816 bytes), but at 78 MB/s
  * against 390 MB/s, so it was 88% of a put's instructions and held puts/s
  * under a file-per-entry cache's. Decoding speed does not depend on the
