@@ -4,6 +4,7 @@
  * lists them all with where each came from.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -286,6 +287,65 @@ out:
 }
 
 /*
+ * kcache.conf read once per process while it stays the same file: one
+ * compile asks for six or more settings, and each used to open and parse the
+ * file again. A stat() tells an edit (mtime, ctime, size) or a file replaced
+ * (`kcache config` renames a new one over it: another inode). Settings are
+ * not inputs to any key, so an edit within one timestamp tick of an earlier
+ * read in the same process can only delay a setting, never serve a wrong
+ * kernel.
+ */
+static pthread_mutex_t file_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    char *file;
+    struct stat st;
+    char *text; /* NULL: the file was empty */
+} file_memo;
+
+static int same_file(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
+           a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
+           a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+}
+
+/* read_file() through the memo: *out is a copy to free, or NULL for no file or an empty one. */
+static int read_file_once(char **out, const char *file, char *err, size_t err_size)
+{
+    struct stat before, after;
+    *out = NULL;
+    if (stat(file, &before) != 0 || !S_ISREG(before.st_mode))
+        return read_file(out, file, err, err_size); /* nothing there, or read_file says why */
+    pthread_mutex_lock(&file_lock);
+    int hit = file_memo.file && !strcmp(file_memo.file, file) && same_file(&file_memo.st, &before);
+    int rc = 0;
+    if (hit && file_memo.text && !(*out = kc_strdup(file_memo.text)))
+        rc = kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
+    pthread_mutex_unlock(&file_lock);
+    if (hit || rc)
+        return rc;
+    if ((rc = read_file(out, file, err, err_size)))
+        return rc;
+    /* Kept only when nothing changed while it was read. */
+    if (stat(file, &after) != 0 || !same_file(&before, &after))
+        return 0;
+    char *name = kc_strdup(file), *text = *out ? kc_strdup(*out) : NULL;
+    if (!name || (*out && !text)) {
+        free(name);
+        free(text);
+        return 0;
+    }
+    pthread_mutex_lock(&file_lock);
+    free(file_memo.file);
+    free(file_memo.text);
+    file_memo.file = name;
+    file_memo.text = text;
+    file_memo.st = before;
+    pthread_mutex_unlock(&file_lock);
+    return 0;
+}
+
+/*
  * Calls fn for each `key = value` line. Lines are split in place. Returns 0
  * or KCACHE_EINVAL naming the file and line.
  */
@@ -431,7 +491,7 @@ KCACHE_API int kcache_config_load(kcache_config **out, const kcache_config_overr
         goto out;
 
     char *from_file[SET_COUNT] = {NULL};
-    if ((rc = read_file(&text, c->file, err, err_size)))
+    if ((rc = read_file_once(&text, c->file, err, err_size)))
         goto out;
     if (text && (rc = parse_lines(text, c->file, from_file, err, err_size)))
         goto out;
@@ -663,7 +723,7 @@ static int file_value(char **out, int i, const char *db_path, char *err, size_t 
         return 0;
     int rc = file_for(&file, db_path, err, err_size);
     if (!rc)
-        rc = read_file(&text, file, err, err_size);
+        rc = read_file_once(&text, file, err, err_size);
     if (!rc && text)
         rc = parse_lines(text, file, values, err, err_size);
     /* The whole value, however long: a copy cut short would read as another number. */

@@ -53,6 +53,30 @@ def test_miss_then_hit(root):
     check(out.startswith("hit ") and ia["key"][:12] in out and "cache" in out, out)
 
 
+def test_config_file_read_once(root):
+    """A hit reads kcache.conf once, however many settings it asks for (strace)."""
+    strace = shutil.which("strace")
+    if not strace:
+        print("  (skipped: no strace)")
+        return
+    c = Cache(root)
+    src = corpus_copy(root)
+    os.makedirs(c.dir, exist_ok=True)
+    with open(os.path.join(c.dir, "kcache.conf"), "w") as f:
+        f.write("max_size = 2G\nbusy_timeout = 4000\n")
+    compile_json(c, os.path.join(src, "saxpy.cu"), "--arch", "sm_90")
+    log = os.path.join(root, "strace.log")
+    env = dict(c.env)
+    p = subprocess.run([strace, "-f", "-e", "trace=openat,open", "-o", log, base.KCACHE, "compile",
+                        os.path.join(src, "saxpy.cu"), "--arch", "sm_90"],
+                       env=dict(env, LSAN_OPTIONS="detect_leaks=0"), capture_output=True,
+                       timeout=120)
+    check(p.returncode == 0 and p.stdout.startswith(b"hit "), "a hit under strace: %r" % p.stdout)
+    with open(log) as f:
+        opens = [l for l in f if "kcache.conf" in l]
+    check(len(opens) == 1, "kcache.conf opened %d times: %s" % (len(opens), "".join(opens)))
+
+
 def test_broken(root):
     c = Cache(root)
     src = corpus_copy(root)
