@@ -734,54 +734,76 @@ static int file_value(char **out, int i, const char *db_path, char *err, size_t 
     return rc;
 }
 
+/*
+ * The one precedence rule, flag > environment > kcache.conf > default: the
+ * raw text of setting i (NULL: unset, the default applies) and where it came
+ * from, said as the messages say it ("KCACHE_MAX_SIZE=", "max_size = ... in
+ * kcache.conf"). *owned is what to free. A file that cannot be read or
+ * understood is an error naming it, never a silent fallback.
+ */
+struct raw {
+    const char *v;
+    char *owned;
+    int from_file;
+    const char *env;
+};
+
+static int raw_value(struct raw *out, int i, const char *explicit_value, const char *db_path,
+                     char *err, size_t err_size)
+{
+    *out = (struct raw){.v = explicit_value, .env = defs[i].env};
+    if (out->v)
+        return 0;
+    if ((out->v = env(defs[i].env)))
+        return 0;
+    int rc = file_value(&out->owned, i, db_path, err, err_size);
+    out->v = out->owned;
+    out->from_file = out->owned != NULL;
+    return rc;
+}
+
+/* A value setting i does not take, said with where it came from and what is expected. */
+static int refuse(const struct raw *r, int i, const char *expect, char *err, size_t err_size)
+{
+    if (r->from_file)
+        return kc_fmt(err, err_size, KCACHE_EINVAL, "%s = %s in " KC_CONFIG_FILE_NAME
+                      " is not %s", defs[i].name, r->v, expect);
+    return kc_fmt(err, err_size, KCACHE_EINVAL, "%s=%s is not %s", r->env, r->v, expect);
+}
+
 int kc_config_max_size_at(uint64_t *out, uint64_t explicit_size, const char *db_path, char *err,
                           size_t err_size)
 {
+    *out = KCACHE_DEFAULT_MAX_SIZE;
     if (explicit_size) {
         *out = explicit_size;
         return 0;
     }
-    const char *v = env("KCACHE_MAX_SIZE");
-    const char *what = "KCACHE_MAX_SIZE";
-    char *from_file = NULL;
-    int rc = 0;
-    if (!v) {
-        if ((rc = file_value(&from_file, SET_MAX_SIZE, db_path, err, err_size)))
-            return rc;
-        if ((v = from_file))
-            what = "max_size in " KC_CONFIG_FILE_NAME;
-    }
-    *out = KCACHE_DEFAULT_MAX_SIZE;
-    if (v && kcache_parse_max_size(out, v) != 0)
-        rc = kc_fmt(err, err_size, KCACHE_EINVAL,
-                    "%s=%s is not a size: use a number with K, M or G, such as 2G "
-                    "(0 or none: no cap)", what, v);
-    free(from_file);
+    struct raw r;
+    int rc = raw_value(&r, SET_MAX_SIZE, NULL, db_path, err, err_size);
+    if (!rc && r.v && kcache_parse_max_size(out, r.v) != 0)
+        rc = refuse(&r, SET_MAX_SIZE, "a size: use a number with K, M or G, such as 2G "
+                    "(0 or none: no cap)", err, err_size);
+    free(r.owned);
     return rc;
 }
 
 int kc_config_busy_timeout_at(unsigned *out, unsigned explicit_ms, const char *db_path, char *err,
                               size_t err_size)
 {
-    const char *v = env("KCACHE_BUSY_TIMEOUT");
+    *out = 5000;
     if (explicit_ms) {
         *out = explicit_ms;
         return 0;
     }
-    /* A value that cannot be read is an error, as for KCACHE_MAX_SIZE: silently waiting
+    /* A value that cannot be read is an error, as for the cap: silently waiting
      * 5 s instead of what the user asked for would be a surprise found much later. */
-    char *from_file = NULL;
-    int rc = 0;
-    if (!v && (rc = file_value(&from_file, SET_BUSY_TIMEOUT, db_path, err, err_size)))
-        return rc;
-    *out = 5000;
-    if (v && parse_ms(out, v))
-        rc = kc_fmt(err, err_size, KCACHE_EINVAL, "KCACHE_BUSY_TIMEOUT=%s is not a time: use "
-                    "milliseconds from 1 to 3600000", v);
-    else if (from_file && parse_ms(out, from_file))
-        rc = kc_fmt(err, err_size, KCACHE_EINVAL, "busy_timeout = %s in " KC_CONFIG_FILE_NAME
-                    " is not a time: use milliseconds from 1 to 3600000", from_file);
-    free(from_file);
+    struct raw r;
+    int rc = raw_value(&r, SET_BUSY_TIMEOUT, NULL, db_path, err, err_size);
+    if (!rc && r.v && parse_ms(out, r.v))
+        rc = refuse(&r, SET_BUSY_TIMEOUT, "a time: use milliseconds from 1 to 3600000", err,
+                    err_size);
+    free(r.owned);
     return rc;
 }
 
@@ -789,26 +811,19 @@ int kc_config_compression_at(int *out, const char *explicit_value, const char *d
                              char *err, size_t err_size)
 {
     *out = KC_COMPRESSION_DEFAULT;
-    /* Never a silent fallback: entries would go on being written in a codec nobody chose.
-     * The messages are kcache_config_load()'s, so a value reads the same wherever it fails. */
-    if (explicit_value && *explicit_value)
-        return kc_compression_parse(out, explicit_value)
-                   ? kc_fmt(err, err_size, KCACHE_EINVAL, "compression '%s': expected "
-                            KC_COMPRESSION_NAMES, explicit_value)
-                   : 0;
-    const char *v = env("KCACHE_COMPRESSION");
-    if (v)
-        return kc_compression_parse(out, v)
-                   ? kc_fmt(err, err_size, KCACHE_EINVAL, "KCACHE_COMPRESSION=%s: expected "
-                            KC_COMPRESSION_NAMES, v)
-                   : 0;
-    char *from_file = NULL;
-    int rc = file_value(&from_file, SET_COMPRESSION, db_path, err, err_size);
-    /* parse_lines() refused a bad value with its file and line already. */
-    if (!rc && from_file && kc_compression_parse(out, from_file))
-        rc = kc_fmt(err, err_size, KCACHE_EINVAL, "compression = %s in " KC_CONFIG_FILE_NAME
-                    ": expected " KC_COMPRESSION_NAMES, from_file);
-    free(from_file);
+    /* Never a silent fallback: entries would go on being written in a codec nobody chose. */
+    struct raw r;
+    int rc = raw_value(&r, SET_COMPRESSION, explicit_value && *explicit_value ? explicit_value : NULL,
+                       db_path, err, err_size);
+    if (!rc && r.v && kc_compression_parse(out, r.v)) {
+        if (r.v == explicit_value)
+            rc = kc_fmt(err, err_size, KCACHE_EINVAL, "compression '%s': expected "
+                        KC_COMPRESSION_NAMES, explicit_value);
+        else
+            rc = refuse(&r, SET_COMPRESSION, "a compression: expected " KC_COMPRESSION_NAMES,
+                        err, err_size);
+    }
+    free(r.owned);
     return rc;
 }
 
@@ -817,15 +832,12 @@ int kc_config_disabled(const char *db_path, char *why, size_t why_size)
     int b = 0;
     if (why_size)
         why[0] = '\0';
-    const char *v = env("KCACHE_DISABLE");
-    if (v)
-        return parse_bool(&b, v) ? 1 : b; /* an unreadable value disables: the safe side */
-    char *from_file = NULL;
-    if (file_value(&from_file, SET_DISABLE, db_path, why, why_size))
-        return 1;
-    if (from_file && parse_bool(&b, from_file))
-        b = 1;
-    free(from_file);
+    struct raw r;
+    if (raw_value(&r, SET_DISABLE, NULL, db_path, why, why_size))
+        return 1; /* a file that cannot be read may be what says disable: the safe side */
+    if (r.v && parse_bool(&b, r.v))
+        b = 1; /* an unreadable value disables: the safe side */
+    free(r.owned);
     return b;
 }
 
@@ -835,21 +847,17 @@ int kc_config_value(char *buf, size_t size, const char *name, const char *explic
     int i = find_def(name);
     if (i < 0 || !defs[i].in_file)
         return KCACHE_EINVAL;
-    const char *v = explicit_value;
-    char *from_file = NULL, err[KC_ERRMSG_SIZE];
-    if (!v)
-        v = env(defs[i].env);
+    char err[KC_ERRMSG_SIZE];
+    struct raw r;
     /* A file that cannot be read is refused here as by the store, which said why first. */
-    if (!v && file_value(&from_file, i, db_path, err, sizeof(err)))
+    if (raw_value(&r, i, explicit_value, db_path, err, sizeof(err)))
         return KCACHE_EINVAL;
-    if (!v)
-        v = from_file;
     int rc = 0;
-    if (!v)
+    if (!r.v)
         rc = KCACHE_ENOTFOUND;
-    else if (invalid(i, v) || (size_t)snprintf(buf, size, "%s", v) >= size)
+    else if (invalid(i, r.v) || (size_t)snprintf(buf, size, "%s", r.v) >= size)
         rc = KCACHE_EINVAL;
-    free(from_file);
+    free(r.owned);
     return rc;
 }
 
