@@ -69,56 +69,22 @@ static uint64_t get_u64(const uint8_t *p)
 
 /* ---- encoding ---------------------------------------------------------- */
 
-/* Directories of an encoding: an open-addressing table of (offset, length) into the paths. */
-struct dir_table {
-    const char **names; /* borrowed from the probes' paths */
-    size_t *lens;
-    uint32_t *index;    /* slot -> 1 + directory index */
-    size_t cap, n;
-};
-
-/* The index of a directory (added if new), or NO_DIR for KCACHE_ENOMEM. */
-static uint32_t dir_index(struct dir_table *t, const char *name, size_t n, kc_buf *dirs)
+/* The index of a directory in the table (added to dirs if new), or NO_DIR for KCACHE_ENOMEM. */
+static uint32_t dir_index(kc_smap *t, const char *path, size_t n, kc_buf *dirs)
 {
-    if (2 * (t->n + 1) > t->cap) {
-        size_t cap = t->cap ? 2 * t->cap : 64;
-        const char **names = kc_calloc(cap, sizeof(*names));
-        size_t *lens = kc_calloc(cap, sizeof(*lens));
-        uint32_t *index = kc_calloc(cap, sizeof(*index));
-        if (!names || !lens || !index) {
-            free(names);
-            free(lens);
-            free(index);
-            return NO_DIR;
-        }
-        for (size_t i = 0; i < t->cap; i++) {
-            if (!t->index[i])
-                continue;
-            size_t j = kc_fnv1a(t->names[i], t->lens[i]) & (cap - 1);
-            while (index[j])
-                j = (j + 1) & (cap - 1);
-            names[j] = t->names[i];
-            lens[j] = t->lens[i];
-            index[j] = t->index[i];
-        }
-        free(t->names);
-        free(t->lens);
-        free(t->index);
-        t->names = names;
-        t->lens = lens;
-        t->index = index;
-        t->cap = cap;
-    }
-    size_t i = kc_fnv1a(name, n) & (t->cap - 1);
-    for (; t->index[i]; i = (i + 1) & (t->cap - 1))
-        if (t->lens[i] == n && !memcmp(t->names[i], name, n))
-            return t->index[i] - 1;
-    if (t->n >= NO_DIR - 1 || kc_buf_append_u32(dirs, (uint32_t)n) || kc_buf_append(dirs, name, n))
+    char name[PATH_MAX];
+    size_t v;
+    if (n >= sizeof(name))
         return NO_DIR;
-    t->names[i] = name;
-    t->lens[i] = n;
-    t->index[i] = (uint32_t)++t->n;
-    return (uint32_t)(t->n - 1);
+    memcpy(name, path, n);
+    name[n] = '\0';
+    if (kc_smap_find(t, name, &v))
+        return (uint32_t)v;
+    v = t->n;
+    if (v >= NO_DIR || kc_smap_put(t, name, v) || kc_buf_append_u32(dirs, (uint32_t)n) ||
+        kc_buf_append(dirs, path, n))
+        return NO_DIR;
+    return (uint32_t)v;
 }
 
 static int put_probe(kc_buf *b, const kc_probe *p, uint32_t dir, const char *base)
@@ -140,7 +106,7 @@ static int put_probe(kc_buf *b, const kc_probe *p, uint32_t dir, const char *bas
 
 int kc_manifest_encode(kc_buf *out, const kc_probe *probes, size_t n)
 {
-    struct dir_table t = {0};
+    kc_smap t = {0};
     kc_buf dirs = {0}, list = {0};
     int rc = n > UINT32_MAX ? KCACHE_ENOMEM : 0;
     for (size_t i = 0; !rc && i < n; i++) {
@@ -162,9 +128,7 @@ int kc_manifest_encode(kc_buf *out, const kc_probe *probes, size_t n)
                 kc_buf_append(out, dirs.data, dirs.size) ||
                 kc_buf_append_u32(out, (uint32_t)n) || kc_buf_append(out, list.data, list.size)))
         rc = KCACHE_ENOMEM;
-    free(t.names);
-    free(t.lens);
-    free(t.index);
+    kc_smap_free(&t);
     kc_buf_free(&dirs);
     kc_buf_free(&list);
     return rc;
