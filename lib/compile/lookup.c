@@ -1,8 +1,9 @@
 /*
- * One path looked at by the resolver (see deps.h): what is there, a user file
- * (read with its identity and digest, or from the process's memo) or a
- * toolkit header by its real path, or nothing; and what the manifest records
- * of it, with the directory that vouches for an absent name.
+ * The search (see deps.h for NVRTC's order): one spelling resolved from one
+ * includer, and each path looked at on the way: a user file (read with its
+ * identity and digest, or from the process's memo), a toolkit header by its
+ * real path, or nothing; and what the manifest records of it, with the
+ * directory that vouches for an absent name.
  */
 #include <assert.h>
 #include <ctype.h>
@@ -118,19 +119,6 @@ static int voucher(struct resolver *r, const char *path, uint32_t *out)
     free(dir);
     *out = rc ? 0 : (uint32_t)v;
     return rc;
-}
-
-int kc_res_new_node(struct resolver *r, size_t *out)
-{
-    if (r->n_nodes >= KC_MAX_FILES) {
-        kc_res_not_hermetic(r, "too_many_files", "the compile reads more than %d files", KC_MAX_FILES);
-        return 1;
-    }
-    if (kc_res_grow((void **)&r->nodes, &r->cap_nodes, r->n_nodes, sizeof(*r->nodes)))
-        return KCACHE_ENOMEM;
-    memset(&r->nodes[r->n_nodes], 0, sizeof(*r->nodes));
-    *out = r->n_nodes++;
-    return 0;
 }
 
 /* Whether an absolute real path lies in the toolkit; *rel: below its root. */
@@ -314,5 +302,144 @@ int kc_res_look(struct resolver *r, const char *path, int in_toolkit, int from_t
     if ((rc = kc_smap_put(&r->by_path, path, 2 * (v + 1))) || (rc = add_probe(r, path, &p)))
         return rc;
     *node = v + 1;
+    return 0;
+}
+
+/* ---- the search, in NVRTC's order -------------------------------------- */
+
+static int add_left(struct resolver *r, const char *name, int state, char *rel, const char *path)
+{
+    size_t v;
+    if (kc_smap_find(&r->by_left, name, &v)) {
+        struct leftname *l = &r->left[v];
+        if (l->state != state || (rel && l->rel && strcmp(rel, l->rel) != 0))
+            kc_res_not_hermetic(r, "ambiguous_name",
+                         "'%s' names a toolkit header from one place and %s from another",
+                         name, state == KC_DEP_ABSENT || l->state == KC_DEP_ABSENT
+                                   ? "nothing"
+                                   : "another toolkit header");
+        free(rel);
+        return 0;
+    }
+    if (kc_res_grow((void **)&r->left, &r->cap_left, r->n_left, sizeof(*r->left))) {
+        free(rel);
+        return KCACHE_ENOMEM;
+    }
+    struct leftname *l = &r->left[r->n_left];
+    memset(l, 0, sizeof(*l));
+    l->state = state;
+    l->rel = rel;
+    if (!(l->name = kc_strdup(name)) || (path && !(l->path = kc_strdup(path))) ||
+        kc_smap_put(&r->by_left, name, r->n_left)) {
+        free(l->name);
+        free(l->path);
+        free(l->rel);
+        return KCACHE_ENOMEM;
+    }
+    r->n_left++;
+    return 0;
+}
+
+/* A spelling a toolkit header's lookup leaves to the toolkit or to nothing. */
+static int add_tk_name(struct resolver *r, const char *spelling)
+{
+    return kc_smap_find(&r->tk_names, spelling, NULL) ? 0 : kc_smap_put(&r->tk_names, spelling, 0);
+}
+
+/*
+ * Resolves one spelling seen from node `from`, in NVRTC's order. *found is 1
+ * + the user file it names, or 0: a toolkit header or nothing, recorded as a
+ * name left to NVRTC when a user file asked, and as a toolkit header's
+ * lookup (tk_names) when a toolkit header did. Toolkit headers are followed
+ * too: what they include is looked for in the user's directories first when
+ * those come first, exactly as NVRTC would, and a user file found so is
+ * handed over under the spelling the toolkit header uses.
+ */
+int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t from,
+                   size_t *found)
+{
+    const kc_deps_request *q = r->req;
+    int from_toolkit = r->nodes[from].toolkit;
+    *found = 0;
+    if (!*spelling)
+        return 0;
+    size_t v;
+    if (kc_smap_find(&r->by_memory, spelling, &v)) {
+        /* Headers handed over in memory come first, by exact spelling, as in NVRTC. */
+        *found = v + 1;
+        return 0;
+    }
+    char path[PATH_MAX];
+    int rc;
+    for (size_t i = 0; i <= q->n_include_dirs; i++) {
+        const char *dir;
+        if (spelling[0] == '/') {
+            if (i > 0)
+                break;
+            dir = NULL;
+        } else if (i == 0) {
+            if (angle || !r->nodes[from].dir)
+                continue;
+            dir = r->nodes[from].dir;
+        } else {
+            dir = q->include_dirs[i - 1];
+        }
+        int len = dir ? snprintf(path, sizeof(path), "%s/%s", dir, spelling)
+                      : snprintf(path, sizeof(path), "%s", spelling);
+        if (len < 0 || (size_t)len >= sizeof(path))
+            continue;
+        const char *real = NULL;
+        int inside = 0;
+        if (dir && (rc = kc_res_toolkit_dir(r, dir, &real, &inside)))
+            return rc;
+        if (!dir && q->toolkit_root)
+            inside = 1; /* an absolute spelling: its real path decides */
+        size_t node;
+        const char *rel = NULL;
+        if ((rc = kc_res_look(r, path, inside, from_toolkit, &node, &rel)))
+            return rc;
+        if (rel) {
+            if (from_toolkit)
+                return add_tk_name(r, spelling);
+            char *copy = kc_strdup(rel);
+            if (!copy)
+                return KCACHE_ENOMEM;
+            return add_left(r, spelling, KC_DEP_TOOLKIT, copy, path);
+        }
+        if (node) {
+            struct node *nd = &r->nodes[node - 1];
+            if (!nd->spelling && node - 1 != 0) {
+                nd->parent = from;
+                nd->beside = i == 0 && dir != NULL && !from_toolkit;
+                if (!(nd->spelling = kc_strdup(spelling)))
+                    return KCACHE_ENOMEM;
+            }
+            *found = node;
+            /* A toolkit header's text is not rewritten: the file goes in under its spelling. */
+            return from_toolkit ? kc_res_add_alias(r, spelling, node - 1) : 0;
+        }
+    }
+    if (from_toolkit)
+        return add_tk_name(r, spelling);
+    return add_left(r, spelling, KC_DEP_ABSENT, NULL, NULL);
+}
+
+int kc_res_add_alias(struct resolver *r, const char *name, size_t node)
+{
+    for (size_t i = 0; i < r->n_aliases; i++) {
+        if (strcmp(r->aliases[i].name, name) != 0)
+            continue;
+        if (r->aliases[i].node != node)
+            kc_res_not_hermetic(r, "ambiguous_computed_include",
+                         "'%s' names two different files (%s and %s): include them by "
+                         "name",
+                         name, r->nodes[r->aliases[i].node].path, r->nodes[node].path);
+        return 0;
+    }
+    if (kc_res_grow((void **)&r->aliases, &r->cap_aliases, r->n_aliases, sizeof(*r->aliases)))
+        return KCACHE_ENOMEM;
+    if (!(r->aliases[r->n_aliases].name = kc_strdup(name)))
+        return KCACHE_ENOMEM;
+    r->aliases[r->n_aliases++].node = node;
     return 0;
 }

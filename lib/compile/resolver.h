@@ -1,10 +1,10 @@
 /*
- * The include resolver's state, shared by the files that make it up:
- * deps.c (the resolution: NVRTC's search order, scanning, the entry point),
- * lookup.c (one path looked at: identity, toolkit or user file, probes),
- * expand.c (computed includes and macros that wrap __has_include) and
- * names.c (canonical names and the texts handed to NVRTC). Private to
- * compile/.
+ * The include resolver's state, shared by the files that make it up, each
+ * using only those below it: deps.c (scanning each file and the entry
+ * point), expand.c (computed includes and macros that wrap __has_include),
+ * names.c (canonical names and the texts handed to NVRTC), lookup.c (the
+ * search in NVRTC's order, and each path looked at) and resolver.c (what all
+ * of them use). Private to compile/.
  */
 #ifndef KC_RESOLVER_H
 #define KC_RESOLVER_H
@@ -108,6 +108,7 @@ struct resolver {
     size_t msg_size;
 };
 
+/* resolver.c */
 /* Marks the resolution not hermetic (the first reason stays): the compile runs uncached. */
 void kc_res_not_hermetic(struct resolver *r, const char *reason, const char *fmt, ...)
     KC_PRINTF(3, 4);
@@ -116,13 +117,13 @@ const char *kc_res_where(const struct node *nd);
 /* The directory part of a path ("." for none), or NULL. */
 char *kc_path_dirname(const char *path);
 
+/* A new node, or 1 when the compile reads too many files (not hermetic). */
+int kc_res_new_node(struct resolver *r, size_t *out);
+
 /* lookup.c */
 int kc_res_toolkit_dir(struct resolver *r, const char *dir, const char **real, int *inside);
-int kc_res_new_node(struct resolver *r, size_t *out);
 int kc_res_look(struct resolver *r, const char *path, int in_toolkit, int from_toolkit,
                 size_t *node, const char **toolkit_rel);
-
-/* deps.c */
 int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t from,
                    size_t *found);
 int kc_res_add_alias(struct resolver *r, const char *name, size_t node);
