@@ -7,9 +7,11 @@
  *   - headers handed over in memory, matched by the exact include spelling,
  *     before anything on disk;
  *   - "quoted": the including file's own directory (for the main source, the
- *     directory of its name, unless -no-source-include), then each -I
- *     directory in order; the source's directory is not searched for headers
- *     included by other headers;
+ *     directory of its name; for an in-memory header, the directory of its
+ *     name relative to the working directory), then each -I directory in
+ *     order; the source's directory is not searched for headers included by
+ *     other headers. With -no-source-include no file's directory is searched,
+ *     not even a header's on disk (checked with NVRTC 13);
  *   - <angled>: each -I directory in order;
  *   - nothing else: NVRTC has no default include directory.
  *

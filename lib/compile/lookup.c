@@ -355,6 +355,34 @@ static int add_tk_name(struct resolver *r, const char *spelling)
  * those come first, exactly as NVRTC would, and a user file found so is
  * handed over under the spelling the toolkit header uses.
  */
+/*
+ * Whether the hermetic compile finds the same toolkit header (rel, below the
+ * root) for a spelling that plain NVRTC finds beside its includer: it passes
+ * --no-source-include and only the toolkit's -I directories, so it looks in
+ * those alone. 1 yes, 0 no, or an error.
+ */
+static int hermetic_finds(struct resolver *r, const char *spelling, const char *rel)
+{
+    const kc_deps_request *q = r->req;
+    char path[PATH_MAX];
+    for (size_t i = 0; i < q->n_include_dirs; i++) {
+        const char *real = NULL, *rel2;
+        int inside = 0, rc;
+        if ((rc = kc_res_toolkit_dir(r, q->include_dirs[i], &real, &inside)))
+            return rc;
+        struct stat st;
+        int len = snprintf(path, sizeof(path), "%s/%s", q->include_dirs[i], spelling);
+        if (!inside || len < 0 || (size_t)len >= sizeof(path) || stat(path, &st) != 0 ||
+            !S_ISREG(st.st_mode))
+            continue;
+        char *found = realpath(path, NULL);
+        int same = found && in_toolkit_root(r, found, &rel2) && !strcmp(rel2, rel);
+        free(found);
+        return same;
+    }
+    return 0;
+}
+
 int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t from,
                    size_t *found)
 {
@@ -378,7 +406,8 @@ int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t f
                 break;
             dir = NULL;
         } else if (i == 0) {
-            if (angle || !r->nodes[from].dir)
+            /* -no-source-include: NVRTC searches beside no file at all (checked with NVRTC 13). */
+            if (angle || !r->nodes[from].dir || q->no_source_include)
                 continue;
             dir = r->nodes[from].dir;
         } else {
@@ -398,6 +427,14 @@ int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t f
         const char *rel = NULL;
         if ((rc = kc_res_look(r, path, inside, from_toolkit, &node, &rel)))
             return rc;
+        if (rel && i == 0 && dir && (rc = hermetic_finds(r, spelling, rel)) != 1) {
+            if (rc < 0)
+                return rc;
+            kc_res_not_hermetic(r, "toolkit_beside",
+                                "\"%s\" (in %s) is a toolkit header found beside its includer, "
+                                "where the hermetic compile cannot look: %s", spelling,
+                                kc_res_where(&r->nodes[from]), path);
+        }
         if (rel) {
             if (from_toolkit)
                 return add_tk_name(r, spelling);

@@ -179,6 +179,18 @@ def test_shadow_appears_in_a_vouched_directory(root, nvrtc):
     t.agrees(os.path.join(d, "k.cu"), *opts, what="a shadow created after the hit")
 
 
+def test_no_source_include(root, nvrtc):
+    """With -no-source-include NVRTC looks beside no file, not even a header on disk."""
+    t = Case(root, nvrtc)
+    d = os.path.join(root, "n")
+    write(os.path.join(d, "inc", "x.h"), '#include "y.h"\n')
+    write(os.path.join(d, "inc", "y.h"), "#define Y 2\n")
+    write(os.path.join(d, "y.h"), "#define Y 1\n")
+    write(os.path.join(d, "k.cu"), '#include "inc/x.h"\n' + KERNEL % "Y")
+    t.agrees(os.path.join(d, "k.cu"), "-I" + d, "-no-source-include", what="-no-source-include")
+    t.agrees(os.path.join(d, "k.cu"), "-I" + d, what="without it")
+
+
 def test_has_include_through_a_macro(root, nvrtc):
     t = Case(root, nvrtc)
     d = os.path.join(root, "m")
