@@ -253,9 +253,12 @@ int kc_deps_resolve(kc_deps *out, const kc_deps_request *req, char *msg, size_t 
         }
     }
     for (size_t i = 0; !rc && i < req->n_pre_includes; i++) {
-        /* -include headers are read as if the main source included them first. */
+        /* -include headers are read first: the caller's in-memory headers, then the
+         * working directory, then each -I directory. */
         size_t found;
+        r.pre_include = 1;
         rc = kc_res_resolve(&r, req->pre_includes[i], 0, src, &found);
+        r.pre_include = 0;
         if (!rc && found)
             rc = kc_res_add_alias(&r, req->pre_includes[i], found - 1);
     }

@@ -405,6 +405,10 @@ int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t f
             if (i > 0)
                 break;
             dir = NULL;
+        } else if (i == 0 && r->pre_include) {
+            /* An -include is looked for in the working directory, never beside the
+             * source, with or without -no-source-include (checked with NVRTC 13). */
+            dir = ".";
         } else if (i == 0) {
             /* -no-source-include: NVRTC searches beside no file at all (checked with NVRTC 13). */
             if (angle || !r->nodes[from].dir || q->no_source_include)

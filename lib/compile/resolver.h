@@ -95,6 +95,7 @@ struct resolver {
     /* Spellings that toolkit headers include and NVRTC finds in the toolkit
      * or nowhere: an in-memory header of that name would take their place. */
     kc_smap tk_names;
+    int pre_include;         /* resolving an -include: the working directory first */
     kc_smap tk_nodes;     /* toolkit path -> node, so each is scanned once */
     kc_smap vouchers;     /* directory -> 1 + its DIR probe, or 0: none exists */
     kc_smap wrappers;     /* function-like macros that wrap __has_include */

@@ -191,6 +191,29 @@ def test_no_source_include(root, nvrtc):
     t.agrees(os.path.join(d, "k.cu"), "-I" + d, what="without it")
 
 
+def test_pre_include_from_the_working_directory(root, nvrtc):
+    """-include p.h: NVRTC looks in the working directory, then -I; never beside the source."""
+    d = os.path.join(root, "w")
+    write(os.path.join(d, "src", "p.h"), "#define P 6\n")
+    write(os.path.join(d, "pre", "p.h"), "#define P 5\n")
+    write(os.path.join(d, "src", "k.cu"), KERNEL % "P")
+    c = Cache(root)
+    out = os.path.join(root, "w.ptx")
+    opts = ["-include", "p.h", "-I" + os.path.join(d, "pre")]
+    for step in ("no p.h here", "p.h here", "p.h here edited"):
+        if step != "no p.h here":
+            write(os.path.join(d, "p.h"), "#define P %d\n" % (7 if step == "p.h here" else 8))
+        p = subprocess.run([base.KCACHE, "compile", "src/k.cu", "--arch", "sm_90", "--ptx", "-o", out,
+                            "--"] + opts, cwd=d, env=dict(c.env, **OLD), capture_output=True,
+                           timeout=120)
+        check(p.returncode == 0, "%s: %s" % (step, p.stderr.decode()))
+        with open(out) as f:
+            got = f.read()
+        want = nvrtc.ptx(os.path.join(d, "src", "k.cu"), opts, cwd=d)
+        check(code(got) == code(want), "%s: kcache %s, NVRTC %s"
+              % (step, grep_values(got), grep_values(want)))
+
+
 def test_has_include_through_a_macro(root, nvrtc):
     t = Case(root, nvrtc)
     d = os.path.join(root, "m")
