@@ -466,6 +466,10 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     struct work w;
     memset(&w, 0, sizeof(w));
     int rc = prepare(c, req, &w, r);
+    /* What fails here never reached NVRTC (a source that cannot be read, an
+     * architecture that is not one): a bad request, counted apart from
+     * failed compiles. */
+    int bad_request = rc != 0;
     if (rc)
         goto unkeyed;
     int try_manifest = c->store && !(req->flags & (KCACHE_COMPILE_NO_CACHE |
@@ -536,7 +540,7 @@ unkeyed:
     /* A source that cannot be read or options that cannot be keyed: a failed
      * compile as far as stats is concerned, but not a probe's. */
     if (c->store && !(req->flags & (KCACHE_COMPILE_KEY_ONLY | KCACHE_COMPILE_NO_CACHE)))
-        kc_store_count(c->store, "errors", 1);
+        kc_store_count(c->store, bad_request ? "request_errors" : "errors", 1);
 out:
     kc_work_free(&w);
     return rc;
