@@ -20,7 +20,7 @@ static const char usage_text[] =
     "      --max-entries N   keep at most N entries\n"
     "  -n, --dry-run         say what would go and estimate the size after; change\n"
     "                        nothing\n"
-    "      --json            machine-readable output (fields documented in the README)\n"
+    "      --json            machine-readable output (see kcache-json(7))\n"
     "  -h, --help            this text\n";
 
 int cmd_prune(int argc, char **argv)

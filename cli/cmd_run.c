@@ -14,9 +14,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <kcache/config.h>
 
 #include "cli.h"
 
@@ -156,6 +159,31 @@ static void print_report(const char *path)
     fclose(f);
 }
 
+/* A shell's statuses for a program that did not start: 127 not found, 126 not runnable. */
+static int exec_status(int err)
+{
+    return err == ENOENT || err == ENOTDIR ? 127 : 126;
+}
+
+/*
+ * With -v, a cache that is off says so once: otherwise the missing report
+ * lines are the only sign, and they look like a program that never compiled.
+ */
+static void say_if_disabled(void)
+{
+    kcache_config *cfg = NULL;
+    if (cli_config_load(&cfg))
+        return;
+    const kcache_setting *s = kcache_config_find(cfg, "disable");
+    static const char *const yes[] = {"1", "true", "yes", "on"};
+    for (size_t i = 0; s && i < sizeof(yes) / sizeof(yes[0]); i++)
+        if (!strcasecmp(s->value, yes[i]))
+            fprintf(stderr, "kcache: the cache is off (disable = %s, from %s): the program's "
+                    "compiles go straight to NVRTC, unrecorded\n", s->value,
+                    s->origin[0] ? s->origin : kcache_config_source_name(s->source));
+    kcache_config_free(cfg);
+}
+
 int cmd_run(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -226,9 +254,13 @@ int cmd_run(int argc, char **argv)
     snprintf(max, sizeof(max), "%llu", (unsigned long long)cli_globals.max_size);
     if (cli_globals.max_size && setenv("KCACHE_MAX_SIZE", max, 1) != 0)
         return cli_error("cannot set the environment: %s", strerror(errno));
+    if (verbose)
+        say_if_disabled();
     if (!verbose) {
         execvp(argv[optind], argv + optind);
-        return cli_error("cannot run %s: %s", argv[optind], strerror(errno));
+        int saved = errno;
+        cli_error("cannot run %s: %s", argv[optind], strerror(saved));
+        return exec_status(saved);
     }
     char report[] = "/tmp/kcache-run-XXXXXX";
     int fd = mkstemp(report);
@@ -243,8 +275,9 @@ int cmd_run(int argc, char **argv)
     }
     if (pid == 0) {
         execvp(argv[optind], argv + optind);
-        fprintf(stderr, "kcache: cannot run %s: %s\n", argv[optind], strerror(errno));
-        _exit(127);
+        int saved = errno;
+        fprintf(stderr, "kcache: cannot run %s: %s\n", argv[optind], strerror(saved));
+        _exit(exec_status(saved));
     }
     /* The program takes ^C itself; kcache waits to report. */
     signal(SIGINT, SIG_IGN);

@@ -21,7 +21,7 @@ static const char usage_text[] =
     "                       without N) from their stored source, headers and options\n"
     "                       with this toolchain, and check the bytes are identical;\n"
     "                       entries made by another toolchain are skipped\n"
-    "      --json   machine-readable output (fields documented in the README)\n"
+    "      --json   machine-readable output (see kcache-json(7))\n"
     "  -h, --help   this text\n";
 
 struct verify_ctx {
