@@ -110,7 +110,7 @@ def test_outputs_claimed_once_written(root):
     a = write(root, "a/k.cu", SAXPY)
     b = write(root, "b/k.cu", SAXPY.replace("saxpy", "saxpy2"))
     outdir = os.path.join(root, "out")
-    out, err = c.run("compile", a, b, "--arch", "sm_90", "-o", outdir, rc=2)
+    out, err = c.run("compile", a, b, "--arch", "sm_90", "-o", outdir + "/", rc=2)
     check("k.sm_90.cubin" in err and "both" in err, "the collision is named: %r" % err)
     check(not os.path.exists(os.path.join(outdir, "k.sm_90.cubin")), "nothing written")
     check(c.json("stats")["misses"] == 0, "refused before any compile")
