@@ -167,6 +167,9 @@ enum kcache_get_flags {
     KCACHE_GET_NO_TOUCH = 1 << 0, /* do not count a hit or a miss (inspect, export) */
     KCACHE_GET_INPUTS = 1 << 1,   /* also load the stored inputs */
     KCACHE_GET_NO_DATA = 1 << 2,  /* metadata only: data is NULL, size the raw size */
+    /* record the use (LRU) but count no hit: a lookup made beside another
+     * that the caller counts (KCACHE_COMPILE_UNCOUNTED) */
+    KCACHE_GET_NO_COUNT = 1 << 3,
 };
 
 /*
