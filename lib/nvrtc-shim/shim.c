@@ -512,6 +512,7 @@ struct miss {
     struct prog *p;
     kcache_kind kind;
     int compile;             /* compile p first (else it is compiled already) */
+    int beside;              /* the PTX kept beside a CUBIN: not a lookup of its own */
     int ran;                 /* kcache called us: a miss */
     nvrtcResult rc;          /* NVIDIA's answer to the compile */
     struct output_buf out;
@@ -611,6 +612,7 @@ static int through_cache(kcache_result **out, kcache_compiler *c, struct prog *p
     req.header_contents = (const char *const *)p->headers;
     req.compile = compile_miss;
     req.compile_userdata = m;
+    req.flags = m->beside ? KCACHE_COMPILE_UNCOUNTED : 0;
     kc_shim_enter();
     int rc = kcache_compile(out, c, &req);
     kc_shim_leave();
@@ -686,7 +688,7 @@ SHIM_API nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions,
     kcache_result_free(res);
     /* An sm_XX compile also makes PTX: kept under the key of its own kind. */
     if (m.ran && keyed && nrc == NVRTC_SUCCESS && kind == KCACHE_KIND_CUBIN && p->real) {
-        struct miss ptx = {.p = p, .kind = KCACHE_KIND_PTX};
+        struct miss ptx = {.p = p, .kind = KCACHE_KIND_PTX, .beside = 1};
         through_cache(&res, c, p, &ptx);
         miss_free(&ptx);
         kcache_result_free(res);
@@ -701,7 +703,7 @@ void kc_prog_load_hit_ptx(struct prog *p)
     if (!c || !kcache_compiler_store(c))
         return;
     /* A miss here compiles (compile_miss), and NVIDIA's program answers from then on. */
-    struct miss m = {.p = p, .kind = KCACHE_KIND_PTX, .compile = 1};
+    struct miss m = {.p = p, .kind = KCACHE_KIND_PTX, .compile = 1, .beside = 1};
     kcache_result *res = NULL;
     if (through_cache(&res, c, p, &m) == 0 && !m.ran && res->hit &&
         res->kind == KCACHE_KIND_PTX) {
