@@ -56,7 +56,8 @@ static double percent(uint64_t part, uint64_t whole)
 }
 
 static void print_json(const kcache_stats *st, const char *path, const struct remote_stats *rs,
-                       int exists, uint64_t errors, uint64_t request_errors)
+                       int exists, uint64_t errors, uint64_t request_errors,
+                       const uint64_t by_kind[4])
 {
     cli_json j;
     cli_json_init(&j, stdout);
@@ -66,6 +67,10 @@ static void print_json(const kcache_stats *st, const char *path, const struct re
     cli_json_int(&j, "schema_version", st->schema_version);
     cli_json_int(&j, "since_ms", st->since);
     cli_json_uint(&j, "entries", st->entries);
+    cli_json_object_begin(&j, "entries_by_kind");
+    for (int k = KCACHE_KIND_CUBIN; k <= KCACHE_KIND_LTOIR; k++)
+        cli_json_uint(&j, kcache_kind_name((kcache_kind)k), by_kind[k]);
+    cli_json_object_end(&j);
     cli_json_uint(&j, "raw_bytes", st->raw_bytes);
     cli_json_uint(&j, "stored_bytes", st->stored_bytes);
     cli_json_uint(&j, "file_bytes", st->file_bytes);
@@ -135,7 +140,8 @@ static void print_remote(const struct remote_stats *rs)
 }
 
 static void print_human(const kcache_stats *st, const char *path, const struct remote_stats *rs,
-                        int exists, uint64_t errors, uint64_t request_errors)
+                        int exists, uint64_t errors, uint64_t request_errors,
+                        const uint64_t by_kind[4])
 {
     char a[64], b[64], c[64];
     uint64_t lookups = st->hits + st->misses;
@@ -157,7 +163,11 @@ static void print_human(const kcache_stats *st, const char *path, const struct r
     printf("Bad requests:        %10llu   (no compile: a source not found, an unknown "
            "architecture...)\n", (unsigned long long)request_errors);
     printf("Compile time saved:  %10s\n", cli_format_duration(a, sizeof(a), st->saved_ns));
-    printf("Entries:             %10llu\n", (unsigned long long)st->entries);
+    /* A drop-in compile to sm_XX keeps a CUBIN and its PTX: two entries, one lookup. */
+    printf("Entries:             %10llu   (%llu cubin, %llu ptx, %llu ltoir)\n",
+           (unsigned long long)st->entries, (unsigned long long)by_kind[KCACHE_KIND_CUBIN],
+           (unsigned long long)by_kind[KCACHE_KIND_PTX],
+           (unsigned long long)by_kind[KCACHE_KIND_LTOIR]);
     printf("Artifacts:           %10s raw, %s stored (%.1fx)\n",
            kcache_format_size(a, sizeof(a), st->raw_bytes),
            kcache_format_size(b, sizeof(b), st->stored_bytes),
@@ -195,8 +205,22 @@ static void print_human(const kcache_stats *st, const char *path, const struct r
 }
 
 /* Stats of a cache that does not exist: zeros, the path and the cap it would have. */
+/* Entries of each kind (indexed by kcache_kind). */
+static void count_kinds(kcache_store *store, uint64_t by_kind[4])
+{
+    for (int k = KCACHE_KIND_CUBIN; k <= KCACHE_KIND_LTOIR; k++) {
+        kcache_filter f = KCACHE_FILTER_INIT;
+        kcache_key *keys = NULL;
+        size_t n = 0;
+        f.kind = (kcache_kind)k;
+        by_kind[k] = kcache_store_list_keys(&keys, &n, store, &f) == 0 ? n : 0;
+        kcache_keys_free(keys);
+    }
+}
+
 static int no_cache(int json)
 {
+    uint64_t by_kind[4] = {0, 0, 0, 0};
     kcache_config *cfg = NULL;
     if (cli_config_load(&cfg))
         return CLI_FAIL;
@@ -210,9 +234,9 @@ static int no_cache(int json)
         st.max_size = KCACHE_DEFAULT_MAX_SIZE;
     const char *path = kcache_config_find(cfg, "path")->value;
     if (json)
-        print_json(&st, path, &none, 0, 0, 0);
+        print_json(&st, path, &none, 0, 0, 0, by_kind);
     else
-        print_human(&st, path, &none, 0, 0, 0);
+        print_human(&st, path, &none, 0, 0, 0, by_kind);
     kcache_config_free(cfg);
     return CLI_OK;
 }
@@ -265,15 +289,17 @@ int cmd_stats(int argc, char **argv)
     }
     struct remote_stats rs;
     read_remote(&rs, store);
+    uint64_t by_kind[4] = {0, 0, 0, 0};
+    count_kinds(store, by_kind);
     uint64_t errors = 0, request_errors = 0;
     if (kcache_store_counter(&errors, store, "errors") != 0)
         errors = 0;
     if (kcache_store_counter(&request_errors, store, "request_errors") != 0)
         request_errors = 0;
     if (json)
-        print_json(st, kcache_store_path(store), &rs, 1, errors, request_errors);
+        print_json(st, kcache_store_path(store), &rs, 1, errors, request_errors, by_kind);
     else
-        print_human(st, kcache_store_path(store), &rs, 1, errors, request_errors);
+        print_human(st, kcache_store_path(store), &rs, 1, errors, request_errors, by_kind);
     kcache_stats_free(st);
     if (zero && (rc = kcache_store_zero_stats(store)))
         cli_error("%s", kcache_store_errmsg(store));

@@ -337,6 +337,36 @@ def test_stage_sh_stages_the_drop_in(root):
     check(dropin, "dropin.py is there")
 
 
+def dropin_runs(c, *args, n=2):
+    """Runs nvrtc-user under 'kcache run -v' n times; returns each process's report line."""
+    user = os.environ.get("NVRTC_USER")
+    if not user or not can_compile(c):
+        print("note: no nvrtc-user or no NVRTC: the drop-in rows are not checked")
+        return None
+    env = {"ASAN_OPTIONS": "detect_leaks=0:verify_asan_link_order=0"}
+    reports = []
+    for _ in range(n):
+        out, err = c.run("run", "-v", user, SAXPY, "sm_90", *args, env=env)
+        check(out.startswith("0 "), "the program compiled: %r %r" % (out, err))
+        reports += [l for l in err.splitlines() if l.startswith("kcache: nvrtc pid")]
+    return reports
+
+
+def test_dropin_one_lookup_per_compile(root):
+    c = Cache(root)
+    reports = dropin_runs(c)
+    if reports is None:
+        return
+    st = c.json("stats")
+    check(st["misses"] == 1 and st["hits"] == 1,
+          "one lookup per compile request (a miss, then a hit): %s %s" % (st, reports))
+    check(st["entries_by_kind"] == {"cubin": 1, "ptx": 1, "ltoir": 0},
+          "the CUBIN and its PTX, shown apart: %s" % st["entries_by_kind"])
+    out, _ = c.run("stats")
+    check(re.search(r"^Hits:\s+1 /\s+2 \( 50\.00 %\)", out, re.M), out)
+    check("nvrtc-loaded no" in reports[1], "a hit leaves NVIDIA's NVRTC unloaded: %s" % reports)
+
+
 # ---- ccache's habits ----------------------------------------------------------
 
 
@@ -345,7 +375,7 @@ def test_ccache_first_five(root):
     c = Cache(root)
     c.fill(3)
     out, _ = c.run("-s")
-    check(re.search(r"^Entries:\s+3$", out, re.M), "-s is stats: %r" % out)
+    check(re.search(r"^Entries:\s+3\b", out, re.M), "-s is stats: %r" % out)
     out, _ = c.run("-z")
     check("zeroed" in out.lower(), "-z zeroes: %r" % out)
     out, _ = c.run("-M", "5G")
