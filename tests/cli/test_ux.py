@@ -367,6 +367,19 @@ def test_dropin_one_lookup_per_compile(root):
     check("nvrtc-loaded no" in reports[1], "a hit leaves NVIDIA's NVRTC unloaded: %s" % reports)
 
 
+def test_verify_recompile_says_why_dropin_entries_are_skipped(root):
+    c = Cache(root)
+    if dropin_runs(c, n=1) is None:
+        return
+    c.run("compile", SAXPY, "--arch", "sm_80")
+    out, _ = c.run("verify", "--recompile")
+    check("another toolchain" not in out, "the drop-in's entries were made here: %r" % out)
+    check("1 identical" in out and "2 skipped (no source kept" in out, out)
+    j = c.json("verify", "--recompile")
+    reasons = j["recompile"]["skipped_by_reason"]
+    check(len(reasons) == 1 and list(reasons.values()) == [2], reasons)
+
+
 # ---- ccache's habits ----------------------------------------------------------
 
 
