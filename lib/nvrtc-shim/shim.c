@@ -632,6 +632,58 @@ static nvrtcResult compile_real(struct prog *p)
     return p->compile_rc = api->CompileProgram(p->real, p->n_opts, (const char *const *)p->opts);
 }
 
+/*
+ * nvrtcVersion on a hit, without loading NVIDIA's library (PyTorch asks it
+ * around each compile, and pip's libnvrtc.so.13 has no version in its name).
+ * Sound because of what a hit is: its key holds the build-id of the very
+ * file this process would load (kc_real_path(), read without loading it)
+ * and that path itself, and the entry's toolchain, "nvrtc X.Y (drop-in,
+ * PATH)", is what a library of that build answered when it made the entry.
+ * One build answers one version. An entry whose toolchain names another
+ * path, or is in another form (not the drop-in's), answers nothing: NVRTC
+ * is asked. The toolchain text is not part of the key: an entry from a
+ * bundle carries what its maker wrote, as it carries its artifact.
+ */
+static kcache_key last_hit;
+static int have_hit;
+
+static void note_hit(const kcache_key *key)
+{
+    pthread_mutex_lock(&state_lock);
+    last_hit = *key;
+    have_hit = 1;
+    pthread_mutex_unlock(&state_lock);
+}
+
+int kc_shim_hit_version(int *major, int *minor)
+{
+    pthread_mutex_lock(&state_lock);
+    kcache_key key = last_hit;
+    int known = have_hit;
+    kcache_compiler *c = compiler;
+    pthread_mutex_unlock(&state_lock);
+    const char *path = kc_real_path();
+    kcache_store *s = c ? kcache_compiler_store(c) : NULL;
+    kcache_entry *e = NULL;
+    if (!known || !path || !s)
+        return -1;
+    kc_shim_enter();
+    int rc = kcache_store_get(&e, s, &key, KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA);
+    kc_shim_leave();
+    int ma, mi, end = 0, ok = 0;
+    if (rc == 0 && e->toolchain &&
+        sscanf(e->toolchain, "nvrtc %d.%d (drop-in, %n", &ma, &mi, &end) == 2 && end > 0) {
+        size_t n = strlen(path);
+        ok = !strncmp(e->toolchain + end, path, n) && !strcmp(e->toolchain + end + n, ")");
+    }
+    kcache_entry_free(e);
+    if (!ok)
+        return -1;
+    *major = ma;
+    *minor = mi;
+    return 0;
+}
+
 SHIM_API nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions,
                                          const char *const *options)
 {
@@ -676,6 +728,7 @@ SHIM_API nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions,
             count(R_NOT_KEYED);
     } else if (rc == 0 && res->hit && res->kind == kind && res->n_names == p->n_exprs) {
         atomic_fetch_add(&hit_count, 1);
+        note_hit(&res->key);
         p->hit = res;
         res = NULL;
         p->compile_rc = nrc = NVRTC_SUCCESS;
