@@ -345,9 +345,11 @@ def dropin_runs(c, *args, n=2):
         return None
     env = {"ASAN_OPTIONS": "detect_leaks=0:verify_asan_link_order=0"}
     reports = []
+    c.outputs = []
     for _ in range(n):
         out, err = c.run("run", "-v", user, SAXPY, "sm_90", *args, env=env)
         check(out.startswith("0 "), "the program compiled: %r %r" % (out, err))
+        c.outputs.append(out)
         reports += [l for l in err.splitlines() if l.startswith("kcache: nvrtc pid")]
     return reports
 
@@ -365,6 +367,20 @@ def test_dropin_one_lookup_per_compile(root):
     out, _ = c.run("stats")
     check(re.search(r"^Hits:\s+1 /\s+2 \( 50\.00 %\)", out, re.M), out)
     check("nvrtc-loaded no" in reports[1], "a hit leaves NVIDIA's NVRTC unloaded: %s" % reports)
+
+
+def test_dropin_version_on_a_hit_loads_no_nvrtc(root):
+    """nvrtcVersion after a hit (PyTorch asks it; pip's file has no version in its name)."""
+    c = Cache(root)
+    reports = dropin_runs(c, "version")
+    if reports is None:
+        return
+    check("nvrtc-loaded yes" in reports[0] and "misses 1" in reports[0], reports)
+    check("hits 1" in reports[1] and "nvrtc-loaded no" in reports[1],
+          "the hit and its nvrtcVersion left NVIDIA's NVRTC unloaded: %s" % reports)
+    versions = [l for out in c.outputs for l in out.splitlines() if l.startswith("version ")]
+    check(len(versions) == 2 and versions[0] == versions[1] and versions[0] != "version 0.0",
+          "the same answer as NVIDIA's library gave: %s" % versions)
 
 
 def test_verify_recompile_says_why_dropin_entries_are_skipped(root):
