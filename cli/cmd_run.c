@@ -159,10 +159,32 @@ static void print_report(const char *path)
     fclose(f);
 }
 
-/* A shell's statuses for a program that did not start: 127 not found, 126 not runnable. */
-static int exec_status(int err)
+/* Whether a file of that name is in a directory of PATH. */
+static int on_path(const char *name)
 {
-    return err == ENOENT || err == ENOTDIR ? 127 : 126;
+    const char *path = getenv("PATH");
+    for (const char *p = path ? path : ""; *p;) {
+        size_t n = strcspn(p, ":");
+        char cand[PATH_MAX];
+        struct stat st;
+        snprintf(cand, sizeof(cand), "%.*s/%s", (int)n, n ? p : ".", name);
+        if (stat(cand, &st) == 0 && !S_ISDIR(st.st_mode))
+            return 1;
+        p += n + (p[n] == ':');
+    }
+    return 0;
+}
+
+/*
+ * A shell's statuses for a program that did not start: 127 not found, 126
+ * not runnable. execvp says EACCES when a directory of PATH cannot be
+ * searched, even if the name is nowhere: that is "not found" too.
+ */
+static int exec_status(int err, const char *name)
+{
+    if (err == ENOENT || err == ENOTDIR)
+        return 127;
+    return err == EACCES && !strchr(name, '/') && !on_path(name) ? 127 : 126;
 }
 
 /*
@@ -260,7 +282,7 @@ int cmd_run(int argc, char **argv)
         execvp(argv[optind], argv + optind);
         int saved = errno;
         cli_error("cannot run %s: %s", argv[optind], strerror(saved));
-        return exec_status(saved);
+        return exec_status(saved, argv[optind]);
     }
     char report[] = "/tmp/kcache-run-XXXXXX";
     int fd = mkstemp(report);
@@ -277,7 +299,7 @@ int cmd_run(int argc, char **argv)
         execvp(argv[optind], argv + optind);
         int saved = errno;
         fprintf(stderr, "kcache: cannot run %s: %s\n", argv[optind], strerror(saved));
-        _exit(exec_status(saved));
+        _exit(exec_status(saved, argv[optind]));
     }
     /* The program takes ^C itself; kcache waits to report. */
     signal(SIGINT, SIG_IGN);
