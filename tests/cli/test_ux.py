@@ -319,6 +319,14 @@ def test_stats_errors_are_nvrtc_failures(root):
     st = c.json("stats")
     check(st["errors"] == 0, "a missing file is not a failed compile: %s" % st)
     check(st.get("request_errors") == 1, "it is counted apart: %s" % st)
+    out, _ = c.run("compile", SAXPY, "--arch", "native", rc=None)
+    if out.startswith("error"):  # no GPU here: --arch native cannot be resolved
+        c.run("compile", os.path.join(root, "missing.cu"), "--arch", "sm_90", rc=1)
+        st = c.json("stats")
+        check(st["errors"] == 0 and st["request_errors"] == 3,
+              "--arch native without a GPU is a bad request too: %s" % st)
+        c.run("stats", "-z")
+        c.run("compile", os.path.join(root, "missing.cu"), "--arch", "sm_90", rc=1)
     c.run("compile", BROKEN, "--arch", "sm_90", rc=1)
     st = c.json("stats")
     check(st["errors"] == 1 and st["request_errors"] == 1, "NVRTC's failure counted: %s" % st)
