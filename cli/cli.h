@@ -132,6 +132,15 @@ void cli_fputs_safe(FILE *f, const char *s, int lines);
 /* Length of the UTF-8 sequence at p that is safe to print as is (not a C1 control), or 0. */
 size_t cli_utf8_len(const unsigned char *p);
 
+/*
+ * Whether a size typed on the command line is a bare number other than 0:
+ * "5" would be 5 bytes, which nobody means; the caller asks "5G?".
+ */
+int cli_bare_size(const char *value);
+
+/* --checksum-file FILE: BLAKE2b-256 of the file in hex, as kcache digests artifacts. */
+int cli_checksum_file(const char *path);
+
 /* Verbs. */
 int cmd_stats(int argc, char **argv);
 int cmd_compile(int argc, char **argv);
@@ -147,6 +156,7 @@ int cmd_config(int argc, char **argv);
 int cmd_remote(int argc, char **argv);
 int cmd_clear(int argc, char **argv);
 int cmd_vacuum(int argc, char **argv);
+int cmd_recompress(int argc, char **argv);
 int cmd_path(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_version(int argc, char **argv);

@@ -45,8 +45,9 @@ static const char usage_text[] =
     "                          \"arch\": [...], \"name_exprs\": [...], \"options\": [...],\n"
     "                          \"kind\": ...}]}; sources relative to FILE's directory\n"
     "      --extra-digest HEX  bytes of anything kcache cannot see that changes the output\n"
-    "  -o, --output PATH       write the artifact: a file for one item, else a directory\n"
-    "                          (FILE.ARCH.cubin|ptx|ltoir in it)\n"
+    "  -o, --output PATH       write the artifacts: into a directory when PATH is one or\n"
+    "                          ends in '/' (made if missing; FILE.ARCH.cubin|ptx|ltoir\n"
+    "                          in it), else to the file PATH (one item only)\n"
     "  -j, --jobs N            compile N items at once (default 1)\n"
     "      --no-cache          compile without looking up or storing\n"
     "      --remote URL        share through Redis: redis://[user:password@]host:port[/db]\n"
@@ -295,13 +296,28 @@ static void print_row(const struct job *job, const struct item *it)
            where);
 }
 
-/* The log and the diagnostics of one item, on stderr. */
-static void print_messages(const struct item *it)
+/* Whether the log says nothing more than the row's reason (its one line). */
+static int log_is_reason(const struct item *it)
+{
+    const char *log = it->result ? it->result->log : NULL;
+    size_t n = log ? strlen(log) : 0;
+    while (n && (log[n - 1] == '\n' || log[n - 1] == ' '))
+        n--;
+    return n && outcome_of(it) == OUT_ERROR && strlen(it->message) == n &&
+           !strncmp(log, it->message, n);
+}
+
+/*
+ * The log and the diagnostics of one item, on stderr, each said once: a
+ * failed item's reason is in its row, and on stderr only when no row is
+ * printed (-q); a log that is only that reason is not repeated.
+ */
+static void print_messages(const struct item *it, int row_shown)
 {
     const kcache_result *r = it->result;
-    if (r && r->log && *r->log)
+    if (r && r->log && *r->log && !(row_shown && log_is_reason(it)))
         fprintf(stderr, "%s%s", r->log, r->log[strlen(r->log) - 1] == '\n' ? "" : "\n");
-    if (outcome_of(it) == OUT_ERROR)
+    if (outcome_of(it) == OUT_ERROR && !row_shown)
         cli_error("%s (%s): %s", it->unit->source, it->arch, reason(it));
     else if (r && r->store_status && r->store_status != KCACHE_EDISABLED)
         cli_warn("%s (%s): not cached: %s", it->unit->source, it->arch, r->store_message);
@@ -329,7 +345,7 @@ static void *worker(void *arg)
             /* The row above the progress line, as soon as it is known. */
             live_clear(&job->live);
             fflush(stdout);
-            print_messages(it);
+            print_messages(it, !job->args->quiet);
             if (!job->args->quiet)
                 print_row(job, it);
             fflush(stdout);
@@ -473,14 +489,35 @@ int cmd_compile(int argc, char **argv)
     kcache_compiler *compiler = NULL;
     if ((status = build_items(&job, &a)) != CLI_OK)
         goto out;
+    /*
+     * One rule for -o: a directory is one that exists or a name ending in '/'
+     * (made if missing); anything else is a file, which only one item can
+     * write. A name that is neither is refused for several items rather than
+     * guessed at: "-o single.cubin" becoming a directory surprises.
+     */
+    char output_dir[4096];
     if (job.output) {
         struct stat st;
-        job.output_is_dir = job.n_items > 1 || (stat(job.output, &st) == 0 && S_ISDIR(st.st_mode));
+        size_t n = strlen(job.output);
+        int slash = n > 0 && job.output[n - 1] == '/';
+        job.output_is_dir = slash || (stat(job.output, &st) == 0 && S_ISDIR(st.st_mode));
+        if (!job.output_is_dir && job.n_items > 1) {
+            status = cli_usage_error("compile", "-o %s: %zu items need a directory: an existing "
+                                     "one, or '%s/' to make it", job.output, job.n_items,
+                                     job.output);
+            goto out;
+        }
+        while (slash && n > 1 && job.output[n - 1] == '/')
+            n--;
+        snprintf(output_dir, sizeof(output_dir), "%.*s", (int)n, job.output);
+        if (job.output_is_dir)
+            job.output = output_dir;
     }
     if ((status = check_outputs(&job)) != CLI_OK)
         goto out;
-    if (job.output_is_dir && job.n_items > 1 && mkdir(job.output, 0777) != 0 && errno != EEXIST) {
-        status = cli_error("cannot create directory %s: %s", job.output, strerror(errno));
+    if (job.output_is_dir && mkdir(job.output, 0777) != 0 && errno != EEXIST) {
+        status = cli_usage_error("compile", "cannot make directory %s: %s", job.output,
+                                 strerror(errno));
         goto out;
     }
     if ((status = compile_args_compiler(&a, &compiler)) != CLI_OK)
@@ -511,7 +548,7 @@ int cmd_compile(int argc, char **argv)
     size_t evicted = store && evictions_now(store) != evictions ? mark_evicted(&job, store) : 0;
     for (size_t i = 0; !a.json && i < job.n_items; i++)
         if (!job.items[i].printed)
-            print_messages(&job.items[i]);
+            print_messages(&job.items[i], !a.quiet);
     if (a.json) {
         print_json(&job, counts, evicted);
     } else if (!a.quiet) {
@@ -526,6 +563,12 @@ int cmd_compile(int argc, char **argv)
                  cli_format_cap(cap, sizeof(cap), kcache_store_max_size(store)), evicted,
                  cli_plural(n, sizeof(n), counts[OUT_MISS], "entry", "entries"));
     }
+    /* Scripts that read only stderr still learn that something failed, without the
+     * reason a second time. */
+    if (counts[OUT_ERROR] && !a.quiet && !a.json)
+        cli_error("%zu of %zu %s failed: the reason is in %s row", counts[OUT_ERROR],
+                  job.n_items, job.n_items == 1 ? "item" : "items",
+                  counts[OUT_ERROR] == 1 ? "its" : "each one's");
     status = counts[OUT_ERROR] ? CLI_FAIL : CLI_OK;
 out:
     for (size_t i = 0; job.items && i < job.n_items; i++)

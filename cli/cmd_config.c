@@ -25,7 +25,7 @@ static const char usage_text[] =
     "set them.\n"
     "\n"
     "      --unset KEY  remove KEY from the config file\n"
-    "      --json       machine-readable output (fields documented in the README)\n"
+    "      --json       machine-readable output (see kcache-json(7))\n"
     "  -h, --help       this text\n";
 
 /* What a listing shows: secrets hidden, since listings end up in CI logs. */
@@ -109,6 +109,22 @@ static void print_table(const kcache_config *cfg)
         printf("(long values shortened with ...: 'kcache config NAME' prints one whole)\n");
 }
 
+/* Whether the config file has a line for key ("key = value"). */
+static int in_file(const char *path, const char *key)
+{
+    FILE *f = fopen(path, "re");
+    char line[4096];
+    size_t n = strlen(key);
+    int found = 0;
+    while (f && !found && fgets(line, sizeof(line), f)) {
+        const char *p = line + strspn(line, " \t");
+        found = !strncmp(p, key, n) && (p[n] == ' ' || p[n] == '\t' || p[n] == '=');
+    }
+    if (f)
+        fclose(f);
+    return found;
+}
+
 int cmd_config(int argc, char **argv)
 {
     static const struct option options[] = {
@@ -141,6 +157,12 @@ int cmd_config(int argc, char **argv)
         return CLI_FAIL;
     int ret = CLI_OK;
     const kcache_setting *s = key ? kcache_config_find(cfg, key) : NULL;
+    if (key && !s && strchr(key, '=') && !value && !unset) {
+        ret = cli_usage_error("config", "no setting '%s': to set one, give KEY VALUE: 'kcache "
+                              "config %.*s %s'", key, (int)(strchr(key, '=') - key), key,
+                              strchr(key, '=') + 1);
+        goto out;
+    }
     if (key && !s) {
         ret = cli_usage_error("config", "no setting '%s' (settings: dir, path, max_size, "
                                         "busy_timeout, disable, compression, remote, "
@@ -150,15 +172,34 @@ int cmd_config(int argc, char **argv)
                               key);
         goto out;
     }
+    if (value && !strcmp(key, "max_size") && cli_bare_size(value)) {
+        ret = cli_usage_error("config", "max_size '%s' has no unit: %sG? (or %sB for bytes; "
+                              "0 or none: no cap)", value, value, value);
+        goto out;
+    }
+    if (unset && !in_file(kcache_config_file(cfg), key)) {
+        if (!json)
+            printf("%s was not set in %s: nothing to remove\n", key, kcache_config_file(cfg));
+        goto out;
+    }
     if (value || unset) {
-        if (kcache_config_set(cfg, key, value)) {
-            ret = cli_error("%s", kcache_config_errmsg(cfg));
+        int rc = kcache_config_set(cfg, key, value);
+        if (rc) {
+            /* A value kcache cannot take is a mistake on the command line. */
+            ret = rc == KCACHE_EINVAL ? cli_usage_error("config", "%s", kcache_config_errmsg(cfg))
+                                      : cli_error("%s", kcache_config_errmsg(cfg));
             goto out;
         }
         if (s->source > KCACHE_CONFIG_FILE)
             cli_warn("%s is set by %s, which wins over the config file", key, s->origin);
-        if (!json)
-            printf("%s %s in %s\n", value ? "Set" : "Removed", key, kcache_config_file(cfg));
+        char buf[64];
+        kcache_setting shown_as = *s;
+        shown_as.value = value ? value : "";
+        if (!json && value)
+            printf("Set %s = %s in %s\n", key, shown(buf, sizeof(buf), &shown_as),
+                   kcache_config_file(cfg));
+        else if (!json)
+            printf("Removed %s from %s\n", key, kcache_config_file(cfg));
         goto out;
     }
     if (json) {

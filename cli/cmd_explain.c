@@ -20,7 +20,7 @@ static const char usage_text[] =
     "nearest stored entries and names each one that differs.\n"
     "\n"
     "Takes the options of 'kcache compile' (see 'kcache compile --help'), and\n"
-    "      --json   machine-readable output (fields in the README)\n"
+    "      --json   machine-readable output (see kcache-json(7))\n"
     "  -h, --help   this text\n";
 
 /* A key's components in order, as (name, value) text pairs. */

@@ -11,7 +11,7 @@ static const char usage_text[] =
     "usage: kcache get KEY-PREFIX [-o FILE]\n"
     "\n"
     "Writes the artifact of the entry whose key starts with KEY-PREFIX (at least 4\n"
-    "hex digits) to FILE, or to standard output when that is not a terminal. The\n"
+    "hex digits) to FILE, or to standard output (a terminal only for PTX). The\n"
     "bytes are checked against their digest first. Does not count as a hit.\n"
     "\n"
     "  -o, --output FILE  write here (replaced whole, or not at all)\n"
@@ -41,9 +41,6 @@ int cmd_get(int argc, char **argv)
     if (optind + 1 < argc)
         return cli_usage_error("get", "unexpected argument '%s'", argv[optind + 1]);
     const char *prefix = argv[optind];
-    if (!output && isatty(fileno(stdout)))
-        return cli_usage_error("get", "refusing to write binary data to a terminal: use -o FILE "
-                                      "or a pipe");
     int bad = cli_check_key_prefix("get", prefix);
     if (bad >= 0)
         return bad;
@@ -62,10 +59,27 @@ int cmd_get(int argc, char **argv)
         ret = cli_error("%s: %s", prefix, kcache_store_errmsg(store));
         goto out;
     }
+    /* PTX is text, meant to be read: printed; a CUBIN or LTO-IR is not. */
+    if (!output && isatty(fileno(stdout)) && e->kind != KCACHE_KIND_PTX) {
+        ret = cli_usage_error("get", "refusing to write binary data (%s) to a terminal: use -o "
+                              "FILE or a pipe", kcache_kind_name(e->kind));
+        goto out;
+    }
     if (output) {
         char err[4400];
         if (cli_write_output(output, e->data, e->size, err, sizeof(err)))
             ret = cli_error("%s", err);
+    } else if (isatty(fileno(stdout))) {
+        /* Bytes from the cache (or a bundle) reach a terminal only as safe text. */
+        char *text = malloc(e->size + 1);
+        if (!text) {
+            ret = cli_error("out of memory");
+            goto out;
+        }
+        memcpy(text, e->data, e->size);
+        text[e->size] = '\0';
+        cli_fputs_safe(stdout, text, 1);
+        free(text);
     } else if (fwrite(e->data, 1, e->size, stdout) != e->size || fflush(stdout) != 0) {
         ret = cli_error("cannot write to standard output: %s", strerror(errno));
     }

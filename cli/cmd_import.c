@@ -330,6 +330,11 @@ int cmd_import(int argc, char **argv)
         cli_json_array_end(&j);
         cli_json_object_end(&j);
         cli_json_finish(&j);
+    } else if (r.entries && r.skipped == r.entries) {
+        char n[48];
+        printf("Nothing to import: all %s %s already here\n",
+               cli_plural(n, sizeof(n), r.entries, "entry", "entries"),
+               r.entries == 1 ? "is" : "are");
     } else {
         char a[32], n[48];
         printf("%s %s (%s%s): %llu added, %llu replaced by a newer one, %llu already in the "

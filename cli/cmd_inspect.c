@@ -20,7 +20,7 @@ static const char usage_text[] =
     "      --log      also the compiler's log\n"
     "      --source   also the text of the stored inputs (sources and headers)\n"
     "      --ptx      also the PTX text (PTX entries)\n"
-    "      --json     machine-readable output (fields documented in the README)\n"
+    "      --json     machine-readable output (see kcache-json(7))\n"
     "  -h, --help     this text\n";
 
 static const char *role_name(int role)

@@ -16,7 +16,7 @@ static const char usage_text[] =
     "      --kind K     only this kind: cubin, ptx or ltoir\n"
     "      --sort S     accessed (default: most recent first), size, created, hits\n"
     "      --limit N    at most N entries\n"
-    "      --json       machine-readable output (fields documented in the README)\n"
+    "      --json       machine-readable output (see kcache-json(7))\n"
     "  -h, --help       this text\n";
 
 struct ls_ctx {

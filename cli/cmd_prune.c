@@ -18,9 +18,9 @@ static const char usage_text[] =
     "      --arch A          with --older-than: only this architecture\n"
     "      --kind K          with --older-than: only cubin, ptx or ltoir\n"
     "      --max-entries N   keep at most N entries\n"
-    "  -n, --dry-run         say what would go and estimate the size after; change\n"
-    "                        nothing\n"
-    "      --json            machine-readable output (fields documented in the README)\n"
+    "  -n, --dry-run         say what would go and the size after: the prune is done\n"
+    "                        in a transaction that is rolled back; nothing changes\n"
+    "      --json            machine-readable output (see kcache-json(7))\n"
     "  -h, --help            this text\n";
 
 int cmd_prune(int argc, char **argv)

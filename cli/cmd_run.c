@@ -14,9 +14,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <kcache/config.h>
 
 #include "cli.h"
 
@@ -156,6 +159,53 @@ static void print_report(const char *path)
     fclose(f);
 }
 
+/* Whether a file of that name is in a directory of PATH. */
+static int on_path(const char *name)
+{
+    const char *path = getenv("PATH");
+    for (const char *p = path ? path : ""; *p;) {
+        size_t n = strcspn(p, ":");
+        char cand[PATH_MAX];
+        struct stat st;
+        snprintf(cand, sizeof(cand), "%.*s/%s", (int)n, n ? p : ".", name);
+        if (stat(cand, &st) == 0 && !S_ISDIR(st.st_mode))
+            return 1;
+        p += n + (p[n] == ':');
+    }
+    return 0;
+}
+
+/*
+ * A shell's statuses for a program that did not start: 127 not found, 126
+ * not runnable. execvp says EACCES when a directory of PATH cannot be
+ * searched, even if the name is nowhere: that is "not found" too.
+ */
+static int exec_status(int err, const char *name)
+{
+    if (err == ENOENT || err == ENOTDIR)
+        return 127;
+    return err == EACCES && !strchr(name, '/') && !on_path(name) ? 127 : 126;
+}
+
+/*
+ * With -v, a cache that is off says so once: otherwise the missing report
+ * lines are the only sign, and they look like a program that never compiled.
+ */
+static void say_if_disabled(void)
+{
+    kcache_config *cfg = NULL;
+    if (cli_config_load(&cfg))
+        return;
+    const kcache_setting *s = kcache_config_find(cfg, "disable");
+    static const char *const yes[] = {"1", "true", "yes", "on"};
+    for (size_t i = 0; s && i < sizeof(yes) / sizeof(yes[0]); i++)
+        if (!strcasecmp(s->value, yes[i]))
+            fprintf(stderr, "kcache: the cache is off (disable = %s, from %s): the program's "
+                    "compiles go straight to NVRTC, unrecorded\n", s->value,
+                    s->origin[0] ? s->origin : kcache_config_source_name(s->source));
+    kcache_config_free(cfg);
+}
+
 int cmd_run(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -226,9 +276,13 @@ int cmd_run(int argc, char **argv)
     snprintf(max, sizeof(max), "%llu", (unsigned long long)cli_globals.max_size);
     if (cli_globals.max_size && setenv("KCACHE_MAX_SIZE", max, 1) != 0)
         return cli_error("cannot set the environment: %s", strerror(errno));
+    if (verbose)
+        say_if_disabled();
     if (!verbose) {
         execvp(argv[optind], argv + optind);
-        return cli_error("cannot run %s: %s", argv[optind], strerror(errno));
+        int saved = errno;
+        cli_error("cannot run %s: %s", argv[optind], strerror(saved));
+        return exec_status(saved, argv[optind]);
     }
     char report[] = "/tmp/kcache-run-XXXXXX";
     int fd = mkstemp(report);
@@ -243,8 +297,9 @@ int cmd_run(int argc, char **argv)
     }
     if (pid == 0) {
         execvp(argv[optind], argv + optind);
-        fprintf(stderr, "kcache: cannot run %s: %s\n", argv[optind], strerror(errno));
-        _exit(127);
+        int saved = errno;
+        fprintf(stderr, "kcache: cannot run %s: %s\n", argv[optind], strerror(saved));
+        _exit(exec_status(saved, argv[optind]));
     }
     /* The program takes ^C itself; kcache waits to report. */
     signal(SIGINT, SIG_IGN);

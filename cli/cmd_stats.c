@@ -47,7 +47,7 @@ static const char usage_text[] =
     "tier's hits, misses, pushes, errors, bytes and time saved.\n"
     "\n"
     "  -z, --zero   zero the counters after showing them (entries stay)\n"
-    "      --json   machine-readable output (fields documented in the README)\n"
+    "      --json   machine-readable output (see kcache-json(7))\n"
     "  -h, --help   this text\n";
 
 static double percent(uint64_t part, uint64_t whole)
@@ -56,7 +56,8 @@ static double percent(uint64_t part, uint64_t whole)
 }
 
 static void print_json(const kcache_stats *st, const char *path, const struct remote_stats *rs,
-                       int exists, uint64_t errors, uint64_t conflicts)
+                       int exists, uint64_t errors, uint64_t conflicts,
+                       uint64_t request_errors, const uint64_t by_kind[4])
 {
     cli_json j;
     cli_json_init(&j, stdout);
@@ -66,6 +67,10 @@ static void print_json(const kcache_stats *st, const char *path, const struct re
     cli_json_int(&j, "schema_version", st->schema_version);
     cli_json_int(&j, "since_ms", st->since);
     cli_json_uint(&j, "entries", st->entries);
+    cli_json_object_begin(&j, "entries_by_kind");
+    for (int k = KCACHE_KIND_CUBIN; k <= KCACHE_KIND_LTOIR; k++)
+        cli_json_uint(&j, kcache_kind_name((kcache_kind)k), by_kind[k]);
+    cli_json_object_end(&j);
     cli_json_uint(&j, "raw_bytes", st->raw_bytes);
     cli_json_uint(&j, "stored_bytes", st->stored_bytes);
     cli_json_uint(&j, "file_bytes", st->file_bytes);
@@ -80,6 +85,7 @@ static void print_json(const kcache_stats *st, const char *path, const struct re
     cli_json_uint(&j, "hits", st->hits);
     cli_json_uint(&j, "misses", st->misses);
     cli_json_uint(&j, "errors", errors);
+    cli_json_uint(&j, "request_errors", request_errors);
     cli_json_double(&j, "hit_rate", percent(st->hits, st->hits + st->misses) / 100.0);
     cli_json_uint(&j, "saved_ns", st->saved_ns);
     cli_json_uint(&j, "evictions", st->evictions);
@@ -135,7 +141,8 @@ static void print_remote(const struct remote_stats *rs)
 }
 
 static void print_human(const kcache_stats *st, const char *path, const struct remote_stats *rs,
-                        int exists, uint64_t errors, uint64_t conflicts)
+                        int exists, uint64_t errors, uint64_t conflicts,
+                        uint64_t request_errors, const uint64_t by_kind[4])
 {
     char a[64], b[64], c[64];
     uint64_t lookups = st->hits + st->misses;
@@ -152,9 +159,16 @@ static void print_human(const kcache_stats *st, const char *path, const struct r
     printf("Misses:              %10llu / %10llu (%6.2f %%)\n", (unsigned long long)st->misses,
            (unsigned long long)lookups, percent(st->misses, lookups));
     /* Errors and uncacheable compiles are not lookups: counted apart. */
-    printf("Errors:              %10llu   (failed compiles)\n", (unsigned long long)errors);
+    printf("Errors:              %10llu   (failed compiles: NVRTC said no)\n",
+           (unsigned long long)errors);
+    printf("Bad requests:        %10llu   (no compile: a source not found, an unknown "
+           "architecture...)\n", (unsigned long long)request_errors);
     printf("Compile time saved:  %10s\n", cli_format_duration(a, sizeof(a), st->saved_ns));
-    printf("Entries:             %10llu\n", (unsigned long long)st->entries);
+    /* A drop-in compile to sm_XX keeps a CUBIN and its PTX: two entries, one lookup. */
+    printf("Entries:             %10llu   (%llu cubin, %llu ptx, %llu ltoir)\n",
+           (unsigned long long)st->entries, (unsigned long long)by_kind[KCACHE_KIND_CUBIN],
+           (unsigned long long)by_kind[KCACHE_KIND_PTX],
+           (unsigned long long)by_kind[KCACHE_KIND_LTOIR]);
     printf("Artifacts:           %10s raw, %s stored (%.1fx)\n",
            kcache_format_size(a, sizeof(a), st->raw_bytes),
            kcache_format_size(b, sizeof(b), st->stored_bytes),
@@ -195,8 +209,22 @@ static void print_human(const kcache_stats *st, const char *path, const struct r
 }
 
 /* Stats of a cache that does not exist: zeros, the path and the cap it would have. */
+/* Entries of each kind (indexed by kcache_kind). */
+static void count_kinds(kcache_store *store, uint64_t by_kind[4])
+{
+    for (int k = KCACHE_KIND_CUBIN; k <= KCACHE_KIND_LTOIR; k++) {
+        kcache_filter f = KCACHE_FILTER_INIT;
+        kcache_key *keys = NULL;
+        size_t n = 0;
+        f.kind = (kcache_kind)k;
+        by_kind[k] = kcache_store_list_keys(&keys, &n, store, &f) == 0 ? n : 0;
+        kcache_keys_free(keys);
+    }
+}
+
 static int no_cache(int json)
 {
+    uint64_t by_kind[4] = {0, 0, 0, 0};
     kcache_config *cfg = NULL;
     if (cli_config_load(&cfg))
         return CLI_FAIL;
@@ -210,9 +238,9 @@ static int no_cache(int json)
         st.max_size = KCACHE_DEFAULT_MAX_SIZE;
     const char *path = kcache_config_find(cfg, "path")->value;
     if (json)
-        print_json(&st, path, &none, 0, 0, 0);
+        print_json(&st, path, &none, 0, 0, 0, 0, by_kind);
     else
-        print_human(&st, path, &none, 0, 0, 0);
+        print_human(&st, path, &none, 0, 0, 0, 0, by_kind);
     kcache_config_free(cfg);
     return CLI_OK;
 }
@@ -221,16 +249,19 @@ int cmd_stats(int argc, char **argv)
 {
     static const struct option options[] = {
         {"zero", no_argument, NULL, 'z'},
+        /* ccache's -z: zero without showing (main.c) */
+        {"zero-only", no_argument, NULL, 'Z'},
         {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    int zero = 0, json = 0, c;
+    int zero = 0, json = 0, zero_only = 0, c;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "zh", options, NULL)) != -1) {
         switch (c) {
         case 'z': zero = 1; break;
+        case 'Z': zero = zero_only = 1; break;
         case 'j': json = 1; break;
         case 'h': fputs(usage_text, stdout); return CLI_OK;
         default: return cli_usage_error("stats", "unknown option '%s'", argv[optind - 1]);
@@ -243,7 +274,16 @@ int cmd_stats(int argc, char **argv)
     if (cli_open_existing(&store, !zero))
         return CLI_FAIL;
     if (!store)
-        return no_cache(json);
+        return zero_only ? cli_no_cache("no counters to zero") : no_cache(json);
+    if (zero_only) {
+        int zrc = kcache_store_zero_stats(store);
+        if (zrc)
+            cli_error("%s", kcache_store_errmsg(store));
+        else
+            printf("Counters zeroed.\n");
+        kcache_store_close(store);
+        return zrc ? CLI_FAIL : CLI_OK;
+    }
     kcache_stats *st = NULL;
     int rc = kcache_store_stats(&st, store);
     if (rc) {
@@ -253,16 +293,22 @@ int cmd_stats(int argc, char **argv)
     }
     struct remote_stats rs;
     read_remote(&rs, store);
-    uint64_t errors = 0;
+    uint64_t by_kind[4] = {0, 0, 0, 0};
+    count_kinds(store, by_kind);
+    uint64_t errors = 0, request_errors = 0;
     if (kcache_store_counter(&errors, store, "errors") != 0)
         errors = 0;
     uint64_t conflicts = 0;
     if (kcache_store_counter(&conflicts, store, "conflicts") != 0)
         conflicts = 0;
+    if (kcache_store_counter(&request_errors, store, "request_errors") != 0)
+        request_errors = 0;
     if (json)
-        print_json(st, kcache_store_path(store), &rs, 1, errors, conflicts);
+        print_json(st, kcache_store_path(store), &rs, 1, errors, conflicts, request_errors,
+                   by_kind);
     else
-        print_human(st, kcache_store_path(store), &rs, 1, errors, conflicts);
+        print_human(st, kcache_store_path(store), &rs, 1, errors, conflicts, request_errors,
+                    by_kind);
     kcache_stats_free(st);
     if (zero && (rc = kcache_store_zero_stats(store)))
         cli_error("%s", kcache_store_errmsg(store));

@@ -20,8 +20,9 @@ static const char usage_text[] =
     "      --recompile [N]  also rebuild entries (the N most recently used; all\n"
     "                       without N) from their stored source, headers and options\n"
     "                       with this toolchain, and check the bytes are identical;\n"
-    "                       entries made by another toolchain are skipped\n"
-    "      --json   machine-readable output (fields documented in the README)\n"
+    "                       entries that cannot be rebuilt here are skipped, each\n"
+    "                       reason said (another toolchain; no source kept)\n"
+    "      --json   machine-readable output (see kcache-json(7))\n"
     "  -h, --help   this text\n";
 
 struct verify_ctx {
@@ -53,7 +54,38 @@ static void damaged(void *userdata, const kcache_key *key, const char *message)
 
 struct recompiled {
     uint64_t checked, identical, different, skipped, failed;
+    struct {
+        char why[160];
+        uint64_t n;
+    } skips[8];             /* skipped, by the library's reason */
+    size_t n_skips;
 };
+
+/*
+ * Why an entry was skipped, as the library says it without its details
+ * ("made by another toolchain (...)"): every skip was once reported as
+ * "made by another toolchain", the drop-in's entries too, which keep no
+ * source to rebuild from.
+ */
+static void count_skip(struct recompiled *out, const char *message)
+{
+    char why[160];
+    size_t n = strcspn(message, "(;");
+    while (n && message[n - 1] == ' ')
+        n--;
+    snprintf(why, sizeof(why), "%.*s", (int)n, *message ? message : "not rebuildable");
+    if (!strcmp(why, "its source was not kept"))
+        snprintf(why, sizeof(why), "no source kept to rebuild from: made by the drop-in, or "
+                 "from a source in memory");
+    size_t i = 0;
+    while (i < out->n_skips && strcmp(out->skips[i].why, why))
+        i++;
+    if (i == out->n_skips && i + 1 < sizeof(out->skips) / sizeof(out->skips[0]))
+        snprintf(out->skips[out->n_skips++].why, sizeof(out->skips[0].why), "%s", why);
+    else if (i == out->n_skips)
+        i = out->n_skips - 1; /* more kinds than slots: counted with the last */
+    out->skips[i].n++;
+}
 
 /*
  * An entry whose rebuild differs is not what its key says it is (a bundle
@@ -117,6 +149,7 @@ static int recompile_entries(kcache_store *store, uint64_t limit, struct verify_
         out->checked++;
         if (rc == KCACHE_ENOTSUP) {
             out->skipped++;
+            count_skip(out, r ? r->message : "");
         } else if (rc == 0 && same) {
             out->identical++;
         } else {
@@ -207,6 +240,10 @@ int cmd_verify(int argc, char **argv)
             cli_json_uint(&ctx.j, "different", rec.different);
             cli_json_uint(&ctx.j, "failed", rec.failed);
             cli_json_uint(&ctx.j, "skipped", rec.skipped);
+            cli_json_object_begin(&ctx.j, "skipped_by_reason");
+            for (size_t i = 0; i < rec.n_skips; i++)
+                cli_json_uint(&ctx.j, rec.skips[i].why, rec.skips[i].n);
+            cli_json_object_end(&ctx.j);
             cli_json_object_end(&ctx.j);
         }
         cli_json_bool(&ctx.j, "ok", ok);
@@ -235,7 +272,6 @@ int cmd_verify(int argc, char **argv)
                 {rec.identical, "identical"},
                 {rec.different, "different"},
                 {rec.failed, "failed"},
-                {rec.skipped, "skipped (made by another toolchain)"},
             };
             char n[48];
             printf("Recompiled:       %s", cli_plural(n, sizeof(n), rec.checked, "entry",
@@ -246,6 +282,11 @@ int cmd_verify(int argc, char **argv)
                     printf("%s%llu %s", sep, (unsigned long long)parts[i].n, parts[i].what);
                     sep = ", ";
                 }
+            for (size_t i = 0; i < rec.n_skips; i++) {
+                printf("%s%llu skipped (%s)", sep, (unsigned long long)rec.skips[i].n,
+                       rec.skips[i].why);
+                sep = ", ";
+            }
             putchar('\n');
         }
         /* What each finding needs, and which command does it. */

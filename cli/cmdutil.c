@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <blake2.h>
 #include <kcache/config.h>
 
 #include "cli.h"
@@ -76,6 +77,10 @@ int cli_open_existing(kcache_store **out, int read_only)
         snprintf(no_cache_message, sizeof(no_cache_message), "%s", err);
         return 0;
     }
+    /* A verb that only reads cannot set a damaged file aside: it says who will. */
+    if (rc == KCACHE_ECORRUPT && read_only)
+        return cli_error("%s; the next compile (or any write) sets it aside and starts a new "
+                         "cache, or run 'kcache clear' now", err);
     if (rc)
         return cli_error("%s", err);
     return 0;
@@ -161,4 +166,47 @@ int cli_write_output(const char *path, const void *data, size_t size, char *err,
         return -1;
     }
     return 0;
+}
+
+int cli_bare_size(const char *value)
+{
+    return *value && strspn(value, "0123456789") == strlen(value) &&
+           strspn(value, "0") != strlen(value);
+}
+
+/*
+ * ccache prints its own hash of a file (XXH3-128) to compare files; kcache's
+ * is BLAKE2b-256, the digest every artifact and input is stored under.
+ */
+int cli_checksum_file(const char *path)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return cli_error("cannot read %s: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return cli_error("%s is not a regular file", path);
+    }
+    blake2b_state b;
+    blake2b_init(&b, 32);
+    unsigned char buf[65536];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) != 0) {
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            int saved = errno;
+            close(fd);
+            return cli_error("cannot read %s: %s", path, strerror(saved));
+        }
+        blake2b_update(&b, buf, (size_t)n);
+    }
+    close(fd);
+    unsigned char digest[32];
+    blake2b_final(&b, digest, sizeof(digest));
+    for (size_t i = 0; i < sizeof(digest); i++)
+        printf("%02x", digest[i]);
+    putchar('\n');
+    return CLI_OK;
 }

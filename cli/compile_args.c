@@ -61,6 +61,74 @@ static int parse_hex(const char *hex, uint8_t **out, size_t *size)
     return 0;
 }
 
+/*
+ * NVRTC's and nvcc's own options before "--" (-std=c++14, -lineinfo,
+ * --use_fast_math): named, with where they go, before getopt reads
+ * "-std=c++14" as -s -t -d... and blames whatever it meets next. nvcc's
+ * -arch=sm_90 (and "-arch sm_90") is kcache's --arch, rewritten in place.
+ * Returns -1 to go on, else the exit code (reported).
+ */
+static int foreign_options(struct compile_args *a, const char *verb,
+                           const struct option *options, int n_args, char **argv)
+{
+    for (int i = 1; i < n_args; i++) {
+        char *arg = argv[i];
+        if (arg[0] != '-' || !arg[1])
+            continue;
+        if (!strcmp(arg, "-arch")) {
+            argv[i++] = (char *)"--arch";
+            continue;
+        }
+        if (!strncmp(arg, "-arch=", 6)) {
+            const char *long_form = joined(a, "--arch=", arg + 6);
+            if (!long_form)
+                return cli_error("out of memory");
+            argv[i] = (char *)long_form;
+            continue;
+        }
+        int known = 0, takes_value = 0;
+        if (arg[1] == '-') {
+            size_t n = strcspn(arg + 2, "=");
+            for (const struct option *o = options; o->name && !known; o++)
+                if (strlen(o->name) == n && !strncmp(o->name, arg + 2, n)) {
+                    known = 1;
+                    takes_value = o->has_arg == required_argument && !arg[2 + n];
+                }
+            if (!arg[2])
+                known = 1; /* "--" itself never gets here */
+        } else if (strchr("aIDojqh", arg[1])) {
+            known = 1;
+            takes_value = strchr("aIDoj", arg[1]) && !arg[2];
+        }
+        if (!known)
+            return cli_usage_error(verb, "'%s' is not a kcache option: NVRTC options go after "
+                                   "--, e.g. 'kcache %s FILE.cu --arch sm_90 -- %s'", arg, verb,
+                                   arg);
+        if (takes_value)
+            i++;
+    }
+    return -1;
+}
+
+/*
+ * The architecture is kcache's to pass (it is part of the key and of the
+ * output's name): one given to NVRTC after "--" is a usage error, not a
+ * failed compile.
+ */
+static int arch_in_tail(const char *verb, const char **tail, size_t n_tail)
+{
+    static const char *const spellings[] = {"-arch", "--gpu-architecture"};
+    for (size_t i = 0; i < n_tail; i++)
+        for (size_t k = 0; k < 2; k++) {
+            size_t n = strlen(spellings[k]);
+            if (!strncmp(tail[i], spellings[k], n) && (!tail[i][n] || tail[i][n] == '='))
+                return cli_usage_error(verb, "'%s' after --: kcache passes the architecture "
+                                       "itself; give it with --arch (e.g. --arch sm_80)",
+                                       tail[i]);
+        }
+    return -1;
+}
+
 static int file_units(struct compile_args *a, const char *verb);
 
 int compile_args_parse(struct compile_args *a, const char *verb, const char *usage, int argc,
@@ -99,6 +167,13 @@ int compile_args_parse(struct compile_args *a, const char *verb, const char *usa
                 compile_args_push(&tail, &n_tail, argv[k]);
             break;
         }
+    int status = foreign_options(a, verb, options, n_args, argv);
+    if (status < 0)
+        status = arch_in_tail(verb, tail, n_tail);
+    if (status >= 0) {
+        free(tail);
+        return status;
+    }
     const char *std_opt = NULL;
     int c;
     opterr = 0;
@@ -178,7 +253,13 @@ int compile_args_parse(struct compile_args *a, const char *verb, const char *usa
     for (size_t i = 0; i < a->n_archs; i++)
         if (compile_args_check_arch(verb, a->archs[i], NULL) >= 0)
             return CLI_USAGE;
-    int status = file_units(a, verb);
+    for (size_t i = 0; i < a->n_files; i++) {
+        struct stat st;
+        if (stat(a->files[i], &st) == 0 && S_ISDIR(st.st_mode))
+            return cli_usage_error(verb, "%s is a directory: give the .cu files in it",
+                                   a->files[i]);
+    }
+    status = file_units(a, verb);
     if (status < 0 && a->from)
         status = compile_from_read(a, verb);
     if (status >= 0)

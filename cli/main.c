@@ -28,6 +28,7 @@ static const struct verb verbs[] = {
     {"config", cmd_config, "show or set settings and where they come from"},
     {"clear", cmd_clear, "delete every entry"},
     {"vacuum", cmd_vacuum, "compact the database file"},
+    {"recompress", cmd_recompress, "re-encode stored entries to the compression setting"},
     {"run", cmd_run, "run a program with the drop-in NVRTC: its compiles go through the cache"},
     {"path", cmd_path, "print where the cache database is"},
     {"version", cmd_version, "print the version"},
@@ -49,6 +50,21 @@ static void usage(FILE *f)
                "                    $KCACHE_MAX_SIZE, max_size in kcache.conf, or 4 GiB)\n"
                "  --version         print the version\n"
                "  --help            this text\n\n"
+               "ccache's options, each a whole command (see 'For ccache users' in kcache(1)):\n"
+               "  -s, --show-stats            kcache stats\n"
+               "  -z, --zero-stats            zero the counters\n"
+               "  -C, --clear                 kcache clear\n"
+               "  -c, --cleanup               kcache prune (bring the cache under its cap)\n"
+               "  -p, --show-config           kcache config\n"
+               "  -M SIZE                     save the cap (max_size); a bare number is GiB;\n"
+               "                              --max-size SIZE alone saves it too\n"
+               "  -o, --set-config KEY=VALUE  kcache config KEY VALUE\n"
+               "  -V, --version               kcache version\n"
+               "      --evict-older-than AGE  kcache prune --older-than AGE\n"
+               "  -x, --show-compression      entries, sizes and ratios per codec\n"
+               "  -X, --recompress CODEC      save compression (zstd, lz4 or none), then\n"
+               "                              kcache recompress\n"
+               "      --checksum-file FILE    print FILE's BLAKE2b-256 (kcache's digest), in hex\n\n"
                "'kcache VERB --help' describes each verb.\n");
 }
 
@@ -77,9 +93,107 @@ static int check_config(int argc, char **argv)
     return CLI_USAGE;
 }
 
+/*
+ * ccache's options, each a whole command standing for a verb, so that a
+ * ccache user's habits work: -s is stats, -M saves the cap.
+ */
+struct alias {
+    char short_name;
+    const char *long_name;
+    int takes_value;
+    char code;      /* which command (run_alias) */
+};
+
+static const struct alias aliases[] = {
+    {'s', "--show-stats", 0, 's'},       {'z', "--zero-stats", 0, 'z'},
+    {'C', "--clear", 0, 'C'},            {'c', "--cleanup", 0, 'c'},
+    {'p', "--show-config", 0, 'p'},      {'M', NULL, 1, 'M'},
+    {'o', "--set-config", 1, 'o'},       {'V', NULL, 0, 'V'},
+    {0, "--evict-older-than", 1, 'e'},   {'x', "--show-compression", 0, 'x'},
+    {'X', "--recompress", 1, 'X'},       {0, "--checksum-file", 1, 'k'},
+};
+
+static const struct alias *find_alias(const char *a)
+{
+    for (size_t k = 0; k < sizeof(aliases) / sizeof(aliases[0]); k++) {
+        const struct alias *al = &aliases[k];
+        if ((al->short_name && a[0] == '-' && a[1] == al->short_name && !a[2]) ||
+            (al->long_name && !strcmp(a, al->long_name)))
+            return al;
+        size_t n = al->long_name ? strlen(al->long_name) : 0;
+        if (al->takes_value && n && !strncmp(a, al->long_name, n) && a[n] == '=')
+            return al;
+    }
+    return NULL;
+}
+
+/* ccache reads a size without a unit as GiB ("-M 5" is 5 GiB); so does -M. */
+static const char *ccache_size(char *buf, size_t size, const char *value)
+{
+    if (*value && strspn(value, "0123456789.") == strlen(value) && strcmp(value, "0"))
+        snprintf(buf, size, "%sG", value);
+    else
+        snprintf(buf, size, "%s", value);
+    return buf;
+}
+
+static int run_verb(const char *name, int argc, char **argv)
+{
+    for (size_t v = 0; v < sizeof(verbs) / sizeof(verbs[0]); v++)
+        if (!strcmp(verbs[v].name, name)) {
+            int status = check_config(argc, argv);
+            return status >= 0 ? status : verbs[v].fn(argc, argv);
+        }
+    return cli_usage_error(NULL, "no verb '%s'", name);
+}
+
+/* Runs a ccache option as the verb it stands for. */
+static int run_alias(const struct alias *al, const char *shown, const char *value)
+{
+    char buf[64], key[64];
+    const char *size;
+    switch (al->code) {
+    case 's': return run_verb("stats", 1, (char *[]){"stats", NULL});
+    case 'z': return run_verb("stats", 2, (char *[]){"stats", "--zero-only", NULL});
+    case 'C': return run_verb("clear", 1, (char *[]){"clear", NULL});
+    case 'c': return run_verb("prune", 1, (char *[]){"prune", NULL});
+    case 'p': return run_verb("config", 1, (char *[]){"config", NULL});
+    case 'V': return run_verb("version", 1, (char *[]){"version", NULL});
+    case 'x': return run_verb("recompress", 2, (char *[]){"recompress", "--show", NULL});
+    case 'M':
+        size = ccache_size(buf, sizeof(buf), value);
+        return run_verb("config", 3, (char *[]){"config", "max_size", (char *)size, NULL});
+    case 'o': {
+        const char *eq = strchr(value, '=');
+        if (!eq || eq == value || (size_t)(eq - value) >= sizeof(key))
+            return cli_usage_error(NULL, "%s '%s': give KEY=VALUE, e.g. %s max_size=8G", shown,
+                                   value, shown);
+        snprintf(key, sizeof(key), "%.*s", (int)(eq - value), value);
+        return run_verb("config", 3, (char *[]){"config", key, (char *)eq + 1, NULL});
+    }
+    case 'e':
+        return run_verb("prune", 3, (char *[]){"prune", "--older-than", (char *)value, NULL});
+    case 'X': {
+        /* ccache's levels are zstd's; kcache keeps one zstd level and lz4 (kcache(1)). */
+        const char *codec = !strcmp(value, "uncompressed") ? "none" : value;
+        if (strcmp(codec, "zstd") && strcmp(codec, "lz4") && strcmp(codec, "none"))
+            return cli_usage_error(NULL, "%s '%s': give zstd, lz4 or none (kcache has no "
+                                   "levels: zstd is level 3)", shown, value);
+        int status = run_verb("config", 3, (char *[]){"config", "compression", (char *)codec,
+                                                      NULL});
+        return status ? status : run_verb("recompress", 1, (char *[]){"recompress", NULL});
+    }
+    case 'k': return cli_checksum_file(value);
+    }
+    return CLI_USAGE;
+}
+
 int main(int argc, char **argv)
 {
     int i = 1;
+    const struct alias *alias = NULL;
+    const char *alias_value = NULL, *alias_shown = NULL;
+    int max_size_at = 0;
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
         const char *value = NULL;
@@ -90,6 +204,24 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--version")) {
             printf("kcache %s\n", kcache_version());
             return CLI_OK;
+        }
+        const struct alias *al = find_alias(a);
+        if (al) {
+            if (alias)
+                return cli_usage_error(NULL, "%s and %s are two commands: give one", alias_shown,
+                                       a);
+            alias = al;
+            alias_shown = a;
+            if (al->takes_value) {
+                const char *eq = a[1] == '-' ? strchr(a, '=') : NULL;
+                if (eq)
+                    alias_value = eq + 1;
+                else if (i + 1 < argc)
+                    alias_value = argv[++i];
+                else
+                    return cli_usage_error(NULL, "%s needs a value", a);
+            }
+            continue;
         }
         static const char *const takes_value[] = {"--path", "--max-size", "--dir"};
         size_t which = 0, name_len = 0;
@@ -108,6 +240,10 @@ int main(int argc, char **argv)
             if (which == 0) {
                 cli_globals.path = value;
             } else if (which == 1) {
+                max_size_at = i;
+                if (cli_bare_size(value))
+                    return cli_usage_error(NULL, "--max-size '%s' has no unit: %sG? (or %sB for "
+                                           "bytes; 0 or none: no cap)", value, value, value);
                 if (kcache_parse_max_size(&cli_globals.max_size, value))
                     return cli_usage_error(NULL, "--max-size '%s' is not a size (use e.g. 2G, "
                                            "or 0 or none for no cap)", value);
@@ -128,6 +264,20 @@ int main(int argc, char **argv)
         snprintf(cli_globals.dir_path, n, "%s/kcache.db", cli_globals.dir);
         cli_globals.path = cli_globals.dir_path;
     }
+    if (alias) {
+        if (i < argc)
+            return cli_usage_error(NULL, "%s is a whole command: '%s' after it is not expected",
+                                   alias_shown, argv[i]);
+        return run_alias(alias, alias_shown, alias_value);
+    }
+    if (i >= argc && max_size_at) {
+        /* ccache's --max-size SIZE alone saves the cap; before a verb it is this run's. */
+        cli_globals.max_size = 0;
+        char *size = argv[max_size_at];
+        if (!strncmp(size, "--max-size=", 11))
+            size += 11;
+        return run_verb("config", 3, (char *[]){"config", "max_size", size, NULL});
+    }
     if (i >= argc) {
         usage(stderr);
         return CLI_USAGE;
@@ -144,10 +294,5 @@ int main(int argc, char **argv)
                 return verbs[v].fn(2, help_argv);
         return cli_usage_error(NULL, "no verb '%s'", argv[i + 1]);
     }
-    for (size_t v = 0; v < sizeof(verbs) / sizeof(verbs[0]); v++)
-        if (!strcmp(verbs[v].name, name)) {
-            int status = check_config(argc - i, argv + i);
-            return status >= 0 ? status : verbs[v].fn(argc - i, argv + i);
-        }
-    return cli_usage_error(NULL, "no verb '%s'", name);
+    return run_verb(name, argc - i, argv + i);
 }

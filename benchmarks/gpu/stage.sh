@@ -10,6 +10,11 @@
 #   bin/       kcache, test_gpu, test_gpu_nodriver, bench_gpu_start, bench_compile (release)
 #   lib/       libkcache.so.0 and every library it loads but glibc's (the GPU
 #              image may lack them): libb2, libgomp, libzstd, liblz4, libsqlite3, libhiredis
+#   lib/nvrtc-shim/libnvrtc.so.N  the drop-in NVRTC, where bin/kcache's `kcache run`
+#              looks for it (../lib/nvrtc-shim/ beside bin/), so that
+#              benchmarks/gpu/dropin/dropin.py runs as staged:
+#                LD_LIBRARY_PATH=.dev/gpu/lib python3 benchmarks/gpu/dropin/dropin.py \
+#                    --kcache .dev/gpu/bin/kcache
 #   asan/bin, asan/lib   test_gpu and libkcache.so.0 built with ASan+UBSan,
 #              and libasan/libubsan from this compiler
 #   MANIFEST   what was built, from which commit, when
@@ -25,8 +30,12 @@ limit_mb=50
 die() { echo "stage: $*" >&2; exit 1; }
 
 # Only the targets the GPU machine runs: the 2 shared cores here are precious.
+cuda_major=$(sed -n 's/^#define CUDA_VERSION \([0-9]*\)[0-9][0-9][0-9]$/\1/p' \
+    /usr/local/cuda/include/cuda.h 2>/dev/null | head -1)
+[ -n "$cuda_major" ] || die "cannot read the CUDA major version from /usr/local/cuda/include/cuda.h"
+shim=lib/nvrtc-shim/libnvrtc.so.$cuda_major
 targets=(cli/kcache tests/gpu/test_gpu tests/gpu/test_gpu_nodriver
-         benchmarks/gpu/bench_gpu_start benchmarks/bench_compile)
+         benchmarks/gpu/bench_gpu_start benchmarks/bench_compile "$shim")
 
 setup() { # DIR ARGS...
     local dir=$1; shift
@@ -61,16 +70,20 @@ mkdir -p "$dev/bin" "$dev/lib"
 cp build-gpu/cli/kcache build-gpu/tests/gpu/test_gpu build-gpu/tests/gpu/test_gpu_nodriver \
     build-gpu/benchmarks/gpu/bench_gpu_start build-gpu/benchmarks/bench_compile "$dev/bin/"
 cp -L build-gpu/lib/libkcache.so.0 "$dev/lib/libkcache.so.0"
-# Every library libkcache.so.0 loads, directly or not, except glibc's own
+mkdir -p "$dev/lib/nvrtc-shim"
+cp -L "build-gpu/$shim" "$dev/$shim"
+# Every library libkcache.so.0 and the drop-in load, directly or not, except glibc's own
 # (the GPU image has those): the list follows the build (hiredis and lz4
 # came with the remote tier and the compression setting).
-for so in $(ldd build-gpu/lib/libkcache.so.0 | awk '$3 ~ /^\// { print $1 }'); do
-    case $so in
-    libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | ld-linux*) continue ;;
-    esac
-    cp "$(libpath "$so")" "$dev/lib/$so"
+for from in build-gpu/lib/libkcache.so.0 "build-gpu/$shim"; do
+    for so in $(ldd "$from" | awk '$3 ~ /^\// { print $1 }'); do
+        case $so in
+        libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | ld-linux*) continue ;;
+        esac
+        [ -e "$dev/lib/$so" ] || cp "$(libpath "$so" "$from")" "$dev/lib/$so"
+    done
 done
-strip --strip-unneeded "$dev/bin/"* "$dev/lib/"* 2>/dev/null || true
+strip --strip-unneeded "$dev/bin/"* "$dev/lib/"*.so* "$dev/$shim" 2>/dev/null || true
 
 if [ $asan = 1 ]; then
     mkdir -p "$dev/asan/bin" "$dev/asan/lib"

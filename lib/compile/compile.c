@@ -391,7 +391,8 @@ static int header_of(void *ud, int tag, const uint8_t *data, size_t n)
  * key still holds, and its key is in the store. Returns 1 (r filled), 0 (go
  * the long way: nothing holds, or the entry is gone), or KCACHE_ENOMEM.
  */
-static int manifest_hit(kcache_compiler *c, const struct work *w, struct kc_result *r)
+static int manifest_hit(kcache_compiler *c, const struct work *w, unsigned flags,
+                        struct kc_result *r)
 {
     kc_manifest_row *rows = NULL;
     size_t n = 0;
@@ -406,7 +407,10 @@ static int manifest_hit(kcache_compiler *c, const struct work *w, struct kc_resu
         kcache_entry *e = NULL;
         if (holds < 0) {
             rc = holds;
-        } else if (holds == 1 && kcache_store_get(&e, c->store, &rows[i].key, 0) == 0) {
+        } else if (holds == 1 &&
+                   kcache_store_get(&e, c->store, &rows[i].key,
+                                    flags & KCACHE_COMPILE_UNCOUNTED ? KCACHE_GET_NO_COUNT : 0) ==
+                       0) {
             kc_result_from_entry(r, e);
             r->pub.key = rows[i].key;
             r->pub.key_material = e->key_material;
@@ -477,6 +481,10 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     struct work w;
     memset(&w, 0, sizeof(w));
     int rc = prepare(c, req, &w, r);
+    /* What fails here never reached NVRTC (a source that cannot be read, an
+     * architecture that is not one): a bad request, counted apart from
+     * failed compiles. */
+    int bad_request = rc != 0;
     if (rc)
         goto unkeyed;
     int try_manifest = c->store && !(req->flags & (KCACHE_COMPILE_NO_CACHE |
@@ -484,7 +492,7 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
                                                    KCACHE_COMPILE_KEY_ONLY));
     int have_base = c->store && derive_base(c, req, &w) == 0;
     if (try_manifest && have_base) {
-        int hit = manifest_hit(c, &w, r);
+        int hit = manifest_hit(c, &w, req->flags, r);
         if (hit < 0) {
             rc = hit;
             goto out;
@@ -547,7 +555,7 @@ unkeyed:
     /* A source that cannot be read or options that cannot be keyed: a failed
      * compile as far as stats is concerned, but not a probe's. */
     if (c->store && !(req->flags & (KCACHE_COMPILE_KEY_ONLY | KCACHE_COMPILE_NO_CACHE)))
-        kc_store_count(c->store, "errors", 1);
+        kc_store_count(c->store, bad_request ? "request_errors" : "errors", 1);
 out:
     kc_work_free(&w);
     return rc;

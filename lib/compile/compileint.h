@@ -98,8 +98,8 @@ int kc_result_run(kcache_result **out, kcache_compiler *c, const void *request,
 int kc_result_finish(struct kc_result *r, int rc, uint64_t t0, kcache_result **out);
 
 /* 1: a hit (r filled); 0: compile (*leased: this process holds the lease); <0: store error. */
-int kc_lookup_or_lease(kcache_compiler *c, const kcache_key *key, struct kc_result *r,
-                       int *leased);
+int kc_lookup_or_lease(kcache_compiler *c, const kcache_key *key, unsigned get_flags,
+                       struct kc_result *r, int *leased);
 
 /* Everything a request turns into before the key. */
 struct work {

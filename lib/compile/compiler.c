@@ -197,7 +197,8 @@ int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, uns
 {
     int leased = 0;
     if (use_store && !(flags & KCACHE_COMPILE_REFRESH)) {
-        int found = kc_lookup_or_lease(c, &r->pub.key, r, &leased);
+        unsigned get_flags = flags & KCACHE_COMPILE_UNCOUNTED ? KCACHE_GET_NO_COUNT : 0;
+        int found = kc_lookup_or_lease(c, &r->pub.key, get_flags, r, &leased);
         if (found == 1)
             return 0;
         if (found < 0) {
@@ -233,7 +234,8 @@ int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, uns
         if (rc) {
             kc_store_count(c->store, "errors", 1);
         } else {
-            kc_store_count_miss(c->store, step->arch, step->kind);
+            if (!(flags & KCACHE_COMPILE_UNCOUNTED))
+                kc_store_count_miss(c->store, step->arch, step->kind);
             step->store(step->ctx, r);
         }
     }

@@ -67,8 +67,8 @@ void kc_heartbeat_stop(struct heartbeat *h)
  * (*leased says whether it holds the lease), or a negative store error (the
  * caller compiles without the cache).
  */
-int kc_lookup_or_lease(kcache_compiler *c, const kcache_key *key, struct kc_result *r,
-                       int *leased)
+int kc_lookup_or_lease(kcache_compiler *c, const kcache_key *key, unsigned get_flags,
+                       struct kc_result *r, int *leased)
 {
     kcache_store *s = c->store;
     uint64_t deadline = kc_mono_ns() + (uint64_t)c->wait_timeout_ms * 1000000u;
@@ -76,7 +76,7 @@ int kc_lookup_or_lease(kcache_compiler *c, const kcache_key *key, struct kc_resu
     *leased = 0;
     for (;;) {
         kcache_entry *e = NULL;
-        int rc = kcache_store_get(&e, s, key, 0);
+        int rc = kcache_store_get(&e, s, key, get_flags);
         if (rc == 0) {
             kc_result_from_entry(r, e);
             return 1;
@@ -88,7 +88,7 @@ int kc_lookup_or_lease(kcache_compiler *c, const kcache_key *key, struct kc_resu
             return rc;
         if (acquired) {
             /* The owner may have finished between the get and the lease. */
-            if (kcache_store_get(&e, s, key, 0) == 0) {
+            if (kcache_store_get(&e, s, key, get_flags) == 0) {
                 kc_store_lease_release(s, key);
                 kc_result_from_entry(r, e);
                 return 1;

@@ -160,6 +160,8 @@ SHIM_API nvrtcResult nvrtcVersion(int *major, int *minor)
         *minor = mi;
         return NVRTC_SUCCESS;
     }
+    if (major && minor && !kc_real_loaded() && kc_shim_hit_version(major, minor) == 0)
+        return NVRTC_SUCCESS;
     FORWARD_GLOBAL(Version(major, minor));
 }
 

@@ -512,6 +512,7 @@ struct miss {
     struct prog *p;
     kcache_kind kind;
     int compile;             /* compile p first (else it is compiled already) */
+    int beside;              /* the PTX kept beside a CUBIN: not a lookup of its own */
     int ran;                 /* kcache called us: a miss */
     nvrtcResult rc;          /* NVIDIA's answer to the compile */
     struct output_buf out;
@@ -611,6 +612,7 @@ static int through_cache(kcache_result **out, kcache_compiler *c, struct prog *p
     req.header_contents = (const char *const *)p->headers;
     req.compile = compile_miss;
     req.compile_userdata = m;
+    req.flags = m->beside ? KCACHE_COMPILE_UNCOUNTED : 0;
     kc_shim_enter();
     int rc = kcache_compile(out, c, &req);
     kc_shim_leave();
@@ -628,6 +630,58 @@ static nvrtcResult compile_real(struct prog *p)
     if (rc != NVRTC_SUCCESS)
         return rc;
     return p->compile_rc = api->CompileProgram(p->real, p->n_opts, (const char *const *)p->opts);
+}
+
+/*
+ * nvrtcVersion on a hit, without loading NVIDIA's library (PyTorch asks it
+ * around each compile, and pip's libnvrtc.so.13 has no version in its name).
+ * Sound because of what a hit is: its key holds the build-id of the very
+ * file this process would load (kc_real_path(), read without loading it)
+ * and that path itself, and the entry's toolchain, "nvrtc X.Y (drop-in,
+ * PATH)", is what a library of that build answered when it made the entry.
+ * One build answers one version. An entry whose toolchain names another
+ * path, or is in another form (not the drop-in's), answers nothing: NVRTC
+ * is asked. The toolchain text is not part of the key: an entry from a
+ * bundle carries what its maker wrote, as it carries its artifact.
+ */
+static kcache_key last_hit;
+static int have_hit;
+
+static void note_hit(const kcache_key *key)
+{
+    pthread_mutex_lock(&state_lock);
+    last_hit = *key;
+    have_hit = 1;
+    pthread_mutex_unlock(&state_lock);
+}
+
+int kc_shim_hit_version(int *major, int *minor)
+{
+    pthread_mutex_lock(&state_lock);
+    kcache_key key = last_hit;
+    int known = have_hit;
+    kcache_compiler *c = compiler;
+    pthread_mutex_unlock(&state_lock);
+    const char *path = kc_real_path();
+    kcache_store *s = c ? kcache_compiler_store(c) : NULL;
+    kcache_entry *e = NULL;
+    if (!known || !path || !s)
+        return -1;
+    kc_shim_enter();
+    int rc = kcache_store_get(&e, s, &key, KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA);
+    kc_shim_leave();
+    int ma, mi, end = 0, ok = 0;
+    if (rc == 0 && e->toolchain &&
+        sscanf(e->toolchain, "nvrtc %d.%d (drop-in, %n", &ma, &mi, &end) == 2 && end > 0) {
+        size_t n = strlen(path);
+        ok = !strncmp(e->toolchain + end, path, n) && !strcmp(e->toolchain + end + n, ")");
+    }
+    kcache_entry_free(e);
+    if (!ok)
+        return -1;
+    *major = ma;
+    *minor = mi;
+    return 0;
 }
 
 SHIM_API nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions,
@@ -674,6 +728,7 @@ SHIM_API nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions,
             count(R_NOT_KEYED);
     } else if (rc == 0 && res->hit && res->kind == kind && res->n_names == p->n_exprs) {
         atomic_fetch_add(&hit_count, 1);
+        note_hit(&res->key);
         p->hit = res;
         res = NULL;
         p->compile_rc = nrc = NVRTC_SUCCESS;
@@ -686,7 +741,7 @@ SHIM_API nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions,
     kcache_result_free(res);
     /* An sm_XX compile also makes PTX: kept under the key of its own kind. */
     if (m.ran && keyed && nrc == NVRTC_SUCCESS && kind == KCACHE_KIND_CUBIN && p->real) {
-        struct miss ptx = {.p = p, .kind = KCACHE_KIND_PTX};
+        struct miss ptx = {.p = p, .kind = KCACHE_KIND_PTX, .beside = 1};
         through_cache(&res, c, p, &ptx);
         miss_free(&ptx);
         kcache_result_free(res);
@@ -701,7 +756,7 @@ void kc_prog_load_hit_ptx(struct prog *p)
     if (!c || !kcache_compiler_store(c))
         return;
     /* A miss here compiles (compile_miss), and NVIDIA's program answers from then on. */
-    struct miss m = {.p = p, .kind = KCACHE_KIND_PTX, .compile = 1};
+    struct miss m = {.p = p, .kind = KCACHE_KIND_PTX, .compile = 1, .beside = 1};
     kcache_result *res = NULL;
     if (through_cache(&res, c, p, &m) == 0 && !m.ran && res->hit &&
         res->kind == KCACHE_KIND_PTX) {

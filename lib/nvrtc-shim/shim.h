@@ -46,6 +46,12 @@ const char *kc_real_error(void);
 /* The real library's file (realpath), or NULL if none was found. Never loads it. */
 const char *kc_real_path(void);
 
+/*
+ * nvrtcVersion without loading NVIDIA's library, once this process has
+ * served a hit (shim.c). 0 with the version, or -1: ask the library.
+ */
+int kc_shim_hit_version(int *major, int *minor);
+
 /* For fork: shim.c takes its own lock, then this one, and releases both after. */
 void kc_real_lock(void);
 void kc_real_unlock(void);

@@ -268,14 +268,34 @@ static int evict(kcache_store *s, const kcache_prune_options *o, int filtered, u
     return rc;
 }
 
+/* The bytes of the pages in use: what the file shrinks to once the free
+ * pages and the WAL are handed back. */
+static uint64_t live_bytes(kcache_store *s, int *rc)
+{
+    int64_t page_size = query_int(s, "PRAGMA page_size", rc);
+    int64_t pages = *rc ? 0 : query_int(s, "PRAGMA page_count", rc);
+    int64_t free_pages = *rc ? 0 : query_int(s, "PRAGMA freelist_count", rc);
+    return *rc || pages < free_pages ? 0 : (uint64_t)((pages - free_pages) * page_size);
+}
+
 /* Evicts LRU entries until the files on disk fit in target bytes. */
 static int fit_size(kcache_store *s, const kcache_prune_options *o, uint64_t target,
-                    kcache_prune_result *r)
+                    kcache_prune_result *r, int *released)
 {
     int rc = 0;
     if (o->dry_run) {
-        uint64_t used = disk_bytes(s);
-        return used > target ? evict(s, o, 0, UINT64_MAX, used - target, r) : 0;
+        /*
+         * As the real prune below: free pages and the WAL go back first, and
+         * only what is still over the target is evicted. Measuring database +
+         * WAL instead predicted evictions a prune then did not make.
+         */
+        if (disk_bytes(s) <= target)
+            return 0;
+        *released = 1;
+        uint64_t live = live_bytes(s, &rc);
+        uint64_t gone = r->evicted_bytes + r->evicted * KC_ENTRY_OVERHEAD;
+        live = live > gone ? live - gone : 0;
+        return rc || live <= target ? rc : evict(s, o, 0, UINT64_MAX, live - target, r);
     }
     /* Each round measures the real files, so an estimate that was off is
      * corrected by the next round rather than trusted. */
@@ -307,6 +327,71 @@ static int fit_size(kcache_store *s, const kcache_prune_options *o, uint64_t tar
     return 0;
 }
 
+/*
+ * Deletes victims from the LRU end inside the caller's transaction until
+ * `count` entries or `bytes` bytes are gone (a dry run, rolled back after).
+ */
+static int delete_in_txn(kcache_store *s, const kcache_prune_options *o, int filtered,
+                         uint64_t count, uint64_t bytes, kcache_prune_result *r)
+{
+    uint64_t done_n = 0, done_bytes = 0;
+    while (done_n < count && done_bytes < bytes) {
+        struct batch b;
+        int64_t deleted = 0;
+        int rc = fill_batch(s, &b, o, filtered, count - done_n, bytes - done_bytes, 0);
+        if (!rc && b.n)
+            rc = delete_victims(s, &b, o, filtered, &deleted);
+        if (rc)
+            return rc;
+        if (deleted <= 0)
+            break;
+        r->evicted += (uint64_t)deleted;
+        r->evicted_bytes += b.bytes;
+        done_n += (uint64_t)deleted;
+        done_bytes += b.bytes + (uint64_t)deleted * KC_ENTRY_OVERHEAD;
+    }
+    return 0;
+}
+
+/*
+ * A dry run does what the prune would, in one write transaction that is
+ * rolled back: the same victims, and the pages they free measured rather
+ * than estimated from their sizes (a leaf page half emptied frees nothing,
+ * and a WAL or free pages go back before anything is evicted). Estimates
+ * from sizes said "would evict 25" where the prune then evicted none.
+ */
+static int prune_dry_locked(kcache_store *s, const kcache_prune_options *o, kcache_prune_result *r)
+{
+    int rc;
+    if ((rc = kc_db_begin_write(s)))
+        return rc;
+    if (o->accessed_before && (rc = delete_in_txn(s, o, 1, UINT64_MAX, UINT64_MAX, r)))
+        goto out;
+    if (o->max_entries) {
+        int64_t entries = query_int(s, "SELECT entries FROM totals", &rc);
+        if (rc || (entries > (int64_t)o->max_entries &&
+                   (rc = delete_in_txn(s, o, 0, (uint64_t)entries - o->max_entries, UINT64_MAX,
+                                       r))))
+            goto out;
+    }
+    uint64_t target = o->max_size ? o->max_size : s->max_size;
+    int released = r->evicted > 0;
+    if (target != UINT64_MAX && r->disk_before > target) {
+        released = 1;
+        for (int round = 0; round < 64; round++) {
+            uint64_t live = live_bytes(s, &rc), before = r->evicted;
+            if (rc || live <= target ||
+                (rc = delete_in_txn(s, o, 0, UINT64_MAX, live - target, r)) ||
+                r->evicted == before)
+                break;
+        }
+    }
+    r->disk_after = released ? live_bytes(s, &rc) : r->disk_before;
+out:
+    kc_db_rollback(s);
+    return rc;
+}
+
 static int prune_locked(kcache_store *s, const kcache_prune_options *o, kcache_prune_result *r)
 {
     int rc;
@@ -318,6 +403,16 @@ static int prune_locked(kcache_store *s, const kcache_prune_options *o, kcache_p
         return rc;
     if ((rc = kc_flush_locked(s, !o->dry_run)))
         return rc;
+    /* Where the store cannot take a write lock (read-only), an estimate from sizes. */
+    if (o->dry_run && kc_db_writable(s) == 0) {
+        kcache_prune_result measured = *r;
+        if ((rc = prune_dry_locked(s, o, &measured)) == 0) {
+            *r = measured;
+            return 0;
+        }
+        if (rc != KCACHE_EBUSY)
+            return rc;
+    }
     if (o->accessed_before && (rc = evict(s, o, 1, UINT64_MAX, UINT64_MAX, r)))
         return rc;
     if (o->max_entries) {
@@ -331,7 +426,8 @@ static int prune_locked(kcache_store *s, const kcache_prune_options *o, kcache_p
             return rc;
     }
     uint64_t target = o->max_size ? o->max_size : s->max_size;
-    if (target != UINT64_MAX && (rc = fit_size(s, o, target, r)))
+    int released = 0;
+    if (target != UINT64_MAX && (rc = fit_size(s, o, target, r, &released)))
         return rc;
     if (!o->dry_run && r->evicted && (rc = release_space(s)))
         return rc;
@@ -339,7 +435,12 @@ static int prune_locked(kcache_store *s, const kcache_prune_options *o, kcache_p
         /* An estimate from what the entries take: the pages they free are
          * handed back by a real prune, which this one does not do. */
         uint64_t freed = r->evicted_bytes + r->evicted * KC_ENTRY_OVERHEAD;
-        r->disk_after = freed < r->disk_before ? r->disk_before - freed : 0;
+        uint64_t base = r->disk_before;
+        if (r->evicted || released) /* a real prune hands back free pages and the WAL */
+            base = live_bytes(s, &rc);
+        if (rc)
+            return rc;
+        r->disk_after = freed < base ? base - freed : 0;
     } else {
         r->disk_after = disk_bytes(s);
     }

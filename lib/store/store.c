@@ -422,7 +422,8 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
     }
     if (!(flags & KCACHE_GET_NO_TOUCH)) {
         kc_touch(s, key);
-        kc_usage_add(s, r.arch, r.kind, 1, 0, r.compile_ns);
+        if (!(flags & KCACHE_GET_NO_COUNT))
+            kc_usage_add(s, r.arch, r.kind, 1, 0, r.compile_ns);
     }
 out:
     sqlite3_reset(st);

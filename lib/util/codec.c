@@ -40,9 +40,6 @@
  */
 #define KC_LZ4HC_LEVEL 4
 
-/* Below this, a frame's header and checksum outweigh what compression saves. */
-#define KC_RAW_BELOW 64
-
 /* Made on first use: a store that only reads lz4 or raw rows never makes zstd's. */
 struct kc_codec_ctx {
     ZSTD_CCtx *cctx;

@@ -67,6 +67,10 @@ void kc_digest(uint8_t out[KC_DIGEST_SIZE], const void *data, size_t size);
  * input, or method none). The encoding is a pure function of the input and
  * the method.
  */
+/* Below this, a frame's header and checksum outweigh what compression saves:
+ * such bytes are always stored raw. */
+#define KC_RAW_BELOW 64
+
 int kc_encode(kc_codec_ctx *ctx, kc_buf *out, int *codec, int method, const void *raw,
               size_t size);
 

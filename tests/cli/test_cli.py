@@ -624,10 +624,10 @@ def test_config(root):
     c.run("config", "disable", "true")
     by = {s["name"]: s for s in c.json("config")["settings"]}
     check(by["busy_timeout"]["value"] == "250" and by["disable"]["value"] == "true", "%r" % by)
-    _, err = c.run("config", "max_size", "huge", rc=1)
+    _, err = c.run("config", "max_size", "huge", rc=2)
     check(err.startswith("kcache: ") and "max_size" in err, "bad value: %r" % err)
     c.run("config", "no_such", rc=2)
-    c.run("config", "path", "/tmp/x", rc=1)
+    c.run("config", "path", "/tmp/x", rc=2)
     c.run("config", "--unset", "disable")
     by = {s["name"]: s for s in c.json("config")["settings"]}
     check(by["disable"]["source"] == "default", "--unset left %r" % by["disable"])
@@ -666,7 +666,7 @@ def test_compression(root):
             check(len(c.get(key)) == 30000, "%s entry %s not readable" % (setting, key[:8]))
     v = c.json("verify")
     check(v["entries"] == 12 and v["damaged_entries"] == 0, "verify %r" % v)
-    _, err = c.run("config", "compression", "gzip", rc=1)
+    _, err = c.run("config", "compression", "gzip", rc=2)
     check(err.startswith("kcache: ") and "zstd, lz4 or none" in err and "\n" not in err.strip(),
           "bad value: %r" % err)
     _, err = c.run("stats", rc=2, env={"KCACHE_COMPRESSION": "fast"})

@@ -98,7 +98,7 @@ def test_outputs_and_get(root):
     check(got == data, "kcache get gives the same bytes")
     outdir = os.path.join(root, "out")
     r = compile_json(c, os.path.join(src, "saxpy.cu"), os.path.join(src, "tiled_gemm.cu"),
-                     "--arch", "sm_90,sm_80", "-o", outdir, "-j", "2")
+                     "--arch", "sm_90,sm_80", "-o", outdir + "/", "-j", "2")
     check(len(r["items"]) == 4 and r["errors"] == 0, "2 files x 2 archs")
     names = sorted(os.listdir(outdir))
     check(names == ["saxpy.sm_80.cubin", "saxpy.sm_90.cubin", "tiled_gemm.sm_80.cubin",

@@ -55,7 +55,8 @@ def main():
         bundle = os.path.join(root, "b.kcache")
         for args in (("ls",), ("stats",), ("config",), ("path",), ("verify",),
                      ("inspect", key[:8]), ("prune", "--dry-run"), ("export", bundle),
-                     ("import", bundle), ("clear",), ("vacuum",), ("version",)):
+                     ("import", bundle), ("recompress", "--dry-run"), ("recompress",),
+                     ("clear",), ("vacuum",), ("version",)):
             keys(json.loads(run(*args, "--json", rc=0)), printed)
         src = os.path.join(root, "saxpy.cu")
         with open(src, "w") as f:
@@ -73,7 +74,7 @@ def main():
         page = read("doc", "kcache.1")
         completion = read("completion", "kcache.bash")
         verbs = ["compile", "explain", "stats", "ls", "inspect", "get", "prune", "export",
-                 "import", "verify", "config"]
+                 "import", "verify", "config", "recompress", "run"]
         for verb in [None] + verbs:
             text = run("--help") if verb is None else run(verb, "--help")
             for opt in sorted(set(re.findall(r"(?<![\w-])(--[a-z][a-z_-]+)", text))):

@@ -101,6 +101,11 @@ enum kcache_compile_flags {
      * driver in every process (a saxpy miss: 324 ms against 54 ms on an H200)
      * and saves only the back end. Never part of the key. */
     KCACHE_COMPILE_NVRTC_CACHE = 1 << 3,
+    /* A lookup beside another the caller counts (the drop-in keeps an sm_XX
+     * compile's PTX next to its CUBIN): neither a hit nor a miss in stats,
+     * so one compile request is one lookup. The entry is stored and its use
+     * recorded as for any other. */
+    KCACHE_COMPILE_UNCOUNTED = 1 << 4,
 };
 
 #define KCACHE_REQUEST_VERSION 2

@@ -167,6 +167,9 @@ enum kcache_get_flags {
     KCACHE_GET_NO_TOUCH = 1 << 0, /* do not count a hit or a miss (inspect, export) */
     KCACHE_GET_INPUTS = 1 << 1,   /* also load the stored inputs */
     KCACHE_GET_NO_DATA = 1 << 2,  /* metadata only: data is NULL, size the raw size */
+    /* record the use (LRU) but count no hit: a lookup made beside another
+     * that the caller counts (KCACHE_COMPILE_UNCOUNTED) */
+    KCACHE_GET_NO_COUNT = 1 << 3,
 };
 
 /*
@@ -400,6 +403,62 @@ KCACHE_DEFINE_INIT(kcache_prune_result, kcache_prune_result_init, KCACHE_PRUNE_R
  */
 KCACHE_API int kcache_store_prune(kcache_prune_result *out, kcache_store *store,
                                   const kcache_prune_options *options);
+
+/* One codec's share of the stored entries (kcache_store_recompress()). */
+typedef struct kcache_codec_usage {
+    char codec[16];          /* "none", "zstd", "lz4", or "unknown" (a newer kcache's) */
+    uint64_t entries;
+    uint64_t raw_bytes;
+    uint64_t stored_bytes;
+} kcache_codec_usage;
+
+#define KCACHE_RECOMPRESS_OPTIONS_VERSION 1
+
+typedef struct kcache_recompress_options {
+    unsigned version;            /* KCACHE_RECOMPRESS_OPTIONS_VERSION */
+    size_t batch;                /* entries per transaction; 0: a default */
+    int dry_run;                 /* count what would be re-encoded; change nothing */
+    /* optional: ("recompressing", done, total), as kcache_progress_fn (bundle.h) */
+    void (*progress)(void *userdata, const char *phase, uint64_t done, uint64_t total);
+    void *userdata;
+} kcache_recompress_options;
+
+KCACHE_DEFINE_INIT(kcache_recompress_options, kcache_recompress_options_init,
+                   KCACHE_RECOMPRESS_OPTIONS_VERSION)
+#define KCACHE_RECOMPRESS_OPTIONS_INIT                                                             \
+    KCACHE_VERSIONED_INIT(kcache_recompress_options_init, KCACHE_RECOMPRESS_OPTIONS_VERSION)
+
+#define KCACHE_RECOMPRESS_RESULT_VERSION 1
+
+/* Filled by kcache_store_recompress(); the caller sets version (KCACHE_RECOMPRESS_RESULT_INIT). */
+typedef struct kcache_recompress_result {
+    unsigned version;                  /* KCACHE_RECOMPRESS_RESULT_VERSION */
+    char codec[16];                    /* what entries are re-encoded to: the store's setting */
+    kcache_codec_usage before[4];      /* per codec, before (none, zstd, lz4, unknown) */
+    uint64_t to_recompress;            /* entries in another codec than the setting */
+    uint64_t recompressed;             /* re-encoded and written */
+    uint64_t kept;                     /* left as they are: compressing them does not pay */
+    uint64_t skipped;                  /* damaged or in a codec this build cannot read */
+    uint64_t stored_before;            /* stored bytes of the entries re-encoded, before */
+    uint64_t stored_after;             /* and after */
+} kcache_recompress_result;
+
+KCACHE_DEFINE_INIT(kcache_recompress_result, kcache_recompress_result_init,
+                   KCACHE_RECOMPRESS_RESULT_VERSION)
+#define KCACHE_RECOMPRESS_RESULT_INIT                                                              \
+    KCACHE_VERSIONED_INIT(kcache_recompress_result_init, KCACHE_RECOMPRESS_RESULT_VERSION)
+
+/*
+ * Re-encodes stored artifacts to the store's compression setting, a batch
+ * per write transaction: stopped at any moment (a kill, a full disk), every
+ * entry is whole in its old codec or its new one, and the next run goes on.
+ * Each artifact is decoded and checked against its digest before it is
+ * re-encoded; one that fails is left for get and verify to deal with
+ * (counted in skipped). Entries are served the same bytes before and after.
+ * out may be NULL; options NULL means the defaults.
+ */
+KCACHE_API int kcache_store_recompress(kcache_recompress_result *out, kcache_store *store,
+                                       const kcache_recompress_options *options);
 
 /* Rebuilds the file (VACUUM) and truncates the WAL. */
 KCACHE_API int kcache_store_vacuum(kcache_store *store);

@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""A new user, from the README: its commands, run as written, each answer checked.
+
+Usage: test_new_user.py KCACHE KCACHE_FILL SOURCE_ROOT BUILD_ROOT [TEST-NAME...]
+
+Every command run here is first looked up in README.md word for word, so a
+README that drifts from what works fails this test. The install goes into a
+scratch DESTDIR from the build at hand (meson install --no-rebuild), and the
+files are checked where the README says they land. Compiles need NVRTC (a
+CUDA toolkit); without it those are skipped with a note. The rows of the
+table of what a new user tripped over are test_ux.py's, in the same suite.
+"""
+import glob
+import hashlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+BUILD_ROOT = os.path.abspath(sys.argv.pop(4)) if len(sys.argv) > 4 else None
+SOURCE_ROOT = os.path.abspath(sys.argv.pop(3)) if len(sys.argv) > 3 else None
+import test_cli as base  # noqa: E402
+from test_cli import Cache, check  # noqa: E402
+
+with open(os.path.join(SOURCE_ROOT, "README.md")) as _f:
+    README = _f.read()
+
+
+def in_readme(command):
+    """The command as the README spells it (inline code or a shell line)."""
+    check(command in README, "the README has %r" % command)
+    return command
+
+
+def kcache(c, command, rc=0, env=None):
+    """Runs a README command line that starts with 'kcache' in the cache c, from SOURCE_ROOT."""
+    in_readme(command)
+    args = shlex.split(command)
+    check(args[0] == "kcache", command)
+    e = dict(c.env)
+    e.update(env or {})
+    p = subprocess.run([base.KCACHE] + args[1:], env=e, capture_output=True, cwd=c.cwd,
+                       timeout=300)
+    out, err = p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+    if rc is not None and p.returncode != rc:
+        raise base.Failure("%s: exit %d, wanted %d\nstdout: %s\nstderr: %s"
+                           % (command, p.returncode, rc, out[:2000], err[:2000]))
+    return out, err
+
+
+def new_cache(root):
+    c = Cache(root)
+    c.cwd = root
+    return c
+
+
+def can_compile(c):
+    p = subprocess.run([base.KCACHE, "compile", os.path.join(SOURCE_ROOT, "examples", "saxpy.cu"),
+                        "--arch", "sm_90", "--no-cache"], env=c.env, capture_output=True)
+    if p.returncode != 0:
+        print("note: no NVRTC here: the README's compiles are not run")
+    return p.returncode == 0
+
+
+def test_install_puts_things_where_the_readme_says(root):
+    line = next(l for l in README.splitlines() if l.startswith("meson setup build-user"))
+    check("-Dtests=false -Dbenchmarks=false" in line and "meson install" in line, line)
+    with open(os.path.join(SOURCE_ROOT, "meson_options.txt")) as f:
+        options = f.read()
+    check("option('tests'" in options and "option('benchmarks'" in options,
+          "the user build's options exist")
+    if not os.access(os.path.join(BUILD_ROOT, "meson-logs"), os.W_OK):
+        print("note: the build directory is another user's: meson install cannot log there")
+        return
+    dest = os.path.join(root, "dest")
+    p = subprocess.run(["meson", "install", "-C", BUILD_ROOT, "--no-rebuild", "--destdir", dest],
+                       capture_output=True, timeout=300)
+    check(p.returncode == 0, "meson install: %s" % p.stderr.decode()[-2000:])
+    prefix = json.loads(subprocess.run(["meson", "introspect", "--buildoptions", BUILD_ROOT],
+                                       capture_output=True).stdout)
+    opt = {o["name"]: o["value"] for o in prefix}
+    top = dest + opt["prefix"]
+    libdir = os.path.join(top, opt["libdir"])
+    want = {
+        "bin/kcache": os.path.join(top, "bin", "kcache"),
+        "libkcache.so": os.path.join(libdir, "libkcache.so"),
+        "the drop-in": os.path.join(libdir, "kcache", "libnvrtc.so.13"),
+        "kcache(1)": os.path.join(top, "share", "man", "man1", "kcache.1"),
+        "kcache-json(7)": os.path.join(top, "share", "man", "man7", "kcache-json.7"),
+        "the completion": os.path.join(top, "share", "bash-completion", "completions", "kcache"),
+        "the headers": os.path.join(top, "include", "kcache", "compile.h"),
+    }
+    for what, path in want.items():
+        check(os.path.exists(path), "%s installed at %s: %s" % (what, path,
+                                                               sorted(glob.glob(top + "/**", recursive=True))[:40]))
+    check("lib/<arch>/kcache/libnvrtc.so.13" in README and "share/bash-completion/completions/kcache"
+          in README and "/usr/local/bin" in README, "the README says where each goes")
+    # The installed kcache finds the installed drop-in.
+    out = subprocess.run([want["bin/kcache"], "run", "--print-shim"], capture_output=True,
+                         env=dict(os.environ, ASAN_OPTIONS="verify_asan_link_order=0"))
+    check(out.stdout.decode().strip() == os.path.realpath(want["the drop-in"]),
+          "run --print-shim from the install: %r" % out)
+
+
+def test_quick_start(root):
+    """The first command of the README: a miss, then a hit, then the stats."""
+    c = new_cache(root)
+    c.cwd = SOURCE_ROOT
+    if not can_compile(c):
+        return
+    cmd = "./build/cli/kcache compile examples/block_sort.cu --arch sm_90 -I /usr/local/cuda/include/cccl --std c++17"
+    in_readme(cmd)
+    if not os.path.isdir("/usr/local/cuda/include/cccl"):
+        print("note: no CCCL here: block_sort.cu not compiled")
+        return
+    rows = []
+    for _ in range(2):
+        out, _ = kcache(c, cmd.replace("./build/cli/kcache", "kcache"))
+        rows.append(out.split()[0])
+    check(rows == ["miss", "hit"], "a miss, then a hit: %s" % rows)
+    out, _ = kcache(c, "kcache stats")
+    check(re.search(r"^Hits:\s+1 /\s+2\b", out, re.M), out)
+    check(re.search(r"^Errors:\s+0\b", out, re.M), out)
+
+
+def test_commands_table(root):
+    c = new_cache(root)
+    compiles = can_compile(c)
+    k = os.path.join(root, "k.cu")
+    with open(os.path.join(SOURCE_ROOT, "examples", "saxpy.cu")) as f:
+        src = f.read()
+    with open(k, "w") as f:
+        f.write(src.replace("saxpy", "saxpy_n") + "\n#ifndef N\n#define N 1\n#endif\n")
+    os.makedirs(os.path.join(root, "inc"), exist_ok=True)
+    if compiles:
+        out, _ = kcache(c, "kcache compile k.cu --arch sm_90,sm_80 -I inc -D N=4 --std c++17 -j 4 -o out/")
+        check(sorted(os.listdir(os.path.join(root, "out"))) == ["k.sm_80.cubin", "k.sm_90.cubin"],
+              "out/ made with both: %s" % out)
+        out, _ = kcache(c, "kcache explain k.cu --arch sm_90 -D N=8")
+        check("miss" in out.lower() or "differ" in out.lower(), out)
+    else:
+        c.fill(3)
+    out, _ = kcache(c, "kcache stats")
+    check(re.search(r"^Entries:\s+[1-9]", out, re.M), out)
+    kcache(c, "kcache ls --arch sm_90 --sort size --limit 20")
+    key = json.loads(c.run("ls", "--json")[0])["entries"][0]["key"]
+    out, _ = kcache(c, "kcache stats -z")
+    check("Counters zeroed" in out, out)
+    kcache(c, "kcache prune --max-size 2G")
+    out, _ = kcache(c, "kcache prune --older-than 30d --arch sm_80 --dry-run")
+    check(out.startswith("Would evict 0 entries"), out)
+    kcache(c, "kcache export warm.kcache --arch sm_90 --since 7d")
+    check(os.path.getsize(os.path.join(root, "warm.kcache")) > 0, "a bundle")
+    kcache(c, "kcache export --dir out/")
+    check(os.path.exists(os.path.join(root, "out", "manifest.json")), "a manifest")
+    out, _ = kcache(c, "kcache import warm.kcache --dry-run")
+    check("Nothing to import" in out, "what is here already: %r" % out)
+    out, _ = kcache(c, "kcache verify")
+    kcache(c, "kcache config")
+    out, _ = kcache(c, "kcache config max_size 8G")
+    check("8.00 GiB" in out, out)
+    kcache(c, "kcache config max_size none")
+    check(c.run("config", "max_size")[0].strip() == "none", "no cap")
+    in_readme("kcache config compression lz4 && kcache recompress")
+    c.run("config", "compression", "lz4")
+    out, _ = kcache(c, "kcache recompress")
+    check("Recompressed" in out or "Nothing to recompress" in out, out)
+    kcache(c, "kcache vacuum")
+    out, _ = kcache(c, "kcache path")
+    check(out.strip() == c.db, out)
+    out, _ = kcache(c, "kcache version")
+    check(out.startswith("kcache "), out)
+    in_readme("kcache get 3fa2c1 -o k.cubin")
+    c.run("get", key[:6], "-o", os.path.join(root, "k.bin"))
+    in_readme("kcache inspect 3fa2c1 --log --source")
+    c.run("inspect", key[:6], "--log", "--source")
+    out, _ = kcache(c, "kcache clear")
+    check(c.json("stats")["entries"] == 0, out)
+
+
+def test_ccache_paragraph(root):
+    """Each command the 'For ccache users' paragraph names, with its meaning."""
+    c = new_cache(root)
+    c.fill(4, "--size", 20000)
+    para = README[README.index("**For ccache users.**"):]
+    para = para[:para.index("\n\n")]
+    for spelled in ("`kcache -s`", "`-z`", "`-C`", "`-c`", "`-p`", "`-M 5G`", "`-M 0`",
+                    "`-o max_size=8G`", "`-V`", "`--evict-older-than 30d`", "`-x`", "`-X\nlz4`",
+                    "`--checksum-file F`"):
+        check(spelled in para, "the paragraph names %s" % spelled)
+    out, _ = c.run("-s")
+    check(re.search(r"^Entries:\s+4\b", out, re.M), out)
+    c.run("-z")
+    c.run("-M", "5G")
+    check(c.json("stats")["max_size"] == 5 << 30, "-M 5G")
+    c.run("-M", "0")
+    check(c.json("stats")["max_size"] is None, "-M 0")
+    c.run("-o", "max_size=8G")
+    check(c.json("stats")["max_size"] == 8 << 30, "-o max_size=8G")
+    out, _ = c.run("-p")
+    check("8.00 GiB" in out, out)
+    check(c.run("-V")[0].startswith("kcache "), "-V")
+    out, _ = c.run("-x")
+    check(re.search(r"^zstd\s+4\s", out, re.M), out)
+    c.run("-X", "lz4")
+    out, _ = c.run("-x")
+    check(re.search(r"^lz4\s+4\s", out, re.M), out)
+    c.run("--evict-older-than", "30d")
+    check(c.json("stats")["entries"] == 4, "nothing that old")
+    f = os.path.join(root, "F")
+    with open(f, "wb") as fh:
+        fh.write(b"x" * 100)
+    out, _ = c.run("--checksum-file", f)
+    check(out.strip() == hashlib.blake2b(b"x" * 100, digest_size=32).hexdigest(), out)
+    c.run("-c")
+    c.run("-C")
+    check(c.json("stats")["entries"] == 0, "-C")
+
+
+def main():
+    return base.run_tests(globals())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
