@@ -8,12 +8,62 @@
  *
  * SOURCE is read from disk and handed over in memory under NAME; each -H hands
  * over FILE's text as the in-memory header NAME. With -arch=compute_XX the
- * output is PTX, else CUBIN.
+ * output is PTX, else CUBIN. Built with NVRTC_ONE_DLOPEN, it dlopen()s
+ * libnvrtc.so.13 by name (found through its own RUNPATH, as PyTorch does).
  */
 #include <nvrtc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#ifdef NVRTC_ONE_DLOPEN
+#include <dlfcn.h>
+
+#define NVRTC_ONE_FUNCS(X)                                                                         \
+    X(nvrtcCreateProgram)                                                                          \
+    X(nvrtcCompileProgram)                                                                         \
+    X(nvrtcGetProgramLogSize)                                                                      \
+    X(nvrtcGetProgramLog)                                                                          \
+    X(nvrtcGetPTXSize)                                                                             \
+    X(nvrtcGetPTX)                                                                                 \
+    X(nvrtcGetCUBINSize)                                                                           \
+    X(nvrtcGetCUBIN)                                                                               \
+    X(nvrtcDestroyProgram)
+#define DECLARE(f) static __typeof__(&f) p_##f;
+NVRTC_ONE_FUNCS(DECLARE)
+#define LOAD(f)                                                                                    \
+    do {                                                                                           \
+        void *s_ = dlsym(h, #f);                                                                   \
+        if (!s_)                                                                                   \
+            return -1;                                                                             \
+        memcpy(&p_##f, &s_, sizeof(s_));                                                           \
+    } while (0);
+
+static int load_nvrtc(void)
+{
+    void *h = dlopen("libnvrtc.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(stderr, "nvrtc_one: %s\n", dlerror());
+        return -1;
+    }
+    NVRTC_ONE_FUNCS(LOAD)
+    return 0;
+}
+#define nvrtcCreateProgram p_nvrtcCreateProgram
+#define nvrtcCompileProgram p_nvrtcCompileProgram
+#define nvrtcGetProgramLogSize p_nvrtcGetProgramLogSize
+#define nvrtcGetProgramLog p_nvrtcGetProgramLog
+#define nvrtcGetPTXSize p_nvrtcGetPTXSize
+#define nvrtcGetPTX p_nvrtcGetPTX
+#define nvrtcGetCUBINSize p_nvrtcGetCUBINSize
+#define nvrtcGetCUBIN p_nvrtcGetCUBIN
+#define nvrtcDestroyProgram p_nvrtcDestroyProgram
+#else
+static int load_nvrtc(void)
+{
+    return 0;
+}
+#endif
 
 #ifdef NVRTC_ONE_MODULE
 /* Built as a module a loader dlopen()s (nvrtc_loader.c), as Python loads an extension. */
@@ -72,6 +122,8 @@ int main(int argc, char **argv)
     for (int k = i; k < argc; k++)
         ptx |= strstr(argv[k], "compute_") != NULL;
     nvrtcProgram p;
+    if (load_nvrtc() != 0)
+        return 4;
     if (nvrtcCreateProgram(&p, src, name, nh, htexts, hnames) != NVRTC_SUCCESS)
         return 3;
     nvrtcResult rc = nvrtcCompileProgram(p, argc - i, (const char *const *)(argv + i));

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The drop-in never serves a stale kernel: issue 20's drop-in repros.
 
-test_sound.py NVRTC_ONE NVRTC_ONE_RUNPATH NVRTC_ONE_LOADER NVRTC_ONE_MODULE
+test_sound.py NVRTC_ONE NVRTC_ONE_RUNPATH NVRTC_ONE_LOADER NVRTC_ONE_MODULE NVRTC_ONE_DLOPEN
+              NVRTC_LOADER_PLAIN NVRTC_ONE_DLOPEN_MODULE
 
 Each case builds a small tree, compiles it once with NVIDIA's library alone
 (the reference) and twice under `kcache run` (a miss, then a hit or another
@@ -22,7 +23,8 @@ import time
 
 from shim_report import read_report  # beside this script
 
-ONE, ONE_RUNPATH, LOADER, MODULE = (os.path.abspath(a) for a in sys.argv[1:5])
+(ONE, ONE_RUNPATH, LOADER, MODULE, ONE_DLOPEN, LOADER_PLAIN,
+ DLOPEN_MODULE) = (os.path.abspath(a) for a in sys.argv[1:8])
 KCACHE = os.environ["KCACHE_EXE"]
 REAL = os.environ["NVRTC_REAL"]
 TOOLKIT = os.path.dirname(os.path.dirname(os.path.realpath(REAL)))
@@ -240,16 +242,20 @@ def real_nvrtc(tmp, env):
     os.makedirs(k)
     write(os.path.join(k, "k.cu"), KERNEL % "7")
     argv = ["k.cu", "k.cu", "--", "-arch=compute_90"]
-    # An executable whose RUNPATH ($ORIGIN/nvlib) holds NVRTC, and a module
+    # An executable whose RUNPATH ($ORIGIN/nvlib) holds NVRTC, a module
     # loaded by a program without NVRTC, NEEDing it through its own RUNPATH
-    # (CuPy's and PyTorch's extension modules).
-    for kind, prog in (("executable", ONE_RUNPATH), ("module", MODULE)):
+    # (CuPy's and PyTorch's extension modules), and an executable that
+    # dlopen()s it by name through its RUNPATH, from the executable and from a
+    # module the program has no RUNPATH of its own for.
+    loaders = {"module": LOADER, "dlopen-module": LOADER_PLAIN}
+    for kind, prog in (("executable", ONE_RUNPATH), ("module", MODULE),
+                       ("dlopen", ONE_DLOPEN), ("dlopen-module", DLOPEN_MODULE)):
         bindir = os.path.join(tmp, kind, "bin")
         os.makedirs(bindir)
         lib = nvrtc_copy(os.path.join(bindir, "nvlib"))
         exe = os.path.join(bindir, os.path.basename(prog))
         shutil.copy2(prog, exe)
-        cmd = [exe] if kind == "executable" else [LOADER, exe]
+        cmd = [loaders[kind], exe] if kind in loaders else [exe]
         e = dict(env, KCACHE_DIR=os.path.join(tmp, kind + "-cache"))
         rep = os.path.join(tmp, kind + "-report")
         out = os.path.join(tmp, kind + "-plain")
