@@ -78,6 +78,11 @@ struct kc_obs {
     const char *taint;  /* why the observation is incomplete, or NULL */
     char cwd[PATH_MAX];
     char pwd[PATH_MAX]; /* $PWD, which NVRTC stats to name the working directory */
+    /* The last verdict, for the closure it was given (an sm_XX compile's PTX
+     * entry asks again for the same compile and, nearly always, closure). */
+    char *judged_closure;   /* closure_text() of the closure judged, or NULL */
+    size_t judged_size;
+    const char *judged;
 };
 
 static __thread kc_obs *cur __attribute__((tls_model("initial-exec")));
@@ -669,6 +674,7 @@ void kc_observe_free(kc_obs *o)
         munmap(o->arena, ARENA_SIZE);
     else
         free(o->arena);
+    free(o->judged_closure);
     free(o);
 }
 
@@ -720,6 +726,19 @@ static int by_path(const void *a, const void *b)
     return strcmp(((const struct known *)a)->path, ((const struct known *)b)->path);
 }
 
+/* One record of the observation, its path made absolute. */
+struct look {
+    char *path;
+    int op, seen;
+};
+
+static int by_look(const void *a, const void *b)
+{
+    const struct look *x = a, *y = b;
+    int c = strcmp(x->path, y->path);
+    return c ? c : x->op != y->op ? x->op - y->op : x->seen - y->seen;
+}
+
 static int under(const char *path, const char *root)
 {
     size_t n = strlen(root);
@@ -727,33 +746,58 @@ static int under(const char *path, const char *root)
 }
 
 /*
+ * Real paths of folders, remembered for one verdict: a compile reads many
+ * files of few folders, and sorted paths come folder by folder.
+ */
+struct dir_memo {
+    char dir[8][PATH_MAX];
+    int in[8];
+    unsigned next;
+};
+
+/* 1 if the folder's real path is under root, 0 if not, -1 if it does not exist. */
+static int dir_in(struct dir_memo *m, const char *dir, const char *root)
+{
+    for (unsigned i = 0; i < 8; i++)
+        if (m->dir[i][0] && !strcmp(m->dir[i], dir))
+            return m->in[i];
+    char real[PATH_MAX];
+    int in = realpath(*dir ? dir : "/", real) ? under(real, root) : -1;
+    unsigned slot = m->next++ % 8;
+    snprintf(m->dir[slot], sizeof(m->dir[slot]), "%s", dir);
+    m->in[slot] = in;
+    return in;
+}
+
+/*
  * A toolkit file or folder by its real path (after symbolic links and ".."),
  * or nothing inside one: the nearest existing folder above it is in the
  * toolkit. Both are keyed by the toolkit's build.
  */
-static int in_toolkit(const char *abs, int seen, const char *root)
+static int in_toolkit(struct dir_memo *m, const char *abs, int seen, const char *root)
 {
     if (!root || !*root)
         return 0;
-    char real[PATH_MAX];
-    if (seen != SEEN_ABSENT)
+    const char *slash = strrchr(abs, '/');
+    const char *base = slash ? slash + 1 : abs;
+    struct stat st;
+    if (seen != SEEN_ABSENT && (lstat(abs, &st) != 0 || S_ISLNK(st.st_mode) ||
+                                !strcmp(base, ".") || !strcmp(base, ".."))) {
+        char real[PATH_MAX];
         return realpath(abs, real) && under(real, root);
-    char *dir = strdup(abs);
-    int yes = 0;
-    while (dir) {
-        char *slash = strrchr(dir, '/');
-        if (!slash || slash == dir) {
-            yes = realpath("/", real) && under(real, root);
-            break;
-        }
-        *slash = '\0';
-        if (realpath(dir, real)) {
-            yes = under(real, root);
-            break;
-        }
     }
-    free(dir);
-    return yes;
+    /* Not a link itself: where its folder really is says where it is. */
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", abs);
+    for (;;) {
+        char *cut = strrchr(dir, '/');
+        if (!cut)
+            return 0;
+        *cut = '\0';
+        int in = dir_in(m, dir, root);
+        if (in >= 0)
+            return in;
+    }
 }
 
 /* 1 if abs is one of the names NVRTC stats for itself (see kc_observe_verdict). */
@@ -769,21 +813,74 @@ static int own_name(const kc_obs *o, const char *abs, const char *const *names, 
     return 0;
 }
 
-const char *kc_observe_verdict(const kc_obs *o, const kcache_made *made,
-                               const char *source_name, const char *const *header_names,
-                               size_t n_headers)
+/* Everything a verdict depends on besides the observation, as one string. NULL: no memory. */
+static char *closure_text(size_t *size, const kcache_made *made, const char *source_name,
+                          const char *const *header_names, size_t n_headers)
+{
+    const char *root = made->toolkit_root ? made->toolkit_root : "";
+    size_t n = strlen(source_name) + strlen(root) + 2;
+    for (size_t i = 0; i < n_headers; i++)
+        n += strlen(header_names[i]) + 1;
+    for (size_t i = 0; i < made->n_probes; i++)
+        n += strlen(made->probes[i].path) + 2;
+    char *t = malloc(n), *q = t;
+    if (!t)
+        return NULL;
+#define PUT(s_)                                                                                    \
+    do {                                                                                           \
+        size_t l_ = strlen(s_) + 1;                                                                \
+        memcpy(q, (s_), l_);                                                                       \
+        q += l_;                                                                                   \
+    } while (0)
+    PUT(source_name);
+    PUT(root);
+    for (size_t i = 0; i < n_headers; i++)
+        PUT(header_names[i]);
+    for (size_t i = 0; i < made->n_probes; i++) {
+        *q++ = made->probes[i].found ? '1' : '0';
+        PUT(made->probes[i].path);
+    }
+#undef PUT
+    *size = n;
+    return t;
+}
+
+static const char *verdict(const kc_obs *o, const kcache_made *made, const char *source_name,
+                           const char *const *header_names, size_t n_headers);
+
+const char *kc_observe_verdict(kc_obs *o, const kcache_made *made, const char *source_name,
+                               const char *const *header_names, size_t n_headers)
 {
     if (!o)
         return R_INCOMPLETE;
     if (o->taint)
         return o->taint;
+    size_t size = 0;
+    char *text = closure_text(&size, made, source_name, header_names, n_headers);
+    if (!text)
+        return R_INCOMPLETE;
+    if (o->judged_closure && o->judged_size == size && !memcmp(o->judged_closure, text, size)) {
+        free(text);
+        return o->judged;
+    }
+    free(o->judged_closure);
+    o->judged_closure = text;
+    o->judged_size = size;
+    return o->judged = verdict(o, made, source_name, header_names, n_headers);
+}
+
+static const char *verdict(const kc_obs *o, const kcache_made *made, const char *source_name,
+                           const char *const *header_names, size_t n_headers)
+{
     const char *why = NULL;
-    size_t n = made->n_probes;
+    size_t n = made->n_probes, n_seen = 0;
     struct known *k = calloc(n + 1, sizeof(*k));
+    struct look *saw = NULL;
+    struct dir_memo *memo = calloc(1, sizeof(*memo));
     char *source = absolute(o->cwd, source_name);
     static const char *const nvrtc_names[] = {"__nv_nvrtc_builtin_header.h", "__nv_name_map"};
     const char *pwd = o->pwd;
-    if (!k || !source) {
+    if (!k || !source || !memo) {
         why = R_INCOMPLETE;
         goto out;
     }
@@ -795,17 +892,30 @@ const char *kc_observe_verdict(const kc_obs *o, const kcache_made *made,
         k[i].found = made->probes[i].found;
     }
     qsort(k, n, sizeof(*k), by_path);
-    for (size_t at = 0; at < o->used && !why;) {
+    /* Each path NVRTC looked at, once per way it looked and what it found. */
+    for (size_t at = 0; at < o->used; n_seen++)
+        at += ((size_t)(unsigned char)o->arena[at + 2] | (size_t)(unsigned char)o->arena[at + 3] << 8) + 5;
+    if (!(saw = calloc(n_seen + 1, sizeof(*saw)))) {
+        why = R_INCOMPLETE;
+        goto out;
+    }
+    for (size_t at = 0, i = 0; i < n_seen; i++) {
         const char *r = o->arena + at;
-        int op = r[0], seen = r[1];
-        size_t len = (size_t)(unsigned char)r[2] | (size_t)(unsigned char)r[3] << 8;
-        at += len + 5;
-        char *abs = absolute(o->cwd, r + 4);
-        if (!abs) {
+        at += ((size_t)(unsigned char)r[2] | (size_t)(unsigned char)r[3] << 8) + 5;
+        saw[i].op = r[0];
+        saw[i].seen = r[1];
+        if (!(saw[i].path = absolute(o->cwd, r + 4))) {
             why = R_INCOMPLETE;
-            break;
+            goto out;
         }
-        struct known key = {abs, 0};
+    }
+    qsort(saw, n_seen, sizeof(*saw), by_look);
+    for (size_t i = 0; i < n_seen && !why; i++) {
+        if (i && !by_look(&saw[i - 1], &saw[i]))
+            continue;
+        int op = saw[i].op, seen = saw[i].seen;
+        const char *abs = saw[i].path;
+        struct known key = {saw[i].path, 0};
         const struct known *hit = n ? bsearch(&key, k, n, sizeof(*k), by_path) : NULL;
         if (hit) {
             /* The resolver keys what is not a regular file as nothing there. */
@@ -822,12 +932,15 @@ const char *kc_observe_verdict(const kc_obs *o, const kcache_made *made,
              * of its builtin header and of its name-expression map, the names of
              * the headers handed over in memory; it stats them and never opens
              * them (test_sound.py shows a file there changes nothing). */
-        } else if (!in_toolkit(abs, seen, made->toolkit_root)) {
+        } else if (!in_toolkit(memo, abs, seen, made->toolkit_root)) {
             why = R_UNPREDICTED;
         }
-        free(abs);
     }
 out:
+    for (size_t i = 0; saw && i < n_seen; i++)
+        free(saw[i].path);
+    free(saw);
+    free(memo);
     for (size_t i = 0; k && i < n; i++)
         free(k[i].path);
     free(k);

@@ -28,7 +28,7 @@ void kc_observe_free(kc_obs *obs);
  * ("unpredicted-read", "closure-changed", "observation-incomplete"). The
  * program's name and its in-memory headers' names are NVRTC's to stat.
  */
-const char *kc_observe_verdict(const kc_obs *obs, const kcache_made *made,
+const char *kc_observe_verdict(kc_obs *obs, const kcache_made *made,
                                const char *source_name, const char *const *header_names,
                                size_t n_headers);
 
