@@ -172,25 +172,45 @@ static void saw_escape(void)
 
 /* ---- the interposers -------------------------------------------------------- */
 
+/* Every function defined below, by name. */
+#define KC_INTERPOSED(X)                                                                           \
+    X(open) X(open64) X(openat) X(openat64) X(fopen) X(fopen64) X(opendir) X(realpath)             \
+    X(__xstat) X(__xstat64) X(__lxstat) X(__lxstat64) X(stat) X(stat64) X(lstat) X(lstat64)       \
+    X(fstatat) X(fstatat64) X(statx) X(access) X(faccessat) X(readlink) X(statfs) X(chdir)        \
+    X(fchdir) X(fork) X(system) X(pthread_create)
+#define KC_INDEX(name) I_##name,
+#define KC_NAME(name) #name,
+enum { KC_INTERPOSED(KC_INDEX) N_INTERPOSED };
+static const char *const interposed_names[N_INTERPOSED] = {KC_INTERPOSED(KC_NAME)};
+
 /*
- * glibc's function behind each name, found past this library on first use
- * (a call may come before any constructor runs).
+ * glibc's function behind each name, found past this library: all of them
+ * when the library is loaded, so that a signal handler's first call does not
+ * have to (dlsym is not async-signal-safe); on first use for a call that comes
+ * before any constructor ran.
  */
-static void *next_fn(_Atomic(void *) *slot, const char *name)
+static _Atomic(void *) next_slot[N_INTERPOSED];
+
+static void *next_fn(int i)
 {
-    void *p = atomic_load_explicit(slot, memory_order_relaxed);
+    void *p = atomic_load_explicit(&next_slot[i], memory_order_relaxed);
     if (!p) {
-        p = dlsym(RTLD_NEXT, name);
-        atomic_store_explicit(slot, p, memory_order_relaxed);
+        p = dlsym(RTLD_NEXT, interposed_names[i]);
+        atomic_store_explicit(&next_slot[i], p, memory_order_relaxed);
     }
     return p;
 }
 
+__attribute__((constructor)) static void resolve_all(void)
+{
+    for (int i = 0; i < N_INTERPOSED; i++)
+        next_fn(i);
+}
+
 #define NEXT(type, var, name)                                                                      \
-    static _Atomic(void *) slot_##var;                                                             \
     __typeof__(type) var;                                                                          \
     do {                                                                                           \
-        void *p_ = next_fn(&slot_##var, name);                                                     \
+        void *p_ = next_fn(I_##name);                                                              \
         if (!p_) {                                                                                 \
             errno = ENOSYS;                                                                        \
             return MISSING_RET;                                                                    \
@@ -210,7 +230,7 @@ static void *next_fn(_Atomic(void *) *slot, const char *name)
 
 #define MISSING_RET -1
 #define OPEN_LIKE(cname, sym)                                                                      \
-    EXPORT int cname(const char *path, int flags, ...) __asm__(sym);                               \
+    EXPORT int cname(const char *path, int flags, ...) __asm__(#sym);                               \
     EXPORT int cname(const char *path, int flags, ...)                                             \
     {                                                                                              \
         OPEN_MODE(flags, flags)                                                                    \
@@ -219,12 +239,12 @@ static void *next_fn(_Atomic(void *) *slot, const char *name)
         saw_fd(OP_OPEN, path, fd);                                                                 \
         return fd;                                                                                 \
     }
-OPEN_LIKE(kc_i_open, "open")
-OPEN_LIKE(kc_i_open64, "open64")
+OPEN_LIKE(kc_i_open, open)
+OPEN_LIKE(kc_i_open64, open64)
 
 /* A path relative to a directory other than the working one cannot be compared: incomplete. */
 #define OPENAT_LIKE(cname, sym)                                                                    \
-    EXPORT int cname(int dirfd, const char *path, int flags, ...) __asm__(sym);                    \
+    EXPORT int cname(int dirfd, const char *path, int flags, ...) __asm__(#sym);                    \
     EXPORT int cname(int dirfd, const char *path, int flags, ...)                                  \
     {                                                                                              \
         OPEN_MODE(flags, flags)                                                                    \
@@ -235,13 +255,13 @@ OPEN_LIKE(kc_i_open64, "open64")
         saw_fd(OP_OPEN, path, fd);                                                                 \
         return fd;                                                                                 \
     }
-OPENAT_LIKE(kc_i_openat, "openat")
-OPENAT_LIKE(kc_i_openat64, "openat64")
+OPENAT_LIKE(kc_i_openat, openat)
+OPENAT_LIKE(kc_i_openat64, openat64)
 #undef MISSING_RET
 
 #define MISSING_RET NULL
 #define FOPEN_LIKE(cname, sym)                                                                     \
-    EXPORT FILE *cname(const char *path, const char *mode) __asm__(sym);                           \
+    EXPORT FILE *cname(const char *path, const char *mode) __asm__(#sym);                           \
     EXPORT FILE *cname(const char *path, const char *mode)                                         \
     {                                                                                              \
         NEXT(FILE * (*)(const char *, const char *), fn, sym);                                     \
@@ -249,13 +269,13 @@ OPENAT_LIKE(kc_i_openat64, "openat64")
         saw_fd(OP_OPEN, path, f ? fileno(f) : -1);                                                 \
         return f;                                                                                  \
     }
-FOPEN_LIKE(kc_i_fopen, "fopen")
-FOPEN_LIKE(kc_i_fopen64, "fopen64")
+FOPEN_LIKE(kc_i_fopen, fopen)
+FOPEN_LIKE(kc_i_fopen64, fopen64)
 
 EXPORT DIR *kc_i_opendir(const char *path) __asm__("opendir");
 EXPORT DIR *kc_i_opendir(const char *path)
 {
-    NEXT(DIR * (*)(const char *), fn, "opendir");
+    NEXT(DIR * (*)(const char *), fn, opendir);
     DIR *d = fn(path);
     saw_stat(OP_PROBE, path, d ? 0 : -1, NULL);
     return d;
@@ -264,7 +284,7 @@ EXPORT DIR *kc_i_opendir(const char *path)
 EXPORT char *kc_i_realpath(const char *path, char *resolved) __asm__("realpath");
 EXPORT char *kc_i_realpath(const char *path, char *resolved)
 {
-    NEXT(char *(*)(const char *, char *), fn, "realpath");
+    NEXT(char *(*)(const char *, char *), fn, realpath);
     char *r = fn(path, resolved);
     saw_stat(OP_PROBE, path, r ? 0 : -1, NULL);
     return r;
@@ -274,7 +294,7 @@ EXPORT char *kc_i_realpath(const char *path, char *resolved)
 #define MISSING_RET -1
 /* The stat family: old (__xstat, what NVRTC 13.0 calls) and new. */
 #define XSTAT_LIKE(cname, sym)                                                                     \
-    EXPORT int cname(int ver, const char *path, struct stat *st) __asm__(sym);                     \
+    EXPORT int cname(int ver, const char *path, struct stat *st) __asm__(#sym);                     \
     EXPORT int cname(int ver, const char *path, struct stat *st)                                   \
     {                                                                                              \
         NEXT(int (*)(int, const char *, struct stat *), fn, sym);                                  \
@@ -282,13 +302,13 @@ EXPORT char *kc_i_realpath(const char *path, char *resolved)
         saw_stat(OP_STAT, path, rc, st);                                                           \
         return rc;                                                                                 \
     }
-XSTAT_LIKE(kc_i_xstat, "__xstat")
-XSTAT_LIKE(kc_i_xstat64, "__xstat64")
-XSTAT_LIKE(kc_i_lxstat, "__lxstat")
-XSTAT_LIKE(kc_i_lxstat64, "__lxstat64")
+XSTAT_LIKE(kc_i_xstat, __xstat)
+XSTAT_LIKE(kc_i_xstat64, __xstat64)
+XSTAT_LIKE(kc_i_lxstat, __lxstat)
+XSTAT_LIKE(kc_i_lxstat64, __lxstat64)
 
 #define STAT_LIKE(cname, sym)                                                                      \
-    EXPORT int cname(const char *path, struct stat *st) __asm__(sym);                              \
+    EXPORT int cname(const char *path, struct stat *st) __asm__(#sym);                              \
     EXPORT int cname(const char *path, struct stat *st)                                            \
     {                                                                                              \
         NEXT(int (*)(const char *, struct stat *), fn, sym);                                       \
@@ -296,13 +316,13 @@ XSTAT_LIKE(kc_i_lxstat64, "__lxstat64")
         saw_stat(OP_STAT, path, rc, st);                                                           \
         return rc;                                                                                 \
     }
-STAT_LIKE(kc_i_stat, "stat")
-STAT_LIKE(kc_i_stat64, "stat64")
-STAT_LIKE(kc_i_lstat, "lstat")
-STAT_LIKE(kc_i_lstat64, "lstat64")
+STAT_LIKE(kc_i_stat, stat)
+STAT_LIKE(kc_i_stat64, stat64)
+STAT_LIKE(kc_i_lstat, lstat)
+STAT_LIKE(kc_i_lstat64, lstat64)
 
 #define FSTATAT_LIKE(cname, sym)                                                                   \
-    EXPORT int cname(int dirfd, const char *path, struct stat *st, int flags) __asm__(sym);        \
+    EXPORT int cname(int dirfd, const char *path, struct stat *st, int flags) __asm__(#sym);        \
     EXPORT int cname(int dirfd, const char *path, struct stat *st, int flags)                      \
     {                                                                                              \
         NEXT(int (*)(int, const char *, struct stat *, int), fn, sym);                             \
@@ -313,14 +333,14 @@ STAT_LIKE(kc_i_lstat64, "lstat64")
             saw_stat(OP_STAT, path, rc, st);                                                       \
         return rc;                                                                                 \
     }
-FSTATAT_LIKE(kc_i_fstatat, "fstatat")
-FSTATAT_LIKE(kc_i_fstatat64, "fstatat64")
+FSTATAT_LIKE(kc_i_fstatat, fstatat)
+FSTATAT_LIKE(kc_i_fstatat64, fstatat64)
 
 EXPORT int kc_i_statx(int dirfd, const char *path, int flags, unsigned mask, void *buf)
     __asm__("statx");
 EXPORT int kc_i_statx(int dirfd, const char *path, int flags, unsigned mask, void *buf)
 {
-    NEXT(int (*)(int, const char *, int, unsigned, void *), fn, "statx");
+    NEXT(int (*)(int, const char *, int, unsigned, void *), fn, statx);
     int rc = fn(dirfd, path, flags, mask, buf);
     if (dirfd != AT_FDCWD && path && path[0] != '/')
         saw_escape();
@@ -332,7 +352,7 @@ EXPORT int kc_i_statx(int dirfd, const char *path, int flags, unsigned mask, voi
 EXPORT int kc_i_access(const char *path, int how) __asm__("access");
 EXPORT int kc_i_access(const char *path, int how)
 {
-    NEXT(int (*)(const char *, int), fn, "access");
+    NEXT(int (*)(const char *, int), fn, access);
     int rc = fn(path, how);
     saw_stat(OP_PROBE, path, rc, NULL);
     return rc;
@@ -341,7 +361,7 @@ EXPORT int kc_i_access(const char *path, int how)
 EXPORT int kc_i_faccessat(int dirfd, const char *path, int how, int flags) __asm__("faccessat");
 EXPORT int kc_i_faccessat(int dirfd, const char *path, int how, int flags)
 {
-    NEXT(int (*)(int, const char *, int, int), fn, "faccessat");
+    NEXT(int (*)(int, const char *, int, int), fn, faccessat);
     int rc = fn(dirfd, path, how, flags);
     if (dirfd != AT_FDCWD && path && path[0] != '/')
         saw_escape();
@@ -353,7 +373,7 @@ EXPORT int kc_i_faccessat(int dirfd, const char *path, int how, int flags)
 EXPORT ssize_t kc_i_readlink(const char *path, char *buf, size_t size) __asm__("readlink");
 EXPORT ssize_t kc_i_readlink(const char *path, char *buf, size_t size)
 {
-    NEXT(ssize_t(*)(const char *, char *, size_t), fn, "readlink");
+    NEXT(ssize_t(*)(const char *, char *, size_t), fn, readlink);
     ssize_t n = fn(path, buf, size);
     saw_stat(OP_PROBE, path, n < 0 ? -1 : 0, NULL);
     return n;
@@ -362,7 +382,7 @@ EXPORT ssize_t kc_i_readlink(const char *path, char *buf, size_t size)
 EXPORT int kc_i_statfs(const char *path, struct statfs *buf) __asm__("statfs");
 EXPORT int kc_i_statfs(const char *path, struct statfs *buf)
 {
-    NEXT(int (*)(const char *, struct statfs *), fn, "statfs");
+    NEXT(int (*)(const char *, struct statfs *), fn, statfs);
     int rc = fn(path, buf);
     saw_stat(OP_PROBE, path, rc, NULL);
     return rc;
@@ -372,7 +392,7 @@ EXPORT int kc_i_statfs(const char *path, struct statfs *buf)
 EXPORT int kc_i_chdir(const char *path) __asm__("chdir");
 EXPORT int kc_i_chdir(const char *path)
 {
-    NEXT(int (*)(const char *), fn, "chdir");
+    NEXT(int (*)(const char *), fn, chdir);
     saw_escape();
     return fn(path);
 }
@@ -380,7 +400,7 @@ EXPORT int kc_i_chdir(const char *path)
 EXPORT int kc_i_fchdir(int fd) __asm__("fchdir");
 EXPORT int kc_i_fchdir(int fd)
 {
-    NEXT(int (*)(int), fn, "fchdir");
+    NEXT(int (*)(int), fn, fchdir);
     saw_escape();
     return fn(fd);
 }
@@ -388,7 +408,7 @@ EXPORT int kc_i_fchdir(int fd)
 EXPORT pid_t kc_i_fork(void) __asm__("fork");
 EXPORT pid_t kc_i_fork(void)
 {
-    NEXT(pid_t(*)(void), fn, "fork");
+    NEXT(pid_t(*)(void), fn, fork);
     saw_escape();
     return fn();
 }
@@ -396,7 +416,7 @@ EXPORT pid_t kc_i_fork(void)
 EXPORT int kc_i_system(const char *command) __asm__("system");
 EXPORT int kc_i_system(const char *command)
 {
-    NEXT(int (*)(const char *), fn, "system");
+    NEXT(int (*)(const char *), fn, system);
     saw_escape();
     return fn(command);
 }
@@ -409,7 +429,7 @@ EXPORT int kc_i_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*st
                                void *arg)
 {
     NEXT(int (*)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *), fn,
-         "pthread_create");
+         pthread_create);
     saw_escape();
     return fn(t, a, start, arg);
 }
