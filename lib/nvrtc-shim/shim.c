@@ -26,9 +26,16 @@
  * counted by reason ($KCACHE_NVRTC_REPORT names a file that gets the counts
  * at exit; `kcache run -v` prints them). Because the bytes of a miss come
  * from the program's own options, the key also holds them verbatim, the
- * in-memory header names and the real library's path (extra_digest): an
- * entry made by `kcache compile`, which compiles hermetically, is never
- * served here, nor the reverse.
+ * in-memory header names and, with line information, the working directory
+ * (extra_digest): an entry made by `kcache compile`, which compiles
+ * hermetically, is never served here, nor the reverse. The real library is
+ * keyed by its build, never its path (real.c says which library it is).
+ *
+ * Because NVIDIA's library reads the disk itself on a miss, what it read is
+ * observed (observe.c) and a miss is stored only when every file it opened
+ * or probed is one the key covers: otherwise the program still gets
+ * NVIDIA's answer, and the reason ("unpredicted-read", ...) is counted.
+ * doc/design.md, "The drop-in's soundness", has the decision and its cost.
  */
 #include <limits.h>
 #include <pthread.h>
