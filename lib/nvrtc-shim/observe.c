@@ -78,6 +78,7 @@ struct kc_obs {
     const char *taint;  /* why the observation is incomplete, or NULL */
     char cwd[PATH_MAX];
     char pwd[PATH_MAX]; /* $PWD, which NVRTC stats to name the working directory */
+    unsigned long dir_epoch; /* kc_observe_dir_epoch() when cwd was read */
     /* The last verdict, for the closure it was given (an sm_XX compile's PTX
      * entry asks again for the same compile and, nearly always, closure). */
     char *judged_closure;   /* closure_text() of the closure judged, or NULL */
@@ -388,21 +389,39 @@ EXPORT int kc_i_statfs(const char *path, struct statfs *buf)
     return rc;
 }
 
+/*
+ * Changes of directory by any thread: relative paths mean another folder
+ * after one, on every thread, so a miss during which one happened (or
+ * since its request was resolved) is not judged.
+ */
+static atomic_ulong dir_changes;
+
+unsigned long kc_observe_dir_epoch(void)
+{
+    return atomic_load(&dir_changes);
+}
+
 /* Leaving the thread or the directory: what follows is not seen as the key's closure. */
 EXPORT int kc_i_chdir(const char *path) __asm__("chdir");
 EXPORT int kc_i_chdir(const char *path)
 {
     NEXT(int (*)(const char *), fn, chdir);
+    atomic_fetch_add(&dir_changes, 1);
     saw_escape();
-    return fn(path);
+    int rc = fn(path);
+    atomic_fetch_add(&dir_changes, 1);
+    return rc;
 }
 
 EXPORT int kc_i_fchdir(int fd) __asm__("fchdir");
 EXPORT int kc_i_fchdir(int fd)
 {
     NEXT(int (*)(int), fn, fchdir);
+    atomic_fetch_add(&dir_changes, 1);
     saw_escape();
-    return fn(fd);
+    int rc = fn(fd);
+    atomic_fetch_add(&dir_changes, 1);
+    return rc;
 }
 
 EXPORT pid_t kc_i_fork(void) __asm__("fork");
@@ -634,7 +653,7 @@ static void self_check(void)
     }
 }
 
-const char *kc_observe_begin(kc_obs **out, const char *cwd)
+const char *kc_observe_begin(kc_obs **out, const char *cwd, unsigned long dir_epoch)
 {
     *out = NULL;
     pthread_mutex_lock(&audit_lock);
@@ -658,6 +677,7 @@ const char *kc_observe_begin(kc_obs **out, const char *cwd)
     o->cap = ARENA_SIZE;
     o->mapped = 1;
     snprintf(o->cwd, sizeof(o->cwd), "%s", cwd);
+    o->dir_epoch = dir_epoch;
     const char *pwd = getenv("PWD");
     snprintf(o->pwd, sizeof(o->pwd), "%s", pwd && *pwd ? pwd : cwd);
     cur = o;
@@ -671,7 +691,8 @@ void kc_observe_end(kc_obs *o)
         return;
     cur = NULL;
     char now[PATH_MAX];
-    if (!getcwd(now, sizeof(now)) || strcmp(now, o->cwd) != 0)
+    if (kc_observe_dir_epoch() != o->dir_epoch || !getcwd(now, sizeof(now)) ||
+        strcmp(now, o->cwd) != 0)
         taint(o, R_INCOMPLETE);
     if (o->mapped) {
         /* Kept only as long as the program's handle: the arena's pages go back now. */

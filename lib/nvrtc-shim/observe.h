@@ -13,11 +13,15 @@ typedef struct kc_obs kc_obs;
 
 /*
  * Starts observing the calling thread (NVIDIA's library must be loaded:
- * kc_real()). cwd is the working directory the request was resolved in.
- * Returns NULL with *out set, or a reason the observation cannot be trusted
- * in this process ("unobservable"), with *out NULL.
+ * kc_real()). cwd is the working directory the request was resolved in, read
+ * after dir_epoch was (kc_observe_dir_epoch()): a change of directory since
+ * then leaves the observation incomplete. Returns NULL with *out set, or a
+ * reason the observation cannot be trusted in this process
+ * ("unobservable"), with *out NULL.
  */
-const char *kc_observe_begin(kc_obs **out, const char *cwd);
+const char *kc_observe_begin(kc_obs **out, const char *cwd, unsigned long dir_epoch);
+/* How many times a thread of this process changed directory, so far (counted twice each). */
+unsigned long kc_observe_dir_epoch(void);
 /* Stops observing (accepts NULL). */
 void kc_observe_end(kc_obs *obs);
 void kc_observe_free(kc_obs *obs);

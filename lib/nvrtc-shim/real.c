@@ -378,7 +378,8 @@ const char *kc_shim_dlopen_name(const char *file, const void *caller)
                 ours = !strcmp(base, "libnvrtc.so") || !strcmp(base, KC_SONAME) ||
                        !strncmp(base, KC_SONAME ".", strlen(KC_SONAME) + 1) ||
                        !strncmp(strrchr(real, '/') + 1, KC_SONAME, strlen(KC_SONAME));
-                if (ours && !path_chosen && !real_loaded && usable(real)) {
+                if (ours && !path_chosen && !real_loaded && !getenv("KCACHE_NVRTC_REAL") &&
+                    usable(real)) {
                     snprintf(real_path, sizeof(real_path), "%s", real);
                     path_chosen = 1;
                 }

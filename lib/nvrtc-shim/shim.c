@@ -571,6 +571,7 @@ struct miss {
     const char **lowered;
     char toolchain[PATH_MAX + 64];
     char cwd[PATH_MAX];      /* where the request was resolved */
+    unsigned long dir_epoch; /* kc_observe_dir_epoch() before cwd was read */
 };
 
 static enum reason reason_of(const char *name)
@@ -617,7 +618,7 @@ static int compile_miss(void *userdata, kcache_made *made)
         if (m->rc == NVRTC_SUCCESS) {
             /* What NVRTC reads while it compiles is what the key must have covered. */
             kc_observe_free(p->obs);
-            unobserved = kc_observe_begin(&p->obs, m->cwd);
+            unobserved = kc_observe_begin(&p->obs, m->cwd, m->dir_epoch);
             m->rc = api->CompileProgram(p->real, p->n_opts, (const char *const *)p->opts);
             kc_observe_end(p->obs);
         }
@@ -679,6 +680,7 @@ static int through_cache(kcache_result **out, kcache_compiler *c, struct prog *p
     size_t extra_size = 0;
     *out = NULL;
     /* The closure's relative paths mean this directory (observe.c compares against it). */
+    m->dir_epoch = kc_observe_dir_epoch();
     if (!getcwd(m->cwd, sizeof(m->cwd)))
         m->cwd[0] = '\0';
     if (extra_material(&extra, &extra_size, p))
