@@ -338,9 +338,11 @@ static int run_caller_step(void *ctx, struct kc_result *r)
     if (s->req->version >= 3) {
         if (!(probes = kc_calloc(s->w->deps.n_probes + 1, sizeof(*probes))))
             return KCACHE_ENOMEM;
-        for (size_t i = 0; i < s->w->deps.n_probes; i++)
+        for (size_t i = 0; i < s->w->deps.n_probes; i++) {
+            int state = s->w->deps.probes[i].state;
             probes[i] = (kcache_probe){s->w->deps.probes[i].path,
-                                       s->w->deps.probes[i].state != KC_PROBE_ABSENT};
+                                       state == KC_PROBE_FILE || state == KC_PROBE_TOOLKIT};
+        }
         m.n_probes = s->w->deps.n_probes;
         m.probes = probes;
         m.toolkit_root = s->c->tk.root;
