@@ -2,10 +2,10 @@
  * kcache run: runs a program with the drop-in NVRTC (lib/nvrtc-shim), so that
  * every NVRTC compile it makes goes through the cache, without changing it.
  *
- * The drop-in goes in by LD_PRELOAD; the real NVRTC's location goes in
- * KCACHE_NVRTC_REAL, found here the way the loader would find it (see
- * find_real), so the drop-in never has to guess. Without -v the program replaces kcache (exec):
- * same pid, same signals, same exit status.
+ * The drop-in goes in by LD_PRELOAD. It finds the real NVRTC itself, in the
+ * program, as the program's loader would (its RUNPATH, which cannot be seen
+ * from here: lib/nvrtc-shim/real.c). Without -v the program replaces kcache
+ * (exec): same pid, same signals, same exit status.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -74,62 +74,6 @@ static int find_shim(char *out, size_t size)
     }
     snprintf(out, size, "%s", KC_SHIM_DIR "/" SHIM_NAME); /* installed elsewhere, moved */
     return stat(out, &st) == 0 ? 0 : -1;
-}
-
-/* Whether path is an NVRTC file other than the drop-in shim itself. */
-static int other_than(const char *path, const char *shim, char *out, size_t size)
-{
-    char real[PATH_MAX], self[PATH_MAX];
-    if (!realpath(path, real) || (realpath(shim, self) && !strcmp(real, self)))
-        return 0;
-    snprintf(out, size, "%s", real);
-    return 1;
-}
-
-/*
- * The NVRTC the loader gives a program started from here, or "" if none, found
- * the way the loader looks (LD_LIBRARY_PATH, then its cache) without loading
- * it: loading NVIDIA's library only to learn its path cost each `kcache run`
- * about 38 ms (H100 host), and the program loads it again anyway. A program's
- * own RUNPATH cannot be seen from here; the drop-in honours a full path the
- * program dlopens, and with "" falls back to its own search (the toolkit).
- */
-static void find_real(char *out, size_t size, const char *shim)
-{
-    out[0] = '\0';
-    const char *env = getenv("KCACHE_NVRTC_REAL");
-    if (env && *env) {
-        snprintf(out, size, "%s", env); /* a kcache run inside a kcache run */
-        return;
-    }
-    const char *llp = getenv("LD_LIBRARY_PATH");
-    char *dirs = llp ? strdup(llp) : NULL, *save = NULL;
-    for (char *d = dirs ? strtok_r(dirs, ":", &save) : NULL; d; d = strtok_r(NULL, ":", &save)) {
-        char cand[PATH_MAX];
-        snprintf(cand, sizeof(cand), "%s/%s", *d ? d : ".", SHIM_NAME);
-        if (other_than(cand, shim, out, size))
-            break;
-    }
-    free(dirs);
-    if (out[0])
-        return;
-    /* The loader's cache: "\tlibnvrtc.so.13 (libc6,x86-64) => /path". */
-    FILE *p = popen("/sbin/ldconfig -p 2>/dev/null", "r");
-    if (!p)
-        return;
-    char line[PATH_MAX + 128];
-    while (!out[0] && fgets(line, sizeof(line), p)) {
-        const char *name = line + strspn(line, " \t");
-        const char *arrow = strstr(line, " => ");
-        size_t n = strlen(SHIM_NAME);
-        if (!arrow || strncmp(name, SHIM_NAME, n) != 0 || name[n] != ' ')
-            continue;
-        char path[PATH_MAX];
-        snprintf(path, sizeof(path), "%s", arrow + 4);
-        path[strcspn(path, "\n")] = '\0';
-        other_than(path, shim, out, size);
-    }
-    pclose(p);
 }
 
 static int prepend_env(const char *name, const char *value)
@@ -243,10 +187,6 @@ int cmd_run(int argc, char **argv)
     }
     if (optind >= argc)
         return cli_usage_error("run", "no command to run (kcache run -- COMMAND ARGS)");
-    char real[PATH_MAX];
-    find_real(real, sizeof(real), shim);
-    if (real[0] && setenv("KCACHE_NVRTC_REAL", real, 1) != 0)
-        return cli_error("cannot set the environment: %s", strerror(errno));
     /*
      * LD_PRELOAD separates its entries by spaces and colons, with no escape:
      * a drop-in under a path holding either (a checkout in "My Projects") goes

@@ -2,9 +2,13 @@
  * kcache_request.compile: a compiler of the caller's own (the drop-in NVRTC's
  * way of compiling exactly as a program asked). kcache keys the request,
  * serves a hit without calling it, stores what it made (names and log
- * included), stores nothing for a compile error, and keeps no inputs.
+ * included), stores nothing for a compile error, and keeps no inputs. It is
+ * handed the closure the key covers, may say "do not store", and what it made
+ * is not stored when a file of the closure changed while it ran.
  * NVRTC is never loaded: the toolkit's library is only read for its build-id.
  */
+#include <stdio.h>
+
 #include <kcache/compile.h>
 
 #include "testutil.h"
@@ -49,6 +53,101 @@ static int compile(kcache_result **res, kcache_compiler *c, const char *src, str
     r.compile = fake_compile;
     r.compile_userdata = f;
     return kcache_compile(res, c, &r);
+}
+
+/* A compiler that reads the disk itself: what it is handed, and what it does. */
+struct reader {
+    int calls;
+    size_t n_probes, found;
+    int saw_header, saw_absent, saw_root;
+    const char *no_store;  /* said after compiling */
+    const char *edit;      /* a file it rewrites while it compiles */
+};
+
+static int reading_compile(void *userdata, kcache_made *out)
+{
+    struct reader *f = userdata;
+    f->calls++;
+    f->n_probes = out->n_probes;
+    f->found = 0;
+    f->saw_header = f->saw_absent = 0;
+    for (size_t i = 0; i < out->n_probes; i++) {
+        const char *slash = strrchr(out->probes[i].path, '/');
+        const char *base = slash ? slash + 1 : out->probes[i].path;
+        f->found += (size_t)out->probes[i].found;
+        f->saw_header |= !strcmp(base, "h.h") && out->probes[i].found;
+        f->saw_absent |= !strcmp(base, "opt.h") && !out->probes[i].found;
+    }
+    f->saw_root = out->toolkit_root && out->toolkit_root[0] == '/';
+    if (f->edit) {
+        FILE *h = fopen(f->edit, "w");
+        if (h) {
+            fputs("#define H 22 /* edited while the compiler ran */\n", h);
+            fclose(h);
+        }
+        f->edit = NULL;
+    }
+    out->data = "READ";
+    out->size = 4;
+    out->no_store = f->no_store;
+    return 0;
+}
+
+static int compile_file(kcache_result **res, kcache_compiler *c, const char *path,
+                        struct reader *f)
+{
+    static const char *const opts[] = {"-arch=sm_90"};
+    kcache_request r = KCACHE_REQUEST_INIT;
+    r.source_path = path;
+    r.options = opts;
+    r.n_options = 1;
+    r.extra_digest = "reader";
+    r.extra_digest_size = 6;
+    r.compile = reading_compile;
+    r.compile_userdata = f;
+    return kcache_compile(res, c, &r);
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    REQUIRE(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/*
+ * The closure reaches the caller's compiler; its "do not store" is obeyed; a
+ * header edited while it compiles is not stored under the key of the old one.
+ */
+static void test_closure(kcache_compiler *c)
+{
+    char src[700], hdr[700];
+    snprintf(src, sizeof(src), "%s/reader.cu", test_dir());
+    snprintf(hdr, sizeof(hdr), "%s/h.h", test_dir());
+    write_text(hdr, "#define H 1\n");
+    write_text(src, "#include \"h.h\"\n#if __has_include(\"opt.h\")\n#endif\n"
+                    "__global__ void k(int *p) { p[0] = H; }\n");
+    struct reader f = {0};
+    kcache_result *res = NULL;
+    f.no_store = "unpredicted-read";
+    CHECK(compile_file(&res, c, src, &f) == 0 && f.calls == 1);
+    CHECK(f.saw_header && f.saw_absent && f.saw_root && f.found >= 1 && f.n_probes > f.found);
+    CHECK(res && res->size == 4 && !memcmp(res->data, "READ", 4) && !res->keyed);
+    CHECK(res && strstr(res->store_message, "not stored: unpredicted-read"));
+    kcache_result_free(res);
+    /* Not stored: the next request compiles again. */
+    f.no_store = NULL;
+    f.edit = hdr;
+    CHECK(compile_file(&res, c, src, &f) == 0 && f.calls == 2);
+    CHECK(res && !res->keyed && strstr(res->store_message, "not stored: closure-changed"));
+    kcache_result_free(res);
+    /* The edit was not stored under the old header's key, nor under its own. */
+    CHECK(compile_file(&res, c, src, &f) == 0 && f.calls == 3);
+    CHECK(res && res->keyed && !res->hit && !res->store_message[0]);
+    kcache_result_free(res);
+    CHECK(compile_file(&res, c, src, &f) == 0 && f.calls == 3 && res && res->hit);
+    kcache_result_free(res);
 }
 
 static int lowered_is(const kcache_result *res, const char *want)
@@ -104,6 +203,8 @@ int main(void)
     CHECK(compile(&res, c, "__global__ void k() { x; }\n", &bad) == KCACHE_ECOMPILE);
     CHECK(bad.calls == 2);
     kcache_result_free(res);
+
+    test_closure(c);
 
     kcache_compiler_free(c);
     return test_done();

@@ -320,16 +320,52 @@ struct caller_step {
     const kcache_request *req;
     const struct work *w;
     char *toolchain;
+    const char *no_store;   /* why the artifact is returned but not stored, or NULL */
 };
+
+/*
+ * Whether every path of the closure still holds what was keyed, after a
+ * compiler that reads the disk itself ran: a file edited during the compile
+ * may have been read in either state. 1, 0, or KCACHE_ENOMEM.
+ */
+static int closure_holds(const struct work *w)
+{
+    kc_buf blob = {0}, refreshed = {0};
+    int rc = kc_manifest_encode(&blob, w->deps.probes, w->deps.n_probes);
+    if (!rc)
+        rc = kc_manifest_check(blob.data, blob.size, w->resolved_at, &refreshed);
+    kc_buf_free(&blob);
+    kc_buf_free(&refreshed);
+    return rc;
+}
 
 static int run_caller_step(void *ctx, struct kc_result *r)
 {
     struct caller_step *s = ctx;
     kcache_made m;
     memset(&m, 0, sizeof(m));
+    /* The closure, for a compiler that reads the disk to check what it read against. */
+    kcache_probe *probes = NULL;
+    if (s->req->version >= 3) {
+        if (!(probes = kc_calloc(s->w->deps.n_probes + 1, sizeof(*probes))))
+            return KCACHE_ENOMEM;
+        for (size_t i = 0; i < s->w->deps.n_probes; i++) {
+            int state = s->w->deps.probes[i].state;
+            probes[i] = (kcache_probe){s->w->deps.probes[i].path,
+                                       state == KC_PROBE_FILE || state == KC_PROBE_TOOLKIT};
+        }
+        m.n_probes = s->w->deps.n_probes;
+        m.probes = probes;
+        m.toolkit_root = s->c->tk.root;
+    }
     uint64_t t0 = kc_mono_ns();
     int rc = s->req->compile(s->req->compile_userdata, &m);
     r->pub.compile_ns = kc_mono_ns() - t0;
+    free(probes);
+    if (s->req->version >= 3 && m.no_store)
+        s->no_store = m.no_store;
+    else if (!rc && !s->no_store && closure_holds(s->w) != 1)
+        s->no_store = "closure-changed";
     if (m.log && *m.log) {
         if (!(r->log = kc_strdup(m.log)))
             return KCACHE_ENOMEM;
@@ -367,6 +403,14 @@ static int run_caller_step(void *ctx, struct kc_result *r)
 static void store_caller_step(void *ctx, struct kc_result *r)
 {
     struct caller_step *s = ctx;
+    if (s->no_store) {
+        char msg[128];
+        snprintf(msg, sizeof(msg), "not stored: %s", s->no_store);
+        kc_result_store_problem(r, KCACHE_ENOTSUP, msg);
+        kc_store_count_uncacheable(s->c->store, s->no_store);
+        r->pub.keyed = 0;
+        return;
+    }
     /* No inputs: kcache's own NVRTC would not rebuild what another compiler made. */
     kc_store_result(s->c, r, s->w->source_name, s->toolchain, NULL, 0);
 }
@@ -520,7 +564,7 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     int use_store = c->store && hermetic && !(req->flags & KCACHE_COMPILE_NO_CACHE);
     struct compile_step ctx = {c, req, &w, hermetic};
     struct kc_step step = {run_compile_step, store_compile_step, &ctx, w.nvrtc_arch, w.kind};
-    struct caller_step caller = {c, req, &w, NULL};
+    struct caller_step caller = {c, req, &w, NULL, NULL};
     if (req->version >= 2 && req->compile)
         step = (struct kc_step){run_caller_step, store_caller_step, &caller, w.nvrtc_arch, w.kind};
     rc = kc_through_cache(c, r, use_store, req->flags, &step);
@@ -547,7 +591,7 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     }
     if (w.deps.not_hermetic && !rc && c->store && !(req->flags & KCACHE_COMPILE_NO_CACHE))
         kc_store_count_uncacheable(c->store, w.deps.reason);
-    if (!rc && hermetic && use_store && have_base)
+    if (!rc && hermetic && use_store && have_base && !caller.no_store)
         record_manifest(c, &w, r);
     free(caller.toolchain);
     goto out;

@@ -2,25 +2,42 @@
  * NVIDIA's NVRTC behind the drop-in: which file it is, loading it, and
  * sending a program's dlopen of NVRTC here instead of to a second real copy.
  *
- * The real library is the one the program would have loaded: the full path
- * it handed dlopen, else $KCACHE_NVRTC_REAL (what `kcache run` found with the
- * loader's own search), else the loader's search done by hand without this
- * file (LD_LIBRARY_PATH, then the toolkit kcache was built against). It is
- * loaded on first need, never on a cache hit.
+ * The real library is the one the program would have loaded, found the way
+ * the loader would have found it had the drop-in not been there first:
+ *   - $KCACHE_NVRTC_REAL, when a user sets it (`kcache run` does not);
+ *   - the full path the program handed dlopen;
+ *   - for a dlopen by name, the search of the object that called dlopen
+ *     (its return address says which);
+ *   - else the search of the first loaded object that NEEDs NVRTC (a
+ *     program linked with -lnvrtc, or an extension module such as CuPy's,
+ *     whose RUNPATH names pip's nvidia/cu13/lib), else of the program;
+ *   - else the toolkit kcache was built against.
+ * A search is the loader's own list for that object (dlinfo's
+ * RTLD_DI_SERINFO: DT_RPATH of it and the program when it has no DT_RUNPATH,
+ * LD_LIBRARY_PATH, its DT_RUNPATH, $ORIGIN expanded, the default folders),
+ * with the loader's cache (/etc/ld.so.cache) read where the loader reads it,
+ * before the default folders. Not followed: glibc-hwcaps subfolders, which
+ * NVIDIA's wheels and toolkits do not use. The path is chosen on first need
+ * without loading the library; it is loaded on first need, never on a hit.
  *
  * NVIDIA's library is linked with DT_SYMBOLIC, so its calls to its own entry
  * points bind inside it and never come back here.
  */
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "nvrtc-shim/observe.h"
 #include "nvrtc-shim/shim.h"
 
 #define KC_STR2(x) #x
@@ -96,27 +113,139 @@ static int choose(const char *path)
     return 1;
 }
 
-/* Caller holds real_lock. */
-static void choose_path(void)
+/* ---- the loader's search -------------------------------------------------- */
+
+#if defined(__x86_64__)
+#define KC_CACHE_ARCH 0x0300 /* ldconfig's FLAG_X8664_LIB64 */
+#elif defined(__aarch64__)
+#define KC_CACHE_ARCH 0x0a00 /* FLAG_AARCH64_LIB64 */
+#endif
+
+static uint32_t u32_at(const unsigned char *p)
 {
-    if (path_chosen)
-        return;
-    find_self();
-    if (choose(getenv("KCACHE_NVRTC_REAL")))
-        return;
-    const char *llp = getenv("LD_LIBRARY_PATH");
-    if (llp) {
-        char *dirs = strdup(llp), *save = NULL;
-        for (char *d = dirs ? strtok_r(dirs, ":", &save) : NULL; d; d = strtok_r(NULL, ":", &save)) {
-            char cand[PATH_MAX];
-            snprintf(cand, sizeof(cand), "%s/%s", *d ? d : ".", KC_SONAME);
-            if (choose(cand))
-                break;
-        }
-        free(dirs);
-        if (path_chosen)
-            return;
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/*
+ * Chooses what the loader's cache says the soname is: /etc/ld.so.cache in
+ * glibc's format ("glibc-ld.so.cache1.1", after the old format's table when
+ * both are there). 1 if chosen.
+ */
+static int choose_from_cache(void)
+{
+    int fd = open("/etc/ld.so.cache", O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0)
+        return 0;
+    if (fstat(fd, &st) != 0 || st.st_size < 48 || st.st_size > (64 << 20)) {
+        close(fd);
+        return 0;
     }
+    size_t size = (size_t)st.st_size;
+    const unsigned char *m = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED)
+        return 0;
+    static const char old_magic[] = "ld.so-1.7.0", new_magic[] = "glibc-ld.so.cache1.1";
+    size_t at = 0;
+    if (!memcmp(m, old_magic, sizeof(old_magic) - 1)) {
+        /* The old table (12-byte entries), then the new format, 8-byte aligned. */
+        at = (16 + (size_t)u32_at(m + 12) * 12 + 7) & ~(size_t)7;
+    }
+    int chosen = 0;
+    if (at + 48 <= size && !memcmp(m + at, new_magic, sizeof(new_magic) - 1)) {
+        size_t n = u32_at(m + at + 20);
+        for (size_t i = 0; i < n && !chosen && at + 48 + (i + 1) * 24 <= size; i++) {
+            const unsigned char *e = m + at + 48 + i * 24;
+            uint32_t flags = u32_at(e), key = u32_at(e + 4), value = u32_at(e + 8);
+#ifdef KC_CACHE_ARCH
+            if ((flags & 0xff) != 3 || (flags & 0xff00) != KC_CACHE_ARCH)
+                continue; /* not this architecture's libc6 */
+#endif
+            if (key >= size || value >= size || !memchr(m + key, '\0', size - key) ||
+                !memchr(m + value, '\0', size - value))
+                break;
+            if (!strcmp((const char *)m + key, KC_SONAME))
+                chosen = choose((const char *)m + value);
+        }
+    }
+    munmap((void *)m, size);
+    return chosen;
+}
+
+/*
+ * Chooses what the loader would load for the soname on behalf of the object
+ * `requester` (a link_map, which glibc's dlinfo takes as a handle). 1 if chosen.
+ */
+static int choose_by_search(void *requester)
+{
+    Dl_serinfo head;
+    if (!requester || dlinfo(requester, RTLD_DI_SERINFOSIZE, &head) != 0 || head.dls_size == 0)
+        return 0;
+    Dl_serinfo *si = malloc(head.dls_size);
+    if (!si)
+        return 0;
+    si->dls_size = head.dls_size;
+    si->dls_cnt = head.dls_cnt;
+    int chosen = 0, cache_done = 0;
+    if (dlinfo(requester, RTLD_DI_SERINFO, si) == 0) {
+        for (unsigned i = 0; i < si->dls_cnt && !chosen; i++) {
+            /* The loader reads its cache after RUNPATH, before the default folders. */
+            if ((si->dls_serpath[i].dls_flags & LA_SER_DEFAULT) && !cache_done++ &&
+                (chosen = choose_from_cache()))
+                break;
+            char cand[PATH_MAX];
+            const char *d = si->dls_serpath[i].dls_name;
+            size_t n = strlen(d);
+            snprintf(cand, sizeof(cand), "%s%s%s", d, n && d[n - 1] == '/' ? "" : "/", KC_SONAME);
+            chosen = choose(cand);
+        }
+    }
+    free(si);
+    return chosen;
+}
+
+/* 1 if the loaded object lm NEEDs the soname (and is not this library). */
+static int needs_nvrtc(const struct link_map *lm)
+{
+    const ElfW(Dyn) *d = lm->l_ld;
+    const char *strtab = NULL;
+    for (const ElfW(Dyn) *e = d; e && e->d_tag != DT_NULL; e++)
+        if (e->d_tag == DT_STRTAB)
+            strtab = (const char *)(e->d_un.d_ptr < lm->l_addr ? e->d_un.d_ptr + lm->l_addr
+                                                               : e->d_un.d_ptr);
+    for (const ElfW(Dyn) *e = d; strtab && e && e->d_tag != DT_NULL; e++)
+        if (e->d_tag == DT_NEEDED && !strcmp(strtab + e->d_un.d_val, KC_SONAME))
+            return 1;
+    return 0;
+}
+
+/* The first loaded object that NEEDs NVRTC, else the program. */
+static void *requester_of_needed(void)
+{
+    struct link_map *lm = NULL;
+    void *main_handle = dlopen(NULL, RTLD_NOW | RTLD_NOLOAD);
+    if (!main_handle || dlinfo(main_handle, RTLD_DI_LINKMAP, &lm) != 0 || !lm)
+        return NULL;
+    for (struct link_map *l = lm; l; l = l->l_next) {
+        Dl_info info;
+        /* This library NEEDs nothing of the kind, but is skipped by name all the same. */
+        if (dladdr(l->l_ld, &info) && info.dli_fname && self_known) {
+            char real[PATH_MAX];
+            if (realpath(info.dli_fname, real) && !strcmp(real, self_path))
+                continue;
+        }
+        if (needs_nvrtc(l))
+            return l;
+    }
+    return lm;
+}
+
+/* The toolkit's library, when no search found one. Caller holds real_lock. */
+static void choose_toolkit(void)
+{
     const char *roots[] = {getenv("CUDA_HOME"), getenv("CUDA_PATH"), KC_TOOLKIT_DIR};
     static const char *const subdirs[] = {"lib64", "lib", "targets/x86_64-linux/lib",
                                           "targets/sbsa-linux/lib"};
@@ -128,6 +257,17 @@ static void choose_path(void)
                 return;
         }
     }
+}
+
+/* Caller holds real_lock. */
+static void choose_path(void)
+{
+    if (path_chosen)
+        return;
+    find_self();
+    if (choose(getenv("KCACHE_NVRTC_REAL")) || choose_by_search(requester_of_needed()))
+        return;
+    choose_toolkit();
 }
 
 const char *kc_real_path(void)
@@ -196,6 +336,7 @@ const kc_real_nvrtc *kc_real(void)
                  real_path, missing, KC_SONAME);
         goto out; /* the handle stays: a program may still have it open */
     }
+    kc_observe_audit(h);
     real_loaded = &real_api;
 out:
     pthread_mutex_unlock(&real_lock);
@@ -218,8 +359,8 @@ static int is_nvrtc_name(const char *file)
  * unchanged. A full path asked for names the real library, if none was
  * chosen yet. Calls from inside the shim (libkcache loading NVRTC) pass.
  */
-const char *kc_shim_dlopen_name(const char *file);
-const char *kc_shim_dlopen_name(const char *file)
+const char *kc_shim_dlopen_name(const char *file, const void *caller);
+const char *kc_shim_dlopen_name(const char *file, const void *caller)
 {
     next_dlopen_init();
     if (!file || in_shim || !is_nvrtc_name(file))
@@ -237,7 +378,8 @@ const char *kc_shim_dlopen_name(const char *file)
                 ours = !strcmp(base, "libnvrtc.so") || !strcmp(base, KC_SONAME) ||
                        !strncmp(base, KC_SONAME ".", strlen(KC_SONAME) + 1) ||
                        !strncmp(strrchr(real, '/') + 1, KC_SONAME, strlen(KC_SONAME));
-                if (ours && !path_chosen && !real_loaded && usable(real)) {
+                if (ours && !path_chosen && !real_loaded && !getenv("KCACHE_NVRTC_REAL") &&
+                    usable(real)) {
                     snprintf(real_path, sizeof(real_path), "%s", real);
                     path_chosen = 1;
                 }
@@ -247,6 +389,12 @@ const char *kc_shim_dlopen_name(const char *file)
              * for libnvrtc.so.11.2); the loader would give these our soname's file. */
             ours = !strcmp(file, "libnvrtc.so") || !strcmp(file, KC_SONAME) ||
                    !strncmp(file, KC_SONAME ".", strlen(KC_SONAME) + 1);
+            /* What the caller's own search would have given it. */
+            Dl_info info;
+            void *caller_map = NULL;
+            if (ours && !path_chosen && !real_loaded && !getenv("KCACHE_NVRTC_REAL") &&
+                dladdr1(caller, &info, &caller_map, RTLD_DL_LINKMAP))
+                choose_by_search(caller_map);
         }
         if (ours)
             use = self_path;
@@ -268,6 +416,7 @@ __asm__(".text\n"
         "dlopen:\n"
         "    endbr64\n" /* a landing pad where indirect branches are checked (CET) */
         "    push %rsi\n"
+        "    mov 8(%rsp), %rsi\n" /* the caller's return address: whose search */
         "    call kc_shim_dlopen_name\n"
         "    pop %rsi\n"
         "    mov %rax, %rdi\n"
@@ -279,6 +428,7 @@ __asm__(".text\n"
         ".type dlopen, %function\n"
         "dlopen:\n"
         "    stp x1, x30, [sp, #-16]!\n"
+        "    mov x1, x30\n" /* the caller's return address: whose search */
         "    bl kc_shim_dlopen_name\n"
         "    ldp x1, x30, [sp], #16\n"
         "    adrp x16, kc_next_dlopen\n"

@@ -26,9 +26,16 @@
  * counted by reason ($KCACHE_NVRTC_REPORT names a file that gets the counts
  * at exit; `kcache run -v` prints them). Because the bytes of a miss come
  * from the program's own options, the key also holds them verbatim, the
- * in-memory header names and the real library's path (extra_digest): an
- * entry made by `kcache compile`, which compiles hermetically, is never
- * served here, nor the reverse.
+ * in-memory header names and, with line information, the working directory
+ * (extra_digest): an entry made by `kcache compile`, which compiles
+ * hermetically, is never served here, nor the reverse. The real library is
+ * keyed by its build, never its path (real.c says which library it is).
+ *
+ * Because NVIDIA's library reads the disk itself on a miss, what it read is
+ * observed (observe.c) and a miss is stored only when every file it opened
+ * or probed is one the key covers: otherwise the program still gets
+ * NVIDIA's answer, and the reason ("unpredicted-read", ...) is counted.
+ * doc/design.md, "The drop-in's soundness", has the decision and its cost.
  */
 #include <limits.h>
 #include <pthread.h>
@@ -36,12 +43,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <kcache/compile.h>
 #include <kcache/store.h>
 
+#include "nvrtc-shim/observe.h"
 #include "nvrtc-shim/shim.h"
 #include "util/common.h"
 
@@ -59,6 +68,10 @@ enum reason {
     R_ODD_ARGUMENTS,
     R_NOT_KEYED,
     R_CPEX,
+    R_UNPREDICTED,
+    R_CLOSURE_CHANGED,
+    R_UNOBSERVABLE,
+    R_OBS_INCOMPLETE,
     R_COUNT
 };
 
@@ -73,6 +86,11 @@ static const char *const reason_names[R_COUNT] = {
     [R_ODD_ARGUMENTS] = "odd-arguments",
     [R_NOT_KEYED] = "not-keyable",
     [R_CPEX] = "private-constructor",
+    /* A miss compiled but not stored (observe.c): what NVRTC read was not all keyed. */
+    [R_UNPREDICTED] = "unpredicted-read",
+    [R_CLOSURE_CHANGED] = "closure-changed",
+    [R_UNOBSERVABLE] = "unobservable",
+    [R_OBS_INCOMPLETE] = "observation-incomplete",
 };
 
 static atomic_ulong reason_count[R_COUNT];
@@ -238,6 +256,7 @@ static void prog_free(struct prog *p)
     kc_strv_free(p->opts, (size_t)p->n_opts);
     kcache_result_free(p->hit);
     kcache_result_free(p->hit_ptx);
+    kc_observe_free(p->obs);
     free(p);
 }
 
@@ -450,10 +469,43 @@ static int option_reason(int n, const char *const *opts, kcache_kind *out_kind)
     return -1;
 }
 
-/* What keys a compile made here apart from the same inputs compiled elsewhere. */
-static int extra_material(char **out, size_t *size, const struct prog *p, const char *real)
+/*
+ * The working directory as NVRTC names it in line information (PTX's .file
+ * holds the absolute path of every file): $PWD when it is the same
+ * directory, else getcwd(). "" when the compile has no line information,
+ * whose bytes do not depend on it.
+ */
+static void line_info_dir(char *out, size_t size, const struct prog *p)
 {
-    size_t n = strlen("kcache nvrtc drop-in 1") + 1 + strlen(real) + 1;
+    static const char *const line_info[] = {"-lineinfo", "--generate-line-info", "-G",
+                                            "--device-debug", NULL};
+    int on = 0;
+    for (int i = 0; i < p->n_opts && !on; i++)
+        on = opt_is(p->opts[i], line_info);
+    out[0] = '\0';
+    if (!on)
+        return;
+    const char *pwd = getenv("PWD");
+    struct stat a, b;
+    if (pwd && pwd[0] == '/' && stat(pwd, &a) == 0 && stat(".", &b) == 0 &&
+        a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        snprintf(out, size, "%s", pwd);
+    else if (!getcwd(out, size))
+        snprintf(out, size, "?"); /* unnamed: keyed apart from every named directory */
+}
+
+/*
+ * What keys a compile made here apart from the same inputs compiled elsewhere.
+ * Not the real library's path: its build is in the key already (the compiler
+ * keys the library it was given by its GNU build-id), and a byte-identical
+ * NVRTC in another venv must hit. The working directory only where NVRTC
+ * writes it into the bytes.
+ */
+static int extra_material(char **out, size_t *size, const struct prog *p)
+{
+    char dir[PATH_MAX];
+    line_info_dir(dir, sizeof(dir), p);
+    size_t n = strlen("kcache nvrtc drop-in 2") + 1 + strlen(dir) + 1;
     for (int i = 0; i < p->n_opts; i++)
         n += strlen(p->opts[i]) + 1;
     for (int i = 0; i < p->n_headers; i++)
@@ -467,8 +519,8 @@ static int extra_material(char **out, size_t *size, const struct prog *p, const 
         memcpy(q, (s), l_);                                                                        \
         q += l_;                                                                                   \
     } while (0)
-    PUT("kcache nvrtc drop-in 1");
-    PUT(real);
+    PUT("kcache nvrtc drop-in 2");
+    PUT(dir);
     for (int i = 0; i < p->n_opts; i++)
         PUT(p->opts[i]);
     for (int i = 0; i < p->n_headers; i++)
@@ -519,7 +571,34 @@ struct miss {
     char *log;
     const char **lowered;
     char toolchain[PATH_MAX + 64];
+    char cwd[PATH_MAX];      /* where the request was resolved */
+    unsigned long dir_epoch; /* kc_observe_dir_epoch() before cwd was read */
 };
+
+static enum reason reason_of(const char *name)
+{
+    for (int i = 0; i < R_COUNT; i++)
+        if (!strcmp(reason_names[i], name))
+            return (enum reason)i;
+    return R_OBS_INCOMPLETE;
+}
+
+/*
+ * Whether what NVRTC read while compiling p (p->obs) is covered by the key
+ * kcache derived (made's closure): if not, made->no_store says why.
+ */
+static void judge(struct miss *m, kcache_made *made, const char *why_not_observed)
+{
+    const char *why = why_not_observed;
+    if (!why)
+        why = kc_observe_verdict(m->p->obs, made,
+                                 m->p->name && *m->p->name ? m->p->name : "default_program",
+                                 (const char *const *)m->p->include_names,
+                                 (size_t)m->p->n_headers);
+    if (why) {
+        made->no_store = reason_names[reason_of(why)];
+    }
+}
 
 /*
  * kcache_request.compile for the drop-in: NVIDIA's library compiles the
@@ -531,15 +610,22 @@ static int compile_miss(void *userdata, kcache_made *made)
     struct miss *m = userdata;
     struct prog *p = m->p;
     const kc_real_nvrtc *api;
+    const char *unobserved = NULL;
     m->ran = 1;
     if (m->compile) {
         p->compiled = 0; /* the compile is the one below */
         m->rc = kc_prog_materialize(p, &api);
         p->compiled = 1;
-        if (m->rc == NVRTC_SUCCESS)
+        if (m->rc == NVRTC_SUCCESS) {
+            /* What NVRTC reads while it compiles is what the key must have covered. */
+            kc_observe_free(p->obs);
+            unobserved = kc_observe_begin(&p->obs, m->cwd, m->dir_epoch);
             m->rc = api->CompileProgram(p->real, p->n_opts, (const char *const *)p->opts);
+            kc_observe_end(p->obs);
+        }
         p->compile_rc = m->rc;
     } else if ((m->rc = kc_prog_materialize(p, &api)) == NVRTC_SUCCESS) {
+        /* Compiled already (an sm_XX compile's PTX): judged on that compile's reads. */
         m->rc = p->compile_rc;
     }
     if (m->rc != NVRTC_SUCCESS && !p->real)
@@ -568,6 +654,7 @@ static int compile_miss(void *userdata, kcache_made *made)
     made->name_exprs = (const char *const *)p->exprs;
     made->lowered_names = m->lowered;
     made->toolchain = m->toolchain;
+    judge(m, made, unobserved);
     return 0;
 }
 
@@ -593,7 +680,11 @@ static int through_cache(kcache_result **out, kcache_compiler *c, struct prog *p
     char *extra = NULL;
     size_t extra_size = 0;
     *out = NULL;
-    if (extra_material(&extra, &extra_size, p, kc_real_path()))
+    /* The closure's relative paths mean this directory (observe.c compares against it). */
+    m->dir_epoch = kc_observe_dir_epoch();
+    if (!getcwd(m->cwd, sizeof(m->cwd)))
+        m->cwd[0] = '\0';
+    if (extra_material(&extra, &extra_size, p))
         return KCACHE_ENOMEM;
     kcache_request req = KCACHE_REQUEST_INIT;
     req.source = p->src;
@@ -722,7 +813,9 @@ SHIM_API nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions,
     if (m.ran) {
         /* NVIDIA's program answers from now on, whatever kcache made of it. */
         nrc = m.rc;
-        if (keyed)
+        if (res && !keyed && !strncmp(res->store_message, "not stored: ", 12))
+            count(reason_of(res->store_message + 12)); /* judge(), or kcache's own check */
+        else if (keyed)
             atomic_fetch_add(&miss_count, 1);
         else
             count(R_NOT_KEYED);

@@ -108,7 +108,14 @@ enum kcache_compile_flags {
     KCACHE_COMPILE_UNCOUNTED = 1 << 4,
 };
 
-#define KCACHE_REQUEST_VERSION 2
+#define KCACHE_REQUEST_VERSION 3
+
+/* Version 3: one path the include resolution looked at (kcache_made.probes). */
+typedef struct kcache_probe {
+    const char *path; /* as looked up: absolute, or relative to the working directory */
+    int found;        /* 1: a regular file, keyed by its content (under the toolkit's root,
+                         by the toolkit's build); 0: nothing there, keyed as absent */
+} kcache_probe;
 
 /*
  * What a compiler of the caller's own made (kcache_request.compile): the
@@ -124,6 +131,23 @@ typedef struct kcache_made {
     const char *const *name_exprs;     /* names, pairwise */
     const char *const *lowered_names;
     const char *toolchain;             /* what made it, stored with the entry */
+    /*
+     * Request version 3, set by kcache before the call (valid during it):
+     * the closure the key covers, every path the resolution looked at, in
+     * order, with what it found; and the toolkit's root (its real path, NULL
+     * if none), under which a file is keyed by the toolkit's build. A
+     * compiler that reads the disk itself checks what it read against these.
+     */
+    size_t n_probes;
+    const kcache_probe *probes;
+    const char *toolkit_root;
+    /*
+     * Request version 3, set by the compiler: a short reason (a static
+     * string, e.g. "unpredicted-read") to return the artifact without
+     * storing it, because the compile read something the key does not
+     * cover. Counted in stats with the uncacheable compiles.
+     */
+    const char *no_store;
 } kcache_made;
 
 /*
@@ -176,7 +200,9 @@ typedef struct kcache_request {
      * as for any compile; extra_digest must name whatever the caller's
      * compiler does that the request does not say. Its entries keep no
      * inputs: `kcache verify --recompile` cannot rebuild them. The drop-in
-     * NVRTC uses it to compile exactly as the program asked.
+     * NVRTC uses it to compile exactly as the program asked. After it
+     * returns, kcache checks that every file of the closure still holds what
+     * was keyed (an edit during the compile is not stored).
      */
     kcache_compile_fn compile;
     void *compile_userdata;

@@ -1,0 +1,174 @@
+/*
+ * One NVRTC compile, as a program would make it, for the drop-in's soundness
+ * tests (test_sound.py): writes the compile's return code, log and output to
+ * OUT, and the files of every libnvrtc mapped in the process at exit (which
+ * NVRTC answered) to OUT.maps.
+ *
+ * nvrtc_one OUT SOURCE NAME [-H NAME=FILE]... [--] [OPTION]...
+ *
+ * SOURCE is read from disk and handed over in memory under NAME; each -H hands
+ * over FILE's text as the in-memory header NAME. With -arch=compute_XX the
+ * output is PTX, else CUBIN. Built with NVRTC_ONE_DLOPEN, it dlopen()s
+ * libnvrtc.so.13 by name (found through its own RUNPATH, as PyTorch does).
+ */
+#include <nvrtc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef NVRTC_ONE_DLOPEN
+#include <dlfcn.h>
+
+#define NVRTC_ONE_FUNCS(X)                                                                         \
+    X(nvrtcCreateProgram)                                                                          \
+    X(nvrtcCompileProgram)                                                                         \
+    X(nvrtcGetProgramLogSize)                                                                      \
+    X(nvrtcGetProgramLog)                                                                          \
+    X(nvrtcGetPTXSize)                                                                             \
+    X(nvrtcGetPTX)                                                                                 \
+    X(nvrtcGetCUBINSize)                                                                           \
+    X(nvrtcGetCUBIN)                                                                               \
+    X(nvrtcDestroyProgram)
+#define DECLARE(f) static __typeof__(&f) p_##f;
+NVRTC_ONE_FUNCS(DECLARE)
+#define LOAD(f)                                                                                    \
+    do {                                                                                           \
+        void *s_ = dlsym(h, #f);                                                                   \
+        if (!s_)                                                                                   \
+            return -1;                                                                             \
+        memcpy(&p_##f, &s_, sizeof(s_));                                                           \
+    } while (0);
+
+static int load_nvrtc(void)
+{
+    void *h = dlopen("libnvrtc.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(stderr, "nvrtc_one: %s\n", dlerror());
+        return -1;
+    }
+    NVRTC_ONE_FUNCS(LOAD)
+    return 0;
+}
+#define nvrtcCreateProgram p_nvrtcCreateProgram
+#define nvrtcCompileProgram p_nvrtcCompileProgram
+#define nvrtcGetProgramLogSize p_nvrtcGetProgramLogSize
+#define nvrtcGetProgramLog p_nvrtcGetProgramLog
+#define nvrtcGetPTXSize p_nvrtcGetPTXSize
+#define nvrtcGetPTX p_nvrtcGetPTX
+#define nvrtcGetCUBINSize p_nvrtcGetCUBINSize
+#define nvrtcGetCUBIN p_nvrtcGetCUBIN
+#define nvrtcDestroyProgram p_nvrtcDestroyProgram
+#else
+static int load_nvrtc(void)
+{
+    return 0;
+}
+#endif
+
+#ifdef NVRTC_ONE_MODULE
+/* Built as a module a loader dlopen()s (nvrtc_loader.c), as Python loads an extension. */
+#define main nvrtc_one_main
+__attribute__((visibility("default"))) int nvrtc_one_main(int argc, char **argv);
+#endif
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        perror(path);
+        exit(2);
+    }
+    size_t cap = 4096, n = 0;
+    char *b = malloc(cap);
+    size_t got;
+    while (b && (got = fread(b + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (cap - n < 2)
+            b = realloc(b, cap *= 2);
+    }
+    fclose(f);
+    if (!b)
+        exit(2);
+    b[n] = '\0';
+    return b;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 4) {
+        fprintf(stderr, "usage: nvrtc_one OUT SOURCE NAME [-H NAME=FILE]... [--] [OPTION]...\n");
+        return 2;
+    }
+    const char *out = argv[1];
+    char *src = slurp(argv[2]);
+    const char *name = argv[3];
+    const char *hnames[64], *htexts[64];
+    int nh = 0, i = 4;
+    for (; i < argc && nh < 64; i++) {
+        if (!strcmp(argv[i], "--")) {
+            i++;
+            break;
+        }
+        if (strcmp(argv[i], "-H") != 0 || i + 1 >= argc)
+            break;
+        char *eq = strchr(argv[++i], '=');
+        if (!eq)
+            return 2;
+        *eq = '\0';
+        hnames[nh] = argv[i];
+        htexts[nh++] = slurp(eq + 1);
+    }
+    int ptx = 0;
+    for (int k = i; k < argc; k++)
+        ptx |= strstr(argv[k], "compute_") != NULL;
+    nvrtcProgram p;
+    if (load_nvrtc() != 0)
+        return 4;
+    if (nvrtcCreateProgram(&p, src, name, nh, htexts, hnames) != NVRTC_SUCCESS)
+        return 3;
+    nvrtcResult rc = nvrtcCompileProgram(p, argc - i, (const char *const *)(argv + i));
+    FILE *f = fopen(out, "wb");
+    if (!f)
+        return 2;
+    fprintf(f, "rc %d\n", (int)rc);
+    size_t n = 0;
+    nvrtcGetProgramLogSize(p, &n);
+    char *log = malloc(n + 1);
+    nvrtcGetProgramLog(p, log);
+    fprintf(f, "log %s\n", log);
+    if (rc == NVRTC_SUCCESS) {
+        n = 0;
+        if (ptx)
+            nvrtcGetPTXSize(p, &n);
+        else
+            nvrtcGetCUBINSize(p, &n);
+        char *bytes = malloc(n ? n : 1);
+        if (ptx)
+            nvrtcGetPTX(p, bytes);
+        else
+            nvrtcGetCUBIN(p, bytes);
+        fwrite(bytes, 1, n, f);
+        free(bytes);
+    }
+    fclose(f);
+    nvrtcDestroyProgram(&p);
+    /* Which NVRTC files the process mapped: the one that compiled is among them. */
+    char maps_out[4096];
+    snprintf(maps_out, sizeof(maps_out), "%s.maps", out);
+    FILE *m = fopen("/proc/self/maps", "r"), *o = fopen(maps_out, "w");
+    char line[8192];
+    while (m && o && fgets(line, sizeof(line), m)) {
+        char *path = strchr(line, '/');
+        if (path && strstr(path, "libnvrtc.so"))
+            fputs(path, o);
+    }
+    if (m)
+        fclose(m);
+    if (o)
+        fclose(o);
+    free(log);
+    free(src);
+    for (int k = 0; k < nh; k++)
+        free((void *)htexts[k]);
+    return 0;
+}
