@@ -13,6 +13,9 @@
  *     other headers. With -no-source-include no file's directory is searched,
  *     not even a header's on disk (checked with NVRTC 13);
  *   - <angled>: each -I directory in order;
+ *   - in every directory looked in, a name whose last part has no '.' is
+ *     looked for as NAME, then NAME.stdh (<foo> takes e/foo.stdh ahead of
+ *     d/foo with -I e -I d);
  *   - nothing else: NVRTC has no default include directory.
  *
  * The rule that keeps a key honest is "hermetic or uncached": during a cached

@@ -356,6 +356,30 @@ static int add_tk_name(struct resolver *r, const char *spelling)
  * handed over under the spelling the toolkit header uses.
  */
 /*
+ * Whether NVRTC also looks for SPELLING.stdh in a directory where SPELLING is
+ * not: it does for a name whose last part has no '.', angled or quoted,
+ * beside the includer as in -I directories (checked with NVRTC 13: with -I e
+ * -I d, <foo> takes e/foo.stdh over d/foo; <foo.h> never looks for .stdh).
+ */
+static int stdh_too(const char *spelling)
+{
+    const char *base = strrchr(spelling, '/');
+    return !strchr(base ? base + 1 : spelling, '.');
+}
+
+/* path, else path.stdh where stdh_too() says so: the first that is a regular file, in out. */
+static int regular_at(char *out, size_t size, const char *path, int stdh)
+{
+    struct stat st;
+    for (int k = 0; k < 1 + stdh; k++) {
+        int len = snprintf(out, size, k ? "%s.stdh" : "%s", path);
+        if (len > 0 && (size_t)len < size && stat(out, &st) == 0 && S_ISREG(st.st_mode))
+            return 1;
+    }
+    return 0;
+}
+
+/*
  * Whether the hermetic compile finds the same toolkit header (rel, below the
  * root) for a spelling that plain NVRTC finds beside its includer: it passes
  * --no-source-include and only the toolkit's -I directories, so it looks in
@@ -364,18 +388,17 @@ static int add_tk_name(struct resolver *r, const char *spelling)
 static int hermetic_finds(struct resolver *r, const char *spelling, const char *rel)
 {
     const kc_deps_request *q = r->req;
-    char path[PATH_MAX];
+    char path[PATH_MAX], at[PATH_MAX];
     for (size_t i = 0; i < q->n_include_dirs; i++) {
         const char *real = NULL, *rel2;
         int inside = 0, rc;
         if ((rc = kc_res_toolkit_dir(r, q->include_dirs[i], &real, &inside)))
             return rc;
-        struct stat st;
         int len = snprintf(path, sizeof(path), "%s/%s", q->include_dirs[i], spelling);
-        if (!inside || len < 0 || (size_t)len >= sizeof(path) || stat(path, &st) != 0 ||
-            !S_ISREG(st.st_mode))
+        if (!inside || len < 0 || (size_t)len >= sizeof(path) ||
+            !regular_at(at, sizeof(at), path, stdh_too(spelling)))
             continue;
-        char *found = realpath(path, NULL);
+        char *found = realpath(at, NULL);
         int same = found && in_toolkit_root(r, found, &rel2) && !strcmp(rel2, rel);
         free(found);
         return same;
@@ -419,7 +442,7 @@ int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t f
         }
         int len = dir ? snprintf(path, sizeof(path), "%s/%s", dir, spelling)
                       : snprintf(path, sizeof(path), "%s", spelling);
-        if (len < 0 || (size_t)len >= sizeof(path))
+        if (len < 0 || (size_t)len >= sizeof(path) - 5)
             continue;
         const char *real = NULL;
         int inside = 0;
@@ -427,10 +450,14 @@ int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t f
             return rc;
         if (!dir && q->toolkit_root)
             inside = 1; /* an absolute spelling: its real path decides */
-        size_t node;
+        size_t node = 0;
         const char *rel = NULL;
-        if ((rc = kc_res_look(r, path, inside, from_toolkit, &node, &rel)))
-            return rc;
+        for (int k = 0; k < 1 + stdh_too(spelling) && !node && !rel; k++) {
+            if (k)
+                memcpy(path + len, ".stdh", 6);
+            if ((rc = kc_res_look(r, path, inside, from_toolkit, &node, &rel)))
+                return rc;
+        }
         if (rel && i == 0 && dir && (rc = hermetic_finds(r, spelling, rel)) != 1) {
             if (rc < 0)
                 return rc;

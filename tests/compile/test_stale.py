@@ -214,6 +214,22 @@ def test_pre_include_from_the_working_directory(root, nvrtc):
               % (step, grep_values(got), grep_values(want)))
 
 
+def test_stdh_beside_an_extensionless_name(root, nvrtc):
+    """NVRTC looks for NAME.stdh where an extensionless NAME is not, in every directory."""
+    t = Case(root, nvrtc)
+    d = os.path.join(root, "x")
+    write(os.path.join(d, "d", "foo"), "#define V 1\n")
+    os.makedirs(os.path.join(d, "e"))
+    write(os.path.join(d, "k.cu"), "#include <foo>\n" + KERNEL % "V")
+    opts = ("-I" + os.path.join(d, "e"), "-I" + os.path.join(d, "d"))
+    t.agrees(os.path.join(d, "k.cu"), *opts, what="d/foo")
+    time.sleep(0.05)
+    write(os.path.join(d, "e", "foo.stdh"), "#define V 3\n")
+    t.agrees(os.path.join(d, "k.cu"), *opts, what="e/foo.stdh created ahead of d/foo")
+    write(os.path.join(d, "e", "foo.stdh"), "#define V 4\n")
+    t.agrees(os.path.join(d, "k.cu"), *opts, what="e/foo.stdh edited")
+
+
 def test_has_include_through_a_macro(root, nvrtc):
     t = Case(root, nvrtc)
     d = os.path.join(root, "m")
