@@ -36,6 +36,7 @@ const char *kc_key_tag_name(int tag)
         [KC_TAG_SOURCE_NAME] = "source-name", [KC_TAG_SOURCE] = "source",
         [KC_TAG_HEADER] = "header",           [KC_TAG_EXTRA] = "extra-digest",
         [KC_TAG_LINK_INPUT] = "link-input",   [KC_TAG_TOOLKIT] = "toolkit",
+        [KC_TAG_WORKDIR] = "working-directory",
     };
     if (tag <= 0 || (size_t)tag >= sizeof(names) / sizeof(names[0]))
         return NULL;
@@ -116,6 +117,8 @@ static int add_compile(kc_keybuf *k, const kc_key_compile *in)
     kc_key_add_str(k, KC_TAG_ARCH, in->arch);
     kc_key_add_str(k, KC_TAG_NVRTC, in->nvrtc_id);
     kc_key_add_str(k, KC_TAG_TOOLKIT, in->toolkit_id);
+    if (in->workdir)
+        kc_key_add_str(k, KC_TAG_WORKDIR, in->workdir);
     for (size_t i = 0; i < in->n_options; i++)
         kc_key_add_str(k, KC_TAG_OPTION, in->options[i]);
     if (in->n_name_exprs) {
@@ -263,6 +266,7 @@ static int read_field(void *ud, int tag, const uint8_t *data, size_t n)
     case KC_TAG_NVRTC: copy_field(rc->nvrtc, sizeof(rc->nvrtc), data, n); return 0;
     case KC_TAG_NVJITLINK: copy_field(rc->nvjitlink, sizeof(rc->nvjitlink), data, n); return 0;
     case KC_TAG_TOOLKIT: copy_field(rc->toolkit, sizeof(rc->toolkit), data, n); return 0;
+    case KC_TAG_WORKDIR: copy_field(rc->workdir, sizeof(rc->workdir), data, n); return 0;
     case KC_TAG_SOURCE_NAME:
         copy_field(rc->source_name, sizeof(rc->source_name), data, n);
         return 0;

@@ -40,6 +40,9 @@ typedef struct kc_key_compile {
     size_t n_deps;
     const void *extra;            /* the caller's extra digest */
     size_t extra_size;
+    /* The working directory NVRTC writes into line information (-lineinfo,
+     * -G: PTX's .file holds it joined with each file's name), or NULL. */
+    const char *workdir;
 } kc_key_compile;
 
 /* What a link's key is made of. */
@@ -76,6 +79,7 @@ int kc_key_encode_link(kc_buf *material, kcache_key *key, const kc_key_link *in)
 typedef struct kc_recipe {
     char input[16], output[16], arch[32], nvrtc[128], nvjitlink[128], toolkit[4096];
     char source_name[1024];
+    char workdir[4096];  /* "" unless line information holds it */
     char **options;
     size_t n_options;
     char **exprs;

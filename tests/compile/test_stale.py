@@ -230,6 +230,29 @@ def test_stdh_beside_an_extensionless_name(root, nvrtc):
     t.agrees(os.path.join(d, "k.cu"), *opts, what="e/foo.stdh edited")
 
 
+def test_line_info_holds_the_working_directory(root, nvrtc):
+    """-lineinfo writes the working directory into the bytes: a run from elsewhere is
+    another kernel, the one an empty cache gives there."""
+    d = os.path.join(root, "l")
+    write(os.path.join(d, "k.cu"), KERNEL % "3")
+    shared, empty = Cache(root, "shared"), Cache(root, "empty")
+    got = {}
+    for where in ("a", "b"):
+        os.makedirs(os.path.join(d, where))
+        for c in (shared, empty) if where == "b" else (shared,):
+            out = os.path.join(root, "%s-%s.ptx" % (where, os.path.basename(c.dir)))
+            p = subprocess.run([base.KCACHE, "compile", os.path.join(d, "k.cu"), "--arch", "sm_90",
+                                "--ptx", "-o", out, "--", "-lineinfo"], cwd=os.path.join(d, where),
+                               env=dict(c.env, PWD=os.path.join(d, where)), capture_output=True,
+                               timeout=120)
+            check(p.returncode == 0, p.stderr.decode())
+            with open(out) as f:
+                got[where, os.path.basename(c.dir)] = f.read()
+    check(got["b", "shared"] == got["b", "empty"],
+          "from b, the shared cache gave a's line information: %s"
+          % [l for l in got["b", "shared"].splitlines() if ".file" in l])
+
+
 def test_has_include_through_a_macro(root, nvrtc):
     t = Case(root, nvrtc)
     d = os.path.join(root, "m")
