@@ -398,6 +398,43 @@ static void test_memo(void)
     kcache_store_close(s);
 }
 
+/*
+ * Where the compile cannot be made hermetic (here a %: directive in an
+ * in-memory header), kcache compiles as NVRTC would, reading the disk: the
+ * caller's in-memory headers are part of that, or the compile fails where
+ * NVRTC passes.
+ */
+static void test_fallback_keeps_memory_headers(void)
+{
+    char dir[700], cwd[700], g[800];
+    REQUIRE(getcwd(cwd, sizeof(cwd)));
+    snprintf(dir, sizeof(dir), "%s/fallback-mem", test_dir());
+    test_sh("mkdir -p '%s'", dir);
+    snprintf(g, sizeof(g), "%s/g.h", dir);
+    test_write_text(g, "#define G_VALUE 77\n");
+    REQUIRE(chdir(dir) == 0);
+    const char *names[] = {"mh.h"}, *contents[] = {"%:include \"g.h\"\n"};
+    kcache_request q = KCACHE_REQUEST_INIT;
+    q.source = "#include \"mh.h\"\nextern \"C\" __global__ void k(int *o) { o[0] = G_VALUE; }\n";
+    q.arch = "compute_90";
+    q.n_headers = 1;
+    q.header_names = names;
+    q.header_contents = contents;
+    kcache_store *s = new_store();
+    kcache_compiler *c = compiler_on(s);
+    kcache_result *r = NULL;
+    kcache_compile(&r, c, &q);
+    REQUIRE(r);
+    CHECK(r->status == 0 && !r->keyed);
+    CHECK(r->status == 0 && r->data && strstr((const char *)r->data, "77"));
+    if (r->status)
+        printf("fallback: %s\n%s\n", r->message, r->log);
+    kcache_result_free(r);
+    kcache_compiler_free(c);
+    kcache_store_close(s);
+    REQUIRE(chdir(cwd) == 0);
+}
+
 /* kcache_key_describe(): fails on a header keyed without its content's digest. */
 static int header_has_digest(void *userdata, const char *component, const char *value)
 {
@@ -575,6 +612,7 @@ int main(void)
     test_edits();
     test_memo();
     test_every_header_digested();
+    test_fallback_keeps_memory_headers();
     test_same_tick();
     test_shared_closures();
     test_pch();

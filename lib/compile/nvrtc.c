@@ -57,8 +57,10 @@ int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct wor
     if (rc)
         return kc_result_fail(r, rc, "%s", msg);
     size_t n_headers = 0;
-    const char **contents = kc_calloc(w->deps.n_deps + 1, sizeof(char *));
-    const char **spellings = kc_calloc(w->deps.n_deps + 1, sizeof(char *));
+    size_t n_mem = req->version >= 2 ? req->n_headers : 0;
+    size_t n_max = (hermetic ? w->deps.n_deps : n_mem) + 1;
+    const char **contents = kc_calloc(n_max, sizeof(char *));
+    const char **spellings = kc_calloc(n_max, sizeof(char *));
     char **opts = NULL;
     size_t n_opts = 0;
     nvrtcProgram prog = NULL;
@@ -72,6 +74,11 @@ int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct wor
             continue;
         contents[n_headers] = w->deps.deps[i].content;
         spellings[n_headers++] = w->deps.deps[i].name;
+    }
+    /* Reading the disk as NVRTC would: the caller's in-memory headers still go in. */
+    for (size_t i = 0; !hermetic && i < n_mem; i++) {
+        contents[n_headers] = req->header_contents[i];
+        spellings[n_headers++] = req->header_names[i];
     }
     for (size_t i = 0; i < w->opts.n_canonical && !rc; i++)
         rc = kc_strv_push(&opts, &n_opts, w->opts.canonical[i]);
