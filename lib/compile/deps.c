@@ -153,6 +153,35 @@ static int scan_node(struct resolver *r, size_t k)
     return rc;
 }
 
+/*
+ * A file reached by paths in two directories (a symlink and its target):
+ * kcache hands it over once, but NVRTC looks for its "quoted" includes beside
+ * each path it opened it by, and may find other files. Where the file has
+ * such an include (or one whose spelling kcache works out), the compile is
+ * not hermetic.
+ */
+static void check_other_dirs(struct resolver *r)
+{
+    for (size_t k = 1; k < r->n_nodes && !r->out->not_hermetic; k++) {
+        const struct node *nd = &r->nodes[k];
+        if (!nd->other_dirs)
+            continue;
+        for (size_t i = 0; i < nd->n_dirs; i++) {
+            const kc_directive *d = &nd->dirs[i];
+            int beside = ((d->kind == KC_DIR_INCLUDE || d->kind == KC_DIR_HAS_INCLUDE) &&
+                          (!d->angle || d->computed)) ||
+                         d->kind == KC_DIR_CALL;
+            if (beside) {
+                kc_res_not_hermetic(r, "one_file_two_directories",
+                                    "%s is reached from two directories (a link?), and NVRTC "
+                                    "looks for its includes beside each",
+                                    nd->path);
+                break;
+            }
+        }
+    }
+}
+
 static void resolver_free(struct resolver *r)
 {
     for (size_t k = 0; k < r->n_nodes; k++) {
@@ -278,6 +307,8 @@ int kc_deps_resolve(kc_deps *out, const kc_deps_request *req, char *msg, size_t 
             rc = kc_res_resolve_pending(&r, &p);
         }
     }
+    if (!rc && !req->no_source_include)
+        check_other_dirs(&r);
     if (!rc && !out->not_hermetic)
         rc = kc_res_assign_names(&r);
     if (!rc && !out->not_hermetic)

@@ -275,9 +275,22 @@ int kc_res_look(struct resolver *r, const char *path, int in_toolkit, int from_t
     char id[64];
     snprintf(id, sizeof(id), "%llx:%llx", (unsigned long long)p.dev, (unsigned long long)p.ino);
     if (kc_smap_find(&r->by_identity, id, &v)) {
-        /* The same file by another path: one header to NVRTC. */
+        /* The same file by another path: one header to NVRTC. From another
+         * directory, NVRTC looks for its quoted includes beside that path too. */
         free(text);
         kc_memo_release(memo);
+        char *here = kc_path_dirname(path), *a = here ? kc_path_normalized(here) : NULL;
+        char *b = a ? kc_path_normalized(r->nodes[v].dir) : NULL;
+        if (!b) {
+            free(here);
+            free(a);
+            return KCACHE_ENOMEM;
+        }
+        if (strcmp(a, b) != 0)
+            r->nodes[v].other_dirs = 1;
+        free(here);
+        free(a);
+        free(b);
     } else {
         size_t k;
         if ((rc = kc_res_new_node(r, &k))) {

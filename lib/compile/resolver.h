@@ -43,6 +43,7 @@ struct node {
     char *canon;
     int in_memory;        /* handed over by the caller under spelling: keeps that name */
     int toolkit;          /* a toolkit header: followed for what it includes, never handed over */
+    int other_dirs;       /* also reached by a path in another directory (a symlink) */
     kc_probe id;          /* identity and digest of text as read */
     kc_memo *memo;        /* text and dirs are the memo's, borrowed */
 };

@@ -253,6 +253,20 @@ def test_line_info_holds_the_working_directory(root, nvrtc):
           % [l for l in got["b", "shared"].splitlines() if ".file" in l])
 
 
+def test_one_file_from_two_directories(root, nvrtc):
+    """A header reached through a link and through its own directory: NVRTC looks for
+    its quoted includes beside each path (found by the soundness harness)."""
+    t = Case(root, nvrtc)
+    d = os.path.join(root, "y")
+    write(os.path.join(d, "d", "h.h"), '#include "x.h"\n')
+    write(os.path.join(d, "d", "x.h"), "#undef V\n#define V 1\n")
+    write(os.path.join(d, "e", "x.h"), "#undef V\n#define V 2\n")
+    os.makedirs(os.path.join(d, "src"))
+    os.symlink("../d/h.h", os.path.join(d, "src", "link.h"))
+    write(os.path.join(d, "src", "k.cu"), '#include "link.h"\n#include "../d/h.h"\n' + KERNEL % "V")
+    t.agrees(os.path.join(d, "src", "k.cu"), "-I" + os.path.join(d, "e"), what="link and target")
+
+
 def test_has_include_through_a_macro(root, nvrtc):
     t = Case(root, nvrtc)
     d = os.path.join(root, "m")
