@@ -125,13 +125,20 @@ class Result:
                           if l.strip() and not l.lstrip().startswith(b"//"))
 
     def constants(self):
-        """The values the kernel stores, for messages."""
+        """What the kernel stores, o[0], o[1], ..., for messages."""
         k = self.kernel()
         if k is None:
             return "compile failed: " + self.message[:160]
-        vals = [l.split(b",")[-1].strip(b" ;\t").decode() for l in k.split(b"\n")
-                if l.strip().startswith(b"mov.") and b"%r" in l and b"," in l]
-        return "[" + " ".join(vals) + "]"
+        regs, out = {}, {}
+        for line in k.decode(errors="replace").split("\n"):
+            w = line.replace(",", " ").replace(";", " ").split()
+            if len(w) == 3 and w[0].startswith("mov.") and w[1].startswith("%r"):
+                regs[w[1]] = w[2]
+            elif len(w) == 3 and w[0].startswith("st.global."):
+                addr = w[1].strip("[]")
+                off = int(addr.split("+")[1]) if "+" in addr else 0
+                out[off // 4] = regs.get(w[2], w[2])
+        return "o=[" + " ".join(out.get(i, "?") for i in range(max(out) + 1 if out else 0)) + "]"
 
 
 # ---- a scenario's files, and edits that change identities as a real wait would --------------
@@ -455,7 +462,6 @@ def gen_has_include(rng):
 #endif
 #define KC_HAS_OPT1 __has_include("opt1.h")
 #if KC_HAS_OPT1
-#include "opt1.h"
 #define KC_HAS1 1
 #else
 #define KC_HAS1 0
@@ -693,7 +699,11 @@ class Runner:
     def driver(self, which, aged):
         key = (which, aged)
         if key not in self.drivers:
-            self.drivers[key] = Driver(self.args.driver, self.env(aged, which == "dropin"))
+            env = self.env(aged, which == "dropin")
+            if which == "ref":
+                # Written only if the drop-in were loaded: the reference must be NVIDIA's.
+                env["KCACHE_NVRTC_REPORT"] = self.report + ".ref"
+            self.drivers[key] = Driver(self.args.driver, env)
         return self.drivers[key]
 
     def close(self):
@@ -802,6 +812,8 @@ class Runner:
                 if verdict is None:
                     if not ref.ok() and not r.ok():
                         self.counts["both_failed"] += 1
+                        k = "both_failed_" + sc.kind
+                        self.counts[k] = self.counts.get(k, 0) + 1
                     continue
                 why = verdict
                 if path != "dropin" and verdict == "different-kernel":
@@ -1044,8 +1056,8 @@ def write_repro(args, sc, steps, failure, out_dir):
 # ---- the run --------------------------------------------------------------------------------
 
 def nvrtc_present(args):
-    d = Driver(args.driver, dict(os.environ, ASAN_OPTIONS="detect_leaks=0"))
     tmp = tempfile.mkdtemp(prefix="kcache sound-probe-", dir=args.tmp)
+    d = Runner(args, tmp).driver("ref", False)
     try:
         with open(os.path.join(tmp, "k.cu"), "w") as f:
             f.write('extern "C" __global__ void k(int *o) { o[0] = 1; }\n')
@@ -1076,14 +1088,19 @@ def main():
     ap.add_argument("--kind", choices=sorted(GENERATORS), help="only scenarios of this kind")
     ap.add_argument("--long", action="store_true", help="run for --minutes (default 30)")
     ap.add_argument("--minutes", type=float, default=None)
-    ap.add_argument("--seconds", type=float, default=None, help="time budget (default mode: 75)")
+    ap.add_argument("--seconds", type=float, default=None, help="time budget (default mode: 55)")
     ap.add_argument("--cold-rate", type=float, default=0.1,
                     help="share of hits also compared with an empty cache's result")
     ap.add_argument("--real-sleep", type=int, default=None, metavar="N",
                     help="also run N scenarios with real 2.2 s waits and compare the outcomes")
     ap.add_argument("--shrink-seconds", type=float, default=None,
-                    help="time for shrinking all failures (default 40, long mode 300)")
-    ap.add_argument("--keep", default=None, help="directory for repro scripts")
+                    help="time for shrinking all failures (default 25, long mode 300)")
+    ap.add_argument("--files", choices=["mixed", "aged", "fresh"], default="mixed",
+                    help="aged: every file past the trust window (the clock moved); fresh: "
+                         "none; mixed (default): 70%% of scenarios aged")
+    ap.add_argument("--keep", default=os.environ.get("SOUNDNESS_KEEP"),
+                    help="directory for repro scripts (default: $SOUNDNESS_KEEP, else a new "
+                         "temporary directory)")
     ap.add_argument("--tmp", default=None, help="where trees go (default: TMPDIR)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
@@ -1097,11 +1114,12 @@ def main():
     seed = args.seed if args.seed is not None else random.SystemRandom().randint(1, 2**31)
     budget = (args.seconds if args.seconds is not None else
               (args.minutes or 30) * 60 if args.long else
-              args.minutes * 60 if args.minutes else 75)
+              args.minutes * 60 if args.minutes else 55)
     shrink_budget = args.shrink_seconds if args.shrink_seconds is not None else \
-        (300 if args.long else 40)
+        (300 if args.long else 25)
     real_sleep = args.real_sleep if args.real_sleep is not None else (0 if args.long else 1)
     keep = args.keep or tempfile.mkdtemp(prefix="kcache-soundness-repro-")
+    os.makedirs(keep, exist_ok=True)
     print("soundness: seed %d (rerun: --seed %d), budget %.0f s" % (seed, seed, budget))
     sys.stdout.flush()
     t0 = time.time()
@@ -1115,7 +1133,8 @@ def main():
         while (args.scenarios is None or n < args.scenarios) and \
                 (args.scenarios is not None or time.time() - t0 < budget):
             sc_seed = rng.randint(1, 2**31)
-            sc = make_scenario(sc_seed, args.kind)
+            sc = make_scenario(sc_seed, args.kind,
+                               None if args.files == "mixed" else args.files == "aged")
             root = os.path.join(work, "t%d" % n)
             os.makedirs(root)
             n += 1
@@ -1131,7 +1150,7 @@ def main():
                 print("DIFFERS: scenario %s seed %d (%s), step %d, %s path: %s; NVRTC %s, "
                       "kcache %s%s" % (sc.kind, sc_seed, "aged" if sc.aged else "fresh",
                                        f["step"], f["path"], f["why"], f["ref"], f["got"],
-                                       " (" + f["message"][:300] + ")" if f["message"] else ""))
+                                       " (" + f["message"][:160] + ")" if f["message"] else ""))
                 failures.append((sc, f))
             sys.stdout.flush()
         # The shortcut (a moved clock) against real waits: the same outcome, step by step.
@@ -1183,16 +1202,33 @@ def main():
                  script))
     c = runner.counts
     print("soundness: %d scenarios, %d steps in %.1f s (seed %d)" % (n, c["steps"], elapsed, seed))
-    print("  compiles per path: %s; hits %s; NVRTC reference compiles %d; empty-cache checks %d"
-          % (c["compiles"], c["hits"], c["ref_compiles"], c["cold_checks"]))
+    print("  compiles per path: %s; hits: cli %d, lib %d; NVRTC reference compiles %d; "
+          "empty-cache checks %d" % (c["compiles"], c["hits"]["cli"], c["hits"]["lib"],
+                                     c["ref_compiles"], c["cold_checks"]))
+    if os.path.exists(runner.report + ".ref"):
+        print("FAIL: the reference NVRTC was the drop-in (LD_LIBRARY_PATH?): nothing above holds")
+        return 1
     print("  results that differed from NVRTC: %d" % c["differ"])
-    print("  both failed to compile (agreeing): %d" % c["both_failed"])
+    by_class = {}
+    for sc, f in failures:
+        sig = "%-11s %-6s %-6s %s" % (sc.kind, f["path"], "aged" if sc.aged else "fresh",
+                                      f["why"])
+        by_class[sig] = by_class.get(sig, 0) + 1
+    for sig, v in sorted(by_class.items()):
+        print("    %5d  %s" % (v, sig))
+    print("  both failed to compile (agreeing): %d (%s)" % (
+        c["both_failed"], ", ".join("%s %d" % (k[12:], v) for k, v in sorted(c.items())
+                                    if k.startswith("both_failed_"))))
     uncached = dict(c["uncached"])
+    dropin = {"hits": 0, "misses": 0}
     for row in dropin_report(runner.report):
         for k, v in row.items():
-            if k not in ("pid", "hits", "misses", "nvrtc-loaded"):
+            if k in dropin:
+                dropin[k] += int(v)
+            elif k not in ("pid", "nvrtc-loaded"):
                 key = "dropin: " + k
                 uncached[key] = uncached.get(key, 0) + int(v)
+    print("  drop-in (its report): %d hits, %d misses" % (dropin["hits"], dropin["misses"]))
     print("  compiled uncached, by reason: %s" % (
         "none" if not uncached else ""))
     for k, v in sorted(uncached.items(), key=lambda kv: -kv[1]):
