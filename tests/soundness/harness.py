@@ -243,7 +243,7 @@ def snapshot(root):
 
 # ---- what the generated files say -----------------------------------------------------------
 
-LADDER = 8  # how many header bodies a kernel can count
+LADDER = 10  # how many header bodies a kernel can count
 
 
 def counter_ladder():
@@ -491,13 +491,19 @@ def gen_has_include(rng):
 #else
 #define KC_HAS2 0
 #endif
+#define KC_OPT3 "opt3.h"
+#if __has_include(KC_OPT3)
+#define KC_HAS3 1
+#else
+#define KC_HAS3 0
+#endif
 """
     setup = [("write", "inc1/probe.h", "#pragma once\n#define KC_HAS_OPT2 __has_include(<opt2.h>)\n"),
-             ("write", "src/k.cu", kernel(pre, 3, [("KC_HAS0", None), ("KC_HAS1", None),
-                                                  ("KC_HAS2", None)]))]
+             ("write", "src/k.cu", kernel(pre, 4, [("KC_HAS0", None), ("KC_HAS1", None),
+                                                  ("KC_HAS2", None), ("KC_HAS3", None)]))]
     homes = ["src", "inc1", "inc2"]
     present = {}
-    for slot in range(3):
+    for slot in range(4):
         for d in homes:
             rel = "%s/opt%d.h" % (d, slot)
             op = f.add(rel, slot)
@@ -629,36 +635,28 @@ def gen_memory(rng):
 def gen_scanner(rng):
     """What a scanner can get wrong: digraphs, digit separators, raw strings, splices, comments."""
     f = Files(rng)
-    setup = []
-    for i in range(8):
+    constructs = [
+        ['%:include "t0.h"'],
+        # A digit separator: a scanner that takes '0 + sizeof(" for a character
+        # literal sees a comment start next, and no #include until it ends.
+        ["__device__ int kc_sep = 1'0 + sizeof(\"'/*\");", '#include "t1.h"',
+         "__device__ int kc_sep2 = 2; // */"],
+        ["__device__ inline const char *kc_raw() {", '    return R"kc(', '#include "t9.h" */ "',
+         ')kc";', "}", '#include "t2.h"'],
+        ["#inc\\", 'lude "t3.h"'],
+        ["#include \\", '"t4.h"'],
+        ['# /* a comment */ include /* another */ "t5.h" // and a line comment'],
+        ['#define KC_T6 "t6.h" /* a comment', '   over two lines */', "#include KC_T6"],
+        ["#if 0", "'", "#endif", '#include "t7.h"'],
+        # A function-like macro in an include: kcache cannot know, so all of it uncached.
+        ["#define KC_STR(x) #x", "#include KC_STR(t8.h)"],
+    ]
+    setup, pre = [], []
+    for i, lines in enumerate(constructs):
         setup.append(f.add("src/t%d.h" % i, i, guard="once"))
-    pre = "\n".join([
-        '%:include "t0.h"',
-        "__device__ inline int kc_sep() {",
-        "    int s = 1'0;",
-        '    const char *q = "\'/*";',
-        "    return s + q[0];",
-        "}",
-        '#include "t1.h"',
-        "__device__ inline const char *kc_raw() {",
-        '    return R"kc(',
-        '#include "t9.h" */ "',
-        ')kc";',
-        "}",
-        '#include "t2.h"',
-        '#inc\\',
-        'lude "t3.h"',
-        '#include \\',
-        '"t4.h"',
-        '# /* a comment */ include /* another */ "t5.h" // and a line comment',
-        "#define KC_T6 \"t6.h\" /* a comment\n   over two lines */",
-        "#include KC_T6",
-        "#if 0",
-        "'",
-        "#endif",
-        '#include "t7.h"',
-    ])
-    setup.append(("write", "src/k.cu", kernel(pre, 8)))
+        if rng.random() < (0.15 if i == 8 else 0.75):
+            pre += lines
+    setup.append(("write", "src/k.cu", kernel("\n".join(pre), len(constructs))))
     cfg = dict(source="src/k.cu", cwd="src", incs=[], defines=[], mem=[], paths=list(PATHS))
     edits = [[f.edit(rng.choice(list(f.specs)))] for _ in range(rng.randint(*EDITS))]
     return setup, cfg, edits
