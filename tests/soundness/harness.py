@@ -121,10 +121,14 @@ class Driver:
                       message=out["message"].decode(errors="replace"), ptx=out["ptx"])
 
     def close(self):
-        if self.p is not None and self.p.poll() is None:
-            self.p.stdin.close()
-            self.p.wait()
+        """Ends the process; returns its exit status (under ASan, a leak makes it non-zero)."""
+        rc = 0
+        if self.p is not None:
+            if self.p.poll() is None:
+                self.p.stdin.close()
+            rc = self.p.wait()
         self.p = None
+        return rc
 
 
 class Result:
@@ -189,7 +193,9 @@ def apply_op(root, op):
     path = os.path.join(root, rel)
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
-    touched = [path, parent]
+    # The directory changes too when a name comes or goes (kcache may vouch for the
+    # names absent from a directory by the directory's own identity).
+    touched = [path] if kind in ("write", "same") and os.path.lexists(path) else [path, parent]
     before = {p: identity(p) for p in touched}
     if kind in ("write", "same"):
         old = os.lstat(path) if os.path.lexists(path) and not os.path.islink(path) else None
@@ -314,7 +320,8 @@ class Scenario:
       ("replace", rel, text)  written beside and renamed over (a new inode)
       ("rm", rel)             deleted
       ("ln", rel, target)     a symbolic link (re)pointed
-      ("set", key, value)     the compile's options: "defines", "incs", "mem"
+      ("set", key, value)     the compile's options: "defines", "incs", "mem"; or
+                              "copy": which checkout of a tree is compiled
     cfg: source, cwd (relative to the root), incs (paths; "{R}" is the root),
     defines (-D values), mem (in-memory headers as [name, text]), paths.
     """
@@ -662,11 +669,30 @@ def gen_scanner(rng):
     return setup, cfg, edits
 
 
+def gen_copies(rng):
+    """Two checkouts of one tree (keys hold no absolute path): each must get its own kernel."""
+    f = Files(rng)
+    setup = []
+    for c in ("a", "b"):
+        setup.append(f.add(c + "/inc/h.h", 0, ['#include "sub/g.h"']))
+        setup.append(f.add(c + "/inc/sub/g.h", 1))
+        setup.append(("write", c + "/src/k.cu", kernel('#include "h.h"\n', 2)))
+    cfg = dict(source="a/src/k.cu", cwd="a/src", incs=["{R}/a/inc"], defines=[], mem=[],
+               paths=list(PATHS))
+    edits = []
+    for _ in range(rng.randint(*EDITS)):
+        if rng.random() < 0.5:
+            edits.append([("set", "copy", rng.choice(["a", "b"]))])
+        else:
+            edits.append([f.edit(rng.choice(list(f.specs)))])
+    return setup, cfg, edits
+
+
 GENERATORS = {"tree": gen_tree, "computed": gen_computed, "has_include": gen_has_include,
               "shadow": gen_shadow, "tkpath": gen_tkpath, "memory": gen_memory,
-              "scanner": gen_scanner}
+              "scanner": gen_scanner, "copies": gen_copies}
 WEIGHTS = {"tree": 5, "computed": 2, "has_include": 2, "shadow": 1, "tkpath": 1, "memory": 2,
-           "scanner": 1}
+           "scanner": 1, "copies": 1}
 
 
 def make_scenario(seed, kind=None, aged=None):
@@ -691,6 +717,7 @@ class Runner:
                            uncached={}, differ=0, ref_compiles=0, cold_checks=0,
                            both_failed=0)
         self.report = os.path.join(work, "dropin-report")
+        self.bad_exits = []
 
     def env(self, aged, dropin=False):
         env = dict(os.environ)
@@ -723,8 +750,11 @@ class Runner:
         return self.drivers[key]
 
     def close(self):
-        for d in self.drivers.values():
-            d.close()
+        for key, d in self.drivers.items():
+            rc = d.close()
+            if rc:
+                self.bad_exits.append("%s driver (%s files) exited %d" % (
+                    key[0], "aged" if key[1] else "fresh", rc))
         self.drivers = {}
 
     def reference(self, sc, cfg, root):
@@ -812,7 +842,10 @@ class Runner:
                 break
             for op in step:
                 op = fix(op, root)
-                if op[0] == "set":
+                if op[0] == "set" and op[1] == "copy":
+                    cfg.update(source=op[2] + "/src/k.cu", cwd=op[2] + "/src",
+                               incs=[os.path.join(root, op[2], "inc")])
+                elif op[0] == "set":
                     cfg[op[1]] = [v.replace("{R}", root) if isinstance(v, str) else v
                                   for v in op[2]]
                 else:
@@ -1027,6 +1060,9 @@ def shell_op(op):
                 lines.append("cat > %s <<'KC_EOF'\n%sKC_EOF" % (f, text))
                 lines.append("MEM_NAMES+=(%s); MEM_FILES+=(%s)" % (q(name), f))
             return "\n".join(lines)
+        if rel == "copy":
+            return 'CWD="$R"/%s/src; SRC="$R"/%s/src/k.cu; INCS=("$R"/%s/inc)' % (
+                op[2], op[2], op[2])
         if rel == "incs":
             return "INCS=(%s)" % " ".join('"%s"' % i.replace("{R}", "$R") for i in op[2])
         return "DEFS=(%s)" % " ".join(q(x) for x in op[2])
@@ -1282,10 +1318,12 @@ def main():
         print("    %5d  %s" % (v, k))
     if args.real_sleep or real_sleep:
         print("  real waits that changed an outcome: %d" % sleep_mismatch)
+    for what in runner.bad_exits:
+        print("FAIL: the %s (its stderr is above)" % what)
     if failures:
         print("  repro scripts under %s" % keep)
     shutil.rmtree(work, ignore_errors=True)
-    return 1 if failures or sleep_mismatch else 0
+    return 1 if failures or sleep_mismatch or runner.bad_exits else 0
 
 
 if __name__ == "__main__":
