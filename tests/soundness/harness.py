@@ -436,7 +436,8 @@ def gen_tree(rng):
             edits.append([("set", "incs", list(reversed(incs)))])
             incs = list(reversed(incs))
         else:
-            edits.append([("ln", "incl", rng.choice(["inc1", "inc2"]))])
+            # A directory link repointed, and back a step later (its files are missed meanwhile).
+            edits += [[("ln", "incl", "inc1")], [("ln", "incl", "inc2")]]
     return setup, cfg, edits
 
 
