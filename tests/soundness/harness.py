@@ -754,7 +754,7 @@ class Runner:
         for key, d in self.drivers.items():
             rc = d.close()
             if rc:
-                self.bad_exits.append("%s driver (%s files) exited %d" % (
+                self.bad_exits.append("the %s driver (%s files) exited %d (its stderr is above)" % (
                     key[0], "aged" if key[1] else "fresh", rc))
         self.drivers = {}
 
@@ -796,6 +796,9 @@ class Runner:
         except (ValueError, KeyError, IndexError):
             return Result(status=-8000, message="kcache compile said: " +
                           (p.stdout + p.stderr).decode(errors="replace")[:300])
+        if p.returncode not in (0, 1):  # 1: the compile failed; more: ASan, a crash
+            self.bad_exits.append("kcache compile (exit %d: %s)" % (
+                p.returncode, p.stderr.decode(errors="replace").strip()[-300:]))
         msg = item.get("store_message") or item.get("message") or ""
         if item["status"] != "ok":
             return Result(status=-1, message=item.get("message", ""), keyed=False)
@@ -952,7 +955,11 @@ def ddmin(items, fails, deadline):
 
 
 def shrink(args, sc, failure, deadline):
-    """The fewest steps (each step's ops kept whole, then single ops) that still fail."""
+    """
+    The fewest steps (each step's ops kept whole, then single ops), then the fewest
+    files of the tree, that still fail the same way. Returns (scenario, steps), or
+    None when the failure does not happen alone.
+    """
     path, why = failure["path"], failure["why"]
     steps = [list(s) for s in sc.steps[:failure["step"]]]
     if not replay(args, sc, steps, path, why):
@@ -962,7 +969,16 @@ def shrink(args, sc, failure, deadline):
     if len(ops) > len(steps):
         ops = ddmin(ops, lambda s: replay(args, sc, s, path, why) is not None, deadline)
         steps = ops
-    return steps
+    # The tree: every file but the sources may go.
+    optional = [i for i, op in enumerate(sc.setup) if not op[1].endswith(".cu")]
+
+    def with_files(keep):
+        return Scenario(sc.kind, sc.seed, [op for i, op in enumerate(sc.setup)
+                                           if i not in optional or i in keep],
+                        sc.cfg, sc.steps, sc.aged)
+    keep = ddmin(optional, lambda k: replay(args, with_files(k), steps, path, why) is not None,
+                 deadline)
+    return with_files(keep), steps
 
 
 SCRIPT_HEAD = r'''#!/bin/bash
@@ -1238,8 +1254,9 @@ def main():
         # The shortcut (a moved clock) against real waits: the same outcome, step by step.
         sleep_mismatch = 0
         for i in range(real_sleep):
-            sc = make_scenario(rng.randint(1, 2**31), "tree", aged=True)
-            sc.steps = sc.steps[:3]
+            sc = make_scenario(rng.randint(1, 2**31), rng.choice(["tree", "computed", "copies"]),
+                               aged=True)
+            sc.steps = sc.steps[:4]
             outcomes = []
             for real in (False, True):
                 w = tempfile.mkdtemp(prefix="kcache sound-sleep-", dir=args.tmp)
@@ -1250,10 +1267,10 @@ def main():
                     os.makedirs(root)
                     if real:
                         sc.aged = False
-                    r2.run(sc, root, paths=["cli", "lib"], real_sleep=real,
-                           log=rows.append)
+                    r2.run(sc, root, real_sleep=real, log=rows.append)
                 finally:
                     r2.close()
+                    runner.bad_exits += r2.bad_exits
                     shutil.rmtree(w, ignore_errors=True)
                     sc.aged = True
                 outcomes.append([(r["step"], r["ref"], sorted(r["paths"].items())) for r in rows])
@@ -1269,19 +1286,25 @@ def main():
     deadline = time.time() + shrink_budget
     for sc, f in failures:
         sig = (sc.kind, f["path"], f["why"])
-        if sig in seen or time.time() > deadline:
+        if sig in seen:
             continue
         seen.add(sig)
-        steps = shrink(args, sc, f, deadline)
-        if steps is None:
+        shrunk = shrink(args, sc, f, deadline) if time.time() < deadline else False
+        if shrunk is False:
+            print("  %s/%s/%s seed %d: no time left to shrink (--shrink-seconds)"
+                  % (sc.kind, f["path"], f["why"], sc.seed))
+            steps = sc.steps[:f["step"]]
+        elif shrunk is None:
             print("  %s/%s/%s seed %d: does not fail alone (needs entries other scenarios "
                   "left in the cache); not shrunk" % (sc.kind, f["path"], f["why"], sc.seed))
             steps = sc.steps[:f["step"]]
+        else:
+            sc, steps = shrunk
         script = write_repro(args, sc, steps, f, os.path.join(
             keep, "%s-%s-%s-%d" % (sc.kind, f["path"], f["why"], sc.seed)))
-        print("  minimal repro (%d steps, %d edits) for %s on the %s path (%s, seed %d): %s"
-              % (len(steps), sum(len(s) for s in steps), f["why"], f["path"], sc.kind, sc.seed,
-                 script))
+        print("  minimal repro (%d files, %d steps, %d edits) for %s on the %s path (%s, seed "
+              "%d): %s" % (len(sc.setup), len(steps), sum(len(s) for s in steps), f["why"],
+                           f["path"], sc.kind, sc.seed, script))
     c = runner.counts
     print("soundness: %d scenarios, %d steps in %.1f s (seed %d)" % (n, c["steps"], elapsed, seed))
     print("  compiles per path: %s; hits: cli %d, lib %d; NVRTC reference compiles %d; "
@@ -1320,7 +1343,7 @@ def main():
     if args.real_sleep or real_sleep:
         print("  real waits that changed an outcome: %d" % sleep_mismatch)
     for what in runner.bad_exits:
-        print("FAIL: the %s (its stderr is above)" % what)
+        print("FAIL: %s" % what)
     if failures:
         print("  repro scripts under %s" % keep)
     shutil.rmtree(work, ignore_errors=True)
