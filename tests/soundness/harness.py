@@ -31,7 +31,8 @@ edits (ddmin), and writes a self-contained shell script that rebuilds the tree
 and runs the commands (see --keep).
 
     harness.py --kcache K --driver D --shim S              bounded (meson test)
-    harness.py ... --long --minutes 30                     >= 10,000 steps
+    harness.py ... --long --minutes 30                     the long mode
+    harness.py ... --long --steps 10000                    until 10,000 steps
     harness.py ... --seed N --scenarios 1 -v               one scenario, verbosely
 
 Exit status: 0, 1 when a result differed, 77 when NVRTC is not there.
@@ -985,6 +986,7 @@ SCRIPT_HEAD = r'''#!/bin/bash
 # A repro from tests/soundness/harness.py: rebuilds the tree, applies each step's
 # edits, and after each step compares kcache's result with NVIDIA's NVRTC
 # reading the disk (soundness-driver's "nvrtc" mode, run without the drop-in).
+# KCACHE, DRIVER and SHIM may be set to another build's.
 # Exits 1 when a result differs, as the harness saw it.
 set -u
 export LC_ALL=C
@@ -1028,12 +1030,11 @@ answer() {
     echo "driver died" > "$2"
 }
 MEM_NAMES=(); MEM_FILES=()
-coproc REF { env -u LD_PRELOAD "$DRIVER"; }
 %(coproc)s
 check() { # check STEP: NVRTC now against kcache's path
     local step=$1; shift
-    request nvrtc "$CWD" "$SRC" "${OPTS[@]}" >&"${REF[1]}"
-    answer "${REF[0]}" "$R/.ref.$step"
+    request nvrtc "$CWD" "$SRC" "${OPTS[@]}" | env -u LD_PRELOAD "$DRIVER" > "$R/.ref.answer"
+    answer 3 "$R/.ref.$step" 3< "$R/.ref.answer"
     %(check)s
     if ! cmp -s "$R/.ref.$step" "$R/.got.$step"; then
         echo "step $step: DIFFERS from NVRTC"; diff "$R/.ref.$step" "$R/.got.$step" | head -20
@@ -1175,6 +1176,8 @@ def main():
     ap.add_argument("--seed", type=int, default=None, help="the run's seed (default: random)")
     ap.add_argument("--scenarios", type=int, default=None, help="how many scenarios")
     ap.add_argument("--kind", choices=sorted(GENERATORS), help="only scenarios of this kind")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="run until this many steps are done, however long it takes")
     ap.add_argument("--long", action="store_true", help="run for --minutes (default 30)")
     ap.add_argument("--minutes", type=float, default=None)
     ap.add_argument("--seconds", type=float, default=None, help="time budget (default mode: 55)")
@@ -1229,7 +1232,9 @@ def main():
     n = 0
     try:
         while (args.scenarios is None or n < args.scenarios) and \
-                (args.scenarios is not None or time.time() - t0 < budget):
+                (args.scenarios is not None or
+                 (runner.counts["steps"] < args.steps if args.steps else
+                  time.time() - t0 < budget)):
             sc_seed = rng.randint(1, 2**31)
             sc = make_scenario(sc_seed, args.kind,
                                None if args.files == "mixed" else args.files == "aged")
