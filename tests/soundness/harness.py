@@ -185,8 +185,13 @@ def bump(path, before):
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
 
 
-def apply_op(root, op):
-    """Applies one edit (a tuple; see Scenario) under root. Config edits are the caller's."""
+def apply_op(root, op, baseline=None):
+    """
+    Applies one edit (a tuple; see Scenario) under root. Config edits are the caller's.
+    baseline: identities as kcache last saw them (before the step's first edit), so that
+    a file deleted and written again within a step still gets a new identity.
+    """
+    baseline = {} if baseline is None else baseline
     kind = op[0]
     if kind == "set":
         return
@@ -197,7 +202,7 @@ def apply_op(root, op):
     # The directory changes too when a name comes or goes (kcache may vouch for the
     # names absent from a directory by the directory's own identity).
     touched = [path] if kind in ("write", "same") and os.path.lexists(path) else [path, parent]
-    before = {p: identity(p) for p in touched}
+    before = {p: baseline.setdefault(p, identity(p)) for p in touched}
     if kind in ("write", "same"):
         old = os.lstat(path) if os.path.lexists(path) and not os.path.islink(path) else None
         if os.path.islink(path):
@@ -845,6 +850,7 @@ class Runner:
         for n, step in enumerate([[]] + list(steps)):
             if not live:
                 break
+            baseline = {}
             for op in step:
                 op = fix(op, root)
                 if op[0] == "set" and op[1] == "copy":
@@ -854,7 +860,7 @@ class Runner:
                     cfg[op[1]] = [v.replace("{R}", root) if isinstance(v, str) else v
                                   for v in op[2]]
                 else:
-                    apply_op(root, op)
+                    apply_op(root, op, baseline)
             if real_sleep:
                 time.sleep(2.2)
             pending = self.reference(sc, cfg, root)
