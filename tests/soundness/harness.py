@@ -339,7 +339,7 @@ class Scenario:
     def options(self, cfg, root):
         opts = ["-I" + i.replace("{R}", root) for i in cfg["incs"]]
         opts += ["-D" + d for d in cfg["defines"]]
-        return opts
+        return opts + [o.replace("{R}", root) for o in cfg.get("extra", [])]
 
 
 class Files:
@@ -406,16 +406,28 @@ def gen_tree(rng):
     link_targets = [os.path.join(d, n) for n in pool for d in where[n]]
     setup.append(("ln", "src/alias.h", os.path.join("..", rng.choice(link_targets))))
     setup.append(("ln", "incl", "inc2"))
-    incs = ["{R}/inc1", "{R}/" + rng.choice(["inc2", "incl"])]
+    # -I absolute, or relative to the working directory (the source's).
+    top = "{R}/" if rng.random() < 0.7 else "../"
+    incs = [top + "inc1", top + rng.choice(["inc2", "incl"])]
     rng.shuffle(incs)
     pre = ["#include \"alias.h\""]
     for name in rng.sample(pool, rng.randint(1, 3)):
         pre.append(spell(name, "src"))
     pre += ["#if SEL", spell(rng.choice(pool), "src"), "#else", spell(rng.choice(pool), "src"),
             "#endif"]
-    setup.append(("write", "src/k.cu", kernel("\n".join(pre), len(pool), [("DV", "-1")])))
+    extra = []
+    if rng.random() < 0.25:
+        # A header NVRTC reads with no #include: --pre-include (by search, or a path).
+        setup.append(f.add("inc1/pre.h", 5))
+        extra = rng.choice([["--pre-include=pre.h"], ["-include", "{R}/inc1/pre.h"]])
+    if rng.random() < 0.15:
+        # #include_next: the search goes on after the directory the includer was found in.
+        setup.append(f.add("inc1/nx.h", 6, ["#include_next <nx.h>"]))
+        setup.append(f.add("inc2/nx.h", 7))
+        pre.append("#include <nx.h>")
+    setup.append(("write", "src/k.cu", kernel("\n".join(pre), len(pool) + 3, [("DV", "-1")])))
     cfg = dict(source="src/k.cu", cwd="src", incs=incs, defines=["SEL=1", "DV=1"], mem=[],
-               paths=list(PATHS))
+               extra=extra, paths=list(PATHS))
     for _ in range(rng.randint(*EDITS)):
         r = rng.random()
         rel = rng.choice(list(f.specs))
@@ -427,7 +439,7 @@ def gen_tree(rng):
         elif r < 0.65:
             # A new file earlier on the search path (or beside the source).
             name = rng.choice(pool)
-            d = rng.choice(["src", incs[0].replace("{R}/", "")])
+            d = rng.choice(["src", incs[0].split("/")[-1]])
             new = os.path.join(d, name)
             if new not in f.specs:
                 edits.append([f.add(new, pool.index(name))])
@@ -792,9 +804,13 @@ class Runner:
             os.unlink(out)
         argv = [self.args.kcache, "compile", os.path.join(root, cfg["source"]), "--arch", ARCH,
                 "--ptx", "-o", out, "--json", "-q"]
-        opts = sc.options(cfg, root)
-        for o in opts:
-            argv += [o[:2], o[2:]]
+        rest = []
+        for o in sc.options(cfg, root):
+            if o[:2] in ("-I", "-D"):
+                argv += [o[:2], o[2:]]
+            else:
+                rest.append(o)
+        argv += ["--"] + rest if rest else []
         p = subprocess.run(argv, cwd=os.path.join(root, cfg["cwd"]), env=self.env(sc.aged),
                            capture_output=True)
         try:
@@ -976,8 +992,10 @@ def shrink(args, sc, failure, deadline):
     if len(ops) > len(steps):
         ops = ddmin(ops, lambda s: replay(args, sc, s, path, why) is not None, deadline)
         steps = ops
-    # The tree: every file but the sources may go.
+    # The tree: every file but the sources may go (costly: the long mode's).
     optional = [i for i, op in enumerate(sc.setup) if not op[1].endswith(".cu")]
+    if not args.shrink_files:
+        return sc, steps
 
     def with_files(keep):
         return Scenario(sc.kind, sc.seed, [op for i, op in enumerate(sc.setup)
@@ -1053,7 +1071,11 @@ check() { # check STEP: NVRTC now against kcache's path
 
 CHECK = {
     "cli": r'''rm -f "$R/.out.ptx"
-    local args=() o; for o in "${OPTS[@]}"; do args+=("${o:0:2}" "${o:2}"); done
+    local args=() rest=() o
+    for o in "${OPTS[@]}"; do
+        case $o in -I*|-D*) args+=("${o:0:2}" "${o:2}") ;; *) rest+=("$o") ;; esac
+    done
+    [ ${#rest[@]} -gt 0 ] && args+=(-- "${rest[@]}")
     (cd "$CWD" && "$KCACHE" compile "$SRC" --arch %(arch)s --ptx -o "$R/.out.ptx" "${args[@]}" >/dev/null 2>"$R/.err") || true
     if [ -s "$R/.out.ptx" ]; then grep -v '^[[:space:]]*//' "$R/.out.ptx" | grep -v '^\s*$' > "$R/.got.$step"; else echo failed > "$R/.got.$step"; fi
     echo "  kcache compile: $(cat "$R/.err" | head -1)"''',
@@ -1133,8 +1155,10 @@ def write_repro(args, sc, steps, failure, out_dir):
         lines.append(shell_op(("set", "mem", cfg["mem"])))
     lines.append('CWD="$R"/%s; SRC="$R"/%s' % (shlex.quote(cfg["cwd"]),
                                                shlex.quote(cfg["source"])))
+    lines.append("EXTRA=(%s)" % " ".join('"%s"' % o.replace("{R}", "$R")
+                                          for o in cfg.get("extra", [])))
     lines.append('opts() { OPTS=(); local i d; for i in "${INCS[@]}"; do OPTS+=("-I$i"); done;'
-                 ' for d in "${DEFS[@]}"; do OPTS+=("-D$d"); done; }')
+                 ' for d in "${DEFS[@]}"; do OPTS+=("-D$d"); done; OPTS+=("${EXTRA[@]}"); }')
     lines.append("opts; check 0")
     for n, step in enumerate(steps, 1):
         lines.append("# Step %d." % n)
@@ -1201,6 +1225,9 @@ def main():
     ap.add_argument("--files", choices=["mixed", "aged", "fresh"], default="mixed",
                     help="aged: every file past the trust window (the clock moved); fresh: "
                          "none; mixed (default): 70%% of scenarios aged")
+    ap.add_argument("--shrink-files", action="store_true", default=None,
+                    help="shrink the tree's files too, not only the steps (default in the "
+                         "long mode)")
     ap.add_argument("--keep", default=os.environ.get("SOUNDNESS_KEEP"),
                     help="directory for repro scripts (default: $SOUNDNESS_KEEP, else a new "
                          "temporary directory)")
@@ -1209,6 +1236,8 @@ def main():
     args = ap.parse_args()
     if args.rotate is None:
         args.rotate = args.long
+    if args.shrink_files is None:
+        args.shrink_files = args.long
     if args.long:
         EDITS[:] = [10, 30]
     args.kcache, args.driver, args.shim = (os.path.abspath(p) for p in
@@ -1295,27 +1324,30 @@ def main():
     elapsed = time.time() - t0
     # Shrink each kind of failure once, in a fresh cache with fresh processes.
     deadline = time.time() + shrink_budget
-    for sc, f in failures:
+    # One of each kind first: when time runs short, every kind has had its turn.
+    order = sorted(range(len(failures)), key=lambda i: (
+        sum(1 for sc, f in failures[:i] if sc.kind == failures[i][0].kind), i))
+    for sc, f in (failures[i] for i in order):
         sig = (sc.kind, f["path"], f["why"])
         if sig in seen:
             continue
         seen.add(sig)
         shrunk = shrink(args, sc, f, deadline) if time.time() < deadline else False
+        what = "minimal repro"
         if shrunk is False:
-            print("  %s/%s/%s seed %d: no time left to shrink (--shrink-seconds)"
-                  % (sc.kind, f["path"], f["why"], sc.seed))
+            what = "repro (not shrunk: no time left, see --shrink-seconds)"
             steps = sc.steps[:f["step"]]
         elif shrunk is None:
-            print("  %s/%s/%s seed %d: does not fail alone (needs entries other scenarios "
-                  "left in the cache); not shrunk" % (sc.kind, f["path"], f["why"], sc.seed))
+            what = ("repro (not shrunk: it does not fail alone, it needs entries other "
+                    "scenarios left in the cache)")
             steps = sc.steps[:f["step"]]
         else:
             sc, steps = shrunk
         script = write_repro(args, sc, steps, f, os.path.join(
             keep, "%s-%s-%s-%d" % (sc.kind, f["path"], f["why"], sc.seed)))
-        print("  minimal repro (%d files, %d steps, %d edits) for %s on the %s path (%s, seed "
-              "%d): %s" % (len(sc.setup), len(steps), sum(len(s) for s in steps), f["why"],
-                           f["path"], sc.kind, sc.seed, script))
+        print("  %s (%d files, %d steps, %d edits) for %s on the %s path (%s, seed %d): %s"
+              % (what, len(sc.setup), len(steps), sum(len(s) for s in steps), f["why"],
+                 f["path"], sc.kind, sc.seed, script))
     c = runner.counts
     print("soundness: %d scenarios, %d steps in %.1f s (seed %d)" % (n, c["steps"], elapsed, seed))
     print("  compiles per path: %s; hits: cli %d, lib %d; NVRTC reference compiles %d; "
