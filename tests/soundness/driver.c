@@ -15,7 +15,8 @@
  *          preloaded it is the drop-in.
  *
  * Wire format, both ways: fields "TAG LEN\n" followed by LEN bytes and "\n".
- * A request is fields ending with "go": mode, cwd (chdir first, since NVRTC
+ * A request is fields ending with "go": mode, arch (default compute_90; an
+ * sm_XX compile's PTX is asked for all the same), cwd (chdir first, since NVRTC
  * resolves names relative to it), path (the source file; its text is read
  * here), name (the program's name; default: path), opt (repeated), hname and
  * htext (in-memory headers, in pairs). The answer is the fields status (0 or
@@ -158,7 +159,7 @@ static void load_nvrtc(void)
 }
 
 struct request {
-    char *mode, *cwd, *path, *name;
+    char *mode, *arch, *cwd, *path, *name;
     char **opts, **hnames, **htexts;
     size_t n_opts, n_hnames, n_htexts;
 };
@@ -172,6 +173,7 @@ static void push(char ***v, size_t *n, char *s)
 static void request_free(struct request *r)
 {
     free(r->mode);
+    free(r->arch);
     free(r->cwd);
     free(r->path);
     free(r->name);
@@ -216,7 +218,7 @@ static void do_lib(kcache_compiler *c, const struct request *r, int cold)
     kcache_request q = KCACHE_REQUEST_INIT;
     q.source_path = r->path;
     q.source_name = r->name;
-    q.arch = "compute_90";
+    q.arch = r->arch ? r->arch : "compute_90";
     q.output = KCACHE_KIND_PTX;
     q.n_options = r->n_opts;
     q.options = (const char *const *)r->opts;
@@ -265,7 +267,9 @@ static void do_nvrtc(const struct request *r)
     const char **opts = xrealloc(NULL, (r->n_opts + 1) * sizeof(*opts));
     for (size_t i = 0; i < r->n_opts; i++)
         opts[i] = r->opts[i];
-    opts[r->n_opts] = "-arch=compute_90";
+    char arch[64];
+    snprintf(arch, sizeof(arch), "-arch=%s", r->arch ? r->arch : "compute_90");
+    opts[r->n_opts] = arch;
     rc = nv.compile(prog, (int)r->n_opts + 1, opts);
     free(opts);
     char *log = NULL, *ptx = NULL;
@@ -299,6 +303,8 @@ int main(void)
     while (read_field(tag, &val, &len)) {
         if (!strcmp(tag, "mode")) {
             r.mode = val;
+        } else if (!strcmp(tag, "arch")) {
+            r.arch = val;
         } else if (!strcmp(tag, "cwd")) {
             r.cwd = val;
         } else if (!strcmp(tag, "path")) {

@@ -53,7 +53,7 @@ TOOLKIT = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
 TOOLKIT_REAL = os.path.realpath(TOOLKIT)
 CCCL = os.path.join(TOOLKIT, "include", "cccl")
 SHIFT_NS = 10_000_000_000  # every file 10 s old to kcache's trust rule
-ARCH = "compute_90"        # PTX without ptxas: the cheapest compile that shows a header
+ARCH = ["compute_90"]      # PTX without ptxas: the cheapest compile that shows a header
 PATHS = ("cli", "lib", "dropin")
 EDITS = [4, 10]            # edits per scenario (the long mode makes scenarios longer)
 
@@ -84,7 +84,7 @@ class Driver:
         """Sends a request (the answer is receive()'s); a Result if the driver is gone."""
         self.start()
         try:
-            for tag, val in (("mode", mode), ("cwd", cwd), ("path", path)):
+            for tag, val in (("mode", mode), ("arch", ARCH[0]), ("cwd", cwd), ("path", path)):
                 self._field(tag, val)
             for o in opts:
                 self._field("opt", o)
@@ -802,7 +802,7 @@ class Runner:
         out = os.path.join(self.work, "cli-out.ptx")
         if os.path.exists(out):
             os.unlink(out)
-        argv = [self.args.kcache, "compile", os.path.join(root, cfg["source"]), "--arch", ARCH,
+        argv = [self.args.kcache, "compile", os.path.join(root, cfg["source"]), "--arch", ARCH[0],
                 "--ptx", "-o", out, "--json", "-q"]
         rest = []
         for o in sc.options(cfg, root):
@@ -1033,7 +1033,7 @@ field() { printf '%%s %%d\n%%s\n' "$1" "${#2}" "$2"; }
 # request MODE CWD SOURCE [OPTIONS...]; in-memory headers come from MEM_NAMES/MEM_FILES.
 request() {
     local mode=$1 cwd=$2 src=$3; shift 3
-    field mode "$mode"; field cwd "$cwd"; field path "$src"
+    field mode "$mode"; field arch %(arch)s; field cwd "$cwd"; field path "$src"
     local o; for o in "$@"; do field opt "$o"; done
     local i; for i in "${!MEM_NAMES[@]}"; do
         local t; t=$(cat "${MEM_FILES[$i]}"; printf x)
@@ -1144,8 +1144,8 @@ def write_repro(args, sc, steps, failure, out_dir):
     text = SCRIPT_HEAD % dict(kcache=shlex.quote(os.path.abspath(args.kcache)),
                               driver=shlex.quote(os.path.abspath(args.driver)),
                               shim=shlex.quote(os.path.abspath(args.shim)), aged=aged,
-                              coproc=COPROC[path],
-                              check=CHECK[path] % dict(arch=ARCH))
+                              coproc=COPROC[path], arch=ARCH[0],
+                              check=CHECK[path] % dict(arch=ARCH[0]))
     cfg = sc.cfg
     lines = ["# scenario %s, seed %d, %s files; the failure: %s on the %s path at step %d"
              % (sc.kind, sc.seed, "aged" if sc.aged else "fresh", failure["why"], path,
@@ -1225,6 +1225,10 @@ def main():
                     help="also run N scenarios with real 2.2 s waits and compare the outcomes")
     ap.add_argument("--shrink-seconds", type=float, default=None,
                     help="time for shrinking all failures (default 25, long mode 300)")
+    ap.add_argument("--arch", default="compute_90",
+                    help="the target (default compute_90: PTX without ptxas, the cheapest "
+                         "compile; sm_90 also runs ptxas, and the drop-in keeps a CUBIN and "
+                         "its PTX)")
     ap.add_argument("--files", choices=["mixed", "aged", "fresh"], default="mixed",
                     help="aged: every file past the trust window (the clock moved); fresh: "
                          "none; mixed (default): 70%% of scenarios aged")
@@ -1237,6 +1241,7 @@ def main():
     ap.add_argument("--tmp", default=None, help="where trees go (default: TMPDIR)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
+    ARCH[0] = args.arch
     if args.rotate is None:
         args.rotate = args.long
     if args.shrink_files is None:
@@ -1352,7 +1357,8 @@ def main():
               % (what, len(sc.setup), len(steps), sum(len(s) for s in steps), f["why"],
                  f["path"], sc.kind, sc.seed, script))
     c = runner.counts
-    print("soundness: %d scenarios, %d steps in %.1f s (seed %d)" % (n, c["steps"], elapsed, seed))
+    print("soundness: %d scenarios, %d steps in %.1f s, %.1f steps/s (seed %d, %s)"
+          % (n, c["steps"], elapsed, c["steps"] / max(elapsed, 1e-9), seed, ARCH[0]))
     print("  compiles per path: %s; hits: cli %d, lib %d; NVRTC reference compiles %d; "
           "empty-cache checks %d" % (c["compiles"], c["hits"]["cli"], c["hits"]["lib"],
                                      c["ref_compiles"], c["cold_checks"]))
