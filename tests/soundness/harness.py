@@ -33,7 +33,8 @@ and runs the commands (see --keep).
     harness.py --kcache K --driver D --shim S              bounded (meson test)
     harness.py ... --long --minutes 30                     the long mode
     harness.py ... --long --steps 10000                    until 10,000 steps
-    harness.py ... --seed N --scenarios 1 -v               one scenario, verbosely
+    harness.py ... --scenario tree:123:aged -v             one scenario (as a DIFFERS
+                                                           line names it), step by step
 
 Exit status: 0, 1 when a result differed, 77 when NVRTC is not there.
 """
@@ -1209,6 +1210,8 @@ def main():
     ap.add_argument("--seed", type=int, default=None, help="the run's seed (default: random)")
     ap.add_argument("--scenarios", type=int, default=None, help="how many scenarios")
     ap.add_argument("--kind", choices=sorted(GENERATORS), help="only scenarios of this kind")
+    ap.add_argument("--scenario", metavar="KIND:SEED[:aged|fresh]",
+                    help="run this one scenario (as a DIFFERS line names it), all its steps")
     ap.add_argument("--steps", type=int, default=None,
                     help="run until this many steps are done, however long it takes")
     ap.add_argument("--long", action="store_true", help="run for --minutes (default 30)")
@@ -1241,6 +1244,8 @@ def main():
     ap.add_argument("--tmp", default=None, help="where trees go (default: TMPDIR)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
+    if args.scenario:
+        args.scenarios = 1
     ARCH[0] = args.arch
     if args.rotate is None:
         args.rotate = args.long
@@ -1279,8 +1284,11 @@ def main():
                  (runner.counts["steps"] < args.steps if args.steps else
                   time.time() - t0 < budget)):
             sc_seed = rng.randint(1, 2**31)
-            sc = make_scenario(sc_seed, args.kind,
-                               None if args.files == "mixed" else args.files == "aged")
+            kind, aged = args.kind, None if args.files == "mixed" else args.files == "aged"
+            if args.scenario:
+                kind, sc_seed, how = (args.scenario.split(":") + ["aged"])[:3]
+                sc_seed, aged = int(sc_seed), how == "aged"
+            sc = make_scenario(sc_seed, kind, aged)
             root = os.path.join(work, "t%d" % n)
             os.makedirs(root)
             n += 1
@@ -1293,7 +1301,7 @@ def main():
             for f in found:
                 runner.counts["differ"] += 1
                 f.update(kind=sc.kind, seed=sc_seed, aged=sc.aged)
-                print("DIFFERS: scenario %s seed %d (%s), step %d, %s path: %s; NVRTC %s, "
+                print("DIFFERS: scenario %s:%d:%s, step %d, %s path: %s; NVRTC %s, "
                       "kcache %s%s" % (sc.kind, sc_seed, "aged" if sc.aged else "fresh",
                                        f["step"], f["path"], f["why"], f["ref"], f["got"],
                                        " (" + f["message"][:160] + ")" if f["message"] else ""))
