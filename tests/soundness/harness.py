@@ -356,13 +356,14 @@ class Files:
         g = guard or self.rng.choice(["once", "guard", "none", "once"])
         self.specs[rel] = dict(fid=self.fid, slot=slot, guard=g, includes=list(includes),
                                extra=extra, value=self.rng.randint(100, 999),
-                               pad=self.rng.randint(0, 40))
+                               pad=self.rng.randint(0, 40), crlf=self.rng.random() < 0.15)
         return ("write", rel, self.text(rel))
 
     def text(self, rel):
         s = self.specs[rel]
-        return header(s["fid"], s["slot"], s["value"], s["pad"], s["includes"], s["guard"],
+        text = header(s["fid"], s["slot"], s["value"], s["pad"], s["includes"], s["guard"],
                       s["extra"])
+        return text.replace("\n", "\r\n") if s["crlf"] else text
 
     def edit(self, rel, how=None):
         """An edit of rel that changes its value: ("write"|"same"|"replace", rel, text)."""
@@ -411,6 +412,10 @@ def gen_tree(rng):
     top = "{R}/" if rng.random() < 0.7 else "../"
     incs = [top + "inc1", top + rng.choice(["inc2", "incl"])]
     rng.shuffle(incs)
+    later = rng.random() < 0.3
+    if later:
+        # A directory first on the search path that does not exist yet.
+        incs.insert(0, top + "later")
     pre = ["#include \"alias.h\""]
     for name in rng.sample(pool, rng.randint(1, 3)):
         pre.append(spell(name, "src"))
@@ -454,6 +459,12 @@ def gen_tree(rng):
         elif r < 0.92:
             edits.append([("set", "incs", list(reversed(incs)))])
             incs = list(reversed(incs))
+        elif later and r < 0.97:
+            # The missing directory comes, with a file that shadows, or goes again.
+            name = rng.choice(pool)
+            new = "later/" + name
+            edits.append([("rm", "later")] if rng.random() < 0.3 else
+                         [f.add(new, pool.index(name))] if new not in f.specs else [f.edit(new)])
         else:
             # A directory link repointed, and back a step later (its files are missed meanwhile).
             edits += [[("ln", "incl", "inc1")], [("ln", "incl", "inc2")]]
