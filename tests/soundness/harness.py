@@ -431,7 +431,12 @@ def gen_tree(rng):
         setup.append(f.add("inc1/nx.h", 6, ["#include_next <nx.h>"]))
         setup.append(f.add("inc2/nx.h", 7))
         pre.append("#include <nx.h>")
-    setup.append(("write", "src/k.cu", kernel("\n".join(pre), len(pool) + 3, [("DV", "-1")])))
+    def source(v):
+        # The source's own constant: the source is read (and memoized) like any file.
+        return kernel("\n".join(pre + ["#define KC_SRC %d" % v]), len(pool) + 3,
+                      [("DV", "-1"), ("KC_SRC", None)])
+
+    setup.append(("write", "src/k.cu", source(rng.randint(100, 999))))
     cfg = dict(source="src/k.cu", cwd="src", incs=incs, defines=["SEL=1", "DV=1"], mem=[],
                extra=extra, paths=list(PATHS))
     for _ in range(rng.randint(*EDITS)):
@@ -459,6 +464,9 @@ def gen_tree(rng):
         elif r < 0.92:
             edits.append([("set", "incs", list(reversed(incs)))])
             incs = list(reversed(incs))
+        elif r < 0.95 and rng.random() < 0.5:
+            edits.append([(rng.choice(["write", "same", "replace"]), "src/k.cu",
+                           source(rng.randint(100, 999)))])
         elif later and r < 0.97:
             # The missing directory comes, with a file that shadows, or goes again.
             name = rng.choice(pool)
@@ -1378,7 +1386,7 @@ def main():
                  f["path"], sc.kind, sc.seed, script))
     c = runner.counts
     print("soundness: %d scenarios, %d steps in %.1f s, %.1f steps/s (seed %d, %s); %.1f s "
-          "with the real waits" % (n, c["steps"], main_elapsed,
+          "in all" % (n, c["steps"], main_elapsed,
                                    c["steps"] / max(main_elapsed, 1e-9), seed, ARCH[0], elapsed))
     print("  compiles per path: %s; hits: cli %d, lib %d; NVRTC reference compiles %d; "
           "empty-cache checks %d" % (c["compiles"], c["hits"]["cli"], c["hits"]["lib"],
