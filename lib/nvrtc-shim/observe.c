@@ -79,6 +79,7 @@ struct kc_obs {
     char cwd[PATH_MAX];
     char pwd[PATH_MAX]; /* $PWD, which NVRTC stats to name the working directory */
     unsigned long dir_epoch; /* kc_observe_dir_epoch() when cwd was read */
+    unsigned long spawned_at; /* spawned_calls when the miss began */
     /* The last verdict, for the closure it was given (an sm_XX compile's PTX
      * entry asks again for the same compile and, nearly always, closure). */
     char *judged_closure;   /* closure_text() of the closure judged, or NULL */
@@ -88,12 +89,25 @@ struct kc_obs {
 
 static __thread kc_obs *cur __attribute__((tls_model("initial-exec")));
 
+/*
+ * Threads NVRTC starts while it compiles (NVVM's workers: none on a 2-core
+ * machine, eight on a 16-core one) are marked, and so are the threads they
+ * start. Their calls are not recorded (one of them may outlive the miss, or
+ * serve the next one); whatever path call one makes is counted instead, and a
+ * miss during which the count moved is not stored. So NVRTC's threads cost
+ * nothing while they stay off the file system, and are never an unseen read.
+ */
+static __thread int spawned __attribute__((tls_model("initial-exec")));
+static atomic_ulong spawned_calls;
+
 static const char R_UNOBSERVABLE[] = "unobservable";
 static const char R_INCOMPLETE[] = "observation-incomplete";
 static const char R_UNPREDICTED[] = "unpredicted-read";
 static const char R_CHANGED[] = "closure-changed";
 
 /* ---- recording ------------------------------------------------------------ */
+
+static void say_why(const char *what);
 
 static void taint(kc_obs *o, const char *why)
 {
@@ -122,12 +136,14 @@ static int seen_at(const char *path)
 static void record(kc_obs *o, int op, const char *path, int seen)
 {
     if (o->depth++) {
+        say_why("a record made within a record (a signal handler) during a miss");
         taint(o, R_INCOMPLETE); /* a signal handler on this thread, mid-record */
         o->depth--;
         return;
     }
     size_t n = path ? strnlen(path, 65535) : 0;
     if (!path || n >= 65535 || o->cap - o->used < n + 5) {
+        say_why(!path ? "a call with no path during a miss" : "a record too long, or the records full");
         taint(o, R_INCOMPLETE);
     } else {
         char *r = o->arena + o->used;
@@ -144,6 +160,8 @@ static void record(kc_obs *o, int op, const char *path, int seen)
 static void saw_fd(int op, const char *path, int fd)
 {
     kc_obs *o = cur;
+    if (!o && spawned)
+        atomic_fetch_add(&spawned_calls, 1);
     if (!o)
         return;
     int err = errno;
@@ -157,6 +175,8 @@ static void saw_fd(int op, const char *path, int fd)
 static void saw_stat(int op, const char *path, int rc, const struct stat *st)
 {
     kc_obs *o = cur;
+    if (!o && spawned)
+        atomic_fetch_add(&spawned_calls, 1);
     if (!o)
         return;
     int err = errno;
@@ -164,12 +184,49 @@ static void saw_stat(int op, const char *path, int rc, const struct stat *st)
     errno = err;
 }
 
-/* An interposed call that leaves the thread: what it does cannot be seen. */
-static void saw_escape(void)
+/*
+ * fstatat(fd, "", st, AT_EMPTY_PATH) and statx alike look up no name: they
+ * ask about the file an fd already holds (glibc 2.39 and GCC 14's libstdc++
+ * make such calls where older ones called fstat), and that file's open was
+ * seen.
+ */
+static int fd_only(const char *path, int flags)
 {
-    if (cur)
-        taint(cur, R_INCOMPLETE);
+    return path && !*path && (flags & AT_EMPTY_PATH);
 }
+
+/*
+ * $KCACHE_OBSERVE_DEBUG set: one line on stderr saying which call made an
+ * observation incomplete, for whoever wonders why a compile was not stored.
+ */
+static void say_why(const char *what)
+{
+    static int debug = -1;
+    if (debug < 0)
+        debug = getenv("KCACHE_OBSERVE_DEBUG") != NULL;
+    if (!debug)
+        return;
+    char line[PATH_MAX + 128];
+    int n = snprintf(line, sizeof(line), "kcache: not stored: %s\n", what);
+    if (n > 0 && write(2, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1) < 0)
+        return;
+}
+
+/* An interposed call that leaves the thread: what it does cannot be seen. */
+static void saw_escape_in(const char *what)
+{
+    if (!cur && spawned)
+        atomic_fetch_add(&spawned_calls, 1);
+    if (cur) {
+        if (!cur->taint) {
+            char line[96];
+            snprintf(line, sizeof(line), "%s during a miss", what);
+            say_why(line);
+        }
+        taint(cur, R_INCOMPLETE);
+    }
+}
+#define saw_escape() saw_escape_in(__func__)
 
 /* ---- the interposers -------------------------------------------------------- */
 
@@ -328,7 +385,9 @@ STAT_LIKE(kc_i_lstat64, lstat64)
     {                                                                                              \
         NEXT(int (*)(int, const char *, struct stat *, int), fn, sym);                             \
         int rc = fn(dirfd, path, st, flags);                                                       \
-        if (dirfd != AT_FDCWD && path && path[0] != '/')                                           \
+        if (fd_only(path, flags))                                                                  \
+            ; /* the file an fd names, opened (and seen) before */                                 \
+        else if (dirfd != AT_FDCWD && path && path[0] != '/')                                      \
             saw_escape();                                                                          \
         else if (path && *path)                                                                    \
             saw_stat(OP_STAT, path, rc, st);                                                       \
@@ -343,7 +402,9 @@ EXPORT int kc_i_statx(int dirfd, const char *path, int flags, unsigned mask, voi
 {
     NEXT(int (*)(int, const char *, int, unsigned, void *), fn, statx);
     int rc = fn(dirfd, path, flags, mask, buf);
-    if (dirfd != AT_FDCWD && path && path[0] != '/')
+    if (fd_only(path, flags))
+        ; /* the file an fd names, opened (and seen) before */
+    else if (dirfd != AT_FDCWD && path && path[0] != '/')
         saw_escape();
     else if (path && *path)
         saw_stat(OP_STAT, path, rc, NULL);
@@ -442,6 +503,19 @@ EXPORT int kc_i_system(const char *command)
 #undef MISSING_RET
 
 #define MISSING_RET EAGAIN
+struct spawn {
+    void *(*start)(void *);
+    void *arg;
+};
+
+static void *spawned_main(void *p)
+{
+    struct spawn sp = *(struct spawn *)p;
+    free(p);
+    spawned = 1;
+    return sp.start(sp.arg);
+}
+
 EXPORT int kc_i_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*start)(void *),
                                void *arg) __asm__("pthread_create");
 EXPORT int kc_i_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*start)(void *),
@@ -449,8 +523,18 @@ EXPORT int kc_i_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*st
 {
     NEXT(int (*)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *), fn,
          pthread_create);
-    saw_escape();
-    return fn(t, a, start, arg);
+    struct spawn *sp = cur || spawned ? malloc(sizeof(*sp)) : NULL;
+    if (!sp) {
+        if (cur || spawned)
+            saw_escape(); /* unmarked: what it does could not be told */
+        return fn(t, a, start, arg);
+    }
+    sp->start = start;
+    sp->arg = arg;
+    int rc = fn(t, a, spawned_main, sp);
+    if (rc)
+        free(sp);
+    return rc;
 }
 #undef MISSING_RET
 
@@ -678,6 +762,7 @@ const char *kc_observe_begin(kc_obs **out, const char *cwd, unsigned long dir_ep
     o->mapped = 1;
     snprintf(o->cwd, sizeof(o->cwd), "%s", cwd);
     o->dir_epoch = dir_epoch;
+    o->spawned_at = atomic_load(&spawned_calls);
     const char *pwd = getenv("PWD");
     snprintf(o->pwd, sizeof(o->pwd), "%s", pwd && *pwd ? pwd : cwd);
     cur = o;
@@ -692,8 +777,14 @@ void kc_observe_end(kc_obs *o)
     cur = NULL;
     char now[PATH_MAX];
     if (kc_observe_dir_epoch() != o->dir_epoch || !getcwd(now, sizeof(now)) ||
-        strcmp(now, o->cwd) != 0)
+        strcmp(now, o->cwd) != 0) {
+        say_why("a change of directory during a miss");
         taint(o, R_INCOMPLETE);
+    }
+    if (atomic_load(&spawned_calls) != o->spawned_at) {
+        say_why("a path call by a thread NVRTC started, during a miss");
+        taint(o, R_INCOMPLETE);
+    }
     if (o->mapped) {
         /* Kept only as long as the program's handle: the arena's pages go back now. */
         char *kept = malloc(o->used ? o->used : 1);
@@ -889,6 +980,20 @@ static char *closure_text(size_t *size, const kcache_made *made, const char *sou
 static const char *verdict(const kc_obs *o, const kcache_made *made, const char *source_name,
                            const char *const *header_names, size_t n_headers);
 
+/* Whether an absolute path is the system's or NVRTC's own cache, never a header. */
+static int system_path(const char *abs)
+{
+    static const char *const roots[] = {"/dev/", "/proc/", "/sys/"};
+    for (size_t i = 0; i < sizeof(roots) / sizeof(*roots); i++)
+        if (!strncmp(abs, roots[i], strlen(roots[i])))
+            return 1;
+    char cache[PATH_MAX];
+    const char *env = getenv("CUDA_CACHE_PATH"), *home = getenv("HOME");
+    int n = env && *env ? snprintf(cache, sizeof(cache), "%s/", env)
+            : home && *home ? snprintf(cache, sizeof(cache), "%s/.nv/ComputeCache/", home) : -1;
+    return n > 0 && (size_t)n < sizeof(cache) && !strncmp(abs, cache, (size_t)n);
+}
+
 const char *kc_observe_verdict(kc_obs *o, const kcache_made *made, const char *source_name,
                                const char *const *header_names, size_t n_headers)
 {
@@ -973,8 +1078,17 @@ static const char *verdict(const kc_obs *o, const kcache_made *made, const char 
              * of its builtin header and of its name-expression map, the names of
              * the headers handed over in memory; it stats them and never opens
              * them (test_sound.py shows a file there changes nothing). */
+        } else if (system_path(abs)) {
+            /* The system's, never a header: NVRTC probes the GPU's device nodes
+             * (/dev/char/195:0 where a driver is loaded) and its own compute
+             * cache (CUDA_CACHE_PATH, ~/.nv/ComputeCache), whose entries are
+             * NVIDIA's bytes for NVIDIA's inputs. */
         } else if (!in_toolkit(memo, abs, seen, made->toolkit_root)) {
             why = R_UNPREDICTED;
+            char what[PATH_MAX + 64];
+            snprintf(what, sizeof(what), "%s %s, which the key does not cover",
+                     op == OP_OPEN ? "an open of" : "a look at", abs);
+            say_why(what);
         }
     }
 out:
