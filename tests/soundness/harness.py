@@ -1360,7 +1360,7 @@ def main():
             sleep_mismatch += not same
             print("real waits against the moved clock (%s seed %d, %d steps): %s"
                   % (sc.kind, sc.seed, len(outcomes[0]), "same outcomes" if same else
-                     "DIFFERENT outcomes:\n  shifted %s\n  waited  %s" % outcomes))
+                     "DIFFERENT outcomes:\n  shifted %s\n  waited  %s" % tuple(outcomes)))
     finally:
         runner.close()
     elapsed = time.time() - t0
