@@ -109,6 +109,22 @@ static inline int st_put(kcache_store *s, unsigned n, size_t size_max, uint8_t *
     return kcache_store_put(s, &e);
 }
 
+static inline int st_count_one(void *ud, const kcache_entry *e)
+{
+    (void)e;
+    ++*(unsigned *)ud;
+    return 0;
+}
+
+/* How many entries the store lists. */
+static inline unsigned st_count_entries(kcache_store *s)
+{
+    unsigned n = 0;
+    kcache_filter f = KCACHE_FILTER_INIT;
+    CHECK_RC(kcache_store_list(s, &f, st_count_one, &n), 0);
+    return n;
+}
+
 /* Opens with the options given, or fails the test saying why. */
 static inline kcache_store *st_open_with(const kcache_store_options *o)
 {
