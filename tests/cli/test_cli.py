@@ -23,8 +23,10 @@ KCACHE = os.path.abspath(sys.argv[1])
 FILL = os.path.abspath(sys.argv[2])
 ONLY = sys.argv[3:]
 
+# The verbs, in the order `kcache --help` lists them: every one is run below,
+# and a verb the help gains or loses fails the test until it is added here.
 VERBS = ["compile", "explain", "stats", "ls", "inspect", "get", "prune", "export", "import", "verify",
-         "config", "clear", "vacuum", "path", "run", "version"]
+         "remote", "config", "clear", "vacuum", "recompress", "run", "path", "version"]
 GiB = 1 << 30
 
 
@@ -101,6 +103,18 @@ def fields(obj, want, what):
               "%s: field '%s' is %r, wanted %s" % (what, name, obj[name], kind.__name__))
 
 
+def help_verbs(text):
+    """The verbs of `kcache --help`: the first word of each line under "Verbs:"."""
+    lines = text.splitlines()
+    check("Verbs:" in lines, "kcache --help has no Verbs: section")
+    verbs = []
+    for line in lines[lines.index("Verbs:") + 1:]:
+        if not line.strip():
+            break
+        verbs.append(line.split()[0])
+    return verbs
+
+
 def disk_bytes(db):
     return sum(os.path.getsize(p) for p in (db, db + "-wal") if os.path.exists(p))
 
@@ -124,8 +138,8 @@ def alter_artifact(db, nth=0):
 def test_help_and_usage(root):
     c = Cache(root)
     out, _ = c.run("--help")
-    for verb in VERBS:
-        check(("  %s " % verb) in out, "kcache --help does not list '%s'" % verb)
+    listed = help_verbs(out)
+    check(listed == VERBS, "kcache --help lists %s, the test knows %s" % (listed, VERBS))
     for verb in VERBS:
         out, err = c.run(verb, "--help")
         check(out.startswith("usage: kcache %s" % verb), "%s --help: %r" % (verb, out[:80]))
@@ -303,6 +317,50 @@ def test_stats(root):
     check(s["entries"] == 3 and s["raw_bytes"] == 3 * 2048, "stats counts %r" % s)
     out, _ = c.run("stats")
     check("Entries:" in out and "KiB" in out, "stats human output")
+
+
+def test_stats_zero(root):
+    """stats --zero shows the counters, then zeroes them; the entries stay."""
+    c = Cache(root)
+    c.fill(5, "--size", "1000")
+    missing = os.path.join(root, "missing.cu")
+    c.run("compile", missing, "--arch", "sm_90", rc=1)
+    c.json("prune", "--max-entries", "3")
+    before = c.json("stats")
+    check(before["request_errors"] == 1 and before["evictions"] == 2, "counters %r" % before)
+    shown = c.json("stats", "--zero")
+    check(shown["request_errors"] == 1 and shown["evictions"] == 2,
+          "stats --zero --json shows the counters as they were: %r" % shown)
+    after = c.json("stats")
+    for name in ("hits", "misses", "errors", "request_errors", "evictions", "conflicts"):
+        check(after[name] == 0, "stats --zero left %s at %r" % (name, after[name]))
+    check(after["entries"] == 3 and len(c.entries()) == 3, "stats --zero removed entries")
+    c.run("compile", missing, "--arch", "sm_90", rc=1)
+    out, _ = c.run("stats", "--zero")
+    check(re.search(r"^Bad requests:\s+1\b", out, re.M) and "Counters zeroed." in out,
+          "stats --zero: %r" % out)
+    check(c.json("stats")["request_errors"] == 0, "stats --zero did not zero")
+
+
+def test_ambiguous_prefix(root):
+    """A prefix two entries share: inspect and get say so in one line; more digits find each."""
+    c = Cache(root)
+    by_prefix = {}
+    for key in c.fill(1500, "--size", "64", "--seed", 7):
+        by_prefix.setdefault(key[:4], []).append(key)
+    pairs = [keys for keys in by_prefix.values() if len(keys) == 2]
+    check(pairs, "no two of 1500 keys share 4 hex digits: take another seed")
+    a, b = pairs[0]
+    n = len(os.path.commonprefix([a, b]))
+    shared = a[:n]
+    for verb in ("inspect", "get"):
+        _, err = c.run(verb, shared, rc=1, binary=True)
+        check(len(err.splitlines()) == 1 and
+              "more than one entry starts with %s: give more digits" % shared in err,
+              "%s of a shared prefix: %r" % (verb, err))
+    for key in (a, b):
+        check(c.json("inspect", key[:n + 1])["key"] == key, "inspect %s" % key[:n + 1])
+        check(len(c.get(key[:n + 1])) == 64, "get %s" % key[:n + 1])
 
 
 def test_prune(root):
