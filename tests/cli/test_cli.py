@@ -15,84 +15,23 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
-import traceback
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyhelp"))
+import kctest  # noqa: E402
+# The other CLI scripts take these from here, with the arguments parsed.
+from kctest import Cache, Failure, check  # noqa: E402,F401
 
 KCACHE = os.path.abspath(sys.argv[1])
 FILL = os.path.abspath(sys.argv[2])
 ONLY = sys.argv[3:]
+kctest.setup(KCACHE, FILL)
 
 # The verbs, in the order `kcache --help` lists them: every one is run below,
 # and a verb the help gains or loses fails the test until it is added here.
 VERBS = ["compile", "explain", "stats", "ls", "inspect", "get", "prune", "export", "import", "verify",
          "remote", "config", "clear", "vacuum", "recompress", "run", "path", "version"]
 GiB = 1 << 30
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Failure(what)
-
-
-class Cache:
-    """A cache directory of its own, and ways to run kcache against it."""
-
-    def __init__(self, root, name="cache"):
-        self.dir = os.path.join(root, name)
-        self.db = os.path.join(self.dir, "kcache.db")
-        self.env = {k: v for k, v in os.environ.items()
-                    if not k.startswith("KCACHE_") and k != "XDG_CACHE_HOME"}
-        self.env.update({"KCACHE_DIR": self.dir, "NO_COLOR": "1", "HOME": root})
-
-    def run(self, *args, rc=0, stdin=None, env=None, binary=False):
-        e = dict(self.env)
-        if env:
-            e.update(env)
-        p = subprocess.run([KCACHE] + list(args), env=e, capture_output=True,
-                           stdin=stdin if stdin is not None else subprocess.DEVNULL,
-                           timeout=120)
-        out = p.stdout if binary else p.stdout.decode("utf-8", "replace")
-        err = p.stderr.decode("utf-8", "replace")
-        if rc is not None and p.returncode != rc:
-            raise Failure("kcache %s: exit %d, wanted %d\nstdout: %s\nstderr: %s"
-                          % (" ".join(args), p.returncode, rc, out[:2000], err))
-        return out, err
-
-    def json(self, *args, rc=0, env=None):
-        out, _ = self.run(*args, "--json", rc=rc, env=env)
-        try:
-            return json.loads(out)
-        except ValueError as ex:
-            raise Failure("kcache %s --json printed invalid JSON (%s): %r"
-                          % (" ".join(args), ex, out[:500]))
-
-    def fill(self, n, *opts):
-        os.makedirs(self.dir, exist_ok=True)
-        p = subprocess.run([FILL, self.db, str(n)] + [str(o) for o in opts],
-                           capture_output=True, timeout=120)
-        if p.returncode != 0:
-            raise Failure("kcache-fill failed: %s" % p.stderr.decode())
-        return p.stdout.decode().split()
-
-    def entries(self):
-        return {e["key"]: e for e in self.json("ls")["entries"]}
-
-    def get(self, key):
-        out, _ = self.run("get", key, binary=True, stdin=None)
-        return out
-
-    def snapshot(self):
-        """Every entry's metadata and bytes: what a user would notice changing."""
-        snap = {}
-        for key, e in self.entries().items():
-            meta = {k: e[k] for k in ("kind", "arch", "name", "size", "created_ms")}
-            snap[key] = (meta, self.get(key))
-        return snap
 
 
 def fields(obj, want, what):
@@ -764,27 +703,7 @@ def test_foreign_database(root):
 
 def run_tests(namespace):
     """Runs every test_* of namespace (or those named on the command line)."""
-    tests = [(n, f) for n, f in sorted(namespace.items()) if n.startswith("test_")]
-    failed = []
-    for name, fn in tests:
-        if ONLY and name not in ONLY and name[5:] not in ONLY:
-            continue
-        root = tempfile.mkdtemp(prefix="kcache-cli-")
-        try:
-            fn(root)
-            print("ok   %s" % name)
-        except Exception as ex:  # a crash of the test is a failure too
-            failed.append(name)
-            print("FAIL %s: %s" % (name, ex))
-            if not isinstance(ex, Failure):
-                traceback.print_exc()
-        finally:
-            if not os.environ.get("KCACHE_TEST_KEEP"):
-                shutil.rmtree(root, ignore_errors=True)
-            else:
-                print("     kept %s" % root)
-    print("%d failed" % len(failed) if failed else "all passed")
-    return 1 if failed else 0
+    return kctest.run_tests(namespace, ONLY, prefix="kcache-cli-")
 
 
 def main():
