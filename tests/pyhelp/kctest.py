@@ -154,7 +154,10 @@ def run_tests(tests, only=(), prefix="kcache-test-", stop_on_skip=False):
                 shutil.rmtree(root, ignore_errors=True)
             else:
                 print("     kept %s" % root)
-    print("%d failed" % len(failed) if failed else "all passed")
+    if failed:
+        print("%d failed" % len(failed))
+    else:
+        print("%d passed, %d skipped" % (passed, skipped) if skipped else "all passed")
     if failed:
         return 1
     return 77 if skipped and (stop_on_skip or not passed) else 0
