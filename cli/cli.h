@@ -121,6 +121,30 @@ int cli_parse_json_only(int argc, char **argv, const char *verb, const char *usa
 int cli_check_key_prefix(const char *verb, const char *prefix);
 
 /*
+ * --since AGE (export, remote push and pull): selects in f the entries
+ * created within AGE of now. Returns -1 when AGE is one, else CLI_USAGE
+ * (reported).
+ */
+int cli_parse_since(kcache_filter *f, const char *verb, const char *age);
+
+/*
+ * The entry whose key starts with prefix (get, inspect): the prefix checked,
+ * the cache opened to read, the entry read with kcache_store_get()'s flags.
+ * Returns -1 with *store and *entry set, for the caller to free; else the
+ * exit code, reported, with both NULL.
+ */
+int cli_find_entry(kcache_store **store, kcache_entry **entry, const char *verb,
+                   const char *prefix, unsigned flags);
+
+/*
+ * A verb that rewrites the file and takes only --json (clear, vacuum): the
+ * cache opened only if it exists, work run on it, the disk before and after
+ * reported, with the entries removed when `clears`. Returns the exit code.
+ */
+int cli_rework_file(int argc, char **argv, const char *verb, const char *usage,
+                    int (*work)(kcache_store *), int clears);
+
+/*
  * Text that came from the cache or a bundle, safe for a terminal (safe.c):
  * control bytes and bytes that are not UTF-8 shown as \xNN. cli_safe()
  * returns one of a few rotating buffers (long text cut with "..."), for a

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <kcache/bundle.h>
@@ -203,8 +202,7 @@ int cmd_export(int argc, char **argv)
     };
     kcache_filter f = KCACHE_FILTER_INIT;
     const char *dir = NULL;
-    uint64_t age = 0;
-    int json = 0, sign = 0, c;
+    int json = 0, sign = 0, status, c;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
@@ -215,9 +213,8 @@ int cmd_export(int argc, char **argv)
                 return cli_usage_error("export", "--kind '%s': use cubin, ptx or ltoir", optarg);
             break;
         case 's':
-            if (kcache_parse_age(&age, optarg) || !age)
-                return cli_usage_error("export", "--since '%s' is not an age (use e.g. 7d)",
-                                       optarg);
+            if ((status = cli_parse_since(&f, "export", optarg)) >= 0)
+                return status;
             break;
         case 'd': dir = optarg; break;
         case 'S': sign = 1; break;
@@ -235,12 +232,6 @@ int cmd_export(int argc, char **argv)
         return cli_usage_error("export", "give either OUT.kcache or --dir DIR");
     if (sign && dir)
         return cli_usage_error("export", "--sign signs a bundle: plain files (--dir) are not");
-    if (age) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-        f.created_since = age >= (uint64_t)now / 1000 ? 1 : now - (int64_t)age * 1000;
-    }
     kcache_store *store;
     /* Read-write: a damaged entry found on the way is deleted. Never created. */
     if (cli_open_existing(&store, 0))

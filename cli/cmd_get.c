@@ -41,24 +41,12 @@ int cmd_get(int argc, char **argv)
     if (optind + 1 < argc)
         return cli_usage_error("get", "unexpected argument '%s'", argv[optind + 1]);
     const char *prefix = argv[optind];
-    int bad = cli_check_key_prefix("get", prefix);
-    if (bad >= 0)
-        return bad;
     kcache_store *store;
-    if (cli_open_store_to_read(&store))
-        return CLI_FAIL;
-    if (!store) {
-        cli_no_cache("no entry to get");
-        return CLI_FAIL;
-    }
-    kcache_key key;
-    kcache_entry *e = NULL;
+    kcache_entry *e;
+    int found = cli_find_entry(&store, &e, "get", prefix, KCACHE_GET_NO_TOUCH);
+    if (found >= 0)
+        return found;
     int ret = CLI_OK;
-    if (kcache_store_find(&key, store, prefix) ||
-        kcache_store_get(&e, store, &key, KCACHE_GET_NO_TOUCH)) {
-        ret = cli_error("%s: %s", prefix, kcache_store_errmsg(store));
-        goto out;
-    }
     /* PTX is text, meant to be read: printed; a CUBIN or LTO-IR is not. */
     if (!output && isatty(fileno(stdout)) && e->kind != KCACHE_KIND_PTX) {
         ret = cli_usage_error("get", "refusing to write binary data (%s) to a terminal: use -o "

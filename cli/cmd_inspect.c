@@ -284,27 +284,14 @@ int cmd_inspect(int argc, char **argv)
         return cli_usage_error("inspect", "which entry? give a key prefix (see 'kcache ls')");
     if (optind + 1 < argc)
         return cli_usage_error("inspect", "unexpected argument '%s'", argv[optind + 1]);
-    const char *prefix = argv[optind];
-    int bad = cli_check_key_prefix("inspect", prefix);
-    if (bad >= 0)
-        return bad;
     kcache_store *store;
-    if (cli_open_store_to_read(&store))
-        return CLI_FAIL;
-    if (!store) {
-        cli_no_cache("no entry to inspect");
-        return CLI_FAIL;
-    }
-    kcache_key key;
-    kcache_entry *e = NULL;
+    kcache_entry *e;
+    int found = cli_find_entry(&store, &e, "inspect", argv[optind],
+                               KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
+    if (found >= 0)
+        return found;
     kcache_cubin_info *cubin = NULL;
     char cubin_error[256] = "";
-    int ret = CLI_OK;
-    if (kcache_store_find(&key, store, prefix) ||
-        kcache_store_get(&e, store, &key, KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS)) {
-        ret = cli_error("%s: %s", prefix, kcache_store_errmsg(store));
-        goto out;
-    }
     if (e->kind == KCACHE_KIND_CUBIN &&
         kcache_cubin_parse(&cubin, e->data, e->size, cubin_error, sizeof(cubin_error)) &&
         !cubin_error[0])
@@ -314,9 +301,8 @@ int cmd_inspect(int argc, char **argv)
     else
         print_human(e, cubin, cubin_error[0] ? cubin_error : NULL, with_log, with_source,
                     with_ptx);
-out:
     kcache_cubin_free(cubin);
     kcache_entry_free(e);
     kcache_store_close(store);
-    return ret;
+    return CLI_OK;
 }

@@ -2,7 +2,6 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include <kcache/remote.h>
 
@@ -130,8 +129,7 @@ int cmd_remote(int argc, char **argv)
     };
     kcache_filter f = KCACHE_FILTER_INIT;
     const char *url = NULL;
-    uint64_t age = 0;
-    int json = 0, c;
+    int json = 0, status, c;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
@@ -144,9 +142,8 @@ int cmd_remote(int argc, char **argv)
             break;
         case 'a': f.arch = optarg; break;
         case 's':
-            if (kcache_parse_age(&age, optarg) || !age)
-                return cli_usage_error("remote", "--since '%s' is not an age (use e.g. 7d)",
-                                       optarg);
+            if ((status = cli_parse_since(&f, "remote", optarg)) >= 0)
+                return status;
             break;
         case 'j': json = 1; break;
         case 'h': fputs(usage_text, stdout); return CLI_OK;
@@ -160,14 +157,8 @@ int cmd_remote(int argc, char **argv)
     int pull = !strcmp(action, "pull");
     if (strcmp(action, "check") && strcmp(action, "push") && !pull)
         return cli_usage_error("remote", "unknown action '%s': use check, push or pull", action);
-    if (!strcmp(action, "check") && (f.arch || age))
+    if (!strcmp(action, "check") && (f.arch || f.created_since))
         return cli_usage_error("remote", "--arch and --since go with push or pull");
-    if (age) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-        f.created_since = age >= (uint64_t)now / 1000 ? 1 : now - (int64_t)age * 1000;
-    }
     kcache_store *store;
     if (cli_open_store(&store, 0))
         return CLI_FAIL;

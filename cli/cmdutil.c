@@ -210,3 +210,95 @@ int cli_checksum_file(const char *path)
     putchar('\n');
     return CLI_OK;
 }
+
+int cli_parse_since(kcache_filter *f, const char *verb, const char *age)
+{
+    uint64_t seconds = 0;
+    if (kcache_parse_age(&seconds, age) || !seconds)
+        return cli_usage_error(verb, "--since '%s' is not an age (use e.g. 7d)", age);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    /* An age older than the epoch selects everything there is. */
+    f->created_since = seconds >= (uint64_t)now / 1000 ? 1 : now - (int64_t)seconds * 1000;
+    return -1;
+}
+
+int cli_find_entry(kcache_store **store, kcache_entry **entry, const char *verb,
+                   const char *prefix, unsigned flags)
+{
+    *store = NULL;
+    *entry = NULL;
+    int bad = cli_check_key_prefix(verb, prefix);
+    if (bad >= 0)
+        return bad;
+    if (cli_open_store_to_read(store))
+        return CLI_FAIL;
+    if (!*store) {
+        char then[64];
+        snprintf(then, sizeof(then), "no entry to %s", verb);
+        cli_no_cache(then);
+        return CLI_FAIL;
+    }
+    kcache_key key;
+    if (kcache_store_find(&key, *store, prefix) || kcache_store_get(entry, *store, &key, flags)) {
+        cli_error("%s: %s", prefix, kcache_store_errmsg(*store));
+        kcache_entry_free(*entry);
+        kcache_store_close(*store);
+        *entry = NULL;
+        *store = NULL;
+        return CLI_FAIL;
+    }
+    return -1;
+}
+
+int cli_rework_file(int argc, char **argv, const char *verb, const char *usage,
+                    int (*work)(kcache_store *), int clears)
+{
+    int json, status = cli_parse_json_only(argc, argv, verb, usage, &json);
+    if (status >= 0)
+        return status;
+    kcache_store *store;
+    /* Nothing to clear or compact is not a reason to create a cache. */
+    if (cli_open_existing(&store, 0))
+        return CLI_FAIL;
+    if (!store) {
+        if (json)
+            printf("{%s\"disk_before\": 0, \"disk_after\": 0}\n", clears ? "\"removed\": 0, " : "");
+        return cli_no_cache(clears ? "nothing to clear" : "nothing to compact");
+    }
+    int ret = CLI_OK;
+    kcache_stats *before = NULL, *after = NULL;
+    if (kcache_store_stats(&before, store) || work(store) || kcache_store_stats(&after, store)) {
+        ret = cli_error("%s", kcache_store_errmsg(store));
+        goto out;
+    }
+    uint64_t disk_before = before->file_bytes + before->wal_bytes;
+    uint64_t disk_after = after->file_bytes + after->wal_bytes;
+    if (json) {
+        cli_json j;
+        cli_json_init(&j, stdout);
+        cli_json_object_begin(&j, NULL);
+        if (clears)
+            cli_json_uint(&j, "removed", before->entries);
+        cli_json_uint(&j, "disk_before", disk_before);
+        cli_json_uint(&j, "disk_after", disk_after);
+        cli_json_object_end(&j);
+        cli_json_finish(&j);
+    } else {
+        char a[32], b[32], n[48];
+        if (clears)
+            printf("Removed %s; on disk %s -> %s\n",
+                   cli_plural(n, sizeof(n), before->entries, "entry", "entries"),
+                   kcache_format_size(a, sizeof(a), disk_before),
+                   kcache_format_size(b, sizeof(b), disk_after));
+        else
+            printf("On disk: %s -> %s\n", kcache_format_size(a, sizeof(a), disk_before),
+                   kcache_format_size(b, sizeof(b), disk_after));
+    }
+out:
+    kcache_stats_free(before);
+    kcache_stats_free(after);
+    kcache_store_close(store);
+    return ret;
+}

@@ -109,6 +109,52 @@ static inline int st_put(kcache_store *s, unsigned n, size_t size_max, uint8_t *
     return kcache_store_put(s, &e);
 }
 
+static inline int st_count_one(void *ud, const kcache_entry *e)
+{
+    (void)e;
+    ++*(unsigned *)ud;
+    return 0;
+}
+
+/* How many entries the store lists. */
+static inline unsigned st_count_entries(kcache_store *s)
+{
+    unsigned n = 0;
+    kcache_filter f = KCACHE_FILTER_INIT;
+    CHECK_RC(kcache_store_list(s, &f, st_count_one, &n), 0);
+    return n;
+}
+
+/* What a store logged: warnings, files set aside (NAME.corrupt-*), the last message. */
+struct st_log {
+    int warnings;
+    int set_aside;
+    char last[512];
+};
+
+static inline void st_log_fn(void *ud, int level, const char *msg)
+{
+    struct st_log *l = ud;
+    if (level <= KCACHE_LOG_WARNING)
+        l->warnings++;
+    if (strstr(msg, ".corrupt-"))
+        l->set_aside++;
+    snprintf(l->last, sizeof(l->last), "%s", msg);
+}
+
+/* Opens path without a cap, its log kept in l; returns kcache_store_open()'s code. */
+static inline int st_open_logged(kcache_store **s, const char *path, struct st_log *l, char *err,
+                                 size_t err_size)
+{
+    memset(l, 0, sizeof(*l));
+    kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
+    o.path = path;
+    o.max_size = UINT64_MAX;
+    o.log = st_log_fn;
+    o.log_userdata = l;
+    return kcache_store_open(s, &o, err, err_size);
+}
+
 /* Opens with the options given, or fails the test saying why. */
 static inline kcache_store *st_open_with(const kcache_store_options *o)
 {

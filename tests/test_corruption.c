@@ -65,32 +65,11 @@ static void keep_check(const char *after)
 
 /* ---- stores ------------------------------------------------------------- */
 
-struct log {
-    int warnings, set_aside;
-    char last[KC_ERRMSG_SIZE];
-};
-
-static void log_fn(void *ud, int level, const char *msg)
+static kcache_store *open_logged(const char *path, struct st_log *l)
 {
-    struct log *l = ud;
-    if (level <= KCACHE_LOG_WARNING)
-        l->warnings++;
-    if (strstr(msg, ".corrupt-"))
-        l->set_aside++;
-    snprintf(l->last, sizeof(l->last), "%s", msg);
-}
-
-static kcache_store *open_logged(const char *path, struct log *l)
-{
-    memset(l, 0, sizeof(*l));
-    kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
-    o.path = path;
-    o.max_size = UINT64_MAX;
-    o.log = log_fn;
-    o.log_userdata = l;
     kcache_store *s = NULL;
     char err[512];
-    int rc = kcache_store_open(&s, &o, err, sizeof(err));
+    int rc = st_open_logged(&s, path, l, err, sizeof(err));
     if (rc) {
         fprintf(stderr, "open %s: %d %s\n", path, rc, err);
         test_failures++;
@@ -272,7 +251,7 @@ static void test_zeroed_header(void)
     REQUIRE(bytes && n > 100);
     memset(bytes, 0, 100);
     test_spit(path, bytes, n);
-    struct log l;
+    struct st_log l;
     kcache_store *s = open_logged(path, &l);
     fig.cases++;
     if (s) {
@@ -332,7 +311,7 @@ static void test_wal_garbage(void)
         unlink(shm); /* as after a reboot: the WAL is all there is */
         char what[64];
         snprintf(what, sizeof(what), "WAL garbage, seed %u", seed);
-        struct log l;
+        struct st_log l;
         kcache_store *s = open_logged(path, &l);
         fig.cases++;
         if (!s)
@@ -411,7 +390,7 @@ static void test_shm_garbage(void)
         test_spit(path, db_bytes, dn);
         test_spit(wal, wal_bytes, wn);
         scribble(shm, seed, 0);
-        struct log l;
+        struct st_log l;
         kcache_store *s = open_logged(path, &l);
         fig.cases++;
         if (!s)
@@ -436,7 +415,7 @@ static void test_shm_garbage(void)
     for (unsigned seed = 11; seed <= 14; seed++) {
         char what[64];
         snprintf(what, sizeof(what), "-shm garbage under a live connection, seed %u", seed);
-        struct log l1, l2;
+        struct st_log l1, l2;
         test_spit(path, db_bytes, dn);
         test_spit(wal, wal_bytes, wn);
         unlink(shm);
@@ -450,7 +429,7 @@ static void test_shm_garbage(void)
         kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
         o.path = path;
         o.max_size = UINT64_MAX;
-        o.log = log_fn;
+        o.log = st_log_fn;
         o.log_userdata = &l2;
         kcache_store *b = NULL;
         char err[512] = "";
@@ -472,7 +451,7 @@ static void test_shm_garbage(void)
         kcache_store_close(a);
         /* Nothing set aside that was not damaged: the file itself is sound. */
         CHECK(count_set_aside("shm.db") == 0);
-        struct log l3;
+        struct st_log l3;
         kcache_store *c = open_logged(path, &l3);
         REQUIRE(c);
         /* Writes made through a garbage index (a's touches) may have lost entries of
@@ -568,7 +547,7 @@ static void test_altered_in_file(void)
     }
     CHECK(altered >= 4);
     CHECK(st_integrity_ok(path)); /* SQLite cannot see it: only kcache's digests can */
-    struct log l;
+    struct st_log l;
     kcache_store *s = open_logged(path, &l);
     REQUIRE(s);
     for (size_t i = 0; i < KC_ARRAY_SIZE(cases); i++) {

@@ -88,21 +88,6 @@ static int has(kcache_store *s, const kcache_key *k)
     return rc == 0;
 }
 
-static int count_one(void *ud, const kcache_entry *e)
-{
-    (void)e;
-    ++*(unsigned *)ud;
-    return 0;
-}
-
-static unsigned count_entries(kcache_store *s)
-{
-    unsigned n = 0;
-    kcache_filter f = KCACHE_FILTER_INIT;
-    CHECK_RC(kcache_store_list(s, &f, count_one, &n), 0);
-    return n;
-}
-
 static void sql_on(const char *path, const char *sql)
 {
     sqlite3 *db = NULL;
@@ -562,7 +547,7 @@ static void row6(int row)
         int rc = kcache_bundle_import(&r, s, bundle, &o);
         EXPECT(rc != 0, "dry run of a bundle with %s says OK", breaks[b]);
         rc = kcache_bundle_import(&r, s, bundle, NULL);
-        unsigned n = count_entries(s);
+        unsigned n = st_count_entries(s);
         EXPECT(rc != 0 && n == 0, "import of a bundle with %s: %d, %u entries merged", breaks[b],
                rc, n);
         EXPECT(rc == 0 || strstr(kcache_store_errmsg(s), "nothing imported"), "message: %s",

@@ -41,23 +41,10 @@ static void expect_mode(const char *path, unsigned want, const char *what)
     }
 }
 
-struct log {
-    int warnings;
-    char last[512];
-};
-
-static void log_fn(void *ud, int level, const char *msg)
-{
-    struct log *l = ud;
-    if (level <= KCACHE_LOG_WARNING)
-        l->warnings++;
-    snprintf(l->last, sizeof(l->last), "%s", msg);
-}
-
-static kcache_store *open_at(const char *path, struct log *l)
+static kcache_store *open_at(const char *path, struct st_log *l)
 {
     memset(l, 0, sizeof(*l));
-    return st_open(path, UINT64_MAX, log_fn, l);
+    return st_open(path, UINT64_MAX, st_log_fn, l);
 }
 
 /* ---- modes -------------------------------------------------------------------------- */
@@ -67,7 +54,7 @@ static void test_modes(void)
     char dir[600], path[700], side[720];
     snprintf(dir, sizeof(dir), "%s/new/deeper", test_dir());
     snprintf(path, sizeof(path), "%s/kcache.db", dir);
-    struct log l;
+    struct st_log l;
     kcache_store *s = open_at(path, &l);
     for (unsigned i = 0; i < 5; i++)
         CHECK_RC(st_put(s, i, sizeof(scratch), scratch), 0);
@@ -174,12 +161,12 @@ static void test_symlinks(void)
     plant(side);
     snprintf(side, sizeof(side), "%s-shm", path);
     plant(side);
-    struct log l;
+    struct st_log l;
     memset(&l, 0, sizeof(l));
     kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
     o.path = path;
     o.max_size = UINT64_MAX;
-    o.log = log_fn;
+    o.log = st_log_fn;
     o.log_userdata = &l;
     kcache_store *s = NULL;
     char err[512] = "";
@@ -257,7 +244,7 @@ static void test_open_dir_warning(void)
     REQUIRE(mkdir(dir, 0777) == 0);
     REQUIRE(chmod(dir, 0777) == 0);
     snprintf(path, sizeof(path), "%s/kcache.db", dir);
-    struct log l;
+    struct st_log l;
     kcache_store *s = open_at(path, &l);
     kcache_store_close(s);
     if (l.warnings >= 1 && strstr(l.last, "writable by other users") && strstr(l.last, dir))

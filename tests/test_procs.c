@@ -7,8 +7,7 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 
-#include "store/internal.h"
-#include "storetest.h"
+#include "stress.h"
 
 #define N_PROCS 4
 #define N_KEYS 400
@@ -17,14 +16,13 @@
 #define CAP (UINT64_C(3) << 20)
 
 struct result {
-    unsigned errors, wrong, hits, misses, puts, prunes;
-    uint64_t evicted;
+    struct st_tally t;
     uint8_t committed[N_KEYS]; /* a put of this key returned 0 */
 };
 
 static void fail(struct result *r, unsigned id, kcache_store *s, const char *what, int rc)
 {
-    r->errors++;
+    r->t.errors++;
     fprintf(stderr, "process %u: %s returned %d: %s\n", id, what, rc, kcache_store_errmsg(s));
 }
 
@@ -33,35 +31,22 @@ static void child(const char *path, unsigned id, struct result *r)
     kcache_store *s = st_open(path, CAP, NULL, NULL);
     uint8_t *scratch = malloc(SIZE_MAX_ART);
     REQUIRE(scratch);
+    char who[32];
+    snprintf(who, sizeof(who), "process %u", id);
     uint64_t x = id * 0x9e3779b97f4a7c15u + 3;
     for (int i = 0; i < OPS_PER_PROC; i++) {
-        x = x * 6364136223846793005u + 1442695040888963407u;
-        unsigned rnd = (unsigned)(x >> 33);
+        unsigned rnd = st_random(&x);
         unsigned n = rnd % N_KEYS;
         unsigned op = (rnd >> 12) % 1000;
         int rc;
         if (op < 550) {
-            kcache_entry *e = NULL;
-            kcache_key k = st_key(n);
-            rc = kcache_store_get(&e, s, &k, KCACHE_GET_DEFAULT);
-            if (rc == 0) {
-                r->hits++;
-                if (!st_entry_ok(e, n, SIZE_MAX_ART, scratch)) {
-                    r->wrong++;
-                    fprintf(stderr, "process %u: entry %u came back wrong\n", id, n);
-                }
-            } else if (rc == KCACHE_ENOTFOUND) {
-                r->misses++;
-                kc_store_count_miss(s, "sm_90", KCACHE_KIND_CUBIN);
-            } else {
+            if ((rc = st_get_counted(&r->t, s, n, KCACHE_GET_DEFAULT, SIZE_MAX_ART, scratch, who)))
                 fail(r, id, s, "get", rc);
-            }
-            kcache_entry_free(e);
         } else if (op < 945) {
             if ((rc = st_put(s, n, SIZE_MAX_ART, scratch))) {
                 fail(r, id, s, "put", rc);
             } else {
-                r->puts++;
+                r->t.puts++;
                 r->committed[n] = 1;
             }
         } else if (op < 948) {
@@ -70,8 +55,8 @@ static void child(const char *path, unsigned id, struct result *r)
             o.max_size = CAP / 2;
             if ((rc = kcache_store_prune(&res, s, &o)))
                 fail(r, id, s, "prune", rc);
-            r->prunes++;
-            r->evicted += res.evicted;
+            r->t.prunes++;
+            r->t.evicted += res.evicted;
         } else {
             kcache_stats *st = NULL;
             if ((rc = kcache_store_stats(&st, s)))
@@ -102,26 +87,17 @@ int main(void)
             _exit(0);
         }
     }
-    struct result sum = {0};
+    struct result all = {0};
+    struct st_tally sum = {0};
     for (unsigned i = 0; i < N_PROCS; i++) {
         int status;
         REQUIRE(waitpid(pids[i], &status, 0) == pids[i]);
         CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-        sum.errors += res[i].errors;
-        sum.wrong += res[i].wrong;
-        sum.hits += res[i].hits;
-        sum.misses += res[i].misses;
-        sum.puts += res[i].puts;
-        sum.prunes += res[i].prunes;
-        sum.evicted += res[i].evicted;
+        st_tally_add(&sum, &res[i].t);
         for (unsigned n = 0; n < N_KEYS; n++)
-            sum.committed[n] |= res[i].committed[n];
+            all.committed[n] |= res[i].committed[n];
     }
-    double t1 = st_now();
-    printf("%d processes x %d ops: %u puts, %u hits, %u misses, %u prunes evicting %llu, "
-           "%u errors, %u wrong, %.2f s\n",
-           N_PROCS, OPS_PER_PROC, sum.puts, sum.hits, sum.misses, sum.prunes,
-           (unsigned long long)sum.evicted, sum.errors, sum.wrong, t1 - t0);
+    st_tally_print(&sum, "processes", N_PROCS, OPS_PER_PROC, st_now() - t0);
     CHECK(sum.errors == 0);
     CHECK(sum.wrong == 0);
     CHECK(sum.hits > 0 && sum.misses > 0);
@@ -163,14 +139,14 @@ int main(void)
         kcache_entry *e = NULL;
         kcache_key k = st_key(n);
         int rc = kcache_store_get(&e, s, &k, KCACHE_GET_NO_TOUCH);
-        committed += sum.committed[n];
+        committed += all.committed[n];
         if (rc == 0) {
             present++;
-            CHECK(sum.committed[n]);
+            CHECK(all.committed[n]);
             CHECK(st_entry_ok(e, n, SIZE_MAX_ART, scratch));
         } else {
             CHECK_RC(rc, KCACHE_ENOTFOUND);
-            missing += sum.committed[n];
+            missing += all.committed[n];
         }
         kcache_entry_free(e);
     }

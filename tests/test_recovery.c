@@ -98,36 +98,6 @@ static void bystanders_check(const char *after)
     }
 }
 
-/* ---- log -------------------------------------------------------------- */
-
-struct log {
-    int warnings;
-    int set_aside; /* messages saying a file was moved to NAME.corrupt-* */
-    char last[KC_ERRMSG_SIZE];
-};
-
-static void log_fn(void *ud, int level, const char *msg)
-{
-    struct log *l = ud;
-    if (level <= KCACHE_LOG_WARNING)
-        l->warnings++;
-    if (strstr(msg, ".corrupt-"))
-        l->set_aside++;
-    snprintf(l->last, sizeof(l->last), "%s", msg);
-}
-
-static int open_logged(kcache_store **s, const char *path, struct log *l, char *err,
-                       size_t err_size)
-{
-    memset(l, 0, sizeof(*l));
-    kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
-    o.path = path;
-    o.max_size = UINT64_MAX;
-    o.log = log_fn;
-    o.log_userdata = l;
-    return kcache_store_open(s, &o, err, err_size);
-}
-
 /* ---- stores ----------------------------------------------------------- */
 
 /* A closed store at path holding entries [first, first + n). */
@@ -209,10 +179,10 @@ static void expect_set_aside(const char *name, const uint8_t *bytes, size_t n, c
     snprintf(path, sizeof(path), "%s", test_path(name));
     char before[8][256], after[8][256];
     size_t n_before = quarantined(name, before, 8);
-    struct log l;
+    struct st_log l;
     kcache_store *s = NULL;
     char err[512];
-    int rc = open_logged(&s, path, &l, err, sizeof(err));
+    int rc = st_open_logged(&s, path, &l, err, sizeof(err));
     if (rc) {
         fprintf(stderr, "%s: open: %d %s\n", what, rc, err);
         test_failures++;
@@ -233,7 +203,7 @@ static void expect_set_aside(const char *name, const uint8_t *bytes, size_t n, c
     kcache_store_close(s);
     CHECK(st_integrity_ok(path));
     /* Reopening finds a healthy cache: nothing more is set aside. */
-    rc = open_logged(&s, path, &l, err, sizeof(err));
+    rc = st_open_logged(&s, path, &l, err, sizeof(err));
     CHECK_RC(rc, 0);
     CHECK(l.warnings == 0);
     kcache_store_close(s);
@@ -302,9 +272,9 @@ static void test_truncated_with_wal(void)
     uint64_t n = st_file_size(path);
     REQUIRE(n > 100000 && exists(wal));
     REQUIRE(truncate(path, (off_t)(n / 2)) == 0);
-    struct log l;
+    struct st_log l;
     char err[512];
-    CHECK_RC(open_logged(&s, path, &l, err, sizeof(err)), 0);
+    CHECK_RC(st_open_logged(&s, path, &l, err, sizeof(err)), 0);
     REQUIRE(s);
     unsigned present = check_no_wrong_bytes(s, 0, 90, "truncated with its WAL");
     check_usable(s, 500, "truncated with its WAL");
@@ -325,10 +295,10 @@ static void test_empty(void)
     int fd = open(path, O_CREAT | O_EXCL | O_WRONLY, 0600);
     REQUIRE(fd >= 0);
     close(fd);
-    struct log l;
+    struct st_log l;
     kcache_store *s = NULL;
     char err[512], names[4][256];
-    CHECK_RC(open_logged(&s, path, &l, err, sizeof(err)), 0);
+    CHECK_RC(st_open_logged(&s, path, &l, err, sizeof(err)), 0);
     REQUIRE(s);
     CHECK(l.warnings == 0);
     CHECK(quarantined("empty.db", names, 4) == 0);
@@ -375,10 +345,10 @@ static void test_random_pages(void)
         plant(path, copy, n);
         char what[64];
         snprintf(what, sizeof(what), "random bytes into pages, seed %u", seed);
-        struct log l;
+        struct st_log l;
         kcache_store *s = NULL;
         char err[512];
-        int rc = open_logged(&s, path, &l, err, sizeof(err));
+        int rc = st_open_logged(&s, path, &l, err, sizeof(err));
         if (rc) {
             fprintf(stderr, "%s: open: %d %s\n", what, rc, err);
             test_failures++;
@@ -402,7 +372,7 @@ static void test_random_pages(void)
          * session meets it under the same contract, and still works. */
         if (!st_integrity_ok(path)) {
             still_damaged++;
-            REQUIRE(open_logged(&s, path, &l, err, sizeof(err)) == 0);
+            REQUIRE(st_open_logged(&s, path, &l, err, sizeof(err)) == 0);
             check_no_wrong_bytes(s, 0, 60, what);
             check_usable(s, 4000 + seed, what);
             kcache_store_close(s);
@@ -498,10 +468,10 @@ static void test_future_version(void)
     size_t n;
     uint8_t *before = test_slurp(path, &n);
     REQUIRE(before);
-    struct log l;
+    struct st_log l;
     kcache_store *s = NULL;
     char err[512];
-    CHECK_RC(open_logged(&s, path, &l, err, sizeof(err)), 0);
+    CHECK_RC(st_open_logged(&s, path, &l, err, sizeof(err)), 0);
     REQUIRE(s);
     CHECK(l.warnings == 1 && strstr(l.last, "upgrade kcache"));
     CHECK(kcache_store_read_only(s));
@@ -531,7 +501,7 @@ static void test_future_version(void)
     snprintf(path2, sizeof(path2), "%s", test_path("future2.db"));
     make_store(path2, 0, 2);
     set_user_version(path2, kc_schema_version + 5, "ALTER TABLE entry RENAME TO entry_v9;");
-    CHECK_RC(open_logged(&s, path2, &l, err, sizeof(err)), 0);
+    CHECK_RC(st_open_logged(&s, path2, &l, err, sizeof(err)), 0);
     REQUIRE(s);
     kcache_entry *e = NULL;
     k = st_key(0);
@@ -604,10 +574,10 @@ static void test_older_version(void)
     CHECK(st_sql_int(db, "SELECT count(*) FROM sqlite_schema WHERE name = 'input'") == 0);
     sqlite3_close(db);
 
-    struct log l;
+    struct st_log l;
     kcache_store *s = NULL;
     char err[512];
-    CHECK_RC(open_logged(&s, path, &l, err, sizeof(err)), 0);
+    CHECK_RC(st_open_logged(&s, path, &l, err, sizeof(err)), 0);
     REQUIRE(s);
     CHECK(l.warnings == 0);
     CHECK(kcache_store_schema_version(s) == kc_schema_version);
@@ -720,10 +690,10 @@ static void test_altered_artifact(void)
     } cases[] = {{1, 0}, {2, 1}, {17, 0}, {34, 1}};
     for (size_t i = 0; i < KC_ARRAY_SIZE(cases); i++)
         alter_artifact(path, cases[i].n, cases[i].fix_digest);
-    struct log l;
+    struct st_log l;
     kcache_store *s = NULL;
     char err[512];
-    CHECK_RC(open_logged(&s, path, &l, err, sizeof(err)), 0);
+    CHECK_RC(st_open_logged(&s, path, &l, err, sizeof(err)), 0);
     REQUIRE(s);
     for (size_t i = 0; i < KC_ARRAY_SIZE(cases); i++) {
         unsigned n = cases[i].n;
@@ -797,10 +767,10 @@ static void test_damaged_index(void)
     sqlite3_finalize(st);
     sqlite3_close(db);
 
-    struct log l;
+    struct st_log l;
     kcache_store *s = NULL;
     char err[512];
-    CHECK_RC(open_logged(&s, path, &l, err, sizeof(err)), 0);
+    CHECK_RC(st_open_logged(&s, path, &l, err, sizeof(err)), 0);
     REQUIRE(s);
     kcache_entry *e = NULL;
     CHECK_RC(kcache_store_get(&e, s, &other, KCACHE_GET_DEFAULT), KCACHE_ENOTFOUND);

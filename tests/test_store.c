@@ -181,9 +181,43 @@ static void test_list_and_prune(void)
     kcache_store_close(s);
 }
 
+/* A prefix two entries share is ambiguous, and said so; enough digits find each. */
+static void test_find_ambiguous(void)
+{
+    kcache_store *s = open_at(test_path("ambiguous.db"), UINT64_MAX);
+    static uint8_t data[100];
+    fill(data, sizeof(data), 3);
+    for (unsigned n = 0x12340001; n <= 0x12340002; n++) {
+        kcache_entry e = KCACHE_ENTRY_INIT;
+        e.key = key_of(n);
+        e.kind = KCACHE_KIND_CUBIN;
+        e.arch = "sm_90";
+        e.name = "a.cu";
+        e.data = data;
+        e.size = sizeof(data);
+        e.toolchain = "test";
+        CHECK_RC(kcache_store_put(s, &e), 0);
+    }
+    kcache_key found;
+    CHECK_RC(kcache_store_find(&found, s, "1234"), KCACHE_EAMBIGUOUS);
+    CHECK(strstr(kcache_store_errmsg(s), "more than one entry starts with 1234") != NULL);
+    CHECK_RC(kcache_store_find(&found, s, "1234000"), KCACHE_EAMBIGUOUS);
+    for (unsigned n = 0x12340001; n <= 0x12340002; n++) {
+        char hex[9];
+        snprintf(hex, sizeof(hex), "%08x", n);
+        kcache_key want = key_of(n);
+        memset(&found, 0, sizeof(found));
+        CHECK_RC(kcache_store_find(&found, s, hex), 0);
+        CHECK(memcmp(found.bytes, want.bytes, KCACHE_KEY_SIZE) == 0);
+    }
+    CHECK(strcmp(kcache_strerror(KCACHE_EAMBIGUOUS), "ambiguous key prefix") == 0);
+    kcache_store_close(s);
+}
+
 int main(void)
 {
     test_put_get();
     test_list_and_prune();
+    test_find_ambiguous();
     return test_done();
 }

@@ -5,8 +5,7 @@
  */
 #include <pthread.h>
 
-#include "store/storeint.h"
-#include "storetest.h"
+#include "stress.h"
 
 #define N_THREADS 8
 #define N_KEYS 300
@@ -17,8 +16,7 @@ static kcache_store *shared;
 
 struct worker {
     unsigned id;
-    unsigned errors, wrong, hits, misses, puts, prunes;
-    uint64_t evicted;
+    struct st_tally t;
 };
 
 static int count_entry(void *ud, const kcache_entry *e)
@@ -32,7 +30,7 @@ static int count_entry(void *ud, const kcache_entry *e)
 
 static void fail(struct worker *w, const char *what, int rc)
 {
-    w->errors++;
+    w->t.errors++;
     fprintf(stderr, "thread %u: %s returned %d: %s\n", w->id, what, rc,
             kcache_store_errmsg(shared));
 }
@@ -42,39 +40,23 @@ static void *work(void *arg)
     struct worker *w = arg;
     uint8_t *scratch = malloc(SIZE_MAX_ART);
     REQUIRE(scratch);
+    char who[32];
+    snprintf(who, sizeof(who), "thread %u", w->id);
     uint64_t x = w->id * 0x9e3779b97f4a7c15u + 7;
     for (int i = 0; i < OPS_PER_THREAD; i++) {
-        x = x * 6364136223846793005u + 1442695040888963407u;
-        unsigned r = (unsigned)(x >> 33);
+        unsigned r = st_random(&x);
         unsigned n = r % N_KEYS;
         unsigned op = (r >> 12) % 100;
         int rc;
         if (op < 50) {
-            kcache_entry *e = NULL;
-            kcache_key k = st_key(n);
             unsigned flags = op < 5 ? KCACHE_GET_NO_DATA : KCACHE_GET_DEFAULT;
-            rc = kcache_store_get(&e, shared, &k, flags);
-            if (rc == 0) {
-                w->hits++;
-                int ok = flags & KCACHE_GET_NO_DATA
-                             ? !e->data && e->size == st_size(n, SIZE_MAX_ART)
-                             : st_entry_ok(e, n, SIZE_MAX_ART, scratch);
-                if (!ok || memcmp(&e->key, &k, sizeof(k)) != 0) {
-                    w->wrong++;
-                    fprintf(stderr, "thread %u: entry %u came back wrong\n", w->id, n);
-                }
-            } else if (rc == KCACHE_ENOTFOUND) {
-                w->misses++;
-                kc_store_count_miss(shared, "sm_90", KCACHE_KIND_CUBIN);
-            } else {
+            if ((rc = st_get_counted(&w->t, shared, n, flags, SIZE_MAX_ART, scratch, who)))
                 fail(w, "get", rc);
-            }
-            kcache_entry_free(e);
         } else if (op < 80) {
             if ((rc = st_put(shared, n, SIZE_MAX_ART, scratch)))
                 fail(w, "put", rc);
             else
-                w->puts++;
+                w->t.puts++;
         } else if (op < 84) {
             kcache_key k = st_key(n);
             rc = kcache_store_delete(shared, &k);
@@ -89,8 +71,8 @@ static void *work(void *arg)
                 o.max_entries = 50 + r % 100;
             if ((rc = kcache_store_prune(&res, shared, &o)))
                 fail(w, "prune", rc);
-            w->prunes++;
-            w->evicted += res.evicted;
+            w->t.prunes++;
+            w->t.evicted += res.evicted;
         } else if (op < 94) {
             kcache_stats *st = NULL;
             if ((rc = kcache_store_stats(&st, shared)))
@@ -124,22 +106,12 @@ int main(void)
         w[i].id = i;
         REQUIRE(pthread_create(&th[i], NULL, work, &w[i]) == 0);
     }
-    struct worker sum = {0};
+    struct st_tally sum = {0};
     for (unsigned i = 0; i < N_THREADS; i++) {
         pthread_join(th[i], NULL);
-        sum.errors += w[i].errors;
-        sum.wrong += w[i].wrong;
-        sum.hits += w[i].hits;
-        sum.misses += w[i].misses;
-        sum.puts += w[i].puts;
-        sum.prunes += w[i].prunes;
-        sum.evicted += w[i].evicted;
+        st_tally_add(&sum, &w[i].t);
     }
-    double t1 = st_now();
-    printf("%d threads x %d ops: %u puts, %u hits, %u misses, %u prunes evicting %llu, "
-           "%u errors, %u wrong, %.2f s\n",
-           N_THREADS, OPS_PER_THREAD, sum.puts, sum.hits, sum.misses, sum.prunes,
-           (unsigned long long)sum.evicted, sum.errors, sum.wrong, t1 - t0);
+    st_tally_print(&sum, "threads", N_THREADS, OPS_PER_THREAD, st_now() - t0);
     CHECK(sum.errors == 0);
     CHECK(sum.wrong == 0);
     /* The mix did what it is meant to: hits, misses and evictions all happened. */

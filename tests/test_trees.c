@@ -217,7 +217,6 @@ static void test_twin_basenames(void)
     snprintf(cu, sizeof(cu), "%s/kernel.cu", t);
     struct opts o = with_includes(t, "inc", NULL, NULL);
     cached_and_equal("twin basenames", cu, &o);
-    /* The other branch of the macro-built path is followed too. */
 }
 
 /* Two files whose canonical names would be one ("x/h.h"): the second gets another. */
@@ -250,6 +249,39 @@ static void test_macro_paths(void)
     CHECK(same_as_plain(r, cu, &o));
     CHECK(uncacheable(s, "computed_include") == 1);
     kcache_result_free(r);
+    kcache_compiler_free(c);
+    kcache_store_close(s);
+}
+
+/*
+ * The other branch of the macro-built path is followed too: on one cache, the
+ * -DSYS_DEVICE_OMP compile is a kernel of its own, and an edit to the header
+ * only that branch reads is seen (a miss equal to plain NVRTC, not the kernel
+ * of before).
+ */
+static void test_macro_other_branch(void)
+{
+    const char *t = tree("macro");
+    char cu[800], h[800];
+    snprintf(cu, sizeof(cu), "%s/kernel.cu", t);
+    snprintf(h, sizeof(h), "%s/inc/sys/omp/detail/for_each.h", t);
+    struct opts o = with_includes(t, "inc", NULL, NULL);
+    struct opts omp = with_includes(t, "inc", NULL, "-DSYS_DEVICE_OMP");
+    kcache_store *s = new_store();
+    kcache_compiler *c = compiler_on(s);
+    kcache_result *cuda = through(c, cu, &o, 0);
+    kcache_result *before = through(c, cu, &omp, 0);
+    CHECK(cuda->status == 0 && cuda->keyed);
+    CHECK(before->status == 0 && before->keyed && !before->hit);
+    CHECK(cuda->size != before->size || memcmp(cuda->data, before->data, cuda->size) != 0);
+    test_write_text(h, "#pragma once\n"
+                       "__device__ inline float for_each_factor() { return 23.5f; }\n");
+    kcache_result *after = through(c, cu, &omp, 0);
+    CHECK(after->status == 0 && !after->hit);
+    CHECK(same_as_plain(after, cu, &omp));
+    kcache_result_free(cuda);
+    kcache_result_free(before);
+    kcache_result_free(after);
     kcache_compiler_free(c);
     kcache_store_close(s);
 }
@@ -608,6 +640,7 @@ int main(void)
     test_twin_basenames();
     test_colliding_names();
     test_macro_paths();
+    test_macro_other_branch();
     test_fallback();
     test_edits();
     test_memo();

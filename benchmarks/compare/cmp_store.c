@@ -34,10 +34,9 @@
 #include "cmp_util.h"
 #include "fpe.h"
 #include "sqlite_floor.h"
+/* What the store writes, so that the floors decode frames of the same shape. */
+#include "util/frames.h"
 
-/* What lib/util/codec.c writes, so that the floors decode data of the same shape. */
-#define FLOOR_ZSTD_LEVEL 3
-#define FLOOR_LZ4HC_LEVEL 4
 
 /*
  * kcache's systems first, one per `compression` setting, in kc_setting's
@@ -264,17 +263,11 @@ static double get_floor(const struct sample *x)
     return t;
 }
 
-/* The frame kcache stores for lz4 (lib/util/codec.c): 64 KiB linked blocks, size, checksum. */
+/* The frame kcache stores for lz4 (util/frames.h). */
 static size_t floor_lz4_encode(void *dst, size_t cap, const void *src, size_t n)
 {
     LZ4F_preferences_t p;
-    memset(&p, 0, sizeof(p));
-    p.frameInfo.blockSizeID = LZ4F_max64KB;
-    p.frameInfo.blockMode = LZ4F_blockLinked;
-    p.frameInfo.contentChecksumFlag = LZ4F_contentChecksumEnabled;
-    p.frameInfo.contentSize = n;
-    p.compressionLevel = FLOOR_LZ4HC_LEVEL;
-    p.autoFlush = 1;
+    kc_lz4_preferences(&p, n);
     if (cap < LZ4F_compressFrameBound(n, &p))
         cmp_fail("lz4 bound");
     size_t z = LZ4F_compressFrame(dst, cap, src, n, &p);
@@ -456,7 +449,7 @@ int cmp_store_main(const struct cmp_store_args *a)
         uint64_t raw = 0, z = 0;
         for (uint64_t i = 0; i < n && i < 300; i++) {
             entry_bytes(i, b, sizes[i]);
-            size_t zn = ZSTD_compress(zb, ZSTD_compressBound(MIB), b, sizes[i], FLOOR_ZSTD_LEVEL);
+            size_t zn = ZSTD_compress(zb, ZSTD_compressBound(MIB), b, sizes[i], KC_ZSTD_LEVEL);
             if (ZSTD_isError(zn))
                 cmp_fail("zstd: %s", ZSTD_getErrorName(zn));
             raw += sizes[i];
@@ -464,7 +457,7 @@ int cmp_store_main(const struct cmp_store_args *a)
         }
         cmp_rec("dataset", "-", "synthetic", "zstd_ratio", (double)raw / (double)z, "x");
         size_t zn = ZSTD_compress(zb, ZSTD_compressBound(MIB), pool, pool_words * 16,
-                                  FLOOR_ZSTD_LEVEL);
+                                  KC_ZSTD_LEVEL);
         cmp_rec("dataset", "-", "real CUBINs", "zstd_ratio",
                 (double)(pool_words * 16) / (double)zn, "x");
         free(b);
@@ -581,7 +574,7 @@ int cmp_store_main(const struct cmp_store_args *a)
                 ZSTD_CCtx *z = ZSTD_createCCtx();
                 if (!z)
                     cmp_fail("out of memory");
-                ZSTD_CCtx_setParameter(z, ZSTD_c_compressionLevel, FLOOR_ZSTD_LEVEL);
+                ZSTD_CCtx_setParameter(z, ZSTD_c_compressionLevel, KC_ZSTD_LEVEL);
                 ZSTD_CCtx_setParameter(z, ZSTD_c_checksumFlag, 1);
                 size_t bound = ZSTD_compressBound(sizes[i]);
                 uint8_t *zb = cmp_xmalloc(bound);

@@ -15,82 +15,23 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import tempfile
 import time
-import traceback
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyhelp"))
+import kctest  # noqa: E402
+# The other CLI scripts take these from here, with the arguments parsed.
+from kctest import Cache, Failure, check  # noqa: E402,F401
 
 KCACHE = os.path.abspath(sys.argv[1])
 FILL = os.path.abspath(sys.argv[2])
 ONLY = sys.argv[3:]
+kctest.setup(KCACHE, FILL)
 
+# The verbs, in the order `kcache --help` lists them: every one is run below,
+# and a verb the help gains or loses fails the test until it is added here.
 VERBS = ["compile", "explain", "stats", "ls", "inspect", "get", "prune", "export", "import", "verify",
-         "config", "clear", "vacuum", "path", "run", "version"]
+         "remote", "config", "clear", "vacuum", "recompress", "run", "path", "version"]
 GiB = 1 << 30
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Failure(what)
-
-
-class Cache:
-    """A cache directory of its own, and ways to run kcache against it."""
-
-    def __init__(self, root, name="cache"):
-        self.dir = os.path.join(root, name)
-        self.db = os.path.join(self.dir, "kcache.db")
-        self.env = {k: v for k, v in os.environ.items()
-                    if not k.startswith("KCACHE_") and k != "XDG_CACHE_HOME"}
-        self.env.update({"KCACHE_DIR": self.dir, "NO_COLOR": "1", "HOME": root})
-
-    def run(self, *args, rc=0, stdin=None, env=None, binary=False):
-        e = dict(self.env)
-        if env:
-            e.update(env)
-        p = subprocess.run([KCACHE] + list(args), env=e, capture_output=True,
-                           stdin=stdin if stdin is not None else subprocess.DEVNULL,
-                           timeout=120)
-        out = p.stdout if binary else p.stdout.decode("utf-8", "replace")
-        err = p.stderr.decode("utf-8", "replace")
-        if rc is not None and p.returncode != rc:
-            raise Failure("kcache %s: exit %d, wanted %d\nstdout: %s\nstderr: %s"
-                          % (" ".join(args), p.returncode, rc, out[:2000], err))
-        return out, err
-
-    def json(self, *args, rc=0, env=None):
-        out, _ = self.run(*args, "--json", rc=rc, env=env)
-        try:
-            return json.loads(out)
-        except ValueError as ex:
-            raise Failure("kcache %s --json printed invalid JSON (%s): %r"
-                          % (" ".join(args), ex, out[:500]))
-
-    def fill(self, n, *opts):
-        os.makedirs(self.dir, exist_ok=True)
-        p = subprocess.run([FILL, self.db, str(n)] + [str(o) for o in opts],
-                           capture_output=True, timeout=120)
-        if p.returncode != 0:
-            raise Failure("kcache-fill failed: %s" % p.stderr.decode())
-        return p.stdout.decode().split()
-
-    def entries(self):
-        return {e["key"]: e for e in self.json("ls")["entries"]}
-
-    def get(self, key):
-        out, _ = self.run("get", key, binary=True, stdin=None)
-        return out
-
-    def snapshot(self):
-        """Every entry's metadata and bytes: what a user would notice changing."""
-        snap = {}
-        for key, e in self.entries().items():
-            meta = {k: e[k] for k in ("kind", "arch", "name", "size", "created_ms")}
-            snap[key] = (meta, self.get(key))
-        return snap
 
 
 def fields(obj, want, what):
@@ -99,6 +40,18 @@ def fields(obj, want, what):
         check(isinstance(obj[name], kind) and not isinstance(obj[name], bool) or
               (kind is bool and isinstance(obj[name], bool)),
               "%s: field '%s' is %r, wanted %s" % (what, name, obj[name], kind.__name__))
+
+
+def help_verbs(text):
+    """The verbs of `kcache --help`: the first word of each line under "Verbs:"."""
+    lines = text.splitlines()
+    check("Verbs:" in lines, "kcache --help has no Verbs: section")
+    verbs = []
+    for line in lines[lines.index("Verbs:") + 1:]:
+        if not line.strip():
+            break
+        verbs.append(line.split()[0])
+    return verbs
 
 
 def disk_bytes(db):
@@ -124,8 +77,8 @@ def alter_artifact(db, nth=0):
 def test_help_and_usage(root):
     c = Cache(root)
     out, _ = c.run("--help")
-    for verb in VERBS:
-        check(("  %s " % verb) in out, "kcache --help does not list '%s'" % verb)
+    listed = help_verbs(out)
+    check(listed == VERBS, "kcache --help lists %s, the test knows %s" % (listed, VERBS))
     for verb in VERBS:
         out, err = c.run(verb, "--help")
         check(out.startswith("usage: kcache %s" % verb), "%s --help: %r" % (verb, out[:80]))
@@ -303,6 +256,50 @@ def test_stats(root):
     check(s["entries"] == 3 and s["raw_bytes"] == 3 * 2048, "stats counts %r" % s)
     out, _ = c.run("stats")
     check("Entries:" in out and "KiB" in out, "stats human output")
+
+
+def test_stats_zero(root):
+    """stats --zero shows the counters, then zeroes them; the entries stay."""
+    c = Cache(root)
+    c.fill(5, "--size", "1000")
+    missing = os.path.join(root, "missing.cu")
+    c.run("compile", missing, "--arch", "sm_90", rc=1)
+    c.json("prune", "--max-entries", "3")
+    before = c.json("stats")
+    check(before["request_errors"] == 1 and before["evictions"] == 2, "counters %r" % before)
+    shown = c.json("stats", "--zero")
+    check(shown["request_errors"] == 1 and shown["evictions"] == 2,
+          "stats --zero --json shows the counters as they were: %r" % shown)
+    after = c.json("stats")
+    for name in ("hits", "misses", "errors", "request_errors", "evictions", "conflicts"):
+        check(after[name] == 0, "stats --zero left %s at %r" % (name, after[name]))
+    check(after["entries"] == 3 and len(c.entries()) == 3, "stats --zero removed entries")
+    c.run("compile", missing, "--arch", "sm_90", rc=1)
+    out, _ = c.run("stats", "--zero")
+    check(re.search(r"^Bad requests:\s+1\b", out, re.M) and "Counters zeroed." in out,
+          "stats --zero: %r" % out)
+    check(c.json("stats")["request_errors"] == 0, "stats --zero did not zero")
+
+
+def test_ambiguous_prefix(root):
+    """A prefix two entries share: inspect and get say so in one line; more digits find each."""
+    c = Cache(root)
+    by_prefix = {}
+    for key in c.fill(1500, "--size", "64", "--seed", 7):
+        by_prefix.setdefault(key[:4], []).append(key)
+    pairs = [keys for keys in by_prefix.values() if len(keys) == 2]
+    check(pairs, "no two of 1500 keys share 4 hex digits: take another seed")
+    a, b = pairs[0]
+    n = len(os.path.commonprefix([a, b]))
+    shared = a[:n]
+    for verb in ("inspect", "get"):
+        _, err = c.run(verb, shared, rc=1, binary=True)
+        check(len(err.splitlines()) == 1 and
+              "more than one entry starts with %s: give more digits" % shared in err,
+              "%s of a shared prefix: %r" % (verb, err))
+    for key in (a, b):
+        check(c.json("inspect", key[:n + 1])["key"] == key, "inspect %s" % key[:n + 1])
+        check(len(c.get(key[:n + 1])) == 64, "get %s" % key[:n + 1])
 
 
 def test_prune(root):
@@ -706,27 +703,7 @@ def test_foreign_database(root):
 
 def run_tests(namespace):
     """Runs every test_* of namespace (or those named on the command line)."""
-    tests = [(n, f) for n, f in sorted(namespace.items()) if n.startswith("test_")]
-    failed = []
-    for name, fn in tests:
-        if ONLY and name not in ONLY and name[5:] not in ONLY:
-            continue
-        root = tempfile.mkdtemp(prefix="kcache-cli-")
-        try:
-            fn(root)
-            print("ok   %s" % name)
-        except Exception as ex:  # a crash of the test is a failure too
-            failed.append(name)
-            print("FAIL %s: %s" % (name, ex))
-            if not isinstance(ex, Failure):
-                traceback.print_exc()
-        finally:
-            if not os.environ.get("KCACHE_TEST_KEEP"):
-                shutil.rmtree(root, ignore_errors=True)
-            else:
-                print("     kept %s" % root)
-    print("%d failed" % len(failed) if failed else "all passed")
-    return 1 if failed else 0
+    return kctest.run_tests(namespace, ONLY, prefix="kcache-cli-")
 
 
 def main():

@@ -15,7 +15,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_cli as base  # noqa: E402  (the same harness, same arguments)
-from test_cli import Cache, check  # noqa: E402
+from kctest import Cache, check  # noqa: E402  (on the path test_cli set)
 
 
 def tree(path):

@@ -17,7 +17,8 @@ import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_cli as base  # noqa: E402  (the same harness, same arguments)
-from test_cli import Cache, Failure, check  # noqa: E402
+import kctest  # noqa: E402  (on the path test_cli set)
+from kctest import Cache, check  # noqa: E402
 
 CORPUS = os.environ.get("CORPUS", "")
 CCCL = "/usr/local/cuda/include/cccl"
@@ -316,26 +317,7 @@ def main():
             return 77
     finally:
         shutil.rmtree(probe, ignore_errors=True)
-    tests = [(n, f) for n, f in sorted(globals().items()) if n.startswith("test_")]
-    failed = []
-    for name, fn in tests:
-        if base.ONLY and name not in base.ONLY and name[5:] not in base.ONLY:
-            continue
-        root = tempfile.mkdtemp(prefix="kcache-compile-")
-        try:
-            fn(root)
-            print("ok   %s" % name)
-        except Exception as ex:
-            failed.append(name)
-            print("FAIL %s: %s" % (name, ex))
-            if not isinstance(ex, Failure):
-                import traceback
-                traceback.print_exc()
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
-    print("%d failed" % len(failed) if failed else "all passed")
-    return 1 if failed else 0
-
+    return kctest.run_tests(globals(), base.ONLY, prefix="kcache-compile-")
 
 if __name__ == "__main__":
     sys.exit(main())

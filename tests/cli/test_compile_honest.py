@@ -17,7 +17,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_cli as base  # noqa: E402  (the same harness, same arguments)
-from test_cli import Cache, check  # noqa: E402
+from kctest import Cache, check  # noqa: E402  (on the path test_cli set)
 
 SAXPY = """extern "C" __global__ void saxpy(float a, const float *x, float *y, int n)
 {

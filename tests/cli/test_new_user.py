@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 BUILD_ROOT = os.path.abspath(sys.argv.pop(4)) if len(sys.argv) > 4 else None
 SOURCE_ROOT = os.path.abspath(sys.argv.pop(3)) if len(sys.argv) > 3 else None
 import test_cli as base  # noqa: E402
-from test_cli import Cache, check  # noqa: E402
+from kctest import Cache, check  # noqa: E402  (on the path test_cli set)
 
 with open(os.path.join(SOURCE_ROOT, "README.md")) as _f:
     README = _f.read()

@@ -22,7 +22,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 SOURCE_ROOT = os.path.abspath(sys.argv.pop(3)) if len(sys.argv) > 3 else None
 import test_cli as base  # noqa: E402  (the same harness, same arguments)
-from test_cli import Cache, check  # noqa: E402
+from kctest import Cache, check  # noqa: E402  (on the path test_cli set)
 
 GiB = 1 << 30
 SAXPY = os.path.join(SOURCE_ROOT, "examples", "saxpy.cu")

@@ -21,21 +21,20 @@ import tempfile
 
 from shim_report import read_report  # beside this script
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyhelp"))
+import kctest  # noqa: E402
+
 MODE, CALLS = sys.argv[1], sys.argv[2]
 KCACHE = os.environ["KCACHE_EXE"]
 REAL = os.environ["NVRTC_REAL"]
 INCLUDE = os.environ["SHIM_INCLUDE"]
 N_CASES = 10  # cases in nvrtc_calls.c; broken.cu is the one that cannot be cached
 
-failures = []
 SHIM = subprocess.run([KCACHE, "run", "--print-shim"], capture_output=True, text=True,
                       check=True).stdout.strip()
 
 
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
+check = kctest.Tally()  # every check printed; the run goes on after a failure
 
 
 def base_env(tmp):
@@ -259,10 +258,7 @@ def main():
         check(p.returncode == 0 and "kcache: nvrtc pid" in p.stderr and "hits" in p.stderr,
               f"kcache run -v reports per process: {p.stderr!r}")
     shutil.rmtree(tmp2, ignore_errors=True)
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        return 1
-    return 0
+    return check.status()
 
 
 if __name__ == "__main__":

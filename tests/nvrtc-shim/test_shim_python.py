@@ -19,6 +19,9 @@ import threading
 
 from shim_report import read_report  # beside this script
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyhelp"))
+import kctest  # noqa: E402
+
 SAXPY = b"""extern "C" __global__ void saxpy(float a, const float *x, float *y, int n)
 {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -104,13 +107,9 @@ def calls(out, include):
 # ---- the test --------------------------------------------------------------
 
 N_CASES = 9
-failures = []
 
 
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
+check = kctest.Tally()  # every check printed; the run goes on after a failure
 
 
 def venv_python():
@@ -182,10 +181,7 @@ def main():
               f"second process: {N_CASES - 1} hits, the compile error a miss (report {r})")
         stats = subprocess.run([kcache, "stats"], env=env, capture_output=True, text=True).stdout
         print(stats)
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        return 1
-    return 0
+    return check.status()
 
 
 if __name__ == "__main__":

@@ -23,6 +23,9 @@ import time
 
 from shim_report import read_report  # beside this script
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyhelp"))
+import kctest  # noqa: E402
+
 (ONE, ONE_RUNPATH, LOADER, MODULE, ONE_DLOPEN, LOADER_PLAIN,
  DLOPEN_MODULE) = (os.path.abspath(a) for a in sys.argv[1:8])
 KCACHE = os.environ["KCACHE_EXE"]
@@ -31,13 +34,9 @@ TOOLKIT = os.path.dirname(os.path.dirname(os.path.realpath(REAL)))
 CCCL = os.path.join(TOOLKIT, "include", "cccl")
 SONAME = os.path.basename(REAL)
 
-failures = []
 
 
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
+check = kctest.Tally()  # every check printed; the run goes on after a failure
 
 
 def has_nvrtc(d):
@@ -298,10 +297,7 @@ def main():
         line_info(tmp, env)
         own_names(tmp, env)
         real_nvrtc(tmp, env)
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        return 1
-    return 0
+    return check.status()
 
 
 if __name__ == "__main__":

@@ -15,37 +15,23 @@ A fake Redis of our own (Python, 127.0.0.1 only, every wait bounded) that
 Prints the figures (elapsed, resident) it measured.
 
 Usage: test_hostile_server.py KCACHE [TEST-NAME...]
-Exits 77 (skipped) without a CUDA toolkit (the drip test compiles a kernel).
+Without a CUDA toolkit the drip test (it compiles a kernel) is skipped, saying so.
 """
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
-KCACHE = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else "kcache"
-TOOLKIT = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+import remotetest  # beside this script; first: it puts kctest on the path and sets it up
+from kctest import Failure, Skip, check, run_tests
+from remotetest import TOOLKIT, have_toolkit, kernel
+
+KCACHE = remotetest.kctest.KCACHE
 TIMEOUT_MS = 1000
 SERVER_LIFETIME = 90  # seconds: the fake server never outlives a test by much
-
-TINY = 'extern "C" __global__ void k%d(float *x) { x[threadIdx.x] *= %d.0f; }\n'
 KEY = "ab" * 32
-
-
-class Failure(Exception):
-    pass
-
-
-class Skip(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Failure(what)
 
 
 def read_command(f):
@@ -150,11 +136,7 @@ class FakeRedis:
 
 
 def env_for(root, name, remote):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
-    env.update({"KCACHE_DIR": os.path.join(root, name), "NO_COLOR": "1", "HOME": root,
-                "KCACHE_REMOTE": remote, "KCACHE_REMOTE_TIMEOUT": str(TIMEOUT_MS),
-                "KCACHE_REMOTE_CONNECT_TIMEOUT": "500"})
-    return env
+    return remotetest.Cache(root, name, remote, timeout_ms=TIMEOUT_MS).env
 
 
 def run_measured(args, env, limit):
@@ -181,16 +163,9 @@ def run_measured(args, env, limit):
     return os.waitstatus_to_exitcode(status), seconds, usage.ru_maxrss, stdout, stderr
 
 
-def kernel(root, n):
-    path = os.path.join(root, "k%d.cu" % n)
-    with open(path, "w") as f:
-        f.write(TINY % (n, n))
-    return path
-
-
 def test_drip(root):
     """A server that answers a byte every 0.25 s costs a compile one remote_timeout."""
-    if not os.path.exists(os.path.join(TOOLKIT, "include", "cuda.h")):
+    if not have_toolkit():
         raise Skip("no CUDA toolkit at %s" % TOOLKIT)
     # The same compile without a remote, for what NVRTC itself takes here.
     rc, base, _, _, err = run_measured(
@@ -244,24 +219,7 @@ TESTS = [test_drip, test_huge_reply]
 
 
 def main():
-    wanted = sys.argv[2:]
-    failed = 0
-    for t in TESTS:
-        if wanted and t.__name__ not in wanted:
-            continue
-        root = tempfile.mkdtemp(prefix="kcache-hostile-")
-        try:
-            t(root)
-            print("ok   %s" % t.__name__)
-        except Skip as ex:
-            print("skip %s: %s" % (t.__name__, ex))
-        except Failure as ex:
-            failed += 1
-            print("FAIL %s: %s" % (t.__name__, ex))
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
-    return 1 if failed else 0
-
+    return run_tests(TESTS, sys.argv[2:], prefix="kcache-hostile-")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -19,11 +19,13 @@ import sys
 import tempfile
 import time
 
-KCACHE = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else "kcache"
-REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
-TOOLKIT = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+import remotetest  # beside this script; first: it puts kctest on the path and sets it up
+from kctest import Failure, Skip, check, run_tests
+from remotetest import TOOLKIT, have_toolkit, kernel
 
-TINY = 'extern "C" __global__ void k%d(float *x) { x[threadIdx.x] *= %d.0f; }\n'
+KCACHE = remotetest.kctest.KCACHE
+REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
+
 # About a second of NVRTC, so that eight processes missing it overlap.
 SLOW = r'''
 template <int N> struct F { __device__ static float run(float x)
@@ -33,19 +35,6 @@ template <int N> __device__ float chain(float x) { return F<N>::run(x) + chain<N
 template <> __device__ float chain<0>(float x) { return x; }
 extern "C" __global__ void slow(float *x) { x[threadIdx.x] = chain<80>(x[threadIdx.x]); }
 '''
-
-
-class Failure(Exception):
-    pass
-
-
-class Skip(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Failure(what)
 
 
 def free_port():
@@ -131,27 +120,7 @@ def read_reply(f):
     raise Failure("bad reply from redis: %r" % line)
 
 
-class Cache:
-    def __init__(self, root, name, remote, extra_env=None):
-        self.root = root
-        self.dir = os.path.join(root, name)
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("KCACHE_")}
-        self.env.update({"KCACHE_DIR": self.dir, "NO_COLOR": "1", "HOME": root,
-                         "KCACHE_REMOTE": remote, "KCACHE_REMOTE_TIMEOUT": "500",
-                         "KCACHE_REMOTE_CONNECT_TIMEOUT": "500"})
-        self.env.update(extra_env or {})
-
-    def run(self, *args, rc=0, env=None):
-        e = dict(self.env)
-        e.update(env or {})
-        p = subprocess.run([KCACHE] + list(args), env=e, capture_output=True,
-                           stdin=subprocess.DEVNULL, timeout=120)
-        out, err = p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
-        if rc is not None and p.returncode != rc:
-            raise Failure("kcache %s: exit %d, wanted %d\nstdout: %s\nstderr: %s"
-                          % (" ".join(args), p.returncode, rc, out[:2000], err))
-        return out, err
-
+class Cache(remotetest.Cache):
     def compile(self, src, *extra, env=None):
         """Compiles src (always succeeding), returning (item, stderr, artifact bytes)."""
         out_file = os.path.join(self.root, "out-%d.cubin" % time.monotonic_ns())
@@ -172,13 +141,6 @@ class Cache:
     def stats(self):
         out, _ = self.run("stats", "--json")
         return json.loads(out)
-
-
-def kernel(root, n, text=None):
-    path = os.path.join(root, "k%d.cu" % n)
-    with open(path, "w") as f:
-        f.write(text if text is not None else TINY % (n, n))
-    return path
 
 
 def entry_names(redis):
@@ -482,32 +444,14 @@ TESTS = [test_two_caches_share, test_fleet_compiles_once, test_threads, test_ser
 
 
 def main():
-    if not os.path.exists(os.path.join(TOOLKIT, "include", "cuda.h")):
+    if not have_toolkit():
         print("skip: no CUDA toolkit at %s" % TOOLKIT)
         return 77
     if not os.access(REDIS, os.X_OK):
         print("skip: redis-server is not installed (apt-get install redis-server)")
         return 77
-    wanted = sys.argv[2:]
-    failed = 0
-    for t in TESTS:
-        if wanted and t.__name__ not in wanted:
-            continue
-        root = tempfile.mkdtemp(prefix="kcache-remote-")
-        try:
-            t(root)
-            print("ok   %s" % t.__name__)
-        except Skip as ex:
-            print("skip: %s" % ex)
-            shutil.rmtree(root, ignore_errors=True)
-            return 77
-        except Failure as ex:
-            failed += 1
-            print("FAIL %s: %s" % (t.__name__, ex))
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
-    return 1 if failed else 0
-
+    # A server that would not start for one test would not for the next.
+    return run_tests(TESTS, sys.argv[2:], prefix="kcache-remote-", stop_on_skip=True)
 
 if __name__ == "__main__":
     sys.exit(main())

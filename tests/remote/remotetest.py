@@ -1,0 +1,35 @@
+"""What the two remote test scripts share (test_remote.py against a real
+redis-server, test_hostile_server.py against a fake one): the kcache they
+run, the kernels they compile, and a cache with a remote set.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyhelp"))
+import kctest  # noqa: E402
+
+kctest.setup(sys.argv[1] if len(sys.argv) > 1 else "kcache")
+TOOLKIT = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+TINY = 'extern "C" __global__ void k%d(float *x) { x[threadIdx.x] *= %d.0f; }\n'
+
+
+def have_toolkit():
+    return os.path.exists(os.path.join(TOOLKIT, "include", "cuda.h"))
+
+
+class Cache(kctest.Cache):
+    """A cache of its own whose remote is url: timeout_ms for an operation, 500 ms to connect."""
+
+    def __init__(self, root, name, url, extra_env=None, timeout_ms=500):
+        env = {"KCACHE_REMOTE": url, "KCACHE_REMOTE_TIMEOUT": str(timeout_ms),
+               "KCACHE_REMOTE_CONNECT_TIMEOUT": "500"}
+        env.update(extra_env or {})
+        super().__init__(root, name, env)
+
+
+def kernel(root, n, text=None):
+    """A kernel file of its own (k<n>.cu), TINY unless text is given."""
+    path = os.path.join(root, "k%d.cu" % n)
+    with open(path, "w") as f:
+        f.write(text if text is not None else TINY % (n, n))
+    return path
