@@ -313,12 +313,15 @@ static int probe_holds(struct dirs *d, struct probe_at *a, int64_t recorded_at, 
 
 /*
  * A DIR probe: *vouches when the directory is the one recorded, unchanged and
- * old enough to trust, so that no entry appeared in it since. q takes the
- * identity seen now, for a closure written back (one that never matches when
- * it is no directory now). *changed when it does not vouch though it exists.
+ * old enough to trust, so that no entry appeared in it since. One that does
+ * not vouch is written back (when the closure is, for another reason) with an
+ * identity that never matches: the directory it names was the nearest one
+ * above its absent names when they were looked for, and once it has changed
+ * that may no longer be so (a directory made between it and them: a name
+ * added there changes that directory, not this one). Its names are then
+ * stat()ed one by one until a resolution records their directory again.
  */
-static int dir_holds(struct dirs *d, struct probe_at *a, int64_t recorded_at, int *vouches,
-                     int *changed)
+static int dir_holds(struct dirs *d, struct probe_at *a, int64_t recorded_at, int *vouches)
 {
     kc_probe *q = &a->q;
     struct stat st;
@@ -326,15 +329,14 @@ static int dir_holds(struct dirs *d, struct probe_at *a, int64_t recorded_at, in
     if (rc == -2)
         return KCACHE_ENOMEM;
     kc_probe now = *q;
-    if (rc == 0 && S_ISDIR(st.st_mode)) {
+    if (rc == 0 && S_ISDIR(st.st_mode))
         kc_identity_of(&now, &st);
-    } else {
-        now.dev = now.ino = now.size = 0;
-        now.mtime_ns = now.ctime_ns = 0;
+    *vouches = rc == 0 && S_ISDIR(st.st_mode) && kc_identity_same(&now, q) &&
+               kc_identity_trusted(q, recorded_at);
+    if (!*vouches) {
+        q->dev = q->ino = q->size = 0;
+        q->mtime_ns = q->ctime_ns = 0;
     }
-    *vouches = rc == 0 && kc_identity_same(&now, q) && kc_identity_trusted(q, recorded_at);
-    *changed = !*vouches && rc == 0;
-    *q = now;
     return 1;
 }
 
@@ -368,8 +370,8 @@ int kc_manifest_check(const void *blob, size_t size, int64_t recorded_at, kc_buf
         dirs_close(&d);
         return KCACHE_ENOMEM;
     }
-    /* Two passes at most: the check, and only if a file had to be hashed or a
-     * directory changed, again with the identities seen now, written back. */
+    /* Two passes at most: the check, and only if a file had to be hashed, again
+     * with the identities seen now, written back. */
     for (int pass = 0; pass < 2 && holds == 1; pass++) {
         size_t off = start;
         if (pass == 1 && !(fresh = kc_calloc(n ? n : 1, sizeof(*fresh))))
@@ -379,11 +381,10 @@ int kc_manifest_check(const void *blob, size_t size, int64_t recorded_at, kc_buf
                 holds = 0;
                 break;
             }
-            int v = 0, changed = 0;
+            int v = 0;
             if (a->q.state == KC_PROBE_DIR) {
-                holds = dir_holds(&d, a, recorded_at, &v, &changed);
+                holds = dir_holds(&d, a, recorded_at, &v);
                 vouched[i] = (uint8_t)v;
-                hashed |= changed; /* written back with what it is now */
             } else if (a->q.state == KC_PROBE_ABSENT && a->q.vouch && a->q.vouch - 1 < i &&
                        vouched[a->q.vouch - 1]) {
                 holds = 1; /* its directory says nothing was added */

@@ -267,6 +267,29 @@ def test_one_file_from_two_directories(root, nvrtc):
     t.agrees(os.path.join(d, "src", "k.cu"), "-I" + os.path.join(d, "e"), what="link and target")
 
 
+def test_shadow_comes_and_goes(root, nvrtc):
+    """A shadow written where no directory of it was, edited, removed (its directories
+    stay), and written again: the closure that vouched for its absence by the
+    directory above must not vouch again once a directory stands between them
+    (found by the soundness harness)."""
+    t = Case(root, nvrtc)
+    d = os.path.join(root, "z")
+    real = os.path.join(CCCL, "cuda", "std", "version")
+    shadow = os.path.join(d, "shadow", "cuda", "std", "version")
+    write(os.path.join(d, "src", "k.cu"), "#include <cuda/std/cstdint>\n#ifndef SHADOW\n"
+          "#define SHADOW 1\n#endif\n" + KERNEL % "SHADOW")
+    opts = ("-I" + os.path.join(d, "shadow"), "-I" + CCCL)
+    src = os.path.join(d, "src", "k.cu")
+    t.agrees(src, *opts, what="no shadow, no directory for it")
+    for step, value in enumerate((367, 249, None, 877)):
+        time.sleep(0.02)  # each change in a later tick than kcache's last look
+        if value is None:
+            os.unlink(shadow)
+        else:
+            write(shadow, '#pragma once\n#define SHADOW %d\n#include "%s"\n' % (value, real))
+        t.agrees(src, *opts, what="step %d (shadow %s)" % (step, value))
+
+
 def test_has_include_through_a_macro(root, nvrtc):
     t = Case(root, nvrtc)
     d = os.path.join(root, "m")
