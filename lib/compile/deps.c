@@ -173,8 +173,8 @@ static void check_other_dirs(struct resolver *r)
                          d->kind == KC_DIR_CALL;
             if (beside) {
                 kc_res_not_hermetic(r, "one_file_two_directories",
-                                    "%s is reached from two directories (a link?), and NVRTC "
-                                    "looks for its includes beside each",
+                                    "a header reached from two directories (a link?), where "
+                                    "NVRTC looks for its includes beside each: %s",
                                     nd->path);
                 break;
             }
