@@ -393,10 +393,13 @@ static int regular_at(char *out, size_t size, const char *path, int stdh)
 }
 
 /*
- * Whether the hermetic compile finds the same toolkit header (rel, below the
- * root) for a spelling that plain NVRTC finds beside its includer: it passes
+ * Whether the hermetic compile is safe for a spelling that plain NVRTC finds
+ * beside its includer as the toolkit header rel: it passes
  * --no-source-include and only the toolkit's -I directories, so it looks in
- * those alone. 1 yes, 0 no, or an error.
+ * those alone. 1 when it finds the same file or none (an include that is live
+ * then fails the hermetic compile, which falls back to reading the disk; one
+ * in a branch not taken is harmless), 0 when it would find another file, or
+ * an error.
  */
 static int hermetic_finds(struct resolver *r, const char *spelling, const char *rel)
 {
@@ -416,7 +419,7 @@ static int hermetic_finds(struct resolver *r, const char *spelling, const char *
         free(found);
         return same;
     }
-    return 0;
+    return 1;
 }
 
 int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t from,
@@ -476,7 +479,7 @@ int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t f
                 return rc;
             kc_res_not_hermetic(r, "toolkit_beside",
                                 "\"%s\" (in %s) is a toolkit header found beside its includer, "
-                                "where the hermetic compile cannot look: %s", spelling,
+                                "where the hermetic compile would find another: %s", spelling,
                                 kc_res_where(&r->nodes[from]), path);
         }
         if (rel) {

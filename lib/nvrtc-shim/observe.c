@@ -878,6 +878,28 @@ static int under(const char *path, const char *root)
 }
 
 /*
+ * Whether abs is a folder above a file the closure found there: NVRTC stats
+ * the folders of a header's path once it has opened the header (checked with
+ * NVRTC 13 and CuPy's tree: cuda/std/version, then cuda/std and cuda). The
+ * header is keyed; its folders exist as long as it does.
+ */
+static int above_found(const struct known *k, size_t n, const char *abs)
+{
+    size_t len = strlen(abs), lo = 0, hi = n;
+    while (lo < hi) { /* the first path not before abs */
+        size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(k[mid].path, abs) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t i = lo; i < n && !strncmp(k[i].path, abs, len); i++)
+        if (k[i].path[len] == '/' && k[i].found)
+            return 1;
+    return 0;
+}
+
+/*
  * Real paths of folders, remembered for one verdict: a compile reads many
  * files of few folders, and sorted paths come folder by folder.
  */
@@ -1078,6 +1100,8 @@ static const char *verdict(const kc_obs *o, const kcache_made *made, const char 
              * of its builtin header and of its name-expression map, the names of
              * the headers handed over in memory; it stats them and never opens
              * them (test_sound.py shows a file there changes nothing). */
+        } else if (op == OP_STAT && seen == SEEN_DIR && above_found(k, n, abs)) {
+            /* A folder of a keyed header's path, which NVRTC stats after opening it. */
         } else if (system_path(abs)) {
             /* The system's, never a header: NVRTC probes the GPU's device nodes
              * (/dev/char/195:0 where a driver is loaded) and its own compute
