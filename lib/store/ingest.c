@@ -17,6 +17,8 @@
  *   - the key: BLAKE2b-256 of the entry's key material, as key.c makes it,
  *     recomputed and compared. An entry without key material cannot be
  *     checked and is refused;
+ *   - an entry keyed by a caller (keyed.c) is data of the namespace its key
+ *     material names, and no other entry's material is a caller's;
  *   - the artifact's digest (the store checks the stored bytes; the digest
  *     it hands out comes from the row);
  *   - created_at and accessed_at clamped to now.
@@ -117,6 +119,8 @@ int kc_ingest_check_entry(kcache_store *s, kcache_entry *e, int64_t now, char *w
         snprintf(what, what_size, "its key is not the digest of its key material");
         return KCACHE_ECORRUPT;
     }
+    if ((rc = kc_keyed_check(e, what, what_size)))
+        return rc;
     kc_digest(check, e->data, e->size);
     if (memcmp(check, e->digest, KC_DIGEST_SIZE) != 0) {
         snprintf(what, what_size, "it does not match its digest");

@@ -44,7 +44,7 @@ KCACHE_API const char *kcache_version(void)
         KCACHE_VERSION_PATCH);
 }
 
-static const char *const kind_names[] = {NULL, "cubin", "ptx", "ltoir"};
+static const char *const kind_names[] = {NULL, "cubin", "ptx", "ltoir", "data"};
 
 KCACHE_API const char *kcache_kind_name(kcache_kind kind)
 {

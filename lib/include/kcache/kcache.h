@@ -97,12 +97,13 @@ typedef enum kcache_kind {
     KCACHE_KIND_CUBIN = 1,
     KCACHE_KIND_PTX = 2,
     KCACHE_KIND_LTOIR = 3,
+    KCACHE_KIND_DATA = 4, /* bytes a caller stored under its own key (<kcache/store.h>) */
 } kcache_kind;
 
-/* "cubin", "ptx", "ltoir", or NULL for a value that is not a kind. */
+/* "cubin", "ptx", "ltoir", "data", or NULL for a value that is not a kind. */
 KCACHE_API const char *kcache_kind_name(kcache_kind kind);
 
-/* Parses "cubin", "ptx" or "ltoir" into *out. Returns 0 or KCACHE_EINVAL. */
+/* Parses "cubin", "ptx", "ltoir" or "data" into *out. Returns 0 or KCACHE_EINVAL. */
 KCACHE_API int kcache_kind_parse(kcache_kind *out, const char *name);
 
 #define KCACHE_KEY_SIZE 32

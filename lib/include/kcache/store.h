@@ -250,6 +250,72 @@ KCACHE_API void kcache_batch_free(kcache_batch *batch);
 KCACHE_API int kcache_store_delete(kcache_store *store, const kcache_key *key);
 
 /*
+ * Entries keyed by a caller. Besides the compiles kcache keys itself, a
+ * caller (cuda.core's program cache, Triton, a tool of its own) may store
+ * bytes under its own key, of any bytes, in a namespace: a name of 1 to
+ * KCACHE_NAMESPACE_MAX letters, digits, '.', '_' or '-' ("cuda.core",
+ * "triton"). The store's key is derived from both (kcache_key_caller()), so
+ * namespaces never see each other's entries nor kcache's compiles.
+ *
+ * Such an entry is an entry like any other: kind KCACHE_KIND_DATA, its
+ * namespace as arch (so list, prune and stats select a namespace as they
+ * select an architecture: kind = KCACHE_KIND_DATA, arch = namespace), the
+ * same LRU and cap, the same digest check on every get, export, import and
+ * the remote. Errors: 0 or a negative code, the message on the store.
+ */
+#define KCACHE_NAMESPACE_MAX 31
+#define KCACHE_CALLER_KEY_MAX 65536
+
+/*
+ * The store's key of (ns, key): BLAKE2b-256 of an encoding of both that no
+ * compile's inputs can have. Returns 0, KCACHE_EINVAL (a bad namespace, a
+ * key over KCACHE_CALLER_KEY_MAX bytes) or KCACHE_ENOMEM.
+ */
+KCACHE_API int kcache_key_caller(kcache_key *out, const char *ns, const void *key,
+                                 size_t key_size);
+
+/* Stores size bytes of data under (ns, key), replacing what was there. */
+KCACHE_API int kcache_store_put_keyed(kcache_store *store, const char *ns, const void *key,
+                                      size_t key_size, const void *data, size_t size);
+
+/*
+ * Looks (ns, key) up: as kcache_store_get() (the bytes checked against their
+ * digest, followed by a NUL not counted in size; flags alike), and a miss is
+ * counted for the namespace unless KCACHE_GET_NO_TOUCH. Returns 0 or
+ * KCACHE_ENOTFOUND on a miss, or another error.
+ */
+KCACHE_API int kcache_store_get_keyed(kcache_entry **out, kcache_store *store, const char *ns,
+                                      const void *key, size_t key_size, unsigned flags);
+
+/* Deletes (ns, key). Returns 0 or KCACHE_ENOTFOUND. */
+KCACHE_API int kcache_store_delete_keyed(kcache_store *store, const char *ns, const void *key,
+                                         size_t key_size);
+
+/* Deletes every entry of a namespace; *deleted (may be NULL) says how many. */
+KCACHE_API int kcache_store_clear_namespace(uint64_t *deleted, kcache_store *store,
+                                            const char *ns);
+
+#define KCACHE_NAMESPACE_STATS_VERSION 1
+
+/* One namespace's entries and counters; the caller sets version. */
+typedef struct kcache_namespace_stats {
+    unsigned version;      /* KCACHE_NAMESPACE_STATS_VERSION */
+    uint64_t entries;
+    uint64_t raw_bytes;    /* as handed out */
+    uint64_t stored_bytes; /* as stored (compressed) */
+    uint64_t hits;         /* counters include this process's batch not yet written */
+    uint64_t misses;
+} kcache_namespace_stats;
+
+KCACHE_DEFINE_INIT(kcache_namespace_stats, kcache_namespace_stats_init,
+                   KCACHE_NAMESPACE_STATS_VERSION)
+#define KCACHE_NAMESPACE_STATS_INIT                                                                \
+    KCACHE_VERSIONED_INIT(kcache_namespace_stats_init, KCACHE_NAMESPACE_STATS_VERSION)
+
+KCACHE_API int kcache_store_namespace_stats(kcache_namespace_stats *out, kcache_store *store,
+                                            const char *ns);
+
+/*
  * Finds the single key that starts with a hex prefix (at least 4 digits).
  * Returns 0, KCACHE_ENOTFOUND, KCACHE_EAMBIGUOUS or KCACHE_EINVAL.
  */
