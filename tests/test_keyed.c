@@ -4,6 +4,9 @@
  * and import, the import gate's view of them, and a file of the schema before
  * them migrated.
  */
+#include <pthread.h>
+#include <sched.h>
+
 #include <kcache/bundle.h>
 #include <kcache/store.h>
 
@@ -150,7 +153,8 @@ static void test_lru_under_cap(void)
         snprintf(key, sizeof(key), "k%u", i);
         CHECK_RC(kcache_store_put_keyed(s, "lru", key, strlen(key), scratch, SIZE), 0);
     }
-    /* Read the first five, so that they are the most recent. */
+    /* Read the first five, so that they are the most recent (times are in milliseconds). */
+    usleep(5000);
     for (unsigned i = 0; i < 5; i++) {
         kcache_entry *e = NULL;
         snprintf(key, sizeof(key), "k%u", i);
@@ -170,6 +174,29 @@ static void test_lru_under_cap(void)
         CHECK(rc == ((i < 5 || i >= N - 5) ? 0 : KCACHE_ENOTFOUND));
         kcache_entry_free(e);
     }
+    /* A namespace's own cap: the least recently read of it go first, no other entry. */
+    for (unsigned i = 0; i < 6; i++) {
+        snprintf(key, sizeof(key), "t%u", i);
+        CHECK_RC(kcache_store_put_keyed(s, "trim", key, strlen(key), scratch, 1000), 0);
+    }
+    kcache_entry *e = NULL;
+    usleep(5000); /* times of use are in milliseconds: the read must come after the puts */
+    CHECK_RC(kcache_store_get_keyed(&e, s, "trim", "t0", 2, 0), 0);
+    kcache_entry_free(e);
+    uint64_t evicted = 0;
+    CHECK_RC(kcache_store_trim_namespace(&evicted, s, "trim", 3500), 0);
+    CHECK(evicted == 3);
+    for (unsigned i = 0; i < 6; i++) {
+        snprintf(key, sizeof(key), "t%u", i);
+        int rc = kcache_store_get_keyed(&e, s, "trim", key, strlen(key), KCACHE_GET_NO_TOUCH);
+        CHECK(rc == ((i == 0 || i >= 4) ? 0 : KCACHE_ENOTFOUND)); /* t0 was read: kept */
+        kcache_entry_free(e);
+    }
+    kcache_namespace_stats ns = KCACHE_NAMESPACE_STATS_INIT;
+    CHECK_RC(kcache_store_namespace_stats(&ns, s, "lru"), 0);
+    CHECK(ns.entries == 10);
+    CHECK_RC(kcache_store_trim_namespace(&evicted, s, "trim", 3500), 0);
+    CHECK(evicted == 0);
     kcache_store_close(s);
 }
 
@@ -298,6 +325,75 @@ static void test_migration(void)
     CHECK(st_integrity_ok(path));
 }
 
+/*
+ * Two threads failing on one store, each for its own reason: each reads its
+ * own message (the store's message is per thread), never the other's.
+ */
+struct errmsg_thread {
+    kcache_store *s;
+    int bad_namespace;
+    int wrong;
+};
+
+static void *errmsg_worker(void *ud)
+{
+    struct errmsg_thread *t = ud;
+    for (int i = 0; i < 2000; i++) {
+        kcache_entry *e = NULL;
+        int rc = t->bad_namespace ? kcache_store_put_keyed(t->s, "bad ns", "k", 1, "v", 1)
+                                  : kcache_store_get_keyed(&e, t->s, "ok", "missing", 7, 0);
+        sched_yield(); /* as a thread may be preempted between a call and reading its message */
+        const char *msg = kcache_store_errmsg(t->s);
+        int mine = t->bad_namespace ? rc == KCACHE_EINVAL && strstr(msg, "namespace") != NULL
+                                    : rc == KCACHE_ENOTFOUND && strstr(msg, "no entry") != NULL;
+        t->wrong += !mine;
+    }
+    return NULL;
+}
+
+static void test_errmsg_per_thread(void)
+{
+    kcache_store *s = st_open(test_path("threads.db"), UINT64_MAX, NULL, NULL);
+    struct errmsg_thread t[2] = {{s, 1, 0}, {s, 0, 0}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        REQUIRE(pthread_create(&th[i], NULL, errmsg_worker, &t[i]) == 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    CHECK(t[0].wrong == 0 && t[1].wrong == 0);
+    if (t[0].wrong || t[1].wrong)
+        fprintf(stderr, "messages of the other thread: %d and %d of 2000\n", t[0].wrong,
+                t[1].wrong);
+    kcache_store_close(s);
+}
+
+/* A list callback calls the store: reads the entry, then deletes it. */
+static int read_and_delete(void *ud, const kcache_entry *e)
+{
+    kcache_store *s = ud;
+    kcache_entry *got = NULL;
+    int rc = kcache_store_get(&got, s, &e->key, 0);
+    if (!rc)
+        rc = got->size == e->size ? kcache_store_delete(s, &e->key) : -100;
+    kcache_entry_free(got);
+    return rc;
+}
+
+static void test_list_callback_calls_store(void)
+{
+    kcache_store *s = st_open(test_path("list.db"), UINT64_MAX, NULL, NULL);
+    char key[16];
+    for (int i = 0; i < 5; i++) {
+        snprintf(key, sizeof(key), "k%d", i);
+        CHECK_RC(kcache_store_put_keyed(s, "walk", key, strlen(key), scratch, 100 + i), 0);
+    }
+    CHECK_RC(kcache_store_list(s, NULL, read_and_delete, s), 0);
+    kcache_namespace_stats ns = KCACHE_NAMESPACE_STATS_INIT;
+    CHECK_RC(kcache_store_namespace_stats(&ns, s, "walk"), 0);
+    CHECK(ns.entries == 0);
+    kcache_store_close(s);
+}
+
 int main(void)
 {
     test_put_get_delete();
@@ -306,5 +402,7 @@ int main(void)
     test_gate();
     test_bundle();
     test_migration();
+    test_errmsg_per_thread();
+    test_list_callback_calls_store();
     return test_done();
 }

@@ -169,12 +169,14 @@ KCACHE_API void kcache_remote_close(kcache_remote *remote)
     memset(&remote->secret, 0, sizeof(remote->secret));
     memset(&remote->ep, 0, sizeof(remote->ep));
     pthread_mutex_destroy(&remote->lock);
+    kc_errmsg_forget(remote);
     free(remote);
 }
 
 KCACHE_API const char *kcache_remote_errmsg(const kcache_remote *remote)
 {
-    return kc_errmsg_of(remote ? remote->errmsg : NULL, "no remote");
+    kcache_remote *r = (kcache_remote *)remote; /* the lock is the handle's own */
+    return kc_errmsg_thread(r, r ? r->errmsg : NULL, r ? &r->lock : NULL, "no remote");
 }
 
 KCACHE_API const char *kcache_remote_url(const kcache_remote *remote)

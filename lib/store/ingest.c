@@ -106,7 +106,7 @@ int kc_ingest_check_entry(kcache_store *s, kcache_entry *e, int64_t now, char *w
     if (rc) {
         const char *why = strstr(s->errmsg, ": ");
         snprintf(what, what_size, "%s", why ? why + 2 : s->errmsg);
-        snprintf(s->errmsg, sizeof(s->errmsg), "%s", saved);
+        kc_err(s, 0, "%s", saved);
         return KCACHE_ECORRUPT;
     }
     uint8_t check[KC_DIGEST_SIZE];

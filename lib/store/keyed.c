@@ -298,3 +298,76 @@ int kc_keyed_check(const kcache_entry *e, char *what, size_t what_size)
     }
     return 0;
 }
+
+/* The namespace's entries, least recently used first, deleted until its bytes fit. */
+static int ns_trim_locked(kcache_store *s, const char *ns, uint64_t max_bytes, uint64_t *evicted)
+{
+    kc_flush_locked(s, 0); /* this process's reads count as uses before choosing */
+    int rc = kc_db_begin_write(s);
+    if (rc)
+        return rc;
+    sqlite3_stmt *st = NULL, *del = NULL;
+    uint64_t total = 0, n = 0;
+    if ((rc = ns_step(s, "SELECT total(raw_size) FROM entry WHERE kind = ?1 AND arch = ?2", ns,
+                      &st)))
+        goto out;
+    total = (uint64_t)sqlite3_column_double(st, 0);
+    sqlite3_finalize(st);
+    st = NULL;
+    if (total <= max_bytes)
+        goto out;
+    int src = sqlite3_prepare_v2(s->db, "DELETE FROM entry WHERE id = ?1", -1, &del, NULL);
+    if (src != SQLITE_OK) {
+        rc = kc_sqlerr(s, src, "evicting from a namespace");
+        goto out;
+    }
+    if ((rc = ns_step(s, "SELECT id, raw_size FROM entry WHERE kind = ?1 AND arch = ?2"
+                         " ORDER BY accessed_at, id", ns, &st)))
+        goto out;
+    while (total > max_bytes && sqlite3_data_count(st) == 2) {
+        sqlite3_bind_int64(del, 1, sqlite3_column_int64(st, 0));
+        uint64_t size = (uint64_t)sqlite3_column_int64(st, 1);
+        if ((src = sqlite3_step(del)) != SQLITE_DONE) {
+            rc = kc_sqlerr(s, src, "evicting from a namespace");
+            goto out;
+        }
+        sqlite3_reset(del);
+        total -= size < total ? size : total;
+        n++;
+        src = sqlite3_step(st);
+        if (src != SQLITE_ROW && src != SQLITE_DONE) {
+            rc = kc_sqlerr(s, src, "evicting from a namespace");
+            goto out;
+        }
+    }
+    if (n && (rc = kc_counter_write(s, "evictions", n)))
+        goto out;
+out:
+    sqlite3_finalize(st);
+    sqlite3_finalize(del);
+    if (!rc && !(rc = kc_pending_write(s)) && !(rc = kc_db_commit(s))) {
+        kc_pending_clear(s);
+        *evicted = n;
+        return 0;
+    }
+    kc_db_rollback(s);
+    return rc;
+}
+
+KCACHE_API int kcache_store_trim_namespace(uint64_t *evicted, kcache_store *store, const char *ns,
+                                           uint64_t max_bytes)
+{
+    KC_CHECK_ARG(store, store);
+    int rc = check_args(store, __func__, ns, NULL, 0);
+    if (rc)
+        return rc;
+    uint64_t n = 0;
+    pthread_mutex_lock(&store->lock);
+    rc = kc_db_writable(store);
+    if (!rc)
+        KC_WITH_RECOVERY(store, rc, ns_trim_locked(store, ns, max_bytes, &n));
+    pthread_mutex_unlock(&store->lock);
+    if (evicted)
+        *evicted = rc ? 0 : n;
+    return rc;
+}

@@ -17,6 +17,7 @@ static int set_err(kcache_store *s, int code, const char *fmt, va_list ap)
     for (char *p = s->errmsg; *p; p++)
         if (*p == '\n' || *p == '\r')
             *p = ' ';
+    kc_errmsg_note(s, s->errmsg);
     return code;
 }
 
@@ -64,6 +65,7 @@ static void store_free(kcache_store *s)
     free(s->path);
     free(s->wal_path);
     pthread_mutex_destroy(&s->lock);
+    kc_errmsg_forget(s);
     free(s);
 }
 
@@ -183,7 +185,9 @@ KCACHE_API void kcache_store_close(kcache_store *store)
 
 KCACHE_API const char *kcache_store_errmsg(const kcache_store *store)
 {
-    return kc_errmsg_of(store ? store->errmsg : NULL, "no store");
+    /* The lock is the store's own state, not the caller's: reading under it changes nothing. */
+    kcache_store *s = (kcache_store *)store;
+    return kc_errmsg_thread(s, s ? s->errmsg : NULL, s ? &s->lock : NULL, "no store");
 }
 
 KCACHE_API const char *kcache_store_path(const kcache_store *store)
