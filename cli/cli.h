@@ -115,6 +115,14 @@ const char *cli_format_cap(char *buf, size_t size, uint64_t cap);
 int cli_parse_json_only(int argc, char **argv, const char *verb, const char *usage, int *json);
 
 /*
+ * --namespace NS as a filter: the entries a caller stored under its own keys
+ * in NS are kind data with NS as arch (<kcache/store.h>). Sets *arch and
+ * *kind; 0, or CLI_USAGE (reported) for a bad name or an --arch or --kind
+ * given beside it.
+ */
+int cli_namespace_filter(const char **arch, kcache_kind *kind, const char *verb, const char *ns);
+
+/*
  * Checks a key prefix as typed (4 to 64 hex digits) before any store is
  * opened. Returns -1 when it is well formed, else CLI_USAGE (reported).
  */

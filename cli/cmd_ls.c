@@ -6,14 +6,17 @@
 #include "cli.h"
 
 static const char usage_text[] =
-    "usage: kcache ls [--arch A] [--kind K] [--sort accessed|size|created|hits]\n"
-    "                 [--limit N] [--json]\n"
+    "usage: kcache ls [--arch A] [--kind K] [--namespace NS]\n"
+    "                 [--sort accessed|size|created|hits] [--limit N] [--json]\n"
     "\n"
     "Lists entries: key (first 16 digits), kind, architecture, size, hits, last use\n"
     "and source name.\n"
     "\n"
     "      --arch A     only this architecture (sm_90, compute_90a, ...)\n"
-    "      --kind K     only this kind: cubin, ptx or ltoir\n"
+    "      --kind K     only this kind: cubin, ptx, ltoir or data (what callers\n"
+    "                   store under their own keys)\n"
+    "      --namespace NS  only the entries a caller stored under its own keys in\n"
+    "                   NS (cuda.core, triton, ...): kind data, NS in the ARCH column\n"
     "      --sort S     accessed (default: most recent first), size, created, hits\n"
     "      --limit N    at most N entries\n"
     "      --json       machine-readable output (see kcache-json(7))\n"
@@ -59,6 +62,7 @@ int cmd_ls(int argc, char **argv)
     static const struct option options[] = {
         {"arch", required_argument, NULL, 'a'},
         {"kind", required_argument, NULL, 'k'},
+        {"namespace", required_argument, NULL, 'N'},
         {"sort", required_argument, NULL, 's'},
         {"limit", required_argument, NULL, 'n'},
         {"json", no_argument, NULL, 'j'},
@@ -76,6 +80,7 @@ int cmd_ls(int argc, char **argv)
     };
     kcache_filter f = KCACHE_FILTER_INIT;
     struct ls_ctx ctx = {0};
+    const char *ns = NULL;
     int c;
     char *end;
     opterr = 0;
@@ -85,8 +90,9 @@ int cmd_ls(int argc, char **argv)
         case 'a': f.arch = optarg; break;
         case 'k':
             if (kcache_kind_parse(&f.kind, optarg))
-                return cli_usage_error("ls", "--kind '%s': use cubin, ptx or ltoir", optarg);
+                return cli_usage_error("ls", "--kind '%s': use cubin, ptx, ltoir or data", optarg);
             break;
+        case 'N': ns = optarg; break;
         case 's': {
             size_t i = 0;
             while (i < sizeof(sorts) / sizeof(sorts[0]) && strcmp(sorts[i].name, optarg))
@@ -110,6 +116,8 @@ int cmd_ls(int argc, char **argv)
     }
     if (optind < argc)
         return cli_usage_error("ls", "unexpected argument '%s'", argv[optind]);
+    if (ns && cli_namespace_filter(&f.arch, &f.kind, "ls", ns))
+        return CLI_USAGE;
     kcache_store *store;
     if (cli_open_store_to_read(&store))
         return CLI_FAIL;

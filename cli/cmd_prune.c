@@ -7,7 +7,7 @@
 
 static const char usage_text[] =
     "usage: kcache prune [--max-size SIZE] [--older-than AGE] [--arch A] [--kind K]\n"
-    "                    [--max-entries N] [--dry-run] [--json]\n"
+    "                    [--namespace NS] [--max-entries N] [--dry-run] [--json]\n"
     "\n"
     "Evicts entries, least recently used first, and hands the space back to the file\n"
     "system. Without options, brings the cache under its cap.\n"
@@ -16,7 +16,9 @@ static const char usage_text[] =
     "                        none: no size limit, only the other options)\n"
     "      --older-than AGE  entries not used for AGE (30d, 12h, 90m)\n"
     "      --arch A          with --older-than: only this architecture\n"
-    "      --kind K          with --older-than: only cubin, ptx or ltoir\n"
+    "      --kind K          with --older-than: only cubin, ptx, ltoir or data\n"
+    "      --namespace NS    with --older-than: only what callers stored under their\n"
+    "                        own keys in NS (cuda.core, triton, ...)\n"
     "      --max-entries N   keep at most N entries\n"
     "  -n, --dry-run         say what would go and the size after: the prune is done\n"
     "                        in a transaction that is rolled back; nothing changes\n"
@@ -30,6 +32,7 @@ int cmd_prune(int argc, char **argv)
         {"older-than", required_argument, NULL, 'o'},
         {"arch", required_argument, NULL, 'a'},
         {"kind", required_argument, NULL, 'k'},
+        {"namespace", required_argument, NULL, 'N'},
         {"max-entries", required_argument, NULL, 'e'},
         {"dry-run", no_argument, NULL, 'n'},
         {"json", no_argument, NULL, 'j'},
@@ -38,6 +41,7 @@ int cmd_prune(int argc, char **argv)
     };
     kcache_prune_options o = KCACHE_PRUNE_OPTIONS_INIT;
     uint64_t age = 0;
+    const char *ns = NULL;
     int json = 0, has_age = 0, c;
     char *end;
     opterr = 0;
@@ -59,8 +63,10 @@ int cmd_prune(int argc, char **argv)
         case 'a': o.arch = optarg; break;
         case 'k':
             if (kcache_kind_parse(&o.kind, optarg))
-                return cli_usage_error("prune", "--kind '%s': use cubin, ptx or ltoir", optarg);
+                return cli_usage_error("prune", "--kind '%s': use cubin, ptx, ltoir or data",
+                                       optarg);
             break;
+        case 'N': ns = optarg; break;
         case 'e':
             o.max_entries = strtoull(optarg, &end, 10);
             if (end == optarg || *end || optarg[0] == '-')
@@ -75,9 +81,11 @@ int cmd_prune(int argc, char **argv)
     }
     if (optind < argc)
         return cli_usage_error("prune", "unexpected argument '%s'", argv[optind]);
+    if (ns && cli_namespace_filter(&o.arch, &o.kind, "prune", ns))
+        return CLI_USAGE;
     if ((o.arch || o.kind) && !has_age)
-        return cli_usage_error("prune", "--arch and --kind select entries for --older-than: "
-                                        "give an age too (--older-than 0s for all)");
+        return cli_usage_error("prune", "--arch, --kind and --namespace select entries for "
+                                        "--older-than: give an age too (--older-than 0s for all)");
     if (has_age) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);

@@ -27,8 +27,9 @@ static const char usage_text[] =
     "\n"
     "Exit status: 0 done, 1 the remote failed (the message says what), 2 usage.\n";
 
-static void progress(void *userdata, uint64_t done, uint64_t total)
+static void progress(void *userdata, const char *phase, uint64_t done, uint64_t total)
 {
+    (void)phase; /* the verb's own word ("pulling from HOST") says more */
     cli_progress(NULL, (const char *)userdata, done, total);
 }
 

@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <glob.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -70,6 +71,29 @@ static int find_shim(char *out, size_t size)
         char cand[PATH_MAX * 2];
         snprintf(cand, sizeof(cand), "%s/%s", exe, rel[i]);
         if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && realpath(cand, out))
+            return 0;
+    }
+    /*
+     * Installed by pip (pyproject.toml): the drop-in sits beside the kcache
+     * module, in the environment's site-packages, whose name holds Python's
+     * version: PREFIX/bin/kcache and PREFIX/lib/python3.N/site-packages
+     * (a venv, --user, /usr/local with Debian's dist-packages).
+     */
+    static const char *const py_rel[] = {
+        "../lib/python3*/site-packages/kcache/" SHIM_NAME,
+        "../lib/python3*/dist-packages/kcache/" SHIM_NAME,
+    };
+    for (size_t i = 0; i < sizeof(py_rel) / sizeof(*py_rel); i++) {
+        char pattern[PATH_MAX * 2];
+        snprintf(pattern, sizeof(pattern), "%s/%s", exe, py_rel[i]);
+        glob_t g;
+        int found = 0;
+        if (glob(pattern, 0, NULL, &g) == 0)
+            for (size_t j = 0; j < g.gl_pathc && !found; j++)
+                found = stat(g.gl_pathv[j], &st) == 0 && S_ISREG(st.st_mode) &&
+                        realpath(g.gl_pathv[j], out) != NULL;
+        globfree(&g);
+        if (found)
             return 0;
     }
     snprintf(out, size, "%s", KC_SHIM_DIR "/" SHIM_NAME); /* installed elsewhere, moved */

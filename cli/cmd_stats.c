@@ -39,7 +39,7 @@ static void read_remote(struct remote_stats *rs, kcache_store *store)
 }
 
 static const char usage_text[] =
-    "usage: kcache stats [-z|--zero] [--json]\n"
+    "usage: kcache stats [-z|--zero] [--namespace NS] [--json]\n"
     "\n"
     "Shows entries, sizes (raw, stored, on disk) against the cap, hits and misses\n"
     "overall and per architecture and kind, compile time saved, evictions, damaged\n"
@@ -47,6 +47,8 @@ static const char usage_text[] =
     "tier's hits, misses, pushes, errors, bytes and time saved.\n"
     "\n"
     "  -z, --zero   zero the counters after showing them (entries stay)\n"
+    "      --namespace NS  only what callers stored under their own keys in NS\n"
+    "               (cuda.core, triton, ...): entries, sizes, hits and misses\n"
     "      --json   machine-readable output (see kcache-json(7))\n"
     "  -h, --help   this text\n";
 
@@ -245,23 +247,64 @@ static int no_cache(int json)
     return CLI_OK;
 }
 
+/* One namespace: what callers stored under their own keys in it. */
+static int namespace_stats(const char *ns, int json)
+{
+    kcache_store *store;
+    if (cli_open_existing(&store, 1))
+        return CLI_FAIL;
+    kcache_namespace_stats st = KCACHE_NAMESPACE_STATS_INIT;
+    if (store && kcache_store_namespace_stats(&st, store, ns)) {
+        cli_error("%s", kcache_store_errmsg(store));
+        kcache_store_close(store);
+        return CLI_FAIL;
+    }
+    if (json) {
+        cli_json j;
+        cli_json_init(&j, stdout);
+        cli_json_object_begin(&j, NULL);
+        cli_json_string(&j, "namespace", ns);
+        cli_json_uint(&j, "entries", st.entries);
+        cli_json_uint(&j, "raw_bytes", st.raw_bytes);
+        cli_json_uint(&j, "stored_bytes", st.stored_bytes);
+        cli_json_uint(&j, "hits", st.hits);
+        cli_json_uint(&j, "misses", st.misses);
+        cli_json_object_end(&j);
+        cli_json_finish(&j);
+    } else {
+        char a[32], b[32], n[48];
+        printf("Namespace %s: %s, %s (%s stored); %llu hits, %llu misses (%.1f%% hit rate)\n", ns,
+               cli_plural(n, sizeof(n), st.entries, "entry", "entries"),
+               kcache_format_size(a, sizeof(a), st.raw_bytes),
+               kcache_format_size(b, sizeof(b), st.stored_bytes), (unsigned long long)st.hits,
+               (unsigned long long)st.misses, percent(st.hits, st.hits + st.misses));
+    }
+    int had_cache = store != NULL;
+    kcache_store_close(store);
+    return had_cache ? CLI_OK : cli_no_cache(NULL);
+}
+
 int cmd_stats(int argc, char **argv)
 {
     static const struct option options[] = {
         {"zero", no_argument, NULL, 'z'},
         /* ccache's -z: zero without showing (main.c) */
         {"zero-only", no_argument, NULL, 'Z'},
+        {"namespace", required_argument, NULL, 'N'},
         {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     int zero = 0, json = 0, zero_only = 0, c;
+    const char *ns = NULL;
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "zh", options, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":zh", options, NULL)) != -1) {
         switch (c) {
         case 'z': zero = 1; break;
         case 'Z': zero = zero_only = 1; break;
+        case 'N': ns = optarg; break;
+        case ':': return cli_usage_error("stats", "%s needs a value", argv[optind - 1]);
         case 'j': json = 1; break;
         case 'h': fputs(usage_text, stdout); return CLI_OK;
         default: return cli_usage_error("stats", "unknown option '%s'", argv[optind - 1]);
@@ -269,6 +312,16 @@ int cmd_stats(int argc, char **argv)
     }
     if (optind < argc)
         return cli_usage_error("stats", "unexpected argument '%s'", argv[optind]);
+    if (ns) {
+        const char *arch = NULL;
+        kcache_kind kind = 0;
+        if (cli_namespace_filter(&arch, &kind, "stats", ns))
+            return CLI_USAGE;
+        if (zero)
+            return cli_usage_error("stats", "--zero zeroes every counter: give it without "
+                                            "--namespace");
+        return namespace_stats(ns, json);
+    }
     kcache_store *store;
     /* Reading stats creates nothing; only -z writes. */
     if (cli_open_existing(&store, !zero))

@@ -302,3 +302,17 @@ out:
     kcache_store_close(store);
     return ret;
 }
+
+int cli_namespace_filter(const char **arch, kcache_kind *kind, const char *verb, const char *ns)
+{
+    kcache_key unused;
+    if (*arch || *kind)
+        return cli_usage_error(verb, "--namespace selects kind data with the namespace as "
+                                     "architecture: give it without --arch and --kind");
+    if (kcache_key_caller(&unused, ns, NULL, 0))
+        return cli_usage_error(verb, "--namespace '%s': a namespace is 1 to %d letters, digits, "
+                                     "'.', '_' or '-'", ns, KCACHE_NAMESPACE_MAX);
+    *arch = ns;
+    *kind = KCACHE_KIND_DATA;
+    return 0;
+}

@@ -40,7 +40,7 @@ _kcache()
             COMPREPLY=($(compgen -f -- "$cur")); return ;;
         --path|--output|--from) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         --dir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
-        --kind) COMPREPLY=($(compgen -W "cubin ptx ltoir" -- "$cur")); return ;;
+        --kind) COMPREPLY=($(compgen -W "cubin ptx ltoir data" -- "$cur")); return ;;
         --sort) COMPREPLY=($(compgen -W "accessed size created hits" -- "$cur")); return ;;
         # What NVRTC 13 accepts (nvrtcGetSupportedArchs), plus native.
         --arch) COMPREPLY=($(compgen -W "sm_75 sm_80 sm_86 sm_87 sm_88 sm_89 sm_90 sm_90a sm_100 sm_100a sm_103 sm_110 sm_120 sm_121 compute_90 native" -- "$cur")); return ;;
@@ -62,11 +62,11 @@ _kcache()
     case $verb in
         compile) opts+=" --arch --std --cubin --ptx --ltoir --name-expr --from --extra-digest --output --jobs --no-cache --refresh --remote --json --quiet" ;;
         explain) opts+=" --arch --std --cubin --ptx --ltoir --name-expr --from --extra-digest --output --jobs --no-cache --refresh --remote --json --quiet" ;;
-        stats) opts+=" --zero --json" ;;
-        ls) opts+=" --arch --kind --sort --limit --json" ;;
+        stats) opts+=" --zero --namespace --json" ;;
+        ls) opts+=" --arch --kind --namespace --sort --limit --json" ;;
         inspect) opts+=" --log --source --ptx --json" ;;
         get) opts+=" --output" ;;
-        prune) opts+=" --max-size --older-than --arch --kind --max-entries --dry-run --json" ;;
+        prune) opts+=" --max-size --older-than --arch --kind --namespace --max-entries --dry-run --json" ;;
         export) opts+=" --arch --kind --since --dir --sign --json" ;;
         import) opts+=" --dry-run --require-signature --resolve-conflicts --json" ;;
         verify) opts+=" --recompile --json" ;;

@@ -16,7 +16,7 @@
  * launch bounds and no local memory (0 stack, 0 spill), hence 0 for both.
  */
 #include <kcache/cubin.h>
-#include <kcache/kcache.h>
+#include <kcache/core.h>
 #include <stdint.h>
 #include <time.h>
 

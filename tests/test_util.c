@@ -211,6 +211,32 @@ static void test_kinds_and_errors(void)
     CHECK(strcmp(kcache_strerror(-1000), "unknown error") == 0);
 }
 
+/* The exported kcache_xxx_init(): as the macro, and only as much as the version laid out. */
+static void test_exported_inits(void)
+{
+    kcache_store_options o;
+    memset(&o, 0xab, sizeof(o));
+    CHECK_RC(kcache_store_options_init(&o, KCACHE_STORE_OPTIONS_VERSION), 0);
+    kcache_store_options want = KCACHE_STORE_OPTIONS_INIT;
+    CHECK(memcmp(&o, &want, sizeof(o)) == 0);
+    /* A caller built against version 1 has no no_create or compression: not written. */
+    memset(&o, 0xab, sizeof(o));
+    CHECK_RC(kcache_store_options_init(&o, 1), 0);
+    CHECK(o.version == 1 && o.path == NULL && o.max_size == 0 && o.log_userdata == NULL);
+    const unsigned char *tail = (const unsigned char *)&o.no_create;
+    CHECK(tail[0] == 0xab && ((const unsigned char *)&o)[sizeof(o) - 1] == 0xab);
+    CHECK_RC(kcache_store_options_init(&o, 0), KCACHE_EINVAL);
+    CHECK_RC(kcache_store_options_init(&o, KCACHE_STORE_OPTIONS_VERSION + 1), KCACHE_EINVAL);
+    CHECK_RC(kcache_store_options_init(NULL, 1), KCACHE_EINVAL);
+    kcache_request r;
+    CHECK_RC(kcache_request_init(&r, KCACHE_REQUEST_VERSION), 0);
+    CHECK(r.version == KCACHE_REQUEST_VERSION && r.source == NULL && r.compile == NULL);
+    kcache_gpu_options g;
+    CHECK_RC(kcache_gpu_options_init(&g, 1), 0);
+    kcache_transfer t;
+    CHECK_RC(kcache_transfer_init(&t, 2), KCACHE_EINVAL);
+}
+
 int main(void)
 {
     (void)test_path; /* from testutil.h; this test needs no files */
@@ -219,5 +245,6 @@ int main(void)
     test_format_size();
     test_key_hex();
     test_kinds_and_errors();
+    test_exported_inits();
     return test_done();
 }

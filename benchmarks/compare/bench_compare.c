@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <kcache/kcache.h>
+#include <kcache/core.h>
 
 #include "cmp_store.h"
 #include "cmp_util.h"

@@ -43,7 +43,7 @@ int kc_resolve_arch(kcache_compiler *c, const kcache_request *req, struct work *
         return kc_result_fail(r, KCACHE_EINVAL, "no GPU architecture: pass one (e.g. sm_90)");
     int is_virtual = !strncmp(arch, "compute_", 8);
     w->kind = req->output ? req->output : is_virtual ? KCACHE_KIND_PTX : KCACHE_KIND_CUBIN;
-    if (!kcache_kind_name(w->kind))
+    if (w->kind < KCACHE_KIND_CUBIN || w->kind > KCACHE_KIND_LTOIR)
         return kc_result_fail(r, KCACHE_EINVAL, "output kind %d is not cubin, ptx or ltoir",
                               (int)w->kind);
     if (!strncmp(arch, "lto_", 4))

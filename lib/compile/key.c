@@ -36,6 +36,7 @@ const char *kc_key_tag_name(int tag)
         [KC_TAG_SOURCE_NAME] = "source-name", [KC_TAG_SOURCE] = "source",
         [KC_TAG_HEADER] = "header",           [KC_TAG_EXTRA] = "extra-digest",
         [KC_TAG_LINK_INPUT] = "link-input",   [KC_TAG_TOOLKIT] = "toolkit",
+        [KC_TAG_NAMESPACE] = "namespace",     [KC_TAG_CALLER_KEY] = "caller-key",
         [KC_TAG_WORKDIR] = "working-directory",
     };
     if (tag <= 0 || (size_t)tag >= sizeof(names) / sizeof(names[0]))
@@ -60,8 +61,8 @@ static int describe_one(void *ud, int tag, const uint8_t *data, size_t n)
         if (kc_buf_append(&d->text, &c, 1))
             return KCACHE_ENOMEM;
     }
-    if (tag == KC_TAG_EXTRA || tag == KC_TAG_SOURCE) {
-        /* Digests are bytes: show them as hex. */
+    if (tag == KC_TAG_EXTRA || tag == KC_TAG_SOURCE || tag == KC_TAG_CALLER_KEY) {
+        /* Digests and a caller's keys are bytes: show them as hex. */
         d->text.size = 0;
         for (size_t i = 0; i < n; i++) {
             char hex[3];

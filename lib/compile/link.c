@@ -240,7 +240,8 @@ static int link_steps(kcache_compiler *c, const kcache_link_request *req, struct
                 return rc;
             continue;
         }
-        if (!src->data || !src->size || !kcache_kind_name(src->kind))
+        if (!src->data || !src->size || src->kind < KCACHE_KIND_CUBIN ||
+            src->kind > KCACHE_KIND_LTOIR)
             return kc_result_fail(r, KCACHE_EINVAL,
                                   "link input %zu has neither a request nor PTX, LTO-IR or "
                                   "CUBIN bytes",

@@ -230,7 +230,9 @@ KCACHE_API int kcache_recompile(kcache_result **out, int *same, kcache_compiler 
     else if (!strcmp(rc.input, "link"))
         status = rebuild_link(compiler, e, &rc, r);
     else
-        status = kc_result_fail(r, KCACHE_ENOTSUP, "it was not made by a compile kcache knows");
+        status = kc_result_fail(r, KCACHE_ENOTSUP, e->kind == KCACHE_KIND_DATA
+                                    ? "a caller stored it under its own key: nothing to recompile"
+                                    : "it was not made by a compile kcache knows");
     if (!status)
         *same = r->pub.size == e->size && memcmp(r->pub.data, e->data, e->size) == 0;
 out:

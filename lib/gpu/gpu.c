@@ -74,6 +74,7 @@ static int fail(kcache_gpu *g, int code, const char *fmt, ...)
     pthread_mutex_lock(&g->err_lock);
     kc_fmt(g->errmsg, sizeof(g->errmsg), code, "%s", buf);
     pthread_mutex_unlock(&g->err_lock);
+    kc_errmsg_note(g, buf);
     return code;
 }
 
@@ -132,7 +133,8 @@ int kcache_gpu_available(const kcache_gpu *gpu)
 
 const char *kcache_gpu_errmsg(const kcache_gpu *gpu)
 {
-    return gpu ? gpu->errmsg : "no GPU handle";
+    kcache_gpu *g = (kcache_gpu *)gpu; /* err_lock is the handle's own */
+    return kc_errmsg_thread(g, g ? g->errmsg : NULL, g ? &g->err_lock : NULL, "no GPU handle");
 }
 
 /*
@@ -620,5 +622,6 @@ void kcache_gpu_free(kcache_gpu *gpu)
     pthread_rwlock_destroy(&gpu->lock);
     pthread_mutex_destroy(&gpu->ctx_lock);
     pthread_mutex_destroy(&gpu->err_lock);
+    kc_errmsg_forget(gpu);
     free(gpu);
 }

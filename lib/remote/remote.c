@@ -169,12 +169,14 @@ KCACHE_API void kcache_remote_close(kcache_remote *remote)
     memset(&remote->secret, 0, sizeof(remote->secret));
     memset(&remote->ep, 0, sizeof(remote->ep));
     pthread_mutex_destroy(&remote->lock);
+    kc_errmsg_forget(remote);
     free(remote);
 }
 
 KCACHE_API const char *kcache_remote_errmsg(const kcache_remote *remote)
 {
-    return kc_errmsg_of(remote ? remote->errmsg : NULL, "no remote");
+    kcache_remote *r = (kcache_remote *)remote; /* the lock is the handle's own */
+    return kc_errmsg_thread(r, r ? r->errmsg : NULL, r ? &r->lock : NULL, "no remote");
 }
 
 KCACHE_API const char *kcache_remote_url(const kcache_remote *remote)
@@ -465,4 +467,19 @@ void kc_remote_push(kcache_remote *r, const kcache_entry *e)
     else
         kc_remote_push_locked(r, e, kc_now_ms());
     pthread_mutex_unlock(&r->lock);
+}
+
+KCACHE_API int kcache_remote_get(kcache_entry **out, kcache_remote *remote, const kcache_key *key)
+{
+    if (!out || !remote || !key)
+        return KCACHE_EINVAL;
+    return kc_remote_fetch(out, remote, key) == 1 ? 0 : KCACHE_ENOTFOUND;
+}
+
+KCACHE_API int kcache_remote_put(kcache_remote *remote, const kcache_entry *entry)
+{
+    if (!remote || !entry || !entry->key_material_size)
+        return KCACHE_EINVAL;
+    kc_remote_push(remote, entry);
+    return 0;
 }

@@ -19,6 +19,17 @@ static int backend_error(kcache_remote *r, int rc)
     return rc;
 }
 
+/* A failure's message noted for the calling thread (util/common.h: kc_errmsg_note()). */
+static int noted(kcache_remote *r, int rc)
+{
+    if (rc) {
+        pthread_mutex_lock(&r->lock);
+        kc_errmsg_note(r, r->errmsg);
+        pthread_mutex_unlock(&r->lock);
+    }
+    return rc;
+}
+
 KCACHE_API int kcache_remote_check(kcache_remote_info *out, kcache_remote *remote)
 {
     if (!remote || !out || !KC_RESULT_VERSION_OK(out, KCACHE_REMOTE_INFO_VERSION))
@@ -45,7 +56,7 @@ KCACHE_API int kcache_remote_check(kcache_remote_info *out, kcache_remote *remot
     pthread_mutex_unlock(&remote->lock);
     size_t n = KC_MIN(sizeof(info), sizeof(*out)); /* an older caller's struct may be shorter */
     memcpy(out, &info, n);
-    return rc;
+    return noted(remote, rc);
 }
 
 struct walk {
@@ -116,7 +127,7 @@ static int pull(kcache_transfer *t, kcache_remote *remote, const kcache_filter *
         }
         kcache_entry_free(e);
         if (progress)
-            progress(userdata, i + 1, w.n);
+            progress(userdata, "pulling", i + 1, w.n);
     }
     pthread_mutex_unlock(&remote->lock);
     free(w.keys);
@@ -158,7 +169,7 @@ static int push(kcache_transfer *t, kcache_remote *remote, const kcache_filter *
         }
         kcache_entry_free(e);
         if (progress)
-            progress(userdata, i + 1, n);
+            progress(userdata, "pushing", i + 1, n);
     }
     kcache_keys_free(keys);
     return rc;
@@ -179,7 +190,7 @@ static int transfer(kcache_transfer *out, kcache_remote *remote, const kcache_fi
         t.version = out->version;
         memcpy(out, &t, out->version >= 2 ? sizeof(t) : offsetof(kcache_transfer, conflicts));
     }
-    return rc;
+    return noted(remote, rc);
 }
 
 KCACHE_API int kcache_remote_pull(kcache_transfer *out, kcache_remote *remote,

@@ -183,7 +183,7 @@ int kc_wire_decode(kc_wire_entry *out, kc_codec_ctx *codec, const kcache_key *ke
     }
     if (want != size || n_names > KC_WIRE_MAX_NAMES || (flags & ~1u))
         return REFUSE("entry sizes do not add up");
-    if (kind < KCACHE_KIND_CUBIN || kind > KCACHE_KIND_LTOIR ||
+    if (kind < KCACHE_KIND_CUBIN || kind > KCACHE_KIND_DATA ||
         !kc_codec_known((int)how) || (how == KC_CODEC_RAW && raw_size != stored_size))
         return REFUSE("entry of an unknown kind or codec");
     size_t body = size - KC_WIRE_SIG_SIZE - ((flags & 1) ? KC_WIRE_SIG_SIZE : 0);

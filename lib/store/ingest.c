@@ -23,6 +23,8 @@
  *     would otherwise be served to whoever asks for that key. Material in
  *     no format of kcache's is a key no compile of kcache's asks for, and
  *     is held to nothing more;
+ *   - an entry keyed by a caller (keyed.c) is data of the namespace its key
+ *     material names, and no other entry's material is a caller's;
  *   - the artifact's digest (the store checks the stored bytes; the digest
  *     it hands out comes from the row);
  *   - created_at and accessed_at clamped to now.
@@ -125,7 +127,7 @@ int kc_ingest_check_entry(kcache_store *s, kcache_entry *e, int64_t now, char *w
     if (rc) {
         const char *why = strstr(s->errmsg, ": ");
         snprintf(what, what_size, "%s", why ? why + 2 : s->errmsg);
-        snprintf(s->errmsg, sizeof(s->errmsg), "%s", saved);
+        kc_err(s, 0, "%s", saved);
         return KCACHE_ECORRUPT;
     }
     uint8_t check[KC_DIGEST_SIZE];
@@ -156,6 +158,8 @@ int kc_ingest_check_entry(kcache_store *s, kcache_entry *e, int64_t now, char *w
                  arch);
         return KCACHE_ECORRUPT;
     }
+    if ((rc = kc_keyed_check(e, what, what_size)))
+        return rc;
     kc_digest(check, e->data, e->size);
     if (memcmp(check, e->digest, KC_DIGEST_SIZE) != 0) {
         snprintf(what, what_size, "it does not match its digest");

@@ -66,14 +66,26 @@ KCACHE_API int kcache_store_find(kcache_key *out, kcache_store *store, const cha
 }
 
 /*
- * Walks the selected entries; the store's lock is held. *from_fn tells a
- * callback's own return value (any int, even one that looks like ours) from a
- * failure of the store, which alone may lead to recovery.
+ * The selected entries' metadata, read under the store's lock into a list of
+ * their own, so that the caller's function runs with no lock held (it may
+ * call the store: a callback under a non-recursive lock would deadlock).
  */
-static int list_locked(kcache_store *store, const kcache_filter *filter, enum kc_stmt which,
-                       kcache_entry_fn fn, void *userdata, int *from_fn)
+struct entry_list {
+    kcache_entry **v;
+    size_t n, cap;
+};
+
+static void entry_list_free(struct entry_list *l)
 {
-    *from_fn = 0;
+    for (size_t i = 0; i < l->n; i++)
+        kcache_entry_free(l->v[i]);
+    free(l->v);
+    memset(l, 0, sizeof(*l));
+}
+
+static int list_locked(kcache_store *store, const kcache_filter *filter, enum kc_stmt which,
+                       struct entry_list *out)
+{
     sqlite3_stmt *st;
     kc_flush_locked(store, 0);
     int rc = kc_db_stmt(store, &st, which);
@@ -88,30 +100,25 @@ static int list_locked(kcache_store *store, const kcache_filter *filter, enum kc
         while ((src = sqlite3_step(st)) == SQLITE_ROW) {
             struct kc_row r;
             kc_row_from_list(&r, st);
-            kcache_entry e = KCACHE_ENTRY_INIT;
-            e.key = r.key;
-            e.kind = (kcache_kind)r.kind;
-            e.arch = r.arch;
-            e.name = r.name;
-            e.toolchain = r.toolchain;
-            e.log = "";
-            e.size = r.raw_size;
-            e.stored_size = r.stored_size;
-            if (r.digest)
-                memcpy(e.digest, r.digest, sizeof(e.digest));
-            e.created_at = r.created_at;
-            e.accessed_at = r.accessed_at;
-            e.hits = r.hits;
-            e.compile_ns = r.compile_ns;
-            if ((rc = fn(userdata, &e)) != 0) {
-                *from_fn = 1;
+            kcache_entry **grown = kc_grow(out->v, &out->cap, out->n, sizeof(*grown), 64);
+            if (!grown) {
+                rc = kc_err(store, KCACHE_ENOMEM, "out of memory listing entries");
                 break;
             }
+            out->v = grown;
+            /* Metadata only (no artifact in the row): nothing to decode, nothing damaged. */
+            if ((rc = kc_entry_build(&out->v[out->n], &r, store->codec))) {
+                kc_err(store, rc, "out of memory listing entries");
+                break;
+            }
+            out->n++;
         }
         if (!rc && src != SQLITE_DONE)
             rc = kc_sqlerr(store, src, "listing entries");
         sqlite3_reset(st);
     }
+    if (rc)
+        entry_list_free(out);
     return rc;
 }
 
@@ -130,20 +137,15 @@ KCACHE_API int kcache_store_list(kcache_store *store, const kcache_filter *filte
         filter = &all;
     if (filter->version < 1 || filter->version > KCACHE_FILTER_VERSION ||
         (unsigned)filter->sort >= KC_ARRAY_SIZE(by_sort))
-        return kc_err(store, KCACHE_EINVAL, "kcache_store_list: bad filter");
+        return kc_err_locking(store, KCACHE_EINVAL, "kcache_store_list: bad filter");
+    struct entry_list l = {NULL, 0, 0};
     pthread_mutex_lock(&store->lock);
-    int rc = KCACHE_EIO, from_fn = 0;
-    if (store->db) {
-        rc = list_locked(store, filter, by_sort[filter->sort], fn, userdata, &from_fn);
-        if (rc == KCACHE_ECORRUPT && !from_fn && !store->read_only && !store->newer_schema &&
-            kc_db_recover(store, store->errmsg) == 0) {
-            store->pending_corrupt++;
-            rc = list_locked(store, filter, by_sort[filter->sort], fn, userdata, &from_fn);
-        }
-    } else {
-        kc_err(store, rc, "no database");
-    }
+    int rc;
+    KC_WITH_RECOVERY(store, rc, list_locked(store, filter, by_sort[filter->sort], &l));
     pthread_mutex_unlock(&store->lock);
+    for (size_t i = 0; !rc && i < l.n; i++)
+        rc = fn(userdata, l.v[i]);
+    entry_list_free(&l);
     return rc;
 }
 

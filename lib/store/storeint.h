@@ -300,6 +300,10 @@ int kc_usage_add(kcache_store *s, const char *arch, int kind, uint64_t hits, uin
 int kc_usage_merge(kcache_usage **v, size_t *n, size_t *cap, const char *arch, int kind,
                    uint64_t hits, uint64_t misses, uint64_t saved_ns);
 
+/* keyed.c: KCACHE_ECORRUPT, with why in `what`, unless e's kind and arch agree with
+ * what its key material says (a caller's entry of that namespace, or not a caller's). */
+int kc_keyed_check(const kcache_entry *e, char *what, size_t what_size);
+
 /* prune.c */
 int kc_prune_locked(kcache_store *s, const kcache_prune_options *o, kcache_prune_result *r);
 int kc_maybe_prune_locked(kcache_store *s);

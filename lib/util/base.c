@@ -44,7 +44,7 @@ KCACHE_API const char *kcache_version(void)
         KCACHE_VERSION_PATCH);
 }
 
-static const char *const kind_names[] = {NULL, "cubin", "ptx", "ltoir"};
+static const char *const kind_names[] = {NULL, "cubin", "ptx", "ltoir", "data"};
 
 KCACHE_API const char *kcache_kind_name(kcache_kind kind)
 {
@@ -426,4 +426,44 @@ out:
 int kc_read_file(const char *path, uint64_t max, char **out, size_t *size)
 {
     return kc_read_file_stat(path, max, out, size, NULL);
+}
+
+int kc_init_versioned(void *out, unsigned version, const size_t *sizes, size_t n)
+{
+    if (!out || version < 1 || version > n)
+        return KCACHE_EINVAL;
+    memset(out, 0, sizes[version - 1]);
+    return 0;
+}
+
+/* This thread's last failure and the handle it was on (kc_errmsg_note()). */
+static _Thread_local const void *errmsg_owner;
+static _Thread_local char errmsg_text[KC_ERRMSG_SIZE];
+
+void kc_errmsg_note(const void *owner, const char *msg)
+{
+    errmsg_owner = owner;
+    snprintf(errmsg_text, sizeof(errmsg_text), "%s", msg);
+}
+
+const char *kc_errmsg_thread(const void *owner, const char *shared, pthread_mutex_t *lock,
+                             const char *absent)
+{
+    if (!owner)
+        return absent;
+    if (errmsg_owner != owner) {
+        if (lock)
+            pthread_mutex_lock(lock);
+        snprintf(errmsg_text, sizeof(errmsg_text), "%s", shared[0] ? shared : "no error");
+        if (lock)
+            pthread_mutex_unlock(lock);
+        errmsg_owner = owner;
+    }
+    return errmsg_text;
+}
+
+void kc_errmsg_forget(const void *owner)
+{
+    if (errmsg_owner == owner)
+        errmsg_owner = NULL;
 }

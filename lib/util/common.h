@@ -2,11 +2,12 @@
 #ifndef KC_COMMON_H
 #define KC_COMMON_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kcache/kcache.h"
+#include "kcache/core.h"
 
 #define KC_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define KC_MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -26,6 +27,25 @@
  */
 #define KC_RESULT_VERSION_OK(out, max)                                                             \
     (!(out) || ((out)->version >= 1 && (out)->version <= (max)))
+
+/*
+ * The exported kcache_xxx_init(out, version) of a versioned struct (see
+ * <kcache/core.h>): zero-fills it as that version laid it out and sets the
+ * version. The sizes are the struct's at each version 1..current: the offset
+ * of the first field the next version appended, then sizeof, so that a
+ * caller built against an older header never has more written than its
+ * struct holds.
+ */
+int kc_init_versioned(void *out, unsigned version, const size_t *sizes, size_t n);
+#define KC_DEFINE_INIT(type, ...)                                                                  \
+    KCACHE_API int type##_init(type *out, unsigned version)                                        \
+    {                                                                                              \
+        static const size_t sizes[] = {__VA_ARGS__};                                               \
+        int rc = kc_init_versioned(out, version, sizes, KC_ARRAY_SIZE(sizes));                     \
+        if (!rc)                                                                                   \
+            out->version = version;                                                                \
+        return rc;                                                                                 \
+    }
 
 /*
  * The one place allocation happens, so that a failure is always noticed and
@@ -57,6 +77,22 @@ int kc_fmt(char *buf, size_t size, int code, const char *fmt, ...) KC_PRINTF(4, 
  * without a handle. Never NULL.
  */
 const char *kc_errmsg_of(const char *errmsg, const char *absent);
+
+/*
+ * A handle shared by threads keeps its last message for every thread, and a
+ * thread reading it could see another thread's failure, or a message being
+ * rewritten under it. So each failure is also noted for the calling thread
+ * (thread-local, one handle at a time), and a handle's _errmsg() gives the
+ * caller's own: kc_errmsg_note() records msg as this thread's last failure on
+ * owner; kc_errmsg_thread() returns it, or, when this thread's last failure
+ * was on another handle, a copy of the shared message (shared, read under
+ * lock when one is given). Valid until this thread's next call on owner.
+ */
+void kc_errmsg_note(const void *owner, const char *msg);
+const char *kc_errmsg_thread(const void *owner, const char *shared, pthread_mutex_t *lock,
+                             const char *absent);
+/* Forgets this thread's note on owner (a handle closed: its address may come back). */
+void kc_errmsg_forget(const void *owner);
 
 /* Milliseconds since the Unix epoch, and a monotonic clock in nanoseconds. */
 int64_t kc_now_ms(void);

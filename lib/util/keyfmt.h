@@ -41,7 +41,10 @@ enum kc_key_tag {
     KC_TAG_EXTRA = 12,       /* the caller's extra digest */
     KC_TAG_LINK_INPUT = 13,  /* kind NUL BLAKE2b-256 hex of one link input */
     KC_TAG_TOOLKIT = 14,     /* the toolkit whose headers were used */
-    KC_TAG_WORKDIR = 15,     /* the working directory, where line information holds it */
+    /* Written by store/keyed.c for an entry keyed by a caller (format "kcache-keyed-1"). */
+    KC_TAG_NAMESPACE = 15,
+    KC_TAG_CALLER_KEY = 16,
+    KC_TAG_WORKDIR = 17,     /* the working directory, where line information holds it */
 };
 
 /* Walks an encoding; fn gets the tag and its bytes. Returns 0, fn's value or KCACHE_ECORRUPT. */

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Compiles each public header alone, as C11 and as C++11, with warnings as
-errors, and uses each of its KCACHE_xxx_INIT macros (and the kcache_xxx_init()
-function beside it) in both languages.
+errors, and uses each of its KCACHE_xxx_INIT macros (and the exported
+kcache_xxx_init(out, version) beside it) in both languages. <kcache/kcache.h>,
+the umbrella, must include every other public header, so compiling it alone
+compiles all of them together (a name declared twice fails there).
 
 usage: check_headers.py --include DIR --cc "CMD" [--cxx "CMD"] INSTALLED...
 
@@ -33,14 +35,17 @@ INIT_RE = re.compile(r"^#define (KCACHE_\w+)_INIT[ \t]", re.M)  # object-like ma
 def uses_of_inits(text):
     """A function using every _INIT macro of a header, and a static from each (C: a
     constant initializer must be one). KCACHE_REQUEST_INIT initialises a
-    kcache_request, with kcache_request_init() beside it: the type and the
-    function are named after the macro, and the test fails if they are not."""
+    kcache_request, with kcache_request_init(&r, version) beside it: the type
+    and the function are named after the macro, and the test fails if they
+    are not."""
     body, statics = [], []
     for i, base in enumerate(INIT_RE.findall(text)):
         typ = base.lower()
         statics.append("static %s s%d = %s_INIT;" % (typ, i, base))
         body.append("    %s a%d = %s_INIT;" % (typ, i, base))
-        body.append("    %s b%d = %s_init();" % (typ, i, typ))
+        body.append("    %s b%d;" % (typ, i))
+        body.append("    if (%s_init(&b%d, a%d.version) != 0)" % (typ, i, i))
+        body.append("        return 0;")
         body.append("    n += a%d.version + b%d.version + s%d.version;" % (i, i, i))
     if not body:
         return ""
@@ -80,6 +85,13 @@ def main():
     for h in headers:
         if os.path.realpath(h) not in installed:
             print("FAIL %s is not installed: add it to kcache_headers in lib/meson.build" % h)
+            failures += 1
+    umbrella = os.path.join(a.include, "kcache", "kcache.h")
+    umbrella_text = open(umbrella).read() if os.path.exists(umbrella) else ""
+    for h in headers:
+        name = "kcache/" + os.path.basename(h)
+        if name != "kcache/kcache.h" and "#include <%s>" % name not in umbrella_text:
+            print("FAIL <kcache/kcache.h> does not include <%s>" % name)
             failures += 1
     langs = [("c", a.cc, C_FLAGS)]
     if a.cxx:

@@ -3,7 +3,10 @@
  * the public API, so that they do not need a compiler.
  *
  *   kcache-fill DB N [--arch A] [--kind K] [--size BYTES] [--seed S]
- *               [--inputs] [--names] [--data FILE]
+ *               [--inputs] [--names] [--data FILE] [--namespace NS]
+ *
+ * With --namespace, the entries are a caller's (kcache_store_put_keyed()):
+ * keys "key-SEED-I" in NS.
  *
  * Prints each new key (64 hex digits) on its own line. The same seed gives
  * the same keys and bytes.
@@ -27,7 +30,7 @@ static uint64_t next(uint64_t *s)
 static int usage(void)
 {
     fprintf(stderr, "usage: kcache-fill DB N [--arch A] [--kind K] [--size BYTES] [--seed S] "
-                    "[--inputs] [--names] [--data FILE]\n");
+                    "[--inputs] [--names] [--data FILE] [--namespace NS]\n");
     return 2;
 }
 
@@ -54,7 +57,7 @@ int main(int argc, char **argv)
 {
     if (argc < 3)
         return usage();
-    const char *db = argv[1], *arch = "sm_90", *data_file = NULL;
+    const char *db = argv[1], *arch = "sm_90", *data_file = NULL, *ns = NULL;
     long n = atol(argv[2]);
     kcache_kind kind = KCACHE_KIND_CUBIN;
     size_t size = 4096;
@@ -78,6 +81,8 @@ int main(int argc, char **argv)
             seed = strtoull(v, NULL, 10), i++;
         else if (!strcmp(a, "--data"))
             data_file = v, i++;
+        else if (!strcmp(a, "--namespace"))
+            ns = v, i++;
         else
             return usage();
     }
@@ -144,7 +149,14 @@ int main(int argc, char **argv)
             en.n_inputs = 2;
             en.inputs = inputs;
         }
-        if ((rc = kcache_store_put(store, &en)) != 0) {
+        char caller_key[64];
+        snprintf(caller_key, sizeof(caller_key), "key-%llu-%ld", (unsigned long long)seed, e);
+        if (ns && (rc = kcache_key_caller(&en.key, ns, caller_key, strlen(caller_key))) == 0)
+            rc = kcache_store_put_keyed(store, ns, caller_key, strlen(caller_key), en.data,
+                                        en.size);
+        else if (!ns)
+            rc = kcache_store_put(store, &en);
+        if (rc) {
             fprintf(stderr, "kcache-fill: %s\n", kcache_store_errmsg(store));
             break;
         }

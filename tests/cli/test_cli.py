@@ -334,6 +334,39 @@ def test_prune(root):
     c.run("prune", "--arch", "sm_90", rc=2)
 
 
+def test_namespaces(root):
+    """Entries a caller stored under its own keys: ls, stats and prune by namespace."""
+    c = Cache(root)
+    c.fill(4, "--size", "1000", "--seed", 20)
+    core = c.fill(3, "--namespace", "cuda.core", "--size", "2000", "--seed", 21)
+    c.fill(2, "--namespace", "triton", "--size", "500", "--seed", 22)
+    listed = c.json("ls", "--namespace", "cuda.core")["entries"]
+    check(sorted(e["key"] for e in listed) == sorted(core),
+          "ls --namespace cuda.core: %r, wanted %r" % ([e["key"] for e in listed], core))
+    check(all(e["kind"] == "data" and e["arch"] == "cuda.core" for e in listed),
+          "ls --namespace: kinds and arches %r" % listed)
+    check(len(c.json("ls", "--kind", "data")["entries"]) == 5, "ls --kind data")
+    out, _ = c.run("ls", "--namespace", "triton")
+    check(len(out.splitlines()) == 3 and "triton" in out, "ls --namespace triton:\n" + out)
+    s = c.json("stats", "--namespace", "cuda.core")
+    check(s["namespace"] == "cuda.core" and s["entries"] == 3 and s["raw_bytes"] == 6000,
+          "stats --namespace: %r" % s)
+    check(c.json("stats", "--namespace", "nobody")["entries"] == 0, "stats of an empty namespace")
+    out, _ = c.run("stats", "--namespace", "triton")
+    check("2 entries" in out, "stats --namespace human output: %r" % out)
+    # A caller's entry reads back through get like any other.
+    check(len(c.get(core[0])) == 2000, "get of a caller's entry")
+    r = c.json("prune", "--namespace", "triton", "--older-than", "0s")
+    check(r["evicted"] == 2, "prune --namespace triton evicted %r" % r)
+    check(len(c.json("ls")["entries"]) == 7, "prune --namespace touched other entries")
+    # Bad names and mixed filters are usage errors.
+    for args in (["ls", "--namespace", "bad name"], ["ls", "--namespace", "x", "--arch", "sm_90"],
+                 ["stats", "--namespace", "a/b"], ["prune", "--namespace", "cuda.core"],
+                 ["stats", "--namespace", "cuda.core", "--zero"]):
+        _, err = c.run(*args, rc=2)
+        check(err.startswith("kcache: "), "%r: %r" % (args, err))
+
+
 def test_export_import(root):
     src = Cache(root, "src")
     src.fill(20, "--inputs", "--names", "--size", "3000", "--seed", 7)

@@ -4,7 +4,7 @@
  * parsers return 0 or KCACHE_EINVAL and leave the result untouched on error;
  * a size they accept and print back reads as the same size again.
  */
-#include <kcache/kcache.h>
+#include <kcache/core.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

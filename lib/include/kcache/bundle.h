@@ -14,7 +14,7 @@
 #ifndef KCACHE_BUNDLE_H
 #define KCACHE_BUNDLE_H
 
-#include "store.h"
+#include <kcache/store.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -22,13 +22,6 @@ extern "C" {
 
 /* Bundles larger than these per artifact or input are refused as damaged. */
 #define KCACHE_BUNDLE_MAX_ARTIFACT (UINT64_C(1) << 30)
-
-/*
- * Progress of long work: done of total entries. phase is a static word
- * ("exporting", "checking", "merging"). Called from the calling thread.
- */
-typedef void (*kcache_progress_fn)(void *userdata, const char *phase, uint64_t done,
-                                   uint64_t total);
 
 /*
  * An arriving entry whose key the store holds with other artifact bytes: a
@@ -69,9 +62,9 @@ typedef struct kcache_bundle_options {
     void *conflict_userdata;
 } kcache_bundle_options;
 
-KCACHE_DEFINE_INIT(kcache_bundle_options, kcache_bundle_options_init, KCACHE_BUNDLE_OPTIONS_VERSION)
+KCACHE_API int kcache_bundle_options_init(kcache_bundle_options *out, unsigned version);
 #define KCACHE_BUNDLE_OPTIONS_INIT                                                                 \
-    KCACHE_VERSIONED_INIT(kcache_bundle_options_init, KCACHE_BUNDLE_OPTIONS_VERSION)
+    KCACHE_VERSIONED_INIT(kcache_bundle_options, KCACHE_BUNDLE_OPTIONS_VERSION)
 
 #define KCACHE_BUNDLE_RESULT_VERSION 2
 
@@ -89,9 +82,9 @@ typedef struct kcache_bundle_result {
     int signed_by_secret; /* export: signed; import: its signature matched remote_secret */
 } kcache_bundle_result;
 
-KCACHE_DEFINE_INIT(kcache_bundle_result, kcache_bundle_result_init, KCACHE_BUNDLE_RESULT_VERSION)
+KCACHE_API int kcache_bundle_result_init(kcache_bundle_result *out, unsigned version);
 #define KCACHE_BUNDLE_RESULT_INIT                                                                  \
-    KCACHE_VERSIONED_INIT(kcache_bundle_result_init, KCACHE_BUNDLE_RESULT_VERSION)
+    KCACHE_VERSIONED_INIT(kcache_bundle_result, KCACHE_BUNDLE_RESULT_VERSION)
 
 /*
  * Writes the selected entries of store, with their inputs, creation and last

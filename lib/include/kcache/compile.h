@@ -20,7 +20,7 @@
 #ifndef KCACHE_COMPILE_H
 #define KCACHE_COMPILE_H
 
-#include <kcache/kcache.h>
+#include <kcache/core.h>
 #include <kcache/store.h>
 
 #ifdef __cplusplus
@@ -73,9 +73,9 @@ typedef struct kcache_compiler_options {
     const char *remote;
 } kcache_compiler_options;
 
-KCACHE_DEFINE_INIT(kcache_compiler_options, kcache_compiler_options_init, KCACHE_COMPILER_OPTIONS_VERSION)
+KCACHE_API int kcache_compiler_options_init(kcache_compiler_options *out, unsigned version);
 #define KCACHE_COMPILER_OPTIONS_INIT                                                               \
-    KCACHE_VERSIONED_INIT(kcache_compiler_options_init, KCACHE_COMPILER_OPTIONS_VERSION)
+    KCACHE_VERSIONED_INIT(kcache_compiler_options, KCACHE_COMPILER_OPTIONS_VERSION)
 
 /*
  * Creates a compiler. On failure *out is NULL and a one-line message is
@@ -208,8 +208,8 @@ typedef struct kcache_request {
     void *compile_userdata;
 } kcache_request;
 
-KCACHE_DEFINE_INIT(kcache_request, kcache_request_init, KCACHE_REQUEST_VERSION)
-#define KCACHE_REQUEST_INIT KCACHE_VERSIONED_INIT(kcache_request_init, KCACHE_REQUEST_VERSION)
+KCACHE_API int kcache_request_init(kcache_request *out, unsigned version);
+#define KCACHE_REQUEST_INIT KCACHE_VERSIONED_INIT(kcache_request, KCACHE_REQUEST_VERSION)
 
 /*
  * What a compile or link returns. Every pointer points into the result and
@@ -282,9 +282,9 @@ typedef struct kcache_link_request {
     unsigned flags;            /* kcache_compile_flags */
 } kcache_link_request;
 
-KCACHE_DEFINE_INIT(kcache_link_request, kcache_link_request_init, KCACHE_LINK_REQUEST_VERSION)
+KCACHE_API int kcache_link_request_init(kcache_link_request *out, unsigned version);
 #define KCACHE_LINK_REQUEST_INIT                                                                   \
-    KCACHE_VERSIONED_INIT(kcache_link_request_init, KCACHE_LINK_REQUEST_VERSION)
+    KCACHE_VERSIONED_INIT(kcache_link_request, KCACHE_LINK_REQUEST_VERSION)
 
 /*
  * Links inputs into one CUBIN with nvJitLink. Every step is cached: each

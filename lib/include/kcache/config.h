@@ -29,7 +29,7 @@
 
 #include <stddef.h>
 
-#include "kcache.h"
+#include <kcache/core.h>
 
 #ifdef __cplusplus
 extern "C" {

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kcache.h"
+#include <kcache/core.h>
 
 #ifdef __cplusplus
 extern "C" {

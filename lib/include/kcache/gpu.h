@@ -49,7 +49,7 @@
 #define KCACHE_GPU_H
 
 #include <kcache/compile.h>
-#include <kcache/kcache.h>
+#include <kcache/core.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -70,9 +70,9 @@ typedef struct kcache_gpu_options {
     int device;
 } kcache_gpu_options;
 
-KCACHE_DEFINE_INIT(kcache_gpu_options, kcache_gpu_options_init, KCACHE_GPU_OPTIONS_VERSION)
+KCACHE_API int kcache_gpu_options_init(kcache_gpu_options *out, unsigned version);
 #define KCACHE_GPU_OPTIONS_INIT                                                                    \
-    KCACHE_VERSIONED_INIT(kcache_gpu_options_init, KCACHE_GPU_OPTIONS_VERSION)
+    KCACHE_VERSIONED_INIT(kcache_gpu_options, KCACHE_GPU_OPTIONS_VERSION)
 
 /*
  * Creates a GPU handle on a compiler (borrowed: it must outlive the handle).
@@ -99,8 +99,8 @@ KCACHE_API void kcache_gpu_free(kcache_gpu *gpu);
 KCACHE_API int kcache_gpu_available(const kcache_gpu *gpu);
 
 /*
- * The message of the last failure on this handle, one line, never NULL.
- * Valid until the next failing call on the handle from any thread.
+ * The message of the calling thread's last failure on this handle, one line,
+ * never NULL. Thread-local: valid until this thread's next call on the handle.
  */
 KCACHE_API const char *kcache_gpu_errmsg(const kcache_gpu *gpu);
 

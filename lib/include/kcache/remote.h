@@ -51,7 +51,10 @@ KCACHE_API int kcache_remote_open(kcache_remote **out, kcache_store *store, cons
                                   char *errbuf, size_t errbuf_size);
 KCACHE_API void kcache_remote_close(kcache_remote *remote);
 
-/* The message of the last failure, one line, never NULL. Valid until the next call. */
+/*
+ * The message of the calling thread's last failure on remote, one line, never
+ * NULL. Thread-local: valid until this thread's next call on remote.
+ */
 KCACHE_API const char *kcache_remote_errmsg(const kcache_remote *remote);
 
 /* The URL with its password hidden ("redis://ci:***@host:6379/0"). Owned by remote. */
@@ -75,9 +78,9 @@ typedef struct kcache_remote_info {
     int down_for_s;          /* seconds a back-off had left to go (lifted by the check) */
 } kcache_remote_info;
 
-KCACHE_DEFINE_INIT(kcache_remote_info, kcache_remote_info_init, KCACHE_REMOTE_INFO_VERSION)
+KCACHE_API int kcache_remote_info_init(kcache_remote_info *out, unsigned version);
 #define KCACHE_REMOTE_INFO_INIT                                                                    \
-    KCACHE_VERSIONED_INIT(kcache_remote_info_init, KCACHE_REMOTE_INFO_VERSION)
+    KCACHE_VERSIONED_INIT(kcache_remote_info, KCACHE_REMOTE_INFO_VERSION)
 
 /*
  * Connects now (ignoring a back-off in place: this is the way to test a
@@ -86,6 +89,25 @@ KCACHE_DEFINE_INIT(kcache_remote_info, kcache_remote_info_init, KCACHE_REMOTE_IN
  * message on remote.
  */
 KCACHE_API int kcache_remote_check(kcache_remote_info *out, kcache_remote *remote);
+
+/*
+ * One entry at a time, for callers that keep their own entries (a caller's
+ * key in a namespace, <kcache/store.h>): what a compiler does on its own.
+ *
+ * kcache_remote_get() looks key up on the remote after a local miss; on a
+ * hit the entry, checked as every remote entry is (key recomputed from its
+ * key material, digest, sizes), is stored locally and *out is the local copy
+ * (kcache_entry_free()). Returns 0, or KCACHE_ENOTFOUND on a miss and also
+ * when the remote cannot be used or held a value that failed the checks
+ * (counted in the remote counters and logged): the remote never makes a
+ * lookup fail.
+ *
+ * kcache_remote_put() pushes a local entry (as kcache_store_get() gives it,
+ * with its key material). Waits at most the operation timeout; a failure is
+ * counted and logged, not returned. Returns 0, or KCACHE_EINVAL.
+ */
+KCACHE_API int kcache_remote_get(kcache_entry **out, kcache_remote *remote, const kcache_key *key);
+KCACHE_API int kcache_remote_put(kcache_remote *remote, const kcache_entry *entry);
 
 #define KCACHE_TRANSFER_VERSION 2
 
@@ -100,13 +122,12 @@ typedef struct kcache_transfer {
     uint64_t conflicts;
 } kcache_transfer;
 
-KCACHE_DEFINE_INIT(kcache_transfer, kcache_transfer_init, KCACHE_TRANSFER_VERSION)
-#define KCACHE_TRANSFER_INIT KCACHE_VERSIONED_INIT(kcache_transfer_init, KCACHE_TRANSFER_VERSION)
-
-/* Called after each entry: done of total. */
-typedef void (*kcache_progress_fn)(void *userdata, uint64_t done, uint64_t total);
+KCACHE_API int kcache_transfer_init(kcache_transfer *out, unsigned version);
+#define KCACHE_TRANSFER_INIT KCACHE_VERSIONED_INIT(kcache_transfer, KCACHE_TRANSFER_VERSION)
 
 /*
+ * progress (<kcache/core.h>) is called after each entry with the phase
+ * "pushing" or "pulling".
  * Pushes the local entries selected by filter (arch, created_since; NULL:
  * all) to the remote, or pulls the remote's (by its index: the arch and
  * creation time each push recorded) into the store, each checked as a

@@ -16,7 +16,7 @@
 #ifndef KCACHE_STORE_H
 #define KCACHE_STORE_H
 
-#include <kcache/kcache.h>
+#include <kcache/core.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -65,9 +65,9 @@ typedef struct kcache_store_options {
     const char *compression;
 } kcache_store_options;
 
-KCACHE_DEFINE_INIT(kcache_store_options, kcache_store_options_init, KCACHE_STORE_OPTIONS_VERSION)
+KCACHE_API int kcache_store_options_init(kcache_store_options *out, unsigned version);
 #define KCACHE_STORE_OPTIONS_INIT                                                                  \
-    KCACHE_VERSIONED_INIT(kcache_store_options_init, KCACHE_STORE_OPTIONS_VERSION)
+    KCACHE_VERSIONED_INIT(kcache_store_options, KCACHE_STORE_OPTIONS_VERSION)
 
 #define KCACHE_DEFAULT_MAX_SIZE (UINT64_C(4) << 30)
 
@@ -95,8 +95,9 @@ KCACHE_API int kcache_store_open(kcache_store **out, const kcache_store_options 
 KCACHE_API void kcache_store_close(kcache_store *store);
 
 /*
- * The message of the last failure on this store, one line, never NULL. The
- * pointer stays valid until the next call on the store from any thread.
+ * The message of the calling thread's last failure on this store, one line,
+ * never NULL: threads sharing a store each read their own. Thread-local: the
+ * pointer stays valid until this thread's next call on the store.
  */
 KCACHE_API const char *kcache_store_errmsg(const kcache_store *store);
 
@@ -158,8 +159,8 @@ typedef struct kcache_entry {
 } kcache_entry;
 
 #define KCACHE_ENTRY_VERSION 1
-KCACHE_DEFINE_INIT(kcache_entry, kcache_entry_init, KCACHE_ENTRY_VERSION)
-#define KCACHE_ENTRY_INIT KCACHE_VERSIONED_INIT(kcache_entry_init, KCACHE_ENTRY_VERSION)
+KCACHE_API int kcache_entry_init(kcache_entry *out, unsigned version);
+#define KCACHE_ENTRY_INIT KCACHE_VERSIONED_INIT(kcache_entry, KCACHE_ENTRY_VERSION)
 
 /* Flags for kcache_store_get(). */
 enum kcache_get_flags {
@@ -222,9 +223,9 @@ typedef struct kcache_batch_options {
     size_t max_entries; /* entries per transaction; 0: 64 */
 } kcache_batch_options;
 
-KCACHE_DEFINE_INIT(kcache_batch_options, kcache_batch_options_init, KCACHE_BATCH_OPTIONS_VERSION)
+KCACHE_API int kcache_batch_options_init(kcache_batch_options *out, unsigned version);
 #define KCACHE_BATCH_OPTIONS_INIT                                                                  \
-    KCACHE_VERSIONED_INIT(kcache_batch_options_init, KCACHE_BATCH_OPTIONS_VERSION)
+    KCACHE_VERSIONED_INIT(kcache_batch_options, KCACHE_BATCH_OPTIONS_VERSION)
 
 /*
  * A new batch on store (options may be NULL), released with
@@ -251,6 +252,79 @@ KCACHE_API void kcache_batch_free(kcache_batch *batch);
 
 /* Deletes one entry. Returns 0 or KCACHE_ENOTFOUND. */
 KCACHE_API int kcache_store_delete(kcache_store *store, const kcache_key *key);
+
+/*
+ * Entries keyed by a caller. Besides the compiles kcache keys itself, a
+ * caller (cuda.core's program cache, Triton, a tool of its own) may store
+ * bytes under its own key, of any bytes, in a namespace: a name of 1 to
+ * KCACHE_NAMESPACE_MAX letters, digits, '.', '_' or '-' ("cuda.core",
+ * "triton"). The store's key is derived from both (kcache_key_caller()), so
+ * namespaces never see each other's entries nor kcache's compiles.
+ *
+ * Such an entry is an entry like any other: kind KCACHE_KIND_DATA, its
+ * namespace as arch (so list, prune and stats select a namespace as they
+ * select an architecture: kind = KCACHE_KIND_DATA, arch = namespace), the
+ * same LRU and cap, the same digest check on every get, export, import and
+ * the remote. Errors: 0 or a negative code, the message on the store.
+ */
+#define KCACHE_NAMESPACE_MAX 31
+#define KCACHE_CALLER_KEY_MAX 65536
+
+/*
+ * The store's key of (ns, key): BLAKE2b-256 of an encoding of both that no
+ * compile's inputs can have. Returns 0, KCACHE_EINVAL (a bad namespace, a
+ * key over KCACHE_CALLER_KEY_MAX bytes) or KCACHE_ENOMEM.
+ */
+KCACHE_API int kcache_key_caller(kcache_key *out, const char *ns, const void *key,
+                                 size_t key_size);
+
+/* Stores size bytes of data under (ns, key), replacing what was there. */
+KCACHE_API int kcache_store_put_keyed(kcache_store *store, const char *ns, const void *key,
+                                      size_t key_size, const void *data, size_t size);
+
+/*
+ * Looks (ns, key) up: as kcache_store_get() (the bytes checked against their
+ * digest, followed by a NUL not counted in size; flags alike), and a miss is
+ * counted for the namespace unless KCACHE_GET_NO_TOUCH. Returns 0 or
+ * KCACHE_ENOTFOUND on a miss, or another error.
+ */
+KCACHE_API int kcache_store_get_keyed(kcache_entry **out, kcache_store *store, const char *ns,
+                                      const void *key, size_t key_size, unsigned flags);
+
+/* Deletes (ns, key). Returns 0 or KCACHE_ENOTFOUND. */
+KCACHE_API int kcache_store_delete_keyed(kcache_store *store, const char *ns, const void *key,
+                                         size_t key_size);
+
+/*
+ * Evicts a namespace's entries, least recently used first, until their bytes
+ * (as handed out) are at most max_bytes: a cap of the caller's own inside the
+ * store's. Counted as evictions; *evicted (may be NULL) says how many.
+ */
+KCACHE_API int kcache_store_trim_namespace(uint64_t *evicted, kcache_store *store, const char *ns,
+                                           uint64_t max_bytes);
+
+/* Deletes every entry of a namespace; *deleted (may be NULL) says how many. */
+KCACHE_API int kcache_store_clear_namespace(uint64_t *deleted, kcache_store *store,
+                                            const char *ns);
+
+#define KCACHE_NAMESPACE_STATS_VERSION 1
+
+/* One namespace's entries and counters; the caller sets version. */
+typedef struct kcache_namespace_stats {
+    unsigned version;      /* KCACHE_NAMESPACE_STATS_VERSION */
+    uint64_t entries;
+    uint64_t raw_bytes;    /* as handed out */
+    uint64_t stored_bytes; /* as stored (compressed) */
+    uint64_t hits;         /* counters include this process's batch not yet written */
+    uint64_t misses;
+} kcache_namespace_stats;
+
+KCACHE_API int kcache_namespace_stats_init(kcache_namespace_stats *out, unsigned version);
+#define KCACHE_NAMESPACE_STATS_INIT                                                                \
+    KCACHE_VERSIONED_INIT(kcache_namespace_stats, KCACHE_NAMESPACE_STATS_VERSION)
+
+KCACHE_API int kcache_store_namespace_stats(kcache_namespace_stats *out, kcache_store *store,
+                                            const char *ns);
 
 /*
  * Finds the single key that starts with a hex prefix (at least 4 digits).
@@ -280,14 +354,16 @@ typedef struct kcache_filter {
     uint64_t limit;          /* 0: no limit */
 } kcache_filter;
 
-KCACHE_DEFINE_INIT(kcache_filter, kcache_filter_init, KCACHE_FILTER_VERSION)
-#define KCACHE_FILTER_INIT KCACHE_VERSIONED_INIT(kcache_filter_init, KCACHE_FILTER_VERSION)
+KCACHE_API int kcache_filter_init(kcache_filter *out, unsigned version);
+#define KCACHE_FILTER_INIT KCACHE_VERSIONED_INIT(kcache_filter, KCACHE_FILTER_VERSION)
 
 /*
  * Calls fn for each selected entry's metadata (data is NULL, size the raw
  * size). The entry is valid only during the call. fn returns 0 to go on, or a
- * non-zero value that stops the walk and is returned. The store's lock is
- * held during the walk: fn must not call the store.
+ * non-zero value that stops the walk and is returned. The selection is read
+ * first (one read transaction, the metadata held in memory: about 200 bytes
+ * an entry) and fn is called with no lock held, so fn may call the store,
+ * from this thread or another; what it changes does not alter the walk.
  */
 typedef int (*kcache_entry_fn)(void *userdata, const kcache_entry *entry);
 KCACHE_API int kcache_store_list(kcache_store *store, const kcache_filter *filter,
@@ -295,9 +371,7 @@ KCACHE_API int kcache_store_list(kcache_store *store, const kcache_filter *filte
 
 /*
  * The keys of the selected entries, in the filter's order: *out is a new
- * array of *n keys (NULL when none), released with kcache_keys_free(). For
- * walks that must call the store for each entry, which a list callback may
- * not do.
+ * array of *n keys (NULL when none), released with kcache_keys_free().
  */
 KCACHE_API int kcache_store_list_keys(kcache_key **out, size_t *n,
                                       kcache_store *store, const kcache_filter *filter);
@@ -377,9 +451,9 @@ typedef struct kcache_prune_options {
     int dry_run;            /* count what would go, change nothing */
 } kcache_prune_options;
 
-KCACHE_DEFINE_INIT(kcache_prune_options, kcache_prune_options_init, KCACHE_PRUNE_VERSION)
+KCACHE_API int kcache_prune_options_init(kcache_prune_options *out, unsigned version);
 #define KCACHE_PRUNE_OPTIONS_INIT                                                                  \
-    KCACHE_VERSIONED_INIT(kcache_prune_options_init, KCACHE_PRUNE_VERSION)
+    KCACHE_VERSIONED_INIT(kcache_prune_options, KCACHE_PRUNE_VERSION)
 
 #define KCACHE_PRUNE_RESULT_VERSION 1
 
@@ -392,9 +466,9 @@ typedef struct kcache_prune_result {
     uint64_t disk_after;     /* and after (a dry run: an estimate) */
 } kcache_prune_result;
 
-KCACHE_DEFINE_INIT(kcache_prune_result, kcache_prune_result_init, KCACHE_PRUNE_RESULT_VERSION)
+KCACHE_API int kcache_prune_result_init(kcache_prune_result *out, unsigned version);
 #define KCACHE_PRUNE_RESULT_INIT                                                                   \
-    KCACHE_VERSIONED_INIT(kcache_prune_result_init, KCACHE_PRUNE_RESULT_VERSION)
+    KCACHE_VERSIONED_INIT(kcache_prune_result, KCACHE_PRUNE_RESULT_VERSION)
 
 /*
  * Evicts entries, least recently used first, and hands the freed pages back
@@ -423,10 +497,9 @@ typedef struct kcache_recompress_options {
     void *userdata;
 } kcache_recompress_options;
 
-KCACHE_DEFINE_INIT(kcache_recompress_options, kcache_recompress_options_init,
-                   KCACHE_RECOMPRESS_OPTIONS_VERSION)
+KCACHE_API int kcache_recompress_options_init(kcache_recompress_options *out, unsigned version);
 #define KCACHE_RECOMPRESS_OPTIONS_INIT                                                             \
-    KCACHE_VERSIONED_INIT(kcache_recompress_options_init, KCACHE_RECOMPRESS_OPTIONS_VERSION)
+    KCACHE_VERSIONED_INIT(kcache_recompress_options, KCACHE_RECOMPRESS_OPTIONS_VERSION)
 
 #define KCACHE_RECOMPRESS_RESULT_VERSION 1
 
@@ -443,10 +516,9 @@ typedef struct kcache_recompress_result {
     uint64_t stored_after;             /* and after */
 } kcache_recompress_result;
 
-KCACHE_DEFINE_INIT(kcache_recompress_result, kcache_recompress_result_init,
-                   KCACHE_RECOMPRESS_RESULT_VERSION)
+KCACHE_API int kcache_recompress_result_init(kcache_recompress_result *out, unsigned version);
 #define KCACHE_RECOMPRESS_RESULT_INIT                                                              \
-    KCACHE_VERSIONED_INIT(kcache_recompress_result_init, KCACHE_RECOMPRESS_RESULT_VERSION)
+    KCACHE_VERSIONED_INIT(kcache_recompress_result, KCACHE_RECOMPRESS_RESULT_VERSION)
 
 /*
  * Re-encodes stored artifacts to the store's compression setting, a batch

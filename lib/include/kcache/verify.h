@@ -6,7 +6,7 @@
 #ifndef KCACHE_VERIFY_H
 #define KCACHE_VERIFY_H
 
-#include "bundle.h"
+#include <kcache/bundle.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -24,9 +24,9 @@ typedef struct kcache_verify_result {
     char integrity[256];       /* its first complaint, or "ok" */
 } kcache_verify_result;
 
-KCACHE_DEFINE_INIT(kcache_verify_result, kcache_verify_result_init, KCACHE_VERIFY_RESULT_VERSION)
+KCACHE_API int kcache_verify_result_init(kcache_verify_result *out, unsigned version);
 #define KCACHE_VERIFY_RESULT_INIT                                                                  \
-    KCACHE_VERSIONED_INIT(kcache_verify_result_init, KCACHE_VERIFY_RESULT_VERSION)
+    KCACHE_VERSIONED_INIT(kcache_verify_result, KCACHE_VERIFY_RESULT_VERSION)
 
 /* Told about each damaged entry: its key and what was wrong. Valid during the call. */
 typedef void (*kcache_damaged_fn)(void *userdata, const kcache_key *key, const char *message);

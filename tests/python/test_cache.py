@@ -1,0 +1,272 @@
+"""kcache.Cache and kcache.compile: namespaces, stats, prune, verify, bundles, the
+remote tier, the CLI's entries seen from Python, errors, and the GIL."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+import kcache
+from conftest import FILL, SOURCE_ROOT, needs_toolkit, redis_server, run_cli
+
+
+def test_namespaces_apart(cache_dir):
+    with kcache.Cache(cache_dir) as c:
+        c.put("alpha", b"k", b"a-value")
+        c.put("beta", b"k", b"b-value")
+        assert c.get("alpha", "k") == b"a-value"
+        assert c.get("beta", "k") == b"b-value"
+        assert c.get("gamma", "k") is None
+        assert c.get("gamma", "k", b"dflt") == b"dflt"
+        assert c.delete("alpha", "k") is True
+        assert c.delete("alpha", "k") is False
+        assert c.get("beta", "k") == b"b-value"
+        assert c.path == os.path.join(str(cache_dir), "kcache.db")
+
+
+def test_errors_carry_the_librarys_message(cache_dir):
+    c = kcache.Cache(cache_dir)
+    with pytest.raises(kcache.Error) as e:
+        c.put("not a namespace", b"k", b"v")
+    assert "namespace 'not a namespace' must be 1 to 31" in str(e.value)
+    assert e.value.status == -2 and e.value.status_name == "invalid argument"
+    with pytest.raises(kcache.Error):
+        c.put("x" * 32, b"k", b"v")
+    with pytest.raises(TypeError):
+        c.put("ns", 3, b"v")
+    # A cache that cannot be opened says why, with the path.
+    blocker = cache_dir / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(kcache.Error) as e:
+        kcache.Cache(blocker / "sub")
+    assert str(blocker) in str(e.value)
+    # Another application's SQLite file is refused and left alone.
+    import sqlite3
+
+    foreign = cache_dir / "foreign.db"
+    db = sqlite3.connect(foreign)
+    db.execute("CREATE TABLE t (x)")
+    db.commit()
+    db.close()
+    before = foreign.read_bytes()
+    with pytest.raises(kcache.Error) as e:
+        kcache.Cache(foreign)
+    assert e.value.status == -7 and foreign.read_bytes() == before
+
+
+def test_stats_prune_verify(cache_dir):
+    c = kcache.Cache(cache_dir)
+    for i in range(20):
+        c.put("ns", b"k%d" % i, bytes([i]) * 10000)
+    c.get("ns", b"k1")
+    c.get("ns", b"missing")
+    s = c.stats("ns")
+    assert s == {"entries": 20, "raw_bytes": 200000, "stored_bytes": s["stored_bytes"],
+                 "hits": 1, "misses": 1}
+    whole = c.stats()
+    assert whole["entries"] == 20 and whole["schema_version"] >= 5
+    assert any(u["arch"] == "ns" and u["kind"] == "data" for u in whole["usage"])
+    v = c.verify()
+    assert v["entries"] == 20 and v["damaged"] == 0 and v["integrity_ok"]
+    r = c.prune(max_entries=5)
+    assert r["evicted"] == 15 and c.stats("ns")["entries"] == 5
+    r = c.prune(older_than=0, namespace="ns")
+    assert r["evicted"] == 5 and c.stats("ns")["entries"] == 0
+    with pytest.raises(ValueError):
+        c.prune(namespace="ns")
+
+
+def test_bundles(cache_dir, tmp_path):
+    a = kcache.Cache(cache_dir)
+    a.put("cuda.core", b"k1", b"one")
+    a.put("cuda.core", b"k2", b"two")
+    a.put("triton", b"k1", b"tri")
+    r = a.export_bundle(tmp_path / "b.kcache", namespace="cuda.core")
+    assert r["entries"] == 2
+    b = kcache.Cache(tmp_path / "other")
+    assert b.import_bundle(tmp_path / "b.kcache", dry_run=True)["added"] == 2
+    assert b.get("cuda.core", b"k1") is None
+    assert b.import_bundle(tmp_path / "b.kcache")["added"] == 2
+    assert b.get("cuda.core", b"k2") == b"two"
+    assert b.get("triton", b"k1") is None
+    # The CLI imports what Python exported, and Python reads what the CLI imported.
+    run_cli("import", tmp_path / "b.kcache", cache_dir=tmp_path / "third")
+    assert kcache.Cache(tmp_path / "third").get("cuda.core", b"k1") == b"one"
+
+
+def test_python_sees_entries_written_outside(cache_dir):
+    """kcache-fill writes through the C API; the Python module reads them back."""
+    if not FILL:
+        pytest.skip("KCACHE_FILL not set")
+    os.makedirs(cache_dir, exist_ok=True)
+    p = subprocess.run([FILL, str(cache_dir / "kcache.db"), "3", "--namespace", "triton",
+                        "--size", "777", "--seed", "9"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    keys = p.stdout.split()
+    c = kcache.Cache(cache_dir)
+    for i, hexkey in enumerate(keys):
+        assert kcache.key_of("triton", "key-9-%d" % i) == hexkey
+        assert len(c.get("triton", "key-9-%d" % i)) == 777
+
+
+@needs_toolkit
+def test_python_sees_the_clis_compiles(cache_dir):
+    saxpy = os.path.join(SOURCE_ROOT, "examples", "saxpy.cu")
+    out = run_cli("compile", saxpy, "--arch", "sm_90", "--json", cache_dir=cache_dir).stdout
+    item = json.loads(out)["items"][0]
+    assert item["outcome"] == "miss"
+    r = kcache.compile(path=saxpy, arch="sm_90", cache=cache_dir)
+    assert r.hit, "the CLI's compile is not a hit from Python: %r" % r
+    assert r.key == item["key"]
+    # And the other way: the CLI hits what Python compiled.
+    kcache.compile(path=saxpy, arch="sm_80", cache=cache_dir)
+    out = run_cli("compile", saxpy, "--arch", "sm_80", "--json", cache_dir=cache_dir).stdout
+    assert json.loads(out)["items"][0]["outcome"] == "hit"
+
+
+@needs_toolkit
+def test_compile_headers_and_names(cache_dir):
+    src = ('#include "scale.h"\n'
+           'template <typename T> __global__ void scale(T *x) { x[threadIdx.x] *= FACTOR; }\n')
+    names = ["scale<float>", "scale<double>"]
+    r1 = kcache.compile(src, arch="sm_90", headers={"scale.h": "#define FACTOR 2\n"},
+                        name_expressions=names, cache=cache_dir, name="scale.cu")
+    assert not r1.hit and r1.kind == "cubin" and r1.data[:4] == b"\x7fELF"
+    assert set(r1.lowered_names) == set(names)
+    assert r1.lowered_names["scale<float>"].startswith("_Z")
+    r2 = kcache.compile(src, arch="sm_90", headers={"scale.h": "#define FACTOR 2\n"},
+                        name_expressions=names, cache=cache_dir, name="scale.cu")
+    assert r2.hit and r2.key == r1.key and r2.data == r1.data
+    assert r2.lowered_names == r1.lowered_names
+    # A header's content is part of the key: another header, another entry.
+    r3 = kcache.compile(src, arch="sm_90", headers={"scale.h": "#define FACTOR 3\n"},
+                        name_expressions=names, cache=cache_dir, name="scale.cu")
+    assert not r3.hit and r3.key != r1.key and r3.data != r1.data
+    # PTX, and a header found on disk through include_paths.
+    inc = cache_dir / "inc"
+    inc.mkdir()
+    (inc / "k.h").write_text("#define K 7\n")
+    r4 = kcache.compile('#include "k.h"\nextern "C" __global__ void f(int *x) { *x = K; }\n',
+                        arch="compute_90", include_paths=[inc], cache=cache_dir)
+    assert r4.kind == "ptx" and b".entry f" in r4.data
+    (inc / "k.h").write_text("#define K 8\n")
+    r5 = kcache.compile('#include "k.h"\nextern "C" __global__ void f(int *x) { *x = K; }\n',
+                        arch="compute_90", include_paths=[inc], cache=cache_dir)
+    assert not r5.hit and r5.key != r4.key
+
+
+@needs_toolkit
+def test_compile_error_has_the_log(cache_dir):
+    with pytest.raises(kcache.CompileError) as e:
+        kcache.compile("__global__ void broken( {", arch="sm_90", cache=cache_dir)
+    assert "error" in e.value.log
+    assert e.value.status == -11
+    with pytest.raises(TypeError):
+        kcache.compile(arch="sm_90")
+    with pytest.raises(ValueError):
+        kcache.compile("x", arch="sm_90", output="sass")
+
+
+@needs_toolkit
+def test_compile_releases_the_gil(cache_dir):
+    """Other Python threads run while NVRTC compiles."""
+    ticks = 0
+    done = threading.Event()
+
+    def count():
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            time.sleep(0.001)
+
+    t = threading.Thread(target=count)
+    t.start()
+    t0 = time.monotonic()
+    kcache.compile('extern "C" __global__ void g(float *x) { x[0] = 1; }', arch="sm_90",
+                   cache=cache_dir, no_cache=True)
+    elapsed = time.monotonic() - t0
+    done.set()
+    t.join()
+    # The counter sleeps 1 ms a turn: with the GIL held by the compile it would not turn.
+    assert ticks >= max(5, elapsed * 1000 * 0.2), (ticks, elapsed)
+
+
+def test_close_while_other_threads_call(cache_dir):
+    c = kcache.Cache(cache_dir)
+    c.put("ns", b"k", b"v" * 100000)
+    errors = []
+
+    def reader():
+        for _ in range(2000):
+            try:
+                assert c.get("ns", b"k") == b"v" * 100000
+            except ValueError:
+                return  # closed: the documented outcome
+            except Exception as ex:
+                errors.append(ex)
+                return
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(0.01)
+    c.close()
+    for t in threads:
+        t.join()
+    assert not errors
+    with pytest.raises(ValueError):
+        c.get("ns", b"k")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_remote_tier(cache_dir, tmp_path):
+    """Python's entries go through the remote like any: push from one cache, pull into another."""
+    server = redis_server()
+    if not server:
+        pytest.skip("redis-server is not installed")
+    port = _free_port()
+    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--dir", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        url = "redis://127.0.0.1:%d" % port
+        a = kcache.Cache(cache_dir)
+        a.put("cuda.core", b"remote-key", b"R" * 3000)
+        a.close()
+        run_cli("remote", "push", "--remote", url, cache_dir=cache_dir)
+        run_cli("remote", "pull", "--remote", url, cache_dir=tmp_path / "b")
+        assert kcache.Cache(tmp_path / "b").get("cuda.core", b"remote-key") == b"R" * 3000
+        # Live, as a compile uses it: a ProgramCache put is pushed, another machine's
+        # (another cache's) local miss is served by the remote and kept locally.
+        os.environ["KCACHE_REMOTE"] = url
+        try:
+            kcache.ProgramCache(tmp_path / "m1")[b"live"] = b"L" * 4000
+            c2 = kcache.ProgramCache(tmp_path / "m2")
+            assert c2[b"live"] == b"L" * 4000
+            assert len(c2) == 1  # now in m2's own file
+            with pytest.raises(KeyError):
+                c2[b"nobody-put-this"]
+        finally:
+            del os.environ["KCACHE_REMOTE"]
+        assert kcache.Cache(tmp_path / "m2", remote="").get("cuda.core", b"live") == b"L" * 4000
+        # A remote URL that cannot be used is an error saying why.
+        with pytest.raises(kcache.Error):
+            kcache.Cache(tmp_path / "m3", remote="http://not-redis")
+    finally:
+        proc.terminate()
+        proc.wait(10)
