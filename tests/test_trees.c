@@ -621,6 +621,35 @@ static void test_pch(void)
     kcache_store_close(s);
 }
 
+/*
+ * NVRTC 13's automatic PCH is reused within a process whenever the options
+ * and the opening directives match, whatever the headers now say: a miss
+ * after an edit, compiled with --pch in the same process, must still be the
+ * edited header's kernel (kcache leaves --pch out of a hermetic compile).
+ */
+static void test_pch_after_edit(void)
+{
+    const char *t = tree("edits");
+    char cu[800], h[800];
+    snprintf(cu, sizeof(cu), "%s/kernel.cu", t);
+    snprintf(h, sizeof(h), "%s/inc/h.h", t);
+    struct opts pch = with_includes(t, "late", NULL, "--pch");
+    kcache_store *s = new_store();
+    kcache_compiler *c = compiler_on(s);
+    kcache_result *first = through(c, cu, &pch, 0);
+    CHECK(first->status == 0 && !first->hit);
+    if (first->status || first->hit)
+        printf("pch first: %d %s %s\n", first->status, first->message, first->log);
+    test_write_text(h, "#define H_VALUE 4242.5f\n");
+    kcache_result *after = through(c, cu, &pch, 0);
+    CHECK(after->status == 0 && !after->hit);
+    CHECK(same_as_plain(after, cu, &pch));
+    kcache_result_free(first);
+    kcache_result_free(after);
+    kcache_compiler_free(c);
+    kcache_store_close(s);
+}
+
 int main(void)
 {
     const char *f = getenv("FIXTURES");
@@ -649,6 +678,7 @@ int main(void)
     test_same_tick();
     test_shared_closures();
     test_pch();
+    test_pch_after_edit();
     kc_toolkit_free(&tk);
     return test_done();
 }

@@ -234,7 +234,7 @@ static void test_exported_inits(void)
     kcache_gpu_options g;
     CHECK_RC(kcache_gpu_options_init(&g, 1), 0);
     kcache_transfer t;
-    CHECK_RC(kcache_transfer_init(&t, 2), KCACHE_EINVAL);
+    CHECK_RC(kcache_transfer_init(&t, KCACHE_TRANSFER_VERSION + 1), KCACHE_EINVAL);
 }
 
 int main(void)

@@ -162,6 +162,17 @@ static int resolve_deps(kcache_compiler *c, const kcache_request *req, struct wo
     };
     if ((rc = kc_deps_resolve(&w->deps, &dq, msg, sizeof(msg))))
         return kc_result_fail(r, rc, "%s", msg);
+    /* A PCH file named by the caller is read (or written) beside the key. */
+    for (size_t i = 0; i < w->opts.n_canonical && !w->deps.not_hermetic; i++) {
+        if (!strncmp(w->opts.canonical[i], "--use-pch=", 10) ||
+            !strncmp(w->opts.canonical[i], "--create-pch=", 13)) {
+            w->deps.not_hermetic = 1;
+            snprintf(w->deps.reason, sizeof(w->deps.reason), "explicit_pch");
+            snprintf(w->deps.problem, sizeof(w->deps.problem),
+                     "%s names a precompiled header file, which the key cannot cover",
+                     w->opts.canonical[i]);
+        }
+    }
     return 0;
 }
 

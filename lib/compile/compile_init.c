@@ -6,5 +6,6 @@
 
 KC_DEFINE_INIT(kcache_compiler_options, offsetof(kcache_compiler_options, nvrtc_path),
                offsetof(kcache_compiler_options, remote), sizeof(kcache_compiler_options))
-KC_DEFINE_INIT(kcache_request, offsetof(kcache_request, n_headers), sizeof(kcache_request))
+KC_DEFINE_INIT(kcache_request, offsetof(kcache_request, n_headers), sizeof(kcache_request),
+               sizeof(kcache_request)) /* 3: the same fields, kcache_made's grew */
 KC_DEFINE_INIT(kcache_link_request, sizeof(kcache_link_request))

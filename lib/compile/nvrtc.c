@@ -82,8 +82,18 @@ int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct wor
     }
     for (size_t i = 0; i < w->opts.n_canonical && !rc; i++)
         rc = kc_strv_push(&opts, &n_opts, w->opts.canonical[i]);
-    for (size_t i = 0; i < w->opts.n_unkeyed && !rc; i++)
+    for (size_t i = 0; i < w->opts.n_unkeyed && !rc; i++) {
+        /*
+         * Not NVRTC's automatic PCH in a hermetic compile: NVRTC 13 reuses a
+         * PCH made earlier in the process whenever the options and the opening
+         * directives match, without looking at the headers again (checked: an
+         * in-memory header edited, the same bytes as before). A miss must be
+         * the bytes of the headers it is keyed by.
+         */
+        if (hermetic && !strncmp(w->opts.unkeyed[i], "--pch", 5))
+            continue;
         rc = kc_strv_push(&opts, &n_opts, w->opts.unkeyed[i]);
+    }
     snprintf(buf, sizeof(buf), "--gpu-architecture=%s", w->nvrtc_arch);
     if (!rc)
         rc = kc_strv_push(&opts, &n_opts, buf);

@@ -21,11 +21,12 @@ struct opt {
     const char *lng, *shrt;
     int type;
     /*
-     * Cannot change the bytes, so not keyed: automatic PCH (--pch) only
-     * saves parsing for later compiles of the same process, and the others
-     * steer messages, timing files and NVRTC's own cache (checked: the same
-     * bytes with and without --pch, tests/test_trees.c and the real-trees
-     * benchmark). An explicit --create-pch/--use-pch file stays keyed: it is
+     * Not keyed: automatic PCH (--pch) only saves parsing for later compiles
+     * of the same process (the same bytes with and without it, checked by
+     * tests/test_trees.c), but NVRTC 13 reuses a PCH without looking at the
+     * headers again, so a hermetic compile leaves it out (compile/nvrtc.c);
+     * the others steer messages, timing files and NVRTC's own cache. An
+     * explicit --create-pch/--use-pch file makes the compile uncached: it is
      * an input kcache cannot see.
      */
     int unkeyed;

@@ -72,6 +72,7 @@ enum reason {
     R_CLOSURE_CHANGED,
     R_UNOBSERVABLE,
     R_OBS_INCOMPLETE,
+    R_STALE_PCH,
     R_COUNT
 };
 
@@ -91,6 +92,10 @@ static const char *const reason_names[R_COUNT] = {
     [R_CLOSURE_CHANGED] = "closure-changed",
     [R_UNOBSERVABLE] = "unobservable",
     [R_OBS_INCOMPLETE] = "observation-incomplete",
+    /* NVRTC's automatic PCH, made earlier in this process, answered: NVRTC 13
+     * reuses it without looking at the headers again, so the bytes may be
+     * those of headers since edited (NVIDIA's to the program all the same). */
+    [R_STALE_PCH] = "automatic-pch-reused",
 };
 
 static atomic_ulong reason_count[R_COUNT];
@@ -597,6 +602,8 @@ static void judge(struct miss *m, kcache_made *made, const char *why_not_observe
                                  (size_t)m->p->n_headers);
     if (why) {
         made->no_store = reason_names[reason_of(why)];
+    } else if (m->log && strstr(m->log, "using precompiled header")) {
+        made->no_store = reason_names[R_STALE_PCH];
     }
 }
 

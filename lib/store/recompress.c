@@ -135,10 +135,9 @@ static int recompress_row(kcache_store *s, sqlite3_stmt *q, int target, kc_buf *
     if (!stored && stored_n == 0)
         stored = "";
     uint8_t check[KC_DIGEST_SIZE];
-    kc_digest(check, stored, stored_n);
     if (!kc_codec_known(codec) || raw_size < 0 || (int64_t)stored_n != stored_size ||
         digest_n != KC_DIGEST_SIZE || stored_digest_n != KC_DIGEST_SIZE ||
-        memcmp(check, stored_digest, KC_DIGEST_SIZE) != 0 ||
+        !kc_stored_digest_ok(stored_digest, stored, stored_n) ||
         !kc_decode_plausible(codec, stored, stored_n, (size_t)raw_size)) {
         r->skipped++;
         return 0;
@@ -167,7 +166,7 @@ static int recompress_row(kcache_store *s, sqlite3_stmt *q, int target, kc_buf *
         return 0;
     }
     uint8_t new_digest[KC_DIGEST_SIZE];
-    kc_digest(new_digest, enc->data, enc->size);
+    kc_stored_digest(new_digest, enc->data ? enc->data : (const void *)"", enc->size);
     if ((rc = write_row(s, id, new_codec, enc, new_digest, stored_size)))
         return rc;
     r->recompressed++;
