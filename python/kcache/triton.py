@@ -92,6 +92,7 @@ _store_failed = False
 _stage_dir: Optional[str] = None
 _stage_owner = 0
 _staged: Dict[tuple, tuple] = {}  # (key, filename) -> (path, (size, hash))
+_made: set = set()  # directories made in the staging directory
 _warned: set = set()
 _counters = {"hits": 0, "misses": 0, "puts": 0, "groups_put": 0, "groups_hit": 0,
              "groups_missed": 0, "damaged": 0, "errors": 0}
@@ -210,6 +211,7 @@ def _remove_own_stage() -> None:
             return  # a forked child never removes its parent's directory
         _stage_dir = None
         _staged.clear()
+        _made.clear()
     if d:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -263,6 +265,7 @@ def _after_fork_in_child() -> None:
         _inherited.append(_store)
     _store, _store_failed, _stage_dir = None, False, None
     _staged.clear()
+    _made.clear()
     # _stage_owner stays the parent's PID: the child makes its own directory on
     # first use, and its atexit (registered once, by the parent) skips the parent's.
 
@@ -289,14 +292,24 @@ def _stage(key: str, filename: str, data: bytes) -> str:
         return seen[0]  # staged before with these bytes: Triton asked again
     sub = key if _SAFE_KEY.match(key) else "k" + _kcache.key_caller(NAMESPACE, key.encode())[:40]
     d = os.path.join(staging_dir(), sub)
-    os.makedirs(d, mode=0o700, exist_ok=True)
+    if d not in _made:
+        os.makedirs(d, mode=0o700, exist_ok=True)
+        _made.add(d)
     path = os.path.join(d, filename)
-    fd, tmp = tempfile.mkstemp(prefix=".stage-", dir=d)
+    # The directory is this process's own: a temporary name per thread is unique, and
+    # costs none of mkstemp's random names and retries (a hit stages every member).
+    tmp = os.path.join(d, ".stage-%d" % threading.get_ident())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o600)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.close(fd)
+        fd = -1
         os.rename(tmp, path)
     except BaseException:
+        if fd >= 0:
+            os.close(fd)
         try:
             os.unlink(tmp)
         except OSError:
