@@ -203,6 +203,18 @@ def _remove_stale(base: str) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
+def _at_exit() -> None:
+    # The hits and times of use this process gathered go to the file (the LRU
+    # and `kcache stats` count them), and its staging directory goes.
+    store = _store
+    if store is not None:
+        try:
+            store.flush()
+        except Exception:
+            pass
+    _remove_own_stage()
+
+
 def _remove_own_stage() -> None:
     global _stage_dir
     with _lock:
@@ -235,10 +247,7 @@ def staging_dir() -> str:
             last = ex
             continue
         with _lock:
-            first = _stage_owner == 0
             _stage_dir, _stage_owner = d, os.getpid()
-        if first:
-            atexit.register(_remove_own_stage)
         return d
     raise OSError("kcache: no directory to stage Triton's files in (tried %s): %s; set "
                   "KCACHE_TRITON_STAGING to a writable directory not mounted noexec"
@@ -260,16 +269,18 @@ def _reset() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _store, _store_failed, _stage_dir, _stage_owner
+    global _store, _store_failed, _stage_dir, _lock
+    _lock = threading.Lock()  # another thread of the parent may have held it at the fork
     if _store is not None:
         _inherited.append(_store)
     _store, _store_failed, _stage_dir = None, False, None
     _staged.clear()
     _made.clear()
     # _stage_owner stays the parent's PID: the child makes its own directory on
-    # first use, and its atexit (registered once, by the parent) skips the parent's.
+    # first use, and its exit removes only that one.
 
 
+atexit.register(_at_exit)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
