@@ -2,6 +2,12 @@
 needed) in child processes, served from kcache in the next ones."""
 import json
 import os
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
 
 import kcache
 from conftest import wait_until
@@ -170,3 +176,46 @@ def test_disable_bypasses_the_database(env):
     assert not r["kernels"][0]["hit"] and r["kcache"]["puts"] == 0
     again, _ = env.compile("--blocks", "64")
     assert again["kernels"][0]["hit"]
+
+
+def test_hits_are_counted_in_the_file(env):
+    env.compile("--blocks", "16,32")
+    env.compile("--blocks", "16,32")
+    with kcache.Cache(env.cache) as c:
+        s = c.stats("triton")
+    assert s["entries"] == 2 and s["hits"] == 2, s
+
+
+def test_groups_travel_through_the_remote(env, tmp_path):
+    """A fleet shares Triton's kernels through kcache's remote: push from one cache, pull into
+    another, and the other's Triton is served without compiling."""
+    server = shutil.which("redis-server")
+    if not server:
+        pytest.skip("redis-server is not installed")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--dir", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        url = "redis://127.0.0.1:%d" % port
+        first, _ = env.compile("--blocks", "16,32")
+        env.kcache("remote", "push", "--arch", "triton", "--remote", url)
+        other = tmp_path / "other machine"
+        other.mkdir()
+        env.vars["KCACHE_DIR"] = str(other)
+        env.kcache("remote", "pull", "--arch", "triton", "--remote", url)
+        second, _ = env.compile("--blocks", "16,32")
+        assert [k["hit"] for k in second["kernels"]] == [True, True]
+        assert [k["cubin_sha256"] for k in second["kernels"]] == \
+            [k["cubin_sha256"] for k in first["kernels"]]
+    finally:
+        proc.terminate()
+        proc.wait(10)
