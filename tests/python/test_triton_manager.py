@@ -194,3 +194,37 @@ def test_disable_stores_nothing(monkeypatch, tt, cache_dir):
 def test_a_file_name_that_is_a_path_is_refused(tt):
     with pytest.raises(ValueError):
         kt.CacheManager(KEY).put(b"x", "../x.cubin")
+
+
+def test_threads_compiling_one_kernel_see_whole_groups(tt):
+    """Inductor compiles from threads: eight at once put and read one kernel's group."""
+    import threading
+
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(20):
+                m = kt.CacheManager(KEY)
+                got = m.get_group("add_kernel.json")
+                if got is None:
+                    compile_like_triton(m)
+                    continue
+                assert sorted(got) == ["add_kernel.cubin", "add_kernel.json", "add_kernel.ptx",
+                                       "add_kernel.source", "add_kernel.ttir"]
+                with open(got["add_kernel.json"]) as f:
+                    assert f.read() == '{"name": "add_kernel"}'
+                with open(got["add_kernel.cubin"], "rb") as f:
+                    assert f.read() == b"\x7fELF" + bytes(range(256)) * 40
+        except Exception as ex:  # reported by the main thread
+            errors.append(ex)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    s = kt.stats()
+    assert s["errors"] == 0 and s["damaged"] == 0 and s["groups_hit"] > 0
+    assert [n for n in os.listdir(os.path.join(kt.staging_dir(), KEY)) if n.startswith(".")] == []
