@@ -43,6 +43,8 @@ def count_compiles():
     try:
         from triton import knobs
 
+        if not hasattr(knobs.compilation, "listener"):
+            return None  # this Triton has no listener: setting one would count nothing
         seen = []
 
         def listener(src, metadata, metadata_group, times, cache_hit):
@@ -52,6 +54,18 @@ def count_compiles():
         return seen
     except Exception:
         return None
+
+
+def digest(t):
+    """SHA-256 of a tensor's bytes (numpy is not a dependency of torch)."""
+    import torch
+
+    raw = t.detach().cpu().contiguous().view(torch.uint8).flatten()
+    try:
+        data = raw.numpy().tobytes()
+    except Exception:
+        data = bytes(raw.tolist())
+    return hashlib.sha256(data).hexdigest()
 
 
 def child_triton(n):
@@ -83,7 +97,7 @@ def child_triton(n):
         scale_add[(triton.cdiv(size, block),)](x, y, out, size, 0.5 + i, BLOCK=block,
                                                num_warps=warps)
         torch.cuda.synchronize()
-        digests.append(hashlib.sha256(out.cpu().numpy().tobytes()).hexdigest())
+        digests.append(digest(out))
     wall = time.perf_counter() - t0
     return {"wall_s": wall, "digests": digests, "compiles": None if seen is None else
             sum(1 for h in seen if not h), "hits": None if seen is None else sum(seen)}
@@ -107,7 +121,7 @@ def child_torch():
         torch.cuda.synchronize()
         wall = time.perf_counter() - t0
     return {"wall_s": wall, "max_abs_diff": float((out - eager).abs().max()),
-            "digest": hashlib.sha256(out.cpu().numpy().tobytes()).hexdigest(),
+            "digest": digest(out),
             "compiles": None if seen is None else sum(1 for h in seen if not h),
             "hits": None if seen is None else sum(seen)}
 
@@ -188,6 +202,13 @@ def main():
                                 % (key, r["kcache_misses"]))
             if r["triton_files"]:
                 failures.append("%s: %d files in TRITON_CACHE_DIR" % (key, r["triton_files"]))
+        for key in ("triton/file/cold", "triton/kcache/cold", "torch/file/cold", "torch/kcache/cold"):
+            # A cold run compiles: a count of 0 there means the counting is broken, not the cache.
+            if R(key) and R(key)["compiles"] == 0:
+                failures.append("%s: no compile seen in a cold run (the listener is not called)"
+                                % key)
+            if key.endswith("kcache/cold") and R(key) and not R(key)["kcache_misses"]:
+                failures.append("%s: no miss counted in a cold run" % key)
         for key in ("torch/file/cold", "torch/file/warm", "torch/kcache/cold", "torch/kcache/warm"):
             if R(key) and R(key)["max_abs_diff"] > 1e-3:
                 failures.append("%s: differs from eager by %g" % (key, R(key)["max_abs_diff"]))
