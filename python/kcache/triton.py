@@ -37,8 +37,12 @@ Design (README, "Triton and torch.compile"):
   Memory files (memfd, ``/proc/self/fd/N``) were measured and rejected: the
   path has no suffix, so Triton cannot tell a CUBIN from a PTX, and Python
   cannot load a module from it.
-* Processes. A forked child stages into a directory of its own and never
-  removes its parent's.
+* Processes. After a miss a process claims the kernel (a POSIX record lock
+  on a byte of ``kcache.db-triton`` beside the database) until its
+  ``put_group`` has stored the group; other processes wait for that group
+  instead of compiling it again, for at most ``KCACHE_TRITON_WAIT`` seconds
+  (60). A claim ends with its process. A forked child stages into a
+  directory of its own and never removes its parent's.
 * Soundness. The key is Triton's: its version and the hash of its compiler,
   backend and language sources and of libtriton, the kernel's source and
   signature, the backend (target architecture and ptxas version), the
@@ -56,6 +60,8 @@ Design (README, "Triton and torch.compile"):
 from __future__ import annotations
 
 import atexit
+import errno
+import hashlib
 import logging
 import os
 import re
@@ -64,9 +70,16 @@ import stat
 import struct
 import tempfile
 import threading
+import time
+import weakref
 from typing import Any, Dict, Optional
 
 from . import _db_path, _kcache
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no compile is shared, each process compiles its own
+    fcntl = None  # type: ignore[assignment]
 
 try:  # Triton checks the class's MRO for a class named CacheManager; subclass its own when there.
     from triton.runtime.cache import CacheManager as _TritonCacheManager
@@ -95,7 +108,7 @@ _staged: Dict[tuple, tuple] = {}  # (key, filename) -> (path, (size, hash))
 _made: set = set()  # directories made in the staging directory
 _warned: set = set()
 _counters = {"hits": 0, "misses": 0, "puts": 0, "groups_put": 0, "groups_hit": 0,
-             "groups_missed": 0, "damaged": 0, "errors": 0}
+             "groups_missed": 0, "damaged": 0, "errors": 0, "waited": 0, "waits_timed_out": 0}
 # Stores a forked child inherited: never closed in the child (closing a SQLite
 # connection that the parent still uses would release the parent's locks).
 _inherited: list = []
@@ -103,7 +116,8 @@ _inherited: list = []
 
 def stats() -> Dict[str, int]:
     """This process's counts: hits and misses of files and groups, puts,
-    damaged group entries (served as misses) and store errors."""
+    damaged group entries (served as misses), store errors, groups served after
+    waiting for another process's compile, and waits that ran out."""
     with _lock:
         return dict(_counters)
 
@@ -266,6 +280,9 @@ def _reset() -> None:
         _warned.clear()
         for k in _counters:
             _counters[k] = 0
+        if _claims["fd"] is not None:
+            os.close(_claims["fd"])
+        _claims.update(fd=None, tried=False)
 
 
 def _after_fork_in_child() -> None:
@@ -329,6 +346,62 @@ def _stage(key: str, filename: str, data: bytes) -> str:
     with _lock:
         _staged[memo] = (path, sig)
     return path
+
+
+# --- claims: one process compiles a kernel, the others wait for its group -----------------
+#
+# A byte of one file beside the database, locked with fcntl (POSIX record locks): the
+# kernel's key picks the byte. A lock held by a process that ends is gone with it, so a
+# crash never leaves a claim behind; a wait is bounded (KCACHE_TRITON_WAIT seconds). Two
+# keys that pick one byte only make one wait for the other. Threads of one process share
+# its locks: they may compile one kernel twice, as without kcache.
+
+_claims = {"fd": None, "tried": False}
+_DEFAULT_WAIT_S = 60.0
+
+
+def _wait_s() -> float:
+    v = os.environ.get("KCACHE_TRITON_WAIT", "")
+    try:
+        w = float(v) if v.strip() else _DEFAULT_WAIT_S
+    except ValueError as ex:
+        _report("KCACHE_TRITON_WAIT must be a number of seconds, waiting %g" % _DEFAULT_WAIT_S, ex)
+        w = _DEFAULT_WAIT_S
+    return min(max(w, 0.0), 3600.0)
+
+
+def _claims_fd() -> Optional[int]:
+    if fcntl is None:
+        return None
+    with _lock:
+        if _claims["tried"]:
+            return _claims["fd"]
+        _claims["tried"] = True
+    store = _get_store()
+    if store is None:
+        return None
+    try:
+        # Never closed: closing any descriptor of the file drops this process's locks on it.
+        fd = os.open(store.path + "-triton", os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
+                     0o600)
+    except OSError as ex:
+        _report("cannot open the file of Triton compile claims (compiles are not shared)", ex)
+        return None
+    with _lock:
+        _claims["fd"] = fd
+    return fd
+
+
+def _claim_offset(key: str, filename: str) -> int:
+    digest = hashlib.blake2b(_caller_key(key, filename), digest_size=4).digest()
+    return int.from_bytes(digest, "big") & 0x7FFFFFFF
+
+
+def _release_claim(fd: int, off: int) -> None:
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_UN, 1, off, 0)
+    except OSError:
+        pass
 
 
 # --- group entries -------------------------------------------------------------------------
@@ -395,19 +468,22 @@ class CacheManager(_TritonCacheManager):  # type: ignore[misc,valid-type]
             self._files = FileCacheManager(key, override=override, dump=dump)
         # This manager's puts, by file name: (path handed out, bytes), for put_group.
         self._put: Dict[str, tuple] = {}
+        # The claim to compile this key's group, taken after a miss (_wait_or_claim).
+        self._claim: Any = None
 
     # Triton's FileCacheManager has it; some callers ask.
     def has_file(self, filename: str) -> bool:
         return self.get_file(filename) is not None
 
-    def _lookup(self, filename: str) -> Optional[bytes]:
+    def _lookup(self, filename: str, touch: bool = True) -> Optional[bytes]:
         if _disabled():
             return None
         store = _get_store()
         if store is None:
             return None
         try:
-            return store.get(NAMESPACE, _caller_key(self.key, filename))
+            # touch=False: a waiter's polls neither count as misses nor move the LRU.
+            return store.get(NAMESPACE, _caller_key(self.key, filename), touch)
         except Exception as ex:
             _report("cannot read the cache", ex)
             return None
@@ -456,26 +532,68 @@ class CacheManager(_TritonCacheManager):  # type: ignore[misc,valid-type]
         self._put[filename] = (path, raw)
         return path
 
-    def get_group(self, filename: str) -> Optional[Dict[str, str]]:
-        if self._files is not None:
-            return self._files.get_group(filename)
-        blob = self._lookup(_GROUP_PREFIX + filename)
+    def _group(self, filename: str, again: bool = False) -> Optional[Dict[str, str]]:
+        """The group staged, or None for a miss (a damaged entry counted, once)."""
+        blob = self._lookup(_GROUP_PREFIX + filename, touch=not again)
         if blob is None:
-            _count("groups_missed")
             return None
         members = _decode_group(blob)
         if members is None or filename not in members:
-            _count("damaged")
-            _count("groups_missed")
+            if not again:
+                _count("damaged")
             return None
         try:
-            group = {name: _stage(self.key, name, data) for name, data in members.items()}
+            return {name: _stage(self.key, name, data) for name, data in members.items()}
         except OSError as ex:
             _report("cannot stage Triton's files", ex)
-            _count("groups_missed")
             return None
-        _count("groups_hit")
+
+    def get_group(self, filename: str) -> Optional[Dict[str, str]]:
+        if self._files is not None:
+            return self._files.get_group(filename)
+        group = self._group(filename)
+        if group is None:
+            group = self._wait_or_claim(filename)
+        _count("groups_hit" if group is not None else "groups_missed")
         return group
+
+    def _wait_or_claim(self, filename: str) -> Optional[Dict[str, str]]:
+        """After a miss: the group another process is compiling, once it is stored, or
+        None with the claim to compile it (released by put_group, or when this manager
+        is dropped, or when the process ends)."""
+        if _disabled():
+            return None
+        fd = _claims_fd()
+        if fd is None:
+            return None
+        off = _claim_offset(self.key, filename)
+        deadline = time.monotonic() + _wait_s()
+        pause = 0.005
+        while True:
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, off, 0)
+                break
+            except OSError as ex:
+                if ex.errno not in (errno.EACCES, errno.EAGAIN):
+                    _report("cannot take a claim on a Triton compile", ex)
+                    return None
+            if time.monotonic() >= deadline:
+                _count("waits_timed_out")
+                return None  # compile it here too: a wait is bounded
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
+            group = self._group(filename, again=True)
+            if group is not None:
+                _count("waited")
+                return group
+        # Claimed. Whoever held the claim stored its group before letting go.
+        group = self._group(filename, again=True)
+        if group is not None:
+            _release_claim(fd, off)
+            _count("waited")
+            return group
+        self._claim = weakref.finalize(self, _release_claim, fd, off)
+        return None
 
     def put_group(self, filename: str, group: Dict[str, str]) -> Optional[str]:
         if self._files is not None:
@@ -496,13 +614,18 @@ class CacheManager(_TritonCacheManager):  # type: ignore[misc,valid-type]
         if filename not in members or not all(_safe_name(n) for n in members):
             _count("damaged")
             return None
-        if not self._store_put(_GROUP_PREFIX + filename, _encode_group(members)):
-            return None
-        _count("groups_put")
-        store = _get_store()
-        for name in members:
-            try:
-                store.delete(NAMESPACE, _caller_key(self.key, name))
-            except Exception as ex:
-                _report("cannot write the cache", ex)
+        try:
+            if not self._store_put(_GROUP_PREFIX + filename, _encode_group(members)):
+                return None
+            _count("groups_put")
+            store = _get_store()
+            for name in members:
+                try:
+                    store.delete(NAMESPACE, _caller_key(self.key, name))
+                except Exception as ex:
+                    _report("cannot write the cache", ex)
+        finally:
+            if self._claim is not None:
+                self._claim()  # after the store: a waiter that takes the claim finds the group
+                self._claim = None
         return None

@@ -228,3 +228,68 @@ def test_threads_compiling_one_kernel_see_whole_groups(tt):
     s = kt.stats()
     assert s["errors"] == 0 and s["damaged"] == 0 and s["groups_hit"] > 0
     assert [n for n in os.listdir(os.path.join(kt.staging_dir(), KEY)) if n.startswith(".")] == []
+
+
+HOLDER = textwrap.dedent("""
+    import os, sys, time
+    import kcache.triton as kt
+    m = kt.CacheManager(sys.argv[1])
+    assert m.get_group("add_kernel.json") is None
+    print("claimed", flush=True)
+    if sys.argv[2] == "crash":
+        os._exit(3)
+    time.sleep(float(sys.argv[3]))
+    group = {"add_kernel.cubin": m.put(b"cubin from the holder", "add_kernel.cubin"),
+             "add_kernel.json": m.put("{}", "add_kernel.json")}
+    m.put_group("add_kernel.json", group)
+    print("stored", flush=True)
+""")
+
+
+def start_holder(tt, cache_dir, how, hold_s=1.0):
+    env = dict(os.environ, KCACHE_DIR=str(cache_dir), KCACHE_TRITON_STAGING=str(tt))
+    p = subprocess.Popen([sys.executable, "-c", HOLDER, KEY, how, str(hold_s)], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "claimed", p.stderr.read()
+    return p
+
+
+def test_a_second_process_waits_for_the_compile_of_the_first(tt, cache_dir):
+    import time
+
+    holder = start_holder(tt, cache_dir, "store", 1.0)
+    t0 = time.monotonic()
+    got = kt.CacheManager(KEY).get_group("add_kernel.json")
+    waited = time.monotonic() - t0
+    assert holder.wait(30) == 0
+    assert got is not None, "compiled again instead of waiting for the other process's group"
+    assert open(got["add_kernel.cubin"], "rb").read() == b"cubin from the holder"
+    assert waited >= 0.5 and kt.stats()["waited"] == 1
+    # The polls while waiting are not misses of the namespace: the holder's and ours are.
+    kt._get_store().flush()
+    assert kcache.Cache(cache_dir).stats("triton")["misses"] == 2
+
+
+def test_a_claim_ends_with_its_process(tt, cache_dir):
+    import time
+
+    holder = start_holder(tt, cache_dir, "crash")
+    assert holder.wait(30) == 3
+    t0 = time.monotonic()
+    assert kt.CacheManager(KEY).get_group("add_kernel.json") is None
+    assert time.monotonic() - t0 < 1.0 and kt.stats()["waits_timed_out"] == 0
+
+
+def test_a_wait_is_bounded(monkeypatch, tt, cache_dir):
+    import time
+
+    monkeypatch.setenv("KCACHE_TRITON_WAIT", "0.3")
+    holder = start_holder(tt, cache_dir, "store", 20.0)
+    try:
+        t0 = time.monotonic()
+        assert kt.CacheManager(KEY).get_group("add_kernel.json") is None
+        assert 0.25 <= time.monotonic() - t0 < 5.0
+        assert kt.stats()["waits_timed_out"] == 1
+    finally:
+        holder.kill()
+        holder.wait(30)

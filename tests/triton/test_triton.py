@@ -108,8 +108,13 @@ def test_eight_processes_at_once_on_an_empty_cache(env):
         results.append(json.loads(out))
     for r in results:
         assert r["kcache"]["errors"] == 0 and r["kcache"]["damaged"] == 0
+        assert r["kcache"]["waits_timed_out"] == 0
         for k in r["kernels"]:
             assert k["cubin_sha256"] == ref[k["id"]]
+    # Each kernel was compiled by one process; the seven others waited for its group.
+    compiles = {i: sum(1 for r in results for k in r["kernels"] if k["id"] == i and not k["hit"])
+                for i in ref}
+    assert compiles == {i: 1 for i in ref}, compiles
     # Afterwards one process is served every kernel whole.
     after, _ = env.compile("--blocks", blocks)
     assert all(k["hit"] for k in after["kernels"])
