@@ -394,6 +394,67 @@ static void test_list_callback_calls_store(void)
     kcache_store_close(s);
 }
 
+/*
+ * The stored-bytes check every hit runs: XXH3-128, marked in the row; a row
+ * with a BLAKE2b stored digest (written before) is still checked as such, and
+ * damage is found either way.
+ */
+static void test_stored_digest_kinds(void)
+{
+    const char *path = test_path("digest.db");
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    st_fill(scratch, 70000, 3);
+    CHECK_RC(kcache_store_put_keyed(s, "d", "fast", 4, scratch, 70000), 0);
+    CHECK_RC(kcache_store_put_keyed(s, "d", "old", 3, scratch, 70000), 0);
+    CHECK_RC(kcache_store_put_keyed(s, "d", "raw", 3, "tiny", 4), 0); /* stored as is */
+    kcache_store_close(s);
+    sqlite3 *db = NULL;
+    REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
+    /* Every row written now carries the mark. */
+    CHECK(st_sql_int(db, "SELECT count(*) FROM artifact WHERE substr(stored_digest, 17) ="
+                         " x'6b63616368652d787868332d31323800'") == 3); /* "kcache-xxh3-128" */
+    /* One row as an older kcache wrote it: BLAKE2b-256 of the stored bytes. */
+    kcache_key old;
+    REQUIRE(kcache_key_caller(&old, "d", "old", 3) == 0);
+    sqlite3_stmt *q = NULL;
+    REQUIRE(sqlite3_prepare_v2(db, "SELECT a.data FROM artifact a JOIN entry e ON e.id = a.id"
+                                   " WHERE e.key = ?1", -1, &q, NULL) == SQLITE_OK);
+    sqlite3_bind_blob(q, 1, old.bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
+    REQUIRE(sqlite3_step(q) == SQLITE_ROW);
+    uint8_t b2[KC_DIGEST_SIZE];
+    kc_digest(b2, sqlite3_column_blob(q, 0), (size_t)sqlite3_column_bytes(q, 0));
+    sqlite3_finalize(q);
+    REQUIRE(sqlite3_prepare_v2(db, "UPDATE artifact SET stored_digest = ?2 WHERE id ="
+                                   " (SELECT id FROM entry WHERE key = ?1)", -1, &q, NULL) ==
+            SQLITE_OK);
+    sqlite3_bind_blob(q, 1, old.bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
+    sqlite3_bind_blob(q, 2, b2, KC_DIGEST_SIZE, SQLITE_STATIC);
+    CHECK(sqlite3_step(q) == SQLITE_DONE);
+    sqlite3_finalize(q);
+    /* Damage in the marked row's bytes. */
+    kcache_key fast;
+    REQUIRE(kcache_key_caller(&fast, "d", "fast", 4) == 0);
+    REQUIRE(sqlite3_prepare_v2(db, "UPDATE artifact SET data = CAST(substr(data, 1, 100) ||"
+                                   " x'5a' || substr(data, 102) AS BLOB) WHERE id ="
+                                   " (SELECT id FROM entry WHERE key = ?1)", -1, &q, NULL) ==
+            SQLITE_OK);
+    sqlite3_bind_blob(q, 1, fast.bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
+    CHECK(sqlite3_step(q) == SQLITE_DONE);
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    kcache_entry *e = NULL;
+    CHECK_RC(kcache_store_get_keyed(&e, s, "d", "old", 3, 0), 0);
+    CHECK(e && e->size == 70000 && memcmp(e->data, scratch, 70000) == 0);
+    kcache_entry_free(e);
+    CHECK_RC(kcache_store_get_keyed(&e, s, "d", "raw", 3, 0), 0);
+    CHECK(e && e->size == 4 && memcmp(e->data, "tiny", 4) == 0);
+    kcache_entry_free(e);
+    CHECK_RC(kcache_store_get_keyed(&e, s, "d", "fast", 4, 0), KCACHE_ENOTFOUND);
+    CHECK(strstr(kcache_store_errmsg(s), "damaged") != NULL);
+    kcache_store_close(s);
+}
+
 int main(void)
 {
     test_put_get_delete();
@@ -404,5 +465,6 @@ int main(void)
     test_migration();
     test_errmsg_per_thread();
     test_list_callback_calls_store();
+    test_stored_digest_kinds();
     return test_done();
 }

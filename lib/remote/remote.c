@@ -461,3 +461,18 @@ void kc_remote_push(kcache_remote *r, const kcache_entry *e)
         kc_remote_push_locked(r, e, kc_now_ms());
     pthread_mutex_unlock(&r->lock);
 }
+
+KCACHE_API int kcache_remote_get(kcache_entry **out, kcache_remote *remote, const kcache_key *key)
+{
+    if (!out || !remote || !key)
+        return KCACHE_EINVAL;
+    return kc_remote_fetch(out, remote, key) == 1 ? 0 : KCACHE_ENOTFOUND;
+}
+
+KCACHE_API int kcache_remote_put(kcache_remote *remote, const kcache_entry *entry)
+{
+    if (!remote || !entry || !entry->key_material_size)
+        return KCACHE_EINVAL;
+    kc_remote_push(remote, entry);
+    return 0;
+}

@@ -377,16 +377,15 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
         }
         if (!r.stored && type == SQLITE_BLOB && r.stored_n == 0)
             r.stored = "";
-        uint8_t check[KC_DIGEST_SIZE];
-        if (r.stored)
-            kc_digest(check, r.stored, r.stored_n);
         damaged = !r.stored || digest_n != KC_DIGEST_SIZE || r.stored_n != r.stored_size ||
-                  memcmp(check, stored_digest, KC_DIGEST_SIZE) != 0;
-        /* Raw bytes have no frame checksum behind the stored digest: they are
-         * the artifact, so the same hash must also match the artifact's digest
-         * (damage that hit both the bytes and stored_digest is caught here). */
-        if (!damaged && r.codec == KC_CODEC_RAW)
-            damaged = !r.digest || memcmp(check, r.digest, KC_DIGEST_SIZE) != 0;
+                  !kc_stored_digest_ok(stored_digest, r.stored, r.stored_n);
+        /* Raw bytes stored with a BLAKE2b stored digest (rows of before) have
+         * no frame checksum behind it and it is the artifact's own digest: the
+         * two must be equal (damage that hit both the bytes and stored_digest
+         * is caught here). An XXH3 stored digest is independent of the
+         * artifact's, so damage would have to match two hashes at once. */
+        if (!damaged && r.codec == KC_CODEC_RAW && !kc_stored_digest_fast(stored_digest))
+            damaged = !r.digest || memcmp(stored_digest, r.digest, KC_DIGEST_SIZE) != 0;
     }
     if (!damaged && (flags & KCACHE_GET_INPUTS)) {
         rc = load_inputs(s, id, &r);
@@ -648,13 +647,7 @@ int kc_put_encode(struct kc_put_ctx *p, const kcache_entry *e, kc_codec_ctx *cod
     if ((rc = kc_names_encode(names, e)))
         return rc == KCACHE_ENOMEM ? rc : KCACHE_EINVAL;
     kc_digest(p->digest, e->data, e->size);
-    /* Stored as is, the bytes are the artifact: one hash is both digests, where an
-     * uncompressed put (small or incompressible, or a codec setting of none) hashed
-     * the same bytes twice. */
-    if (p->codec == KC_CODEC_RAW)
-        memcpy(p->stored_digest, p->digest, KC_DIGEST_SIZE);
-    else
-        kc_digest(p->stored_digest, stored->data, stored->size);
+    kc_stored_digest(p->stored_digest, stored->data, stored->size);
     return 0;
 }
 

@@ -99,6 +99,9 @@ class Cache:
     ``None`` is the user's cache, as the ``kcache`` command finds it
     (``$KCACHE_PATH``, ``$KCACHE_DIR``, ``~/.cache/kcache``). ``max_size`` caps
     the whole file in bytes (``None``: the setting or the default, 4 GiB).
+    ``remote`` is the shared tier (``redis://host:port``; ``None``: the
+    ``remote`` setting, ``$KCACHE_REMOTE`` or kcache.conf): a local miss asks
+    it, a put is pushed to it, every entry from it is checked.
 
     Entries of your own live under a namespace (1 to 31 letters, digits,
     ``.``, ``_``, ``-``) and a key of any bytes; ``kcache ls --namespace NS``
@@ -111,10 +114,11 @@ class Cache:
         *,
         max_size: int | None = None,
         read_only: bool = False,
+        remote: str | None = None,
     ) -> None:
         if max_size is not None and max_size <= 0:
             raise ValueError("max_size must be positive or None")
-        self._store = _kcache.Store(_db_path(path), max_size or 0, read_only)
+        self._store = _kcache.Store(_db_path(path), max_size or 0, read_only, remote=remote)
 
     @property
     def path(self) -> str:

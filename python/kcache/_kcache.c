@@ -64,6 +64,7 @@ static PyObject *raise_status(PyObject *type, int status, const char *message)
 typedef struct {
     PyObject_HEAD
     kcache_store *store;
+    kcache_remote *remote; /* the shared tier behind the store, when one is set; NULL: none */
     pthread_rwlock_t lock; /* read: a call in flight; write: close */
     PyObject *error;       /* kcache.Error, borrowed from the module for the object's life */
 } StoreObject;
@@ -95,12 +96,13 @@ static PyObject *store_raise(StoreObject *self, kcache_store *s, int rc)
 static int Store_init(PyObject *op, PyObject *args, PyObject *kwds)
 {
     StoreObject *self = (StoreObject *)op;
-    static char *kwlist[] = {"path", "max_size", "read_only", "no_create", NULL};
-    const char *path = NULL;
+    static char *kwlist[] = {"path", "max_size", "read_only", "no_create", "remote", "use_remote",
+                             NULL};
+    const char *path = NULL, *remote_url = NULL;
     unsigned long long max_size = 0;
-    int read_only = 0, no_create = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "z|Kpp", kwlist, &path, &max_size, &read_only,
-                                     &no_create))
+    int read_only = 0, no_create = 0, use_remote = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "z|Kppzp", kwlist, &path, &max_size, &read_only,
+                                     &no_create, &remote_url, &use_remote))
         return -1;
     if (self->store) {
         PyErr_SetString(PyExc_RuntimeError, "Store.__init__ called twice");
@@ -121,7 +123,22 @@ static int Store_init(PyObject *op, PyObject *args, PyObject *kwds)
         raise_status(self->error, rc, err);
         return -1;
     }
+    /* The remote the settings name (or remote_url), as a compiler uses it: a
+     * local miss asks it, a put is pushed to it. A setting that cannot be
+     * used is an error here, where the user can fix it. */
+    kcache_remote *r = NULL;
+    if (use_remote) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = kcache_remote_open(&r, s, remote_url, err, sizeof(err));
+        Py_END_ALLOW_THREADS
+        if (rc) {
+            kcache_store_close(s);
+            raise_status(self->error, rc, err);
+            return -1;
+        }
+    }
     self->store = s;
+    self->remote = r;
     return 0;
 }
 
@@ -133,6 +150,7 @@ static PyObject *Store_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (!self)
         return NULL;
     self->store = NULL;
+    self->remote = NULL;
     pthread_rwlock_init(&self->lock, NULL);
     /* The module's Error, found through the type's module (the type is the module's). */
     PyObject *module = PyType_GetModule(type);
@@ -144,11 +162,15 @@ static PyObject *Store_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 static void store_close_now(StoreObject *self)
 {
     kcache_store *s;
+    kcache_remote *r;
     Py_BEGIN_ALLOW_THREADS
     pthread_rwlock_wrlock(&self->lock);
     s = self->store;
+    r = self->remote;
     self->store = NULL;
+    self->remote = NULL;
     pthread_rwlock_unlock(&self->lock);
+    kcache_remote_close(r); /* it borrows the store */
     kcache_store_close(s);
     Py_END_ALLOW_THREADS
 }
@@ -171,6 +193,35 @@ static PyObject *Store_close(PyObject *op, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/*
+ * A local miss asked of the remote: its entry, checked by the remote and
+ * stored locally, is this namespace's only if kind and arch say so (the key
+ * is the namespace's, and the import gate checked the material says so too).
+ */
+static int remote_get(kcache_entry **out, kcache_remote *r, const char *ns, const char *key,
+                      size_t key_size)
+{
+    kcache_key k;
+    if (kcache_key_caller(&k, ns, key, key_size) || kcache_remote_get(out, r, &k))
+        return KCACHE_ENOTFOUND;
+    if ((*out)->kind != KCACHE_KIND_DATA || strcmp((*out)->arch, ns) != 0) {
+        kcache_entry_free(*out);
+        *out = NULL;
+        return KCACHE_ENOTFOUND;
+    }
+    return 0;
+}
+
+/* What was just put, pushed as the store holds it (with its key material); best effort. */
+static void remote_put(kcache_remote *r, kcache_store *s, const char *ns, const char *key,
+                       size_t key_size)
+{
+    kcache_entry *e = NULL;
+    if (kcache_store_get_keyed(&e, s, ns, key, key_size, KCACHE_GET_NO_TOUCH) == 0)
+        kcache_remote_put(r, e);
+    kcache_entry_free(e);
+}
+
 static PyObject *Store_get(PyObject *op, PyObject *args)
 {
     StoreObject *self = (StoreObject *)op;
@@ -187,6 +238,8 @@ static PyObject *Store_get(PyObject *op, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     rc = kcache_store_get_keyed(&e, s, ns, key, (size_t)key_size,
                                 touch ? KCACHE_GET_DEFAULT : KCACHE_GET_NO_TOUCH);
+    if (rc == KCACHE_ENOTFOUND && self->remote)
+        rc = remote_get(&e, self->remote, ns, key, (size_t)key_size);
     Py_END_ALLOW_THREADS
     PyObject *out = NULL;
     if (rc == KCACHE_ENOTFOUND) {
@@ -221,6 +274,8 @@ static PyObject *Store_put(PyObject *op, PyObject *args)
     /* value is a bytes object the caller holds: immutable, alive for the call. */
     Py_BEGIN_ALLOW_THREADS
     rc = kcache_store_put_keyed(s, ns, key, (size_t)key_size, data, (size_t)size);
+    if (!rc && self->remote)
+        remote_put(self->remote, s, ns, key, (size_t)key_size);
     Py_END_ALLOW_THREADS
     PyObject *out = rc ? store_raise(self, s, rc) : (Py_INCREF(Py_None), Py_None);
     store_leave(self);

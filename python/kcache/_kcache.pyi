@@ -25,7 +25,13 @@ def key_caller(ns: str, key: bytes, /) -> str: ...
 
 class Store:
     def __init__(
-        self, path: str | None, max_size: int = ..., read_only: bool = ..., no_create: bool = ...
+        self,
+        path: str | None,
+        max_size: int = ...,
+        read_only: bool = ...,
+        no_create: bool = ...,
+        remote: str | None = ...,
+        use_remote: bool = ...,
     ) -> None: ...
     @property
     def path(self) -> str: ...

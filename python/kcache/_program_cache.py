@@ -54,8 +54,10 @@ class ProgramCache(_ProgramCacheBase):  # type: ignore[misc,valid-type]
     evicted once their bytes pass it (the file's own cap still holds).
     Keys are ``bytes`` or ``str`` (its UTF-8 bytes); values bytes-like or
     ``ObjectCode`` (stored as its bytes). Every read is checked against the
-    entry's digest. Like cuda.core's caches there is no ``__contains__``:
-    use :meth:`get`, which answers and reads in one step.
+    entry's digest. With a remote tier set (``remote`` in kcache's settings,
+    ``$KCACHE_REMOTE``), a local miss asks it and a write is pushed to it, as
+    for kcache's own compiles. Like cuda.core's caches there is no
+    ``__contains__``: use :meth:`get`, which answers and reads in one step.
     """
 
     def __init__(self, path: PathLike | None = None, *, max_size_bytes: int | None = None) -> None:

@@ -251,6 +251,22 @@ def test_remote_tier(cache_dir, tmp_path):
         run_cli("remote", "push", "--remote", url, cache_dir=cache_dir)
         run_cli("remote", "pull", "--remote", url, cache_dir=tmp_path / "b")
         assert kcache.Cache(tmp_path / "b").get("cuda.core", b"remote-key") == b"R" * 3000
+        # Live, as a compile uses it: a ProgramCache put is pushed, another machine's
+        # (another cache's) local miss is served by the remote and kept locally.
+        os.environ["KCACHE_REMOTE"] = url
+        try:
+            kcache.ProgramCache(tmp_path / "m1")[b"live"] = b"L" * 4000
+            c2 = kcache.ProgramCache(tmp_path / "m2")
+            assert c2[b"live"] == b"L" * 4000
+            assert len(c2) == 1  # now in m2's own file
+            with pytest.raises(KeyError):
+                c2[b"nobody-put-this"]
+        finally:
+            del os.environ["KCACHE_REMOTE"]
+        assert kcache.Cache(tmp_path / "m2", remote="").get("cuda.core", b"live") == b"L" * 4000
+        # A remote URL that cannot be used is an error saying why.
+        with pytest.raises(kcache.Error):
+            kcache.Cache(tmp_path / "m3", remote="http://not-redis")
     finally:
         proc.terminate()
         proc.wait(10)

@@ -90,6 +90,25 @@ KCACHE_API int kcache_remote_info_init(kcache_remote_info *out, unsigned version
  */
 KCACHE_API int kcache_remote_check(kcache_remote_info *out, kcache_remote *remote);
 
+/*
+ * One entry at a time, for callers that keep their own entries (a caller's
+ * key in a namespace, <kcache/store.h>): what a compiler does on its own.
+ *
+ * kcache_remote_get() looks key up on the remote after a local miss; on a
+ * hit the entry, checked as every remote entry is (key recomputed from its
+ * key material, digest, sizes), is stored locally and *out is the local copy
+ * (kcache_entry_free()). Returns 0, or KCACHE_ENOTFOUND on a miss and also
+ * when the remote cannot be used or held a value that failed the checks
+ * (counted in the remote counters and logged): the remote never makes a
+ * lookup fail.
+ *
+ * kcache_remote_put() pushes a local entry (as kcache_store_get() gives it,
+ * with its key material). Waits at most the operation timeout; a failure is
+ * counted and logged, not returned. Returns 0, or KCACHE_EINVAL.
+ */
+KCACHE_API int kcache_remote_get(kcache_entry **out, kcache_remote *remote, const kcache_key *key);
+KCACHE_API int kcache_remote_put(kcache_remote *remote, const kcache_entry *entry);
+
 #define KCACHE_TRANSFER_VERSION 1
 
 /* What a push or a pull did. */
