@@ -53,6 +53,9 @@ Design (README, "Triton and torch.compile"):
 * ``override`` and ``dump`` managers (``TRITON_KERNEL_OVERRIDE``,
   ``TRITON_KERNEL_DUMP``) are directories of files a person reads or edits:
   they stay Triton's own file managers.
+* The remote tier is the store's: with ``remote`` set (``KCACHE_REMOTE``), a
+  local miss asks it and every put is pushed, so a fleet compiles a kernel
+  once; a remote setting that cannot be used leaves the local file serving.
 * ``KCACHE_DISABLE=1`` bypasses the database: every lookup is a miss and
   nothing is stored (the files are still staged for Triton).
 """
@@ -146,13 +149,23 @@ def _get_store() -> Any:
     with _lock:
         if _store is not None or _store_failed:
             return _store
+        remote_err = None
         try:
             _store = _kcache.Store(_db_path(None))
-        except Exception as ex:  # a cache that cannot be opened: Triton compiles without it
-            _store_failed = True
+        except Exception as ex:
             err = ex
-        else:
+            try:  # a remote setting that cannot be used: the local file still serves
+                _store = _kcache.Store(_db_path(None), use_remote=False)
+                remote_err = ex
+            except Exception as ex2:  # a cache that cannot be opened: Triton compiles without it
+                _store_failed = True
+                err = ex2
+        if _store is not None and remote_err is None:
             return _store
+        store = _store
+    if store is not None:
+        _report("cannot use the remote, the local cache serves alone", remote_err)
+        return store
     _report("cannot open the cache", err)
     return None
 

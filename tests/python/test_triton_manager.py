@@ -293,3 +293,14 @@ def test_a_wait_is_bounded(monkeypatch, tt, cache_dir):
     finally:
         holder.kill()
         holder.wait(30)
+
+
+def test_a_remote_that_cannot_be_used_leaves_the_local_cache(monkeypatch, tt, cache_dir, caplog):
+    monkeypatch.setenv("KCACHE_REMOTE", "http://not-redis")
+    kt._reset()
+    compile_like_triton(kt.CacheManager(KEY))
+    assert kt.CacheManager(KEY).get_group("add_kernel.json") is not None
+    warnings = [r.getMessage() for r in caplog.records if r.name == "kcache.triton"]
+    assert len(warnings) == 1 and "cannot use the remote" in warnings[0], warnings
+    monkeypatch.delenv("KCACHE_REMOTE")
+    assert kcache.Cache(cache_dir).stats("triton")["entries"] == 1

@@ -192,8 +192,9 @@ def test_hits_are_counted_in_the_file(env):
 
 
 def test_groups_travel_through_the_remote(env, tmp_path):
-    """A fleet shares Triton's kernels through kcache's remote: push from one cache, pull into
-    another, and the other's Triton is served without compiling."""
+    """A fleet shares Triton's kernels through kcache's remote: a compile on one machine is
+    pushed as it is stored, and another machine's miss is served from the remote; a cache
+    without the remote set gets them with `kcache remote pull`."""
     server = shutil.which("redis-server")
     if not server:
         pytest.skip("redis-server is not installed")
@@ -211,16 +212,22 @@ def test_groups_travel_through_the_remote(env, tmp_path):
             except OSError:
                 time.sleep(0.05)
         url = "redis://127.0.0.1:%d" % port
-        first, _ = env.compile("--blocks", "16,32")
-        env.kcache("remote", "push", "--arch", "triton", "--remote", url)
+        first, _ = env.compile("--blocks", "16,32", env={"KCACHE_REMOTE": url})
+        assert [k["hit"] for k in first["kernels"]] == [False, False]
+        want = [k["cubin_sha256"] for k in first["kernels"]]
         other = tmp_path / "other machine"
         other.mkdir()
-        env.vars["KCACHE_DIR"] = str(other)
+        second, _ = env.compile("--blocks", "16,32",
+                                env={"KCACHE_REMOTE": url, "KCACHE_DIR": str(other)})
+        assert [k["hit"] for k in second["kernels"]] == [True, True], "not served by the remote"
+        assert [k["cubin_sha256"] for k in second["kernels"]] == want
+        third = tmp_path / "third machine"
+        third.mkdir()
+        env.vars["KCACHE_DIR"] = str(third)
         env.kcache("remote", "pull", "--arch", "triton", "--remote", url)
-        second, _ = env.compile("--blocks", "16,32")
-        assert [k["hit"] for k in second["kernels"]] == [True, True]
-        assert [k["cubin_sha256"] for k in second["kernels"]] == \
-            [k["cubin_sha256"] for k in first["kernels"]]
+        pulled, _ = env.compile("--blocks", "16,32")
+        assert [k["hit"] for k in pulled["kernels"]] == [True, True]
+        assert [k["cubin_sha256"] for k in pulled["kernels"]] == want
     finally:
         proc.terminate()
         proc.wait(10)
