@@ -5,15 +5,33 @@
  * times the whole-process hits with the kcache CLI).
  *
  *   bench_realtree --db PATH --source FILE --arch sm_90 [--reps N] [--plain-reps N]
- *                  [-- NVRTC-OPTIONS]
+ *                  [--resolve-reps N] [-- NVRTC-OPTIONS]
+ *   bench_realtree --serve --db PATH --source FILE
  *
  * Prints one JSON object. The options should carry --frandom-seed so that
- * plain NVRTC and kcache are given the same seed.
+ * plain NVRTC and kcache are given the same seed. --resolve-reps N first
+ * derives the key alone N times (KCACHE_COMPILE_KEY_ONLY), before anything
+ * else: the first is a miss's resolution in a fresh process (every header
+ * read, hashed and scanned), the median of the others a resolution with the
+ * process's header memo warm. Hit times are wall-clock
+ * medians and, beside them, the process's CPU time per hit (less moved by
+ * other work on a shared machine).
+ *
+ * --serve keeps one compiler (and so the process's header memo) open while
+ * realtrees/run edits the tree between requests, one per line on stdin,
+ * fields separated by tabs:
+ *
+ *   kcache OUT ARCH OPTION...   through the compiler kept open
+ *   plain OUT ARCH OPTION...    plain NVRTC reading the disk
+ *
+ * Each writes the artifact (CUBIN for sm_XX, PTX for compute_XX; nothing when
+ * the compile fails) to OUT and answers one JSON line.
  */
 #include <kcache/compile.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "compile/toolkit.h"
 #include "util/common.h"
@@ -28,6 +46,13 @@ static double median_ms(uint64_t *v, size_t n)
 {
     qsort(v, n, sizeof(*v), cmp_u64);
     return (n % 2 ? (double)v[n / 2] : ((double)v[n / 2 - 1] + (double)v[n / 2]) / 2) / 1e6;
+}
+
+static uint64_t cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* Plain NVRTC: the source by its path (so "quoted" includes are found beside it), -I as given. */
@@ -54,9 +79,16 @@ static char *plain(const kc_nvrtc *api, const char *path, const char *text, cons
     size_t ls = 0;
     if (api->GetProgramLogSize(p, &ls) == NVRTC_SUCCESS && ls > 1 && (*log = malloc(ls)))
         api->GetProgramLog(p, *log);
-    if (rc == NVRTC_SUCCESS && api->GetCUBINSize(p, size) == NVRTC_SUCCESS &&
-        (out = malloc(*size)))
+    if (rc == NVRTC_SUCCESS && !strncmp(arch, "compute_", 8)) {
+        if (api->GetPTXSize(p, size) == NVRTC_SUCCESS && (out = malloc(*size)))
+            api->GetPTX(p, out);
+        /* kcache's PTX artifact is the text without NVRTC's terminating NUL. */
+        if (out && *size && out[*size - 1] == '\0')
+            (*size)--;
+    } else if (rc == NVRTC_SUCCESS && api->GetCUBINSize(p, size) == NVRTC_SUCCESS &&
+               (out = malloc(*size))) {
         api->GetCUBIN(p, out);
+    }
     api->DestroyProgram(&p);
     free(argv);
     return out;
@@ -76,15 +108,100 @@ static void json_str(const char *k, const char *v)
     printf("\"");
 }
 
+static int write_out(const char *path, const void *data, size_t size)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return -1;
+    int ok = (!size || fwrite(data, 1, size, f) == size);
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* Splits a request line at tabs, in place: fields[0..*n). */
+static size_t split_tabs(char *line, char **fields, size_t max)
+{
+    size_t n = 0;
+    line[strcspn(line, "\n")] = '\0';
+    while (n < max) {
+        fields[n++] = line;
+        char *tab = strchr(line, '\t');
+        if (!tab)
+            break;
+        *tab = '\0';
+        line = tab + 1;
+    }
+    return n;
+}
+
+/* --serve: see the top of this file. */
+static int serve(const kc_nvrtc *api, kcache_compiler *c, const char *source)
+{
+    static char line[1 << 16];
+    char *f[256];
+    while (fgets(line, sizeof(line), stdin)) {
+        size_t n = split_tabs(line, f, 256);
+        if (n < 3 || (strcmp(f[0], "kcache") != 0 && strcmp(f[0], "plain") != 0)) {
+            printf("{\"error\": \"bad request\"}\n");
+            fflush(stdout);
+            continue;
+        }
+        const char *out = f[1], *arch = f[2];
+        const char *const *opts = (const char *const *)f + 3;
+        size_t n_opts = n - 3;
+        uint64_t t0 = kc_mono_ns();
+        if (!strcmp(f[0], "plain")) {
+            char *text = NULL, *log = NULL, *bytes = NULL;
+            size_t text_n = 0, size = 0;
+            uint64_t ns = 0;
+            if (!kc_read_file(source, 256u << 20, &text, &text_n))
+                bytes = plain(api, source, text, arch, opts, n_opts, &size, &ns, &log);
+            int wrote = write_out(out, bytes, bytes ? size : 0);
+            printf("{\"ok\": %s, \"size\": %zu, \"ms\": %.3f, ", bytes && !wrote ? "true" : "false",
+                   bytes ? size : 0, (double)(kc_mono_ns() - t0) / 1e6);
+            json_str("log", log ? log : "");
+            printf("}\n");
+            free(text);
+            free(log);
+            free(bytes);
+        } else {
+            kcache_request q = KCACHE_REQUEST_INIT;
+            q.source_path = source;
+            q.arch = arch;
+            q.options = opts;
+            q.n_options = n_opts;
+            kcache_result *r = NULL;
+            kcache_compile(&r, c, &q);
+            int ok = r && r->status == 0 && r->data;
+            int wrote = write_out(out, ok ? r->data : NULL, ok ? r->size : 0);
+            printf("{\"ok\": %s, \"hit\": %s, \"keyed\": %s, \"size\": %zu, \"headers\": %zu, "
+                   "\"ms\": %.3f, ",
+                   ok && !wrote ? "true" : "false", r && r->hit ? "true" : "false",
+                   r && r->keyed ? "true" : "false", ok ? r->size : 0, r ? r->n_headers : 0,
+                   (double)(kc_mono_ns() - t0) / 1e6);
+            json_str("store_message", r ? r->store_message : "no result");
+            printf(", ");
+            json_str("message", r ? r->message : "");
+            printf("}\n");
+            kcache_result_free(r);
+        }
+        fflush(stdout);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *db = NULL, *source = NULL, *arch = "sm_90";
-    int reps = 21, plain_reps = 1;
+    int reps = 21, plain_reps = 1, resolve_reps = 0, serving = 0;
     int i = 1;
     for (; i < argc; i++) {
         if (!strcmp(argv[i], "--") ) {
             i++;
             break;
+        }
+        if (!strcmp(argv[i], "--serve")) {
+            serving = 1;
+            continue;
         }
         if (i + 1 >= argc)
             break;
@@ -98,10 +215,13 @@ int main(int argc, char **argv)
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--plain-reps"))
             plain_reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--resolve-reps"))
+            resolve_reps = atoi(argv[++i]);
     }
-    if (!db || !source || reps < 1 || plain_reps < 0) {
+    if (!db || !source || reps < 1 || plain_reps < 0 || resolve_reps < 0) {
         fprintf(stderr, "usage: bench_realtree --db PATH --source FILE [--arch A] [--reps N] "
-                        "[--plain-reps N] [-- OPTIONS]\n");
+                        "[--plain-reps N] [-- OPTIONS]\n"
+                        "       bench_realtree --serve --db PATH --source FILE\n");
         return 2;
     }
     const char *const *opts = (const char *const *)argv + i;
@@ -122,7 +242,7 @@ int main(int argc, char **argv)
     uint64_t plain_ns = 0, best = UINT64_MAX;
     size_t plain_n = 0;
     char *plain_out = NULL, *plain_log = NULL;
-    for (int k = 0; k < plain_reps; k++) {
+    for (int k = 0; k < (serving ? 0 : plain_reps); k++) {
         free(plain_out);
         free(plain_log);
         plain_out = plain(api, source, text, arch, opts, n_opts, &plain_n, &plain_ns, &plain_log);
@@ -143,20 +263,48 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_realtree: %s\n", msg);
         return 1;
     }
+    if (serving) {
+        int rc = serve(api, c, source);
+        kcache_compiler_free(c);
+        kcache_store_close(s);
+        kc_toolkit_free(&tk);
+        free(text);
+        free(plain_out);
+        free(plain_log);
+        return rc;
+    }
     kcache_request q = KCACHE_REQUEST_INIT;
     q.source_path = source;
     q.arch = arch;
     q.options = opts;
     q.n_options = n_opts;
+    uint64_t *resolve_ns = calloc((size_t)resolve_reps + 1, sizeof(uint64_t));
+    uint64_t resolve_cold = 0;
+    size_t resolve_headers = 0;
+    for (int k = 0; k < resolve_reps; k++) {
+        kcache_request kq = q;
+        kq.flags |= KCACHE_COMPILE_KEY_ONLY;
+        kcache_result *kr = NULL;
+        uint64_t t0 = kc_mono_ns();
+        kcache_compile(&kr, c, &kq);
+        resolve_ns[k] = kc_mono_ns() - t0;
+        if (k == 0) {
+            resolve_cold = resolve_ns[0];
+            resolve_headers = kr ? kr->n_headers : 0;
+        }
+        kcache_result_free(kr);
+    }
     kcache_result *miss = NULL;
     kcache_compile(&miss, c, &q);
     uint64_t *hit_ns = calloc((size_t)reps, sizeof(uint64_t));
+    uint64_t *hit_cpu = calloc((size_t)reps, sizeof(uint64_t));
     int all_hits = 1, hits_equal = 1;
     for (int k = 0; k < reps; k++) {
         kcache_result *h = NULL;
-        uint64_t t0 = kc_mono_ns();
+        uint64_t t0 = kc_mono_ns(), c0 = cpu_ns();
         kcache_compile(&h, c, &q);
         hit_ns[k] = kc_mono_ns() - t0;
+        hit_cpu[k] = cpu_ns() - c0;
         all_hits &= h && h->hit;
         hits_equal &= h && miss && h->size == miss->size && miss->data &&
                       memcmp(h->data, miss->data, h->size) == 0;
@@ -177,8 +325,14 @@ int main(int argc, char **argv)
     json_str("message", miss ? miss->message : "");
     printf(", ");
     json_str("plain_log_head", plain_log ? plain_log : "");
-    printf(", \"hit_inproc_ms\": %.4f, \"all_hits\": %s, \"hits_equal_miss\": %s",
-           median_ms(hit_ns, (size_t)reps), all_hits ? "true" : "false",
+    printf(", \"hit_inproc_ms\": %.4f, \"hit_inproc_cpu_ms\": %.4f", median_ms(hit_ns, (size_t)reps),
+           median_ms(hit_cpu, (size_t)reps));
+    if (resolve_reps > 0)
+        printf(", \"resolve_cold_ms\": %.3f, \"resolve_warm_ms\": %.3f, \"resolve_headers\": %zu",
+               (double)resolve_cold / 1e6,
+               resolve_reps > 1 ? median_ms(resolve_ns + 1, (size_t)resolve_reps - 1) : 0.0,
+               resolve_headers);
+    printf(", \"all_hits\": %s, \"hits_equal_miss\": %s", all_hits ? "true" : "false",
            hits_equal ? "true" : "false");
     printf(", \"bytes_equal_plain\": %s}\n", equal ? "true" : "false");
     kcache_result_free(miss);
@@ -186,6 +340,8 @@ int main(int argc, char **argv)
     kcache_store_close(s);
     kc_toolkit_free(&tk);
     free(hit_ns);
+    free(hit_cpu);
+    free(resolve_ns);
     free(text);
     free(plain_out);
     free(plain_log);
