@@ -64,7 +64,13 @@ static int find_wrappers(struct resolver *r)
                 continue;
             const struct macro *m = &r->macros[r->by_macro.vals[j]];
             for (size_t d = 0; d < m->n; d++) {
-                if (kc_smap_find(&r->wrappers, m->values[d], NULL)) {
+                /* Only a value that is one identifier can name a wrapper. */
+                const char *v = m->values[d];
+                size_t vn = strlen(v);
+                int one_identifier = vn && !isdigit((unsigned char)v[0]);
+                for (size_t c = 0; one_identifier && c < vn; c++)
+                    one_identifier = kc_res_is_ident_char((unsigned char)v[c]);
+                if (one_identifier && kc_smap_find(&r->wrappers, v, NULL)) {
                     if (kc_smap_put(&r->wrappers, name, 0))
                         return KCACHE_ENOMEM;
                     changed = 1;

@@ -163,12 +163,18 @@ static int toolkit_node(struct resolver *r, const char *path, const char *rel, s
         nd->dirs = memo->dirs;
         nd->n_dirs = memo->n_dirs;
         nd->id = memo->id;
-    } else if ((rc = kc_identity_read(path, &nd->text, &nd->size, &nd->id))) {
-        if (rc == KCACHE_ENOMEM)
-            return rc;
-        /* Gone or unreadable since the stat: NVRTC could not be sure to read it either. */
-        kc_res_not_hermetic(r, "unreadable_header", "cannot read %s", path);
-        return 0;
+    } else {
+        /* Read for its includes, not hashed: the toolkit's build keys it. */
+        memset(&st, 0, sizeof(st));
+        if ((rc = kc_read_file_stat(path, KC_IDENTITY_MAX_SIZE, &nd->text, &nd->size, &st))) {
+            if (rc == KCACHE_ENOMEM)
+                return rc;
+            /* Gone or unreadable since the stat: NVRTC could not be sure to read it either. */
+            kc_res_not_hermetic(r, "unreadable_header", "cannot read %s", path);
+            return 0;
+        }
+        kc_identity_of(&nd->id, &st);
+        nd->id.state = KC_PROBE_TOOLKIT;
     }
     if (!(nd->path = kc_strdup(path)) || !(nd->dir = kc_path_dirname(path)) ||
         kc_smap_put(&r->tk_nodes, rel, k))
@@ -247,6 +253,10 @@ int kc_res_look(struct resolver *r, const char *path, int in_toolkit, int from_t
         memset(&id, 0, sizeof(id));
         kc_identity_of(&id, &st);
         memo = kc_memo_get(path, &id);
+        if (memo && memo->id.state != KC_PROBE_FILE) {
+            kc_memo_release(memo); /* kept as a toolkit header's, with no digest */
+            memo = NULL;
+        }
     }
     if (memo) {
         p = memo->id; /* read before, and the same file still: its digest with it */
