@@ -32,23 +32,15 @@ def candidates(python, root):
     return out
 
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from run_pytest import asan_runtime  # noqa: E402  (one way to find the module's ASan runtime)
+
 def usable(py):
     if not os.path.exists(py):
         return False
     p = subprocess.run([py, "-c", "import triton, pytest"], capture_output=True, text=True,
                        timeout=120)
     return p.returncode == 0
-
-
-def asan_runtime(module_dir):
-    for name in os.listdir(module_dir):
-        if name.startswith("_kcache") and name.endswith(".so"):
-            p = subprocess.run(["ldd", os.path.join(module_dir, name)], capture_output=True,
-                               text=True)
-            for word in p.stdout.split():
-                if "libasan" in word and word.startswith("/"):
-                    return word
-    return None
 
 
 def main():
