@@ -17,6 +17,18 @@
 #include "compile/identity.h"
 #include "compile/manifest.h"
 
+/* The directory NVRTC writes into line information, or "" when the options ask for none. */
+static void line_info_workdir(char *out, size_t size, const kc_opts *o)
+{
+    out[0] = '\0';
+    int line_info = 0;
+    for (size_t i = 0; i < o->n_canonical; i++)
+        line_info |= !strcmp(o->canonical[i], "--generate-line-info") ||
+                     !strcmp(o->canonical[i], "--device-debug");
+    if (line_info)
+        kc_nvrtc_workdir(out, size);
+}
+
 /* A source larger than this is not CUDA C++ anyone compiles. */
 #define KC_MAX_SOURCE_SIZE (256u << 20)
 
@@ -92,7 +104,7 @@ static int prepare(kcache_compiler *c, const kcache_request *req, struct work *w
                                   "content", i);
     if ((rc = kc_opts_parse(&w->opts, req->options, req->n_options, msg, sizeof(msg))))
         return kc_result_fail(r, rc, "%s", msg);
-    kc_line_info_workdir(w->workdir, sizeof(w->workdir), &w->opts);
+    line_info_workdir(w->workdir, sizeof(w->workdir), &w->opts);
     if ((rc = kc_resolve_arch(c, req, w, r)))
         return rc;
     if (w->kind == KCACHE_KIND_LTOIR && !w->opts.dlto) {
@@ -101,25 +113,6 @@ static int prepare(kcache_compiler *c, const kcache_request *req, struct work *w
         w->opts.dlto = 1;
     }
     return 0;
-}
-
-void kc_line_info_workdir(char *out, size_t size, const kc_opts *o)
-{
-    out[0] = '\0';
-    int line_info = 0;
-    for (size_t i = 0; i < o->n_canonical; i++)
-        line_info |= !strcmp(o->canonical[i], "--generate-line-info") ||
-                     !strcmp(o->canonical[i], "--device-debug");
-    if (!line_info)
-        return;
-    /* NVRTC names the directory as the shell does when $PWD is this directory. */
-    const char *pwd = getenv("PWD");
-    struct stat a, b;
-    if (pwd && pwd[0] == '/' && strlen(pwd) < size && stat(pwd, &a) == 0 && stat(".", &b) == 0 &&
-        a.st_dev == b.st_dev && a.st_ino == b.st_ino)
-        snprintf(out, size, "%s", pwd);
-    else if (!getcwd(out, size))
-        snprintf(out, size, "?"); /* keyed as unknown: a directory never named so */
 }
 
 /* Whether the last --std= asks for a standard older than C++14 (NVRTC's default is C++17). */

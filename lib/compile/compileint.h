@@ -115,15 +115,9 @@ struct work {
     kcache_kind kind;
     kcache_key base;         /* the manifest's key: everything but the headers */
     int64_t resolved_at;     /* ns since the epoch, when deps were read */
-    char workdir[PATH_MAX];  /* kc_line_info_workdir(): "" unless the bytes hold it */
+    char workdir[PATH_MAX];  /* kc_nvrtc_workdir() where line information holds it, else "" */
 };
 
-/*
- * The directory NVRTC writes into line information (-lineinfo, -G): $PWD
- * when it names the working directory, else getcwd(); "" when the options
- * ask for no line information (the bytes then do not depend on it).
- */
-void kc_line_info_workdir(char *out, size_t size, const kc_opts *o);
 void kc_work_free(struct work *w);
 
 /* Sets w's target (nvrtc_arch) and kind, and r's arch and kind, from the request. */

@@ -91,14 +91,7 @@ static int rebuild_source(kcache_compiler *c, const kcache_entry *e, kc_recipe *
     if (rc->workdir[0]) {
         /* Line information holds the directory it was made in: only there is it the same. */
         char here[PATH_MAX];
-        const char *opts[] = {"-lineinfo"};
-        kc_opts o;
-        char msg[64];
-        here[0] = '\0';
-        if (!kc_opts_parse(&o, opts, 1, msg, sizeof(msg))) {
-            kc_line_info_workdir(here, sizeof(here), &o);
-            kc_opts_free(&o);
-        }
+        kc_nvrtc_workdir(here, sizeof(here));
         if (strcmp(here, rc->workdir) != 0)
             return kc_result_fail(r, KCACHE_ENOTSUP, "its line information names %s: rebuild it "
                                   "from there", rc->workdir);

@@ -488,15 +488,8 @@ static void line_info_dir(char *out, size_t size, const struct prog *p)
     for (int i = 0; i < p->n_opts && !on; i++)
         on = opt_is(p->opts[i], line_info);
     out[0] = '\0';
-    if (!on)
-        return;
-    const char *pwd = getenv("PWD");
-    struct stat a, b;
-    if (pwd && pwd[0] == '/' && stat(pwd, &a) == 0 && stat(".", &b) == 0 &&
-        a.st_dev == b.st_dev && a.st_ino == b.st_ino)
-        snprintf(out, size, "%s", pwd);
-    else if (!getcwd(out, size))
-        snprintf(out, size, "?"); /* unnamed: keyed apart from every named directory */
+    if (on)
+        kc_nvrtc_workdir(out, size);
 }
 
 /*

@@ -96,6 +96,13 @@ void kc_errmsg_forget(const void *owner);
 
 /* Milliseconds since the Unix epoch, and a monotonic clock in nanoseconds. */
 int64_t kc_now_ms(void);
+
+/*
+ * The working directory as NVRTC names it in line information (-lineinfo,
+ * -G: PTX's .file joins it with each file's name): $PWD when it names this
+ * directory, as a shell keeps it, else getcwd(); "?" when neither says.
+ */
+void kc_nvrtc_workdir(char *out, size_t size);
 uint64_t kc_mono_ns(void);
 
 /* A growable byte buffer. */
