@@ -20,7 +20,7 @@
 #include <kcache/gpu.h>
 #include <kcache/store.h>
 
-#include "../testutil.h"
+#include "testutil.h"
 #include "gputest.h"
 
 static const char *corpus;

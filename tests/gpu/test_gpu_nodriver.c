@@ -10,7 +10,7 @@
 #include <kcache/compile.h>
 #include <kcache/gpu.h>
 
-#include "../testutil.h"
+#include "testutil.h"
 
 int main(void)
 {
