@@ -5,7 +5,8 @@
 
 Each BUILDDIR is a meson build directory in which tests ran: its figures are
 BUILDDIR/tests/results/*.tsv (written by test_crash, test_corruption,
-test_faults, test_hostile, test_perms and tests/fuzz/fuzz.sh; one line each:
+test_faults, test_hostile_input, test_perms, the programs of named cases
+(CASE_PROGRAMS below) and tests/fuzz/fuzz.sh; one line each:
 the name, then key=value fields) and its pass/fail counts come from
 BUILDDIR/meson-logs/testlog.json. The sanitizer a directory was built with is
 read from meson's introspection files, so one table covers plain, ASan+UBSan,
@@ -84,6 +85,18 @@ def row(cells):
     return '| ' + ' | '.join(str(c) for c in cells) + ' |'
 
 
+# The programs of named cases (tests/common/casetest.h): what their cases do.
+CASE_PROGRAMS = {
+    'hostile-files': "files others left at the path: recovery without rm, other users' "
+                     "caches, a symlinked database, a cache being created, a 0700 clone",
+    'shared-use': 'maintenance while others delete, other hosts\' leases, a full disk counted',
+    'bundle-ingest': 'the importer\'s gate: poisoned entries, a decompression bomb, entries '
+                     'put would refuse, export names',
+    'config-file': 'kcache.conf read whole or refused: unknown lines, leading zeros, a FIFO',
+    'terminal-output': 'control bytes from the cache printed safely, JSON valid UTF-8',
+}
+
+
 def describe(name, f):
     """(what ran, figures, entries lost, stale or altered returned) for one results line."""
     g = f.get
@@ -114,11 +127,9 @@ def describe(name, f):
         return ('modes of what kcache creates, planted symlinks',
                 f"{g('modes')} modes checked ({g('modes_wrong')} wrong); {g('symlinks')} "
                 f"symlinks planted, {g('victims_written')} targets written", 0, 0)
-    if name == 'harden':
-        return ("issue 12's table: recovery without rm, other users' caches, the ingest gate, "
-                "config, terminal output, maintenance under others, leases, failures, export "
-                "names, a 0700 clone",
-                f"{g('rows')} rows run, {g('failed')} failed, {g('skipped')} skipped", 0, 0)
+    if name in CASE_PROGRAMS:
+        return (CASE_PROGRAMS[name],
+                f"{g('cases')} cases run, {g('failed')} failed, {g('skipped')} skipped", 0, 0)
     if name.startswith('fuzz-'):
         return (f"libFuzzer: {name[5:]}",
                 f"{g('executions')} executions in {g('seconds')} s; {g('crashes')} crashes in "
