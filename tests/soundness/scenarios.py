@@ -1,0 +1,603 @@
+"""The soundness harness's scenarios: a header tree, a compile and its edit steps.
+
+What the generated files say (each kernel takes its output values from the
+headers it read, so a stale header shows as a different constant), the kinds
+of tree (GENERATORS), and the edits, each made to change the file's identity
+as a real wait would. Imported by harness.py; nothing here runs a compiler.
+"""
+import hashlib
+import os
+import random
+import shutil
+import time
+
+TOOLKIT = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+TOOLKIT_REAL = os.path.realpath(TOOLKIT)
+CCCL = os.path.join(TOOLKIT, "include", "cccl")
+SHIFT_NS = 10_000_000_000  # every file 10 s old to kcache's trust rule
+ARCH = ["compute_90"]      # PTX without ptxas: the cheapest compile that shows a header
+PATHS = ("cli", "lib", "dropin")
+EDITS = [4, 10]            # edits per scenario (the long mode makes scenarios longer)
+
+
+# ---- a scenario's files, and edits that change identities as a real wait would --------------
+
+def identity(path):
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def bump(path, before):
+    """Makes sure path's identity differs from before (a ctime in a new clock tick)."""
+    for _ in range(100):
+        now = identity(path)
+        if now is None or now != before:
+            return
+        time.sleep(0.005)
+        st = os.lstat(path)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
+
+
+def apply_op(root, op, baseline=None):
+    """
+    Applies one edit (a tuple; see Scenario) under root. Config edits are the caller's.
+    baseline: identities as kcache last saw them (before the step's first edit), so that
+    a file deleted and written again within a step still gets a new identity.
+    """
+    baseline = {} if baseline is None else baseline
+    kind = op[0]
+    if kind == "set":
+        return
+    rel = op[1]
+    path = os.path.join(root, rel)
+    parent = os.path.dirname(path)
+    # The directory changes too when a name comes or goes (kcache may vouch for the
+    # names absent from a directory by the directory's own identity), and so does
+    # the existing directory that gains the first of the directories made on the way.
+    above = parent
+    while not os.path.lexists(above) and os.path.dirname(above) != above:
+        above = os.path.dirname(above)
+    touched = [path] if kind in ("write", "same") and os.path.lexists(path) else [path, parent]
+    if above != parent:
+        touched.append(above)
+    before = {p: baseline.setdefault(p, identity(p)) for p in touched}
+    os.makedirs(parent, exist_ok=True)
+    if kind in ("write", "same"):
+        old = os.lstat(path) if os.path.lexists(path) and not os.path.islink(path) else None
+        if os.path.islink(path):
+            os.unlink(path)
+        with open(path, "w") as f:
+            f.write(op[2])
+        if kind == "same" and old is not None:
+            # Size (the caller keeps it) and mtime as they were: only ctime tells the edit.
+            os.utime(path, ns=(old.st_atime_ns, old.st_mtime_ns))
+    elif kind == "replace":
+        tmp = path + ".kc-new"
+        with open(tmp, "w") as f:
+            f.write(op[2])
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        os.rename(tmp, path)
+    elif kind == "rm":
+        if os.path.islink(path) or os.path.isfile(path):
+            os.unlink(path)
+        elif os.path.isdir(path):
+            shutil.rmtree(path)
+    elif kind == "ln":
+        if os.path.lexists(path):
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        os.symlink(op[2], path)
+    else:
+        raise ValueError(op)
+    for p in touched:
+        bump(p, before[p])
+
+
+def snapshot(root):
+    """A digest of everything under root NVRTC could read: names, contents, link targets."""
+    h = hashlib.blake2b(digest_size=16)
+    for d, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        for name in sorted(dirs + files):
+            p = os.path.join(d, name)
+            h.update(os.path.relpath(p, root).encode() + b"\0")
+            if os.path.islink(p):
+                h.update(b"L" + os.readlink(p).encode() + b"\0")
+            elif os.path.isfile(p):
+                with open(p, "rb") as f:
+                    h.update(b"F" + f.read() + b"\0")
+    return h.hexdigest()
+
+
+# ---- what the generated files say -----------------------------------------------------------
+
+LADDER = 10  # how many header bodies a kernel can count
+
+
+def counter_ladder():
+    """Counts header bodies read: each body defines the next KC_Nk (NVRTC has no __COUNTER__)."""
+    out = []
+    for i in range(1, LADDER + 1):
+        out.append(("#if" if i == 1 else "#elif") + " !defined(KC_N%d)" % i)
+        out.append("#define KC_N%d" % i)
+    out.append("#endif")
+    return "\n".join(out)
+
+
+LADDER_TEXT = counter_ladder()
+
+
+def header(fid, slot, value, pad, includes=(), guard="none", extra=""):
+    """A header body: its slot's value, the counter, its id as KC_LAST, padding of pad bytes."""
+    lines = []
+    if guard == "once":
+        lines.append("#pragma once")
+    elif guard == "guard":
+        lines += ["#ifndef KC_GUARD_%d" % fid, "#define KC_GUARD_%d" % fid]
+    lines += list(includes)
+    lines += ["#undef S%d" % slot, "#define S%d %d" % (slot, value), LADDER_TEXT,
+              "#undef KC_LAST", "#define KC_LAST %d" % fid]
+    if extra:
+        lines.append(extra)
+    lines.append("// " + "p" * pad)
+    if guard == "guard":
+        lines.append("#endif")
+    return "\n".join(lines) + "\n"
+
+
+def kernel(prelude, nslots, extra=()):
+    """The source: prelude (includes and the like), then a kernel storing what they defined."""
+    lines = [prelude.rstrip("\n")]
+    lines.append("#if defined(KC_N%d)" % LADDER)
+    lines.append("#define KC_COUNT %d" % LADDER)
+    for i in range(LADDER - 1, 0, -1):
+        lines += ["#elif defined(KC_N%d)" % i, "#define KC_COUNT %d" % i]
+    lines += ["#else", "#define KC_COUNT 0", "#endif", "#ifndef KC_LAST", "#define KC_LAST 0",
+              "#endif"]
+    lines.append('extern "C" __global__ void k(int *o) {')
+    for i in range(nslots):
+        lines += ["#ifdef S%d" % i, "    o[%d] = S%d;" % (i, i), "#else",
+                  "    o[%d] = -1;" % i, "#endif"]
+    lines.append("    o[%d] = KC_COUNT;" % nslots)
+    lines.append("    o[%d] = KC_LAST;" % (nslots + 1))
+    for j, (expr, fallback) in enumerate(extra):
+        i = nslots + 2 + j
+        if fallback is None:
+            lines.append("    o[%d] = %s;" % (i, expr))
+        else:
+            lines += ["#ifdef %s" % expr, "    o[%d] = %s;" % (i, expr), "#else",
+                      "    o[%d] = %s;" % (i, fallback), "#endif"]
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+# ---- scenarios ------------------------------------------------------------------------------
+
+class Scenario:
+    """
+    A tree, a compile and a list of steps, all plain data so that a replay (and a
+    shell script) does exactly the same. Edits (ops):
+      ("write", rel, text)    new content (new size, mostly)
+      ("same", rel, text)     same size, mtime restored: only ctime tells
+      ("replace", rel, text)  written beside and renamed over (a new inode)
+      ("rm", rel)             deleted
+      ("ln", rel, target)     a symbolic link (re)pointed
+      ("set", key, value)     the compile's options: "defines", "incs", "mem"; or
+                              "copy": which checkout of a tree is compiled
+    cfg: source, cwd (relative to the root), incs (paths; "{R}" is the root),
+    defines (-D values), mem (in-memory headers as [name, text]), paths.
+    """
+
+    def __init__(self, kind, seed, setup, cfg, steps, aged):
+        self.kind, self.seed, self.setup, self.cfg = kind, seed, setup, cfg
+        self.steps, self.aged = steps, aged
+
+    def options(self, cfg, root):
+        opts = ["-I" + i.replace("{R}", root) for i in cfg["incs"]]
+        opts += ["-D" + d for d in cfg["defines"]]
+        return opts + [o.replace("{R}", root) for o in cfg.get("extra", [])]
+
+
+class Files:
+    """Builds a scenario's header files with fresh values, each edit a full text."""
+
+    def __init__(self, rng):
+        self.rng = rng
+        self.specs = {}   # rel -> dict(fid, slot, guard, includes, extra, value, pad)
+        self.fid = 0
+
+    def add(self, rel, slot, includes=(), guard=None, extra=""):
+        self.fid += 1
+        g = guard or self.rng.choice(["once", "guard", "none", "once"])
+        self.specs[rel] = dict(fid=self.fid, slot=slot, guard=g, includes=list(includes),
+                               extra=extra, value=self.rng.randint(100, 999),
+                               pad=self.rng.randint(0, 40), crlf=self.rng.random() < 0.15)
+        return ("write", rel, self.text(rel))
+
+    def text(self, rel):
+        s = self.specs[rel]
+        text = header(s["fid"], s["slot"], s["value"], s["pad"], s["includes"], s["guard"],
+                      s["extra"])
+        return text.replace("\n", "\r\n") if s["crlf"] else text
+
+    def edit(self, rel, how=None):
+        """An edit of rel that changes its value: ("write"|"same"|"replace", rel, text)."""
+        s = self.specs[rel]
+        how = how or self.rng.choice(["write", "same", "same", "replace"])
+        old = s["value"]
+        while s["value"] == old:
+            s["value"] = self.rng.randint(100, 999)
+        if how != "same":
+            s["pad"] = self.rng.randint(0, 40)
+        return (how, rel, self.text(rel))
+
+
+def gen_tree(rng):
+    """Depth, twins, guards, several spellings of one file, symlinks, -I orders, -D."""
+    f = Files(rng)
+    setup, edits = [], []
+    pool = ["a.h", "b.h", "config.h", "sub/c.h", "util.cuh"]
+    dirs = ["inc1", "inc2"]
+    # Files: each name in one or two of the -I directories (twins share a slot).
+    where = {}
+    for slot, name in enumerate(pool):
+        where[name] = rng.sample(dirs, rng.choice([1, 1, 2]))
+
+    def spell(name, from_dir):
+        """An include of name from a file in from_dir: by search, or by a relative path."""
+        d = rng.choice(where[name])
+        choice = rng.random()
+        if choice < 0.5:
+            return '#include "%s"' % name if rng.random() < 0.7 else "#include <%s>" % name
+        rel = os.path.relpath(os.path.join(d, name), from_dir)
+        return '#include "%s"' % rel
+
+    order = list(pool)
+    rng.shuffle(order)
+    for i, name in enumerate(order):
+        for d in where[name]:
+            rel = os.path.join(d, name)
+            kids = [spell(k, os.path.dirname(rel)) for k in order[i + 1:] if rng.random() < 0.35]
+            setup.append(f.add(rel, pool.index(name), kids))
+    # A symlinked file beside the source, and a symlinked directory on the search path.
+    link_targets = [os.path.join(d, n) for n in pool for d in where[n]]
+    setup.append(("ln", "src/alias.h", os.path.join("..", rng.choice(link_targets))))
+    setup.append(("ln", "incl", "inc2"))
+    # -I absolute, or relative to the working directory (the source's).
+    top = "{R}/" if rng.random() < 0.7 else "../"
+    incs = [top + "inc1", top + rng.choice(["inc2", "incl"])]
+    rng.shuffle(incs)
+    later = rng.random() < 0.3
+    if later:
+        # A directory first on the search path that does not exist yet.
+        incs.insert(0, top + "later")
+    pre = ["#include \"alias.h\""]
+    for name in rng.sample(pool, rng.randint(1, 3)):
+        pre.append(spell(name, "src"))
+    pre += ["#if SEL", spell(rng.choice(pool), "src"), "#else", spell(rng.choice(pool), "src"),
+            "#endif"]
+    extra = []
+    if rng.random() < 0.25:
+        # A header NVRTC reads with no #include: --pre-include (by search, or a path).
+        setup.append(f.add("inc1/pre.h", 5))
+        extra = rng.choice([["--pre-include=pre.h"], ["-include", "{R}/inc1/pre.h"]])
+    if rng.random() < 0.15:
+        # #include_next: the search goes on after the directory the includer was found in.
+        setup.append(f.add("inc1/nx.h", 6, ["#include_next <nx.h>"]))
+        setup.append(f.add("inc2/nx.h", 7))
+        pre.append("#include <nx.h>")
+    def source(v):
+        # The source's own constant: the source is read (and memoized) like any file.
+        return kernel("\n".join(pre + ["#define KC_SRC %d" % v]), len(pool) + 3,
+                      [("DV", "-1"), ("KC_SRC", None)])
+
+    setup.append(("write", "src/k.cu", source(rng.randint(100, 999))))
+    cfg = dict(source="src/k.cu", cwd="src", incs=incs, defines=["SEL=1", "DV=1"], mem=[],
+               extra=extra, paths=list(PATHS))
+    for _ in range(rng.randint(*EDITS)):
+        r = rng.random()
+        rel = rng.choice(list(f.specs))
+        if r < 0.45:
+            edits.append([f.edit(rel)])
+        elif r < 0.55:
+            # Deleted, then back a step later (a missing header fails every compile).
+            edits += [[("rm", rel)], [("write", rel, f.text(rel))]]
+        elif r < 0.65:
+            # A new file earlier on the search path (or beside the source).
+            name = rng.choice(pool)
+            d = rng.choice(["src", incs[0].split("/")[-1]])
+            new = os.path.join(d, name)
+            if new not in f.specs:
+                edits.append([f.add(new, pool.index(name))])
+            else:
+                edits.append([f.edit(new)])
+        elif r < 0.75:
+            edits.append([("ln", "src/alias.h", os.path.join("..", rng.choice(link_targets)))])
+        elif r < 0.85:
+            edits.append([("set", "defines", ["SEL=%d" % rng.randint(0, 1),
+                                              "DV=%d" % rng.randint(1, 9)])])
+        elif r < 0.92:
+            edits.append([("set", "incs", list(reversed(incs)))])
+            incs = list(reversed(incs))
+        elif r < 0.95 and rng.random() < 0.5:
+            edits.append([(rng.choice(["write", "same", "replace"]), "src/k.cu",
+                           source(rng.randint(100, 999)))])
+        elif later and r < 0.97:
+            # The missing directory comes, with a file that shadows, or goes again.
+            name = rng.choice(pool)
+            new = "later/" + name
+            edits.append([("rm", "later")] if rng.random() < 0.3 else
+                         [f.add(new, pool.index(name))] if new not in f.specs else [f.edit(new)])
+        else:
+            # A directory link repointed, and back a step later (its files are missed meanwhile).
+            edits += [[("ln", "incl", "inc1")], [("ln", "incl", "inc2")]]
+    return setup, cfg, edits
+
+
+def gen_computed(rng):
+    """#include MACRO: defined in a header, through another macro, or by -D NAME="x.h"."""
+    f = Files(rng)
+    names = ["x.h", "y.h", "z.h"]
+    setup = []
+    for slot, n in enumerate(names):
+        for d in rng.sample(["inc1", "inc2"], rng.choice([1, 2])):
+            setup.append(f.add(os.path.join(d, n), slot))
+
+    def sel_text(target, angled):
+        t = "<%s>" % target if angled else '"%s"' % target
+        return "#pragma once\n#define KC_SEL_INNER %s\n#define KC_SEL KC_SEL_INNER\n" % t
+
+    setup.append(("write", "inc1/sel.h", sel_text(rng.choice(names), rng.random() < 0.3)))
+    pre = '#include "sel.h"\n#include KC_SEL\n#ifdef KC_D_HDR\n#include KC_D_HDR\n#endif\n'
+    setup.append(("write", "src/k.cu", kernel(pre, len(names))))
+    cfg = dict(source="src/k.cu", cwd="src", incs=["{R}/inc1", "{R}/inc2"],
+               defines=['KC_D_HDR="%s"' % rng.choice(names)], mem=[], paths=list(PATHS))
+    edits = []
+    for _ in range(rng.randint(*EDITS)):
+        r = rng.random()
+        if r < 0.3:
+            edits.append([("same" if rng.random() < 0.5 else "write", "inc1/sel.h",
+                           sel_text(rng.choice(names), rng.random() < 0.3))])
+        elif r < 0.5:
+            choices = [[], ['KC_D_HDR="%s"' % rng.choice(names)],
+                       ["KC_D_HDR=<%s>" % rng.choice(names)]]
+            edits.append([("set", "defines", rng.choice(choices))])
+        elif r < 0.6:
+            rel = rng.choice(list(f.specs))
+            edits += [[("rm", rel)], [("write", rel, f.text(rel))]]
+        else:
+            edits.append([f.edit(rng.choice(list(f.specs)))])
+    return setup, cfg, edits
+
+
+def gen_has_include(rng):
+    """__has_include: literal, angled, and through a macro (#define HAS __has_include(...))."""
+    f = Files(rng)
+    pre = """#if __has_include("opt0.h")
+#include "opt0.h"
+#define KC_HAS0 1
+#else
+#define KC_HAS0 0
+#endif
+#define KC_HAS_OPT1 __has_include("opt1.h")
+#if KC_HAS_OPT1
+#define KC_HAS1 1
+#else
+#define KC_HAS1 0
+#endif
+#include "probe.h"
+#if KC_HAS_OPT2
+#define KC_HAS2 1
+#include <opt2.h>
+#else
+#define KC_HAS2 0
+#endif
+#define KC_OPT3 "opt3.h"
+#if __has_include(KC_OPT3)
+#define KC_HAS3 1
+#else
+#define KC_HAS3 0
+#endif
+"""
+    setup = [("write", "inc1/probe.h", "#pragma once\n#define KC_HAS_OPT2 __has_include(<opt2.h>)\n"),
+             ("write", "src/k.cu", kernel(pre, 4, [("KC_HAS0", None), ("KC_HAS1", None),
+                                                  ("KC_HAS2", None), ("KC_HAS3", None)]))]
+    homes = ["src", "inc1", "inc2"]
+    present = {}
+    for slot in range(4):
+        for d in homes:
+            rel = "%s/opt%d.h" % (d, slot)
+            op = f.add(rel, slot)
+            if rng.random() < 0.3:
+                setup.append(op)
+                present[rel] = True
+    edits = []
+    for _ in range(rng.randint(*EDITS)):
+        rel = rng.choice(list(f.specs))
+        if present.get(rel) and rng.random() < 0.4:
+            edits.append([("rm", rel)])
+            present[rel] = False
+        elif present.get(rel):
+            edits.append([f.edit(rel)])
+        else:
+            edits.append([("write", rel, f.text(rel))])
+            present[rel] = True
+    cfg = dict(source="src/k.cu", cwd="src", incs=["{R}/inc1", "{R}/inc2"], defines=[], mem=[],
+               paths=list(PATHS))
+    return setup, cfg, edits
+
+
+def toolkit_spelling(which):
+    return [CCCL, os.path.join(TOOLKIT_REAL, "include", "cccl")][which]
+
+
+def gen_shadow(rng):
+    """A user -I ahead of the toolkit's holding cuda/std/version, which toolkit headers include."""
+    f = Files(rng)
+    setup = []
+    real_version = os.path.join(os.path.realpath(CCCL), "cuda", "std", "version")
+    shadow = "shadow/cuda/std/version"
+    shadow_on = rng.random() < 0.7
+
+    def shadow_text():
+        s = f.specs[shadow]
+        return "#pragma once\n#define SHADOW_V %d\n// %s\n#include \"%s\"\n" % (
+            s["value"], "p" * s["pad"], real_version)
+
+    f.add(shadow, 9)
+    if shadow_on:
+        setup.append(("write", shadow, shadow_text()))
+    setup.append(("write", "src/k.cu", kernel("#include <cuda/std/cstdint>\n", 0,
+                                              [("SHADOW_V", "1"),
+                                               ("sizeof(cuda::std::int64_t)", None)])))
+    tk = rng.randint(0, 1)
+    cfg = dict(source="src/k.cu", cwd="src", incs=["{R}/shadow", toolkit_spelling(tk)],
+               defines=[], mem=[], paths=list(PATHS))
+    edits = []
+    for _ in range(rng.randint(*EDITS)):
+        r = rng.random()
+        if r < 0.55:
+            f.edit(shadow, "same")
+            how = "same" if shadow_on and rng.random() < 0.5 else "write"
+            edits.append([(how, shadow, shadow_text())])
+            shadow_on = True
+        elif r < 0.75:
+            edits.append([("rm", shadow)])
+            shadow_on = False
+        else:
+            tk = 1 - tk
+            edits.append([("set", "incs", ["{R}/shadow", toolkit_spelling(tk)])])
+    return setup, cfg, edits
+
+
+def gen_tkpath(rng):
+    """User files reached through the toolkit's path, and toolkit -I spelled two ways."""
+    f = Files(rng)
+    # "/usr/local/cuda/../../../<root>/tp/x.h" and, with -I <toolkit>/include,
+    # <../../../../<root>/tp/y.h>: user files, whatever directory they pass through.
+    setup = [f.add("tp/x.h", 0), f.add("tp/y.h", 1), f.add("src/z.h", 2)]
+    depth = len(TOOLKIT.strip("/").split("/"))
+    pre = ('#include "%s/%s{R}/tp/x.h"\n' % (TOOLKIT, "/".join([".."] * depth)) +
+           "#include <%s{R}/tp/y.h>\n" % "/".join([".."] * (depth + 1)) +
+           '#include "z.h"\n#include <cuda/std/cstdint>\n')
+    setup.append(("write", "src/k.cu", kernel(pre, 3, [("sizeof(cuda::std::int32_t)", None)])))
+
+    def incs(tk):
+        return [os.path.join([TOOLKIT, TOOLKIT_REAL][tk], "include"), toolkit_spelling(tk)]
+
+    tk = rng.randint(0, 1)
+    cfg = dict(source="src/k.cu", cwd="src", incs=incs(tk), defines=[], mem=[],
+               paths=list(PATHS))
+    edits = []
+    for _ in range(rng.randint(*EDITS)):
+        if rng.random() < 0.2:
+            tk = 1 - tk
+            edits.append([("set", "incs", incs(tk))])
+        else:
+            edits.append([f.edit(rng.choice(list(f.specs)))])
+    return setup, cfg, edits
+
+
+def gen_memory(rng):
+    """In-memory headers whose quoted includes NVRTC looks up beside the header's name."""
+    f = Files(rng)
+    setup = [f.add("work/g.h", 0), f.add("work/sub/g2.h", 1)]
+    if rng.random() < 0.5:
+        setup.append(f.add("src/g.h", 2))
+    else:
+        f.add("src/g.h", 2)
+
+    def mem(v1, v2):
+        return [["mh.h", '#pragma once\n#include "g.h"\n#define S3 %d\n' % v1],
+                ["sub/mh2.h", '#pragma once\n#include "g2.h"\n#define S4 %d\n' % v2]]
+
+    pre = '#include "mh.h"\n#include "sub/mh2.h"\n'
+    setup.append(("write", "src/k.cu", kernel(pre, 6)))
+    if rng.random() < 0.3:
+        # A file on disk by an in-memory header's name: NVRTC takes the one in memory.
+        setup.append(f.add("src/mh.h", 5))
+    cfg = dict(source="src/k.cu", cwd="work", incs=[], defines=[],
+               mem=mem(rng.randint(1, 9), rng.randint(1, 9)), paths=["lib", "dropin"])
+    edits = []
+    for _ in range(rng.randint(*EDITS)):
+        r = rng.random()
+        rel = rng.choice(list(f.specs))
+        if r < 0.6:
+            edits.append([f.edit(rel)])
+        elif r < 0.75:
+            edits.append([("rm", rel)])
+        elif r < 0.85:
+            edits.append([("write", rel, f.text(rel))])
+        else:
+            edits.append([("set", "mem", mem(rng.randint(1, 9), rng.randint(1, 9)))])
+    return setup, cfg, edits
+
+
+def gen_scanner(rng):
+    """What a scanner can get wrong: digraphs, digit separators, raw strings, splices, comments."""
+    f = Files(rng)
+    constructs = [
+        ['%:include "t0.h"'],
+        # A digit separator: a scanner that takes '0 + sizeof(" for a character
+        # literal sees a comment start next, and no #include until it ends.
+        ["__device__ int kc_sep = 1'0 + sizeof(\"'/*\");", '#include "t1.h"',
+         "__device__ int kc_sep2 = 2; // */"],
+        ["__device__ inline const char *kc_raw() {", '    return R"kc(', '#include "t9.h" */ "',
+         ')kc";', "}", '#include "t2.h"'],
+        ["#inc\\", 'lude "t3.h"'],
+        ["#include \\", '"t4.h"'],
+        ['# /* a comment */ include /* another */ "t5.h" // and a line comment'],
+        ['#define KC_T6 "t6.h" /* a comment', '   over two lines */', "#include KC_T6"],
+        ["#if 0", "'", "#endif", '#include "t7.h"'],
+        # A function-like macro in an include: kcache cannot know, so all of it uncached.
+        ["#define KC_STR(x) #x", "#include KC_STR(t8.h)"],
+    ]
+    setup, pre = [], []
+    for i, lines in enumerate(constructs):
+        setup.append(f.add("src/t%d.h" % i, i, guard="once"))
+        if rng.random() < (0.15 if i == 8 else 0.75):
+            pre += lines
+    setup.append(("write", "src/k.cu", kernel("\n".join(pre), len(constructs))))
+    cfg = dict(source="src/k.cu", cwd="src", incs=[], defines=[], mem=[], paths=list(PATHS))
+    edits = [[f.edit(rng.choice(list(f.specs)))] for _ in range(rng.randint(*EDITS))]
+    return setup, cfg, edits
+
+
+def gen_copies(rng):
+    """Two checkouts of one tree (keys hold no absolute path): each must get its own kernel."""
+    f = Files(rng)
+    setup = []
+    for c in ("a", "b"):
+        setup.append(f.add(c + "/inc/h.h", 0, ['#include "sub/g.h"']))
+        setup.append(f.add(c + "/inc/sub/g.h", 1))
+        setup.append(("write", c + "/src/k.cu", kernel('#include "h.h"\n', 2)))
+    cfg = dict(source="a/src/k.cu", cwd="a/src", incs=["{R}/a/inc"], defines=[], mem=[],
+               paths=list(PATHS))
+    edits = []
+    for _ in range(rng.randint(*EDITS)):
+        if rng.random() < 0.5:
+            edits.append([("set", "copy", rng.choice(["a", "b"]))])
+        else:
+            edits.append([f.edit(rng.choice(list(f.specs)))])
+    return setup, cfg, edits
+
+
+GENERATORS = {"tree": gen_tree, "computed": gen_computed, "has_include": gen_has_include,
+              "shadow": gen_shadow, "tkpath": gen_tkpath, "memory": gen_memory,
+              "scanner": gen_scanner, "copies": gen_copies}
+WEIGHTS = {"tree": 5, "computed": 2, "has_include": 2, "shadow": 1, "tkpath": 1, "memory": 2,
+           "scanner": 1, "copies": 1}
+
+
+def make_scenario(seed, kind=None, aged=None):
+    rng = random.Random(seed)
+    kind = kind or rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
+    setup, cfg, edits = GENERATORS[kind](rng)
+    aged = rng.random() < 0.7 if aged is None else aged
+    return Scenario(kind, seed, setup, cfg, edits, aged)
