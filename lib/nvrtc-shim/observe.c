@@ -36,7 +36,7 @@
  * Cost: outside a miss each interposer is a thread-local load and a call to
  * glibc's function, the same on a hit (which never loads NVRTC). Recording
  * writes into an arena mapped for the miss (no malloc: a signal handler on
- * the observed thread may open files), and the comparison runs after
+ * the observed thread may open files), and the comparison (verdict.c) runs after
  * NVRTC returned. The figures are in doc/design.md, "The drop-in's soundness".
  */
 #include <dirent.h>
@@ -58,34 +58,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "nvrtc-shim/observe.h"
+#include "nvrtc-shim/observeint.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
-/* What a record says was asked. Stats are the probes NVRTC's own fixed names may use. */
-enum { OP_OPEN = 1, OP_STAT, OP_PROBE };
-/* What was there. */
-enum { SEEN_ABSENT = 0, SEEN_FILE, SEEN_DIR, SEEN_OTHER };
-
 /* Virtual size of a miss's arena: only what is written is ever backed by memory. */
 #define ARENA_SIZE (64u << 20)
-
-struct kc_obs {
-    char *arena;        /* records: op u8, seen u8, length u16, path, NUL */
-    size_t used, cap;
-    int mapped;         /* arena is an mmap (else malloc'd, compacted at end) */
-    int depth;          /* > 0 while a record is being written */
-    const char *taint;  /* why the observation is incomplete, or NULL */
-    char cwd[PATH_MAX];
-    char pwd[PATH_MAX]; /* $PWD, which NVRTC stats to name the working directory */
-    unsigned long dir_epoch; /* kc_observe_dir_epoch() when cwd was read */
-    unsigned long spawned_at; /* spawned_calls when the miss began */
-    /* The last verdict, for the closure it was given (an sm_XX compile's PTX
-     * entry asks again for the same compile and, nearly always, closure). */
-    char *judged_closure;   /* closure_text() of the closure judged, or NULL */
-    size_t judged_size;
-    const char *judged;
-};
 
 static __thread kc_obs *cur __attribute__((tls_model("initial-exec")));
 
@@ -100,14 +78,7 @@ static __thread kc_obs *cur __attribute__((tls_model("initial-exec")));
 static __thread int spawned __attribute__((tls_model("initial-exec")));
 static atomic_ulong spawned_calls;
 
-static const char R_UNOBSERVABLE[] = "unobservable";
-static const char R_INCOMPLETE[] = "observation-incomplete";
-static const char R_UNPREDICTED[] = "unpredicted-read";
-static const char R_CHANGED[] = "closure-changed";
-
 /* ---- recording ------------------------------------------------------------ */
-
-static void say_why(const char *what);
 
 static void taint(kc_obs *o, const char *why)
 {
@@ -136,14 +107,15 @@ static int seen_at(const char *path)
 static void record(kc_obs *o, int op, const char *path, int seen)
 {
     if (o->depth++) {
-        say_why("a record made within a record (a signal handler) during a miss");
+        kc_obs_say_why("a record made within a record (a signal handler) during a miss");
         taint(o, R_INCOMPLETE); /* a signal handler on this thread, mid-record */
         o->depth--;
         return;
     }
     size_t n = path ? strnlen(path, 65535) : 0;
     if (!path || n >= 65535 || o->cap - o->used < n + 5) {
-        say_why(!path ? "a call with no path during a miss" : "a record too long, or the records full");
+        kc_obs_say_why(!path ? "a call with no path during a miss"
+                             : "a record too long, or the records full");
         taint(o, R_INCOMPLETE);
     } else {
         char *r = o->arena + o->used;
@@ -166,8 +138,9 @@ static void saw_fd(int op, const char *path, int fd)
         return;
     int err = errno;
     struct stat st;
-    int seen = fd < 0 ? SEEN_ABSENT : syscall(SYS_fstat, fd, &st) == 0 ? seen_of(st.st_mode)
-                                                                        : SEEN_OTHER;
+    int seen = fd < 0                             ? SEEN_ABSENT
+               : syscall(SYS_fstat, fd, &st) == 0 ? seen_of(st.st_mode)
+                                                  : SEEN_OTHER;
     record(o, op, path, seen);
     errno = err;
 }
@@ -199,7 +172,7 @@ static int fd_only(const char *path, int flags)
  * $KCACHE_OBSERVE_DEBUG set: one line on stderr saying which call made an
  * observation incomplete, for whoever wonders why a compile was not stored.
  */
-static void say_why(const char *what)
+void kc_obs_say_why(const char *what)
 {
     static int debug = -1;
     if (debug < 0)
@@ -221,7 +194,7 @@ static void saw_escape_in(const char *what)
         if (!cur->taint) {
             char line[96];
             snprintf(line, sizeof(line), "%s during a miss", what);
-            say_why(line);
+            kc_obs_say_why(line);
         }
         taint(cur, R_INCOMPLETE);
     }
@@ -232,10 +205,11 @@ static void saw_escape_in(const char *what)
 
 /* Every function defined below, by name. */
 #define KC_INTERPOSED(X)                                                                           \
-    X(open) X(open64) X(openat) X(openat64) X(fopen) X(fopen64) X(opendir) X(realpath)             \
-    X(__xstat) X(__xstat64) X(__lxstat) X(__lxstat64) X(stat) X(stat64) X(lstat) X(lstat64)       \
-    X(fstatat) X(fstatat64) X(statx) X(access) X(faccessat) X(readlink) X(statfs) X(chdir)        \
-    X(fchdir) X(fork) X(system) X(pthread_create)
+    X(open)                                                                                        \
+    X(open64) X(openat) X(openat64) X(fopen) X(fopen64) X(opendir) X(realpath) X(__xstat)          \
+        X(__xstat64) X(__lxstat) X(__lxstat64) X(stat) X(stat64) X(lstat) X(lstat64) X(fstatat)    \
+            X(fstatat64) X(statx) X(access) X(faccessat) X(readlink) X(statfs) X(chdir) X(fchdir)  \
+                X(fork) X(system) X(pthread_create)
 #define KC_INDEX(name) I_##name,
 #define KC_NAME(name) #name,
 enum { KC_INTERPOSED(KC_INDEX) N_INTERPOSED };
@@ -279,7 +253,7 @@ __attribute__((constructor)) static void resolve_all(void)
 /* The optional mode of open's family. */
 #define OPEN_MODE(flags, last)                                                                     \
     unsigned mode_ = 0;                                                                            \
-    if (((flags) & O_CREAT) || ((flags) & O_TMPFILE) == O_TMPFILE) {                               \
+    if (((flags)&O_CREAT) || ((flags)&O_TMPFILE) == O_TMPFILE) {                                   \
         va_list ap_;                                                                               \
         va_start(ap_, last);                                                                       \
         mode_ = va_arg(ap_, unsigned);                                                             \
@@ -288,7 +262,7 @@ __attribute__((constructor)) static void resolve_all(void)
 
 #define MISSING_RET -1
 #define OPEN_LIKE(cname, sym)                                                                      \
-    EXPORT int cname(const char *path, int flags, ...) __asm__(#sym);                               \
+    EXPORT int cname(const char *path, int flags, ...) __asm__(#sym);                              \
     EXPORT int cname(const char *path, int flags, ...)                                             \
     {                                                                                              \
         OPEN_MODE(flags, flags)                                                                    \
@@ -302,7 +276,7 @@ OPEN_LIKE(kc_i_open64, open64)
 
 /* A path relative to a directory other than the working one cannot be compared: incomplete. */
 #define OPENAT_LIKE(cname, sym)                                                                    \
-    EXPORT int cname(int dirfd, const char *path, int flags, ...) __asm__(#sym);                    \
+    EXPORT int cname(int dirfd, const char *path, int flags, ...) __asm__(#sym);                   \
     EXPORT int cname(int dirfd, const char *path, int flags, ...)                                  \
     {                                                                                              \
         OPEN_MODE(flags, flags)                                                                    \
@@ -319,10 +293,10 @@ OPENAT_LIKE(kc_i_openat64, openat64)
 
 #define MISSING_RET NULL
 #define FOPEN_LIKE(cname, sym)                                                                     \
-    EXPORT FILE *cname(const char *path, const char *mode) __asm__(#sym);                           \
+    EXPORT FILE *cname(const char *path, const char *mode) __asm__(#sym);                          \
     EXPORT FILE *cname(const char *path, const char *mode)                                         \
     {                                                                                              \
-        NEXT(FILE * (*)(const char *, const char *), fn, sym);                                     \
+        NEXT(FILE *(*)(const char *, const char *), fn, sym);                                      \
         FILE *f = fn(path, mode);                                                                  \
         saw_fd(OP_OPEN, path, f ? fileno(f) : -1);                                                 \
         return f;                                                                                  \
@@ -352,7 +326,7 @@ EXPORT char *kc_i_realpath(const char *path, char *resolved)
 #define MISSING_RET -1
 /* The stat family: old (__xstat, what NVRTC 13.0 calls) and new. */
 #define XSTAT_LIKE(cname, sym)                                                                     \
-    EXPORT int cname(int ver, const char *path, struct stat *st) __asm__(#sym);                     \
+    EXPORT int cname(int ver, const char *path, struct stat *st) __asm__(#sym);                    \
     EXPORT int cname(int ver, const char *path, struct stat *st)                                   \
     {                                                                                              \
         NEXT(int (*)(int, const char *, struct stat *), fn, sym);                                  \
@@ -366,7 +340,7 @@ XSTAT_LIKE(kc_i_lxstat, __lxstat)
 XSTAT_LIKE(kc_i_lxstat64, __lxstat64)
 
 #define STAT_LIKE(cname, sym)                                                                      \
-    EXPORT int cname(const char *path, struct stat *st) __asm__(#sym);                              \
+    EXPORT int cname(const char *path, struct stat *st) __asm__(#sym);                             \
     EXPORT int cname(const char *path, struct stat *st)                                            \
     {                                                                                              \
         NEXT(int (*)(const char *, struct stat *), fn, sym);                                       \
@@ -380,7 +354,7 @@ STAT_LIKE(kc_i_lstat, lstat)
 STAT_LIKE(kc_i_lstat64, lstat64)
 
 #define FSTATAT_LIKE(cname, sym)                                                                   \
-    EXPORT int cname(int dirfd, const char *path, struct stat *st, int flags) __asm__(#sym);        \
+    EXPORT int cname(int dirfd, const char *path, struct stat *st, int flags) __asm__(#sym);       \
     EXPORT int cname(int dirfd, const char *path, struct stat *st, int flags)                      \
     {                                                                                              \
         NEXT(int (*)(int, const char *, struct stat *, int), fn, sym);                             \
@@ -396,8 +370,8 @@ STAT_LIKE(kc_i_lstat64, lstat64)
 FSTATAT_LIKE(kc_i_fstatat, fstatat)
 FSTATAT_LIKE(kc_i_fstatat64, fstatat64)
 
-EXPORT int kc_i_statx(int dirfd, const char *path, int flags, unsigned mask, void *buf)
-    __asm__("statx");
+EXPORT int kc_i_statx(int dirfd, const char *path, int flags, unsigned mask,
+                      void *buf) __asm__("statx");
 EXPORT int kc_i_statx(int dirfd, const char *path, int flags, unsigned mask, void *buf)
 {
     NEXT(int (*)(int, const char *, int, unsigned, void *), fn, statx);
@@ -542,25 +516,65 @@ EXPORT int kc_i_pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*st
 
 /* Functions that reach the file system by a path and are interposed above. */
 static const char *const watched[] = {
-    "open", "open64", "openat", "openat64", "fopen", "fopen64", "opendir", "realpath",
-    "__xstat", "__xstat64", "__lxstat", "__lxstat64", "stat", "stat64", "lstat", "lstat64",
-    "fstatat", "fstatat64", "statx", "access", "faccessat", "readlink", "statfs", NULL,
+    "open",    "open64",   "openat",    "openat64",  "fopen",    "fopen64",
+    "opendir", "realpath", "__xstat",   "__xstat64", "__lxstat", "__lxstat64",
+    "stat",    "stat64",   "lstat",     "lstat64",   "fstatat",  "fstatat64",
+    "statx",   "access",   "faccessat", "readlink",  "statfs",   NULL,
 };
 
 /* Functions that do and are not: a library calling any of these cannot be observed here. */
 static const char *const unwatched[] = {
-    "freopen", "freopen64", "creat", "creat64", "openat2", "__open_2", "__open64_2",
-    "__openat_2", "__openat64_2", "__fxstatat", "__fxstatat64", "eaccess", "euidaccess",
-    "faccessat2", "readlinkat", "canonicalize_file_name", "scandir", "scandir64", "scandirat",
-    "scandirat64", "nftw", "nftw64", "ftw", "ftw64", "glob", "glob64", "fts_open",
-    "fts64_open", "name_to_handle_at", "open_by_handle_at", "statvfs", "statvfs64",
-    "statfs64", "posix_spawn", "posix_spawnp", "popen", "vfork", "clone", "clone3",
-    "execl", "execle", "execlp", "execvpe", "fexecve", "dlmopen", NULL,
+    "freopen",
+    "freopen64",
+    "creat",
+    "creat64",
+    "openat2",
+    "__open_2",
+    "__open64_2",
+    "__openat_2",
+    "__openat64_2",
+    "__fxstatat",
+    "__fxstatat64",
+    "eaccess",
+    "euidaccess",
+    "faccessat2",
+    "readlinkat",
+    "canonicalize_file_name",
+    "scandir",
+    "scandir64",
+    "scandirat",
+    "scandirat64",
+    "nftw",
+    "nftw64",
+    "ftw",
+    "ftw64",
+    "glob",
+    "glob64",
+    "fts_open",
+    "fts64_open",
+    "name_to_handle_at",
+    "open_by_handle_at",
+    "statvfs",
+    "statvfs64",
+    "statfs64",
+    "posix_spawn",
+    "posix_spawnp",
+    "popen",
+    "vfork",
+    "clone",
+    "clone3",
+    "execl",
+    "execle",
+    "execlp",
+    "execvpe",
+    "fexecve",
+    "dlmopen",
+    NULL,
 };
 
 static pthread_mutex_t audit_lock = PTHREAD_MUTEX_INITIALIZER;
-static int audited;                 /* 1 once the library's imports were read */
-static const char *audit_problem;   /* R_UNOBSERVABLE, or NULL */
+static int audited;               /* 1 once the library's imports were read */
+static const char *audit_problem; /* R_UNOBSERVABLE, or NULL */
 static unsigned char imported[sizeof(watched) / sizeof(*watched)];
 
 static int in_list(const char *const *list, const char *name)
@@ -778,11 +792,11 @@ void kc_observe_end(kc_obs *o)
     char now[PATH_MAX];
     if (kc_observe_dir_epoch() != o->dir_epoch || !getcwd(now, sizeof(now)) ||
         strcmp(now, o->cwd) != 0) {
-        say_why("a change of directory during a miss");
+        kc_obs_say_why("a change of directory during a miss");
         taint(o, R_INCOMPLETE);
     }
     if (atomic_load(&spawned_calls) != o->spawned_at) {
-        say_why("a path call by a thread NVRTC started, during a miss");
+        kc_obs_say_why("a path call by a thread NVRTC started, during a miss");
         taint(o, R_INCOMPLETE);
     }
     if (o->mapped) {
@@ -808,321 +822,4 @@ void kc_observe_free(kc_obs *o)
         free(o->arena);
     free(o->judged_closure);
     free(o);
-}
-
-/* ---- the verdict ------------------------------------------------------------------ */
-
-/*
- * path as absolute (against cwd) with "." components and repeated slashes
- * folded; ".." is kept, since after a symbolic link it is not the lexical
- * parent. NULL if out of memory.
- */
-static char *absolute(const char *cwd, const char *path)
-{
-    size_t n = strlen(cwd) + strlen(path) + 2;
-    char *joined = malloc(n), *out = malloc(n);
-    if (!joined || !out) {
-        free(joined);
-        free(out);
-        return NULL;
-    }
-    snprintf(joined, n, "%s%s%s", path[0] == '/' ? "" : cwd, path[0] == '/' ? "" : "/", path);
-    size_t o = 0;
-    for (const char *p = joined; *p;) {
-        while (*p == '/')
-            p++;
-        size_t len = strcspn(p, "/");
-        if (len == 0)
-            break;
-        if (!(len == 1 && p[0] == '.')) {
-            out[o++] = '/';
-            memcpy(out + o, p, len);
-            o += len;
-        }
-        p += len;
-    }
-    if (o == 0)
-        out[o++] = '/';
-    out[o] = '\0';
-    free(joined);
-    return out;
-}
-
-struct known {
-    char *path;
-    int found;
-};
-
-static int by_path(const void *a, const void *b)
-{
-    return strcmp(((const struct known *)a)->path, ((const struct known *)b)->path);
-}
-
-/* One record of the observation, its path made absolute. */
-struct look {
-    char *path;
-    int op, seen;
-};
-
-static int by_look(const void *a, const void *b)
-{
-    const struct look *x = a, *y = b;
-    int c = strcmp(x->path, y->path);
-    return c ? c : x->op != y->op ? x->op - y->op : x->seen - y->seen;
-}
-
-static int under(const char *path, const char *root)
-{
-    size_t n = strlen(root);
-    return !strncmp(path, root, n) && (path[n] == '/' || path[n] == '\0');
-}
-
-/*
- * Whether abs is a folder above a file the closure found there: NVRTC stats
- * the folders of a header's path once it has opened the header (checked with
- * NVRTC 13 and CuPy's tree: cuda/std/version, then cuda/std and cuda). The
- * header is keyed; its folders exist as long as it does.
- */
-static int above_found(const struct known *k, size_t n, const char *abs)
-{
-    size_t len = strlen(abs), lo = 0, hi = n;
-    while (lo < hi) { /* the first path not before abs */
-        size_t mid = lo + (hi - lo) / 2;
-        if (strcmp(k[mid].path, abs) < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    for (size_t i = lo; i < n && !strncmp(k[i].path, abs, len); i++)
-        if (k[i].path[len] == '/' && k[i].found)
-            return 1;
-    return 0;
-}
-
-/*
- * Real paths of folders, remembered for one verdict: a compile reads many
- * files of few folders, and sorted paths come folder by folder.
- */
-struct dir_memo {
-    char dir[8][PATH_MAX];
-    int in[8];
-    unsigned next;
-};
-
-/* 1 if the folder's real path is under root, 0 if not, -1 if it does not exist. */
-static int dir_in(struct dir_memo *m, const char *dir, const char *root)
-{
-    for (unsigned i = 0; i < 8; i++)
-        if (m->dir[i][0] && !strcmp(m->dir[i], dir))
-            return m->in[i];
-    char real[PATH_MAX];
-    int in = realpath(*dir ? dir : "/", real) ? under(real, root) : -1;
-    unsigned slot = m->next++ % 8;
-    snprintf(m->dir[slot], sizeof(m->dir[slot]), "%s", dir);
-    m->in[slot] = in;
-    return in;
-}
-
-/*
- * A toolkit file or folder by its real path (after symbolic links and ".."),
- * or nothing inside one: the nearest existing folder above it is in the
- * toolkit. Both are keyed by the toolkit's build.
- */
-static int in_toolkit(struct dir_memo *m, const char *abs, int seen, const char *root)
-{
-    if (!root || !*root)
-        return 0;
-    const char *slash = strrchr(abs, '/');
-    const char *base = slash ? slash + 1 : abs;
-    struct stat st;
-    if (seen != SEEN_ABSENT && (lstat(abs, &st) != 0 || S_ISLNK(st.st_mode) ||
-                                !strcmp(base, ".") || !strcmp(base, ".."))) {
-        char real[PATH_MAX];
-        return realpath(abs, real) && under(real, root);
-    }
-    /* Not a link itself: where its folder really is says where it is. */
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof(dir), "%s", abs);
-    for (;;) {
-        char *cut = strrchr(dir, '/');
-        if (!cut)
-            return 0;
-        *cut = '\0';
-        int in = dir_in(m, dir, root);
-        if (in >= 0)
-            return in;
-    }
-}
-
-/* 1 if abs is one of the names NVRTC stats for itself (see kc_observe_verdict). */
-static int own_name(const kc_obs *o, const char *abs, const char *const *names, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        char *own = absolute(o->cwd, names[i]);
-        int same = own && !strcmp(own, abs);
-        free(own);
-        if (same)
-            return 1;
-    }
-    return 0;
-}
-
-/* Everything a verdict depends on besides the observation, as one string. NULL: no memory. */
-static char *closure_text(size_t *size, const kcache_made *made, const char *source_name,
-                          const char *const *header_names, size_t n_headers)
-{
-    const char *root = made->toolkit_root ? made->toolkit_root : "";
-    size_t n = strlen(source_name) + strlen(root) + 2;
-    for (size_t i = 0; i < n_headers; i++)
-        n += strlen(header_names[i]) + 1;
-    for (size_t i = 0; i < made->n_probes; i++)
-        n += strlen(made->probes[i].path) + 2;
-    char *t = malloc(n), *q = t;
-    if (!t)
-        return NULL;
-#define PUT(s_)                                                                                    \
-    do {                                                                                           \
-        size_t l_ = strlen(s_) + 1;                                                                \
-        memcpy(q, (s_), l_);                                                                       \
-        q += l_;                                                                                   \
-    } while (0)
-    PUT(source_name);
-    PUT(root);
-    for (size_t i = 0; i < n_headers; i++)
-        PUT(header_names[i]);
-    for (size_t i = 0; i < made->n_probes; i++) {
-        *q++ = made->probes[i].found ? '1' : '0';
-        PUT(made->probes[i].path);
-    }
-#undef PUT
-    *size = n;
-    return t;
-}
-
-static const char *verdict(const kc_obs *o, const kcache_made *made, const char *source_name,
-                           const char *const *header_names, size_t n_headers);
-
-/* Whether an absolute path is the system's or NVRTC's own cache, never a header. */
-static int system_path(const char *abs)
-{
-    static const char *const roots[] = {"/dev/", "/proc/", "/sys/"};
-    for (size_t i = 0; i < sizeof(roots) / sizeof(*roots); i++)
-        if (!strncmp(abs, roots[i], strlen(roots[i])))
-            return 1;
-    char cache[PATH_MAX];
-    const char *env = getenv("CUDA_CACHE_PATH"), *home = getenv("HOME");
-    int n = env && *env ? snprintf(cache, sizeof(cache), "%s/", env)
-            : home && *home ? snprintf(cache, sizeof(cache), "%s/.nv/ComputeCache/", home) : -1;
-    return n > 0 && (size_t)n < sizeof(cache) && !strncmp(abs, cache, (size_t)n);
-}
-
-const char *kc_observe_verdict(kc_obs *o, const kcache_made *made, const char *source_name,
-                               const char *const *header_names, size_t n_headers)
-{
-    if (!o)
-        return R_INCOMPLETE;
-    if (o->taint)
-        return o->taint;
-    size_t size = 0;
-    char *text = closure_text(&size, made, source_name, header_names, n_headers);
-    if (!text)
-        return R_INCOMPLETE;
-    if (o->judged_closure && o->judged_size == size && !memcmp(o->judged_closure, text, size)) {
-        free(text);
-        return o->judged;
-    }
-    free(o->judged_closure);
-    o->judged_closure = text;
-    o->judged_size = size;
-    return o->judged = verdict(o, made, source_name, header_names, n_headers);
-}
-
-static const char *verdict(const kc_obs *o, const kcache_made *made, const char *source_name,
-                           const char *const *header_names, size_t n_headers)
-{
-    const char *why = NULL;
-    size_t n = made->n_probes, n_seen = 0;
-    struct known *k = calloc(n + 1, sizeof(*k));
-    struct look *saw = NULL;
-    struct dir_memo *memo = calloc(1, sizeof(*memo));
-    char *source = absolute(o->cwd, source_name);
-    static const char *const nvrtc_names[] = {"__nv_nvrtc_builtin_header.h", "__nv_name_map"};
-    const char *pwd = o->pwd;
-    if (!k || !source || !memo) {
-        why = R_INCOMPLETE;
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (!(k[i].path = absolute(o->cwd, made->probes[i].path))) {
-            why = R_INCOMPLETE;
-            goto out;
-        }
-        k[i].found = made->probes[i].found;
-    }
-    qsort(k, n, sizeof(*k), by_path);
-    /* Each path NVRTC looked at, once per way it looked and what it found. */
-    for (size_t at = 0; at < o->used; n_seen++)
-        at += ((size_t)(unsigned char)o->arena[at + 2] | (size_t)(unsigned char)o->arena[at + 3] << 8) + 5;
-    if (!(saw = calloc(n_seen + 1, sizeof(*saw)))) {
-        why = R_INCOMPLETE;
-        goto out;
-    }
-    for (size_t at = 0, i = 0; i < n_seen; i++) {
-        const char *r = o->arena + at;
-        at += ((size_t)(unsigned char)r[2] | (size_t)(unsigned char)r[3] << 8) + 5;
-        saw[i].op = r[0];
-        saw[i].seen = r[1];
-        if (!(saw[i].path = absolute(o->cwd, r + 4))) {
-            why = R_INCOMPLETE;
-            goto out;
-        }
-    }
-    qsort(saw, n_seen, sizeof(*saw), by_look);
-    for (size_t i = 0; i < n_seen && !why; i++) {
-        if (i && !by_look(&saw[i - 1], &saw[i]))
-            continue;
-        int op = saw[i].op, seen = saw[i].seen;
-        const char *abs = saw[i].path;
-        struct known key = {saw[i].path, 0};
-        const struct known *hit = n ? bsearch(&key, k, n, sizeof(*k), by_path) : NULL;
-        if (hit) {
-            /* The resolver keys what is not a regular file as nothing there. */
-            if (hit->found != (seen == SEEN_FILE))
-                why = R_CHANGED;
-        } else if (op == OP_STAT &&
-                   (!strcmp(abs, source) ||
-                    (seen != SEEN_FILE && (under(source, abs) || !strcmp(abs, o->cwd) ||
-                                           own_name(o, abs, &pwd, 1))) ||
-                    own_name(o, abs, nvrtc_names, 2) ||
-                    own_name(o, abs, header_names, n_headers))) {
-            /* NVRTC's own: the program's name and the folders above it, the
-             * working directory and $PWD (which names it when both are one), the names
-             * of its builtin header and of its name-expression map, the names of
-             * the headers handed over in memory; it stats them and never opens
-             * them (test_sound.py shows a file there changes nothing). */
-        } else if (op == OP_STAT && seen == SEEN_DIR && above_found(k, n, abs)) {
-            /* A folder of a keyed header's path, which NVRTC stats after opening it. */
-        } else if (system_path(abs)) {
-            /* The system's, never a header: NVRTC probes the GPU's device nodes
-             * (/dev/char/195:0 where a driver is loaded) and its own compute
-             * cache (CUDA_CACHE_PATH, ~/.nv/ComputeCache), whose entries are
-             * NVIDIA's bytes for NVIDIA's inputs. */
-        } else if (!in_toolkit(memo, abs, seen, made->toolkit_root)) {
-            why = R_UNPREDICTED;
-            char what[PATH_MAX + 64];
-            snprintf(what, sizeof(what), "%s %s, which the key does not cover",
-                     op == OP_OPEN ? "an open of" : "a look at", abs);
-            say_why(what);
-        }
-    }
-out:
-    for (size_t i = 0; saw && i < n_seen; i++)
-        free(saw[i].path);
-    free(saw);
-    free(memo);
-    for (size_t i = 0; k && i < n; i++)
-        free(k[i].path);
-    free(k);
-    free(source);
-    return why;
 }
