@@ -48,11 +48,8 @@ static unsigned lines(const char *text)
 
 static void case_control_bytes(int tc)
 {
-    if (!have_exe()) {
-        printf("control-bytes: KCACHE_EXE not set: skipped\n");
-        cases_skipped++;
+    if (!exe_or_skip(tc))
         return;
-    }
     const char *db = in_case(tc, "kcache.db");
     kcache_store *s = st_open(db, UINT64_MAX, NULL, NULL);
     static const char evil[] =

@@ -32,11 +32,6 @@ struct test_case {
 /* The table run_cases() runs: EXPECT names the case it fails. */
 static const struct test_case *case_table;
 
-TEST_UNUSED static int one_line(const char *msg)
-{
-    return msg && *msg && !strchr(msg, '\n');
-}
-
 /* A key that is the digest of its key material, as every real entry's is. */
 TEST_UNUSED static kcache_key material_key(char *material, size_t size, unsigned n)
 {
@@ -179,6 +174,16 @@ TEST_UNUSED static int have_exe(void)
 {
     const char *exe = getenv("KCACHE_EXE");
     return exe && *exe;
+}
+
+/* 1 where KCACHE_EXE is set; else the case is skipped (said and counted) and 0. */
+TEST_UNUSED static int exe_or_skip(int tc)
+{
+    if (have_exe())
+        return 1;
+    printf("%s: KCACHE_EXE not set: skipped\n", case_table[tc].name);
+    cases_skipped++;
+    return 0;
 }
 
 /* Fails the case with a message (the case's checks go on). */

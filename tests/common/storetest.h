@@ -80,6 +80,16 @@ static inline void st_fill(uint8_t *p, size_t size, unsigned n)
     }
 }
 
+/* Entry n's kind, arch and bytes, as st_entry_ok() checks them; the rest is the caller's. */
+static inline void st_entry_of(kcache_entry *e, unsigned n, size_t size_max, uint8_t *scratch)
+{
+    e->kind = (kcache_kind)(1 + n % 3);
+    e->arch = n % 2 ? "sm_90" : "sm_80";
+    e->size = st_size(n, size_max);
+    st_fill(scratch, e->size, n);
+    e->data = scratch;
+}
+
 /* Returns 1 if e holds exactly what entry n was put with. */
 static inline int st_entry_ok(const kcache_entry *e, unsigned n, size_t size_max,
                               uint8_t *scratch)
@@ -98,12 +108,8 @@ static inline int st_put(kcache_store *s, unsigned n, size_t size_max, uint8_t *
 {
     kcache_entry e = KCACHE_ENTRY_INIT;
     e.key = st_key(n);
-    e.kind = (kcache_kind)(1 + n % 3);
-    e.arch = n % 2 ? "sm_90" : "sm_80";
+    st_entry_of(&e, n, size_max, scratch);
     e.name = "stress.cu";
-    e.size = st_size(n, size_max);
-    st_fill(scratch, e.size, n);
-    e.data = scratch;
     e.toolchain = "test";
     e.compile_ns = 1000000;
     return kcache_store_put(s, &e);

@@ -54,6 +54,12 @@ static int test_failures;
         }                                                                                          \
     } while (0)
 
+/* A message a user reads: there, and one line. */
+TEST_UNUSED static int test_one_line(const char *msg)
+{
+    return msg && *msg && !strchr(msg, '\n');
+}
+
 static char test_dir_path[256];
 
 TEST_UNUSED static void test_dir_remove(void)

@@ -36,12 +36,8 @@ static void make_entry(kcache_entry *e, unsigned n, char material[32])
         e->key_material = material;
         e->key_material_size = strlen(material);
     }
-    e->kind = (kcache_kind)(1 + n % 3);
-    e->arch = n % 2 ? "sm_90" : "sm_80";
+    st_entry_of(e, n, ART_MAX, scratch);
     e->name = "batch.cu";
-    e->size = st_size(n, ART_MAX);
-    st_fill(scratch, e->size, n);
-    e->data = scratch;
     e->toolchain = "test";
 }
 
@@ -311,11 +307,7 @@ static void *batch_worker(void *arg)
     for (unsigned n = w->first; n < w->first + 50; n++) {
         kcache_entry e = KCACHE_ENTRY_INIT;
         e.key = st_key(n);
-        e.kind = (kcache_kind)(1 + n % 3);
-        e.arch = n % 2 ? "sm_90" : "sm_80";
-        e.size = st_size(n, ART_MAX);
-        st_fill(buf, e.size, n);
-        e.data = buf;
+        st_entry_of(&e, n, ART_MAX, buf);
         w->failures += kcache_batch_put(b, &e) != 0;
         /* The store is free between calls: a get from this thread does not wait on the batch. */
         if (n % 10 == 0)

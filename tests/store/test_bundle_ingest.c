@@ -238,11 +238,8 @@ static void case_refused_entries(int tc)
 
 static void case_export_dir_names(int tc)
 {
-    if (!have_exe()) {
-        printf("export-dir-names: KCACHE_EXE not set: skipped\n");
-        cases_skipped++;
+    if (!exe_or_skip(tc))
         return;
-    }
     const char *db = in_case(tc, "kcache.db");
     kcache_store *s = st_open(db, UINT64_MAX, NULL, NULL);
     for (unsigned i = 0; i < 2; i++) {

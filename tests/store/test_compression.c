@@ -284,11 +284,6 @@ static void test_huge_raw_size(void)
     }
 }
 
-static int one_line(const char *s)
-{
-    return s && *s && !strchr(s, '\n');
-}
-
 /* Bad values: refused at open with one line naming the valid ones; flag > env > file. */
 static void test_setting(void)
 {
@@ -301,18 +296,19 @@ static void test_setting(void)
 
     o.compression = "gzip";
     CHECK_RC(kcache_store_open(&s, &o, err, sizeof(err)), KCACHE_EINVAL);
-    CHECK(s == NULL && one_line(err) && strstr(err, "gzip") && strstr(err, "zstd, lz4 or none"));
+    CHECK(s == NULL && test_one_line(err) && strstr(err, "gzip") &&
+          strstr(err, "zstd, lz4 or none"));
 
     o.compression = NULL;
     setenv("KCACHE_COMPRESSION", "fast", 1);
     CHECK_RC(kcache_store_open(&s, &o, err, sizeof(err)), KCACHE_EINVAL);
-    CHECK(one_line(err) && strstr(err, "KCACHE_COMPRESSION=fast") &&
+    CHECK(test_one_line(err) && strstr(err, "KCACHE_COMPRESSION=fast") &&
           strstr(err, "zstd, lz4 or none"));
     unsetenv("KCACHE_COMPRESSION");
 
     test_write_text(test_path("setting/kcache.conf"), "max_size = 1G\ncompression = zstd9\n");
     CHECK_RC(kcache_store_open(&s, &o, err, sizeof(err)), KCACHE_EINVAL);
-    CHECK(one_line(err) && strstr(err, "kcache.conf:2") && strstr(err, "zstd, lz4 or none"));
+    CHECK(test_one_line(err) && strstr(err, "kcache.conf:2") && strstr(err, "zstd, lz4 or none"));
 
     /* The file's value, then the environment's over it, then the flag's over both. */
     test_write_text(test_path("setting/kcache.conf"), "compression = none\n");

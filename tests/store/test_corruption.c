@@ -95,12 +95,8 @@ static int put_with_inputs(kcache_store *s, unsigned n)
                           {KCACHE_INPUT_HEADER, "h.h", header_text, sizeof(header_text) - 1}};
     kcache_entry e = KCACHE_ENTRY_INIT;
     e.key = st_key(n);
-    e.kind = (kcache_kind)(1 + n % 3);
-    e.arch = n % 2 ? "sm_90" : "sm_80";
+    st_entry_of(&e, n, ART_MAX, scratch);
     e.name = "stress.cu";
-    e.size = st_size(n, ART_MAX);
-    st_fill(scratch, e.size, n);
-    e.data = scratch;
     e.toolchain = "test";
     e.n_inputs = 2;
     e.inputs = in;

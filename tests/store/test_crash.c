@@ -81,12 +81,8 @@ static int put_entry(kcache_store *s, unsigned n)
     e.key = crash_key(n, material);
     e.key_material = material[0] ? material : NULL;
     e.key_material_size = strlen(material);
-    e.kind = (kcache_kind)(1 + n % 3);
-    e.arch = n % 2 ? "sm_90" : "sm_80";
+    st_entry_of(&e, n, ART_MAX, scratch);
     e.name = "k.cu";
-    e.size = st_size(n, ART_MAX);
-    st_fill(scratch, e.size, n);
-    e.data = scratch;
     e.toolchain = "test";
     e.compile_ns = 1000000;
     e.n_inputs = 2;

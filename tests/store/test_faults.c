@@ -36,11 +36,6 @@ static unsigned faults_run, faults_skipped, compiles_ok, artifacts_lost, wrong;
 
 /* ---- helpers -------------------------------------------------------------- */
 
-static int one_line(const char *msg)
-{
-    return msg && *msg && !strchr(msg, '\n');
-}
-
 /* Entries [0, n) as st_put() makes them; the cache is closed after. */
 static void fill(const char *path, unsigned n)
 {
@@ -155,7 +150,7 @@ static int compile_through(kcache_store *s, const char *tag, const char *what)
         test_failures++;
     } else {
         compiles_ok++;
-        if (store_status && !one_line(r->store_message)) {
+        if (store_status && !test_one_line(r->store_message)) {
             fprintf(stderr, "%s: store_message is not one line: %s\n", what, r->store_message);
             test_failures++;
         }
@@ -205,7 +200,7 @@ static void test_fsize(void)
             _exit(1);
         }
         const char *msg = kcache_store_errmsg(s);
-        if (!one_line(msg) || !strstr(msg, path)) {
+        if (!test_one_line(msg) || !strstr(msg, path)) {
             fprintf(stderr, "file-size limit: message: %s\n", msg);
             _exit(1);
         }
@@ -278,7 +273,7 @@ static void test_tmpfs(void)
         rc = put_big(s, 100 + n, 64 << 10);
     CHECK_RC(rc, KCACHE_EFULL);
     const char *msg = kcache_store_errmsg(s);
-    CHECK(one_line(msg) && strstr(msg, path) && strstr(msg, "disk full"));
+    CHECK(test_one_line(msg) && strstr(msg, path) && strstr(msg, "disk full"));
     printf("tmpfs of 3 MiB: put %u: %s\n", n, msg);
     /* To the last byte, so that the compile's artifact cannot fit either. */
     for (unsigned m = 0; m < 400 && rc == KCACHE_EFULL; m++)
@@ -373,7 +368,7 @@ static void test_read_only(void)
         int rc = kcache_store_open(&s, &o, err, sizeof(err));
         if (rc) {
             /* Refusing is allowed, with a message that names the file. */
-            if (!one_line(err) || !strstr(err, path)) {
+            if (!test_one_line(err) || !strstr(err, path)) {
                 fprintf(stderr, "read-only: open message: %d %s\n", rc, err);
                 _exit(1);
             }
@@ -391,7 +386,7 @@ static void test_read_only(void)
                 fprintf(stderr, "read-only: put returned %d %s\n", rc, msg);
                 _exit(1);
             }
-            if (!one_line(msg) || !strstr(msg, "read-only")) {
+            if (!test_one_line(msg) || !strstr(msg, "read-only")) {
                 fprintf(stderr, "read-only: put message: %s\n", msg);
                 _exit(1);
             }
@@ -525,7 +520,7 @@ static void test_stuck_lock(void)
     double waited = st_now() - t0;
     CHECK_RC(rc, KCACHE_EBUSY);
     const char *msg = kcache_store_errmsg(s);
-    CHECK(one_line(msg) && strstr(msg, path) && strstr(msg, "locked"));
+    CHECK(test_one_line(msg) && strstr(msg, path) && strstr(msg, "locked"));
     CHECK(waited >= 0.25 && waited < 5);
     printf("stuck lock: put after %.2f s: %s\n", waited, msg);
     /* Readers are not blocked by a writer (WAL). */

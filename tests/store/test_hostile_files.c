@@ -71,11 +71,8 @@ static void corrupt_interior(const char *db)
 
 static void case_damaged_pages(int tc)
 {
-    if (!have_exe()) {
-        printf("damaged-pages: KCACHE_EXE not set: skipped\n");
-        cases_skipped++;
+    if (!exe_or_skip(tc))
         return;
-    }
     static const char *const verbs[] = {"clear", "vacuum"};
     for (int v = 0; v < 2; v++) {
         char name[64];
@@ -129,7 +126,7 @@ static void case_other_users_cache(int tc)
                 char err[512] = "";
                 int rc = kcache_store_open(&t, &o, err, sizeof(err));
                 kcache_store_close(t);
-                if (rc == 0 || !strstr(err, "owned by") || !one_line(err)) {
+                if (rc == 0 || !strstr(err, "owned by") || !test_one_line(err)) {
                     fprintf(stderr,
                             "other-users-cache: %s opening uid 1's cache (read-only %d): %d %s\n",
                             as_root ? "root" : "nobody", ro, rc, err);
@@ -165,7 +162,7 @@ static void case_symlinked_database(int tc)
     if (s)
         put_real(s, 1, NULL, NULL);
     kcache_store_close(s);
-    EXPECT(rc != 0 && strstr(err, "symbolic link") && one_line(err), "open: %d %s", rc, err);
+    EXPECT(rc != 0 && strstr(err, "symbolic link") && test_one_line(err), "open: %d %s", rc, err);
     EXPECT(st_file_size(victim) == 0, "the link's target was written");
     char side[900];
     snprintf(side, sizeof(side), "%s-wal", victim);
@@ -221,11 +218,8 @@ static void case_lease_null_host(int tc)
 
 static void case_ls_during_create(int tc)
 {
-    if (!have_exe()) {
-        printf("ls-during-create: KCACHE_EXE not set: skipped\n");
-        cases_skipped++;
+    if (!exe_or_skip(tc))
         return;
-    }
     const char *db = in_case(tc, "kcache.db");
     char lock[800], wal[800], shm[800];
     snprintf(lock, sizeof(lock), "%s-lock", db);

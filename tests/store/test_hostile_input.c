@@ -34,11 +34,6 @@ static uint8_t scratch[ART_MAX];
 static unsigned inputs_tried, refused_ok, stored_wrongly, connections_seen, insecure;
 static int cli_skipped;
 
-static int one_line(const char *msg)
-{
-    return msg && *msg && !strchr(msg, '\n');
-}
-
 /* ---- every connection: defensive, trusted_schema off --------------------------- */
 
 /* Whether db was seen already; remembers it. Pointers are reused after a close, so
@@ -106,12 +101,8 @@ static int put_with_inputs(kcache_store *s, unsigned n)
     kcache_entry e = KCACHE_ENTRY_INIT;
     char material[32];
     st_material_entry(&e, material, n);
-    e.kind = (kcache_kind)(1 + n % 3);
-    e.arch = n % 2 ? "sm_90" : "sm_80";
+    st_entry_of(&e, n, ART_MAX, scratch);
     e.name = "k.cu";
-    e.size = st_size(n, ART_MAX);
-    st_fill(scratch, e.size, n);
-    e.data = scratch;
     e.n_inputs = 1;
     e.inputs = in;
     return kcache_store_put(s, &e);
@@ -196,7 +187,7 @@ static void expect_refused(kcache_store *live, const char *path, int want, const
         kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
         int rc = kcache_bundle_import(&r, live, path, &o);
         const char *msg = kcache_store_errmsg(live);
-        if (rc != want || !one_line(msg) || !strstr(msg, "nothing imported")) {
+        if (rc != want || !test_one_line(msg) || !strstr(msg, "nothing imported")) {
             fprintf(stderr, "bundle with %s (dry run %d): import returned %d (%s), wanted %d\n",
                     what, dry, rc, msg, want);
             test_failures++;
@@ -273,10 +264,10 @@ static void test_bundles(kcache_store *live, const char *good)
     inputs_tried += 2;
     kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
     int rc = kcache_bundle_import(&r, live, "/dev/zero", NULL);
-    CHECK(rc == KCACHE_EINVAL && one_line(kcache_store_errmsg(live)));
+    CHECK(rc == KCACHE_EINVAL && test_one_line(kcache_store_errmsg(live)));
     refused_ok += rc == KCACHE_EINVAL;
     rc = kcache_bundle_import(&r, live, test_dir(), NULL);
-    CHECK(rc == KCACHE_EINVAL && one_line(kcache_store_errmsg(live)));
+    CHECK(rc == KCACHE_EINVAL && test_one_line(kcache_store_errmsg(live)));
     refused_ok += rc == KCACHE_EINVAL;
 
     /*
@@ -462,7 +453,7 @@ static int compile_hostile(kcache_compiler *c, kcache_store *live, const char *p
             ok = 0;
         }
     } else {
-        if (want_ok || !r || !one_line(r->message) ||
+        if (want_ok || !r || !test_one_line(r->message) ||
             (rc != KCACHE_ECOMPILE && rc != KCACHE_EINVAL && rc != KCACHE_ENOTFOUND)) {
             fprintf(stderr, "%s: failed with %d: %s\n", what, rc, r ? r->message : "(no result)");
             ok = 0;
