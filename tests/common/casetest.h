@@ -77,18 +77,6 @@ TEST_UNUSED static int has(kcache_store *s, const kcache_key *k)
     return rc == 0;
 }
 
-TEST_UNUSED static void sql_on(const char *path, const char *sql)
-{
-    sqlite3 *db = NULL;
-    REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
-    char *err = NULL;
-    if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) {
-        fprintf(stderr, "%s: %s\n", sql, err);
-        exit(1);
-    }
-    sqlite3_close(db);
-}
-
 /* A bundle of entries [first, first + n) made by kcache itself. */
 TEST_UNUSED static void make_bundle(const char *path, unsigned first, unsigned n)
 {

@@ -80,6 +80,19 @@ static inline void st_fill(uint8_t *p, size_t size, unsigned n)
     }
 }
 
+/* Runs sql on the SQLite file at path, as another program would; exits on an error. */
+static inline void st_sql(const char *path, const char *sql)
+{
+    sqlite3 *db = NULL;
+    REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
+    char *err = NULL;
+    if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) {
+        fprintf(stderr, "%s: %s\n", sql, err);
+        exit(1);
+    }
+    sqlite3_close(db);
+}
+
 /* Entry n's kind, arch and bytes, as st_entry_ok() checks them; the rest is the caller's. */
 static inline void st_entry_of(kcache_entry *e, unsigned n, size_t size_max, uint8_t *scratch)
 {

@@ -76,7 +76,7 @@ static void case_poisoned_entry(int tc)
              " stored_size, codec, digest FROM entry WHERE key = x'%s'),"
              " created_at = 253402300799000 WHERE key = x'%s';",
              hex19, hex20, hex19, hex20);
-    sql_on(bundle, sql);
+    st_sql(bundle, sql);
     s = st_open(live_db, UINT64_MAX, NULL, NULL);
     int rc = kcache_bundle_import(&r, s, bundle, NULL);
     EXPECT(rc == 0, "import: %d %s", rc, kcache_store_errmsg(s));
@@ -216,7 +216,7 @@ static void case_refused_entries(int tc)
         snprintf(name, sizeof(name), "bad%zu.kcache", b);
         const char *bundle = in_case(tc, name);
         make_bundle(bundle, 600, 40);
-        sql_on(bundle, breaks[b]);
+        st_sql(bundle, breaks[b]);
         snprintf(name, sizeof(name), "live%zu.db", b);
         kcache_store *s = st_open(in_case(tc, name), UINT64_MAX, NULL, NULL);
         kcache_bundle_options o = KCACHE_BUNDLE_OPTIONS_INIT;

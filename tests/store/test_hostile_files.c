@@ -194,7 +194,7 @@ static void case_lease_null_host(int tc)
              "UPDATE sqlite_schema SET sql = replace(sql, 'host TEXT',"
              " 'host      TEXT    NOT NULL') WHERE name = 'lease';",
              hex, hex2);
-    sql_on(db, sql);
+    st_sql(db, sql);
     s = st_open(db, UINT64_MAX, NULL, NULL);
     int acquired = 0;
     int rc = kc_store_lease_acquire(&acquired, s, &k, 15000);

@@ -389,18 +389,6 @@ static void test_random_pages(void)
 
 /* ---- another application's SQLite file --------------------------------- */
 
-static void make_foreign(const char *path, const char *setup)
-{
-    sqlite3 *db = NULL;
-    REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
-    char *msg = NULL;
-    if (sqlite3_exec(db, setup, NULL, NULL, &msg) != SQLITE_OK) {
-        fprintf(stderr, "%s: %s\n", setup, msg);
-        exit(1);
-    }
-    sqlite3_close(db);
-}
-
 static void test_foreign(void)
 {
     static const char *const setups[] = {
@@ -416,7 +404,7 @@ static void test_foreign(void)
         snprintf(name, sizeof(name), "foreign%zu.db", i);
         char path[512];
     snprintf(path, sizeof(path), "%s", test_path(name));
-        make_foreign(path, setups[i]);
+        st_sql(path, setups[i]);
         size_t n;
         uint8_t *before = test_slurp(path, &n);
         REQUIRE(before);
@@ -456,7 +444,7 @@ static void set_user_version(const char *path, int v, const char *extra)
 {
     char sql[256];
     snprintf(sql, sizeof(sql), "PRAGMA user_version = %d; %s", v, extra ? extra : "");
-    make_foreign(path, sql);
+    st_sql(path, sql);
 }
 
 static void test_future_version(void)

@@ -100,7 +100,7 @@ static void case_other_host_leases(int tc)
     /* Another host's lease, its heartbeat a year ahead. */
     snprintf(sql, sizeof(sql), "INSERT INTO lease VALUES (x'%s', 1, 'another-host', %lld)", hex,
              (long long)time(NULL) * 1000 + 365LL * 86400 * 1000);
-    sql_on(db, sql);
+    st_sql(db, sql);
     s = st_open(db, UINT64_MAX, NULL, NULL);
     int acquired = 0;
     int rc = kc_store_lease_acquire(&acquired, s, &k, 15000);
@@ -112,7 +112,7 @@ static void case_other_host_leases(int tc)
     kcache_key_hex(hex, &k2);
     snprintf(sql, sizeof(sql), "INSERT INTO lease VALUES (x'%s', 1, 'another-host', %lld)", hex,
              (long long)time(NULL) * 1000);
-    sql_on(db, sql);
+    st_sql(db, sql);
     setenv("KCACHE_OTHER_HOST_WAIT", "300", 1);
     struct said said = {0, ""};
     s = st_open(db, UINT64_MAX, log_said, &said);
