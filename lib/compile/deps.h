@@ -3,7 +3,7 @@
  * because NVRTC cannot say what it included.
  *
  * NVRTC's search order, checked against NVRTC reading the disk by
- * tests/test_compile.c (test_search_order_matches_nvrtc):
+ * tests/compile/test_compile.c (test_search_order_matches_nvrtc):
  *   - headers handed over in memory, matched by the exact include spelling,
  *     before anything on disk;
  *   - "quoted": the including file's own directory (for the main source, the

@@ -23,7 +23,7 @@ struct opt {
     /*
      * Not keyed: automatic PCH (--pch) only saves parsing for later compiles
      * of the same process (the same bytes with and without it, checked by
-     * tests/test_trees.c), but NVRTC 13 reuses a PCH without looking at the
+     * tests/compile/test_trees.c), but NVRTC 13 reuses a PCH without looking at the
      * headers again, so a hermetic compile leaves it out (compile/nvrtc.c);
      * the others steer messages, timing files and NVRTC's own cache. An
      * explicit --create-pch/--use-pch file makes the compile uncached: it is
