@@ -11,7 +11,7 @@
 #include <kcache/store.h>
 
 #include "store/ingest.h"
-#include "store/schema.h"
+#include "db/schema.h"
 #include "storetest.h"
 
 static uint8_t scratch[1 << 20];

@@ -6,7 +6,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 
-#include "store/schema.h"
+#include "db/schema.h"
 #include "store/storeint.h"
 #include "storetest.h"
 

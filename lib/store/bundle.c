@@ -23,7 +23,7 @@
 #include "store/ingest.h"
 #include "kcache/bundle.h"
 #include <stddef.h>
-#include "store/schema.h"
+#include "db/schema.h"
 #include "store/storeint.h"
 
 /* Sets the store's message under its lock (the store's own calls do the same). */

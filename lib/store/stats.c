@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/alone.h"
+#include "db/alone.h"
 #include "store/storeint.h"
 
 static int cmp_usage(const void *a, const void *b)

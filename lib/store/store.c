@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "util/settings.h"
-#include "store/alone.h"
-#include "store/schema.h"
+#include "db/alone.h"
+#include "db/schema.h"
 #include "store/storeint.h"
 
 

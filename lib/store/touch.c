@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/alone.h"
+#include "db/alone.h"
 #include "store/storeint.h"
 
 /* A hit's touch waits in memory until this many are pending ... */

@@ -26,7 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "store/owner.h"
+#include "db/owner.h"
 
 static int trusted_owner(const struct stat *st, int is_dir)
 {

@@ -12,8 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store/alone.h"
-#include "store/schema.h"
+#include "db/alone.h"
+#include "db/schema.h"
 #include "store/storeint.h"
 
 /* How many NAME.corrupt-* sets are kept; older ones go (kcache made them). */

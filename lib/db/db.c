@@ -15,9 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "store/alone.h"
-#include "store/owner.h"
-#include "store/schema.h"
+#include "db/alone.h"
+#include "db/owner.h"
+#include "db/schema.h"
 #include "store/storeint.h"
 
 /* After a checkpoint, a WAL larger than this is truncated back to it. */

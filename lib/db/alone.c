@@ -30,7 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "store/alone.h"
+#include "db/alone.h"
 
 static int lock_byte(int fd, short type, int wait)
 {
