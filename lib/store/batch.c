@@ -132,7 +132,7 @@ KCACHE_API int kcache_batch_new(kcache_batch **out, kcache_store *store,
 /* Writes every waiting entry in one transaction; the store's lock is held. */
 static int write_locked(kcache_store *s, kcache_batch *b)
 {
-    int rc = kc_db_begin_write(s);
+    int rc = kc_db_begin_write(&s->db);
     if (rc)
         return rc;
     if ((rc = kc_pending_write(s)))
@@ -146,12 +146,12 @@ static int write_locked(kcache_store *s, kcache_batch *b)
         if ((rc = kc_put_rows(s, &p->ctx)))
             goto fail;
     }
-    if ((rc = kc_db_commit(s)))
+    if ((rc = kc_db_commit(&s->db)))
         goto fail;
     kc_pending_clear(s);
     return 0;
 fail:
-    kc_db_rollback(s);
+    kc_db_rollback(&s->db);
     return rc;
 }
 

@@ -23,7 +23,6 @@
 #include "store/ingest.h"
 #include "kcache/bundle.h"
 #include <stddef.h>
-#include "store/schema.h"
 #include "store/storeint.h"
 
 /* Sets the store's message under its lock (the store's own calls do the same). */
@@ -77,7 +76,7 @@ static int set_times(kcache_store *s, const kcache_key *key, int64_t created_at,
     static const char sql_created[] = "UPDATE entry SET created_at = ?1 WHERE key = ?3";
     sqlite3_stmt *st = NULL;
     pthread_mutex_lock(&s->lock);
-    int src = sqlite3_prepare_v2(s->db, accessed_at ? sql_both : sql_created, -1, &st, NULL);
+    int src = sqlite3_prepare_v2(s->db.conn, accessed_at ? sql_both : sql_created, -1, &st, NULL);
     if (src == SQLITE_OK) {
         sqlite3_bind_int64(st, 1, created_at);
         if (accessed_at)
@@ -86,7 +85,7 @@ static int set_times(kcache_store *s, const kcache_key *key, int64_t created_at,
         src = sqlite3_step(st);
     }
     sqlite3_finalize(st);
-    int rc = src == SQLITE_DONE ? 0 : kc_sqlerr(s, src, "setting an entry's times");
+    int rc = src == SQLITE_DONE ? 0 : kc_sqlerr(&s->db, src, "setting an entry's times");
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
@@ -95,13 +94,13 @@ static void remove_with_sidecars(const char *path)
 {
     char side[4096];
     unlink(path);
-    snprintf(side, sizeof(side), "%s-wal", path);
+    snprintf(side, sizeof(side), "%s" KC_DB_WAL, path);
     unlink(side);
-    snprintf(side, sizeof(side), "%s-shm", path);
+    snprintf(side, sizeof(side), "%s" KC_DB_SHM, path);
     unlink(side);
-    snprintf(side, sizeof(side), "%s-journal", path);
+    snprintf(side, sizeof(side), "%s" KC_DB_JOURNAL, path);
     unlink(side);
-    snprintf(side, sizeof(side), "%s-lock", path);
+    snprintf(side, sizeof(side), "%s" KC_DB_LOCK, path);
     unlink(side);
 }
 
@@ -209,7 +208,7 @@ static int export_to(kcache_bundle_result *r, kcache_store *store, const char *p
     /* Nobody sees the file before the rename, and it is synced before that: no
      * need to sync every put (this makes an export several times faster). */
     pthread_mutex_lock(&dst->lock);
-    kc_db_exec(dst, "PRAGMA synchronous = OFF", "configuring the bundle");
+    kc_db_exec(&dst->db, "PRAGMA synchronous = OFF", "configuring the bundle");
     pthread_mutex_unlock(&dst->lock);
     for (size_t i = 0; i < keys.n; i++) {
         progress(o, "exporting", i, keys.n);
@@ -240,9 +239,9 @@ static int export_to(kcache_bundle_result *r, kcache_store *store, const char *p
     progress(o, "exporting", keys.n, keys.n);
     kcache_store_close(dst);
     dst = NULL;
-    /* The temporary store's lock file (alone.c): nobody else ever opened it. */
+    /* The temporary store's lock file (db/alone.c): nobody else ever opened it. */
     char lock[4200];
-    snprintf(lock, sizeof(lock), "%s-lock", tmp);
+    snprintf(lock, sizeof(lock), "%s" KC_DB_LOCK, tmp);
     unlink(lock);
     uint8_t mac[KC_MAC_SIZE];
     if (secret.set && kc_bundle_sig_finish(mac, &sig, &secret)) {
@@ -283,15 +282,6 @@ static int query_int(sqlite3 *db, const char *sql, int64_t bind, int64_t *out)
         }
     }
     sqlite3_finalize(st);
-    return src;
-}
-
-/* The objects of our schema at `version`, built in memory from schema/ itself. */
-static int reference_schema(sqlite3 **out, int version)
-{
-    int src = kc_sqlite_open(out, ":memory:", SQLITE_OPEN_READWRITE);
-    for (int v = 0; src == SQLITE_OK && v < version; v++)
-        src = sqlite3_exec(*out, kc_schema_steps[v], NULL, NULL, NULL);
     return src;
 }
 
@@ -453,7 +443,7 @@ static int check_file(kcache_store *s, const char *path, int *has_sig, uint8_t s
                         path, (long long)version, kc_schema_version);
         goto out;
     }
-    if (reference_schema(&ref, kc_schema_version) != SQLITE_OK) {
+    if (kc_db_schema_reference(&ref, kc_schema_version) != SQLITE_OK) {
         rc = kc_err_locking(s, KCACHE_ENOMEM, "out of memory");
         goto out;
     }

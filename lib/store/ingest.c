@@ -122,11 +122,11 @@ int kc_ingest_check_entry(kcache_store *s, kcache_entry *e, int64_t now, char *w
     }
     /* The put rules, with the store's own words; the store's message is restored after. */
     char saved[KC_ERRMSG_SIZE];
-    snprintf(saved, sizeof(saved), "%s", s->errmsg);
+    snprintf(saved, sizeof(saved), "%s", s->db.errmsg);
     int rc = kc_put_check(s, e);
     if (rc) {
-        const char *why = strstr(s->errmsg, ": ");
-        snprintf(what, what_size, "%s", why ? why + 2 : s->errmsg);
+        const char *why = strstr(s->db.errmsg, ": ");
+        snprintf(what, what_size, "%s", why ? why + 2 : s->db.errmsg);
         kc_err(s, 0, "%s", saved);
         return KCACHE_ECORRUPT;
     }
@@ -174,7 +174,7 @@ int kc_ingest_existing(kcache_store *s, const kcache_key *key, int64_t *created_
                        uint8_t digest[KC_DIGEST_SIZE])
 {
     sqlite3_stmt *st = NULL;
-    int src = sqlite3_prepare_v2(s->db, "SELECT created_at, digest FROM entry WHERE key = ?1",
+    int src = sqlite3_prepare_v2(s->db.conn, "SELECT created_at, digest FROM entry WHERE key = ?1",
                                  -1, &st, NULL);
     int found = 0;
     if (src == SQLITE_OK) {
@@ -191,7 +191,7 @@ int kc_ingest_existing(kcache_store *s, const kcache_key *key, int64_t *created_
         }
     }
     sqlite3_finalize(st);
-    return src == SQLITE_DONE ? found : kc_sqlerr(s, src, "reading an entry");
+    return src == SQLITE_DONE ? found : kc_sqlerr(&s->db, src, "reading an entry");
 }
 
 void kc_ingest_conflict_text(char *out, size_t size, const kcache_key *key,

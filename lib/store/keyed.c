@@ -162,13 +162,14 @@ KCACHE_API int kcache_store_delete_keyed(kcache_store *store, const char *ns, co
 /* One statement on the namespace, in the caller's transaction or none. */
 static int ns_step(kcache_store *s, const char *sql, const char *ns, sqlite3_stmt **out)
 {
-    int src = sqlite3_prepare_v2(s->db, sql, -1, out, NULL);
+    int src = sqlite3_prepare_v2(s->db.conn, sql, -1, out, NULL);
     if (src != SQLITE_OK)
-        return kc_sqlerr(s, src, "reading a namespace");
+        return kc_sqlerr(&s->db, src, "reading a namespace");
     sqlite3_bind_int(*out, 1, KCACHE_KIND_DATA);
     sqlite3_bind_text(*out, 2, ns, -1, SQLITE_STATIC);
     src = sqlite3_step(*out);
-    return src == SQLITE_ROW || src == SQLITE_DONE ? 0 : kc_sqlerr(s, src, "reading a namespace");
+    return src == SQLITE_ROW || src == SQLITE_DONE ? 0
+                                                   : kc_sqlerr(&s->db, src, "reading a namespace");
 }
 
 static int ns_stats_locked(kcache_store *s, kcache_namespace_stats *out, const char *ns)
@@ -221,19 +222,19 @@ KCACHE_API int kcache_store_namespace_stats(kcache_namespace_stats *out, kcache_
 
 static int ns_clear_locked(kcache_store *s, const char *ns, uint64_t *deleted)
 {
-    int rc = kc_db_begin_write(s);
+    int rc = kc_db_begin_write(&s->db);
     if (rc)
         return rc;
     sqlite3_stmt *st = NULL;
     if ((rc = ns_step(s, "DELETE FROM entry WHERE kind = ?1 AND arch = ?2", ns, &st))) {
         sqlite3_finalize(st);
-        kc_db_rollback(s);
+        kc_db_rollback(&s->db);
         return rc;
     }
-    uint64_t changed = (uint64_t)sqlite3_changes(s->db);
+    uint64_t changed = (uint64_t)sqlite3_changes(s->db.conn);
     sqlite3_finalize(st);
-    if ((rc = kc_pending_write(s)) || (rc = kc_db_commit(s))) {
-        kc_db_rollback(s);
+    if ((rc = kc_pending_write(s)) || (rc = kc_db_commit(&s->db))) {
+        kc_db_rollback(&s->db);
         return rc;
     }
     kc_pending_clear(s);
@@ -252,7 +253,7 @@ KCACHE_API int kcache_store_clear_namespace(uint64_t *deleted, kcache_store *sto
     if (deleted)
         *deleted = 0;
     pthread_mutex_lock(&store->lock);
-    rc = kc_db_writable(store);
+    rc = kc_db_writable(&store->db);
     if (!rc)
         KC_WITH_RECOVERY(store, rc, ns_clear_locked(store, ns, deleted));
     pthread_mutex_unlock(&store->lock);
@@ -303,7 +304,7 @@ int kc_keyed_check(const kcache_entry *e, char *what, size_t what_size)
 static int ns_trim_locked(kcache_store *s, const char *ns, uint64_t max_bytes, uint64_t *evicted)
 {
     kc_flush_locked(s, 0); /* this process's reads count as uses before choosing */
-    int rc = kc_db_begin_write(s);
+    int rc = kc_db_begin_write(&s->db);
     if (rc)
         return rc;
     sqlite3_stmt *st = NULL, *del = NULL;
@@ -316,9 +317,9 @@ static int ns_trim_locked(kcache_store *s, const char *ns, uint64_t max_bytes, u
     st = NULL;
     if (total <= max_bytes)
         goto out;
-    int src = sqlite3_prepare_v2(s->db, "DELETE FROM entry WHERE id = ?1", -1, &del, NULL);
+    int src = sqlite3_prepare_v2(s->db.conn, "DELETE FROM entry WHERE id = ?1", -1, &del, NULL);
     if (src != SQLITE_OK) {
-        rc = kc_sqlerr(s, src, "evicting from a namespace");
+        rc = kc_sqlerr(&s->db, src, "evicting from a namespace");
         goto out;
     }
     if ((rc = ns_step(s, "SELECT id, raw_size FROM entry WHERE kind = ?1 AND arch = ?2"
@@ -328,7 +329,7 @@ static int ns_trim_locked(kcache_store *s, const char *ns, uint64_t max_bytes, u
         sqlite3_bind_int64(del, 1, sqlite3_column_int64(st, 0));
         uint64_t size = (uint64_t)sqlite3_column_int64(st, 1);
         if ((src = sqlite3_step(del)) != SQLITE_DONE) {
-            rc = kc_sqlerr(s, src, "evicting from a namespace");
+            rc = kc_sqlerr(&s->db, src, "evicting from a namespace");
             goto out;
         }
         sqlite3_reset(del);
@@ -336,7 +337,7 @@ static int ns_trim_locked(kcache_store *s, const char *ns, uint64_t max_bytes, u
         n++;
         src = sqlite3_step(st);
         if (src != SQLITE_ROW && src != SQLITE_DONE) {
-            rc = kc_sqlerr(s, src, "evicting from a namespace");
+            rc = kc_sqlerr(&s->db, src, "evicting from a namespace");
             goto out;
         }
     }
@@ -345,12 +346,12 @@ static int ns_trim_locked(kcache_store *s, const char *ns, uint64_t max_bytes, u
 out:
     sqlite3_finalize(st);
     sqlite3_finalize(del);
-    if (!rc && !(rc = kc_pending_write(s)) && !(rc = kc_db_commit(s))) {
+    if (!rc && !(rc = kc_pending_write(s)) && !(rc = kc_db_commit(&s->db))) {
         kc_pending_clear(s);
         *evicted = n;
         return 0;
     }
-    kc_db_rollback(s);
+    kc_db_rollback(&s->db);
     return rc;
 }
 
@@ -363,7 +364,7 @@ KCACHE_API int kcache_store_trim_namespace(uint64_t *evicted, kcache_store *stor
         return rc;
     uint64_t n = 0;
     pthread_mutex_lock(&store->lock);
-    rc = kc_db_writable(store);
+    rc = kc_db_writable(&store->db);
     if (!rc)
         KC_WITH_RECOVERY(store, rc, ns_trim_locked(store, ns, max_bytes, &n));
     pthread_mutex_unlock(&store->lock);

@@ -66,7 +66,7 @@ static int owner_alive(long long pid, const char *host)
 static int run(kcache_store *s, const char *sql, const kcache_key *key, int64_t now, int *changes)
 {
     sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    int rc = sqlite3_prepare_v2(s->db.conn, sql, -1, &st, NULL);
     if (rc == SQLITE_OK) {
         sqlite3_bind_blob(st, 1, key->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, (sqlite3_int64)getpid());
@@ -76,20 +76,21 @@ static int run(kcache_store *s, const char *sql, const kcache_key *key, int64_t 
     }
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE)
-        return kc_sqlerr(s, rc, "recording a lease");
+        return kc_sqlerr(&s->db, rc, "recording a lease");
     if (changes)
-        *changes = sqlite3_changes(s->db);
+        *changes = sqlite3_changes(s->db.conn);
     return 0;
 }
 
 static int acquire_locked(kcache_store *s, const kcache_key *key, unsigned stale_ms, int *acquired)
 {
-    int rc = kc_db_begin_write(s);
+    int rc = kc_db_begin_write(&s->db);
     if (rc)
         return rc;
     int64_t now = kc_now_ms();
     sqlite3_stmt *st = NULL;
-    int src = sqlite3_prepare_v2(s->db, "SELECT pid, host, heartbeat FROM lease WHERE key = ?1",
+    int src = sqlite3_prepare_v2(s->db.conn,
+                                 "SELECT pid, host, heartbeat FROM lease WHERE key = ?1",
                                  -1, &st, NULL);
     int held = 0;
     if (src == SQLITE_OK) {
@@ -117,7 +118,7 @@ static int acquire_locked(kcache_store *s, const kcache_key *key, unsigned stale
     }
     sqlite3_finalize(st);
     if (src != SQLITE_DONE) {
-        rc = kc_sqlerr(s, src, "reading a lease");
+        rc = kc_sqlerr(&s->db, src, "reading a lease");
         goto fail;
     }
     if (!held &&
@@ -126,12 +127,12 @@ static int acquire_locked(kcache_store *s, const kcache_key *key, unsigned stale
                   " VALUES (?1, ?2, ?3, ?4)",
                   key, now, NULL)))
         goto fail;
-    if ((rc = kc_db_commit(s)))
+    if ((rc = kc_db_commit(&s->db)))
         return rc;
     *acquired = !held;
     return 0;
 fail:
-    kc_db_rollback(s);
+    kc_db_rollback(&s->db);
     return rc;
 }
 
@@ -143,7 +144,7 @@ int kc_store_lease_acquire(int *acquired, kcache_store *store,
                      : KCACHE_EINVAL;
     *acquired = 0;
     pthread_mutex_lock(&store->lock);
-    int rc = store->db ? acquire_locked(store, key, stale_ms, acquired)
+    int rc = store->db.conn ? acquire_locked(store, key, stale_ms, acquired)
                        : kc_err(store, KCACHE_EIO, "no database");
     pthread_mutex_unlock(&store->lock);
     return rc;
@@ -154,7 +155,7 @@ int kc_store_lease_renew(kcache_store *store, const kcache_key *key)
     if (!store || !key)
         return KCACHE_EINVAL;
     pthread_mutex_lock(&store->lock);
-    int rc = store->db ? kc_db_writable(store) : kc_err(store, KCACHE_EIO, "no database");
+    int rc = store->db.conn ? kc_db_writable(&store->db) : kc_err(store, KCACHE_EIO, "no database");
     if (!rc)
         rc = run(store,
                  "UPDATE lease SET heartbeat = ?4 WHERE key = ?1 AND pid = ?2 AND host = ?3",
@@ -168,7 +169,7 @@ void kc_store_lease_release(kcache_store *store, const kcache_key *key)
     if (!store || !key)
         return;
     pthread_mutex_lock(&store->lock);
-    if (store->db && kc_db_writable(store) == 0)
+    if (store->db.conn && kc_db_writable(&store->db) == 0)
         run(store, "DELETE FROM lease WHERE key = ?1 AND pid = ?2 AND host = ?3 AND ?4 = ?4", key,
             0, NULL);
     pthread_mutex_unlock(&store->lock);

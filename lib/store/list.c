@@ -41,7 +41,7 @@ KCACHE_API int kcache_store_find(kcache_key *out, kcache_store *store, const cha
     }
     pthread_mutex_lock(&store->lock);
     sqlite3_stmt *st;
-    int rc = store->db ? kc_db_stmt(store, &st, KC_STMT_FIND_PREFIX)
+    int rc = store->db.conn ? kc_db_stmt(&store->db, &st, KC_STMT_FIND_PREFIX)
                        : kc_err(store, KCACHE_EIO, "no database");
     if (!rc) {
         sqlite3_bind_blob(st, 1, lo, KCACHE_KEY_SIZE, SQLITE_STATIC);
@@ -53,7 +53,7 @@ KCACHE_API int kcache_store_find(kcache_key *out, kcache_store *store, const cha
         }
         sqlite3_reset(st);
         if (src != SQLITE_DONE)
-            rc = kc_sqlerr(store, src, "looking up a key");
+            rc = kc_sqlerr(&store->db, src, "looking up a key");
         else if (found == 0)
             rc = kc_err(store, KCACHE_ENOTFOUND, "no entry starts with %s (see 'kcache ls')",
                         hex_prefix);
@@ -88,7 +88,7 @@ static int list_locked(kcache_store *store, const kcache_filter *filter, enum kc
 {
     sqlite3_stmt *st;
     kc_flush_locked(store, 0);
-    int rc = kc_db_stmt(store, &st, which);
+    int rc = kc_db_stmt(&store->db, &st, which);
     if (!rc) {
         if (filter->arch && *filter->arch)
             sqlite3_bind_text(st, 1, filter->arch, -1, SQLITE_STATIC);
@@ -114,7 +114,7 @@ static int list_locked(kcache_store *store, const kcache_filter *filter, enum kc
             out->n++;
         }
         if (!rc && src != SQLITE_DONE)
-            rc = kc_sqlerr(store, src, "listing entries");
+            rc = kc_sqlerr(&store->db, src, "listing entries");
         sqlite3_reset(st);
     }
     if (rc)

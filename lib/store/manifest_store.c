@@ -21,7 +21,7 @@ static int manifest_get_locked(kc_manifest_row **out, size_t *n, kcache_store *s
                                const kcache_key *base)
 {
     sqlite3_stmt *q;
-    int rc = kc_db_stmt(s, &q, KC_STMT_MANIFEST_GET);
+    int rc = kc_db_stmt(&s->db, &q, KC_STMT_MANIFEST_GET);
     if (rc)
         return rc;
     kc_manifest_row *rows = kc_calloc(KC_MANIFEST_PER_BASE, sizeof(*rows));
@@ -54,7 +54,7 @@ static int manifest_get_locked(kc_manifest_row **out, size_t *n, kcache_store *s
         rows[k++].size = (size_t)raw_size;
     }
     if (!rc && k < KC_MANIFEST_PER_BASE && src != SQLITE_DONE)
-        rc = kc_sqlerr(s, src, "reading include closures");
+        rc = kc_sqlerr(&s->db, src, "reading include closures");
     sqlite3_reset(q);
     if (rc) {
         kc_manifest_rows_free(rows, k);
@@ -71,7 +71,7 @@ int kc_store_manifest_get(kc_manifest_row **out, size_t *n, kcache_store *s,
     *out = NULL;
     *n = 0;
     pthread_mutex_lock(&s->lock);
-    int rc = s->db ? manifest_get_locked(out, n, s, base) : KCACHE_EIO;
+    int rc = s->db.conn ? manifest_get_locked(out, n, s, base) : KCACHE_EIO;
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
@@ -89,7 +89,7 @@ static int step_base_key(kcache_store *s, enum kc_stmt which, const kcache_key *
                          const kcache_key *key, int limit, const char *what)
 {
     sqlite3_stmt *q;
-    int rc = kc_db_stmt(s, &q, which);
+    int rc = kc_db_stmt(&s->db, &q, which);
     if (rc)
         return rc;
     sqlite3_bind_blob(q, 1, base->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
@@ -99,13 +99,13 @@ static int step_base_key(kcache_store *s, enum kc_stmt which, const kcache_key *
         sqlite3_bind_int(q, 2, limit);
     int src = sqlite3_step(q);
     sqlite3_reset(q);
-    return src == SQLITE_DONE ? 0 : kc_sqlerr(s, src, what);
+    return src == SQLITE_DONE ? 0 : kc_sqlerr(&s->db, src, what);
 }
 
 static int manifest_put_locked(kcache_store *s, const kcache_key *base, const kcache_key *key,
                                int64_t recorded_at, const void *closure, size_t size)
 {
-    int rc = kc_db_begin_write(s);
+    int rc = kc_db_begin_write(&s->db);
     if (rc)
         return rc;
     int64_t id = 0;
@@ -113,7 +113,7 @@ static int manifest_put_locked(kcache_store *s, const kcache_key *base, const kc
     rc = step_base_key(s, KC_STMT_MANIFEST_DELETE, base, key, 0, "replacing an include closure");
     if (!rc)
         rc = closure_id(&id, s, closure, size);
-    if (!rc && !(rc = kc_db_stmt(s, &q, KC_STMT_MANIFEST_PUT))) {
+    if (!rc && !(rc = kc_db_stmt(&s->db, &q, KC_STMT_MANIFEST_PUT))) {
         sqlite3_bind_blob(q, 1, base->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
         sqlite3_bind_blob(q, 2, key->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
         sqlite3_bind_int64(q, 3, id);
@@ -122,24 +122,25 @@ static int manifest_put_locked(kcache_store *s, const kcache_key *base, const kc
         int src = sqlite3_step(q);
         sqlite3_reset(q);
         if (src != SQLITE_DONE)
-            rc = kc_sqlerr(s, src, "storing an include closure");
+            rc = kc_sqlerr(&s->db, src, "storing an include closure");
     }
     /* Several closures per base key (a header's edit and its revert), not without end. */
     if (!rc)
         rc = step_base_key(s, KC_STMT_MANIFEST_TRIM, base, NULL, KC_MANIFEST_PER_BASE,
                            "trimming include closures");
     if (rc) {
-        kc_db_rollback(s);
+        kc_db_rollback(&s->db);
         return rc;
     }
-    return kc_db_commit(s);
+    return kc_db_commit(&s->db);
 }
 
 int kc_store_manifest_put(kcache_store *s, const kcache_key *base, const kcache_key *key,
                           int64_t recorded_at, const void *closure, size_t size)
 {
     pthread_mutex_lock(&s->lock);
-    int rc = s->db ? manifest_put_locked(s, base, key, recorded_at, closure, size) : KCACHE_EIO;
+    int rc = s->db.conn ? manifest_put_locked(s, base, key, recorded_at, closure, size)
+                        : KCACHE_EIO;
     pthread_mutex_unlock(&s->lock);
     return rc;
 }
@@ -152,9 +153,9 @@ void kc_store_count_uncacheable(kcache_store *s, const char *reason)
     snprintf(name, sizeof(name), "uncacheable.%s", reason && *reason ? reason : "other");
     pthread_mutex_lock(&s->lock);
     /* Written at once: such a compile ran NVRTC, far slower than this write. */
-    if (s->db && kc_db_begin_write(s) == 0) {
+    if (s->db.conn && kc_db_begin_write(&s->db) == 0) {
         sqlite3_stmt *q;
-        int rc = kc_db_stmt(s, &q, KC_STMT_COUNTER_ADD);
+        int rc = kc_db_stmt(&s->db, &q, KC_STMT_COUNTER_ADD);
         if (!rc) {
             sqlite3_bind_text(q, 1, name, -1, SQLITE_TRANSIENT);
             sqlite3_bind_int64(q, 2, 1);
@@ -162,9 +163,9 @@ void kc_store_count_uncacheable(kcache_store *s, const char *reason)
             sqlite3_reset(q);
         }
         if (rc)
-            kc_db_rollback(s);
+            kc_db_rollback(&s->db);
         else
-            kc_db_commit(s);
+            kc_db_commit(&s->db);
     }
     pthread_mutex_unlock(&s->lock);
 }

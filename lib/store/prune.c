@@ -31,20 +31,21 @@ static int64_t query_int(kcache_store *s, const char *sql, int *rc)
 {
     sqlite3_stmt *st = NULL;
     int64_t v = 0;
-    int src = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL);
+    int src = sqlite3_prepare_v2(s->db.conn, sql, -1, &st, NULL);
     if (src == SQLITE_OK && (src = sqlite3_step(st)) == SQLITE_ROW) {
         v = sqlite3_column_int64(st, 0);
         src = SQLITE_OK;
     }
     sqlite3_finalize(st);
-    *rc = src == SQLITE_OK || src == SQLITE_DONE ? 0 : kc_sqlerr(s, src, "measuring the database");
+    *rc = src == SQLITE_OK || src == SQLITE_DONE ? 0
+                                                 : kc_sqlerr(&s->db, src, "measuring the database");
     return v;
 }
 
 static uint64_t disk_bytes(kcache_store *s)
 {
     uint64_t file_bytes, wal_bytes;
-    kc_db_disk_usage(s, &file_bytes, &wal_bytes);
+    kc_db_disk_usage(&s->db, &file_bytes, &wal_bytes);
     return file_bytes + wal_bytes;
 }
 
@@ -58,32 +59,32 @@ static int release_space(kcache_store *s)
 {
     int rc;
     if (query_int(s, "PRAGMA auto_vacuum", &rc) == 2 && !rc) {
-        if ((rc = kc_db_begin_write(s)))
+        if ((rc = kc_db_begin_write(&s->db)))
             return rc;
-        if ((rc = kc_db_exec(s, "PRAGMA incremental_vacuum", "releasing free pages")) ||
-            (rc = kc_db_commit(s))) {
-            kc_db_rollback(s);
+        if ((rc = kc_db_exec(&s->db, "PRAGMA incremental_vacuum", "releasing free pages")) ||
+            (rc = kc_db_commit(&s->db))) {
+            kc_db_rollback(&s->db);
             return rc;
         }
     } else if (!rc && query_int(s, "PRAGMA freelist_count", &rc) > 0 && !rc) {
-        if ((rc = kc_db_exec(s, "VACUUM", "compacting the database")))
+        if ((rc = kc_db_exec(&s->db, "VACUUM", "compacting the database")))
             return rc;
     }
-    sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+    sqlite3_wal_checkpoint_v2(s->db.conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
     return rc;
 }
 
 static int count_evictions(kcache_store *s, uint64_t n)
 {
     sqlite3_stmt *st;
-    int rc = kc_db_stmt(s, &st, KC_STMT_COUNTER_ADD);
+    int rc = kc_db_stmt(&s->db, &st, KC_STMT_COUNTER_ADD);
     if (rc)
         return rc;
     sqlite3_bind_text(st, 1, "evictions", -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)n);
     int src = sqlite3_step(st);
     sqlite3_reset(st);
-    return src == SQLITE_DONE ? 0 : kc_sqlerr(s, src, "counting evictions");
+    return src == SQLITE_DONE ? 0 : kc_sqlerr(&s->db, src, "counting evictions");
 }
 
 /*
@@ -131,7 +132,7 @@ static int delete_victims(kcache_store *s, const struct batch *b, const kcache_p
     int rc = 0;
     for (size_t i = 0; !rc && i < KC_ARRAY_SIZE(delete_sql); i++) {
         sqlite3_stmt *st = NULL;
-        int src = sqlite3_prepare_v2(s->db, delete_sql[i], -1, &st, NULL);
+        int src = sqlite3_prepare_v2(s->db.conn, delete_sql[i], -1, &st, NULL);
         if (src == SQLITE_OK) {
             if (filtered && o->arch && *o->arch)
                 sqlite3_bind_text(st, 1, o->arch, -1, SQLITE_STATIC);
@@ -142,9 +143,9 @@ static int delete_victims(kcache_store *s, const struct batch *b, const kcache_p
             src = sqlite3_step(st);
         }
         if (src == SQLITE_DONE)
-            *deleted = sqlite3_changes(s->db); /* the last statement's: entries */
+            *deleted = sqlite3_changes(s->db.conn); /* the last statement's: entries */
         else
-            rc = kc_sqlerr(s, src, "evicting");
+            rc = kc_sqlerr(&s->db, src, "evicting");
         sqlite3_finalize(st);
     }
     return rc;
@@ -160,7 +161,7 @@ static int fill_batch(kcache_store *s, struct batch *b, const kcache_prune_optio
 {
     sqlite3_stmt *st;
     memset(b, 0, sizeof(*b));
-    int rc = kc_db_stmt(s, &st, filtered ? KC_STMT_LIST_LRU : KC_STMT_LRU_BATCH);
+    int rc = kc_db_stmt(&s->db, &st, filtered ? KC_STMT_LIST_LRU : KC_STMT_LRU_BATCH);
     if (rc)
         return rc;
     uint64_t want = KC_MIN(count, (uint64_t)KC_EVICT_BATCH);
@@ -187,7 +188,9 @@ static int fill_batch(kcache_store *s, struct batch *b, const kcache_prune_optio
         b->n++;
     }
     sqlite3_reset(st);
-    return src == SQLITE_ROW || src == SQLITE_DONE ? 0 : kc_sqlerr(s, src, "choosing what to evict");
+    return src == SQLITE_ROW || src == SQLITE_DONE
+               ? 0
+               : kc_sqlerr(&s->db, src, "choosing what to evict");
 }
 
 /*
@@ -202,13 +205,13 @@ static int evict_batch(kcache_store *s, const kcache_prune_options *o, int filte
     struct batch b;
     int64_t deleted = 0;
     *n = *n_bytes = 0;
-    int rc = kc_db_begin_write(s);
+    int rc = kc_db_begin_write(&s->db);
     if (rc)
         return rc;
     if ((rc = fill_batch(s, &b, o, filtered, count, bytes, 0)))
         goto fail;
     if (b.n == 0) {
-        kc_db_rollback(s);
+        kc_db_rollback(&s->db);
         return 0;
     }
     if ((rc = delete_victims(s, &b, o, filtered, &deleted)))
@@ -224,8 +227,8 @@ static int evict_batch(kcache_store *s, const kcache_prune_options *o, int filte
      */
     if ((rc = count_evictions(s, (uint64_t)deleted)) ||
         (query_int(s, "PRAGMA auto_vacuum", &rc) == 2 && !rc &&
-         (rc = kc_db_exec(s, "PRAGMA incremental_vacuum", "releasing free pages"))) ||
-        (rc = kc_db_commit(s)))
+         (rc = kc_db_exec(&s->db, "PRAGMA incremental_vacuum", "releasing free pages"))) ||
+        (rc = kc_db_commit(&s->db)))
         goto fail;
     r->evicted += (uint64_t)deleted;
     r->evicted_bytes += b.bytes;
@@ -233,7 +236,7 @@ static int evict_batch(kcache_store *s, const kcache_prune_options *o, int filte
     *n_bytes = b.bytes;
     return 0;
 fail:
-    kc_db_rollback(s);
+    kc_db_rollback(&s->db);
     return rc;
 }
 
@@ -363,7 +366,7 @@ static int delete_in_txn(kcache_store *s, const kcache_prune_options *o, int fil
 static int prune_dry_locked(kcache_store *s, const kcache_prune_options *o, kcache_prune_result *r)
 {
     int rc;
-    if ((rc = kc_db_begin_write(s)))
+    if ((rc = kc_db_begin_write(&s->db)))
         return rc;
     if (o->accessed_before && (rc = delete_in_txn(s, o, 1, UINT64_MAX, UINT64_MAX, r)))
         goto out;
@@ -388,7 +391,7 @@ static int prune_dry_locked(kcache_store *s, const kcache_prune_options *o, kcac
     }
     r->disk_after = released ? live_bytes(s, &rc) : r->disk_before;
 out:
-    kc_db_rollback(s);
+    kc_db_rollback(&s->db);
     return rc;
 }
 
@@ -399,12 +402,12 @@ static int prune_locked(kcache_store *s, const kcache_prune_options *o, kcache_p
     memset(r, 0, sizeof(*r));
     r->version = version;
     r->disk_before = disk_bytes(s);
-    if (!o->dry_run && (rc = kc_db_writable(s)))
+    if (!o->dry_run && (rc = kc_db_writable(&s->db)))
         return rc;
     if ((rc = kc_flush_locked(s, !o->dry_run)))
         return rc;
     /* Where the store cannot take a write lock (read-only), an estimate from sizes. */
-    if (o->dry_run && kc_db_writable(s) == 0) {
+    if (o->dry_run && kc_db_writable(&s->db) == 0) {
         kcache_prune_result measured = *r;
         if ((rc = prune_dry_locked(s, o, &measured)) == 0) {
             *r = measured;
@@ -462,12 +465,12 @@ int kc_prune_locked(kcache_store *s, const kcache_prune_options *o, kcache_prune
     char sql[64];
     if (!rc && !o->dry_run) {
         snprintf(sql, sizeof(sql), "PRAGMA cache_size = -%d", KC_PRUNE_CACHE_KIB);
-        sqlite3_exec(s->db, sql, NULL, NULL, NULL); /* only a speed-up: no message */
+        sqlite3_exec(s->db.conn, sql, NULL, NULL, NULL); /* only a speed-up: no message */
     }
     int prc = prune_locked(s, o, r);
     if (!rc && !o->dry_run) {
         snprintf(sql, sizeof(sql), "PRAGMA cache_size = %lld", (long long)cache);
-        sqlite3_exec(s->db, sql, NULL, NULL, NULL);
+        sqlite3_exec(s->db.conn, sql, NULL, NULL, NULL);
     }
     return prc;
 }
@@ -481,7 +484,8 @@ int kc_maybe_prune_locked(kcache_store *s)
     kcache_prune_result r = KCACHE_PRUNE_RESULT_INIT;
     int rc = kc_prune_locked(s, &o, &r);
     if (rc)
-        kc_log(s, KCACHE_LOG_WARNING, "could not bring %s under its cap: %s", s->path, s->errmsg);
+        kc_log(s, KCACHE_LOG_WARNING, "could not bring %s under its cap: %s", s->db.path,
+               s->db.errmsg);
     /* The put itself succeeded; a prune that could not finish is retried by the next one. */
     return 0;
 }
@@ -512,7 +516,7 @@ KCACHE_API int kcache_store_prune(kcache_prune_result *out, kcache_store *store,
      */
     if (rc == KCACHE_EFULL)
         kc_err(store, rc, "disk full while evicting from %s: recording an eviction needs free "
-               "space too; free some on that disk (a few MiB), then prune again", store->path);
+               "space too; free some on that disk (a few MiB), then prune again", store->db.path);
     pthread_mutex_unlock(&store->lock);
     return rc;
 }
@@ -521,9 +525,9 @@ static int vacuum_locked(kcache_store *s)
 {
     int rc = kc_flush_locked(s, 1);
     if (!rc)
-        rc = kc_db_exec(s, "VACUUM", "compacting the database");
+        rc = kc_db_exec(&s->db, "VACUUM", "compacting the database");
     if (!rc)
-        sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+        sqlite3_wal_checkpoint_v2(s->db.conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
     return rc;
 }
 
@@ -532,7 +536,7 @@ KCACHE_API int kcache_store_vacuum(kcache_store *store)
     if (!store)
         return KCACHE_EINVAL;
     pthread_mutex_lock(&store->lock);
-    int rc = store->db ? kc_db_writable(store) : kc_err(store, KCACHE_EIO, "no database");
+    int rc = store->db.conn ? kc_db_writable(&store->db) : kc_err(store, KCACHE_EIO, "no database");
     /* A damaged file is set aside (recovery) and the new one compacted: nothing left to rm. */
     if (!rc)
         KC_WITH_RECOVERY(store, rc, vacuum_locked(store));
@@ -543,7 +547,7 @@ KCACHE_API int kcache_store_vacuum(kcache_store *store)
 /* SQLite's quick_check: whether the emptied file is sound, or why not. */
 static int file_sound(kcache_store *s, char *why, size_t why_size)
 {
-    return kc_db_quick_check(s, why, why_size) == 1;
+    return kc_db_quick_check(&s->db, why, why_size) == 1;
 }
 
 KCACHE_API int kcache_store_clear(kcache_store *store)
@@ -553,7 +557,7 @@ KCACHE_API int kcache_store_clear(kcache_store *store)
     pthread_mutex_lock(&store->lock);
     /* Children first, so that the per-row trigger finds nothing left to do. Leases
      * too: a row of one that a lost -shm left broken would otherwise stay for good. */
-    int rc = kc_db_classify_failure(store, kc_db_write_sql(store,
+    int rc = kc_db_classify_failure(&store->db, kc_db_write_sql(&store->db,
                              "DELETE FROM entry_input; DELETE FROM input; DELETE FROM artifact;"
                              " DELETE FROM entry_info; DELETE FROM entry; DELETE FROM lease",
                              "clearing the cache"));
@@ -565,10 +569,10 @@ KCACHE_API int kcache_store_clear(kcache_store *store)
      */
     char why[KC_ERRMSG_SIZE] = "";
     if (rc == KCACHE_ECORRUPT)
-        snprintf(why, sizeof(why), "%s", store->errmsg);
+        snprintf(why, sizeof(why), "%s", store->db.errmsg);
     else if (!rc && !file_sound(store, why, sizeof(why)))
         rc = KCACHE_ECORRUPT;
-    if (rc == KCACHE_ECORRUPT && !(rc = kc_db_replace(store, why)))
+    if (rc == KCACHE_ECORRUPT && !(rc = kc_db_replace(&store->db, why)))
         store->pending_corrupt++;
     if (!rc) {
         store->n_touches = 0;

@@ -49,7 +49,7 @@ static int survey(kcache_store *s, kcache_recompress_result *r, int target)
     sqlite3_stmt *st = NULL;
     for (int i = 0; i < 4; i++)
         snprintf(r->before[i].codec, sizeof(r->before[i].codec), "%s", names[i]);
-    int src = sqlite3_prepare_v2(s->db,
+    int src = sqlite3_prepare_v2(s->db.conn,
                                  "SELECT codec, count(*), total(raw_size), total(stored_size)"
                                  " FROM entry GROUP BY codec", -1, &st, NULL);
     while (src == SQLITE_OK && (src = sqlite3_step(st)) == SQLITE_ROW) {
@@ -62,7 +62,7 @@ static int survey(kcache_store *s, kcache_recompress_result *r, int target)
     sqlite3_finalize(st);
     st = NULL;
     if (src == SQLITE_DONE || src == SQLITE_OK)
-        src = sqlite3_prepare_v2(s->db, "SELECT count(*)" KC_TO_RECOMPRESS, -1, &st, NULL);
+        src = sqlite3_prepare_v2(s->db.conn, "SELECT count(*)" KC_TO_RECOMPRESS, -1, &st, NULL);
     if (src == SQLITE_OK) {
         sqlite3_bind_int(st, 1, target);
         sqlite3_bind_int(st, 2, KC_RAW_BELOW);
@@ -70,7 +70,7 @@ static int survey(kcache_store *s, kcache_recompress_result *r, int target)
             r->to_recompress = (uint64_t)sqlite3_column_int64(st, 0);
     }
     sqlite3_finalize(st);
-    return src == SQLITE_ROW || src == SQLITE_DONE ? 0 : kc_sqlerr(s, src, "counting codecs");
+    return src == SQLITE_ROW || src == SQLITE_DONE ? 0 : kc_sqlerr(&s->db, src, "counting codecs");
 }
 
 /* The new bytes of one row, and the totals, in the caller's transaction. */
@@ -86,7 +86,7 @@ static int write_row(kcache_store *s, int64_t id, int codec, const kc_buf *enc,
     int rc = 0;
     for (size_t i = 0; !rc && i < KC_ARRAY_SIZE(sql); i++) {
         sqlite3_stmt *st = NULL;
-        int src = sqlite3_prepare_v2(s->db, sql[i], -1, &st, NULL);
+        int src = sqlite3_prepare_v2(s->db.conn, sql[i], -1, &st, NULL);
         if (src == SQLITE_OK) {
             int n = sqlite3_bind_parameter_count(st);
             for (int k = 1; k <= n; k++) {
@@ -109,7 +109,7 @@ static int write_row(kcache_store *s, int64_t id, int codec, const kc_buf *enc,
             src = sqlite3_step(st);
         }
         if (src != SQLITE_DONE)
-            rc = kc_sqlerr(s, src, "re-encoding an entry");
+            rc = kc_sqlerr(&s->db, src, "re-encoding an entry");
         sqlite3_finalize(st);
     }
     return rc;
@@ -182,10 +182,10 @@ static int recompress_batch(kcache_store *s, int target, size_t batch, int64_t *
     sqlite3_stmt *q = NULL;
     kcache_recompress_result undo = *r;
     *n = 0;
-    int rc = kc_db_begin_write(s);
+    int rc = kc_db_begin_write(&s->db);
     if (rc)
         return rc;
-    int src = sqlite3_prepare_v2(s->db,
+    int src = sqlite3_prepare_v2(s->db.conn,
                                  "SELECT e.id, e.codec, e.raw_size, e.stored_size, e.digest,"
                                  " a.stored_digest, a.data FROM entry e JOIN artifact a ON a.id = e.id"
                                  " WHERE e.id > ?3 AND e.id IN (SELECT e.id" KC_TO_RECOMPRESS ")"
@@ -205,11 +205,11 @@ static int recompress_batch(kcache_store *s, int target, size_t batch, int64_t *
     }
     sqlite3_finalize(q);
     if (!rc && src != SQLITE_DONE && src != SQLITE_OK)
-        rc = kc_sqlerr(s, src, "choosing entries to re-encode");
+        rc = kc_sqlerr(&s->db, src, "choosing entries to re-encode");
     if (!rc)
-        rc = kc_db_commit(s);
+        rc = kc_db_commit(&s->db);
     if (rc) {
-        kc_db_rollback(s);
+        kc_db_rollback(&s->db);
         *r = undo; /* nothing of this batch happened */
     }
     return rc;
@@ -226,7 +226,7 @@ static int recompress_locked(kcache_store *s, const kcache_recompress_options *o
     int rc;
     if ((rc = kc_flush_locked(s, !o->dry_run)) || (rc = survey(s, r, target)) || o->dry_run)
         return rc;
-    if ((rc = kc_db_writable(s)))
+    if ((rc = kc_db_writable(&s->db)))
         return rc;
     size_t batch = o->batch ? o->batch : KC_RECOMPRESS_BATCH;
     int64_t last = 0;
@@ -245,7 +245,7 @@ static int recompress_locked(kcache_store *s, const kcache_recompress_options *o
         o->progress(o->userdata, "recompressing", r->to_recompress, r->to_recompress);
     /* The pages the smaller artifacts left go back, as after a prune. */
     if (!rc && r->stored_after < r->stored_before)
-        sqlite3_wal_checkpoint_v2(s->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+        sqlite3_wal_checkpoint_v2(s->db.conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
     return rc;
 }
 

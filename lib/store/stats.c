@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/alone.h"
 #include "store/storeint.h"
 
 static int cmp_usage(const void *a, const void *b)
@@ -78,19 +77,19 @@ static int read_stats(kcache_store *s, kcache_stats *st)
     size_t cap = 0;
     int rc, src;
     /* One read transaction, so the three queries see one state. */
-    if ((rc = kc_db_exec(s, "BEGIN", "reading stats")))
+    if ((rc = kc_db_exec(&s->db, "BEGIN", "reading stats")))
         return rc;
-    if ((rc = kc_db_stmt(s, &q, KC_STMT_TOTALS)))
+    if ((rc = kc_db_stmt(&s->db, &q, KC_STMT_TOTALS)))
         goto out;
     if ((src = sqlite3_step(q)) == SQLITE_ROW) {
         st->entries = (uint64_t)sqlite3_column_int64(q, 0);
         st->raw_bytes = (uint64_t)sqlite3_column_int64(q, 1);
         st->stored_bytes = (uint64_t)sqlite3_column_int64(q, 2);
     } else if (src != SQLITE_DONE) {
-        rc = kc_sqlerr(s, src, "reading stats");
+        rc = kc_sqlerr(&s->db, src, "reading stats");
     }
     sqlite3_reset(q);
-    if (rc || (rc = kc_db_stmt(s, &q, KC_STMT_COUNTERS)))
+    if (rc || (rc = kc_db_stmt(&s->db, &q, KC_STMT_COUNTERS)))
         goto out;
     while ((src = sqlite3_step(q)) == SQLITE_ROW) {
         const char *name = (const char *)sqlite3_column_text(q, 0);
@@ -110,8 +109,8 @@ static int read_stats(kcache_store *s, kcache_stats *st)
     }
     sqlite3_reset(q);
     if (!rc && src != SQLITE_DONE)
-        rc = kc_sqlerr(s, src, "reading stats");
-    if (rc || (rc = kc_db_stmt(s, &q, KC_STMT_USAGE)))
+        rc = kc_sqlerr(&s->db, src, "reading stats");
+    if (rc || (rc = kc_db_stmt(&s->db, &q, KC_STMT_USAGE)))
         goto out;
     while ((src = sqlite3_step(q)) == SQLITE_ROW) {
         const char *arch = (const char *)sqlite3_column_text(q, 0);
@@ -123,15 +122,15 @@ static int read_stats(kcache_store *s, kcache_stats *st)
     }
     sqlite3_reset(q);
     if (!rc && src != SQLITE_DONE)
-        rc = kc_sqlerr(s, src, "reading stats");
+        rc = kc_sqlerr(&s->db, src, "reading stats");
     for (size_t i = 0; !rc && i < s->n_usage; i++) {
         const kcache_usage *u = &s->usage[i];
         rc = add_usage(st, &cap, u->arch, u->kind, u->hits, u->misses, u->saved_ns);
     }
     st->corrupt += s->pending_corrupt;
-    st->store_failures += s->pending_failures + kc_spill_peek(s);
+    st->store_failures += s->pending_failures + kc_spill_peek(&s->db);
 out:
-    sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL);
+    sqlite3_exec(s->db.conn, "COMMIT", NULL, NULL, NULL);
     return rc == KCACHE_ENOMEM ? kc_err(s, rc, "out of memory") : rc;
 }
 
@@ -158,9 +157,9 @@ KCACHE_API int kcache_store_stats(kcache_stats **out, kcache_store *store)
     int rc;
     KC_WITH_RECOVERY(store, rc, read_stats_fresh(store, st));
     if (!rc) {
-        kc_db_disk_usage(store, &st->file_bytes, &st->wal_bytes);
+        kc_db_disk_usage(&store->db, &st->file_bytes, &st->wal_bytes);
         st->max_size = store->max_size;
-        st->schema_version = store->schema_version;
+        st->schema_version = store->db.schema_version;
     }
     pthread_mutex_unlock(&store->lock);
     if (rc) {
@@ -195,12 +194,12 @@ KCACHE_API int kcache_store_zero_stats(kcache_store *store)
              " INSERT OR REPLACE INTO counter VALUES ('since', %lld)",
              (long long)kc_now_ms());
     pthread_mutex_lock(&store->lock);
-    int rc = kc_db_write_sql(store, sql, "zeroing stats");
+    int rc = kc_db_write_sql(&store->db, sql, "zeroing stats");
     if (!rc) {
         store->n_usage = 0;
         store->pending_corrupt = store->pending_failures = 0;
-        kc_spill_take_begin(store); /* and the failures kept beside it */
-        kc_spill_take_end(store, 1);
+        kc_spill_take_begin(&store->db); /* and the failures kept beside it */
+        kc_spill_take_end(&store->db, 1);
         store->n_counters = 0;
     }
     pthread_mutex_unlock(&store->lock);

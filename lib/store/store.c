@@ -5,65 +5,28 @@
 #include <string.h>
 
 #include "util/settings.h"
-#include "store/alone.h"
-#include "store/schema.h"
 #include "store/storeint.h"
 
-
-static int set_err(kcache_store *s, int code, const char *fmt, va_list ap) KC_PRINTF(3, 0);
-static int set_err(kcache_store *s, int code, const char *fmt, va_list ap)
-{
-    vsnprintf(s->errmsg, sizeof(s->errmsg), fmt, ap);
-    for (char *p = s->errmsg; *p; p++)
-        if (*p == '\n' || *p == '\r')
-            *p = ' ';
-    kc_errmsg_note(s, s->errmsg);
-    return code;
-}
-
-int kc_err(kcache_store *s, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    set_err(s, code, fmt, ap);
-    va_end(ap);
-    return code;
-}
 
 int kc_err_locking(kcache_store *s, int code, const char *fmt, ...)
 {
     va_list ap;
     pthread_mutex_lock(&s->lock);
     va_start(ap, fmt);
-    set_err(s, code, fmt, ap);
+    kc_db_verr(&s->db, code, fmt, ap);
     va_end(ap);
     pthread_mutex_unlock(&s->lock);
     return code;
 }
 
-void kc_log(kcache_store *s, int level, const char *fmt, ...)
-{
-    if (!s->log)
-        return;
-    char msg[KC_ERRMSG_SIZE];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    s->log(s->log_userdata, level, msg);
-}
-
 static void store_free(kcache_store *s)
 {
-    kc_db_close(s);
-    kc_alone_close(s);
+    kc_db_free(&s->db);
     kc_codec_free(s->codec);
     kc_buf_free(&s->scratch);
     free(s->touches);
     free(s->usage);
     free(s->counters);
-    free(s->path);
-    free(s->wal_path);
     pthread_mutex_destroy(&s->lock);
     kc_errmsg_forget(s);
     free(s);
@@ -106,38 +69,37 @@ static int store_open(kcache_store **out, const kcache_store_options *options, i
     if (!s)
         return kc_fmt(errbuf, errbuf_size, KCACHE_ENOMEM, "out of memory");
     pthread_mutex_init(&s->lock, NULL);
-    s->lock_fd = -1;
-    s->read_only = options->read_only != 0;
-    s->no_create = options->version >= 2 && options->no_create;
-    s->any_owner = any_owner;
-    s->log = options->log;
-    s->log_userdata = options->log_userdata;
+    s->db.lock_fd = -1;
+    s->db.stmt_sql = kc_stmt_sql;
+    s->db.stmts = s->stmts;
+    s->db.n_stmts = KC_STMT_COUNT;
+    s->db.msg_owner = s;
+    s->db.read_only = options->read_only != 0;
+    s->db.no_create = options->version >= 2 && options->no_create;
+    s->db.any_owner = any_owner;
+    s->db.log = options->log;
+    s->db.log_userdata = options->log_userdata;
     s->last_flush_ns = kc_mono_ns();
     /* Caller, environment, kcache.conf beside the database, default. */
-    int rc = kc_config_path(&s->path, options->path, s->errmsg, sizeof(s->errmsg));
+    int rc = kc_config_path(&s->db.path, options->path, s->db.errmsg, sizeof(s->db.errmsg));
     if (!rc)
-        rc = kc_config_max_size_at(&s->max_size, options->max_size, s->path, s->errmsg,
-                                   sizeof(s->errmsg));
+        rc = kc_config_max_size_at(&s->max_size, options->max_size, s->db.path, s->db.errmsg,
+                                   sizeof(s->db.errmsg));
     if (!rc)
-        rc = kc_config_busy_timeout_at(&s->busy_timeout_ms, options->busy_timeout_ms, s->path,
-                                       s->errmsg, sizeof(s->errmsg));
+        rc = kc_config_busy_timeout_at(&s->db.busy_timeout_ms, options->busy_timeout_ms, s->db.path,
+                                       s->db.errmsg, sizeof(s->db.errmsg));
     if (!rc)
         rc = kc_config_compression_at(&s->compression,
                                       options->version >= 3 ? options->compression : NULL,
-                                      s->path, s->errmsg, sizeof(s->errmsg));
-    if (!rc) {
-        size_t n = strlen(s->path) + 5;
-        if (!(s->wal_path = kc_malloc(n)))
-            rc = kc_err(s, KCACHE_ENOMEM, "out of memory");
-        else
-            snprintf(s->wal_path, n, "%s-wal", s->path);
-    }
+                                      s->db.path, s->db.errmsg, sizeof(s->db.errmsg));
     if (!rc && kc_codec_new(&s->codec))
         rc = kc_err(s, KCACHE_ENOMEM, "out of memory");
     if (!rc)
-        rc = kc_db_open(s);
+        rc = kc_db_open(&s->db);
+    if (!rc && s->db.replaced_damaged)
+        s->pending_corrupt++; /* stats' corrupt counts damaged files too */
     if (rc) {
-        kc_fmt(errbuf, errbuf_size, rc, "%s", s->errmsg);
+        kc_fmt(errbuf, errbuf_size, rc, "%s", s->db.errmsg);
         store_free(s);
         return rc;
     }
@@ -150,7 +112,7 @@ KCACHE_API void kcache_store_close(kcache_store *store)
     if (!store)
         return;
     pthread_mutex_lock(&store->lock);
-    if (store->db) {
+    if (store->db.conn) {
         if (kc_flush_locked(store, 1) == KCACHE_EFULL &&
             (store->pending_failures || store->pending_corrupt)) {
             /*
@@ -161,22 +123,22 @@ KCACHE_API void kcache_store_close(kcache_store *store)
              * Hits and usage are given up for them. (Only if nobody reads:
              * a close never waits.)
              */
-            sqlite3_busy_timeout(store->db, 0);
-            sqlite3_wal_checkpoint_v2(store->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
-            sqlite3_busy_timeout(store->db, (int)store->busy_timeout_ms);
+            sqlite3_busy_timeout(store->db.conn, 0);
+            sqlite3_wal_checkpoint_v2(store->db.conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+            sqlite3_busy_timeout(store->db.conn, (int)store->db.busy_timeout_ms);
             store->n_touches = 0;
             store->n_usage = 0;
-            /* And when even that finds no room, the count waits in PATH-lock (alone.c). */
+            /* And when even that finds no room, the count waits in PATH-lock (db/alone.c). */
             if (kc_flush_locked(store, 1) != 0)
-                kc_spill_add(store, store->pending_failures);
+                kc_spill_add(&store->db, store->pending_failures);
         }
         /*
-         * A close does not checkpoint (db.c: a hit must not write), so a WAL
+         * A close does not checkpoint (db/db.c: a hit must not write), so a WAL
          * that another process's readers kept from being truncated would
          * stay past the cap for good. The last writer out brings the files
          * back under it; when they already are, this is two stat() calls.
          */
-        if (!store->read_only && !store->newer_schema)
+        if (!store->db.read_only && !store->db.newer_schema)
             kc_maybe_prune_locked(store);
     }
     pthread_mutex_unlock(&store->lock);
@@ -187,12 +149,12 @@ KCACHE_API const char *kcache_store_errmsg(const kcache_store *store)
 {
     /* The lock is the store's own state, not the caller's: reading under it changes nothing. */
     kcache_store *s = (kcache_store *)store;
-    return kc_errmsg_thread(s, s ? s->errmsg : NULL, s ? &s->lock : NULL, "no store");
+    return kc_errmsg_thread(s, s ? s->db.errmsg : NULL, s ? &s->lock : NULL, "no store");
 }
 
 KCACHE_API const char *kcache_store_path(const kcache_store *store)
 {
-    return store ? store->path : NULL;
+    return store ? store->db.path : NULL;
 }
 
 KCACHE_API uint64_t kcache_store_max_size(const kcache_store *store)
@@ -202,12 +164,12 @@ KCACHE_API uint64_t kcache_store_max_size(const kcache_store *store)
 
 KCACHE_API int kcache_store_read_only(const kcache_store *store)
 {
-    return store ? store->read_only || store->newer_schema : 1;
+    return store ? store->db.read_only || store->db.newer_schema : 1;
 }
 
 KCACHE_API int kcache_store_schema_version(const kcache_store *store)
 {
-    return store ? store->schema_version : 0;
+    return store ? store->db.schema_version : 0;
 }
 
 /* ---- get ------------------------------------------------------------- */
@@ -226,7 +188,7 @@ static void free_inputs(struct kc_row *r)
 static int load_inputs(kcache_store *s, int64_t id, struct kc_row *r)
 {
     sqlite3_stmt *st;
-    int rc = kc_db_stmt(s, &st, KC_STMT_GET_INPUTS);
+    int rc = kc_db_stmt(&s->db, &st, KC_STMT_GET_INPUTS);
     if (rc)
         return rc;
     sqlite3_bind_int64(st, 1, id);
@@ -264,33 +226,33 @@ static int load_inputs(kcache_store *s, int64_t id, struct kc_row *r)
         if (memcmp(check, digest, KC_DIGEST_SIZE) != 0)
             return KCACHE_ECORRUPT;
     }
-    return src == SQLITE_DONE ? 0 : kc_sqlerr(s, src, "reading inputs");
+    return src == SQLITE_DONE ? 0 : kc_sqlerr(&s->db, src, "reading inputs");
 }
 
 static int delete_locked(kcache_store *s, const kcache_key *key)
 {
     sqlite3_stmt *st = NULL;
-    int rc = kc_db_begin_write(s);
+    int rc = kc_db_begin_write(&s->db);
     if (rc)
         return rc;
-    if ((rc = kc_db_stmt(s, &st, KC_STMT_DELETE)))
+    if ((rc = kc_db_stmt(&s->db, &st, KC_STMT_DELETE)))
         goto fail;
     sqlite3_bind_blob(st, 1, key->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
     int src = sqlite3_step(st);
     if (src != SQLITE_DONE) {
-        rc = kc_sqlerr(s, src, "deleting an entry");
+        rc = kc_sqlerr(&s->db, src, "deleting an entry");
         goto fail;
     }
-    int changed = sqlite3_changes(s->db);
+    int changed = sqlite3_changes(s->db.conn);
     sqlite3_reset(st);
-    if ((rc = kc_pending_write(s)) || (rc = kc_db_commit(s)))
+    if ((rc = kc_pending_write(s)) || (rc = kc_db_commit(&s->db)))
         goto fail;
     kc_pending_clear(s);
     return changed ? 0 : KCACHE_ENOTFOUND;
 fail:
     if (st)
         sqlite3_reset(st);
-    kc_db_rollback(s);
+    kc_db_rollback(&s->db);
     return rc;
 }
 
@@ -321,7 +283,7 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
     s->get_found_damage = 0;
     sqlite3_stmt *st;
     struct kc_row r;
-    int rc = kc_db_stmt(s, &st, KC_STMT_GET);
+    int rc = kc_db_stmt(&s->db, &st, KC_STMT_GET);
     if (rc)
         return rc;
     sqlite3_bind_blob(st, 1, key->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
@@ -331,7 +293,7 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
         return kc_err(s, KCACHE_ENOTFOUND, "no entry for this key");
     }
     if (src != SQLITE_ROW)
-        return kc_sqlerr(s, src, "reading an entry");
+        return kc_sqlerr(&s->db, src, "reading an entry");
 
     memset(&r, 0, sizeof(r));
     int64_t id = sqlite3_column_int64(st, 0);
@@ -371,7 +333,7 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
         int type = sqlite3_column_type(st, 17);
         r.stored = sqlite3_column_blob(st, 17);
         r.stored_n = (size_t)sqlite3_column_bytes(st, 17);
-        if (!r.stored && type != SQLITE_NULL && sqlite3_errcode(s->db) == SQLITE_NOMEM) {
+        if (!r.stored && type != SQLITE_NULL && sqlite3_errcode(s->db.conn) == SQLITE_NOMEM) {
             sqlite3_reset(st);
             return kc_err(s, KCACHE_ENOMEM, "out of memory reading an artifact");
         }
@@ -414,9 +376,9 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
         char hex[KCACHE_KEY_HEX_SIZE];
         kcache_key_hex(hex, key);
         s->pending_corrupt++;
-        kc_log(s, KCACHE_LOG_WARNING, "entry %s in %s is damaged%s", hex, s->path,
-               s->read_only || s->newer_schema ? "" : "; deleted it");
-        if (s->read_only || s->newer_schema)
+        kc_log(s, KCACHE_LOG_WARNING, "entry %s in %s is damaged%s", hex, s->db.path,
+               s->db.read_only || s->db.newer_schema ? "" : "; deleted it");
+        if (s->db.read_only || s->db.newer_schema)
             return kc_err(s, KCACHE_ENOTFOUND,
                           "entry %s is damaged (left in place: this store is read-only)", hex);
         if (delete_locked(s, key) == KCACHE_ECORRUPT)
@@ -442,7 +404,7 @@ KCACHE_API int kcache_store_get(kcache_entry **out, kcache_store *store, const k
     pthread_mutex_lock(&store->lock);
     int rc;
     KC_WITH_RECOVERY(store, rc, get_locked(store, out, key, flags));
-    if (!(flags & KCACHE_GET_NO_TOUCH) && store->db)
+    if (!(flags & KCACHE_GET_NO_TOUCH) && store->db.conn)
         kc_maybe_flush_locked(store);
     pthread_mutex_unlock(&store->lock);
     return rc;
@@ -481,7 +443,7 @@ int kc_blob_id(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt put
     uint8_t digest[KC_DIGEST_SIZE];
     kc_digest(digest, data, size);
     sqlite3_stmt *st;
-    int rc = kc_db_stmt(s, &st, find);
+    int rc = kc_db_stmt(&s->db, &st, find);
     if (rc)
         return rc;
     sqlite3_bind_blob(st, 1, digest, KC_DIGEST_SIZE, SQLITE_STATIC);
@@ -492,12 +454,12 @@ int kc_blob_id(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt put
     if (src == SQLITE_ROW)
         return 0;
     if (src != SQLITE_DONE)
-        return kc_sqlerr(s, src, finding);
+        return kc_sqlerr(&s->db, src, finding);
     /* Compressed only when new. */
     int codec;
     if ((rc = kc_encode(s->codec, enc, &codec, s->compression, data, size)))
         return kc_err(s, rc, "out of memory");
-    if ((rc = kc_db_stmt(s, &st, put)))
+    if ((rc = kc_db_stmt(&s->db, &st, put)))
         return rc;
     sqlite3_bind_blob(st, 1, digest, KC_DIGEST_SIZE, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)size);
@@ -507,8 +469,8 @@ int kc_blob_id(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt put
     src = sqlite3_step(st);
     sqlite3_reset(st);
     if (src != SQLITE_DONE)
-        return kc_sqlerr(s, src, storing);
-    *id = sqlite3_last_insert_rowid(s->db);
+        return kc_sqlerr(&s->db, src, storing);
+    *id = sqlite3_last_insert_rowid(s->db.conn);
     return 0;
 }
 
@@ -523,7 +485,7 @@ static int put_input(kcache_store *s, int64_t entry_id, int seq, const kcache_in
     if (rc)
         return rc;
     sqlite3_stmt *st;
-    if ((rc = kc_db_stmt(s, &st, KC_STMT_INSERT_ENTRY_INPUT)))
+    if ((rc = kc_db_stmt(&s->db, &st, KC_STMT_INSERT_ENTRY_INPUT)))
         return rc;
     sqlite3_bind_int64(st, 1, entry_id);
     sqlite3_bind_int(st, 2, seq);
@@ -532,14 +494,14 @@ static int put_input(kcache_store *s, int64_t entry_id, int seq, const kcache_in
     sqlite3_bind_int64(st, 5, input_id);
     int src = sqlite3_step(st);
     sqlite3_reset(st);
-    return src == SQLITE_DONE ? 0 : kc_sqlerr(s, src, "storing inputs");
+    return src == SQLITE_DONE ? 0 : kc_sqlerr(&s->db, src, "storing inputs");
 }
 
 static int step_done(kcache_store *s, sqlite3_stmt *st, const char *what)
 {
     int src = sqlite3_step(st);
     sqlite3_reset(st);
-    return src == SQLITE_DONE ? 0 : kc_sqlerr(s, src, what);
+    return src == SQLITE_DONE ? 0 : kc_sqlerr(&s->db, src, what);
 }
 
 /* The rows of one entry, inside a write transaction the caller holds. */
@@ -548,13 +510,13 @@ int kc_put_rows(kcache_store *s, const struct kc_put_ctx *p)
     const kcache_entry *e = p->e;
     sqlite3_stmt *st;
     int rc;
-    if ((rc = kc_db_stmt(s, &st, KC_STMT_DELETE)))
+    if ((rc = kc_db_stmt(&s->db, &st, KC_STMT_DELETE)))
         goto fail;
     sqlite3_bind_blob(st, 1, e->key.bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
     if ((rc = step_done(s, st, "replacing an entry")))
         goto fail;
 
-    if ((rc = kc_db_stmt(s, &st, KC_STMT_INSERT_ENTRY)))
+    if ((rc = kc_db_stmt(&s->db, &st, KC_STMT_INSERT_ENTRY)))
         goto fail;
     sqlite3_bind_blob(st, 1, e->key.bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, (int)e->kind);
@@ -569,9 +531,9 @@ int kc_put_rows(kcache_store *s, const struct kc_put_ctx *p)
     bind_text(st, 11, e->toolchain);
     if ((rc = step_done(s, st, "storing an entry")))
         goto fail;
-    int64_t id = sqlite3_last_insert_rowid(s->db);
+    int64_t id = sqlite3_last_insert_rowid(s->db.conn);
 
-    if ((rc = kc_db_stmt(s, &st, KC_STMT_INSERT_INFO)))
+    if ((rc = kc_db_stmt(&s->db, &st, KC_STMT_INSERT_INFO)))
         goto fail;
     sqlite3_bind_int64(st, 1, id);
     bind_text(st, 2, e->log);
@@ -582,7 +544,7 @@ int kc_put_rows(kcache_store *s, const struct kc_put_ctx *p)
     if ((rc = step_done(s, st, "storing an entry")))
         goto fail;
 
-    if ((rc = kc_db_stmt(s, &st, KC_STMT_INSERT_ARTIFACT)))
+    if ((rc = kc_db_stmt(&s->db, &st, KC_STMT_INSERT_ARTIFACT)))
         goto fail;
     sqlite3_bind_int64(st, 1, id);
     sqlite3_bind_blob(st, 2, p->stored_digest, KC_DIGEST_SIZE, SQLITE_STATIC);
@@ -601,11 +563,11 @@ fail:
 
 static int put_locked(kcache_store *s, const struct kc_put_ctx *p)
 {
-    int rc = kc_db_begin_write(s);
+    int rc = kc_db_begin_write(&s->db);
     if (rc)
         return rc;
-    if ((rc = kc_pending_write(s)) || (rc = kc_put_rows(s, p)) || (rc = kc_db_commit(s))) {
-        kc_db_rollback(s);
+    if ((rc = kc_pending_write(s)) || (rc = kc_put_rows(s, p)) || (rc = kc_db_commit(&s->db))) {
+        kc_db_rollback(&s->db);
         return rc;
     }
     kc_pending_clear(s);
@@ -660,10 +622,10 @@ int kc_put_check(kcache_store *s, const kcache_entry *e)
 int kc_put_allowed(kcache_store *s, const kcache_entry *e)
 {
     int rc = check_entry(s, e);
-    if (!rc && !s->db)
+    if (!rc && !s->db.conn)
         rc = kc_err(s, KCACHE_EIO, "the cache could not be reopened");
     if (!rc)
-        rc = kc_db_writable(s);
+        rc = kc_db_writable(&s->db);
     return rc;
 }
 
@@ -681,9 +643,9 @@ static int put_prepare(kcache_store *store, const kcache_entry *entry, struct kc
 int kc_put_batch_begin(kcache_store *s)
 {
     pthread_mutex_lock(&s->lock);
-    int rc = s->db ? kc_db_begin_write(s) : kc_err(s, KCACHE_EIO, "no database");
+    int rc = s->db.conn ? kc_db_begin_write(&s->db) : kc_err(s, KCACHE_EIO, "no database");
     if (!rc && (rc = kc_pending_write(s)))
-        kc_db_rollback(s);
+        kc_db_rollback(&s->db);
     if (rc)
         pthread_mutex_unlock(&s->lock);
     return rc;
@@ -700,7 +662,8 @@ int kc_put_batch_add(kcache_store *s, const kcache_entry *e, int64_t created_at,
     if (!rc) {
         /* put_rows() stamps now; a batch keeps the times it was given (already clamped). */
         sqlite3_stmt *st = NULL;
-        int src = sqlite3_prepare_v2(s->db, "UPDATE entry SET created_at = ?1, accessed_at = ?2"
+        int src = sqlite3_prepare_v2(s->db.conn,
+                                     "UPDATE entry SET created_at = ?1, accessed_at = ?2"
                                      " WHERE key = ?3", -1, &st, NULL);
         if (src == SQLITE_OK) {
             sqlite3_bind_int64(st, 1, created_at);
@@ -710,7 +673,7 @@ int kc_put_batch_add(kcache_store *s, const kcache_entry *e, int64_t created_at,
         }
         sqlite3_finalize(st);
         if (src != SQLITE_DONE)
-            rc = kc_sqlerr(s, src, "setting an entry's times");
+            rc = kc_sqlerr(&s->db, src, "setting an entry's times");
     }
     kc_buf_free(&names);
     return rc;
@@ -719,10 +682,10 @@ int kc_put_batch_add(kcache_store *s, const kcache_entry *e, int64_t created_at,
 int kc_put_batch_end(kcache_store *s, int commit)
 {
     int rc = 0;
-    if (commit && !(rc = kc_db_commit(s)))
+    if (commit && !(rc = kc_db_commit(&s->db)))
         kc_pending_clear(s);
     if (!commit || rc)
-        kc_db_rollback(s);
+        kc_db_rollback(&s->db);
     if (!rc && commit)
         rc = kc_maybe_prune_locked(s);
     else if (rc && rc != KCACHE_EINVAL)

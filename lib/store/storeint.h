@@ -1,6 +1,7 @@
 /*
- * The store's insides, shared by store.c (entries), db.c (the file: open,
- * recovery, migration), prune.c (eviction and space) and stats.c.
+ * The store's handle and what its files share: the entries' statements, the
+ * hits and counts waiting to be written, the put and flush steps. The file
+ * itself (connection, recovery, migration) is db/'s, behind db/db.h.
  */
 #ifndef KC_STOREINT_H
 #define KC_STOREINT_H
@@ -9,6 +10,7 @@
 #include <sqlite3.h>
 #include <sys/types.h>
 
+#include "db/db.h"
 #include "util/codec.h"
 #include "util/common.h"
 #include "kcache/store.h"
@@ -61,26 +63,15 @@ struct kc_touch {
     uint32_t hits;
 };
 
+/* The SQL of each named statement (statements.c), prepared once per connection. */
+extern const char *const kc_stmt_sql[KC_STMT_COUNT];
+
 struct kcache_store {
     pthread_mutex_t lock;
-    sqlite3 *db;
-    sqlite3_stmt *stmts[KC_STMT_COUNT];
-    char *path;
-    char *wal_path;
-    dev_t dev; /* identity of the file this connection opened, so that */
-    ino_t ino; /* recovery never sets aside a file someone else made */
+    struct kc_db db; /* the file: connection, path, options, message (db/db.h) */
+    sqlite3_stmt *stmts[KC_STMT_COUNT]; /* kc_stmt_sql, prepared on db.conn */
     uint64_t max_size;
-    unsigned busy_timeout_ms;
-    int read_only;      /* asked for */
-    int no_create;      /* open only a database that exists */
-    int any_owner;      /* a bundle: whoever owns the file (owner.c) */
-    int lock_fd;        /* PATH-lock, held shared while open (alone.c); -1: none */
-    int spill_held;     /* this flush holds the failures kept in PATH-lock */
-    uint64_t spilled;   /* and their count, written with it */
-    int newer_schema;   /* the file is newer than this build: no writes */
-    int schema_version;
-    kcache_log_fn log;
-    void *log_userdata;
+    uint64_t spilled;   /* failures taken from PATH-lock, written with this flush */
     kc_codec_ctx *codec;
     int compression;    /* what puts encode with (util/codec.h); rows say what they hold */
     kc_buf scratch;
@@ -93,21 +84,16 @@ struct kcache_store {
     struct kc_counter_delta *counters; /* named counters of other layers (counter.c) */
     size_t n_counters, cap_counters;
     uint64_t last_flush_ns;
-    uint64_t index_damaged_ns; /* when the file was last found sound behind a damaged -shm */
     int get_found_damage;          /* the last get deleted a damaged entry */
     kcache_key other_host_key;     /* the lease of another host this handle waits for, */
     uint64_t other_host_since_ns;  /* and since when (lease.c) */
-
-    char errmsg[KC_ERRMSG_SIZE];
 };
 
-/* Sets the store's message; returns code. */
-int kc_err(kcache_store *s, int code, const char *fmt, ...) KC_PRINTF(3, 4);
-/* The same, from a caller that does not hold s->lock: takes it around the write. */
+/* The store's message and log are its file's (db/dberr.c): one place for both. */
+#define kc_err(s, code, ...) kc_db_err(&(s)->db, (code), __VA_ARGS__)
+#define kc_log(s, level, ...) kc_db_log(&(s)->db, (level), __VA_ARGS__)
+/* kc_err() from a caller that does not hold s->lock: takes it around the write. */
 int kc_err_locking(kcache_store *s, int code, const char *fmt, ...) KC_PRINTF(3, 4);
-
-/* Maps an SQLite result to a status and sets a message naming what failed. */
-int kc_sqlerr(kcache_store *s, int sqlite_rc, const char *what);
 
 /*
  * store.c: the id of the row holding these bytes in a table addressed by
@@ -118,57 +104,8 @@ int kc_sqlerr(kcache_store *s, int sqlite_rc, const char *what);
 int kc_blob_id(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt put, kc_buf *enc,
                const void *data, size_t size, const char *finding, const char *storing);
 
-void kc_log(kcache_store *s, int level, const char *fmt, ...) KC_PRINTF(3, 4);
-
 /* kcache_store_open(), for a file that may be anyone's (a bundle, read-only). */
 int kc_store_open_bundle(kcache_store **out, const char *path, char *errbuf, size_t errbuf_size);
-
-/* db.c */
-/* Opens a connection that nothing in the file can make run code; SQLite's code. */
-int kc_sqlite_open(sqlite3 **out, const char *path, int flags);
-/* Read-only, no locks, no file made beside path (immutable=1); SQLite's code. */
-int kc_sqlite_open_immutable(sqlite3 **out, const char *path);
-int kc_db_open(kcache_store *s);
-void kc_db_close(kcache_store *s);
-int kc_db_stmt(kcache_store *s, sqlite3_stmt **out, enum kc_stmt which);
-int kc_db_begin_write(kcache_store *s);
-int kc_db_commit(kcache_store *s);
-void kc_db_rollback(kcache_store *s);
-int kc_db_exec(kcache_store *s, const char *sql, const char *what);
-/* kc_db_exec() in a write transaction of its own. */
-int kc_db_write_sql(kcache_store *s, const char *sql, const char *what);
-int kc_db_writable(kcache_store *s);
-/* One attempt at opening; *damaged when the file should be set aside. */
-int kc_db_open_once(kcache_store *s, int *damaged);
-/* A PRAGMA or SELECT of one integer on db; *rc_out is SQLite's result. */
-int64_t kc_pragma_int(sqlite3 *db, const char *sql, int *rc_out);
-
-/* recovery.c: what the file at the path is, and setting a damaged one aside. */
-enum kc_file_kind { KC_NEW, KC_OURS, KC_FOREIGN, KC_DAMAGED };
-/* From the header alone, without SQLite writing anything. */
-enum kc_file_kind kc_db_peek(kcache_store *s);
-/* Through the open connection; reads only. */
-enum kc_file_kind kc_db_classify(kcache_store *s, int64_t *version, int *sqlite_rc);
-int kc_db_foreign_error(kcache_store *s);
-/* SQLite's quick_check: 1 sound, 0 damaged, -1 could not tell; why says what it found. */
-int kc_db_quick_check(kcache_store *s, char *why, size_t why_size);
-/* Moves the file this connection opened (and its WAL) aside. */
-int kc_db_quarantine(kcache_store *s, const char *why, int force);
-/* Sets the file aside after SQLite reported it corrupt and starts a new one. */
-int kc_db_recover(kcache_store *s, const char *why);
-/*
- * Sets the file aside whatever it holds and starts a new one at once (kcache
- * clear of a damaged cache: the user asked for it empty). Other processes
- * keep the old file until they reopen.
- */
-int kc_db_replace(kcache_store *s, const char *why);
-/* Turns a failure SQLite reported as something else (disk full) into
- * KCACHE_ECORRUPT when the file turns out to be damaged; else returns rc. */
-int kc_db_classify_failure(kcache_store *s, int rc);
-/* Bytes of the database file and of its WAL on disk. */
-void kc_db_disk_usage(kcache_store *s, uint64_t *file_bytes, uint64_t *wal_bytes);
-/* Migrates an open handle's file to `version` (tests build older files with it). */
-int kc_db_migrate_to(kcache_store *s, int version);
 
 /*
  * Runs an operation; if SQLite finds the file damaged, sets it aside, starts
@@ -178,13 +115,13 @@ int kc_db_migrate_to(kcache_store *s, int version);
  */
 #define KC_WITH_RECOVERY(s, rc, call)                                                              \
     do {                                                                                           \
-        if (!(s)->db) { /* a recovery before could not open a new file */                          \
+        if (!(s)->db.conn) { /* a recovery before could not open a new file */                     \
             (rc) = kc_err((s), KCACHE_EIO, "the cache could not be reopened");                    \
             break;                                                                                 \
         }                                                                                          \
-        (rc) = kc_db_classify_failure((s), (call));                                               \
-        if ((rc) == KCACHE_ECORRUPT && !(s)->read_only && !(s)->newer_schema &&                    \
-            kc_db_recover((s), (s)->errmsg) == 0) {                                                \
+        (rc) = kc_db_classify_failure(&(s)->db, (call));                                          \
+        if ((rc) == KCACHE_ECORRUPT && !(s)->db.read_only && !(s)->db.newer_schema &&              \
+            kc_db_recover(&(s)->db, (s)->db.errmsg) == 0) {                                        \
             (s)->pending_corrupt++;                                                                \
             (rc) = (call);                                                                         \
         }                                                                                          \

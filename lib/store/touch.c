@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/alone.h"
 #include "store/storeint.h"
 
 /* A hit's touch waits in memory until this many are pending ... */
@@ -61,17 +60,17 @@ int kc_pending_write(kcache_store *s)
     sqlite3_stmt *st;
     int rc;
     for (size_t i = 0; i < s->n_touches; i++) {
-        if ((rc = kc_db_stmt(s, &st, KC_STMT_TOUCH)))
+        if ((rc = kc_db_stmt(&s->db, &st, KC_STMT_TOUCH)))
             return rc;
         sqlite3_bind_blob(st, 1, s->touches[i].key.bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, s->touches[i].accessed_at);
         sqlite3_bind_int64(st, 3, s->touches[i].hits);
         if ((rc = sqlite3_step(st)) != SQLITE_DONE)
-            return kc_sqlerr(s, rc, "recording hits");
+            return kc_sqlerr(&s->db, rc, "recording hits");
     }
     for (size_t i = 0; i < s->n_usage; i++) {
         const kcache_usage *u = &s->usage[i];
-        if ((rc = kc_db_stmt(s, &st, KC_STMT_USAGE_ADD)))
+        if ((rc = kc_db_stmt(&s->db, &st, KC_STMT_USAGE_ADD)))
             return rc;
         sqlite3_bind_text(st, 1, u->arch, -1, SQLITE_STATIC);
         sqlite3_bind_int(st, 2, u->kind);
@@ -79,7 +78,7 @@ int kc_pending_write(kcache_store *s)
         sqlite3_bind_int64(st, 4, (sqlite3_int64)u->misses);
         sqlite3_bind_int64(st, 5, (sqlite3_int64)u->saved_ns);
         if ((rc = sqlite3_step(st)) != SQLITE_DONE)
-            return kc_sqlerr(s, rc, "recording hits");
+            return kc_sqlerr(&s->db, rc, "recording hits");
     }
     if (s->pending_corrupt && (rc = kc_counter_write(s, "corrupt", s->pending_corrupt)))
         return rc;
@@ -114,33 +113,33 @@ int kc_flush_locked(kcache_store *s, int wait)
 {
     if (!has_pending(s))
         return 0;
-    if (s->read_only || s->newer_schema) {
+    if (s->db.read_only || s->db.newer_schema) {
         kc_pending_clear(s);
         return 0;
     }
     int rc;
     if (wait) {
-        rc = kc_db_begin_write(s);
+        rc = kc_db_begin_write(&s->db);
     } else {
-        sqlite3_busy_timeout(s->db, 0);
-        int src = sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
-        sqlite3_busy_timeout(s->db, (int)s->busy_timeout_ms);
+        sqlite3_busy_timeout(s->db.conn, 0);
+        int src = sqlite3_exec(s->db.conn, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+        sqlite3_busy_timeout(s->db.conn, (int)s->db.busy_timeout_ms);
         if ((src & 0xff) == SQLITE_BUSY)
             return 0;
-        rc = src == SQLITE_OK ? 0 : kc_sqlerr(s, src, "recording hits");
+        rc = src == SQLITE_OK ? 0 : kc_sqlerr(&s->db, src, "recording hits");
     }
     if (rc)
         return rc;
-    /* Failures that found no room before (alone.c) go in with these. */
-    s->spilled = kc_spill_take_begin(s);
-    if ((rc = kc_pending_write(s)) || (rc = kc_db_commit(s))) {
-        kc_db_rollback(s);
+    /* Failures that found no room before (db/alone.c) go in with these. */
+    s->spilled = kc_spill_take_begin(&s->db);
+    if ((rc = kc_pending_write(s)) || (rc = kc_db_commit(&s->db))) {
+        kc_db_rollback(&s->db);
         s->spilled = 0;
-        kc_spill_take_end(s, 0);
+        kc_spill_take_end(&s->db, 0);
         return rc;
     }
     s->spilled = 0;
-    kc_spill_take_end(s, 1);
+    kc_spill_take_end(&s->db, 1);
     kc_pending_clear(s);
     return 0;
 }

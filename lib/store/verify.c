@@ -11,8 +11,9 @@ static int integrity(kcache_store *s, kcache_verify_result *r)
     sqlite3_stmt *st = NULL;
     int rc = 0;
     pthread_mutex_lock(&s->lock);
-    int src = s->db ? sqlite3_prepare_v2(s->db, "PRAGMA integrity_check(20)", -1, &st, NULL)
-                    : SQLITE_MISUSE;
+    int src = s->db.conn
+                  ? sqlite3_prepare_v2(s->db.conn, "PRAGMA integrity_check(20)", -1, &st, NULL)
+                  : SQLITE_MISUSE;
     if (src == SQLITE_OK && (src = sqlite3_step(st)) == SQLITE_ROW) {
         const char *first = (const char *)sqlite3_column_text(st, 0);
         /* One line: SQLite may put several into this row. */
@@ -31,7 +32,7 @@ static int integrity(kcache_store *s, kcache_verify_result *r)
         snprintf(r->integrity, sizeof(r->integrity), "%s", sqlite3_errstr(src));
         r->integrity_ok = 0;
     } else {
-        rc = kc_sqlerr(s, src, "checking the database");
+        rc = kc_sqlerr(&s->db, src, "checking the database");
     }
     sqlite3_finalize(st);
     pthread_mutex_unlock(&s->lock);

@@ -11,7 +11,7 @@
 #include <kcache/store.h>
 
 #include "store/ingest.h"
-#include "store/schema.h"
+#include "db/db.h"
 #include "storetest.h"
 
 static uint8_t scratch[1 << 20];
@@ -274,14 +274,14 @@ static void test_migration(void)
     kcache_store_close(s);
     /* Rebuild it at version 4, then put a compile's entry with that build's rules. */
     test_sh("rm -f '%s' '%s-wal' '%s-shm'", path, path, path);
-    kcache_store *raw = kc_calloc(1, sizeof(*raw));
+    struct kc_db *raw = kc_calloc(1, sizeof(*raw));
     REQUIRE(raw);
     raw->path = kc_strdup(path);
     raw->busy_timeout_ms = 5000;
-    REQUIRE(sqlite3_open(path, &raw->db) == SQLITE_OK);
+    REQUIRE(sqlite3_open(path, &raw->conn) == SQLITE_OK);
     REQUIRE(kc_db_exec(raw, "PRAGMA journal_mode = WAL", "") == 0);
     CHECK_RC(kc_db_migrate_to(raw, 4), 0);
-    CHECK(st_sql_int(raw->db, "SELECT count(*) FROM sqlite_schema WHERE sql LIKE "
+    CHECK(st_sql_int(raw->conn, "SELECT count(*) FROM sqlite_schema WHERE sql LIKE "
                               "'%BETWEEN 1 AND 3%'") == 1);
     /* One compile's entry, stored raw, as version 4 writes it. */
     char material[32];
@@ -289,7 +289,7 @@ static void test_migration(void)
     uint8_t digest[KC_DIGEST_SIZE];
     kc_digest(digest, "cubin", 5);
     sqlite3_stmt *q = NULL;
-    REQUIRE(sqlite3_prepare_v2(raw->db,
+    REQUIRE(sqlite3_prepare_v2(raw->conn,
                                "INSERT INTO entry (id, key, kind, arch, name, raw_size, stored_size,"
                                " codec, digest, created_at, accessed_at) VALUES (1, ?1, 1, 'sm_90',"
                                " 'old.cu', 5, 5, 0, ?2, 1, 1)", -1, &q, NULL) == SQLITE_OK);
@@ -297,14 +297,14 @@ static void test_migration(void)
     sqlite3_bind_blob(q, 2, digest, KC_DIGEST_SIZE, SQLITE_STATIC);
     CHECK(sqlite3_step(q) == SQLITE_DONE);
     sqlite3_finalize(q);
-    REQUIRE(sqlite3_prepare_v2(raw->db, "INSERT INTO artifact VALUES (1, ?1, 'cubin')", -1, &q,
+    REQUIRE(sqlite3_prepare_v2(raw->conn, "INSERT INTO artifact VALUES (1, ?1, 'cubin')", -1, &q,
                                NULL) == SQLITE_OK);
     sqlite3_bind_blob(q, 1, digest, KC_DIGEST_SIZE, SQLITE_STATIC);
     CHECK(sqlite3_step(q) == SQLITE_DONE);
     sqlite3_finalize(q);
     CHECK(kc_db_exec(raw, "INSERT INTO entry_info (id, log) VALUES (1, 'old log');"
                           "UPDATE totals SET entries = 1, raw_bytes = 5, stored_bytes = 5", "") == 0);
-    sqlite3_close(raw->db);
+    sqlite3_close(raw->conn);
     free(raw->path);
     free(raw);
     /* Opened by this build: migrated; old entries kept, data accepted. */

@@ -6,7 +6,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 
-#include "store/schema.h"
 #include "store/storeint.h"
 #include "storetest.h"
 
@@ -503,11 +502,11 @@ static void test_future_version(void)
 /* Builds a kcache file of schema version 1, as the first release wrote it. */
 static void make_v1(const char *path)
 {
-    kcache_store *s = kc_calloc(1, sizeof(*s));
+    struct kc_db *s = kc_calloc(1, sizeof(*s));
     REQUIRE(s);
     s->path = kc_strdup(path);
     s->busy_timeout_ms = 5000;
-    REQUIRE(sqlite3_open(path, &s->db) == SQLITE_OK);
+    REQUIRE(sqlite3_open(path, &s->conn) == SQLITE_OK);
     REQUIRE(kc_db_exec(s, "PRAGMA auto_vacuum = INCREMENTAL; PRAGMA journal_mode = WAL", "") == 0);
     CHECK_RC(kc_db_migrate_to(s, 1), 0);
     CHECK(s->schema_version == 1);
@@ -528,7 +527,7 @@ static void make_v1(const char *path)
         "INSERT INTO entry (id, key, kind, arch, name, raw_size, stored_size, codec, digest,"
         " created_at, accessed_at, hits, compile_ns, toolchain)"
         " VALUES (1, ?1, 1, 'sm_80', 'old.cu', ?2, ?3, ?4, ?5, 1, 1, 3, 7, 'nvrtc 12')";
-    REQUIRE(sqlite3_prepare_v2(s->db, insert, -1, &st, NULL) == SQLITE_OK);
+    REQUIRE(sqlite3_prepare_v2(s->conn, insert, -1, &st, NULL) == SQLITE_OK);
     sqlite3_bind_blob(st, 1, k.bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, N);
     sqlite3_bind_int64(st, 3, (sqlite3_int64)enc.size);
@@ -536,7 +535,7 @@ static void make_v1(const char *path)
     sqlite3_bind_blob(st, 5, digest, KC_DIGEST_SIZE, SQLITE_STATIC);
     CHECK(sqlite3_step(st) == SQLITE_DONE);
     sqlite3_finalize(st);
-    REQUIRE(sqlite3_prepare_v2(s->db, "INSERT INTO artifact VALUES (1, ?1, ?2)", -1, &st, NULL) ==
+    REQUIRE(sqlite3_prepare_v2(s->conn, "INSERT INTO artifact VALUES (1, ?1, ?2)", -1, &st, NULL) ==
             SQLITE_OK);
     sqlite3_bind_blob(st, 1, stored_digest, KC_DIGEST_SIZE, SQLITE_STATIC);
     sqlite3_bind_blob(st, 2, enc.data, (int)enc.size, SQLITE_STATIC);
@@ -545,7 +544,7 @@ static void make_v1(const char *path)
     CHECK(kc_db_exec(s, "INSERT INTO entry_info (id, log) VALUES (1, 'old log')", "") == 0);
     kc_buf_free(&enc);
     kc_codec_free(c);
-    sqlite3_close(s->db);
+    sqlite3_close(s->conn);
     free(s->path);
     free(s);
 }

@@ -30,7 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "store/alone.h"
+#include "db/alone.h"
 
 static int lock_byte(int fd, short type, int wait)
 {
@@ -38,48 +38,48 @@ static int lock_byte(int fd, short type, int wait)
     return fcntl(fd, wait ? F_OFD_SETLKW : F_OFD_SETLK, &fl);
 }
 
-void kc_alone_open(kcache_store *s)
+void kc_alone_open(struct kc_db *db)
 {
     char path[4200];
-    snprintf(path, sizeof(path), "%s-lock", s->path);
+    snprintf(path, sizeof(path), "%s" KC_DB_LOCK, db->path);
     /* O_NOFOLLOW: a link planted there makes this handle never alone, nothing worse. */
     /* Read-write where possible, read-only handles too: a write lock needs it. */
-    int flags = O_CLOEXEC | O_NOFOLLOW | O_RDWR | (s->read_only ? 0 : O_CREAT);
+    int flags = O_CLOEXEC | O_NOFOLLOW | O_RDWR | (db->read_only ? 0 : O_CREAT);
     int fd = open(path, flags, 0600);
     if (fd < 0 && errno == EACCES)
         fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    s->lock_fd = fd;
+    db->lock_fd = fd;
     if (fd < 0)
         return;
     /* A recovery holds it exclusively for a moment: wait for it, within the busy timeout. */
-    uint64_t deadline = kc_mono_ns() + (uint64_t)s->busy_timeout_ms * 1000000u;
+    uint64_t deadline = kc_mono_ns() + (uint64_t)db->busy_timeout_ms * 1000000u;
     while (lock_byte(fd, F_RDLCK, 0) != 0) {
         if ((errno != EAGAIN && errno != EACCES && errno != EINTR) || kc_mono_ns() >= deadline) {
             close(fd); /* go on without it: never alone */
-            s->lock_fd = -1;
+            db->lock_fd = -1;
             return;
         }
         usleep(2000);
     }
-    kc_alone_reserve(s);
+    kc_alone_reserve(db);
 }
 
-int kc_alone_begin(kcache_store *s)
+int kc_alone_begin(struct kc_db *db)
 {
-    return s->lock_fd >= 0 && lock_byte(s->lock_fd, F_WRLCK, 0) == 0;
+    return db->lock_fd >= 0 && lock_byte(db->lock_fd, F_WRLCK, 0) == 0;
 }
 
-void kc_alone_end(kcache_store *s)
+void kc_alone_end(struct kc_db *db)
 {
-    if (s->lock_fd >= 0)
-        lock_byte(s->lock_fd, F_RDLCK, 1);
+    if (db->lock_fd >= 0)
+        lock_byte(db->lock_fd, F_RDLCK, 1);
 }
 
-void kc_alone_close(kcache_store *s)
+void kc_alone_close(struct kc_db *db)
 {
-    if (s->lock_fd >= 0)
-        close(s->lock_fd);
-    s->lock_fd = -1;
+    if (db->lock_fd >= 0)
+        close(db->lock_fd);
+    db->lock_fd = -1;
 }
 
 /*
@@ -107,43 +107,43 @@ static uint64_t spill_read(int fd)
     return v > (UINT64_C(1) << 40) ? 0 : v; /* not a count we wrote */
 }
 
-void kc_alone_reserve(kcache_store *s)
+void kc_alone_reserve(struct kc_db *db)
 {
     struct stat st;
     static const uint8_t zero[KC_SPILL_AT + 8];
-    if (s->lock_fd >= 0 && !s->read_only && fstat(s->lock_fd, &st) == 0 &&
-        st.st_size < (off_t)sizeof(zero) && pwrite(s->lock_fd, zero, sizeof(zero), 0) < 0)
+    if (db->lock_fd >= 0 && !db->read_only && fstat(db->lock_fd, &st) == 0 &&
+        st.st_size < (off_t)sizeof(zero) && pwrite(db->lock_fd, zero, sizeof(zero), 0) < 0)
         return; /* no room now: failures then go uncounted, as before */
 }
 
-void kc_spill_add(kcache_store *s, uint64_t n)
+void kc_spill_add(struct kc_db *db, uint64_t n)
 {
-    if (s->lock_fd < 0 || !n || spill_lock(s->lock_fd, F_WRLCK, 1) != 0)
+    if (db->lock_fd < 0 || !n || spill_lock(db->lock_fd, F_WRLCK, 1) != 0)
         return;
-    uint64_t v = spill_read(s->lock_fd) + n;
-    if (pwrite(s->lock_fd, &v, sizeof(v), KC_SPILL_AT) != (ssize_t)sizeof(v))
+    uint64_t v = spill_read(db->lock_fd) + n;
+    if (pwrite(db->lock_fd, &v, sizeof(v), KC_SPILL_AT) != (ssize_t)sizeof(v))
         v = 0; /* lost, as it would have been */
-    spill_lock(s->lock_fd, F_UNLCK, 0);
+    spill_lock(db->lock_fd, F_UNLCK, 0);
 }
 
-uint64_t kc_spill_peek(kcache_store *s)
+uint64_t kc_spill_peek(struct kc_db *db)
 {
-    return s->lock_fd >= 0 ? spill_read(s->lock_fd) : 0;
+    return db->lock_fd >= 0 ? spill_read(db->lock_fd) : 0;
 }
 
-uint64_t kc_spill_take_begin(kcache_store *s)
+uint64_t kc_spill_take_begin(struct kc_db *db)
 {
-    s->spill_held = s->lock_fd >= 0 && spill_lock(s->lock_fd, F_WRLCK, 0) == 0;
-    return s->spill_held ? spill_read(s->lock_fd) : 0;
+    db->spill_held = db->lock_fd >= 0 && spill_lock(db->lock_fd, F_WRLCK, 0) == 0;
+    return db->spill_held ? spill_read(db->lock_fd) : 0;
 }
 
-void kc_spill_take_end(kcache_store *s, int taken)
+void kc_spill_take_end(struct kc_db *db, int taken)
 {
-    if (!s->spill_held)
+    if (!db->spill_held)
         return;
     static const uint64_t zero;
-    if (taken && pwrite(s->lock_fd, &zero, sizeof(zero), KC_SPILL_AT) != (ssize_t)sizeof(zero))
+    if (taken && pwrite(db->lock_fd, &zero, sizeof(zero), KC_SPILL_AT) != (ssize_t)sizeof(zero))
         taken = 0;
-    spill_lock(s->lock_fd, F_UNLCK, 0);
-    s->spill_held = 0;
+    spill_lock(db->lock_fd, F_UNLCK, 0);
+    db->spill_held = 0;
 }

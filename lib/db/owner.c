@@ -3,7 +3,7 @@
  *
  * A cache serves code that the caller runs: whoever can write the database
  * decides what a hit returns. So kcache uses a cache directory and files
- * only when they are the current user's, and never follows a symbolic link
+ * only when they are the current user'db, and never follows a symbolic link
  * at the database, its -wal or its -shm (SQLite would write through it, and
  * make -wal/-shm files beside the link's target).
  *
@@ -26,7 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "store/owner.h"
+#include "db/owner.h"
 
 static int trusted_owner(const struct stat *st, int is_dir)
 {
@@ -38,31 +38,35 @@ static int trusted_owner(const struct stat *st, int is_dir)
     return is_dir || !(st->st_mode & (S_IWGRP | S_IWOTH));
 }
 
-static int check_side(kcache_store *s, const char *suffix)
+static int check_side(struct kc_db *db, const char *suffix)
 {
     char side[4200];
     struct stat st;
-    snprintf(side, sizeof(side), "%s%s", s->path, suffix);
+    snprintf(side, sizeof(side), "%s%s", db->path, suffix);
     if (lstat(side, &st) != 0)
         return 0;
     if (S_ISLNK(st.st_mode))
-        return kc_err(s, KCACHE_EIO, "%s is a symbolic link: kcache does not write through links "
-                      "it did not make; remove it", side);
-    if (!s->any_owner && !trusted_owner(&st, 0))
-        return kc_err(s, KCACHE_EIO, "%s is owned by uid %u, not by you (uid %u): kcache uses "
-                      "only its user's cache; remove it or set KCACHE_DIR to a directory of "
-                      "your own", side, (unsigned)st.st_uid, (unsigned)geteuid());
+        return kc_db_err(db, KCACHE_EIO,
+                         "%s is a symbolic link: kcache does not write through links "
+                         "it did not make; remove it",
+                         side);
+    if (!db->any_owner && !trusted_owner(&st, 0))
+        return kc_db_err(db, KCACHE_EIO,
+                         "%s is owned by uid %u, not by you (uid %u): kcache uses "
+                         "only its user's cache; remove it or set KCACHE_DIR to a directory of "
+                         "your own",
+                         side, (unsigned)st.st_uid, (unsigned)geteuid());
     return 0;
 }
 
-int kc_owner_check(kcache_store *s)
+int kc_owner_check(struct kc_db *db)
 {
     /* A bundle is read from wherever it is, whoever made it: the import checks every entry. */
-    if (s->any_owner)
-        return check_side(s, "-wal") ? KCACHE_EIO : check_side(s, "-shm");
-    char *dir = kc_strdup(s->path);
+    if (db->any_owner)
+        return check_side(db, KC_DB_WAL) ? KCACHE_EIO : check_side(db, KC_DB_SHM);
+    char *dir = kc_strdup(db->path);
     if (!dir)
-        return kc_err(s, KCACHE_ENOMEM, "out of memory");
+        return kc_db_err(db, KCACHE_ENOMEM, "out of memory");
     char *slash = strrchr(dir, '/');
     if (!slash)
         strcpy(dir, ".");
@@ -73,23 +77,29 @@ int kc_owner_check(kcache_store *s)
     struct stat st;
     int rc = 0;
     if (stat(dir, &st) == 0 && !trusted_owner(&st, 1))
-        rc = kc_err(s, KCACHE_EIO, "cache directory %s is owned by uid %u, not by you (uid %u): "
-                    "kcache uses only its user's cache; set KCACHE_DIR to a directory of your own",
-                    dir, (unsigned)st.st_uid, (unsigned)geteuid());
+        rc = kc_db_err(
+            db, KCACHE_EIO,
+            "cache directory %s is owned by uid %u, not by you (uid %u): "
+            "kcache uses only its user's cache; set KCACHE_DIR to a directory of your own",
+            dir, (unsigned)st.st_uid, (unsigned)geteuid());
     free(dir);
     if (rc)
         return rc;
-    if (lstat(s->path, &st) == 0) {
+    if (lstat(db->path, &st) == 0) {
         if (S_ISLNK(st.st_mode))
-            return kc_err(s, KCACHE_EIO, "%s is a symbolic link: kcache does not write through "
-                          "links it did not make; remove it or set KCACHE_PATH to the file itself",
-                          s->path);
+            return kc_db_err(
+                db, KCACHE_EIO,
+                "%s is a symbolic link: kcache does not write through "
+                "links it did not make; remove it or set KCACHE_PATH to the file itself",
+                db->path);
         if (!trusted_owner(&st, 0))
-            return kc_err(s, KCACHE_EIO, "%s is owned by uid %u, not by you (uid %u): kcache "
-                          "uses only its user's cache; set KCACHE_DIR to a directory of your own",
-                          s->path, (unsigned)st.st_uid, (unsigned)geteuid());
+            return kc_db_err(
+                db, KCACHE_EIO,
+                "%s is owned by uid %u, not by you (uid %u): kcache "
+                "uses only its user's cache; set KCACHE_DIR to a directory of your own",
+                db->path, (unsigned)st.st_uid, (unsigned)geteuid());
     }
-    if ((rc = check_side(s, "-wal")) || (rc = check_side(s, "-shm")))
+    if ((rc = check_side(db, KC_DB_WAL)) || (rc = check_side(db, KC_DB_SHM)))
         return rc;
     return 0;
 }

@@ -1,0 +1,205 @@
+/*
+ * The connection: opening one that the file cannot make run code, statements
+ * prepared once, and the transaction helpers everything above uses.
+ */
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "db/db.h"
+#include "db/schema.h"
+
+/*
+ * A WAL larger than this is emptied when a connection closes. The WAL
+ * outlives close (see configure()), and the first connection of every
+ * process replays all of it to rebuild its index: with up to 4 MiB of WAL
+ * (SQLite's auto-checkpoint at 1000 pages), opening took 3.0 ms instead of
+ * 0.7 ms (median of 60 hit processes on a 1000-entry cache). Each hit process
+ * adds ~12 KiB (its recorded touch), so one close in ~20 pays a checkpoint.
+ */
+#define KC_WAL_KEEP (256 << 10)
+
+/*
+ * Every SQLite connection kcache opens goes through here, even one to a file
+ * it just wrote: nothing in a file may make the connection run code (no
+ * triggers or views that call functions, no writes to the schema from SQL,
+ * no extensions). On failure *out is NULL. Returns SQLite's code.
+ */
+int kc_sqlite_open(sqlite3 **out, const char *path, int flags)
+{
+    int rc = sqlite3_open_v2(path, out, flags | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        sqlite3_close_v2(*out);
+        *out = NULL;
+        return rc;
+    }
+    sqlite3_extended_result_codes(*out, 1);
+    sqlite3_db_config(*out, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
+    sqlite3_db_config(*out, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, NULL);
+    sqlite3_db_config(*out, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, NULL);
+    return SQLITE_OK;
+}
+
+/*
+ * A read-only connection that takes no locks and makes no -journal, -wal or
+ * -shm file (immutable=1): looking at a file this way writes nothing at all.
+ * Returns SQLite's code; *out is NULL on failure.
+ */
+int kc_sqlite_open_immutable(sqlite3 **out, const char *path)
+{
+    /* A URI, so that immutable=1 applies; the path's own '%', '?' and '#' escaped. */
+    *out = NULL;
+    size_t n = strlen(path);
+    char *uri = kc_malloc(3 * n + 32);
+    if (!uri)
+        return SQLITE_NOMEM;
+    char *q = uri + sprintf(uri, "file:");
+    for (const char *p = path; *p; p++) {
+        if (*p == '%' || *p == '?' || *p == '#')
+            q += sprintf(q, "%%%02x", (unsigned char)*p);
+        else
+            *q++ = *p;
+    }
+    strcpy(q, "?immutable=1");
+    int rc = kc_sqlite_open(out, uri, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI);
+    free(uri);
+    return rc;
+}
+
+int kc_db_stmt(struct kc_db *db, sqlite3_stmt **out, int which)
+{
+    assert(which >= 0 && (size_t)which < db->n_stmts);
+    sqlite3_stmt *st = db->stmts[which];
+    if (!st) {
+        int rc = sqlite3_prepare_v3(db->conn, db->stmt_sql[which], -1, SQLITE_PREPARE_PERSISTENT,
+                                    &st, NULL);
+        if (rc != SQLITE_OK) {
+            /* A newer schema whose layout this build cannot read says so here. */
+            if (db->newer_schema)
+                return kc_db_err(db, KCACHE_EVERSION,
+                                 "%s was written by a newer kcache (schema %d): upgrade kcache",
+                                 db->path, db->schema_version);
+            return kc_sqlerr(db, rc, "preparing a statement");
+        }
+        db->stmts[which] = st;
+    }
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    *out = st;
+    return 0;
+}
+
+int kc_db_exec(struct kc_db *db, const char *sql, const char *what)
+{
+    int rc = sqlite3_exec(db->conn, sql, NULL, NULL, NULL);
+    return rc == SQLITE_OK ? 0 : kc_sqlerr(db, rc, what);
+}
+
+/* SQL of our own (never built from input) in one write transaction; the lock is held. */
+int kc_db_write_sql(struct kc_db *db, const char *sql, const char *what)
+{
+    int rc = db->conn ? kc_db_begin_write(db) : kc_db_err(db, KCACHE_EIO, "no database");
+    if (rc)
+        return rc;
+    if ((rc = kc_db_exec(db, sql, what)) || (rc = kc_db_commit(db)))
+        kc_db_rollback(db);
+    return rc;
+}
+
+int kc_db_writable(struct kc_db *db)
+{
+    if (db->newer_schema)
+        return kc_db_err(db, KCACHE_EVERSION,
+                         "%s was written by a newer kcache (schema %d, this one knows %d): "
+                         "upgrade kcache",
+                         db->path, db->schema_version, kc_schema_version);
+    if (db->read_only)
+        return kc_db_err(db, KCACHE_EREADONLY, "%s is open read-only", db->path);
+    return 0;
+}
+
+/*
+ * BEGIN IMMEDIATE takes the write lock up front, so a transaction never has
+ * to upgrade a read lock and fail half-way. SQLite's busy handler waits for
+ * the lock; a BUSY that still comes back (WAL recovery in another process)
+ * is retried here until the same deadline.
+ */
+int kc_db_begin_write(struct kc_db *db)
+{
+    int rc = kc_db_writable(db);
+    if (rc)
+        return rc;
+    uint64_t deadline = kc_mono_ns() + (uint64_t)db->busy_timeout_ms * 1000000u;
+    unsigned pause_us = 1000;
+    for (;;) {
+        int src = sqlite3_exec(db->conn, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+        if (src == SQLITE_OK)
+            return 0;
+        if ((src & 0xff) != SQLITE_BUSY || kc_mono_ns() >= deadline)
+            return kc_sqlerr(db, src, "starting a write");
+        usleep(pause_us);
+        pause_us = KC_MIN(pause_us * 2, 50000u);
+    }
+}
+
+int kc_db_commit(struct kc_db *db)
+{
+    int rc = sqlite3_exec(db->conn, "COMMIT", NULL, NULL, NULL);
+    if (rc == SQLITE_OK)
+        return 0;
+    int err = kc_sqlerr(db, rc, "committing");
+    kc_db_rollback(db);
+    return err;
+}
+
+void kc_db_rollback(struct kc_db *db)
+{
+    if (db->conn && !sqlite3_get_autocommit(db->conn))
+        sqlite3_exec(db->conn, "ROLLBACK", NULL, NULL, NULL);
+}
+
+int64_t kc_pragma_int(sqlite3 *db, const char *sql, int *rc_out)
+{
+    sqlite3_stmt *st = NULL;
+    int64_t v = 0;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+            v = sqlite3_column_int64(st, 0);
+            rc = SQLITE_OK;
+        } else if (rc == SQLITE_DONE) {
+            rc = SQLITE_OK;
+        }
+    }
+    sqlite3_finalize(st);
+    *rc_out = rc;
+    return v;
+}
+
+static void finalize_all(struct kc_db *db)
+{
+    for (size_t i = 0; i < db->n_stmts; i++) {
+        sqlite3_finalize(db->stmts[i]);
+        db->stmts[i] = NULL;
+    }
+}
+
+void kc_db_close(struct kc_db *db)
+{
+    finalize_all(db);
+    if (db->conn) {
+        struct stat st;
+        if (!db->read_only && !db->newer_schema && stat(db->wal_path, &st) == 0 &&
+            st.st_size > KC_WAL_KEEP) {
+            /* Only if nobody is reading or writing: a close never waits. */
+            sqlite3_busy_timeout(db->conn, 0);
+            sqlite3_wal_checkpoint_v2(db->conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+        }
+        sqlite3_close_v2(db->conn);
+        db->conn = NULL;
+    }
+}

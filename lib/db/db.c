@@ -1,0 +1,240 @@
+/*
+ * One attempt at opening the file: connecting, telling what is there,
+ * configuring the connection and migrating the schema.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "db/dbint.h"
+#include "db/schema.h"
+
+/* After a checkpoint, a WAL larger than this is truncated back to it. */
+#define KC_WAL_SIZE_LIMIT (4 << 20)
+
+static int set_identity(struct kc_db *db)
+{
+    struct stat st;
+    if (stat(db->path, &st) != 0)
+        return kc_db_err(db, KCACHE_EIO, "cannot examine %s: %s", db->path, strerror(errno));
+    db->dev = st.st_dev;
+    db->ino = st.st_ino;
+    return 0;
+}
+
+/* Creates the file ourselves so that it is 0600 from its first byte on. */
+static int create_file(struct kc_db *db)
+{
+    int fd = open(db->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        if (errno == EEXIST)
+            return 0;
+        return kc_db_err(db, KCACHE_EIO,
+                         "cannot create %s: %s (set KCACHE_DIR to a writable "
+                         "directory)",
+                         db->path, strerror(errno));
+    }
+    close(fd);
+    return 0;
+}
+
+static int apply_steps(struct kc_db *db, int from, int to)
+{
+    for (int v = from; v < to; v++) {
+        int rc = kc_db_exec(db, kc_schema_steps[v], "migrating the schema");
+        if (rc)
+            return rc;
+    }
+    char sql[64];
+    snprintf(sql, sizeof(sql), "PRAGMA user_version = %d", to);
+    return kc_db_exec(db, sql, "migrating the schema");
+}
+
+int kc_db_schema_reference(sqlite3 **out, int version)
+{
+    int src = kc_sqlite_open(out, ":memory:", SQLITE_OPEN_READWRITE);
+    for (int v = 0; src == SQLITE_OK && v < version; v++)
+        src = sqlite3_exec(*out, kc_schema_steps[v], NULL, NULL, NULL);
+    return src;
+}
+
+/*
+ * Brings the file to `target` in one transaction. The version is read again
+ * under the write lock: another process may have migrated it meanwhile.
+ */
+static int migrate(struct kc_db *db, int target)
+{
+    int rc = kc_db_begin_write(db);
+    if (rc)
+        return rc;
+    int src;
+    int64_t app = kc_pragma_int(db->conn, "PRAGMA application_id", &src);
+    int64_t version = src ? 0 : kc_pragma_int(db->conn, "PRAGMA user_version", &src);
+    int64_t objects = src ? 0 : kc_pragma_int(db->conn, "SELECT count(*) FROM sqlite_schema", &src);
+    if (src) {
+        rc = kc_sqlerr(db, src, "reading the schema version");
+        goto fail;
+    }
+    if (app == 0 && version == 0 && objects == 0) {
+        char sql[64];
+        snprintf(sql, sizeof(sql), "PRAGMA application_id = %d", KC_APPLICATION_ID);
+        if ((rc = kc_db_exec(db, sql, "creating the database")))
+            goto fail;
+    } else if (app != KC_APPLICATION_ID) {
+        rc = kc_db_err(db, KCACHE_EFOREIGN, "%s is not a kcache database", db->path);
+        goto fail;
+    }
+    if (version < target) {
+        if ((rc = apply_steps(db, (int)version, target)))
+            goto fail;
+        if (version == 0) {
+            char sql[96];
+            snprintf(sql, sizeof(sql), "INSERT INTO counter VALUES ('since', %lld)",
+                     (long long)kc_now_ms());
+            if ((rc = kc_db_exec(db, sql, "creating the database")))
+                goto fail;
+        }
+    }
+    if ((rc = kc_db_commit(db)))
+        return rc;
+    db->schema_version = version < target ? target : (int)version;
+    return 0;
+fail:
+    kc_db_rollback(db);
+    return rc;
+}
+
+int kc_db_migrate_to(struct kc_db *db, int version)
+{
+    return migrate(db, version);
+}
+
+static int connect(struct kc_db *db)
+{
+    /* NOFOLLOW: a link planted after kc_owner_check() looked is refused, not written through. */
+    int flags = (db->read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) |
+                SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE |
+                (db->any_owner ? 0 : SQLITE_OPEN_NOFOLLOW);
+    int rc = kc_sqlite_open(&db->conn, db->path, flags);
+    if (rc != SQLITE_OK)
+        return kc_sqlerr(db, rc, "opening the cache");
+    sqlite3_busy_timeout(db->conn, (int)db->busy_timeout_ms);
+    return 0;
+}
+
+static int configure(struct kc_db *db)
+{
+    int rc;
+    if (!db->read_only) {
+        char sql[128];
+        /*
+         * A hit is a whole process for the CLI, so opening and closing must
+         * not write or sync when nothing changed. Pragmas that would write
+         * are issued only when the file does not have the setting yet, and
+         * the WAL survives a close without a checkpoint: deleting and
+         * recreating it cost every hit three fsyncs. The WAL stays bounded
+         * (autocheckpoint, journal_size_limit) and counts toward the cap.
+         */
+        int persist = 1;
+        sqlite3_file_control(db->conn, "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
+        sqlite3_db_config(db->conn, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
+        /* On a new file this must precede the first table. */
+        if (kc_pragma_int(db->conn, "PRAGMA auto_vacuum", &rc) != 2 && rc == SQLITE_OK &&
+            (rc = kc_db_exec(db, "PRAGMA auto_vacuum = INCREMENTAL", "configuring the database")))
+            return rc;
+        sqlite3_stmt *st = NULL;
+        int src = sqlite3_prepare_v2(db->conn, "PRAGMA journal_mode", -1, &st, NULL);
+        if (src == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0) &&
+            strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0) {
+            sqlite3_finalize(st);
+            st = NULL;
+        } else {
+            sqlite3_finalize(st);
+            st = NULL;
+            src = sqlite3_prepare_v2(db->conn, "PRAGMA journal_mode = WAL", -1, &st, NULL);
+        }
+        if (!st)
+            src = sqlite3_prepare_v2(db->conn, "PRAGMA journal_mode", -1, &st, NULL);
+        if (src == SQLITE_OK)
+            src = sqlite3_step(st);
+        const unsigned char *mode = src == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
+        int wal = mode && strcmp((const char *)mode, "wal") == 0;
+        sqlite3_finalize(st);
+        if (!wal)
+            return src == SQLITE_ROW || src == SQLITE_DONE
+                       ? kc_db_err(
+                             db, KCACHE_ENOTSUP,
+                             "%s cannot use WAL mode here: set KCACHE_DIR to a local directory",
+                             db->path)
+                       : kc_sqlerr(db, src, "switching to WAL");
+        snprintf(sql, sizeof(sql), "PRAGMA journal_size_limit = %d", KC_WAL_SIZE_LIMIT);
+        if ((rc = kc_db_exec(db, sql, "configuring the database")))
+            return rc;
+    }
+    return kc_db_exec(db,
+                      "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF;"
+                      "PRAGMA trusted_schema = OFF",
+                      "configuring the database");
+}
+
+int kc_db_open_once(struct kc_db *db, int *damaged)
+{
+    int rc;
+    *damaged = 0;
+    struct stat st;
+    int exists = stat(db->path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+    if (!exists && !db->read_only && (rc = create_file(db)))
+        return rc;
+    /* Connected first, so that the peek reads through this connection (recovery.c). */
+    if ((rc = connect(db)) || (rc = set_identity(db)))
+        return rc;
+    switch (exists ? kc_db_peek(db) : KC_NEW) {
+    case KC_DAMAGED:
+        *damaged = 1;
+        return kc_db_err(db, KCACHE_ECORRUPT, "%s is damaged: not an SQLite database", db->path);
+    case KC_FOREIGN:
+        return kc_db_foreign_error(db);
+    case KC_NEW:
+    case KC_OURS:
+        break;
+    }
+    int64_t version;
+    int src;
+    switch (kc_db_classify(db, &version, &src)) {
+    case KC_DAMAGED:
+        *damaged = 1;
+        return kc_db_err(db, KCACHE_ECORRUPT, "%s is damaged: %s", db->path,
+                         src ? sqlite3_errstr(src) : "truncated");
+    case KC_FOREIGN:
+        if (src)
+            return kc_sqlerr(db, src, "reading the cache");
+        return kc_db_foreign_error(db);
+    case KC_NEW:
+        if (db->read_only)
+            return kc_db_err(db, KCACHE_ENOTFOUND, "%s holds no cache yet", db->path);
+        break;
+    case KC_OURS:
+        break;
+    }
+    db->schema_version = (int)version;
+    if (version > kc_schema_version) {
+        /* Serve what this build can read; refuse every write. */
+        db->newer_schema = 1;
+        kc_db_log(db, KCACHE_LOG_WARNING,
+                  "%s was written by a newer kcache (schema %lld); reading only: upgrade kcache",
+                  db->path, (long long)version);
+        return kc_db_exec(db, "PRAGMA trusted_schema = OFF", "configuring the database");
+    }
+    if ((rc = configure(db)))
+        return rc;
+    if (!db->read_only && version < kc_schema_version) {
+        rc = migrate(db, kc_schema_version);
+        if (rc == KCACHE_ECORRUPT)
+            *damaged = 1;
+        return rc;
+    }
+    return 0;
+}

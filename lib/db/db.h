@@ -1,0 +1,123 @@
+/*
+ * The SQLite file under the store: one connection to it and what that
+ * connection needs (the files beside it, whose it is, whether another handle
+ * has it open, setting a damaged one aside). The store keeps the entries;
+ * this is everything of the file that is not an entry. The one header of
+ * db/ that the layers above may include.
+ *
+ * A struct kc_db is not thread-safe: its owner holds a lock around every call.
+ */
+#ifndef KC_DB_H
+#define KC_DB_H
+
+#include <sqlite3.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "db/schema.h"
+#include "util/common.h"
+
+/* The files SQLite and kcache make beside the database, spelled here only. */
+#define KC_DB_WAL "-wal"
+#define KC_DB_SHM "-shm"
+#define KC_DB_LOCK "-lock"
+#define KC_DB_JOURNAL "-journal"
+
+struct kc_db {
+    sqlite3 *conn;  /* NULL when closed, or after a recovery could not reopen */
+    char *path;     /* owned; set by the owner before kc_db_open() */
+    char *wal_path; /* path + KC_DB_WAL, made by kc_db_open() */
+    dev_t dev;      /* identity of the file this connection opened, so that */
+    ino_t ino;      /* recovery never sets aside a file someone else made */
+    unsigned busy_timeout_ms;
+    int read_only;    /* asked for */
+    int no_create;    /* open only a database that exists */
+    int any_owner;    /* a bundle: whoever owns the file (owner.c) */
+    int lock_fd;      /* PATH-lock, held shared while open (alone.c); -1: none */
+    int spill_held;   /* this flush holds the failures kept in PATH-lock */
+    int newer_schema; /* the file is newer than this build: no writes */
+    int schema_version;
+    int replaced_damaged;      /* kc_db_open() set a damaged file aside and began anew */
+    uint64_t index_damaged_ns; /* when the file was last found sound behind a damaged -shm */
+
+    /* The owner's statements, prepared once per connection (kc_db_stmt()). */
+    const char *const *stmt_sql;
+    sqlite3_stmt **stmts;
+    size_t n_stmts;
+
+    kcache_log_fn log;
+    void *log_userdata;
+    const void *msg_owner; /* the handle a thread's last message is noted on */
+    char errmsg[KC_ERRMSG_SIZE];
+};
+
+/* Sets db's message (one line) and notes it for this thread; returns code. */
+int kc_db_err(struct kc_db *db, int code, const char *fmt, ...) KC_PRINTF(3, 4);
+int kc_db_verr(struct kc_db *db, int code, const char *fmt, va_list ap) KC_PRINTF(3, 0);
+void kc_db_log(struct kc_db *db, int level, const char *fmt, ...) KC_PRINTF(3, 4);
+/* Maps an SQLite result to a status and sets a message naming what failed. */
+int kc_sqlerr(struct kc_db *db, int sqlite_rc, const char *what);
+
+/* path + suffix (KC_DB_WAL...) into buf; 0, or -1 when it does not fit. */
+int kc_db_sidecar(char *buf, size_t size, const char *path, const char *suffix);
+/* Bytes of the database file and of its WAL on disk. */
+void kc_db_disk_usage(struct kc_db *db, uint64_t *file_bytes, uint64_t *wal_bytes);
+
+/*
+ * Opens db->path (made, with its directory, unless read-only or no_create),
+ * configured and migrated to this build's schema. A damaged file is set aside
+ * and a new one begun (db->replaced_damaged). lock_fd must be -1 before.
+ */
+int kc_db_open(struct kc_db *db);
+/* Closes the connection (statements finalized); the handle can be reopened. */
+void kc_db_close(struct kc_db *db);
+/* kc_db_close(), the lock file, and path: what kc_db_open() and the owner gave. */
+void kc_db_free(struct kc_db *db);
+
+/* Opens a connection that nothing in the file can make run code; SQLite's code. */
+int kc_sqlite_open(sqlite3 **out, const char *path, int flags);
+/* Read-only, no locks, no file made beside path (immutable=1); SQLite's code. */
+int kc_sqlite_open_immutable(sqlite3 **out, const char *path);
+/* A PRAGMA or SELECT of one integer on db; *rc_out is SQLite's result. */
+int64_t kc_pragma_int(sqlite3 *db, const char *sql, int *rc_out);
+
+/* Statement `which` of db->stmt_sql, prepared on first use, reset and unbound. */
+int kc_db_stmt(struct kc_db *db, sqlite3_stmt **out, int which);
+int kc_db_exec(struct kc_db *db, const char *sql, const char *what);
+/* kc_db_exec() in a write transaction of its own. */
+int kc_db_write_sql(struct kc_db *db, const char *sql, const char *what);
+/* 0, or KCACHE_EVERSION / KCACHE_EREADONLY with a message. */
+int kc_db_writable(struct kc_db *db);
+int kc_db_begin_write(struct kc_db *db);
+int kc_db_commit(struct kc_db *db);
+void kc_db_rollback(struct kc_db *db);
+/* Migrates an open handle's file to `version` (tests build older files with it). */
+int kc_db_migrate_to(struct kc_db *db, int version);
+/* Our schema's objects at `version`, built in memory from schema/ itself (a bundle is
+ * compared with it). SQLite's code; *out is closed by the caller. */
+int kc_db_schema_reference(sqlite3 **out, int version);
+
+/* recovery.c */
+/* SQLite's quick_check: 1 sound, 0 damaged, -1 could not tell; why says what it found. */
+int kc_db_quick_check(struct kc_db *db, char *why, size_t why_size);
+/* Sets the file aside after SQLite reported it corrupt and starts a new one. */
+int kc_db_recover(struct kc_db *db, const char *why);
+/*
+ * Sets the file aside whatever it holds and starts a new one at once (kcache
+ * clear of a damaged cache: the user asked for it empty). Other processes
+ * keep the old file until they reopen.
+ */
+int kc_db_replace(struct kc_db *db, const char *why);
+/* Turns a failure SQLite reported as something else (disk full) into
+ * KCACHE_ECORRUPT when the file turns out to be damaged; else returns rc. */
+int kc_db_classify_failure(struct kc_db *db, int rc);
+
+/* alone.c: store failures kept in PATH-lock when the database had no room. */
+void kc_spill_add(struct kc_db *db, uint64_t n);
+uint64_t kc_spill_peek(struct kc_db *db);
+/* Takes the kept count for a flush (0 when another holds it); end zeroes it if taken. */
+uint64_t kc_spill_take_begin(struct kc_db *db);
+void kc_spill_take_end(struct kc_db *db, int taken);
+
+#endif

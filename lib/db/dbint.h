@@ -1,0 +1,23 @@
+/* What the files of db/ share and nothing above it sees. */
+#ifndef KC_DBINT_H
+#define KC_DBINT_H
+
+#include "db/db.h"
+
+/* identify.c: what the file at the path is. */
+enum kc_file_kind { KC_NEW, KC_OURS, KC_FOREIGN, KC_DAMAGED };
+/* From the header alone, without SQLite writing anything. */
+enum kc_file_kind kc_db_peek(struct kc_db *db);
+/* Through the open connection; reads only. */
+enum kc_file_kind kc_db_classify(struct kc_db *db, int64_t *version, int *sqlite_rc);
+int kc_db_foreign_error(struct kc_db *db);
+/* Whether the file read alone (no WAL, no -shm) is sound although its connection said damaged. */
+int kc_db_file_itself_sound(struct kc_db *db);
+
+/* db.c: one attempt at opening; *damaged when the file should be set aside. */
+int kc_db_open_once(struct kc_db *db, int *damaged);
+
+/* recovery.c: moves the file this connection opened (and its WAL) aside. */
+int kc_db_quarantine(struct kc_db *db, const char *why, int force);
+
+#endif

@@ -1,0 +1,187 @@
+/*
+ * What the file at the path is: kcache's, new, another application's, or
+ * damaged; read without SQLite writing anything.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "db/dbint.h"
+#include "db/schema.h"
+
+static sqlite3 *open_untouched(const char *path)
+{
+    sqlite3 *db;
+    return kc_sqlite_open_immutable(&db, path) == SQLITE_OK ? db : NULL;
+}
+
+/*
+ * Whether the database file itself is sound although a connection reading it
+ * through its WAL was told it is damaged. The pages a connection reads are
+ * found through the shared-memory index (-shm), which every process using
+ * the cache maps and none checks beyond its header: a stray write into it
+ * makes a sound file look damaged to everyone until the last connection
+ * closes and the next one rebuilds it from the WAL (whose frames carry
+ * checksums). Setting the file aside then would throw away a good cache.
+ * Reads the file alone (immutable: no WAL, no -shm, no locks).
+ */
+int kc_db_file_itself_sound(struct kc_db *db)
+{
+    char shm[4200];
+    struct stat sb;
+    snprintf(shm, sizeof(shm), "%s" KC_DB_SHM, db->path);
+    if (stat(db->path, &sb) != 0 || sb.st_size == 0 || lstat(shm, &sb) != 0 ||
+        !S_ISREG(sb.st_mode) || sb.st_size == 0)
+        return 0; /* no file to read, or no index to blame */
+    sqlite3 *ro = open_untouched(db->path);
+    if (!ro)
+        return 0;
+    sqlite3_stmt *st = NULL;
+    int sound = 0, rc;
+    /*
+     * Only a file that says it is kcache's is looked into any further; and
+     * the full integrity check, not quick_check: an index that disagrees with
+     * its table is damage that only the full check sees.
+     */
+    if (kc_pragma_int(ro, "PRAGMA application_id", &rc) == KC_APPLICATION_ID && rc == SQLITE_OK &&
+        sqlite3_prepare_v2(ro, "PRAGMA integrity_check(1)", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW) {
+        const unsigned char *verdict = sqlite3_column_text(st, 0);
+        sound = verdict && !strcmp((const char *)verdict, "ok");
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(ro);
+    return sound;
+}
+
+/*
+ * A truncated file: the header promises more pages than the file holds and no
+ * WAL could hold the rest. SQLite would only notice when it reads a missing
+ * page, perhaps in the middle of a hit.
+ */
+static int looks_truncated(struct kc_db *db)
+{
+    uint64_t file_bytes, wal_bytes;
+    kc_db_disk_usage(db, &file_bytes, &wal_bytes);
+    if (wal_bytes > 0 || file_bytes == 0)
+        return 0;
+    int rc;
+    int64_t pages = kc_pragma_int(db->conn, "PRAGMA page_count", &rc);
+    int64_t page_size = rc ? 0 : kc_pragma_int(db->conn, "PRAGMA page_size", &rc);
+    return rc == SQLITE_OK && (uint64_t)(pages * page_size) > file_bytes;
+}
+
+/* Reads only: a foreign file must stay byte for byte as it was. */
+enum kc_file_kind kc_db_classify(struct kc_db *db, int64_t *version, int *sqlite_rc)
+{
+    int rc;
+    int64_t objects = kc_pragma_int(db->conn, "SELECT count(*) FROM sqlite_schema", &rc);
+    int64_t app = rc ? 0 : kc_pragma_int(db->conn, "PRAGMA application_id", &rc);
+    *version = rc ? 0 : kc_pragma_int(db->conn, "PRAGMA user_version", &rc);
+    *sqlite_rc = rc;
+    if (rc != SQLITE_OK)
+        return (rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB ? KC_DAMAGED
+                                                                             : KC_FOREIGN;
+    if (app == KC_APPLICATION_ID)
+        return looks_truncated(db) ? KC_DAMAGED : KC_OURS;
+    if (app == 0 && objects == 0 && *version == 0)
+        return KC_NEW;
+    return KC_FOREIGN;
+}
+
+static uint32_t read_be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/*
+ * Looks at what is at the path before SQLite reads it, from the file's first
+ * bytes. SQLite would take a short non-empty file for an empty database and
+ * write over it, and reading another application's WAL database creates
+ * -wal and -shm files beside it (a read-only connection even leaves them
+ * there).
+ *
+ * The bytes are read through the store's own connection, opened but not yet
+ * used (sqlite3_open_v2 opens the file and reads nothing), never with
+ * open()/close() of our own: closing any descriptor of a file drops every
+ * POSIX lock this process holds on it, including those of another handle on
+ * the same cache. Reading through the connection that will serve the store,
+ * rather than a second immutable one, is most of a process's first hit
+ * saved (benchmarks/PROFILE-first-hit.md: 0.13 M instructions and an open
+ * and close of the file).
+ *
+ * A kcache file's first page carries application_id and user_version from
+ * the transaction that creates its tables on, so a header without our id is
+ * either a file not yet initialised (id 0, version 0, no objects) or not
+ * ours. A header so damaged that the id is wrong is refused as foreign: a
+ * file kcache cannot prove is its own is never moved or written.
+ */
+enum kc_file_kind kc_db_peek(struct kc_db *db)
+{
+    struct stat st;
+    if (stat(db->path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0)
+        return KC_NEW; /* absent or empty; anything else is reported by SQLite's open */
+    /* What quarantine may move aside is this file and no other. */
+    db->dev = st.st_dev;
+    db->ino = st.st_ino;
+    uint8_t h[100];
+    if (st.st_size < (off_t)sizeof(h))
+        return KC_DAMAGED;
+    sqlite3_file *f = NULL;
+    if (!db->conn ||
+        sqlite3_file_control(db->conn, "main", SQLITE_FCNTL_FILE_POINTER, &f) != SQLITE_OK || !f ||
+        !f->pMethods || f->pMethods->xRead(f, h, sizeof(h), 0) != SQLITE_OK)
+        return KC_NEW; /* could not look: the real open tells */
+    /* The fields SQLite itself insists on: magic, page size, fixed fractions. */
+    unsigned page = (unsigned)h[16] << 8 | h[17];
+    int valid = memcmp(h, "SQLite format 3", 16) == 0 &&
+                (page == 1 || (page >= 512 && (page & (page - 1)) == 0)) && h[21] == 64 &&
+                h[22] == 32 && h[23] == 32;
+    uint32_t app = read_be32(h + 68), version = read_be32(h + 60);
+    if (!valid)
+        return KC_DAMAGED;
+    if (app == KC_APPLICATION_ID)
+        return KC_OURS;
+    if (app != 0 || version != 0)
+        return KC_FOREIGN;
+    /* Counting its objects is a statement: on a connection of its own that
+     * writes nothing (immutable), since this one would make -wal and -shm. */
+    sqlite3 *ro = open_untouched(db->path);
+    if (!ro)
+        return KC_NEW;
+    int rc;
+    int64_t objects = kc_pragma_int(ro, "SELECT count(*) FROM sqlite_schema", &rc);
+    sqlite3_close(ro);
+    return rc == SQLITE_OK && objects > 0 ? KC_FOREIGN : KC_NEW;
+}
+
+int kc_db_foreign_error(struct kc_db *db)
+{
+    return kc_db_err(db, KCACHE_EFOREIGN,
+                     "%s is another application's SQLite database; kcache leaves it alone: "
+                     "set KCACHE_PATH to another file",
+                     db->path);
+}
+
+/*
+ * SQLite reports some damage as something else: a page number gone wrong in
+ * a damaged file makes a write ask for a page past the maximum and come back
+ * as SQLITE_FULL. Before a full disk is reported, SQLite checks the file
+ * (quick_check reads it all, so only on this rare path): damage found is
+ * damage, for recovery to set aside.
+ */
+int kc_db_quick_check(struct kc_db *db, char *why, size_t why_size)
+{
+    sqlite3_stmt *st = NULL;
+    int src = sqlite3_prepare_v2(db->conn, "PRAGMA quick_check(1)", -1, &st, NULL);
+    if (src == SQLITE_OK)
+        src = sqlite3_step(st);
+    const unsigned char *verdict = src == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
+    int result = verdict && !strcmp((const char *)verdict, "ok")                              ? 1
+                 : verdict || (src & 0xff) == SQLITE_CORRUPT || (src & 0xff) == SQLITE_NOTADB ? 0
+                                                                                              : -1;
+    if (result != 1 && why)
+        snprintf(why, why_size, "%s", verdict ? (const char *)verdict : sqlite3_errstr(src));
+    sqlite3_finalize(st);
+    return result;
+}

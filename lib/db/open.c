@@ -1,0 +1,192 @@
+/*
+ * Opening the cache file: its directory made, whose it is checked, the
+ * handle's lock on PATH-lock taken, and a damaged file set aside and begun
+ * anew. The top of db/.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include "db/alone.h"
+#include "db/dbint.h"
+#include "db/owner.h"
+
+/*
+ * Network file systems cannot give WAL the shared memory it needs between
+ * hosts; SQLite's documentation is plain that the file would be corrupted.
+ */
+static const char *network_fs_name(const char *dir)
+{
+    static const struct {
+        long magic;
+        const char *name;
+    } fs[] = {
+        {0x6969, "NFS"},
+        {0x517B, "SMB"},
+        {(long)0xFF534D42, "CIFS"},
+        {(long)0xFE534D42, "SMB2"},
+        {0x73757245, "Coda"},
+        {0x5346414F, "AFS"},
+        {0x00C36400, "Ceph"},
+        {0x01021997, "9P"},
+        {0x0BD00BD0, "Lustre"},
+        {0x47504653, "GPFS"},
+        {0x01161970, "GFS2"},
+        {0x7461636F, "OCFS2"},
+    };
+    struct statfs sfs;
+    if (statfs(dir, &sfs) != 0)
+        return NULL;
+    for (size_t i = 0; i < KC_ARRAY_SIZE(fs); i++)
+        if ((long)sfs.f_type == fs[i].magic)
+            return fs[i].name;
+    return NULL;
+}
+
+/* Creates the missing directories of path's parent, 0700 each. */
+static int make_parent_dirs(struct kc_db *db, const char *path)
+{
+    char *dir = kc_strdup(path);
+    if (!dir)
+        return kc_db_err(db, KCACHE_ENOMEM, "out of memory");
+    int rc = 0;
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir)
+        goto out;
+    *slash = '\0';
+    for (char *p = dir + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char saved = *p;
+        *p = '\0';
+        if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+            rc = kc_db_err(db, KCACHE_EIO,
+                           "cannot create directory %s: %s (set KCACHE_DIR to a "
+                           "writable directory)",
+                           dir, strerror(errno));
+            goto out;
+        }
+        *p = saved;
+        if (saved == '\0')
+            break;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        rc =
+            kc_db_err(db, KCACHE_EIO, "%s is not a directory (set KCACHE_DIR to a directory)", dir);
+        goto out;
+    }
+    const char *net = network_fs_name(dir);
+    if (net) {
+        rc = kc_db_err(db, KCACHE_ENOTSUP,
+                       "%s is on a network file system (%s); SQLite's WAL needs one host: "
+                       "set KCACHE_DIR to a local directory",
+                       dir, net);
+        goto out;
+    }
+    if (st.st_mode & S_IWOTH && !(st.st_mode & S_ISVTX))
+        kc_db_log(db, KCACHE_LOG_WARNING,
+                  "cache directory %s is writable by other users: anyone can alter cached kernels "
+                  "(chmod 700 it)",
+                  dir);
+out:
+    free(dir);
+    return rc;
+}
+
+/*
+ * A read-only open found the file made and its tables not yet: another
+ * process may be creating the cache (it makes the file, then the tables in
+ * one transaction), and `kcache ls` at that moment said "holds no cache yet"
+ *. Every handle holds its lock (alone.c) from before the
+ * file is made, so when this one is alone nobody is creating anything and
+ * the answer stands; otherwise it looks again, for at most 2 s (creating
+ * takes milliseconds) and never past the busy timeout.
+ */
+static int wait_for_creator(struct kc_db *db, int *damaged)
+{
+    uint64_t wait_ms = KC_MIN(db->busy_timeout_ms, 2000u);
+    uint64_t deadline = kc_mono_ns() + wait_ms * 1000000u;
+    unsigned pause_us = 1000;
+    int rc = KCACHE_ENOTFOUND;
+    while (rc == KCACHE_ENOTFOUND && kc_mono_ns() < deadline) {
+        if (kc_alone_begin(db)) {
+            kc_alone_end(db);
+            break;
+        }
+        kc_db_close(db);
+        usleep(pause_us);
+        pause_us = KC_MIN(pause_us * 2, 50000u);
+        rc = kc_db_open_once(db, damaged);
+    }
+    return rc;
+}
+
+int kc_db_open(struct kc_db *db)
+{
+    struct stat st;
+    size_t n = strlen(db->path) + sizeof(KC_DB_WAL);
+    db->replaced_damaged = 0;
+    if (!db->wal_path && !(db->wal_path = kc_malloc(n)))
+        return kc_db_err(db, KCACHE_ENOMEM, "out of memory");
+    snprintf(db->wal_path, n, "%s" KC_DB_WAL, db->path);
+    /* Looking must not leave a cache (or its directory) behind: an empty
+     * file is what a crash before the first table leaves, and holds none. */
+    if (db->no_create && (stat(db->path, &st) != 0 || (S_ISREG(st.st_mode) && st.st_size == 0)))
+        return kc_db_err(db, KCACHE_ENOTFOUND, "no cache yet at %s", db->path);
+    int rc = make_parent_dirs(db, db->path);
+    if (rc)
+        return rc;
+    if (stat(db->path, &st) == 0 && S_ISDIR(st.st_mode))
+        return kc_db_err(db, KCACHE_EIO,
+                         "%s is a directory, not a cache file: move it away or "
+                         "set KCACHE_PATH to a file",
+                         db->path);
+    /* Another user's cache, or a link at the database, -wal or -shm: refused (owner.c). */
+    if ((rc = kc_owner_check(db)))
+        return rc;
+    if (!db->any_owner)
+        kc_alone_open(db);
+    int damaged;
+    rc = kc_db_open_once(db, &damaged);
+    if (rc == KCACHE_ENOTFOUND && db->read_only && !db->any_owner)
+        rc = wait_for_creator(db, &damaged);
+    if (rc && damaged && !db->read_only) {
+        char why[KC_ERRMSG_SIZE];
+        snprintf(why, sizeof(why), "%s", db->errmsg);
+        kc_db_close(db);
+        /*
+         * Alone, SQLite has just rebuilt the -shm from the WAL for this open:
+         * what looks damaged is the file or its WAL (another database moved
+         * over the file under an old WAL), never someone's index.
+         */
+        int alone = kc_alone_begin(db);
+        rc = kc_db_quarantine(db, why, alone);
+        if (!rc)
+            rc = kc_db_open_once(db, &damaged);
+        if (alone)
+            kc_alone_end(db);
+        if (rc) {
+            kc_db_close(db);
+            return rc;
+        }
+        /* stats' corrupt counts damaged databases too: the store counts it. */
+        db->replaced_damaged = 1;
+    }
+    if (rc)
+        kc_db_close(db);
+    return rc;
+}
+
+void kc_db_free(struct kc_db *db)
+{
+    kc_db_close(db);
+    kc_alone_close(db);
+    free(db->path);
+    free(db->wal_path);
+    db->path = db->wal_path = NULL;
+}
