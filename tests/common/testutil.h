@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -226,6 +227,32 @@ TEST_UNUSED static int test_run_cli(const char *db, int uid, const char *extra_e
     int status;
     REQUIRE(waitpid(pid, &status, 0) == pid);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* The small disk a test fills (test_tmpfs_mount()), or "" while none is mounted. */
+static char test_tmpfs_dir[600];
+
+TEST_UNUSED static void test_tmpfs_unmount(void)
+{
+    if (test_tmpfs_dir[0])
+        umount2(test_tmpfs_dir, MNT_DETACH);
+    test_tmpfs_dir[0] = '\0';
+}
+
+/*
+ * Makes dir and mounts a 3 MiB tmpfs there, unmounted by test_tmpfs_unmount()
+ * or at exit: 0, or -1 (errno set) where this process may not mount one.
+ */
+TEST_UNUSED static int test_tmpfs_mount(const char *dir)
+{
+    static int at_exit;
+    REQUIRE(mkdir(dir, 0700) == 0);
+    if (mount("tmpfs", dir, "tmpfs", 0, "size=3m,mode=0700") != 0)
+        return -1;
+    snprintf(test_tmpfs_dir, sizeof(test_tmpfs_dir), "%s", dir);
+    if (!at_exit++)
+        atexit(test_tmpfs_unmount);
+    return 0;
 }
 
 TEST_UNUSED static int test_done(void)

@@ -240,28 +240,17 @@ static void test_fsize(void)
 
 /* ---- disk full: a small tmpfs ------------------------------------------------------ */
 
-static char mnt[600];
-
-static void unmount(void)
-{
-    if (mnt[0])
-        umount2(mnt, MNT_DETACH);
-}
-
 static void test_tmpfs(void)
 {
-    snprintf(mnt, sizeof(mnt), "%s", test_path("small"));
-    REQUIRE(mkdir(mnt, 0700) == 0);
-    if (mount("tmpfs", mnt, "tmpfs", 0, "size=3m,mode=0700") != 0) {
+    const char *mnt = test_path("small");
+    if (test_tmpfs_mount(mnt) != 0) {
         printf("tmpfs: cannot mount here (%s): skipped\n", strerror(errno));
-        mnt[0] = '\0';
         faults_skipped++;
         return;
     }
-    atexit(unmount);
     char path[700], ballast[700];
-    snprintf(path, sizeof(path), "%s/kcache.db", mnt);
-    snprintf(ballast, sizeof(ballast), "%s/ballast", mnt);
+    snprintf(path, sizeof(path), "%s/kcache.db", test_tmpfs_dir);
+    snprintf(ballast, sizeof(ballast), "%s/ballast", test_tmpfs_dir);
     fill(path, 10);
     /* Someone else's file on the same disk: removing it is how the user makes room. */
     static uint8_t zeros[1536 << 10];
@@ -316,7 +305,7 @@ static void test_tmpfs(void)
     /* What the message says to do: free space. Then everything that was there still is. */
     REQUIRE(unlink(ballast) == 0);
     if (getenv("KCACHE_TEST_VERBOSE"))
-        test_sh("ls -la '%s'; df -k '%s'", mnt, mnt);
+        test_sh("ls -la '%s'; df -k '%s'", test_tmpfs_dir, test_tmpfs_dir);
     check_intact(path, 10, "tmpfs full");
     /* And lower the cap, so that it does not fill the disk again. */
     const char *lower[] = {"prune", "--max-size", "512K", NULL};
@@ -327,8 +316,7 @@ static void test_tmpfs(void)
     }
     CHECK(st_disk(path) <= 512 << 10);
     CHECK(st_integrity_ok(path));
-    unmount();
-    mnt[0] = '\0';
+    test_tmpfs_unmount();
     faults_run++;
 }
 

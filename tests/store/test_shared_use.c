@@ -129,36 +129,25 @@ static void case_other_host_leases(int tc)
 
 /* ---- disk full while storing: counted ------------------------------------------------ */
 
-static char full_mnt[700];
-
-static void unmount_full(void)
-{
-    if (full_mnt[0])
-        umount2(full_mnt, MNT_DETACH);
-}
-
 static void case_disk_full_counted(int tc)
 {
     /* A real full disk (a tmpfs), where even the count has to find room. */
-    snprintf(full_mnt, sizeof(full_mnt), "%s", in_case(tc, "small"));
-    REQUIRE(mkdir(full_mnt, 0700) == 0);
-    if (geteuid() != 0 || mount("tmpfs", full_mnt, "tmpfs", 0, "size=3m,mode=0700") != 0) {
+    const char *full_mnt = in_case(tc, "small");
+    if (geteuid() != 0 || test_tmpfs_mount(full_mnt) != 0) {
         printf("disk-full-counted: cannot mount a tmpfs here (needs root): skipped\n");
-        full_mnt[0] = '\0';
         cases_skipped++;
         return;
     }
-    atexit(unmount_full);
     char db[800], fill[800];
-    snprintf(db, sizeof(db), "%s/kcache.db", full_mnt);
-    snprintf(fill, sizeof(fill), "%s/fill", full_mnt);
+    snprintf(db, sizeof(db), "%s/kcache.db", test_tmpfs_dir);
+    snprintf(fill, sizeof(fill), "%s/fill", test_tmpfs_dir);
     kcache_store *s = st_open(db, UINT64_MAX, NULL, NULL);
     REQUIRE(put_real(s, 1, NULL, NULL) == 0);
     kcache_store_close(s);
     /* Everything but ~100 KiB taken. */
     test_sh("dd if=/dev/zero of='%s' bs=4096 count=$(( $(stat -f -c %%a '%s') - 25 )) "
             "2>/dev/null",
-            fill, full_mnt);
+            fill, test_tmpfs_dir);
     unsigned failed = 0;
     for (unsigned p = 0; p < 4; p++) {
         if (have_exe()) {
@@ -225,8 +214,7 @@ static void case_disk_full_counted(int tc)
            (unsigned long long)st->store_failures, failed);
     kcache_stats_free(st);
     kcache_store_close(s);
-    umount2(full_mnt, MNT_DETACH);
-    full_mnt[0] = '\0';
+    test_tmpfs_unmount();
 }
 
 static const struct test_case cases[] = {
