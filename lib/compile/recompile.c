@@ -223,9 +223,14 @@ KCACHE_API int kcache_recompile(kcache_result **out, int *same, kcache_compiler 
     else if (!strcmp(rc.input, "link"))
         status = rebuild_link(compiler, e, &rc, r);
     else
-        status = kc_result_fail(r, KCACHE_ENOTSUP, e->kind == KCACHE_KIND_DATA
-                                    ? "a caller stored it under its own key: nothing to recompile"
-                                    : "it was not made by a compile kcache knows");
+        status = kc_result_fail(r, KCACHE_ENOTSUP, "%s",
+                                e->kind != KCACHE_KIND_DATA
+                                    ? "it was not made by a compile kcache knows"
+                                /* The namespace lib/nvrtc-shim/facts.c writes. */
+                                : !strcmp(e->arch, "kcache.nvrtc")
+                                    ? "the drop-in's record of what its NVRTC says of itself: "
+                                      "nothing to recompile"
+                                    : "a caller stored it under its own key: nothing to recompile");
     if (!status)
         *same = r->pub.size == e->size && memcmp(r->pub.data, e->data, e->size) == 0;
 out:

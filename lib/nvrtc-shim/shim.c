@@ -50,6 +50,7 @@
 #include <kcache/compile.h>
 #include <kcache/store.h>
 
+#include "nvrtc-shim/facts.h"
 #include "nvrtc-shim/observe.h"
 #include "nvrtc-shim/shim.h"
 #include "util/common.h"
@@ -119,6 +120,7 @@ static int disabled = -1;
 static void before_fork(void)
 {
     /* The order every thread takes them in (get_compiler asks for the real path). */
+    kc_facts_fork_prepare();
     pthread_mutex_lock(&state_lock);
     kc_real_lock();
 }
@@ -127,6 +129,7 @@ static void after_fork_parent(void)
 {
     kc_real_unlock();
     pthread_mutex_unlock(&state_lock);
+    kc_facts_fork_parent();
 }
 
 /* Parents' compilers, left alone in a child but kept reachable (not leaked). */
@@ -136,6 +139,7 @@ static void after_fork_child(void)
 {
     kc_real_unlock();
     pthread_mutex_unlock(&state_lock);
+    kc_facts_fork_child();
     if (compiler) {
         memmove(inherited + 1, inherited, sizeof(inherited) - sizeof(*inherited));
         inherited[0] = compiler;
@@ -228,6 +232,14 @@ static kcache_compiler *get_compiler(void)
     kcache_compiler *c = compiler;
     pthread_mutex_unlock(&state_lock);
     return c;
+}
+
+kcache_compiler *kc_shim_compiler(void)
+{
+    if (is_disabled())
+        return NULL;
+    kcache_compiler *c = get_compiler();
+    return kcache_compiler_store(c) ? c : NULL;
 }
 
 static void count(enum reason r)
@@ -832,6 +844,9 @@ SHIM_API nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions,
     }
     miss_free(&m);
     kcache_result_free(res);
+    /* NVIDIA's library is loaded now: what it says of itself, for processes that only hit. */
+    if (m.ran)
+        kc_facts_note(kc_real());
     /* An sm_XX compile also makes PTX: kept under the key of its own kind. */
     if (m.ran && keyed && nrc == NVRTC_SUCCESS && kind == KCACHE_KIND_CUBIN && p->real) {
         struct miss ptx = {.p = p, .kind = KCACHE_KIND_PTX, .beside = 1};

@@ -91,6 +91,13 @@ KCACHE_API void kcache_compiler_free(kcache_compiler *compiler);
 /* The store in use (owned by the compiler or the caller), or NULL if none. */
 KCACHE_API kcache_store *kcache_compiler_store(kcache_compiler *compiler);
 
+/*
+ * The NVRTC library this compiler's keys name, as they name it: its file name
+ * and GNU build-id ("libnvrtc.so.13 build-id 65be..."), read from the file
+ * without loading it. Owned by the compiler; NULL for a NULL compiler.
+ */
+KCACHE_API const char *kcache_compiler_nvrtc_id(const kcache_compiler *compiler);
+
 /* Flags for a request. */
 enum kcache_compile_flags {
     KCACHE_COMPILE_NO_CACHE = 1 << 0, /* neither look up nor store */
