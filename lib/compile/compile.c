@@ -436,8 +436,22 @@ static void store_caller_step(void *ctx, struct kc_result *r)
         r->pub.keyed = 0;
         return;
     }
-    /* No inputs: kcache's own NVRTC would not rebuild what another compiler made. */
-    kc_store_result(s->c, r, s->w->source_name, s->toolchain, NULL, 0);
+    /* What the caller's compiler was given, when it asks: kcache's own NVRTC
+     * would not rebuild what another compiler made (recompile_dropin.c can,
+     * for the drop-in's). Headers read from disk are not kept: a rebuild
+     * reads them again, and only where they still are what the key says. */
+    const kcache_request *req = s->req;
+    size_t n_in = 0, n_mem = req->version >= 2 ? req->n_headers : 0;
+    kcache_input *in = NULL;
+    if ((req->flags & KCACHE_COMPILE_KEEP_INPUTS) && (in = kc_calloc(n_mem + 1, sizeof(*in)))) {
+        in[n_in++] = (kcache_input){KCACHE_INPUT_SOURCE, s->w->source_name, s->w->source,
+                                    s->w->source_size};
+        for (size_t i = 0; i < n_mem; i++)
+            in[n_in++] = (kcache_input){KCACHE_INPUT_HEADER, req->header_names[i],
+                                        req->header_contents[i], strlen(req->header_contents[i])};
+    }
+    kc_store_result(s->c, r, s->w->source_name, s->toolchain, in, n_in);
+    free(in);
 }
 
 /* The headers of a hit served through a closure, from its key material. */

@@ -218,7 +218,9 @@ KCACHE_API int kcache_recompile(kcache_result **out, int *same, kcache_compiler 
     }
     if (status)
         goto out;
-    if (!strcmp(rc.input, "cuda"))
+    if (!strcmp(rc.input, "cuda") && kc_dropin_made(e))
+        status = kc_rebuild_dropin(compiler, e, &rc, r);
+    else if (!strcmp(rc.input, "cuda"))
         status = rebuild_source(compiler, e, &rc, r);
     else if (!strcmp(rc.input, "link"))
         status = rebuild_link(compiler, e, &rc, r);

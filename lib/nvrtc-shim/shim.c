@@ -715,7 +715,8 @@ static int through_cache(kcache_result **out, kcache_compiler *c, struct prog *p
     req.header_contents = (const char *const *)p->headers;
     req.compile = compile_miss;
     req.compile_userdata = m;
-    req.flags = m->beside ? KCACHE_COMPILE_UNCOUNTED : 0;
+    /* Kept so that `kcache verify --recompile` can rebuild the entry with this NVRTC. */
+    req.flags = KCACHE_COMPILE_KEEP_INPUTS | (m->beside ? KCACHE_COMPILE_UNCOUNTED : 0);
     kc_shim_enter();
     int rc = kcache_compile(out, c, &req);
     kc_shim_leave();
