@@ -142,6 +142,11 @@ def test_compile_output_one_rule(root):
     _, err = c.run("compile", SAXPY, "--arch", "sm_90,sm_80", "-o", one, rc=2)
     check(not os.path.exists(one), "no directory named single.cubin")
     check("directory" in err, err)
+    # --arch given twice is two architectures, as sm_90,sm_80 is: never the last alone.
+    _, err = c.run("compile", SAXPY, "--arch", "sm_90", "--arch", "sm_80", "-o", one, rc=2)
+    check(not os.path.exists(one) and "2 items" in err, "--arch twice: %r" % err)
+    _, err = c.run("compile", SAXPY, "-arch=sm_90", "-arch=sm_80", "-o", one, rc=2)
+    check(not os.path.exists(one) and "2 items" in err, "-arch= twice: %r" % err)
     newdir = os.path.join(root, "newdir")
     nodir = os.path.join(root, "nodir") + "/"
     if can_compile(c):
