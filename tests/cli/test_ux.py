@@ -376,9 +376,12 @@ def test_dropin_one_lookup_per_compile(root):
     st = c.json("stats")
     check(st["misses"] == 1 and st["hits"] == 1,
           "one lookup per compile request (a miss, then a hit): %s %s" % (st, reports))
-    check(st["entries_by_kind"] == {"cubin": 1, "ptx": 1, "ltoir": 0},
+    # data: the drop-in's record of what its NVRTC says of itself (lib/nvrtc-shim/facts.c).
+    check(st["entries_by_kind"] == {"cubin": 1, "ptx": 1, "ltoir": 0, "data": 1},
           "the CUBIN and its PTX, shown apart: %s" % st["entries_by_kind"])
+    check(sum(st["entries_by_kind"].values()) == st["entries"], "the kinds add up: %s" % st)
     out, _ = c.run("stats")
+    check(re.search(r"^Entries:\s+3\s+\(1 cubin, 1 ptx, 0 ltoir, 1 data\)", out, re.M), out)
     check(re.search(r"^Hits:\s+1 /\s+2 \( 50\.00 %\)", out, re.M), out)
     check("nvrtc-loaded no" in reports[1], "a hit leaves NVIDIA's NVRTC unloaded: %s" % reports)
 
