@@ -17,15 +17,20 @@
 #include "compile/identity.h"
 #include "compile/manifest.h"
 
-/* The directory NVRTC writes into line information, or "" when the options ask for none. */
+/*
+ * The directory NVRTC writes into the bytes, or "" when they hold none: line
+ * information names it, and LTO-IR holds it whatever the options (NVRTC 13.0:
+ * the same -dlto compile from /tmp and from /tmp/a differs in length by the
+ * two characters).
+ */
 static void line_info_workdir(char *out, size_t size, const kc_opts *o)
 {
     out[0] = '\0';
-    int line_info = 0;
+    int holds_dir = o->dlto;
     for (size_t i = 0; i < o->n_canonical; i++)
-        line_info |= !strcmp(o->canonical[i], "--generate-line-info") ||
+        holds_dir |= !strcmp(o->canonical[i], "--generate-line-info") ||
                      !strcmp(o->canonical[i], "--device-debug");
-    if (line_info)
+    if (holds_dir)
         kc_nvrtc_workdir(out, size);
 }
 
@@ -104,7 +109,6 @@ static int prepare(kcache_compiler *c, const kcache_request *req, struct work *w
                                   "content", i);
     if ((rc = kc_opts_parse(&w->opts, req->options, req->n_options, msg, sizeof(msg))))
         return kc_result_fail(r, rc, "%s", msg);
-    line_info_workdir(w->workdir, sizeof(w->workdir), &w->opts);
     if ((rc = kc_resolve_arch(c, req, w, r)))
         return rc;
     if (w->kind == KCACHE_KIND_LTOIR && !w->opts.dlto) {
@@ -112,6 +116,7 @@ static int prepare(kcache_compiler *c, const kcache_request *req, struct work *w
             return rc;
         w->opts.dlto = 1;
     }
+    line_info_workdir(w->workdir, sizeof(w->workdir), &w->opts);
     return 0;
 }
 

@@ -89,12 +89,14 @@ static int rebuild_source(kcache_compiler *c, const kcache_entry *e, kc_recipe *
     struct work w;
     memset(&w, 0, sizeof(w));
     if (rc->workdir[0]) {
-        /* Line information holds the directory it was made in: only there is it the same. */
+        /* Line information and LTO-IR hold the directory it was made in: only there
+         * is it the same. */
         char here[PATH_MAX];
         kc_nvrtc_workdir(here, sizeof(here));
         if (strcmp(here, rc->workdir) != 0)
-            return kc_result_fail(r, KCACHE_ENOTSUP, "its line information names %s: rebuild it "
-                                  "from there", rc->workdir);
+            return kc_result_fail(r, KCACHE_ENOTSUP,
+                                  "its bytes name the directory it was made in, %s: rebuild "
+                                  "it from there", rc->workdir);
     }
     int rc_ = 0;
     for (size_t i = 0; i < e->n_inputs; i++) {

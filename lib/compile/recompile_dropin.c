@@ -182,11 +182,13 @@ int kc_rebuild_dropin(kcache_compiler *c, const kcache_entry *e, const kc_recipe
     if (n_f < 2 + n_mem || n_f == KC_ARRAY_SIZE(f))
         return kc_result_fail(r, KCACHE_ECORRUPT, "its key's extra digest does not parse");
     if (f[1][0]) {
-        /* Line information holds the directory it was made in: only there is it the same. */
+        /* Line information and LTO-IR hold the directory it was made in: only there
+         * is it the same. */
         char here[PATH_MAX];
         kc_nvrtc_workdir(here, sizeof(here));
         if (strcmp(here, f[1]) != 0)
-            return kc_result_fail(r, KCACHE_ENOTSUP, "its line information names %s: rebuild "
+            return kc_result_fail(r, KCACHE_ENOTSUP,
+                                  "its bytes name the directory it was made in, %s: rebuild "
                                   "it from there", f[1]);
     }
     size_t n_opts = n_f - 2 - n_mem;
@@ -241,7 +243,8 @@ int kc_rebuild_dropin(kcache_compiler *c, const kcache_entry *e, const kc_recipe
     req.header_contents = (const char *const *)contents;
     d = (struct dropin_compile){.tk = &made_by->tk, .source = text, .name = rc->source_name,
                                 .n_headers = n_mem, .header_names = names,
-                                .header_contents = (const char *const *)contents, .n_exprs = rc->n_exprs,
+                                .header_contents = (const char *const *)contents,
+                                .n_exprs = rc->n_exprs,
                                 .exprs = (const char *const *)rc->exprs, .n_opts = n_opts,
                                 .opts = f + 2, .kind = req.output};
     req.compile = compile_as_asked;

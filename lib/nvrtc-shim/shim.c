@@ -488,14 +488,15 @@ static int option_reason(int n, const char *const *opts, kcache_kind *out_kind)
 
 /*
  * The working directory as NVRTC names it in line information (PTX's .file
- * holds the absolute path of every file): $PWD when it is the same
- * directory, else getcwd(). "" when the compile has no line information,
- * whose bytes do not depend on it.
+ * holds the absolute path of every file) and in LTO-IR (which holds it with
+ * no option at all): $PWD when it is the same directory, else getcwd(). ""
+ * when the compile makes neither, whose bytes do not depend on it.
  */
 static void line_info_dir(char *out, size_t size, const struct prog *p)
 {
     static const char *const line_info[] = {"-lineinfo", "--generate-line-info", "-G",
-                                            "--device-debug", NULL};
+                                            "--device-debug", "-dlto", "--dlto",
+                                            "-dlink-time-opt", "--dlink-time-opt", NULL};
     int on = 0;
     for (int i = 0; i < p->n_opts && !on; i++)
         on = opt_is(p->opts[i], line_info);

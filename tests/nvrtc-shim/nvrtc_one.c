@@ -8,8 +8,8 @@
  *
  * SOURCE is read from disk and handed over in memory under NAME; each -H hands
  * over FILE's text as the in-memory header NAME; each -E adds a name
- * expression, whose lowered name is written after the log. With -arch=compute_XX the
- * output is PTX, else CUBIN. With $NVRTC_ONE_VERSION set, the program first
+ * expression, whose lowered name is written after the log. With -dlto the
+ * output is LTO-IR, else with -arch=compute_XX PTX, else CUBIN. With $NVRTC_ONE_VERSION set, the program first
  * asks what PyTorch and CuPy ask before they compile (nvrtcVersion, the
  * supported architectures) and writes the answers first; set to "only", it
  * then stops. Built with NVRTC_ONE_DLOPEN, it dlopen()s
@@ -32,6 +32,8 @@
     X(nvrtcGetPTX)                                                                                 \
     X(nvrtcGetCUBINSize)                                                                           \
     X(nvrtcGetCUBIN)                                                                               \
+    X(nvrtcGetLTOIRSize)                                                                           \
+    X(nvrtcGetLTOIR)                                                                               \
     X(nvrtcDestroyProgram)                                                                         \
     X(nvrtcAddNameExpression)                                                                      \
     X(nvrtcGetLoweredName)                                                                         \
@@ -66,6 +68,8 @@ static int load_nvrtc(void)
 #define nvrtcGetPTX p_nvrtcGetPTX
 #define nvrtcGetCUBINSize p_nvrtcGetCUBINSize
 #define nvrtcGetCUBIN p_nvrtcGetCUBIN
+#define nvrtcGetLTOIRSize p_nvrtcGetLTOIRSize
+#define nvrtcGetLTOIR p_nvrtcGetLTOIR
 #define nvrtcDestroyProgram p_nvrtcDestroyProgram
 #define nvrtcAddNameExpression p_nvrtcAddNameExpression
 #define nvrtcGetLoweredName p_nvrtcGetLoweredName
@@ -136,9 +140,11 @@ int main(int argc, char **argv)
         hnames[nh] = argv[i];
         htexts[nh++] = slurp(eq + 1);
     }
-    int ptx = 0;
-    for (int k = i; k < argc; k++)
+    int ptx = 0, lto = 0;
+    for (int k = i; k < argc; k++) {
         ptx |= strstr(argv[k], "compute_") != NULL;
+        lto |= !strcmp(argv[k], "-dlto") || !strcmp(argv[k], "--dlto");
+    }
     nvrtcProgram p;
     if (load_nvrtc() != 0)
         return 4;
@@ -189,12 +195,16 @@ int main(int argc, char **argv)
     }
     if (rc == NVRTC_SUCCESS) {
         n = 0;
-        if (ptx)
+        if (lto)
+            nvrtcGetLTOIRSize(p, &n);
+        else if (ptx)
             nvrtcGetPTXSize(p, &n);
         else
             nvrtcGetCUBINSize(p, &n);
         char *bytes = malloc(n ? n : 1);
-        if (ptx)
+        if (lto)
+            nvrtcGetLTOIR(p, bytes);
+        else if (ptx)
             nvrtcGetPTX(p, bytes);
         else
             nvrtcGetCUBIN(p, bytes);
