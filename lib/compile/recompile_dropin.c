@@ -262,6 +262,8 @@ int kc_rebuild_dropin(kcache_compiler *c, const kcache_entry *e, const kc_recipe
         status = kc_result_fail(r, KCACHE_ENOTSUP, "%s",
                                 strcmp(made_by->tk.nvrtc_id, rc->nvrtc) != 0
                                     ? "the NVRTC that made it is another build now"
+                                : strcmp(made_by->tk.identity, rc->toolkit) != 0
+                                    ? "the toolkit's headers are another release now"
                                     : "its headers on disk are not the ones it was made "
                                       "from, seen from here: run verify where the program ran");
         goto out;

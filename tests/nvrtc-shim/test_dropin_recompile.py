@@ -14,7 +14,7 @@ CUBIN, and its PTX kept beside it). Then:
   - with line information, from another directory: skipped, saying where;
   - the inputs of an entry gone (as made before the drop-in kept them):
     skipped, saying so;
-  - the NVRTC that made them gone: skipped, saying so.
+  - another build of NVRTC at its path, then none: skipped, saying so.
 """
 import json
 import os
@@ -27,6 +27,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyhelp"))
 import kctest  # noqa: E402
+from nvrtc_copies import nvrtc_copy, other_build  # noqa: E402 (beside this script)
 
 ONE_RUNPATH = os.path.abspath(sys.argv[1])
 KCACHE = os.environ["KCACHE_EXE"]
@@ -56,16 +57,6 @@ def write(path, text):
         f.write(text)
 
 
-def nvrtc_copy(d):
-    os.makedirs(d, exist_ok=True)
-    src = os.path.dirname(os.path.realpath(REAL))
-    for f in os.listdir(src):
-        path = os.path.join(src, f)
-        if f.startswith("libnvrtc-builtins") and not os.path.islink(path):
-            shutil.copy2(path, os.path.join(d, f))
-    shutil.copy2(os.path.realpath(REAL), os.path.join(d, SONAME))
-
-
 def verify(env, cwd):
     p = subprocess.run([KCACHE, "verify", "--recompile", "--json"], env=env, cwd=cwd,
                        capture_output=True, text=True)
@@ -90,7 +81,7 @@ def main():
         write(os.path.join(work, "inc", "disk.h"), "#define D 3\n")
         write(os.path.join(work, "mem.h"), "#define M 5\n")
         bindir = os.path.join(tmp, "venv", "bin")
-        nvrtc_copy(os.path.join(bindir, "nvlib"))
+        lib = nvrtc_copy(REAL, os.path.join(bindir, "nvlib"))
         exe = os.path.join(bindir, os.path.basename(ONE_RUNPATH))
         shutil.copy2(ONE_RUNPATH, exe)
         argv = [exe, os.path.join(tmp, "out"), "k.cu", "k.cu", "-H", "mem.h=mem.h",
@@ -145,6 +136,12 @@ def main():
         p = subprocess.run([KCACHE, "clear"], env=env, capture_output=True, text=True)
         p = subprocess.run([KCACHE, "run", "--"] + argv, env=env, cwd=work,
                            capture_output=True, text=True)
+        check(other_build(lib), "the copy's build-id rewritten")
+        rc, rec, _ = verify(env, work)
+        reasons = rec.get("skipped_by_reason", {})
+        check(rec.get("identical") == 0 and rec.get("different") == 0 and
+              any("another build" in r for r in reasons),
+              f"another build of NVRTC at that path: skipped, saying so: {rec}")
         shutil.rmtree(os.path.join(bindir, "nvlib"))
         rc, rec, _ = verify(env, work)
         reasons = rec.get("skipped_by_reason", {})

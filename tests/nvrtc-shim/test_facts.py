@@ -15,13 +15,13 @@ changed) is asked, and its answer is its own.
 """
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 
-from shim_report import read_report  # beside this script
+from nvrtc_copies import nvrtc_copy, other_build  # beside this script
+from shim_report import read_report
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyhelp"))
 import kctest  # noqa: E402
@@ -49,46 +49,6 @@ def base_env(tmp):
     return env
 
 
-def nvrtc_copy(d):
-    """NVIDIA's NVRTC and its builtins in d, the soname a file (as in a wheel)."""
-    os.makedirs(d, exist_ok=True)
-    src = os.path.dirname(os.path.realpath(REAL))
-    for f in os.listdir(src):
-        path = os.path.join(src, f)
-        if f.startswith("libnvrtc-builtins") and not os.path.islink(path):
-            shutil.copy2(path, os.path.join(d, f))
-    shutil.copy2(os.path.realpath(REAL), os.path.join(d, SONAME))
-    return os.path.join(d, SONAME)
-
-
-def other_build(path):
-    """Rewrites path's GNU build-id (a new file renamed over it): the same code,
-    another build as far as any key can tell."""
-    with open(path, "rb") as f:
-        elf = bytearray(f.read())
-    phoff, = struct.unpack_from("<Q", elf, 32)
-    phentsize, phnum = struct.unpack_from("<HH", elf, 54)
-    for i in range(phnum):
-        ptype, = struct.unpack_from("<I", elf, phoff + i * phentsize)
-        off, = struct.unpack_from("<Q", elf, phoff + i * phentsize + 8)
-        size, = struct.unpack_from("<Q", elf, phoff + i * phentsize + 32)
-        at = off
-        while ptype == 4 and at + 12 <= off + size:
-            namesz, descsz, ntype = struct.unpack_from("<III", elf, at)
-            desc = at + 12 + ((namesz + 3) & ~3)
-            if ntype == 3 and elf[at + 12:at + 16] == b"GNU\0":
-                for k in range(descsz):
-                    elf[desc + k] ^= 0x5a
-                tmp = path + ".new"
-                with open(tmp, "wb") as f:
-                    f.write(elf)
-                os.chmod(tmp, 0o755)
-                os.rename(tmp, path)
-                return True
-            at = desc + ((descsz + 3) & ~3)
-    return False
-
-
 def run(argv, env, cwd):
     p = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
     if p.returncode != 0 or p.stderr.strip():
@@ -109,7 +69,7 @@ def main():
         with open(os.path.join(work, "k.cu"), "w") as f:
             f.write(KERNEL)
         bindir = os.path.join(tmp, "venv", "bin")
-        lib = nvrtc_copy(os.path.join(bindir, "nvlib"))
+        lib = nvrtc_copy(REAL, os.path.join(bindir, "nvlib"))
         exe = os.path.join(bindir, os.path.basename(ONE_RUNPATH))
         shutil.copy2(ONE_RUNPATH, exe)
         rep = os.path.join(tmp, "report")
