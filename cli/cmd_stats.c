@@ -59,7 +59,7 @@ static double percent(uint64_t part, uint64_t whole)
 
 static void print_json(const kcache_stats *st, const char *path, const struct remote_stats *rs,
                        int exists, uint64_t errors, uint64_t conflicts,
-                       uint64_t request_errors, const uint64_t by_kind[4])
+                       uint64_t request_errors, const uint64_t by_kind[5])
 {
     cli_json j;
     cli_json_init(&j, stdout);
@@ -70,7 +70,7 @@ static void print_json(const kcache_stats *st, const char *path, const struct re
     cli_json_int(&j, "since_ms", st->since);
     cli_json_uint(&j, "entries", st->entries);
     cli_json_object_begin(&j, "entries_by_kind");
-    for (int k = KCACHE_KIND_CUBIN; k <= KCACHE_KIND_LTOIR; k++)
+    for (int k = KCACHE_KIND_CUBIN; k <= KCACHE_KIND_DATA; k++)
         cli_json_uint(&j, kcache_kind_name((kcache_kind)k), by_kind[k]);
     cli_json_object_end(&j);
     cli_json_uint(&j, "raw_bytes", st->raw_bytes);
@@ -144,7 +144,7 @@ static void print_remote(const struct remote_stats *rs)
 
 static void print_human(const kcache_stats *st, const char *path, const struct remote_stats *rs,
                         int exists, uint64_t errors, uint64_t conflicts,
-                        uint64_t request_errors, const uint64_t by_kind[4])
+                        uint64_t request_errors, const uint64_t by_kind[5])
 {
     char a[64], b[64], c[64];
     uint64_t lookups = st->hits + st->misses;
@@ -167,10 +167,13 @@ static void print_human(const kcache_stats *st, const char *path, const struct r
            "architecture...)\n", (unsigned long long)request_errors);
     printf("Compile time saved:  %10s\n", cli_format_duration(a, sizeof(a), st->saved_ns));
     /* A drop-in compile to sm_XX keeps a CUBIN and its PTX: two entries, one lookup. */
-    printf("Entries:             %10llu   (%llu cubin, %llu ptx, %llu ltoir)\n",
+    printf("Entries:             %10llu   (%llu cubin, %llu ptx, %llu ltoir",
            (unsigned long long)st->entries, (unsigned long long)by_kind[KCACHE_KIND_CUBIN],
            (unsigned long long)by_kind[KCACHE_KIND_PTX],
            (unsigned long long)by_kind[KCACHE_KIND_LTOIR]);
+    if (by_kind[KCACHE_KIND_DATA])
+        printf(", %llu data", (unsigned long long)by_kind[KCACHE_KIND_DATA]);
+    printf(")\n");
     printf("Artifacts:           %10s raw, %s stored (%.1fx)\n",
            kcache_format_size(a, sizeof(a), st->raw_bytes),
            kcache_format_size(b, sizeof(b), st->stored_bytes),
@@ -212,9 +215,10 @@ static void print_human(const kcache_stats *st, const char *path, const struct r
 
 /* Stats of a cache that does not exist: zeros, the path and the cap it would have. */
 /* Entries of each kind (indexed by kcache_kind). */
-static void count_kinds(kcache_store *store, uint64_t by_kind[4])
+static void count_kinds(kcache_store *store, uint64_t by_kind[5])
 {
-    for (int k = KCACHE_KIND_CUBIN; k <= KCACHE_KIND_LTOIR; k++) {
+    /* Data: what callers (and the drop-in, of NVRTC) keep under their own keys. */
+    for (int k = KCACHE_KIND_CUBIN; k <= KCACHE_KIND_DATA; k++) {
         kcache_filter f = KCACHE_FILTER_INIT;
         kcache_key *keys = NULL;
         size_t n = 0;
@@ -226,7 +230,7 @@ static void count_kinds(kcache_store *store, uint64_t by_kind[4])
 
 static int no_cache(int json)
 {
-    uint64_t by_kind[4] = {0, 0, 0, 0};
+    uint64_t by_kind[5] = {0, 0, 0, 0, 0};
     kcache_config *cfg = NULL;
     if (cli_config_load(&cfg))
         return CLI_FAIL;
@@ -346,7 +350,7 @@ int cmd_stats(int argc, char **argv)
     }
     struct remote_stats rs;
     read_remote(&rs, store);
-    uint64_t by_kind[4] = {0, 0, 0, 0};
+    uint64_t by_kind[5] = {0, 0, 0, 0, 0};
     count_kinds(store, by_kind);
     uint64_t errors = 0, request_errors = 0;
     if (kcache_store_counter(&errors, store, "errors") != 0)

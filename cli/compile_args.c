@@ -180,10 +180,17 @@ int compile_args_parse(struct compile_args *a, const char *verb, const char *usa
     optind = 1;
     while ((c = getopt_long(n_args, argv, "a:I:D:o:j:qh", options, NULL)) != -1) {
         switch (c) {
-        case 'a':
-            free(a->arch_list);
-            a->arch_list = strdup(optarg);
+        case 'a': {
+            /* Given twice, two lists: --arch sm_90 --arch sm_80 is sm_90,sm_80, never
+             * the last alone (a silent drop that -o FILE would then hide). */
+            size_t had = a->arch_list ? strlen(a->arch_list) : 0;
+            char *grown = realloc(a->arch_list, had + strlen(optarg) + 2);
+            if (!grown)
+                return cli_error("out of memory");
+            snprintf(grown + had, strlen(optarg) + 2, "%s%s", had ? "," : "", optarg);
+            a->arch_list = grown;
             break;
+        }
         case 'I': compile_args_push(&a->nvrtc, &a->n_nvrtc, joined(a, "-I", optarg)); break;
         case 'D': compile_args_push(&a->nvrtc, &a->n_nvrtc, joined(a, "-D", optarg)); break;
         case OPT_STD: std_opt = joined(a, "--std=", optarg); break;

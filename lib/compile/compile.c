@@ -17,15 +17,20 @@
 #include "compile/identity.h"
 #include "compile/manifest.h"
 
-/* The directory NVRTC writes into line information, or "" when the options ask for none. */
+/*
+ * The directory NVRTC writes into the bytes, or "" when they hold none: line
+ * information names it, and LTO-IR holds it whatever the options (NVRTC 13.0:
+ * the same -dlto compile from /tmp and from /tmp/a differs in length by the
+ * two characters).
+ */
 static void line_info_workdir(char *out, size_t size, const kc_opts *o)
 {
     out[0] = '\0';
-    int line_info = 0;
+    int holds_dir = o->dlto;
     for (size_t i = 0; i < o->n_canonical; i++)
-        line_info |= !strcmp(o->canonical[i], "--generate-line-info") ||
+        holds_dir |= !strcmp(o->canonical[i], "--generate-line-info") ||
                      !strcmp(o->canonical[i], "--device-debug");
-    if (line_info)
+    if (holds_dir)
         kc_nvrtc_workdir(out, size);
 }
 
@@ -104,7 +109,6 @@ static int prepare(kcache_compiler *c, const kcache_request *req, struct work *w
                                   "content", i);
     if ((rc = kc_opts_parse(&w->opts, req->options, req->n_options, msg, sizeof(msg))))
         return kc_result_fail(r, rc, "%s", msg);
-    line_info_workdir(w->workdir, sizeof(w->workdir), &w->opts);
     if ((rc = kc_resolve_arch(c, req, w, r)))
         return rc;
     if (w->kind == KCACHE_KIND_LTOIR && !w->opts.dlto) {
@@ -112,6 +116,7 @@ static int prepare(kcache_compiler *c, const kcache_request *req, struct work *w
             return rc;
         w->opts.dlto = 1;
     }
+    line_info_workdir(w->workdir, sizeof(w->workdir), &w->opts);
     return 0;
 }
 
@@ -436,8 +441,22 @@ static void store_caller_step(void *ctx, struct kc_result *r)
         r->pub.keyed = 0;
         return;
     }
-    /* No inputs: kcache's own NVRTC would not rebuild what another compiler made. */
-    kc_store_result(s->c, r, s->w->source_name, s->toolchain, NULL, 0);
+    /* What the caller's compiler was given, when it asks: kcache's own NVRTC
+     * would not rebuild what another compiler made (recompile_dropin.c can,
+     * for the drop-in's). Headers read from disk are not kept: a rebuild
+     * reads them again, and only where they still are what the key says. */
+    const kcache_request *req = s->req;
+    size_t n_in = 0, n_mem = req->version >= 2 ? req->n_headers : 0;
+    kcache_input *in = NULL;
+    if ((req->flags & KCACHE_COMPILE_KEEP_INPUTS) && (in = kc_calloc(n_mem + 1, sizeof(*in)))) {
+        in[n_in++] = (kcache_input){KCACHE_INPUT_SOURCE, s->w->source_name, s->w->source,
+                                    s->w->source_size};
+        for (size_t i = 0; i < n_mem; i++)
+            in[n_in++] = (kcache_input){KCACHE_INPUT_HEADER, req->header_names[i],
+                                        req->header_contents[i], strlen(req->header_contents[i])};
+    }
+    kc_store_result(s->c, r, s->w->source_name, s->toolchain, in, n_in);
+    free(in);
 }
 
 /* The headers of a hit served through a closure, from its key material. */

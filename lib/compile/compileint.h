@@ -138,6 +138,12 @@ int kc_nvrtc_cache_option(char ***opts, size_t *n_opts, const kc_opts *o, unsign
 int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct work *w,
                  struct kc_result *r, int hermetic);
 
+/* Whether an entry was made by the drop-in NVRTC (its key's extra digest says so). */
+int kc_dropin_made(const kcache_entry *e);
+/* Rebuilds such an entry with the NVRTC that made it, into r (recompile_dropin.c). */
+int kc_rebuild_dropin(kcache_compiler *c, const kcache_entry *e, const kc_recipe *rc,
+                      struct kc_result *r);
+
 /* Links inputs (kinds, bytes, names) with nvJitLink into r; r->arch is the target. */
 int kc_run_link(kcache_compiler *c, const kcache_link_request *req, const kcache_link_input *in,
                 struct kc_result *r);

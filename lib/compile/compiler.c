@@ -107,6 +107,11 @@ KCACHE_API kcache_store *kcache_compiler_store(kcache_compiler *compiler)
     return compiler ? compiler->store : NULL;
 }
 
+KCACHE_API const char *kcache_compiler_nvrtc_id(const kcache_compiler *compiler)
+{
+    return compiler ? compiler->tk.nvrtc_id : NULL;
+}
+
 /*
  * The log a hit replays: without the lines about files this compile made
  * (NVRTC's automatic PCH says where it created or used a precompiled header,

@@ -89,12 +89,14 @@ static int rebuild_source(kcache_compiler *c, const kcache_entry *e, kc_recipe *
     struct work w;
     memset(&w, 0, sizeof(w));
     if (rc->workdir[0]) {
-        /* Line information holds the directory it was made in: only there is it the same. */
+        /* Line information and LTO-IR hold the directory it was made in: only there
+         * is it the same. */
         char here[PATH_MAX];
         kc_nvrtc_workdir(here, sizeof(here));
         if (strcmp(here, rc->workdir) != 0)
-            return kc_result_fail(r, KCACHE_ENOTSUP, "its line information names %s: rebuild it "
-                                  "from there", rc->workdir);
+            return kc_result_fail(r, KCACHE_ENOTSUP,
+                                  "its bytes name the directory it was made in, %s: rebuild "
+                                  "it from there", rc->workdir);
     }
     int rc_ = 0;
     for (size_t i = 0; i < e->n_inputs; i++) {
@@ -218,14 +220,21 @@ KCACHE_API int kcache_recompile(kcache_result **out, int *same, kcache_compiler 
     }
     if (status)
         goto out;
-    if (!strcmp(rc.input, "cuda"))
+    if (!strcmp(rc.input, "cuda") && kc_dropin_made(e))
+        status = kc_rebuild_dropin(compiler, e, &rc, r);
+    else if (!strcmp(rc.input, "cuda"))
         status = rebuild_source(compiler, e, &rc, r);
     else if (!strcmp(rc.input, "link"))
         status = rebuild_link(compiler, e, &rc, r);
     else
-        status = kc_result_fail(r, KCACHE_ENOTSUP, e->kind == KCACHE_KIND_DATA
-                                    ? "a caller stored it under its own key: nothing to recompile"
-                                    : "it was not made by a compile kcache knows");
+        status = kc_result_fail(r, KCACHE_ENOTSUP, "%s",
+                                e->kind != KCACHE_KIND_DATA
+                                    ? "it was not made by a compile kcache knows"
+                                /* The namespace lib/nvrtc-shim/facts.c writes. */
+                                : !strcmp(e->arch, "kcache.nvrtc")
+                                    ? "the drop-in's record of what its NVRTC says of itself: "
+                                      "nothing to recompile"
+                                    : "a caller stored it under its own key: nothing to recompile");
     if (!status)
         *same = r->pub.size == e->size && memcmp(r->pub.data, e->data, e->size) == 0;
 out:

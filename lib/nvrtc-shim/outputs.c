@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "nvrtc-shim/facts.h"
 #include "nvrtc-shim/shim.h"
 
 #define SHIM_API __attribute__((visibility("default")))
@@ -145,14 +146,30 @@ SHIM_API const char *nvrtcGetErrorString(nvrtcResult result)
     return api ? api->GetErrorString(result) : kc_real_error();
 }
 
+/*
+ * The calls a program makes about the library before it compiles: answered
+ * from what this build said when a process last loaded it (facts.c), until
+ * this process has loaded it; else asked, and remembered for the next.
+ */
+#define FORWARD_NOTED(call)                                                                        \
+    do {                                                                                           \
+        const kc_real_nvrtc *api_ = kc_real();                                                     \
+        if (!api_)                                                                                 \
+            return NVRTC_ERROR_INTERNAL_ERROR;                                                     \
+        nvrtcResult rc_ = api_->call;                                                              \
+        kc_facts_note(api_);                                                                       \
+        return rc_;                                                                                \
+    } while (0)
+
 SHIM_API nvrtcResult nvrtcVersion(int *major, int *minor)
 {
     /* NVIDIA names the file libnvrtc.so.MAJOR.MINOR.PATCH: a program that asks
      * for the version before each compile (CuPy's cache key holds it) need not
-     * load NVRTC for that. Any other name: NVRTC is asked. */
+     * load NVRTC for that. Any other name: what the build said, or NVRTC. */
     const char *path = kc_real_path();
     const char *base = path ? strrchr(path, '/') : NULL;
     int ma, mi, patch, end = 0;
+    kc_facts f;
     if (major && minor && base &&
         sscanf(base, "/libnvrtc.so.%d.%d.%d%n", &ma, &mi, &patch, &end) == 3 &&
         base[end] == '\0') {
@@ -160,19 +177,34 @@ SHIM_API nvrtcResult nvrtcVersion(int *major, int *minor)
         *minor = mi;
         return NVRTC_SUCCESS;
     }
+    if (major && minor && !kc_real_loaded() && kc_facts_get(&f) == 0) {
+        *major = f.major;
+        *minor = f.minor;
+        return NVRTC_SUCCESS;
+    }
     if (major && minor && !kc_real_loaded() && kc_shim_hit_version(major, minor) == 0)
         return NVRTC_SUCCESS;
-    FORWARD_GLOBAL(Version(major, minor));
+    FORWARD_NOTED(Version(major, minor));
 }
 
 SHIM_API nvrtcResult nvrtcGetNumSupportedArchs(int *numArchs)
 {
-    FORWARD_GLOBAL(GetNumSupportedArchs(numArchs));
+    kc_facts f;
+    if (numArchs && !kc_real_loaded() && kc_facts_get(&f) == 0) {
+        *numArchs = f.n_archs;
+        return NVRTC_SUCCESS;
+    }
+    FORWARD_NOTED(GetNumSupportedArchs(numArchs));
 }
 
 SHIM_API nvrtcResult nvrtcGetSupportedArchs(int *supportedArchs)
 {
-    FORWARD_GLOBAL(GetSupportedArchs(supportedArchs));
+    kc_facts f;
+    if (supportedArchs && !kc_real_loaded() && kc_facts_get(&f) == 0) {
+        memcpy(supportedArchs, f.archs, (size_t)f.n_archs * sizeof(*f.archs));
+        return NVRTC_SUCCESS;
+    }
+    FORWARD_NOTED(GetSupportedArchs(supportedArchs));
 }
 
 SHIM_API nvrtcResult nvrtcGetPCHHeapSize(size_t *ret)

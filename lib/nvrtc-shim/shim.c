@@ -50,6 +50,7 @@
 #include <kcache/compile.h>
 #include <kcache/store.h>
 
+#include "nvrtc-shim/facts.h"
 #include "nvrtc-shim/observe.h"
 #include "nvrtc-shim/shim.h"
 #include "util/common.h"
@@ -119,6 +120,7 @@ static int disabled = -1;
 static void before_fork(void)
 {
     /* The order every thread takes them in (get_compiler asks for the real path). */
+    kc_facts_fork_prepare();
     pthread_mutex_lock(&state_lock);
     kc_real_lock();
 }
@@ -127,6 +129,7 @@ static void after_fork_parent(void)
 {
     kc_real_unlock();
     pthread_mutex_unlock(&state_lock);
+    kc_facts_fork_parent();
 }
 
 /* Parents' compilers, left alone in a child but kept reachable (not leaked). */
@@ -136,6 +139,7 @@ static void after_fork_child(void)
 {
     kc_real_unlock();
     pthread_mutex_unlock(&state_lock);
+    kc_facts_fork_child();
     if (compiler) {
         memmove(inherited + 1, inherited, sizeof(inherited) - sizeof(*inherited));
         inherited[0] = compiler;
@@ -228,6 +232,14 @@ static kcache_compiler *get_compiler(void)
     kcache_compiler *c = compiler;
     pthread_mutex_unlock(&state_lock);
     return c;
+}
+
+kcache_compiler *kc_shim_compiler(void)
+{
+    if (is_disabled())
+        return NULL;
+    kcache_compiler *c = get_compiler();
+    return kcache_compiler_store(c) ? c : NULL;
 }
 
 static void count(enum reason r)
@@ -476,14 +488,15 @@ static int option_reason(int n, const char *const *opts, kcache_kind *out_kind)
 
 /*
  * The working directory as NVRTC names it in line information (PTX's .file
- * holds the absolute path of every file): $PWD when it is the same
- * directory, else getcwd(). "" when the compile has no line information,
- * whose bytes do not depend on it.
+ * holds the absolute path of every file) and in LTO-IR (which holds it with
+ * no option at all): $PWD when it is the same directory, else getcwd(). ""
+ * when the compile makes neither, whose bytes do not depend on it.
  */
 static void line_info_dir(char *out, size_t size, const struct prog *p)
 {
     static const char *const line_info[] = {"-lineinfo", "--generate-line-info", "-G",
-                                            "--device-debug", NULL};
+                                            "--device-debug", "-dlto", "--dlto",
+                                            "-dlink-time-opt", "--dlink-time-opt", NULL};
     int on = 0;
     for (int i = 0; i < p->n_opts && !on; i++)
         on = opt_is(p->opts[i], line_info);
@@ -703,7 +716,8 @@ static int through_cache(kcache_result **out, kcache_compiler *c, struct prog *p
     req.header_contents = (const char *const *)p->headers;
     req.compile = compile_miss;
     req.compile_userdata = m;
-    req.flags = m->beside ? KCACHE_COMPILE_UNCOUNTED : 0;
+    /* Kept so that `kcache verify --recompile` can rebuild the entry with this NVRTC. */
+    req.flags = KCACHE_COMPILE_KEEP_INPUTS | (m->beside ? KCACHE_COMPILE_UNCOUNTED : 0);
     kc_shim_enter();
     int rc = kcache_compile(out, c, &req);
     kc_shim_leave();
@@ -832,6 +846,9 @@ SHIM_API nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions,
     }
     miss_free(&m);
     kcache_result_free(res);
+    /* NVIDIA's library is loaded now: what it says of itself, for processes that only hit. */
+    if (m.ran)
+        kc_facts_note(kc_real());
     /* An sm_XX compile also makes PTX: kept under the key of its own kind. */
     if (m.ran && keyed && nrc == NVRTC_SUCCESS && kind == KCACHE_KIND_CUBIN && p->real) {
         struct miss ptx = {.p = p, .kind = KCACHE_KIND_PTX, .beside = 1};

@@ -41,6 +41,11 @@ typedef struct kc_real_nvrtc {
 const kc_real_nvrtc *kc_real(void);
 /* 1 once NVIDIA's library has been loaded in this process. */
 int kc_real_loaded(void);
+/*
+ * The GNU build-id (hex) of the NVIDIA library loaded, read from the loaded
+ * copy's own notes: the build that answers. NULL if not loaded or it has none.
+ */
+const char *kc_real_build_id(void);
 /* Why kc_real() failed: one line. */
 const char *kc_real_error(void);
 /* The real library's file (realpath), or NULL if none was found. Never loads it. */
@@ -51,6 +56,9 @@ const char *kc_real_path(void);
  * served a hit (shim.c). 0 with the version, or -1: ask the library.
  */
 int kc_shim_hit_version(int *major, int *minor);
+
+/* The process's compiler (opened on first need); NULL when the cache is off or has no store. */
+kcache_compiler *kc_shim_compiler(void);
 
 /* For fork: shim.c takes its own lock, then this one, and releases both after. */
 void kc_real_lock(void);

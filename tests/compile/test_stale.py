@@ -253,6 +253,30 @@ def test_line_info_holds_the_working_directory(root, nvrtc):
           % [l for l in got["b", "shared"].splitlines() if ".file" in l])
 
 
+def test_ltoir_holds_the_working_directory(root, nvrtc):
+    """LTO-IR holds the working directory too, without any line-information option:
+    from elsewhere it is another kernel, the one an empty cache gives there."""
+    d = os.path.join(root, "lto")
+    write(os.path.join(d, "k.cu"), KERNEL % "3")
+    shared, empty = Cache(root, "lto-shared"), Cache(root, "lto-empty")
+    got = {}
+    for where in ("a", "bb"):
+        os.makedirs(os.path.join(d, where))
+        for c in (shared, empty) if where == "bb" else (shared,):
+            out = os.path.join(root, "%s-%s.ltoir" % (where, os.path.basename(c.dir)))
+            p = subprocess.run([base.KCACHE, "compile", os.path.join(d, "k.cu"), "--arch", "sm_90",
+                                "--ltoir", "-o", out], cwd=os.path.join(d, where),
+                               env=dict(c.env, PWD=os.path.join(d, where)), capture_output=True,
+                               timeout=120)
+            check(p.returncode == 0, p.stderr.decode())
+            with open(out, "rb") as f:
+                got[where, os.path.basename(c.dir)] = f.read()
+    check(got["a", "lto-shared"] != got["bb", "lto-empty"],
+          "the directory is in NVRTC's LTO-IR (else the case shows nothing)")
+    check(got["bb", "lto-shared"] == got["bb", "lto-empty"],
+          "from bb, the shared cache gave a's LTO-IR")
+
+
 def test_one_file_from_two_directories(root, nvrtc):
     """A header reached through a link and through its own directory: NVRTC looks for
     its quoted includes beside each path (found by the soundness harness)."""

@@ -4,11 +4,15 @@
  * OUT, and the files of every libnvrtc mapped in the process at exit (which
  * NVRTC answered) to OUT.maps.
  *
- * nvrtc_one OUT SOURCE NAME [-H NAME=FILE]... [--] [OPTION]...
+ * nvrtc_one OUT SOURCE NAME [-H NAME=FILE]... [-E EXPR]... [--] [OPTION]...
  *
  * SOURCE is read from disk and handed over in memory under NAME; each -H hands
- * over FILE's text as the in-memory header NAME. With -arch=compute_XX the
- * output is PTX, else CUBIN. Built with NVRTC_ONE_DLOPEN, it dlopen()s
+ * over FILE's text as the in-memory header NAME; each -E adds a name
+ * expression, whose lowered name is written after the log. With -dlto the
+ * output is LTO-IR, else with -arch=compute_XX PTX, else CUBIN. With $NVRTC_ONE_VERSION set, the program first
+ * asks what PyTorch and CuPy ask before they compile (nvrtcVersion, the
+ * supported architectures) and writes the answers first; set to "only", it
+ * then stops. Built with NVRTC_ONE_DLOPEN, it dlopen()s
  * libnvrtc.so.13 by name (found through its own RUNPATH, as PyTorch does).
  */
 #include <nvrtc.h>
@@ -28,7 +32,14 @@
     X(nvrtcGetPTX)                                                                                 \
     X(nvrtcGetCUBINSize)                                                                           \
     X(nvrtcGetCUBIN)                                                                               \
-    X(nvrtcDestroyProgram)
+    X(nvrtcGetLTOIRSize)                                                                           \
+    X(nvrtcGetLTOIR)                                                                               \
+    X(nvrtcDestroyProgram)                                                                         \
+    X(nvrtcAddNameExpression)                                                                      \
+    X(nvrtcGetLoweredName)                                                                         \
+    X(nvrtcVersion)                                                                                \
+    X(nvrtcGetNumSupportedArchs)                                                                   \
+    X(nvrtcGetSupportedArchs)
 #define DECLARE(f) static __typeof__(&f) p_##f;
 NVRTC_ONE_FUNCS(DECLARE)
 #define LOAD(f)                                                                                    \
@@ -57,7 +68,14 @@ static int load_nvrtc(void)
 #define nvrtcGetPTX p_nvrtcGetPTX
 #define nvrtcGetCUBINSize p_nvrtcGetCUBINSize
 #define nvrtcGetCUBIN p_nvrtcGetCUBIN
+#define nvrtcGetLTOIRSize p_nvrtcGetLTOIRSize
+#define nvrtcGetLTOIR p_nvrtcGetLTOIR
 #define nvrtcDestroyProgram p_nvrtcDestroyProgram
+#define nvrtcAddNameExpression p_nvrtcAddNameExpression
+#define nvrtcGetLoweredName p_nvrtcGetLoweredName
+#define nvrtcVersion p_nvrtcVersion
+#define nvrtcGetNumSupportedArchs p_nvrtcGetNumSupportedArchs
+#define nvrtcGetSupportedArchs p_nvrtcGetSupportedArchs
 #else
 static int load_nvrtc(void)
 {
@@ -102,12 +120,16 @@ int main(int argc, char **argv)
     const char *out = argv[1];
     char *src = slurp(argv[2]);
     const char *name = argv[3];
-    const char *hnames[64], *htexts[64];
-    int nh = 0, i = 4;
-    for (; i < argc && nh < 64; i++) {
+    const char *hnames[64], *htexts[64], *exprs[64];
+    int nh = 0, ne = 0, i = 4;
+    for (; i < argc && nh < 64 && ne < 64; i++) {
         if (!strcmp(argv[i], "--")) {
             i++;
             break;
+        }
+        if (!strcmp(argv[i], "-E") && i + 1 < argc) {
+            exprs[ne++] = argv[++i];
+            continue;
         }
         if (strcmp(argv[i], "-H") != 0 || i + 1 >= argc)
             break;
@@ -118,32 +140,71 @@ int main(int argc, char **argv)
         hnames[nh] = argv[i];
         htexts[nh++] = slurp(eq + 1);
     }
-    int ptx = 0;
-    for (int k = i; k < argc; k++)
+    int ptx = 0, lto = 0;
+    for (int k = i; k < argc; k++) {
         ptx |= strstr(argv[k], "compute_") != NULL;
+        lto |= !strcmp(argv[k], "-dlto") || !strcmp(argv[k], "--dlto");
+    }
     nvrtcProgram p;
     if (load_nvrtc() != 0)
         return 4;
+    const char *ask = getenv("NVRTC_ONE_VERSION");
+    char asked[1024] = "";
+    if (ask && *ask) {
+        int major = -1, minor = -1, n = 0, archs[128];
+        nvrtcResult vrc = nvrtcVersion(&major, &minor);
+        int at = snprintf(asked, sizeof(asked), "version rc %d %d.%d", (int)vrc, major, minor);
+        nvrtcResult nrc = nvrtcGetNumSupportedArchs(&n);
+        if (nrc != NVRTC_SUCCESS || n < 0 || n > 128)
+            n = 0;
+        at += snprintf(asked + at, sizeof(asked) - (size_t)at, " archs rc %d %d:", (int)nrc, n);
+        nrc = nvrtcGetSupportedArchs(archs);
+        for (int k = 0; k < n && nrc == NVRTC_SUCCESS && at < (int)sizeof(asked) - 8; k++)
+            at += snprintf(asked + at, sizeof(asked) - (size_t)at, " %d", archs[k]);
+        if (!strcmp(ask, "only")) {
+            FILE *f = fopen(out, "wb");
+            if (!f)
+                return 2;
+            fprintf(f, "%s\n", asked);
+            free(src);
+            for (int k = 0; k < nh; k++)
+                free((void *)htexts[k]);
+            return fclose(f) == 0 ? 0 : 2;
+        }
+    }
     if (nvrtcCreateProgram(&p, src, name, nh, htexts, hnames) != NVRTC_SUCCESS)
         return 3;
+    for (int k = 0; k < ne; k++)
+        nvrtcAddNameExpression(p, exprs[k]);
     nvrtcResult rc = nvrtcCompileProgram(p, argc - i, (const char *const *)(argv + i));
     FILE *f = fopen(out, "wb");
     if (!f)
         return 2;
+    if (asked[0])
+        fprintf(f, "%s\n", asked);
     fprintf(f, "rc %d\n", (int)rc);
     size_t n = 0;
     nvrtcGetProgramLogSize(p, &n);
     char *log = malloc(n + 1);
     nvrtcGetProgramLog(p, log);
     fprintf(f, "log %s\n", log);
+    for (int k = 0; k < ne && rc == NVRTC_SUCCESS; k++) {
+        const char *lowered = NULL;
+        fprintf(f, "lowered %d %s\n", (int)nvrtcGetLoweredName(p, exprs[k], &lowered),
+                lowered ? lowered : "");
+    }
     if (rc == NVRTC_SUCCESS) {
         n = 0;
-        if (ptx)
+        if (lto)
+            nvrtcGetLTOIRSize(p, &n);
+        else if (ptx)
             nvrtcGetPTXSize(p, &n);
         else
             nvrtcGetCUBINSize(p, &n);
         char *bytes = malloc(n ? n : 1);
-        if (ptx)
+        if (lto)
+            nvrtcGetLTOIR(p, bytes);
+        else if (ptx)
             nvrtcGetPTX(p, bytes);
         else
             nvrtcGetCUBIN(p, bytes);

@@ -175,16 +175,18 @@ def cases(tmp, env):
 
 
 def line_info(tmp, env):
-    """-lineinfo writes the working directory into the bytes (PTX's .file): the
-    same compile from another directory is not the first one's entry."""
+    """-lineinfo writes the working directory into the bytes (PTX's .file), and
+    LTO-IR holds it with no option at all: the same compile from another
+    directory is not the first one's entry."""
     e = dict(env, KCACHE_DIR=os.path.join(tmp, "lineinfo-cache"))
     rep = os.path.join(tmp, "lineinfo-report")
-    for opt in ("-lineinfo", "-G"):
+    for opt in ("-lineinfo", "-G", "-dlto"):
         outs = []
-        for d in ("checkout-a", "checkout-b"):
+        for d in ("checkout-a", "checkout-bb"):
             c = Case(tmp, f"{d}{opt}")
             write(os.path.join(c.dir, "k.cu"), KERNEL % "3")
-            argv = ["k.cu", "k.cu", "--", "-arch=compute_90", opt]
+            arch = "-arch=sm_90" if opt == "-dlto" else "-arch=compute_90"
+            argv = ["k.cu", "k.cu", "--", arch, opt]
             real, _ = c.compile("real", argv, e, False, rep)
             shim, r = c.compile("shim", argv, e, True, rep)
             check(shim == real, f"{opt} in {d}: NVIDIA's bytes, with this directory's "

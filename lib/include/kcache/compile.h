@@ -91,6 +91,13 @@ KCACHE_API void kcache_compiler_free(kcache_compiler *compiler);
 /* The store in use (owned by the compiler or the caller), or NULL if none. */
 KCACHE_API kcache_store *kcache_compiler_store(kcache_compiler *compiler);
 
+/*
+ * The NVRTC library this compiler's keys name, as they name it: its file name
+ * and GNU build-id ("libnvrtc.so.13 build-id 65be..."), read from the file
+ * without loading it. Owned by the compiler; NULL for a NULL compiler.
+ */
+KCACHE_API const char *kcache_compiler_nvrtc_id(const kcache_compiler *compiler);
+
 /* Flags for a request. */
 enum kcache_compile_flags {
     KCACHE_COMPILE_NO_CACHE = 1 << 0, /* neither look up nor store */
@@ -106,6 +113,11 @@ enum kcache_compile_flags {
      * so one compile request is one lookup. The entry is stored and its use
      * recorded as for any other. */
     KCACHE_COMPILE_UNCOUNTED = 1 << 4,
+    /* With a compiler of the caller's own (kcache_request.compile): keep the
+     * source and the in-memory headers with the entry, so that
+     * kcache_recompile() can rebuild it where it knows the caller's compiler
+     * (the drop-in NVRTC's). */
+    KCACHE_COMPILE_KEEP_INPUTS = 1 << 5,
 };
 
 #define KCACHE_REQUEST_VERSION 3
@@ -199,7 +211,8 @@ typedef struct kcache_request {
      * hits, makes concurrent misses wait for one compile, counts and stores,
      * as for any compile; extra_digest must name whatever the caller's
      * compiler does that the request does not say. Its entries keep no
-     * inputs: `kcache verify --recompile` cannot rebuild them. The drop-in
+     * inputs unless KCACHE_COMPILE_KEEP_INPUTS: `kcache verify --recompile`
+     * rebuilds only the drop-in's, with the NVRTC that made them. The drop-in
      * NVRTC uses it to compile exactly as the program asked. After it
      * returns, kcache checks that every file of the closure still holds what
      * was keyed (an edit during the compile is not stored).

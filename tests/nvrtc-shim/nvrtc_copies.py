@@ -1,0 +1,47 @@
+"""Copies of NVIDIA's NVRTC for the drop-in's tests: one as a pip wheel ships
+it (the soname a file, no version in its name), and the same library as
+another build (its GNU build-id rewritten)."""
+import os
+import shutil
+import struct
+
+
+def nvrtc_copy(real, d):
+    """NVIDIA's NVRTC (real: its soname's path) and its builtins in d; returns the copy."""
+    os.makedirs(d, exist_ok=True)
+    src = os.path.dirname(os.path.realpath(real))
+    for f in os.listdir(src):
+        path = os.path.join(src, f)
+        if f.startswith("libnvrtc-builtins") and not os.path.islink(path):
+            shutil.copy2(path, os.path.join(d, f))
+    copy = os.path.join(d, os.path.basename(real))
+    shutil.copy2(os.path.realpath(real), copy)
+    return copy
+
+
+def other_build(path):
+    """Rewrites path's GNU build-id (a new file renamed over it): the same code,
+    another build as far as any key can tell. True if it had one."""
+    with open(path, "rb") as f:
+        elf = bytearray(f.read())
+    phoff, = struct.unpack_from("<Q", elf, 32)
+    phentsize, phnum = struct.unpack_from("<HH", elf, 54)
+    for i in range(phnum):
+        ptype, = struct.unpack_from("<I", elf, phoff + i * phentsize)
+        off, = struct.unpack_from("<Q", elf, phoff + i * phentsize + 8)
+        size, = struct.unpack_from("<Q", elf, phoff + i * phentsize + 32)
+        at = off
+        while ptype == 4 and at + 12 <= off + size:
+            namesz, descsz, ntype = struct.unpack_from("<III", elf, at)
+            desc = at + 12 + ((namesz + 3) & ~3)
+            if ntype == 3 and elf[at + 12:at + 16] == b"GNU\0":
+                for k in range(descsz):
+                    elf[desc + k] ^= 0x5a
+                tmp = path + ".new"
+                with open(tmp, "wb") as f:
+                    f.write(elf)
+                os.chmod(tmp, 0o755)
+                os.rename(tmp, path)
+                return True
+            at = desc + ((descsz + 3) & ~3)
+    return False

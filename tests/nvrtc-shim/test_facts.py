@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""A hit never loads NVIDIA's NVRTC, even when the program asks first what
+PyTorch and CuPy ask (nvrtcVersion, nvrtcGetNumSupportedArchs,
+nvrtcGetSupportedArchs) and the library's file name holds no version (pip's
+libnvrtc.so.13). And the answer is never one another build gave.
+
+test_facts.py NVRTC_ONE_RUNPATH
+
+The program's RUNPATH ($ORIGIN/nvlib) holds a copy of NVIDIA's library under
+its soname. A first process under `kcache run` misses and loads NVRTC; a
+second asks its questions, then hits, and must not load it; its answers must
+be NVIDIA's. A touched file of the same build answers from what the build
+said; a file of another build (the same library with its GNU build-id
+changed) is asked, and its answer is its own.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from nvrtc_copies import nvrtc_copy, other_build  # beside this script
+from shim_report import read_report
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyhelp"))
+import kctest  # noqa: E402
+
+ONE_RUNPATH = os.path.abspath(sys.argv[1])
+KCACHE = os.environ["KCACHE_EXE"]
+REAL = os.environ["NVRTC_REAL"]
+SONAME = os.path.basename(REAL)
+KERNEL = '__global__ void k(float *p) { p[0] = 7.0f * p[1]; }\n'
+
+check = kctest.Tally()
+
+
+def base_env(tmp):
+    env = dict(os.environ)
+    env["KCACHE_DIR"] = os.path.join(tmp, "cache")
+    for k in ("KCACHE_PATH", "KCACHE_DISABLE", "KCACHE_NVRTC_REAL", "LD_PRELOAD",
+              "NVRTC_ONE_VERSION"):
+        env.pop(k, None)
+    # No NVRTC on LD_LIBRARY_PATH: the program finds its own through its RUNPATH.
+    env["LD_LIBRARY_PATH"] = ":".join(
+        d for d in env.get("LD_LIBRARY_PATH", "").split(":")
+        if d and not os.path.exists(os.path.join(d, SONAME)))
+    env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
+    return env
+
+
+def run(argv, env, cwd):
+    p = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
+    if p.returncode != 0 or p.stderr.strip():
+        print(" ".join(argv), "->", p.returncode, p.stdout, p.stderr)
+    return p.returncode
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def main():
+    with tempfile.TemporaryDirectory(prefix="kcache facts ") as tmp:
+        env = base_env(tmp)
+        work = os.path.join(tmp, "work")
+        os.makedirs(work)
+        with open(os.path.join(work, "k.cu"), "w") as f:
+            f.write(KERNEL)
+        bindir = os.path.join(tmp, "venv", "bin")
+        lib = nvrtc_copy(REAL, os.path.join(bindir, "nvlib"))
+        exe = os.path.join(bindir, os.path.basename(ONE_RUNPATH))
+        shutil.copy2(ONE_RUNPATH, exe)
+        rep = os.path.join(tmp, "report")
+        argv = ["k.cu", "k.cu", "--", "-arch=compute_90"]
+
+        def one(tag, ask, shim=True):
+            out = os.path.join(tmp, tag)
+            e = dict(env, NVRTC_ONE_VERSION=ask, KCACHE_NVRTC_REPORT=rep)
+            cmd = ([KCACHE, "run", "--"] if shim else []) + [exe, out] + argv
+            rc = run(cmd, e, work)
+            r = read_report(rep)
+            return (read(out) if rc == 0 else b"exit %d" % rc), (r[-1] if r else {})
+
+        ref, _ = one("plain", "1", shim=False)
+        asked = ref.split(b"\n", 1)[0]
+        check(asked.startswith(b"version rc 0 ") and b"-1" not in asked and b"archs rc 0 " in asked,
+              f"NVIDIA's NVRTC answers ({asked})")
+        out, r = one("miss", "1")
+        check(out == ref and r.get("misses") == 1 and r.get("nvrtc-loaded") == "yes",
+              f"first process: a miss compiled by NVIDIA's NVRTC, its answers ({r})")
+        out, r = one("hit", "1")
+        check(out == ref, "second process: NVIDIA's answers and bytes")
+        check(r.get("hits") == 1 and r.get("nvrtc-loaded") == "no",
+              f"second process: version, architectures, then a hit, NVRTC never loaded ({r})")
+        out, r = one("only", "only")
+        check(out == asked + b"\n" and r.get("nvrtc-loaded") == "no",
+              f"a process that only asks: NVIDIA's answers without loading it ({r})")
+        stats = subprocess.run([KCACHE, "stats", "--json"], env=env, capture_output=True,
+                               text=True)
+        check(stats.returncode == 0 and '"hits": 1,' in stats.stdout and
+              '"misses": 1,' in stats.stdout,
+              "the questions count no hit and no miss: one compile missed, one hit")
+
+        # Touched: the same build, so what it said still holds.
+        later = time.time() + 5
+        os.utime(lib, (later, later))
+        out, r = one("touched", "only")
+        check(out == asked + b"\n" and r.get("nvrtc-loaded") == "no",
+              f"a touched file of the same build answers from what the build said ({r})")
+
+        # Another build under the same name: asked, never answered for.
+        check(other_build(lib), "the copy's build-id rewritten")
+        out, r = one("other", "only")
+        check(out == asked + b"\n" and r.get("nvrtc-loaded") == "yes",
+              f"another build: NVRTC is loaded and answers itself ({r})")
+        out, r = one("other-again", "1")
+        check(out == ref and r.get("misses") == 1,
+              f"another build: its own miss (the key holds the build) ({r})")
+        out, r = one("other-hit", "1")
+        check(out == ref and r.get("hits") == 1 and r.get("nvrtc-loaded") == "no",
+              f"another build, next process: what that build said, a hit, NVRTC not loaded "
+              f"({r})")
+
+        # The cache off: NVRTC answers, as without kcache.
+        e = dict(env, KCACHE_DISABLE="1")
+        env, saved = e, env
+        out, r = one("disabled", "only")
+        env = saved
+        check(out == asked + b"\n", "KCACHE_DISABLE=1: NVIDIA's answers")
+    return check.status()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
