@@ -304,3 +304,21 @@ def test_a_remote_that_cannot_be_used_leaves_the_local_cache(monkeypatch, tt, ca
     assert len(warnings) == 1 and "cannot use the remote" in warnings[0], warnings
     monkeypatch.delenv("KCACHE_REMOTE")
     assert kcache.Cache(cache_dir).stats("triton")["entries"] == 1
+
+
+def test_settings_resolve_as_the_command_does(monkeypatch, cache_dir):
+    """kcache.triton reads disable (and the store its cap, codec and remote) from the
+    settings the command line shows: environment over kcache.conf over the default."""
+    from kcache import _kcache
+
+    db = str(cache_dir / "kcache.db")
+    (cache_dir / "kcache.conf").write_text("disable = true\nmax_size = 1G\n")
+    s = _kcache.settings(db)
+    assert s["path"] == db and s["disable"] == "true" and s["max_size"] == "1G"
+    monkeypatch.setenv("KCACHE_DISABLE", "0")
+    assert _kcache.settings(db)["disable"] == "0"
+    monkeypatch.setenv("KCACHE_DIR", str(cache_dir))
+    assert _kcache.settings()["path"] == db
+    (cache_dir / "kcache.conf").write_text("disable true\n")
+    with pytest.raises(kcache.Error, match="kcache.conf:1"):
+        _kcache.settings(db)
