@@ -390,9 +390,11 @@ _O_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
 
 def _write_all(fd: int, data: Any) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+    n = os.write(fd, data)
+    if n < len(data):  # a short write (a signal, a full file system): the rest
+        view = memoryview(data)[n:]
+        while view:
+            view = view[os.write(fd, view):]
 
 
 def _write_new(path: str, data: Any) -> bool:
@@ -453,13 +455,14 @@ def _stage(key: str, filename: str, data: bytes) -> str:
 def _stage_group(key: str, members: Dict[str, Any]) -> Dict[str, str]:
     """Stages a group's members (a hit): KEY/NAME for each. The first time in a process each
     path is new and written in place; a group staged again replaces its files."""
-    d = _key_dir(key)
-    with _lock:  # these paths no longer hold what _stage memoised for them
-        for name in members:
-            _staged.pop((key, name), None)
+    d = _key_dir(key) + os.sep
+    if _staged:
+        with _lock:  # these paths no longer hold what _stage memoised for them
+            for name in members:
+                _staged.pop((key, name), None)
     out = {}
     for name, data in members.items():
-        path = os.path.join(d, name)
+        path = d + name
         if not _write_new(path, data):
             _replace(path, data)
         out[name] = path
