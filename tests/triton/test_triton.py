@@ -235,6 +235,13 @@ def test_groups_travel_through_the_remote(env, tmp_path):
         url = "redis://127.0.0.1:%d" % port
         first, _ = env.compile("--blocks", "16,32", env={"KCACHE_REMOTE": url})
         assert [k["hit"] for k in first["kernels"]] == [False, False]
+        # The remote holds what the local cache holds: a kernel as one entry (its group),
+        # none of its members on their own (the launcher modules are entries of their own).
+        cli = shutil.which("redis-cli")
+        if cli:
+            keys = subprocess.run([cli, "-p", str(port), "--scan", "--pattern", "kcache:entry:*"],
+                                  capture_output=True, text=True, timeout=30).stdout.split()
+            assert len(keys) == groups(env), (keys, groups(env))
         want = [k["cubin_sha256"] for k in first["kernels"]]
         other = tmp_path / "other machine"
         other.mkdir()
