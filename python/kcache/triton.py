@@ -43,7 +43,10 @@ Design (README, "Triton and torch.compile"):
   Triton reads them all at once (``CompiledKernel`` reads each IR stage into
   ``kernel.asm``; inductor and proton read them there), so none can be left
   out or written lazily, and a hit costs one read of the database and one
-  memory file per member where Triton's own cache reads a file per member. The directory is removed when the process exits,
+  memory file per member where Triton's own cache reads a file per member.
+  When nothing can be staged (no usable base, or it is full) the files go
+  where Triton's own cache keeps them (``TRITON_CACHE_DIR``), reported once:
+  the compile goes on as without kcache, and the database gets the bytes. The directory is removed when the process exits,
   and directories of processes that are gone (their PID and start time no
   longer match) are removed by the next process that stages. No inode
   outlives the process; the database file (and its WAL) is all that stays.
@@ -127,6 +130,7 @@ _GROUP_PREFIX = "__grp__"
 # name (UTF-8), an 8-byte data length and the data (big-endian), to the end.
 _GROUP_MAGIC = b"kcache-triton-group 1\n"
 _STAGE_PREFIX = "kcache-triton-"
+_NO_STAGING = "cannot stage Triton's files, they go to Triton's cache directory"
 
 _log = logging.getLogger("kcache.triton")
 
@@ -589,6 +593,7 @@ class CacheManager(_TritonCacheManager):  # type: ignore[misc,valid-type]
             self._files = FileCacheManager(key, override=override, dump=dump)
         # This manager's puts, by file name: (path handed out, bytes), for put_group.
         self._put: Dict[str, tuple] = {}
+        self._triton_files: Any = None  # Triton's own files, when staging cannot be used
         # Asked for a group: Triton's compile of this key. Its files are stored only as
         # that group, by put_group, in one write (put).
         self._grouped = False
@@ -626,7 +631,7 @@ class CacheManager(_TritonCacheManager):  # type: ignore[misc,valid-type]
             return self._files.get_file(filename)
         mine = self._put.get(filename)
         if mine is not None:
-            return _stage(self.key, filename, mine[1])
+            return self._materialise(filename, mine[1])
         data = self._lookup(filename)
         if data is None:
             # Inside a compile's group: Triton names it after the kernel (NAME.json for NAME.EXT).
@@ -639,7 +644,7 @@ class CacheManager(_TritonCacheManager):  # type: ignore[misc,valid-type]
             _count("misses")
             return None
         _count("hits")
-        return _stage(self.key, filename, data)
+        return self._materialise(filename, data)
 
     def put(self, data: Any, filename: str, binary: bool = True) -> str:
         if self._files is not None:
@@ -649,7 +654,7 @@ class CacheManager(_TritonCacheManager):  # type: ignore[misc,valid-type]
         raw = bytes(data) if isinstance(data, (bytes, bytearray, memoryview)) else str(data).encode("utf-8")
         if not self._grouped and self._store_put(filename, raw):
             _count("puts")
-        path = _stage(self.key, filename, raw)
+        path = self._materialise(filename, raw)
         self._put[filename] = (path, raw)
         return path
 
@@ -666,8 +671,27 @@ class CacheManager(_TritonCacheManager):  # type: ignore[misc,valid-type]
         try:
             return _stage_group(self.key, members)
         except OSError as ex:
-            _report("cannot stage Triton's files", ex)
-            return None
+            _report(_NO_STAGING, ex)
+        return {name: self._fallback(name, bytes(data)) for name, data in members.items()}
+
+    def _materialise(self, filename: str, data: bytes) -> str:
+        """A path that holds data, for Triton to read: staged (_stage), or where Triton's
+        own cache would put it when nothing can be staged."""
+        try:
+            return _stage(self.key, filename, data)
+        except OSError as ex:
+            _report(_NO_STAGING, ex)
+        return self._fallback(filename, data)
+
+    def _fallback(self, filename: str, data: bytes) -> str:
+        # Staging cannot be used (no usable memory file system, one that is full): the
+        # compile goes on with files where Triton keeps its own, as without kcache; the
+        # bytes are stored in kcache all the same. Raises what Triton's cache would.
+        if self._triton_files is None:
+            from triton.runtime.cache import FileCacheManager
+
+            self._triton_files = FileCacheManager(self.key)
+        return self._triton_files.put(data, filename, binary=True)
 
     def get_group(self, filename: str) -> Optional[Dict[str, str]]:
         if self._files is not None:

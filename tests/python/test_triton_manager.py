@@ -496,3 +496,29 @@ def test_a_compile_killed_before_its_group_leaves_nothing(tt, cache_dir):
     assert w.wait(30) == 9
     assert visible(cache_dir) == (None, {})
     assert kcache.Cache(cache_dir).stats("triton")["entries"] == 0
+
+
+def test_without_staging_the_compile_goes_on_in_tritons_directory(monkeypatch, tt, cache_dir,
+                                                                  triton_files, caplog):
+    """No memory file system to stage in (none usable, or full): Triton is handed paths in
+    its own cache directory, as without kcache, and the kernel is stored in kcache all the
+    same; reported once. The cache never makes a compile fail."""
+    blocker = cache_dir / "not a directory"
+    blocker.write_text("x")
+    bases = kt._staging_bases
+    monkeypatch.setattr(kt, "_staging_bases", lambda: [str(blocker)])
+    kt._reset()
+    m = kt.CacheManager(KEY)
+    group = compile_like_triton(m)
+    assert group is not None
+    assert all(p == "/triton/own/" + n for n, p in group.items()), group
+    hit = kt.CacheManager(KEY).get_group("add_kernel.json")
+    assert hit == {n: "/triton/own/" + n for n in group}
+    assert kcache.Cache(cache_dir).stats("triton")["entries"] == 1
+    warnings = [r.getMessage() for r in caplog.records if r.name == "kcache.triton"]
+    assert len(warnings) == 1 and "Triton's cache directory" in warnings[0], warnings
+    # Staging back: the same entry is served from it, whole.
+    monkeypatch.setattr(kt, "_staging_bases", bases)
+    kt._reset()
+    got = kt.CacheManager(KEY).get_group("add_kernel.json")
+    assert open(got["add_kernel.cubin"], "rb").read() == b"\x7fELF" + bytes(range(256)) * 40
