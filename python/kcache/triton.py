@@ -41,12 +41,13 @@ Design (README, "Triton and torch.compile"):
   yet is written in place, one Triton may hold already is written under a
   temporary name and renamed over. A hit stages every member of the group:
   Triton reads them all at once (``CompiledKernel`` reads each IR stage into
-  ``kernel.asm``; inductor and proton read them there), so none can be left
+  ``kernel.asm``, where callers look for ``asm["ptx"]``), so none can be left
   out or written lazily, and a hit costs one read of the database and one
   memory file per member where Triton's own cache reads a file per member.
   When nothing can be staged (no usable base, or it is full) the files go
   where Triton's own cache keeps them (``TRITON_CACHE_DIR``), reported once:
-  the compile goes on as without kcache, and the database gets the bytes. The directory is removed when the process exits,
+  the compile goes on as without kcache, and the database gets the bytes.
+  The staging directory is removed when the process exits,
   and directories of processes that are gone (their PID and start time no
   longer match) are removed by the next process that stages. No inode
   outlives the process; the database file (and its WAL) is all that stays.
@@ -130,7 +131,8 @@ _GROUP_PREFIX = "__grp__"
 # name (UTF-8), an 8-byte data length and the data (big-endian), to the end.
 _GROUP_MAGIC = b"kcache-triton-group 1\n"
 _STAGE_PREFIX = "kcache-triton-"
-_NO_STAGING = "cannot stage Triton's files, they go to Triton's cache directory"
+_NO_STAGING = "cannot stage Triton's files"
+_TO_TRITON_DIR = "they go to Triton's cache directory, and to the cache"
 
 _log = logging.getLogger("kcache.triton")
 
@@ -164,14 +166,14 @@ def _count(name: str) -> None:
         _counters[name] += 1
 
 
-def _report(what: str, ex: BaseException) -> None:
+def _report(what: str, ex: BaseException, then: str = "Triton goes on without the cache") -> None:
     """Counts a failure and reports the first of its kind; the compile goes on."""
     _count("errors")
     with _lock:
         first = what not in _warned
         _warned.add(what)
     if first:
-        _log.warning("kcache: %s: %s (Triton goes on without the cache)", what, ex)
+        _log.warning("kcache: %s: %s (%s)", what, ex, then)
 
 
 _OFF = ("", "0", "false", "no", "off")
@@ -195,7 +197,7 @@ def _disabled() -> bool:
     with _lock:
         _off = off
     if err is not None:
-        _report("cannot read kcache's settings, Triton's own file cache serves", err)
+        _report("cannot read kcache's settings", err, "Triton's own file cache serves")
     return off
 
 
@@ -671,7 +673,7 @@ class CacheManager(_TritonCacheManager):  # type: ignore[misc,valid-type]
         try:
             return _stage_group(self.key, members)
         except OSError as ex:
-            _report(_NO_STAGING, ex)
+            _report(_NO_STAGING, ex, _TO_TRITON_DIR)
         return {name: self._fallback(name, bytes(data)) for name, data in members.items()}
 
     def _materialise(self, filename: str, data: bytes) -> str:
@@ -680,7 +682,7 @@ class CacheManager(_TritonCacheManager):  # type: ignore[misc,valid-type]
         try:
             return _stage(self.key, filename, data)
         except OSError as ex:
-            _report(_NO_STAGING, ex)
+            _report(_NO_STAGING, ex, _TO_TRITON_DIR)
         return self._fallback(filename, data)
 
     def _fallback(self, filename: str, data: bytes) -> str:
