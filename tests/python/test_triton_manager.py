@@ -46,7 +46,7 @@ def test_a_group_round_trips_as_one_entry(tt, cache_dir):
     put = compile_like_triton(m)
     for name, path in put.items():
         assert path.startswith(str(tt) + os.sep) and os.path.basename(path) == name
-    # The members' own rows are folded into the group: one entry per kernel.
+    # The members are stored only inside the group: one entry per kernel.
     assert kcache.Cache(cache_dir).stats("triton")["entries"] == 1
     got = kt.CacheManager(KEY).get_group("add_kernel.json")
     assert sorted(got) == sorted(put)

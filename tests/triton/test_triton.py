@@ -48,7 +48,7 @@ def test_next_process_is_served_from_kcache(env):
     assert env.triton_files() == []
     assert os.listdir(env.triton_dir) == []
     assert env.staged() == []
-    # One row per kernel: the group; its members' own rows were folded into it.
+    # One row per kernel: the group; its members are never stored on their own.
     files = sorted(os.listdir(env.cache))
     assert [f for f in files if not f.startswith("kcache.db")] == [], files
     assert "triton" in env.kcache("ls", "--namespace", "triton")
