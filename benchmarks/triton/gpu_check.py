@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Triton and torch.compile on kcache, on a GPU machine: results, compiles, warm starts.
 
-usage: PYTHONPATH=BUILD/python python3 gpu_check.py [--kernels 20] [--json FILE]
+usage: PYTHONPATH=BUILD/python python3 gpu_check.py [--kernels 20] [--json FILE] [--bench]
        (or with kcache installed: pip install .)
 
 Needs a CUDA GPU, torch and triton. Every run is a fresh process with fresh
@@ -23,7 +23,10 @@ A compile is counted by Triton's compilation listener where this Triton has
 one (knobs.compilation.listener; inductor compiles in this process:
 TORCHINDUCTOR_COMPILE_THREADS=1), and for kcache also by the cache's own
 counter of misses in the triton namespace (which counts worker processes
-too). Prints a table; exits 1 if a check fails.
+too). Prints a row per run, then the short table (warm starts side by side,
+what the warm processes compiled, whether the results are the same); exits 1
+if a check fails. --bench then runs bench.py on the same machine (a kernel
+served by triton.compile from each cache, median of 7 x 31; files; the cap).
 """
 import argparse
 import hashlib
@@ -88,19 +91,25 @@ def child_triton(n):
     size = 100003
     x = torch.randn(size, device="cuda", generator=g)
     y = torch.randn(size, device="cuda", generator=g)
-    digests = []
+    digests, launches = [], []
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for i in range(n):
         block, warps = 32 << (i % 6), 1 << (i // 6 % 4)
         out = torch.empty_like(x)
+        t1 = time.perf_counter()
         scale_add[(triton.cdiv(size, block),)](x, y, out, size, 0.5 + i, BLOCK=block,
                                                num_warps=warps)
         torch.cuda.synchronize()
+        launches.append(time.perf_counter() - t1)
         digests.append(digest(out))
     wall = time.perf_counter() - t0
+    # A specialization's first launch: the kernel served (or compiled), its CUBIN
+    # loaded, the run. The first of all also builds or loads the launcher: left out.
+    later = sorted(launches[1:]) or launches
     return {"wall_s": wall, "digests": digests, "compiles": None if seen is None else
-            sum(1 for h in seen if not h), "hits": None if seen is None else sum(seen)}
+            sum(1 for h in seen if not h), "hits": None if seen is None else sum(seen),
+            "launch_median_s": later[len(later) // 2]}
 
 
 def child_torch():
@@ -140,11 +149,53 @@ def files_under(path):
     return sum(len(fs) for _, _, fs in os.walk(path))
 
 
+def summary(results, ref):
+    """The short table: warm starts side by side, what the warm processes compiled, results."""
+    def get(system, what, f):
+        r = results.get("%s/%s/warm" % (what, system))
+        try:
+            v = f(r) if r is not None else None
+        except KeyError:  # a run that failed early: its row says so above
+            v = None
+        return "-" if v is None else v
+
+    def same(system, what):
+        def f(r):
+            if what == "triton":
+                return "yes" if ref and r["digests"] == ref["digests"] else "NO"
+            return "yes" if r["max_abs_diff"] <= 1e-3 else "NO"
+        return get(system, what, f)
+
+    rows = [("", "Triton's file cache", "kcache")]
+    for label, f in (
+        ("Triton program, warm: first use of all kernels (s)",
+         lambda s_: get(s_, "triton", lambda r: "%.3f" % r["wall_s"])),
+        ("  one kernel's first launch, median (ms)",
+         lambda s_: get(s_, "triton", lambda r: "%.2f" % (r["launch_median_s"] * 1e3))),
+        ("torch.compile, warm: first call (s)",
+         lambda s_: get(s_, "torch", lambda r: "%.3f" % r["wall_s"])),
+        ("Triton kernels the warm processes compiled (program, model)",
+         lambda s_: "%s, %s" % (get(s_, "triton", lambda r: r["compiles"]),
+                                get(s_, "torch", lambda r: r["compiles"]))),
+        ("files in TRITON_CACHE_DIR (program, model)",
+         lambda s_: "%s, %s" % (get(s_, "triton", lambda r: r["triton_files"]),
+                                get(s_, "torch", lambda r: r["triton_files"]))),
+        ("same results (program: Triton's cold bits; model: eager)",
+         lambda s_: "%s, %s" % (same(s_, "triton"), same(s_, "torch"))),
+    ):
+        rows.append((label, str(f("file")), str(f("kcache"))))
+    w0 = max(len(r[0]) for r in rows)
+    w1 = max(len(r[1]) for r in rows)
+    return "\n".join("%-*s  %-*s  %s" % (w0, r[0], w1, r[1], r[2]) for r in rows)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--child", choices=["triton", "torch"], help=argparse.SUPPRESS)
     ap.add_argument("--kernels", type=int, default=20)
     ap.add_argument("--json")
+    ap.add_argument("--bench", action="store_true",
+                    help="then run bench.py here too (triton.compile hits, files, the cap)")
     a = ap.parse_args()
     if a.child:
         r = child_triton(a.kernels) if a.child == "triton" else child_torch()
@@ -229,6 +280,8 @@ def main():
         print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
         for row in rows:
             print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
+        print()
+        print(summary(results, ref))
         import torch
         import triton
 
@@ -240,6 +293,15 @@ def main():
         for f in failures:
             print("FAIL: " + f)
         print("ok" if not failures else "%d checks failed" % len(failures))
+        if a.bench:
+            print("\n== bench.py (the same machine: triton.compile served by each cache)")
+            b = subprocess.run([sys.executable, os.path.join(os.path.dirname(HERE), "bench.py"),
+                                "--kernels", "32", "--rounds", "7"] +
+                               (["--json", a.json[:-5] + "-bench.json"] if a.json and
+                                a.json.endswith(".json") else []), timeout=3600)
+            if b.returncode:
+                failures.append("bench.py: exit %d" % b.returncode)
+                print("FAIL: bench.py exit %d" % b.returncode)
         return 0 if not failures else 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -954,9 +954,44 @@ static PyObject *key_caller(PyObject *module, PyObject *args)
     return PyUnicode_FromString(hex);
 }
 
+/*
+ * Every setting as the command line resolves it (<kcache/config.h>): the
+ * environment, then kcache.conf beside the database, then the defaults. With
+ * a path, the settings of that database (and of the kcache.conf beside it).
+ * A file that cannot be read or has a malformed line raises Error.
+ */
+static PyObject *settings(PyObject *module, PyObject *args)
+{
+    const char *path = NULL;
+    if (!PyArg_ParseTuple(args, "|z", &path))
+        return NULL;
+    kcache_config_override o = {"path", path};
+    kcache_config *c = NULL;
+    char err[512] = "";
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = kcache_config_load(&c, path ? &o : NULL, path ? 1 : 0, err, sizeof(err));
+    Py_END_ALLOW_THREADS
+    if (rc)
+        return raise_status(state_of(module)->error, rc, err);
+    PyObject *d = PyDict_New();
+    for (size_t i = 0; d && i < kcache_config_count(c); i++) {
+        const kcache_setting *st = kcache_config_setting(c, i);
+        PyObject *v = PyUnicode_DecodeFSDefault(st->value);
+        if (!v || PyDict_SetItemString(d, st->name, v) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(v);
+    }
+    kcache_config_free(c);
+    return d;
+}
+
 static PyMethodDef module_methods[] = {
     {"key_caller", key_caller, METH_VARARGS,
      "key_caller(ns, key) -> str: the store's key (hex) of a caller's key in ns."},
+    {"settings", settings, METH_VARARGS,
+     "settings(path=None) -> dict[str, str]: every setting's value as the command line "
+     "resolves it (environment, kcache.conf, default), for the database at path."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -22,6 +22,7 @@ class CompileError(Error):
     log: str
 
 def key_caller(ns: str, key: bytes, /) -> str: ...
+def settings(path: str | None = ..., /) -> dict[str, str]: ...
 
 class Store:
     def __init__(

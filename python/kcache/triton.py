@@ -15,9 +15,17 @@ Design (README, "Triton and torch.compile"):
   (``put_group``) under (Triton's key, ``__grp__`` + filename) as ONE entry
   holding every member's bytes. One row is one kernel: a reader gets the
   whole group or none of it (one SQLite read), and the cap evicts a kernel
-  whole, never one member of it. The members' own rows, written by ``put``
-  as Triton goes, are deleted once the group holds them, so a kernel's bytes
-  are stored once.
+  whole, never one member of it.
+* Writes. Triton's compile of a kernel first asks for its group; a manager
+  that was asked for one stores nothing until ``put_group``, which writes
+  the group in one put (one transaction). So another process sees a kernel
+  whole or not at all -- never a member before its group, nor one of a
+  compile in progress beside a group stored before -- a compile that dies
+  leaves nothing, and there is nothing to delete. A manager that was not
+  asked for a group (the launcher modules, the autotuner's timings) stores
+  each ``put`` at once, as Triton's own cache does. (A caller that puts files
+  and then a group without asking for it first, which Triton never does,
+  keeps both: the same bytes twice until evicted, never a torn group.)
 * A miss, never a crash. A group entry that cannot be decoded, lacks the
   file it is named for, or names a member that is not a plain file name is a
   miss (Triton compiles again and replaces it); a store that cannot be
@@ -29,8 +37,17 @@ Design (README, "Triton and torch.compile"):
   (0700) on a memory file system -- ``$KCACHE_TRITON_STAGING``, else
   ``$XDG_RUNTIME_DIR``, else ``/dev/shm``, else the temporary directory;
   one mounted ``noexec`` is passed over, since a module there cannot be
-  loaded -- each file written under a temporary name and renamed, so it is
-  never seen half-written. The directory is removed when the process exits,
+  loaded. A file is never seen half-written: a path no one has been handed
+  yet is written in place, one Triton may hold already is written under a
+  temporary name and renamed over. A hit stages every member of the group:
+  Triton reads them all at once (``CompiledKernel`` reads each IR stage into
+  ``kernel.asm``, where callers look for ``asm["ptx"]``), so none can be left
+  out or written lazily, and a hit costs one read of the database and one
+  memory file per member where Triton's own cache reads a file per member.
+  When nothing can be staged (no usable base, or it is full) the files go
+  where Triton's own cache keeps them (``TRITON_CACHE_DIR``), reported once:
+  the compile goes on as without kcache, and the database gets the bytes.
+  The staging directory is removed when the process exits,
   and directories of processes that are gone (their PID and start time no
   longer match) are removed by the next process that stages. No inode
   outlives the process; the database file (and its WAL) is all that stays.
@@ -55,9 +72,24 @@ Design (README, "Triton and torch.compile"):
   they stay Triton's own file managers.
 * The remote tier is the store's: with ``remote`` set (``KCACHE_REMOTE``), a
   local miss asks it and every put is pushed, so a fleet compiles a kernel
-  once; a remote setting that cannot be used leaves the local file serving.
-* ``KCACHE_DISABLE=1`` bypasses the database: every lookup is a miss and
-  nothing is stored (the files are still staged for Triton).
+  once; a remote that cannot be opened leaves the local file serving. Every
+  put is pushed, none is kept local-only: a group is one entry and goes
+  whole (its IR stages are part of the kernel Triton hands back, above); a
+  launcher module is keyed by its source, the machine and OS and the
+  compiler flags, named for the Python ABI, and one that does not load is
+  rebuilt by Triton; autotuning timings are keyed by the target, not the
+  GPU model, so machines of one architecture share their choices (a slower
+  choice at worst, never a wrong result). Triton's own remote cache pushes
+  the same files.
+* Settings are the command line's (``kcache config``), read once per
+  process: the cap, the codec and the remote when the store opens,
+  ``disable`` when the first manager is made. Off (``KCACHE_DISABLE=1`` or
+  ``disable = true`` in kcache.conf) kcache steps out of Triton's way: every
+  call goes to Triton's own ``FileCacheManager`` (``TRITON_CACHE_DIR``), as
+  if ``TRITON_CACHE_MANAGER`` were not set, and the database is not opened;
+  a user turns kcache off to see Triton as it is without it (for no cache
+  at all, Triton has ``TRITON_ALWAYS_COMPILE=1``). Settings that cannot be
+  read are reported once and taken as off, as the library takes them.
 """
 
 from __future__ import annotations
@@ -99,10 +131,13 @@ _GROUP_PREFIX = "__grp__"
 # name (UTF-8), an 8-byte data length and the data (big-endian), to the end.
 _GROUP_MAGIC = b"kcache-triton-group 1\n"
 _STAGE_PREFIX = "kcache-triton-"
+_NO_STAGING = "cannot stage Triton's files"
+_TO_TRITON_DIR = "they go to Triton's cache directory, and to the cache"
 
 _log = logging.getLogger("kcache.triton")
 
 _lock = threading.Lock()
+_off: Optional[bool] = None  # disable, once resolved (_disabled)
 _store: Any = None
 _store_failed = False
 _stage_dir: Optional[str] = None
@@ -118,7 +153,8 @@ _inherited: list = []
 
 
 def stats() -> Dict[str, int]:
-    """This process's counts: hits and misses of files and groups, puts,
+    """This process's counts: hits and misses of files and groups, files stored on their
+    own (puts),
     damaged group entries (served as misses), store errors, groups served after
     waiting for another process's compile, and waits that ran out."""
     with _lock:
@@ -130,18 +166,39 @@ def _count(name: str) -> None:
         _counters[name] += 1
 
 
-def _report(what: str, ex: BaseException) -> None:
+def _report(what: str, ex: BaseException, then: str = "Triton goes on without the cache") -> None:
     """Counts a failure and reports the first of its kind; the compile goes on."""
     _count("errors")
     with _lock:
         first = what not in _warned
         _warned.add(what)
     if first:
-        _log.warning("kcache: %s: %s (Triton goes on without the cache)", what, ex)
+        _log.warning("kcache: %s: %s (%s)", what, ex, then)
+
+
+_OFF = ("", "0", "false", "no", "off")
 
 
 def _disabled() -> bool:
-    return os.environ.get("KCACHE_DISABLE", "").strip().lower() in ("1", "true", "yes", "on")
+    """Whether kcache is off for this process: disable in the settings the command line
+    shows (KCACHE_DISABLE, else kcache.conf beside the database), resolved once. Settings
+    that cannot be read are taken as off, as the library takes them: a stray line next to
+    "disable = true" must not turn the cache back on."""
+    global _off
+    off = _off
+    if off is not None:
+        return off
+    err = None
+    try:
+        value = _kcache.settings().get("disable", "").strip().lower()
+        off = value not in _OFF  # a value not understood: off, the safe side
+    except Exception as ex:
+        off, err = True, ex
+    with _lock:
+        _off = off
+    if err is not None:
+        _report("cannot read kcache's settings", err, "Triton's own file cache serves")
+    return off
 
 
 def _get_store() -> Any:
@@ -282,11 +339,12 @@ def staging_dir() -> str:
 
 
 def _reset() -> None:
-    """Forgets this process's store and staging directory (removing it): for tests
-    that point one process at several caches."""
-    global _store, _store_failed
+    """Forgets this process's store, settings and staging directory (removing it): for
+    tests that point one process at several caches."""
+    global _store, _store_failed, _off
     _remove_own_stage()
     with _lock:
+        _off = None
         if _store is not None:
             _store.close()
         _store, _store_failed = None, False
@@ -322,29 +380,55 @@ def _safe_name(name: str) -> bool:
             and name not in (".", ".."))
 
 
-def _stage(key: str, filename: str, data: bytes) -> str:
-    """Puts data where Triton can read it: KEY/FILENAME in the staging directory,
-    written under a temporary name and renamed into place."""
-    memo = (key, filename)
-    sig = (len(data), hash(data))
-    with _lock:
-        seen = _staged.get(memo)
-    if seen is not None and seen[1] == sig and os.path.exists(seen[0]):
-        return seen[0]  # staged before with these bytes: Triton asked again
+def _key_dir(key: str) -> str:
+    """KEY's directory in the staging directory (one per key, as in Triton's own cache, so
+    that each file keeps the name Triton gave it), made on first use."""
     sub = key if _SAFE_KEY.match(key) else "k" + _kcache.key_caller(NAMESPACE, key.encode())[:40]
     d = os.path.join(staging_dir(), sub)
     if d not in _made:
         os.makedirs(d, mode=0o700, exist_ok=True)
-        _made.add(d)
-    path = os.path.join(d, filename)
-    # The directory is this process's own: a temporary name per thread is unique, and
-    # costs none of mkstemp's random names and retries (a hit stages every member).
-    tmp = os.path.join(d, ".stage-%d" % threading.get_ident())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o600)
-    try:
-        view = memoryview(data)
+        with _lock:
+            _made.add(d)
+    return d
+
+
+_O_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+
+
+def _write_all(fd: int, data: Any) -> None:
+    n = os.write(fd, data)
+    if n < len(data):  # a short write (a signal, a full file system): the rest
+        view = memoryview(data)[n:]
         while view:
             view = view[os.write(fd, view):]
+
+
+def _write_new(path: str, data: Any) -> bool:
+    """Writes data to a path that does not exist yet, in place: no one has been handed the
+    path, so no one can see it half-written. False when the path exists."""
+    try:
+        fd = os.open(path, _O_NEW, 0o600)
+    except FileExistsError:
+        return False
+    try:
+        _write_all(fd, data)
+    except BaseException:
+        os.close(fd)
+        os.unlink(path)
+        raise
+    os.close(fd)
+    return True
+
+
+def _replace(path: str, data: Any) -> None:
+    """Replaces a path Triton may have been handed already: written under a temporary name
+    and renamed, so that a reader has the old bytes or the new, never half of either."""
+    # The directory is this process's own: a temporary name per thread is unique, and
+    # costs none of mkstemp's random names and retries.
+    tmp = os.path.join(os.path.dirname(path), ".stage-%d" % threading.get_ident())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        _write_all(fd, data)
         os.close(fd)
         fd = -1
         os.rename(tmp, path)
@@ -356,9 +440,39 @@ def _stage(key: str, filename: str, data: bytes) -> str:
         except OSError:
             pass
         raise
+
+
+def _stage(key: str, filename: str, data: bytes) -> str:
+    """Puts data where Triton can read it: KEY/FILENAME in the staging directory."""
+    memo = (key, filename)
+    sig = (len(data), hash(data))
+    with _lock:
+        seen = _staged.get(memo)
+    if seen is not None and seen[1] == sig and os.path.exists(seen[0]):
+        return seen[0]  # staged before with these bytes: Triton asked again
+    path = os.path.join(_key_dir(key), filename)
+    if not _write_new(path, data):
+        _replace(path, data)
     with _lock:
         _staged[memo] = (path, sig)
     return path
+
+
+def _stage_group(key: str, members: Dict[str, Any]) -> Dict[str, str]:
+    """Stages a group's members (a hit): KEY/NAME for each. The first time in a process each
+    path is new and written in place; a group staged again replaces its files."""
+    d = _key_dir(key) + os.sep
+    if _staged:
+        with _lock:  # these paths no longer hold what _stage memoised for them
+            for name in members:
+                _staged.pop((key, name), None)
+    out = {}
+    for name, data in members.items():
+        path = d + name
+        if not _write_new(path, data):
+            _replace(path, data)
+        out[name] = path
+    return out
 
 
 # --- claims: one process compiles a kernel, the others wait for its group -----------------
@@ -431,12 +545,12 @@ def _encode_group(members: Dict[str, bytes]) -> bytes:
     return b"".join(out)
 
 
-def _decode_group(blob: bytes) -> Optional[Dict[str, bytes]]:
-    """The members of a group entry, or None for anything not exactly one."""
+def _decode_group(blob: bytes) -> Optional[Dict[str, memoryview]]:
+    """The members of a group entry (views of blob), or None for anything not exactly one."""
     if not blob.startswith(_GROUP_MAGIC):
         return None
     pos, end = len(_GROUP_MAGIC), len(blob)
-    members: Dict[str, bytes] = {}
+    members: Dict[str, memoryview] = {}
     view = memoryview(blob)
     while pos < end:
         if end - pos < 2:
@@ -454,7 +568,7 @@ def _decode_group(blob: bytes) -> Optional[Dict[str, bytes]]:
         pos += 8
         if end - pos < size or not _safe_name(name) or name in members:
             return None
-        members[name] = bytes(view[pos:pos + size])
+        members[name] = view[pos:pos + size]
         pos += size
     return members
 
@@ -475,12 +589,16 @@ class CacheManager(_TritonCacheManager):  # type: ignore[misc,valid-type]
     def __init__(self, key: str, override: bool = False, dump: bool = False) -> None:
         self.key = key
         self._files: Any = None
-        if override or dump:
+        if override or dump or _disabled():
             from triton.runtime.cache import FileCacheManager
 
             self._files = FileCacheManager(key, override=override, dump=dump)
         # This manager's puts, by file name: (path handed out, bytes), for put_group.
         self._put: Dict[str, tuple] = {}
+        self._triton_files: Any = None  # Triton's own files, when staging cannot be used
+        # Asked for a group: Triton's compile of this key. Its files are stored only as
+        # that group, by put_group, in one write (put).
+        self._grouped = False
         # The claim to compile this key's group, taken after a miss (_wait_or_claim).
         self._claim: Any = None
 
@@ -489,8 +607,6 @@ class CacheManager(_TritonCacheManager):  # type: ignore[misc,valid-type]
         return self.get_file(filename) is not None
 
     def _lookup(self, filename: str, touch: bool = True) -> Optional[bytes]:
-        if _disabled():
-            return None
         store = _get_store()
         if store is None:
             return None
@@ -502,8 +618,6 @@ class CacheManager(_TritonCacheManager):  # type: ignore[misc,valid-type]
             return None
 
     def _store_put(self, filename: str, data: bytes) -> bool:
-        if _disabled():
-            return False
         store = _get_store()
         if store is None:
             return False
@@ -519,19 +633,20 @@ class CacheManager(_TritonCacheManager):  # type: ignore[misc,valid-type]
             return self._files.get_file(filename)
         mine = self._put.get(filename)
         if mine is not None:
-            return _stage(self.key, filename, mine[1])
+            return self._materialise(filename, mine[1])
         data = self._lookup(filename)
         if data is None:
             # Inside a compile's group: Triton names it after the kernel (NAME.json for NAME.EXT).
             stem = filename.rsplit(".", 1)[0]
             blob = self._lookup(_GROUP_PREFIX + stem + ".json")
             members = _decode_group(blob) if blob is not None else None
-            data = members.get(filename) if members else None
+            view = members.get(filename) if members else None
+            data = bytes(view) if view is not None else None
         if data is None:
             _count("misses")
             return None
         _count("hits")
-        return _stage(self.key, filename, data)
+        return self._materialise(filename, data)
 
     def put(self, data: Any, filename: str, binary: bool = True) -> str:
         if self._files is not None:
@@ -539,9 +654,9 @@ class CacheManager(_TritonCacheManager):  # type: ignore[misc,valid-type]
         if not _safe_name(filename):
             raise ValueError("kcache: Triton file name %r is not a plain file name" % filename)
         raw = bytes(data) if isinstance(data, (bytes, bytearray, memoryview)) else str(data).encode("utf-8")
-        if self._store_put(filename, raw):
+        if not self._grouped and self._store_put(filename, raw):
             _count("puts")
-        path = _stage(self.key, filename, raw)
+        path = self._materialise(filename, raw)
         self._put[filename] = (path, raw)
         return path
 
@@ -556,14 +671,34 @@ class CacheManager(_TritonCacheManager):  # type: ignore[misc,valid-type]
                 _count("damaged")
             return None
         try:
-            return {name: _stage(self.key, name, data) for name, data in members.items()}
+            return _stage_group(self.key, members)
         except OSError as ex:
-            _report("cannot stage Triton's files", ex)
-            return None
+            _report(_NO_STAGING, ex, _TO_TRITON_DIR)
+        return {name: self._fallback(name, bytes(data)) for name, data in members.items()}
+
+    def _materialise(self, filename: str, data: bytes) -> str:
+        """A path that holds data, for Triton to read: staged (_stage), or where Triton's
+        own cache would put it when nothing can be staged."""
+        try:
+            return _stage(self.key, filename, data)
+        except OSError as ex:
+            _report(_NO_STAGING, ex, _TO_TRITON_DIR)
+        return self._fallback(filename, data)
+
+    def _fallback(self, filename: str, data: bytes) -> str:
+        # Staging cannot be used (no usable memory file system, one that is full): the
+        # compile goes on with files where Triton keeps its own, as without kcache; the
+        # bytes are stored in kcache all the same. Raises what Triton's cache would.
+        if self._triton_files is None:
+            from triton.runtime.cache import FileCacheManager
+
+            self._triton_files = FileCacheManager(self.key)
+        return self._triton_files.put(data, filename, binary=True)
 
     def get_group(self, filename: str) -> Optional[Dict[str, str]]:
         if self._files is not None:
             return self._files.get_group(filename)
+        self._grouped = True
         group = self._group(filename)
         if group is None:
             group = self._wait_or_claim(filename)
@@ -574,8 +709,6 @@ class CacheManager(_TritonCacheManager):  # type: ignore[misc,valid-type]
         """After a miss: the group another process is compiling, once it is stored, or
         None with the claim to compile it (released by put_group, or when this manager
         is dropped, or when the process ends)."""
-        if _disabled():
-            return None
         fd = _claims_fd()
         if fd is None:
             return None
@@ -628,15 +761,11 @@ class CacheManager(_TritonCacheManager):  # type: ignore[misc,valid-type]
             _count("damaged")
             return None
         try:
+            # One put, one transaction: the group appears whole or not at all. Its members
+            # were never stored on their own (get_group came first), so nothing is deleted.
             if not self._store_put(_GROUP_PREFIX + filename, _encode_group(members)):
                 return None
             _count("groups_put")
-            store = _get_store()
-            for name in members:
-                try:
-                    store.delete(NAMESPACE, _caller_key(self.key, name))
-                except Exception as ex:
-                    _report("cannot write the cache", ex)
         finally:
             if self._claim is not None:
                 self._claim()  # after the store: a waiter that takes the claim finds the group

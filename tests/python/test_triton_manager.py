@@ -27,7 +27,10 @@ def tt(monkeypatch, tmp_path, cache_dir):
 
 
 def compile_like_triton(m, name="add_kernel"):
-    """What triton.compile does on a miss: put each stage, then the group."""
+    """What triton.compile does: ask for the group, and on a miss put each stage, then the
+    group."""
+    if m.get_group(name + ".json") is not None:
+        return None
     group = {}
     for ext, data in (("source", "def f(): pass"), ("ttir", "module {}"), ("ptx", ".version 8.7"),
                       ("cubin", b"\x7fELF" + bytes(range(256)) * 40)):
@@ -43,7 +46,7 @@ def test_a_group_round_trips_as_one_entry(tt, cache_dir):
     put = compile_like_triton(m)
     for name, path in put.items():
         assert path.startswith(str(tt) + os.sep) and os.path.basename(path) == name
-    # The members' own rows are folded into the group: one entry per kernel.
+    # The members are stored only inside the group: one entry per kernel.
     assert kcache.Cache(cache_dir).stats("triton")["entries"] == 1
     got = kt.CacheManager(KEY).get_group("add_kernel.json")
     assert sorted(got) == sorted(put)
@@ -183,12 +186,101 @@ def test_a_cache_that_cannot_be_opened_is_reported_once(monkeypatch, tt, tmp_pat
     assert kt.stats()["errors"] == 1
 
 
-def test_disable_stores_nothing(monkeypatch, tt, cache_dir):
-    monkeypatch.setenv("KCACHE_DISABLE", "1")
+class FakeFileCacheManager:
+    """Triton's FileCacheManager as far as the pass-through needs it: records the calls."""
+    calls: list = []
+
+    def __init__(self, key, override=False, dump=False):
+        self.key = key
+        self.calls.append(("init", key, override, dump))
+
+    def get_file(self, filename):
+        self.calls.append(("get_file", filename))
+        return "/triton/own/" + filename
+
+    def put(self, data, filename, binary=True):
+        self.calls.append(("put", filename))
+        return "/triton/own/" + filename
+
+    def get_group(self, filename):
+        self.calls.append(("get_group", filename))
+        return None
+
+    def put_group(self, filename, group):
+        self.calls.append(("put_group", filename))
+
+
+@pytest.fixture
+def triton_files(monkeypatch):
+    """A stand-in for triton.runtime.cache (Triton itself is not installed here)."""
+    import types
+
+    mod = types.ModuleType("triton.runtime.cache")
+    mod.FileCacheManager = FakeFileCacheManager
+    for name, m in (("triton", types.ModuleType("triton")),
+                    ("triton.runtime", types.ModuleType("triton.runtime")),
+                    ("triton.runtime.cache", mod)):
+        monkeypatch.setitem(sys.modules, name, m)
+    FakeFileCacheManager.calls = []
+    return FakeFileCacheManager.calls
+
+
+@pytest.mark.parametrize("how", ["kcache.conf", "KCACHE_DISABLE", "unreadable kcache.conf",
+                                 "unreadable setting"])
+def test_disable_hands_triton_its_own_file_cache(monkeypatch, tt, cache_dir, triton_files,
+                                                 caplog, how):
+    """Off, kcache is out of Triton's way: every call goes to Triton's own file cache, as if
+    TRITON_CACHE_MANAGER were not set, and the database is not even opened."""
+    if how == "kcache.conf":
+        (cache_dir / "kcache.conf").write_text("# off while we look into something\ndisable = true\n")
+    elif how == "KCACHE_DISABLE":
+        (cache_dir / "kcache.conf").write_text("disable = false\n")
+        monkeypatch.setenv("KCACHE_DISABLE", "1")  # the environment wins over the file
+    elif how == "unreadable kcache.conf":
+        (cache_dir / "kcache.conf").write_text("disable true\n")
+    else:
+        monkeypatch.setenv("KCACHE_REMOTE", "http://not-redis")
+    kt._reset()
+    m = kt.CacheManager(KEY)
+    assert m.get_group("add_kernel.json") is None
+    assert m.put(b"cubin", "add_kernel.cubin") == "/triton/own/add_kernel.cubin"
+    m.put_group("add_kernel.json", {"add_kernel.cubin": "/triton/own/add_kernel.cubin"})
+    assert m.get_file("add_kernel.cubin") == "/triton/own/add_kernel.cubin"
+    assert [c[0] for c in triton_files] == ["init", "get_group", "put", "put_group", "get_file"]
+    assert not (cache_dir / "kcache.db").exists()
+    warnings = [r.getMessage() for r in caplog.records if r.name == "kcache.triton"]
+    if how.startswith("unreadable"):
+        assert len(warnings) == 1 and "Triton's own file cache serves" in warnings[0], warnings
+        assert ("kcache.conf:1" if how == "unreadable kcache.conf" else "KCACHE_REMOTE") \
+            in warnings[0]
+    else:
+        assert warnings == []
+
+
+def test_disable_off_in_the_environment_wins_over_the_file(monkeypatch, tt, cache_dir):
+    (cache_dir / "kcache.conf").write_text("disable = true\n")
+    monkeypatch.setenv("KCACHE_DISABLE", "0")
+    kt._reset()
     compile_like_triton(kt.CacheManager(KEY))
-    assert kt.CacheManager(KEY).get_group("add_kernel.json") is None
-    monkeypatch.delenv("KCACHE_DISABLE")
-    assert kcache.Cache(cache_dir).stats("triton")["entries"] == 0
+    assert kt.CacheManager(KEY).get_group("add_kernel.json") is not None
+
+
+def test_settings_are_read_once_per_process(monkeypatch, tt, cache_dir):
+    """A process reads kcache's settings once (not on each of Triton's calls): a change of
+    kcache.conf takes effect in the next process, as for the store's cap and codec."""
+    calls = []
+    real = kt._kcache.settings
+
+    def counted(*a):
+        calls.append(a)
+        return real(*a)
+
+    monkeypatch.setattr(kt._kcache, "settings", counted)
+    for _ in range(3):
+        m = kt.CacheManager(KEY)
+        if m.get_group("add_kernel.json") is None:
+            compile_like_triton(m)
+    assert len(calls) == 1
 
 
 def test_a_file_name_that_is_a_path_is_refused(tt):
@@ -296,7 +388,8 @@ def test_a_wait_is_bounded(monkeypatch, tt, cache_dir):
 
 
 def test_a_remote_that_cannot_be_used_leaves_the_local_cache(monkeypatch, tt, cache_dir, caplog):
-    monkeypatch.setenv("KCACHE_REMOTE", "http://not-redis")
+    # A remote the settings accept that cannot be opened (one they refuse: a test above).
+    monkeypatch.setenv("KCACHE_REMOTE", "redis://user:pass:word@")
     kt._reset()
     compile_like_triton(kt.CacheManager(KEY))
     assert kt.CacheManager(KEY).get_group("add_kernel.json") is not None
@@ -304,3 +397,128 @@ def test_a_remote_that_cannot_be_used_leaves_the_local_cache(monkeypatch, tt, ca
     assert len(warnings) == 1 and "cannot use the remote" in warnings[0], warnings
     monkeypatch.delenv("KCACHE_REMOTE")
     assert kcache.Cache(cache_dir).stats("triton")["entries"] == 1
+
+
+def test_settings_resolve_as_the_command_does(monkeypatch, cache_dir):
+    """kcache.triton reads disable (and the store its cap, codec and remote) from the
+    settings the command line shows: environment over kcache.conf over the default."""
+    from kcache import _kcache
+
+    db = str(cache_dir / "kcache.db")
+    (cache_dir / "kcache.conf").write_text("disable = true\nmax_size = 1G\n")
+    s = _kcache.settings(db)
+    assert s["path"] == db and s["disable"] == "true" and s["max_size"] == "1G"
+    monkeypatch.setenv("KCACHE_DISABLE", "0")
+    assert _kcache.settings(db)["disable"] == "0"
+    monkeypatch.setenv("KCACHE_DIR", str(cache_dir))
+    assert _kcache.settings()["path"] == db
+    (cache_dir / "kcache.conf").write_text("disable true\n")
+    with pytest.raises(kcache.Error, match="kcache.conf:1"):
+        _kcache.settings(db)
+
+
+WRITER = textwrap.dedent("""
+    import os, sys
+    import kcache.triton as kt
+    m = kt.CacheManager(sys.argv[1])
+    had = m.get_group("add_kernel.json")  # a hit when Triton compiles again (always_compile)
+    assert (had is not None) == (sys.argv[2] == "again"), had
+    group = {}
+    for ext, data in (("ttir", b"module {}"), ("ptx", b".version 8.7"), ("cubin", b"new cubin")):
+        group["add_kernel." + ext] = m.put(data, "add_kernel." + ext)
+    print("between", flush=True)
+    if sys.stdin.readline().strip() == "die":
+        os._exit(9)  # killed in the middle of its compile
+    group["add_kernel.json"] = m.put('{"v": "new"}', "add_kernel.json")
+    m.put_group("add_kernel.json", group)
+    print("stored", flush=True)
+""")
+NAMES = ["add_kernel.cubin", "add_kernel.json", "add_kernel.ptx", "add_kernel.ttir"]
+
+
+def visible(cache_dir):
+    """What another process can see of KEY's kernel: the group entry's members, and each
+    file as get_file hands it out (neither waits for the writer's claim)."""
+    with kcache.Cache(cache_dir) as c:
+        blob = c.get("triton", KEY.encode() + b"\0__grp__add_kernel.json")
+    group = kt._decode_group(blob) if blob is not None else None
+    files = {}
+    for name in NAMES:
+        p = kt.CacheManager(KEY).get_file(name)
+        if p is not None:
+            with open(p, "rb") as f:
+                files[name] = f.read()
+    return ({n: bytes(v) for n, v in group.items()} if group is not None else None), files
+
+
+def start_writer(tt, cache_dir, how):
+    env = dict(os.environ, KCACHE_DIR=str(cache_dir), KCACHE_TRITON_STAGING=str(tt))
+    p = subprocess.Popen([sys.executable, "-c", WRITER, KEY, how], env=env, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "between", p.stderr.read()
+    return p
+
+
+@pytest.mark.parametrize("how", ["first", "again"])
+def test_another_process_sees_a_group_whole_or_not_at_all(tt, cache_dir, how):
+    """While a process compiles a kernel, another sees none of its files, or (Triton compiling
+    a kernel again) the group stored before, every file as in that group; once stored, the
+    new group whole. Never a member without its group, never one of another compile."""
+    if how == "again":
+        m = kt.CacheManager(KEY)
+        assert m.get_group("add_kernel.json") is None
+        m.put_group("add_kernel.json", {"add_kernel.cubin": m.put(b"old cubin", "add_kernel.cubin"),
+                                        "add_kernel.json": m.put('{"v": "old"}', "add_kernel.json")})
+        old = {"add_kernel.cubin": b"old cubin", "add_kernel.json": b'{"v": "old"}'}
+    w = start_writer(tt, cache_dir, how)
+    try:
+        group, files = visible(cache_dir)
+        if how == "first":
+            assert group is None and files == {}, "a compile's files seen before its group"
+        else:
+            assert group == old and files == old, "files of a compile not yet stored"
+        w.stdin.write("go\n")
+        w.stdin.flush()
+        assert w.stdout.readline().strip() == "stored", w.stderr.read()
+    finally:
+        w.stdin.close()
+        assert w.wait(30) == 0, w.stderr.read()
+    group, files = visible(cache_dir)
+    assert sorted(group) == NAMES and group["add_kernel.cubin"] == b"new cubin"
+    assert files == group
+    assert kcache.Cache(cache_dir).stats("triton")["entries"] == 1
+
+
+def test_a_compile_killed_before_its_group_leaves_nothing(tt, cache_dir):
+    w = start_writer(tt, cache_dir, "first")
+    w.stdin.write("die\n")
+    w.stdin.close()
+    assert w.wait(30) == 9
+    assert visible(cache_dir) == (None, {})
+    assert kcache.Cache(cache_dir).stats("triton")["entries"] == 0
+
+
+def test_without_staging_the_compile_goes_on_in_tritons_directory(monkeypatch, tt, cache_dir,
+                                                                  triton_files, caplog):
+    """No memory file system to stage in (none usable, or full): Triton is handed paths in
+    its own cache directory, as without kcache, and the kernel is stored in kcache all the
+    same; reported once. The cache never makes a compile fail."""
+    blocker = cache_dir / "not a directory"
+    blocker.write_text("x")
+    bases = kt._staging_bases
+    monkeypatch.setattr(kt, "_staging_bases", lambda: [str(blocker)])
+    kt._reset()
+    m = kt.CacheManager(KEY)
+    group = compile_like_triton(m)
+    assert group is not None
+    assert all(p == "/triton/own/" + n for n, p in group.items()), group
+    hit = kt.CacheManager(KEY).get_group("add_kernel.json")
+    assert hit == {n: "/triton/own/" + n for n in group}
+    assert kcache.Cache(cache_dir).stats("triton")["entries"] == 1
+    warnings = [r.getMessage() for r in caplog.records if r.name == "kcache.triton"]
+    assert len(warnings) == 1 and "Triton's cache directory" in warnings[0], warnings
+    # Staging back: the same entry is served from it, whole.
+    monkeypatch.setattr(kt, "_staging_bases", bases)
+    kt._reset()
+    got = kt.CacheManager(KEY).get_group("add_kernel.json")
+    assert open(got["add_kernel.cubin"], "rb").read() == b"\x7fELF" + bytes(range(256)) * 40
