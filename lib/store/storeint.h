@@ -93,6 +93,7 @@ struct kcache_store {
     struct kc_counter_delta *counters; /* named counters of other layers (counter.c) */
     size_t n_counters, cap_counters;
     uint64_t last_flush_ns;
+    int64_t last_use_ms; /* the latest time of use this handle stamped (kc_use_ms) */
     uint64_t index_damaged_ns; /* when the file was last found sound behind a damaged -shm */
     int get_found_damage;          /* the last get deleted a damaged entry */
     kcache_key other_host_key;     /* the lease of another host this handle waits for, */
@@ -201,6 +202,8 @@ int kc_db_migrate_to(kcache_store *s, int version);
 
 /* touch.c */
 void kc_touch(kcache_store *s, const kcache_key *key);
+/* A time of use for a put or a hit, later than every one this handle stamped before. */
+int64_t kc_use_ms(kcache_store *s);
 /* Writes pending touches and counters inside the caller's write transaction. */
 int kc_pending_write(kcache_store *s);
 void kc_pending_clear(kcache_store *s);
