@@ -315,6 +315,7 @@ def _program_cache_class() -> type:
         """
 
     ProgramCache.__module__ = __name__
+    ProgramCache.__qualname__ = "ProgramCache"
     return ProgramCache
 
 
