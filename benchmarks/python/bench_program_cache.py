@@ -29,20 +29,22 @@ import sys
 import tempfile
 import time
 
+# Times, in microseconds: finding the class (kcache makes ProgramCache on first
+# use), opening the cache, the first read. Their sum is the first hit.
 CHILD = r'''
 import sys, time
 import cuda.core.utils as u
 import kcache
 which, path, key = sys.argv[1], sys.argv[2], bytes.fromhex(sys.argv[3])
 t0 = time.perf_counter()
-if which == "kcache":
-    c = kcache.ProgramCache(path)
-else:
-    c = u.FileStreamProgramCache(path)
-data = c[key]
+cls = kcache.ProgramCache if which == "kcache" else u.FileStreamProgramCache
 t1 = time.perf_counter()
+c = cls(path)
+t2 = time.perf_counter()
+data = c[key]
+t3 = time.perf_counter()
 assert len(data) > 0
-print((t1 - t0) * 1e6)
+print((t1 - t0) * 1e6, (t2 - t1) * 1e6, (t3 - t2) * 1e6)
 '''
 
 
@@ -104,6 +106,7 @@ def main():
         caches["kcache.ProgramCache"].close()
 
         fresh = {"kcache.ProgramCache": [], "FileStreamProgramCache": []}
+        parts = {"kcache.ProgramCache": [], "FileStreamProgramCache": []}
         paths = {"kcache.ProgramCache": ("kcache", os.path.join(work, "kcache")),
                  "FileStreamProgramCache": ("filestream", os.path.join(work, "filestream"))}
         for i in range(a.fresh):
@@ -113,7 +116,9 @@ def main():
                                    capture_output=True, text=True, timeout=120)
                 if p.returncode:
                     sys.exit("child failed: " + p.stderr)
-                fresh[name].append(float(p.stdout.strip()))
+                t = [float(x) for x in p.stdout.split()]
+                parts[name].append(t)
+                fresh[name].append(sum(t))
 
         rows = []
         for name in caches:
@@ -126,6 +131,10 @@ def main():
                 "warm_reads": len(w),
                 "fresh_first_hit_median_us": statistics.median(f) if f else None,
                 "fresh_processes": len(f) if f else 0,
+                "fresh_parts_median_us": (
+                    {part: statistics.median(t[j] for t in parts[name])
+                     for j, part in enumerate(("class", "open", "first_read"))}
+                    if f else None),
             })
         fs = next(r for r in rows if r["cache"] == "FileStreamProgramCache")
         print("%d entries of %d bytes; warm: %d reads each, interleaved; fresh: %d processes each"
@@ -143,6 +152,12 @@ def main():
                 if r["fresh_first_hit_median_us"] is not None else "n/a")
             print("| %s | %.1f us | %.1f us | %s | %s |" % (r["cache"], r["warm_median_us"],
                                                         r["warm_p90_us"], first, ratio))
+        print()
+        print("first hit, median of each part: class / open / first read (us)")
+        for r in rows:
+            if r["fresh_parts_median_us"]:
+                print("  %s: %s" % (r["cache"], " / ".join(
+                    "%.1f" % v for v in r["fresh_parts_median_us"].values())))
         if a.json:
             with open(a.json, "w") as f:
                 json.dump({"entries": a.entries, "size": a.size, "rows": rows,

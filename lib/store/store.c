@@ -526,7 +526,7 @@ int kc_put_rows(kcache_store *s, const struct kc_put_ctx *p)
     sqlite3_bind_int64(st, 6, (sqlite3_int64)p->stored->size);
     sqlite3_bind_int(st, 7, p->codec);
     sqlite3_bind_blob(st, 8, p->digest, KC_DIGEST_SIZE, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 9, kc_now_ms());
+    sqlite3_bind_int64(st, 9, kc_use_ms(s));
     sqlite3_bind_int64(st, 10, (sqlite3_int64)e->compile_ns);
     bind_text(st, 11, e->toolchain);
     if ((rc = step_done(s, st, "storing an entry")))

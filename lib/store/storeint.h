@@ -84,6 +84,7 @@ struct kcache_store {
     struct kc_counter_delta *counters; /* named counters of other layers (counter.c) */
     size_t n_counters, cap_counters;
     uint64_t last_flush_ns;
+    int64_t last_use_ms; /* the latest time of use this handle stamped (kc_use_ms) */
     int get_found_damage;          /* the last get deleted a damaged entry */
     kcache_key other_host_key;     /* the lease of another host this handle waits for, */
     uint64_t other_host_since_ns;  /* and since when (lease.c) */
@@ -138,6 +139,8 @@ int kc_store_open_bundle(kcache_store **out, const char *path, char *errbuf, siz
 
 /* touch.c */
 void kc_touch(kcache_store *s, const kcache_key *key);
+/* A time of use for a put or a hit, later than every one this handle stamped before. */
+int64_t kc_use_ms(kcache_store *s);
 /* Writes pending touches and counters inside the caller's write transaction. */
 int kc_pending_write(kcache_store *s);
 void kc_pending_clear(kcache_store *s);

@@ -22,6 +22,22 @@ int kc_usage_add(kcache_store *s, const char *arch, int kind, uint64_t hits, uin
                           saved_ns);
 }
 
+/*
+ * Times of use are milliseconds, and the LRU evicts the oldest: a read in the
+ * same millisecond as a write before it would tie with it, and the tie goes to
+ * the older row, so "read a, write b, trim" could evict a, which was used
+ * last. Within one handle the stamps are therefore strictly increasing: a
+ * stamp in a millisecond already used is the last one plus one. They run ahead
+ * of the clock only while a handle stamps more than one use a millisecond, and
+ * by as many milliseconds as it stamped beyond that; the clock catches up after.
+ */
+int64_t kc_use_ms(kcache_store *s)
+{
+    int64_t now = kc_now_ms();
+    s->last_use_ms = now > s->last_use_ms ? now : s->last_use_ms + 1;
+    return s->last_use_ms;
+}
+
 static void add_touch(kcache_store *s, const kcache_key *key)
 {
     if (s->n_touches >= KC_TOUCH_MAX)
@@ -33,7 +49,7 @@ static void add_touch(kcache_store *s, const kcache_key *key)
     s->touches = grown;
     struct kc_touch *t = &s->touches[s->n_touches++];
     t->key = *key;
-    t->accessed_at = kc_now_ms();
+    t->accessed_at = kc_use_ms(s);
     t->hits = 1;
 }
 
@@ -46,7 +62,7 @@ void kc_touch(kcache_store *s, const kcache_key *key)
 {
     for (size_t i = s->n_touches; i-- > 0;) {
         if (memcmp(s->touches[i].key.bytes, key->bytes, KCACHE_KEY_SIZE) == 0) {
-            s->touches[i].accessed_at = kc_now_ms();
+            s->touches[i].accessed_at = kc_use_ms(s);
             s->touches[i].hits++;
             return;
         }

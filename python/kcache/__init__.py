@@ -20,9 +20,8 @@ with the compiler's ``.log``.
 from __future__ import annotations
 
 import os
-import threading
 import time
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Union
+from _thread import allocate_lock
 
 from . import _kcache
 from ._kcache import CompileError, Error
@@ -40,8 +39,15 @@ __all__ = [
 
 __version__: str = _kcache.library_version
 
-PathLike = Union[str, "os.PathLike[str]"]
-KeyLike = Union[bytes, bytearray, str]
+# `typing` and `threading` cost a process more to import than a hit costs
+# (several milliseconds against a fraction of one): the names below are for
+# type checkers only, and annotations stay strings (PEP 563).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterable, Mapping, Sequence, Union
+
+    PathLike = Union[str, "os.PathLike[str]"]
+    KeyLike = Union[bytes, bytearray, str]
 
 #: The namespace :class:`ProgramCache` stores under (``kcache ls --namespace cuda.core``).
 PROGRAM_CACHE_NAMESPACE = "cuda.core"
@@ -205,16 +211,117 @@ class Cache:
 def __getattr__(name: str) -> Any:
     # ProgramCache subclasses cuda.core's ProgramCacheResource, and importing
     # cuda.core costs a process far more than a hit: only its users pay it.
+    # The class is made here, not imported from a module of its own: a module
+    # import is a few file lookups and reads, about as long as a warm hit.
     if name == "ProgramCache":
-        from ._program_cache import ProgramCache
-
-        globals()["ProgramCache"] = ProgramCache
-        return ProgramCache
+        cls = _program_cache_class()
+        globals()["ProgramCache"] = cls
+        return cls
     raise AttributeError(f"module 'kcache' has no attribute {name!r}")
 
 
+class _ProgramCacheProtocol:
+    """The defaults of cuda.core's ProgramCacheResource, for use without cuda.core."""
+
+    def get(self, key: KeyLike, default: bytes | None = None) -> bytes | None:
+        try:
+            return self[key]  # type: ignore[index]
+        except KeyError:
+            return default
+
+    def update(self, items: Any, /) -> None:
+        if hasattr(items, "keys"):  # a mapping, by dict.update's own test
+            items = ((k, items[k]) for k in items.keys())
+        for key, value in items:
+            self[key] = value  # type: ignore[index]
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _ProgramCacheMethods:
+    """What kcache.ProgramCache adds to cuda.core's ProgramCacheResource (see its docstring)."""
+
+    def __init__(self, path: PathLike | None = None, *, max_size_bytes: int | None = None) -> None:
+        if max_size_bytes is not None and max_size_bytes <= 0:
+            raise ValueError("max_size_bytes must be positive or None (0 would evict every write)")
+        self._store = _kcache.Store(_db_path(path))
+        self._max_size_bytes = max_size_bytes
+        self._ns = PROGRAM_CACHE_NAMESPACE
+
+    def __getitem__(self, key: KeyLike) -> bytes:
+        data = self._store.get(self._ns, _key_bytes(key))
+        if data is None:
+            raise KeyError(key)
+        return data
+
+    def __setitem__(self, key: KeyLike, value: Any) -> None:
+        self._store.put(self._ns, _key_bytes(key), _value_bytes(value))
+        if self._max_size_bytes is not None:
+            self._store.trim_namespace(self._ns, self._max_size_bytes)
+
+    def __delitem__(self, key: KeyLike) -> None:
+        if not self._store.delete(self._ns, _key_bytes(key)):
+            raise KeyError(key)
+
+    def __len__(self) -> int:
+        return self._store.namespace_stats(self._ns)["entries"]
+
+    def clear(self) -> None:
+        """Removes every entry of this cache (the namespace; the rest of the file stays)."""
+        self._store.clear_namespace(self._ns)
+
+    def close(self) -> None:
+        """Releases the file."""
+        self._store.close()
+
+    @property
+    def path(self) -> str:
+        """The database file."""
+        return self._store.path
+
+
+def _program_cache_class() -> type:
+    try:  # cuda.core's ProgramCacheResource when cuda.core is there
+        from cuda.core.utils import ProgramCacheResource as base
+    except Exception:  # ImportError, or a cuda.core that cannot load its bindings
+        base = _ProgramCacheProtocol
+
+    class ProgramCache(_ProgramCacheMethods, base):  # type: ignore[misc,valid-type]
+        """A program cache for cuda.core in kcache's one file.
+
+        ``Program.compile("cubin", cache=kcache.ProgramCache())`` stores its
+        compiles in the user's kcache cache (or ``path``, a cache directory),
+        beside the ``kcache`` command's and the drop-in's, under the namespace
+        ``cuda.core`` (``kcache ls --namespace cuda.core``).
+
+        As ``FileStreamProgramCache``: persistent across processes, safe across
+        threads and processes (a reader sees a whole entry or none), and, with
+        ``max_size_bytes``, the least recently read entries of this namespace
+        evicted once their bytes pass it (the file's own cap still holds).
+        Keys are ``bytes`` or ``str`` (its UTF-8 bytes); values bytes-like or
+        ``ObjectCode`` (stored as its bytes). Every read is checked against the
+        entry's digest. With a remote tier set (``remote`` in kcache's settings,
+        ``$KCACHE_REMOTE``), a local miss asks it and a write is pushed to it, as
+        for kcache's own compiles. Like cuda.core's caches there is no
+        ``__contains__``: use :meth:`get`, which answers and reads in one step.
+        Without cuda.core installed it is a plain mapping with the same protocol.
+        """
+
+    ProgramCache.__module__ = __name__
+    ProgramCache.__qualname__ = "ProgramCache"
+    return ProgramCache
+
+
 if TYPE_CHECKING:
-    from ._program_cache import ProgramCache
+    class ProgramCache(_ProgramCacheMethods, _ProgramCacheProtocol):
+        pass
 
 
 class CompileResult:
@@ -251,7 +358,7 @@ class CompileResult:
 
 
 _compilers: dict[Any, Any] = {}
-_compilers_lock = threading.Lock()
+_compilers_lock = allocate_lock()
 
 _KINDS = {None: 0, "cubin": _kcache.KIND_CUBIN, "ptx": _kcache.KIND_PTX, "ltoir": _kcache.KIND_LTOIR}
 

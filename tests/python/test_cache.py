@@ -270,3 +270,15 @@ def test_remote_tier(cache_dir, tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_module_shares_the_processes_sqlite():
+    # The module links its other libraries in, but not SQLite: the drop-in
+    # NVRTC in the same process (kcache run) uses the shared one, and two
+    # copies of SQLite on one file drop each other's POSIX locks on close.
+    nm = shutil.which("nm")
+    if not nm:
+        pytest.skip("no nm (binutils) here")
+    undefined = subprocess.run([nm, "-D", "--undefined-only", kcache._kcache.__file__],
+                               capture_output=True, text=True, check=True).stdout
+    assert " sqlite3_open_v2" in undefined, "the module carries its own SQLite"

@@ -21,6 +21,11 @@ def test_is_cuda_cores_resource():
     from cuda.core.utils import ProgramCacheResource
 
     assert issubclass(kcache.ProgramCache, ProgramCacheResource)
+    # Named as users spell it (repr, pickle by reference, tracebacks), though made on first use.
+    assert (kcache.ProgramCache.__module__, kcache.ProgramCache.__qualname__) == ("kcache", "ProgramCache")
+    import pickle
+
+    assert pickle.loads(pickle.dumps(kcache.ProgramCache)) is kcache.ProgramCache
     # The protocol leaves __contains__ out on purpose (a check-then-read races): so do we.
     assert not hasattr(ProgramCacheResource, "__contains__")
     assert not hasattr(kcache.ProgramCache, "__contains__")

@@ -200,6 +200,40 @@ static void test_lru_under_cap(void)
     kcache_store_close(s);
 }
 
+/*
+ * Uses in one millisecond keep their order: a read right after two writes is
+ * the most recent use, so a trim evicts the write before it, not the entry
+ * just read. Over many rounds, most fall within one millisecond.
+ */
+static void test_lru_within_a_millisecond(void)
+{
+    kcache_store *s = st_open(test_path("keyed-ms.db"), UINT64_MAX, NULL, NULL);
+    for (unsigned round = 0; round < 50; round++) {
+        char a[32], b[32], c[32];
+        snprintf(a, sizeof(a), "a%u", round);
+        snprintf(b, sizeof(b), "b%u", round);
+        snprintf(c, sizeof(c), "c%u", round);
+        CHECK_RC(kcache_store_put_keyed(s, "ms", a, strlen(a), scratch, 100), 0);
+        CHECK_RC(kcache_store_put_keyed(s, "ms", b, strlen(b), scratch, 100), 0);
+        kcache_entry *e = get_ok(s, "ms", a);
+        CHECK(e != NULL);
+        kcache_entry_free(e);
+        CHECK_RC(kcache_store_put_keyed(s, "ms", c, strlen(c), scratch, 100), 0);
+        uint64_t evicted = 0;
+        CHECK_RC(kcache_store_trim_namespace(&evicted, s, "ms", 250), 0);
+        CHECK(evicted == 1);
+        e = get_ok(s, "ms", a);
+        CHECK(e != NULL); /* a was read after b was written */
+        kcache_entry_free(e);
+        kcache_entry *gone = NULL;
+        CHECK_RC(kcache_store_get_keyed(&gone, s, "ms", b, strlen(b), KCACHE_GET_NO_TOUCH),
+                 KCACHE_ENOTFOUND);
+        uint64_t n = 0;
+        CHECK_RC(kcache_store_clear_namespace(&n, s, "ms"), 0);
+    }
+    kcache_store_close(s);
+}
+
 static int put_forged(kcache_store *s, kcache_entry *e)
 {
     char what[256] = "";
@@ -460,6 +494,7 @@ int main(void)
     test_put_get_delete();
     test_namespace_stats_and_clear();
     test_lru_under_cap();
+    test_lru_within_a_millisecond();
     test_gate();
     test_bundle();
     test_migration();
