@@ -34,6 +34,13 @@ NARROW = {('store', 'db'): {'db/db.h'},
           ('compile', 'gpu'): {'gpu/driver.h'},
           ('nvrtc-shim', 'compile'): {'compile/nvrtc_points.h'}}
 
+# The public headers a low layer may include: its own faces, none of a layer
+# above it (util/ once took the store's default cap from <kcache/store.h>).
+PUBLIC = {
+    'util': {'kcache/core.h', 'kcache/config.h', 'kcache/cubin.h'},
+    'db': {'kcache/core.h'},
+}
+
 # (what, pattern, the folders where it belongs)
 OWNED = [
     ('SQLite', re.compile(r'#\s*include\s*<sqlite3\.h>|\bsqlite3_\w+'), {'db', 'store'}),
@@ -78,6 +85,9 @@ def check_file(root, folder, path, errors):
                               'and its own headers' % (rel, line, inc))
             continue
         if inc.startswith('kcache/'):
+            if folder in PUBLIC and inc not in PUBLIC[folder]:
+                errors.append('%s:%d: %s/ includes "%s", a public header of a layer above it' %
+                              (rel, line, folder, inc))
             continue
         if '/' not in inc:
             errors.append('%s:%d: "%s": name private headers by folder ("%s/%s")' %
