@@ -1,7 +1,9 @@
 /*
+ * Over 700 lines: the settings table, its read of kcache.conf and its writer share internals.
+ *
  * Settings: a flag > the environment > kcache.conf next to the database > the
- * default. The store asks for the two it needs (path, cap); `kcache config`
- * lists them all with where each came from.
+ * default. The store asks for those it needs (path, cap, busy timeout,
+ * compression); `kcache config` lists them all with where each came from.
  */
 #include <errno.h>
 #include <pthread.h>
