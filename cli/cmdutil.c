@@ -1,4 +1,4 @@
-/* What several verbs share beyond util.c: progress on a terminal, opening to read. */
+/* What several verbs share beyond cli.c: progress, the config, the store, an output file. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
