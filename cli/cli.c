@@ -58,14 +58,19 @@ void cli_log(void *userdata, int level, const char *message)
                 message);
 }
 
+void cli_store_options(kcache_store_options *o, int read_only)
+{
+    o->path = cli_globals.path;
+    o->max_size = cli_globals.max_size;
+    o->read_only = read_only;
+    o->log = cli_log;
+}
+
 int cli_open_store(kcache_store **out, int read_only)
 {
     kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
     char err[512];
-    o.path = cli_globals.path;
-    o.max_size = cli_globals.max_size;
-    o.read_only = read_only;
-    o.log = cli_log;
+    cli_store_options(&o, read_only);
     int rc = kcache_store_open(out, &o, err, sizeof(err));
     if (rc)
         cli_error("%s", err);

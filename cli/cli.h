@@ -37,6 +37,8 @@ void cli_log(void *userdata, int level, const char *message);
 
 /* Opens the store named by the global options and the environment. */
 int cli_open_store(kcache_store **out, int read_only);
+/* The store's options from the global flags (--path, --max-size) and the CLI's log. */
+void cli_store_options(kcache_store_options *o, int read_only);
 
 /* Human time: "2026-11-21 12:40:01" (local time) from ms since the epoch. */
 const char *cli_format_time(char *buf, size_t size, int64_t ms);

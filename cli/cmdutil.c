@@ -1,4 +1,4 @@
-/* What several verbs share beyond util.c: progress on a terminal, opening to read. */
+/* What several verbs share beyond cli.c: progress, the config, the store, an output file. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -67,11 +67,8 @@ int cli_open_existing(kcache_store **out, int read_only)
     kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
     char err[512];
     *out = NULL;
-    o.path = cli_globals.path;
-    o.max_size = cli_globals.max_size;
-    o.read_only = read_only;
+    cli_store_options(&o, read_only);
     o.no_create = 1;
-    o.log = cli_log;
     int rc = kcache_store_open(out, &o, err, sizeof(err));
     if (rc == KCACHE_ENOTFOUND) {
         snprintf(no_cache_message, sizeof(no_cache_message), "%s", err);

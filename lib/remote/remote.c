@@ -112,7 +112,8 @@ KCACHE_API int kcache_remote_open(kcache_remote **out, kcache_store *store, cons
         return kc_fmt(msg, msg_size, KCACHE_ENOMEM, "out of memory");
     pthread_mutex_init(&r->lock, NULL);
     r->store = store;
-    unsigned connect_ms = KC_REMOTE_DEFAULT_CONNECT_MS, timeout_ms = KC_REMOTE_DEFAULT_TIMEOUT_MS;
+    unsigned connect_ms = KCACHE_DEFAULT_REMOTE_CONNECT_TIMEOUT_MS;
+    unsigned timeout_ms = KCACHE_DEFAULT_REMOTE_TIMEOUT_MS;
     char secret[1024];
     if ((rc = kc_endpoint_parse(&r->ep, value, msg, msg_size)) ||
         (rc = setting(ro, sizeof(ro), "remote_read_only", NULL, db_path, msg, msg_size)) ||
@@ -131,7 +132,7 @@ KCACHE_API int kcache_remote_open(kcache_remote **out, kcache_store *store, cons
         kc_config_ms(&timeout_ms, to);
     if (!r->prefix[0] && kc_config_value(r->prefix, sizeof(r->prefix), "remote_prefix", NULL,
                                           db_path) == KCACHE_ENOTFOUND)
-        snprintf(r->prefix, sizeof(r->prefix), "%s", KC_REMOTE_DEFAULT_PREFIX);
+        snprintf(r->prefix, sizeof(r->prefix), "%s", KCACHE_DEFAULT_REMOTE_PREFIX);
     r->ep.connect_ms = connect_ms;
     r->ep.timeout_ms = timeout_ms;
     kc_wire_secret_init(&r->secret, secret);

@@ -148,6 +148,20 @@ static int parse_count(const char *text, long long *out)
     return 0;
 }
 
+/*
+ * The length a bulk string ($) or an array (*) starts with into *n; -1 is
+ * Redis's nil in both, and makes r one. 0, or the protocol error.
+ */
+static int read_length(kc_resp *r, long long *n, kc_conn *c, const char *rest, char *why,
+                       size_t why_size)
+{
+    if (parse_count(rest, n) || *n < -1)
+        return fail(c, 0, why, why_size, "a reply that is not Redis's protocol");
+    if (*n == -1)
+        r->type = KC_RESP_NIL;
+    return 0;
+}
+
 void kc_resp_free(kc_resp *r)
 {
     if (!r)
@@ -186,14 +200,8 @@ static int read_one(kc_resp **out, kc_conn *c, const kc_resp_limits *lim, size_t
             rc = fail(c, 0, why, why_size, "a reply that is not Redis's protocol");
         break;
     case '$':
-        if (parse_count(rest, &n) || n < -1) {
-            rc = fail(c, 0, why, why_size, "a reply that is not Redis's protocol");
+        if ((rc = read_length(r, &n, c, rest, why, why_size)) || r->type == KC_RESP_NIL)
             break;
-        }
-        if (n == -1) {
-            r->type = KC_RESP_NIL;
-            break;
-        }
         /* The bound, before a byte of it is read or allocated. */
         if ((unsigned long long)n > lim->max_string ||
             (unsigned long long)n > lim->max_total - *total) {
@@ -217,14 +225,8 @@ static int read_one(kc_resp **out, kc_conn *c, const kc_resp_limits *lim, size_t
             r->str[r->len] = '\0';
         break;
     case '*':
-        if (parse_count(rest, &n) || n < -1) {
-            rc = fail(c, 0, why, why_size, "a reply that is not Redis's protocol");
+        if ((rc = read_length(r, &n, c, rest, why, why_size)) || r->type == KC_RESP_NIL)
             break;
-        }
-        if (n == -1) {
-            r->type = KC_RESP_NIL;
-            break;
-        }
         r->type = KC_RESP_ARRAY;
         /* Each element costs at least a slot: bounded like bytes, before the slots exist. */
         if (depth >= MAX_DEPTH ||

@@ -122,17 +122,25 @@ KCACHE_API int kcache_store_put_keyed(kcache_store *store, const char *ns, const
     return rc;
 }
 
+/* The store's key of a caller's (ns, key), the arguments checked first (message on store). */
+static int keyed_key(kcache_key *out, kcache_store *store, const char *fn, const char *ns,
+                     const void *key, size_t key_size)
+{
+    int rc = check_args(store, fn, ns, key, key_size);
+    if (!rc && (rc = kcache_key_caller(out, ns, key, key_size)))
+        rc = kc_err_locking(store, rc, "out of memory");
+    return rc;
+}
+
 KCACHE_API int kcache_store_get_keyed(kcache_entry **out, kcache_store *store, const char *ns,
                                       const void *key, size_t key_size, unsigned flags)
 {
     KC_CHECK_ARG(store, store && out);
     *out = NULL;
-    int rc = check_args(store, __func__, ns, key, key_size);
+    kcache_key k;
+    int rc = keyed_key(&k, store, __func__, ns, key, key_size);
     if (rc)
         return rc;
-    kcache_key k;
-    if ((rc = kcache_key_caller(&k, ns, key, key_size)))
-        return kc_err_locking(store, rc, "out of memory");
     rc = kcache_store_get(out, store, &k, flags);
     if (!rc && ((*out)->kind != KCACHE_KIND_DATA || strcmp((*out)->arch, ns) != 0)) {
         kcache_entry_free(*out);
@@ -150,13 +158,9 @@ KCACHE_API int kcache_store_delete_keyed(kcache_store *store, const char *ns, co
                                          size_t key_size)
 {
     KC_CHECK_ARG(store, store);
-    int rc = check_args(store, __func__, ns, key, key_size);
-    if (rc)
-        return rc;
     kcache_key k;
-    if ((rc = kcache_key_caller(&k, ns, key, key_size)))
-        return kc_err_locking(store, rc, "out of memory");
-    return kcache_store_delete(store, &k);
+    int rc = keyed_key(&k, store, __func__, ns, key, key_size);
+    return rc ? rc : kcache_store_delete(store, &k);
 }
 
 /* One statement on the namespace, in the caller's transaction or none. */

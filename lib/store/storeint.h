@@ -97,7 +97,7 @@ struct kcache_store {
 int kc_err_locking(kcache_store *s, int code, const char *fmt, ...) KC_PRINTF(3, 4);
 
 /*
- * store.c: the id of the row holding these bytes in a table addressed by
+ * put.c: the id of the row holding these bytes in a table addressed by
  * their digest (input, closure), inserted compressed (through enc) if there
  * was none. find binds ?1 digest; put ?1 digest, ?2 size, ?3 codec, ?4 data.
  * finding and storing name what failed, for the message.
@@ -189,7 +189,7 @@ int kc_counter_write(kcache_store *s, const char *name, uint64_t value);
 /* The pending delta of a named counter (0 when none). */
 uint64_t kc_counter_pending(const kcache_store *s, const char *name);
 
-/* store.c */
+/* store.c (damage found by a get), touch.c (counting now), put.c (the rest below) */
 /* After a write failed for a full disk: the pending counters written alone, at once. */
 void kc_count_now_locked(kcache_store *s);
 /*

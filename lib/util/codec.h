@@ -1,6 +1,6 @@
 /*
  * How artifact bytes are stored: a zstd frame with its content checksum, an
- * LZ4 block, or the raw bytes where compression does not pay. The codec is
+ * LZ4 frame with its own, or the raw bytes where compression does not pay. The codec is
  * recorded per row (entry.codec, input.codec, closure.codec), so a store
  * holds a mix and the `compression` setting can change at any time: every
  * decode takes the row's codec, whatever the store writes now. Every decode

@@ -1,7 +1,9 @@
 /*
+ * Over 700 lines: the settings table, its read of kcache.conf and its writer share internals.
+ *
  * Settings: a flag > the environment > kcache.conf next to the database > the
- * default. The store asks for the two it needs (path, cap); `kcache config`
- * lists them all with where each came from.
+ * default. The store asks for those it needs (path, cap, busy timeout,
+ * compression); `kcache config` lists them all with where each came from.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -17,7 +19,6 @@
 #include "util/common.h"
 #include "util/settings.h"
 #include "kcache/config.h"
-#include "kcache/store.h"
 
 #define KC_CONFIG_FILE_NAME "kcache.conf"
 /* A config file is a few lines; anything larger is not one. */
@@ -189,7 +190,7 @@ static const struct setting_def defs[SET_COUNT] = {
      "bypass the cache: compile every time, store nothing"},
     {"compression", "KCACHE_COMPRESSION", 1, &as_compression,
      "how new entries are stored: zstd (smallest), lz4 (faster hits), none"},
-    /* The shared tier (lib/remote/); the defaults are in remote/remote.h. */
+    /* The shared tier (lib/remote/); its defaults are <kcache/config.h>'s, as all are. */
     {"remote", "KCACHE_REMOTE", 1, &as_redis_url,
      "a Redis server shared by several caches (empty: none)"},
     {"remote_read_only", "KCACHE_REMOTE_READ_ONLY", 1, &as_bool,
@@ -514,15 +515,15 @@ KCACHE_API int kcache_config_load(kcache_config **out, const kcache_config_overr
                 snprintf(def, sizeof(def), "%lluG",
                          (unsigned long long)(KCACHE_DEFAULT_MAX_SIZE >> 30));
             else if (i == SET_BUSY_TIMEOUT)
-                snprintf(def, sizeof(def), "5000");
+                snprintf(def, sizeof(def), "%u", KCACHE_DEFAULT_BUSY_TIMEOUT_MS);
             else if (i == SET_COMPRESSION)
                 snprintf(def, sizeof(def), "%s", kc_compression_name(KC_COMPRESSION_DEFAULT));
             else if (i == SET_REMOTE_CONNECT_TIMEOUT)
-                snprintf(def, sizeof(def), "%u", KC_REMOTE_DEFAULT_CONNECT_MS);
+                snprintf(def, sizeof(def), "%u", KCACHE_DEFAULT_REMOTE_CONNECT_TIMEOUT_MS);
             else if (i == SET_REMOTE_TIMEOUT)
-                snprintf(def, sizeof(def), "%u", KC_REMOTE_DEFAULT_TIMEOUT_MS);
+                snprintf(def, sizeof(def), "%u", KCACHE_DEFAULT_REMOTE_TIMEOUT_MS);
             else if (i == SET_REMOTE_PREFIX)
-                snprintf(def, sizeof(def), "%s", KC_REMOTE_DEFAULT_PREFIX);
+                snprintf(def, sizeof(def), "%s", KCACHE_DEFAULT_REMOTE_PREFIX);
             else if (i == SET_REMOTE || i == SET_REMOTE_SECRET)
                 def[0] = '\0';
             else
@@ -791,7 +792,7 @@ int kc_config_max_size_at(uint64_t *out, uint64_t explicit_size, const char *db_
 int kc_config_busy_timeout_at(unsigned *out, unsigned explicit_ms, const char *db_path, char *err,
                               size_t err_size)
 {
-    *out = 5000;
+    *out = KCACHE_DEFAULT_BUSY_TIMEOUT_MS;
     if (explicit_ms) {
         *out = explicit_ms;
         return 0;

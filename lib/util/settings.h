@@ -19,7 +19,7 @@ int kc_config_path(char **out, const char *explicit_path, char *err, size_t err_
 int kc_config_max_size_at(uint64_t *out, uint64_t explicit_size, const char *db_path, char *err,
                           size_t err_size);
 
-/* The busy timeout in ms: explicit, $KCACHE_BUSY_TIMEOUT, the file, 5000. */
+/* The busy timeout in ms: explicit, $KCACHE_BUSY_TIMEOUT, the file, the default. */
 int kc_config_busy_timeout_at(unsigned *out, unsigned explicit_ms, const char *db_path, char *err,
                               size_t err_size);
 
@@ -39,11 +39,6 @@ int kc_config_compression_at(int *out, const char *explicit_value, const char *d
  * is "".
  */
 int kc_config_disabled(const char *db_path, char *why, size_t why_size);
-
-/* The shared tier's defaults, which `kcache config` shows. */
-#define KC_REMOTE_DEFAULT_CONNECT_MS 500u
-#define KC_REMOTE_DEFAULT_TIMEOUT_MS 2000u
-#define KC_REMOTE_DEFAULT_PREFIX "kcache:"
 
 /*
  * The value of a setting kept in kcache.conf (name as in the file): explicit

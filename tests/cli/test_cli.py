@@ -667,7 +667,7 @@ def test_config(root):
         f.write("this is not a setting\n")
     _, err = c.run("config", rc=2)
     check("kcache.conf:" in err, "broken config file: %r" % err)
-    # Every verb that uses the cache stops there too (issue 12), not only config.
+    # Every verb that uses the cache stops there too, not only config.
     _, err = c.run("stats", rc=2)
     check("kcache.conf:" in err, "stats with a broken config file: %r" % err)
 

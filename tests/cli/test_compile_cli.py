@@ -237,7 +237,7 @@ def test_verify_recompile(root):
     d = c.json("verify", "--recompile", rc=1)
     check(not d["ok"] and d["recompile"]["different"] == 1,
           "verify --recompile fails on an altered artifact: %s" % d.get("recompile"))
-    # The altered entry is removed, never served again (issue 12).
+    # The altered entry is removed, never served again.
     check(len(c.entries()) == before - 1, "the altered entry is still there")
     d = c.json("verify", "--recompile")
     check(d["ok"] and d["recompile"]["different"] == 0, "after removal: %s" % d.get("recompile"))

@@ -114,7 +114,7 @@ def main():
         st = stats(env)
         # One lookup per compile request: an sm_XX compile's PTX is an entry of its
         # own, looked up beside its CUBIN uncounted; broken.cu's failed compile
-        # stored nothing: an error, not a miss (issue 13).
+        # stored nothing: an error, not a miss.
         check(st["hits"] == 1 and st["misses"] == N_CASES - 1 and st["errors"] == 1,
               f"kcache stats after the first process: 1 hit (the child's), "
               f"{N_CASES - 1} misses, 1 error "

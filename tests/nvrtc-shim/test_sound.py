@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The drop-in never serves a stale kernel: issue 20's drop-in repros.
+"""The drop-in never serves a stale kernel: headers edited after they aged.
 
 test_sound.py NVRTC_ONE NVRTC_ONE_RUNPATH NVRTC_ONE_LOADER NVRTC_ONE_MODULE NVRTC_ONE_DLOPEN
               NVRTC_LOADER_PLAIN NVRTC_ONE_DLOPEN_MODULE

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The shared tier against a real redis-server (issue 16).
+"""The shared tier against a real redis-server.
 
 Each test starts its own redis-server on a free loopback port with its own
 config file in a temporary directory, and stops it after. Kernels are tiny

@@ -1,5 +1,5 @@
 /*
- * The `compression` setting (issue 14): each entry records its codec, so a
+ * The `compression` setting: each entry records its codec, so a
  * store holds a mix and the setting can change at any time. What a user
  * would notice: every entry reads back whatever the store writes now, stats
  * add up across codecs, a bundle of one setting imports into a store of

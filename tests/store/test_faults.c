@@ -443,8 +443,8 @@ static int runs_as(const char *exe, int uid)
 
 /*
  * The kcache executable for user nobody. A clone under a 0700 directory
- * (as /root is) keeps nobody out of the build directory (exit 126: issue
- * 12 row 18); then the executable and its library ($ORIGIN/../lib) are
+ * (as /root is) keeps nobody out of the build directory (exit 126);
+ * then the executable and its library ($ORIGIN/../lib) are
  * copied into this test's directory, which nobody may enter. NULL, with
  * the reason printed, when nobody cannot run even the copy (a TMPDIR that
  * nobody can reach either).

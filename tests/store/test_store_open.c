@@ -1,5 +1,5 @@
 /*
- * The library halves of issue 13: a store opened with no_create creates
+ * Opening a store: one opened with no_create creates
  * nothing (not even its directory) and says "no cache yet"; errors are a
  * counter of their own; a cap of 0/none/unlimited
  * is no cap, in kcache_parse_max_size and through KCACHE_MAX_SIZE.

@@ -105,8 +105,9 @@ enum kcache_compile_flags {
     KCACHE_COMPILE_KEY_ONLY = 1 << 2, /* derive the key and stop (for explain) */
     /* Let NVRTC (12.9+) use its own cache in the driver's ComputeCache. Off by
      * default: kcache passes --no-cache, because NVRTC's cache starts the CUDA
-     * driver in every process (a saxpy miss: 324 ms against 54 ms on an H200)
-     * and saves only the back end. Never part of the key. */
+     * driver in every process, which costs a miss several times what it
+     * saves (doc/design.md has the figures), and saves only the back end.
+     * Never part of the key. */
     KCACHE_COMPILE_NVRTC_CACHE = 1 << 3,
     /* A lookup beside another the caller counts (the drop-in keeps an sm_XX
      * compile's PTX next to its CUBIN): neither a hit nor a miss in stats,

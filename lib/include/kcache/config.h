@@ -28,12 +28,24 @@
 #define KCACHE_CONFIG_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <kcache/core.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/*
+ * The defaults: what a setting is when no flag, variable or file line sets it
+ * (kcache_config_load() shows them; the store and the remote use them).
+ * compression's is the codec's own (`kcache config` names it).
+ */
+#define KCACHE_DEFAULT_MAX_SIZE (UINT64_C(4) << 30)
+#define KCACHE_DEFAULT_BUSY_TIMEOUT_MS 5000u
+#define KCACHE_DEFAULT_REMOTE_CONNECT_TIMEOUT_MS 500u
+#define KCACHE_DEFAULT_REMOTE_TIMEOUT_MS 2000u
+#define KCACHE_DEFAULT_REMOTE_PREFIX "kcache:"
 
 /* Where a setting's value came from. */
 typedef enum kcache_config_source {

@@ -16,6 +16,7 @@
 #ifndef KCACHE_STORE_H
 #define KCACHE_STORE_H
 
+#include <kcache/config.h>
 #include <kcache/core.h>
 
 #ifdef __cplusplus
@@ -42,7 +43,7 @@ typedef struct kcache_store_options {
     uint64_t max_size;
     /* Open read-only: gets work, anything that writes returns KCACHE_EREADONLY. */
     int read_only;
-    /* How long to wait for another process's lock. 0: 5000 ms. */
+    /* How long to wait for another process's lock. 0: KCACHE_DEFAULT_BUSY_TIMEOUT_MS. */
     unsigned busy_timeout_ms;
     /* Optional: where warnings go (the library never prints). */
     kcache_log_fn log;
@@ -68,8 +69,6 @@ typedef struct kcache_store_options {
 KCACHE_API int kcache_store_options_init(kcache_store_options *out, unsigned version);
 #define KCACHE_STORE_OPTIONS_INIT                                                                  \
     KCACHE_VERSIONED_INIT(kcache_store_options, KCACHE_STORE_OPTIONS_VERSION)
-
-#define KCACHE_DEFAULT_MAX_SIZE (UINT64_C(4) << 30)
 
 /*
  * Opens (creating if needed) the store. On success *out is a new store to be

@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""layering.py finds the breaches it is there for: on planted trees.
+
+A layering test that passes on the real tree says nothing unless it can fail.
+Each case builds a small lib/ in a temporary directory, runs layering.py on
+it, and expects the breach (or, for the clean tree, none).
+
+Usage: layering_breach.py LAYERING_PY  (exit 0 when every case behaves)
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+CLEAN = {
+    'lib/util/common.h': '#pragma once\n',
+    'lib/db/db.h': '#include "util/common.h"\n#include <sqlite3.h>\n',
+    'lib/db/dbint.h': '#include "db/db.h"\n',
+    'lib/db/conn.c': '#include "db/dbint.h"\nint f(void) { return sqlite3_open(0, 0); }\n',
+    'lib/store/entry.c': '#include "db/db.h"\n#include "util/common.h"\n',
+}
+
+# name -> (files planted over the clean tree, text the breach line must hold)
+CASES = {
+    "store/ reaches db/'s private header": (
+        {'lib/store/entry.c': '#include "db/dbint.h"\n'},
+        'lib/store/entry.c:1: store/ may include only db/db.h from db/'),
+    'db/ reaches up into store/': (
+        {'lib/store/storeint.h': '#pragma once\n',
+         'lib/db/open.c': '#include "store/storeint.h"\n'},
+        'lib/db/open.c:1: db/ includes "store/storeint.h", against the arrows'),
+    "util/ takes a default from the store's public header": (
+        {'lib/util/settings.c': '#include "kcache/store.h"\n'},
+        'lib/util/settings.c:1: util/ includes "kcache/store.h", a public header of a layer'),
+    'SQLite outside db/ and store/': (
+        {'lib/util/bad.c': 'int g(void) { return sqlite3_close(0); }\n'},
+        'lib/util/bad.c:1: SQLite (sqlite3_close) outside db/, store/'),
+}
+
+
+def run(layering, files):
+    with tempfile.TemporaryDirectory() as root:
+        for rel, text in files.items():
+            path = os.path.join(root, rel)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, 'w') as f:
+                f.write(text)
+        os.makedirs(os.path.join(root, 'cli'), exist_ok=True)
+        p = subprocess.run([sys.executable, layering, root], capture_output=True, text=True)
+        return p.returncode, p.stdout
+
+
+def main():
+    layering = sys.argv[1]
+    failures = 0
+    rc, out = run(layering, CLEAN)
+    if rc != 0:
+        print('FAIL clean tree: layering.py found breaches:\n' + out)
+        failures += 1
+    for name, (planted, expect) in CASES.items():
+        rc, out = run(layering, {**CLEAN, **planted})
+        if rc != 1 or expect not in out:
+            print('FAIL %s: expected exit 1 and "%s", got exit %d:\n%s' % (name, expect, rc, out))
+            failures += 1
+        else:
+            print('ok   %s' % name)
+    return 1 if failures else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
