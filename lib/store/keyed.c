@@ -21,6 +21,7 @@
  *     treated as a miss rather than handed out.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "store/storeint.h"
@@ -190,13 +191,19 @@ static int ns_stats_locked(kcache_store *s, kcache_namespace_stats *out, const c
         out->misses = (uint64_t)sqlite3_column_int64(st, 1);
     }
     sqlite3_finalize(st);
-    /* This process's counts not yet written. */
-    for (size_t i = 0; !rc && i < s->n_usage; i++) {
-        if ((int)s->usage[i].kind == KCACHE_KIND_DATA && !strcmp(s->usage[i].arch, ns)) {
-            out->hits += s->usage[i].hits;
-            out->misses += s->usage[i].misses;
+    /* This process's counts not yet written, and the ones waiting in PATH-hits. */
+    kcache_usage *logged = NULL;
+    size_t n_logged = 0, cap_logged = 0;
+    if (!rc && (rc = kc_hitlog_usage(s, &logged, &n_logged, &cap_logged)))
+        rc = kc_err(s, rc, "out of memory");
+    for (size_t i = 0; !rc && i < s->n_usage + n_logged; i++) {
+        const kcache_usage *u = i < s->n_usage ? &s->usage[i] : &logged[i - s->n_usage];
+        if ((int)u->kind == KCACHE_KIND_DATA && !strcmp(u->arch, ns)) {
+            out->hits += u->hits;
+            out->misses += u->misses;
         }
     }
+    free(logged);
     return rc;
 }
 

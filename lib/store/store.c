@@ -151,7 +151,7 @@ KCACHE_API void kcache_store_close(kcache_store *store)
         return;
     pthread_mutex_lock(&store->lock);
     if (store->db) {
-        if (kc_flush_locked(store, 1) == KCACHE_EFULL &&
+        if (kc_record_locked(store, 1) == KCACHE_EFULL &&
             (store->pending_failures || store->pending_corrupt)) {
             /*
              * A full disk took the store's failure, and the flush that would

@@ -93,6 +93,7 @@ struct kcache_store {
     struct kc_counter_delta *counters; /* named counters of other layers (counter.c) */
     size_t n_counters, cap_counters;
     uint64_t last_flush_ns;
+    int hitlog_skip;               /* kc_pending_write leaves PATH-hits alone (touch.c) */
     uint64_t index_damaged_ns; /* when the file was last found sound behind a damaged -shm */
     int get_found_damage;          /* the last get deleted a damaged entry */
     kcache_key other_host_key;     /* the lease of another host this handle waits for, */
@@ -205,6 +206,20 @@ void kc_touch(kcache_store *s, const kcache_key *key);
 int kc_pending_write(kcache_store *s);
 void kc_pending_clear(kcache_store *s);
 void kc_maybe_flush_locked(kcache_store *s);
+/* What is pending recorded now: hits to PATH-hits, anything else in a transaction. */
+int kc_record_locked(kcache_store *s, int wait);
+
+/* hitlog.c: hits kept in PATH-hits until the next write transaction takes them in. */
+/* Appends the pending touches and usage; *log_size: the log's size after. */
+int kc_hitlog_append(kcache_store *s, uint64_t *log_size);
+/* Moves the log's records into s's pending lists and empties it (in a write transaction). */
+int kc_hitlog_take(kcache_store *s);
+/* Adds the log's hit and miss counts to a usage list, leaving the log as it is. */
+int kc_hitlog_usage(kcache_store *s, kcache_usage **v, size_t *n, size_t *cap);
+/* Whether the log holds anything. */
+int kc_hitlog_waiting(const kcache_store *s);
+/* Whether a log of this size should be taken in now. */
+int kc_hitlog_fold_due(uint64_t log_size);
 
 /* entry.c */
 struct kc_names {
