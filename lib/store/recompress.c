@@ -39,6 +39,8 @@ static const char *usage_name(int codec)
 
 static int usage_slot(int codec)
 {
+    if (codec == KC_CODEC_LZ4B) /* the public counts have one lz4, whether frame or block */
+        return KC_CODEC_LZ4;
     return codec == KC_CODEC_RAW || codec == KC_CODEC_ZSTD || codec == KC_CODEC_LZ4 ? codec : 3;
 }
 
