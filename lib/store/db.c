@@ -22,6 +22,8 @@
 
 /* After a checkpoint, a WAL larger than this is truncated back to it. */
 #define KC_WAL_SIZE_LIMIT (4 << 20)
+/* How much of the file a connection maps (address space, not memory). */
+#define KC_MMAP_SIZE (256ll << 20)
 
 /*
  * A WAL larger than this is emptied when a connection closes. The WAL
@@ -527,8 +529,8 @@ static int connect(kcache_store *s)
 static int configure(kcache_store *s)
 {
     int rc;
+    char sql[128];
     if (!s->read_only) {
-        char sql[128];
         /*
          * A hit is a whole process for the CLI, so opening and closing must
          * not write or sync when nothing changed. Pragmas that would write
@@ -573,6 +575,15 @@ static int configure(kcache_store *s)
         if ((rc = kc_db_exec(s, sql, "configuring the database")))
             return rc;
     }
+    /*
+     * Pages read through a mapping rather than a pread() each: a warm hit of
+     * a 58 KB entry went from 30.0 to 23.2 us with lz4 and from 18.7 to 8.4
+     * us stored raw, 212 KB lz4 from 93 to 67 us (doc/design.md, the store).
+     * Nothing is written through it (SQLite writes with write()).
+     */
+    snprintf(sql, sizeof(sql), "PRAGMA mmap_size = %lld", (long long)KC_MMAP_SIZE);
+    if ((rc = kc_db_exec(s, sql, "configuring the database")))
+        return rc;
     return kc_db_exec(s, "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF;"
                          "PRAGMA trusted_schema = OFF",
                       "configuring the database");
