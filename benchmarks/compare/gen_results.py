@@ -323,7 +323,7 @@ def main():
     w(table(["system", "what runs"], [
         ["**kcache**", f"this library: one SQLite file, artifacts stored with its default "
                        f"`compression` ({kc_settings(d)[0][1] if kc_settings(d) else '?'}), "
-                       "BLAKE2b of the stored bytes checked on every hit; compile-level hits "
+                       "XXH3-128 of the stored bytes checked on every hit; compile-level hits "
                        "resolve and hash every header"],
         ["NVRTC (no cache)", "NVRTC called directly through `dlopen` of libnvrtc.so.13: what "
                              "every run costs without a cache"],
@@ -340,14 +340,14 @@ def main():
                       "through Python: one file per key (sha256 of the key, 1-level fan-out), "
                       "fsync + `os.replace`, raw bytes, no content check, atime LRU cap"],
         ["ccache", "Debian's ccache in front of `nvcc -c`"],
-        ["floor", "the bytes kcache stores, as a zstd frame in a plain file: `open`+`read`+"
-                  "`ZSTD_decompress` (checksum checked): what a hit cannot beat"],
+        ["floor", "the bytes kcache stores with zstd, as a zstd frame in a plain file: "
+                  "`open`+`read`+`ZSTD_decompress` (checksum checked)"],
         [", ".join(s for s, _, df in kc_settings(d) if not df) or "–",
-         "kcache with its other `compression` settings (zstd: level-3 frames; lz4: LZ4HC "
+         "kcache with its other `compression` settings (lz4: LZ4 blocks; zstd: level-3 "
          "frames; none: raw bytes), each in a database of its own filled with the same "
          "entries; see \"Each `compression` setting\""],
-        ["floor lz4", "the LZ4 frame kcache stores (LZ4HC, content size and checksum), in a "
-                      "plain file: `open`+`read`+`LZ4F_decompress` (checksum checked)"],
+        ["floor lz4", "the LZ4 block kcache stores, in a plain file: `open`+`read`+"
+                      "`LZ4_decompress_safe` (no check: kcache adds the stored bytes' XXH3)"],
         ["CuPy", "measured on the GPU machine, see \"On the GPU machine\" below"],
         ["NVRTC's own cache", "NVRTC 12.9+'s cache in the driver's ComputeCache: measured on the GPU "
          "machine (it needs a driver), see \"On the GPU machine\" below"],
@@ -414,7 +414,7 @@ def main():
       f"{fmt(d.get('dataset', '-', 'entries', 'median_size'), 'B')} (4 KiB to 1 MiB, p99 "
       f"{fmt(d.get('dataset', '-', 'entries', 'p99_size'), 'B')}), "
       f"{fmt(d.get('dataset', '-', 'entries', 'raw_bytes'), 'B')} raw. The bytes are sm_90 "
-      "instruction words of the corpus CUBINs in random order: zstd level 3 (what kcache writes) compresses them "
+      "instruction words of the corpus CUBINs in random order: zstd level 3 (what kcache writes with zstd) compresses them "
       f"{fmt(d.get('dataset', '-', 'synthetic', 'zstd_ratio'))}× (the corpus CUBINs "
       f"together: {fmt(d.get('dataset', '-', 'real CUBINs', 'zstd_ratio'))}×). 16 entries are "
       "sampled per size bin; every system reads the same entries, interleaved in rotating "
@@ -481,10 +481,10 @@ def main():
     if len(kcs) > 1:
         lab = {s: f"kcache {c}" + (" (default)" if df else "") for s, c, df in kcs}
         w("## Each `compression` setting\n")
-        w("The same entries in one database per setting (`compression = zstd`, `lz4`, `none`), "
+        w("The same entries in one database per setting (`compression = lz4`, `zstd`, `none`), "
           "read in the same interleaved loops as the tables above (the \"kcache\" rows there are "
-          "the default). A hit checks the BLAKE2b of the *stored* bytes before decoding, so "
-          "`none` hashes the most bytes and reads the most pages: it is not the fastest. "
+          "the default). A hit checks the XXH3-128 of the *stored* bytes before decoding, so "
+          "`none` hashes the most bytes and reads the most pages. "
           "\"fastest peer\" is the faster of the file-per-entry cache and cuda.core in that row; "
           "the ratios are each setting's median over it (below 1×: kcache is faster).\n")
         for group, title in (("hit_warm", "Warm hit, handle open"),
@@ -553,7 +553,7 @@ def main():
         kw = d.get("hit_warm", kc0, mid, "median_us")
         if kw:
             behind.reason("Store hit, warm",
-                          f"a kcache hit reads the row from SQLite, checks the BLAKE2b of the "
+                          f"a kcache hit reads the row from SQLite, checks the XXH3-128 of the "
                           f"stored bytes and decodes them ({c0}, the default), where cuda.core "
                           f"reads a file and checks nothing. At {mid}: kcache "
                           f"{fmt(kw, 'us')}, the floor of its codec (read + decode, no SQLite, "
@@ -800,10 +800,11 @@ def main():
     df_all = d.get("disk", FPE, "all", "allocated_bytes")
     if kc_puts and dk_all and df_all:
         behind.reason("Puts per second",
-                      "kcache compresses every artifact (zstd level 3) and SQLite writes each "
+                      "kcache compresses every artifact, takes BLAKE2b of its bytes (the "
+                      "entry's digest, which bundles and the remote carry) and SQLite writes each "
                       "page twice (its WAL, then the checkpoint), where the file-per-entry cache "
-                      "writes the raw bytes once; in instructions a put is 70% zstd, 24% "
-                      "BLAKE2b and 6% SQLite (`benchmarks/PROFILE-writes.md`). It buys the disk "
+                      "writes the raw bytes once (`benchmarks/PROFILE-writes.md` has a put's "
+                      "instructions from before lz4 was the default). It buys the disk "
                       f"rows above: this run's set takes {fmt(df_all / dk_all)}× less disk in "
                       "kcache than in the file-per-entry cache, in 3 files instead of "
                       f"{fmt(d.get('disk', FPE, 'all', 'files'))}." +
@@ -990,7 +991,7 @@ def main():
             w(f"- {name}: the run stopped with `{j['error']}`; what it measured before is shown")
     w("- cuda.core reads an entry with one `read` and checks nothing (no hash, no "
       "decompression): a damaged file is handed back as it is. kcache decompresses and checks "
-      "BLAKE2b on every hit and the file-per-entry cache checks BLAKE2b, which is most of why "
+      "XXH3-128 on every hit and the file-per-entry cache checks BLAKE2b, which is most of why "
       "cuda.core's warm hits and read throughput are ahead for larger artifacts.")
     fd = d.get("disk", FPE, "all", "dirs")
     if fd:
