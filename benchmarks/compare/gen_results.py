@@ -149,7 +149,7 @@ def main():
                     f"costs kcache {fmt(ho_k, 'us')} (median; open "
                     f"{fmt(ho_o, 'us')}, get {fmt(d.get('hit_open', KC, mid, 'get_median_us'), 'us')}"
                     f", close {fmt(d.get('hit_open', KC, mid, 'close_median_us'), 'us')}, which "
-                    "writes the hit it recorded; "
+                    "appends the hit to the log beside the database; "
                     f"{fmt(d.get('hit_open', KC, mid, 'no_touch_median_us'), 'us')} in all with "
                     "`KCACHE_GET_NO_TOUCH`), against "
                     f"{fmt(ho_f, 'us')} for the file-per-entry cache ({rfmt(ratio(ho_k, ho_f))}) "
