@@ -234,10 +234,10 @@ def first_hit_reason(d, behind):
                       "to raw bytes, no checks, no decoding, no counters: the least any "
                       "one-SQLite-file design pays) is itself several times a file's open and "
                       "read, so no SQLite cache meets a file-per-entry cache here; what kcache "
-                      "adds over that floor is its schema (every table, index and trigger is parsed "
-                      "by each open: its five triggers are half of that parse, 0.54 M of 1.08 M "
-                      "instructions of a CLI hit, callgrind), the decoding and digest, and the "
-                      "recorded hit. Measured: " +
+                      "adds over that floor is its schema (every table and index is parsed by "
+                      "each open; since schema 6 there are no triggers, which were half of that "
+                      "parse), the decoding and digest, and the hit it appends to PATH-hits. "
+                      "Measured: " +
                       "; ".join(parts) + ". It buys one file instead of one per entry (see disk), "
                       "a size cap that holds, and writes that are atomic across processes.")
     if cold:

@@ -1,5 +1,5 @@
-/* What stats reports: totals kept by triggers, counters, this process's pending batch and
- * the hits logged beside the database. */
+/* What stats reports: totals kept by the statements that add and delete entries (cascade.c),
+ * counters, this process's pending batch and the hits logged beside the database. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -319,6 +319,31 @@ int kc_usage_merge(kcache_usage **v, size_t *n, size_t *cap, const char *arch, i
  * what its key material says (a caller's entry of that namespace, or not a caller's). */
 int kc_keyed_check(const kcache_entry *e, char *what, size_t what_size);
 
+/* cascade.c: deleting entries with what goes with them, and the totals (no triggers). */
+#define KC_CASCADE_STEPS 8
+struct kc_cascade {
+    sqlite3_stmt *st[KC_CASCADE_STEPS];
+};
+/* Binds the victims' parameters (the same in every statement). */
+typedef void (*kc_cascade_bind_fn)(sqlite3_stmt *st, const void *ctx);
+/* Prepares the statements for the entries `victims` selects (SELECT id FROM entry ...);
+ * where, the final DELETE's predicate over entry (NULL: id IN (victims)). */
+int kc_cascade_prepare(kcache_store *s, struct kc_cascade *c, const char *victims,
+                       const char *where);
+/* Deletes them, inside the caller's write transaction; *deleted: how many entries. */
+int kc_cascade_run(kcache_store *s, struct kc_cascade *c, kc_cascade_bind_fn bind,
+                   const void *ctx, int64_t *deleted);
+void kc_cascade_finalize(struct kc_cascade *c);
+int kc_cascade_once(kcache_store *s, const char *victims, const char *where,
+                    kc_cascade_bind_fn bind, const void *ctx, int64_t *deleted);
+/* The entry of this key and what goes with it, if there is one. */
+int kc_delete_key(kcache_store *s, const kcache_key *key, int64_t *deleted);
+/* The closure ids sql_ids selects (?1: a base key), for kc_closures_drop_unused after. */
+int kc_closures_collect(kcache_store *s, const char *sql_ids, const kcache_key *base,
+                        int64_t **ids, size_t *n);
+/* Those of ids that no manifest refers to any more. */
+int kc_closures_drop_unused(kcache_store *s, const int64_t *ids, size_t n);
+
 /* prune.c */
 int kc_prune_locked(kcache_store *s, const kcache_prune_options *o, kcache_prune_result *r);
 int kc_maybe_prune_locked(kcache_store *s);
