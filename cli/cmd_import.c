@@ -165,9 +165,9 @@ static int resolve(kcache_store *store, const char *bundle, struct conflicts *c)
 /* The evictions counted so far (0 when stats cannot be read: then nothing is said). */
 static uint64_t evictions_now(kcache_store *store)
 {
-    kcache_stats *st = NULL;
-    uint64_t n = kcache_store_stats(&st, store) == 0 ? st->evictions : 0;
-    kcache_stats_free(st);
+    uint64_t n = 0;
+    if (kcache_store_counter(&n, store, "evictions") != 0)
+        n = 0;
     return n;
 }
 

@@ -14,6 +14,8 @@
 
 /* After a checkpoint, a WAL larger than this is truncated back to it. */
 #define KC_WAL_SIZE_LIMIT (4 << 20)
+/* How much of the file a connection maps (address space, not memory). */
+#define KC_MMAP_SIZE (256ll << 20)
 
 static int set_identity(struct kc_db *db)
 {
@@ -128,8 +130,8 @@ static int connect(struct kc_db *db)
 static int configure(struct kc_db *db)
 {
     int rc;
+    char sql[128];
     if (!db->read_only) {
-        char sql[128];
         /*
          * A hit is a whole process for the CLI, so opening and closing must
          * not write or sync when nothing changed. Pragmas that would write
@@ -174,6 +176,15 @@ static int configure(struct kc_db *db)
         if ((rc = kc_db_exec(db, sql, "configuring the database")))
             return rc;
     }
+    /*
+     * Pages read through a mapping rather than a pread() each: a warm hit of
+     * a 58 KB entry went from 30.0 to 23.2 us with lz4 and from 18.7 to 8.4
+     * us stored raw, 212 KB lz4 from 93 to 67 us (doc/design.md, the store).
+     * Nothing is written through it (SQLite writes with write()).
+     */
+    snprintf(sql, sizeof(sql), "PRAGMA mmap_size = %lld", (long long)KC_MMAP_SIZE);
+    if ((rc = kc_db_exec(db, sql, "configuring the database")))
+        return rc;
     return kc_db_exec(db,
                       "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF;"
                       "PRAGMA trusted_schema = OFF",

@@ -23,6 +23,8 @@
 #define KC_DB_SHM "-shm"
 #define KC_DB_LOCK "-lock"
 #define KC_DB_JOURNAL "-journal"
+/* Not the file's: the store's hits waiting for the next write (store/hitlog.c). */
+#define KC_DB_HITS "-hits"
 
 struct kc_db {
     sqlite3 *conn;  /* NULL when closed, or after a recovery could not reopen */

@@ -103,6 +103,8 @@ static void remove_with_sidecars(const char *path)
     unlink(side);
     snprintf(side, sizeof(side), "%s" KC_DB_LOCK, path);
     unlink(side);
+    snprintf(side, sizeof(side), "%s-hits", path);
+    unlink(side);
 }
 
 /*

@@ -21,6 +21,7 @@
  *     treated as a miss rather than handed out.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "store/storeint.h"
@@ -195,13 +196,19 @@ static int ns_stats_locked(kcache_store *s, kcache_namespace_stats *out, const c
         out->misses = (uint64_t)sqlite3_column_int64(st, 1);
     }
     sqlite3_finalize(st);
-    /* This process's counts not yet written. */
-    for (size_t i = 0; !rc && i < s->n_usage; i++) {
-        if ((int)s->usage[i].kind == KCACHE_KIND_DATA && !strcmp(s->usage[i].arch, ns)) {
-            out->hits += s->usage[i].hits;
-            out->misses += s->usage[i].misses;
+    /* This process's counts not yet written, and the ones waiting in PATH-hits. */
+    kcache_usage *logged = NULL;
+    size_t n_logged = 0, cap_logged = 0;
+    if (!rc && (rc = kc_hitlog_usage(s, &logged, &n_logged, &cap_logged)))
+        rc = kc_err(s, rc, "out of memory");
+    for (size_t i = 0; !rc && i < s->n_usage + n_logged; i++) {
+        const kcache_usage *u = i < s->n_usage ? &s->usage[i] : &logged[i - s->n_usage];
+        if ((int)u->kind == KCACHE_KIND_DATA && !strcmp(u->arch, ns)) {
+            out->hits += u->hits;
+            out->misses += u->misses;
         }
     }
+    free(logged);
     return rc;
 }
 
@@ -224,19 +231,29 @@ KCACHE_API int kcache_store_namespace_stats(kcache_namespace_stats *out, kcache_
     return rc;
 }
 
+static void bind_ns(sqlite3_stmt *st, const void *ns)
+{
+    sqlite3_bind_int(st, 1, KCACHE_KIND_DATA);
+    sqlite3_bind_text(st, 2, ns, -1, SQLITE_STATIC);
+}
+
+static void bind_id(sqlite3_stmt *st, const void *id)
+{
+    sqlite3_bind_int64(st, 1, *(const int64_t *)id);
+}
+
 static int ns_clear_locked(kcache_store *s, const char *ns, uint64_t *deleted)
 {
     int rc = kc_db_begin_write(&s->db);
     if (rc)
         return rc;
-    sqlite3_stmt *st = NULL;
-    if ((rc = ns_step(s, "DELETE FROM entry WHERE kind = ?1 AND arch = ?2", ns, &st))) {
-        sqlite3_finalize(st);
+    int64_t gone = 0;
+    if ((rc = kc_cascade_once(s, "SELECT id FROM entry WHERE kind = ?1 AND arch = ?2",
+                              NULL, bind_ns, ns, &gone))) {
         kc_db_rollback(&s->db);
         return rc;
     }
-    uint64_t changed = (uint64_t)sqlite3_changes(s->db.conn);
-    sqlite3_finalize(st);
+    uint64_t changed = (uint64_t)gone;
     if ((rc = kc_pending_write(s)) || (rc = kc_db_commit(&s->db))) {
         kc_db_rollback(&s->db);
         return rc;
@@ -311,7 +328,8 @@ static int ns_trim_locked(kcache_store *s, const char *ns, uint64_t max_bytes, u
     int rc = kc_db_begin_write(&s->db);
     if (rc)
         return rc;
-    sqlite3_stmt *st = NULL, *del = NULL;
+    sqlite3_stmt *st = NULL;
+    struct kc_cascade del = {{NULL}};
     uint64_t total = 0, n = 0;
     if ((rc = ns_step(s, "SELECT total(raw_size) FROM entry WHERE kind = ?1 AND arch = ?2", ns,
                       &st)))
@@ -321,22 +339,17 @@ static int ns_trim_locked(kcache_store *s, const char *ns, uint64_t max_bytes, u
     st = NULL;
     if (total <= max_bytes)
         goto out;
-    int src = sqlite3_prepare_v2(s->db.conn, "DELETE FROM entry WHERE id = ?1", -1, &del, NULL);
-    if (src != SQLITE_OK) {
-        rc = kc_sqlerr(&s->db, src, "evicting from a namespace");
+    if ((rc = kc_cascade_prepare(s, &del, "SELECT id FROM entry WHERE id = ?1", NULL)))
         goto out;
-    }
+    int src;
     if ((rc = ns_step(s, "SELECT id, raw_size FROM entry WHERE kind = ?1 AND arch = ?2"
                          " ORDER BY accessed_at, id", ns, &st)))
         goto out;
     while (total > max_bytes && sqlite3_data_count(st) == 2) {
-        sqlite3_bind_int64(del, 1, sqlite3_column_int64(st, 0));
+        int64_t id = sqlite3_column_int64(st, 0);
         uint64_t size = (uint64_t)sqlite3_column_int64(st, 1);
-        if ((src = sqlite3_step(del)) != SQLITE_DONE) {
-            rc = kc_sqlerr(&s->db, src, "evicting from a namespace");
+        if ((rc = kc_cascade_run(s, &del, bind_id, &id, NULL)))
             goto out;
-        }
-        sqlite3_reset(del);
         total -= size < total ? size : total;
         n++;
         src = sqlite3_step(st);
@@ -349,7 +362,7 @@ static int ns_trim_locked(kcache_store *s, const char *ns, uint64_t max_bytes, u
         goto out;
 out:
     sqlite3_finalize(st);
-    sqlite3_finalize(del);
+    kc_cascade_finalize(&del);
     if (!rc && !(rc = kc_pending_write(s)) && !(rc = kc_db_commit(&s->db))) {
         kc_pending_clear(s);
         *evicted = n;

@@ -110,7 +110,15 @@ static int manifest_put_locked(kcache_store *s, const kcache_key *base, const kc
         return rc;
     int64_t id = 0;
     sqlite3_stmt *q;
-    rc = step_base_key(s, KC_STMT_MANIFEST_DELETE, base, key, 0, "replacing an include closure");
+    /* This base's closures now: those the delete and the trim leave unused go after
+     * them (cascade.c: no trigger does it). */
+    int64_t *before = NULL;
+    size_t n_before = 0;
+    rc = kc_closures_collect(s, "SELECT closure_id FROM manifest WHERE base = ?1", base, &before,
+                             &n_before);
+    if (!rc)
+        rc = step_base_key(s, KC_STMT_MANIFEST_DELETE, base, key, 0,
+                           "replacing an include closure");
     if (!rc)
         rc = closure_id(&id, s, closure, size);
     if (!rc && !(rc = kc_db_stmt(&s->db, &q, KC_STMT_MANIFEST_PUT))) {
@@ -128,6 +136,9 @@ static int manifest_put_locked(kcache_store *s, const kcache_key *base, const kc
     if (!rc)
         rc = step_base_key(s, KC_STMT_MANIFEST_TRIM, base, NULL, KC_MANIFEST_PER_BASE,
                            "trimming include closures");
+    if (!rc)
+        rc = kc_closures_drop_unused(s, before, n_before);
+    free(before);
     if (rc) {
         kc_db_rollback(&s->db);
         return rc;

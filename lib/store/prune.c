@@ -110,45 +110,35 @@ struct batch {
     " AND (?1 IS NULL OR arch = ?1) AND (?2 = 0 OR kind = ?2) AND (?3 = 0 OR accessed_at < ?3)"
 
 /*
- * One statement per table instead of one DELETE per entry: children first,
- * so that the per-row triggers of schema/ (totals, artifact, info, inputs,
- * manifests) find nothing left to delete but the totals to update. Measured
- * (benchmarks/PROFILE-writes.md), this alone saves only 4% of a prune's
- * instructions: the pages are the cost, not the statements. It stays for
- * what it guarantees: the set chosen, deleted and counted is one set, in
- * one transaction.
+ * One statement per table instead of one DELETE per entry (cascade.c, which
+ * also keeps the totals and drops inputs and closures nothing refers to any
+ * more). Measured (benchmarks/PROFILE-writes.md), set-based deletes alone
+ * save only 4% of a prune's instructions: the pages are the cost, not the
+ * statements. They stay for what they guarantee: the set chosen, deleted and
+ * counted is one set, in one transaction.
  */
-static const char *const delete_sql[] = {
-    "DELETE FROM artifact WHERE id IN (" KC_VICTIMS ")",
-    "DELETE FROM entry_info WHERE id IN (" KC_VICTIMS ")",
-    "DELETE FROM entry_input WHERE entry_id IN (" KC_VICTIMS ")",
-    "DELETE FROM manifest WHERE key IN (SELECT key FROM entry WHERE id IN (" KC_VICTIMS "))",
-    "DELETE FROM entry WHERE id IN (" KC_VICTIMS ")",
+struct victims {
+    const struct batch *b;
+    const kcache_prune_options *o;
+    int filtered;
 };
+
+static void bind_victims(sqlite3_stmt *st, const void *ctx)
+{
+    const struct victims *v = ctx;
+    if (v->filtered && v->o->arch && *v->o->arch)
+        sqlite3_bind_text(st, 1, v->o->arch, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, v->filtered ? (int)v->o->kind : 0);
+    sqlite3_bind_int64(st, 3, v->filtered ? v->o->accessed_before : 0);
+    sqlite3_bind_int64(st, 4, v->b->cut_at);
+    sqlite3_bind_int64(st, 5, v->b->cut_id);
+}
 
 static int delete_victims(kcache_store *s, const struct batch *b, const kcache_prune_options *o,
                           int filtered, int64_t *deleted)
 {
-    int rc = 0;
-    for (size_t i = 0; !rc && i < KC_ARRAY_SIZE(delete_sql); i++) {
-        sqlite3_stmt *st = NULL;
-        int src = sqlite3_prepare_v2(s->db.conn, delete_sql[i], -1, &st, NULL);
-        if (src == SQLITE_OK) {
-            if (filtered && o->arch && *o->arch)
-                sqlite3_bind_text(st, 1, o->arch, -1, SQLITE_STATIC);
-            sqlite3_bind_int(st, 2, filtered ? (int)o->kind : 0);
-            sqlite3_bind_int64(st, 3, filtered ? o->accessed_before : 0);
-            sqlite3_bind_int64(st, 4, b->cut_at);
-            sqlite3_bind_int64(st, 5, b->cut_id);
-            src = sqlite3_step(st);
-        }
-        if (src == SQLITE_DONE)
-            *deleted = sqlite3_changes(s->db.conn); /* the last statement's: entries */
-        else
-            rc = kc_sqlerr(&s->db, src, "evicting");
-        sqlite3_finalize(st);
-    }
-    return rc;
+    const struct victims v = {b, o, filtered};
+    return kc_cascade_once(s, KC_VICTIMS, NULL, bind_victims, &v, deleted);
 }
 
 /*
@@ -555,11 +545,13 @@ KCACHE_API int kcache_store_clear(kcache_store *store)
     if (!store)
         return KCACHE_EINVAL;
     pthread_mutex_lock(&store->lock);
-    /* Children first, so that the per-row trigger finds nothing left to do. Leases
+    /* Every table of entries, and the totals (cascade.c: no triggers). Leases
      * too: a row of one that a lost -shm left broken would otherwise stay for good. */
     int rc = kc_db_classify_failure(&store->db, kc_db_write_sql(&store->db,
                              "DELETE FROM entry_input; DELETE FROM input; DELETE FROM artifact;"
-                             " DELETE FROM entry_info; DELETE FROM entry; DELETE FROM lease",
+                             " DELETE FROM entry_info; DELETE FROM manifest; DELETE FROM closure;"
+                             " DELETE FROM entry; DELETE FROM lease;"
+                             " UPDATE totals SET entries = 0, raw_bytes = 0, stored_bytes = 0",
                              "clearing the cache"));
     /*
      * The user asked for an empty cache: a file found damaged on the way (or

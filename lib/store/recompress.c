@@ -39,6 +39,8 @@ static const char *usage_name(int codec)
 
 static int usage_slot(int codec)
 {
+    if (codec == KC_CODEC_LZ4B) /* the public counts have one lz4, whether frame or block */
+        return KC_CODEC_LZ4;
     return codec == KC_CODEC_RAW || codec == KC_CODEC_ZSTD || codec == KC_CODEC_LZ4 ? codec : 3;
 }
 
@@ -80,7 +82,7 @@ static int write_row(kcache_store *s, int64_t id, int codec, const kc_buf *enc,
     static const char *const sql[] = {
         "UPDATE artifact SET data = ?2, stored_digest = ?3 WHERE id = ?1",
         "UPDATE entry SET codec = ?4, stored_size = ?5 WHERE id = ?1",
-        /* The totals have triggers for inserts and deletes only. */
+        /* The totals: puts and deletes keep them (cascade.c), a re-encode here. */
         "UPDATE totals SET stored_bytes = stored_bytes + ?6",
     };
     int rc = 0;

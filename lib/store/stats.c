@@ -1,4 +1,5 @@
-/* What stats reports: totals kept by triggers, counters, and this process's pending batch. */
+/* What stats reports: totals kept by the statements that add and delete entries (cascade.c),
+ * counters, this process's pending batch and the hits logged beside the database. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,10 +124,16 @@ static int read_stats(kcache_store *s, kcache_stats *st)
     sqlite3_reset(q);
     if (!rc && src != SQLITE_DONE)
         rc = kc_sqlerr(&s->db, src, "reading stats");
-    for (size_t i = 0; !rc && i < s->n_usage; i++) {
-        const kcache_usage *u = &s->usage[i];
+    /* This handle's counts not yet written, and the hits waiting in PATH-hits (hitlog.c). */
+    kcache_usage *logged = NULL;
+    size_t n_logged = 0, cap_logged = 0;
+    if (!rc)
+        rc = kc_hitlog_usage(s, &logged, &n_logged, &cap_logged);
+    for (size_t i = 0; !rc && i < s->n_usage + n_logged; i++) {
+        const kcache_usage *u = i < s->n_usage ? &s->usage[i] : &logged[i - s->n_usage];
         rc = add_usage(st, &cap, u->arch, u->kind, u->hits, u->misses, u->saved_ns);
     }
+    free(logged);
     st->corrupt += s->pending_corrupt;
     st->store_failures += s->pending_failures + kc_spill_peek(&s->db);
 out:
@@ -194,7 +201,10 @@ KCACHE_API int kcache_store_zero_stats(kcache_store *store)
              " INSERT OR REPLACE INTO counter VALUES ('since', %lld)",
              (long long)kc_now_ms());
     pthread_mutex_lock(&store->lock);
-    int rc = kc_db_write_sql(&store->db, sql, "zeroing stats");
+    /* The hits logged beside the database first: zeroed with the rest, not counted after. */
+    int rc = kc_flush_locked(store, 1);
+    if (!rc)
+        rc = kc_db_write_sql(&store->db, sql, "zeroing stats");
     if (!rc) {
         store->n_usage = 0;
         store->pending_corrupt = store->pending_failures = 0;

@@ -113,7 +113,7 @@ KCACHE_API void kcache_store_close(kcache_store *store)
         return;
     pthread_mutex_lock(&store->lock);
     if (store->db.conn) {
-        if (kc_flush_locked(store, 1) == KCACHE_EFULL &&
+        if (kc_record_locked(store, 1) == KCACHE_EFULL &&
             (store->pending_failures || store->pending_corrupt)) {
             /*
              * A full disk took the store's failure, and the flush that would
@@ -231,27 +231,17 @@ static int load_inputs(kcache_store *s, int64_t id, struct kc_row *r)
 
 static int delete_locked(kcache_store *s, const kcache_key *key)
 {
-    sqlite3_stmt *st = NULL;
     int rc = kc_db_begin_write(&s->db);
     if (rc)
         return rc;
-    if ((rc = kc_db_stmt(&s->db, &st, KC_STMT_DELETE)))
+    int64_t changed = 0;
+    if ((rc = kc_delete_key(s, key, &changed)))
         goto fail;
-    sqlite3_bind_blob(st, 1, key->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
-    int src = sqlite3_step(st);
-    if (src != SQLITE_DONE) {
-        rc = kc_sqlerr(&s->db, src, "deleting an entry");
-        goto fail;
-    }
-    int changed = sqlite3_changes(s->db.conn);
-    sqlite3_reset(st);
     if ((rc = kc_pending_write(s)) || (rc = kc_db_commit(&s->db)))
         goto fail;
     kc_pending_clear(s);
     return changed ? 0 : KCACHE_ENOTFOUND;
 fail:
-    if (st)
-        sqlite3_reset(st);
     kc_db_rollback(&s->db);
     return rc;
 }

@@ -85,6 +85,7 @@ struct kcache_store {
     size_t n_counters, cap_counters;
     uint64_t last_flush_ns;
     int64_t last_use_ms; /* the latest time of use this handle stamped (kc_use_ms) */
+    int hitlog_skip;               /* kc_pending_write leaves PATH-hits alone (touch.c) */
     int get_found_damage;          /* the last get deleted a damaged entry */
     kcache_key other_host_key;     /* the lease of another host this handle waits for, */
     uint64_t other_host_since_ns;  /* and since when (lease.c) */
@@ -145,6 +146,20 @@ int64_t kc_use_ms(kcache_store *s);
 int kc_pending_write(kcache_store *s);
 void kc_pending_clear(kcache_store *s);
 void kc_maybe_flush_locked(kcache_store *s);
+/* What is pending recorded now: hits to PATH-hits, anything else in a transaction. */
+int kc_record_locked(kcache_store *s, int wait);
+
+/* hitlog.c: hits kept in PATH-hits until the next write transaction takes them in. */
+/* Appends the pending touches and usage; *log_size: the log's size after. */
+int kc_hitlog_append(kcache_store *s, uint64_t *log_size);
+/* Moves the log's records into s's pending lists and empties it (in a write transaction). */
+int kc_hitlog_take(kcache_store *s);
+/* Adds the log's hit and miss counts to a usage list, leaving the log as it is. */
+int kc_hitlog_usage(kcache_store *s, kcache_usage **v, size_t *n, size_t *cap);
+/* Whether the log holds anything. */
+int kc_hitlog_waiting(const kcache_store *s);
+/* Whether a log of this size should be taken in now. */
+int kc_hitlog_fold_due(uint64_t log_size);
 
 /* entry.c */
 struct kc_names {
@@ -243,6 +258,31 @@ int kc_usage_merge(kcache_usage **v, size_t *n, size_t *cap, const char *arch, i
 /* keyed.c: KCACHE_ECORRUPT, with why in `what`, unless e's kind and arch agree with
  * what its key material says (a caller's entry of that namespace, or not a caller's). */
 int kc_keyed_check(const kcache_entry *e, char *what, size_t what_size);
+
+/* cascade.c: deleting entries with what goes with them, and the totals (no triggers). */
+#define KC_CASCADE_STEPS 8
+struct kc_cascade {
+    sqlite3_stmt *st[KC_CASCADE_STEPS];
+};
+/* Binds the victims' parameters (the same in every statement). */
+typedef void (*kc_cascade_bind_fn)(sqlite3_stmt *st, const void *ctx);
+/* Prepares the statements for the entries `victims` selects (SELECT id FROM entry ...);
+ * where, the final DELETE's predicate over entry (NULL: id IN (victims)). */
+int kc_cascade_prepare(kcache_store *s, struct kc_cascade *c, const char *victims,
+                       const char *where);
+/* Deletes them, inside the caller's write transaction; *deleted: how many entries. */
+int kc_cascade_run(kcache_store *s, struct kc_cascade *c, kc_cascade_bind_fn bind,
+                   const void *ctx, int64_t *deleted);
+void kc_cascade_finalize(struct kc_cascade *c);
+int kc_cascade_once(kcache_store *s, const char *victims, const char *where,
+                    kc_cascade_bind_fn bind, const void *ctx, int64_t *deleted);
+/* The entry of this key and what goes with it, if there is one. */
+int kc_delete_key(kcache_store *s, const kcache_key *key, int64_t *deleted);
+/* The closure ids sql_ids selects (?1: a base key), for kc_closures_drop_unused after. */
+int kc_closures_collect(kcache_store *s, const char *sql_ids, const kcache_key *base,
+                        int64_t **ids, size_t *n);
+/* Those of ids that no manifest refers to any more. */
+int kc_closures_drop_unused(kcache_store *s, const int64_t *ids, size_t n);
 
 /* prune.c */
 int kc_prune_locked(kcache_store *s, const kcache_prune_options *o, kcache_prune_result *r);

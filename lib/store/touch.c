@@ -1,6 +1,8 @@
 /*
  * Hits and counters wait in memory and are written in batches: a hit must not
- * wait for the write lock (doc/design.md, the store).
+ * wait for the write lock (doc/design.md, the store). Hits alone never start a
+ * write transaction: they go to PATH-hits (hitlog.c), which the next write
+ * transaction takes in.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,11 +72,14 @@ void kc_touch(kcache_store *s, const kcache_key *key)
     add_touch(s, key);
 }
 
-/* Writes what is pending inside the caller's write transaction. */
+/* Writes what is pending, and the hits other handles logged, inside the caller's write
+ * transaction. */
 int kc_pending_write(kcache_store *s)
 {
     sqlite3_stmt *st;
     int rc;
+    if (!s->hitlog_skip && (rc = kc_hitlog_take(s)))
+        return kc_err(s, rc, "out of memory");
     for (size_t i = 0; i < s->n_touches; i++) {
         if ((rc = kc_db_stmt(&s->db, &st, KC_STMT_TOUCH)))
             return rc;
@@ -127,7 +132,7 @@ static int has_pending(const kcache_store *s)
  */
 int kc_flush_locked(kcache_store *s, int wait)
 {
-    if (!has_pending(s))
+    if (!has_pending(s) && (s->db.read_only || s->db.newer_schema || !kc_hitlog_waiting(s)))
         return 0;
     if (s->db.read_only || s->db.newer_schema) {
         kc_pending_clear(s);
@@ -160,10 +165,36 @@ int kc_flush_locked(kcache_store *s, int wait)
     return 0;
 }
 
+static int hits_only(const kcache_store *s)
+{
+    return !s->pending_corrupt && !s->pending_failures && !s->n_counters;
+}
+
+/*
+ * Records what is pending: hits alone are appended to PATH-hits (no write
+ * lock, nothing in the WAL), anything else, or hits the log could not take,
+ * in a write transaction (waiting for the lock or not, as kc_flush_locked).
+ */
+int kc_record_locked(kcache_store *s, int wait)
+{
+    if (!has_pending(s))
+        return 0;
+    if (s->db.read_only || s->db.newer_schema)
+        return kc_flush_locked(s, wait);
+    uint64_t log_size;
+    if (hits_only(s) && kc_hitlog_append(s, &log_size) == 0) {
+        kc_pending_clear(s);
+        if (kc_hitlog_fold_due(log_size))
+            kc_flush_locked(s, 0); /* keeps the log within its bound when the lock is free */
+        return 0;
+    }
+    return kc_flush_locked(s, wait);
+}
+
 void kc_maybe_flush_locked(kcache_store *s)
 {
     if (s->n_touches >= KC_TOUCH_BATCH || kc_mono_ns() - s->last_flush_ns >= KC_TOUCH_INTERVAL_NS)
-        kc_flush_locked(s, 0);
+        kc_record_locked(s, 0);
 }
 
 KCACHE_API int kcache_store_flush(kcache_store *store)
@@ -198,8 +229,10 @@ void kc_count_now_locked(kcache_store *s)
     size_t touches = s->n_touches, usage = s->n_usage;
     s->n_touches = s->n_usage = 0;
     uint64_t since = s->last_flush_ns;
+    s->hitlog_skip = 1; /* the log's hits would land in the lists set aside here */
     if (kc_flush_locked(s, 0) == 0)
         s->last_flush_ns = since; /* hits keep their own schedule */
+    s->hitlog_skip = 0;
     s->n_touches = touches;
     s->n_usage = usage;
 }

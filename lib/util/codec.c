@@ -1,5 +1,7 @@
 #include <blake2.h>
+#include <lz4.h>
 #include <lz4frame.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
@@ -21,7 +23,8 @@ struct kc_codec_ctx {
 
 int kc_codec_known(int codec)
 {
-    return codec == KC_CODEC_RAW || codec == KC_CODEC_ZSTD || codec == KC_CODEC_LZ4;
+    return codec == KC_CODEC_RAW || codec == KC_CODEC_ZSTD || codec == KC_CODEC_LZ4 ||
+           codec == KC_CODEC_LZ4B;
 }
 
 int kc_compression_parse(int *out, const char *text)
@@ -29,7 +32,7 @@ int kc_compression_parse(int *out, const char *text)
     static const struct {
         const char *name;
         int method;
-    } names[] = {{"zstd", KC_CODEC_ZSTD}, {"lz4", KC_CODEC_LZ4}, {"none", KC_CODEC_RAW}};
+    } names[] = {{"zstd", KC_CODEC_ZSTD}, {"lz4", KC_CODEC_LZ4B}, {"none", KC_CODEC_RAW}};
     for (size_t i = 0; text && i < KC_ARRAY_SIZE(names); i++)
         if (!strcmp(text, names[i].name)) {
             *out = names[i].method;
@@ -43,6 +46,7 @@ const char *kc_compression_name(int method)
     switch (method) {
     case KC_CODEC_ZSTD: return "zstd";
     case KC_CODEC_LZ4: return "lz4";
+    case KC_CODEC_LZ4B: return "lz4";
     case KC_CODEC_RAW: return "none";
     }
     return NULL;
@@ -176,17 +180,42 @@ static int decode_lz4(kc_codec_ctx *ctx, void *dst, const void *stored, size_t s
     return 0;
 }
 
+/* An LZ4 block into out, or 0 bytes when it does not pay. */
+static int encode_lz4_block(kc_buf *out, const void *raw, size_t size)
+{
+    if (size > LZ4_MAX_INPUT_SIZE)
+        return 0; /* stored raw */
+    int bound = LZ4_compressBound((int)size);
+    int rc = kc_buf_reserve(out, (size_t)bound);
+    if (rc)
+        return rc;
+    int n = LZ4_compress_default(raw, (char *)out->data, (int)size, bound);
+    if (n > 0 && (size_t)n < size)
+        out->size = (size_t)n;
+    return 0;
+}
+
+/* A block decoded to exactly raw_size bytes, no more and no fewer, using all of stored. */
+static int decode_lz4_block(void *dst, const void *stored, size_t stored_size, size_t raw_size)
+{
+    if (!raw_size || stored_size > (size_t)LZ4_MAX_INPUT_SIZE || raw_size > (size_t)INT_MAX)
+        return KCACHE_ECORRUPT;
+    int n = LZ4_decompress_safe(stored, dst, (int)stored_size, (int)raw_size);
+    return n >= 0 && (size_t)n == raw_size ? 0 : KCACHE_ECORRUPT;
+}
+
 int kc_encode(kc_codec_ctx *ctx, kc_buf *out, int *codec, int method, const void *raw,
               size_t size)
 {
     out->size = 0;
     if (size >= KC_RAW_BELOW && method != KC_CODEC_RAW) {
-        int rc = method == KC_CODEC_LZ4 ? encode_lz4(ctx, out, raw, size)
-                                        : encode_zstd(ctx, out, raw, size);
+        int rc = method == KC_CODEC_LZ4    ? encode_lz4(ctx, out, raw, size)
+                 : method == KC_CODEC_LZ4B ? encode_lz4_block(out, raw, size)
+                                           : encode_zstd(ctx, out, raw, size);
         if (rc)
             return rc;
         if (out->size) {
-            *codec = method == KC_CODEC_LZ4 ? KC_CODEC_LZ4 : KC_CODEC_ZSTD;
+            *codec = method == KC_CODEC_LZ4 || method == KC_CODEC_LZ4B ? method : KC_CODEC_ZSTD;
             return 0;
         }
     }
@@ -216,6 +245,8 @@ int kc_decode_into(kc_codec_ctx *ctx, void *dst, int codec, const void *stored, 
     }
     case KC_CODEC_LZ4:
         return decode_lz4(ctx, dst, stored, stored_size, raw_size);
+    case KC_CODEC_LZ4B:
+        return decode_lz4_block(dst, stored, stored_size, raw_size);
     }
     return KCACHE_ECORRUPT; /* a codec this build does not know */
 }
@@ -245,6 +276,13 @@ int kc_decode_plausible(int codec, const void *stored, size_t stored_size, size_
             n = n << 8 | p[6 + i];
         return n == (uint64_t)raw_size;
     }
+    case KC_CODEC_LZ4B:
+        /* A block has no header: LZ4 never expands more than 255 times, nor
+         * does compressing grow past its bound, so a raw_size outside these
+         * is damage, found before anything of that size is allocated. */
+        return raw_size && stored_size && raw_size <= (size_t)INT_MAX &&
+               raw_size / 255 <= stored_size &&
+               stored_size <= (size_t)LZ4_compressBound((int)raw_size);
     }
     return 0;
 }

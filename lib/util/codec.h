@@ -18,7 +18,8 @@
 enum kc_codec {
     KC_CODEC_RAW = 0,  /* the bytes themselves */
     KC_CODEC_ZSTD = 1, /* one zstd frame with its content size and checksum */
-    KC_CODEC_LZ4 = 2,  /* one LZ4 frame with its content size and checksum */
+    KC_CODEC_LZ4 = 2,  /* one LZ4 frame with its content size and checksum (read, no longer written) */
+    KC_CODEC_LZ4B = 3, /* one LZ4 block: its size is the row's raw_size, its check the stored digest */
 };
 
 /* Whether a codec number is one this build decodes. */
@@ -26,26 +27,36 @@ int kc_codec_known(int codec);
 
 /*
  * The `compression` setting: what kc_encode() tries (KC_CODEC_ZSTD,
- * KC_CODEC_LZ4, or KC_CODEC_RAW for none), by the name a user writes
+ * KC_CODEC_LZ4B, or KC_CODEC_RAW for none), by the name a user writes
  * ("zstd", "lz4", "none"). parse returns 0 or KCACHE_EINVAL; name returns
- * NULL for a number that is not a setting.
+ * NULL for a number that is not a setting (KC_CODEC_LZ4, the frames an
+ * earlier `lz4` wrote, is named "lz4" too: it is what they were written as).
+ *
+ * Why `lz4` writes a bare block and not a frame: a frame's own xxh32 of the
+ * decoded bytes cost more than the decode itself (a 64 KiB hit: frame 39.6
+ * us, block 15.1 us), and every hit already checks the stored bytes with
+ * XXH3-128 before decoding them; a block's size is the row's raw_size, and
+ * LZ4_decompress_safe must produce exactly that many bytes. Blocks are made
+ * with LZ4's fast compressor, not LZ4HC: HC at its lowest level compressed
+ * a 64 KiB CUBIN ten times slower for a ratio of 3.2 instead of 2.5.
  */
 #define KC_COMPRESSION_NAMES "zstd, lz4 or none"
 /*
- * The default stays zstd (level 3): it writes twice as fast as lz4 (LZ4HC)
- * and keeps an eighth more entries under a cap, where lz4 saves a fifth of
- * a warm hit up to ~128 KiB and less above; a kept entry saves a compile
- * (50 ms to seconds), a faster hit tens of microseconds. Measured with
- * `benchmarks/compare/run --quick` (10,000 entries, median 40 KiB; zstd /
- * lz4 / none): warm hit of a 32-128 KiB entry 106 / 85 / 110 us, of a
- * 512-1024 KiB one 835 / 783 / 1,295 us; a process's first hit (32-128 KiB)
- * 744 / 670 / 695 us; random hits, one process, 7,063 / 7,942 / 5,373 per
- * second; puts 1,509 / 707 / 1,947 per second; disk 180 / 201 / 634 MiB.
- * Per hit (stored bytes' BLAKE2b + decode, callgrind, sort_sm90.cubin):
- * 570 k / 345 k / 386 k instructions. doc/kcache.1, COMPRESSION, says it
- * for users.
+ * The default is lz4 (LZ4 blocks, above). Measured with `benchmarks/compare/run
+ * --quick` on the shared 2-CPU machine (10,000 entries, median 40 KiB; zstd /
+ * lz4 / none, one run, medians): warm hit of a 32-128 KiB entry 47.4 / 26.5 /
+ * 12.6 us, of a 128-512 KiB one 136 / 71.0 / 75.0 us, of a 512-1024 KiB one
+ * 393 / 237 / 205 us; a process's first hit (32-128 KiB) 482 / 437 / 424 us;
+ * random hits, one process, 5,087 / 11,842 / 12,838 per second; puts 799 /
+ * 953 / 892 per second; disk 180 / 279 / 634 MiB (the peers': 643-680 MiB).
+ * lz4 hits and writes faster than zstd at every size and keeps the hit of a
+ * large entry within a few file reads; zstd keeps a third more entries under
+ * a cap, and stays a setting for caches where disk is what is short. none
+ * reads small entries fastest but stores 2.3 times lz4's bytes, so fewer
+ * entries fit a cap and a cold hit reads more. doc/kcache.1, COMPRESSION,
+ * says it for users; benchmarks/RESULTS.md has the run.
  */
-#define KC_COMPRESSION_DEFAULT KC_CODEC_ZSTD
+#define KC_COMPRESSION_DEFAULT KC_CODEC_LZ4B
 int kc_compression_parse(int *out, const char *text);
 const char *kc_compression_name(int method);
 

@@ -189,7 +189,7 @@ static const struct setting_def defs[SET_COUNT] = {
     {"disable", "KCACHE_DISABLE", 1, &as_bool,
      "bypass the cache: compile every time, store nothing"},
     {"compression", "KCACHE_COMPRESSION", 1, &as_compression,
-     "how new entries are stored: zstd (smallest), lz4 (faster hits), none"},
+     "how new entries are stored: lz4 (faster hits, the default), zstd (smallest), none"},
     /* The shared tier (lib/remote/); its defaults are <kcache/config.h>'s, as all are. */
     {"remote", "KCACHE_REMOTE", 1, &as_redis_url,
      "a Redis server shared by several caches (empty: none)"},

@@ -677,7 +677,7 @@ def test_compression(root):
     from then on, every entry readable whatever it is now; bad values named."""
     c = Cache(root)
     s = c.json("config", "compression")
-    check(s["value"] == "zstd" and s["source"] == "default", "default compression %r" % s)
+    check(s["value"] == "lz4" and s["source"] == "default", "default compression %r" % s)
     written = {}
     for seed, setting in enumerate(("zstd", "lz4", "none")):
         c.run("config", "compression", setting)

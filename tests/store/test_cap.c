@@ -132,12 +132,115 @@ static void test_lru_order(void)
     kcache_store_close(s);
 }
 
+/* A plain connection's TRUNCATE checkpoint: the WAL then holds nothing. */
+static void empty_wal(const char *path)
+{
+    sqlite3 *db = NULL;
+    REQUIRE(sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK);
+    REQUIRE(sqlite3_wal_checkpoint_v2(db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL) ==
+            SQLITE_OK);
+    sqlite3_close(db);
+}
+
+static uint64_t wal_size(const char *path)
+{
+    char wal[600];
+    snprintf(wal, sizeof(wal), "%s-wal", path);
+    return st_file_size(wal);
+}
+
+/*
+ * A process that opens the cache, hits and closes writes nothing to the
+ * database (hitlog.c): its hit is still counted, and prune, run by another
+ * handle afterwards, still evicts in the order of the accesses.
+ */
+static void test_hit_writes_nothing(void)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s", test_path("nowrite.db"));
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    for (unsigned n = 1; n <= 10; n++)
+        CHECK_RC(st_put(s, n, ART_MAX, scratch), 0);
+    kcache_store_close(s);
+    empty_wal(path);
+    uint64_t disk = st_disk(path);
+
+    usleep(2000); /* the hit's time after every put's */
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    kcache_entry *e = NULL;
+    kcache_key first = st_key(1), second = st_key(2);
+    CHECK_RC(kcache_store_get(&e, s, &first, KCACHE_GET_DEFAULT), 0);
+    CHECK(st_entry_ok(e, 1, ART_MAX, scratch));
+    kcache_entry_free(e);
+    kcache_store_close(s);
+    CHECK(wal_size(path) == 0);
+
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    kcache_stats *st = NULL;
+    CHECK_RC(kcache_store_stats(&st, s), 0);
+    CHECK(st && st->hits == 1);
+    kcache_stats_free(st);
+    /* Half goes: the oldest put (2) before the first, which was hit last. */
+    kcache_prune_options o = KCACHE_PRUNE_OPTIONS_INIT;
+    kcache_prune_result r = KCACHE_PRUNE_RESULT_INIT;
+    o.max_size = disk / 2;
+    CHECK_RC(kcache_store_prune(&r, s, &o), 0);
+    CHECK(r.evicted > 0 && r.evicted < 10);
+    CHECK_RC(kcache_store_get(&e, s, &first, KCACHE_GET_NO_TOUCH), 0);
+    kcache_entry_free(e);
+    CHECK_RC(kcache_store_get(&e, s, &second, KCACHE_GET_NO_TOUCH), KCACHE_ENOTFOUND);
+    CHECK_RC(kcache_store_stats(&st, s), 0);
+    CHECK(st && st->hits == 1); /* taken into the database once, not counted twice */
+    kcache_stats_free(st);
+    kcache_store_close(s);
+}
+
+/*
+ * The bound on the lag (hitlog.c): with nothing else writing, processes that
+ * only hit keep PATH-hits under 64 KiB; past it, one of them takes the log
+ * into the database.
+ */
+static void test_hit_log_bound(void)
+{
+    char path[512], log[600];
+    snprintf(path, sizeof(path), "%s", test_path("bound.db"));
+    snprintf(log, sizeof(log), "%s-hits", path);
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK_RC(st_put(s, 1, 4096, scratch), 0);
+    kcache_store_close(s);
+    kcache_key k = st_key(1);
+    uint64_t largest = 0;
+    for (unsigned i = 0; i < 600; i++) {
+        s = st_open(path, UINT64_MAX, NULL, NULL);
+        kcache_entry *e = NULL;
+        CHECK_RC(kcache_store_get(&e, s, &k, KCACHE_GET_DEFAULT), 0);
+        kcache_entry_free(e);
+        kcache_store_close(s);
+        largest = KC_MAX(largest, st_file_size(log));
+    }
+    printf("600 processes' hits: PATH-hits at most %llu bytes\n", (unsigned long long)largest);
+    CHECK(largest > 0 && largest <= 64 * 1024);
+    sqlite3 *db = NULL;
+    REQUIRE(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+    int64_t in_db = st_sql_int(db, "SELECT hits FROM entry");
+    sqlite3_close(db);
+    CHECK(in_db >= 600 - (int64_t)(64 * 1024 / 80));
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    kcache_stats *st = NULL;
+    CHECK_RC(kcache_store_stats(&st, s), 0);
+    CHECK(st && st->hits == 600);
+    kcache_stats_free(st);
+    kcache_store_close(s);
+}
+
 int main(void)
 {
     double t0 = st_now();
     test_prune_to_cap();
     test_cap_on_put();
     test_lru_order();
+    test_hit_writes_nothing();
+    test_hit_log_bound();
     printf("cap tests: %.2f s\n", st_now() - t0);
     return test_done();
 }

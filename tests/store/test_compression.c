@@ -11,13 +11,14 @@
 #include <kcache/verify.h>
 
 #include "storetest.h"
+#include "util/codec.h"
 
 #define ART_SIZE 50000
 static uint8_t scratch[ART_SIZE + 1];
 
 static const char *const settings[] = {"zstd", "lz4", "none"};
 /* The codec column each setting writes for a compressible artifact (util/codec.h). */
-static const int codec_of[] = {1, 2, 0};
+static const int codec_of[] = {1, 3, 0}; /* lz4 writes blocks (codec 3); codec 2, its frames of before, is read only */
 
 static kcache_store *open_with(const char *path, const char *compression)
 {
@@ -165,8 +166,8 @@ static void test_bundle(void)
     kcache_store_close(src);
 
     sqlite3 *db = sql_open(bundle);
-    CHECK(codec_count(db, "entry", 2) == 5);
-    CHECK(codec_count(db, "input", 2) == 5);
+    CHECK(codec_count(db, "entry", 3) == 5);
+    CHECK(codec_count(db, "input", 3) == 5);
     sqlite3_close(db);
 
     kcache_store *dst = open_with(dst_path, "zstd");
@@ -325,7 +326,7 @@ static void test_setting(void)
     unsetenv("KCACHE_COMPRESSION");
     sqlite3 *db = sql_open(path);
     CHECK(codec_count(db, "entry", 0) == 1);
-    CHECK(codec_count(db, "entry", 2) == 1);
+    CHECK(codec_count(db, "entry", 3) == 1);
     CHECK(codec_count(db, "entry", 1) == 1);
     sqlite3_close(db);
 }
@@ -354,6 +355,59 @@ static void test_batch(void)
     sqlite3_close(db);
 }
 
+/*
+ * An entry an earlier `lz4` wrote as an LZ4 frame (codec 2) still reads
+ * under every setting, and `kcache recompress` with lz4 moves it to blocks.
+ */
+static void test_old_lz4_frames(void)
+{
+    const char *path = test_path("frames.db");
+    kcache_store *s = open_with(path, "lz4");
+    REQUIRE(put_entry(s, 7) == 0);
+    kcache_store_close(s);
+    /* The row rewritten as the earlier build wrote it. */
+    kcache_entry e;
+    char material[32];
+    make_entry(&e, material, 7);
+    kc_codec_ctx *c = NULL;
+    REQUIRE(kc_codec_new(&c) == 0);
+    kc_buf frame = {0};
+    int codec = -1;
+    REQUIRE(kc_encode(c, &frame, &codec, KC_CODEC_LZ4, e.data, e.size) == 0 &&
+            codec == KC_CODEC_LZ4);
+    uint8_t digest[KC_DIGEST_SIZE];
+    kc_stored_digest(digest, frame.data, frame.size);
+    sqlite3 *db = sql_open(path);
+    sqlite3_stmt *st = NULL;
+    REQUIRE(sqlite3_prepare_v2(db, "UPDATE artifact SET data = ?1, stored_digest = ?2", -1, &st,
+                               NULL) == SQLITE_OK);
+    sqlite3_bind_blob(st, 1, frame.data, (int)frame.size, SQLITE_STATIC);
+    sqlite3_bind_blob(st, 2, digest, KC_DIGEST_SIZE, SQLITE_STATIC);
+    REQUIRE(sqlite3_step(st) == SQLITE_DONE);
+    sqlite3_finalize(st);
+    char sql[160];
+    snprintf(sql, sizeof(sql), "UPDATE entry SET codec = 2, stored_size = %zu", frame.size);
+    REQUIRE(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK);
+    CHECK(codec_count(db, "entry", 2) == 1);
+    sqlite3_close(db);
+    for (size_t k = 0; k < 3; k++) {
+        s = open_with(path, settings[k]);
+        CHECK(check_entry(s, 7) == (int64_t)frame.size);
+        kcache_store_close(s);
+    }
+    s = open_with(path, "lz4");
+    kcache_recompress_result r = KCACHE_RECOMPRESS_RESULT_INIT;
+    CHECK_RC(kcache_store_recompress(&r, s, NULL), 0);
+    CHECK(r.before[KC_CODEC_LZ4].entries == 1 && r.recompressed == 1);
+    CHECK(check_entry(s, 7) > 0);
+    kcache_store_close(s);
+    db = sql_open(path);
+    CHECK(codec_count(db, "entry", 3) == 1 && codec_count(db, "entry", 2) == 0);
+    sqlite3_close(db);
+    kc_buf_free(&frame);
+    kc_codec_free(c);
+}
+
 int main(void)
 {
     unsetenv("KCACHE_COMPRESSION");
@@ -363,5 +417,6 @@ int main(void)
     test_huge_raw_size();
     test_setting();
     test_batch();
+    test_old_lz4_frames();
     return test_done();
 }

@@ -1,6 +1,8 @@
 /* The store's basic contract: put, get, replace, delete, find, list, stats. */
 #include <kcache/store.h>
+#include <sqlite3.h>
 
+#include "store/internal.h"
 #include "testutil.h"
 
 static kcache_key key_of(unsigned n)
@@ -121,7 +123,7 @@ static void test_put_get(void)
     CHECK(st->entries == 1);
     CHECK(st->raw_bytes == 5000);
     CHECK(st->hits == 2);
-    CHECK(st->schema_version == 5);
+    CHECK(st->schema_version == 6);
     kcache_stats_free(st);
 
     CHECK_RC(kcache_store_delete(s, &e.key), 0);
@@ -214,10 +216,123 @@ static void test_find_ambiguous(void)
     kcache_store_close(s);
 }
 
+/* One integer from the file, through a connection of its own. */
+static int64_t sql_int(const char *path, const char *sql)
+{
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    int64_t v = -1;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+        sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int64(st, 0);
+    else
+        fprintf(stderr, "%s: %s\n", sql, sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+}
+
+/* The totals agree with the rows, and no row is left that nothing refers to. */
+static void check_books(const char *path, const char *after)
+{
+    static const char *const zero[] = {
+        "SELECT (SELECT entries FROM totals) - (SELECT count(*) FROM entry)",
+        "SELECT (SELECT raw_bytes FROM totals) - (SELECT coalesce(sum(raw_size), 0) FROM entry)",
+        "SELECT (SELECT stored_bytes FROM totals) -"
+        " (SELECT coalesce(sum(stored_size), 0) FROM entry)",
+        "SELECT count(*) FROM artifact WHERE id NOT IN (SELECT id FROM entry)",
+        "SELECT count(*) FROM entry_info WHERE id NOT IN (SELECT id FROM entry)",
+        "SELECT count(*) FROM entry_input WHERE entry_id NOT IN (SELECT id FROM entry)",
+        "SELECT count(*) FROM input WHERE id NOT IN (SELECT input_id FROM entry_input)",
+        "SELECT count(*) FROM manifest WHERE key NOT IN (SELECT key FROM entry)",
+        "SELECT count(*) FROM closure WHERE id NOT IN (SELECT closure_id FROM manifest)",
+        "SELECT count(*) FROM entry_input WHERE input_id NOT IN (SELECT id FROM input)",
+        "SELECT count(*) FROM manifest WHERE closure_id NOT IN (SELECT id FROM closure)",
+    };
+    for (size_t i = 0; i < sizeof(zero) / sizeof(zero[0]); i++) {
+        int64_t v = sql_int(path, zero[i]);
+        if (v != 0) {
+            fprintf(stderr, "after %s: %s gives %lld\n", after, zero[i], (long long)v);
+            test_failures++;
+        }
+    }
+}
+
+/* Entry n: a shared header, a header of its own, a closure shared by even n. */
+static int put_booked(kcache_store *s, unsigned n, uint8_t *data, size_t size)
+{
+    char own[64];
+    snprintf(own, sizeof(own), "// header of entry %u\n", n);
+    kcache_input inputs[] = {{KCACHE_INPUT_HEADER, "common.cuh", "#pragma once\n", 13},
+                             {KCACHE_INPUT_HEADER, "own.cuh", own, strlen(own)}};
+    kcache_entry e = KCACHE_ENTRY_INIT;
+    e.key = key_of(n);
+    e.kind = KCACHE_KIND_CUBIN;
+    e.arch = "sm_90";
+    e.name = "k.cu";
+    fill(data, size, n);
+    e.data = data;
+    e.size = size - n;
+    e.inputs = inputs;
+    e.n_inputs = 2;
+    int rc = kcache_store_put(s, &e);
+    kcache_key base = key_of(1000 + n);
+    char closure[64];
+    snprintf(closure, sizeof(closure), "closure %u", n % 2 ? n : 0);
+    return rc ? rc : kc_store_manifest_put(s, &base, &e.key, 1, closure, strlen(closure));
+}
+
+/*
+ * Every way entries go (delete, replace, prune, a namespace cleared or
+ * trimmed, clear) keeps the totals and takes what only they used: the
+ * statements say it themselves, no trigger does (lib/store/cascade.c).
+ */
+static void test_books(void)
+{
+    const char *path = test_path("books.db");
+    kcache_store *s = open_at(path, UINT64_MAX);
+    static uint8_t data[20000];
+    for (unsigned n = 0; n < 12; n++)
+        CHECK_RC(put_booked(s, n, data, sizeof(data)), 0);
+    check_books(path, "puts");
+    kcache_key k = key_of(3);
+    CHECK_RC(kcache_store_delete(s, &k), 0);
+    check_books(path, "a delete");
+    CHECK_RC(put_booked(s, 4, data, sizeof(data) - 100), 0); /* replaced, another size */
+    CHECK_RC(put_booked(s, 4, data, sizeof(data)), 0);
+    check_books(path, "replacing");
+    kcache_prune_options o = KCACHE_PRUNE_OPTIONS_INIT;
+    kcache_prune_result r = KCACHE_PRUNE_RESULT_INIT;
+    o.max_entries = 6;
+    CHECK_RC(kcache_store_prune(&r, s, &o), 0);
+    CHECK(r.evicted == 5);
+    check_books(path, "a prune");
+    CHECK(sql_int(path, "SELECT count(*) FROM input") == 7); /* common.cuh and 6 own */
+    for (unsigned i = 0; i < 6; i++) {
+        char key[16];
+        snprintf(key, sizeof(key), "k%u", i);
+        CHECK_RC(kcache_store_put_keyed(s, "ns", key, strlen(key), data, 1000 + i), 0);
+    }
+    uint64_t n = 0;
+    CHECK_RC(kcache_store_trim_namespace(&n, s, "ns", 3100), 0);
+    CHECK(n == 3);
+    check_books(path, "trimming a namespace");
+    CHECK_RC(kcache_store_clear_namespace(&n, s, "ns"), 0);
+    CHECK(n == 3);
+    check_books(path, "clearing a namespace");
+    CHECK_RC(kcache_store_clear(s), 0);
+    check_books(path, "clear");
+    CHECK(sql_int(path, "SELECT entries + raw_bytes + stored_bytes FROM totals") == 0);
+    /* The hit path's schema: no triggers for every open to parse. */
+    CHECK(sql_int(path, "SELECT count(*) FROM sqlite_schema WHERE type = 'trigger'") == 0);
+    kcache_store_close(s);
+}
+
 int main(void)
 {
     test_put_get();
     test_list_and_prune();
     test_find_ambiguous();
+    test_books();
     return test_done();
 }

@@ -85,7 +85,7 @@ static void test_methods(kc_codec_ctx *c)
     static const struct {
         const char *name;
         int method;
-    } m[] = {{"zstd", KC_CODEC_ZSTD}, {"lz4", KC_CODEC_LZ4}, {"none", KC_CODEC_RAW}};
+    } m[] = {{"zstd", KC_CODEC_ZSTD}, {"lz4", KC_CODEC_LZ4B}, {"none", KC_CODEC_RAW}};
     for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
         int method = -1;
         CHECK_RC(kc_compression_parse(&method, m[i].name), 0);
@@ -111,7 +111,11 @@ static void test_methods(kc_codec_ctx *c)
         CHECK(method == 42);
     }
     CHECK(kc_compression_name(7) == NULL);
-    CHECK(!kc_codec_known(3) && !kc_codec_known(-1));
+    CHECK(!kc_codec_known(4) && !kc_codec_known(-1));
+    /* The frames an earlier `lz4` wrote still decode, and still count as lz4. */
+    CHECK(kc_codec_known(KC_CODEC_LZ4) && !strcmp(kc_compression_name(KC_CODEC_LZ4), "lz4"));
+    fill_compressible(buf, 65536, 6);
+    round_trip_with(c, KC_CODEC_LZ4, buf, 65536, KC_CODEC_LZ4);
 
     /* A fresh context decodes what another wrote, in any codec. */
     kc_codec_ctx *other = NULL;
@@ -270,6 +274,40 @@ static void test_damage(kc_codec_ctx *c)
         CHECK_RC(decodes(c, KC_CODEC_LZ4, more, enc.size + 4, N), KCACHE_ECORRUPT);
         free(more);
     }
+    free(copy);
+    kc_buf_free(&enc);
+
+    /*
+     * LZ4 blocks: cut, followed by more, or claiming another size are refused
+     * without allocating what a damaged size claims. A block has no checksum
+     * of its own (the stored digest, checked before any decode, is its
+     * check: test_corruption), so flips are only required not to crash.
+     */
+    REQUIRE(kc_encode(c, &enc, &codec, KC_CODEC_LZ4B, raw, N) == 0 && codec == KC_CODEC_LZ4B);
+    REQUIRE((copy = malloc(enc.size + 4)));
+    for (size_t i = 0; i < sizeof(cuts) / sizeof(cuts[0]); i++)
+        if (cuts[i] < enc.size)
+            CHECK_RC(decodes(c, KC_CODEC_LZ4B, enc.data, cuts[i], N), KCACHE_ECORRUPT);
+    CHECK_RC(decodes(c, KC_CODEC_LZ4B, enc.data, enc.size, N - 1), KCACHE_ECORRUPT);
+    CHECK_RC(decodes(c, KC_CODEC_LZ4B, enc.data, enc.size, N + 1), KCACHE_ECORRUPT);
+    CHECK_RC(decodes(c, KC_CODEC_LZ4B, enc.data, enc.size, 0), KCACHE_ECORRUPT);
+    CHECK_RC(decodes(c, KC_CODEC_LZ4B, enc.data, enc.size, SIZE_MAX), KCACHE_ECORRUPT);
+    CHECK(!kc_decode_plausible(KC_CODEC_LZ4B, enc.data, 16, (size_t)1 << 30));
+    CHECK_RC(decodes(c, KC_CODEC_LZ4, enc.data, enc.size, N), KCACHE_ECORRUPT);
+    CHECK_RC(decodes(c, KC_CODEC_ZSTD, enc.data, enc.size, N), KCACHE_ECORRUPT);
+    memcpy(copy, enc.data, enc.size);
+    memset(copy + enc.size, 0, 4);
+    CHECK_RC(decodes(c, KC_CODEC_LZ4B, copy, enc.size + 4, N), KCACHE_ECORRUPT);
+    for (size_t pos = 0; pos < enc.size; pos += 1 + enc.size / 97) {
+        memcpy(copy, enc.data, enc.size);
+        copy[pos] ^= 0x5a;
+        uint8_t *out = malloc(N);
+        REQUIRE(out);
+        int rc = kc_decode_into(c, out, KC_CODEC_LZ4B, copy, enc.size, N);
+        CHECK(rc == 0 || rc == KCACHE_ECORRUPT);
+        free(out);
+    }
+    CHECK_RC(decodes(c, KC_CODEC_LZ4B, enc.data, enc.size, N), 0);
     free(copy);
     kc_buf_free(&enc);
 }

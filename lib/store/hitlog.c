@@ -1,0 +1,253 @@
+/*
+ * Hits recorded without a write transaction (doc/design.md, "A hit writes
+ * nothing to the database").
+ *
+ * A process that opens the cache, hits and closes used to end with a write
+ * transaction for its one touch: a WAL frame per page it changed, the write
+ * lock, and a WAL index the next process rebuilt. Now a handle whose pending
+ * work is only hits (touches and hit/miss counts) appends them, as fixed-size
+ * records, to PATH-hits, and the next write transaction of any handle on the
+ * cache (a put, a delete, a flush, a prune, a listing) takes them into the
+ * database (kc_pending_write). So the LRU order in the database lags the
+ * accesses by at most:
+ *
+ *   - in a handle's memory: KC_TOUCH_BATCH distinct keys or
+ *     KC_TOUCH_INTERVAL_NS (touch.c), or until it closes, as before;
+ *   - in PATH-hits: until the next write transaction on the cache, and never
+ *     past KC_HITLOG_FOLD_AT bytes (about 800 records): the handle whose
+ *     append finds the log that long writes it into the database itself, if
+ *     the write lock is free at once (else the next writer does).
+ *
+ * Prune (and a put's eviction) folds the log in the transaction that picks
+ * victims, so the eviction order sees every access a closed or flushed
+ * handle recorded; stats and a namespace's stats add the log's counts.
+ *
+ * Records go in with O_APPEND under a shared lock (appends of several
+ * processes do not interleave on a local file system); taking the log holds
+ * the exclusive lock only while it reads and truncates it, never across a
+ * transaction: what was taken waits in the handle's pending lists, which a
+ * failed transaction keeps, so nothing is lost when it rolls back. A record
+ * carries a check: a torn one (disk full) is skipped and the reader
+ * resynchronises on the next. Beyond KC_HITLOG_MAX bytes (nobody has written
+ * for a long time, and the lock was never free) appends are dropped: the LRU
+ * order gets a little older, nothing else is lost. The log holds no bytes
+ * of any artifact, only which keys were hit and when: it can make an entry
+ * live longer or shorter in the cache, never change what a hit returns.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "store/storeint.h"
+
+#define KC_HITLOG_REC 80
+#define KC_HITLOG_MAGIC UINT32_C(0x3148434b) /* "KCH1" */
+#define KC_HITLOG_TOUCH 1
+#define KC_HITLOG_USAGE 2
+/* The log is written into the database by the appender past this size ... */
+#define KC_HITLOG_FOLD_AT (64u * 1024u)
+/* ... and appends are dropped past this one. */
+#define KC_HITLOG_MAX (1024u * 1024u)
+
+static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+static uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+
+/* FNV-1a: a torn or foreign record, not tampering (the log decides no bytes). */
+static uint32_t rec_check(const uint8_t *r)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < 72; i++)
+        h = (h ^ r[i]) * 16777619u;
+    return h;
+}
+
+/*
+ * A record: magic, type, key or architecture (32 bytes), three integers
+ * (touch: accessed_at, hits; usage: hits, misses, saved_ns), the kind, the
+ * check. Native byte order: the file never leaves this machine.
+ */
+static void rec_seal(uint8_t r[KC_HITLOG_REC], uint32_t type)
+{
+    put32(r, KC_HITLOG_MAGIC);
+    put32(r + 4, type);
+    put32(r + 72, rec_check(r));
+}
+
+static void path_of(char *out, size_t size, const kcache_store *s)
+{
+    snprintf(out, size, "%s" KC_DB_HITS, s->db.path);
+}
+
+static int lock_log(int fd, short type)
+{
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    int rc;
+    while ((rc = fcntl(fd, F_OFD_SETLKW, &fl)) != 0 && errno == EINTR)
+        ;
+    return rc;
+}
+
+int kc_hitlog_append(kcache_store *s, uint64_t *log_size)
+{
+    *log_size = 0;
+    size_t n = s->n_touches + s->n_usage;
+    if (!n)
+        return 0;
+    uint8_t *buf = kc_calloc(n, KC_HITLOG_REC);
+    if (!buf)
+        return KCACHE_ENOMEM;
+    uint8_t *r = buf;
+    for (size_t i = 0; i < s->n_touches; i++, r += KC_HITLOG_REC) {
+        memcpy(r + 8, s->touches[i].key.bytes, KCACHE_KEY_SIZE);
+        put64(r + 40, (uint64_t)s->touches[i].accessed_at);
+        put64(r + 48, s->touches[i].hits);
+        rec_seal(r, KC_HITLOG_TOUCH);
+    }
+    for (size_t i = 0; i < s->n_usage; i++, r += KC_HITLOG_REC) {
+        const kcache_usage *u = &s->usage[i];
+        memcpy(r + 8, u->arch, strnlen(u->arch, sizeof(u->arch)));
+        put64(r + 40, u->hits);
+        put64(r + 48, u->misses);
+        put64(r + 56, u->saved_ns);
+        put32(r + 64, (uint32_t)u->kind);
+        rec_seal(r, KC_HITLOG_USAGE);
+    }
+    char path[4200];
+    path_of(path, sizeof(path), s);
+    int rc = KCACHE_EIO;
+    /* Read-write: a read lock needs a descriptor open for reading. */
+    int fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    struct stat st;
+    if (fd >= 0 && lock_log(fd, F_RDLCK) == 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        size_t bytes = n * KC_HITLOG_REC;
+        if ((uint64_t)st.st_size + bytes > KC_HITLOG_MAX) {
+            rc = 0; /* dropped: see above */
+            *log_size = (uint64_t)st.st_size;
+        } else if (write(fd, buf, bytes) == (ssize_t)bytes) {
+            rc = 0;
+            *log_size = (uint64_t)st.st_size + bytes;
+        }
+    }
+    if (fd >= 0)
+        close(fd); /* the only descriptor of its description: the lock goes with it */
+    free(buf);
+    return rc;
+}
+
+/* Calls one of the two for every sound record in buf. */
+static int parse(const uint8_t *buf, size_t size, kcache_store *s, kcache_usage **v, size_t *n,
+                 size_t *cap)
+{
+    size_t i = 0;
+    while (i + KC_HITLOG_REC <= size) {
+        const uint8_t *r = buf + i;
+        uint32_t type = get32(r + 4);
+        if (get32(r) != KC_HITLOG_MAGIC || get32(r + 72) != rec_check(r) ||
+            (type != KC_HITLOG_TOUCH && type != KC_HITLOG_USAGE)) {
+            i += 4; /* a torn record: look for the next one */
+            continue;
+        }
+        i += KC_HITLOG_REC;
+        if (type == KC_HITLOG_USAGE) {
+            char arch[33];
+            memcpy(arch, r + 8, 32);
+            arch[32] = '\0';
+            int rc = kc_usage_merge(v, n, cap, arch, (int)get32(r + 64), get64(r + 40),
+                                    get64(r + 48), get64(r + 56));
+            if (rc)
+                return rc;
+        } else if (s) {
+            struct kc_touch *grown = kc_grow(s->touches, &s->cap_touches, s->n_touches,
+                                             sizeof(*grown), 64);
+            if (!grown)
+                return KCACHE_ENOMEM;
+            s->touches = grown;
+            struct kc_touch *t = &s->touches[s->n_touches++];
+            memcpy(t->key.bytes, r + 8, KCACHE_KEY_SIZE);
+            t->accessed_at = (int64_t)get64(r + 40);
+            t->hits = (uint32_t)get64(r + 48);
+        }
+    }
+    return 0;
+}
+
+/* The log's bytes, read under a lock of `type`; *fd_out stays open (and locked) when asked. */
+static int read_log(kcache_store *s, int writable, uint8_t **out, size_t *size, int *fd_out)
+{
+    *out = NULL;
+    *size = 0;
+    *fd_out = -1;
+    char path[4200];
+    path_of(path, sizeof(path), s);
+    int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT ? 0 : KCACHE_EIO;
+    struct stat st;
+    if (lock_log(fd, writable ? F_WRLCK : F_RDLCK) != 0 || fstat(fd, &st) != 0 ||
+        !S_ISREG(st.st_mode)) {
+        close(fd);
+        return KCACHE_EIO;
+    }
+    size_t want = (size_t)KC_MIN((uint64_t)st.st_size, 2ull * KC_HITLOG_MAX);
+    uint8_t *buf = want ? kc_malloc(want) : NULL;
+    if (want && !buf) {
+        close(fd);
+        return KCACHE_ENOMEM;
+    }
+    ssize_t got = want ? pread(fd, buf, want, 0) : 0;
+    *out = buf;
+    *size = got > 0 ? (size_t)got : 0;
+    *fd_out = fd;
+    return 0;
+}
+
+int kc_hitlog_take(kcache_store *s)
+{
+    uint8_t *buf;
+    size_t size;
+    int fd;
+    int rc = read_log(s, 1, &buf, &size, &fd);
+    if (rc || fd < 0)
+        return rc == KCACHE_ENOMEM ? rc : 0; /* no log, or one we may not write: nothing taken */
+    if (size)
+        rc = parse(buf, size, s, &s->usage, &s->n_usage, &s->cap_usage);
+    /* Taken (or not sound at all): emptied either way, so it cannot grow past its bound. */
+    if (!rc && size && ftruncate(fd, 0) != 0)
+        rc = KCACHE_EIO;
+    close(fd);
+    free(buf);
+    return rc;
+}
+
+int kc_hitlog_usage(kcache_store *s, kcache_usage **v, size_t *n, size_t *cap)
+{
+    uint8_t *buf;
+    size_t size;
+    int fd;
+    int rc = read_log(s, 0, &buf, &size, &fd);
+    if (fd >= 0)
+        close(fd);
+    if (!rc && size)
+        rc = parse(buf, size, NULL, v, n, cap);
+    free(buf);
+    return rc == KCACHE_ENOMEM ? rc : 0;
+}
+
+int kc_hitlog_waiting(const kcache_store *s)
+{
+    char path[4200];
+    struct stat st;
+    path_of(path, sizeof(path), s);
+    return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+}
+
+int kc_hitlog_fold_due(uint64_t log_size)
+{
+    return log_size >= KC_HITLOG_FOLD_AT;
+}
