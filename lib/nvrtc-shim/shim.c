@@ -37,6 +37,7 @@
  * NVIDIA's answer, and the reason ("unpredicted-read", ...) is counted.
  * doc/design.md, "The drop-in's soundness", has the decision and its cost.
  */
+#include <ctype.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -458,7 +459,10 @@ static int option_reason(int n, const char *const *opts, kcache_kind *out_kind)
     int has_arch = 0, lto = 0, is_virtual = 0;
     for (int i = 0; i < n; i++) {
         const char *o = opts[i];
-        if (!o)
+        /* NVRTC strips white space around each option (" -lineinfo" is -lineinfo), which
+         * every test here would miss: such a program is left to NVRTC. */
+        if (!o || (*o && (isspace((unsigned char)o[0]) ||
+                          isspace((unsigned char)o[strlen(o) - 1]))))
             return R_ODD_ARGUMENTS;
         if (opt_is(o, pch))
             return R_PCH;
