@@ -19,6 +19,26 @@ def nvrtc_copy(real, d):
     return copy
 
 
+def build_id(path):
+    """path's GNU build-id in hex, as kcache keys the library, or None."""
+    with open(path, "rb") as f:
+        elf = f.read()
+    phoff, = struct.unpack_from("<Q", elf, 32)
+    phentsize, phnum = struct.unpack_from("<HH", elf, 54)
+    for i in range(phnum):
+        ptype, = struct.unpack_from("<I", elf, phoff + i * phentsize)
+        off, = struct.unpack_from("<Q", elf, phoff + i * phentsize + 8)
+        size, = struct.unpack_from("<Q", elf, phoff + i * phentsize + 32)
+        at = off
+        while ptype == 4 and at + 12 <= off + size:
+            namesz, descsz, ntype = struct.unpack_from("<III", elf, at)
+            desc = at + 12 + ((namesz + 3) & ~3)
+            if ntype == 3 and elf[at + 12:at + 16] == b"GNU\0":
+                return elf[desc:desc + descsz].hex()
+            at = desc + ((descsz + 3) & ~3)
+    return None
+
+
 def other_build(path):
     """Rewrites path's GNU build-id (a new file renamed over it): the same code,
     another build as far as any key can tell. True if it had one."""

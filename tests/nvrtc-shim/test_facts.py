@@ -4,29 +4,34 @@ PyTorch and CuPy ask (nvrtcVersion, nvrtcGetNumSupportedArchs,
 nvrtcGetSupportedArchs) and the library's file name holds no version (pip's
 libnvrtc.so.13). And the answer is never one another build gave.
 
-test_facts.py NVRTC_ONE_RUNPATH
+test_facts.py NVRTC_ONE_RUNPATH KCACHE_FILL
 
 The program's RUNPATH ($ORIGIN/nvlib) holds a copy of NVIDIA's library under
 its soname. A first process under `kcache run` misses and loads NVRTC; a
 second asks its questions, then hits, and must not load it; its answers must
 be NVIDIA's. A touched file of the same build answers from what the build
 said; a file of another build (the same library with its GNU build-id
-changed) is asked, and its answer is its own.
+changed) is asked, and its answer is its own. A record only the NVRTC here
+wrote is believed: one arriving in a bundle (forged, or from a machine whose
+file only claims the build) is never exported, imported or answered.
 """
+import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 
-from nvrtc_copies import nvrtc_copy, other_build  # beside this script
+from nvrtc_copies import build_id, nvrtc_copy, other_build  # beside this script
 from shim_report import read_report
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyhelp"))
 import kctest  # noqa: E402
 
 ONE_RUNPATH = os.path.abspath(sys.argv[1])
+FILL = os.path.abspath(sys.argv[2])
 KCACHE = os.environ["KCACHE_EXE"]
 REAL = os.environ["NVRTC_REAL"]
 SONAME = os.path.basename(REAL)
@@ -122,6 +127,41 @@ def main():
         check(out == ref and r.get("hits") == 1 and r.get("nvrtc-loaded") == "no",
               f"another build, next process: what that build said, a hit, NVRTC not loaded "
               f"({r})")
+
+        # The record stays on this machine: an export leaves it out.
+        bundle = os.path.join(tmp, "facts.kcache")
+        p = subprocess.run([KCACHE, "export", bundle], env=env, capture_output=True, text=True)
+        check(p.returncode == 0, f"export: {p.stderr}")
+        e = dict(env, KCACHE_DIR=os.path.join(tmp, "imported"))
+        p = subprocess.run([KCACHE, "import", bundle], env=e, capture_output=True, text=True)
+        ls = subprocess.run([KCACHE, "ls", "--namespace", "kcache.nvrtc", "--json"], env=e,
+                            capture_output=True, text=True)
+        check(p.returncode == 0 and ls.returncode == 0 and
+              json.loads(ls.stdout)["entries"] == [],
+              f"an export leaves the drop-in's records out ({p.stderr}{ls.stdout})")
+
+        # A forged record for this very build, in a bundle: never imported, never answered.
+        forged_src = os.path.join(tmp, "forged-bundle")
+        with open(os.path.join(tmp, "forged.txt"), "w") as f:
+            f.write("kcache nvrtc facts 1\nversion 12 9\narchs 1 75\n")
+        os.makedirs(forged_src)
+        p = subprocess.run([FILL, os.path.join(forged_src, "kcache.db"), "1", "--namespace",
+                            "kcache.nvrtc", "--caller-key",
+                            f"{SONAME} build-id {build_id(lib)}", "--data",
+                            os.path.join(tmp, "forged.txt")], capture_output=True, text=True)
+        check(p.returncode == 0, f"kcache-fill: {p.stderr}")
+        db = sqlite3.connect(os.path.join(forged_src, "kcache.db"))  # a bundle's journal
+        db.execute("PRAGMA journal_mode = DELETE")
+        db.close()
+        e = dict(env, KCACHE_DIR=os.path.join(tmp, "victim"))
+        p = subprocess.run([KCACHE, "import", os.path.join(forged_src, "kcache.db")], env=e,
+                           capture_output=True, text=True)
+        check(p.returncode == 0, f"a bundle holding such a record still imports ({p.stderr})")
+        env, saved = e, env
+        out, r = one("forged", "only")
+        env = saved
+        check(out == asked + b"\n" and r.get("nvrtc-loaded") == "yes",
+              f"a forged record from a bundle: NVIDIA's answers, from NVRTC ({out}, {r})")
 
         # The cache off: NVRTC answers, as without kcache.
         e = dict(env, KCACHE_DISABLE="1")
