@@ -24,9 +24,10 @@
  *     hold for it. It never leaves this machine: export and push leave it
  *     out, import and pull pass it over (lib/store/ingest.c, "Local-only
  *     records"), since only a record the library here answered is known to
- *     be what that file says, and none can be checked by a rebuild. Lookups are made without touching it (no hit or
- *     miss counted: stats count compiles); evicted, it is written again by
- *     the next process that loads NVRTC.
+ *     be what that file says, and none can be checked by a rebuild.
+ *     Lookups are made without touching it (no hit or miss counted: stats
+ *     count compiles); evicted, it is written again by the next process
+ *     that loads NVRTC.
  *   - No record, an unreadable one, a disabled cache: NVRTC is asked, as
  *     before. Never a guess.
  */
