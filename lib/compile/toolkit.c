@@ -174,6 +174,12 @@ static char *toolkit_identity(const char *root)
     return kc_strdup(text);
 }
 
+int kc_toolkit_id_unknown(const char *id)
+{
+    size_t n = strlen(id), u = strlen(" build-id unknown");
+    return !id[0] || (n >= u && !strcmp(id + n - u, " build-id unknown"));
+}
+
 /* The file's name and GNU build-id: exact to the build, read without loading it. */
 static void nvrtc_identity(kc_toolkit *tk)
 {

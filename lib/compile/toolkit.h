@@ -61,6 +61,12 @@ int kc_toolkit_use_nvrtc(kc_toolkit *tk, const char *path, char *msg, size_t msg
 int kc_nvrtc_get(const kc_toolkit *tk, const kc_nvrtc **out, char *msg, size_t msg_size);
 int kc_nvjitlink_get(const kc_toolkit *tk, const kc_nvjitlink **out, char *msg, size_t msg_size);
 
+/*
+ * 1 if a library identity (nvrtc_id, nvjitlink_id) holds no build-id: the
+ * file had none, and nothing tells its build from another of the same name.
+ */
+int kc_toolkit_id_unknown(const char *id);
+
 /* The GNU build-id of an ELF file as hex into out. Returns 0 or KCACHE_EIO. */
 int kc_elf_build_id(const char *path, char *out, size_t out_size);
 

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 
-from nvrtc_copies import build_id, nvrtc_copy, other_build  # beside this script
+from nvrtc_copies import build_id, nvrtc_copy, other_build, other_release_string  # noqa: E501
 from shim_report import read_report
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyhelp"))
@@ -162,6 +162,18 @@ def main():
         env = saved
         check(out == asked + b"\n" and r.get("nvrtc-loaded") == "yes",
               f"a forged record from a bundle: NVIDIA's answers, from NVRTC ({out}, {r})")
+
+        # No build-id: nothing tells this build from another whose bytes differ, so no
+        # kernel of it is kept, and none is served to the other.
+        check(other_build(lib, drop=True), "the copy's build-id note removed")
+        out, r = one("noid", "1")
+        check(out == ref and r.get("misses", 0) == 0 and r.get("hits", 0) == 0,
+              f"a library without a build-id: NVIDIA's answers, nothing kept ({r})")
+        check(other_release_string(lib), "a build without a build-id whose PTX differs")
+        plain, _ = one("noid-other-plain", "1", shim=False)
+        out, r = one("noid-other", "1")
+        check(plain != ref and out == plain,
+              f"another build without a build-id: its own bytes, not the first one's ({r})")
 
         # The cache off: NVRTC answers, as without kcache.
         e = dict(env, KCACHE_DISABLE="1")
