@@ -115,6 +115,31 @@ def main():
         check(out == asked + b"\n" and r.get("nvrtc-loaded") == "no",
               f"a touched file of the same build answers from what the build said ({r})")
 
+        # NVRTC replaced after the process read its build-id (the record answered) and
+        # before the miss loaded it: the new build's kernel is not filed under the old.
+        orig = lib + ".orig"
+        shutil.copy2(lib, orig)
+        go = os.path.join(tmp, "go")
+        argv_x = argv + ["-DREPLACED=1"]
+        e = dict(env, NVRTC_ONE_VERSION="1", NVRTC_ONE_PAUSE=go, KCACHE_NVRTC_REPORT=rep)
+        proc = subprocess.Popen([KCACHE, "run", "--", exe, os.path.join(tmp, "paused")] + argv_x,
+                                env=e, cwd=work)
+        for _ in range(3000):
+            if os.path.exists(go + ".ready") or proc.poll() is not None:
+                break
+            time.sleep(0.01)
+        check(other_build(lib) and other_release_string(lib), "NVRTC replaced by another build")
+        open(go, "w").close()
+        check(proc.wait(timeout=120) == 0, "the paused process compiles")
+        shutil.copy2(orig, lib + ".new")
+        os.rename(lib + ".new", lib)
+        argv, saved_argv = argv_x, argv
+        plain, _ = one("replaced-plain", "1", shim=False)
+        out, r = one("replaced-after", "1")
+        argv = saved_argv
+        check(out == plain, f"the first build again: its own kernel, not the build that "
+              f"replaced it meanwhile ({r})")
+
         # Another build under the same name: asked, never answered for.
         check(other_build(lib), "the copy's build-id rewritten")
         out, r = one("other", "only")
