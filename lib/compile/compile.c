@@ -353,6 +353,15 @@ static int run_compile_step(void *ctx, struct kc_result *r)
 static void store_compile_step(void *ctx, struct kc_result *r)
 {
     struct compile_step *s = ctx;
+    if (!kc_nvrtc_loaded_is_keyed(&s->c->tk)) {
+        /* Its kernel is another build's than the key says: returned, not kept. */
+        char msg[PATH_MAX + 160];
+        snprintf(msg, sizeof(msg), "not stored: NVRTC at %s is another build than when kcache "
+                 "opened (replaced since): its kernels would be filed under the other build",
+                 s->c->tk.nvrtc_path);
+        kc_result_store_problem(r, KCACHE_ENOTSUP, msg);
+        return;
+    }
     store_result(s->c, s->w, r);
 }
 

@@ -62,6 +62,14 @@ int kc_nvrtc_get(const kc_toolkit *tk, const kc_nvrtc **out, char *msg, size_t m
 int kc_nvjitlink_get(const kc_toolkit *tk, const kc_nvjitlink **out, char *msg, size_t msg_size);
 
 /*
+ * 1 if the NVRTC loaded in this process is the build tk's keys name: the
+ * build-id is read from the file when the compiler opens, the library loaded
+ * on the first miss, and an upgrade in between (or a library loaded earlier
+ * under the same path) compiles as another build.
+ */
+int kc_nvrtc_loaded_is_keyed(const kc_toolkit *tk);
+
+/*
  * 1 if a library identity (nvrtc_id, nvjitlink_id) holds no build-id: the
  * file had none, and nothing tells its build from another of the same name.
  */

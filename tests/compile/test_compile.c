@@ -5,7 +5,10 @@
  * reproducible bytes, and a store that cannot be written.
  * Skips (77) where the toolkit is missing.
  */
+#include <dirent.h>
 #include <kcache/compile.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "testutil.h"
@@ -406,6 +409,107 @@ static void test_store_unusable(void)
     kcache_store_close(ro);
 }
 
+/* Reads path whole into *size bytes (NULL on failure). */
+static unsigned char *slurp(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char *p = NULL;
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (p = malloc((size_t)n)) && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    if (f)
+        fclose(f);
+    *size = n > 0 ? (size_t)n : 0;
+    return p;
+}
+
+static int spill(const char *path, const unsigned char *data, size_t size)
+{
+    char tmp[PATH_MAX + 400];
+    snprintf(tmp, sizeof(tmp), "%s.new", path);
+    FILE *f = fopen(tmp, "wb");
+    int ok = f && fwrite(data, 1, size, f) == size;
+    if (f)
+        ok &= fclose(f) == 0;
+    return ok && rename(tmp, path) == 0 ? 0 : -1;
+}
+
+/*
+ * NVRTC replaced after a process loaded it under that path (an upgrade under a
+ * long-running program): a compiler opened since reads the new build-id, but
+ * the process compiles with the copy it loaded. Its kernels are not filed
+ * under the new build.
+ */
+static void test_nvrtc_replaced(const kc_toolkit *tk)
+{
+    char dir[PATH_MAX], copy[PATH_MAX + 32], from[PATH_MAX], path[PATH_MAX + 300], id[80];
+    snprintf(dir, sizeof(dir), "%s/nvrtc copy", test_dir());
+    REQUIRE(mkdir(dir, 0755) == 0);
+    snprintf(from, sizeof(from), "%s", tk->nvrtc_path);
+    *strrchr(from, '/') = '\0';
+    DIR *d = opendir(from);
+    REQUIRE(d);
+    for (struct dirent *de; (de = readdir(d));) {
+        if (strncmp(de->d_name, "libnvrtc-builtins.so", 20) != 0)
+            continue;
+        size_t n;
+        snprintf(path, sizeof(path), "%s/%s", from, de->d_name);
+        unsigned char *b = slurp(path, &n);
+        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+        REQUIRE(b && spill(path, b, n) == 0);
+        free(b);
+    }
+    closedir(d);
+    size_t n;
+    unsigned char *lib = slurp(tk->nvrtc_path, &n);
+    REQUIRE(lib);
+    snprintf(copy, sizeof(copy), "%s/libnvrtc.so.%d", dir, KC_CUDA_MAJOR);
+    REQUIRE(spill(copy, lib, n) == 0);
+
+    char db2[PATH_MAX + 32];
+    snprintf(db2, sizeof(db2), "%s/replaced.db", test_dir());
+    kcache_store *s = open_store(db2, 0);
+    kcache_compiler_options o = KCACHE_COMPILER_OPTIONS_INIT;
+    o.store = s;
+    o.nvrtc_path = copy;
+    kcache_compiler *before = NULL, *after = NULL;
+    char err[512], src[PATH_MAX + 32];
+    REQUIRE(kcache_compiler_new(&before, &o, err, sizeof(err)) == 0);
+    snprintf(src, sizeof(src), "%s/replaced.cu", test_dir());
+    FILE *f = fopen(src, "w");
+    REQUIRE(f && fputs("__global__ void k(int *o) { o[0] = 5; }\n", f) >= 0 && !fclose(f));
+    kcache_result *r = compile(before, src, "sm_90", NULL, 0, KCACHE_KIND_PTX, 0);
+    CHECK(r->keyed && r->store_status == 0 && !r->hit);
+    kcache_result_free(r);
+
+    /* Another build at that path: its build-id's bytes changed, renamed over it. */
+    REQUIRE(kc_elf_build_id(copy, id, sizeof(id)) == 0);
+    unsigned char raw[40];
+    size_t id_n = strlen(id) / 2;
+    for (size_t i = 0; i < id_n; i++)
+        REQUIRE(sscanf(id + 2 * i, "%2hhx", &raw[i]) == 1);
+    unsigned char *at = memmem(lib, n, raw, id_n);
+    REQUIRE(at);
+    for (size_t i = 0; i < id_n; i++)
+        at[i] ^= 0x5a;
+    REQUIRE(spill(copy, lib, n) == 0);
+    free(lib);
+    REQUIRE(kcache_compiler_new(&after, &o, err, sizeof(err)) == 0);
+    CHECK(strcmp(kcache_compiler_nvrtc_id(before), kcache_compiler_nvrtc_id(after)) != 0);
+    f = fopen(src, "w");
+    REQUIRE(f && fputs("__global__ void k(int *o) { o[0] = 6; }\n", f) >= 0 && !fclose(f));
+    r = compile(after, src, "sm_90", NULL, 0, KCACHE_KIND_PTX, 0);
+    CHECK(r->status == 0 && r->size > 0);
+    CHECK(r->store_status != 0 && strstr(r->store_message, "another build"));
+    kcache_result_free(r);
+    kcache_compiler_free(after);
+    kcache_compiler_free(before);
+    kcache_store_close(s);
+}
+
 int main(void)
 {
     corpus = getenv("CORPUS");
@@ -431,6 +535,7 @@ int main(void)
     kcache_store_close(s);
     test_store_unusable();
     test_single_flight();
+    test_nvrtc_replaced(&tk);
     kc_toolkit_free(&tk);
     return test_done();
 }
