@@ -69,6 +69,11 @@ int kc_nvjitlink_get(const kc_toolkit *tk, const kc_nvjitlink **out, char *msg, 
  */
 int kc_nvrtc_loaded_is_keyed(const kc_toolkit *tk);
 
+/* Why a rebuild is no verdict when kc_nvrtc_loaded_is_keyed() says no. */
+#define KC_LOADED_IS_ANOTHER_BUILD                                                                 \
+    "the NVRTC this process loaded is another build than its file now (replaced since): "        \
+    "run verify again"
+
 /*
  * 1 if a library identity (nvrtc_id, nvjitlink_id) holds no build-id: the
  * file had none, and nothing tells its build from another of the same name.

@@ -496,7 +496,6 @@ static void test_nvrtc_replaced(const kc_toolkit *tk)
     for (size_t i = 0; i < id_n; i++)
         at[i] ^= 0x5a;
     REQUIRE(spill(copy, lib, n) == 0);
-    free(lib);
     REQUIRE(kcache_compiler_new(&after, &o, err, sizeof(err)) == 0);
     CHECK(strcmp(kcache_compiler_nvrtc_id(before), kcache_compiler_nvrtc_id(after)) != 0);
     f = fopen(src, "w");
@@ -505,9 +504,54 @@ static void test_nvrtc_replaced(const kc_toolkit *tk)
     CHECK(r->status == 0 && r->size > 0);
     CHECK(r->store_status != 0 && strstr(r->store_message, "another build"));
     kcache_result_free(r);
+
+    /* That build, with other bytes, compiled at another path (as by another process):
+     * a rebuild here, with the copy loaded earlier under the first path (glibc hands
+     * it back by name), is no verdict on its entry. */
+    static const char release[] = "Cuda compilation tools, release 13.0, V13.0.88";
+    unsigned char *rel = memmem(lib, n, release, sizeof(release) - 1);
+    REQUIRE(rel);
+    rel[sizeof(release) - 2] = '9';
+    rel[sizeof(release) - 3] = '9';
+    REQUIRE(spill(copy, lib, n) == 0);
+    snprintf(path, sizeof(path), "%s/other", test_dir());
+    REQUIRE(mkdir(path, 0755) == 0);
+    d = opendir(dir);
+    REQUIRE(d);
+    for (struct dirent *de; (de = readdir(d));) {
+        char a[2 * PATH_MAX], b[2 * PATH_MAX];
+        size_t m;
+        if (strncmp(de->d_name, "libnvrtc", 8) != 0)
+            continue;
+        snprintf(a, sizeof(a), "%s/%s", dir, de->d_name);
+        snprintf(b, sizeof(b), "%s/%s", path, de->d_name);
+        unsigned char *bytes = slurp(a, &m);
+        REQUIRE(bytes && spill(b, bytes, m) == 0);
+        free(bytes);
+    }
+    closedir(d);
+    char other[2 * PATH_MAX];
+    snprintf(other, sizeof(other), "%s/libnvrtc.so.%d", path, KC_CUDA_MAJOR);
+    o.nvrtc_path = other;
+    kcache_compiler *elsewhere = NULL;
+    REQUIRE(kcache_compiler_new(&elsewhere, &o, err, sizeof(err)) == 0);
+    CHECK(strcmp(kcache_compiler_nvrtc_id(elsewhere), kcache_compiler_nvrtc_id(after)) == 0);
+    f = fopen(src, "w");
+    REQUIRE(f && fputs("__global__ void k(int *o) { o[0] = 7; }\n", f) >= 0 && !fclose(f));
+    r = compile(elsewhere, src, "sm_90", NULL, 0, KCACHE_KIND_PTX, 0);
+    CHECK(r->status == 0 && r->store_status == 0 && memmem(r->data, r->size, "V13.0.99", 8));
+    kcache_key made = r->key;
+    kcache_result_free(r);
+    int same = -1;
+    r = NULL;
+    int rc = kcache_recompile(&r, &same, after, &made);
+    CHECK(rc == KCACHE_ENOTSUP && r && strstr(r->message, "another build"));
+    kcache_result_free(r);
+    kcache_compiler_free(elsewhere);
     kcache_compiler_free(after);
     kcache_compiler_free(before);
     kcache_store_close(s);
+    free(lib);
 }
 
 int main(void)
