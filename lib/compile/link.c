@@ -253,9 +253,16 @@ static int link_steps(kcache_compiler *c, const kcache_link_request *req, struct
     }
     if ((rc = link_key(c, req, in, r)) || (req->flags & KCACHE_COMPILE_KEY_ONLY))
         return rc;
-    r->pub.keyed = 1;
-    int use_store = c->store && !(req->flags & KCACHE_COMPILE_NO_CACHE);
-    if (!c->store)
+    /* Without a build-id, nothing tells this nvJitLink from another build of its
+     * name (compile.c says the same of NVRTC): linked, not kept. */
+    int unknown = kc_toolkit_id_unknown(c->tk.nvjitlink_id);
+    r->pub.keyed = !unknown;
+    int use_store = c->store && !unknown && !(req->flags & KCACHE_COMPILE_NO_CACHE);
+    if (unknown)
+        kc_result_store_problem(r, KCACHE_ENOTSUP, "nvJitLink has no GNU build-id to tell its "
+                                                   "build from another's; linked without the "
+                                                   "cache");
+    else if (!c->store)
         kc_result_store_problem(r, c->store_status, c->store_message);
     kcache_link_input *bytes = kc_calloc(req->n_inputs, sizeof(*bytes));
     if (!bytes)

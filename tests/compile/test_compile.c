@@ -554,6 +554,68 @@ static void test_nvrtc_replaced(const kc_toolkit *tk)
     free(lib);
 }
 
+/*
+ * An nvJitLink without a GNU build-id (a toolkit whose copy has none): nothing
+ * tells its build from another of the same name, so its links are not kept.
+ */
+static void test_nvjitlink_without_build_id(kcache_store *s, const kc_toolkit *tk)
+{
+    char root[PATH_MAX], path[PATH_MAX + 64], to[PATH_MAX + 64];
+    snprintf(root, sizeof(root), "%s/toolkit without ids", test_dir());
+    snprintf(path, sizeof(path), "%s/lib64", root);
+    REQUIRE(mkdir(root, 0755) == 0 && mkdir(path, 0755) == 0);
+    static const char *const links[] = {"include", "version.json", "nvvm"};
+    for (size_t i = 0; i < KC_ARRAY_SIZE(links); i++) {
+        snprintf(path, sizeof(path), "%s/%s", root, links[i]);
+        snprintf(to, sizeof(to), "%s/%s", tk->root, links[i]);
+        REQUIRE(symlink(to, path) == 0);
+    }
+    snprintf(path, sizeof(path), "%s/lib64/%s", root, strrchr(tk->nvrtc_path, '/') + 1);
+    REQUIRE(symlink(tk->nvrtc_path, path) == 0);
+    size_t n;
+    unsigned char *lib = slurp(tk->nvjitlink_path, &n);
+    REQUIRE(lib);
+    /* The build-id note's type changed: a note, not a build-id any more. */
+    char id[80];
+    unsigned char raw[40];
+    REQUIRE(kc_elf_build_id(tk->nvjitlink_path, id, sizeof(id)) == 0);
+    size_t id_n = strlen(id) / 2;
+    for (size_t i = 0; i < id_n; i++)
+        REQUIRE(sscanf(id + 2 * i, "%2hhx", &raw[i]) == 1);
+    unsigned char *desc = memmem(lib, n, raw, id_n);
+    REQUIRE(desc && desc - lib >= 16 && !memcmp(desc - 4, "GNU", 4));
+    desc[-8] ^= 0x40;
+    snprintf(path, sizeof(path), "%s/lib64/libnvJitLink.so.%d", root, KC_CUDA_MAJOR);
+    REQUIRE(spill(path, lib, n) == 0);
+    free(lib);
+
+    kcache_compiler_options o = KCACHE_COMPILER_OPTIONS_INIT;
+    o.store = s;
+    o.toolkit_root = root;
+    kcache_compiler *c = NULL;
+    char err[512];
+    REQUIRE(kcache_compiler_new(&c, &o, err, sizeof(err)) == 0);
+    char a[700], b[700];
+    snprintf(a, sizeof(a), "%s/lto/vec_ops.cu", corpus);
+    snprintf(b, sizeof(b), "%s/lto/launch.cu", corpus);
+    kcache_request ra = KCACHE_REQUEST_INIT, rb = KCACHE_REQUEST_INIT;
+    ra.source_path = a;
+    rb.source_path = b;
+    kcache_link_input in[2] = {{.request = &ra}, {.request = &rb}};
+    kcache_link_request lr = KCACHE_LINK_REQUEST_INIT;
+    lr.arch = "sm_90";
+    lr.lto = 1;
+    lr.inputs = in;
+    lr.n_inputs = 2;
+    kcache_result *r = NULL;
+    CHECK_RC(kcache_link(&r, c, &lr), 0);
+    REQUIRE(r);
+    CHECK(r->size > 64 && !r->keyed && r->store_status != 0 &&
+          strstr(r->store_message, "build-id"));
+    kcache_result_free(r);
+    kcache_compiler_free(c);
+}
+
 int main(void)
 {
     corpus = getenv("CORPUS");
@@ -575,6 +637,7 @@ int main(void)
     test_broken(s, c);
     test_lowered_names(c);
     test_lto(s, c);
+    test_nvjitlink_without_build_id(s, &tk);
     kcache_compiler_free(c);
     kcache_store_close(s);
     test_store_unusable();
