@@ -213,6 +213,12 @@ static int run_link_step(void *ctx, struct kc_result *r)
 static void store_link_step(void *ctx, struct kc_result *r)
 {
     struct link_step *s = ctx;
+    if (!kc_nvjitlink_loaded_is_keyed(&s->c->tk)) {
+        /* The link was another build's than the key says: returned, not kept. */
+        kc_result_store_problem(r, KCACHE_ENOTSUP, "not stored: nvJitLink is another build "
+                                                   "than when kcache opened (replaced since)");
+        return;
+    }
     store_link(s->c, s->req, s->in, r);
 }
 

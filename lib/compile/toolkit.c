@@ -460,15 +460,24 @@ int kc_nvrtc_get(const kc_toolkit *tk, const kc_nvrtc **out, char *msg, size_t m
     return rc;
 }
 
-int kc_nvrtc_loaded_is_keyed(const kc_toolkit *tk)
+static int loaded_is(const struct loaded *l, const char *path, const char *id)
 {
-    const char *named = strstr(tk->nvrtc_id, " build-id ");
+    const char *named = strstr(id, " build-id ");
     pthread_mutex_lock(&load_lock);
-    int same = named && loaded_nvrtc.api && !strcmp(loaded_nvrtc.path, tk->nvrtc_path) &&
-               loaded_nvrtc.build_id[0] &&
-               !strcmp(named + strlen(" build-id "), loaded_nvrtc.build_id);
+    int same = named && path && l->api && !strcmp(l->path, path) && l->build_id[0] &&
+               !strcmp(named + strlen(" build-id "), l->build_id);
     pthread_mutex_unlock(&load_lock);
     return same;
+}
+
+int kc_nvrtc_loaded_is_keyed(const kc_toolkit *tk)
+{
+    return loaded_is(&loaded_nvrtc, tk->nvrtc_path, tk->nvrtc_id);
+}
+
+int kc_nvjitlink_loaded_is_keyed(const kc_toolkit *tk)
+{
+    return loaded_is(&loaded_nvjitlink, tk->nvjitlink_path, tk->nvjitlink_id);
 }
 
 int kc_nvjitlink_get(const kc_toolkit *tk, const kc_nvjitlink **out, char *msg, size_t msg_size)

@@ -68,6 +68,8 @@ int kc_nvjitlink_get(const kc_toolkit *tk, const kc_nvjitlink **out, char *msg, 
  * under the same path) compiles as another build.
  */
 int kc_nvrtc_loaded_is_keyed(const kc_toolkit *tk);
+/* The same for nvJitLink and a link's key. */
+int kc_nvjitlink_loaded_is_keyed(const kc_toolkit *tk);
 
 /* Why a rebuild is no verdict when kc_nvrtc_loaded_is_keyed() says no. */
 #define KC_LOADED_IS_ANOTHER_BUILD                                                                 \

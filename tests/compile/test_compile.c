@@ -558,43 +558,52 @@ static void test_nvrtc_replaced(const kc_toolkit *tk)
  * An nvJitLink without a GNU build-id (a toolkit whose copy has none): nothing
  * tells its build from another of the same name, so its links are not kept.
  */
-static void test_nvjitlink_without_build_id(kcache_store *s, const kc_toolkit *tk)
+/*
+ * A toolkit at test_dir()/NAME: the real one's headers and NVRTC, and a copy
+ * of its nvJitLink whose build-id note is dropped (drop) or whose build-id
+ * bytes are changed (another build). Returns the copy's path in nvjitlink.
+ */
+static void toolkit_copy(char *root, size_t root_size, char *nvjitlink, size_t nvjitlink_size,
+                         const char *name, const kc_toolkit *tk, int drop)
 {
-    char root[PATH_MAX], path[PATH_MAX + 64], to[PATH_MAX + 64];
-    snprintf(root, sizeof(root), "%s/toolkit without ids", test_dir());
+    char path[PATH_MAX + 64], to[PATH_MAX + 64];
+    snprintf(root, root_size, "%s/%s", test_dir(), name);
     snprintf(path, sizeof(path), "%s/lib64", root);
-    REQUIRE(mkdir(root, 0755) == 0 && mkdir(path, 0755) == 0);
-    static const char *const links[] = {"include", "version.json", "nvvm"};
-    for (size_t i = 0; i < KC_ARRAY_SIZE(links); i++) {
-        snprintf(path, sizeof(path), "%s/%s", root, links[i]);
-        snprintf(to, sizeof(to), "%s/%s", tk->root, links[i]);
-        REQUIRE(symlink(to, path) == 0);
+    if (mkdir(root, 0755) == 0) {
+        REQUIRE(mkdir(path, 0755) == 0);
+        static const char *const links[] = {"include", "version.json", "nvvm"};
+        for (size_t i = 0; i < KC_ARRAY_SIZE(links); i++) {
+            snprintf(path, sizeof(path), "%s/%s", root, links[i]);
+            snprintf(to, sizeof(to), "%s/%s", tk->root, links[i]);
+            REQUIRE(symlink(to, path) == 0);
+        }
+        snprintf(path, sizeof(path), "%s/lib64/%s", root, strrchr(tk->nvrtc_path, '/') + 1);
+        REQUIRE(symlink(tk->nvrtc_path, path) == 0);
     }
-    snprintf(path, sizeof(path), "%s/lib64/%s", root, strrchr(tk->nvrtc_path, '/') + 1);
-    REQUIRE(symlink(tk->nvrtc_path, path) == 0);
+    snprintf(nvjitlink, nvjitlink_size, "%s/lib64/libnvJitLink.so.%d", root, KC_CUDA_MAJOR);
     size_t n;
-    unsigned char *lib = slurp(tk->nvjitlink_path, &n);
+    const char *from = access(nvjitlink, F_OK) == 0 ? nvjitlink : tk->nvjitlink_path;
+    unsigned char *lib = slurp(from, &n);
     REQUIRE(lib);
-    /* The build-id note's type changed: a note, not a build-id any more. */
     char id[80];
     unsigned char raw[40];
-    REQUIRE(kc_elf_build_id(tk->nvjitlink_path, id, sizeof(id)) == 0);
+    REQUIRE(kc_elf_build_id(from, id, sizeof(id)) == 0);
     size_t id_n = strlen(id) / 2;
     for (size_t i = 0; i < id_n; i++)
         REQUIRE(sscanf(id + 2 * i, "%2hhx", &raw[i]) == 1);
     unsigned char *desc = memmem(lib, n, raw, id_n);
     REQUIRE(desc && desc - lib >= 16 && !memcmp(desc - 4, "GNU", 4));
-    desc[-8] ^= 0x40;
-    snprintf(path, sizeof(path), "%s/lib64/libnvJitLink.so.%d", root, KC_CUDA_MAJOR);
-    REQUIRE(spill(path, lib, n) == 0);
+    if (drop)
+        desc[-8] ^= 0x40; /* the note's type: a note, not a build-id any more */
+    else
+        desc[from == nvjitlink] ^= 0x5a; /* a second copy: another byte, another build */
+    REQUIRE(spill(nvjitlink, lib, n) == 0);
     free(lib);
+}
 
-    kcache_compiler_options o = KCACHE_COMPILER_OPTIONS_INIT;
-    o.store = s;
-    o.toolkit_root = root;
-    kcache_compiler *c = NULL;
-    char err[512];
-    REQUIRE(kcache_compiler_new(&c, &o, err, sizeof(err)) == 0);
+/* The LTO link of the corpus's two files, by c. */
+static kcache_result *link_lto(kcache_compiler *c)
+{
     char a[700], b[700];
     snprintf(a, sizeof(a), "%s/lto/vec_ops.cu", corpus);
     snprintf(b, sizeof(b), "%s/lto/launch.cu", corpus);
@@ -610,10 +619,52 @@ static void test_nvjitlink_without_build_id(kcache_store *s, const kc_toolkit *t
     kcache_result *r = NULL;
     CHECK_RC(kcache_link(&r, c, &lr), 0);
     REQUIRE(r);
+    return r;
+}
+
+static kcache_compiler *compiler_at(kcache_store *s, const char *root)
+{
+    kcache_compiler_options o = KCACHE_COMPILER_OPTIONS_INIT;
+    o.store = s;
+    o.toolkit_root = root;
+    kcache_compiler *c = NULL;
+    char err[512];
+    REQUIRE(kcache_compiler_new(&c, &o, err, sizeof(err)) == 0);
+    return c;
+}
+
+static void test_nvjitlink_without_build_id(kcache_store *s, const kc_toolkit *tk)
+{
+    char root[PATH_MAX], lib[PATH_MAX + 64];
+    toolkit_copy(root, sizeof(root), lib, sizeof(lib), "toolkit without ids", tk, 1);
+    kcache_compiler *c = compiler_at(s, root);
+    kcache_result *r = link_lto(c);
     CHECK(r->size > 64 && !r->keyed && r->store_status != 0 &&
           strstr(r->store_message, "build-id"));
     kcache_result_free(r);
     kcache_compiler_free(c);
+}
+
+/*
+ * nvJitLink replaced under a process that loaded it: a compiler opened since
+ * keys the new build, the process links with the copy it has. Not kept.
+ */
+static void test_nvjitlink_replaced(kcache_store *s, const kc_toolkit *tk)
+{
+    char root[PATH_MAX], lib[PATH_MAX + 64];
+    toolkit_copy(root, sizeof(root), lib, sizeof(lib), "toolkit replaced", tk, 0);
+    kcache_compiler *before = compiler_at(s, root);
+    kcache_result *r = link_lto(before);
+    CHECK(r->keyed && r->store_status == 0);
+    kcache_result_free(r);
+    toolkit_copy(root, sizeof(root), lib, sizeof(lib), "toolkit replaced", tk, 0);
+    kcache_compiler *after = compiler_at(s, root);
+    r = link_lto(after);
+    CHECK(!r->hit && r->size > 64 && r->store_status != 0 &&
+          strstr(r->store_message, "another build"));
+    kcache_result_free(r);
+    kcache_compiler_free(after);
+    kcache_compiler_free(before);
 }
 
 int main(void)
@@ -638,6 +689,7 @@ int main(void)
     test_lowered_names(c);
     test_lto(s, c);
     test_nvjitlink_without_build_id(s, &tk);
+    test_nvjitlink_replaced(s, &tk);
     kcache_compiler_free(c);
     kcache_store_close(s);
     test_store_unusable();
