@@ -160,6 +160,18 @@ static int resolve_deps(kcache_compiler *c, const kcache_request *req, struct wo
     };
     if ((rc = kc_deps_resolve(&w->deps, &dq, msg, sizeof(msg))))
         return kc_result_fail(r, rc, "%s", msg);
+    /*
+     * A library without a GNU build-id: its file name is all the key would hold
+     * of it, and two builds of one name (a patched or rebuilt NVRTC) would share
+     * each other's kernels. Hermetic or uncached: uncached.
+     */
+    if (kc_toolkit_id_unknown(c->tk.nvrtc_id)) {
+        w->deps.not_hermetic = 1;
+        snprintf(w->deps.reason, sizeof(w->deps.reason), "nvrtc_without_build_id");
+        snprintf(w->deps.problem, sizeof(w->deps.problem),
+                 "NVRTC %s has no GNU build-id to tell its build from another's",
+                 c->tk.nvrtc_path);
+    }
     /* A PCH file named by the caller is read (or written) beside the key. */
     for (size_t i = 0; i < w->opts.n_canonical && !w->deps.not_hermetic; i++) {
         if (!strncmp(w->opts.canonical[i], "--use-pch=", 10) ||
@@ -341,6 +353,15 @@ static int run_compile_step(void *ctx, struct kc_result *r)
 static void store_compile_step(void *ctx, struct kc_result *r)
 {
     struct compile_step *s = ctx;
+    if (!kc_nvrtc_loaded_is_keyed(&s->c->tk)) {
+        /* Its kernel is another build's than the key says: returned, not kept. */
+        char msg[PATH_MAX + 160];
+        snprintf(msg, sizeof(msg), "not stored: NVRTC at %s is another build than when kcache "
+                 "opened (replaced since): its kernels would be filed under the other build",
+                 s->c->tk.nvrtc_path);
+        kc_result_store_problem(r, KCACHE_ENOTSUP, msg);
+        return;
+    }
     store_result(s->c, s->w, r);
 }
 
@@ -575,9 +596,9 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     int bad_request = rc != 0;
     if (rc)
         goto unkeyed;
-    int try_manifest = c->store && !(req->flags & (KCACHE_COMPILE_NO_CACHE |
-                                                   KCACHE_COMPILE_REFRESH |
-                                                   KCACHE_COMPILE_KEY_ONLY));
+    int try_manifest = c->store && !kc_toolkit_id_unknown(c->tk.nvrtc_id) &&
+                       !(req->flags & (KCACHE_COMPILE_NO_CACHE | KCACHE_COMPILE_REFRESH |
+                                       KCACHE_COMPILE_KEY_ONLY));
     int have_base = c->store && derive_base(c, req, &w) == 0;
     if (try_manifest && have_base) {
         int hit = manifest_hit(c, &w, req->flags, r);

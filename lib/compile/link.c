@@ -213,6 +213,12 @@ static int run_link_step(void *ctx, struct kc_result *r)
 static void store_link_step(void *ctx, struct kc_result *r)
 {
     struct link_step *s = ctx;
+    if (!kc_nvjitlink_loaded_is_keyed(&s->c->tk)) {
+        /* The link was another build's than the key says: returned, not kept. */
+        kc_result_store_problem(r, KCACHE_ENOTSUP, "not stored: nvJitLink is another build "
+                                                   "than when kcache opened (replaced since)");
+        return;
+    }
     store_link(s->c, s->req, s->in, r);
 }
 
@@ -253,9 +259,16 @@ static int link_steps(kcache_compiler *c, const kcache_link_request *req, struct
     }
     if ((rc = link_key(c, req, in, r)) || (req->flags & KCACHE_COMPILE_KEY_ONLY))
         return rc;
-    r->pub.keyed = 1;
-    int use_store = c->store && !(req->flags & KCACHE_COMPILE_NO_CACHE);
-    if (!c->store)
+    /* Without a build-id, nothing tells this nvJitLink from another build of its
+     * name (compile.c says the same of NVRTC): linked, not kept. */
+    int unknown = kc_toolkit_id_unknown(c->tk.nvjitlink_id);
+    r->pub.keyed = !unknown;
+    int use_store = c->store && !unknown && !(req->flags & KCACHE_COMPILE_NO_CACHE);
+    if (unknown)
+        kc_result_store_problem(r, KCACHE_ENOTSUP, "nvJitLink has no GNU build-id to tell its "
+                                                   "build from another's; linked without the "
+                                                   "cache");
+    else if (!c->store)
         kc_result_store_problem(r, c->store_status, c->store_message);
     kcache_link_input *bytes = kc_calloc(req->n_inputs, sizeof(*bytes));
     if (!bytes)

@@ -173,16 +173,54 @@ static int add(kc_opts *o, const char *lng, const char *value)
     return add_to(&o->canonical, &o->n_canonical, lng, value);
 }
 
+/*
+ * NVRTC strips white space around each option and around a glued value (" -G"
+ * is -G, "-I dir" is -Idir; NVRTC 13.0), so the table sees what NVRTC sees:
+ * " -G" passed on verbatim would have kept the working directory out of the
+ * key, and " -Idir" a header directory out of the resolver. A value after
+ * '=' keeps its spaces, as NVRTC does ("--include-path= dir" finds nothing).
+ * s itself, or a trimmed copy in *own (caller frees). NULL: out of memory.
+ */
+static const char *trim(const char *s, char **own)
+{
+    size_t n = strlen(s);
+    const char *b = s;
+    while (n && isspace((unsigned char)*b))
+        b++, n--;
+    while (n && isspace((unsigned char)b[n - 1]))
+        n--;
+    if (b == s && n == strlen(s))
+        return s;
+    *own = malloc(n + 1);
+    if (!*own)
+        return NULL;
+    memcpy(*own, b, n);
+    (*own)[n] = '\0';
+    return *own;
+}
+
 int kc_opts_parse(kc_opts *o, const char *const *argv, size_t argc, char *msg, size_t msg_size)
 {
     memset(o, 0, sizeof(*o));
     int rc = 0;
+    char *own_arg = NULL, *own_value = NULL;
     for (size_t i = 0; i < argc && !rc; i++) {
-        const char *arg = argv[i];
-        if (!arg)
+        free(own_arg);
+        free(own_value);
+        own_arg = own_value = NULL;
+        if (!argv[i])
             continue;
+        const char *arg = trim(argv[i], &own_arg);
+        if (!arg) {
+            rc = KCACHE_ENOMEM;
+            break;
+        }
         const char *value = NULL;
         const struct opt *opt = glued(arg, &value);
+        if (opt && !(value = trim(value, &own_value))) {
+            rc = KCACHE_ENOMEM;
+            break;
+        }
         if (!opt && arg[0] == '-') {
             int is_long = arg[1] == '-';
             const char *name = arg + 1 + is_long;
@@ -199,7 +237,10 @@ int kc_opts_parse(kc_opts *o, const char *const *argv, size_t argc, char *msg, s
                                 arg);
                     break;
                 }
-                value = argv[++i];
+                if (!(value = trim(argv[++i], &own_value))) {
+                    rc = KCACHE_ENOMEM;
+                    break;
+                }
             }
             if (opt && eq && (opt->type == FLAG || opt->type == NOSRC)) {
                 rc = kc_fmt(msg, msg_size, KCACHE_EINVAL, "NVRTC option %.*s takes no value",
@@ -257,6 +298,8 @@ int kc_opts_parse(kc_opts *o, const char *const *argv, size_t argc, char *msg, s
                 kc_fmt(msg, msg_size, rc, "NVRTC option %s is too long", arg);
         }
     }
+    free(own_arg);
+    free(own_value);
     if (rc) {
         if (rc == KCACHE_ENOMEM)
             kc_fmt(msg, msg_size, rc, "out of memory");

@@ -152,6 +152,8 @@ static int rebuild_source(kcache_compiler *c, const kcache_entry *e, kc_recipe *
     r->pub.key = e->key; /* the seed comes from it */
     r->pub.kind = w.kind;
     rc_ = kc_run_nvrtc(c, &req, &w, r, 1);
+    if (!rc_ && !kc_nvrtc_loaded_is_keyed(&c->tk))
+        rc_ = kc_result_fail(r, KCACHE_ENOTSUP, "%s", KC_LOADED_IS_ANOTHER_BUILD);
 out:
     /* w's source and name point into e and rc: only what it owns goes. */
     w.source = NULL;
@@ -186,6 +188,9 @@ static int rebuild_link(kcache_compiler *c, const kcache_entry *e, kc_recipe *rc
     r->pub.kind = KCACHE_KIND_CUBIN;
     int rc_ = kc_run_link(c, &lr, in, r);
     free(in);
+    if (!rc_ && !kc_nvjitlink_loaded_is_keyed(&c->tk))
+        rc_ = kc_result_fail(r, KCACHE_ENOTSUP, "the nvJitLink this process loaded is another "
+                                                "build than its file now: run verify again");
     return rc_;
 }
 

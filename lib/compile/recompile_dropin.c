@@ -276,6 +276,10 @@ int kc_rebuild_dropin(kcache_compiler *c, const kcache_entry *e, const kc_recipe
         status = kc_result_fail(r, status, "%s", res ? res->message : kcache_strerror(status));
         goto out;
     }
+    if (!kc_nvrtc_loaded_is_keyed(&made_by->tk)) {
+        status = kc_result_fail(r, KCACHE_ENOTSUP, "%s", KC_LOADED_IS_ANOTHER_BUILD);
+        goto out;
+    }
     if (!(r->data = kc_memdup(res->data, res->size))) {
         status = KCACHE_ENOMEM;
         goto out;

@@ -174,6 +174,12 @@ static char *toolkit_identity(const char *root)
     return kc_strdup(text);
 }
 
+int kc_toolkit_id_unknown(const char *id)
+{
+    size_t n = strlen(id), u = strlen(" build-id unknown");
+    return !id[0] || (n >= u && !strcmp(id + n - u, " build-id unknown"));
+}
+
 /* The file's name and GNU build-id: exact to the build, read without loading it. */
 static void nvrtc_identity(kc_toolkit *tk)
 {
@@ -258,8 +264,16 @@ static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
 struct loaded {
     char path[PATH_MAX];
     void *api;
+    char build_id[80]; /* of the copy loaded, from its notes in memory; "" if none */
 };
 static struct loaded loaded_nvrtc, loaded_nvjitlink;
+
+/* Tables of a library loaded before another file of it: kept for their users. */
+struct retired {
+    struct retired *next;
+    void *api;
+};
+static struct retired *retired_tables;
 
 /* One entry point of a table: where its pointer goes, and its symbol. */
 struct entry_point {
@@ -332,6 +346,55 @@ static int static_program(char *msg, size_t msg_size, const char *what)
                   "it: link the program dynamically (linking libkcache.a is fine)", what);
 }
 
+struct build_id_search {
+    ElfW(Addr) base;
+    char *out;
+    size_t out_size;
+};
+
+static int build_id_in_memory(struct dl_phdr_info *info, size_t size, void *data)
+{
+    struct build_id_search *s = data;
+    (void)size;
+    if (info->dlpi_addr != s->base)
+        return 0;
+    for (size_t i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        const uint8_t *n = (const uint8_t *)(info->dlpi_addr + ph->p_vaddr);
+        for (size_t at = 0; ph->p_type == PT_NOTE && at + sizeof(ElfW(Nhdr)) <= ph->p_memsz;) {
+            ElfW(Nhdr) h;
+            memcpy(&h, n + at, sizeof(h));
+            size_t desc = at + sizeof(h) + ((h.n_namesz + 3) & ~3u);
+            size_t next = desc + ((h.n_descsz + 3) & ~3u);
+            if (next > ph->p_memsz)
+                break;
+            if (h.n_type == NT_GNU_BUILD_ID && h.n_namesz == 4 &&
+                !memcmp(n + at + sizeof(h), "GNU", 4) && h.n_descsz * 2 < s->out_size) {
+                for (size_t k = 0; k < h.n_descsz; k++)
+                    snprintf(s->out + 2 * k, 3, "%02x", n[desc + k]);
+                return 1;
+            }
+            at = next;
+        }
+    }
+    return 1;
+}
+
+/*
+ * The build-id of the copy dlopen gave (h), which is what compiles, whatever
+ * the file holds now: glibc hands back a library already loaded under the
+ * same path even after the file was replaced. Called under load_lock.
+ */
+static void loaded_build_id(struct loaded *l, void *h)
+{
+    struct link_map *lm = NULL;
+    l->build_id[0] = '\0';
+    if (dlinfo(h, RTLD_DI_LINKMAP, &lm) != 0 || !lm)
+        return;
+    struct build_id_search s = {lm->l_addr, l->build_id, sizeof(l->build_id)};
+    dl_iterate_phdr(build_id_in_memory, &s);
+}
+
 /*
  * The table of entry points of the library at path: loaded once per process
  * and per file, and kept (the handle stays open, like any NVRTC user's).
@@ -369,8 +432,17 @@ static int load(const struct library *lib, const char *path, void **out, char *m
         rc = kc_fmt(msg, msg_size, KCACHE_ENOTSUP, "%s is not a usable %s", path, lib->what);
         goto out;
     }
+    if (lib->loaded->api) {
+        /* Another file of the library: compilers may still use the old table. */
+        struct retired *old = kc_malloc(sizeof(*old));
+        if (old) {
+            *old = (struct retired){retired_tables, lib->loaded->api};
+            retired_tables = old;
+        }
+    }
     snprintf(lib->loaded->path, sizeof(lib->loaded->path), "%s", path);
     lib->loaded->api = table;
+    loaded_build_id(lib->loaded, h);
     *out = table;
 out:
     pthread_mutex_unlock(&load_lock);
@@ -386,6 +458,26 @@ int kc_nvrtc_get(const kc_toolkit *tk, const kc_nvrtc **out, char *msg, size_t m
     int rc = load(&nvrtc, tk->nvrtc_path, &api, msg, msg_size);
     *out = api;
     return rc;
+}
+
+static int loaded_is(const struct loaded *l, const char *path, const char *id)
+{
+    const char *named = strstr(id, " build-id ");
+    pthread_mutex_lock(&load_lock);
+    int same = named && path && l->api && !strcmp(l->path, path) && l->build_id[0] &&
+               !strcmp(named + strlen(" build-id "), l->build_id);
+    pthread_mutex_unlock(&load_lock);
+    return same;
+}
+
+int kc_nvrtc_loaded_is_keyed(const kc_toolkit *tk)
+{
+    return loaded_is(&loaded_nvrtc, tk->nvrtc_path, tk->nvrtc_id);
+}
+
+int kc_nvjitlink_loaded_is_keyed(const kc_toolkit *tk)
+{
+    return loaded_is(&loaded_nvjitlink, tk->nvjitlink_path, tk->nvjitlink_id);
 }
 
 int kc_nvjitlink_get(const kc_toolkit *tk, const kc_nvjitlink **out, char *msg, size_t msg_size)

@@ -61,6 +61,27 @@ int kc_toolkit_use_nvrtc(kc_toolkit *tk, const char *path, char *msg, size_t msg
 int kc_nvrtc_get(const kc_toolkit *tk, const kc_nvrtc **out, char *msg, size_t msg_size);
 int kc_nvjitlink_get(const kc_toolkit *tk, const kc_nvjitlink **out, char *msg, size_t msg_size);
 
+/*
+ * 1 if the NVRTC loaded in this process is the build tk's keys name: the
+ * build-id is read from the file when the compiler opens, the library loaded
+ * on the first miss, and an upgrade in between (or a library loaded earlier
+ * under the same path) compiles as another build.
+ */
+int kc_nvrtc_loaded_is_keyed(const kc_toolkit *tk);
+/* The same for nvJitLink and a link's key. */
+int kc_nvjitlink_loaded_is_keyed(const kc_toolkit *tk);
+
+/* Why a rebuild is no verdict when kc_nvrtc_loaded_is_keyed() says no. */
+#define KC_LOADED_IS_ANOTHER_BUILD                                                                 \
+    "the NVRTC this process loaded is another build than its file now (replaced since): "        \
+    "run verify again"
+
+/*
+ * 1 if a library identity (nvrtc_id, nvjitlink_id) holds no build-id: the
+ * file had none, and nothing tells its build from another of the same name.
+ */
+int kc_toolkit_id_unknown(const char *id);
+
 /* The GNU build-id of an ELF file as hex into out. Returns 0 or KCACHE_EIO. */
 int kc_elf_build_id(const char *path, char *out, size_t out_size);
 

@@ -20,10 +20,14 @@
  *     file: a file replaced between the two never files its answers under
  *     the other build.
  *   - It is an entry in the namespace "kcache.nvrtc" (a caller's entry of
- *     kcache's own): no schema of its own, and the LRU, the cap, export and
- *     clear hold for it. Lookups are made without touching it (no hit or
- *     miss counted: stats count compiles); evicted, it is written again by
- *     the next process that loads NVRTC.
+ *     kcache's own): no schema of its own, and the LRU, the cap and clear
+ *     hold for it. It never leaves this machine: export and push leave it
+ *     out, import and pull pass it over (lib/store/ingest.c, "Local-only
+ *     records"), since only a record the library here answered is known to
+ *     be what that file says, and none can be checked by a rebuild.
+ *     Lookups are made without touching it (no hit or miss counted: stats
+ *     count compiles); evicted, it is written again by the next process
+ *     that loads NVRTC.
  *   - No record, an unreadable one, a disabled cache: NVRTC is asked, as
  *     before. Never a guess.
  */

@@ -37,6 +37,7 @@
  * NVIDIA's answer, and the reason ("unpredicted-read", ...) is counted.
  * doc/design.md, "The drop-in's soundness", has the decision and its cost.
  */
+#include <ctype.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -74,6 +75,7 @@ enum reason {
     R_UNOBSERVABLE,
     R_OBS_INCOMPLETE,
     R_STALE_PCH,
+    R_NVRTC_REPLACED,
     R_COUNT
 };
 
@@ -97,6 +99,9 @@ static const char *const reason_names[R_COUNT] = {
      * reuses it without looking at the headers again, so the bytes may be
      * those of headers since edited (NVIDIA's to the program all the same). */
     [R_STALE_PCH] = "automatic-pch-reused",
+    /* The library loaded is another build than the one its file showed when the
+     * compiler read it (replaced in between): its kernels are not that build's. */
+    [R_NVRTC_REPLACED] = "nvrtc-replaced",
 };
 
 static atomic_ulong reason_count[R_COUNT];
@@ -458,7 +463,10 @@ static int option_reason(int n, const char *const *opts, kcache_kind *out_kind)
     int has_arch = 0, lto = 0, is_virtual = 0;
     for (int i = 0; i < n; i++) {
         const char *o = opts[i];
-        if (!o)
+        /* NVRTC strips white space around each option (" -lineinfo" is -lineinfo), which
+         * every test here would miss: such a program is left to NVRTC. */
+        if (!o || (*o && (isspace((unsigned char)o[0]) ||
+                          isspace((unsigned char)o[strlen(o) - 1]))))
             return R_ODD_ARGUMENTS;
         if (opt_is(o, pch))
             return R_PCH;
@@ -595,6 +603,19 @@ static enum reason reason_of(const char *name)
 }
 
 /*
+ * 1 if the NVRTC loaded is the build the keys name: the compiler read the
+ * build-id from the file, maybe long before the first miss loaded it (a hit
+ * and the facts never load it), and an upgrade in between replaces the file.
+ */
+static int loaded_is_keyed(void)
+{
+    const char *id = kcache_compiler_nvrtc_id(get_compiler());
+    const char *named = id ? strstr(id, " build-id ") : NULL;
+    const char *loaded = kc_real_build_id();
+    return named && loaded && !strcmp(named + strlen(" build-id "), loaded);
+}
+
+/*
  * Whether what NVRTC read while compiling p (p->obs) is covered by the key
  * kcache derived (made's closure): if not, made->no_store says why.
  */
@@ -610,6 +631,8 @@ static void judge(struct miss *m, kcache_made *made, const char *why_not_observe
         made->no_store = reason_names[reason_of(why)];
     } else if (m->log && strstr(m->log, "using precompiled header")) {
         made->no_store = reason_names[R_STALE_PCH];
+    } else if (!loaded_is_keyed()) {
+        made->no_store = reason_names[R_NVRTC_REPLACED];
     }
 }
 

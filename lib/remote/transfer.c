@@ -154,7 +154,8 @@ static int push(kcache_transfer *t, kcache_remote *remote, const kcache_filter *
     }
     for (size_t i = 0; !rc && i < n; i++) {
         kcache_entry *e = NULL;
-        if (kcache_store_get(&e, remote->store, &keys[i], KCACHE_GET_NO_TOUCH) == 0) {
+        if (kcache_store_get(&e, remote->store, &keys[i], KCACHE_GET_NO_TOUCH) == 0 &&
+            !kc_store_local_only(e)) {
             pthread_mutex_lock(&remote->lock);
             int64_t sent = kc_remote_push_locked(remote, e, e->created_at);
             pthread_mutex_unlock(&remote->lock);

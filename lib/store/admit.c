@@ -4,9 +4,15 @@
  * (its value format, the signature, the bounds before decompressing) and
  * hands the entry here.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "store/ingest.h"
+
+int kc_store_local_only(const kcache_entry *e)
+{
+    return kc_ingest_local_only(e);
+}
 
 int kc_store_admit(kcache_store *store, kcache_entry *e, char *what, size_t what_size)
 {
@@ -16,6 +22,11 @@ int kc_store_admit(kcache_store *store, kcache_entry *e, char *what, size_t what
     pthread_mutex_unlock(&store->lock);
     if (rc)
         return rc;
+    if (kc_ingest_local_only(e)) {
+        snprintf(what, what_size, "it is a record only the machine that wrote it may believe "
+                                  "(the drop-in's facts of its NVRTC)");
+        return KCACHE_ECORRUPT;
+    }
     /*
      * The look for a conflict and the put in one write transaction: another
      * process's compile of the same key landing in between is then seen,

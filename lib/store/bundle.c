@@ -226,6 +226,10 @@ static int export_to(kcache_bundle_result *r, kcache_store *store, const char *p
         }
         if (rc)
             goto out;
+        if (kc_ingest_local_only(e)) { /* it stays on this machine (ingest.c) */
+            kcache_entry_free(e);
+            continue;
+        }
         rc = kcache_store_put(dst, e);
         if (!rc)
             rc = set_times(dst, &e->key, e->created_at, e->accessed_at);
@@ -389,6 +393,12 @@ static int import_from(kcache_bundle_result *r, kcache_store *store, const char 
         }
         r->entries++;
         r->bytes += e->size;
+        if (kc_ingest_local_only(e)) {
+            r->skipped++; /* believed only where it was written (ingest.c) */
+            kcache_entry_free(e);
+            e = NULL;
+            continue;
+        }
         int64_t have_created = 0;
         uint8_t have_digest[KC_DIGEST_SIZE];
         int exists;

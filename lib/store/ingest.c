@@ -29,6 +29,15 @@
  *     it hands out comes from the row);
  *   - created_at and accessed_at clamped to now.
  *
+ * Local-only records. The drop-in's record of what its NVRTC says of itself
+ * (namespace "kcache.nvrtc", lib/nvrtc-shim/facts.c) is believed because the
+ * library here answered it: keyed by the library's file name and build-id, a
+ * record from elsewhere would be answered for any file claiming that build,
+ * and no rebuild can check it (verify has nothing to recompile). So it is
+ * never exported or pushed, and one arriving (an older export, the remote) is
+ * passed over: a bundle counts it as skipped, the remote as rejected. It costs
+ * one load of NVRTC per machine.
+ *
  * Merging is all or nothing: the callers put through kc_put_batch_*, one
  * transaction, so that a bad entry found late changes nothing.
  *
@@ -168,6 +177,12 @@ int kc_ingest_check_entry(kcache_store *s, kcache_entry *e, int64_t now, char *w
     e->created_at = e->created_at < 0 ? 0 : e->created_at > now ? now : e->created_at;
     e->accessed_at = e->accessed_at < 0 ? 0 : e->accessed_at > now ? now : e->accessed_at;
     return 0;
+}
+
+int kc_ingest_local_only(const kcache_entry *e)
+{
+    /* The namespace lib/nvrtc-shim/facts.c writes. */
+    return e->kind == KCACHE_KIND_DATA && e->arch && !strcmp(e->arch, "kcache.nvrtc");
 }
 
 int kc_ingest_existing(kcache_store *s, const kcache_key *key, int64_t *created_at,

@@ -39,6 +39,12 @@ int kc_ingest_check_entry(kcache_store *s, kcache_entry *e, int64_t now, char *w
 int kc_ingest_existing(kcache_store *s, const kcache_key *key, int64_t *created_at,
                        uint8_t digest[KC_DIGEST_SIZE]);
 
+/*
+ * 1 if e is a record only this machine may write, which never leaves it and
+ * is never taken from outside (ingest.c says which and why), else 0.
+ */
+int kc_ingest_local_only(const kcache_entry *e);
+
 /* The counter of conflicts (ingest.c says what one is). */
 #define KC_COUNTER_CONFLICTS "conflicts"
 

@@ -41,6 +41,9 @@ void kc_store_count(kcache_store *store, const char *name, uint64_t delta);
  */
 int kc_store_admit(kcache_store *store, kcache_entry *e, char *what, size_t what_size);
 
+/* 1 if e never leaves this machine (ingest.c, "Local-only records"): not pushed. */
+int kc_store_local_only(const kcache_entry *e);
+
 /*
  * Single flight: when several processes (or threads) miss the same key, the
  * one that gets the lease compiles and the others wait for its entry.

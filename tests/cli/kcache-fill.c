@@ -4,9 +4,11 @@
  *
  *   kcache-fill DB N [--arch A] [--kind K] [--size BYTES] [--seed S]
  *               [--inputs] [--names] [--data FILE] [--namespace NS]
+ *               [--caller-key KEY]
  *
  * With --namespace, the entries are a caller's (kcache_store_put_keyed()):
- * keys "key-SEED-I" in NS.
+ * keys "key-SEED-I" in NS, or the one key --caller-key KEY (an entry whose key
+ * another writer owns, forged).
  *
  * Prints each new key (64 hex digits) on its own line. The same seed gives
  * the same keys and bytes.
@@ -30,7 +32,7 @@ static uint64_t next(uint64_t *s)
 static int usage(void)
 {
     fprintf(stderr, "usage: kcache-fill DB N [--arch A] [--kind K] [--size BYTES] [--seed S] "
-                    "[--inputs] [--names] [--data FILE] [--namespace NS]\n");
+                    "[--inputs] [--names] [--data FILE] [--namespace NS] [--caller-key KEY]\n");
     return 2;
 }
 
@@ -57,7 +59,7 @@ int main(int argc, char **argv)
 {
     if (argc < 3)
         return usage();
-    const char *db = argv[1], *arch = "sm_90", *data_file = NULL, *ns = NULL;
+    const char *db = argv[1], *arch = "sm_90", *data_file = NULL, *ns = NULL, *forged = NULL;
     long n = atol(argv[2]);
     kcache_kind kind = KCACHE_KIND_CUBIN;
     size_t size = 4096;
@@ -83,6 +85,8 @@ int main(int argc, char **argv)
             data_file = v, i++;
         else if (!strcmp(a, "--namespace"))
             ns = v, i++;
+        else if (!strcmp(a, "--caller-key"))
+            forged = v, i++;
         else
             return usage();
     }
@@ -149,8 +153,10 @@ int main(int argc, char **argv)
             en.n_inputs = 2;
             en.inputs = inputs;
         }
-        char caller_key[64];
+        char caller_key[256];
         snprintf(caller_key, sizeof(caller_key), "key-%llu-%ld", (unsigned long long)seed, e);
+        if (forged)
+            snprintf(caller_key, sizeof(caller_key), "%s", forged);
         if (ns && (rc = kcache_key_caller(&en.key, ns, caller_key, strlen(caller_key))) == 0)
             rc = kcache_store_put_keyed(store, ns, caller_key, strlen(caller_key), en.data,
                                         en.size);

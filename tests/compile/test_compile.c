@@ -5,7 +5,10 @@
  * reproducible bytes, and a store that cannot be written.
  * Skips (77) where the toolkit is missing.
  */
+#include <dirent.h>
 #include <kcache/compile.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "testutil.h"
@@ -406,6 +409,264 @@ static void test_store_unusable(void)
     kcache_store_close(ro);
 }
 
+/* Reads path whole into *size bytes (NULL on failure). */
+static unsigned char *slurp(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char *p = NULL;
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (p = malloc((size_t)n)) && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    if (f)
+        fclose(f);
+    *size = n > 0 ? (size_t)n : 0;
+    return p;
+}
+
+static int spill(const char *path, const unsigned char *data, size_t size)
+{
+    char tmp[PATH_MAX + 400];
+    snprintf(tmp, sizeof(tmp), "%s.new", path);
+    FILE *f = fopen(tmp, "wb");
+    int ok = f && fwrite(data, 1, size, f) == size;
+    if (f)
+        ok &= fclose(f) == 0;
+    return ok && rename(tmp, path) == 0 ? 0 : -1;
+}
+
+/*
+ * NVRTC replaced after a process loaded it under that path (an upgrade under a
+ * long-running program): a compiler opened since reads the new build-id, but
+ * the process compiles with the copy it loaded. Its kernels are not filed
+ * under the new build.
+ */
+static void test_nvrtc_replaced(const kc_toolkit *tk)
+{
+    char dir[PATH_MAX], copy[PATH_MAX + 32], from[PATH_MAX], path[PATH_MAX + 300], id[80];
+    snprintf(dir, sizeof(dir), "%s/nvrtc copy", test_dir());
+    REQUIRE(mkdir(dir, 0755) == 0);
+    snprintf(from, sizeof(from), "%s", tk->nvrtc_path);
+    *strrchr(from, '/') = '\0';
+    DIR *d = opendir(from);
+    REQUIRE(d);
+    for (struct dirent *de; (de = readdir(d));) {
+        if (strncmp(de->d_name, "libnvrtc-builtins.so", 20) != 0)
+            continue;
+        size_t n;
+        snprintf(path, sizeof(path), "%s/%s", from, de->d_name);
+        unsigned char *b = slurp(path, &n);
+        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
+        REQUIRE(b && spill(path, b, n) == 0);
+        free(b);
+    }
+    closedir(d);
+    size_t n;
+    unsigned char *lib = slurp(tk->nvrtc_path, &n);
+    REQUIRE(lib);
+    snprintf(copy, sizeof(copy), "%s/libnvrtc.so.%d", dir, KC_CUDA_MAJOR);
+    REQUIRE(spill(copy, lib, n) == 0);
+
+    char db2[PATH_MAX + 32];
+    snprintf(db2, sizeof(db2), "%s/replaced.db", test_dir());
+    kcache_store *s = open_store(db2, 0);
+    kcache_compiler_options o = KCACHE_COMPILER_OPTIONS_INIT;
+    o.store = s;
+    o.nvrtc_path = copy;
+    kcache_compiler *before = NULL, *after = NULL;
+    char err[512], src[PATH_MAX + 32];
+    REQUIRE(kcache_compiler_new(&before, &o, err, sizeof(err)) == 0);
+    snprintf(src, sizeof(src), "%s/replaced.cu", test_dir());
+    FILE *f = fopen(src, "w");
+    REQUIRE(f && fputs("__global__ void k(int *o) { o[0] = 5; }\n", f) >= 0 && !fclose(f));
+    kcache_result *r = compile(before, src, "sm_90", NULL, 0, KCACHE_KIND_PTX, 0);
+    CHECK(r->keyed && r->store_status == 0 && !r->hit);
+    kcache_result_free(r);
+
+    /* Another build at that path: its build-id's bytes changed, renamed over it. */
+    REQUIRE(kc_elf_build_id(copy, id, sizeof(id)) == 0);
+    unsigned char raw[40];
+    size_t id_n = strlen(id) / 2;
+    for (size_t i = 0; i < id_n; i++)
+        REQUIRE(sscanf(id + 2 * i, "%2hhx", &raw[i]) == 1);
+    unsigned char *at = memmem(lib, n, raw, id_n);
+    REQUIRE(at);
+    for (size_t i = 0; i < id_n; i++)
+        at[i] ^= 0x5a;
+    REQUIRE(spill(copy, lib, n) == 0);
+    REQUIRE(kcache_compiler_new(&after, &o, err, sizeof(err)) == 0);
+    CHECK(strcmp(kcache_compiler_nvrtc_id(before), kcache_compiler_nvrtc_id(after)) != 0);
+    f = fopen(src, "w");
+    REQUIRE(f && fputs("__global__ void k(int *o) { o[0] = 6; }\n", f) >= 0 && !fclose(f));
+    r = compile(after, src, "sm_90", NULL, 0, KCACHE_KIND_PTX, 0);
+    CHECK(r->status == 0 && r->size > 0);
+    CHECK(r->store_status != 0 && strstr(r->store_message, "another build"));
+    kcache_result_free(r);
+
+    /* That build, with other bytes, compiled at another path (as by another process):
+     * a rebuild here, with the copy loaded earlier under the first path (glibc hands
+     * it back by name), is no verdict on its entry. */
+    static const char release[] = "Cuda compilation tools, release 13.0, V13.0.88";
+    unsigned char *rel = memmem(lib, n, release, sizeof(release) - 1);
+    REQUIRE(rel);
+    rel[sizeof(release) - 2] = '9';
+    rel[sizeof(release) - 3] = '9';
+    REQUIRE(spill(copy, lib, n) == 0);
+    snprintf(path, sizeof(path), "%s/other", test_dir());
+    REQUIRE(mkdir(path, 0755) == 0);
+    d = opendir(dir);
+    REQUIRE(d);
+    for (struct dirent *de; (de = readdir(d));) {
+        char a[2 * PATH_MAX], b[2 * PATH_MAX];
+        size_t m;
+        if (strncmp(de->d_name, "libnvrtc", 8) != 0)
+            continue;
+        snprintf(a, sizeof(a), "%s/%s", dir, de->d_name);
+        snprintf(b, sizeof(b), "%s/%s", path, de->d_name);
+        unsigned char *bytes = slurp(a, &m);
+        REQUIRE(bytes && spill(b, bytes, m) == 0);
+        free(bytes);
+    }
+    closedir(d);
+    char other[2 * PATH_MAX];
+    snprintf(other, sizeof(other), "%s/libnvrtc.so.%d", path, KC_CUDA_MAJOR);
+    o.nvrtc_path = other;
+    kcache_compiler *elsewhere = NULL;
+    REQUIRE(kcache_compiler_new(&elsewhere, &o, err, sizeof(err)) == 0);
+    CHECK(strcmp(kcache_compiler_nvrtc_id(elsewhere), kcache_compiler_nvrtc_id(after)) == 0);
+    f = fopen(src, "w");
+    REQUIRE(f && fputs("__global__ void k(int *o) { o[0] = 7; }\n", f) >= 0 && !fclose(f));
+    r = compile(elsewhere, src, "sm_90", NULL, 0, KCACHE_KIND_PTX, 0);
+    CHECK(r->status == 0 && r->store_status == 0 && memmem(r->data, r->size, "V13.0.99", 8));
+    kcache_key made = r->key;
+    kcache_result_free(r);
+    int same = -1;
+    r = NULL;
+    int rc = kcache_recompile(&r, &same, after, &made);
+    CHECK(rc == KCACHE_ENOTSUP && r && strstr(r->message, "another build"));
+    kcache_result_free(r);
+    kcache_compiler_free(elsewhere);
+    kcache_compiler_free(after);
+    kcache_compiler_free(before);
+    kcache_store_close(s);
+    free(lib);
+}
+
+/*
+ * An nvJitLink without a GNU build-id (a toolkit whose copy has none): nothing
+ * tells its build from another of the same name, so its links are not kept.
+ */
+/*
+ * A toolkit at test_dir()/NAME: the real one's headers and NVRTC, and a copy
+ * of its nvJitLink whose build-id note is dropped (drop) or whose build-id
+ * bytes are changed (another build). Returns the copy's path in nvjitlink.
+ */
+static void toolkit_copy(char *root, size_t root_size, char *nvjitlink, size_t nvjitlink_size,
+                         const char *name, const kc_toolkit *tk, int drop)
+{
+    char path[PATH_MAX + 64], to[PATH_MAX + 64];
+    snprintf(root, root_size, "%s/%s", test_dir(), name);
+    snprintf(path, sizeof(path), "%s/lib64", root);
+    if (mkdir(root, 0755) == 0) {
+        REQUIRE(mkdir(path, 0755) == 0);
+        static const char *const links[] = {"include", "version.json", "nvvm"};
+        for (size_t i = 0; i < KC_ARRAY_SIZE(links); i++) {
+            snprintf(path, sizeof(path), "%s/%s", root, links[i]);
+            snprintf(to, sizeof(to), "%s/%s", tk->root, links[i]);
+            REQUIRE(symlink(to, path) == 0);
+        }
+        snprintf(path, sizeof(path), "%s/lib64/%s", root, strrchr(tk->nvrtc_path, '/') + 1);
+        REQUIRE(symlink(tk->nvrtc_path, path) == 0);
+    }
+    snprintf(nvjitlink, nvjitlink_size, "%s/lib64/libnvJitLink.so.%d", root, KC_CUDA_MAJOR);
+    size_t n;
+    const char *from = access(nvjitlink, F_OK) == 0 ? nvjitlink : tk->nvjitlink_path;
+    unsigned char *lib = slurp(from, &n);
+    REQUIRE(lib);
+    char id[80];
+    unsigned char raw[40];
+    REQUIRE(kc_elf_build_id(from, id, sizeof(id)) == 0);
+    size_t id_n = strlen(id) / 2;
+    for (size_t i = 0; i < id_n; i++)
+        REQUIRE(sscanf(id + 2 * i, "%2hhx", &raw[i]) == 1);
+    unsigned char *desc = memmem(lib, n, raw, id_n);
+    REQUIRE(desc && desc - lib >= 16 && !memcmp(desc - 4, "GNU", 4));
+    if (drop)
+        desc[-8] ^= 0x40; /* the note's type: a note, not a build-id any more */
+    else
+        desc[from == nvjitlink] ^= 0x5a; /* a second copy: another byte, another build */
+    REQUIRE(spill(nvjitlink, lib, n) == 0);
+    free(lib);
+}
+
+/* The LTO link of the corpus's two files, by c. */
+static kcache_result *link_lto(kcache_compiler *c)
+{
+    char a[700], b[700];
+    snprintf(a, sizeof(a), "%s/lto/vec_ops.cu", corpus);
+    snprintf(b, sizeof(b), "%s/lto/launch.cu", corpus);
+    kcache_request ra = KCACHE_REQUEST_INIT, rb = KCACHE_REQUEST_INIT;
+    ra.source_path = a;
+    rb.source_path = b;
+    kcache_link_input in[2] = {{.request = &ra}, {.request = &rb}};
+    kcache_link_request lr = KCACHE_LINK_REQUEST_INIT;
+    lr.arch = "sm_90";
+    lr.lto = 1;
+    lr.inputs = in;
+    lr.n_inputs = 2;
+    kcache_result *r = NULL;
+    CHECK_RC(kcache_link(&r, c, &lr), 0);
+    REQUIRE(r);
+    return r;
+}
+
+static kcache_compiler *compiler_at(kcache_store *s, const char *root)
+{
+    kcache_compiler_options o = KCACHE_COMPILER_OPTIONS_INIT;
+    o.store = s;
+    o.toolkit_root = root;
+    kcache_compiler *c = NULL;
+    char err[512];
+    REQUIRE(kcache_compiler_new(&c, &o, err, sizeof(err)) == 0);
+    return c;
+}
+
+static void test_nvjitlink_without_build_id(kcache_store *s, const kc_toolkit *tk)
+{
+    char root[PATH_MAX], lib[PATH_MAX + 64];
+    toolkit_copy(root, sizeof(root), lib, sizeof(lib), "toolkit without ids", tk, 1);
+    kcache_compiler *c = compiler_at(s, root);
+    kcache_result *r = link_lto(c);
+    CHECK(r->size > 64 && !r->keyed && r->store_status != 0 &&
+          strstr(r->store_message, "build-id"));
+    kcache_result_free(r);
+    kcache_compiler_free(c);
+}
+
+/*
+ * nvJitLink replaced under a process that loaded it: a compiler opened since
+ * keys the new build, the process links with the copy it has. Not kept.
+ */
+static void test_nvjitlink_replaced(kcache_store *s, const kc_toolkit *tk)
+{
+    char root[PATH_MAX], lib[PATH_MAX + 64];
+    toolkit_copy(root, sizeof(root), lib, sizeof(lib), "toolkit replaced", tk, 0);
+    kcache_compiler *before = compiler_at(s, root);
+    kcache_result *r = link_lto(before);
+    CHECK(r->keyed && r->store_status == 0);
+    kcache_result_free(r);
+    toolkit_copy(root, sizeof(root), lib, sizeof(lib), "toolkit replaced", tk, 0);
+    kcache_compiler *after = compiler_at(s, root);
+    r = link_lto(after);
+    CHECK(!r->hit && r->size > 64 && r->store_status != 0 &&
+          strstr(r->store_message, "another build"));
+    kcache_result_free(r);
+    kcache_compiler_free(after);
+    kcache_compiler_free(before);
+}
+
 int main(void)
 {
     corpus = getenv("CORPUS");
@@ -427,10 +688,13 @@ int main(void)
     test_broken(s, c);
     test_lowered_names(c);
     test_lto(s, c);
+    test_nvjitlink_without_build_id(s, &tk);
+    test_nvjitlink_replaced(s, &tk);
     kcache_compiler_free(c);
     kcache_store_close(s);
     test_store_unusable();
     test_single_flight();
+    test_nvrtc_replaced(&tk);
     kc_toolkit_free(&tk);
     return test_done();
 }

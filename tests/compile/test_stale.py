@@ -253,6 +253,36 @@ def test_line_info_holds_the_working_directory(root, nvrtc):
           % [l for l in got["b", "shared"].splitlines() if ".file" in l])
 
 
+def test_white_space_around_an_option(root, nvrtc):
+    """NVRTC strips white space around each option: " -G" is -G, whose bytes name the
+    working directory, and " -I DIR" a header directory whose headers are inputs."""
+    d = os.path.join(root, "w")
+    write(os.path.join(d, "k.cu"), KERNEL % "3")
+    shared, empty = Cache(root, "w-shared"), Cache(root, "w-empty")
+    for opt in (" -G", "-lineinfo\t"):
+        got = {}
+        for where in ("a", "bb"):
+            here = os.path.join(d, where + opt.strip())
+            os.makedirs(here)
+            for c in (shared, empty) if where == "bb" else (shared,):
+                out = os.path.join(root, "%s-%s.ptx" % (where, os.path.basename(c.dir)))
+                p = subprocess.run([base.KCACHE, "compile", os.path.join(d, "k.cu"), "--arch",
+                                    "sm_90", "--ptx", "-o", out, "--", opt], cwd=here,
+                                   env=dict(c.env, PWD=here), capture_output=True, timeout=120)
+                check(p.returncode == 0, p.stderr.decode())
+                with open(out) as f:
+                    got[where, os.path.basename(c.dir)] = f.read()
+        check(got["bb", "w-shared"] == got["bb", "w-empty"],
+              "%r from bb: the shared cache gave a's directory" % opt)
+    t = Case(root, nvrtc)
+    write(os.path.join(d, "inc", "h.cuh"), "#define VALUE 4\n")
+    write(os.path.join(d, "k2.cu"), '#include "h.cuh"\n' + KERNEL % "VALUE")
+    for opt in (" -I" + os.path.join(d, "inc"), "-I " + os.path.join(d, "inc")):
+        t.agrees(os.path.join(d, "k2.cu"), opt, what="%r" % opt)
+        write(os.path.join(d, "inc", "h.cuh"), "#define VALUE %d\n" % (len(opt) + 10))
+        t.agrees(os.path.join(d, "k2.cu"), opt, what="%r, the header edited" % opt)
+
+
 def test_ltoir_holds_the_working_directory(root, nvrtc):
     """LTO-IR holds the working directory too, without any line-information option:
     from elsewhere it is another kernel, the one an empty cache gives there."""

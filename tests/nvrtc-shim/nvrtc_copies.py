@@ -19,9 +19,39 @@ def nvrtc_copy(real, d):
     return copy
 
 
-def other_build(path):
-    """Rewrites path's GNU build-id (a new file renamed over it): the same code,
-    another build as far as any key can tell. True if it had one."""
+def build_id(path):
+    """path's GNU build-id in hex, as kcache keys the library, or None."""
+    with open(path, "rb") as f:
+        elf = f.read()
+    phoff, = struct.unpack_from("<Q", elf, 32)
+    phentsize, phnum = struct.unpack_from("<HH", elf, 54)
+    for i in range(phnum):
+        ptype, = struct.unpack_from("<I", elf, phoff + i * phentsize)
+        off, = struct.unpack_from("<Q", elf, phoff + i * phentsize + 8)
+        size, = struct.unpack_from("<Q", elf, phoff + i * phentsize + 32)
+        at = off
+        while ptype == 4 and at + 12 <= off + size:
+            namesz, descsz, ntype = struct.unpack_from("<III", elf, at)
+            desc = at + 12 + ((namesz + 3) & ~3)
+            if ntype == 3 and elf[at + 12:at + 16] == b"GNU\0":
+                return elf[desc:desc + descsz].hex()
+            at = desc + ((descsz + 3) & ~3)
+    return None
+
+
+def rewrite(path, elf):
+    """elf's bytes as path: a new file renamed over it, as an installer does."""
+    tmp = path + ".new"
+    with open(tmp, "wb") as f:
+        f.write(elf)
+    os.chmod(tmp, 0o755)
+    os.rename(tmp, path)
+
+
+def other_build(path, drop=False):
+    """Rewrites path's GNU build-id: the same code, another build as far as any key
+    can tell. With drop, the note is no build-id any more (its type changed): a
+    library with none. True if it had one."""
     with open(path, "rb") as f:
         elf = bytearray(f.read())
     phoff, = struct.unpack_from("<Q", elf, 32)
@@ -35,13 +65,23 @@ def other_build(path):
             namesz, descsz, ntype = struct.unpack_from("<III", elf, at)
             desc = at + 12 + ((namesz + 3) & ~3)
             if ntype == 3 and elf[at + 12:at + 16] == b"GNU\0":
+                if drop:
+                    struct.pack_into("<I", elf, at + 8, 0x4b43)
                 for k in range(descsz):
                     elf[desc + k] ^= 0x5a
-                tmp = path + ".new"
-                with open(tmp, "wb") as f:
-                    f.write(elf)
-                os.chmod(tmp, 0o755)
-                os.rename(tmp, path)
+                rewrite(path, elf)
                 return True
             at = desc + ((descsz + 3) & ~3)
     return False
+
+
+def other_release_string(path):
+    """Changes the release NVRTC writes into PTX's header comment (V13.0.88 to
+    V13.0.99, same length): a build whose output differs. True if found."""
+    with open(path, "rb") as f:
+        elf = f.read()
+    old = b"Cuda compilation tools, release 13.0, V13.0.88"
+    if elf.count(old) != 1:
+        return False
+    rewrite(path, elf.replace(old, old[:-2] + b"99"))
+    return True

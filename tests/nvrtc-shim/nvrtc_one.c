@@ -12,13 +12,15 @@
  * output is LTO-IR, else with -arch=compute_XX PTX, else CUBIN. With $NVRTC_ONE_VERSION set, the program first
  * asks what PyTorch and CuPy ask before they compile (nvrtcVersion, the
  * supported architectures) and writes the answers first; set to "only", it
- * then stops. Built with NVRTC_ONE_DLOPEN, it dlopen()s
+ * then stops. With $NVRTC_ONE_PAUSE=FILE, it then makes FILE.ready and waits
+ * for FILE before it compiles (a test replaces NVRTC meanwhile). Built with NVRTC_ONE_DLOPEN, it dlopen()s
  * libnvrtc.so.13 by name (found through its own RUNPATH, as PyTorch does).
  */
 #include <nvrtc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef NVRTC_ONE_DLOPEN
 #include <dlfcn.h>
@@ -171,6 +173,17 @@ int main(int argc, char **argv)
                 free((void *)htexts[k]);
             return fclose(f) == 0 ? 0 : 2;
         }
+    }
+    const char *pause_at = getenv("NVRTC_ONE_PAUSE");
+    if (pause_at && *pause_at) {
+        char ready[4096];
+        snprintf(ready, sizeof(ready), "%s.ready", pause_at);
+        FILE *r = fopen(ready, "w");
+        if (!r || fclose(r) != 0)
+            return 2;
+        for (int waited = 0; access(pause_at, F_OK) != 0; waited++)
+            if (waited > 6000 || usleep(10000) != 0)
+                return 5;
     }
     if (nvrtcCreateProgram(&p, src, name, nh, htexts, hnames) != NVRTC_SUCCESS)
         return 3;

@@ -177,22 +177,23 @@ def cases(tmp, env):
 def line_info(tmp, env):
     """-lineinfo writes the working directory into the bytes (PTX's .file), and
     LTO-IR holds it with no option at all: the same compile from another
-    directory is not the first one's entry."""
+    directory is not the first one's entry. NVRTC strips white space around an
+    option: " -lineinfo" is -lineinfo."""
     e = dict(env, KCACHE_DIR=os.path.join(tmp, "lineinfo-cache"))
     rep = os.path.join(tmp, "lineinfo-report")
-    for opt in ("-lineinfo", "-G", "-dlto"):
+    for n, opt in enumerate(("-lineinfo", "-G", "-dlto", " -lineinfo", "-G\t")):
         outs = []
         for d in ("checkout-a", "checkout-bb"):
-            c = Case(tmp, f"{d}{opt}")
+            c = Case(tmp, f"{d}{opt.strip()}-{n}")
             write(os.path.join(c.dir, "k.cu"), KERNEL % "3")
-            arch = "-arch=sm_90" if opt == "-dlto" else "-arch=compute_90"
+            arch = "-arch=sm_90" if "-dlto" in opt else "-arch=compute_90"
             argv = ["k.cu", "k.cu", "--", arch, opt]
             real, _ = c.compile("real", argv, e, False, rep)
             shim, r = c.compile("shim", argv, e, True, rep)
-            check(shim == real, f"{opt} in {d}: NVIDIA's bytes, with this directory's "
+            check(shim == real, f"{opt!r} in {d}: NVIDIA's bytes, with this directory's "
                   f"paths ({r})")
             outs.append(real)
-        check(outs[0] != outs[1], f"{opt}: the directory is in NVIDIA's bytes (else the "
+        check(outs[0] != outs[1], f"{opt!r}: the directory is in NVIDIA's bytes (else the "
               "case shows nothing)")
 
 

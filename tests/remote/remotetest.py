@@ -8,7 +8,8 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyhelp"))
 import kctest  # noqa: E402
 
-kctest.setup(sys.argv[1] if len(sys.argv) > 1 else "kcache")
+# kcache-fill from the environment: the arguments after KCACHE name tests to run.
+kctest.setup(sys.argv[1] if len(sys.argv) > 1 else "kcache", os.environ.get("KCACHE_FILL"))
 TOOLKIT = os.environ.get("CUDA_HOME", "/usr/local/cuda")
 TINY = 'extern "C" __global__ void k%d(float *x) { x[threadIdx.x] *= %d.0f; }\n'
 

@@ -197,6 +197,22 @@ def test_two_caches_share(root):
         r.stop()
 
 
+def test_local_only_records(root):
+    """The drop-in's record of what its NVRTC says of itself is believed only where
+    that NVRTC wrote it (lib/store/ingest.c): a push leaves it out."""
+    r = Redis(root)
+    try:
+        a = Cache(root, "a", r.url())
+        a.fill(1, "--namespace", "kcache.nvrtc", "--caller-key", "libnvrtc.so.13 build-id 00")
+        a.fill(1, "--namespace", "someone.else", "--seed", 2)
+        out, _ = a.run("remote", "push", "--json")
+        check(json.loads(out)["pushed"] == 1 and len(entry_names(r)) == 1,
+              "a push sends the caller's entry, not the drop-in's record: %s %s"
+              % (out, entry_names(r)))
+    finally:
+        r.stop()
+
+
 def test_fleet_compiles_once(root):
     """Eight processes over two caches miss one key: NVRTC runs once."""
     r = Redis(root)
@@ -440,7 +456,7 @@ def test_usage(root):
 TESTS = [test_two_caches_share, test_fleet_compiles_once, test_threads, test_server_killed,
          test_server_killed_mid_run,
          test_server_stopped, test_server_full, test_auth, test_tampered, test_signatures,
-         test_oversized, test_usage]
+         test_oversized, test_usage, test_local_only_records]
 
 
 def main():
