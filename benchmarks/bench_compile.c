@@ -135,7 +135,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < 3; i++) {
         kcache_result *r;
         bs.flags = KCACHE_COMPILE_REFRESH;
-        if (kcache_compile(&r, c, &bs) != 0)
+        if (kcache_compiler_compile(&r, c, &bs) != 0)
             die(r ? r->message : "compile failed");
         cold[i] = (double)r->elapsed_ns * 1e-9;
         kcache_result_free(r);
@@ -145,7 +145,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < runs * 10; i++) {
         kcache_result *r;
         double t0 = now_s();
-        if (kcache_compile(&r, c, &bs) != 0 || !r->hit)
+        if (kcache_compiler_compile(&r, c, &bs) != 0 || !r->hit)
             die("expected a hit");
         hit[i] = now_s() - t0;
         kcache_result_free(r);
@@ -187,7 +187,7 @@ int main(int argc, char **argv)
     hq.options = h_opts;
     hq.n_options = 1;
     kcache_result *r;
-    if (kcache_compile(&r, c, &hq) != 0)
+    if (kcache_compiler_compile(&r, c, &hq) != 0)
         die(r ? r->message : "compile failed");
     kcache_result_free(r);
     char *src = NULL;
@@ -213,7 +213,7 @@ int main(int argc, char **argv)
         res_t[i] = now_s() - t0;
         kc_deps_free(&deps);
         t0 = now_s();
-        if (kcache_compile(&r, c, &hq) != 0 || !r->hit)
+        if (kcache_compiler_compile(&r, c, &hq) != 0 || !r->hit)
             die("expected a hit");
         hit_t[i] = now_s() - t0;
         kcache_result_free(r);

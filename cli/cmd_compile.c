@@ -237,7 +237,7 @@ static void run_item(struct job *job, struct item *it)
 {
     kcache_request req;
     compile_args_request(job->args, &req, it->unit, it->arch);
-    it->rc = kcache_compile(&it->result, job->compiler, &req);
+    it->rc = kcache_compiler_compile(&it->result, job->compiler, &req);
     if (it->rc)
         log_reason(it);
     if (it->rc || !it->result)

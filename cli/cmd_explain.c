@@ -231,7 +231,7 @@ int cmd_explain(int argc, char **argv)
         compile_args_request(&a, &probe, &a.units[0], a.archs[0]);
         probe.flags |= KCACHE_COMPILE_KEY_ONLY;
         kcache_result *why = NULL;
-        kcache_compile(&why, compiler, &probe);
+        kcache_compiler_compile(&why, compiler, &probe);
         status = cli_error("no cache to compare with: %s",
                            why && why->store_message[0] ? why->store_message : "none open");
         kcache_result_free(why);
@@ -240,7 +240,7 @@ int cmd_explain(int argc, char **argv)
     kcache_request r;
     compile_args_request(&a, &r, &a.units[0], a.archs[0]);
     r.flags |= KCACHE_COMPILE_KEY_ONLY;
-    if (kcache_compile(&res, compiler, &r) != 0) {
+    if (kcache_compiler_compile(&res, compiler, &r) != 0) {
         status = cli_error("%s", res ? res->message : "out of memory");
         goto out;
     }

@@ -75,7 +75,7 @@ static void hex32(char out[65], const uint8_t d[32])
  * --resolve-conflicts. Which of two artifacts under one key is right is what
  * the key's inputs build: only a compiler can say, and the store (which does
  * not know the compiler) keeps its own until one does. The entry is rebuilt
- * (kcache_recompile(), as verify --recompile does) from the inputs kept
+ * (kcache_compiler_recompile(), as verify --recompile does) from the inputs kept
  * with the cache's copy, or, when those cannot be used (not kept, or not the
  * ones its key names), from the bundle's copy's: the key names its inputs
  * by content, so either set that passes rebuilds the same truth. Then the
@@ -95,7 +95,7 @@ static int rebuild(kcache_result **out, kcache_store *from, const kcache_key *ke
     if (rc)
         return rc;
     int same = 0;
-    rc = kcache_recompile(out, &same, compiler, key);
+    rc = kcache_compiler_recompile(out, &same, compiler, key);
     if (rc)
         snprintf(why, why_size, "%s",
                  *out && (*out)->message[0] ? (*out)->message : kcache_strerror(rc));

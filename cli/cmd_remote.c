@@ -168,9 +168,6 @@ int cmd_remote(int argc, char **argv)
     int ret;
     if (kcache_remote_open(&remote, store, url, err, sizeof(err)) != 0)
         ret = cli_error("%s", err);
-    else if (!remote)
-        ret = cli_error("no remote set: give --remote redis://host:port, set KCACHE_REMOTE, "
-                        "or run kcache config remote redis://host:port");
     else if (!strcmp(action, "check"))
         ret = check(remote, json);
     else

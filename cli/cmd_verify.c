@@ -141,7 +141,7 @@ static int recompile_entries(kcache_store *store, uint64_t limit, struct verify_
         cli_progress(NULL, "recompiling", i, n_keys);
         int same = 0;
         kcache_result *r = NULL;
-        int rc = kcache_recompile(&r, &same, compiler, &keys[i]);
+        int rc = kcache_compiler_recompile(&r, &same, compiler, &keys[i]);
         if (rc == KCACHE_ENOTFOUND) {
             kcache_result_free(r); /* deleted since it was listed (a prune elsewhere) */
             continue;

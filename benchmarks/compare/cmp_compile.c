@@ -1,6 +1,6 @@
 /*
  * Compile level, on the corpus kernels: NVRTC called directly (dlopen, the
- * pure no-cache baseline), kcache_compile with KCACHE_COMPILE_NO_CACHE
+ * pure no-cache baseline), kcache_compiler_compile with KCACHE_COMPILE_NO_CACHE
  * (NVRTC plus header hashing), kcache's miss and hit, and the file-per-entry
  * cache keyed the way CuPy keys its cache (source, options, name expressions
  * and NVRTC version: headers are not hashed), its miss and hit.
@@ -207,7 +207,7 @@ int cmp_compile_main(const struct cmp_compile_args *a)
             kcache_result *res;
             rq.flags = KCACHE_COMPILE_NO_CACHE;
             t0 = cmp_now();
-            if (kcache_compile(&res, kc, &rq) != 0)
+            if (kcache_compiler_compile(&res, kc, &rq) != 0)
                 cmp_fail("kcache compile %s: %s", k->name, res ? res->message : "?");
             t2[r] = cmp_now() - t0;
             kcache_result_free(res);
@@ -222,7 +222,7 @@ int cmp_compile_main(const struct cmp_compile_args *a)
         rq.flags = 0;
         kcache_result *res;
         double t0 = cmp_now();
-        if (kcache_compile(&res, kc, &rq) != 0 || res->hit)
+        if (kcache_compiler_compile(&res, kc, &rq) != 0 || res->hit)
             cmp_fail("kcache miss %s", k->name);
         cmp_rec("compile", "kcache", k->name, "miss_ms", (cmp_now() - t0) * 1e3, "ms");
         /* What a hit is made of: the entry's store get alone, and how many
@@ -254,7 +254,7 @@ int cmp_compile_main(const struct cmp_compile_args *a)
             for (int w = 0; w < 2; w++) {
                 if ((w ^ (r & 1)) == 0) {
                     t0 = cmp_now();
-                    if (kcache_compile(&res, kc, &rq) != 0 || !res->hit)
+                    if (kcache_compiler_compile(&res, kc, &rq) != 0 || !res->hit)
                         cmp_fail("expected a kcache hit on %s", k->name);
                     t1[r] = cmp_now() - t0;
                     kcache_result_free(res);

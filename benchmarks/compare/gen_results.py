@@ -80,7 +80,7 @@ def main():
                        "resolve and hash every header"],
         ["NVRTC (no cache)", "NVRTC called directly through `dlopen` of libnvrtc.so.13: what "
                              "every run costs without a cache"],
-        ["kcache no-cache", "`kcache_compile` with `KCACHE_COMPILE_NO_CACHE`: NVRTC plus kcache's "
+        ["kcache no-cache", "`kcache_compiler_compile` with `KCACHE_COMPILE_NO_CACHE`: NVRTC plus kcache's "
                             "header resolution"],
         ["file-per-entry", "`benchmarks/compare/fpe.c`: the design of CuPy's, Triton's and "
                            "cuda.core's caches in C: one file per key under a 2-level fan-out, "

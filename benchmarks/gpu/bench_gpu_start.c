@@ -13,7 +13,7 @@
  *   bench_gpu_start memo --corpus DIR [--cuda DIR] [--iters N] [--write-cubin FILE]
  *       The cost of a memoised kcache_gpu_function call (a key derivation and
  *       a lookup), of kcache_gpu_function_by_key (a lookup), of a cache hit
- *       without the memo (kcache_compile), and of a module load (what the memo
+ *       without the memo (kcache_compiler_compile), and of a module load (what the memo
  *       saves): medians over N calls. One JSON line.
  *
  * The launched result is checked after the clock stops: a benchmark of a
@@ -261,8 +261,8 @@ static int run_memo(const struct args *a)
     uint64_t first_ns = now_ns() - t0;
 
     kcache_result *r = NULL;
-    if (kcache_compile(&r, c, &q))
-        die("kcache_compile", r ? r->message : "out of memory");
+    if (kcache_compiler_compile(&r, c, &q))
+        die("kcache_compiler_compile", r ? r->message : "out of memory");
     kcache_key key = r->key;
     const char *lowered = kcache_result_lowered_name(r, EXPR);
     char symbol[256];
@@ -294,8 +294,8 @@ static int run_memo(const struct args *a)
     for (int i = 0; i < n_slow; i++) {
         kcache_result *h = NULL;
         t0 = now_ns();
-        if (kcache_compile(&h, c, &q) || !h->hit)
-            die("kcache_compile", "not a hit");
+        if (kcache_compiler_compile(&h, c, &q) || !h->hit)
+            die("kcache_compiler_compile", "not a hit");
         hit[i] = now_ns() - t0;
         CUmodule m = NULL;
         t0 = now_ns();

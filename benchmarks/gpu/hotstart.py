@@ -255,7 +255,7 @@ def main():
         memo["iters"], memo["artifact_bytes"]))
     for key, label in (("memo_function_ns", "memoised kcache_gpu_function (key + lookup)"),
                        ("by_key_ns", "kcache_gpu_function_by_key (lookup)"),
-                       ("compile_hit_ns", "cache hit without the memo (kcache_compile)"),
+                       ("compile_hit_ns", "cache hit without the memo (kcache_compiler_compile)"),
                        ("module_load_ns", "cuModuleLoadData of the CUBIN (saved by the memo)"),
                        ("first_call_ns", "first kcache_gpu_function (compile + load)")):
         print("  %-52s %12.2f us" % (label, memo[key] / 1e3))

@@ -170,7 +170,7 @@ static int serve(const kc_nvrtc *api, kcache_compiler *c, const char *source)
             q.options = opts;
             q.n_options = n_opts;
             kcache_result *r = NULL;
-            kcache_compile(&r, c, &q);
+            kcache_compiler_compile(&r, c, &q);
             int ok = r && r->status == 0 && r->data;
             int wrote = write_out(out, ok ? r->data : NULL, ok ? r->size : 0);
             printf("{\"ok\": %s, \"hit\": %s, \"keyed\": %s, \"size\": %zu, \"headers\": %zu, "
@@ -286,7 +286,7 @@ int main(int argc, char **argv)
         kq.flags |= KCACHE_COMPILE_KEY_ONLY;
         kcache_result *kr = NULL;
         uint64_t t0 = kc_mono_ns();
-        kcache_compile(&kr, c, &kq);
+        kcache_compiler_compile(&kr, c, &kq);
         resolve_ns[k] = kc_mono_ns() - t0;
         if (k == 0) {
             resolve_cold = resolve_ns[0];
@@ -295,14 +295,14 @@ int main(int argc, char **argv)
         kcache_result_free(kr);
     }
     kcache_result *miss = NULL;
-    kcache_compile(&miss, c, &q);
+    kcache_compiler_compile(&miss, c, &q);
     uint64_t *hit_ns = calloc((size_t)reps, sizeof(uint64_t));
     uint64_t *hit_cpu = calloc((size_t)reps, sizeof(uint64_t));
     int all_hits = 1, hits_equal = 1;
     for (int k = 0; k < reps; k++) {
         kcache_result *h = NULL;
         uint64_t t0 = kc_mono_ns(), c0 = cpu_ns();
-        kcache_compile(&h, c, &q);
+        kcache_compiler_compile(&h, c, &q);
         hit_ns[k] = kc_mono_ns() - t0;
         hit_cpu[k] = cpu_ns() - c0;
         all_hits &= h && h->hit;

@@ -169,7 +169,7 @@ def main():
     n = len(ks)
     print("kernels: %s; %d rounds; redis on loopback; %d CPUs" % (where, args.rounds,
                                                                  os.cpu_count()))
-    print("\none request (%s, sm_90), median kcache_compile time:" % os.path.basename(src))
+    print("\none request (%s, sm_90), median kcache_compiler_compile time:" % os.path.basename(src))
     print("  NVRTC (miss)            %9.2f ms" % single["nvrtc_ms"])
     print("  local hit               %9.2f ms" % single["local_hit_ms"])
     print("  remote hit (loopback)   %9.2f ms" % single["remote_hit_ms"])

@@ -670,8 +670,8 @@ out:
     return rc;
 }
 
-KCACHE_API int kcache_compile(kcache_result **out, kcache_compiler *compiler,
-                              const kcache_request *request)
+KCACHE_API int kcache_compiler_compile(kcache_result **out, kcache_compiler *compiler,
+                                       const kcache_request *request)
 {
     return kc_result_run(out, compiler, request, compile_request);
 }

@@ -83,9 +83,12 @@ KCACHE_API int kcache_compiler_new(kcache_compiler **out, const kcache_compiler_
     if (c->store) {
         /* Never fatal either: a remote that cannot be used is said once, in results. */
         const char *url = options->version >= 3 ? options->remote : NULL;
-        if (kcache_remote_open(&c->remote, c->store, url, c->remote_message,
-                               sizeof(c->remote_message)) == 0 && c->remote)
+        int ro = kcache_remote_open(&c->remote, c->store, url, c->remote_message,
+                                    sizeof(c->remote_message));
+        if (ro == 0)
             kc_remote_set_log(c->remote, options->log, options->log_userdata);
+        else if (ro == KCACHE_ENOTFOUND)
+            c->remote_message[0] = '\0'; /* none set: nothing to say */
     }
     *out = c;
     return 0;

@@ -43,7 +43,7 @@ static int compile_input(kcache_compiler *c, const kcache_link_request *req,
     sub.arch = req->arch;
     sub.output = req->lto ? KCACHE_KIND_LTOIR : KCACHE_KIND_CUBIN;
     sub.flags = req->flags & ~(unsigned)KCACHE_COMPILE_KEY_ONLY;
-    int rc = kcache_compile(&out->compiled, c, &sub);
+    int rc = kcache_compiler_compile(&out->compiled, c, &sub);
     free(opts);
     if (rc) {
         if (out->compiled) {
@@ -296,8 +296,8 @@ static int link_request(kcache_compiler *c, const void *request, struct kc_resul
     return rc;
 }
 
-KCACHE_API int kcache_link(kcache_result **out, kcache_compiler *compiler,
-                           const kcache_link_request *request)
+KCACHE_API int kcache_compiler_link(kcache_result **out, kcache_compiler *compiler,
+                                    const kcache_link_request *request)
 {
     return kc_result_run(out, compiler, request, link_request);
 }

@@ -194,8 +194,8 @@ static int rebuild_link(kcache_compiler *c, const kcache_entry *e, kc_recipe *rc
     return rc_;
 }
 
-KCACHE_API int kcache_recompile(kcache_result **out, int *same, kcache_compiler *compiler,
-                                const kcache_key *key)
+KCACHE_API int kcache_compiler_recompile(kcache_result **out, int *same, kcache_compiler *compiler,
+                                         const kcache_key *key)
 {
     struct kc_result *r;
     uint64_t t0;

@@ -251,7 +251,7 @@ int kc_rebuild_dropin(kcache_compiler *c, const kcache_entry *e, const kc_recipe
     req.compile_userdata = &d;
     /* First the key, from what is on disk now: the compile only where it is the entry's. */
     req.flags = KCACHE_COMPILE_KEY_ONLY;
-    status = kcache_compile(&res, made_by, &req);
+    status = kcache_compiler_compile(&res, made_by, &req);
     if (status || !res->keyed) {
         status = kc_result_fail(r, KCACHE_ENOTSUP, "its request cannot be keyed here (%s)",
                                 res && res->message[0] ? res->message
@@ -271,7 +271,7 @@ int kc_rebuild_dropin(kcache_compiler *c, const kcache_entry *e, const kc_recipe
     kcache_result_free(res);
     res = NULL;
     req.flags = KCACHE_COMPILE_NO_CACHE;
-    status = kcache_compile(&res, made_by, &req);
+    status = kcache_compiler_compile(&res, made_by, &req);
     if (status) {
         status = kc_result_fail(r, status, "%s", res ? res->message : kcache_strerror(status));
         goto out;

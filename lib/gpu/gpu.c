@@ -474,7 +474,7 @@ static int produce_compile(kcache_gpu *g, const void *request, int key_only, kca
     kcache_request q = *(const kcache_request *)request;
     if (key_only)
         q.flags |= KCACHE_COMPILE_KEY_ONLY;
-    return kcache_compile(out, g->compiler, &q);
+    return kcache_compiler_compile(out, g->compiler, &q);
 }
 
 static int produce_link(kcache_gpu *g, const void *request, int key_only, kcache_result **out)
@@ -483,7 +483,7 @@ static int produce_link(kcache_gpu *g, const void *request, int key_only, kcache
     kcache_link_request q = *(const kcache_link_request *)request;
     if (key_only)
         q.flags |= KCACHE_COMPILE_KEY_ONLY;
-    return kcache_link(out, g->compiler, &q);
+    return kcache_compiler_link(out, g->compiler, &q);
 }
 
 /*

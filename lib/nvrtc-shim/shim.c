@@ -3,7 +3,7 @@
  *
  * A program gets a handle of ours. Until it compiles, the handle only holds
  * copies of what it was given; nvrtcCompileProgram hands them to
- * kcache_compile() (the public API: the same include resolver, key, store,
+ * kcache_compiler_compile() (the public API: the same include resolver, key, store,
  * single flight and counters as every other kcache compile) with a compiler
  * of our own for the miss (kcache_request.compile):
  *
@@ -742,7 +742,7 @@ static int through_cache(kcache_result **out, kcache_compiler *c, struct prog *p
     /* Kept so that `kcache verify --recompile` can rebuild the entry with this NVRTC. */
     req.flags = KCACHE_COMPILE_KEEP_INPUTS | (m->beside ? KCACHE_COMPILE_UNCOUNTED : 0);
     kc_shim_enter();
-    int rc = kcache_compile(out, c, &req);
+    int rc = kcache_compiler_compile(out, c, &req);
     kc_shim_leave();
     free(extra);
     return rc;

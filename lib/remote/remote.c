@@ -106,7 +106,9 @@ KCACHE_API int kcache_remote_open(kcache_remote **out, kcache_store *store, cons
     if ((rc = setting(value, sizeof(value), "remote", url, db_path, msg, msg_size)))
         return rc;
     if (!value[0])
-        return 0; /* no remote: nothing to do */
+        return kc_fmt(msg, msg_size, KCACHE_ENOTFOUND,
+                      "no remote set: give --remote redis://host:port, set KCACHE_REMOTE, "
+                      "or run kcache config remote redis://host:port");
     kcache_remote *r = kc_calloc(1, sizeof(*r));
     if (!r)
         return kc_fmt(msg, msg_size, KCACHE_ENOMEM, "out of memory");

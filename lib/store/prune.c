@@ -489,7 +489,7 @@ KCACHE_API int kcache_store_prune(kcache_prune_result *out, kcache_store *store,
         return KCACHE_EINVAL;
     if (!options)
         options = &defaults;
-    if (options->version < 1 || options->version > KCACHE_PRUNE_VERSION)
+    if (options->version < 1 || options->version > KCACHE_PRUNE_OPTIONS_VERSION)
         return kc_err(store, KCACHE_EINVAL, "kcache_store_prune: options version %u unsupported",
                       options->version);
     if (!KC_RESULT_VERSION_OK(out, KCACHE_PRUNE_RESULT_VERSION))

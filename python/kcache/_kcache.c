@@ -131,6 +131,8 @@ static int Store_init(PyObject *op, PyObject *args, PyObject *kwds)
         Py_BEGIN_ALLOW_THREADS
         rc = kcache_remote_open(&r, s, remote_url, err, sizeof(err));
         Py_END_ALLOW_THREADS
+        if (rc == KCACHE_ENOTFOUND)
+            rc = 0; /* no remote set: the cache alone */
         if (rc) {
             kcache_store_close(s);
             raise_status(self->error, rc, err);
@@ -882,8 +884,7 @@ static PyObject *Compiler_compile(PyObject *op, PyObject *args, PyObject *kwds)
     req.flags = flags;
     kcache_result *r = NULL;
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = kcache_compile(&r, self->compiler, &req);
+    Py_BEGIN_ALLOW_THREADS rc = kcache_compiler_compile(&r, self->compiler, &req);
     Py_END_ALLOW_THREADS
     if (!r) {
         raise_status(self->error, rc, rc == KCACHE_ENOMEM ? "out of memory" : "invalid request");

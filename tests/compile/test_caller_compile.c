@@ -52,7 +52,7 @@ static int compile(kcache_result **res, kcache_compiler *c, const char *src, str
     r.extra_digest_size = 4;
     r.compile = fake_compile;
     r.compile_userdata = f;
-    return kcache_compile(res, c, &r);
+    return kcache_compiler_compile(res, c, &r);
 }
 
 /* A compiler that reads the disk itself: what it is handed, and what it does. */
@@ -105,7 +105,7 @@ static int compile_file(kcache_result **res, kcache_compiler *c, const char *pat
     r.extra_digest_size = 6;
     r.compile = reading_compile;
     r.compile_userdata = f;
-    return kcache_compile(res, c, &r);
+    return kcache_compiler_compile(res, c, &r);
 }
 
 static void write_text(const char *path, const char *text)
@@ -191,7 +191,7 @@ int main(void)
 
     /* Its entries keep no inputs: nothing to rebuild them from. */
     int same = -1;
-    CHECK(kcache_recompile(&res, &same, c, &key) == KCACHE_ENOTSUP);
+    CHECK(kcache_compiler_recompile(&res, &same, c, &key) == KCACHE_ENOTSUP);
     kcache_result_free(res);
     res = NULL;
 

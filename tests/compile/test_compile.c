@@ -55,7 +55,7 @@ static kcache_result *compile(kcache_compiler *c, const char *path, const char *
     r.output = kind;
     r.flags = flags;
     kcache_result *res = NULL;
-    int rc = kcache_compile(&res, c, &r);
+    int rc = kcache_compiler_compile(&res, c, &r);
     REQUIRE(res);
     if (rc && rc != KCACHE_ECOMPILE)
         fprintf(stderr, "compile %s: %s\n", path, res->message);
@@ -278,8 +278,8 @@ static void test_lowered_names(kcache_compiler *c)
     q.name_exprs = exprs;
     q.n_name_exprs = 2;
     kcache_result *miss = NULL, *hit = NULL;
-    CHECK_RC(kcache_compile(&miss, c, &q), 0);
-    CHECK_RC(kcache_compile(&hit, c, &q), 0);
+    CHECK_RC(kcache_compiler_compile(&miss, c, &q), 0);
+    CHECK_RC(kcache_compiler_compile(&hit, c, &q), 0);
     REQUIRE(miss && hit);
     CHECK(!miss->hit && hit->hit);
     for (size_t i = 0; i < 2; i++) {
@@ -309,7 +309,7 @@ static void test_lto(kcache_store *s, kcache_compiler *c)
     lr.n_inputs = 2;
     kcache_stats *s0 = stats(s);
     kcache_result *first = NULL, *second = NULL;
-    CHECK_RC(kcache_link(&first, c, &lr), 0);
+    CHECK_RC(kcache_compiler_link(&first, c, &lr), 0);
     REQUIRE(first);
     if (first->status)
         fprintf(stderr, "link: %s\n%s\n", first->message, first->log);
@@ -318,7 +318,7 @@ static void test_lto(kcache_store *s, kcache_compiler *c)
     kcache_stats *s1 = stats(s);
     CHECK(s1->entries == s0->entries + 3);  /* two LTO-IR compiles and the link */
     CHECK(s1->misses == s0->misses + 3);
-    CHECK_RC(kcache_link(&second, c, &lr), 0);
+    CHECK_RC(kcache_compiler_link(&second, c, &lr), 0);
     REQUIRE(second);
     CHECK(second->hit);
     kcache_stats *s2 = stats(s);
@@ -544,7 +544,7 @@ static void test_nvrtc_replaced(const kc_toolkit *tk)
     kcache_result_free(r);
     int same = -1;
     r = NULL;
-    int rc = kcache_recompile(&r, &same, after, &made);
+    int rc = kcache_compiler_recompile(&r, &same, after, &made);
     CHECK(rc == KCACHE_ENOTSUP && r && strstr(r->message, "another build"));
     kcache_result_free(r);
     kcache_compiler_free(elsewhere);
@@ -617,7 +617,7 @@ static kcache_result *link_lto(kcache_compiler *c)
     lr.inputs = in;
     lr.n_inputs = 2;
     kcache_result *r = NULL;
-    CHECK_RC(kcache_link(&r, c, &lr), 0);
+    CHECK_RC(kcache_compiler_link(&r, c, &lr), 0);
     REQUIRE(r);
     return r;
 }

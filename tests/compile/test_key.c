@@ -112,7 +112,7 @@ static void key_of(kcache_compiler *c, const struct req *q, char hex[KCACHE_KEY_
     }
     r.flags = KCACHE_COMPILE_KEY_ONLY | q->flags;
     kcache_result *res = NULL;
-    int rc = kcache_compile(&res, c, &r);
+    int rc = kcache_compiler_compile(&res, c, &r);
     if (rc) {
         fprintf(stderr, "key of %s: %s\n", q->path ? q->path : "(text)",
                 res ? res->message : kcache_strerror(rc));
@@ -377,17 +377,17 @@ static void test_bad_requests(void)
     const char *bad_arch[] = {"sm_9", "sm_90x", "gfx90a", "", "sm_0900", "compute_"};
     for (size_t i = 0; i < sizeof(bad_arch) / sizeof(bad_arch[0]); i++) {
         r.arch = bad_arch[i];
-        CHECK_RC(kcache_compile(&res, c, &r), KCACHE_EINVAL);
+        CHECK_RC(kcache_compiler_compile(&res, c, &r), KCACHE_EINVAL);
         CHECK(res && strstr(res->message, "architecture"));
         kcache_result_free(res);
     }
     r.arch = NULL;
-    CHECK_RC(kcache_compile(&res, c, &r), KCACHE_EINVAL);
+    CHECK_RC(kcache_compiler_compile(&res, c, &r), KCACHE_EINVAL);
     CHECK(res && strstr(res->message, "no GPU architecture"));
     kcache_result_free(res);
     r.arch = "compute_90";
     r.output = KCACHE_KIND_CUBIN;
-    CHECK_RC(kcache_compile(&res, c, &r), KCACHE_EINVAL);
+    CHECK_RC(kcache_compiler_compile(&res, c, &r), KCACHE_EINVAL);
     CHECK(res && strstr(res->message, "virtual"));
     kcache_result_free(res);
     r.output = 0;
@@ -395,12 +395,12 @@ static void test_bad_requests(void)
     const char *two[] = {"-arch=sm_80"};
     r.options = two;
     r.n_options = 1;
-    CHECK_RC(kcache_compile(&res, c, &r), KCACHE_EINVAL);
+    CHECK_RC(kcache_compiler_compile(&res, c, &r), KCACHE_EINVAL);
     CHECK(res && strstr(res->message, "two architectures"));
     kcache_result_free(res);
     const char *novalue[] = {"-D"};
     r.options = novalue;
-    CHECK_RC(kcache_compile(&res, c, &r), KCACHE_EINVAL);
+    CHECK_RC(kcache_compiler_compile(&res, c, &r), KCACHE_EINVAL);
     CHECK(res && strstr(res->message, "needs a value"));
     kcache_result_free(res);
     r.options = NULL;
@@ -408,20 +408,20 @@ static void test_bad_requests(void)
     const char *bad_exprs[] = {"k", NULL};
     r.name_exprs = bad_exprs;
     r.n_name_exprs = 2;
-    CHECK_RC(kcache_compile(&res, c, &r), KCACHE_EINVAL);
+    CHECK_RC(kcache_compiler_compile(&res, c, &r), KCACHE_EINVAL);
     CHECK(res && strstr(res->message, "name expression 1 is empty"));
     kcache_result_free(res);
     r.name_exprs = NULL;
     r.n_name_exprs = 0;
     r.source = "a\0b";
     r.source_size = 3;
-    CHECK_RC(kcache_compile(&res, c, &r), KCACHE_EINVAL);
+    CHECK_RC(kcache_compiler_compile(&res, c, &r), KCACHE_EINVAL);
     CHECK(res && strstr(res->message, "NUL"));
     kcache_result_free(res);
     r.source = NULL;
     r.source_size = 0;
     r.source_path = "/nonexistent/kernel.cu";
-    CHECK_RC(kcache_compile(&res, c, &r), KCACHE_EIO);
+    CHECK_RC(kcache_compiler_compile(&res, c, &r), KCACHE_EIO);
     CHECK(res && strstr(res->message, "/nonexistent/kernel.cu"));
     kcache_result_free(res);
     kcache_compiler_free(c);

@@ -43,7 +43,7 @@ static void key_of(char hex[KCACHE_KEY_HEX_SIZE], const char *src, const struct 
         r.header_contents = m->contents;
     }
     kcache_result *res = NULL;
-    int rc = kcache_compile(&res, compiler, &r);
+    int rc = kcache_compiler_compile(&res, compiler, &r);
     if (status)
         *status = rc;
     hex[0] = '\0';
@@ -158,7 +158,7 @@ static void test_versions_and_bad_requests(void)
     r.flags = KCACHE_COMPILE_KEY_ONLY;
     r.n_headers = 2;
     kcache_result *res = NULL;
-    CHECK(kcache_compile(&res, compiler, &r) == KCACHE_EINVAL);
+    CHECK(kcache_compiler_compile(&res, compiler, &r) == KCACHE_EINVAL);
     CHECK(res && strstr(res->message, "n_headers"));
     kcache_result_free(res);
 }

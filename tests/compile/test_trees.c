@@ -105,7 +105,7 @@ static kcache_result *through(kcache_compiler *c, const char *path, const struct
     q.n_options = o->n;
     q.flags = flags;
     kcache_result *r = NULL;
-    kcache_compile(&r, c, &q);
+    kcache_compiler_compile(&r, c, &q);
     REQUIRE(r);
     return r;
 }
@@ -455,7 +455,7 @@ static void test_fallback_keeps_memory_headers(void)
     kcache_store *s = new_store();
     kcache_compiler *c = compiler_on(s);
     kcache_result *r = NULL;
-    kcache_compile(&r, c, &q);
+    kcache_compiler_compile(&r, c, &q);
     REQUIRE(r);
     CHECK(r->status == 0 && !r->keyed);
     CHECK(r->status == 0 && r->data && strstr((const char *)r->data, "77"));

@@ -284,7 +284,7 @@ static void run_gemm(kcache_gpu *gpu)
     q.name_exprs = gemm_exprs;
     q.n_name_exprs = 2;
     kcache_result *r = NULL;
-    CHECK_RC(kcache_compile(&r, compiler, &q), 0); /* now it is in the cache */
+    CHECK_RC(kcache_compiler_compile(&r, compiler, &q), 0); /* now it is in the cache */
     kcache_result_free(r);
     kcache_stats *before = stats_now();
     CUfunction f = get_function(gpu, &q, gemm_exprs[0]);
@@ -497,7 +497,7 @@ static void test_api(kcache_gpu *gpu)
     kcache_request q = request("saxpy.cu");
     q.flags = KCACHE_COMPILE_KEY_ONLY;
     kcache_result *r = NULL;
-    CHECK_RC(kcache_compile(&r, compiler, &q), 0);
+    CHECK_RC(kcache_compiler_compile(&r, compiler, &q), 0);
     REQUIRE(r);
     kcache_key key = r->key;
     kcache_result_free(r);
@@ -573,7 +573,7 @@ static void test_api(kcache_gpu *gpu)
     kcache_request nat = request("saxpy.cu");
     nat.arch = "native";
     kcache_result *nr = NULL;
-    CHECK_RC(kcache_compile(&nr, compiler, &nat), 0);
+    CHECK_RC(kcache_compiler_compile(&nr, compiler, &nat), 0);
     CHECK(nr && strcmp(nr->arch, arch) == 0);
     kcache_result_free(nr);
 }

@@ -73,17 +73,17 @@ int main(void)
 
     /* Nothing else is affected: the same compiler compiles and caches. */
     kcache_result *r = NULL;
-    CHECK_RC(kcache_compile(&r, c, &q), 0);
+    CHECK_RC(kcache_compiler_compile(&r, c, &q), 0);
     CHECK(r && r->data && r->size > 0 && r->keyed);
     kcache_result_free(r);
     r = NULL;
-    CHECK_RC(kcache_compile(&r, c, &q), 0);
+    CHECK_RC(kcache_compiler_compile(&r, c, &q), 0);
     CHECK(r && r->hit);
     kcache_result_free(r);
     /* ... and --arch native says to name the architecture. */
     q.arch = "native";
     r = NULL;
-    int rc = kcache_compile(&r, c, &q);
+    int rc = kcache_compiler_compile(&r, c, &q);
     CHECK(rc == KCACHE_ENOTSUP);
     CHECK(r && strstr(r->message, "name the architecture"));
     kcache_result_free(r);

@@ -6,8 +6,13 @@
  */
 #include <string.h>
 
+#include <stdlib.h>
+
+#include <kcache/remote.h>
+
 #include "remote/backend.h"
 #include "remote/wire.h"
+#include "storetest.h"
 #include "testutil.h"
 
 static const char *const exprs[] = {"k<float>", "k<int>"};
@@ -180,14 +185,32 @@ static void test_endpoint(void)
     }
 }
 
+/* No remote set is its own answer, never a success with nothing in it. */
+static void test_open_without_remote(void)
+{
+    unsetenv("KCACHE_REMOTE");
+    kcache_store *s = st_open(test_path("none.db"), 0, NULL, NULL);
+    kcache_remote *r = (kcache_remote *)&r; /* must be overwritten */
+    char msg[512] = "";
+    CHECK_RC(kcache_remote_open(&r, s, NULL, msg, sizeof(msg)), KCACHE_ENOTFOUND);
+    CHECK(r == NULL && strstr(msg, "no remote set"));
+    r = (kcache_remote *)&r;
+    CHECK_RC(kcache_remote_open(&r, s, "http://h:1", msg, sizeof(msg)), KCACHE_EINVAL);
+    CHECK(r == NULL && msg[0] != '\0');
+    CHECK_RC(kcache_remote_open(&r, s, "redis://127.0.0.1:1", msg, sizeof(msg)), 0);
+    CHECK(r != NULL);
+    kcache_remote_close(r);
+    kcache_store_close(s);
+}
+
 int main(void)
 {
-    (void)test_path;
     kc_codec_ctx *c = NULL;
     REQUIRE(kc_codec_new(&c) == 0 && c);
     test_round_trip(c);
     test_codecs(c);
     test_endpoint();
+    test_open_without_remote();
     kc_codec_free(c);
     return test_done();
 }

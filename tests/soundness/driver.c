@@ -5,7 +5,7 @@
  * memo (lib/compile/depmemo.c) only shows itself across many compiles in one
  * process.
  *
- *   lib    kcache_compile() through the public API, the store in $KCACHE_DIR
+ *   lib    kcache_compiler_compile() through the public API, the store in $KCACHE_DIR
  *   cold   the same with KCACHE_COMPILE_NO_CACHE: kcache's hermetic compile
  *          with nothing looked up, what an empty cache would return
  *   nvrtc  the program's own calls: dlopen("libnvrtc.so.N"),
@@ -227,7 +227,7 @@ static void do_lib(kcache_compiler *c, const struct request *r, int cold)
     q.header_contents = (const char *const *)r->htexts;
     q.flags = cold ? KCACHE_COMPILE_NO_CACHE : 0;
     kcache_result *res = NULL;
-    int rc = kcache_compile(&res, c, &q);
+    int rc = kcache_compiler_compile(&res, c, &q);
     if (!res) {
         answer(rc, 0, 0, 0, "no result", "", 0);
         return;

@@ -24,10 +24,10 @@ int main(void)
     req.source = source;
     req.arch = "sm_90";
     kcache_result *r = NULL;
-    int rc = kcache_compile(&r, c, &req);
+    int rc = kcache_compiler_compile(&r, c, &req);
     int ok = rc == KCACHE_ENOTSUP && r && strstr(r->message, "linked statically") &&
              strstr(r->message, "dynamically");
-    printf("%s: kcache_compile in a static program: %d (%s)\n", ok ? "ok" : "FAIL", rc,
+    printf("%s: kcache_compiler_compile in a static program: %d (%s)\n", ok ? "ok" : "FAIL", rc,
            r ? r->message : "no result");
     kcache_result_free(r);
     kcache_compiler_free(c);

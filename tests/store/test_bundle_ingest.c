@@ -32,7 +32,7 @@ static int compile_into(kcache_store *s, const char *src_path, kcache_key *key)
     rq.source_path = src_path;
     rq.arch = "sm_90";
     kcache_result *r = NULL;
-    int rc = kcache_compile(&r, c, &rq);
+    int rc = kcache_compiler_compile(&r, c, &rq);
     if (rc == 0 && r && r->data && r->store_status == 0)
         *key = r->key;
     else

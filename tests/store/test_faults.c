@@ -5,7 +5,7 @@
  *
  *   - the store returns EFULL / EIO / EREADONLY / EBUSY with a one-line
  *     message that names the file and says what to do;
- *   - kcache_compile() (saxpy.cu of the corpus) still returns its artifact,
+ *   - kcache_compiler_compile() (saxpy.cu of the corpus) still returns its artifact,
  *     with store_status saying why it was not cached;
  *   - the real kcache executable ($KCACHE_EXE) says what happened on stderr;
  *   - afterwards the database passes SQLite's integrity check and every entry
@@ -142,7 +142,7 @@ static int compile_through(kcache_store *s, const char *tag, const char *what)
     rq.n_options = 1;
     rq.options = opts;
     kcache_result *r = NULL;
-    int rc = kcache_compile(&r, c, &rq);
+    int rc = kcache_compiler_compile(&r, c, &rq);
     int store_status = r ? r->store_status : 0;
     if (rc != 0 || !r || !r->data || r->size < 100 || memcmp(r->data, "\177ELF", 4) != 0) {
         fprintf(stderr, "%s: the compile did not return its artifact: %d %s\n", what, rc,

@@ -438,7 +438,7 @@ static int compile_hostile(kcache_compiler *c, kcache_store *live, const char *p
     rq.n_options = n_opts;
     kcache_result *r = NULL;
     double t0 = st_now();
-    int rc = kcache_compile(&r, c, &rq);
+    int rc = kcache_compiler_compile(&r, c, &rq);
     double took = st_now() - t0;
     inputs_tried++;
     int ok = 1;

@@ -27,7 +27,7 @@ extern "C" {
  * An arriving entry whose key the store holds with other artifact bytes: a
  * conflict. The store's entry is kept; kept and refused are the BLAKE2b-256
  * digests of the two artifacts. Only a rebuild can say which is right
- * (kcache_recompile(), which the caller may run: kcache import
+ * (kcache_compiler_recompile(), which the caller may run: kcache import
  * --resolve-conflicts does).
  */
 typedef void (*kcache_conflict_fn)(void *userdata, const kcache_key *key, const uint8_t kept[32],

@@ -116,7 +116,7 @@ enum kcache_compile_flags {
     KCACHE_COMPILE_UNCOUNTED = 1 << 4,
     /* With a compiler of the caller's own (kcache_request.compile): keep the
      * source and the in-memory headers with the entry, so that
-     * kcache_recompile() can rebuild it where it knows the caller's compiler
+     * kcache_compiler_recompile() can rebuild it where it knows the caller's compiler
      * (the drop-in NVRTC's). */
     KCACHE_COMPILE_KEEP_INPUTS = 1 << 5,
 };
@@ -133,7 +133,7 @@ typedef struct kcache_probe {
 /*
  * What a compiler of the caller's own made (kcache_request.compile): the
  * artifact, the log, the lowered name of each name expression. Every pointer
- * is the caller's and need only stay valid until kcache_compile() returns:
+ * is the caller's and need only stay valid until kcache_compiler_compile() returns:
  * kcache copies what it keeps.
  */
 typedef struct kcache_made {
@@ -262,8 +262,8 @@ typedef struct kcache_result {
  * Returns result->status; *out is always a result to free, except on
  * KCACHE_ENOMEM and KCACHE_EINVAL from missing arguments, when it is NULL.
  */
-KCACHE_API int kcache_compile(kcache_result **out, kcache_compiler *compiler,
-                              const kcache_request *request);
+KCACHE_API int kcache_compiler_compile(kcache_result **out, kcache_compiler *compiler,
+                                       const kcache_request *request);
 
 /* Looks up lowered name of a name expression in a result, or NULL. */
 KCACHE_API const char *kcache_result_lowered_name(const kcache_result *result,
@@ -303,10 +303,10 @@ KCACHE_API int kcache_link_request_init(kcache_link_request *out, unsigned versi
 /*
  * Links inputs into one CUBIN with nvJitLink. Every step is cached: each
  * source's compile, and the link itself (keyed by nvJitLink's identity, the
- * options and every input's digest). Returns as kcache_compile() does.
+ * options and every input's digest). Returns as kcache_compiler_compile() does.
  */
-KCACHE_API int kcache_link(kcache_result **out, kcache_compiler *compiler,
-                           const kcache_link_request *request);
+KCACHE_API int kcache_compiler_link(kcache_result **out, kcache_compiler *compiler,
+                                    const kcache_link_request *request);
 
 /*
  * Rebuilds a stored entry from what was kept with it (its source, its
@@ -316,11 +316,13 @@ KCACHE_API int kcache_link(kcache_result **out, kcache_compiler *compiler,
  * cannot be rebuilt here (another NVRTC build made it, or its inputs were not
  * kept). *out (may be NULL) gets the result with the fresh artifact.
  */
-KCACHE_API int kcache_recompile(kcache_result **out, int *same, kcache_compiler *compiler,
-                                const kcache_key *key);
+KCACHE_API int kcache_compiler_recompile(kcache_result **out, int *same, kcache_compiler *compiler,
+                                         const kcache_key *key);
 
 /*
- * Walks a key's material (kcache_entry.key_material, kcache_result.key_material):
+ * Walks a key's material (kcache_entry.key_material, kcache_result.key_material),
+ * so that a tool can say what a key covers without knowing its encoding,
+ * which stays private to the library (`kcache explain`, `kcache inspect`):
  * fn gets each component's name ("arch", "option", "header", "source", ...)
  * and its value as text, in order. fn returns non-zero to stop.
  * Returns 0, fn's value, or KCACHE_ECORRUPT for material that does not parse.

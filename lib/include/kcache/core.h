@@ -120,6 +120,11 @@ KCACHE_API void kcache_key_hex(char out[KCACHE_KEY_HEX_SIZE], const kcache_key *
 KCACHE_API int kcache_key_parse(kcache_key *out, const char *hex);
 
 /*
+ * Sizes and ages as kcache.conf, the command line and kcache_store_options
+ * read them. Public so that every front end (the CLI, a binding, a program's
+ * own flags) accepts exactly the spellings the library's settings accept,
+ * rather than each writing its own parser.
+ *
  * Parses a size such as "512K", "2G", "1.5GiB", "300MB" or "4096" into bytes.
  * Units are binary (K = KiB = 1024); "B" alone and no suffix mean bytes.
  * Returns 0, or KCACHE_EINVAL for anything else (negative, overflow, junk).

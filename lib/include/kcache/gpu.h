@@ -113,7 +113,7 @@ KCACHE_API const char *kcache_gpu_errmsg(const kcache_gpu *gpu);
  * through the lowered names kept with the artifact (also on a cache hit).
  *
  * The first call for a (key, context) gets the artifact through the cache
- * (kcache_compile: a hit, or a compile that is stored), loads it and
+ * (kcache_compiler_compile: a hit, or a compile that is stored), loads it and
  * memoises the module and the function; later calls derive the key and look
  * the function up. The request must produce a CUBIN or PTX (not LTO-IR: use
  * kcache_gpu_link_function). A request the cache cannot key (see
@@ -139,7 +139,7 @@ KCACHE_API int kcache_gpu_function_by_key(struct CUfunc_st **out, kcache_gpu *gp
                                           const kcache_key *key, const char *name);
 
 /*
- * As kcache_gpu_function, for a kernel linked with nvJitLink (kcache_link:
+ * As kcache_gpu_function, for a kernel linked with nvJitLink (kcache_compiler_link:
  * every step cached). name is the kernel's symbol in the linked CUBIN. Each
  * call runs the (cached) link lookup; the load and resolution are memoised.
  */

@@ -43,9 +43,10 @@ typedef struct kcache_remote kcache_remote;
 /*
  * Opens the remote set for store (which it borrows: the store must outlive
  * it). url: a flag's value, NULL for the settings. Connects lazily. Returns
- * 0 with *out NULL when no remote is set, 0 with a new remote, or
- * KCACHE_EINVAL with a one-line message in errbuf for a setting that cannot
- * be used.
+ * 0 with a new remote in *out; otherwise *out is NULL and errbuf holds a
+ * one-line message: KCACHE_ENOTFOUND when no remote is set (the usual case,
+ * not a failure: go on without one), KCACHE_EINVAL for a setting that
+ * cannot be used.
  */
 KCACHE_API int kcache_remote_open(kcache_remote **out, kcache_store *store, const char *url,
                                   char *errbuf, size_t errbuf_size);

@@ -438,10 +438,10 @@ KCACHE_API int kcache_store_counter(uint64_t *out, kcache_store *store, const ch
 /* Zeroes the hit, miss, eviction and failure counters (not the entries). */
 KCACHE_API int kcache_store_zero_stats(kcache_store *store);
 
-#define KCACHE_PRUNE_VERSION 1
+#define KCACHE_PRUNE_OPTIONS_VERSION 1
 
 typedef struct kcache_prune_options {
-    unsigned version;       /* KCACHE_PRUNE_VERSION */
+    unsigned version;       /* KCACHE_PRUNE_OPTIONS_VERSION */
     uint64_t max_size;      /* evict LRU entries until database + WAL fit; 0: the store's cap */
     uint64_t max_entries;   /* 0: no limit */
     int64_t accessed_before; /* ms since epoch: evict entries last used before; 0: none */
@@ -452,7 +452,7 @@ typedef struct kcache_prune_options {
 
 KCACHE_API int kcache_prune_options_init(kcache_prune_options *out, unsigned version);
 #define KCACHE_PRUNE_OPTIONS_INIT                                                                  \
-    KCACHE_VERSIONED_INIT(kcache_prune_options, KCACHE_PRUNE_VERSION)
+    KCACHE_VERSIONED_INIT(kcache_prune_options, KCACHE_PRUNE_OPTIONS_VERSION)
 
 #define KCACHE_PRUNE_RESULT_VERSION 1
 
