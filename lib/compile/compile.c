@@ -516,6 +516,13 @@ static int manifest_hit(kcache_compiler *c, const struct work *w, unsigned flags
         kcache_entry *e = NULL;
         if (holds < 0) {
             rc = holds;
+        } else if (holds == 1 && (flags & KCACHE_COMPILE_KEY_ONLY)) {
+            /* The key a hit would look up; whether its entry is still there is not asked. */
+            r->pub.key = rows[i].key;
+            found = 1;
+            if (refreshed.size)
+                kc_store_manifest_put(c->store, &w->base, &rows[i].key, now, refreshed.data,
+                                      refreshed.size);
         } else if (holds == 1 &&
                    kcache_store_get(&e, c->store, &rows[i].key,
                                     flags & KCACHE_COMPILE_UNCOUNTED ? KCACHE_GET_NO_COUNT : 0) ==
@@ -596,9 +603,10 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     int bad_request = rc != 0;
     if (rc)
         goto unkeyed;
+    unsigned key_only = req->flags & KCACHE_COMPILE_KEY_ONLY;
     int try_manifest = c->store && !kc_toolkit_id_unknown(c->tk.nvrtc_id) &&
-                       !(req->flags & (KCACHE_COMPILE_NO_CACHE | KCACHE_COMPILE_REFRESH |
-                                       KCACHE_COMPILE_KEY_ONLY));
+                       !(req->flags & (KCACHE_COMPILE_NO_CACHE | KCACHE_COMPILE_REFRESH)) &&
+                       (!key_only || (req->flags & KCACHE_COMPILE_KEY_REMEMBERED));
     int have_base = c->store && derive_base(c, req, &w) == 0;
     if (try_manifest && have_base) {
         int hit = manifest_hit(c, &w, req->flags, r);

@@ -473,7 +473,7 @@ static int produce_compile(kcache_gpu *g, const void *request, int key_only, kca
 {
     kcache_request q = *(const kcache_request *)request;
     if (key_only)
-        q.flags |= KCACHE_COMPILE_KEY_ONLY;
+        q.flags |= KCACHE_COMPILE_KEY_ONLY | KCACHE_COMPILE_KEY_REMEMBERED;
     return kcache_compiler_compile(out, g->compiler, &q);
 }
 

@@ -395,6 +395,47 @@ static void test_edits(void)
 }
 
 /*
+ * KCACHE_COMPILE_KEY_REMEMBERED: the key a hit would look up, from the
+ * remembered closure while it holds (nothing resolved: no key material), and
+ * the new key, derived again, once a header in it changed.
+ */
+static void test_key_remembered(void)
+{
+    const char *t = tree("edits");
+    char cu[800], h[800];
+    snprintf(cu, sizeof(cu), "%s/kernel.cu", t);
+    snprintf(h, sizeof(h), "%s/inc/h.h", t);
+    struct opts o = with_includes(t, "late", NULL, NULL);
+    int64_t racy = kc_identity_racy_ns;
+    kc_identity_racy_ns = 0;
+    kcache_store *s = new_store();
+    kcache_compiler *c = compiler_on(s);
+    const unsigned remembered = KCACHE_COMPILE_KEY_ONLY | KCACHE_COMPILE_KEY_REMEMBERED;
+    kcache_result *first = through(c, cu, &o, 0);
+    CHECK(first->status == 0 && first->keyed && !first->hit);
+    kcache_result *r = through(c, cu, &o, remembered);
+    CHECK(r->status == 0 && r->keyed && r->key_material_size == 0 && !r->size);
+    CHECK(memcmp(r->key.bytes, first->key.bytes, KCACHE_KEY_SIZE) == 0);
+    kcache_result_free(r);
+
+    struct stat st;
+    REQUIRE(stat(h, &st) == 0);
+    test_write_text(h, "#define H_VALUE 6666.0f\n");
+    set_mtime(h, &st);
+    r = through(c, cu, &o, remembered);
+    kcache_result *derived = through(c, cu, &o, KCACHE_COMPILE_KEY_ONLY);
+    CHECK(r->status == 0 && r->keyed && derived->status == 0 && derived->key_material_size);
+    CHECK(memcmp(r->key.bytes, derived->key.bytes, KCACHE_KEY_SIZE) == 0);
+    CHECK(memcmp(r->key.bytes, first->key.bytes, KCACHE_KEY_SIZE) != 0);
+    kcache_result_free(derived);
+    kcache_result_free(r);
+    kcache_result_free(first);
+    kc_identity_racy_ns = racy;
+    kcache_compiler_free(c);
+    kcache_store_close(s);
+}
+
+/*
  * The process's memo of headers (compile/depmemo.c): a header read for one
  * kernel is not read again for the next while its identity holds, and an edit
  * that restores size and mtime still shows (ctime). Timestamps are trusted
@@ -671,6 +712,7 @@ int main(void)
     test_macro_other_branch();
     test_fallback();
     test_edits();
+    test_key_remembered();
     test_memo();
     test_every_header_digested();
     test_fallback_keeps_memory_headers();

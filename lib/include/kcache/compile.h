@@ -119,6 +119,13 @@ enum kcache_compile_flags {
      * kcache_compiler_recompile() can rebuild it where it knows the caller's compiler
      * (the drop-in NVRTC's). */
     KCACHE_COMPILE_KEEP_INPUTS = 1 << 5,
+    /* With KCACHE_COMPILE_KEY_ONLY: the key as a hit finds it, from the
+     * remembered closure of an earlier resolution while every file in it is
+     * unchanged (stat() of each, as a hit checks), without resolving again;
+     * the result then has the key but no key material and no headers. Else
+     * the key is derived as KEY_ONLY alone derives it. For callers that want
+     * only the key, often (kcache_gpu_function's memo). */
+    KCACHE_COMPILE_KEY_REMEMBERED = 1 << 6,
 };
 
 #define KCACHE_REQUEST_VERSION 3
