@@ -394,3 +394,31 @@ def write_edits(path, rows, failures, cmd):
 
 
 # ---- --compare: hits of two builds, interleaved -----------------------------
+
+
+def pch_reorder_only(kcache, bench, work, name, path, opts):
+    """With --pch, NVRTC 13 emits some module-scope variables (seen: two instantiations of
+    cuda::std::is_same_v in CuPy's CUB reduction) at another place in the PTX than without it;
+    ptxas then lays out .nv.global and the symbol table in that order, every other section the
+    same. kcache leaves --pch out of a hermetic compile (lib/compile/nvrtc.c), so its bytes are
+    plain NVRTC's without --pch. Two checks, each exact about what it forgives:
+    equal_plain_without_pch, the CUBIN byte for byte; equal_but_global_order, the PTX against
+    plain NVRTC's with --pch, its module-scope .global lines compared as a multiset and every
+    other line in order."""
+    if '--pch' not in opts:
+        return {}
+    without = [o for o in opts if o != '--pch']
+    out = os.path.join(work, name + '.pch')
+    ours, _ = cli_compile(kcache, out + '-cubin.db', path, 'sm_90', opts, out + '.cubin')
+    theirs, _ = plain_once(bench, path, 'sm_90', without, out + '.plain.cubin', work)
+    ours_ptx, _ = cli_compile(kcache, out + '-ptx.db', path, 'compute_90', opts, out + '.ptx')
+    theirs_ptx, _ = plain_once(bench, path, 'compute_90', opts, out + '.plain.ptx', work)
+    if ours_ptx is None or theirs_ptx is None:
+        return {'equal_plain_without_pch': False, 'equal_but_global_order': False}
+
+    def split(t):
+        lines = t.decode('latin-1').splitlines()
+        glob = sorted(line for line in lines if line.startswith('.global '))
+        return glob, [line for line in lines if not line.startswith('.global ')]
+    return {'equal_plain_without_pch': ours is not None and ours == theirs,
+            'equal_but_global_order': split(ours_ptx) == split(theirs_ptx)}

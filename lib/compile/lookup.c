@@ -409,7 +409,12 @@ static int regular_at(char *out, size_t size, const char *path, int stdh)
  * those alone. 1 when it finds the same file or none (an include that is live
  * then fails the hermetic compile, which falls back to reading the disk; one
  * in a branch not taken is harmless), 0 when it would find another file, or
- * an error.
+ * an error. Another file is not always another kernel: the toolkit's crt/
+ * headers include "host_defines.h", crt/host_defines.h beside them and the
+ * deprecated wrapper include/host_defines.h through -I <toolkit>/include,
+ * which forwards to it and adds nothing once the includer has defined the
+ * macro it tests. Knowing that takes preprocessing toolkit text, so any
+ * <cuda_runtime.h> with that -I stays uncached (tests/compile/test_trees.c).
  */
 static int hermetic_finds(struct resolver *r, const char *spelling, const char *rel)
 {

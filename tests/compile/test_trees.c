@@ -646,7 +646,8 @@ static void test_pch(void)
     CHECK(miss->status == 0 && !miss->hit);
     kcache_result *hit = through(c, cu, &pch, 0);
     CHECK(hit->status == 0 && hit->hit);
-    /* Leaving --pch out of the key is sound only if it cannot change the bytes. */
+    /* kcache compiles without --pch: its bytes are NVRTC's without it, byte for byte (with
+     * it, NVRTC may order module-scope variables otherwise: lib/compile/opts.c). */
     kcache_result *without = through(c, cu, &o, KCACHE_COMPILE_NO_CACHE);
     CHECK(without->status == 0 && without->size == miss->size &&
           memcmp(without->data, miss->data, miss->size) == 0);
@@ -690,6 +691,45 @@ static void test_pch_after_edit(void)
     kcache_store_close(s);
 }
 
+/*
+ * A toolkit header that plain NVRTC finds beside its toolkit includer, where
+ * the hermetic compile (--no-source-include, the toolkit's -I alone) would
+ * read another file: with -I <toolkit>/include, crt/device_functions.h's
+ * "host_defines.h" is crt/host_defines.h beside it for NVRTC and the
+ * deprecated wrapper include/host_defines.h for the hermetic compile. The
+ * wrapper happens to add nothing there (crt/device_functions.h defines the
+ * macro it tests first), but kcache cannot know that without preprocessing
+ * toolkit text: uncached, with plain NVRTC's bytes.
+ */
+static void test_toolkit_beside(const char *root)
+{
+    char cu[800], inc[800], beside[800], other[800];
+    struct stat st;
+    snprintf(beside, sizeof(beside), "%s/include/crt/host_defines.h", root);
+    snprintf(other, sizeof(other), "%s/include/host_defines.h", root);
+    if (stat(beside, &st) != 0 || stat(other, &st) != 0) {
+        printf("toolkit_beside: this toolkit has no host_defines.h wrapper; not checked\n");
+        return;
+    }
+    snprintf(cu, sizeof(cu), "%s/runtime.cu", test_dir());
+    test_write_text(cu, "#include <cuda_runtime.h>\n"
+                        "extern \"C\" __global__ void k(float *p) { p[0] = 1.0f; }\n");
+    snprintf(inc, sizeof(inc), "-I%s/include", root);
+    struct opts o = {{inc, SEED}, 2};
+    kcache_store *s = new_store();
+    kcache_compiler *c = compiler_on(s);
+    kcache_result *miss = through(c, cu, &o, 0);
+    kcache_result *again = through(c, cu, &o, 0);
+    CHECK(miss->status == 0 && !miss->keyed && !again->hit);
+    CHECK(strstr(miss->store_message, "crt/host_defines.h") != NULL);
+    CHECK(uncacheable(s, "toolkit_beside") == 2);
+    CHECK(same_as_plain(miss, cu, &o));
+    kcache_result_free(miss);
+    kcache_result_free(again);
+    kcache_compiler_free(c);
+    kcache_store_close(s);
+}
+
 int main(void)
 {
     const char *f = getenv("FIXTURES");
@@ -720,6 +760,7 @@ int main(void)
     test_shared_closures();
     test_pch();
     test_pch_after_edit();
+    test_toolkit_beside(tk.root);
     kc_toolkit_free(&tk);
     return test_done();
 }
