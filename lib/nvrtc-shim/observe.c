@@ -1,4 +1,7 @@
 /*
+ * Over 700 lines: one short interposer per libc entry point NVRTC may read through,
+ * sharing the record of what it read.
+ *
  * What NVIDIA's NVRTC reads during a miss.
  *
  * The drop-in compiles a miss with NVIDIA's library exactly as the program

@@ -1,4 +1,6 @@
 /*
+ * Over 700 lines: NVRTC's whole API, one short entry point each, over one handle's state.
+ *
  * The drop-in NVRTC's entry points.
  *
  * A program gets a handle of ours. Until it compiles, the handle only holds
