@@ -127,6 +127,36 @@ static int connect(struct kc_db *db)
     return 0;
 }
 
+/* Switches the file to WAL if it is not yet, or says why it cannot be. */
+static int ensure_wal(struct kc_db *db)
+{
+    sqlite3_stmt *st = NULL;
+    int src = sqlite3_prepare_v2(db->conn, "PRAGMA journal_mode", -1, &st, NULL);
+    if (src == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0) &&
+        strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0) {
+        sqlite3_finalize(st);
+        st = NULL;
+    } else {
+        sqlite3_finalize(st);
+        st = NULL;
+        src = sqlite3_prepare_v2(db->conn, "PRAGMA journal_mode = WAL", -1, &st, NULL);
+    }
+    if (!st)
+        src = sqlite3_prepare_v2(db->conn, "PRAGMA journal_mode", -1, &st, NULL);
+    if (src == SQLITE_OK)
+        src = sqlite3_step(st);
+    const unsigned char *mode = src == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
+    int wal = mode && strcmp((const char *)mode, "wal") == 0;
+    sqlite3_finalize(st);
+    if (!wal)
+        return src == SQLITE_ROW || src == SQLITE_DONE
+                   ? kc_db_err(db, KCACHE_ENOTSUP,
+                               "%s cannot use WAL mode here: set KCACHE_DIR to a local directory",
+                               db->path)
+                   : kc_sqlerr(db, src, "switching to WAL");
+    return 0;
+}
+
 static int configure(struct kc_db *db)
 {
     int rc;
@@ -143,35 +173,23 @@ static int configure(struct kc_db *db)
         int persist = 1;
         sqlite3_file_control(db->conn, "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
         sqlite3_db_config(db->conn, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
-        /* On a new file this must precede the first table. */
-        if (kc_pragma_int(db->conn, "PRAGMA auto_vacuum", &rc) != 2 && rc == SQLITE_OK &&
+        /*
+         * On a new file this must precede the first table. The header tells a
+         * file that has it already; the pragma would parse the schema first.
+         * A header read before a WAL changed it can only be one that had the
+         * setting: it is never turned off.
+         */
+        if (!db->incremental_vacuum &&
+            kc_pragma_int(db->conn, "PRAGMA auto_vacuum", &rc) != 2 && rc == SQLITE_OK &&
             (rc = kc_db_exec(db, "PRAGMA auto_vacuum = INCREMENTAL", "configuring the database")))
             return rc;
-        sqlite3_stmt *st = NULL;
-        int src = sqlite3_prepare_v2(db->conn, "PRAGMA journal_mode", -1, &st, NULL);
-        if (src == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0) &&
-            strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0) {
-            sqlite3_finalize(st);
-            st = NULL;
-        } else {
-            sqlite3_finalize(st);
-            st = NULL;
-            src = sqlite3_prepare_v2(db->conn, "PRAGMA journal_mode = WAL", -1, &st, NULL);
-        }
-        if (!st)
-            src = sqlite3_prepare_v2(db->conn, "PRAGMA journal_mode", -1, &st, NULL);
-        if (src == SQLITE_OK)
-            src = sqlite3_step(st);
-        const unsigned char *mode = src == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
-        int wal = mode && strcmp((const char *)mode, "wal") == 0;
-        sqlite3_finalize(st);
-        if (!wal)
-            return src == SQLITE_ROW || src == SQLITE_DONE
-                       ? kc_db_err(
-                             db, KCACHE_ENOTSUP,
-                             "%s cannot use WAL mode here: set KCACHE_DIR to a local directory",
-                             db->path)
-                       : kc_sqlerr(db, src, "switching to WAL");
+        /*
+         * A file whose header says WAL is opened in WAL mode by every
+         * connection (kcache never leaves it); asking would parse the whole
+         * schema. If the WAL cannot be used here, the first read says so.
+         */
+        if (!db->header_wal && (rc = ensure_wal(db)))
+            return rc;
         snprintf(sql, sizeof(sql), "PRAGMA journal_size_limit = %d", KC_WAL_SIZE_LIMIT);
         if ((rc = kc_db_exec(db, sql, "configuring the database")))
             return rc;
@@ -195,6 +213,7 @@ int kc_db_open_once(struct kc_db *db, int *damaged)
 {
     int rc;
     *damaged = 0;
+    db->incremental_vacuum = db->header_wal = 0;
     struct stat st;
     int exists = stat(db->path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
     if (!exists && !db->read_only && (rc = create_file(db)))
@@ -239,8 +258,12 @@ int kc_db_open_once(struct kc_db *db, int *damaged)
                   db->path, (long long)version);
         return kc_db_exec(db, "PRAGMA trusted_schema = OFF", "configuring the database");
     }
-    if ((rc = configure(db)))
+    /* The first pragma that parses the schema may be the one to find it damaged. */
+    if ((rc = configure(db))) {
+        if (rc == KCACHE_ECORRUPT)
+            *damaged = 1;
         return rc;
+    }
     if (!db->read_only && version < kc_schema_version) {
         rc = migrate(db, kc_schema_version);
         if (rc == KCACHE_ECORRUPT)

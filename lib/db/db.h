@@ -39,6 +39,8 @@ struct kc_db {
     int lock_fd;      /* PATH-lock, held shared while open (alone.c); -1: none */
     int spill_held;   /* this flush holds the failures kept in PATH-lock */
     int newer_schema; /* the file is newer than this build: no writes */
+    int incremental_vacuum; /* the file's header says auto_vacuum = INCREMENTAL (kc_db_peek) */
+    int header_wal;         /* the file's header says journal_mode = WAL (kc_db_peek) */
     int schema_version;
     int replaced_damaged;      /* kc_db_open() set a damaged file aside and began anew */
     uint64_t index_damaged_ns; /* when the file was last found sound behind a damaged -shm */

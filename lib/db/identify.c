@@ -59,25 +59,47 @@ int kc_db_file_itself_sound(struct kc_db *db)
  * WAL could hold the rest. SQLite would only notice when it reads a missing
  * page, perhaps in the middle of a hit.
  */
+static int read_header(struct kc_db *db, uint8_t h[100]);
+static uint32_t read_be32(const uint8_t *p);
+
+/*
+ * Read from the header itself, not with PRAGMA page_count, which parses the
+ * whole schema first: without a WAL the file's header is the database's. Its
+ * page count counts only when SQLite would trust it (the change counter it
+ * was written with is the current one); otherwise SQLite takes the size from
+ * the file, and there is nothing to compare.
+ */
 static int looks_truncated(struct kc_db *db)
 {
     uint64_t file_bytes, wal_bytes;
     kc_db_disk_usage(db, &file_bytes, &wal_bytes);
     if (wal_bytes > 0 || file_bytes == 0)
         return 0;
-    int rc;
-    int64_t pages = kc_pragma_int(db->conn, "PRAGMA page_count", &rc);
-    int64_t page_size = rc ? 0 : kc_pragma_int(db->conn, "PRAGMA page_size", &rc);
-    return rc == SQLITE_OK && (uint64_t)(pages * page_size) > file_bytes;
+    uint8_t h[100];
+    if (read_header(db, h) != 0 || read_be32(h + 92) != read_be32(h + 24))
+        return 0;
+    uint64_t page_size = (unsigned)h[16] << 8 | h[17];
+    if (page_size == 1)
+        page_size = 65536;
+    return (uint64_t)read_be32(h + 28) * page_size > file_bytes;
 }
 
 /* Reads only: a foreign file must stay byte for byte as it was. */
 enum kc_file_kind kc_db_classify(struct kc_db *db, int64_t *version, int *sqlite_rc)
 {
     int rc;
-    int64_t objects = kc_pragma_int(db->conn, "SELECT count(*) FROM sqlite_schema", &rc);
-    int64_t app = rc ? 0 : kc_pragma_int(db->conn, "PRAGMA application_id", &rc);
+    /*
+     * The header's fields first: they are read without the schema. Only a
+     * file without our id has its objects counted, a statement that parses
+     * the whole schema; a kcache file's schema is parsed once, by the first
+     * statement that needs it (a hit's lookup), and damage found there is
+     * recovered from as anywhere else (store/storeint.h).
+     */
+    int64_t app = kc_pragma_int(db->conn, "PRAGMA application_id", &rc);
     *version = rc ? 0 : kc_pragma_int(db->conn, "PRAGMA user_version", &rc);
+    int64_t objects = rc || app == KC_APPLICATION_ID
+                          ? 0
+                          : kc_pragma_int(db->conn, "SELECT count(*) FROM sqlite_schema", &rc);
     *sqlite_rc = rc;
     if (rc != SQLITE_OK)
         return (rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB ? KC_DAMAGED
@@ -92,6 +114,17 @@ enum kc_file_kind kc_db_classify(struct kc_db *db, int64_t *version, int *sqlite
 static uint32_t read_be32(const uint8_t *p)
 {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* The file's first 100 bytes, read through the connection's own file (see kc_db_peek). */
+static int read_header(struct kc_db *db, uint8_t h[100])
+{
+    sqlite3_file *f = NULL;
+    if (!db->conn ||
+        sqlite3_file_control(db->conn, "main", SQLITE_FCNTL_FILE_POINTER, &f) != SQLITE_OK || !f ||
+        !f->pMethods || f->pMethods->xRead(f, h, 100, 0) != SQLITE_OK)
+        return -1;
+    return 0;
 }
 
 /*
@@ -127,10 +160,7 @@ enum kc_file_kind kc_db_peek(struct kc_db *db)
     uint8_t h[100];
     if (st.st_size < (off_t)sizeof(h))
         return KC_DAMAGED;
-    sqlite3_file *f = NULL;
-    if (!db->conn ||
-        sqlite3_file_control(db->conn, "main", SQLITE_FCNTL_FILE_POINTER, &f) != SQLITE_OK || !f ||
-        !f->pMethods || f->pMethods->xRead(f, h, sizeof(h), 0) != SQLITE_OK)
+    if (read_header(db, h) != 0)
         return KC_NEW; /* could not look: the real open tells */
     /* The fields SQLite itself insists on: magic, page size, fixed fractions. */
     unsigned page = (unsigned)h[16] << 8 | h[17];
@@ -140,6 +170,11 @@ enum kc_file_kind kc_db_peek(struct kc_db *db)
     uint32_t app = read_be32(h + 68), version = read_be32(h + 60);
     if (!valid)
         return KC_DAMAGED;
+    /* Largest root page and incremental flag: what PRAGMA auto_vacuum would
+     * tell after parsing the whole schema. */
+    db->incremental_vacuum = read_be32(h + 52) != 0 && read_be32(h + 64) != 0;
+    /* Read and write format 2: a WAL database, which every connection opens in WAL mode. */
+    db->header_wal = h[18] == 2 && h[19] == 2;
     if (app == KC_APPLICATION_ID)
         return KC_OURS;
     if (app != 0 || version != 0)

@@ -315,8 +315,11 @@ static int read_file_once(char **out, const char *file, char *err, size_t err_si
 {
     struct stat before, after;
     *out = NULL;
-    if (stat(file, &before) != 0 || !S_ISREG(before.st_mode))
-        return read_file(out, file, err, err_size); /* nothing there, or read_file says why */
+    /* Most caches have no file: the stat that says so is enough, no open after it. */
+    if (stat(file, &before) != 0)
+        return errno == ENOENT || errno == ENOTDIR ? 0 : read_file(out, file, err, err_size);
+    if (!S_ISREG(before.st_mode))
+        return read_file(out, file, err, err_size); /* read_file says why */
     pthread_mutex_lock(&file_lock);
     int hit = file_memo.file && !strcmp(file_memo.file, file) && same_file(&file_memo.st, &before);
     int rc = 0;
