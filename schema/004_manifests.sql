@@ -5,7 +5,7 @@
 -- keeps the closure of a compile: every path it looked at, with the file's
 -- identity (device, inode, size, mtime, ctime) and digest, or that nothing
 -- was there, and the key the compile had. A later request checks the closure
--- with stat() and hashes only what changed (lib/manifest.c). Several closures
+-- with stat() and hashes only what changed (lib/compile/manifest.c). Several closures
 -- per base key: a header's edit and its revert both stay served.
 --
 -- Closures name local paths and inodes, so they stay on this machine: export

@@ -5,7 +5,7 @@
 
 Each BUILDDIR is a meson build directory in which tests ran: its figures are
 BUILDDIR/tests/results/*.tsv (written by test_crash, test_corruption,
-test_faults, test_hostile_input, test_perms, the programs of named cases
+test_faults, test_hostile_input, test_perms, test_trust, the programs of named cases
 (CASE_PROGRAMS below) and tests/fuzz/fuzz.sh; one line each:
 the name, then key=value fields) and its pass/fail counts come from
 BUILDDIR/meson-logs/testlog.json. The sanitizer a directory was built with is
@@ -97,6 +97,10 @@ CASE_PROGRAMS = {
 }
 
 
+def plural(n, word):
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def describe(name, f):
     """(what ran, figures, entries lost, stale or altered returned) for one results line."""
     g = f.get
@@ -117,7 +121,7 @@ def describe(name, f):
         return ('disk full (RLIMIT_FSIZE, tmpfs), read-only cache, stuck lock',
                 f"{g('faults')} faults run ({g('skipped')} skipped); {g('compiles')} compiles "
                 f"returned their artifact", g('lost'), g('wrong'))
-    if name == 'hostile':
+    if name == 'hostile-input':
         return ('hostile sources, include loops, CLI values, crafted bundles',
                 f"{g('inputs')} bad inputs tried, {g('handled')} refused or handled as "
                 f"promised; {g('connections')} SQLite connections checked, "
@@ -127,9 +131,14 @@ def describe(name, f):
         return ('modes of what kcache creates, planted symlinks',
                 f"{g('modes')} modes checked ({g('modes_wrong')} wrong); {g('symlinks')} "
                 f"symlinks planted, {g('victims_written')} targets written", 0, 0)
+    if name == 'trust':
+        return ('entries arriving from bundles and the shared tier: a held key with other '
+                'bytes kept as a conflict, a kind or architecture its key does not say refused',
+                f"{plural(g('cases'), 'case')} run, {g('failed')} failed", 0, 0)
     if name in CASE_PROGRAMS:
         return (CASE_PROGRAMS[name],
-                f"{g('cases')} cases run, {g('failed')} failed, {g('skipped')} skipped", 0, 0)
+                f"{plural(g('cases'), 'case')} run, {g('failed')} failed, {g('skipped')} skipped",
+                0, 0)
     if name.startswith('fuzz-'):
         return (f"libFuzzer: {name[5:]}",
                 f"{g('executions')} executions in {g('seconds')} s; {g('crashes')} crashes in "

@@ -2,11 +2,10 @@
  * The CUDA toolkit seen from kcache: where it is, what identifies it, and
  * NVRTC and nvJitLink loaded on first use.
  *
- * Neither library is linked: loading NVRTC costs a process about 9 ms of
- * relocations (measured: 50 runs of a program that only calls nvrtcVersion
- * take 0.47 s, against 0.04 s without it), more than a whole cache hit. So a
- * hit identifies the compiler by the ELF build-id read from the library file
- * (exact to the build), and only a miss loads it.
+ * Neither library is linked: loading NVRTC costs a process more in
+ * relocations than a whole cache hit (doc/design.md, A hit does not load
+ * NVRTC). So a hit identifies the compiler by the ELF build-id read from
+ * the library file (exact to the build), and only a miss loads it.
  */
 #ifndef KC_TOOLKIT_H
 #define KC_TOOLKIT_H

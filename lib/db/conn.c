@@ -15,10 +15,11 @@
 /*
  * A WAL larger than this is emptied when a connection closes. The WAL
  * outlives close (see configure()), and the first connection of every
- * process replays all of it to rebuild its index: with up to 4 MiB of WAL
- * (SQLite's auto-checkpoint at 1000 pages), opening took 3.0 ms instead of
- * 0.7 ms (median of 60 hit processes on a 1000-entry cache). Each hit process
- * adds ~12 KiB (its recorded touch), so one close in ~20 pays a checkpoint.
+ * process replays all of it to rebuild its index: a WAL left to grow to
+ * SQLite's auto-checkpoint (1000 pages, up to 4 MiB) made every hit
+ * process's open several times slower (doc/design.md, The store). Each hit
+ * process adds ~12 KiB (its recorded touch), so one close in ~20 pays a
+ * checkpoint.
  */
 #define KC_WAL_KEEP (256 << 10)
 

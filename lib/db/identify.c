@@ -84,6 +84,29 @@ static int looks_truncated(struct kc_db *db)
     return (uint64_t)read_be32(h + 28) * page_size > file_bytes;
 }
 
+/*
+ * The file's marks: how many schema objects, application_id, user_version,
+ * in one statement, so one read transaction (see kc_db_classify()).
+ */
+static int read_marks(sqlite3 *conn, int64_t *objects, int64_t *app, int64_t *version)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(conn,
+                                "SELECT (SELECT count(*) FROM sqlite_schema), application_id, "
+                                "user_version FROM pragma_application_id, pragma_user_version",
+                                -1, &st, NULL);
+    if (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        *objects = sqlite3_column_int64(st, 0);
+        *app = sqlite3_column_int64(st, 1);
+        *version = sqlite3_column_int64(st, 2);
+        rc = SQLITE_OK;
+    } else if (rc == SQLITE_DONE) {
+        rc = SQLITE_ERROR;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
 /* Reads only: a foreign file must stay byte for byte as it was. */
 enum kc_file_kind kc_db_classify(struct kc_db *db, int64_t *version, int *sqlite_rc)
 {
@@ -94,12 +117,22 @@ enum kc_file_kind kc_db_classify(struct kc_db *db, int64_t *version, int *sqlite
      * the whole schema; a kcache file's schema is parsed once, by the first
      * statement that needs it (a hit's lookup), and damage found there is
      * recovered from as anywhere else (store/storeint.h).
+     *
+     * All in one read transaction: read one at a time, another process
+     * creating the cache could commit between them, and no id from before
+     * its commit with the version from after it called a cache that is
+     * kcache's another application's (tests/store/test_hostile_files.c,
+     * create-between-reads).
      */
+    int own_txn = sqlite3_get_autocommit(db->conn) &&
+                  sqlite3_exec(db->conn, "BEGIN", NULL, NULL, NULL) == SQLITE_OK;
     int64_t app = kc_pragma_int(db->conn, "PRAGMA application_id", &rc);
     *version = rc ? 0 : kc_pragma_int(db->conn, "PRAGMA user_version", &rc);
     int64_t objects = rc || app == KC_APPLICATION_ID
                           ? 0
                           : kc_pragma_int(db->conn, "SELECT count(*) FROM sqlite_schema", &rc);
+    if (own_txn)
+        sqlite3_exec(db->conn, "COMMIT", NULL, NULL, NULL);
     *sqlite_rc = rc;
     if (rc != SQLITE_OK)
         return (rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB ? KC_DAMAGED
@@ -184,10 +217,15 @@ enum kc_file_kind kc_db_peek(struct kc_db *db)
     sqlite3 *ro = open_untouched(db->path);
     if (!ro)
         return KC_NEW;
-    int rc;
-    int64_t objects = kc_pragma_int(ro, "SELECT count(*) FROM sqlite_schema", &rc);
+    int64_t app64 = 0, version64 = 0;
+    /* Its marks read again with its objects: the header above may be from
+     * before a creator's checkpoint that the count sees. */
+    int64_t objects = 0;
+    int rc = read_marks(ro, &objects, &app64, &version64);
     sqlite3_close(ro);
-    return rc == SQLITE_OK && objects > 0 ? KC_FOREIGN : KC_NEW;
+    if (rc != SQLITE_OK || app64 == KC_APPLICATION_ID)
+        return rc == SQLITE_OK ? KC_OURS : KC_NEW;
+    return objects > 0 || app64 != 0 || version64 != 0 ? KC_FOREIGN : KC_NEW;
 }
 
 int kc_db_foreign_error(struct kc_db *db)

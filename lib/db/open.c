@@ -101,11 +101,11 @@ out:
 /*
  * A read-only open found the file made and its tables not yet: another
  * process may be creating the cache (it makes the file, then the tables in
- * one transaction), and `kcache ls` at that moment said "holds no cache yet"
- *. Every handle holds its lock (alone.c) from before the
- * file is made, so when this one is alone nobody is creating anything and
- * the answer stands; otherwise it looks again, for at most 2 s (creating
- * takes milliseconds) and never past the busy timeout.
+ * one transaction), and `kcache ls` at that moment said "holds no cache
+ * yet". Every handle holds its lock (alone.c) from before the file is made,
+ * so when this one is alone nobody is creating anything and the answer
+ * stands; otherwise it looks again, for at most 2 s (creating is far
+ * quicker) and never past the busy timeout.
  */
 static int wait_for_creator(struct kc_db *db, int *damaged)
 {

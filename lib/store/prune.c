@@ -17,7 +17,8 @@
 /*
  * Entries deleted per transaction. Readers are never held off (WAL); other
  * writers wait for the lock, so a transaction stays well under their busy
- * timeout: 1024 entries of the compare benchmark's set took 130-200 ms here.
+ * timeout (5 s by default): what 1024 entries take is in doc/design.md,
+ * The store.
  */
 #define KC_EVICT_BATCH 1024
 
@@ -212,8 +213,8 @@ static int evict_batch(kcache_store *s, const kcache_prune_options *o, int filte
      * The freed pages go back in the same transaction: moving the live pages
      * that follow them while the freelist is still in the cache, instead of
      * writing the freelist, committing, and reading it all back to vacuum,
-     * cost a prune 23% fewer instructions and about 40% less time
-     * (benchmarks/PROFILE-writes.md).
+     * cost a prune 23% fewer instructions (benchmarks/PROFILE-writes.md;
+     * the time saved: doc/design.md, The store).
      */
     if ((rc = count_evictions(s, (uint64_t)deleted)) ||
         (query_int(s, "PRAGMA auto_vacuum", &rc) == 2 && !rc &&

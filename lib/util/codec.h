@@ -33,28 +33,23 @@ int kc_codec_known(int codec);
  * earlier `lz4` wrote, is named "lz4" too: it is what they were written as).
  *
  * Why `lz4` writes a bare block and not a frame: a frame's own xxh32 of the
- * decoded bytes cost more than the decode itself (a 64 KiB hit: frame 39.6
- * us, block 15.1 us), and every hit already checks the stored bytes with
- * XXH3-128 before decoding them; a block's size is the row's raw_size, and
- * LZ4_decompress_safe must produce exactly that many bytes. Blocks are made
- * with LZ4's fast compressor, not LZ4HC: HC at its lowest level compressed
- * a 64 KiB CUBIN ten times slower for a ratio of 3.2 instead of 2.5.
+ * decoded bytes cost more than the decode itself, and every hit already
+ * checks the stored bytes with XXH3-128 before decoding them; a block's size
+ * is the row's raw_size, and LZ4_decompress_safe must produce exactly that
+ * many bytes. Blocks are made with LZ4's fast compressor, not LZ4HC: HC
+ * compressed far slower for a somewhat better ratio. The figures:
+ * doc/design.md, The store.
  */
 #define KC_COMPRESSION_NAMES "zstd, lz4 or none"
 /*
- * The default is lz4 (LZ4 blocks, above). Measured with `benchmarks/compare/run
- * --quick` on the shared 2-CPU machine (10,000 entries, median 40 KiB; zstd /
- * lz4 / none, one run, medians): warm hit of a 32-128 KiB entry 47.4 / 26.5 /
- * 12.6 us, of a 128-512 KiB one 136 / 71.0 / 75.0 us, of a 512-1024 KiB one
- * 393 / 237 / 205 us; a process's first hit (32-128 KiB) 482 / 437 / 424 us;
- * random hits, one process, 5,087 / 11,842 / 12,838 per second; puts 799 /
- * 953 / 892 per second; disk 180 / 279 / 634 MiB (the peers': 643-680 MiB).
+ * The default is lz4 (LZ4 blocks, above), chosen by `benchmarks/compare/run`
+ * (its figures: doc/design.md, The store; benchmarks/RESULTS.md has the run).
  * lz4 hits and writes faster than zstd at every size and keeps the hit of a
  * large entry within a few file reads; zstd keeps a third more entries under
  * a cap, and stays a setting for caches where disk is what is short. none
  * reads small entries fastest but stores 2.3 times lz4's bytes, so fewer
  * entries fit a cap and a cold hit reads more. doc/kcache.1, COMPRESSION,
- * says it for users; benchmarks/RESULTS.md has the run.
+ * says it for users.
  */
 #define KC_COMPRESSION_DEFAULT KC_CODEC_LZ4B
 int kc_compression_parse(int *out, const char *text);
@@ -74,11 +69,11 @@ void kc_digest(uint8_t out[KC_DIGEST_SIZE], const void *data, size_t size);
 /*
  * The check of an artifact's bytes as stored, which every hit runs: it guards
  * against damage, not tampering (it sits beside the bytes; keys, and what
- * bundles and the remote carry, are BLAKE2b's), so it is XXH3-128, about
- * forty times faster than BLAKE2b here, where BLAKE2b was most of a hit. The
- * 32-byte column keeps XXH3-128 in its first half and a fixed mark in the
- * second, which says per row which hash it is: rows written before hold a
- * BLAKE2b-256, still checked as such.
+ * bundles and the remote carry, are BLAKE2b's), so it is XXH3-128, many
+ * times faster than BLAKE2b, which was most of a hit (doc/design.md, The
+ * store). The 32-byte column keeps XXH3-128 in its first half and a fixed
+ * mark in the second, which says per row which hash it is: rows written
+ * before hold a BLAKE2b-256, still checked as such.
  */
 void kc_stored_digest(uint8_t out[KC_DIGEST_SIZE], const void *data, size_t size);
 /* 1 when digest (either kind) is that of data, else 0. */

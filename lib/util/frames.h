@@ -13,10 +13,11 @@
 /*
  * Level 3, zstd's default. Measured on sm_90 CUBINs
  * (benchmarks/PROFILE-writes.md): level 6 compressed them 4.2x against 4.0x
- * for level 3 (block_sort.cubin: 9,266 against 9,816 bytes), but at 78 MB/s
- * against 390 MB/s, so it was 88% of a put's instructions and held puts/s
+ * for level 3 (block_sort.cubin: 9,266 against 9,816 bytes), but several
+ * times slower, so it was 88% of a put's instructions and held puts/s
  * under a file-per-entry cache's. Decoding speed does not depend on the
- * level. 6% more bytes on disk buys puts 3-4x cheaper in CPU.
+ * level. 6% more bytes on disk buys puts 3-4x cheaper in CPU (the speeds:
+ * doc/design.md, The store).
  */
 #define KC_ZSTD_LEVEL 3
 
@@ -37,10 +38,10 @@
  *
  * LZ4HC at level 4 rather than LZ4's fast mode: on the corpus CUBINs
  * (tests/fixtures/cubin, sort_sm90) it stores 3.07x against 2.36x and
- * decodes faster (8.6 against 13.9 us for 38 KiB, fewer and longer
- * matches). Its put costs more than zstd's at level 3 (410 against about
- * 100 us for 38 KiB), and fast mode's would cost 63 us: lz4 is the setting
- * for reads, and an entry is written once and read many times.
+ * decodes faster (fewer and longer matches). Its put costs more than
+ * zstd's at level 3, and several times fast mode's: lz4 is the setting for
+ * reads, and an entry is written once and read many times (the times:
+ * doc/design.md, The store).
  */
 #define KC_LZ4HC_LEVEL 4
 

@@ -40,7 +40,7 @@ __all__ = [
 __version__: str = _kcache.library_version
 
 # `typing` and `threading` cost a process more to import than a hit costs
-# (several milliseconds against a fraction of one): the names below are for
+# (doc/design.md, The Python package): the names below are for
 # type checkers only, and annotations stay strings (PEP 563).
 TYPE_CHECKING = False
 if TYPE_CHECKING:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 13, the verbs that need no compiler: an honest, friendly CLI.
+"""The verbs that need no compiler: an honest, friendly CLI.
 
 Usage: test_cli_honest.py KCACHE KCACHE_FILL [TEST-NAME...]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 13, 'kcache compile' with the real NVRTC: every row says what
+"""'kcache compile' with the real NVRTC: every row says what
 happened, outputs are claimed only once written, per-file name expressions,
 request files, the cap's evictions, and stats that keep errors apart.
 

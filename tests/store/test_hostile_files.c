@@ -277,6 +277,190 @@ static void case_ls_during_create(int tc)
     EXPECT(failed == 0, "ls failed in %u of %u tries while the cache was created", failed, tries);
 }
 
+/* ---- a cache created between two reads of one look ----------------------------------- */
+
+/*
+ * The race above, made certain: an SQLite VFS over the default one runs a
+ * creator in the middle of a read-only open, after its N-th read transaction
+ * (a shared read-mark lock released), for N = 1, 2, ... in turn. Reads of the
+ * file's marks in separate transactions could see no tables and no id from
+ * before the creator's commit and the version from after it: a cache that is
+ * kcache's called another application's.
+ */
+static sqlite3_vfs shim_vfs, *real_vfs;
+static struct {
+    const char *path;
+    unsigned at, unlocks;
+    int armed, ran;
+} between;
+
+struct shim_file {
+    sqlite3_file base;
+    int watched;
+};
+#define REAL_FILE(f) ((sqlite3_file *)((struct shim_file *)(f) + 1))
+
+static int shim_close(sqlite3_file *f)
+{
+    return REAL_FILE(f)->pMethods->xClose(REAL_FILE(f));
+}
+static int shim_read(sqlite3_file *f, void *b, int n, sqlite3_int64 o)
+{
+    return REAL_FILE(f)->pMethods->xRead(REAL_FILE(f), b, n, o);
+}
+static int shim_write(sqlite3_file *f, const void *b, int n, sqlite3_int64 o)
+{
+    return REAL_FILE(f)->pMethods->xWrite(REAL_FILE(f), b, n, o);
+}
+static int shim_truncate(sqlite3_file *f, sqlite3_int64 size)
+{
+    return REAL_FILE(f)->pMethods->xTruncate(REAL_FILE(f), size);
+}
+static int shim_sync(sqlite3_file *f, int flags)
+{
+    return REAL_FILE(f)->pMethods->xSync(REAL_FILE(f), flags);
+}
+static int shim_file_size(sqlite3_file *f, sqlite3_int64 *size)
+{
+    return REAL_FILE(f)->pMethods->xFileSize(REAL_FILE(f), size);
+}
+static int shim_lock(sqlite3_file *f, int l)
+{
+    return REAL_FILE(f)->pMethods->xLock(REAL_FILE(f), l);
+}
+static int shim_unlock(sqlite3_file *f, int l)
+{
+    return REAL_FILE(f)->pMethods->xUnlock(REAL_FILE(f), l);
+}
+static int shim_check_lock(sqlite3_file *f, int *out)
+{
+    return REAL_FILE(f)->pMethods->xCheckReservedLock(REAL_FILE(f), out);
+}
+static int shim_file_control(sqlite3_file *f, int op, void *arg)
+{
+    return REAL_FILE(f)->pMethods->xFileControl(REAL_FILE(f), op, arg);
+}
+static int shim_sector_size(sqlite3_file *f)
+{
+    return REAL_FILE(f)->pMethods->xSectorSize(REAL_FILE(f));
+}
+static int shim_device_chars(sqlite3_file *f)
+{
+    return REAL_FILE(f)->pMethods->xDeviceCharacteristics(REAL_FILE(f));
+}
+static int shim_shm_map(sqlite3_file *f, int region, int size, int extend, void volatile **p)
+{
+    return REAL_FILE(f)->pMethods->xShmMap(REAL_FILE(f), region, size, extend, p);
+}
+static void shim_shm_barrier(sqlite3_file *f)
+{
+    REAL_FILE(f)->pMethods->xShmBarrier(REAL_FILE(f));
+}
+static int shim_shm_unmap(sqlite3_file *f, int del)
+{
+    return REAL_FILE(f)->pMethods->xShmUnmap(REAL_FILE(f), del);
+}
+static int shim_fetch(sqlite3_file *f, sqlite3_int64 o, int n, void **p)
+{
+    return REAL_FILE(f)->pMethods->xFetch(REAL_FILE(f), o, n, p);
+}
+static int shim_unfetch(sqlite3_file *f, sqlite3_int64 o, void *p)
+{
+    return REAL_FILE(f)->pMethods->xUnfetch(REAL_FILE(f), o, p);
+}
+
+/* WAL's read marks are the shm locks from 3 on; releasing one ends a read transaction. */
+static int shim_shm_lock(sqlite3_file *f, int offset, int n, int flags)
+{
+    int rc = REAL_FILE(f)->pMethods->xShmLock(REAL_FILE(f), offset, n, flags);
+    if (((struct shim_file *)f)->watched && between.armed && offset >= 3 &&
+        flags == (SQLITE_SHM_UNLOCK | SQLITE_SHM_SHARED) && ++between.unlocks == between.at) {
+        between.armed = 0;
+        kcache_store_close(st_open(between.path, UINT64_MAX, NULL, NULL));
+        between.ran = 1;
+    }
+    return rc;
+}
+
+static const sqlite3_io_methods shim_methods = {
+    3,
+    shim_close,
+    shim_read,
+    shim_write,
+    shim_truncate,
+    shim_sync,
+    shim_file_size,
+    shim_lock,
+    shim_unlock,
+    shim_check_lock,
+    shim_file_control,
+    shim_sector_size,
+    shim_device_chars,
+    shim_shm_map,
+    shim_shm_lock,
+    shim_shm_barrier,
+    shim_shm_unmap,
+    shim_fetch,
+    shim_unfetch,
+};
+
+static int shim_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flags, int *out)
+{
+    (void)vfs;
+    struct shim_file *sf = (struct shim_file *)f;
+    sf->base.pMethods = NULL;
+    int rc = real_vfs->xOpen(real_vfs, name, REAL_FILE(f), flags, out);
+    if (REAL_FILE(f)->pMethods)
+        sf->base.pMethods = &shim_methods;
+    /* Only the read-only look is watched; the creator and the setup are not. */
+    sf->watched = between.armed && (flags & SQLITE_OPEN_MAIN_DB) && (flags & SQLITE_OPEN_READONLY);
+    return rc;
+}
+
+static void case_create_between_reads(int tc)
+{
+    const char *db = in_case(tc, "kcache.db");
+    real_vfs = sqlite3_vfs_find(NULL);
+    shim_vfs = *real_vfs;
+    shim_vfs.zName = "between";
+    shim_vfs.szOsFile = (int)sizeof(struct shim_file) + real_vfs->szOsFile;
+    shim_vfs.xOpen = shim_open;
+    shim_vfs.pNext = NULL;
+    REQUIRE(sqlite3_vfs_register(&shim_vfs, 1) == SQLITE_OK);
+    char lock[800], wal[800], shm[800];
+    snprintf(lock, sizeof(lock), "%s-lock", db);
+    snprintf(wal, sizeof(wal), "%s-wal", db);
+    snprintf(shm, sizeof(shm), "%s-shm", db);
+    unsigned rounds_run = 0;
+    for (unsigned at = 1; at <= 12; at++) {
+        unlink(db), unlink(wal), unlink(shm), unlink(lock);
+        /* A creator's first step: the file in WAL mode, no tables yet; kept open, as it is. */
+        sqlite3 *first = NULL;
+        REQUIRE(sqlite3_open(db, &first) == SQLITE_OK);
+        REQUIRE(sqlite3_exec(first, "PRAGMA journal_mode = WAL", NULL, NULL, NULL) == SQLITE_OK);
+        between.path = db;
+        between.at = at;
+        between.unlocks = 0;
+        between.ran = 0;
+        between.armed = 1;
+        kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
+        o.path = db;
+        o.read_only = 1;
+        kcache_store *s = NULL;
+        char err[512] = "";
+        int rc = kcache_store_open(&s, &o, err, sizeof(err));
+        between.armed = 0;
+        rounds_run += between.ran;
+        EXPECT(rc == 0 || rc == KCACHE_ENOTFOUND,
+               "read-only open with the cache created after read %u: %d %s", at, rc, err);
+        kcache_store_close(s);
+        sqlite3_close(first);
+    }
+    sqlite3_vfs_unregister(&shim_vfs);
+    sqlite3_vfs_register(real_vfs, 1);
+    EXPECT(rounds_run >= 3, "the creator ran during only %u looks", rounds_run);
+}
+
 /* ---- the suite from a clone in a 0700 directory, a path with spaces ------------------ */
 
 static void case_private_clone(int tc)
@@ -314,9 +498,13 @@ static void case_private_clone(int tc)
 }
 
 static const struct test_case cases[] = {
-    {"moved-over-wal", case_moved_over_wal},       {"damaged-pages", case_damaged_pages},
-    {"other-users-cache", case_other_users_cache}, {"symlinked-database", case_symlinked_database},
-    {"lease-null-host", case_lease_null_host},     {"ls-during-create", case_ls_during_create},
+    {"moved-over-wal", case_moved_over_wal},
+    {"damaged-pages", case_damaged_pages},
+    {"other-users-cache", case_other_users_cache},
+    {"symlinked-database", case_symlinked_database},
+    {"lease-null-host", case_lease_null_host},
+    {"ls-during-create", case_ls_during_create},
+    {"create-between-reads", case_create_between_reads},
     {"private-clone", case_private_clone},
 };
 

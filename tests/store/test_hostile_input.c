@@ -607,7 +607,7 @@ int main(void)
            "(%.1f s)\n",
            inputs_tried, refused_ok, stored_wrongly, kcache_connections, insecure,
            st_now() - t0);
-    test_record("hostile", "inputs=%u\thandled=%u\tstored_wrongly=%u\tconnections=%u\t"
+    test_record("hostile-input", "inputs=%u\thandled=%u\tstored_wrongly=%u\tconnections=%u\t"
                 "insecure_connections=%u",
                 inputs_tried, refused_ok, stored_wrongly, kcache_connections, insecure);
     if (cli_skipped && !test_failures)
