@@ -293,7 +293,8 @@ static void test_lowered_names(kcache_compiler *c)
     kcache_result_free(hit);
 }
 
-static void test_lto(kcache_store *s, kcache_compiler *c)
+/* The LTO link of the corpus's two files, by c. */
+static kcache_result *link_lto(kcache_compiler *c)
 {
     char a[700], b[700];
     snprintf(a, sizeof(a), "%s/lto/vec_ops.cu", corpus);
@@ -307,10 +308,16 @@ static void test_lto(kcache_store *s, kcache_compiler *c)
     lr.lto = 1;
     lr.inputs = in;
     lr.n_inputs = 2;
+    kcache_result *r = NULL;
+    CHECK_RC(kcache_compiler_link(&r, c, &lr), 0);
+    REQUIRE(r);
+    return r;
+}
+
+static void test_lto(kcache_store *s, kcache_compiler *c)
+{
     kcache_stats *s0 = stats(s);
-    kcache_result *first = NULL, *second = NULL;
-    CHECK_RC(kcache_compiler_link(&first, c, &lr), 0);
-    REQUIRE(first);
+    kcache_result *first = link_lto(c);
     if (first->status)
         fprintf(stderr, "link: %s\n%s\n", first->message, first->log);
     CHECK(first->size > 64 && memcmp(first->data, "\177ELF", 4) == 0);
@@ -318,8 +325,7 @@ static void test_lto(kcache_store *s, kcache_compiler *c)
     kcache_stats *s1 = stats(s);
     CHECK(s1->entries == s0->entries + 3);  /* two LTO-IR compiles and the link */
     CHECK(s1->misses == s0->misses + 3);
-    CHECK_RC(kcache_compiler_link(&second, c, &lr), 0);
-    REQUIRE(second);
+    kcache_result *second = link_lto(c);
     CHECK(second->hit);
     kcache_stats *s2 = stats(s);
     CHECK(s2->hits == s1->hits + 3); /* every step hit */
@@ -599,27 +605,6 @@ static void toolkit_copy(char *root, size_t root_size, char *nvjitlink, size_t n
         desc[from == nvjitlink] ^= 0x5a; /* a second copy: another byte, another build */
     REQUIRE(spill(nvjitlink, lib, n) == 0);
     free(lib);
-}
-
-/* The LTO link of the corpus's two files, by c. */
-static kcache_result *link_lto(kcache_compiler *c)
-{
-    char a[700], b[700];
-    snprintf(a, sizeof(a), "%s/lto/vec_ops.cu", corpus);
-    snprintf(b, sizeof(b), "%s/lto/launch.cu", corpus);
-    kcache_request ra = KCACHE_REQUEST_INIT, rb = KCACHE_REQUEST_INIT;
-    ra.source_path = a;
-    rb.source_path = b;
-    kcache_link_input in[2] = {{.request = &ra}, {.request = &rb}};
-    kcache_link_request lr = KCACHE_LINK_REQUEST_INIT;
-    lr.arch = "sm_90";
-    lr.lto = 1;
-    lr.inputs = in;
-    lr.n_inputs = 2;
-    kcache_result *r = NULL;
-    CHECK_RC(kcache_compiler_link(&r, c, &lr), 0);
-    REQUIRE(r);
-    return r;
 }
 
 static kcache_compiler *compiler_at(kcache_store *s, const char *root)

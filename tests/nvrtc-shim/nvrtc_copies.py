@@ -19,10 +19,9 @@ def nvrtc_copy(real, d):
     return copy
 
 
-def build_id(path):
-    """path's GNU build-id in hex, as kcache keys the library, or None."""
-    with open(path, "rb") as f:
-        elf = f.read()
+def gnu_build_id_note(elf):
+    """(offset of its note, offset of its descriptor, descriptor size) of elf's GNU
+    build-id note, or None."""
     phoff, = struct.unpack_from("<Q", elf, 32)
     phentsize, phnum = struct.unpack_from("<HH", elf, 54)
     for i in range(phnum):
@@ -34,9 +33,17 @@ def build_id(path):
             namesz, descsz, ntype = struct.unpack_from("<III", elf, at)
             desc = at + 12 + ((namesz + 3) & ~3)
             if ntype == 3 and elf[at + 12:at + 16] == b"GNU\0":
-                return elf[desc:desc + descsz].hex()
+                return at, desc, descsz
             at = desc + ((descsz + 3) & ~3)
     return None
+
+
+def build_id(path):
+    """path's GNU build-id in hex, as kcache keys the library, or None."""
+    with open(path, "rb") as f:
+        elf = f.read()
+    note = gnu_build_id_note(elf)
+    return elf[note[1]:note[1] + note[2]].hex() if note else None
 
 
 def rewrite(path, elf):
@@ -54,25 +61,16 @@ def other_build(path, drop=False):
     library with none. True if it had one."""
     with open(path, "rb") as f:
         elf = bytearray(f.read())
-    phoff, = struct.unpack_from("<Q", elf, 32)
-    phentsize, phnum = struct.unpack_from("<HH", elf, 54)
-    for i in range(phnum):
-        ptype, = struct.unpack_from("<I", elf, phoff + i * phentsize)
-        off, = struct.unpack_from("<Q", elf, phoff + i * phentsize + 8)
-        size, = struct.unpack_from("<Q", elf, phoff + i * phentsize + 32)
-        at = off
-        while ptype == 4 and at + 12 <= off + size:
-            namesz, descsz, ntype = struct.unpack_from("<III", elf, at)
-            desc = at + 12 + ((namesz + 3) & ~3)
-            if ntype == 3 and elf[at + 12:at + 16] == b"GNU\0":
-                if drop:
-                    struct.pack_into("<I", elf, at + 8, 0x4b43)
-                for k in range(descsz):
-                    elf[desc + k] ^= 0x5a
-                rewrite(path, elf)
-                return True
-            at = desc + ((descsz + 3) & ~3)
-    return False
+    note = gnu_build_id_note(elf)
+    if not note:
+        return False
+    at, desc, descsz = note
+    if drop:
+        struct.pack_into("<I", elf, at + 8, 0x4b43)
+    for k in range(descsz):
+        elf[desc + k] ^= 0x5a
+    rewrite(path, elf)
+    return True
 
 
 def other_release_string(path):
