@@ -233,6 +233,96 @@ static void test_hit_log_bound(void)
     kcache_store_close(s);
 }
 
+/* One hit and a close, then the stats: all must come back, and the hit be served. */
+static void hit_and_stats(const char *path, uint64_t want_hits)
+{
+    kcache_key k = st_key(1);
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    kcache_entry *e = NULL;
+    CHECK_RC(kcache_store_get(&e, s, &k, KCACHE_GET_DEFAULT), 0);
+    CHECK(e && st_entry_ok(e, 1, 4096, scratch));
+    kcache_entry_free(e);
+    kcache_store_close(s);
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    kcache_stats *st = NULL;
+    CHECK_RC(kcache_store_stats(&st, s), 0);
+    CHECK(st && st->hits == want_hits);
+    kcache_stats_free(st);
+    kcache_store_close(s);
+}
+
+/*
+ * What a hit may find at PATH-hits (hitlog.c): a FIFO, a directory, a link, a
+ * file another user owns, a lock a stopped process holds, megabytes of
+ * garbage. None may hang a hit, a close or the stats (the alarm fails the
+ * test instead), be written through, or be counted.
+ */
+static void test_hit_log_hostile(void)
+{
+    char path[512], log[600], target[600];
+    snprintf(path, sizeof(path), "%s", test_path("hostile hits.db"));
+    snprintf(log, sizeof(log), "%s-hits", path);
+    snprintf(target, sizeof(target), "%s-target", path);
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK_RC(st_put(s, 1, 4096, scratch), 0);
+    kcache_store_close(s);
+    alarm(60);
+
+    /* A hit the log cannot take goes into the database: counted once either way. */
+    REQUIRE(mkfifo(log, 0600) == 0);
+    hit_and_stats(path, 1);
+    unlink(log);
+
+    REQUIRE(mkdir(log, 0700) == 0);
+    hit_and_stats(path, 2);
+    rmdir(log);
+
+    FILE *f = fopen(target, "wb");
+    REQUIRE(f && fputs("not kcache's", f) >= 0 && fclose(f) == 0);
+    REQUIRE(symlink(target, log) == 0);
+    hit_and_stats(path, 3);
+    CHECK(st_file_size(target) == 12);
+    unlink(log);
+
+    /* A stopped process's lock: nothing waits for it. */
+    int held = open(log, O_RDWR | O_CREAT, 0600);
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    REQUIRE(held >= 0 && fcntl(held, F_OFD_SETLK, &fl) == 0);
+    hit_and_stats(path, 4);
+    close(held);
+    unlink(log);
+
+    /* Garbage beyond the bound: ignored by the stats, emptied by the next writer. */
+    f = fopen(log, "wb");
+    REQUIRE(f);
+    for (unsigned i = 0; i < 3u * 1024 * 1024; i++)
+        fputc((int)(i * 2654435761u >> 24), f);
+    REQUIRE(fclose(f) == 0);
+    hit_and_stats(path, 4); /* the append is dropped: the log is past its bound */
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK_RC(st_put(s, 2, 4096, scratch), 0);
+    kcache_store_close(s);
+    CHECK(st_file_size(log) == 0);
+    hit_and_stats(path, 5);
+
+    /* Another user's log (a shared directory): neither counted, appended to nor emptied. */
+    if (geteuid() == 0) {
+        s = st_open(path, UINT64_MAX, NULL, NULL);
+        CHECK_RC(st_put(s, 3, 4096, scratch), 0); /* takes the log in */
+        kcache_store_close(s);
+        hit_and_stats(path, 6);
+        uint64_t before = st_file_size(log);
+        REQUIRE(before > 0 && chown(log, 65534, 65534) == 0 && chmod(log, 0666) == 0);
+        hit_and_stats(path, 6); /* the foreign log's record is not counted */
+        s = st_open(path, UINT64_MAX, NULL, NULL);
+        CHECK_RC(st_put(s, 4, 4096, scratch), 0);
+        kcache_store_close(s);
+        CHECK(st_file_size(log) == before);
+        unlink(log);
+    }
+    alarm(0);
+}
+
 int main(void)
 {
     double t0 = st_now();
@@ -241,6 +331,7 @@ int main(void)
     test_lru_order();
     test_hit_writes_nothing();
     test_hit_log_bound();
+    test_hit_log_hostile();
     printf("cap tests: %.2f s\n", st_now() - t0);
     return test_done();
 }
