@@ -122,6 +122,24 @@ static int open_log(const char *path, int flags, struct stat *st)
     return fd;
 }
 
+/*
+ * A short write (a full disk) put the first `whole` records in the log whole,
+ * and a torn one after them that no reader takes: the caller writes the rest
+ * into the database, and those first ones must not go there a second time.
+ */
+static void forget_written(kcache_store *s, size_t whole)
+{
+    size_t t = KC_MIN(whole, s->n_touches), u = KC_MIN(whole - t, s->n_usage);
+    if (t) {
+        memmove(s->touches, s->touches + t, (s->n_touches - t) * sizeof(*s->touches));
+        s->n_touches -= t;
+    }
+    if (u) {
+        memmove(s->usage, s->usage + u, (s->n_usage - u) * sizeof(*s->usage));
+        s->n_usage -= u;
+    }
+}
+
 int kc_hitlog_append(kcache_store *s, uint64_t *log_size)
 {
     *log_size = 0;
@@ -158,9 +176,14 @@ int kc_hitlog_append(kcache_store *s, uint64_t *log_size)
         if ((uint64_t)st.st_size + bytes > KC_HITLOG_MAX) {
             rc = 0; /* dropped: see above */
             *log_size = (uint64_t)st.st_size;
-        } else if (write(fd, buf, bytes) == (ssize_t)bytes) {
-            rc = 0;
-            *log_size = (uint64_t)st.st_size + bytes;
+        } else {
+            ssize_t got = write(fd, buf, bytes);
+            if (got == (ssize_t)bytes) {
+                rc = 0;
+                *log_size = (uint64_t)st.st_size + bytes;
+            } else if (got > 0) {
+                forget_written(s, (size_t)got / KC_HITLOG_REC);
+            }
         }
     }
     if (fd >= 0)
@@ -179,7 +202,7 @@ static int parse(const uint8_t *buf, size_t size, kcache_store *s, kcache_usage 
         uint32_t type = get32(r + 4);
         if (get32(r) != KC_HITLOG_MAGIC || get32(r + 72) != rec_check(r) ||
             (type != KC_HITLOG_TOUCH && type != KC_HITLOG_USAGE)) {
-            i += 4; /* a torn record: look for the next one */
+            i++; /* a torn record, of any length: look for the next one */
             continue;
         }
         i += KC_HITLOG_REC;

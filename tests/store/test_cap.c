@@ -3,6 +3,10 @@
  * after every put into a capped store, database plus WAL on disk are at or
  * under the cap, and what goes is what was used least recently.
  */
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
 #include "util/common.h"
 #include "storetest.h"
 
@@ -323,6 +327,103 @@ static void test_hit_log_hostile(void)
     alarm(0);
 }
 
+/*
+ * A full disk in the middle of an append (RLIMIT_FSIZE, in a child), the log
+ * holding `prefix` bytes of nothing before it: one record goes into PATH-hits
+ * whole, then a torn one of a length no multiple of 4. The whole one is not
+ * written to the database a second time, the torn one is never taken, nor
+ * does it hide a hit appended after it. A prefix of 400000 leaves room for
+ * the WAL (from 0), so the child writes the rest into the database; one of
+ * 800 does not, and the rest is lost (the log's bound on what may be).
+ */
+static void hit_through_full_disk(unsigned prefix, int64_t want_entry_hits,
+                                  uint64_t want_stats_hits)
+{
+    char path[512], log[600];
+    snprintf(path, sizeof(path), "%s", test_path("full hits.db"));
+    snprintf(log, sizeof(log), "%s-hits", path);
+    unlink(path);
+    unlink(log);
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK_RC(st_put(s, 1, 4096, scratch), 0);
+    kcache_store_close(s);
+    empty_wal(path);
+    FILE *f = fopen(log, "wb");
+    REQUIRE(f);
+    for (unsigned i = 0; i < prefix; i++)
+        fputc(0, f);
+    REQUIRE(fclose(f) == 0);
+    kcache_key k = st_key(1);
+    kcache_entry *e = NULL;
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        s = st_open(path, UINT64_MAX, NULL, NULL);
+        if (kcache_store_get(&e, s, &k, KCACHE_GET_DEFAULT) != 0)
+            _exit(2);
+        kcache_entry_free(e);
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl = {prefix + 103, prefix + 103};
+        if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
+            _exit(3);
+        kcache_store_close(s);
+        _exit(0);
+    }
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK_RC(kcache_store_get(&e, s, &k, KCACHE_GET_DEFAULT), 0);
+    kcache_entry_free(e);
+    kcache_store_close(s);
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK_RC(st_put(s, 2, 4096, scratch), 0); /* takes in what the log holds */
+    kcache_stats *st = NULL;
+    CHECK_RC(kcache_store_stats(&st, s), 0);
+    CHECK(st && st->hits == want_stats_hits);
+    kcache_stats_free(st);
+    kcache_store_close(s);
+    sqlite3 *db = NULL;
+    REQUIRE(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+    int64_t hits = st_sql_int(db, "SELECT sum(hits) FROM entry");
+    sqlite3_close(db);
+    if (hits != want_entry_hits)
+        fprintf(stderr, "a full disk after %u bytes of log: the entries say %lld hits, not %lld\n",
+                prefix, (long long)hits, (long long)want_entry_hits);
+    CHECK(hits == want_entry_hits);
+}
+
+static void test_hit_log_disk_full(void)
+{
+    hit_through_full_disk(400000, 2, 2);
+    /* The child's database write fails too, and what it took from the log is lost. */
+    hit_through_full_disk(800, 1, 1);
+
+    /* Records after a torn one of any length are read: 23 bytes, then a hit's. */
+    char path[512], log[600];
+    snprintf(path, sizeof(path), "%s", test_path("full hits.db"));
+    snprintf(log, sizeof(log), "%s-hits", path);
+    unlink(log);
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    kcache_key k = st_key(1);
+    kcache_entry *e = NULL;
+    CHECK_RC(kcache_store_get(&e, s, &k, KCACHE_GET_DEFAULT), 0);
+    kcache_entry_free(e);
+    kcache_store_close(s);
+    uint8_t rec[2 * 80 + 23];
+    memset(rec, 0x5a, 23);
+    FILE *f = fopen(log, "rb");
+    REQUIRE(f && fread(rec + 23, 1, 2 * 80, f) == 2 * 80 && fgetc(f) == EOF && fclose(f) == 0);
+    f = fopen(log, "wb");
+    REQUIRE(f && fwrite(rec, 1, sizeof(rec), f) == sizeof(rec) && fclose(f) == 0);
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    kcache_stats *st = NULL;
+    CHECK_RC(kcache_store_stats(&st, s), 0);
+    CHECK(st && st->hits == 2); /* one in the database, one behind the torn bytes */
+    kcache_stats_free(st);
+    kcache_store_close(s);
+}
+
 int main(void)
 {
     double t0 = st_now();
@@ -332,6 +433,7 @@ int main(void)
     test_hit_writes_nothing();
     test_hit_log_bound();
     test_hit_log_hostile();
+    test_hit_log_disk_full();
     printf("cap tests: %.2f s\n", st_now() - t0);
     return test_done();
 }
