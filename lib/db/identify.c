@@ -95,11 +95,20 @@ enum kc_file_kind kc_db_classify(struct kc_db *db, int64_t *version, int *sqlite
      * statement that needs it (a hit's lookup), and damage found there is
      * recovered from as anywhere else (store/storeint.h).
      */
+    /*
+     * The three in one read transaction: each statement on its own reads the
+     * file as it is then, and a creator's first commit between them (its id,
+     * version and tables come in one) showed an id of 0 and then its tables,
+     * which is what another application's file looks like.
+     */
+    int in_txn = sqlite3_exec(db->conn, "BEGIN", NULL, NULL, NULL) == SQLITE_OK;
     int64_t app = kc_pragma_int(db->conn, "PRAGMA application_id", &rc);
     *version = rc ? 0 : kc_pragma_int(db->conn, "PRAGMA user_version", &rc);
     int64_t objects = rc || app == KC_APPLICATION_ID
                           ? 0
                           : kc_pragma_int(db->conn, "SELECT count(*) FROM sqlite_schema", &rc);
+    if (in_txn)
+        sqlite3_exec(db->conn, "COMMIT", NULL, NULL, NULL);
     *sqlite_rc = rc;
     if (rc != SQLITE_OK)
         return (rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB ? KC_DAMAGED
