@@ -105,7 +105,8 @@ static int lock_log(int fd, short type)
 
 /*
  * Opens the log only if it is a plain file of this user's: never through a
- * link (O_NOFOLLOW), never waiting on a FIFO (O_NONBLOCK), and never a file
+ * link (O_NOFOLLOW; nor a hard link, which a take would empty), never waiting
+ * on a FIFO (O_NONBLOCK), and never a file
  * someone else put beside the cache (lib/db/owner.c: whoever could write it
  * would decide the cache's LRU order and its stats). -1 when it is not one.
  */
@@ -114,7 +115,8 @@ static int open_log(const char *path, int flags, struct stat *st)
     int fd = open(path, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
     if (fd < 0)
         return -1;
-    if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode) || st->st_uid != geteuid()) {
+    if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode) || st->st_uid != geteuid() ||
+        st->st_nlink != 1) {
         close(fd);
         errno = EPERM;
         return -1;
@@ -296,7 +298,7 @@ int kc_hitlog_waiting(const kcache_store *s)
     struct stat st;
     path_of(path, sizeof(path), s);
     return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
-           st.st_size > 0;
+           st.st_nlink == 1 && st.st_size > 0;
 }
 
 int kc_hitlog_fold_due(uint64_t log_size)

@@ -288,11 +288,20 @@ static void test_hit_log_hostile(void)
     CHECK(st_file_size(target) == 12);
     unlink(log);
 
+    /* A hard link to a file of the user's: neither appended to nor emptied. */
+    REQUIRE(link(target, log) == 0);
+    hit_and_stats(path, 4);
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK_RC(st_put(s, 5, 4096, scratch), 0);
+    kcache_store_close(s);
+    CHECK(st_file_size(target) == 12);
+    unlink(log);
+
     /* A stopped process's lock: nothing waits for it. */
     int held = open(log, O_RDWR | O_CREAT, 0600);
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
     REQUIRE(held >= 0 && fcntl(held, F_OFD_SETLK, &fl) == 0);
-    hit_and_stats(path, 4);
+    hit_and_stats(path, 5);
     close(held);
     unlink(log);
 
@@ -302,22 +311,22 @@ static void test_hit_log_hostile(void)
     for (unsigned i = 0; i < 3u * 1024 * 1024; i++)
         fputc((int)(i * 2654435761u >> 24), f);
     REQUIRE(fclose(f) == 0);
-    hit_and_stats(path, 4); /* the append is dropped: the log is past its bound */
+    hit_and_stats(path, 5); /* the append is dropped: the log is past its bound */
     s = st_open(path, UINT64_MAX, NULL, NULL);
     CHECK_RC(st_put(s, 2, 4096, scratch), 0);
     kcache_store_close(s);
     CHECK(st_file_size(log) == 0);
-    hit_and_stats(path, 5);
+    hit_and_stats(path, 6);
 
     /* Another user's log (a shared directory): neither counted, appended to nor emptied. */
     if (geteuid() == 0) {
         s = st_open(path, UINT64_MAX, NULL, NULL);
         CHECK_RC(st_put(s, 3, 4096, scratch), 0); /* takes the log in */
         kcache_store_close(s);
-        hit_and_stats(path, 6);
+        hit_and_stats(path, 7);
         uint64_t before = st_file_size(log);
         REQUIRE(before > 0 && chown(log, 65534, 65534) == 0 && chmod(log, 0666) == 0);
-        hit_and_stats(path, 6); /* the foreign log's record is not counted */
+        hit_and_stats(path, 7); /* the foreign log's record is not counted */
         s = st_open(path, UINT64_MAX, NULL, NULL);
         CHECK_RC(st_put(s, 4, 4096, scratch), 0);
         kcache_store_close(s);
