@@ -84,13 +84,62 @@ static void path_of(char *out, size_t size, const kcache_store *s)
     snprintf(out, size, "%s" KC_DB_HITS, s->db.path);
 }
 
+/*
+ * The lock is only tried, a few times over a few milliseconds: kcache holds it
+ * for one append or one read and truncate, so a lock held longer is a stopped
+ * process's, and a hit must not wait for it (what it would have logged goes
+ * into the database instead, or is dropped: the stats and LRU order lag).
+ */
 static int lock_log(int fd, short type)
 {
     struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
-    int rc;
-    while ((rc = fcntl(fd, F_OFD_SETLKW, &fl)) != 0 && errno == EINTR)
-        ;
-    return rc;
+    for (int tries = 0; tries < 50; tries++) {
+        if (fcntl(fd, F_OFD_SETLK, &fl) == 0)
+            return 0;
+        if (errno != EINTR && errno != EAGAIN && errno != EACCES)
+            return -1;
+        usleep(200);
+    }
+    return -1;
+}
+
+/*
+ * Opens the log only if it is a plain file of this user's: never through a
+ * link (O_NOFOLLOW; nor a hard link, which a take would empty), never waiting
+ * on a FIFO (O_NONBLOCK), and never a file
+ * someone else put beside the cache (lib/db/owner.c: whoever could write it
+ * would decide the cache's LRU order and its stats). -1 when it is not one.
+ */
+static int open_log(const char *path, int flags, struct stat *st)
+{
+    int fd = open(path, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode) || st->st_uid != geteuid() ||
+        st->st_nlink != 1) {
+        close(fd);
+        errno = EPERM;
+        return -1;
+    }
+    return fd;
+}
+
+/*
+ * A short write (a full disk) put the first `whole` records in the log whole,
+ * and a torn one after them that no reader takes: the caller writes the rest
+ * into the database, and those first ones must not go there a second time.
+ */
+static void forget_written(kcache_store *s, size_t whole)
+{
+    size_t t = KC_MIN(whole, s->n_touches), u = KC_MIN(whole - t, s->n_usage);
+    if (t) {
+        memmove(s->touches, s->touches + t, (s->n_touches - t) * sizeof(*s->touches));
+        s->n_touches -= t;
+    }
+    if (u) {
+        memmove(s->usage, s->usage + u, (s->n_usage - u) * sizeof(*s->usage));
+        s->n_usage -= u;
+    }
 }
 
 int kc_hitlog_append(kcache_store *s, uint64_t *log_size)
@@ -122,16 +171,21 @@ int kc_hitlog_append(kcache_store *s, uint64_t *log_size)
     path_of(path, sizeof(path), s);
     int rc = KCACHE_EIO;
     /* Read-write: a read lock needs a descriptor open for reading. */
-    int fd = open(path, O_RDWR | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     struct stat st;
-    if (fd >= 0 && lock_log(fd, F_RDLCK) == 0 && fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    int fd = open_log(path, O_RDWR | O_APPEND | O_CREAT, &st);
+    if (fd >= 0 && lock_log(fd, F_RDLCK) == 0 && fstat(fd, &st) == 0) {
         size_t bytes = n * KC_HITLOG_REC;
         if ((uint64_t)st.st_size + bytes > KC_HITLOG_MAX) {
             rc = 0; /* dropped: see above */
             *log_size = (uint64_t)st.st_size;
-        } else if (write(fd, buf, bytes) == (ssize_t)bytes) {
-            rc = 0;
-            *log_size = (uint64_t)st.st_size + bytes;
+        } else {
+            ssize_t got = write(fd, buf, bytes);
+            if (got == (ssize_t)bytes) {
+                rc = 0;
+                *log_size = (uint64_t)st.st_size + bytes;
+            } else if (got > 0) {
+                forget_written(s, (size_t)got / KC_HITLOG_REC);
+            }
         }
     }
     if (fd >= 0)
@@ -150,7 +204,7 @@ static int parse(const uint8_t *buf, size_t size, kcache_store *s, kcache_usage 
         uint32_t type = get32(r + 4);
         if (get32(r) != KC_HITLOG_MAGIC || get32(r + 72) != rec_check(r) ||
             (type != KC_HITLOG_TOUCH && type != KC_HITLOG_USAGE)) {
-            i += 4; /* a torn record: look for the next one */
+            i++; /* a torn record, of any length: look for the next one */
             continue;
         }
         i += KC_HITLOG_REC;
@@ -185,12 +239,11 @@ static int read_log(kcache_store *s, int writable, uint8_t **out, size_t *size, 
     *fd_out = -1;
     char path[4200];
     path_of(path, sizeof(path), s);
-    int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    int fd = open_log(path, writable ? O_RDWR : O_RDONLY, &st);
     if (fd < 0)
         return errno == ENOENT ? 0 : KCACHE_EIO;
-    struct stat st;
-    if (lock_log(fd, writable ? F_WRLCK : F_RDLCK) != 0 || fstat(fd, &st) != 0 ||
-        !S_ISREG(st.st_mode)) {
+    if (lock_log(fd, writable ? F_WRLCK : F_RDLCK) != 0 || fstat(fd, &st) != 0) {
         close(fd);
         return KCACHE_EIO;
     }
@@ -244,7 +297,8 @@ int kc_hitlog_waiting(const kcache_store *s)
     char path[4200];
     struct stat st;
     path_of(path, sizeof(path), s);
-    return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+    return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+           st.st_nlink == 1 && st.st_size > 0;
 }
 
 int kc_hitlog_fold_due(uint64_t log_size)

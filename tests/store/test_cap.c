@@ -3,6 +3,10 @@
  * after every put into a capped store, database plus WAL on disk are at or
  * under the cap, and what goes is what was used least recently.
  */
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
 #include "util/common.h"
 #include "storetest.h"
 
@@ -233,6 +237,261 @@ static void test_hit_log_bound(void)
     kcache_store_close(s);
 }
 
+/* One hit and a close, then the stats: all must come back, and the hit be served. */
+static void hit_and_stats(const char *path, uint64_t want_hits)
+{
+    kcache_key k = st_key(1);
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    kcache_entry *e = NULL;
+    CHECK_RC(kcache_store_get(&e, s, &k, KCACHE_GET_DEFAULT), 0);
+    CHECK(e && st_entry_ok(e, 1, 4096, scratch));
+    kcache_entry_free(e);
+    kcache_store_close(s);
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    kcache_stats *st = NULL;
+    CHECK_RC(kcache_store_stats(&st, s), 0);
+    CHECK(st && st->hits == want_hits);
+    kcache_stats_free(st);
+    kcache_store_close(s);
+}
+
+/*
+ * What a hit may find at PATH-hits (hitlog.c): a FIFO, a directory, a link, a
+ * file another user owns, a lock a stopped process holds, megabytes of
+ * garbage. None may hang a hit, a close or the stats (the alarm fails the
+ * test instead), be written through, or be counted.
+ */
+static void test_hit_log_hostile(void)
+{
+    char path[512], log[600], target[600];
+    snprintf(path, sizeof(path), "%s", test_path("hostile hits.db"));
+    snprintf(log, sizeof(log), "%s-hits", path);
+    snprintf(target, sizeof(target), "%s-target", path);
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK_RC(st_put(s, 1, 4096, scratch), 0);
+    kcache_store_close(s);
+    alarm(60);
+
+    /* A hit the log cannot take goes into the database: counted once either way. */
+    REQUIRE(mkfifo(log, 0600) == 0);
+    hit_and_stats(path, 1);
+    unlink(log);
+
+    REQUIRE(mkdir(log, 0700) == 0);
+    hit_and_stats(path, 2);
+    rmdir(log);
+
+    FILE *f = fopen(target, "wb");
+    REQUIRE(f && fputs("not kcache's", f) >= 0 && fclose(f) == 0);
+    REQUIRE(symlink(target, log) == 0);
+    hit_and_stats(path, 3);
+    CHECK(st_file_size(target) == 12);
+    unlink(log);
+
+    /* A hard link to a file of the user's: neither appended to nor emptied. */
+    REQUIRE(link(target, log) == 0);
+    hit_and_stats(path, 4);
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK_RC(st_put(s, 5, 4096, scratch), 0);
+    kcache_store_close(s);
+    CHECK(st_file_size(target) == 12);
+    unlink(log);
+
+    /* A stopped process's lock: nothing waits for it. */
+    int held = open(log, O_RDWR | O_CREAT, 0600);
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    REQUIRE(held >= 0 && fcntl(held, F_OFD_SETLK, &fl) == 0);
+    hit_and_stats(path, 5);
+    close(held);
+    unlink(log);
+
+    /* Garbage beyond the bound: ignored by the stats, emptied by the next writer. */
+    f = fopen(log, "wb");
+    REQUIRE(f);
+    for (unsigned i = 0; i < 3u * 1024 * 1024; i++)
+        fputc((int)(i * 2654435761u >> 24), f);
+    REQUIRE(fclose(f) == 0);
+    hit_and_stats(path, 5); /* the append is dropped: the log is past its bound */
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK_RC(st_put(s, 2, 4096, scratch), 0);
+    kcache_store_close(s);
+    CHECK(st_file_size(log) == 0);
+    hit_and_stats(path, 6);
+
+    /* Another user's log (a shared directory): neither counted, appended to nor emptied. */
+    if (geteuid() == 0) {
+        s = st_open(path, UINT64_MAX, NULL, NULL);
+        CHECK_RC(st_put(s, 3, 4096, scratch), 0); /* takes the log in */
+        kcache_store_close(s);
+        hit_and_stats(path, 7);
+        uint64_t before = st_file_size(log);
+        REQUIRE(before > 0 && chown(log, 65534, 65534) == 0 && chmod(log, 0666) == 0);
+        hit_and_stats(path, 7); /* the foreign log's record is not counted */
+        s = st_open(path, UINT64_MAX, NULL, NULL);
+        CHECK_RC(st_put(s, 4, 4096, scratch), 0);
+        kcache_store_close(s);
+        CHECK(st_file_size(log) == before);
+        unlink(log);
+    }
+    alarm(0);
+}
+
+/*
+ * A full disk in the middle of an append (RLIMIT_FSIZE, in a child), the log
+ * holding `prefix` bytes of nothing before it: one record goes into PATH-hits
+ * whole, then a torn one of a length no multiple of 4. The whole one is not
+ * written to the database a second time, the torn one is never taken, nor
+ * does it hide a hit appended after it. A prefix of 400000 leaves room for
+ * the WAL (from 0), so the child writes the rest into the database; one of
+ * 800 does not, and the rest is lost (the log's bound on what may be).
+ */
+static void hit_through_full_disk(unsigned prefix, int64_t want_entry_hits,
+                                  uint64_t want_stats_hits)
+{
+    char path[512], log[600];
+    snprintf(path, sizeof(path), "%s", test_path("full hits.db"));
+    snprintf(log, sizeof(log), "%s-hits", path);
+    unlink(path);
+    unlink(log);
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK_RC(st_put(s, 1, 4096, scratch), 0);
+    kcache_store_close(s);
+    empty_wal(path);
+    FILE *f = fopen(log, "wb");
+    REQUIRE(f);
+    for (unsigned i = 0; i < prefix; i++)
+        fputc(0, f);
+    REQUIRE(fclose(f) == 0);
+    kcache_key k = st_key(1);
+    kcache_entry *e = NULL;
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        s = st_open(path, UINT64_MAX, NULL, NULL);
+        if (kcache_store_get(&e, s, &k, KCACHE_GET_DEFAULT) != 0)
+            _exit(2);
+        kcache_entry_free(e);
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl = {prefix + 103, prefix + 103};
+        if (setrlimit(RLIMIT_FSIZE, &rl) != 0)
+            _exit(3);
+        kcache_store_close(s);
+        _exit(0);
+    }
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK_RC(kcache_store_get(&e, s, &k, KCACHE_GET_DEFAULT), 0);
+    kcache_entry_free(e);
+    kcache_store_close(s);
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK_RC(st_put(s, 2, 4096, scratch), 0); /* takes in what the log holds */
+    kcache_stats *st = NULL;
+    CHECK_RC(kcache_store_stats(&st, s), 0);
+    CHECK(st && st->hits == want_stats_hits);
+    kcache_stats_free(st);
+    kcache_store_close(s);
+    sqlite3 *db = NULL;
+    REQUIRE(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+    int64_t hits = st_sql_int(db, "SELECT sum(hits) FROM entry");
+    sqlite3_close(db);
+    if (hits != want_entry_hits)
+        fprintf(stderr, "a full disk after %u bytes of log: the entries say %lld hits, not %lld\n",
+                prefix, (long long)hits, (long long)want_entry_hits);
+    CHECK(hits == want_entry_hits);
+}
+
+static void test_hit_log_disk_full(void)
+{
+    hit_through_full_disk(400000, 2, 2);
+    /* The child's database write fails too, and what it took from the log is lost. */
+    hit_through_full_disk(800, 1, 1);
+
+    /* Records after a torn one of any length are read: 23 bytes, then a hit's. */
+    char path[512], log[600];
+    snprintf(path, sizeof(path), "%s", test_path("full hits.db"));
+    snprintf(log, sizeof(log), "%s-hits", path);
+    unlink(log);
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    kcache_key k = st_key(1);
+    kcache_entry *e = NULL;
+    CHECK_RC(kcache_store_get(&e, s, &k, KCACHE_GET_DEFAULT), 0);
+    kcache_entry_free(e);
+    kcache_store_close(s);
+    uint8_t rec[2 * 80 + 23];
+    memset(rec, 0x5a, 23);
+    FILE *f = fopen(log, "rb");
+    REQUIRE(f && fread(rec + 23, 1, 2 * 80, f) == 2 * 80 && fgetc(f) == EOF && fclose(f) == 0);
+    f = fopen(log, "wb");
+    REQUIRE(f && fwrite(rec, 1, sizeof(rec), f) == sizeof(rec) && fclose(f) == 0);
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    kcache_stats *st = NULL;
+    CHECK_RC(kcache_store_stats(&st, s), 0);
+    CHECK(st && st->hits == 2); /* one in the database, one behind the torn bytes */
+    kcache_stats_free(st);
+    kcache_store_close(s);
+}
+
+/*
+ * Processes that hit (each append under the shared lock) while others put
+ * (each put takes the log in under the exclusive one): no hit is counted
+ * twice or lost, and nobody waits for good.
+ */
+static void test_hit_log_concurrent(void)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s", test_path("busy hits.db"));
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK_RC(st_put(s, 1, 4096, scratch), 0);
+    kcache_store_close(s);
+    enum { HITTERS = 6, PUTTERS = 2, ROUNDS = 40 };
+    pid_t pids[HITTERS + PUTTERS];
+    alarm(120);
+    for (unsigned c = 0; c < HITTERS + PUTTERS; c++) {
+        REQUIRE((pids[c] = fork()) >= 0);
+        if (pids[c])
+            continue;
+        for (unsigned r = 0; r < ROUNDS; r++) {
+            kcache_store *cs = st_open(path, UINT64_MAX, NULL, NULL);
+            if (c < HITTERS) {
+                kcache_key k = st_key(1);
+                kcache_entry *e = NULL;
+                if (kcache_store_get(&e, cs, &k, KCACHE_GET_DEFAULT) != 0)
+                    _exit(2);
+                kcache_entry_free(e);
+            } else if (st_put(cs, 100 + c * ROUNDS + r, 4096, scratch) != 0) {
+                _exit(3);
+            }
+            kcache_store_close(cs);
+        }
+        _exit(0);
+    }
+    for (unsigned c = 0; c < HITTERS + PUTTERS; c++) {
+        int status = 0;
+        REQUIRE(waitpid(pids[c], &status, 0) == pids[c]);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    alarm(0);
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    kcache_stats *st = NULL;
+    CHECK_RC(kcache_store_stats(&st, s), 0);
+    if (!st || st->hits != HITTERS * ROUNDS)
+        fprintf(stderr, "%u hits, stats say %llu\n", HITTERS * ROUNDS,
+                st ? (unsigned long long)st->hits : 0ull);
+    CHECK(st && st->hits == HITTERS * ROUNDS);
+    kcache_stats_free(st);
+    CHECK_RC(st_put(s, 2, 4096, scratch), 0);
+    kcache_store_close(s);
+    sqlite3 *db = NULL;
+    REQUIRE(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+    int64_t in_db = st_sql_int(db, "SELECT max(hits) FROM entry");
+    if (in_db != HITTERS * ROUNDS)
+        fprintf(stderr, "%u hits, the entry says %lld\n", HITTERS * ROUNDS, (long long)in_db);
+    CHECK(in_db == HITTERS * ROUNDS);
+    sqlite3_close(db);
+}
+
 int main(void)
 {
     double t0 = st_now();
@@ -241,6 +500,9 @@ int main(void)
     test_lru_order();
     test_hit_writes_nothing();
     test_hit_log_bound();
+    test_hit_log_hostile();
+    test_hit_log_disk_full();
+    test_hit_log_concurrent();
     printf("cap tests: %.2f s\n", st_now() - t0);
     return test_done();
 }
