@@ -54,6 +54,14 @@ def apply_op(root, op, baseline=None):
     rel = op[1]
     path = os.path.join(root, rel)
     parent = os.path.dirname(path)
+    # A generated edit can name a folder where an earlier one left a file or a
+    # link that is no folder ("inc" a file, then "inc/a.h"): no tool could make
+    # that edit, so it is not made (it once stopped the harness with FileExistsError).
+    at = parent
+    while at != root and at.startswith(root + os.sep):
+        if os.path.lexists(at) and not os.path.isdir(at):
+            return
+        at = os.path.dirname(at)
     # The directory changes too when a name comes or goes (kcache may vouch for the
     # names absent from a directory by the directory's own identity), and so does
     # the existing directory that gains the first of the directories made on the way.
