@@ -520,9 +520,6 @@ static int manifest_hit(kcache_compiler *c, const struct work *w, unsigned flags
             /* The key a hit would look up; whether its entry is still there is not asked. */
             r->pub.key = rows[i].key;
             found = 1;
-            if (refreshed.size)
-                kc_store_manifest_put(c->store, &w->base, &rows[i].key, now, refreshed.data,
-                                      refreshed.size);
         } else if (holds == 1 &&
                    kcache_store_get(&e, c->store, &rows[i].key,
                                     flags & KCACHE_COMPILE_UNCOUNTED ? KCACHE_GET_NO_COUNT : 0) ==
@@ -538,11 +535,11 @@ static int manifest_hit(kcache_compiler *c, const struct work *w, unsigned flags
                      : 0;
             r->pub.n_headers = r->n_headers;
             r->pub.headers = (const char *const *)r->headers;
-            /* Files had to be hashed: written back, so the next check is stat() only. */
-            if (!rc && refreshed.size)
-                kc_store_manifest_put(c->store, &w->base, &rows[i].key, now, refreshed.data,
-                                      refreshed.size);
         }
+        /* Files had to be hashed: written back, so the next check is stat() only. */
+        if (found && !rc && refreshed.size)
+            kc_store_manifest_put(c->store, &w->base, &rows[i].key, now, refreshed.data,
+                                  refreshed.size);
         kc_buf_free(&refreshed);
     }
     kc_manifest_rows_free(rows, n);

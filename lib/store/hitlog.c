@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "store/storeint.h"
+#include "util/strmap.h"
 
 #define KC_HITLOG_REC 80
 #define KC_HITLOG_MAGIC UINT32_C(0x3148434b) /* "KCH1" */
@@ -61,10 +62,7 @@ static uint64_t get64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v
 /* FNV-1a: a torn or foreign record, not tampering (the log decides no bytes). */
 static uint32_t rec_check(const uint8_t *r)
 {
-    uint32_t h = 2166136261u;
-    for (size_t i = 0; i < 72; i++)
-        h = (h ^ r[i]) * 16777619u;
-    return h;
+    return (uint32_t)kc_fnv1a(r, 72);
 }
 
 /*

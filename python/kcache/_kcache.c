@@ -305,43 +305,37 @@ static PyObject *Store_delete(PyObject *op, PyObject *args)
 }
 
 /* clear_namespace(ns) and trim_namespace(ns, max_bytes): how many went. */
-static PyObject *Store_clear_namespace(PyObject *op, PyObject *args)
+static PyObject *namespace_evict(StoreObject *self, const char *ns, int trim, uint64_t max_bytes)
 {
-    StoreObject *self = (StoreObject *)op;
-    const char *ns;
-    if (!PyArg_ParseTuple(args, "s", &ns))
-        return NULL;
     kcache_store *s = store_enter(self);
     if (!s)
         return NULL;
     uint64_t n = 0;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = kcache_store_clear_namespace(&n, s, ns);
+    rc = trim ? kcache_store_trim_namespace(&n, s, ns, max_bytes)
+              : kcache_store_clear_namespace(&n, s, ns);
     Py_END_ALLOW_THREADS
     PyObject *out = rc ? store_raise(self, s, rc) : PyLong_FromUnsignedLongLong(n);
     store_leave(self);
     return out;
 }
 
+static PyObject *Store_clear_namespace(PyObject *op, PyObject *args)
+{
+    const char *ns;
+    if (!PyArg_ParseTuple(args, "s", &ns))
+        return NULL;
+    return namespace_evict((StoreObject *)op, ns, 0, 0);
+}
+
 static PyObject *Store_trim_namespace(PyObject *op, PyObject *args)
 {
-    StoreObject *self = (StoreObject *)op;
     const char *ns;
     unsigned long long max_bytes;
     if (!PyArg_ParseTuple(args, "sK", &ns, &max_bytes))
         return NULL;
-    kcache_store *s = store_enter(self);
-    if (!s)
-        return NULL;
-    uint64_t n = 0;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = kcache_store_trim_namespace(&n, s, ns, (uint64_t)max_bytes);
-    Py_END_ALLOW_THREADS
-    PyObject *out = rc ? store_raise(self, s, rc) : PyLong_FromUnsignedLongLong(n);
-    store_leave(self);
-    return out;
+    return namespace_evict((StoreObject *)op, ns, 1, (uint64_t)max_bytes);
 }
 
 /* dict[str, int] from names and values; NULL with an exception set. */

@@ -6,11 +6,14 @@ directory.
 A script names its executables once, setup(KCACHE[, KCACHE_FILL]), then uses
 the rest. Exit statuses are meson's: 0 passed, 1 failed, 77 skipped.
 """
+import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
+import time
 import traceback
 
 KCACHE = None  # the kcache executable (setup)
@@ -161,3 +164,31 @@ def run_tests(tests, only=(), prefix="kcache-test-", stop_on_skip=False):
     if failed:
         return 1
     return 77 if skipped and (stop_on_skip or not passed) else 0
+
+
+@contextlib.contextmanager
+def redis_on_loopback(workdir):
+    """A redis-server of the test's own on a free loopback port (no persistence, its files
+    in workdir), stopped after: yields (url, port), or None where redis-server is not
+    installed."""
+    server = shutil.which("redis-server")
+    if not server:
+        yield None
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--dir", str(workdir)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield "redis://127.0.0.1:%d" % port, port
+    finally:
+        proc.terminate()
+        proc.wait(10)

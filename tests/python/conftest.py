@@ -5,7 +5,6 @@ KCACHE_SOURCE_ROOT the repository; each test gets a cache directory of its own
 and an environment with no KCACHE_* of the caller's.
 """
 import os
-import shutil
 import subprocess
 
 import pytest
@@ -63,7 +62,3 @@ def cuda_core():
     except Exception as ex:  # not installed, or its bindings cannot load
         pytest.skip("cuda.core is not usable here: %s" % ex)
     return core
-
-
-def redis_server():
-    return shutil.which("redis-server")

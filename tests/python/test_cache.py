@@ -3,15 +3,18 @@ remote tier, the CLI's entries seen from Python, errors, and the GIL."""
 import json
 import os
 import shutil
-import socket
 import subprocess
+import sys
 import threading
 import time
 
 import pytest
 
 import kcache
-from conftest import FILL, SOURCE_ROOT, needs_toolkit, redis_server, run_cli
+from conftest import FILL, SOURCE_ROOT, needs_toolkit, run_cli
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyhelp"))
+from kctest import redis_on_loopback  # noqa: E402
 
 
 def test_namespaces_apart(cache_dir):
@@ -226,29 +229,12 @@ def test_close_while_other_threads_call(cache_dir):
         c.get("ns", b"k")
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_remote_tier(cache_dir, tmp_path):
     """Python's entries go through the remote like any: push from one cache, pull into another."""
-    server = redis_server()
-    if not server:
-        pytest.skip("redis-server is not installed")
-    port = _free_port()
-    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", str(tmp_path)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        url = "redis://127.0.0.1:%d" % port
+    with redis_on_loopback(tmp_path) as server:
+        if not server:
+            pytest.skip("redis-server is not installed")
+        url, _ = server
         a = kcache.Cache(cache_dir)
         a.put("cuda.core", b"remote-key", b"R" * 3000)
         a.close()
@@ -271,9 +257,6 @@ def test_remote_tier(cache_dir, tmp_path):
         # A remote URL that cannot be used is an error saying why.
         with pytest.raises(kcache.Error):
             kcache.Cache(tmp_path / "m3", remote="http://not-redis")
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def test_module_shares_the_processes_sqlite():

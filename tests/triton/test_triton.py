@@ -3,14 +3,16 @@ needed) in child processes, served from kcache in the next ones."""
 import json
 import os
 import shutil
-import socket
 import subprocess
-import time
+import sys
 
 import pytest
 
 import kcache
 from conftest import wait_until
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyhelp"))
+from kctest import redis_on_loopback  # noqa: E402
 
 BLOCKS = "16,32,64"
 
@@ -216,23 +218,10 @@ def test_groups_travel_through_the_remote(env, tmp_path):
     """A fleet shares Triton's kernels through kcache's remote: a compile on one machine is
     pushed as it is stored, and another machine's miss is served from the remote; a cache
     without the remote set gets them with `kcache remote pull`."""
-    server = shutil.which("redis-server")
-    if not server:
-        pytest.skip("redis-server is not installed")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", str(tmp_path)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        url = "redis://127.0.0.1:%d" % port
+    with redis_on_loopback(tmp_path) as server:
+        if not server:
+            pytest.skip("redis-server is not installed")
+        url, port = server
         first, _ = env.compile("--blocks", "16,32", env={"KCACHE_REMOTE": url})
         assert [k["hit"] for k in first["kernels"]] == [False, False]
         # The remote holds what the local cache holds: a kernel as one entry (its group),
@@ -256,6 +245,3 @@ def test_groups_travel_through_the_remote(env, tmp_path):
         pulled, _ = env.compile("--blocks", "16,32")
         assert [k["hit"] for k in pulled["kernels"]] == [True, True]
         assert [k["cubin_sha256"] for k in pulled["kernels"]] == want
-    finally:
-        proc.terminate()
-        proc.wait(10)
