@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "db/db.h"
+#include "db/dbint.h"
 #include "db/schema.h"
 
 /*
@@ -122,6 +122,24 @@ int kc_db_writable(struct kc_db *db)
     return 0;
 }
 
+/* The wait by hand for a lock SQLite will not wait for (dbint.h). */
+void kc_db_wait_init(struct kc_db_wait *w, unsigned ms)
+{
+    w->deadline_ns = kc_mono_ns() + (uint64_t)ms * 1000000u;
+    w->pause_us = 1000;
+}
+
+int kc_db_wait_more(struct kc_db_wait *w)
+{
+    uint64_t now = kc_mono_ns();
+    if (now >= w->deadline_ns)
+        return 0;
+    uint64_t left_us = (w->deadline_ns - now) / 1000u;
+    usleep((useconds_t)KC_MIN((uint64_t)w->pause_us, left_us + 1));
+    w->pause_us = KC_MIN(w->pause_us * 2, 50000u);
+    return 1;
+}
+
 /*
  * BEGIN IMMEDIATE takes the write lock up front, so a transaction never has
  * to upgrade a read lock and fail half-way. SQLite's busy handler waits for
@@ -133,16 +151,14 @@ int kc_db_begin_write(struct kc_db *db)
     int rc = kc_db_writable(db);
     if (rc)
         return rc;
-    uint64_t deadline = kc_mono_ns() + (uint64_t)db->busy_timeout_ms * 1000000u;
-    unsigned pause_us = 1000;
+    struct kc_db_wait wait;
+    kc_db_wait_init(&wait, db->busy_timeout_ms);
     for (;;) {
         int src = sqlite3_exec(db->conn, "BEGIN IMMEDIATE", NULL, NULL, NULL);
         if (src == SQLITE_OK)
             return 0;
-        if ((src & 0xff) != SQLITE_BUSY || kc_mono_ns() >= deadline)
+        if ((src & 0xff) != SQLITE_BUSY || !kc_db_wait_more(&wait))
             return kc_sqlerr(db, src, "starting a write");
-        usleep(pause_us);
-        pause_us = KC_MIN(pause_us * 2, 50000u);
     }
 }
 

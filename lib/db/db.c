@@ -127,34 +127,54 @@ static int connect(struct kc_db *db)
     return 0;
 }
 
-/* Switches the file to WAL if it is not yet, or says why it cannot be. */
-static int ensure_wal(struct kc_db *db)
+/*
+ * One try at switching the file to WAL if it is not yet: SQLITE_ROW with
+ * *wal set or not, or SQLite's error.
+ */
+static int wal_once(struct kc_db *db, int *wal)
 {
     sqlite3_stmt *st = NULL;
+    *wal = 0;
     int src = sqlite3_prepare_v2(db->conn, "PRAGMA journal_mode", -1, &st, NULL);
     if (src == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0) &&
         strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0) {
         sqlite3_finalize(st);
-        st = NULL;
-    } else {
-        sqlite3_finalize(st);
-        st = NULL;
-        src = sqlite3_prepare_v2(db->conn, "PRAGMA journal_mode = WAL", -1, &st, NULL);
+        *wal = 1;
+        return SQLITE_ROW;
     }
-    if (!st)
-        src = sqlite3_prepare_v2(db->conn, "PRAGMA journal_mode", -1, &st, NULL);
+    sqlite3_finalize(st);
+    st = NULL;
+    src = sqlite3_prepare_v2(db->conn, "PRAGMA journal_mode = WAL", -1, &st, NULL);
     if (src == SQLITE_OK)
         src = sqlite3_step(st);
     const unsigned char *mode = src == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
-    int wal = mode && strcmp((const char *)mode, "wal") == 0;
+    *wal = mode && strcmp((const char *)mode, "wal") == 0;
     sqlite3_finalize(st);
-    if (!wal)
-        return src == SQLITE_ROW || src == SQLITE_DONE
-                   ? kc_db_err(db, KCACHE_ENOTSUP,
-                               "%s cannot use WAL mode here: set KCACHE_DIR to a local directory",
-                               db->path)
-                   : kc_sqlerr(db, src, "switching to WAL");
-    return 0;
+    return src;
+}
+
+/*
+ * Switches the file to WAL if it is not yet, or says why it cannot be. The
+ * switch wants the file to itself, and SQLite answers SQLITE_BUSY at once
+ * when another process holds it (it has read the header, and a reader's
+ * wait for a writer could deadlock): many processes opening a new cache
+ * together all meet here, so the wait is ours (kc_db_wait_more).
+ */
+static int ensure_wal(struct kc_db *db)
+{
+    struct kc_db_wait wait;
+    kc_db_wait_init(&wait, db->busy_timeout_ms);
+    int wal, src;
+    while ((src = wal_once(db, &wal)) != SQLITE_ROW && (src & 0xff) == SQLITE_BUSY &&
+           kc_db_wait_more(&wait))
+        ;
+    if (wal)
+        return 0;
+    return src == SQLITE_ROW || src == SQLITE_DONE
+               ? kc_db_err(db, KCACHE_ENOTSUP,
+                           "%s cannot use WAL mode here: set KCACHE_DIR to a local directory",
+                           db->path)
+               : kc_sqlerr(db, src, "switching to WAL");
 }
 
 static int configure(struct kc_db *db)

@@ -14,6 +14,21 @@ int kc_db_foreign_error(struct kc_db *db);
 /* Whether the file read alone (no WAL, no -shm) is sound although its connection said damaged. */
 int kc_db_file_itself_sound(struct kc_db *db);
 
+/*
+ * Waiting out another process's lock by hand, for at most `ms` (conn.c).
+ * SQLite calls the busy handler only where waiting cannot deadlock: a
+ * connection that has read and now wants to write (BEGIN IMMEDIATE racing a
+ * writer, or a switch to WAL) is answered SQLITE_BUSY at once, and the caller
+ * tries again here. kc_db_wait_more() sleeps a little longer each time and
+ * returns 0 once the time is up.
+ */
+struct kc_db_wait {
+    uint64_t deadline_ns;
+    unsigned pause_us;
+};
+void kc_db_wait_init(struct kc_db_wait *w, unsigned ms);
+int kc_db_wait_more(struct kc_db_wait *w);
+
 /* db.c: one attempt at opening; *damaged when the file should be set aside. */
 int kc_db_open_once(struct kc_db *db, int *damaged);
 

@@ -109,18 +109,17 @@ out:
  */
 static int wait_for_creator(struct kc_db *db, int *damaged)
 {
-    uint64_t wait_ms = KC_MIN(db->busy_timeout_ms, 2000u);
-    uint64_t deadline = kc_mono_ns() + wait_ms * 1000000u;
-    unsigned pause_us = 1000;
+    struct kc_db_wait wait;
+    kc_db_wait_init(&wait, KC_MIN(db->busy_timeout_ms, 2000u));
     int rc = KCACHE_ENOTFOUND;
-    while (rc == KCACHE_ENOTFOUND && kc_mono_ns() < deadline) {
+    while (rc == KCACHE_ENOTFOUND) {
         if (kc_alone_begin(db)) {
             kc_alone_end(db);
             break;
         }
         kc_db_close(db);
-        usleep(pause_us);
-        pause_us = KC_MIN(pause_us * 2, 50000u);
+        if (!kc_db_wait_more(&wait))
+            break;
         rc = kc_db_open_once(db, damaged);
     }
     return rc;
