@@ -13,13 +13,15 @@
 #include "db/schema.h"
 
 /*
- * A WAL larger than this is emptied when a connection closes. The WAL
- * outlives close (see configure()), and the first connection of every
- * process replays all of it to rebuild its index: a WAL left to grow to
- * SQLite's auto-checkpoint (1000 pages, up to 4 MiB) made every hit
- * process's open several times slower (doc/design.md, The store). Each hit
- * process adds ~12 KiB (its recorded touch), so one close in ~20 pays a
- * checkpoint.
+ * When a connection closes, the WAL is emptied if this connection wrote to
+ * the file, or if it is larger than this. The WAL outlives close (see
+ * configure()), and the first connection of every process replays all of it
+ * to rebuild its index: a WAL left to grow to SQLite's auto-checkpoint (1000
+ * pages, up to 4 MiB) made every hit process's open several times slower
+ * (doc/design.md, The store), and even the ~60 frames one compile's miss
+ * leaves cost each later hit process 0.35 M instructions, a tenth of a
+ * `kcache compile` hit. Hits write nothing (store/hitlog.c), so the
+ * checkpoint falls to the processes that wrote, whose write was a compile.
  */
 #define KC_WAL_KEEP (256 << 10)
 
@@ -211,7 +213,8 @@ void kc_db_close(struct kc_db *db)
     if (db->conn) {
         struct stat st;
         if (!db->read_only && !db->newer_schema && stat(db->wal_path, &st) == 0 &&
-            st.st_size > KC_WAL_KEEP) {
+            st.st_size > 0 &&
+            (st.st_size > KC_WAL_KEEP || sqlite3_total_changes(db->conn) != 0)) {
             /* Only if nobody is reading or writing: a close never waits. */
             sqlite3_busy_timeout(db->conn, 0);
             sqlite3_wal_checkpoint_v2(db->conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);

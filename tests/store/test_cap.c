@@ -154,6 +154,39 @@ static uint64_t wal_size(const char *path)
 }
 
 /*
+ * A process that wrote empties the WAL when it closes, however little it
+ * wrote: every process that opens the file next would otherwise replay
+ * those frames to rebuild SQLite's index, on every hit, until the WAL grew
+ * past what a close always checkpoints.
+ */
+static void test_writer_close_empties_wal(void)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s", test_path("writerwal.db"));
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK_RC(st_put(s, 1, 1024, scratch), 0);
+    kcache_store_close(s);
+    empty_wal(path);
+
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK_RC(st_put(s, 2, 1024, scratch), 0);
+    kcache_store_close(s);
+    CHECK(wal_size(path) == 0);
+
+    /* Both entries are there for the next process. */
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    kcache_entry *e = NULL;
+    for (unsigned n = 1; n <= 2; n++) {
+        kcache_key k = st_key(n);
+        CHECK_RC(kcache_store_get(&e, s, &k, KCACHE_GET_NO_TOUCH), 0);
+        CHECK(st_entry_ok(e, n, 1024, scratch));
+        kcache_entry_free(e);
+        e = NULL;
+    }
+    kcache_store_close(s);
+}
+
+/*
  * A process that opens the cache, hits and closes writes nothing to the
  * database (hitlog.c): its hit is still counted, and prune, run by another
  * handle afterwards, still evicts in the order of the accesses.
@@ -498,6 +531,7 @@ int main(void)
     test_prune_to_cap();
     test_cap_on_put();
     test_lru_order();
+    test_writer_close_empties_wal();
     test_hit_writes_nothing();
     test_hit_log_bound();
     test_hit_log_hostile();
