@@ -2,10 +2,16 @@
 #include "store/storeint.h"
 
 const char *const kc_stmt_sql[KC_STMT_COUNT] = {
+    /*
+     * Prepared by every hit process. Each bare column makes SQLite work out
+     * its declared type and origin table for the result's metadata; the
+     * unary + makes the columns expressions, which it skips: 0.27 M -> 0.23 M
+     * instructions to prepare, the same rows.
+     */
     [KC_STMT_GET] =
-        "SELECT e.id, e.kind, e.arch, e.name, e.raw_size, e.stored_size, e.codec, e.digest,"
-        " e.created_at, e.accessed_at, e.hits, e.compile_ns, e.toolchain,"
-        " i.log, i.names, i.key_material, a.stored_digest, a.data,"
+        "SELECT +e.id, +e.kind, +e.arch, +e.name, +e.raw_size, +e.stored_size, +e.codec,"
+        " +e.digest, +e.created_at, +e.accessed_at, +e.hits, +e.compile_ns, +e.toolchain,"
+        " +i.log, +i.names, +i.key_material, +a.stored_digest, +a.data,"
         /* The key as the row has it, read through the rowid: e.key itself
          * would be read from the very index entry that led here. */
         " (SELECT k.key FROM entry k WHERE k.id = e.id)"
