@@ -207,18 +207,25 @@ static void finalize_all(struct kc_db *db)
     }
 }
 
+void kc_db_settle(struct kc_db *db)
+{
+    struct stat st;
+    if (!db->conn || db->read_only || db->newer_schema || stat(db->wal_path, &st) != 0 ||
+        st.st_size == 0)
+        return;
+    if (st.st_size > KC_WAL_KEEP || sqlite3_total_changes(db->conn) != 0) {
+        /* Only if nobody is reading or writing: this never waits. */
+        sqlite3_busy_timeout(db->conn, 0);
+        sqlite3_wal_checkpoint_v2(db->conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+        sqlite3_busy_timeout(db->conn, (int)db->busy_timeout_ms);
+    }
+}
+
 void kc_db_close(struct kc_db *db)
 {
     finalize_all(db);
     if (db->conn) {
-        struct stat st;
-        if (!db->read_only && !db->newer_schema && stat(db->wal_path, &st) == 0 &&
-            st.st_size > 0 &&
-            (st.st_size > KC_WAL_KEEP || sqlite3_total_changes(db->conn) != 0)) {
-            /* Only if nobody is reading or writing: a close never waits. */
-            sqlite3_busy_timeout(db->conn, 0);
-            sqlite3_wal_checkpoint_v2(db->conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
-        }
+        kc_db_settle(db);
         sqlite3_close_v2(db->conn);
         db->conn = NULL;
     }

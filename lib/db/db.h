@@ -75,6 +75,13 @@ void kc_db_disk_usage(struct kc_db *db, uint64_t *file_bytes, uint64_t *wal_byte
  */
 int kc_db_open(struct kc_db *db);
 /* Closes the connection (statements finalized); the handle can be reopened. */
+/*
+ * Empties the WAL into the file when this connection wrote to it, or when it
+ * is past KC_WAL_KEEP, if nobody else is using it (never waits): the next
+ * process to open the file then has nothing to replay. kc_db_close() does it;
+ * a process that keeps its connection until exit calls it itself.
+ */
+void kc_db_settle(struct kc_db *db);
 void kc_db_close(struct kc_db *db);
 /* kc_db_close(), the lock file, and path: what kc_db_open() and the owner gave. */
 void kc_db_free(struct kc_db *db);

@@ -202,6 +202,7 @@ KCACHE_API int kcache_store_flush(kcache_store *store)
     KC_CHECK_ARG(store, store);
     pthread_mutex_lock(&store->lock);
     int rc = kc_flush_locked(store, 1);
+    kc_db_settle(&store->db);
     pthread_mutex_unlock(&store->lock);
     return rc;
 }

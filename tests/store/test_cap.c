@@ -173,10 +173,22 @@ static void test_writer_close_empties_wal(void)
     kcache_store_close(s);
     CHECK(wal_size(path) == 0);
 
-    /* Both entries are there for the next process. */
+    /* A handle kept until exit (the drop-in's) does the same at its flush. */
     s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK_RC(st_put(s, 3, 1024, scratch), 0);
+    CHECK(wal_size(path) > 0);
+    CHECK_RC(kcache_store_flush(s), 0);
+    CHECK(wal_size(path) == 0);
     kcache_entry *e = NULL;
-    for (unsigned n = 1; n <= 2; n++) {
+    kcache_key k3 = st_key(3);
+    CHECK_RC(kcache_store_get(&e, s, &k3, KCACHE_GET_NO_TOUCH), 0);
+    kcache_entry_free(e);
+    e = NULL;
+    kcache_store_close(s);
+
+    /* Every entry is there for the next process. */
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    for (unsigned n = 1; n <= 3; n++) {
         kcache_key k = st_key(n);
         CHECK_RC(kcache_store_get(&e, s, &k, KCACHE_GET_NO_TOUCH), 0);
         CHECK(st_entry_ok(e, n, 1024, scratch));

@@ -537,7 +537,12 @@ KCACHE_API int kcache_store_vacuum(kcache_store *store);
 /* Deletes every entry and hands the space back. */
 KCACHE_API int kcache_store_clear(kcache_store *store);
 
-/* Writes this process's pending touches now. */
+/*
+ * Writes this process's pending touches now and, if this handle wrote to the
+ * file, empties the WAL into it (when no other process is using it; never
+ * waits), as kcache_store_close() does: for a process that keeps its handle
+ * until it exits, so that the processes after it have no WAL to replay.
+ */
 KCACHE_API int kcache_store_flush(kcache_store *store);
 
 #ifdef __cplusplus
