@@ -167,8 +167,10 @@ int kc_db_begin_write(struct kc_db *db)
 int kc_db_commit(struct kc_db *db)
 {
     int rc = sqlite3_exec(db->conn, "COMMIT", NULL, NULL, NULL);
-    if (rc == SQLITE_OK)
+    if (rc == SQLITE_OK) {
+        db->wrote = 1;
         return 0;
+    }
     int err = kc_sqlerr(db, rc, "committing");
     kc_db_rollback(db);
     return err;
@@ -213,10 +215,12 @@ void kc_db_settle(struct kc_db *db)
     if (!db->conn || db->read_only || db->newer_schema || stat(db->wal_path, &st) != 0 ||
         st.st_size == 0)
         return;
-    if (st.st_size > KC_WAL_KEEP || sqlite3_total_changes(db->conn) != 0) {
+    if (st.st_size > KC_WAL_KEEP || db->wrote) {
         /* Only if nobody is reading or writing: this never waits. */
         sqlite3_busy_timeout(db->conn, 0);
-        sqlite3_wal_checkpoint_v2(db->conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+        if (sqlite3_wal_checkpoint_v2(db->conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL) ==
+            SQLITE_OK)
+            db->wrote = 0; /* its frames are in the file now */
         sqlite3_busy_timeout(db->conn, (int)db->busy_timeout_ms);
     }
 }

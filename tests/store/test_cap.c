@@ -199,6 +199,49 @@ static void test_writer_close_empties_wal(void)
 }
 
 /*
+ * A dry run is a transaction rolled back: its handle's close must not empty
+ * the WAL another process left, or the prune after it would start from a
+ * smaller file than the dry run measured.
+ */
+static void test_dry_run_leaves_wal(void)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s", test_path("drywal.db"));
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL); /* made, and its WAL emptied */
+    kcache_store_close(s);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) { /* puts, then exits without closing: its frames stay */
+        kcache_store *c = st_open(path, UINT64_MAX, NULL, NULL);
+        for (unsigned n = 1; n <= 4; n++)
+            if (st_put(c, n, 1024, scratch) != 0)
+                _exit(1);
+        _exit(0);
+    }
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    uint64_t wal = wal_size(path), disk = st_disk(path);
+    REQUIRE(wal > 0 && wal < 256 * 1024); /* under what any close empties */
+
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    kcache_prune_options o = KCACHE_PRUNE_OPTIONS_INIT;
+    kcache_prune_result dry = KCACHE_PRUNE_RESULT_INIT, real = KCACHE_PRUNE_RESULT_INIT;
+    o.max_entries = 2;
+    o.dry_run = 1;
+    CHECK_RC(kcache_store_prune(&dry, s, &o), 0);
+    kcache_store_close(s);
+    CHECK(wal_size(path) == wal);
+    CHECK(st_disk(path) == disk);
+
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    o.dry_run = 0;
+    CHECK_RC(kcache_store_prune(&real, s, &o), 0);
+    kcache_store_close(s);
+    CHECK(dry.evicted == 2 && real.evicted == 2);
+    CHECK(dry.disk_before == real.disk_before);
+}
+
+/*
  * A process that opens the cache, hits and closes writes nothing to the
  * database (hitlog.c): its hit is still counted, and prune, run by another
  * handle afterwards, still evicts in the order of the accesses.
@@ -544,6 +587,7 @@ int main(void)
     test_cap_on_put();
     test_lru_order();
     test_writer_close_empties_wal();
+    test_dry_run_leaves_wal();
     test_hit_writes_nothing();
     test_hit_log_bound();
     test_hit_log_hostile();
