@@ -15,29 +15,6 @@ static int cmp_usage(const void *a, const void *b)
     return c ? c : (int)x->kind - (int)y->kind;
 }
 
-int kc_usage_merge(kcache_usage **v, size_t *n, size_t *cap, const char *arch, int kind,
-                   uint64_t hits, uint64_t misses, uint64_t saved_ns)
-{
-    kcache_usage *u = NULL;
-    for (size_t i = 0; i < *n; i++)
-        if ((int)(*v)[i].kind == kind && strcmp((*v)[i].arch, arch) == 0)
-            u = &(*v)[i];
-    if (!u) {
-        kcache_usage *grown = kc_grow(*v, cap, *n, sizeof(*grown), 8);
-        if (!grown)
-            return KCACHE_ENOMEM;
-        *v = grown;
-        u = &grown[(*n)++];
-        memset(u, 0, sizeof(*u));
-        snprintf(u->arch, sizeof(u->arch), "%s", arch);
-        u->kind = (kcache_kind)kind;
-    }
-    u->hits += hits;
-    u->misses += misses;
-    u->saved_ns += saved_ns;
-    return 0;
-}
-
 static int add_usage(kcache_stats *st, size_t *cap, const char *arch, int kind, uint64_t hits,
                      uint64_t misses, uint64_t saved_ns)
 {

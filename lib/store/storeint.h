@@ -251,7 +251,7 @@ int kc_put_batch_end(kcache_store *s, int commit);
 int kc_flush_locked(kcache_store *s, int wait);
 int kc_usage_add(kcache_store *s, const char *arch, int kind, uint64_t hits, uint64_t misses,
                  uint64_t saved_ns);
-/* stats.c: adds the counts to the row of (arch, kind) in the list v of *n, appended if new. */
+/* usage.c: adds the counts to the row of (arch, kind) in the list v of *n, appended if new. */
 int kc_usage_merge(kcache_usage **v, size_t *n, size_t *cap, const char *arch, int kind,
                    uint64_t hits, uint64_t misses, uint64_t saved_ns);
 
