@@ -53,6 +53,7 @@ struct kc_db {
 
     kcache_log_fn log;
     void *log_userdata;
+    kc_logq logq; /* said under the owner's lock, delivered once it is released */
     const void *msg_owner; /* the handle a thread's last message is noted on */
     char errmsg[KC_ERRMSG_SIZE];
 };
@@ -60,6 +61,11 @@ struct kc_db {
 /* Sets db's message (one line) and notes it for this thread; returns code. */
 int kc_db_err(struct kc_db *db, int code, const char *fmt, ...) KC_PRINTF(3, 4);
 int kc_db_verr(struct kc_db *db, int code, const char *fmt, va_list ap) KC_PRINTF(3, 0);
+/*
+ * Queues a message for the log callback (none: dropped). The owner calls it
+ * under its lock and delivers db->logq once the lock is released
+ * (util/common.h: kc_logq), so the callback may call the owner again.
+ */
 void kc_db_log(struct kc_db *db, int level, const char *fmt, ...) KC_PRINTF(3, 4);
 /* Maps an SQLite result to a status and sets a message naming what failed. */
 int kc_sqlerr(struct kc_db *db, int sqlite_rc, const char *what);

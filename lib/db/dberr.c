@@ -37,7 +37,7 @@ void kc_db_log(struct kc_db *db, int level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    db->log(db->log_userdata, level, msg);
+    kc_logq_add(&db->logq, level, msg);
 }
 
 /* Whether a write may have failed for RLIMIT_FSIZE: a file is within a page of the limit. */

@@ -188,4 +188,5 @@ void kc_db_free(struct kc_db *db)
     free(db->path);
     free(db->wal_path);
     db->path = db->wal_path = NULL;
+    kc_logq_deliver(&db->logq, NULL, NULL); /* what no caller was left to hear */
 }

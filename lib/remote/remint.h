@@ -28,11 +28,20 @@ struct kcache_remote {
     kc_buf scratch;
     kcache_log_fn log;
     void *log_userdata;
+    kc_logq logq; /* said under the lock, delivered by kc_remote_unlock() */
     char errmsg[KC_ERRMSG_SIZE];
 };
 
-/* Sets the message (and logs it as a warning when there is a log callback). */
+/*
+ * Sets the message (and logs it as a warning when there is a log callback),
+ * under the lock: the log callback hears it once kc_remote_unlock() lets go.
+ */
 void kc_remote_log(kcache_remote *r, const char *fmt, ...) KC_PRINTF(2, 3);
+/*
+ * Releases r->lock, then calls the log callback with what was said under
+ * it: no callback runs under the lock. Every unlock of r->lock is this one.
+ */
+void kc_remote_unlock(kcache_remote *r);
 /* Whether the remote may be tried now (no back-off in place, here or in the file). */
 int kc_remote_usable(kcache_remote *r);
 int kc_remote_writable(kcache_remote *r);

@@ -171,6 +171,7 @@ KCACHE_API void kcache_remote_close(kcache_remote *remote)
     kc_buf_free(&remote->scratch);
     memset(&remote->secret, 0, sizeof(remote->secret));
     memset(&remote->ep, 0, sizeof(remote->ep));
+    kc_logq_deliver(&remote->logq, NULL, NULL);
     pthread_mutex_destroy(&remote->lock);
     kc_errmsg_forget(remote);
     free(remote);
@@ -199,7 +200,14 @@ void kc_remote_log(kcache_remote *r, const char *fmt, ...)
     vsnprintf(r->errmsg, sizeof(r->errmsg), fmt, ap);
     va_end(ap);
     if (r->log)
-        r->log(r->log_userdata, KCACHE_LOG_WARNING, r->errmsg);
+        kc_logq_add(&r->logq, KCACHE_LOG_WARNING, r->errmsg);
+}
+
+void kc_remote_unlock(kcache_remote *r)
+{
+    kc_logq said = kc_logq_take(&r->logq);
+    pthread_mutex_unlock(&r->lock);
+    kc_logq_deliver(&said, r->log, r->log_userdata);
 }
 
 /* ---- the back-off, shared by the machine's processes ------------------- */
@@ -364,7 +372,7 @@ int kc_remote_fetch(kcache_entry **out, kcache_remote *r, const kcache_key *key)
         kc_store_count(r->store, KC_RC_HITS, 1);
     else if (found == 0)
         kc_store_count(r->store, KC_RC_MISSES, 1);
-    pthread_mutex_unlock(&r->lock);
+    kc_remote_unlock(r);
     return found == 1 ? 1 : found == 0 ? 0 : -1;
 }
 
@@ -393,7 +401,7 @@ int kc_remote_lease_or_wait(kcache_entry **out, int *leased, kcache_remote *r,
             found = 0; /* a bad value: compile (holding the lease or not) and replace it */
         if (found == 1 && acquired)
             r->backend->ops->release(r->backend, name, r->owner);
-        pthread_mutex_unlock(&r->lock);
+        kc_remote_unlock(r);
         if (found == 1)
             return 1;
         if (rc || found < 0)
@@ -420,7 +428,7 @@ void kc_remote_renew(kcache_remote *r, const kcache_key *key)
                                  : 0;
     if (rc)
         kc_remote_failed(r, rc);
-    pthread_mutex_unlock(&r->lock);
+    kc_remote_unlock(r);
 }
 
 void kc_remote_release(kcache_remote *r, const kcache_key *key)
@@ -431,7 +439,7 @@ void kc_remote_release(kcache_remote *r, const kcache_key *key)
     int rc = kc_remote_usable(r) ? r->backend->ops->release(r->backend, name, r->owner) : 0;
     if (rc)
         kc_remote_failed(r, rc);
-    pthread_mutex_unlock(&r->lock);
+    kc_remote_unlock(r);
 }
 
 /* Encodes and sends e, under the lock. Returns the bytes sent, or a negative error. */
@@ -469,7 +477,7 @@ void kc_remote_push(kcache_remote *r, const kcache_entry *e)
         kc_store_count(r->store, KC_RC_SKIPPED, 1);
     else
         kc_remote_push_locked(r, e, kc_now_ms());
-    pthread_mutex_unlock(&r->lock);
+    kc_remote_unlock(r);
 }
 
 KCACHE_API int kcache_remote_get(kcache_entry **out, kcache_remote *remote, const kcache_key *key)

@@ -25,7 +25,7 @@ static int noted(kcache_remote *r, int rc)
     if (rc) {
         pthread_mutex_lock(&r->lock);
         kc_errmsg_note(r, r->errmsg);
-        pthread_mutex_unlock(&r->lock);
+        kc_remote_unlock(r);
     }
     return rc;
 }
@@ -53,7 +53,7 @@ KCACHE_API int kcache_remote_check(kcache_remote_info *out, kcache_remote *remot
         info.refuses_writes = !strcmp(info.policy, "noeviction") && info.maxmemory &&
                               info.used_memory >= info.maxmemory - info.maxmemory / 20;
     }
-    pthread_mutex_unlock(&remote->lock);
+    kc_remote_unlock(remote);
     size_t n = KC_MIN(sizeof(info), sizeof(*out)); /* an older caller's struct may be shorter */
     memcpy(out, &info, n);
     return noted(remote, rc);
@@ -86,53 +86,70 @@ static int collect(void *ud, const char *member)
     return 0;
 }
 
+/* One key the store lacks, taken from the remote: under the lock (its scratch buffer, its codec). */
+static int pull_one_locked(kcache_transfer *t, kcache_remote *remote, const kcache_key *key)
+{
+    char name[512];
+    kc_remote_name(name, sizeof(name), remote, "entry", key);
+    int g = remote->backend->ops->get(remote->backend, &remote->scratch, name, KC_WIRE_MAX_VALUE);
+    if (g == KCACHE_ENOTFOUND)
+        return 0; /* evicted by the server since it was indexed */
+    if (g == KCACHE_ECORRUPT) {
+        t->rejected++;
+        return 0;
+    }
+    if (g)
+        return backend_error(remote, g);
+    int a = kc_remote_admit(NULL, remote, key, remote->scratch.data, remote->scratch.size);
+    if (a == 0) {
+        t->entries++;
+        t->bytes += remote->scratch.size;
+    } else if (a == 1) {
+        t->conflicts++; /* the key landed here meanwhile, with other bytes */
+    } else {
+        t->rejected++;
+    }
+    return 0;
+}
+
+/*
+ * The index read, then each key the store lacks taken, the lock held for
+ * one key at a time: progress is said with no lock held, so the callback
+ * may use the remote and the store. Whether the store has a key is asked
+ * when its turn comes, so an entry the callback put meanwhile is not taken.
+ */
 static int pull(kcache_transfer *t, kcache_remote *remote, const kcache_filter *filter,
                 kcache_progress_fn progress, void *userdata)
 {
     struct walk w = {remote, filter, NULL, 0, 0};
-    char index[320], name[512];
+    char index[320];
     snprintf(index, sizeof(index), "%sindex", remote->prefix);
     pthread_mutex_lock(&remote->lock);
     int rc = remote->backend->ops->index(remote->backend, index,
                                          filter ? filter->created_since : 0, collect, &w);
     if (rc && rc != KCACHE_ENOMEM)
         backend_error(remote, rc);
+    kc_remote_unlock(remote);
     for (size_t i = 0; !rc && i < w.n; i++) {
         kcache_entry *e = NULL;
         if (kcache_store_get(&e, remote->store, &w.keys[i], KCACHE_GET_NO_TOUCH |
                                                               KCACHE_GET_NO_DATA) == 0) {
             t->present++;
         } else {
-            kc_remote_name(name, sizeof(name), remote, "entry", &w.keys[i]);
-            int g = remote->backend->ops->get(remote->backend, &remote->scratch, name,
-                                              KC_WIRE_MAX_VALUE);
-            if (g == KCACHE_ENOTFOUND) {
-                ; /* evicted by the server since it was indexed */
-            } else if (g == KCACHE_ECORRUPT) {
-                t->rejected++;
-            } else if (g) {
-                rc = backend_error(remote, g);
-            } else {
-                int a = kc_remote_admit(NULL, remote, &w.keys[i], remote->scratch.data,
-                                        remote->scratch.size);
-                if (a == 0) {
-                    t->entries++;
-                    t->bytes += remote->scratch.size;
-                } else if (a == 1) {
-                    t->conflicts++; /* the key landed here meanwhile, with other bytes */
-                } else {
-                    t->rejected++;
-                }
-            }
+            pthread_mutex_lock(&remote->lock);
+            rc = pull_one_locked(t, remote, &w.keys[i]);
+            kc_remote_unlock(remote);
         }
         kcache_entry_free(e);
         if (progress)
             progress(userdata, "pulling", i + 1, w.n);
     }
-    pthread_mutex_unlock(&remote->lock);
     free(w.keys);
-    if (rc == KCACHE_ENOMEM)
+    if (rc == KCACHE_ENOMEM) {
+        pthread_mutex_lock(&remote->lock);
         snprintf(remote->errmsg, sizeof(remote->errmsg), "out of memory");
+        kc_remote_unlock(remote);
+    }
     return rc;
 }
 
@@ -158,7 +175,7 @@ static int push(kcache_transfer *t, kcache_remote *remote, const kcache_filter *
             !kc_store_local_only(e)) {
             pthread_mutex_lock(&remote->lock);
             int64_t sent = kc_remote_push_locked(remote, e, e->created_at);
-            pthread_mutex_unlock(&remote->lock);
+            kc_remote_unlock(remote);
             if (sent < 0) {
                 rc = (int)sent;
                 snprintf(remote->errmsg, sizeof(remote->errmsg), "%s",

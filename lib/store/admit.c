@@ -19,7 +19,7 @@ int kc_store_admit(kcache_store *store, kcache_entry *e, char *what, size_t what
     int64_t now = kc_now_ms();
     pthread_mutex_lock(&store->lock);
     int rc = kc_ingest_check_entry(store, e, now, what, what_size);
-    pthread_mutex_unlock(&store->lock);
+    kc_unlock(store);
     if (rc)
         return rc;
     if (kc_ingest_local_only(e)) {
@@ -47,7 +47,7 @@ int kc_store_admit(kcache_store *store, kcache_entry *e, char *what, size_t what
     if (conflict) {
         kc_ingest_conflict_text(what, what_size, &e->key, have, e->digest, "the remote");
         kc_store_count(store, KC_COUNTER_CONFLICTS, 1);
-        kc_log(store, KCACHE_LOG_WARNING, "%s", what);
+        kc_log_unlocked(store, KCACHE_LOG_WARNING, "%s", what);
         return 1;
     }
     return 0;

@@ -171,7 +171,7 @@ KCACHE_API int kcache_batch_commit(kcache_batch *batch)
         s->pending_failures += batch->n; /* each entry lost is a put that failed */
     if (rc == KCACHE_EFULL)
         kc_count_now_locked(s);
-    pthread_mutex_unlock(&s->lock);
+    kc_unlock(s);
     drop_all(batch);
     return rc;
 }
@@ -185,7 +185,7 @@ KCACHE_API int kcache_batch_put(kcache_batch *batch, const kcache_entry *entry)
         return kc_err_locking(s, KCACHE_EINVAL, "kcache_batch_put: entry is NULL");
     pthread_mutex_lock(&s->lock);
     int rc = kc_put_allowed(s, entry);
-    pthread_mutex_unlock(&s->lock);
+    kc_unlock(s);
     if (rc)
         return rc;
     struct pending *grown = kc_grow(batch->p, &batch->cap, batch->n, sizeof(*grown), 16);

@@ -87,7 +87,7 @@ static int set_times(kcache_store *s, const kcache_key *key, int64_t created_at,
     }
     sqlite3_finalize(st);
     int rc = src == SQLITE_DONE ? 0 : kc_sqlerr(&s->db, src, "setting an entry's times");
-    pthread_mutex_unlock(&s->lock);
+    kc_unlock(s);
     return rc;
 }
 
@@ -212,7 +212,7 @@ static int export_to(kcache_bundle_result *r, kcache_store *store, const char *p
      * need to sync every put (this makes an export several times faster). */
     pthread_mutex_lock(&dst->lock);
     kc_db_exec(&dst->db, "PRAGMA synchronous = OFF", "configuring the bundle");
-    pthread_mutex_unlock(&dst->lock);
+    kc_unlock(dst);
     for (size_t i = 0; i < keys.n; i++) {
         progress(o, "exporting", i, keys.n);
         kcache_entry *e = NULL;
@@ -363,6 +363,14 @@ static int import_from(kcache_bundle_result *r, kcache_store *store, const char 
     int64_t now = kc_now_ms();
     int in_batch = 0;
     char why[2 * KC_ERRMSG_SIZE] = ""; /* said once the batch has let go of the store */
+    /*
+     * The merge's transaction holds the store's lock from begin to end, and
+     * a callback under it could not use the store (nor could the lock be let
+     * go: the open transaction is the handle's connection's). So a merge says
+     * its progress before and after; a dry run, which holds nothing between
+     * entries, entry by entry.
+     */
+    progress(o, o->dry_run ? "checking" : "importing", 0, keys.n);
     if (!o->dry_run) {
         if ((rc = kc_put_batch_begin(store)))
             goto out;
@@ -370,7 +378,8 @@ static int import_from(kcache_bundle_result *r, kcache_store *store, const char 
     }
     for (size_t i = 0; i < keys.n; i++) {
         const struct key_item *k = &keys.items[i];
-        progress(o, o->dry_run ? "checking" : "importing", i, keys.n);
+        if (!in_batch && i)
+            progress(o, "checking", i, keys.n);
         char hex[KCACHE_KEY_HEX_SIZE], what[KC_ERRMSG_SIZE];
         kcache_key_hex(hex, &k->key);
         if ((rc = kcache_store_get(&e, src, &k->key, KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS))) {
@@ -385,7 +394,7 @@ static int import_from(kcache_bundle_result *r, kcache_store *store, const char 
             pthread_mutex_lock(&store->lock);
         rc = kc_ingest_check_entry(store, e, now, what, sizeof(what));
         if (!in_batch)
-            pthread_mutex_unlock(&store->lock);
+            kc_unlock(store);
         if (rc) {
             snprintf(why, sizeof(why), "%s is damaged: entry %.16s: %s; nothing imported", path,
                      hex, what);
@@ -488,7 +497,7 @@ static int import_from(kcache_bundle_result *r, kcache_store *store, const char 
         const struct conflict *c = &conflicts.items[i];
         char line[KC_ERRMSG_SIZE];
         kc_ingest_conflict_text(line, sizeof(line), &c->key, c->kept, c->refused, "the bundle");
-        kc_log(store, KCACHE_LOG_WARNING, "%s", line);
+        kc_log_unlocked(store, KCACHE_LOG_WARNING, "%s", line);
         if (o->conflict)
             o->conflict(o->conflict_userdata, &c->key, c->kept, c->refused);
     }

@@ -227,7 +227,7 @@ KCACHE_API int kcache_store_namespace_stats(kcache_namespace_stats *out, kcache_
     out->version = version;
     pthread_mutex_lock(&store->lock);
     KC_WITH_RECOVERY(store, rc, ns_stats_locked(store, out, ns));
-    pthread_mutex_unlock(&store->lock);
+    kc_unlock(store);
     return rc;
 }
 
@@ -277,7 +277,7 @@ KCACHE_API int kcache_store_clear_namespace(uint64_t *deleted, kcache_store *sto
     rc = kc_db_writable(&store->db);
     if (!rc)
         KC_WITH_RECOVERY(store, rc, ns_clear_locked(store, ns, deleted));
-    pthread_mutex_unlock(&store->lock);
+    kc_unlock(store);
     return rc;
 }
 
@@ -384,7 +384,7 @@ KCACHE_API int kcache_store_trim_namespace(uint64_t *evicted, kcache_store *stor
     rc = kc_db_writable(&store->db);
     if (!rc)
         KC_WITH_RECOVERY(store, rc, ns_trim_locked(store, ns, max_bytes, &n));
-    pthread_mutex_unlock(&store->lock);
+    kc_unlock(store);
     if (evicted)
         *evicted = rc ? 0 : n;
     return rc;

@@ -146,7 +146,7 @@ int kc_store_lease_acquire(int *acquired, kcache_store *store,
     pthread_mutex_lock(&store->lock);
     int rc = store->db.conn ? acquire_locked(store, key, stale_ms, acquired)
                        : kc_err(store, KCACHE_EIO, "no database");
-    pthread_mutex_unlock(&store->lock);
+    kc_unlock(store);
     return rc;
 }
 
@@ -160,7 +160,7 @@ int kc_store_lease_renew(kcache_store *store, const kcache_key *key)
         rc = run(store,
                  "UPDATE lease SET heartbeat = ?4 WHERE key = ?1 AND pid = ?2 AND host = ?3",
                  key, kc_now_ms(), NULL);
-    pthread_mutex_unlock(&store->lock);
+    kc_unlock(store);
     return rc;
 }
 
@@ -172,5 +172,5 @@ void kc_store_lease_release(kcache_store *store, const kcache_key *key)
     if (store->db.conn && kc_db_writable(&store->db) == 0)
         run(store, "DELETE FROM lease WHERE key = ?1 AND pid = ?2 AND host = ?3 AND ?4 = ?4", key,
             0, NULL);
-    pthread_mutex_unlock(&store->lock);
+    kc_unlock(store);
 }

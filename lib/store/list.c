@@ -61,7 +61,7 @@ KCACHE_API int kcache_store_find(kcache_key *out, kcache_store *store, const cha
             rc = kc_err(store, KCACHE_EAMBIGUOUS,
                         "more than one entry starts with %s: give more digits", hex_prefix);
     }
-    pthread_mutex_unlock(&store->lock);
+    kc_unlock(store);
     return rc;
 }
 
@@ -142,7 +142,7 @@ KCACHE_API int kcache_store_list(kcache_store *store, const kcache_filter *filte
     pthread_mutex_lock(&store->lock);
     int rc;
     KC_WITH_RECOVERY(store, rc, list_locked(store, filter, by_sort[filter->sort], &l));
-    pthread_mutex_unlock(&store->lock);
+    kc_unlock(store);
     for (size_t i = 0; !rc && i < l.n; i++)
         rc = fn(userdata, l.v[i]);
     entry_list_free(&l);
@@ -178,7 +178,7 @@ KCACHE_API int kcache_store_list_keys(kcache_key **out, size_t *n,
         if (rc == KCACHE_ENOMEM) {
             pthread_mutex_lock(&store->lock);
             kc_err(store, rc, "out of memory listing entries");
-            pthread_mutex_unlock(&store->lock);
+            kc_unlock(store);
         }
         return rc;
     }

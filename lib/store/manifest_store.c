@@ -72,7 +72,7 @@ int kc_store_manifest_get(kc_manifest_row **out, size_t *n, kcache_store *s,
     *n = 0;
     pthread_mutex_lock(&s->lock);
     int rc = s->db.conn ? manifest_get_locked(out, n, s, base) : KCACHE_EIO;
-    pthread_mutex_unlock(&s->lock);
+    kc_unlock(s);
     return rc;
 }
 
@@ -152,7 +152,7 @@ int kc_store_manifest_put(kcache_store *s, const kcache_key *base, const kcache_
     pthread_mutex_lock(&s->lock);
     int rc = s->db.conn ? manifest_put_locked(s, base, key, recorded_at, closure, size)
                         : KCACHE_EIO;
-    pthread_mutex_unlock(&s->lock);
+    kc_unlock(s);
     return rc;
 }
 
@@ -178,5 +178,5 @@ void kc_store_count_uncacheable(kcache_store *s, const char *reason)
         else
             kc_db_commit(&s->db);
     }
-    pthread_mutex_unlock(&s->lock);
+    kc_unlock(s);
 }

@@ -508,7 +508,7 @@ KCACHE_API int kcache_store_prune(kcache_prune_result *out, kcache_store *store,
     if (rc == KCACHE_EFULL)
         kc_err(store, rc, "disk full while evicting from %s: recording an eviction needs free "
                "space too; free some on that disk (a few MiB), then prune again", store->db.path);
-    pthread_mutex_unlock(&store->lock);
+    kc_unlock(store);
     return rc;
 }
 
@@ -531,7 +531,7 @@ KCACHE_API int kcache_store_vacuum(kcache_store *store)
     /* A damaged file is set aside (recovery) and the new one compacted: nothing left to rm. */
     if (!rc)
         KC_WITH_RECOVERY(store, rc, vacuum_locked(store));
-    pthread_mutex_unlock(&store->lock);
+    kc_unlock(store);
     return rc;
 }
 
@@ -571,6 +571,6 @@ KCACHE_API int kcache_store_clear(kcache_store *store)
         store->n_touches = 0;
         rc = release_space(store);
     }
-    pthread_mutex_unlock(&store->lock);
+    kc_unlock(store);
     return rc;
 }

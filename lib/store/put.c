@@ -237,7 +237,7 @@ int kc_put_batch_begin(kcache_store *s)
     if (!rc && (rc = kc_pending_write(s)))
         kc_db_rollback(&s->db);
     if (rc)
-        pthread_mutex_unlock(&s->lock);
+        kc_unlock(s);
     return rc;
 }
 
@@ -280,7 +280,7 @@ int kc_put_batch_end(kcache_store *s, int commit)
         rc = kc_maybe_prune_locked(s);
     else if (rc && rc != KCACHE_EINVAL)
         s->pending_failures++;
-    pthread_mutex_unlock(&s->lock);
+    kc_unlock(s);
     return rc;
 }
 
@@ -299,7 +299,7 @@ KCACHE_API int kcache_store_put(kcache_store *store, const kcache_entry *entry)
         store->pending_failures++;
     if (rc == KCACHE_EFULL)
         kc_count_now_locked(store);
-    pthread_mutex_unlock(&store->lock);
+    kc_unlock(store);
     kc_buf_free(&names);
     return rc;
 }

@@ -177,15 +177,19 @@ static int recompress_row(kcache_store *s, sqlite3_stmt *q, int target, kc_buf *
     return 0;
 }
 
-/* One batch after id *last, in one write transaction. *n: rows looked at. */
+/*
+ * One batch after id *last, in one write transaction. *n: rows looked at.
+ * On failure nothing of it happened: *last and the counts are as before.
+ */
 static int recompress_batch(kcache_store *s, int target, size_t batch, int64_t *last, size_t *n,
                             kc_buf *enc, kcache_recompress_result *r)
 {
     sqlite3_stmt *q = NULL;
     kcache_recompress_result undo = *r;
+    int64_t from = *last;
     *n = 0;
-    int rc = kc_db_begin_write(&s->db);
-    if (rc)
+    int rc = kc_db_writable(&s->db);
+    if (rc || (rc = kc_db_begin_write(&s->db)))
         return rc;
     int src = sqlite3_prepare_v2(s->db.conn,
                                  "SELECT e.id, e.codec, e.raw_size, e.stored_size, e.digest,"
@@ -196,7 +200,7 @@ static int recompress_batch(kcache_store *s, int target, size_t batch, int64_t *
     if (src == SQLITE_OK) {
         sqlite3_bind_int(q, 1, target);
         sqlite3_bind_int(q, 2, KC_RAW_BELOW);
-        sqlite3_bind_int64(q, 3, *last);
+        sqlite3_bind_int64(q, 3, from);
         sqlite3_bind_int64(q, 4, (sqlite3_int64)batch);
     }
     while (!rc && src == SQLITE_OK && (src = sqlite3_step(q)) == SQLITE_ROW) {
@@ -213,12 +217,15 @@ static int recompress_batch(kcache_store *s, int target, size_t batch, int64_t *
     if (rc) {
         kc_db_rollback(&s->db);
         *r = undo; /* nothing of this batch happened */
+        *last = from;
+        *n = 0;
     }
     return rc;
 }
 
-static int recompress_locked(kcache_store *s, const kcache_recompress_options *o,
-                             kcache_recompress_result *r)
+/* The counts before any re-encoding, after writing what is pending. */
+static int survey_locked(kcache_store *s, const kcache_recompress_options *o,
+                         kcache_recompress_result *r)
 {
     int target = s->compression;
     unsigned version = r->version;
@@ -228,7 +235,32 @@ static int recompress_locked(kcache_store *s, const kcache_recompress_options *o
     int rc;
     if ((rc = kc_flush_locked(s, !o->dry_run)) || (rc = survey(s, r, target)) || o->dry_run)
         return rc;
-    if ((rc = kc_db_writable(&s->db)))
+    return kc_db_writable(&s->db);
+}
+
+static void progress(const kcache_recompress_options *o, uint64_t done, uint64_t total)
+{
+    if (o->progress)
+        o->progress(o->userdata, "recompressing", KC_MIN(done, total), total);
+}
+
+/*
+ * The survey, then a batch at a time, each under the lock in a transaction
+ * of its own. Progress is said between batches with no lock held: the
+ * callback may use the store, even delete or put entries. What the loop
+ * carries across is only the last id done and the counts, which stay right
+ * whatever happened meanwhile: ids grow, so the next batch starts after the
+ * last one done and sees the store as it is then (an entry deleted is not
+ * visited, one put since is in the new codec already).
+ */
+static int recompress(kcache_store *s, const kcache_recompress_options *o,
+                      kcache_recompress_result *r)
+{
+    int rc;
+    pthread_mutex_lock(&s->lock);
+    KC_WITH_RECOVERY(s, rc, survey_locked(s, o, r));
+    kc_unlock(s);
+    if (rc || o->dry_run)
         return rc;
     size_t batch = o->batch ? o->batch : KC_RECOMPRESS_BATCH;
     int64_t last = 0;
@@ -236,19 +268,27 @@ static int recompress_locked(kcache_store *s, const kcache_recompress_options *o
     kc_buf enc = {0};
     for (;;) {
         size_t n = 0;
-        if (o->progress)
-            o->progress(o->userdata, "recompressing", done, r->to_recompress);
-        if ((rc = recompress_batch(s, target, batch, &last, &n, &enc, r)) || n == 0)
+        progress(o, done, r->to_recompress);
+        pthread_mutex_lock(&s->lock);
+        int target = s->compression;
+        KC_WITH_RECOVERY(s, rc, recompress_batch(s, target, batch, &last, &n, &enc, r));
+        kc_unlock(s);
+        if (rc || n == 0)
             break;
         done += n;
     }
     kc_buf_free(&enc);
-    if (!rc && o->progress)
-        o->progress(o->userdata, "recompressing", r->to_recompress, r->to_recompress);
+    if (rc)
+        return rc;
+    progress(o, r->to_recompress, r->to_recompress);
     /* The pages the smaller artifacts left go back, as after a prune. */
-    if (!rc && r->stored_after < r->stored_before)
-        sqlite3_wal_checkpoint_v2(s->db.conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
-    return rc;
+    if (r->stored_after < r->stored_before) {
+        pthread_mutex_lock(&s->lock);
+        if (s->db.conn)
+            sqlite3_wal_checkpoint_v2(s->db.conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+        kc_unlock(s);
+    }
+    return 0;
 }
 
 KCACHE_API int kcache_store_recompress(kcache_recompress_result *out, kcache_store *store,
@@ -261,14 +301,11 @@ KCACHE_API int kcache_store_recompress(kcache_recompress_result *out, kcache_sto
     if (!options)
         options = &defaults;
     if (options->version < 1 || options->version > KCACHE_RECOMPRESS_OPTIONS_VERSION)
-        return kc_err(store, KCACHE_EINVAL,
-                      "kcache_store_recompress: options version %u unsupported", options->version);
+        return kc_err_locking(store, KCACHE_EINVAL,
+                              "kcache_store_recompress: options version %u unsupported",
+                              options->version);
     if (!KC_RESULT_VERSION_OK(out, KCACHE_RECOMPRESS_RESULT_VERSION))
-        return kc_err(store, KCACHE_EINVAL, "kcache_store_recompress: result version %u is not "
-                      "supported (KCACHE_RECOMPRESS_RESULT_INIT)", out->version);
-    pthread_mutex_lock(&store->lock);
-    int rc;
-    KC_WITH_RECOVERY(store, rc, recompress_locked(store, options, out ? out : &ignored));
-    pthread_mutex_unlock(&store->lock);
-    return rc;
+        return kc_err_locking(store, KCACHE_EINVAL, "kcache_store_recompress: result version %u "
+                              "is not supported (KCACHE_RECOMPRESS_RESULT_INIT)", out->version);
+    return recompress(store, options, out ? out : &ignored);
 }

@@ -145,7 +145,7 @@ KCACHE_API int kcache_store_stats(kcache_stats **out, kcache_store *store)
         st->max_size = store->max_size;
         st->schema_version = store->db.schema_version;
     }
-    pthread_mutex_unlock(&store->lock);
+    kc_unlock(store);
     if (rc) {
         kcache_stats_free(st);
         return rc;
@@ -189,6 +189,6 @@ KCACHE_API int kcache_store_zero_stats(kcache_store *store)
         kc_spill_take_end(&store->db, 1);
         store->n_counters = 0;
     }
-    pthread_mutex_unlock(&store->lock);
+    kc_unlock(store);
     return rc;
 }

@@ -8,6 +8,25 @@
 #include "store/storeint.h"
 
 
+void kc_unlock(kcache_store *s)
+{
+    kc_logq said = kc_logq_take(&s->db.logq);
+    pthread_mutex_unlock(&s->lock);
+    kc_logq_deliver(&said, s->db.log, s->db.log_userdata);
+}
+
+void kc_log_unlocked(kcache_store *s, int level, const char *fmt, ...)
+{
+    if (!s->db.log)
+        return;
+    char msg[KC_ERRMSG_SIZE];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    s->db.log(s->db.log_userdata, level, msg);
+}
+
 int kc_err_locking(kcache_store *s, int code, const char *fmt, ...)
 {
     va_list ap;
@@ -15,7 +34,7 @@ int kc_err_locking(kcache_store *s, int code, const char *fmt, ...)
     va_start(ap, fmt);
     kc_db_verr(&s->db, code, fmt, ap);
     va_end(ap);
-    pthread_mutex_unlock(&s->lock);
+    kc_unlock(s);
     return code;
 }
 
@@ -98,6 +117,9 @@ static int store_open(kcache_store **out, const kcache_store_options *options, i
         rc = kc_db_open(&s->db);
     if (!rc && s->db.replaced_damaged)
         s->pending_corrupt++; /* stats' corrupt counts damaged files too */
+    /* What opening said (a damaged file set aside), with no handle yet to call back. */
+    kc_logq said = kc_logq_take(&s->db.logq);
+    kc_logq_deliver(&said, s->db.log, s->db.log_userdata);
     if (rc) {
         kc_fmt(errbuf, errbuf_size, rc, "%s", s->db.errmsg);
         store_free(s);
@@ -141,7 +163,7 @@ KCACHE_API void kcache_store_close(kcache_store *store)
         if (!store->db.read_only && !store->db.newer_schema)
             kc_maybe_prune_locked(store);
     }
-    pthread_mutex_unlock(&store->lock);
+    kc_unlock(store);
     store_free(store);
 }
 
@@ -396,7 +418,7 @@ KCACHE_API int kcache_store_get(kcache_entry **out, kcache_store *store, const k
     KC_WITH_RECOVERY(store, rc, get_locked(store, out, key, flags));
     if (!(flags & KCACHE_GET_NO_TOUCH) && store->db.conn)
         kc_maybe_flush_locked(store);
-    pthread_mutex_unlock(&store->lock);
+    kc_unlock(store);
     return rc;
 }
 
@@ -404,7 +426,7 @@ int kc_store_get_found_damage(kcache_store *s)
 {
     pthread_mutex_lock(&s->lock);
     int found = s->get_found_damage;
-    pthread_mutex_unlock(&s->lock);
+    kc_unlock(s);
     return found;
 }
 
@@ -416,6 +438,6 @@ KCACHE_API int kcache_store_delete(kcache_store *store, const kcache_key *key)
     KC_WITH_RECOVERY(store, rc, delete_locked(store, key));
     if (rc == KCACHE_ENOTFOUND)
         kc_err(store, rc, "no entry for this key");
-    pthread_mutex_unlock(&store->lock);
+    kc_unlock(store);
     return rc;
 }

@@ -91,9 +91,21 @@ struct kcache_store {
     uint64_t other_host_since_ns;  /* and since when (lease.c) */
 };
 
-/* The store's message and log are its file's (db/dberr.c): one place for both. */
+/*
+ * The store's message and log are its file's (db/dberr.c): one place for
+ * both. kc_log() is said under s->lock and heard once kc_unlock() lets go;
+ * kc_log_unlocked() from a caller that holds nothing.
+ */
 #define kc_err(s, code, ...) kc_db_err(&(s)->db, (code), __VA_ARGS__)
 #define kc_log(s, level, ...) kc_db_log(&(s)->db, (level), __VA_ARGS__)
+void kc_log_unlocked(kcache_store *s, int level, const char *fmt, ...) KC_PRINTF(3, 4);
+/*
+ * Releases s->lock, then calls the log callback with what was said under
+ * it: no callback runs under the lock (it may call the store), and every
+ * message goes out from the call that said it. Every unlock of s->lock is
+ * this one.
+ */
+void kc_unlock(kcache_store *s);
 /* kc_err() from a caller that does not hold s->lock: takes it around the write. */
 int kc_err_locking(kcache_store *s, int code, const char *fmt, ...) KC_PRINTF(3, 4);
 

@@ -30,7 +30,7 @@ void kc_store_count(kcache_store *store, const char *name, uint64_t delta)
     if (c) /* out of memory: one count lost, nothing else */
         c->value += delta;
     kc_maybe_flush_locked(store);
-    pthread_mutex_unlock(&store->lock);
+    kc_unlock(store);
 }
 
 static int read_counter(kcache_store *s, const char *name, uint64_t *out)
@@ -56,6 +56,6 @@ KCACHE_API int kcache_store_counter(uint64_t *out, kcache_store *store, const ch
     KC_WITH_RECOVERY(store, rc, read_counter(store, name, &v));
     if (!rc)
         *out = v + kc_counter_pending(store, name);
-    pthread_mutex_unlock(&store->lock);
+    kc_unlock(store);
     return rc;
 }

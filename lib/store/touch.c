@@ -203,7 +203,7 @@ KCACHE_API int kcache_store_flush(kcache_store *store)
     pthread_mutex_lock(&store->lock);
     int rc = kc_flush_locked(store, 1);
     kc_db_settle(&store->db);
-    pthread_mutex_unlock(&store->lock);
+    kc_unlock(store);
     return rc;
 }
 
@@ -214,7 +214,7 @@ void kc_store_count_miss(kcache_store *store, const char *arch, kcache_kind kind
     pthread_mutex_lock(&store->lock);
     kc_usage_add(store, arch ? arch : "", (int)kind, 0, 1, 0);
     kc_maybe_flush_locked(store);
-    pthread_mutex_unlock(&store->lock);
+    kc_unlock(store);
 }
 
 /*
@@ -244,5 +244,5 @@ void kc_store_count_failure(kcache_store *store)
         return;
     pthread_mutex_lock(&store->lock);
     store->pending_failures++;
-    pthread_mutex_unlock(&store->lock);
+    kc_unlock(store);
 }

@@ -35,7 +35,7 @@ static int integrity(kcache_store *s, kcache_verify_result *r)
         rc = kc_sqlerr(&s->db, src, "checking the database");
     }
     sqlite3_finalize(st);
-    pthread_mutex_unlock(&s->lock);
+    kc_unlock(s);
     return rc;
 }
 

@@ -468,6 +468,44 @@ void kc_errmsg_forget(const void *owner)
         errmsg_owner = NULL;
 }
 
+void kc_logq_add(kc_logq *q, int level, const char *text)
+{
+    struct kc_logq_msg *grown = NULL;
+    char *copy = NULL;
+    if (q->n < KC_LOGQ_MAX && (grown = kc_grow(q->v, &q->cap, q->n, sizeof(*grown), 4)))
+        q->v = grown;
+    if (!grown || !(copy = kc_strdup(text))) {
+        q->left_out++;
+        return;
+    }
+    q->v[q->n].level = level;
+    q->v[q->n].text = copy;
+    q->n++;
+}
+
+kc_logq kc_logq_take(kc_logq *q)
+{
+    kc_logq taken = *q;
+    memset(q, 0, sizeof(*q));
+    return taken;
+}
+
+void kc_logq_deliver(kc_logq *q, kcache_log_fn log, void *userdata)
+{
+    for (size_t i = 0; i < q->n; i++) {
+        if (log)
+            log(userdata, q->v[i].level, q->v[i].text);
+        free(q->v[i].text);
+    }
+    if (log && q->left_out) {
+        char msg[96];
+        snprintf(msg, sizeof(msg), "%zu more messages of this call left out", q->left_out);
+        log(userdata, KCACHE_LOG_WARNING, msg);
+    }
+    free(q->v);
+    memset(q, 0, sizeof(*q));
+}
+
 void kc_nvrtc_workdir(char *out, size_t size)
 {
     const char *pwd = getenv("PWD");

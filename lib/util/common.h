@@ -94,6 +94,33 @@ const char *kc_errmsg_thread(const void *owner, const char *shared, pthread_mute
 /* Forgets this thread's note on owner (a handle closed: its address may come back). */
 void kc_errmsg_forget(const void *owner);
 
+/*
+ * Log messages said while a handle's lock is held, kept until it is
+ * released: the caller's log function may call the same handle, and the
+ * lock is not recursive. The handle queues under its lock (kc_logq_add),
+ * takes the queue as it unlocks (kc_logq_take) and delivers it after
+ * (kc_logq_deliver), on the same thread: each message goes out from the
+ * call that said it, as that call returns. Bounded at KC_LOGQ_MAX; past
+ * that, and when memory runs out, one last message says how many were left
+ * out.
+ */
+#define KC_LOGQ_MAX 64
+
+typedef struct kc_logq {
+    struct kc_logq_msg {
+        int level;
+        char *text;
+    } *v;
+    size_t n, cap;
+    size_t left_out;
+} kc_logq;
+
+void kc_logq_add(kc_logq *q, int level, const char *text);
+/* What q holds, moved out: q is left empty. */
+kc_logq kc_logq_take(kc_logq *q);
+/* Calls log (when not NULL) with each message, in order, then frees them. */
+void kc_logq_deliver(kc_logq *q, kcache_log_fn log, void *userdata);
+
 /* Milliseconds since the Unix epoch, and a monotonic clock in nanoseconds. */
 int64_t kc_now_ms(void);
 

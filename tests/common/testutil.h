@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -253,6 +254,37 @@ TEST_UNUSED static int test_tmpfs_mount(const char *dir)
     if (!at_exit++)
         atexit(test_tmpfs_unmount);
     return 0;
+}
+
+/*
+ * Runs fn(arg) in a child process that has `seconds` to finish, so that a
+ * call that deadlocks fails the test instead of hanging it. The child's
+ * failed checks fail the parent.
+ */
+TEST_UNUSED static void test_within(const char *what, unsigned seconds, void (*fn)(void *),
+                                    void *arg)
+{
+    test_dir(); /* made here, so that the parent removes it */
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        alarm(seconds);
+        fn(arg);
+        fflush(stderr);
+        _exit(test_failures ? 1 : 0); /* not exit(): the parent's atexit handlers are not ours */
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) {
+        fprintf(stderr, "%s: not done within %u s (a deadlock?)\n", what, seconds);
+        test_failures++;
+    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "%s: failed (status %d)\n", what, status);
+        test_failures++;
+    }
 }
 
 TEST_UNUSED static int test_done(void)

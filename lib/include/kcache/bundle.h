@@ -43,7 +43,13 @@ typedef struct kcache_bundle_options {
     int64_t created_since; /* ms since epoch */
     /* import: check and count, change nothing */
     int dry_run;
-    kcache_progress_fn progress; /* optional */
+    /*
+     * Optional; called with no lock held, so it may use the store
+     * (<kcache/core.h>). Export and a dry run say every entry; a merge is one
+     * transaction that holds the store from its first entry to its last, so
+     * it says ("importing", 0, n) before and (n, n) after.
+     */
+    kcache_progress_fn progress;
     void *progress_userdata;
     /*
      * Version 2. Signatures: keyed BLAKE2b-256 with remote_secret (the
@@ -57,7 +63,8 @@ typedef struct kcache_bundle_options {
      */
     int sign;
     int require_signature;
-    /* import: called for each conflict (above) once the merge is done or, dry, checked. */
+    /* import: called for each conflict (above) once the merge is done or, dry,
+     * checked; with no lock held. */
     kcache_conflict_fn conflict;
     void *conflict_userdata;
 } kcache_bundle_options;

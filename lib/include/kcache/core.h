@@ -162,13 +162,20 @@ enum kcache_log_level {
  * The library never prints. Where it has something to say that is not the
  * result of a call (a database set aside, a cache directory writable by
  * others), it calls this function, if one was given, from the calling thread.
+ * It is called with no lock of the library held, as the call that said it
+ * returns: it may call the library, on the same handle too. (A message said
+ * while the call works is kept until then: at most 64 a call, and one more
+ * saying how many were left out.)
  */
 typedef void (*kcache_log_fn)(void *userdata, int level, const char *message);
 
 /*
  * Progress of long work (bundles, the remote's push and pull): done of total
  * entries. phase is a static word ("exporting", "checking", "merging",
- * "pushing", "pulling"). Called from the calling thread.
+ * "pushing", "pulling"). Called from the calling thread, with no lock of the
+ * library held: it may call the library, on the same handle too, and may
+ * change the store meanwhile (the operation goes on with the store as it
+ * then is).
  */
 typedef void (*kcache_progress_fn)(void *userdata, const char *phase, uint64_t done,
                                    uint64_t total);

@@ -128,7 +128,8 @@ KCACHE_API int kcache_transfer_init(kcache_transfer *out, unsigned version);
 
 /*
  * progress (<kcache/core.h>) is called after each entry with the phase
- * "pushing" or "pulling".
+ * "pushing" or "pulling", with no lock held: it may call this remote and its
+ * store (a pull asks the store for each key when its turn comes).
  * Pushes the local entries selected by filter (arch, created_since; NULL:
  * all) to the remote, or pulls the remote's (by its index: the arch and
  * creation time each push recorded) into the store, each checked as a

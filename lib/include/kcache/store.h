@@ -45,7 +45,8 @@ typedef struct kcache_store_options {
     int read_only;
     /* How long to wait for another process's lock. 0: KCACHE_DEFAULT_BUSY_TIMEOUT_MS. */
     unsigned busy_timeout_ms;
-    /* Optional: where warnings go (the library never prints). */
+    /* Optional: where warnings go (the library never prints); called with no
+     * lock held, so it may call this store (<kcache/core.h>). */
     kcache_log_fn log;
     void *log_userdata;
     /*
@@ -491,7 +492,8 @@ typedef struct kcache_recompress_options {
     unsigned version;            /* KCACHE_RECOMPRESS_OPTIONS_VERSION */
     size_t batch;                /* entries per transaction; 0: a default */
     int dry_run;                 /* count what would be re-encoded; change nothing */
-    /* optional: ("recompressing", done, total), as kcache_progress_fn (bundle.h) */
+    /* optional: ("recompressing", done, total), as kcache_progress_fn (core.h):
+     * called between batches with no lock held, so it may use this store */
     void (*progress)(void *userdata, const char *phase, uint64_t done, uint64_t total);
     void *userdata;
 } kcache_recompress_options;

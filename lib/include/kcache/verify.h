@@ -28,7 +28,10 @@ KCACHE_API int kcache_verify_result_init(kcache_verify_result *out, unsigned ver
 #define KCACHE_VERIFY_RESULT_INIT                                                                  \
     KCACHE_VERSIONED_INIT(kcache_verify_result, KCACHE_VERIFY_RESULT_VERSION)
 
-/* Told about each damaged entry: its key and what was wrong. Valid during the call. */
+/*
+ * Told about each damaged entry: its key and what was wrong. Valid during the
+ * call, which is made with no lock held (it may use the store).
+ */
 typedef void (*kcache_damaged_fn)(void *userdata, const kcache_key *key, const char *message);
 
 /*
