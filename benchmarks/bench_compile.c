@@ -1,5 +1,5 @@
 /*
- * Issue 3's figures: a compile of corpus/block_sort.cu through the cache,
+ * What a hit saves: a compile of corpus/block_sort.cu through the cache,
  * cold against hit, in process and as a whole `kcache compile` process; and
  * what resolving headers costs as a share of a hit (corpus/headers/main.cu).
  *

@@ -1,5 +1,5 @@
 /*
- * Store benchmarks (issue 2): hit latency against a page-cache + zstd floor,
+ * Store benchmarks: hit latency against a page-cache + zstd floor,
  * stored size of the corpus CUBINs, puts per second, read throughput with
  * several processes, prune time against cache size, stats time.
  *

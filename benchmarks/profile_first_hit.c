@@ -1,6 +1,6 @@
 /*
  * One process's first hit (open + get + close) and nothing else, for
- * instruction counts under callgrind (issue 14): the machine is shared and
+ * instruction counts under callgrind: the machine is shared and
  * noisy, so where the open's cost goes is read from counts, not clocks.
  *
  *   profile_first_hit DB fill N SIZE   # N entries of SIZE bytes (keys 0..N-1)

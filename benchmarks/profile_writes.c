@@ -1,6 +1,6 @@
 /*
  * Puts and a prune and nothing else, for instruction counts under callgrind
- * and for perf (issue 14, item 4): the machine is shared and noisy, so where
+ * and for perf: the machine is shared and noisy, so where
  * a put's and a prune's time goes is read from counts, not clocks.
  *
  *   profile_writes DB fill N [POOL.cubin...]      # N puts, one at a time

@@ -1,5 +1,5 @@
 /*
- * kcache against what users would pick instead (issue 7): the C half.
+ * kcache against what users would pick instead: the C half.
  *
  *   bench_compare store --workdir DIR --cubin FILE... --json FILE [--quick]
  *                       [--sizes-out FILE] [--samples-out FILE]

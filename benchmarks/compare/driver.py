@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Runs every comparison of issue 7 and leaves one JSON per part in --out.
+"""Runs every comparison of kcache with the alternatives and leaves one JSON
+per part in --out.
 
 Called by benchmarks/compare/run (which builds and installs what is needed);
 gen_results.py turns the JSON into benchmarks/RESULTS.md and the plots.
@@ -163,7 +164,8 @@ def e2e_bench(a, runs, have_cudacore):
     os.makedirs(base)
     env = dict(os.environ, KCACHE_DIR=os.path.join(base, "kcache"))
     # What starting any process costs: a statically linked C program whose
-    # main returns 0, the floor `kcache --version` is held to (issue 14).
+    # main returns 0: the floor `kcache --version` is held to, so that what a
+    # whole-process hit costs beyond starting a process shows.
     static_true = os.path.join(base, "static-true")
     with open(static_true + ".c", "w") as f:
         f.write("int main(void) { return 0; }\n")

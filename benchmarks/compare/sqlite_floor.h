@@ -7,7 +7,8 @@
  * SELECT, one step, a copy and sqlite3_close: no checks, no decoding, no
  * counters. What kcache's first hit costs beyond this is kcache's; what this
  * costs beyond a file-per-entry cache's hit is the price of keeping every
- * entry in one SQLite file (issue 14: the measured reason on the results page).
+ * entry in one SQLite file (the results page gives it as the measured reason
+ * a first hit cannot come closer to a file-per-entry cache's).
  */
 #ifndef KCACHE_BENCH_SQLITE_FLOOR_H
 #define KCACHE_BENCH_SQLITE_FLOOR_H

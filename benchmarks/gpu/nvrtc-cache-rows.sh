@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 14: honest cold rows on the GPU machine, and NVRTC's own cache as a
+# Honest cold rows on the GPU machine, and NVRTC's own cache as a
 # compared system. NOT run on the build machine (no GPU there): the lead runs
 # it on the H100/H200 after benchmarks/gpu/stage.sh, from the repository root:
 #

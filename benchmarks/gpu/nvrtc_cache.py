@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""NVRTC's own cache as a compared system (issue 14).
+"""NVRTC's own cache as a compared system.
 
 NVRTC 12.9+ keeps compiled programs in the CUDA driver's ComputeCache
 (~/.nv/ComputeCache, or $CUDA_CACHE_PATH) unless given --no-cache. This

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The shared tier, measured (issue 16).
+"""The shared tier, measured.
 
 1. One request served four ways, as `kcache compile --json` reports the call's
    own time (elapsed_ms; process start not included): NVRTC (a miss, no

@@ -67,9 +67,9 @@ static int prepare(kcache_compiler *c, const kcache_request *req, struct work *w
 {
     int rc;
     char msg[512];
-    if (req->version < 1 || req->version > KCACHE_REQUEST_VERSION)
-        return kc_result_fail(r, KCACHE_EINVAL, "request version %u is not supported",
-                              req->version);
+    if ((rc = kc_version_check(msg, sizeof(msg), "kcache_request", req->version,
+                               KCACHE_REQUEST_VERSION)))
+        return kc_result_fail(r, rc, "%s", msg);
     if (req->source) {
         w->source = req->source;
         w->source_size = req->source_size ? req->source_size : strlen(req->source);

@@ -40,10 +40,9 @@ KCACHE_API int kcache_compiler_new(kcache_compiler **out, const kcache_compiler_
     *out = NULL;
     if (!options)
         options = &defaults;
-    if (options->version < 1 || options->version > KCACHE_COMPILER_OPTIONS_VERSION)
-        return kc_fmt(errbuf, errbuf_size, KCACHE_EINVAL,
-                      "kcache_compiler_new: options version %u is not supported",
-                      options->version);
+    if (kc_version_check(errbuf, errbuf_size, "kcache_compiler_options", options->version,
+                         KCACHE_COMPILER_OPTIONS_VERSION))
+        return KCACHE_EINVAL;
     kcache_compiler *c = kc_calloc(1, sizeof(*c));
     if (!c)
         return kc_fmt(errbuf, errbuf_size, KCACHE_ENOMEM, "out of memory");

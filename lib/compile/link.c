@@ -225,10 +225,11 @@ static void store_link_step(void *ctx, struct kc_result *r)
 static int link_steps(kcache_compiler *c, const kcache_link_request *req, struct kc_result *r,
                       struct link_input *in)
 {
-    int rc;
-    if (req->version < 1 || req->version > KCACHE_LINK_REQUEST_VERSION)
-        return kc_result_fail(r, KCACHE_EINVAL, "link request version %u is not supported",
-                              req->version);
+    char msg[KC_ERRMSG_SIZE];
+    int rc = kc_version_check(msg, sizeof(msg), "kcache_link_request", req->version,
+                              KCACHE_LINK_REQUEST_VERSION);
+    if (rc)
+        return kc_result_fail(r, rc, "%s", msg);
     if (!req->n_inputs || !req->inputs)
         return kc_result_fail(r, KCACHE_EINVAL, "a link needs at least one input");
     if (req->n_options && !req->options)

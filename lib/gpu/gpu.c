@@ -104,10 +104,9 @@ int kcache_gpu_new(kcache_gpu **out, kcache_compiler *compiler, const kcache_gpu
     *out = NULL;
     if (!compiler)
         return kc_fmt(errbuf, errbuf_size, KCACHE_EINVAL, "kcache_gpu_new: compiler is NULL");
-    if (options && (options->version < 1 || options->version > KCACHE_GPU_OPTIONS_VERSION))
-        return kc_fmt(errbuf, errbuf_size, KCACHE_EINVAL,
-                      "kcache_gpu_new: options version %u unknown (use KCACHE_GPU_OPTIONS_INIT)",
-                      options->version);
+    if (options && kc_version_check(errbuf, errbuf_size, "kcache_gpu_options", options->version,
+                                    KCACHE_GPU_OPTIONS_VERSION))
+        return KCACHE_EINVAL;
     if (options && options->device < 0)
         return kc_fmt(errbuf, errbuf_size, KCACHE_EINVAL,
                       "kcache_gpu_new: device ordinal %d is negative", options->device);

@@ -114,10 +114,10 @@ KCACHE_API int kcache_batch_new(kcache_batch **out, kcache_store *store,
     *out = NULL;
     if (!options)
         options = &defaults;
-    if (options->version < 1 || options->version > KCACHE_BATCH_OPTIONS_VERSION)
-        return kc_err_locking(store, KCACHE_EINVAL,
-                         "kcache_batch_new: options version %u is not supported",
-                         options->version);
+    char msg[KC_ERRMSG_SIZE];
+    if (kc_version_check(msg, sizeof(msg), "kcache_batch_options", options->version,
+                         KCACHE_BATCH_OPTIONS_VERSION))
+        return kc_err_locking(store, KCACHE_EINVAL, "%s", msg);
     kcache_batch *b = kc_calloc(1, sizeof(*b));
     if (!b || kc_codec_new(&b->codec)) {
         free(b);

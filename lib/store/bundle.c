@@ -145,17 +145,17 @@ static int check_call(kcache_bundle_options *o, kcache_store *store, const char 
         return KCACHE_EINVAL;
     if (!path || !*path)
         return kc_err_locking(store, KCACHE_EINVAL, "%s: no path", fn);
-    if (options && (options->version < 1 || options->version > KCACHE_BUNDLE_OPTIONS_VERSION))
-        return kc_err_locking(store, KCACHE_EINVAL, "%s: options version %u is not supported", fn,
-                          options->version);
+    char msg[KC_ERRMSG_SIZE];
+    if (options && kc_version_check(msg, sizeof(msg), "kcache_bundle_options", options->version,
+                                    KCACHE_BUNDLE_OPTIONS_VERSION))
+        return kc_err_locking(store, KCACHE_EINVAL, "%s", msg);
     /* An older caller's struct ends before the fields of later versions: those keep defaults. */
     if (options)
         memcpy(o, options, options->version >= 2 ? sizeof(*o)
                                                  : offsetof(kcache_bundle_options, sign));
-    if (!KC_RESULT_VERSION_OK(out, KCACHE_BUNDLE_RESULT_VERSION))
-        return kc_err_locking(store, KCACHE_EINVAL,
-                          "%s: result version %u is not supported (KCACHE_BUNDLE_RESULT_INIT)",
-                          fn, out->version);
+    if (out && kc_version_check(msg, sizeof(msg), "kcache_bundle_result", out->version,
+                                KCACHE_BUNDLE_RESULT_VERSION))
+        return kc_err_locking(store, KCACHE_EINVAL, "%s", msg);
     if (!strcmp(path, kcache_store_path(store)))
         return kc_err_locking(store, KCACHE_EINVAL, "%s is the cache itself: give another file",
                           path);

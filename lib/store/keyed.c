@@ -216,9 +216,10 @@ KCACHE_API int kcache_store_namespace_stats(kcache_namespace_stats *out, kcache_
                                             const char *ns)
 {
     KC_CHECK_ARG(store, store && out);
-    if (out->version < 1 || out->version > KCACHE_NAMESPACE_STATS_VERSION)
-        return kc_err_locking(store, KCACHE_EINVAL, "%s: unknown version %u", __func__,
-                              out->version);
+    char msg[KC_ERRMSG_SIZE];
+    if (kc_version_check(msg, sizeof(msg), "kcache_namespace_stats", out->version,
+                         KCACHE_NAMESPACE_STATS_VERSION))
+        return kc_err_locking(store, KCACHE_EINVAL, "%s", msg);
     int rc = check_args(store, __func__, ns, NULL, 0);
     if (rc)
         return rc;

@@ -135,9 +135,12 @@ KCACHE_API int kcache_store_list(kcache_store *store, const kcache_filter *filte
     KC_CHECK_ARG(store, store && fn);
     if (!filter)
         filter = &all;
-    if (filter->version < 1 || filter->version > KCACHE_FILTER_VERSION ||
-        (unsigned)filter->sort >= KC_ARRAY_SIZE(by_sort))
-        return kc_err_locking(store, KCACHE_EINVAL, "kcache_store_list: bad filter");
+    char msg[KC_ERRMSG_SIZE];
+    if (kc_version_check(msg, sizeof(msg), "kcache_filter", filter->version, KCACHE_FILTER_VERSION))
+        return kc_err_locking(store, KCACHE_EINVAL, "%s", msg);
+    if ((unsigned)filter->sort >= KC_ARRAY_SIZE(by_sort))
+        return kc_err_locking(store, KCACHE_EINVAL, "kcache_store_list: sort %d is not a kcache_sort",
+                              (int)filter->sort);
     struct entry_list l = {NULL, 0, 0};
     pthread_mutex_lock(&store->lock);
     int rc;

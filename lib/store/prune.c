@@ -490,12 +490,12 @@ KCACHE_API int kcache_store_prune(kcache_prune_result *out, kcache_store *store,
         return KCACHE_EINVAL;
     if (!options)
         options = &defaults;
-    if (options->version < 1 || options->version > KCACHE_PRUNE_OPTIONS_VERSION)
-        return kc_err(store, KCACHE_EINVAL, "kcache_store_prune: options version %u unsupported",
-                      options->version);
-    if (!KC_RESULT_VERSION_OK(out, KCACHE_PRUNE_RESULT_VERSION))
-        return kc_err(store, KCACHE_EINVAL, "kcache_store_prune: result version %u is not "
-                      "supported (KCACHE_PRUNE_RESULT_INIT)", out->version);
+    char msg[KC_ERRMSG_SIZE];
+    if (kc_version_check(msg, sizeof(msg), "kcache_prune_options", options->version,
+                         KCACHE_PRUNE_OPTIONS_VERSION) ||
+        (out && kc_version_check(msg, sizeof(msg), "kcache_prune_result", out->version,
+                                 KCACHE_PRUNE_RESULT_VERSION)))
+        return kc_err(store, KCACHE_EINVAL, "%s", msg);
     if (options->kind && !kcache_kind_name(options->kind))
         return kc_err(store, KCACHE_EINVAL, "kcache_store_prune: bad kind %d", (int)options->kind);
     pthread_mutex_lock(&store->lock);

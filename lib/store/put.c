@@ -166,9 +166,9 @@ static int put_locked(kcache_store *s, const struct kc_put_ctx *p)
 
 static int check_entry(kcache_store *s, const kcache_entry *e)
 {
-    if (e->version < 1 || e->version > KCACHE_ENTRY_VERSION)
-        return kc_err(s, KCACHE_EINVAL, "kcache_store_put: entry version %u is not supported",
-                      e->version);
+    char msg[KC_ERRMSG_SIZE];
+    if (kc_version_check(msg, sizeof(msg), "kcache_entry", e->version, KCACHE_ENTRY_VERSION))
+        return kc_err(s, KCACHE_EINVAL, "%s", msg);
     if (!kcache_kind_name(e->kind))
         return kc_err(s, KCACHE_EINVAL, "kcache_store_put: kind %d is not cubin, ptx or ltoir",
                       (int)e->kind);

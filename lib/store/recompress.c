@@ -300,12 +300,11 @@ KCACHE_API int kcache_store_recompress(kcache_recompress_result *out, kcache_sto
         return KCACHE_EINVAL;
     if (!options)
         options = &defaults;
-    if (options->version < 1 || options->version > KCACHE_RECOMPRESS_OPTIONS_VERSION)
-        return kc_err_locking(store, KCACHE_EINVAL,
-                              "kcache_store_recompress: options version %u unsupported",
-                              options->version);
-    if (!KC_RESULT_VERSION_OK(out, KCACHE_RECOMPRESS_RESULT_VERSION))
-        return kc_err_locking(store, KCACHE_EINVAL, "kcache_store_recompress: result version %u "
-                              "is not supported (KCACHE_RECOMPRESS_RESULT_INIT)", out->version);
+    char msg[KC_ERRMSG_SIZE];
+    if (kc_version_check(msg, sizeof(msg), "kcache_recompress_options", options->version,
+                         KCACHE_RECOMPRESS_OPTIONS_VERSION) ||
+        (out && kc_version_check(msg, sizeof(msg), "kcache_recompress_result", out->version,
+                                 KCACHE_RECOMPRESS_RESULT_VERSION)))
+        return kc_err_locking(store, KCACHE_EINVAL, "%s", msg);
     return recompress(store, options, out ? out : &ignored);
 }

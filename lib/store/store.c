@@ -49,10 +49,9 @@ static int store_open(kcache_store **out, const kcache_store_options *options, i
     *out = NULL;
     if (!options)
         options = &defaults;
-    if (options->version < 1 || options->version > KCACHE_STORE_OPTIONS_VERSION)
-        return kc_fmt(errbuf, errbuf_size, KCACHE_EINVAL,
-                      "kcache_store_open: options version %u is not supported",
-                      options->version);
+    if (kc_version_check(errbuf, errbuf_size, "kcache_store_options", options->version,
+                         KCACHE_STORE_OPTIONS_VERSION))
+        return KCACHE_EINVAL;
     kcache_store *s = kc_calloc(1, sizeof(*s));
     if (!s)
         return kc_fmt(errbuf, errbuf_size, KCACHE_ENOMEM, "out of memory");

@@ -50,9 +50,10 @@ KCACHE_API int kcache_store_verify(kcache_verify_result *out, kcache_store *stor
     size_t n_keys = 0;
     if (!store)
         return KCACHE_EINVAL;
-    if (!KC_RESULT_VERSION_OK(out, KCACHE_VERIFY_RESULT_VERSION))
-        return kc_err(store, KCACHE_EINVAL, "kcache_store_verify: result version %u is not "
-                      "supported (KCACHE_VERIFY_RESULT_INIT)", out->version);
+    char msg[KC_ERRMSG_SIZE];
+    if (out && kc_version_check(msg, sizeof(msg), "kcache_verify_result", out->version,
+                                KCACHE_VERIFY_RESULT_VERSION))
+        return kc_err(store, KCACHE_EINVAL, "%s", msg);
     int rc = integrity(store, &r);
     if (rc)
         goto out;

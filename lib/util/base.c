@@ -428,6 +428,25 @@ int kc_read_file(const char *path, uint64_t max, char **out, size_t *size)
     return kc_read_file_stat(path, max, out, size, NULL);
 }
 
+int kc_version_check(char *msg, size_t size, const char *type, unsigned version, unsigned max)
+{
+    if (version >= 1 && version <= max)
+        return 0;
+    char init[64], known[32];
+    size_t i = 0;
+    for (; type[i] && i + 1 < sizeof(init); i++)
+        init[i] = (char)toupper((unsigned char)type[i]);
+    init[i] = '\0';
+    if (max == 1)
+        snprintf(known, sizeof(known), "1");
+    else
+        snprintf(known, sizeof(known), "1..%u", max);
+    return kc_fmt(msg, size, KCACHE_EINVAL,
+                  "%s version %u is not one this library knows (%s): initialise it with %s_INIT "
+                  "or %s_init()",
+                  type, version, known, init, type);
+}
+
 int kc_init_versioned(void *out, unsigned version, const size_t *sizes, size_t n)
 {
     if (!out || version < 1 || version > n)

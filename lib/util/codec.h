@@ -1,10 +1,11 @@
 /*
- * How artifact bytes are stored: a zstd frame with its content checksum, an
- * LZ4 frame with its own, or the raw bytes where compression does not pay. The codec is
- * recorded per row (entry.codec, input.codec, closure.codec), so a store
- * holds a mix and the `compression` setting can change at any time: every
- * decode takes the row's codec, whatever the store writes now. Every decode
- * is checked.
+ * How artifact bytes are stored: a zstd frame with its content checksum, a
+ * bare LZ4 block (its size is the row's raw_size), or the raw bytes where
+ * compression does not pay; the LZ4 frames an earlier kcache wrote for lz4
+ * are still read. The codec is recorded per row (entry.codec, input.codec,
+ * closure.codec), so a store holds a mix and the `compression` setting can
+ * change at any time: every decode takes the row's codec, whatever the store
+ * writes now. Every decode is checked.
  */
 #ifndef KC_CODEC_H
 #define KC_CODEC_H

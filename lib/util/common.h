@@ -29,6 +29,17 @@
     (!(out) || ((out)->version >= 1 && (out)->version <= (max)))
 
 /*
+ * Whether a caller's versioned struct is of a version this build knows,
+ * 1..max: 0 if so, else KCACHE_EINVAL with msg (may be NULL) the one message
+ * every function gives for it, naming the struct (type, "kcache_prune_options"),
+ * the version given, the versions known, and how to make one it knows
+ * (KCACHE_PRUNE_OPTIONS_INIT or kcache_prune_options_init()). A caller built
+ * against a newer header, or one that never initialised the struct, learns
+ * what to do instead of having its fields misread.
+ */
+int kc_version_check(char *msg, size_t size, const char *type, unsigned version, unsigned max);
+
+/*
  * The exported kcache_xxx_init(out, version) of a versioned struct (see
  * <kcache/core.h>): zero-fills it as that version laid it out and sets the
  * version. The sizes are the struct's at each version 1..current: the offset

@@ -1,6 +1,6 @@
 /*
  * The frames kcache writes, in one place: the encoder (codec.c) takes its
- * settings from here, and so does the benchmark's floor
+ * settings from here, and so does the benchmark's zstd floor
  * (benchmarks/compare), which must write frames of the same shape as the
  * store to be a floor for it.
  */
@@ -22,30 +22,16 @@
 #define KC_ZSTD_LEVEL 3
 
 /*
- * LZ4: the frame format with its content size and content checksum, not a
- * bare block. The store checks the stored bytes against their BLAKE2b before
- * decoding, and a second check of the decoded bytes catches what that one
- * cannot: damage to the stored bytes and to their digest that agree
- * (test_recovery's "altered artifact, digest matching"). zstd's frame
- * checksum and the raw codec's artifact digest give it; for a block it
- * would take a BLAKE2b of the decoded bytes, which on sort_sm90.cubin (38
- * KiB) costs 351 k instructions against the decode's 111 k (callgrind),
- * and would leave lz4 no faster than zstd. The frame's xxh32 costs about
- * a quarter of that (80 k), and its header says the decoded size, checked
- * against the row's before anything is decoded, as for zstd. 64 KiB linked
- * blocks: LZ4 looks back 64 KiB at most, so larger blocks would not store
- * less, and the decoder's buffers stay that small.
- *
- * LZ4HC at level 4 rather than LZ4's fast mode: on the corpus CUBINs
- * (tests/fixtures/cubin, sort_sm90) it stores 3.07x against 2.36x and
- * decodes faster (fewer and longer matches). Its put costs more than
- * zstd's at level 3, and several times fast mode's: lz4 is the setting for
- * reads, and an entry is written once and read many times (the times:
- * doc/design.md, The store).
+ * LZ4 frames: what `lz4` wrote before it wrote bare blocks (why it changed:
+ * codec.h). Stores still hold them and read them (KC_CODEC_LZ4); kc_encode()
+ * still makes them when asked, so tests can make the rows an earlier kcache
+ * left, in the shape it wrote them: 64 KiB linked blocks, content size and
+ * content checksum, LZ4HC at level 4 (on sort_sm90.cubin HC stored 3.07x
+ * against fast mode's 2.36x and decoded faster; doc/design.md, The store).
  */
 #define KC_LZ4HC_LEVEL 4
 
-/* The preferences of every LZ4 frame kcache writes, for `size` input bytes. */
+/* The preferences of those LZ4 frames, for `size` input bytes. */
 static inline void kc_lz4_preferences(LZ4F_preferences_t *p, size_t size)
 {
     memset(p, 0, sizeof(*p));

@@ -1,7 +1,7 @@
 /*
- * Helpers shared by the store's stress and recovery tests: entries whose
- * bytes follow from their key (so that any entry read back can be checked
- * without remembering what was put), opening, and SQLite's own checks.
+ * Helpers shared by the store's tests: entries whose bytes follow from
+ * their key (so that any entry read back can be checked without remembering
+ * what was put), opening, the file's books, and SQLite's own checks.
  */
 #ifndef KC_STORETEST_H
 #define KC_STORETEST_H
@@ -209,6 +209,42 @@ static inline int64_t st_sql_int(sqlite3 *db, const char *sql)
         fprintf(stderr, "%s: %s\n", sql, sqlite3_errmsg(db));
     sqlite3_finalize(st);
     return v;
+}
+
+/*
+ * The books of the file at path, read through a connection of its own: the
+ * totals agree with the rows, every entry's stored size is its artifact's,
+ * and no row is left that nothing refers to. Each query that should give 0
+ * and does not is a failed check, said with what the test had just done
+ * (after: "a prune").
+ */
+static inline void st_check_books(const char *path, const char *after)
+{
+    static const char *const zero[] = {
+        "SELECT (SELECT entries FROM totals) - (SELECT count(*) FROM entry)",
+        "SELECT (SELECT raw_bytes FROM totals) - (SELECT coalesce(sum(raw_size), 0) FROM entry)",
+        "SELECT (SELECT stored_bytes FROM totals) -"
+        " (SELECT coalesce(sum(stored_size), 0) FROM entry)",
+        "SELECT (SELECT coalesce(sum(stored_size), 0) FROM entry) -"
+        " (SELECT coalesce(sum(length(data)), 0) FROM artifact)",
+        "SELECT count(*) FROM artifact WHERE id NOT IN (SELECT id FROM entry)",
+        "SELECT count(*) FROM entry_info WHERE id NOT IN (SELECT id FROM entry)",
+        "SELECT count(*) FROM entry_input WHERE entry_id NOT IN (SELECT id FROM entry)",
+        "SELECT count(*) FROM input WHERE id NOT IN (SELECT input_id FROM entry_input)",
+        "SELECT count(*) FROM manifest WHERE key NOT IN (SELECT key FROM entry)",
+        "SELECT count(*) FROM closure WHERE id NOT IN (SELECT closure_id FROM manifest)",
+        "SELECT count(*) FROM entry_input WHERE input_id NOT IN (SELECT id FROM input)",
+        "SELECT count(*) FROM manifest WHERE closure_id NOT IN (SELECT id FROM closure)",
+    };
+    sqlite3 *db = NULL;
+    REQUIRE(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+    for (size_t i = 0; i < sizeof(zero) / sizeof(zero[0]); i++) {
+        int64_t v = st_sql_int(db, zero[i]);
+        if (v != 0)
+            fprintf(stderr, "after %s: %s gives %lld\n", after, zero[i], (long long)v);
+        CHECK(v == 0);
+    }
+    sqlite3_close(db);
 }
 
 /* SQLite's integrity_check on the file, through a connection of its own. */

@@ -40,15 +40,8 @@ check = kctest.Tally()
 
 
 def base_env(tmp):
-    env = dict(os.environ)
-    env["KCACHE_DIR"] = os.path.join(tmp, "cache")
-    for k in ("KCACHE_PATH", "KCACHE_DISABLE", "KCACHE_NVRTC_REAL", "LD_PRELOAD"):
-        env.pop(k, None)
-    env["LD_LIBRARY_PATH"] = ":".join(
-        d for d in env.get("LD_LIBRARY_PATH", "").split(":")
-        if d and not os.path.exists(os.path.join(d, SONAME)))
-    env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
-    return env
+    # No NVRTC on LD_LIBRARY_PATH: the program finds its own through its RUNPATH.
+    return kctest.dropin_env(tmp, lambda d: os.path.exists(os.path.join(d, SONAME)))
 
 
 def write(path, text):

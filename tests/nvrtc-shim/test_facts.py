@@ -41,29 +41,9 @@ check = kctest.Tally()
 
 
 def base_env(tmp):
-    env = dict(os.environ)
-    env["KCACHE_DIR"] = os.path.join(tmp, "cache")
-    for k in ("KCACHE_PATH", "KCACHE_DISABLE", "KCACHE_NVRTC_REAL", "LD_PRELOAD",
-              "NVRTC_ONE_VERSION"):
-        env.pop(k, None)
     # No NVRTC on LD_LIBRARY_PATH: the program finds its own through its RUNPATH.
-    env["LD_LIBRARY_PATH"] = ":".join(
-        d for d in env.get("LD_LIBRARY_PATH", "").split(":")
-        if d and not os.path.exists(os.path.join(d, SONAME)))
-    env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
-    return env
-
-
-def run(argv, env, cwd):
-    p = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
-    if p.returncode != 0 or p.stderr.strip():
-        print(" ".join(argv), "->", p.returncode, p.stdout, p.stderr)
-    return p.returncode
-
-
-def read(path):
-    with open(path, "rb") as f:
-        return f.read()
+    return kctest.dropin_env(tmp, lambda d: os.path.exists(os.path.join(d, SONAME)),
+                             unset=("NVRTC_ONE_VERSION",))
 
 
 def main():
@@ -84,9 +64,9 @@ def main():
             out = os.path.join(tmp, tag)
             e = dict(env, NVRTC_ONE_VERSION=ask, KCACHE_NVRTC_REPORT=rep)
             cmd = ([KCACHE, "run", "--"] if shim else []) + [exe, out] + argv
-            rc = run(cmd, e, work)
+            rc = kctest.run_logged(cmd, e, work)
             r = read_report(rep)
-            return (read(out) if rc == 0 else b"exit %d" % rc), (r[-1] if r else {})
+            return (kctest.read_bytes(out) if rc == 0 else b"exit %d" % rc), (r[-1] if r else {})
 
         ref, _ = one("plain", "1", shim=False)
         asked = ref.split(b"\n", 1)[0]

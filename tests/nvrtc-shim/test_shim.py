@@ -38,21 +38,11 @@ check = kctest.Tally()  # every check printed; the run goes on after a failure
 
 
 def base_env(tmp):
-    env = dict(os.environ)
-    env["KCACHE_DIR"] = os.path.join(tmp, "cache")
-    for k in ("KCACHE_PATH", "KCACHE_DISABLE", "KCACHE_NVRTC_REAL", "LD_PRELOAD",
-              "NVRTC_CALLS_SKIP"):
-        env.pop(k, None)
     # meson puts the drop-in's directory on LD_LIBRARY_PATH (it is a built
     # library): NVIDIA's runs must not find it there.
-    shim_dir = os.path.dirname(SHIM)
-    env["LD_LIBRARY_PATH"] = ":".join(
-        d for d in env.get("LD_LIBRARY_PATH", "").split(":")
-        if d and os.path.realpath(d) != os.path.realpath(shim_dir))
-    # Under ASan, the drop-in (which links the runtime) is preloaded before
-    # the program's own copy of the runtime: tell ASan that is expected.
-    env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
-    return env
+    shim_dir = os.path.realpath(os.path.dirname(SHIM))
+    return kctest.dropin_env(tmp, lambda d: os.path.realpath(d) == shim_dir,
+                             unset=("NVRTC_CALLS_SKIP",))
 
 
 def calls(out, env, include, wrap=()):

@@ -143,9 +143,8 @@ def main():
         env = dict(os.environ, KCACHE_DIR=os.path.join(tmp, "cache"))
         for k in ("KCACHE_PATH", "KCACHE_DISABLE", "KCACHE_NVRTC_REAL", "LD_PRELOAD"):
             env.pop(k, None)
-        env["LD_LIBRARY_PATH"] = ":".join(
-            d for d in env.get("LD_LIBRARY_PATH", "").split(":")
-            if d and os.path.realpath(d) != os.path.realpath(os.path.dirname(shim)))
+        shim_dir = os.path.realpath(os.path.dirname(shim))
+        kctest.drop_lib_dirs(env, lambda d: os.path.realpath(d) == shim_dir)
         ldd = subprocess.run(["ldd", shim], capture_output=True, text=True).stdout
         asan = [w for w in ldd.split() if "libasan" in w and w.startswith("/")]
         run_env = dict(env, KCACHE_NVRTC_REPORT=os.path.join(tmp, "report"))

@@ -44,29 +44,11 @@ def has_nvrtc(d):
 
 
 def base_env(tmp):
-    env = dict(os.environ)
-    env["KCACHE_DIR"] = os.path.join(tmp, "cache")
-    for k in ("KCACHE_PATH", "KCACHE_DISABLE", "KCACHE_NVRTC_REAL", "LD_PRELOAD"):
-        env.pop(k, None)
     # No NVRTC on LD_LIBRARY_PATH (meson puts the drop-in's folder there): the
     # programs find NVIDIA's through their RUNPATH or the loader's cache.
-    env["LD_LIBRARY_PATH"] = ":".join(d for d in env.get("LD_LIBRARY_PATH", "").split(":")
-                                      if d and not has_nvrtc(d))
-    env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
+    env = kctest.dropin_env(tmp, has_nvrtc)
     env["KCACHE_TEST_CLOCK_SHIFT_NS"] = "10000000000"
     return env
-
-
-def run(argv, env, cwd):
-    p = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
-    if p.returncode != 0 or p.stderr.strip():
-        print(" ".join(argv), "->", p.returncode, p.stdout, p.stderr)
-    return p.returncode
-
-
-def read(path):
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def write(path, text):
@@ -93,8 +75,8 @@ class Case:
         out = os.path.join(self.out, tag)
         wrap = [KCACHE, "run", "--"] if shim else []
         e = dict(env, KCACHE_NVRTC_REPORT=rep) if shim else env
-        rc = run(wrap + [ONE, out] + argv, e, self.dir)
-        return (read(out) if rc == 0 and os.path.exists(out) else b"exit %d" % rc,
+        rc = kctest.run_logged(wrap + [ONE, out] + argv, e, self.dir)
+        return (kctest.read_bytes(out) if rc == 0 and os.path.exists(out) else b"exit %d" % rc,
                 read_report(rep) if shim else [])
 
 
@@ -261,17 +243,17 @@ def real_nvrtc(tmp, env):
         e = dict(env, KCACHE_DIR=os.path.join(tmp, kind + "-cache"))
         rep = os.path.join(tmp, kind + "-report")
         out = os.path.join(tmp, kind + "-plain")
-        check(run(cmd + [out] + argv, e, k) == 0 and mapped(out) == {lib},
+        check(kctest.run_logged(cmd + [out] + argv, e, k) == 0 and mapped(out) == {lib},
               f"RUNPATH {kind}: without the drop-in the program loads {lib}")
         out = os.path.join(tmp, kind + "-shim")
-        rc = run([KCACHE, "run", "--"] + cmd + [out] + argv,
+        rc = kctest.run_logged([KCACHE, "run", "--"] + cmd + [out] + argv,
                  dict(e, KCACHE_NVRTC_REPORT=rep), k)
         r = read_report(rep)
         got = mapped(out) if rc == 0 else "exit %d" % rc
         check(got == {lib} and r and r[-1].get("misses") == 1,
               f"RUNPATH {kind}: the drop-in's miss is compiled by the NVRTC the program "
               f"would have loaded ({got}; report {r})")
-        check(read(out) == read(os.path.join(tmp, kind + "-plain")),
+        check(kctest.read_bytes(out) == kctest.read_bytes(os.path.join(tmp, kind + "-plain")),
               f"RUNPATH {kind}: NVIDIA's bytes")
     # The key holds the real library's build, not its path: a byte-identical
     # copy in another directory (another venv) hits.
@@ -285,8 +267,9 @@ def real_nvrtc(tmp, env):
         exe = os.path.join(bindir, os.path.basename(ONE_RUNPATH))
         shutil.copy2(ONE_RUNPATH, exe)
         out = os.path.join(tmp, venv + "-out")
-        rc = run([KCACHE, "run", "--", exe, out] + argv, dict(e, KCACHE_NVRTC_REPORT=rep), k)
-        results.append((rc, read_report(rep), read(out) if rc == 0 else b""))
+        rc = kctest.run_logged([KCACHE, "run", "--", exe, out] + argv,
+                               dict(e, KCACHE_NVRTC_REPORT=rep), k)
+        results.append((rc, read_report(rep), kctest.read_bytes(out) if rc == 0 else b""))
     (rc_a, r_a, out_a), (rc_b, r_b, out_b) = results
     check(rc_a == 0 and r_a and r_a[-1].get("misses") == 1, f"venv a: a miss ({r_a})")
     check(rc_b == 0 and r_b and r_b[-1].get("hits") == 1 and out_b == out_a,

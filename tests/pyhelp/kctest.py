@@ -52,6 +52,46 @@ class Tally:
         return 0
 
 
+def run_logged(argv, env, cwd):
+    """Runs argv and returns its exit status; prints the command and its output
+    when it fails or writes to stderr, which is what a failed check needs."""
+    p = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
+    if p.returncode != 0 or p.stderr.strip():
+        print(" ".join(argv), "->", p.returncode, p.stdout, p.stderr)
+    return p.returncode
+
+
+def read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def drop_lib_dirs(env, unwanted):
+    """Leaves out of env's LD_LIBRARY_PATH its empty entries and every folder d
+    for which unwanted(d) holds; returns env. meson puts the folder of each
+    library it built there, the drop-in NVRTC's among them: a program that is
+    to find NVIDIA's NVRTC (through its RUNPATH or the loader's cache) must
+    not find the drop-in, or another NVRTC, there first."""
+    env["LD_LIBRARY_PATH"] = ":".join(d for d in env.get("LD_LIBRARY_PATH", "").split(":")
+                                      if d and not unwanted(d))
+    return env
+
+
+def dropin_env(tmp, unwanted, unset=()):
+    """The environment of a program run with or without the drop-in NVRTC: a
+    cache of its own in tmp; none of the caller's kcache settings or preloads,
+    nor the variables in unset; LD_LIBRARY_PATH without the folders
+    unwanted(d) names (drop_lib_dirs()); and ASan told that the drop-in, which
+    links the runtime, is preloaded before the program's own copy of it."""
+    env = dict(os.environ)
+    env["KCACHE_DIR"] = os.path.join(tmp, "cache")
+    for k in ("KCACHE_PATH", "KCACHE_DISABLE", "KCACHE_NVRTC_REAL", "LD_PRELOAD") + tuple(unset):
+        env.pop(k, None)
+    drop_lib_dirs(env, unwanted)
+    env["ASAN_OPTIONS"] = env.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
+    return env
+
+
 def setup(kcache, fill=None):
     global KCACHE, FILL
     KCACHE = os.path.abspath(kcache)

@@ -480,31 +480,6 @@ static void test_lz4_lies(void)
     }
 }
 
-/* The totals agree with the rows and no artifact, info or input row is left over. */
-static void check_books(const char *path, const char *after)
-{
-    static const char *const zero[] = {
-        "SELECT (SELECT entries FROM totals) - (SELECT count(*) FROM entry)",
-        "SELECT (SELECT raw_bytes FROM totals) - (SELECT coalesce(sum(raw_size), 0) FROM entry)",
-        "SELECT (SELECT stored_bytes FROM totals) -"
-        " (SELECT coalesce(sum(stored_size), 0) FROM entry)",
-        "SELECT (SELECT coalesce(sum(stored_size), 0) FROM entry) -"
-        " (SELECT coalesce(sum(length(data)), 0) FROM artifact)",
-        "SELECT count(*) FROM artifact WHERE id NOT IN (SELECT id FROM entry)",
-        "SELECT count(*) FROM entry_info WHERE id NOT IN (SELECT id FROM entry)",
-        "SELECT count(*) FROM entry_input WHERE entry_id NOT IN (SELECT id FROM entry)",
-        "SELECT count(*) FROM input WHERE id NOT IN (SELECT input_id FROM entry_input)",
-    };
-    sqlite3 *db = sql_open(path);
-    for (size_t i = 0; i < KC_ARRAY_SIZE(zero); i++) {
-        int64_t v = st_sql_int(db, zero[i]);
-        if (v != 0)
-            fprintf(stderr, "after %s: %s gives %lld\n", after, zero[i], (long long)v);
-        CHECK(v == 0);
-    }
-    sqlite3_close(db);
-}
-
 /*
  * The ways entries change that test_store's books do not take: an import
  * that replaces and adds, a recompress to another codec, and verify
@@ -530,13 +505,13 @@ static void test_books(void)
     CHECK_RC(kcache_bundle_import(&r, s, bundle, NULL), 0);
     CHECK(r.added == 4 && r.replaced == 2);
     kcache_store_close(s);
-    check_books(b, "an import");
+    st_check_books(b, "an import");
     s = open_with(b, "none");
     kcache_recompress_result rr = KCACHE_RECOMPRESS_RESULT_INIT;
     CHECK_RC(kcache_store_recompress(&rr, s, NULL), 0);
     CHECK(rr.recompressed == 6);
     kcache_store_close(s);
-    check_books(b, "a recompress");
+    st_check_books(b, "a recompress");
     sqlite3 *db = sql_open(b);
     CHECK(sqlite3_exec(db, "UPDATE artifact SET data = x'00' || substr(data, 2)"
                            " WHERE id = (SELECT min(id) FROM artifact)", NULL, NULL, NULL) ==
@@ -547,7 +522,7 @@ static void test_books(void)
     CHECK_RC(kcache_store_verify(&vr, s, NULL, NULL, NULL), 0);
     CHECK(vr.damaged == 1);
     kcache_store_close(s);
-    check_books(b, "verify");
+    st_check_books(b, "verify");
 }
 
 int main(void)

@@ -3,7 +3,7 @@
 #include <sqlite3.h>
 
 #include "store/internal.h"
-#include "testutil.h"
+#include "storetest.h"
 
 static kcache_key key_of(unsigned n)
 {
@@ -232,32 +232,6 @@ static int64_t sql_int(const char *path, const char *sql)
     return v;
 }
 
-/* The totals agree with the rows, and no row is left that nothing refers to. */
-static void check_books(const char *path, const char *after)
-{
-    static const char *const zero[] = {
-        "SELECT (SELECT entries FROM totals) - (SELECT count(*) FROM entry)",
-        "SELECT (SELECT raw_bytes FROM totals) - (SELECT coalesce(sum(raw_size), 0) FROM entry)",
-        "SELECT (SELECT stored_bytes FROM totals) -"
-        " (SELECT coalesce(sum(stored_size), 0) FROM entry)",
-        "SELECT count(*) FROM artifact WHERE id NOT IN (SELECT id FROM entry)",
-        "SELECT count(*) FROM entry_info WHERE id NOT IN (SELECT id FROM entry)",
-        "SELECT count(*) FROM entry_input WHERE entry_id NOT IN (SELECT id FROM entry)",
-        "SELECT count(*) FROM input WHERE id NOT IN (SELECT input_id FROM entry_input)",
-        "SELECT count(*) FROM manifest WHERE key NOT IN (SELECT key FROM entry)",
-        "SELECT count(*) FROM closure WHERE id NOT IN (SELECT closure_id FROM manifest)",
-        "SELECT count(*) FROM entry_input WHERE input_id NOT IN (SELECT id FROM input)",
-        "SELECT count(*) FROM manifest WHERE closure_id NOT IN (SELECT id FROM closure)",
-    };
-    for (size_t i = 0; i < sizeof(zero) / sizeof(zero[0]); i++) {
-        int64_t v = sql_int(path, zero[i]);
-        if (v != 0) {
-            fprintf(stderr, "after %s: %s gives %lld\n", after, zero[i], (long long)v);
-            test_failures++;
-        }
-    }
-}
-
 /* Entry n: a shared header, a header of its own, a closure shared by even n. */
 static int put_booked(kcache_store *s, unsigned n, uint8_t *data, size_t size)
 {
@@ -294,19 +268,19 @@ static void test_books(void)
     static uint8_t data[20000];
     for (unsigned n = 0; n < 12; n++)
         CHECK_RC(put_booked(s, n, data, sizeof(data)), 0);
-    check_books(path, "puts");
+    st_check_books(path, "puts");
     kcache_key k = key_of(3);
     CHECK_RC(kcache_store_delete(s, &k), 0);
-    check_books(path, "a delete");
+    st_check_books(path, "a delete");
     CHECK_RC(put_booked(s, 4, data, sizeof(data) - 100), 0); /* replaced, another size */
     CHECK_RC(put_booked(s, 4, data, sizeof(data)), 0);
-    check_books(path, "replacing");
+    st_check_books(path, "replacing");
     kcache_prune_options o = KCACHE_PRUNE_OPTIONS_INIT;
     kcache_prune_result r = KCACHE_PRUNE_RESULT_INIT;
     o.max_entries = 6;
     CHECK_RC(kcache_store_prune(&r, s, &o), 0);
     CHECK(r.evicted == 5);
-    check_books(path, "a prune");
+    st_check_books(path, "a prune");
     CHECK(sql_int(path, "SELECT count(*) FROM input") == 7); /* common.cuh and 6 own */
     for (unsigned i = 0; i < 6; i++) {
         char key[16];
@@ -316,12 +290,12 @@ static void test_books(void)
     uint64_t n = 0;
     CHECK_RC(kcache_store_trim_namespace(&n, s, "ns", 3100), 0);
     CHECK(n == 3);
-    check_books(path, "trimming a namespace");
+    st_check_books(path, "trimming a namespace");
     CHECK_RC(kcache_store_clear_namespace(&n, s, "ns"), 0);
     CHECK(n == 3);
-    check_books(path, "clearing a namespace");
+    st_check_books(path, "clearing a namespace");
     CHECK_RC(kcache_store_clear(s), 0);
-    check_books(path, "clear");
+    st_check_books(path, "clear");
     CHECK(sql_int(path, "SELECT entries + raw_bytes + stored_bytes FROM totals") == 0);
     /* The hit path's schema: no triggers for every open to parse. */
     CHECK(sql_int(path, "SELECT count(*) FROM sqlite_schema WHERE type = 'trigger'") == 0);

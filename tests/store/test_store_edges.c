@@ -75,6 +75,32 @@ static void test_delete_unpreparable(const char *dir)
     kcache_store_close(s);
 }
 
+static int no_entry(void *userdata, const kcache_entry *entry)
+{
+    (void)userdata;
+    (void)entry;
+    return 0;
+}
+
+/* The message for a struct of an unknown version: the versions known are
+ * "1" or "1..max". */
+static int version_message_is(const char *msg, const char *type, unsigned version, unsigned max,
+                              const char *init)
+{
+    char known[32], want[300];
+    if (max == 1)
+        snprintf(known, sizeof(known), "1");
+    else
+        snprintf(known, sizeof(known), "1..%u", max);
+    snprintf(want, sizeof(want),
+             "%s version %u is not one this library knows (%s): initialise it with %s or %s_init()",
+             type, version, known, init, type);
+    if (strcmp(msg, want) == 0)
+        return 1;
+    fprintf(stderr, "got:  %s\nwant: %s\n", msg, want);
+    return 0;
+}
+
 /* Options and result structs carry a version the library checks, so that a
  * caller built against other fields is told, not written past. */
 static void test_versions_checked(kcache_store *s, const char *dir)
@@ -103,6 +129,23 @@ static void test_versions_checked(kcache_store *s, const char *dir)
     br.version = KCACHE_BUNDLE_RESULT_VERSION;
     CHECK_RC(kcache_bundle_export(&br, s, bundle, NULL), 0);
     CHECK(br.version == KCACHE_BUNDLE_RESULT_VERSION && br.entries == 1);
+
+    /* One wording for every struct: which struct, the version given, the
+     * versions this build knows, and how to make one it does. */
+    kcache_prune_options po = KCACHE_PRUNE_OPTIONS_INIT;
+    po.version = 7;
+    CHECK_RC(kcache_store_prune(NULL, s, &po), KCACHE_EINVAL);
+    CHECK(version_message_is(kcache_store_errmsg(s), "kcache_prune_options", 7,
+                             KCACHE_PRUNE_OPTIONS_VERSION, "KCACHE_PRUNE_OPTIONS_INIT"));
+    kcache_filter f = KCACHE_FILTER_INIT;
+    f.version = 0;
+    CHECK_RC(kcache_store_list(s, &f, no_entry, NULL), KCACHE_EINVAL);
+    CHECK(version_message_is(kcache_store_errmsg(s), "kcache_filter", 0, KCACHE_FILTER_VERSION,
+                             "KCACHE_FILTER_INIT"));
+    bo.version = 0;
+    CHECK_RC(kcache_bundle_export(NULL, s, bundle, &bo), KCACHE_EINVAL);
+    CHECK(version_message_is(kcache_store_errmsg(s), "kcache_bundle_options", 0,
+                             KCACHE_BUNDLE_OPTIONS_VERSION, "KCACHE_BUNDLE_OPTIONS_INIT"));
 
     kcache_stats *st = NULL;
     CHECK_RC(kcache_store_stats(&st, s), 0);

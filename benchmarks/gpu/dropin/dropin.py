@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The drop-in NVRTC on a GPU machine (issue 15): CuPy and cuda.core under
+"""The drop-in NVRTC on a GPU machine: CuPy and cuda.core under
 `kcache run`, unchanged.
 
     python3 benchmarks/gpu/dropin/dropin.py [--kcache build/cli/kcache] [--runs 5]

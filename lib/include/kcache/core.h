@@ -37,6 +37,9 @@ extern "C" {
  *     macro: zero-fills the struct as that version of it laid it out and
  *     sets the version. Returns 0, or KCACHE_EINVAL (nothing written) for a
  *     version 0 or newer than this library.
+ * A function given a struct of a version it does not know returns
+ * KCACHE_EINVAL, and its message names the struct, the version given, the
+ * versions this library knows, and the two ways above to make one.
  * tests/api/check_headers.py compiles every macro in C11 and C++11 with -Wall -Wextra.
  */
 #ifdef __cplusplus

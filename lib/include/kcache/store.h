@@ -57,9 +57,10 @@ typedef struct kcache_store_options {
      */
     int no_create;
     /*
-     * Version 3. How this handle stores what it writes: "zstd" (smallest),
-     * "lz4" (faster hits, slower puts, an eighth larger), "none". NULL:
-     * $KCACHE_COMPRESSION, else compression in kcache.conf, else "zstd".
+     * Version 3. How this handle stores what it writes: "lz4" (LZ4 blocks:
+     * the fastest hits and puts of the two), "zstd" (zstd frames: a third
+     * fewer bytes than lz4, for caches where disk is short), "none". NULL:
+     * $KCACHE_COMPRESSION, else compression in kcache.conf, else "lz4".
      * Every entry records its own
      * codec, so a store holds a mix and any handle reads them all; anything
      * else is KCACHE_EINVAL at open, with a message naming the valid ones.
@@ -492,9 +493,9 @@ typedef struct kcache_recompress_options {
     unsigned version;            /* KCACHE_RECOMPRESS_OPTIONS_VERSION */
     size_t batch;                /* entries per transaction; 0: a default */
     int dry_run;                 /* count what would be re-encoded; change nothing */
-    /* optional: ("recompressing", done, total), as kcache_progress_fn (core.h):
-     * called between batches with no lock held, so it may use this store */
-    void (*progress)(void *userdata, const char *phase, uint64_t done, uint64_t total);
+    /* optional: ("recompressing", done, total), called between batches with
+     * no lock held, so it may use this store */
+    kcache_progress_fn progress;
     void *userdata;
 } kcache_recompress_options;
 
