@@ -47,7 +47,7 @@ int kc_store_admit(kcache_store *store, kcache_entry *e, char *what, size_t what
     if (conflict) {
         kc_ingest_conflict_text(what, what_size, &e->key, have, e->digest, "the remote");
         kc_store_count(store, KC_COUNTER_CONFLICTS, 1);
-        kc_log_unlocked(store, KCACHE_LOG_WARNING, "%s", what);
+        kc_log_unlocked(store, KCACHE_LOG_WARNING, what);
         return 1;
     }
     return 0;

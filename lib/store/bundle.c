@@ -497,7 +497,7 @@ static int import_from(kcache_bundle_result *r, kcache_store *store, const char 
         const struct conflict *c = &conflicts.items[i];
         char line[KC_ERRMSG_SIZE];
         kc_ingest_conflict_text(line, sizeof(line), &c->key, c->kept, c->refused, "the bundle");
-        kc_log_unlocked(store, KCACHE_LOG_WARNING, "%s", line);
+        kc_log_unlocked(store, KCACHE_LOG_WARNING, line);
         if (o->conflict)
             o->conflict(o->conflict_userdata, &c->key, c->kept, c->refused);
     }

@@ -3,7 +3,6 @@
  * other file of the store, which all unlock through here.
  */
 #include <stdarg.h>
-#include <stdio.h>
 
 #include "store/storeint.h"
 
@@ -14,16 +13,10 @@ void kc_unlock(kcache_store *s)
     kc_logq_deliver(&said, s->db.log, s->db.log_userdata);
 }
 
-void kc_log_unlocked(kcache_store *s, int level, const char *fmt, ...)
+void kc_log_unlocked(kcache_store *s, int level, const char *msg)
 {
-    if (!s->db.log)
-        return;
-    char msg[KC_ERRMSG_SIZE];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    s->db.log(s->db.log_userdata, level, msg);
+    if (s->db.log)
+        s->db.log(s->db.log_userdata, level, msg);
 }
 
 int kc_err_locking(kcache_store *s, int code, const char *fmt, ...)

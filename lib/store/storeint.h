@@ -94,11 +94,11 @@ struct kcache_store {
 /*
  * The store's message and log are its file's (db/dberr.c): one place for
  * both. kc_log() is said under s->lock and heard once kc_unlock() lets go;
- * kc_log_unlocked() from a caller that holds nothing.
+ * kc_log_unlocked() says a line now, from a caller that holds nothing.
  */
 #define kc_err(s, code, ...) kc_db_err(&(s)->db, (code), __VA_ARGS__)
 #define kc_log(s, level, ...) kc_db_log(&(s)->db, (level), __VA_ARGS__)
-void kc_log_unlocked(kcache_store *s, int level, const char *fmt, ...) KC_PRINTF(3, 4);
+void kc_log_unlocked(kcache_store *s, int level, const char *msg);
 /*
  * Releases s->lock, then calls the log callback with what was said under
  * it: no callback runs under the lock (it may call the store), and every
