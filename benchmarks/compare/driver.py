@@ -276,7 +276,7 @@ def main():
         json.dump(ccache_bench(a, 3 if a.quick else 9), open(out("ccache"), "w"), indent=1)
     if "e2e" in parts:
         log("end to end: whole processes on a hit")
-        json.dump(e2e_bench(a, 5 if a.quick else 15, have_cc), open(out("e2e"), "w"), indent=1)
+        json.dump(e2e_bench(a, 15 if a.quick else 31, have_cc), open(out("e2e"), "w"), indent=1)
     m = machine(a)
     m["mode"] = "quick" if a.quick else "full"
     m["loadavg_start"] = load_start
