@@ -38,9 +38,13 @@ struct kcache_remote {
  */
 void kc_remote_log(kcache_remote *r, const char *fmt, ...) KC_PRINTF(2, 3);
 /*
- * Releases r->lock, then calls the log callback with what was said under
- * it: no callback runs under the lock. Every unlock of r->lock is this one.
+ * The remote's lock; every lock and unlock of r->lock is these. Held, it
+ * holds back every log line this thread would deliver (the store's too: the
+ * remote calls into its store under it, and a compiler gives both the same
+ * log callback, which may use the remote); kc_remote_unlock() lets go, then
+ * delivers them and the remote's own: no callback runs under the lock.
  */
+void kc_remote_lock(kcache_remote *r);
 void kc_remote_unlock(kcache_remote *r);
 /* Whether the remote may be tried now (no back-off in place, here or in the file). */
 int kc_remote_usable(kcache_remote *r);

@@ -203,10 +203,17 @@ void kc_remote_log(kcache_remote *r, const char *fmt, ...)
         kc_logq_add(&r->logq, KCACHE_LOG_WARNING, r->errmsg);
 }
 
+void kc_remote_lock(kcache_remote *r)
+{
+    pthread_mutex_lock(&r->lock);
+    kc_log_hold();
+}
+
 void kc_remote_unlock(kcache_remote *r)
 {
     kc_logq said = kc_logq_take(&r->logq);
     pthread_mutex_unlock(&r->lock);
+    kc_log_release();
     kc_logq_deliver(&said, r->log, r->log_userdata);
 }
 
@@ -364,7 +371,7 @@ static int fetch_locked(kcache_entry **out, kcache_remote *r, const kcache_key *
 int kc_remote_fetch(kcache_entry **out, kcache_remote *r, const kcache_key *key)
 {
     *out = NULL;
-    pthread_mutex_lock(&r->lock);
+    kc_remote_lock(r);
     int found = -1;
     if (!kc_remote_usable(r))
         kc_store_count(r->store, KC_RC_SKIPPED, 1);
@@ -387,7 +394,7 @@ int kc_remote_lease_or_wait(kcache_entry **out, int *leased, kcache_remote *r,
         return 0;
     kc_remote_name(name, sizeof(name), r, "lease", key);
     for (;;) {
-        pthread_mutex_lock(&r->lock);
+        kc_remote_lock(r);
         int acquired = 0, rc = 0, found = 0;
         if (!kc_remote_usable(r))
             rc = -1;
@@ -422,7 +429,7 @@ void kc_remote_renew(kcache_remote *r, const kcache_key *key)
 {
     char name[512];
     kc_remote_name(name, sizeof(name), r, "lease", key);
-    pthread_mutex_lock(&r->lock);
+    kc_remote_lock(r);
     int rc = kc_remote_usable(r) ? r->backend->ops->renew(r->backend, name, r->owner,
                                                           KC_REMOTE_LEASE_TTL_MS)
                                  : 0;
@@ -435,7 +442,7 @@ void kc_remote_release(kcache_remote *r, const kcache_key *key)
 {
     char name[512];
     kc_remote_name(name, sizeof(name), r, "lease", key);
-    pthread_mutex_lock(&r->lock);
+    kc_remote_lock(r);
     int rc = kc_remote_usable(r) ? r->backend->ops->release(r->backend, name, r->owner) : 0;
     if (rc)
         kc_remote_failed(r, rc);
@@ -470,7 +477,7 @@ int kc_remote_writable(kcache_remote *r)
 
 void kc_remote_push(kcache_remote *r, const kcache_entry *e)
 {
-    pthread_mutex_lock(&r->lock);
+    kc_remote_lock(r);
     if (!kc_remote_writable(r))
         ;
     else if (!kc_remote_usable(r))

@@ -23,7 +23,7 @@ static int backend_error(kcache_remote *r, int rc)
 static int noted(kcache_remote *r, int rc)
 {
     if (rc) {
-        pthread_mutex_lock(&r->lock);
+        kc_remote_lock(r);
         kc_errmsg_note(r, r->errmsg);
         kc_remote_unlock(r);
     }
@@ -37,7 +37,7 @@ KCACHE_API int kcache_remote_check(kcache_remote_info *out, kcache_remote *remot
     kcache_remote_info info = {KCACHE_REMOTE_INFO_VERSION};
     char index[320];
     snprintf(index, sizeof(index), "%sindex", remote->prefix);
-    pthread_mutex_lock(&remote->lock);
+    kc_remote_lock(remote);
     int64_t left = remote->down_until_ms > 0 ? remote->down_until_ms - kc_now_ms() : 0;
     kc_remote_usable(remote); /* reads the file into down_until_ms */
     left = KC_MAX(left, remote->down_until_ms - kc_now_ms());
@@ -124,7 +124,7 @@ static int pull(kcache_transfer *t, kcache_remote *remote, const kcache_filter *
     struct walk w = {remote, filter, NULL, 0, 0};
     char index[320];
     snprintf(index, sizeof(index), "%sindex", remote->prefix);
-    pthread_mutex_lock(&remote->lock);
+    kc_remote_lock(remote);
     int rc = remote->backend->ops->index(remote->backend, index,
                                          filter ? filter->created_since : 0, collect, &w);
     if (rc && rc != KCACHE_ENOMEM)
@@ -136,7 +136,7 @@ static int pull(kcache_transfer *t, kcache_remote *remote, const kcache_filter *
                                                               KCACHE_GET_NO_DATA) == 0) {
             t->present++;
         } else {
-            pthread_mutex_lock(&remote->lock);
+            kc_remote_lock(remote);
             rc = pull_one_locked(t, remote, &w.keys[i]);
             kc_remote_unlock(remote);
         }
@@ -146,7 +146,7 @@ static int pull(kcache_transfer *t, kcache_remote *remote, const kcache_filter *
     }
     free(w.keys);
     if (rc == KCACHE_ENOMEM) {
-        pthread_mutex_lock(&remote->lock);
+        kc_remote_lock(remote);
         snprintf(remote->errmsg, sizeof(remote->errmsg), "out of memory");
         kc_remote_unlock(remote);
     }
@@ -173,13 +173,13 @@ static int push(kcache_transfer *t, kcache_remote *remote, const kcache_filter *
         kcache_entry *e = NULL;
         if (kcache_store_get(&e, remote->store, &keys[i], KCACHE_GET_NO_TOUCH) == 0 &&
             !kc_store_local_only(e)) {
-            pthread_mutex_lock(&remote->lock);
+            kc_remote_lock(remote);
             int64_t sent = kc_remote_push_locked(remote, e, e->created_at);
+            if (sent < 0) /* before a callback the unlock calls can make the backend fail */
+                snprintf(remote->errmsg, sizeof(remote->errmsg), "%s", remote->backend->errmsg);
             kc_remote_unlock(remote);
             if (sent < 0) {
                 rc = (int)sent;
-                snprintf(remote->errmsg, sizeof(remote->errmsg), "%s",
-                         remote->backend->errmsg);
             } else {
                 t->entries++;
                 t->bytes += (uint64_t)sent;

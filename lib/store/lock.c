@@ -15,8 +15,11 @@ void kc_unlock(kcache_store *s)
 
 void kc_log_unlocked(kcache_store *s, int level, const char *msg)
 {
-    if (s->db.log)
-        s->db.log(s->db.log_userdata, level, msg);
+    if (!s->db.log)
+        return;
+    kc_logq one = {0};
+    kc_logq_add(&one, level, msg);
+    kc_logq_deliver(&one, s->db.log, s->db.log_userdata);
 }
 
 int kc_err_locking(kcache_store *s, int code, const char *fmt, ...)

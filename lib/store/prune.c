@@ -495,9 +495,10 @@ KCACHE_API int kcache_store_prune(kcache_prune_result *out, kcache_store *store,
                          KCACHE_PRUNE_OPTIONS_VERSION) ||
         (out && kc_version_check(msg, sizeof(msg), "kcache_prune_result", out->version,
                                  KCACHE_PRUNE_RESULT_VERSION)))
-        return kc_err(store, KCACHE_EINVAL, "%s", msg);
+        return kc_err_locking(store, KCACHE_EINVAL, "%s", msg);
     if (options->kind && !kcache_kind_name(options->kind))
-        return kc_err(store, KCACHE_EINVAL, "kcache_store_prune: bad kind %d", (int)options->kind);
+        return kc_err_locking(store, KCACHE_EINVAL, "kcache_store_prune: bad kind %d",
+                              (int)options->kind);
     pthread_mutex_lock(&store->lock);
     int rc;
     KC_WITH_RECOVERY(store, rc, kc_prune_locked(store, options, out ? out : &ignored));

@@ -53,7 +53,7 @@ KCACHE_API int kcache_store_verify(kcache_verify_result *out, kcache_store *stor
     char msg[KC_ERRMSG_SIZE];
     if (out && kc_version_check(msg, sizeof(msg), "kcache_verify_result", out->version,
                                 KCACHE_VERIFY_RESULT_VERSION))
-        return kc_err(store, KCACHE_EINVAL, "%s", msg);
+        return kc_err_locking(store, KCACHE_EINVAL, "%s", msg);
     int rc = integrity(store, &r);
     if (rc)
         goto out;

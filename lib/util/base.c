@@ -509,8 +509,20 @@ kc_logq kc_logq_take(kc_logq *q)
     return taken;
 }
 
-void kc_logq_deliver(kc_logq *q, kcache_log_fn log, void *userdata)
+/* This thread's holds (kc_log_hold()) and what waits for the last to go. */
+static _Thread_local unsigned log_holds;
+static _Thread_local struct held_log {
+    kc_logq q;
+    kcache_log_fn log;
+    void *userdata;
+} *held;
+static _Thread_local size_t n_held, cap_held;
+
+static void deliver_now(kc_logq *q, kcache_log_fn log, void *userdata)
 {
+    const void *owner = errmsg_owner;
+    char text[KC_ERRMSG_SIZE];
+    memcpy(text, errmsg_text, sizeof(text));
     for (size_t i = 0; i < q->n; i++) {
         if (log)
             log(userdata, q->v[i].level, q->v[i].text);
@@ -523,6 +535,50 @@ void kc_logq_deliver(kc_logq *q, kcache_log_fn log, void *userdata)
     }
     free(q->v);
     memset(q, 0, sizeof(*q));
+    errmsg_owner = owner;
+    memcpy(errmsg_text, text, sizeof(text));
+}
+
+void kc_logq_deliver(kc_logq *q, kcache_log_fn log, void *userdata)
+{
+    if (!q->n && !q->left_out) {
+        free(q->v);
+        memset(q, 0, sizeof(*q));
+        return;
+    }
+    if (log_holds) {
+        struct held_log *grown = kc_grow(held, &cap_held, n_held, sizeof(*held), 4);
+        if (grown) {
+            held = grown;
+            held[n_held].q = kc_logq_take(q);
+            held[n_held].log = log;
+            held[n_held].userdata = userdata;
+            n_held++;
+            return;
+        }
+        /* No room to wait: these are left out rather than said under the lock. */
+        log = NULL;
+    }
+    deliver_now(q, log, userdata);
+}
+
+void kc_log_hold(void)
+{
+    log_holds++;
+}
+
+void kc_log_release(void)
+{
+    if (--log_holds)
+        return;
+    /* Taken out first: a callback may hold and release again, with a list of its own. */
+    struct held_log *list = held;
+    size_t n = n_held;
+    held = NULL;
+    n_held = cap_held = 0;
+    for (size_t i = 0; i < n; i++)
+        deliver_now(&list[i].q, list[i].log, list[i].userdata);
+    free(list);
 }
 
 void kc_nvrtc_workdir(char *out, size_t size)

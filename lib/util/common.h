@@ -129,8 +129,22 @@ typedef struct kc_logq {
 void kc_logq_add(kc_logq *q, int level, const char *text);
 /* What q holds, moved out: q is left empty. */
 kc_logq kc_logq_take(kc_logq *q);
-/* Calls log (when not NULL) with each message, in order, then frees them. */
+/*
+ * Calls log (when not NULL) with each message, in order, then frees them;
+ * this thread's last failure (kc_errmsg_note()) is what it was before, so
+ * a callback's own failing call does not replace the message of the call
+ * that said them. While this thread holds a lock under kc_log_hold(), the
+ * messages wait instead, and go out when it lets go.
+ */
 void kc_logq_deliver(kc_logq *q, kcache_log_fn log, void *userdata);
+/*
+ * A lock that another handle's log must not be delivered under: a remote's,
+ * which calls into its store while it holds it (the store's log is often
+ * the same callback, and it may use the remote). kc_log_hold() after taking
+ * it; kc_log_release() after letting go, which delivers what waited.
+ */
+void kc_log_hold(void);
+void kc_log_release(void);
 
 /* Milliseconds since the Unix epoch, and a monotonic clock in nanoseconds. */
 int64_t kc_now_ms(void);

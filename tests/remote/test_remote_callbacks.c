@@ -232,6 +232,56 @@ static void log_calls_back(void *arg)
     kcache_store_close(s);
 }
 
+/*
+ * The store's log, which a compiler shares with its remote: a remote get
+ * that meets other bytes under its key locally makes the store say so (a
+ * conflict) while the remote is fetching, and the callback uses the remote.
+ */
+static struct on_call store_log_call;
+static void on_store_log(void *userdata, int level, const char *message)
+{
+    static int inside;
+    (void)level;
+    (void)message;
+    if (inside)
+        return;
+    inside = 1;
+    use_remote(userdata);
+    inside = 0;
+}
+
+static void store_log_calls_back(void *arg)
+{
+    (void)arg;
+    kcache_store *p = open_store("pusher.db");
+    put_entries(p);
+    kcache_remote *pr = open_remote(p);
+    kcache_transfer t = KCACHE_TRANSFER_INIT;
+    CHECK_RC(kcache_remote_push(&t, pr, NULL, NULL, NULL), 0);
+    kcache_remote_close(pr);
+    kcache_store_close(p);
+
+    kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
+    o.path = test_path("conflict.db");
+    o.max_size = UINT64_MAX;
+    o.log = on_store_log;
+    o.log_userdata = &store_log_call;
+    kcache_store *s = st_open_with(&o);
+    char data[200];
+    memset(data, 'z', sizeof(data));
+    CHECK_RC(kcache_store_put_keyed(s, NS, "entry 0", 7, data, sizeof(data)), 0);
+    kcache_remote *r = open_remote(s);
+    store_log_call.remote = r;
+    store_log_call.store = s;
+    kcache_key key = key_of(0);
+    kcache_entry *e = NULL;
+    kcache_remote_get(&e, r, &key); /* a conflict: the local bytes stay */
+    kcache_entry_free(e);
+    CHECK(store_log_call.calls >= 1);
+    kcache_remote_close(r);
+    kcache_store_close(s);
+}
+
 int main(void)
 {
     unsetenv("KCACHE_REMOTE_SECRET");
@@ -243,5 +293,6 @@ int main(void)
     test_within("a push's progress calls the remote", DEADLINE_S, push_calls_back, NULL);
     test_within("a pull's progress calls the remote", DEADLINE_S, pull_calls_back, NULL);
     test_within("the remote's log calls the remote", DEADLINE_S, log_calls_back, NULL);
+    test_within("the store's log calls the remote", DEADLINE_S, store_log_calls_back, NULL);
     return test_done();
 }
