@@ -157,8 +157,10 @@ int kc_db_begin_write(struct kc_db *db)
     kc_db_wait_init(&wait, db->busy_timeout_ms);
     for (;;) {
         int src = sqlite3_exec(db->conn, "BEGIN IMMEDIATE", NULL, NULL, NULL);
-        if (src == SQLITE_OK)
+        if (src == SQLITE_OK) {
+            db->changes_at_begin = sqlite3_total_changes(db->conn);
             return 0;
+        }
         if ((src & 0xff) != SQLITE_BUSY || !kc_db_wait_more(&wait))
             return kc_sqlerr(db, src, "starting a write");
     }
@@ -168,7 +170,10 @@ int kc_db_commit(struct kc_db *db)
 {
     int rc = sqlite3_exec(db->conn, "COMMIT", NULL, NULL, NULL);
     if (rc == SQLITE_OK) {
-        db->wrote = 1;
+        /* Rows changed: a transaction that only looked (a lease held by
+         * another process) leaves the WAL to others. */
+        if (sqlite3_total_changes(db->conn) != db->changes_at_begin)
+            db->wrote = 1;
         return 0;
     }
     int err = kc_sqlerr(db, rc, "committing");

@@ -43,7 +43,8 @@ struct kc_db {
     int header_wal;         /* the file's header says journal_mode = WAL (kc_db_peek) */
     int schema_version;
     int replaced_damaged;      /* kc_db_open() set a damaged file aside and began anew */
-    int wrote;                 /* a write transaction of this connection committed */
+    int wrote;                 /* a write transaction of this connection committed a change */
+    int changes_at_begin;      /* sqlite3_total_changes() when it began */
     uint64_t index_damaged_ns; /* when the file was last found sound behind a damaged -shm */
 
     /* The owner's statements, prepared once per connection (kc_db_stmt()). */

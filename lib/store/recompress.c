@@ -249,9 +249,11 @@ static void progress(const kcache_recompress_options *o, uint64_t done, uint64_t
  * of its own. Progress is said between batches with no lock held: the
  * callback may use the store, even delete or put entries. What the loop
  * carries across is only the last id done and the counts, which stay right
- * whatever happened meanwhile: ids grow, so the next batch starts after the
- * last one done and sees the store as it is then (an entry deleted is not
- * visited, one put since is in the new codec already).
+ * whatever happened meanwhile: the next batch starts after the last id done
+ * and sees the store as it is then (an entry deleted is not visited, one put
+ * since is in the new codec already). Ids are rowids, which SQLite may hand
+ * out again below the last one done after deletes; an entry another process
+ * puts there in the old codec waits for the next run (bytes stay right).
  */
 static int recompress(kcache_store *s, const kcache_recompress_options *o,
                       kcache_recompress_result *r)

@@ -123,10 +123,12 @@ KCACHE_API void kcache_store_close(kcache_store *store)
                 kc_spill_add(&store->db, store->pending_failures);
         }
         /*
-         * A close does not checkpoint (db/db.c: a hit must not write), so a WAL
-         * that another process's readers kept from being truncated would
-         * stay past the cap for good. The last writer out brings the files
-         * back under it; when they already are, this is two stat() calls.
+         * A close checkpoints only when this handle wrote or the WAL is
+         * large (db/conn.c, kc_db_settle: a hit must not write), and even
+         * then not while another process reads, so a WAL kept from being
+         * truncated would stay past the cap for good. The last writer out
+         * brings the files back under it; when they already are, this is
+         * two stat() calls.
          */
         if (!store->db.read_only && !store->db.newer_schema)
             kc_maybe_prune_locked(store);

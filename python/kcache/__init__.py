@@ -194,7 +194,10 @@ class Cache:
         return self._store.import_bundle(os.fspath(path), dry_run=dry_run)
 
     def flush(self) -> None:
-        """Writes this process's pending hit counts and times of use now."""
+        """Writes this process's pending hit counts and times of use now and, if
+        this cache wrote, hands the WAL's frames to the database file (a
+        checkpoint, with an fsync) so the next process has none to replay:
+        call it when done writing, not after every put."""
         self._store.flush()
 
     def close(self) -> None:
