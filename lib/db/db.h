@@ -82,7 +82,6 @@ void kc_db_disk_usage(struct kc_db *db, uint64_t *file_bytes, uint64_t *wal_byte
  * and a new one begun (db->replaced_damaged). lock_fd must be -1 before.
  */
 int kc_db_open(struct kc_db *db);
-/* Closes the connection (statements finalized); the handle can be reopened. */
 /*
  * Empties the WAL into the file when this connection wrote to it, or when it
  * is past KC_WAL_KEEP, if nobody else is using it (never waits): the next
@@ -90,6 +89,7 @@ int kc_db_open(struct kc_db *db);
  * a process that keeps its connection until exit calls it itself.
  */
 void kc_db_settle(struct kc_db *db);
+/* Closes the connection (statements finalized); the handle can be reopened. */
 void kc_db_close(struct kc_db *db);
 /* kc_db_close(), the lock file, and path: what kc_db_open() and the owner gave. */
 void kc_db_free(struct kc_db *db);

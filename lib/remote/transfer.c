@@ -30,9 +30,23 @@ static int noted(kcache_remote *r, int rc)
     return rc;
 }
 
+/* 0, or KCACHE_EINVAL with the one message for a struct of an unknown version. */
+static int known_version(kcache_remote *r, const char *type, unsigned version, unsigned max)
+{
+    char msg[KC_ERRMSG_SIZE];
+    if (!kc_version_check(msg, sizeof(msg), type, version, max))
+        return 0;
+    kc_remote_lock(r);
+    snprintf(r->errmsg, sizeof(r->errmsg), "%s", msg);
+    kc_remote_unlock(r);
+    return noted(r, KCACHE_EINVAL);
+}
+
 KCACHE_API int kcache_remote_check(kcache_remote_info *out, kcache_remote *remote)
 {
-    if (!remote || !out || !KC_RESULT_VERSION_OK(out, KCACHE_REMOTE_INFO_VERSION))
+    if (!remote || !out)
+        return KCACHE_EINVAL;
+    if (known_version(remote, "kcache_remote_info", out->version, KCACHE_REMOTE_INFO_VERSION))
         return KCACHE_EINVAL;
     kcache_remote_info info = {KCACHE_REMOTE_INFO_VERSION};
     char index[320];
@@ -199,7 +213,9 @@ static int transfer(kcache_transfer *out, kcache_remote *remote, const kcache_fi
                     int (*run)(kcache_transfer *, kcache_remote *, const kcache_filter *,
                                kcache_progress_fn, void *))
 {
-    if (!remote || !KC_RESULT_VERSION_OK(out, KCACHE_TRANSFER_VERSION))
+    if (!remote)
+        return KCACHE_EINVAL;
+    if (out && known_version(remote, "kcache_transfer", out->version, KCACHE_TRANSFER_VERSION))
         return KCACHE_EINVAL;
     kcache_transfer t = {KCACHE_TRANSFER_VERSION};
     int rc = run(&t, remote, filter, progress, userdata);

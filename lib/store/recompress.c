@@ -188,8 +188,8 @@ static int recompress_batch(kcache_store *s, int target, size_t batch, int64_t *
     kcache_recompress_result undo = *r;
     int64_t from = *last;
     *n = 0;
-    int rc = kc_db_writable(&s->db);
-    if (rc || (rc = kc_db_begin_write(&s->db)))
+    int rc = kc_db_begin_write(&s->db);
+    if (rc)
         return rc;
     int src = sqlite3_prepare_v2(s->db.conn,
                                  "SELECT e.id, e.codec, e.raw_size, e.stored_size, e.digest,"

@@ -86,8 +86,7 @@ static int store_open(kcache_store **out, const kcache_store_options *options, i
     if (!rc && s->db.replaced_damaged)
         s->pending_corrupt++; /* stats' corrupt counts damaged files too */
     /* What opening said (a damaged file set aside), with no handle yet to call back. */
-    kc_logq said = kc_logq_take(&s->db.logq);
-    kc_logq_deliver(&said, s->db.log, s->db.log_userdata);
+    kc_logq_deliver(&s->db.logq, s->db.log, s->db.log_userdata);
     if (rc) {
         kc_fmt(errbuf, errbuf_size, rc, "%s", s->db.errmsg);
         store_free(s);

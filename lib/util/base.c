@@ -546,7 +546,7 @@ void kc_logq_deliver(kc_logq *q, kcache_log_fn log, void *userdata)
         memset(q, 0, sizeof(*q));
         return;
     }
-    if (log_holds) {
+    if (log_holds && log) {
         struct held_log *grown = kc_grow(held, &cap_held, n_held, sizeof(*held), 4);
         if (grown) {
             held = grown;

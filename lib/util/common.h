@@ -22,13 +22,6 @@
 #define KC_ERRMSG_SIZE 512
 
 /*
- * A result struct the caller owns: NULL, or one whose version this build
- * knows (its fields after version may be fewer in an older caller's).
- */
-#define KC_RESULT_VERSION_OK(out, max)                                                             \
-    (!(out) || ((out)->version >= 1 && (out)->version <= (max)))
-
-/*
  * Whether a caller's versioned struct is of a version this build knows,
  * 1..max: 0 if so, else KCACHE_EINVAL with msg (may be NULL) the one message
  * every function gives for it, naming the struct (type, "kcache_prune_options"),

@@ -203,6 +203,25 @@ static void test_open_without_remote(void)
     kcache_store_close(s);
 }
 
+/* A caller's struct of an unknown version: refused with the message every function gives. */
+static void test_unknown_versions(void)
+{
+    kcache_store *s = st_open(test_path("versions.db"), 0, NULL, NULL);
+    kcache_remote *r = NULL;
+    char msg[512] = "";
+    REQUIRE(kcache_remote_open(&r, s, "redis://127.0.0.1:1", msg, sizeof(msg)) == 0 && r);
+    kcache_remote_info info = KCACHE_REMOTE_INFO_INIT;
+    info.version = 99;
+    CHECK_RC(kcache_remote_check(&info, r), KCACHE_EINVAL);
+    CHECK(strstr(kcache_remote_errmsg(r), "kcache_remote_info version 99 is not one"));
+    kcache_transfer t = KCACHE_TRANSFER_INIT;
+    t.version = 0;
+    CHECK_RC(kcache_remote_pull(&t, r, NULL, NULL, NULL), KCACHE_EINVAL);
+    CHECK(strstr(kcache_remote_errmsg(r), "kcache_transfer version 0 is not one"));
+    kcache_remote_close(r);
+    kcache_store_close(s);
+}
+
 int main(void)
 {
     kc_codec_ctx *c = NULL;
@@ -211,6 +230,7 @@ int main(void)
     test_codecs(c);
     test_endpoint();
     test_open_without_remote();
+    test_unknown_versions();
     kc_codec_free(c);
     return test_done();
 }
