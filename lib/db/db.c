@@ -46,9 +46,9 @@ static int create_file(struct kc_db *db)
 static int apply_steps(struct kc_db *db, int from, int to)
 {
     for (int v = from; v < to; v++) {
-        int rc = kc_db_exec(db, kc_schema_steps[v], "migrating the schema");
-        if (rc)
-            return rc;
+        int src = kc_schema_step(db->conn, v);
+        if (src != SQLITE_OK)
+            return kc_sqlerr(db, src, "migrating the schema");
     }
     char sql[64];
     snprintf(sql, sizeof(sql), "PRAGMA user_version = %d", to);
@@ -59,7 +59,7 @@ int kc_db_schema_reference(sqlite3 **out, int version)
 {
     int src = kc_sqlite_open(out, ":memory:", SQLITE_OPEN_READWRITE);
     for (int v = 0; src == SQLITE_OK && v < version; v++)
-        src = sqlite3_exec(*out, kc_schema_steps[v], NULL, NULL, NULL);
+        src = kc_schema_step(*out, v);
     return src;
 }
 

@@ -29,6 +29,9 @@ struct kc_db_wait {
 void kc_db_wait_init(struct kc_db_wait *w, unsigned ms);
 int kc_db_wait_more(struct kc_db_wait *w);
 
+/* steps.c: runs schema step `step` (version step to step + 1); SQLite's code. */
+int kc_schema_step(sqlite3 *conn, int step);
+
 /* db.c: one attempt at opening; *damaged when the file should be set aside. */
 int kc_db_open_once(struct kc_db *db, int *damaged);
 

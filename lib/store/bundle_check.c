@@ -31,6 +31,14 @@ static int query_int(sqlite3 *db, const char *sql, int64_t bind, int64_t *out)
     return src;
 }
 
+/*
+ * The oldest bundle schema imported: schema 7 only rewrote the text of
+ * schema 6's objects (schema/007_compact.sql), so a bundle of either holds
+ * the same tables and columns, and each is compared with its own version's
+ * objects below.
+ */
+#define KC_BUNDLE_OLDEST_SCHEMA 6
+
 static const char schema_sql[] =
     "SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_schema"
     " WHERE name NOT IN ('sqlite_stat1', 'sqlite_stat4') ORDER BY type, name";
@@ -183,14 +191,14 @@ int kc_bundle_check_file(kcache_store *s, const char *path, int *has_sig,
                         path);
         goto out;
     }
-    if (version != kc_schema_version) {
+    if (version < KC_BUNDLE_OLDEST_SCHEMA || version > kc_schema_version) {
         rc = kc_err_locking(s, KCACHE_EVERSION,
-                        "%s has schema %lld and this kcache reads schema %d bundles: export it "
-                        "again with this version of kcache; nothing imported",
-                        path, (long long)version, kc_schema_version);
+                        "%s has schema %lld and this kcache reads bundles of schema %d to %d: "
+                        "export it again with this version of kcache; nothing imported",
+                        path, (long long)version, KC_BUNDLE_OLDEST_SCHEMA, kc_schema_version);
         goto out;
     }
-    if (kc_db_schema_reference(&ref, kc_schema_version) != SQLITE_OK) {
+    if (kc_db_schema_reference(&ref, (int)version) != SQLITE_OK) {
         rc = kc_err_locking(s, KCACHE_ENOMEM, "out of memory");
         goto out;
     }

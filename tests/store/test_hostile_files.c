@@ -194,13 +194,13 @@ static void case_lease_null_host(int tc)
     /* What a lost -shm left in the field: rows that break the table's NOT NULL. */
     snprintf(sql, sizeof(sql),
              "PRAGMA writable_schema = ON;"
-             "UPDATE sqlite_schema SET sql = replace(sql, 'host      TEXT    NOT NULL',"
+             "UPDATE sqlite_schema SET sql = replace(sql, 'host TEXT NOT NULL',"
              " 'host TEXT') WHERE name = 'lease';"
              "PRAGMA writable_schema = RESET;"
              "INSERT INTO lease VALUES (x'%s', 1, NULL, 0), (x'%s', 1, NULL, 0);"
              "PRAGMA writable_schema = ON;"
              "UPDATE sqlite_schema SET sql = replace(sql, 'host TEXT',"
-             " 'host      TEXT    NOT NULL') WHERE name = 'lease';",
+             " 'host TEXT NOT NULL') WHERE name = 'lease';",
              hex, hex2);
     st_sql(db, sql);
     s = st_open(db, UINT64_MAX, NULL, NULL);

@@ -1,0 +1,253 @@
+/*
+ * Schema 7 rewrites the text of schema 6's objects in place (no CHECKs, no
+ * comments): a file of schema 6 full of entries is migrated with every entry
+ * and every table's layout as it was; a fresh file's objects are the
+ * reference's, short; the guard leaves a file whose objects are not kcache's
+ * with its old text, and still usable; bundles of schema 6 still import.
+ */
+#include <kcache/bundle.h>
+#include <kcache/store.h>
+
+#include "db/db.h"
+#include "storetest.h"
+
+#define N_ENTRIES 40
+#define SIZE_MAX_ENTRY (96 << 10)
+
+static uint8_t scratch[SIZE_MAX_ENTRY];
+
+/* Every table's and index's columns as SQLite reads them: what must not change. */
+static char *layout(sqlite3 *db)
+{
+    static const char sql[] =
+        "SELECT group_concat(x, char(10)) FROM (SELECT s.name || ': ' || ifnull((SELECT "
+        "group_concat(name || ' ' || type || ' ' || \"notnull\" || ' ' || quote(dflt_value) || "
+        "' ' || pk, ', ') FROM pragma_table_xinfo(s.name)), '') || ifnull((SELECT "
+        "group_concat(quote(name) || ' ' || key, ', ') FROM pragma_index_xinfo(s.name)), '') "
+        "AS x FROM sqlite_schema s ORDER BY s.name)";
+    sqlite3_stmt *st = NULL;
+    char *out = NULL;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        out = kc_strdup((const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    return out;
+}
+
+static char *layout_of(const char *path)
+{
+    sqlite3 *db = NULL;
+    REQUIRE(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+    char *out = layout(db);
+    sqlite3_close(db);
+    REQUIRE(out);
+    return out;
+}
+
+/* How many objects' text contains `needle`. */
+static int64_t texts_with(const char *path, const char *needle)
+{
+    sqlite3 *db = NULL;
+    REQUIRE(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+    char sql[160];
+    snprintf(sql, sizeof(sql), "SELECT count(*) FROM sqlite_schema WHERE instr(sql, '%s') > 0",
+             needle);
+    int64_t n = st_sql_int(db, sql);
+    sqlite3_close(db);
+    return n;
+}
+
+/*
+ * Makes the file at path what a kcache of schema 6 leaves: the objects' text
+ * of that version (taken from the migrations), user_version 6. The tables
+ * are the same, so the rows stay as they are.
+ */
+static void make_schema_6(const char *path)
+{
+    sqlite3 *ref = NULL, *db = NULL;
+    REQUIRE(kc_db_schema_reference(&ref, 6) == SQLITE_OK);
+    REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    REQUIRE(sqlite3_exec(db, "BEGIN IMMEDIATE; PRAGMA writable_schema = ON", NULL, NULL, NULL) ==
+            SQLITE_OK);
+    sqlite3_stmt *q = NULL, *u = NULL;
+    REQUIRE(sqlite3_prepare_v2(ref, "SELECT type, name, sql FROM sqlite_schema WHERE sql NOT NULL",
+                               -1, &q, NULL) == SQLITE_OK);
+    REQUIRE(sqlite3_prepare_v2(db, "UPDATE sqlite_schema SET sql = ?3 WHERE type = ?1 AND name = ?2",
+                               -1, &u, NULL) == SQLITE_OK);
+    int n = 0;
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        for (int c = 0; c < 3; c++)
+            sqlite3_bind_text(u, c + 1, (const char *)sqlite3_column_text(q, c), -1,
+                              SQLITE_TRANSIENT);
+        CHECK(sqlite3_step(u) == SQLITE_DONE && sqlite3_changes(db) == 1);
+        sqlite3_reset(u);
+        n++;
+    }
+    CHECK(n == 16);
+    sqlite3_finalize(q);
+    sqlite3_finalize(u);
+    int64_t cookie = st_sql_int(db, "PRAGMA schema_version");
+    char sql[96];
+    snprintf(sql, sizeof(sql), "PRAGMA schema_version = %lld; PRAGMA user_version = 6",
+             (long long)cookie + 1);
+    REQUIRE(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(db, "PRAGMA writable_schema = OFF; COMMIT", NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_close(db);
+    sqlite3_close(ref);
+    CHECK(texts_with(path, "CHECK (") > 0);
+}
+
+/* Entry i, keyed by material it carries, so that bundles take it too. */
+static int put_entry(kcache_store *s, unsigned i)
+{
+    char material[32];
+    kcache_entry e = KCACHE_ENTRY_INIT;
+    st_entry_of(&e, i, SIZE_MAX_ENTRY, scratch);
+    st_material_entry(&e, material, i);
+    e.name = "migrate.cu";
+    e.toolchain = "test";
+    return kcache_store_put(s, &e);
+}
+
+/* A store of entries of several sizes and kinds, closed; then made schema 6. */
+static void fill_schema_6(const char *path)
+{
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    for (unsigned i = 0; i < N_ENTRIES; i++)
+        CHECK_RC(put_entry(s, i), 0);
+    CHECK_RC(kcache_store_put_keyed(s, "cuda.core", "k", 1, "value", 5), 0);
+    kcache_store_close(s);
+    make_schema_6(path);
+}
+
+static void check_entries(kcache_store *s)
+{
+    int bad = 0;
+    for (unsigned i = 0; i < N_ENTRIES; i++) {
+        char material[32];
+        kcache_key k = st_material_key(material, i);
+        kcache_entry *e = NULL;
+        bad += kcache_store_get(&e, s, &k, 0) != 0 || !st_entry_ok(e, i, SIZE_MAX_ENTRY, scratch);
+        kcache_entry_free(e);
+    }
+    CHECK(bad == 0);
+    kcache_entry *e = NULL;
+    CHECK_RC(kcache_store_get_keyed(&e, s, "cuda.core", "k", 1, 0), 0);
+    CHECK(e && e->size == 5 && memcmp(e->data, "value", 5) == 0);
+    kcache_entry_free(e);
+}
+
+/* A fresh file holds the short text, the same as the migrations' reference. */
+static void test_fresh_file(void)
+{
+    const char *path = test_path("fresh.db");
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK(kcache_store_schema_version(s) == 7);
+    CHECK_RC(put_entry(s, 1), 0);
+    kcache_store_close(s);
+    CHECK(texts_with(path, "CHECK") == 0);
+    CHECK(texts_with(path, "--") == 0);
+    CHECK(texts_with(path, "  ") == 0);
+
+    sqlite3 *ref = NULL, *db = NULL;
+    REQUIRE(kc_db_schema_reference(&ref, kc_schema_version) == SQLITE_OK);
+    REQUIRE(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+    static const char all[] = "SELECT group_concat(type || name || tbl_name || ifnull(sql, ''), "
+                              "char(10)) FROM (SELECT * FROM sqlite_schema ORDER BY name)";
+    sqlite3_stmt *a = NULL, *b = NULL;
+    REQUIRE(sqlite3_prepare_v2(db, all, -1, &a, NULL) == SQLITE_OK);
+    REQUIRE(sqlite3_prepare_v2(ref, all, -1, &b, NULL) == SQLITE_OK);
+    REQUIRE(sqlite3_step(a) == SQLITE_ROW && sqlite3_step(b) == SQLITE_ROW);
+    CHECK(strcmp((const char *)sqlite3_column_text(a, 0), (const char *)sqlite3_column_text(b, 0)) ==
+          0);
+    sqlite3_finalize(a);
+    sqlite3_finalize(b);
+    sqlite3_close(db);
+    sqlite3_close(ref);
+}
+
+/* Schema 6 with entries: migrated in place, every entry and every column as it was. */
+static void test_from_schema_6(void)
+{
+    const char *path = test_path("six.db");
+    fill_schema_6(path);
+    char *before = layout_of(path);
+    uint64_t size_before = st_file_size(path);
+
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK(kcache_store_schema_version(s) == 7);
+    check_entries(s);
+    CHECK_RC(put_entry(s, N_ENTRIES), 0);
+    kcache_store_close(s);
+
+    char *after = layout_of(path);
+    CHECK(strcmp(before, after) == 0);
+    CHECK(texts_with(path, "CHECK") == 0);
+    CHECK(st_integrity_ok(path));
+    /* Nothing was copied: the file grew by the one entry put, not by a second copy. */
+    CHECK(st_file_size(path) < size_before + 2 * SIZE_MAX_ENTRY);
+    st_check_books(path, "after the migration to schema 7");
+    free(before);
+    free(after);
+}
+
+/*
+ * A file whose objects are not the ones kcache made (a column added by hand):
+ * the rewrite would drop that column from the text, so the guard undoes the
+ * whole step; the file is at schema 7 with its old text and works.
+ */
+static void test_guard_keeps_foreign_layout(void)
+{
+    const char *path = test_path("altered.db");
+    fill_schema_6(path);
+    st_sql(path, "ALTER TABLE usage ADD COLUMN extra INTEGER");
+    char *before = layout_of(path);
+    int64_t checks = texts_with(path, "CHECK (");
+
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK(kcache_store_schema_version(s) == 7);
+    check_entries(s);
+    CHECK_RC(put_entry(s, N_ENTRIES), 0);
+    kcache_store_close(s);
+
+    char *after = layout_of(path);
+    CHECK(strcmp(before, after) == 0);
+    CHECK(texts_with(path, "extra INTEGER") == 1);
+    CHECK(texts_with(path, "CHECK (") == checks);
+    CHECK(st_integrity_ok(path));
+    free(before);
+    free(after);
+}
+
+/* A bundle a kcache of schema 6 exported still imports, with every entry. */
+static void test_bundle_of_schema_6(void)
+{
+    const char *from = test_path("bundle-src.db"), *bundle = test_path("six.kcb");
+    kcache_store *s = st_open(from, UINT64_MAX, NULL, NULL);
+    for (unsigned i = 0; i < N_ENTRIES; i++)
+        CHECK_RC(put_entry(s, i), 0);
+    CHECK_RC(kcache_store_put_keyed(s, "cuda.core", "k", 1, "value", 5), 0);
+    kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
+    CHECK_RC(kcache_bundle_export(&r, s, bundle, NULL), 0);
+    kcache_store_close(s);
+    make_schema_6(bundle);
+
+    kcache_store *t = st_open(test_path("bundle-dst.db"), UINT64_MAX, NULL, NULL);
+    kcache_bundle_result ir = KCACHE_BUNDLE_RESULT_INIT;
+    int rc = kcache_bundle_import(&ir, t, bundle, NULL);
+    CHECK_RC(rc, 0);
+    if (rc)
+        fprintf(stderr, "  import: %s\n", kcache_store_errmsg(t));
+    CHECK(ir.added == N_ENTRIES + 1);
+    check_entries(t);
+    kcache_store_close(t);
+}
+
+int main(void)
+{
+    test_fresh_file();
+    test_from_schema_6();
+    test_guard_keeps_foreign_layout();
+    test_bundle_of_schema_6();
+    return test_done();
+}
