@@ -72,14 +72,49 @@ void kc_touch(kcache_store *s, const kcache_key *key)
     add_touch(s, key);
 }
 
+static int by_key(const void *a, const void *b)
+{
+    return memcmp(((const struct kc_touch *)a)->key.bytes, ((const struct kc_touch *)b)->key.bytes,
+                  KCACHE_KEY_SIZE);
+}
+
+/*
+ * One touch per key, as kc_touch keeps them in memory. The log holds a record
+ * per key per append, so a hot key comes back from it once for every append
+ * since the last fold, and each would be an UPDATE of its row. The UPDATE
+ * takes the later time and adds the hits, so touches of one key merged the
+ * same way leave the row as they would have one by one (a sum that would not
+ * fit stays two touches).
+ */
+static void merge_touches(kcache_store *s)
+{
+    if (s->n_touches < 2)
+        return;
+    qsort(s->touches, s->n_touches, sizeof(*s->touches), by_key);
+    size_t n = 0;
+    for (size_t i = 1; i < s->n_touches; i++) {
+        struct kc_touch *last = &s->touches[n], *t = &s->touches[i];
+        if (by_key(last, t) == 0 && t->hits <= UINT32_MAX - last->hits) {
+            last->accessed_at = KC_MAX(last->accessed_at, t->accessed_at);
+            last->hits += t->hits;
+        } else {
+            s->touches[++n] = *t;
+        }
+    }
+    s->n_touches = n + 1;
+}
+
 /* Writes what is pending, and the hits other handles logged, inside the caller's write
  * transaction. */
 int kc_pending_write(kcache_store *s)
 {
     sqlite3_stmt *st;
     int rc;
+    size_t own = s->n_touches;
     if (!s->hitlog_skip && (rc = kc_hitlog_take(s)))
         return kc_err(s, rc, "out of memory");
+    if (s->n_touches > own)
+        merge_touches(s);
     for (size_t i = 0; i < s->n_touches; i++) {
         if ((rc = kc_db_stmt(&s->db, &st, KC_STMT_TOUCH)))
             return rc;

@@ -82,12 +82,35 @@ void kc_digest(uint8_t out[KC_DIGEST_SIZE], const void *data, size_t size)
 static const uint8_t stored_mark[16] = {'k', 'c', 'a', 'c', 'h', 'e', '-', 'x',
                                         'x', 'h', '3', '-', '1', '2', '8', 0};
 
+#ifdef KC_XXH3_AVX2
+void kc_xxh3_128_avx2(uint8_t out[16], const void *data, size_t size); /* xxh3_avx2.c */
+
+/* Whether this CPU (and the OS, for the wider registers) has AVX2. */
+static int have_avx2(void)
+{
+    __builtin_cpu_init(); /* a no-op once done; needed only before constructors ran */
+    return __builtin_cpu_supports("avx2");
+}
+#endif
+
+/* XXH3-128 in canonical (big-endian) order, with the widest vectors this CPU has. */
+static void xxh3_128(uint8_t out[16], const void *data, size_t size)
+{
+#ifdef KC_XXH3_AVX2
+    if (have_avx2()) {
+        kc_xxh3_128_avx2(out, data, size);
+        return;
+    }
+#endif
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits(data, size));
+    memcpy(out, c.digest, 16);
+}
+
 void kc_stored_digest(uint8_t out[KC_DIGEST_SIZE], const void *data, size_t size)
 {
     static const uint8_t empty = 0;
-    XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, XXH3_128bits(size ? data : &empty, size));
-    memcpy(out, c.digest, 16);
+    xxh3_128(out, size ? data : &empty, size);
     memcpy(out + 16, stored_mark, 16);
 }
 

@@ -521,6 +521,68 @@ static void test_hit_log_disk_full(void)
     kcache_store_close(s);
 }
 
+/* The latest time of use the log holds for key n (records: hitlog.c). */
+static int64_t logged_use(const char *log, unsigned n)
+{
+    kcache_key k = st_key(n);
+    uint8_t rec[80];
+    int64_t last = 0;
+    FILE *f = fopen(log, "rb");
+    REQUIRE(f);
+    while (fread(rec, 1, sizeof(rec), f) == sizeof(rec)) {
+        uint32_t type;
+        int64_t at;
+        memcpy(&type, rec + 4, 4);
+        memcpy(&at, rec + 40, 8);
+        if (type == 1 && memcmp(rec + 8, k.bytes, KCACHE_KEY_SIZE) == 0)
+            last = KC_MAX(last, at);
+    }
+    fclose(f);
+    return last;
+}
+
+/*
+ * A key hit by several handles is in the log once per handle; taken in, the
+ * row must say every hit and the latest time of use, whichever way the
+ * touches went into it.
+ */
+static void test_hit_log_same_key(void)
+{
+    char path[512], log[600];
+    snprintf(path, sizeof(path), "%s", test_path("same key.db"));
+    snprintf(log, sizeof(log), "%s-hits", path);
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK_RC(st_put(s, 1, 4096, scratch), 0);
+    CHECK_RC(st_put(s, 2, 4096, scratch), 0);
+    kcache_store_close(s);
+    for (unsigned round = 0; round < 4; round++) {
+        s = st_open(path, UINT64_MAX, NULL, NULL);
+        for (unsigned n = 1; n <= 2; n++) {
+            kcache_key k = st_key(n);
+            kcache_entry *e = NULL;
+            for (unsigned i = 0; i <= round; i++) {
+                CHECK_RC(kcache_store_get(&e, s, &k, KCACHE_GET_DEFAULT), 0);
+                kcache_entry_free(e);
+            }
+        }
+        kcache_store_close(s);
+        usleep(3000); /* each handle's stamps in milliseconds of their own */
+    }
+    int64_t last1 = logged_use(log, 1), last2 = logged_use(log, 2);
+    CHECK(last1 > 0 && last2 > 0);
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK_RC(st_put(s, 3, 4096, scratch), 0); /* takes in what the log holds */
+    kcache_store_close(s);
+    CHECK(st_file_size(log) == 0);
+    sqlite3 *db = NULL;
+    REQUIRE(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+    CHECK(st_sql_int(db, "SELECT hits FROM entry ORDER BY id LIMIT 1") == 1 + 2 + 3 + 4);
+    CHECK(st_sql_int(db, "SELECT hits FROM entry ORDER BY id LIMIT 1 OFFSET 1") == 1 + 2 + 3 + 4);
+    CHECK(st_sql_int(db, "SELECT accessed_at FROM entry ORDER BY id LIMIT 1") == last1);
+    CHECK(st_sql_int(db, "SELECT accessed_at FROM entry ORDER BY id LIMIT 1 OFFSET 1") == last2);
+    sqlite3_close(db);
+}
+
 /*
  * Processes that hit (each append under the shared lock) while others put
  * (each put takes the log in under the exclusive one): no hit is counted
@@ -592,6 +654,7 @@ int main(void)
     test_hit_log_bound();
     test_hit_log_hostile();
     test_hit_log_disk_full();
+    test_hit_log_same_key();
     test_hit_log_concurrent();
     printf("cap tests: %.2f s\n", st_now() - t0);
     return test_done();
