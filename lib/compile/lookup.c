@@ -416,7 +416,8 @@ static int regular_at(char *out, size_t size, const char *path, int stdh)
  * macro it tests. Knowing that takes preprocessing toolkit text, so any
  * <cuda_runtime.h> with that -I stays uncached (tests/compile/test_trees.c).
  */
-static int hermetic_finds(struct resolver *r, const char *spelling, const char *rel)
+static int hermetic_finds(struct resolver *r, const char *spelling, const char *rel,
+                          char *other, size_t other_size)
 {
     const kc_deps_request *q = r->req;
     char path[PATH_MAX], at[PATH_MAX];
@@ -432,6 +433,7 @@ static int hermetic_finds(struct resolver *r, const char *spelling, const char *
         char *found = realpath(at, NULL);
         int same = found && in_toolkit_root(r, found, &rel2) && !strcmp(rel2, rel);
         free(found);
+        snprintf(other, other_size, "%s", at);
         return same;
     }
     return 1;
@@ -489,13 +491,15 @@ int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t f
             if ((rc = kc_res_look(r, path, inside, from_toolkit, &node, &rel)))
                 return rc;
         }
-        if (rel && i == 0 && dir && (rc = hermetic_finds(r, spelling, rel)) != 1) {
+        char other[PATH_MAX];
+        if (rel && i == 0 && dir &&
+            (rc = hermetic_finds(r, spelling, rel, other, sizeof(other))) != 1) {
             if (rc < 0)
                 return rc;
             kc_res_not_hermetic(r, "toolkit_beside",
-                                "\"%s\" (in %s) is a toolkit header found beside its includer, "
-                                "where the hermetic compile would find another: %s", spelling,
-                                kc_res_where(&r->nodes[from]), path);
+                                "\"%s\" (in %s) is found beside its includer, %s, where the "
+                                "hermetic compile would take %s",
+                                spelling, kc_res_where(&r->nodes[from]), path, other);
         }
         if (rel) {
             if (from_toolkit)
