@@ -127,10 +127,20 @@ def later_sections(d, w, behind, files, a, cc_ok, cc_ver, mid, kfl, n):
                          f"{plain / inproc:,.0f}×" if plain and inproc else "–",
                          "yes" if r.get("whole_all_hits") and r.get("all_hits") else "NO",
                          "yes" if r.get("bytes_equal_plain") else
-                         "yes but `__FILE__`" if r.get("equal_but_file_names") else "NO"])
+                         "yes but `__FILE__`" if r.get("equal_but_file_names") else
+                         "yes but `--pch` order of globals"
+                         if r.get("equal_plain_without_pch") and r.get("equal_but_global_order")
+                         else "NO"])
         w(table(["kernel", "headers", "NVRTC ms", "kcache miss ms", "hit, whole process ms",
                  "hit, in process ms", "NVRTC / hit in process", "every hit a hit",
                  "bytes = plain NVRTC"], rows))
+        # A kernel kcache compiled without caching says why; its "hits" are compiles.
+        uncached = {}
+        for r in rt:
+            if not r.get("keyed", True) and r.get("store_message"):
+                uncached.setdefault(r["store_message"], []).append(r.get("kernel", "?"))
+        for why, names in uncached.items():
+            w(f"Not cached ({', '.join(names)}): {why}\n")
 
     # ---- end to end -------------------------------------------------------
     w("## Whole process on a hit (CLI)\n")
