@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "profile_time.h"
+
 static void key_of(kcache_key *k, int i)
 {
     memset(k, 0, sizeof(*k));
@@ -34,25 +36,6 @@ static int usage(void)
     fprintf(stderr, "usage: profile_first_hit DB fill N SIZE | profile_first_hit DB hit I | "
                     "profile_first_hit DB time|cold N\n");
     return 2;
-}
-
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
-    return v[n / 2];
 }
 
 /* Synced, then dropped from the page cache (no root needed). */
@@ -109,7 +92,8 @@ static int time_hits(const char *path, int n, int cold)
         t[3 * n + i] = t3 - t0;
     }
     printf("open %.1f us  get %.1f us  close %.1f us  all %.1f us (medians of %d)\n",
-           median(t, n), median(t + n, n), median(t + 2 * n, n), median(t + 3 * n, n), n);
+           median(t, (size_t)n), median(t + n, (size_t)n), median(t + 2 * n, (size_t)n),
+           median(t + 3 * n, (size_t)n), n);
     free(t);
     return 0;
 }

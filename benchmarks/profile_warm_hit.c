@@ -19,6 +19,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "profile_time.h"
+
 static int usage(void)
 {
     fprintf(stderr, "usage: profile_warm_hit DB fill N SIZE CUBIN... | profile_warm_hit DB get K | "
@@ -41,19 +43,6 @@ static void key_of(kcache_key *k, uint64_t i)
         uint64_t v = splitmix(&st);
         memcpy(k->bytes + j, &v, 8);
     }
-}
-
-static double now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* The CUBINs' bytes, whole 16-byte words only. */
