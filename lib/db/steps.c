@@ -9,7 +9,8 @@
  * that are not there. So it runs inside a savepoint under a guard: the
  * layout of every table and index as SQLite reads it back after the rewrite
  * (columns, types, NOT NULL, defaults, keys, hidden columns, rowid or not,
- * indexes, their columns and uniqueness, root pages) must be the layout from
+ * indexes, their columns and uniqueness, root pages, and a WITHOUT ROWID
+ * table's key order and collations) must be the layout from
  * before, byte for byte, or the step is undone and the file keeps the text
  * it had. The old text is as correct as the new one, only slower to parse,
  * so a file the guard refuses (one whose objects are not the ones kcache
@@ -25,7 +26,10 @@
 #include "db/schema.h"
 
 /*
- * Every object's layout, one line each, in a fixed order. pragma_table_list
+ * Every object's layout, one line each, in a fixed order. A WITHOUT ROWID
+ * table is its primary key's b-tree, whose order (DESC, COLLATE) no other
+ * pragma shows: pragma_index_xinfo of the table's own name gives it (and
+ * nothing for a rowid table). pragma_table_list
  * needs SQLite 3.37; an older one fails here, and the rewrite is skipped.
  */
 static const char layout_sql[] =
@@ -37,7 +41,9 @@ static const char layout_sql[] =
     " ifnull((SELECT ' ncol ' || ncol || ' wr ' || wr || ' strict ' || strict"
     "   FROM pragma_table_list(s.name)), '') ||"
     " ifnull((SELECT ' indexes ' || group_concat(name || ',' || \"unique\" || ',' || origin ||"
-    "   ',' || partial, ';') FROM pragma_index_list(s.name)), '')"
+    "   ',' || partial, ';') FROM pragma_index_list(s.name)), '') ||"
+    " ifnull((SELECT ' key ' || group_concat(seqno || ',' || cid || ',' || desc || ',' || coll ||"
+    "   ',' || key, ';') FROM pragma_index_xinfo(s.name)), '')"
     " ELSE ifnull((SELECT group_concat(seqno || ',' || cid || ',' || quote(name) || ',' ||"
     "   desc || ',' || coll || ',' || key, ';') FROM pragma_index_xinfo(s.name)), '') END"
     " AS line FROM sqlite_schema s ORDER BY s.type, s.name)";

@@ -214,6 +214,26 @@ static void test_guard_keeps_foreign_layout(void)
     CHECK(texts_with(path, "CHECK (") == checks);
 }
 
+/*
+ * A WITHOUT ROWID table's rows are ordered by its primary key's sort order
+ * and collations, which pragma_table_xinfo does not show: a counter table
+ * whose key sorts DESC must keep its text, or the rewrite's ASC key would
+ * describe a b-tree ordered the other way (lookups miss, integrity_check
+ * fails).
+ */
+static void test_guard_sees_key_order(void)
+{
+    const char *path = test_path("desc.db");
+    fill_schema_6(path);
+    st_sql(path, "CREATE TABLE c2(name TEXT PRIMARY KEY DESC, value INTEGER NOT NULL) WITHOUT ROWID;"
+                 "INSERT INTO c2 SELECT name, value FROM counter;"
+                 "INSERT OR IGNORE INTO c2 VALUES ('evictions', 0), ('hits', 0), ('misses', 0);"
+                 "DROP TABLE counter; ALTER TABLE c2 RENAME TO counter");
+    CHECK(st_integrity_ok(path));
+    open_migrated(path);
+    CHECK(texts_with(path, "DESC") == 1);
+}
+
 /* A bundle a kcache of schema 6 exported still imports, with every entry. */
 static void test_bundle_of_schema_6(void)
 {
@@ -243,6 +263,7 @@ int main(void)
     test_fresh_file();
     test_from_schema_6();
     test_guard_keeps_foreign_layout();
+    test_guard_sees_key_order();
     test_bundle_of_schema_6();
     return test_done();
 }
