@@ -10,11 +10,14 @@
 --
 -- Only the text changes: columns, their order, types, defaults, NOT NULL,
 -- keys, UNIQUE and WITHOUT ROWID are exactly as before, so no row is copied.
--- A step that updates sqlite_schema runs with writable_schema and under a
--- guard (lib/db/steps.c, rewrite_step()): if any table's or index's layout
--- read back differs from before, the step is undone and the file keeps its
--- old text, which is as correct, only slower to parse. A kcache of schema 6
--- opens this file read-only, as any kcache opens a newer schema's file.
+-- A step that updates sqlite_schema runs with writable_schema and under two
+-- guards (lib/db/steps.c): the file's objects must be exactly schema 6's,
+-- and every table's and index's layout read back must equal the one from
+-- before; otherwise the step is undone and the file keeps its old text,
+-- which is as correct, only slower to parse. A kcache of schema 6 opens this
+-- file read-only, as any kcache opens a newer schema's file; one that had it
+-- open before the migration goes on reading and writing it unharmed, since
+-- no table changed.
 UPDATE sqlite_schema SET sql = 'CREATE TABLE entry(id INTEGER PRIMARY KEY,key BLOB NOT NULL UNIQUE,kind INTEGER NOT NULL,arch TEXT NOT NULL,name TEXT NOT NULL,raw_size INTEGER NOT NULL,stored_size INTEGER NOT NULL,codec INTEGER NOT NULL,digest BLOB NOT NULL,created_at INTEGER NOT NULL,accessed_at INTEGER NOT NULL,hits INTEGER NOT NULL DEFAULT 0,compile_ns INTEGER NOT NULL DEFAULT 0,toolchain TEXT NOT NULL DEFAULT '''')' WHERE type = 'table' AND name = 'entry';
 UPDATE sqlite_schema SET sql = 'CREATE INDEX entry_lru ON entry(accessed_at)' WHERE type = 'index' AND name = 'entry_lru';
 UPDATE sqlite_schema SET sql = 'CREATE INDEX entry_by_arch ON entry(kind,arch)' WHERE type = 'index' AND name = 'entry_by_arch';

@@ -31,7 +31,7 @@ with open(out_path, 'w', encoding='utf-8') as out:
     out.write('};\n\n')
     # A step that rewrites the schema's text runs under writable_schema and a
     # guard (lib/db/steps.c); it says so by what it updates.
-    rewrites = [1 if re.search(r'^\s*UPDATE\s+sqlite_schema\b', t, re.I | re.M) else 0
+    rewrites = [1 if re.search(r'^\s*UPDATE\s+sqlite_(schema|master)\b', t, re.I | re.M) else 0
                 for t in versions]
     out.write('const unsigned char kc_schema_rewrites[] = {%s};\n\n'
               % ', '.join(str(r) for r in rewrites))

@@ -116,6 +116,11 @@ int kc_db_migrate_to(struct kc_db *db, int version);
 /* Our schema's objects at `version`, built in memory from schema/ itself (a bundle is
  * compared with it). SQLite's code; *out is closed by the caller. */
 int kc_db_schema_reference(sqlite3 **out, int version);
+/*
+ * Whether db holds exactly ref's objects (type, name, table, text; SQLite's
+ * statistics tables aside). If not, what[] says the first that differs.
+ */
+int kc_db_same_objects(sqlite3 *db, sqlite3 *ref, char *what, size_t what_size);
 
 /* recovery.c */
 /* SQLite's quick_check: 1 sound, 0 damaged, -1 could not tell; why says what it found. */

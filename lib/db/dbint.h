@@ -31,6 +31,12 @@ int kc_db_wait_more(struct kc_db_wait *w);
 
 /* steps.c: runs schema step `step` (version step to step + 1); SQLite's code. */
 int kc_schema_step(sqlite3 *conn, int step);
+/*
+ * Rewrites objects' text with `sql` (UPDATEs of sqlite_schema) as step
+ * `step`, under the guards steps.c describes; kc_schema_step() passes the
+ * step's own SQL, the tests a wrong one, to see the guard undo it.
+ */
+int kc_schema_rewrite(sqlite3 *conn, int step, const char *sql);
 
 /* db.c: one attempt at opening; *damaged when the file should be set aside. */
 int kc_db_open_once(struct kc_db *db, int *damaged);

@@ -39,56 +39,6 @@ static int query_int(sqlite3 *db, const char *sql, int64_t bind, int64_t *out)
  */
 #define KC_BUNDLE_OLDEST_SCHEMA 6
 
-static const char schema_sql[] =
-    "SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_schema"
-    " WHERE name NOT IN ('sqlite_stat1', 'sqlite_stat4') ORDER BY type, name";
-
-/* Whether the bundle holds exactly the reference's objects, with the same definitions. */
-static int same_schema(sqlite3 *bundle, sqlite3 *ref, char *what, size_t what_size)
-{
-    sqlite3_stmt *a = NULL, *b = NULL;
-    int same = 0;
-    if (sqlite3_prepare_v2(bundle, schema_sql, -1, &a, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(ref, schema_sql, -1, &b, NULL) != SQLITE_OK) {
-        snprintf(what, what_size, "its schema cannot be read");
-        goto out;
-    }
-    for (;;) {
-        int ra = sqlite3_step(a), rb = sqlite3_step(b);
-        if (ra == SQLITE_DONE && rb == SQLITE_DONE) {
-            same = 1;
-            break;
-        }
-        if (ra != SQLITE_ROW) {
-            snprintf(what, what_size, "%s",
-                     ra == SQLITE_DONE ? "objects of the schema are missing"
-                                       : "its schema cannot be read");
-            break;
-        }
-        const char *name = (const char *)sqlite3_column_text(a, 1);
-        if (rb != SQLITE_ROW) {
-            snprintf(what, what_size, "it holds %s '%s', which is not kcache's",
-                     (const char *)sqlite3_column_text(a, 0), name ? name : "?");
-            break;
-        }
-        int differ = 0;
-        for (int c = 0; c < 4; c++) {
-            const char *x = (const char *)sqlite3_column_text(a, c);
-            const char *y = (const char *)sqlite3_column_text(b, c);
-            differ |= !x || !y || strcmp(x, y) != 0;
-        }
-        if (differ) {
-            snprintf(what, what_size, "its %s '%s' is not kcache's",
-                     (const char *)sqlite3_column_text(a, 0), name ? name : "?");
-            break;
-        }
-    }
-out:
-    sqlite3_finalize(a);
-    sqlite3_finalize(b);
-    return same;
-}
-
 /*
  * SQLite's integrity_check can put several lines into one row ("*** in
  * database main ***\nPage 3: ..."): messages are one line.
@@ -202,7 +152,7 @@ int kc_bundle_check_file(kcache_store *s, const char *path, int *has_sig,
         rc = kc_err_locking(s, KCACHE_ENOMEM, "out of memory");
         goto out;
     }
-    if (!same_schema(db, ref, what, sizeof(what)) || !check_integrity(db, what, sizeof(what)))
+    if (!kc_db_same_objects(db, ref, what, sizeof(what)) || !check_integrity(db, what, sizeof(what)))
         goto damaged;
 
     src = query_int(db,

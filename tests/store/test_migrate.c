@@ -9,6 +9,7 @@
 #include <kcache/store.h>
 
 #include "db/db.h"
+#include "db/dbint.h"
 #include "storetest.h"
 
 #define N_ENTRIES 40
@@ -234,6 +235,57 @@ static void test_guard_sees_key_order(void)
     CHECK(texts_with(path, "DESC") == 1);
 }
 
+/*
+ * The second guard, on a file whose objects are schema 6's: a rewrite whose
+ * new text would describe other rows (a key's order, a column's type, a
+ * column fewer) is undone, and the file keeps its text and stays sound; the
+ * step's own text is kept.
+ */
+static int try_rewrite(const char *path, const char *sql)
+{
+    sqlite3 *db = NULL;
+    REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
+    sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, NULL);
+    REQUIRE(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK);
+    int rc = kc_schema_rewrite(db, 6, sql);
+    CHECK(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK);
+    int defensive = -1;
+    sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, -1, &defensive);
+    CHECK(defensive == 1);
+    sqlite3_close(db);
+    return rc;
+}
+
+static void test_layout_guard(void)
+{
+    static const char *const wrong[] = {
+        "UPDATE sqlite_schema SET sql = 'CREATE TABLE counter(name TEXT PRIMARY KEY DESC,"
+        "value INTEGER NOT NULL)WITHOUT ROWID' WHERE name = 'counter'",
+        "UPDATE sqlite_schema SET sql = 'CREATE TABLE counter(name TEXT PRIMARY KEY COLLATE "
+        "NOCASE,value INTEGER NOT NULL)WITHOUT ROWID' WHERE name = 'counter'",
+        "UPDATE sqlite_schema SET sql = 'CREATE TABLE usage(arch TEXT NOT NULL,kind INTEGER NOT "
+        "NULL,hits INTEGER NOT NULL DEFAULT 0,misses INTEGER NOT NULL DEFAULT 0,"
+        "PRIMARY KEY(arch,kind))WITHOUT ROWID' WHERE name = 'usage'",
+        "UPDATE sqlite_schema SET sql = 'CREATE TABLE artifact(id INTEGER PRIMARY KEY,"
+        "stored_digest TEXT NOT NULL,data BLOB NOT NULL)' WHERE name = 'artifact'",
+        "UPDATE sqlite_schema SET sql = 'CREATE INDEX entry_lru ON entry(accessed_at DESC)' "
+        "WHERE name = 'entry_lru'",
+    };
+    const char *path = test_path("guard.db");
+    fill_schema_6(path);
+    int64_t checks = texts_with(path, "CHECK (");
+    for (size_t i = 0; i < sizeof(wrong) / sizeof(*wrong); i++) {
+        CHECK_RC(try_rewrite(path, wrong[i]), 0);
+        CHECK(texts_with(path, "CHECK (") == checks);
+        CHECK(texts_with(path, "DESC") == 0 && texts_with(path, "NOCASE") == 0);
+        CHECK(st_integrity_ok(path));
+    }
+    CHECK(texts_with(path, "saved_ns") == 1 && texts_with(path, "stored_digest BLOB") == 1);
+    CHECK_RC(try_rewrite(path, kc_schema_steps[6]), 0);
+    CHECK(texts_with(path, "CHECK") == 0);
+    CHECK(st_integrity_ok(path));
+}
+
 /* A bundle a kcache of schema 6 exported still imports, with every entry. */
 static void test_bundle_of_schema_6(void)
 {
@@ -264,6 +316,7 @@ int main(void)
     test_from_schema_6();
     test_guard_keeps_foreign_layout();
     test_guard_sees_key_order();
+    test_layout_guard();
     test_bundle_of_schema_6();
     return test_done();
 }
