@@ -55,14 +55,6 @@ static int apply_steps(struct kc_db *db, int from, int to)
     return kc_db_exec(db, sql, "migrating the schema");
 }
 
-int kc_db_schema_reference(sqlite3 **out, int version)
-{
-    int src = kc_sqlite_open(out, ":memory:", SQLITE_OPEN_READWRITE);
-    for (int v = 0; src == SQLITE_OK && v < version; v++)
-        src = kc_schema_step(*out, v);
-    return src;
-}
-
 /*
  * Brings the file to `target` in one transaction. The version is read again
  * under the write lock: another process may have migrated it meanwhile.

@@ -32,6 +32,19 @@
 #include "db/dbint.h"
 #include "db/schema.h"
 
+/*
+ * The steps' own objects at `version`, in memory. A rewrite step builds the
+ * one before it to compare the file with (objects_as_made()), which ends at
+ * the first step: it has no step before it.
+ */
+int kc_db_schema_reference(sqlite3 **out, int version)
+{
+    int src = kc_sqlite_open(out, ":memory:", SQLITE_OPEN_READWRITE);
+    for (int v = 0; src == SQLITE_OK && v < version; v++)
+        src = kc_schema_step(*out, v);
+    return src;
+}
+
 static const char objects_sql[] =
     "SELECT type, name, tbl_name, coalesce(sql, '') FROM sqlite_schema"
     " WHERE name NOT IN ('sqlite_stat1', 'sqlite_stat4') ORDER BY type, name";
