@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "profile_time.h"
+#include "profile_common.h"
 
 static void key_of(kcache_key *k, int i)
 {
@@ -105,14 +105,9 @@ int main(int argc, char **argv)
         return time_hits(argv[1], atoi(argv[3]) > 0 ? atoi(argv[3]) : 1, argv[2][0] == 'c');
     if (!fill && !(argc == 4 && !strcmp(argv[2], "hit")))
         return usage();
-    kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
-    o.path = argv[1];
-    kcache_store *s = NULL;
-    char err[256];
-    if (kcache_store_open(&s, &o, err, sizeof(err))) {
-        fprintf(stderr, "profile_first_hit: %s\n", err);
+    kcache_store *s = profile_open("profile_first_hit", argv[1], 0);
+    if (!s)
         return 1;
-    }
     int rc = 0;
     if (fill) {
         int n = atoi(argv[3]);

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "profile_time.h"
+#include "profile_common.h"
 
 static int usage(void)
 {
@@ -144,14 +144,9 @@ int main(int argc, char **argv)
     int is_time = !strcmp(mode, "time") && argc == 5;
     if (!is_fill && !is_get && !is_time)
         return usage();
-    kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
-    o.path = argv[1];
-    kcache_store *s = NULL;
-    char err[256];
-    if (kcache_store_open(&s, &o, err, sizeof(err))) {
-        fprintf(stderr, "profile_warm_hit: %s\n", err);
+    kcache_store *s = profile_open("profile_warm_hit", argv[1], 0);
+    if (!s)
         return 1;
-    }
     int rc = 0;
     if (is_fill) {
         rc = fill(s, atoi(argv[3]), (size_t)strtoull(argv[4], NULL, 10), argv + 5, argc - 5);

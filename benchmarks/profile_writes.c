@@ -22,6 +22,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "profile_common.h"
+
 static uint8_t *pool;
 static size_t pool_words;
 
@@ -128,15 +130,9 @@ int main(int argc, char **argv)
         return usage();
     if (batch && argc < 5)
         return usage();
-    kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
-    o.path = argv[1];
-    o.max_size = UINT64_MAX;
-    kcache_store *s = NULL;
-    char err[256];
-    if (kcache_store_open(&s, &o, err, sizeof(err))) {
-        fprintf(stderr, "profile_writes: %s\n", err);
+    kcache_store *s = profile_open("profile_writes", argv[1], UINT64_MAX);
+    if (!s)
         return 1;
-    }
     int rc = 0;
     double t0 = now();
     if (!strcmp(mode, "prune")) {
