@@ -231,6 +231,13 @@ static void resolver_free(struct resolver *r)
         free(r->macros[i].values);
     }
     free(r->macros);
+    for (size_t i = 0; i < r->n_looks; i++) {
+        free(r->looks[i].spelling);
+        free(r->looks[i].rel);
+        free(r->looks[i].beside);
+    }
+    free(r->looks);
+    kc_smap_free(&r->by_look);
 }
 
 int kc_deps_resolve(kc_deps *out, const kc_deps_request *req, char *msg, size_t msg_size)
@@ -310,6 +317,8 @@ int kc_deps_resolve(kc_deps *out, const kc_deps_request *req, char *msg, size_t 
     if (!rc && !req->no_source_include)
         check_other_dirs(&r);
     if (!rc && !out->not_hermetic)
+        rc = kc_res_hermetic_dirs(&r);
+    if (!rc && !out->not_hermetic)
         rc = kc_res_assign_names(&r);
     if (!rc && !out->not_hermetic)
         rc = kc_res_emit(&r);
@@ -336,5 +345,6 @@ void kc_deps_free(kc_deps *deps)
     for (size_t i = 0; i < deps->n_probes; i++)
         free(deps->probes[i].path);
     free(deps->probes);
+    kc_strv_free(deps->first_dirs, deps->n_first_dirs);
     memset(deps, 0, sizeof(*deps));
 }

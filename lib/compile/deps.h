@@ -32,6 +32,10 @@
  *     directory ahead of the toolkit's that holds a name a toolkit header
  *     includes is seen, and that file handed over under the toolkit
  *     header's spelling.
+ *   - --no-source-include stops NVRTC looking beside toolkit headers too:
+ *     an includer whose "quoted" include plain NVRTC finds beside it (crt/
+ *     for "host_defines.h") has its directory passed first, when nothing
+ *     else the compile looks up in the toolkit then changes (hermetic.c).
  *   - In-memory headers' "quoted" includes are looked for beside their names.
  *   - What the scanner cannot be certain it reads as NVRTC does (a %:
  *     directive, __has_include of a non-literal, a digit separator before
@@ -153,6 +157,15 @@ typedef struct kc_deps {
      * canonical names. NULL when nothing needed rewriting. */
     char *source;
     size_t source_size;
+    /*
+     * Toolkit directories, below the toolkit's root, that the hermetic
+     * compile searches ahead of the request's toolkit -I directories: those
+     * of toolkit headers whose "quoted" includes plain NVRTC finds beside
+     * them (crt/ for "host_defines.h"), which --no-source-include would
+     * otherwise take from elsewhere. Keyed (compile/key.c).
+     */
+    char **first_dirs;
+    size_t n_first_dirs;
     kc_probe *probes;         /* every path looked at, in order */
     size_t n_probes;
     /*

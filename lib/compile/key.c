@@ -37,7 +37,7 @@ const char *kc_key_tag_name(int tag)
         [KC_TAG_HEADER] = "header",           [KC_TAG_EXTRA] = "extra-digest",
         [KC_TAG_LINK_INPUT] = "link-input",   [KC_TAG_TOOLKIT] = "toolkit",
         [KC_TAG_NAMESPACE] = "namespace",     [KC_TAG_CALLER_KEY] = "caller-key",
-        [KC_TAG_WORKDIR] = "working-directory",
+        [KC_TAG_WORKDIR] = "working-directory", [KC_TAG_TOOLKIT_FIRST] = "toolkit-dir-first",
     };
     if (tag <= 0 || (size_t)tag >= sizeof(names) / sizeof(names[0]))
         return NULL;
@@ -151,6 +151,9 @@ int kc_key_encode_compile(kc_buf *material, kcache_key *key, const kc_key_compil
         kc_buf_free(&k.b);
         return KCACHE_ENOMEM;
     }
+    /* Not in the closure's base key: found by the resolution, as the headers are. */
+    for (size_t i = 0; i < in->n_first_dirs; i++)
+        kc_key_add_str(&k, KC_TAG_TOOLKIT_FIRST, in->first_dirs[i]);
     for (size_t i = 0; i < in->n_deps; i++) {
         const kc_dep *d = &in->deps[i];
         char field[PATH_MAX + 256];
@@ -279,6 +282,7 @@ static int read_field(void *ud, int tag, const uint8_t *data, size_t n)
         return kc_strv_push(&rc->options, &rc->n_options, text);
     case KC_TAG_NAME_EXPR: return kc_strv_push(&rc->exprs, &rc->n_exprs, text);
     case KC_TAG_HEADER: return toolkit_dir_of(rc, data, n);
+    case KC_TAG_TOOLKIT_FIRST: return kc_strv_push(&rc->first_dirs, &rc->n_first_dirs, text);
     case KC_TAG_LINK_INPUT: return kc_strv_push(&rc->link_kinds, &rc->n_link, text);
     default: return 0;
     }
@@ -289,6 +293,7 @@ void kc_recipe_free(kc_recipe *rc)
     kc_strv_free(rc->options, rc->n_options);
     kc_strv_free(rc->exprs, rc->n_exprs);
     kc_strv_free(rc->toolkit_dirs, rc->n_toolkit_dirs);
+    kc_strv_free(rc->first_dirs, rc->n_first_dirs);
     kc_strv_free(rc->link_kinds, rc->n_link);
 }
 

@@ -19,41 +19,6 @@
 
 #include "compile/resolver.h"
 
-/*
- * Whether a directory searched is the toolkit's: one realpath() per
- * directory. *real gets its realpath when it is (for the path below the root).
- */
-int kc_res_toolkit_dir(struct resolver *r, const char *dir, const char **real, int *inside)
-{
-    size_t v;
-    *inside = 0;
-    const char *root = r->req->toolkit_root;
-    if (!root || !*root)
-        return 0;
-    if (!kc_smap_find(&r->toolkit_dirs, dir, &v)) {
-        char *rp = realpath(dir, NULL);
-        size_t n = strlen(root);
-        v = 0;
-        if (rp && strncmp(rp, root, n) == 0 && (rp[n] == '/' || rp[n] == '\0')) {
-            if (kc_res_grow((void **)&r->dir_reals, &r->cap_dir_reals, r->n_dir_reals, sizeof(char *))) {
-                free(rp);
-                return KCACHE_ENOMEM;
-            }
-            r->dir_reals[r->n_dir_reals++] = rp;
-            v = r->n_dir_reals;
-        } else {
-            free(rp);
-        }
-        if (kc_smap_put(&r->toolkit_dirs, dir, v))
-            return KCACHE_ENOMEM;
-    }
-    if (v) {
-        *inside = 1;
-        *real = r->dir_reals[v - 1];
-    }
-    return 0;
-}
-
 static int add_probe(struct resolver *r, const char *path, const kc_probe *p)
 {
     kc_deps *o = r->out;
@@ -378,67 +343,6 @@ static int add_tk_name(struct resolver *r, const char *spelling)
  * those come first, exactly as NVRTC would, and a user file found so is
  * handed over under the spelling the toolkit header uses.
  */
-/*
- * Whether NVRTC also looks for SPELLING.stdh in a directory where SPELLING is
- * not: it does for a name whose last part has no '.', angled or quoted,
- * beside the includer as in -I directories (checked with NVRTC 13: with -I e
- * -I d, <foo> takes e/foo.stdh over d/foo; <foo.h> never looks for .stdh).
- */
-static int stdh_too(const char *spelling)
-{
-    const char *base = strrchr(spelling, '/');
-    return !strchr(base ? base + 1 : spelling, '.');
-}
-
-/* path, else path.stdh where stdh_too() says so: the first that is a regular file, in out. */
-static int regular_at(char *out, size_t size, const char *path, int stdh)
-{
-    struct stat st;
-    for (int k = 0; k < 1 + stdh; k++) {
-        int len = snprintf(out, size, k ? "%s.stdh" : "%s", path);
-        if (len > 0 && (size_t)len < size && stat(out, &st) == 0 && S_ISREG(st.st_mode))
-            return 1;
-    }
-    return 0;
-}
-
-/*
- * Whether the hermetic compile is safe for a spelling that plain NVRTC finds
- * beside its includer as the toolkit header rel: it passes
- * --no-source-include and only the toolkit's -I directories, so it looks in
- * those alone. 1 when it finds the same file or none (an include that is live
- * then fails the hermetic compile, which falls back to reading the disk; one
- * in a branch not taken is harmless), 0 when it would find another file, or
- * an error. Another file is not always another kernel: the toolkit's crt/
- * headers include "host_defines.h", crt/host_defines.h beside them and the
- * deprecated wrapper include/host_defines.h through -I <toolkit>/include,
- * which forwards to it and adds nothing once the includer has defined the
- * macro it tests. Knowing that takes preprocessing toolkit text, so any
- * <cuda_runtime.h> with that -I stays uncached (tests/compile/test_trees.c).
- */
-static int hermetic_finds(struct resolver *r, const char *spelling, const char *rel,
-                          char *other, size_t other_size)
-{
-    const kc_deps_request *q = r->req;
-    char path[PATH_MAX], at[PATH_MAX];
-    for (size_t i = 0; i < q->n_include_dirs; i++) {
-        const char *real = NULL, *rel2;
-        int inside = 0, rc;
-        if ((rc = kc_res_toolkit_dir(r, q->include_dirs[i], &real, &inside)))
-            return rc;
-        int len = snprintf(path, sizeof(path), "%s/%s", q->include_dirs[i], spelling);
-        if (!inside || len < 0 || (size_t)len >= sizeof(path) ||
-            !regular_at(at, sizeof(at), path, stdh_too(spelling)))
-            continue;
-        char *found = realpath(at, NULL);
-        int same = found && in_toolkit_root(r, found, &rel2) && !strcmp(rel2, rel);
-        free(found);
-        snprintf(other, other_size, "%s", at);
-        return same;
-    }
-    return 1;
-}
-
 int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t from,
                    size_t *found)
 {
@@ -485,22 +389,21 @@ int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t f
             inside = 1; /* an absolute spelling: its real path decides */
         size_t node = 0;
         const char *rel = NULL;
-        for (int k = 0; k < 1 + stdh_too(spelling) && !node && !rel; k++) {
+        for (int k = 0; k < 1 + kc_res_stdh_too(spelling) && !node && !rel; k++) {
             if (k)
                 memcpy(path + len, ".stdh", 6);
             if ((rc = kc_res_look(r, path, inside, from_toolkit, &node, &rel)))
                 return rc;
         }
-        char other[PATH_MAX];
-        if (rel && i == 0 && dir &&
-            (rc = hermetic_finds(r, spelling, rel, other, sizeof(other))) != 1) {
-            if (rc < 0)
-                return rc;
-            kc_res_not_hermetic(r, "toolkit_beside",
-                                "\"%s\" (in %s) is found beside its includer, %s, where the "
-                                "hermetic compile would take %s",
-                                spelling, kc_res_where(&r->nodes[from]), path, other);
-        }
+        /*
+         * What the hermetic compile leaves to NVRTC's search of the toolkit
+         * (hermetic.c). An -include's look in the working directory is
+         * made the same way there; an absolute spelling searches nothing.
+         */
+        if (rel && !(r->pre_include && i == 0) && dir &&
+            (rc = kc_res_record_look(r, spelling, rel, i == 0 && inside ? real : NULL,
+                                     i == 0 || !inside, from)))
+            return rc;
         if (rel) {
             if (from_toolkit)
                 return add_tk_name(r, spelling);
@@ -522,6 +425,8 @@ int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t f
             return from_toolkit ? kc_res_add_alias(r, spelling, node - 1) : 0;
         }
     }
+    if (spelling[0] != '/' && (rc = kc_res_record_look(r, spelling, NULL, NULL, 0, from)))
+        return rc;
     if (from_toolkit)
         return add_tk_name(r, spelling);
     return add_left(r, spelling, KC_DEP_ABSENT, NULL, NULL);

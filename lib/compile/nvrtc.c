@@ -97,6 +97,14 @@ int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct wor
     snprintf(buf, sizeof(buf), "--gpu-architecture=%s", w->nvrtc_arch);
     if (!rc)
         rc = kc_strv_push(&opts, &n_opts, buf);
+    /* Toolkit directories searched first (compile/hermetic.c says which and why). */
+    for (size_t i = 0; hermetic && i < w->deps.n_first_dirs && !rc; i++) {
+        int len = snprintf(buf, sizeof(buf), "--include-path=%s/%s", c->tk.root,
+                           w->deps.first_dirs[i]);
+        rc = len > 0 && (size_t)len < sizeof(buf)
+                 ? kc_strv_push(&opts, &n_opts, buf)
+                 : kc_result_fail(r, KCACHE_EINVAL, "a toolkit directory's path is too long");
+    }
     for (size_t i = 0; i < w->opts.n_include_dirs && !rc; i++) {
         char *real = hermetic ? toolkit_real(&c->tk, w->opts.include_dirs[i]) : NULL;
         if (hermetic && !real)

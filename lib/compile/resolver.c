@@ -1,6 +1,7 @@
 /*
  * What every part of the resolver uses (resolver.h): path folding, nodes, and
- * the one way a resolution is declared not hermetic.
+ * the one way a resolution is declared not hermetic, which directories are
+ * the toolkit's, and the .stdh rule.
  */
 #include <assert.h>
 #include <ctype.h>
@@ -94,4 +95,51 @@ int kc_res_new_node(struct resolver *r, size_t *out)
 const char *kc_res_where(const struct node *nd)
 {
     return nd->path ? nd->path : nd->in_memory ? nd->spelling : "the source";
+}
+
+/*
+ * Whether a directory searched is the toolkit's: one realpath() per
+ * directory. *real gets its realpath when it is (for the path below the root).
+ */
+int kc_res_toolkit_dir(struct resolver *r, const char *dir, const char **real, int *inside)
+{
+    size_t v;
+    *inside = 0;
+    const char *root = r->req->toolkit_root;
+    if (!root || !*root)
+        return 0;
+    if (!kc_smap_find(&r->toolkit_dirs, dir, &v)) {
+        char *rp = realpath(dir, NULL);
+        size_t n = strlen(root);
+        v = 0;
+        if (rp && strncmp(rp, root, n) == 0 && (rp[n] == '/' || rp[n] == '\0')) {
+            if (kc_res_grow((void **)&r->dir_reals, &r->cap_dir_reals, r->n_dir_reals, sizeof(char *))) {
+                free(rp);
+                return KCACHE_ENOMEM;
+            }
+            r->dir_reals[r->n_dir_reals++] = rp;
+            v = r->n_dir_reals;
+        } else {
+            free(rp);
+        }
+        if (kc_smap_put(&r->toolkit_dirs, dir, v))
+            return KCACHE_ENOMEM;
+    }
+    if (v) {
+        *inside = 1;
+        *real = r->dir_reals[v - 1];
+    }
+    return 0;
+}
+
+/*
+ * Whether NVRTC also looks for SPELLING.stdh in a directory where SPELLING is
+ * not: it does for a name whose last part has no '.', angled or quoted,
+ * beside the includer as in -I directories (checked with NVRTC 13: with -I e
+ * -I d, <foo> takes e/foo.stdh over d/foo; <foo.h> never looks for .stdh).
+ */
+int kc_res_stdh_too(const char *spelling)
+{
+    const char *base = strrchr(spelling, '/');
+    return !strchr(base ? base + 1 : spelling, '.');
 }

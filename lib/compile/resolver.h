@@ -2,9 +2,10 @@
  * The include resolver's state, shared by the files that make it up, each
  * using only those below it: deps.c (scanning each file and the entry
  * point), expand.c (computed includes and macros that wrap __has_include),
- * names.c (canonical names and the texts handed to NVRTC), lookup.c (the
- * search in NVRTC's order, and each path looked at) and resolver.c (what all
- * of them use). Private to compile/.
+ * names.c (canonical names and the texts handed to NVRTC), hermetic.c (the
+ * toolkit directories the hermetic compile searches, proven to find what
+ * plain NVRTC finds), lookup.c (the search in NVRTC's order, and each path
+ * looked at) and resolver.c (what all of them use). Private to compile/.
  */
 #ifndef KC_RESOLVER_H
 #define KC_RESOLVER_H
@@ -62,6 +63,18 @@ struct alias {
     size_t node;
 };
 
+/*
+ * A lookup whose answer the hermetic compile leaves to NVRTC's own search of
+ * the toolkit's directories: a toolkit header, or nothing (hermetic.c).
+ */
+struct tklook {
+    char *spelling;
+    char *rel;            /* the toolkit header plain NVRTC finds, below the root; NULL: none */
+    char *beside;         /* found beside its includer, in this toolkit directory (real path) */
+    int check_all;        /* not found through a toolkit -I directory: search them all again */
+    size_t from;          /* the includer, for messages */
+};
+
 struct pending {
     size_t node, dir;
 };
@@ -106,6 +119,9 @@ struct resolver {
     size_t n_funcs, cap_funcs, cap_func_bodies;
     struct macro *macros;
     size_t n_macros, cap_macros;
+    struct tklook *looks;
+    size_t n_looks, cap_looks;
+    kc_smap by_look;      /* spelling, answer and directory -> index into looks */
     char *msg;
     size_t msg_size;
 };
@@ -121,14 +137,28 @@ char *kc_path_dirname(const char *path);
 
 /* A new node, or 1 when the compile reads too many files (not hermetic). */
 int kc_res_new_node(struct resolver *r, size_t *out);
+/* Whether a directory is the toolkit's (*inside), with its real path in *real. */
+int kc_res_toolkit_dir(struct resolver *r, const char *dir, const char **real, int *inside);
+/* Whether NVRTC also looks for SPELLING.stdh where SPELLING is not. */
+int kc_res_stdh_too(const char *spelling);
 
 /* lookup.c */
-int kc_res_toolkit_dir(struct resolver *r, const char *dir, const char **real, int *inside);
 int kc_res_look(struct resolver *r, const char *path, int in_toolkit, int from_toolkit,
                 size_t *node, const char **toolkit_rel);
 int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t from,
                    size_t *found);
 int kc_res_add_alias(struct resolver *r, const char *name, size_t node);
+
+/* hermetic.c */
+/* Remembers a lookup left to NVRTC's search of the toolkit (see struct tklook). */
+int kc_res_record_look(struct resolver *r, const char *spelling, const char *rel,
+                       const char *beside, int check_all, size_t from);
+/*
+ * The toolkit directories the hermetic compile passes ahead of the request's
+ * (out->first_dirs), when every lookup remembered finds with them what plain
+ * NVRTC found; otherwise the resolution is not hermetic.
+ */
+int kc_res_hermetic_dirs(struct resolver *r);
 
 /* expand.c */
 int kc_res_is_ident_char(int c);

@@ -7,6 +7,7 @@
  * GPU is needed. Skips (77) without a toolkit.
  */
 #include <fcntl.h>
+#include <limits.h>
 #include <kcache/compile.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
@@ -701,6 +702,13 @@ static void test_pch_after_edit(void)
  * macro it tests first), but kcache cannot know that without preprocessing
  * toolkit text: uncached, with plain NVRTC's bytes.
  */
+/*
+ * The toolkit's crt/ headers include "host_defines.h": plain NVRTC takes
+ * crt/host_defines.h beside them, while -I <toolkit>/include alone would give
+ * the deprecated wrapper include/host_defines.h. The hermetic compile passes
+ * crt/ ahead of the toolkit's -I directories (every other name it looks up
+ * still finds what plain NVRTC finds), so <cuda_runtime.h> is cached.
+ */
 static void test_toolkit_beside(const char *root)
 {
     char cu[800], inc[800], beside[800], other[800];
@@ -716,22 +724,115 @@ static void test_toolkit_beside(const char *root)
                         "extern \"C\" __global__ void k(float *p) { p[0] = 1.0f; }\n");
     snprintf(inc, sizeof(inc), "-I%s/include", root);
     struct opts o = {{inc, SEED}, 2};
+    cached_and_equal("cuda_runtime.h", cu, &o);
+}
+
+/*
+ * A toolkit of the test's making: the real one's NVRTC and nvvm, and an
+ * include/ whose headers do what crt/ does, on names the test controls.
+ * a/x.h includes "y.h": a/y.h beside it (V 7), y.h in include/ (V 1); b/z.h
+ * includes "w.h", which only b/ holds; c/q.h, in a branch not taken,
+ * "only_c.h", which only c/ holds.
+ */
+static void make_toolkit(char *root, size_t size, const kc_toolkit *tk)
+{
+    char path[PATH_MAX + 64], to[PATH_MAX + 64];
+    snprintf(root, size, "%s/toolkit of ours", test_dir());
+    test_sh("rm -rf '%s' && mkdir -p '%s/lib64' '%s/include/a' '%s/include/b' '%s/include/c'",
+            root, root, root, root, root);
+    static const char *const links[] = {"version.json", "nvvm"};
+    for (size_t i = 0; i < KC_ARRAY_SIZE(links); i++) {
+        snprintf(path, sizeof(path), "%s/%s", root, links[i]);
+        snprintf(to, sizeof(to), "%s/%s", tk->root, links[i]);
+        REQUIRE(symlink(to, path) == 0);
+    }
+    snprintf(path, sizeof(path), "%s/lib64/%s", root, strrchr(tk->nvrtc_path, '/') + 1);
+    REQUIRE(symlink(tk->nvrtc_path, path) == 0);
+    static const char *const files[][2] = {
+        {"a/x.h", "#include \"y.h\"\n"},
+        {"a/y.h", "#define V 7\n"},
+        {"a/only_a.h", "#define ONLY_A 1\n"},
+        {"y.h", "#define V 1\n"},
+        {"b/z.h", "#include \"w.h\"\n"},
+        {"b/w.h", "#define W 3\n"},
+        {"c/q.h", "#ifdef KC_NEVER\n#include \"only_c.h\"\n#endif\n#define Q 4\n"},
+        {"c/only_c.h", "#define OC 1\n"},
+        {"c/cy.h", "#define CY 1\n"},
+    };
+    for (size_t i = 0; i < KC_ARRAY_SIZE(files); i++) {
+        snprintf(path, sizeof(path), "%s/include/%s", root, files[i][0]);
+        test_write_text(path, files[i][1]);
+    }
+}
+
+static kcache_compiler *compiler_at(kcache_store *s, const char *root)
+{
+    kcache_compiler_options o = KCACHE_COMPILER_OPTIONS_INIT;
+    o.store = s;
+    o.toolkit_root = root;
+    kcache_compiler *c = NULL;
+    char err[512];
+    if (kcache_compiler_new(&c, &o, err, sizeof(err)) != 0)
+        fprintf(stderr, "toolkit %s: %s\n", root, err);
+    REQUIRE(c);
+    return c;
+}
+
+/* One source against the toolkit of ours: cached (and a hit, and recompiled the same) or not. */
+static void beside_case(const char *root, const char *name, const char *text, int cached)
+{
+    char cu[800], inc[800];
+    snprintf(cu, sizeof(cu), "%s/%s.cu", test_dir(), name);
+    test_write_text(cu, text);
+    snprintf(inc, sizeof(inc), "-I%s/include", root);
+    struct opts o = {{inc, SEED}, 2};
     kcache_store *s = new_store();
-    kcache_compiler *c = compiler_on(s);
+    kcache_compiler *c = compiler_at(s, root);
     kcache_result *miss = through(c, cu, &o, 0);
     kcache_result *again = through(c, cu, &o, 0);
-    CHECK(miss->status == 0 && !miss->keyed && !again->hit);
-    CHECK(strstr(miss->store_message, "crt/host_defines.h") != NULL);
-    /* The message names the file the hermetic compile would take, not the one beside. */
-    char would[900];
-    snprintf(would, sizeof(would), "would take %s/include/host_defines.h", root);
-    CHECK(strstr(miss->store_message, would) != NULL);
-    CHECK(uncacheable(s, "toolkit_beside") == 2);
+    if (miss->keyed != cached)
+        fprintf(stderr, "%s: keyed %d, want %d (%s)\n", name, miss->keyed, cached,
+                miss->store_message);
+    CHECK(miss->status == 0 && miss->keyed == cached && again->hit == cached);
     CHECK(same_as_plain(miss, cu, &o));
+    CHECK(same_as_plain(again, cu, &o));
+    if (cached) {
+        kcache_result *re = NULL;
+        int same = 0;
+        CHECK(kcache_compiler_recompile(&re, &same, c, &miss->key) == 0 && same);
+        kcache_result_free(re);
+    } else {
+        CHECK(uncacheable(s, "toolkit_beside") == 2);
+        CHECK(strstr(miss->store_message, "only_a.h") || strstr(miss->store_message, "y.h"));
+    }
     kcache_result_free(miss);
     kcache_result_free(again);
     kcache_compiler_free(c);
     kcache_store_close(s);
+}
+
+static void test_toolkit_beside_names(const kc_toolkit *tk)
+{
+    char root[PATH_MAX];
+    make_toolkit(root, sizeof(root), tk);
+    /* a/ goes first: "y.h" from a/x.h is a/y.h, as plain NVRTC finds it. */
+    beside_case(root, "beside_y", "#include <a/x.h>\n"
+                "extern \"C\" __global__ void k(int *p) { p[0] = V; }\n", 1);
+    /* b/w.h is nowhere else: without b/ first the hermetic compile would not find it. */
+    beside_case(root, "beside_only", "#include <b/z.h>\n"
+                "extern \"C\" __global__ void k(int *p) { p[0] = W; }\n", 1);
+    /* <y.h> from the source is include/y.h; with a/ first it would be a/y.h. */
+    beside_case(root, "beside_angled", "#include <a/x.h>\n"
+                "#if __has_include(<y.h>)\n#define U 1\n#else\n#define U 2\n#endif\n"
+                "extern \"C\" __global__ void k(int *p) { p[0] = V + U; }\n", 0);
+    /* <only_a.h> is nowhere plain NVRTC looks; with a/ first it would be found. */
+    beside_case(root, "beside_absent", "#include <a/x.h>\n"
+                "#if __has_include(<only_a.h>)\n#define U 5\n#else\n#define U 6\n#endif\n"
+                "extern \"C\" __global__ void k(int *p) { p[0] = V + U; }\n", 0);
+    /* c/ first would turn <cy.h> true; "only_c.h" is in a branch not taken, as before. */
+    beside_case(root, "beside_not_taken", "#include <c/q.h>\n"
+                "#if __has_include(<cy.h>)\n#define U 1\n#else\n#define U 2\n#endif\n"
+                "extern \"C\" __global__ void k(int *p) { p[0] = Q + U; }\n", 1);
 }
 
 int main(void)
@@ -765,6 +866,7 @@ int main(void)
     test_pch();
     test_pch_after_edit();
     test_toolkit_beside(tk.root);
+    test_toolkit_beside_names(&tk);
     kc_toolkit_free(&tk);
     return test_done();
 }

@@ -484,6 +484,46 @@ def gen_shadow(rng):
     return setup, cfg, edits
 
 
+def gen_runtime(rng):
+    """<cuda_runtime.h>: the hermetic compile searches crt/ first (lib/compile/hermetic.c).
+
+    crt/ holds names that include/ holds too (math_functions.h, host_defines.h,
+    ...); a user directory ahead of the toolkit's may hold one of them, and the
+    source may look one up itself, where crt/ first would change the answer.
+    """
+    f = Files(rng)
+    names = ["math_functions.h", "host_defines.h", "device_functions.h", "kc_none.h"]
+    name = rng.choice(names)
+    shadow = "u/" + name
+    f.add(shadow, 0)
+    on = rng.random() < 0.5
+    setup = [f.add("u/x.h", 1)]
+    if on:
+        setup.append(("write", shadow, f.text(shadow)))
+    pre = ("#ifdef KC_RT\n#include <cuda_runtime.h>\n#endif\n#include \"x.h\"\n"
+           "#if defined(KC_ASK) && __has_include(<%s>)\n#include <%s>\n#endif\n" % (name, name))
+    setup.append(("write", "src/k.cu", kernel(pre, 2, [("sizeof(float2)", None)])))
+    defines = ["KC_RT"] + (["KC_ASK"] if rng.random() < 0.5 else [])
+    incs = ["{R}/u", os.path.join(TOOLKIT, "include")]
+    cfg = dict(source="src/k.cu", cwd="src", incs=incs, defines=defines, mem=[],
+               paths=list(PATHS))
+    edits = []
+    for _ in range(rng.randint(*EDITS)):
+        r = rng.random()
+        if r < 0.3:
+            edits.append([("rm", shadow)] if on else [f.edit(shadow, "write")])
+            on = not on
+        elif r < 0.5:
+            defines = ["KC_RT"] + ([] if "KC_ASK" in defines else ["KC_ASK"])
+            edits.append([("set", "defines", list(defines))])
+        elif r < 0.6:
+            incs = incs[::-1]
+            edits.append([("set", "incs", list(incs))])
+        else:
+            edits.append([f.edit(rng.choice(["u/x.h", shadow] if on else ["u/x.h"]))])
+    return setup, cfg, edits
+
+
 def gen_tkpath(rng):
     """User files reached through the toolkit's path, and toolkit -I spelled two ways."""
     f = Files(rng)
@@ -598,9 +638,9 @@ def gen_copies(rng):
 
 GENERATORS = {"tree": gen_tree, "computed": gen_computed, "has_include": gen_has_include,
               "shadow": gen_shadow, "tkpath": gen_tkpath, "memory": gen_memory,
-              "scanner": gen_scanner, "copies": gen_copies}
+              "scanner": gen_scanner, "copies": gen_copies, "runtime": gen_runtime}
 WEIGHTS = {"tree": 5, "computed": 2, "has_include": 2, "shadow": 1, "tkpath": 1, "memory": 2,
-           "scanner": 1, "copies": 1}
+           "scanner": 1, "copies": 1, "runtime": 1}
 
 
 def make_scenario(seed, kind=None, aged=None):
