@@ -229,8 +229,8 @@ static int derive_key(kcache_compiler *c, const kcache_request *req, const struc
     }
     in.deps = w->deps.deps;
     in.n_deps = w->deps.n_deps;
-    in.first_dirs = (const char *const *)w->deps.first_dirs;
-    in.n_first_dirs = w->deps.n_first_dirs;
+    in.handed = (const char *const *)w->deps.handed;
+    in.n_handed = w->deps.n_handed;
     char msg[256];
     int rc = kc_key_encode_compile(&r->material, &r->pub.key, &in, msg, sizeof(msg));
     if (rc == KCACHE_EINVAL)

@@ -317,7 +317,7 @@ int kc_deps_resolve(kc_deps *out, const kc_deps_request *req, char *msg, size_t 
     if (!rc && !req->no_source_include)
         check_other_dirs(&r);
     if (!rc && !out->not_hermetic)
-        rc = kc_res_hermetic_dirs(&r);
+        rc = kc_res_hermetic_handed(&r);
     if (!rc && !out->not_hermetic)
         rc = kc_res_assign_names(&r);
     if (!rc && !out->not_hermetic)
@@ -345,6 +345,6 @@ void kc_deps_free(kc_deps *deps)
     for (size_t i = 0; i < deps->n_probes; i++)
         free(deps->probes[i].path);
     free(deps->probes);
-    kc_strv_free(deps->first_dirs, deps->n_first_dirs);
+    kc_strv_free(deps->handed, deps->n_handed);
     memset(deps, 0, sizeof(*deps));
 }

@@ -32,10 +32,11 @@
  *     directory ahead of the toolkit's that holds a name a toolkit header
  *     includes is seen, and that file handed over under the toolkit
  *     header's spelling.
- *   - --no-source-include stops NVRTC looking beside toolkit headers too:
- *     an includer whose "quoted" include plain NVRTC finds beside it (crt/
- *     for "host_defines.h") has its directory passed first, when nothing
- *     else the compile looks up in the toolkit then changes (hermetic.c).
+ *   - --no-source-include stops NVRTC looking beside toolkit headers too: a
+ *     "quoted" include plain NVRTC finds beside a toolkit header (crt/'s
+ *     "host_defines.h") is handed over by that spelling, as an #include of
+ *     the file by its real path, when no other lookup of that spelling
+ *     finds anything else (hermetic.c).
  *   - In-memory headers' "quoted" includes are looked for beside their names.
  *   - What the scanner cannot be certain it reads as NVRTC does (a %:
  *     directive, __has_include of a non-literal, a digit separator before
@@ -158,14 +159,15 @@ typedef struct kc_deps {
     char *source;
     size_t source_size;
     /*
-     * Toolkit directories, below the toolkit's root, that the hermetic
-     * compile searches ahead of the request's toolkit -I directories: those
-     * of toolkit headers whose "quoted" includes plain NVRTC finds beside
-     * them (crt/ for "host_defines.h"), which --no-source-include would
-     * otherwise take from elsewhere. Keyed (compile/key.c).
+     * Toolkit headers the hermetic compile hands NVRTC by spelling, in pairs:
+     * the spelling, then the header below the toolkit's root. Each goes in
+     * memory as one #include of that header by its real path: includes that
+     * plain NVRTC finds beside a toolkit header ("host_defines.h" in crt/),
+     * which --no-source-include would take from elsewhere (hermetic.c).
+     * Keyed (compile/key.c).
      */
-    char **first_dirs;
-    size_t n_first_dirs;
+    char **handed;
+    size_t n_handed;
     kc_probe *probes;         /* every path looked at, in order */
     size_t n_probes;
     /*

@@ -1,6 +1,6 @@
 /*
- * Which toolkit directories the hermetic compile searches, and the proof that
- * with them NVRTC finds what it finds reading the disk.
+ * Toolkit headers the hermetic compile hands NVRTC by spelling, and the proof
+ * that with them NVRTC finds what it finds reading the disk.
  *
  * The hermetic compile passes --no-source-include, so that NVRTC reads no
  * user file from disk; that also stops it looking beside toolkit headers.
@@ -10,38 +10,43 @@
  * deprecated wrapper: another file. Every <cuda_runtime.h> did that.
  *
  * Decisions:
- *   - Such an includer's directory (real path) is passed ahead of the
- *     request's toolkit -I directories, in the order first needed. NVRTC
- *     then finds the same file, under the same name as the includer's own
- *     (both by real path, as every toolkit header in the hermetic compile).
- *   - A directory put first is searched for every name, not only the one
- *     that needed it. So every lookup the resolution left to NVRTC's search
- *     of the toolkit (each spelling and what plain NVRTC found for it, or
- *     that it found nothing; every branch, taken or not, as the scanner
- *     sees them) is searched again in the hermetic order, and must find the
- *     same toolkit header, or nothing where plain NVRTC found nothing. One
- *     that would find another file, or a file where there was none (a
- *     __has_include that would turn true), leaves the compile uncached
- *     ("toolkit_beside"), as before. Finding nothing where plain NVRTC found
- *     a header is allowed, as everywhere in the hermetic compile: an include
- *     that is live then fails the hermetic compile, which falls back to
- *     reading the disk.
- *   - A directory is put first for an include found beside its includer that
- *     the hermetic order would take from another file, and also for one it
- *     would not find at all (a live one would fail the hermetic compile).
- *     When the latter kind changes another lookup, the directories are
- *     chosen again without it: such an include in a branch not taken was
- *     harmless before and stays so, and that compile stays cached as it was.
- *   - Lookups found through a toolkit -I directory are only searched again
- *     in the directories put first: the request's toolkit directories keep
- *     their order, and dropping user directories from ahead of them changes
- *     nothing for a name none of those held. Lookups found beside an includer
- *     or through a user directory (a link into the toolkit) are searched in
- *     the whole hermetic order. With nothing put first, only those cost a
- *     stat; the rest is paid on a miss only (a hit reads its closure).
- *   - The directories put first are keyed (below the toolkit's root; absent
- *     from the key when there are none, so no other key changed), and a
- *     recompile passes them again (compile/recompile.c).
+ *   - Such a spelling goes to NVRTC as an in-memory header of that name,
+ *     which NVRTC takes before anything on disk, from any includer, and whose
+ *     text is one #include of the file plain NVRTC found, by its real path:
+ *     NVRTC reads it from the toolkit as it reads every toolkit header (by
+ *     real path, so its __FILE__ is the one the toolkit's -I directories give).
+ *   - Only that spelling changes. Every lookup of it the resolution left to
+ *     the toolkit (each includer's, every branch as the scanner sees them)
+ *     must have found that same file; one that found another file or nothing
+ *     (an angled <math_functions.h> is include/'s wrapper; a __has_include
+ *     false) leaves the compile uncached ("toolkit_beside"). A user file
+ *     never goes by that name (names.c keeps canonical names off spellings
+ *     left to the toolkit, and a user file a toolkit header finds under it
+ *     makes the name ambiguous already).
+ *     Putting the includer's directory ahead of the -I list instead would
+ *     change every name looked up there: CUTLASS's <mma.h> (include/mma.h,
+ *     the wrapper) would become crt/mma.h, and cuFFTDx stay uncached.
+ *   - A spelling is handed so when the hermetic compile would take another
+ *     file for it, and also when it would find nothing (b/z.h's "w.h" that
+ *     only b/ holds: live, that would fail the hermetic compile). When the
+ *     latter kind conflicts with another lookup, they are chosen again
+ *     without it: such an include in a branch not taken was harmless before
+ *     and stays so, and that compile stays cached as it was.
+ *   - Every other lookup left to the toolkit keeps NVRTC's search of the
+ *     toolkit's -I directories, which the hermetic compile passes in the
+ *     request's order, without the user's. One found beside its includer is
+ *     searched again there: finding another file makes the compile
+ *     uncached; finding nothing is allowed, as everywhere in the hermetic
+ *     compile: an include that is live then fails the hermetic compile,
+ *     which falls back to reading the disk. One found through a toolkit -I
+ *     directory finds the same there (the order is kept, and the user
+ *     directories dropped from ahead of it held nothing of that name: what
+ *     is found through a user directory, a link into the toolkit too, is a
+ *     user file, handed over) and costs nothing. All of this runs on a miss
+ *     only: a hit reads its closure.
+ *   - The spellings handed so are keyed with the file each names (below the
+ *     toolkit's root; absent from the key when there are none, so no other
+ *     key changed), and a recompile hands them again (compile/recompile.c).
  */
 #include <limits.h>
 #include <stdio.h>
@@ -52,13 +57,12 @@
 #include "compile/resolver.h"
 
 int kc_res_record_look(struct resolver *r, const char *spelling, const char *rel,
-                       const char *beside, int check_all, size_t from)
+                       const char *beside, size_t from)
 {
     kc_buf id = {0};
     int rc = kc_buf_append(&id, spelling, strlen(spelling) + 1) ||
                      kc_buf_append(&id, rel ? rel : "", strlen(rel ? rel : "") + 1) ||
-                     kc_buf_append(&id, beside ? beside : "", strlen(beside ? beside : "")) ||
-                     kc_buf_append(&id, check_all ? "+" : "-", 2)
+                     kc_buf_append(&id, beside ? beside : "", strlen(beside ? beside : "") + 1)
                  ? KCACHE_ENOMEM
                  : 0;
     /*
@@ -77,7 +81,6 @@ int kc_res_record_look(struct resolver *r, const char *spelling, const char *rel
         if (!rc) {
             l = &r->looks[r->n_looks];
             memset(l, 0, sizeof(*l));
-            l->check_all = check_all;
             l->from = from;
             if (!(l->spelling = kc_strdup(spelling)) || (rel && !(l->rel = kc_strdup(rel))) ||
                 (beside && !(l->beside = kc_strdup(beside))) ||
@@ -107,6 +110,7 @@ static int search(const struct resolver *r, char *const *dirs, size_t n, const c
     const char *root = r->req->toolkit_root;
     size_t root_len = strlen(root);
     *rel = NULL;
+    at[0] = '\0';
     for (size_t i = 0; i < n; i++) {
         for (int k = 0; k < 1 + kc_res_stdh_too(spelling); k++) {
             struct stat st;
@@ -123,114 +127,114 @@ static int search(const struct resolver *r, char *const *dirs, size_t n, const c
             return 1;
         }
     }
+    at[0] = '\0';
     return 0;
 }
 
-/*
- * Whether the hermetic order finds what plain NVRTC found for l: *ok 1, or 0
- * with the path it would take instead in at ("" when it would find nothing).
- * Finding nothing where plain NVRTC found a header is ok unless exact.
- */
-static int same_answer(struct resolver *r, char *const *dirs, size_t n_first, size_t n,
-                       const struct tklook *l, int exact, char *at, size_t at_size, int *ok)
+/* The lookups a spelling is handed for, and to which header. */
+struct handed {
+    const char *spelling, *rel;
+    int weak; /* only because the hermetic compile would find nothing */
+};
+
+static const struct handed *handed_for(const struct handed *h, size_t n, const char *spelling)
 {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(h[i].spelling, spelling))
+            return &h[i];
+    return NULL;
+}
+
+/*
+ * What the hermetic compile gives for l, with h[0..n) handed by spelling: 1
+ * when it is what plain NVRTC found (or nothing where a header was), else 0
+ * with what it would take in at.
+ */
+static int same_answer(struct resolver *r, char *const *base, size_t n_base,
+                       const struct handed *h, size_t n, const struct tklook *l, char *at,
+                       size_t at_size, int *ok)
+{
+    const struct handed *x = handed_for(h, n, l->spelling);
+    if (x) {
+        *ok = l->rel && !strcmp(l->rel, x->rel);
+        snprintf(at, at_size, "%s/%s", r->req->toolkit_root, x->rel);
+        return 0;
+    }
+    *ok = 1;
+    if (!l->beside)
+        return 0;
     char *rel = NULL;
-    int found = search(r, dirs, l->check_all || l->beside ? n : n_first, l->spelling, at, at_size,
-                       &rel);
+    int found = search(r, base, n_base, l->spelling, at, at_size, &rel);
     if (found < 0)
         return found;
-    if (!found)
-        at[0] = '\0';
-    /* Nothing where there was a header: the include, if live, fails the hermetic compile. */
-    *ok = found ? l->rel && rel && !strcmp(rel, l->rel) : !exact || !l->rel;
+    *ok = !found || (l->rel && rel && !strcmp(rel, l->rel));
     free(rel);
     return 0;
 }
 
-/*
- * Puts first (dirs[0..*n_first), then the request's toolkit directories
- * base[0..n_base)) each directory a beside lookup needs, in the order first
- * needed: one where the hermetic order would find another file, and with
- * weak set, one where it would find nothing (*weak_used says whether any went
- * in for that alone).
- */
-static int choose_first(struct resolver *r, char **dirs, size_t *n_first, char *const *base,
-                        size_t n_base, int weak, int *weak_used)
-{
-    char at[PATH_MAX];
-    int rc = 0;
-    *weak_used = 0;
-    for (size_t i = 0; !rc && i < r->n_looks; i++) {
-        const struct tklook *l = &r->looks[i];
-        if (!l->beside)
-            continue;
-        memcpy(dirs + *n_first, base, n_base * sizeof(*base));
-        int ok = 0;
-        if ((rc = same_answer(r, dirs, *n_first, *n_first + n_base, l, weak, at, sizeof(at),
-                              &ok)) ||
-            ok)
-            continue;
-        size_t k = 0;
-        while (k < *n_first && strcmp(dirs[k], l->beside) != 0)
-            k++;
-        if (k < *n_first)
-            continue; /* already first, and still not the same: the check says so */
-        if (!(dirs[*n_first] = kc_strdup(l->beside)))
-            return KCACHE_ENOMEM;
-        (*n_first)++;
-        *weak_used |= !at[0];
-    }
-    memcpy(dirs + *n_first, base, n_base * sizeof(*base));
-    return rc;
-}
-
-/* The first lookup the hermetic order answers otherwise (*bad; r->n_looks: none), at: what it finds. */
-static int first_wrong(struct resolver *r, char *const *dirs, size_t n_first, size_t n,
-                       char *at, size_t at_size, size_t *bad)
-{
-    for (*bad = 0; *bad < r->n_looks; (*bad)++) {
-        const struct tklook *l = &r->looks[*bad];
-        int ok = 1, rc;
-        if ((l->beside || l->check_all || n_first) &&
-            (rc = same_answer(r, dirs, n_first, n, l, 0, at, at_size, &ok)))
-            return rc;
-        if (!ok)
-            return 0;
-    }
-    return 0;
-}
-
-int kc_res_hermetic_dirs(struct resolver *r)
+int kc_res_hermetic_handed(struct resolver *r)
 {
     const kc_deps_request *q = r->req;
     kc_deps *out = r->out;
     if (!q->toolkit_root || !*q->toolkit_root || !r->n_looks)
         return 0;
-    /* The hermetic order: the directories put first, then the request's toolkit ones. */
-    char **dirs = kc_calloc(r->n_looks + q->n_include_dirs + 1, sizeof(char *));
+    struct handed *h = kc_calloc(r->n_looks, sizeof(*h));
     char **base = kc_calloc(q->n_include_dirs + 1, sizeof(char *));
-    size_t n_first = 0, n_base = 0, bad = 0;
+    size_t n_base = 0, n = 0, bad = r->n_looks;
     char at[PATH_MAX];
-    int rc = dirs && base ? 0 : KCACHE_ENOMEM;
+    int rc = h && base ? 0 : KCACHE_ENOMEM;
     for (size_t i = 0; !rc && i < q->n_include_dirs; i++) {
         const char *real = NULL;
         int inside = 0;
         if (!(rc = kc_res_toolkit_dir(r, q->include_dirs[i], &real, &inside)) && inside)
             base[n_base++] = (char *)q->include_dirs[i];
     }
+    /* Each spelling found beside its includer that the -I directories would answer otherwise. */
+    for (size_t i = 0; !rc && i < r->n_looks; i++) {
+        const struct tklook *l = &r->looks[i];
+        char *rel = NULL;
+        if (!l->beside || handed_for(h, n, l->spelling))
+            continue;
+        int found = search(r, base, n_base, l->spelling, at, sizeof(at), &rel);
+        if (found < 0) {
+            rc = found;
+            break;
+        }
+        if (!found || !rel || strcmp(rel, l->rel) != 0)
+            h[n++] = (struct handed){l->spelling, l->rel, !found};
+        free(rel);
+    }
     /*
-     * First with the directories of includes the hermetic order would not
-     * find at all too; if that changes another lookup, without them: such an
-     * include in a branch not taken was harmless before, and stays so.
+     * Every lookup left to the toolkit, with them; then, if one of those
+     * handed only because nothing would be found conflicts, without those.
      */
     for (int weak = 1; !rc && weak >= 0; weak--) {
-        int weak_used = 0;
-        for (; n_first > 0; n_first--)
-            free(dirs[n_first - 1]);
-        if (!(rc = choose_first(r, dirs, &n_first, base, n_base, weak, &weak_used)))
-            rc = first_wrong(r, dirs, n_first, n_first + n_base, at, sizeof(at), &bad);
-        if (bad == r->n_looks || !weak_used)
+        size_t kept = 0;
+        for (size_t i = 0; i < n; i++)
+            if (weak || !h[i].weak)
+                h[kept++] = h[i];
+        int dropped = kept < n;
+        n = kept;
+        if (!weak && !dropped)
+            break; /* the same choice as before: the same answer */
+        for (bad = 0; !rc && bad < r->n_looks; bad++) {
+            int ok = 1;
+            if ((rc = same_answer(r, base, n_base, h, n, &r->looks[bad], at, sizeof(at), &ok)) ||
+                !ok)
+                break;
+        }
+        if (bad == r->n_looks)
             break;
+    }
+    for (size_t i = 0; !rc && bad == r->n_looks && i < n; i++) {
+        if (q->source_name && !strcmp(q->source_name, h[i].spelling))
+            kc_res_not_hermetic(r, "toolkit_beside",
+                                "'%s' names the source and a toolkit header", h[i].spelling);
+        /* The #include handed over is a string literal: nothing in it may need escaping. */
+        if (strpbrk(q->toolkit_root, "\"\\\n") || strpbrk(h[i].rel, "\"\\\n"))
+            kc_res_not_hermetic(r, "toolkit_beside",
+                                "\"%s\" (%s/%s) has a path kcache cannot name in an #include",
+                                h[i].spelling, q->toolkit_root, h[i].rel);
     }
     if (!rc && bad < r->n_looks) {
         const struct tklook *l = &r->looks[bad];
@@ -246,14 +250,11 @@ int kc_res_hermetic_dirs(struct resolver *r)
                                 l->spelling, kc_res_where(&r->nodes[l->from]), q->toolkit_root,
                                 l->rel, at);
     }
-    size_t root_len = strlen(q->toolkit_root);
-    for (size_t i = 0; !rc && !out->not_hermetic && i < n_first; i++) {
-        const char *rel = dirs[i][root_len] == '/' ? dirs[i] + root_len + 1 : ".";
-        rc = kc_strv_push(&out->first_dirs, &out->n_first_dirs, rel);
-    }
-    for (size_t i = 0; dirs && i < n_first; i++)
-        free(dirs[i]);
-    free(dirs);
+    for (size_t i = 0; !rc && !out->not_hermetic && i < n; i++)
+        if ((rc = kc_strv_push(&out->handed, &out->n_handed, h[i].spelling)) ||
+            (rc = kc_strv_push(&out->handed, &out->n_handed, h[i].rel)))
+            break;
+    free(h);
     free(base);
     return rc;
 }

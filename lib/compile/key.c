@@ -37,7 +37,7 @@ const char *kc_key_tag_name(int tag)
         [KC_TAG_HEADER] = "header",           [KC_TAG_EXTRA] = "extra-digest",
         [KC_TAG_LINK_INPUT] = "link-input",   [KC_TAG_TOOLKIT] = "toolkit",
         [KC_TAG_NAMESPACE] = "namespace",     [KC_TAG_CALLER_KEY] = "caller-key",
-        [KC_TAG_WORKDIR] = "working-directory", [KC_TAG_TOOLKIT_FIRST] = "toolkit-dir-first",
+        [KC_TAG_WORKDIR] = "working-directory", [KC_TAG_TOOLKIT_HANDED] = "toolkit-handed",
     };
     if (tag <= 0 || (size_t)tag >= sizeof(names) / sizeof(names[0]))
         return NULL;
@@ -152,8 +152,15 @@ int kc_key_encode_compile(kc_buf *material, kcache_key *key, const kc_key_compil
         return KCACHE_ENOMEM;
     }
     /* Not in the closure's base key: found by the resolution, as the headers are. */
-    for (size_t i = 0; i < in->n_first_dirs; i++)
-        kc_key_add_str(&k, KC_TAG_TOOLKIT_FIRST, in->first_dirs[i]);
+    for (size_t i = 0; i + 1 < in->n_handed; i += 2) {
+        kc_buf field = {0};
+        if (kc_buf_append(&field, in->handed[i], strlen(in->handed[i]) + 1) ||
+            kc_buf_append(&field, in->handed[i + 1], strlen(in->handed[i + 1])))
+            k.failed = 1;
+        else
+            kc_key_add(&k, KC_TAG_TOOLKIT_HANDED, field.data, field.size);
+        kc_buf_free(&field);
+    }
     for (size_t i = 0; i < in->n_deps; i++) {
         const kc_dep *d = &in->deps[i];
         char field[PATH_MAX + 256];
@@ -258,6 +265,24 @@ static int toolkit_dir_of(kc_recipe *rc, const uint8_t *data, size_t n)
     return kc_strv_push(&rc->toolkit_dirs, &rc->n_toolkit_dirs, dir);
 }
 
+/* "spelling\0include/crt/host_defines.h" -> the pair, or nothing when it does not parse. */
+static int handed_of(kc_recipe *re, const uint8_t *data, size_t n)
+{
+    size_t sp = strnlen((const char *)data, n);
+    if (sp == 0 || sp + 1 >= n || memchr(data + sp + 1, '\0', n - sp - 1))
+        return KCACHE_ECORRUPT;
+    char *rel = kc_malloc(n - sp);
+    if (!rel)
+        return KCACHE_ENOMEM;
+    memcpy(rel, data + sp + 1, n - sp - 1);
+    rel[n - sp - 1] = '\0';
+    int rc = kc_strv_push(&re->handed, &re->n_handed, (const char *)data);
+    if (!rc)
+        rc = kc_strv_push(&re->handed, &re->n_handed, rel);
+    free(rel);
+    return rc;
+}
+
 static int read_field(void *ud, int tag, const uint8_t *data, size_t n)
 {
     kc_recipe *rc = ud;
@@ -282,7 +307,7 @@ static int read_field(void *ud, int tag, const uint8_t *data, size_t n)
         return kc_strv_push(&rc->options, &rc->n_options, text);
     case KC_TAG_NAME_EXPR: return kc_strv_push(&rc->exprs, &rc->n_exprs, text);
     case KC_TAG_HEADER: return toolkit_dir_of(rc, data, n);
-    case KC_TAG_TOOLKIT_FIRST: return kc_strv_push(&rc->first_dirs, &rc->n_first_dirs, text);
+    case KC_TAG_TOOLKIT_HANDED: return handed_of(rc, data, n);
     case KC_TAG_LINK_INPUT: return kc_strv_push(&rc->link_kinds, &rc->n_link, text);
     default: return 0;
     }
@@ -293,7 +318,7 @@ void kc_recipe_free(kc_recipe *rc)
     kc_strv_free(rc->options, rc->n_options);
     kc_strv_free(rc->exprs, rc->n_exprs);
     kc_strv_free(rc->toolkit_dirs, rc->n_toolkit_dirs);
-    kc_strv_free(rc->first_dirs, rc->n_first_dirs);
+    kc_strv_free(rc->handed, rc->n_handed);
     kc_strv_free(rc->link_kinds, rc->n_link);
 }
 

@@ -38,8 +38,8 @@ typedef struct kc_key_compile {
     size_t source_size;
     const kc_dep *deps;           /* every header read or looked for */
     size_t n_deps;
-    const char *const *first_dirs; /* toolkit directories searched first (kc_deps's) */
-    size_t n_first_dirs;
+    const char *const *handed;    /* toolkit headers handed by spelling: kc_deps's pairs */
+    size_t n_handed;
     const void *extra;            /* the caller's extra digest */
     size_t extra_size;
     /* The working directory NVRTC writes into line information (-lineinfo,
@@ -88,8 +88,8 @@ typedef struct kc_recipe {
     size_t n_exprs;
     char **toolkit_dirs; /* derived from the toolkit headers, relative to the root */
     size_t n_toolkit_dirs;
-    char **first_dirs;   /* searched ahead of those, relative to the root */
-    size_t n_first_dirs;
+    char **handed;       /* pairs: a spelling, the toolkit header it is handed as */
+    size_t n_handed;
     char **link_kinds;   /* per link input */
     size_t n_link;
     int lto;

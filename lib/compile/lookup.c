@@ -401,8 +401,7 @@ int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t f
          * made the same way there; an absolute spelling searches nothing.
          */
         if (rel && !(r->pre_include && i == 0) && dir &&
-            (rc = kc_res_record_look(r, spelling, rel, i == 0 && inside ? real : NULL,
-                                     i == 0 || !inside, from)))
+            (rc = kc_res_record_look(r, spelling, rel, i == 0 ? real : NULL, from)))
             return rc;
         if (rel) {
             if (from_toolkit)
@@ -425,7 +424,7 @@ int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t f
             return from_toolkit ? kc_res_add_alias(r, spelling, node - 1) : 0;
         }
     }
-    if (spelling[0] != '/' && (rc = kc_res_record_look(r, spelling, NULL, NULL, 0, from)))
+    if (spelling[0] != '/' && (rc = kc_res_record_look(r, spelling, NULL, NULL, from)))
         return rc;
     if (from_toolkit)
         return add_tk_name(r, spelling);

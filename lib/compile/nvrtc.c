@@ -58,11 +58,11 @@ int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct wor
         return kc_result_fail(r, rc, "%s", msg);
     size_t n_headers = 0;
     size_t n_mem = req->version >= 2 ? req->n_headers : 0;
-    size_t n_max = (hermetic ? w->deps.n_deps : n_mem) + 1;
+    size_t n_max = (hermetic ? w->deps.n_deps + w->deps.n_handed / 2 : n_mem) + 1;
     const char **contents = kc_calloc(n_max, sizeof(char *));
     const char **spellings = kc_calloc(n_max, sizeof(char *));
-    char **opts = NULL;
-    size_t n_opts = 0;
+    char **opts = NULL, **handed = NULL;
+    size_t n_opts = 0, n_handed = 0;
     nvrtcProgram prog = NULL;
     char buf[PATH_MAX + 32];
     if (!contents || !spellings) {
@@ -74,6 +74,24 @@ int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct wor
             continue;
         contents[n_headers] = w->deps.deps[i].content;
         spellings[n_headers++] = w->deps.deps[i].name;
+    }
+    /*
+     * Toolkit headers handed by spelling (compile/hermetic.c says which and
+     * why): one #include of the file by its real path, which NVRTC opens as
+     * it opens every toolkit header. hermetic.c hands no path that needs
+     * escaping in a string literal.
+     */
+    for (size_t i = 0; hermetic && !rc && i + 1 < w->deps.n_handed; i += 2) {
+        int len = snprintf(buf, sizeof(buf), "#include \"%s/%s\"\n", c->tk.root,
+                           w->deps.handed[i + 1]);
+        if (len < 0 || (size_t)len >= sizeof(buf)) {
+            rc = kc_result_fail(r, KCACHE_EINVAL, "a toolkit header's path is too long");
+            break;
+        }
+        if (!(rc = kc_strv_push(&handed, &n_handed, buf))) {
+            contents[n_headers] = handed[n_handed - 1];
+            spellings[n_headers++] = w->deps.handed[i];
+        }
     }
     /* Reading the disk as NVRTC would: the caller's in-memory headers still go in. */
     for (size_t i = 0; !hermetic && i < n_mem; i++) {
@@ -97,14 +115,6 @@ int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct wor
     snprintf(buf, sizeof(buf), "--gpu-architecture=%s", w->nvrtc_arch);
     if (!rc)
         rc = kc_strv_push(&opts, &n_opts, buf);
-    /* Toolkit directories searched first (compile/hermetic.c says which and why). */
-    for (size_t i = 0; hermetic && i < w->deps.n_first_dirs && !rc; i++) {
-        int len = snprintf(buf, sizeof(buf), "--include-path=%s/%s", c->tk.root,
-                           w->deps.first_dirs[i]);
-        rc = len > 0 && (size_t)len < sizeof(buf)
-                 ? kc_strv_push(&opts, &n_opts, buf)
-                 : kc_result_fail(r, KCACHE_EINVAL, "a toolkit directory's path is too long");
-    }
     for (size_t i = 0; i < w->opts.n_include_dirs && !rc; i++) {
         char *real = hermetic ? toolkit_real(&c->tk, w->opts.include_dirs[i]) : NULL;
         if (hermetic && !real)
@@ -224,6 +234,7 @@ out:
     if (prog)
         api->DestroyProgram(&prog);
     kc_strv_free(opts, n_opts);
+    kc_strv_free(handed, n_handed);
     free(contents);
     free(spellings);
     return rc;

@@ -139,8 +139,8 @@ static int rebuild_source(kcache_compiler *c, const kcache_entry *e, kc_recipe *
         if (!strncmp(rc->options[i], "--frandom-seed=", 15))
             w.opts.has_seed = 1;
     }
-    for (size_t i = 0; i < rc->n_first_dirs && !rc_; i++)
-        rc_ = kc_strv_push(&w.deps.first_dirs, &w.deps.n_first_dirs, rc->first_dirs[i]);
+    for (size_t i = 0; i < rc->n_handed && !rc_; i++)
+        rc_ = kc_strv_push(&w.deps.handed, &w.deps.n_handed, rc->handed[i]);
     for (size_t i = 0; i < rc->n_toolkit_dirs && !rc_; i++) {
         char dir[8192];
         snprintf(dir, sizeof(dir), "%s/%s", c->tk.root, rc->toolkit_dirs[i]);

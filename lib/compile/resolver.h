@@ -3,9 +3,10 @@
  * using only those below it: deps.c (scanning each file and the entry
  * point), expand.c (computed includes and macros that wrap __has_include),
  * names.c (canonical names and the texts handed to NVRTC), hermetic.c (the
- * toolkit directories the hermetic compile searches, proven to find what
- * plain NVRTC finds), lookup.c (the search in NVRTC's order, and each path
- * looked at) and resolver.c (what all of them use). Private to compile/.
+ * toolkit headers the hermetic compile hands over by spelling, proven to
+ * find what plain NVRTC finds), lookup.c (the search in NVRTC's order, and
+ * each path looked at) and resolver.c (what all of them use). Private to
+ * compile/.
  */
 #ifndef KC_RESOLVER_H
 #define KC_RESOLVER_H
@@ -71,7 +72,6 @@ struct tklook {
     char *spelling;
     char *rel;            /* the toolkit header plain NVRTC finds, below the root; NULL: none */
     char *beside;         /* found beside its includer, in this toolkit directory (real path) */
-    int check_all;        /* not found through a toolkit -I directory: search them all again */
     size_t from;          /* the includer, for messages */
 };
 
@@ -152,13 +152,13 @@ int kc_res_add_alias(struct resolver *r, const char *name, size_t node);
 /* hermetic.c */
 /* Remembers a lookup left to NVRTC's search of the toolkit (see struct tklook). */
 int kc_res_record_look(struct resolver *r, const char *spelling, const char *rel,
-                       const char *beside, int check_all, size_t from);
+                       const char *beside, size_t from);
 /*
- * The toolkit directories the hermetic compile passes ahead of the request's
- * (out->first_dirs), when every lookup remembered finds with them what plain
- * NVRTC found; otherwise the resolution is not hermetic.
+ * The toolkit headers the hermetic compile hands over by spelling
+ * (out->handed), when every lookup remembered then finds what plain NVRTC
+ * found; otherwise the resolution is not hermetic.
  */
-int kc_res_hermetic_dirs(struct resolver *r);
+int kc_res_hermetic_handed(struct resolver *r);
 
 /* expand.c */
 int kc_res_is_ident_char(int c);

@@ -45,9 +45,9 @@ enum kc_key_tag {
     KC_TAG_NAMESPACE = 15,
     KC_TAG_CALLER_KEY = 16,
     KC_TAG_WORKDIR = 17,     /* the working directory, where line information holds it */
-    /* A toolkit directory (below its root) searched ahead of the toolkit's -I
-     * directories (compile/hermetic.c); order kept. None in most keys. */
-    KC_TAG_TOOLKIT_FIRST = 18,
+    /* spelling NUL toolkit header (below the root): handed to NVRTC by that
+     * spelling (compile/hermetic.c). None in most keys. */
+    KC_TAG_TOOLKIT_HANDED = 18,
 };
 
 /* Walks an encoding; fn gets the tag and its bytes. Returns 0, fn's value or KCACHE_ECORRUPT. */

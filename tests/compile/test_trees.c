@@ -705,9 +705,9 @@ static void test_pch_after_edit(void)
 /*
  * The toolkit's crt/ headers include "host_defines.h": plain NVRTC takes
  * crt/host_defines.h beside them, while -I <toolkit>/include alone would give
- * the deprecated wrapper include/host_defines.h. The hermetic compile passes
- * crt/ ahead of the toolkit's -I directories (every other name it looks up
- * still finds what plain NVRTC finds), so <cuda_runtime.h> is cached.
+ * the deprecated wrapper include/host_defines.h. The hermetic compile hands
+ * "host_defines.h" over as crt/'s (no other lookup of that name finds
+ * anything else), so <cuda_runtime.h> is cached.
  */
 static void test_toolkit_beside(const char *root)
 {
@@ -736,18 +736,11 @@ static void test_toolkit_beside(const char *root)
  */
 static void make_toolkit(char *root, size_t size, const kc_toolkit *tk)
 {
-    char path[PATH_MAX + 64], to[PATH_MAX + 64];
+    char path[PATH_MAX + 64];
     snprintf(root, size, "%s/toolkit of ours", test_dir());
-    test_sh("rm -rf '%s' && mkdir -p '%s/lib64' '%s/include/a' '%s/include/b' '%s/include/c'",
-            root, root, root, root, root);
-    static const char *const links[] = {"version.json", "nvvm"};
-    for (size_t i = 0; i < KC_ARRAY_SIZE(links); i++) {
-        snprintf(path, sizeof(path), "%s/%s", root, links[i]);
-        snprintf(to, sizeof(to), "%s/%s", tk->root, links[i]);
-        REQUIRE(symlink(to, path) == 0);
-    }
-    snprintf(path, sizeof(path), "%s/lib64/%s", root, strrchr(tk->nvrtc_path, '/') + 1);
-    REQUIRE(symlink(tk->nvrtc_path, path) == 0);
+    test_sh("rm -rf '%s' && mkdir -p '%s/lib64' '%s/include/a' '%s/include/b' '%s/include/c' && "
+            "ln -s '%s/version.json' '%s/nvvm' '%s/' && ln -s '%s' '%s/lib64/'",
+            root, root, root, root, root, tk->root, tk->root, root, tk->nvrtc_path, root);
     static const char *const files[][2] = {
         {"a/x.h", "#include \"y.h\"\n"},
         {"a/y.h", "#define V 7\n"},
@@ -757,7 +750,6 @@ static void make_toolkit(char *root, size_t size, const kc_toolkit *tk)
         {"b/w.h", "#define W 3\n"},
         {"c/q.h", "#ifdef KC_NEVER\n#include \"only_c.h\"\n#endif\n#define Q 4\n"},
         {"c/only_c.h", "#define OC 1\n"},
-        {"c/cy.h", "#define CY 1\n"},
     };
     for (size_t i = 0; i < KC_ARRAY_SIZE(files); i++) {
         snprintf(path, sizeof(path), "%s/include/%s", root, files[i][0]);
@@ -811,6 +803,32 @@ static void beside_case(const char *root, const char *name, const char *text, in
     kcache_store_close(s);
 }
 
+/*
+ * A user directory ahead of the toolkit's holding a link into the toolkit:
+ * <y.h> is a/y.h to plain NVRTC, while the hermetic compile, which passes the
+ * toolkit's directories alone, would take include/y.h. Found through a user
+ * directory, it is a user file (read, hashed, handed over): NVRTC's bytes.
+ */
+static void test_linked_into_toolkit(const char *root)
+{
+    char cu[800], inc[2][PATH_MAX + 32];
+    snprintf(cu, sizeof(cu), "%s/linked.cu", test_dir());
+    test_sh("rm -rf '%s/linked' && mkdir '%s/linked' && ln -s '%s/include/a/y.h' '%s/linked/y.h'",
+            test_dir(), test_dir(), root, test_dir());
+    test_write_text(cu, "#include <y.h>\nextern \"C\" __global__ void k(int *p) { p[0] = V; }\n");
+    snprintf(inc[0], sizeof(inc[0]), "-I%s/linked", test_dir());
+    snprintf(inc[1], sizeof(inc[1]), "-I%s/include", root);
+    struct opts o = {{inc[0], inc[1], SEED}, 3};
+    kcache_store *s = new_store();
+    kcache_compiler *c = compiler_at(s, root);
+    kcache_result *miss = through(c, cu, &o, 0);
+    CHECK(miss->status == 0 && miss->keyed && miss->n_headers == 1);
+    CHECK(same_as_plain(miss, cu, &o));
+    kcache_result_free(miss);
+    kcache_compiler_free(c);
+    kcache_store_close(s);
+}
+
 static void test_toolkit_beside_names(const kc_toolkit *tk)
 {
     char root[PATH_MAX];
@@ -821,18 +839,19 @@ static void test_toolkit_beside_names(const kc_toolkit *tk)
     /* b/w.h is nowhere else: without b/ first the hermetic compile would not find it. */
     beside_case(root, "beside_only", "#include <b/z.h>\n"
                 "extern \"C\" __global__ void k(int *p) { p[0] = W; }\n", 1);
-    /* <y.h> from the source is include/y.h; with a/ first it would be a/y.h. */
-    beside_case(root, "beside_angled", "#include <a/x.h>\n"
-                "#if __has_include(<y.h>)\n#define U 1\n#else\n#define U 2\n#endif\n"
-                "extern \"C\" __global__ void k(int *p) { p[0] = V + U; }\n", 0);
-    /* <only_a.h> is nowhere plain NVRTC looks; with a/ first it would be found. */
+    /* <y.h> from the source is include/y.h, "y.h" from a/x.h is a/y.h: one name, two files. */
+    beside_case(root, "beside_angled", "#include <y.h>\n"
+                "static __device__ const int v1 = V;\n#undef V\n#include <a/x.h>\n"
+                "extern \"C\" __global__ void k(int *p) { p[0] = v1 * 10 + V; }\n", 0);
+    /* <only_a.h> is nowhere plain NVRTC looks, and stays so: only "y.h" is handed over. */
     beside_case(root, "beside_absent", "#include <a/x.h>\n"
                 "#if __has_include(<only_a.h>)\n#define U 5\n#else\n#define U 6\n#endif\n"
-                "extern \"C\" __global__ void k(int *p) { p[0] = V + U; }\n", 0);
-    /* c/ first would turn <cy.h> true; "only_c.h" is in a branch not taken, as before. */
+                "extern \"C\" __global__ void k(int *p) { p[0] = V + U; }\n", 1);
+    /* "only_c.h" handed over would turn <only_c.h> true; it is in a branch not taken, as before. */
     beside_case(root, "beside_not_taken", "#include <c/q.h>\n"
-                "#if __has_include(<cy.h>)\n#define U 1\n#else\n#define U 2\n#endif\n"
+                "#if __has_include(<only_c.h>)\n#define U 1\n#else\n#define U 2\n#endif\n"
                 "extern \"C\" __global__ void k(int *p) { p[0] = Q + U; }\n", 1);
+    test_linked_into_toolkit(root);
 }
 
 int main(void)
