@@ -227,9 +227,12 @@ int kc_res_hermetic_handed(struct resolver *r)
             break;
     }
     for (size_t i = 0; !rc && bad == r->n_looks && i < n; i++) {
-        if (q->source_name && !strcmp(q->source_name, h[i].spelling))
+        int user = q->source_name && !strcmp(q->source_name, h[i].spelling);
+        for (size_t k = 0; k < r->n_aliases && !user; k++)
+            user = !strcmp(r->aliases[k].name, h[i].spelling);
+        if (user)
             kc_res_not_hermetic(r, "toolkit_beside",
-                                "'%s' names the source and a toolkit header", h[i].spelling);
+                                "'%s' names a user file and a toolkit header", h[i].spelling);
         /* The #include handed over is a string literal: nothing in it may need escaping. */
         if (strpbrk(q->toolkit_root, "\"\\\n") || strpbrk(h[i].rel, "\"\\\n"))
             kc_res_not_hermetic(r, "toolkit_beside",

@@ -485,11 +485,12 @@ def gen_shadow(rng):
 
 
 def gen_runtime(rng):
-    """<cuda_runtime.h>: the hermetic compile searches crt/ first (lib/compile/hermetic.c).
+    """<cuda_runtime.h>: crt/'s "host_defines.h" and others handed over by spelling.
 
     crt/ holds names that include/ holds too (math_functions.h, host_defines.h,
-    ...); a user directory ahead of the toolkit's may hold one of them, and the
-    source may look one up itself, where crt/ first would change the answer.
+    ...), which its headers find beside them (lib/compile/hermetic.c); a user
+    directory ahead of the toolkit's may hold one of them, and the source may
+    look one up itself, where the name handed over would change the answer.
     """
     f = Files(rng)
     names = ["math_functions.h", "host_defines.h", "device_functions.h", "kc_none.h"]
