@@ -44,6 +44,11 @@
  *     is found through a user directory, a link into the toolkit too, is a
  *     user file, handed over) and costs nothing. All of this runs on a miss
  *     only: a hit reads its closure.
+ *   - A handed header is one #include deeper than the file it names, which
+ *     only __INCLUDE_LEVEL__ can tell: a compile whose texts (any of them,
+ *     comments too) spell it is uncached when something is handed. An
+ *     -include found in the working directory is a lookup like any other: a
+ *     spelling handed in memory would come before it there too.
  *   - The spellings handed so are keyed with the file each names (below the
  *     toolkit's root; absent from the key when there are none, so no other
  *     key changed), and a recompile hands them again (compile/recompile.c).
@@ -238,6 +243,21 @@ int kc_res_hermetic_handed(struct resolver *r)
             kc_res_not_hermetic(r, "toolkit_beside",
                                 "\"%s\" (%s/%s) has a path kcache cannot name in an #include",
                                 h[i].spelling, q->toolkit_root, h[i].rel);
+    }
+    /*
+     * A handed header is one #include deeper than the file it names: a text
+     * that reads __INCLUDE_LEVEL__ could tell (in a comment too: kcache does
+     * not guess).
+     */
+    for (size_t k = 0; !rc && n && bad == r->n_looks && k < r->n_nodes; k++) {
+        const struct node *nd = &r->nodes[k];
+        if (nd->text && memmem(nd->text, nd->size, "__INCLUDE_LEVEL__", 17)) {
+            kc_res_not_hermetic(r, "toolkit_beside",
+                                "%s reads __INCLUDE_LEVEL__, which a toolkit header handed over "
+                                "by name (\"%s\") would change",
+                                kc_res_where(nd), h[0].spelling);
+            break;
+        }
     }
     if (!rc && bad < r->n_looks) {
         const struct tklook *l = &r->looks[bad];

@@ -397,11 +397,14 @@ int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t f
         }
         /*
          * What the hermetic compile leaves to NVRTC's search of the toolkit
-         * (hermetic.c). An -include's look in the working directory is
-         * made the same way there; an absolute spelling searches nothing.
+         * (hermetic.c); an absolute spelling searches nothing. An -include's
+         * look in the working directory is made there too, so it is not
+         * "beside" anything, but a spelling handed over in memory would
+         * still come before it.
          */
-        if (rel && !(r->pre_include && i == 0) && dir &&
-            (rc = kc_res_record_look(r, spelling, rel, i == 0 ? real : NULL, from)))
+        if (rel && dir &&
+            (rc = kc_res_record_look(r, spelling, rel, i == 0 && !r->pre_include ? real : NULL,
+                                     from)))
             return rc;
         if (rel) {
             if (from_toolkit)

@@ -102,13 +102,16 @@ int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct wor
         rc = kc_strv_push(&opts, &n_opts, w->opts.canonical[i]);
     for (size_t i = 0; i < w->opts.n_unkeyed && !rc; i++) {
         /*
-         * Not NVRTC's automatic PCH in a hermetic compile: NVRTC 13 reuses a
-         * PCH made earlier in the process whenever the options and the opening
-         * directives match, without looking at the headers again (checked: an
-         * in-memory header edited, the same bytes as before). A miss must be
-         * the bytes of the headers it is keyed by.
+         * Not NVRTC's automatic PCH, in any compile kcache runs: NVRTC 13
+         * reuses a PCH made earlier in the process whenever the options and
+         * the opening directives match, without looking at the headers again
+         * (checked: a header edited, in memory or on disk, the same bytes as
+         * before; even another source file with the same opening includes).
+         * A miss must be the bytes of the headers it is keyed by, and a
+         * compile kcache cannot cache must still be the headers' kernel as
+         * they are now (test_trees: test_pch_uncached_after_edit).
          */
-        if (hermetic && !strncmp(w->opts.unkeyed[i], "--pch", 5))
+        if (!strncmp(w->opts.unkeyed[i], "--pch", 5))
             continue;
         rc = kc_strv_push(&opts, &n_opts, w->opts.unkeyed[i]);
     }

@@ -693,15 +693,36 @@ static void test_pch_after_edit(void)
 }
 
 /*
- * A toolkit header that plain NVRTC finds beside its toolkit includer, where
- * the hermetic compile (--no-source-include, the toolkit's -I alone) would
- * read another file: with -I <toolkit>/include, crt/device_functions.h's
- * "host_defines.h" is crt/host_defines.h beside it for NVRTC and the
- * deprecated wrapper include/host_defines.h for the hermetic compile. The
- * wrapper happens to add nothing there (crt/device_functions.h defines the
- * macro it tests first), but kcache cannot know that without preprocessing
- * toolkit text: uncached, with plain NVRTC's bytes.
+ * The same for a compile kcache cannot make hermetic (a %: directive): it
+ * reads the disk, uncached, and still leaves --pch out, so an edit in the same
+ * process is the edited header's kernel, not the one NVRTC's PCH remembers.
  */
+static void test_pch_uncached_after_edit(void)
+{
+    const char *t = tree("edits");
+    char cu[800], h[800];
+    snprintf(cu, sizeof(cu), "%s/digraph.cu", t);
+    snprintf(h, sizeof(h), "%s/inc/h.h", t);
+    test_write_text(cu, "#include \"inc/h.h\"\n#include <late.h>\n%:define UNUSED 1\n"
+                        "extern \"C\" __global__ void edits(float *v) { v[0] = H_VALUE; }\n");
+    struct opts pch = with_includes(t, "late", NULL, "--pch");
+    /* Plain NVRTC in this process with --pch would reuse a PCH too: compare without. */
+    struct opts fresh = with_includes(t, "late", NULL, NULL);
+    kcache_store *s = new_store();
+    kcache_compiler *c = compiler_on(s);
+    kcache_result *first = through(c, cu, &pch, 0);
+    CHECK(first->status == 0 && !first->keyed);
+    CHECK(same_as_plain(first, cu, &fresh));
+    test_write_text(h, "#define H_VALUE 777.25f\n");
+    kcache_result *after = through(c, cu, &pch, 0);
+    CHECK(after->status == 0 && !after->keyed);
+    CHECK(same_as_plain(after, cu, &fresh));
+    kcache_result_free(first);
+    kcache_result_free(after);
+    kcache_compiler_free(c);
+    kcache_store_close(s);
+}
+
 /*
  * The toolkit's crt/ headers include "host_defines.h": plain NVRTC takes
  * crt/host_defines.h beside them, while -I <toolkit>/include alone would give
@@ -732,20 +753,24 @@ static void test_toolkit_beside(const char *root)
  * include/ whose headers do what crt/ does, on names the test controls.
  * a/x.h includes "y.h": a/y.h beside it (V 7), y.h in include/ (V 1); b/z.h
  * includes "w.h", which only b/ holds; c/q.h, in a branch not taken,
- * "only_c.h", which only c/ holds.
+ * "only_c.h", which only c/ holds; d/t.h "v.h", d/v.h beside it, which
+ * includes <lvl.h> from the user's directories.
  */
 static void make_toolkit(char *root, size_t size, const kc_toolkit *tk)
 {
     char path[PATH_MAX + 64];
     snprintf(root, size, "%s/toolkit of ours", test_dir());
-    test_sh("rm -rf '%s' && mkdir -p '%s/lib64' '%s/include/a' '%s/include/b' '%s/include/c' && "
-            "ln -s '%s/version.json' '%s/nvvm' '%s/' && ln -s '%s' '%s/lib64/'",
-            root, root, root, root, root, tk->root, tk->root, root, tk->nvrtc_path, root);
+    test_sh("rm -rf '%s' && mkdir -p '%s/lib64' '%s/include/a' '%s/include/b' '%s/include/c' "
+            "'%s/include/d' && ln -s '%s/version.json' '%s/nvvm' '%s/' && ln -s '%s' '%s/lib64/'",
+            root, root, root, root, root, root, tk->root, tk->root, root, tk->nvrtc_path, root);
     static const char *const files[][2] = {
         {"a/x.h", "#include \"y.h\"\n"},
         {"a/y.h", "#define V 7\n"},
         {"a/only_a.h", "#define ONLY_A 1\n"},
-        {"y.h", "#define V 1\n"},
+        {"y.h", "#define V 1\n#define FROM_TOP 1\n"},
+        {"d/t.h", "#include \"v.h\"\n"},
+        {"d/v.h", "#include <lvl.h>\n"},
+        {"v.h", "#define NOT_D 1\n"},
         {"b/z.h", "#include \"w.h\"\n"},
         {"b/w.h", "#define W 3\n"},
         {"c/q.h", "#ifdef KC_NEVER\n#include \"only_c.h\"\n#endif\n#define Q 4\n"},
@@ -829,6 +854,59 @@ static void test_linked_into_toolkit(const char *root)
     kcache_store_close(s);
 }
 
+/* One compile against the toolkit of ours, expected uncached (toolkit_beside) and NVRTC's. */
+static void beside_uncached(const char *root, const char *name, const char *text,
+                            const struct opts *o)
+{
+    char cu[800];
+    snprintf(cu, sizeof(cu), "%s/%s.cu", test_dir(), name);
+    test_write_text(cu, text);
+    kcache_store *s = new_store();
+    kcache_compiler *c = compiler_at(s, root);
+    kcache_result *miss = through(c, cu, o, 0);
+    if (miss->keyed)
+        fprintf(stderr, "%s: cached, want uncached\n", name);
+    CHECK(miss->status == 0 && !miss->keyed && uncacheable(s, "toolkit_beside") == 1);
+    CHECK(same_as_plain(miss, cu, o));
+    kcache_result_free(miss);
+    kcache_compiler_free(c);
+    kcache_store_close(s);
+}
+
+/*
+ * An -include found in the working directory (include/y.h) where "y.h" is
+ * handed over as a/y.h: NVRTC takes the in-memory header first there too.
+ */
+static void test_beside_pre_include(const char *root)
+{
+    char inc[PATH_MAX + 32], dir[PATH_MAX + 32], cwd[PATH_MAX];
+    snprintf(inc, sizeof(inc), "-I%s/include", root);
+    snprintf(dir, sizeof(dir), "%s/include", root);
+    struct opts o = {{inc, "--pre-include=y.h", SEED}, 3};
+    REQUIRE(getcwd(cwd, sizeof(cwd)) && chdir(dir) == 0);
+    beside_uncached(root, "beside_pre_include", "#include <a/x.h>\n"
+                    "#ifdef FROM_TOP\n#define U 1\n#else\n#define U 2\n#endif\n"
+                    "extern \"C\" __global__ void k(int *p) { p[0] = V + U; }\n", &o);
+    REQUIRE(chdir(cwd) == 0);
+}
+
+/*
+ * A handed header is one #include deeper than the file it names: <lvl.h>,
+ * reached through d/v.h, reads __INCLUDE_LEVEL__ (3 to NVRTC, 4 through it).
+ */
+static void test_beside_include_level(const char *root)
+{
+    char inc[2][PATH_MAX + 32], lvl[PATH_MAX + 32];
+    snprintf(lvl, sizeof(lvl), "%s/lvl/lvl.h", test_dir());
+    test_sh("mkdir -p '%s/lvl'", test_dir());
+    test_write_text(lvl, "static __device__ const int lvl = __INCLUDE_LEVEL__;\n");
+    snprintf(inc[0], sizeof(inc[0]), "-I%s/lvl", test_dir());
+    snprintf(inc[1], sizeof(inc[1]), "-I%s/include", root);
+    struct opts o = {{inc[0], inc[1], SEED}, 3};
+    beside_uncached(root, "beside_level", "#include <d/t.h>\n"
+                    "extern \"C\" __global__ void k(int *p) { p[0] = lvl; }\n", &o);
+}
+
 static void test_toolkit_beside_names(const kc_toolkit *tk)
 {
     char root[PATH_MAX];
@@ -852,6 +930,8 @@ static void test_toolkit_beside_names(const kc_toolkit *tk)
                 "#if __has_include(<only_c.h>)\n#define U 1\n#else\n#define U 2\n#endif\n"
                 "extern \"C\" __global__ void k(int *p) { p[0] = Q + U; }\n", 1);
     test_linked_into_toolkit(root);
+    test_beside_pre_include(root);
+    test_beside_include_level(root);
 }
 
 int main(void)
@@ -884,6 +964,7 @@ int main(void)
     test_shared_closures();
     test_pch();
     test_pch_after_edit();
+    test_pch_uncached_after_edit();
     test_toolkit_beside(tk.root);
     test_toolkit_beside_names(&tk);
     kc_toolkit_free(&tk);
