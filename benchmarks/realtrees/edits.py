@@ -239,8 +239,15 @@ class Server:
         self.p.wait()
 
 
-def plain_once(bench, source, arch, opts, out, scratch):
-    """Plain NVRTC in a process of its own: NVRTC's automatic PCH lives per process."""
+def without_pch(opts):
+    """The options kcache compiles with: it leaves NVRTC's automatic PCH out of every compile
+    (lib/compile/nvrtc.c), so its bytes are plain NVRTC's without --pch (the README)."""
+    return [o for o in opts if o != '--pch' and not o.startswith('--pch-')]
+
+
+def plain_once(bench, source, arch, opts, out, scratch, keep_pch=False):
+    """Plain NVRTC in a process of its own, without --pch (see without_pch()) unless keep_pch."""
+    opts = opts if keep_pch else without_pch(opts)
     s = Server(bench, os.path.join(scratch, 'plain.db'), source, aged=False)
     try:
         return s.ask('plain', out, arch, opts)
@@ -372,7 +379,9 @@ def write_edits(path, rows, failures, cmd):
            '--serve`: the process\'s header memo), an empty cache (CLI), and plain NVRTC '
            'reading the disk (a process of its own). "= empty": the warm bytes are the empty '
            'cache\'s; "= NVRTC": the empty cache\'s CUBIN is plain NVRTC\'s ("cubin"), or its '
-           'PTX is, comment lines and `__FILE__` spelling aside ("ptx").', '',
+           'PTX is, comment lines and `__FILE__` spelling aside ("ptx"); plain NVRTC without '
+           '`--pch`, which kcache leaves out of every compile it runs (NVRTC 13 reuses a PCH '
+           'without reading the headers again; see the README).', '',
            '**%d failures** in %d steps.' % (len(failures), len(rows)), '',
            '| kernel | step | warm CLI | warm process | = empty (CLI, process) | = NVRTC '
            '| changed | uncached because |',
@@ -400,7 +409,7 @@ def pch_reorder_only(kcache, bench, work, name, path, opts):
     """With --pch, NVRTC 13 emits some module-scope variables (seen: two instantiations of
     cuda::std::is_same_v in CuPy's CUB reduction) at another place in the PTX than without it;
     ptxas then lays out .nv.global and the symbol table in that order, every other section the
-    same. kcache leaves --pch out of a hermetic compile (lib/compile/nvrtc.c), so its bytes are
+    same. kcache leaves --pch out of every compile (lib/compile/nvrtc.c), so its bytes are
     plain NVRTC's without --pch. Two checks, each exact about what it forgives:
     equal_plain_without_pch, the CUBIN byte for byte; equal_but_global_order, the PTX against
     plain NVRTC's with --pch, its module-scope .global lines compared as a multiset and every
@@ -412,7 +421,8 @@ def pch_reorder_only(kcache, bench, work, name, path, opts):
     ours, _ = cli_compile(kcache, out + '-cubin.db', path, 'sm_90', opts, out + '.cubin')
     theirs, _ = plain_once(bench, path, 'sm_90', without, out + '.plain.cubin', work)
     ours_ptx, _ = cli_compile(kcache, out + '-ptx.db', path, 'compute_90', opts, out + '.ptx')
-    theirs_ptx, _ = plain_once(bench, path, 'compute_90', opts, out + '.plain.ptx', work)
+    theirs_ptx, _ = plain_once(bench, path, 'compute_90', opts, out + '.plain.ptx', work,
+                               keep_pch=True)
     if ours_ptx is None or theirs_ptx is None:
         return {'equal_plain_without_pch': False, 'equal_but_global_order': False}
 

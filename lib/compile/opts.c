@@ -23,7 +23,7 @@ struct opt {
     /*
      * Not keyed: automatic PCH (--pch) only saves parsing for later compiles
      * of the same process, but NVRTC 13 reuses a PCH without looking at the
-     * headers again, so a hermetic compile leaves it out (compile/nvrtc.c)
+     * headers again, so every compile kcache runs leaves it out (compile/nvrtc.c)
      * and its bytes are NVRTC's without --pch (tests/compile/test_trees.c).
      * Those are not always NVRTC's with it: with --pch NVRTC 13 may emit
      * module-scope variables in another order (seen with CCCL: two
