@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include "testutil.h"
+#include "compiletest.h"
 #include "compile/compileint.h"
 #include "compile/toolkit.h"
 
@@ -30,17 +30,6 @@ static kcache_store *open_store(const char *path, int read_only)
         fprintf(stderr, "open %s: %s\n", path, err);
     REQUIRE(rc == 0);
     return s;
-}
-
-static kcache_compiler *compiler_on(kcache_store *s)
-{
-    kcache_compiler_options o = KCACHE_COMPILER_OPTIONS_INIT;
-    o.store = s;
-    o.no_store = s == NULL;
-    kcache_compiler *c = NULL;
-    char err[512];
-    REQUIRE(kcache_compiler_new(&c, &o, err, sizeof(err)) == 0);
-    return c;
 }
 
 static kcache_result *compile(kcache_compiler *c, const char *path, const char *arch,
@@ -354,7 +343,7 @@ static void test_single_flight(void)
         REQUIRE(pids[i] >= 0);
         if (pids[i] == 0) {
             kcache_store *s = open_store(sflight, 0);
-            kcache_compiler *c = compiler_on(s);
+            kcache_compiler *c = ct_compiler(s, NULL);
             kcache_result *r = compile(c, path, "sm_90", opts, 2, 0, 0);
             char line[8];
             snprintf(line, sizeof(line), "%c", r->status ? 'E' : r->hit ? 'H' : 'M');
@@ -389,7 +378,7 @@ static void test_single_flight(void)
     kcache_stats_free(st);
 
     /* Reproducible bytes: a recompile of the same key gives the same CUBIN. */
-    kcache_compiler *c = compiler_on(s);
+    kcache_compiler *c = ct_compiler(s, NULL);
     kcache_result *cached = compile(c, path, "sm_90", opts, 2, 0, 0);
     kcache_result *fresh = compile(c, path, "sm_90", opts, 2, 0, KCACHE_COMPILE_REFRESH);
     CHECK(cached->hit && !fresh->hit);
@@ -406,7 +395,7 @@ static void test_store_unusable(void)
     char cu[700];
     snprintf(cu, sizeof(cu), "%s/saxpy.cu", corpus);
     kcache_store *ro = open_store(db, 1);
-    kcache_compiler *c = compiler_on(ro);
+    kcache_compiler *c = ct_compiler(ro, NULL);
     kcache_result *r = compile(c, cu, "sm_90", NULL, 0, 0, KCACHE_COMPILE_REFRESH);
     CHECK(r->status == 0 && r->data && r->size > 0);
     CHECK(r->store_status == KCACHE_EREADONLY);
@@ -607,22 +596,11 @@ static void toolkit_copy(char *root, size_t root_size, char *nvjitlink, size_t n
     free(lib);
 }
 
-static kcache_compiler *compiler_at(kcache_store *s, const char *root)
-{
-    kcache_compiler_options o = KCACHE_COMPILER_OPTIONS_INIT;
-    o.store = s;
-    o.toolkit_root = root;
-    kcache_compiler *c = NULL;
-    char err[512];
-    REQUIRE(kcache_compiler_new(&c, &o, err, sizeof(err)) == 0);
-    return c;
-}
-
 static void test_nvjitlink_without_build_id(kcache_store *s, const kc_toolkit *tk)
 {
     char root[PATH_MAX], lib[PATH_MAX + 64];
     toolkit_copy(root, sizeof(root), lib, sizeof(lib), "toolkit without ids", tk, 1);
-    kcache_compiler *c = compiler_at(s, root);
+    kcache_compiler *c = ct_compiler(s, root);
     kcache_result *r = link_lto(c);
     CHECK(r->size > 64 && !r->keyed && r->store_status != 0 &&
           strstr(r->store_message, "build-id"));
@@ -638,12 +616,12 @@ static void test_nvjitlink_replaced(kcache_store *s, const kc_toolkit *tk)
 {
     char root[PATH_MAX], lib[PATH_MAX + 64];
     toolkit_copy(root, sizeof(root), lib, sizeof(lib), "toolkit replaced", tk, 0);
-    kcache_compiler *before = compiler_at(s, root);
+    kcache_compiler *before = ct_compiler(s, root);
     kcache_result *r = link_lto(before);
     CHECK(r->keyed && r->store_status == 0);
     kcache_result_free(r);
     toolkit_copy(root, sizeof(root), lib, sizeof(lib), "toolkit replaced", tk, 0);
-    kcache_compiler *after = compiler_at(s, root);
+    kcache_compiler *after = ct_compiler(s, root);
     r = link_lto(after);
     CHECK(!r->hit && r->size > 64 && r->store_status != 0 &&
           strstr(r->store_message, "another build"));
@@ -666,7 +644,7 @@ int main(void)
     }
     snprintf(db, sizeof(db), "%s/cache.db", test_dir());
     kcache_store *s = open_store(db, 0);
-    kcache_compiler *c = compiler_on(s);
+    kcache_compiler *c = ct_compiler(s, NULL);
     test_nvrtc_cache_off(api);
     test_search_order_matches_nvrtc(c, api);
     test_computed_include(s, c);

@@ -15,7 +15,7 @@
 
 #include "compile/manifest.h"
 #include "compile/toolkit.h"
-#include "testutil.h"
+#include "compiletest.h"
 
 #define SEED "--frandom-seed=0x6b63"
 
@@ -37,16 +37,6 @@ static kcache_store *new_store(void)
         fprintf(stderr, "open %s: %s\n", path, err);
     REQUIRE(s);
     return s;
-}
-
-static kcache_compiler *compiler_on(kcache_store *s)
-{
-    kcache_compiler_options o = KCACHE_COMPILER_OPTIONS_INIT;
-    o.store = s;
-    kcache_compiler *c = NULL;
-    char err[512];
-    REQUIRE(kcache_compiler_new(&c, &o, err, sizeof(err)) == 0);
-    return c;
 }
 
 static long long count(const char *db, const char *sql)
@@ -155,7 +145,7 @@ static int same_as_plain(const kcache_result *r, const char *path, const struct 
 static int same_as_cold(const kcache_result *warm, const char *path, const struct opts *o)
 {
     kcache_store *s = new_store();
-    kcache_compiler *c = compiler_on(s);
+    kcache_compiler *c = ct_compiler(s, NULL);
     kcache_result *cold = through(c, path, o, 0);
     int same = cold->status == 0 && warm->status == 0 && cold->size == warm->size &&
                memcmp(cold->data, warm->data, cold->size) == 0 &&
@@ -185,7 +175,7 @@ static uint64_t uncacheable(kcache_store *s, const char *reason)
 static void cached_and_equal(const char *what, const char *path, const struct opts *o)
 {
     kcache_store *s = new_store();
-    kcache_compiler *c = compiler_on(s);
+    kcache_compiler *c = ct_compiler(s, NULL);
     kcache_result *miss = through(c, path, o, 0);
     kcache_result *hit = through(c, path, o, 0);
     if (!miss->keyed || miss->store_status)
@@ -243,7 +233,7 @@ static void test_macro_paths(void)
 
     snprintf(cu, sizeof(cu), "%s/stringized.cu", t);
     kcache_store *s = new_store();
-    kcache_compiler *c = compiler_on(s);
+    kcache_compiler *c = ct_compiler(s, NULL);
     kcache_result *r = through(c, cu, &o, 0);
     CHECK(r->status == 0 && !r->keyed && r->store_status == KCACHE_ENOTSUP);
     CHECK(strstr(r->store_message, "cannot work out") != NULL);
@@ -269,7 +259,7 @@ static void test_macro_other_branch(void)
     struct opts o = with_includes(t, "inc", NULL, NULL);
     struct opts omp = with_includes(t, "inc", NULL, "-DSYS_DEVICE_OMP");
     kcache_store *s = new_store();
-    kcache_compiler *c = compiler_on(s);
+    kcache_compiler *c = ct_compiler(s, NULL);
     kcache_result *cuda = through(c, cu, &o, 0);
     kcache_result *before = through(c, cu, &omp, 0);
     CHECK(cuda->status == 0 && cuda->keyed);
@@ -295,7 +285,7 @@ static void test_fallback(void)
     snprintf(cu, sizeof(cu), "%s/kernel.cu", t);
     struct opts o = with_includes(t, NULL, NULL, NULL);
     kcache_store *s = new_store();
-    kcache_compiler *c = compiler_on(s);
+    kcache_compiler *c = ct_compiler(s, NULL);
     kcache_result *r = through(c, cu, &o, 0);
     CHECK(r->status == 0 && !r->keyed && r->store_status == KCACHE_ENOTSUP);
     CHECK(strstr(r->store_message, "hermetic compile failed") != NULL);
@@ -335,7 +325,7 @@ static void test_edits(void)
     kcache_store *s = new_store();
     char db[700];
     snprintf(db, sizeof(db), "%s", last_db);
-    kcache_compiler *c = compiler_on(s);
+    kcache_compiler *c = ct_compiler(s, NULL);
     kcache_result *first = through(c, cu, &o, 0);
     CHECK(first->status == 0 && first->keyed && !first->hit);
     CHECK(same_as_plain(first, cu, &o));
@@ -410,7 +400,7 @@ static void test_key_remembered(void)
     int64_t racy = kc_identity_racy_ns;
     kc_identity_racy_ns = 0;
     kcache_store *s = new_store();
-    kcache_compiler *c = compiler_on(s);
+    kcache_compiler *c = ct_compiler(s, NULL);
     const unsigned remembered = KCACHE_COMPILE_KEY_ONLY | KCACHE_COMPILE_KEY_REMEMBERED;
     kcache_result *first = through(c, cu, &o, 0);
     CHECK(first->status == 0 && first->keyed && !first->hit);
@@ -455,7 +445,7 @@ static void test_memo(void)
     int64_t racy = kc_identity_racy_ns;
     kc_identity_racy_ns = 0;
     kcache_store *s = new_store();
-    kcache_compiler *c = compiler_on(s);
+    kcache_compiler *c = ct_compiler(s, NULL);
     kcache_result *r = through(c, a, &o, 0);
     CHECK(r->status == 0 && r->keyed);
     kcache_result_free(r);
@@ -495,7 +485,7 @@ static void test_fallback_keeps_memory_headers(void)
     q.header_names = names;
     q.header_contents = contents;
     kcache_store *s = new_store();
-    kcache_compiler *c = compiler_on(s);
+    kcache_compiler *c = ct_compiler(s, NULL);
     kcache_result *r = NULL;
     kcache_compiler_compile(&r, c, &q);
     REQUIRE(r);
@@ -535,7 +525,7 @@ static void test_every_header_digested(void)
     for (int old = 0; old < 2; old++) {
         kc_identity_racy_ns = old ? 0 : racy; /* 0: every file is old enough to trust */
         kcache_store *s = new_store();
-        kcache_compiler *c = compiler_on(s);
+        kcache_compiler *c = ct_compiler(s, NULL);
         for (int round = 0; round < 2; round++) {
             kcache_result *r = through(c, a, &o, KCACHE_COMPILE_REFRESH);
             int headers = 0;
@@ -608,7 +598,7 @@ static void test_shared_closures(void)
     struct opts o = with_includes(t, "inc", NULL, NULL);
     kcache_store *s = new_store();
     snprintf(db, sizeof(db), "%s", last_db);
-    kcache_compiler *c = compiler_on(s);
+    kcache_compiler *c = ct_compiler(s, NULL);
     kcache_result *ra = through(c, a, &o, 0);
     kcache_result *rb = through(c, b, &o, 0);
     CHECK(ra->status == 0 && ra->keyed && rb->status == 0 && rb->keyed);
@@ -640,7 +630,7 @@ static void test_pch(void)
     struct opts o = with_includes(t, "inc", NULL, NULL);
     struct opts pch = with_includes(t, "inc", NULL, "--pch");
     kcache_store *s = new_store();
-    kcache_compiler *c = compiler_on(s);
+    kcache_compiler *c = ct_compiler(s, NULL);
     kcache_result *a = through(c, cu, &o, KCACHE_COMPILE_KEY_ONLY);
     kcache_result *miss = through(c, cu, &pch, 0);
     CHECK(memcmp(a->key.bytes, miss->key.bytes, KCACHE_KEY_SIZE) == 0);
@@ -677,7 +667,7 @@ static void test_pch_after_edit(void)
     snprintf(h, sizeof(h), "%s/inc/h.h", t);
     struct opts pch = with_includes(t, "late", NULL, "--pch");
     kcache_store *s = new_store();
-    kcache_compiler *c = compiler_on(s);
+    kcache_compiler *c = ct_compiler(s, NULL);
     kcache_result *first = through(c, cu, &pch, 0);
     CHECK(first->status == 0 && !first->hit);
     if (first->status || first->hit)
@@ -709,7 +699,7 @@ static void test_pch_uncached_after_edit(void)
     /* Plain NVRTC in this process with --pch would reuse a PCH too: compare without. */
     struct opts fresh = with_includes(t, "late", NULL, NULL);
     kcache_store *s = new_store();
-    kcache_compiler *c = compiler_on(s);
+    kcache_compiler *c = ct_compiler(s, NULL);
     kcache_result *first = through(c, cu, &pch, 0);
     CHECK(first->status == 0 && !first->keyed);
     CHECK(same_as_plain(first, cu, &fresh));
@@ -782,19 +772,6 @@ static void make_toolkit(char *root, size_t size, const kc_toolkit *tk)
     }
 }
 
-static kcache_compiler *compiler_at(kcache_store *s, const char *root)
-{
-    kcache_compiler_options o = KCACHE_COMPILER_OPTIONS_INIT;
-    o.store = s;
-    o.toolkit_root = root;
-    kcache_compiler *c = NULL;
-    char err[512];
-    if (kcache_compiler_new(&c, &o, err, sizeof(err)) != 0)
-        fprintf(stderr, "toolkit %s: %s\n", root, err);
-    REQUIRE(c);
-    return c;
-}
-
 /* One source against the toolkit of ours: cached (and a hit, and recompiled the same) or not. */
 static void beside_case(const char *root, const char *name, const char *text, int cached)
 {
@@ -804,7 +781,7 @@ static void beside_case(const char *root, const char *name, const char *text, in
     snprintf(inc, sizeof(inc), "-I%s/include", root);
     struct opts o = {{inc, SEED}, 2};
     kcache_store *s = new_store();
-    kcache_compiler *c = compiler_at(s, root);
+    kcache_compiler *c = ct_compiler(s, root);
     kcache_result *miss = through(c, cu, &o, 0);
     kcache_result *again = through(c, cu, &o, 0);
     if (miss->keyed != cached)
@@ -845,7 +822,7 @@ static void test_linked_into_toolkit(const char *root)
     snprintf(inc[1], sizeof(inc[1]), "-I%s/include", root);
     struct opts o = {{inc[0], inc[1], SEED}, 3};
     kcache_store *s = new_store();
-    kcache_compiler *c = compiler_at(s, root);
+    kcache_compiler *c = ct_compiler(s, root);
     kcache_result *miss = through(c, cu, &o, 0);
     CHECK(miss->status == 0 && miss->keyed && miss->n_headers == 1);
     CHECK(same_as_plain(miss, cu, &o));
@@ -862,7 +839,7 @@ static void beside_uncached(const char *root, const char *name, const char *text
     snprintf(cu, sizeof(cu), "%s/%s.cu", test_dir(), name);
     test_write_text(cu, text);
     kcache_store *s = new_store();
-    kcache_compiler *c = compiler_at(s, root);
+    kcache_compiler *c = ct_compiler(s, root);
     kcache_result *miss = through(c, cu, o, 0);
     if (miss->keyed)
         fprintf(stderr, "%s: cached, want uncached\n", name);
