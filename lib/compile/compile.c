@@ -54,6 +54,7 @@ void kc_work_free(struct work *w)
     free(w->source_dir);
     kc_opts_free(&w->opts);
     kc_deps_free(&w->deps);
+    kc_strv_free(w->tk_dirs, w->n_tk_dirs);
 }
 
 static const char *base_name(const char *path)
@@ -130,6 +131,28 @@ static int std_before_cxx14(const kc_opts *o)
     return before;
 }
 
+/*
+ * The toolkit's -I directories, below its root, in the request's order: a
+ * directory is the toolkit's by its real path (a path that only passes
+ * through the toolkit is not). Keyed, and what a hermetic compile passes.
+ */
+static int toolkit_dirs(const kcache_compiler *c, struct work *w)
+{
+    size_t n = strlen(c->tk.root);
+    for (size_t i = 0; i < w->opts.n_include_dirs; i++) {
+        char *real = realpath(w->opts.include_dirs[i], NULL);
+        if (!real && errno == ENOMEM)
+            return KCACHE_ENOMEM;
+        int rc = 0;
+        if (real && !strncmp(real, c->tk.root, n) && (real[n] == '/' || real[n] == '\0'))
+            rc = kc_strv_push(&w->tk_dirs, &w->n_tk_dirs, real[n] ? real + n + 1 : ".");
+        free(real);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 /* Resolves what the compile reads (compile/deps.c). */
 static int resolve_deps(kcache_compiler *c, const kcache_request *req, struct work *w,
                         struct kc_result *r)
@@ -160,6 +183,8 @@ static int resolve_deps(kcache_compiler *c, const kcache_request *req, struct wo
     };
     if ((rc = kc_deps_resolve(&w->deps, &dq, msg, sizeof(msg))))
         return kc_result_fail(r, rc, "%s", msg);
+    if ((rc = toolkit_dirs(c, w)))
+        return rc;
     /*
      * A library without a GNU build-id: its file name is all the key would hold
      * of it, and two builds of one name (a patched or rebuilt NVRTC) would share
@@ -231,6 +256,8 @@ static int derive_key(kcache_compiler *c, const kcache_request *req, const struc
     in.n_deps = w->deps.n_deps;
     in.handed = (const char *const *)w->deps.handed;
     in.n_handed = w->deps.n_handed;
+    in.tk_dirs = (const char *const *)w->tk_dirs;
+    in.n_tk_dirs = w->n_tk_dirs;
     char msg[256];
     int rc = kc_key_encode_compile(&r->material, &r->pub.key, &in, msg, sizeof(msg));
     if (rc == KCACHE_EINVAL)

@@ -116,6 +116,10 @@ struct work {
     kcache_key base;         /* the manifest's key: everything but the headers */
     int64_t resolved_at;     /* ns since the epoch, when deps were read */
     char workdir[PATH_MAX];  /* kc_nvrtc_workdir() where line information holds it, else "" */
+    /* The toolkit's -I directories, below its root ("." the root), in order:
+     * keyed, and the only ones a hermetic compile passes (by real path). */
+    char **tk_dirs;
+    size_t n_tk_dirs;
 };
 
 void kc_work_free(struct work *w);

@@ -38,6 +38,7 @@ const char *kc_key_tag_name(int tag)
         [KC_TAG_LINK_INPUT] = "link-input",   [KC_TAG_TOOLKIT] = "toolkit",
         [KC_TAG_NAMESPACE] = "namespace",     [KC_TAG_CALLER_KEY] = "caller-key",
         [KC_TAG_WORKDIR] = "working-directory", [KC_TAG_TOOLKIT_HANDED] = "toolkit-handed",
+        [KC_TAG_TOOLKIT_DIR] = "toolkit-include-dir",
     };
     if (tag <= 0 || (size_t)tag >= sizeof(names) / sizeof(names[0]))
         return NULL;
@@ -151,6 +152,8 @@ int kc_key_encode_compile(kc_buf *material, kcache_key *key, const kc_key_compil
         kc_buf_free(&k.b);
         return KCACHE_ENOMEM;
     }
+    for (size_t i = 0; i < in->n_tk_dirs; i++)
+        kc_key_add_str(&k, KC_TAG_TOOLKIT_DIR, in->tk_dirs[i]);
     /* Not in the closure's base key: found by the resolution, as the headers are. */
     for (size_t i = 0; i + 1 < in->n_handed; i += 2) {
         kc_buf field = {0};
@@ -308,6 +311,7 @@ static int read_field(void *ud, int tag, const uint8_t *data, size_t n)
     case KC_TAG_NAME_EXPR: return kc_strv_push(&rc->exprs, &rc->n_exprs, text);
     case KC_TAG_HEADER: return toolkit_dir_of(rc, data, n);
     case KC_TAG_TOOLKIT_HANDED: return handed_of(rc, data, n);
+    case KC_TAG_TOOLKIT_DIR: return kc_strv_push(&rc->tk_dirs, &rc->n_tk_dirs, text);
     case KC_TAG_LINK_INPUT: return kc_strv_push(&rc->link_kinds, &rc->n_link, text);
     default: return 0;
     }
@@ -319,6 +323,7 @@ void kc_recipe_free(kc_recipe *rc)
     kc_strv_free(rc->exprs, rc->n_exprs);
     kc_strv_free(rc->toolkit_dirs, rc->n_toolkit_dirs);
     kc_strv_free(rc->handed, rc->n_handed);
+    kc_strv_free(rc->tk_dirs, rc->n_tk_dirs);
     kc_strv_free(rc->link_kinds, rc->n_link);
 }
 

@@ -40,6 +40,8 @@ typedef struct kc_key_compile {
     size_t n_deps;
     const char *const *handed;    /* toolkit headers handed by spelling: kc_deps's pairs */
     size_t n_handed;
+    const char *const *tk_dirs;   /* the toolkit's -I directories, below its root, in order */
+    size_t n_tk_dirs;
     const void *extra;            /* the caller's extra digest */
     size_t extra_size;
     /* The working directory NVRTC writes into line information (-lineinfo,
@@ -86,10 +88,12 @@ typedef struct kc_recipe {
     size_t n_options;
     char **exprs;
     size_t n_exprs;
-    char **toolkit_dirs; /* derived from the toolkit headers, relative to the root */
+    char **toolkit_dirs; /* derived from the toolkit headers, relative to the root (format 3) */
     size_t n_toolkit_dirs;
     char **handed;       /* pairs: a spelling, the toolkit header it is handed as */
     size_t n_handed;
+    char **tk_dirs;      /* the toolkit's -I directories as keyed (format 4 on), below the root */
+    size_t n_tk_dirs;
     char **link_kinds;   /* per link input */
     size_t n_link;
     int lto;

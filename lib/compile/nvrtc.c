@@ -10,22 +10,6 @@
 
 #include "compile/compileint.h"
 
-/*
- * The real path of a directory inside the toolkit, or NULL. The hermetic
- * compile passes the toolkit's directories by their real paths, so that the
- * bytes (a toolkit header's __FILE__) do not depend on how the request spelled
- * them, as its key does not.
- */
-static char *toolkit_real(const kc_toolkit *tk, const char *dir)
-{
-    char *real = realpath(dir, NULL);
-    size_t n = strlen(tk->root);
-    if (real && strncmp(real, tk->root, n) == 0 && (real[n] == '/' || real[n] == '\0'))
-        return real;
-    free(real);
-    return NULL;
-}
-
 int kc_nvrtc_cache_option(char ***opts, size_t *n_opts, const kc_opts *o, unsigned flags)
 {
     if (flags & KCACHE_COMPILE_NVRTC_CACHE)
@@ -118,12 +102,19 @@ int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct wor
     snprintf(buf, sizeof(buf), "--gpu-architecture=%s", w->nvrtc_arch);
     if (!rc)
         rc = kc_strv_push(&opts, &n_opts, buf);
-    for (size_t i = 0; i < w->opts.n_include_dirs && !rc; i++) {
-        char *real = hermetic ? toolkit_real(&c->tk, w->opts.include_dirs[i]) : NULL;
-        if (hermetic && !real)
-            continue;
-        snprintf(buf, sizeof(buf), "--include-path=%s", real ? real : w->opts.include_dirs[i]);
-        free(real);
+    /*
+     * Hermetic: the toolkit's directories alone, by their real paths, so that
+     * a toolkit header's bytes (its __FILE__) do not depend on how the request
+     * spelled them, as its key does not (compile.c keys them below the root).
+     */
+    for (size_t i = 0; hermetic && i < w->n_tk_dirs && !rc; i++) {
+        int len = snprintf(buf, sizeof(buf), "--include-path=%s/%s", c->tk.root, w->tk_dirs[i]);
+        rc = len > 0 && (size_t)len < sizeof(buf)
+                 ? kc_strv_push(&opts, &n_opts, buf)
+                 : kc_result_fail(r, KCACHE_EINVAL, "a toolkit directory's path is too long");
+    }
+    for (size_t i = 0; !hermetic && i < w->opts.n_include_dirs && !rc; i++) {
+        snprintf(buf, sizeof(buf), "--include-path=%s", w->opts.include_dirs[i]);
         rc = kc_strv_push(&opts, &n_opts, buf);
     }
     if (!rc && (hermetic || w->opts.no_source_include))

@@ -141,11 +141,11 @@ static int rebuild_source(kcache_compiler *c, const kcache_entry *e, kc_recipe *
     }
     for (size_t i = 0; i < rc->n_handed && !rc_; i++)
         rc_ = kc_strv_push(&w.deps.handed, &w.deps.n_handed, rc->handed[i]);
-    for (size_t i = 0; i < rc->n_toolkit_dirs && !rc_; i++) {
-        char dir[8192];
-        snprintf(dir, sizeof(dir), "%s/%s", c->tk.root, rc->toolkit_dirs[i]);
-        rc_ = kc_strv_push(&w.opts.include_dirs, &w.opts.n_include_dirs, dir);
-    }
+    /* The key's toolkit directories; before format 4, those its toolkit headers were found in. */
+    char **dirs = rc->n_tk_dirs ? rc->tk_dirs : rc->toolkit_dirs;
+    size_t n_dirs = rc->n_tk_dirs ? rc->n_tk_dirs : rc->n_toolkit_dirs;
+    for (size_t i = 0; i < n_dirs && !rc_; i++)
+        rc_ = kc_strv_push(&w.tk_dirs, &w.n_tk_dirs, dirs[i]);
     if (rc_)
         goto out;
     kcache_request req = KCACHE_REQUEST_INIT;

@@ -20,8 +20,11 @@
 /* 2: headers by canonical name and by the bytes handed to NVRTC (compile/deps.c).
  * 3: every header with its digest (2 keyed headers read from the process memo
  *    with a zero one), toolkit headers by their real paths, toolkit headers
- *    followed. */
-#define KC_KEY_FORMAT "kcache-key-3"
+ *    followed.
+ * 4: the toolkit's -I directories (3 left them out: what toolkit headers
+ *    find among themselves, a __has_include too, depends on them, and two
+ *    compiles whose own includes found the same files shared one key). */
+#define KC_KEY_FORMAT "kcache-key-4"
 /* What every version of the format starts with (its first field, KC_TAG_FORMAT). */
 #define KC_KEY_FORMAT_FAMILY "kcache-key-"
 
@@ -48,6 +51,9 @@ enum kc_key_tag {
     /* spelling NUL toolkit header (below the root): handed to NVRTC by that
      * spelling (compile/hermetic.c). None in most keys. */
     KC_TAG_TOOLKIT_HANDED = 18,
+    /* One of the toolkit's -I directories, below its root ("." for the root);
+     * order kept: the ones a hermetic compile passes. */
+    KC_TAG_TOOLKIT_DIR = 19,
 };
 
 /* Walks an encoding; fn gets the tag and its bytes. Returns 0, fn's value or KCACHE_ECORRUPT. */

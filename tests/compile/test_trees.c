@@ -751,8 +751,10 @@ static void make_toolkit(char *root, size_t size, const kc_toolkit *tk)
     char path[PATH_MAX + 64];
     snprintf(root, size, "%s/toolkit of ours", test_dir());
     test_sh("rm -rf '%s' && mkdir -p '%s/lib64' '%s/include/a' '%s/include/b' '%s/include/c' "
-            "'%s/include/d' && ln -s '%s/version.json' '%s/nvvm' '%s/' && ln -s '%s' '%s/lib64/'",
-            root, root, root, root, root, root, tk->root, tk->root, root, tk->nvrtc_path, root);
+            "'%s/include/d' '%s/include/e' '%s/include/extra' && ln -s '%s/version.json' "
+            "'%s/nvvm' '%s/' && ln -s '%s' '%s/lib64/'",
+            root, root, root, root, root, root, root, root, tk->root, tk->root, root,
+            tk->nvrtc_path, root);
     static const char *const files[][2] = {
         {"a/x.h", "#include \"y.h\"\n"},
         {"a/y.h", "#define V 7\n"},
@@ -761,6 +763,8 @@ static void make_toolkit(char *root, size_t size, const kc_toolkit *tk)
         {"d/t.h", "#include \"v.h\"\n"},
         {"d/v.h", "#include <lvl.h>\n"},
         {"v.h", "#define NOT_D 1\n"},
+        {"e/e.h", "#if __has_include(<p.h>)\n#define P 1\n#else\n#define P 0\n#endif\n"},
+        {"extra/p.h", "#define P_HERE 1\n"},
         {"b/z.h", "#include \"w.h\"\n"},
         {"b/w.h", "#define W 3\n"},
         {"c/q.h", "#ifdef KC_NEVER\n#include \"only_c.h\"\n#endif\n#define Q 4\n"},
@@ -884,6 +888,34 @@ static void test_beside_include_level(const char *root)
                     "extern \"C\" __global__ void k(int *p) { p[0] = lvl; }\n", &o);
 }
 
+/*
+ * What a toolkit header finds depends on the toolkit directories passed, not
+ * only on what the source's own includes find: e/e.h asks __has_include(<p.h>),
+ * which only include/extra holds. With and without -I include/extra the
+ * source's includes find the same files; the kernels differ, and so must
+ * the keys.
+ */
+static void test_toolkit_dirs_keyed(const char *root)
+{
+    char cu[800], inc[2][PATH_MAX + 32];
+    snprintf(cu, sizeof(cu), "%s/dirs.cu", test_dir());
+    test_write_text(cu, "#include <e/e.h>\nextern \"C\" __global__ void k(int *p) { p[0] = P; }\n");
+    snprintf(inc[0], sizeof(inc[0]), "-I%s/include", root);
+    snprintf(inc[1], sizeof(inc[1]), "-I%s/include/extra", root);
+    struct opts without = {{inc[0], SEED}, 2}, with = {{inc[0], inc[1], SEED}, 3};
+    kcache_store *s = new_store();
+    kcache_compiler *c = ct_compiler(s, root);
+    kcache_result *a = through(c, cu, &without, 0);
+    kcache_result *b = through(c, cu, &with, 0);
+    CHECK(a->status == 0 && a->keyed && b->status == 0 && b->keyed && !b->hit);
+    CHECK(same_as_plain(a, cu, &without));
+    CHECK(same_as_plain(b, cu, &with));
+    kcache_result_free(a);
+    kcache_result_free(b);
+    kcache_compiler_free(c);
+    kcache_store_close(s);
+}
+
 static void test_toolkit_beside_names(const kc_toolkit *tk)
 {
     char root[PATH_MAX];
@@ -909,6 +941,7 @@ static void test_toolkit_beside_names(const kc_toolkit *tk)
     test_linked_into_toolkit(root);
     test_beside_pre_include(root);
     test_beside_include_level(root);
+    test_toolkit_dirs_keyed(root);
 }
 
 int main(void)
