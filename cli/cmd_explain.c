@@ -113,7 +113,7 @@ static void compare(const struct parts *req, const struct parts *ent, struct dif
     /* Components with one value: compare them directly. */
     static const char *const singles[] = {"format", "input", "output", "arch", "nvrtc",
                                           "nvjitlink", "toolkit", "source-name", "source",
-                                          "extra-digest"};
+                                          "extra-digest", "working-directory"};
     for (size_t i = 0; i < sizeof(singles) / sizeof(singles[0]); i++) {
         const char *a = single(req, singles[i]), *b = single(ent, singles[i]);
         if ((a || b) && (!a || !b || strcmp(a, b) != 0))
@@ -145,8 +145,9 @@ static void compare(const struct parts *req, const struct parts *ent, struct dif
         ia += ia < req->n;
         ib += ib < ent->n;
     }
-    /* Sets: name expressions and link inputs by value, headers by spelling. */
-    static const char *const sets[] = {"name-expression", "header", "link-input"};
+    /* Sets: name expressions, link inputs and toolkit parts by value, headers by spelling. */
+    static const char *const sets[] = {"name-expression", "header", "link-input",
+                                       "toolkit-include-dir", "toolkit-handed"};
     for (size_t s = 0; s < sizeof(sets) / sizeof(sets[0]); s++) {
         int by_spelling = !strcmp(sets[s], "header");
         for (size_t i = 0; i < req->n; i++) {

@@ -176,6 +176,9 @@ def test_explain(root):
 
     check(differing("--arch", "sm_90", "-D", "MODE=2") == {"option"}, "a changed option")
     check(differing("--arch", "sm_80", "-D", "MODE=1") == {"arch"}, "a different architecture")
+    if os.path.isdir(CCCL):
+        check(differing("--arch", "sm_90", "-D", "MODE=1", "-I", CCCL) == {"toolkit-include-dir"},
+              "one more toolkit directory")
     with open(os.path.join(inc, "detail", "math.cuh"), "a") as f:
         f.write("// changed\n")
     check(differing("--arch", "sm_90", "-D", "MODE=1") == {"header"}, "a changed header")
