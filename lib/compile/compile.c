@@ -138,6 +138,9 @@ static int std_before_cxx14(const kc_opts *o)
  */
 static int toolkit_dirs(const kcache_compiler *c, struct work *w)
 {
+    if (w->tk_dirs_done)
+        return 0;
+    w->tk_dirs_done = 1;
     size_t n = strlen(c->tk.root);
     for (size_t i = 0; i < w->opts.n_include_dirs; i++) {
         char *real = realpath(w->opts.include_dirs[i], NULL);
@@ -294,11 +297,22 @@ static int derive_base(kcache_compiler *c, const kcache_request *req, struct wor
     if (!getcwd(cwd, sizeof(cwd)))
         return KCACHE_EIO; /* no working directory: relative paths mean nothing stable */
     size_t n_mem = req->version >= 2 ? req->n_headers : 0;
-    size_t n_search = 0, cap = 2 + w->opts.n_include_dirs + w->opts.n_pre_includes + n_mem;
+    /*
+     * Which -I directories are the toolkit's, and which of its directories
+     * they are, by real path: what toolkit headers find among themselves
+     * depends on it, and no closure records those lookups (the toolkit's
+     * build keys them), so a link re-pointed between the toolkit and
+     * elsewhere must change this key as it changes the compile's.
+     */
+    int rc = toolkit_dirs(c, w);
+    if (rc)
+        return rc;
+    size_t n_search = 0,
+           cap = 2 + 2 * w->opts.n_include_dirs + w->opts.n_pre_includes + n_mem;
     size_t *sizes = kc_calloc(cap, sizeof(*sizes));
     const char **search = kc_calloc(cap, sizeof(*search));
     kc_buf b = {0};
-    int rc = sizes && search ? 0 : KCACHE_ENOMEM;
+    rc = sizes && search ? 0 : KCACHE_ENOMEM;
     if (!rc)
         rc = add_dir(&b, sizes, &n_search, "toolkit", c->tk.root, cwd);
     if (!rc)
@@ -306,6 +320,8 @@ static int derive_base(kcache_compiler *c, const kcache_request *req, struct wor
                      w->opts.no_source_include ? NULL : w->source_dir, cwd);
     for (size_t i = 0; !rc && i < w->opts.n_include_dirs; i++)
         rc = add_dir(&b, sizes, &n_search, "include-dir", w->opts.include_dirs[i], cwd);
+    for (size_t i = 0; !rc && i < w->n_tk_dirs; i++)
+        rc = add_dir(&b, sizes, &n_search, "toolkit-dir", w->tk_dirs[i], c->tk.root);
     for (size_t i = 0; !rc && i < w->opts.n_pre_includes; i++)
         rc = add_dir(&b, sizes, &n_search, "pre-include", w->opts.pre_includes[i], cwd);
     /* The caller's in-memory headers are inputs no closure records: by name and content here. */

@@ -292,6 +292,10 @@ static int read_field(void *ud, int tag, const uint8_t *data, size_t n)
     char text[4096];
     copy_field(text, sizeof(text), data, n);
     switch (tag) {
+    case KC_TAG_FORMAT:
+        if (!strncmp(text, KC_KEY_FORMAT_FAMILY, strlen(KC_KEY_FORMAT_FAMILY)))
+            rc->format = atoi(text + strlen(KC_KEY_FORMAT_FAMILY));
+        return 0;
     case KC_TAG_INPUT_KIND: copy_field(rc->input, sizeof(rc->input), data, n); return 0;
     case KC_TAG_OUTPUT_KIND: copy_field(rc->output, sizeof(rc->output), data, n); return 0;
     case KC_TAG_ARCH: copy_field(rc->arch, sizeof(rc->arch), data, n); return 0;

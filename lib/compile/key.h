@@ -81,6 +81,7 @@ int kc_key_encode_link(kc_buf *material, kcache_key *key, const kc_key_link *in)
 
 /* What key material says a compile or link was, for rebuilding it. */
 typedef struct kc_recipe {
+    int format;          /* the N of kcache-key-N, 0 if the material does not say */
     char input[16], output[16], arch[32], nvrtc[128], nvjitlink[128], toolkit[4096];
     char source_name[1024];
     char workdir[4096];  /* "" unless line information holds it */

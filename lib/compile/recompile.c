@@ -141,9 +141,10 @@ static int rebuild_source(kcache_compiler *c, const kcache_entry *e, kc_recipe *
     }
     for (size_t i = 0; i < rc->n_handed && !rc_; i++)
         rc_ = kc_strv_push(&w.deps.handed, &w.deps.n_handed, rc->handed[i]);
-    /* The key's toolkit directories; before format 4, those its toolkit headers were found in. */
-    char **dirs = rc->n_tk_dirs ? rc->tk_dirs : rc->toolkit_dirs;
-    size_t n_dirs = rc->n_tk_dirs ? rc->n_tk_dirs : rc->n_toolkit_dirs;
+    /* The key's toolkit directories (none is none); before format 4, those its toolkit
+     * headers were found in. */
+    char **dirs = rc->format >= 4 ? rc->tk_dirs : rc->toolkit_dirs;
+    size_t n_dirs = rc->format >= 4 ? rc->n_tk_dirs : rc->n_toolkit_dirs;
     for (size_t i = 0; i < n_dirs && !rc_; i++)
         rc_ = kc_strv_push(&w.tk_dirs, &w.n_tk_dirs, dirs[i]);
     if (rc_)

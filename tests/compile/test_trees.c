@@ -765,6 +765,9 @@ static void make_toolkit(char *root, size_t size, const kc_toolkit *tk)
         {"v.h", "#define NOT_D 1\n"},
         {"e/e.h", "#if __has_include(<p.h>)\n#define P 1\n#else\n#define P 0\n#endif\n"},
         {"extra/p.h", "#define P_HERE 1\n"},
+        {"hz.h", "#if __has_include(<z.h>)\n#define HZ 1\n#else\n#define HZ 0\n#endif\n"},
+        {"z.h", "#define Z_HERE 1\n"},
+        {"hz.cu", "#include \"hz.h\"\nextern \"C\" __global__ void k(int *p) { p[0] = HZ; }\n"},
         {"b/z.h", "#include \"w.h\"\n"},
         {"b/w.h", "#define W 3\n"},
         {"c/q.h", "#ifdef KC_NEVER\n#include \"only_c.h\"\n#endif\n#define Q 4\n"},
@@ -897,7 +900,7 @@ static void test_beside_include_level(const char *root)
  */
 static void test_toolkit_dirs_keyed(const char *root)
 {
-    char cu[800], inc[2][PATH_MAX + 32];
+    char cu[800], inc[2][PATH_MAX + 64];
     snprintf(cu, sizeof(cu), "%s/dirs.cu", test_dir());
     test_write_text(cu, "#include <e/e.h>\nextern \"C\" __global__ void k(int *p) { p[0] = P; }\n");
     snprintf(inc[0], sizeof(inc[0]), "-I%s/include", root);
@@ -912,6 +915,46 @@ static void test_toolkit_dirs_keyed(const char *root)
     CHECK(same_as_plain(b, cu, &with));
     kcache_result_free(a);
     kcache_result_free(b);
+    /*
+     * The same through a link re-pointed from include/extra to a user
+     * directory: the closure kept from the first compile must not answer
+     * for the second (no closure records what toolkit headers find).
+     */
+    char link[PATH_MAX + 32], user[PATH_MAX + 32];
+    snprintf(link, sizeof(link), "%s/tklink", test_dir());
+    snprintf(user, sizeof(user), "%s/tkuser", test_dir());
+    test_sh("rm -rf '%s' '%s' && mkdir '%s' && ln -s '%s/include/extra' '%s'", link, user, user,
+            root, link);
+    snprintf(inc[1], sizeof(inc[1]), "-I%s", link);
+    kcache_result *first = through(c, cu, &with, 0);
+    CHECK(first->status == 0 && first->keyed && same_as_plain(first, cu, &with));
+    test_sh("rm '%s' && ln -s '%s' '%s'", link, user, link);
+    kcache_result *second = through(c, cu, &with, 0);
+    CHECK(second->status == 0 && same_as_plain(second, cu, &with));
+    kcache_result_free(first);
+    kcache_result_free(second);
+    kcache_compiler_free(c);
+    kcache_store_close(s);
+}
+
+/*
+ * A source inside the toolkit compiled with no -I: its key names no toolkit
+ * directory, and a recompile must add none (hz.h's <z.h> would then be found).
+ */
+static void test_recompile_no_toolkit_dir(const char *root)
+{
+    char cu[PATH_MAX + 32];
+    snprintf(cu, sizeof(cu), "%s/include/hz.cu", root);
+    struct opts o = {{SEED}, 1};
+    kcache_store *s = new_store();
+    kcache_compiler *c = ct_compiler(s, root);
+    kcache_result *miss = through(c, cu, &o, 0);
+    CHECK(miss->status == 0 && miss->keyed && same_as_plain(miss, cu, &o));
+    kcache_result *re = NULL;
+    int same = 0;
+    CHECK(kcache_compiler_recompile(&re, &same, c, &miss->key) == 0 && same);
+    kcache_result_free(re);
+    kcache_result_free(miss);
     kcache_compiler_free(c);
     kcache_store_close(s);
 }
@@ -942,6 +985,7 @@ static void test_toolkit_beside_names(const kc_toolkit *tk)
     test_beside_pre_include(root);
     test_beside_include_level(root);
     test_toolkit_dirs_keyed(root);
+    test_recompile_no_toolkit_dir(root);
 }
 
 int main(void)
