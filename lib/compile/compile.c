@@ -134,21 +134,18 @@ static int std_before_cxx14(const kc_opts *o)
 /*
  * The toolkit's -I directories, below its root, in the request's order: a
  * directory is the toolkit's by its real path (a path that only passes
- * through the toolkit is not). Keyed, and what a hermetic compile passes.
+ * through the toolkit is not). Once per request, before the closures are
+ * tried: the closure's base key and the key hold them, and a hermetic
+ * compile passes exactly these.
  */
 static int toolkit_dirs(const kcache_compiler *c, struct work *w)
 {
-    if (w->tk_dirs_done)
-        return 0;
-    w->tk_dirs_done = 1;
-    size_t n = strlen(c->tk.root);
     for (size_t i = 0; i < w->opts.n_include_dirs; i++) {
         char *real = realpath(w->opts.include_dirs[i], NULL);
         if (!real && errno == ENOMEM)
             return KCACHE_ENOMEM;
-        int rc = 0;
-        if (real && !strncmp(real, c->tk.root, n) && (real[n] == '/' || real[n] == '\0'))
-            rc = kc_strv_push(&w->tk_dirs, &w->n_tk_dirs, real[n] ? real + n + 1 : ".");
+        const char *rel = real ? kc_path_below(c->tk.root, real) : NULL;
+        int rc = rel ? kc_strv_push(&w->tk_dirs, &w->n_tk_dirs, *rel ? rel : ".") : 0;
         free(real);
         if (rc)
             return rc;
@@ -186,8 +183,6 @@ static int resolve_deps(kcache_compiler *c, const kcache_request *req, struct wo
     };
     if ((rc = kc_deps_resolve(&w->deps, &dq, msg, sizeof(msg))))
         return kc_result_fail(r, rc, "%s", msg);
-    if ((rc = toolkit_dirs(c, w)))
-        return rc;
     /*
      * A library without a GNU build-id: its file name is all the key would hold
      * of it, and two builds of one name (a patched or rebuilt NVRTC) would share
@@ -297,22 +292,12 @@ static int derive_base(kcache_compiler *c, const kcache_request *req, struct wor
     if (!getcwd(cwd, sizeof(cwd)))
         return KCACHE_EIO; /* no working directory: relative paths mean nothing stable */
     size_t n_mem = req->version >= 2 ? req->n_headers : 0;
-    /*
-     * Which -I directories are the toolkit's, and which of its directories
-     * they are, by real path: what toolkit headers find among themselves
-     * depends on it, and no closure records those lookups (the toolkit's
-     * build keys them), so a link re-pointed between the toolkit and
-     * elsewhere must change this key as it changes the compile's.
-     */
-    int rc = toolkit_dirs(c, w);
-    if (rc)
-        return rc;
     size_t n_search = 0,
            cap = 2 + 2 * w->opts.n_include_dirs + w->opts.n_pre_includes + n_mem;
     size_t *sizes = kc_calloc(cap, sizeof(*sizes));
     const char **search = kc_calloc(cap, sizeof(*search));
     kc_buf b = {0};
-    rc = sizes && search ? 0 : KCACHE_ENOMEM;
+    int rc = sizes && search ? 0 : KCACHE_ENOMEM;
     if (!rc)
         rc = add_dir(&b, sizes, &n_search, "toolkit", c->tk.root, cwd);
     if (!rc)
@@ -320,6 +305,12 @@ static int derive_base(kcache_compiler *c, const kcache_request *req, struct wor
                      w->opts.no_source_include ? NULL : w->source_dir, cwd);
     for (size_t i = 0; !rc && i < w->opts.n_include_dirs; i++)
         rc = add_dir(&b, sizes, &n_search, "include-dir", w->opts.include_dirs[i], cwd);
+    /*
+     * The toolkit's directories by real path (toolkit_dirs()): what toolkit
+     * headers find among themselves depends on them, and no closure records
+     * those lookups (the toolkit's build keys them), so a link re-pointed
+     * between the toolkit and elsewhere must change this key too.
+     */
     for (size_t i = 0; !rc && i < w->n_tk_dirs; i++)
         rc = add_dir(&b, sizes, &n_search, "toolkit-dir", w->tk_dirs[i], c->tk.root);
     for (size_t i = 0; !rc && i < w->opts.n_pre_includes; i++)
@@ -643,7 +634,7 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
      * architecture that is not one): a bad request, counted apart from
      * failed compiles. */
     int bad_request = rc != 0;
-    if (rc)
+    if (rc || (rc = toolkit_dirs(c, &w)))
         goto unkeyed;
     unsigned key_only = req->flags & KCACHE_COMPILE_KEY_ONLY;
     int try_manifest = c->store && !kc_toolkit_id_unknown(c->tk.nvrtc_id) &&

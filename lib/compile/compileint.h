@@ -120,7 +120,6 @@ struct work {
      * keyed, and the only ones a hermetic compile passes (by real path). */
     char **tk_dirs;
     size_t n_tk_dirs;
-    int tk_dirs_done;
 };
 
 void kc_work_free(struct work *w);

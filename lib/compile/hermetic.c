@@ -50,8 +50,8 @@
  *     -include found in the working directory is a lookup like any other: a
  *     spelling handed in memory would come before it there too.
  *   - The spellings handed so are keyed with the file each names (below the
- *     toolkit's root; absent from the key when there are none, so no other
- *     key changed), and a recompile hands them again (compile/recompile.c).
+ *     toolkit's root; absent from the key when there are none), and a
+ *     recompile hands them again (compile/recompile.c).
  */
 #include <limits.h>
 #include <stdio.h>
@@ -112,8 +112,6 @@ int kc_res_record_look(struct resolver *r, const char *spelling, const char *rel
 static int search(const struct resolver *r, char *const *dirs, size_t n, const char *spelling,
                   char *at, size_t at_size, char **rel)
 {
-    const char *root = r->req->toolkit_root;
-    size_t root_len = strlen(root);
     *rel = NULL;
     at[0] = '\0';
     for (size_t i = 0; i < n; i++) {
@@ -123,8 +121,8 @@ static int search(const struct resolver *r, char *const *dirs, size_t n, const c
             if (len < 0 || (size_t)len >= at_size || stat(at, &st) != 0 || !S_ISREG(st.st_mode))
                 continue;
             char *real = realpath(at, NULL);
-            if (real && !strncmp(real, root, root_len) && real[root_len] == '/' &&
-                !(*rel = kc_strdup(real + root_len + 1))) {
+            const char *below = real ? kc_path_below(r->req->toolkit_root, real) : NULL;
+            if (below && *below && !(*rel = kc_strdup(below))) {
                 free(real);
                 return KCACHE_ENOMEM;
             }

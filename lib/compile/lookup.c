@@ -89,12 +89,8 @@ static int voucher(struct resolver *r, const char *path, uint32_t *out)
 /* Whether an absolute real path lies in the toolkit; *rel: below its root. */
 static int in_toolkit_root(const struct resolver *r, const char *real, const char **rel)
 {
-    const char *root = r->req->toolkit_root;
-    size_t n = root ? strlen(root) : 0;
-    if (!n || strncmp(real, root, n) != 0 || real[n] != '/')
-        return 0;
-    *rel = real + n + 1;
-    return 1;
+    *rel = kc_path_below(r->req->toolkit_root, real);
+    return *rel && **rel; /* a file, never the root itself */
 }
 
 /*

@@ -110,9 +110,8 @@ int kc_res_toolkit_dir(struct resolver *r, const char *dir, const char **real, i
         return 0;
     if (!kc_smap_find(&r->toolkit_dirs, dir, &v)) {
         char *rp = realpath(dir, NULL);
-        size_t n = strlen(root);
         v = 0;
-        if (rp && strncmp(rp, root, n) == 0 && (rp[n] == '/' || rp[n] == '\0')) {
+        if (rp && kc_path_below(root, rp)) {
             if (kc_res_grow((void **)&r->dir_reals, &r->cap_dir_reals, r->n_dir_reals, sizeof(char *))) {
                 free(rp);
                 return KCACHE_ENOMEM;

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kcache/core.h"
 
@@ -176,5 +177,18 @@ int kc_read_file_stat(const char *path, uint64_t max, char **out, size_t *size,
 
 /* Reads little-endian integers. */
 uint32_t kc_read_u32(const uint8_t *p);
+
+/*
+ * Where path lies below the directory dir, both absolute and resolved (what
+ * realpath() gives): the part below it ("" for dir itself), or NULL when it
+ * is elsewhere ("/usr/local/cuda-13.0x" is not below "/usr/local/cuda-13.0").
+ */
+static inline const char *kc_path_below(const char *dir, const char *path)
+{
+    size_t n = dir ? strlen(dir) : 0;
+    if (!n || strncmp(path, dir, n) != 0 || (path[n] != '/' && path[n] != '\0'))
+        return NULL;
+    return path[n] ? path + n + 1 : path + n;
+}
 
 #endif
