@@ -14,7 +14,7 @@
 
 /* After a checkpoint, a WAL larger than this is truncated back to it. */
 #define KC_WAL_SIZE_LIMIT (4 << 20)
-/* How much of the file a connection maps (address space, not memory). */
+/* How much of the file a connection maps (address space, not memory; kc_db_map()). */
 #define KC_MMAP_SIZE (256ll << 20)
 
 static int set_identity(struct kc_db *db)
@@ -108,6 +108,8 @@ int kc_db_migrate_to(struct kc_db *db, int version)
 
 static int connect(struct kc_db *db)
 {
+    db->reads = 0;
+    db->mapped = 0;
     /* NOFOLLOW: a link planted after kc_owner_check() looked is refused, not written through. */
     int flags = (db->read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) |
                 SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE |
@@ -206,19 +208,34 @@ static int configure(struct kc_db *db)
         if ((rc = kc_db_exec(db, sql, "configuring the database")))
             return rc;
     }
-    /*
-     * Pages read through a mapping rather than a pread() each, which made a
-     * warm hit markedly faster, most of all for entries stored raw (the
-     * figures: doc/design.md, The store). Nothing is written through it
-     * (SQLite writes with write()).
-     */
-    snprintf(sql, sizeof(sql), "PRAGMA mmap_size = %lld", (long long)KC_MMAP_SIZE);
-    if ((rc = kc_db_exec(db, sql, "configuring the database")))
-        return rc;
     return kc_db_exec(db,
                       "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = OFF;"
                       "PRAGMA trusted_schema = OFF",
                       "configuring the database");
+}
+
+/*
+ * A connection reads through pread() until it has read an artifact once, then
+ * maps the file (PRAGMA mmap_size): a mapped page is read without a copy, which
+ * makes the warm hits of a handle kept open markedly faster (most of all for
+ * entries stored raw), but a fresh process pays for setting the mapping up and
+ * tearing it down, and a page missing from the page cache is read through the
+ * mapping with the device's whole read-around: 8 MiB a fault on a disk whose
+ * read_ahead_kb says so, 40 MB for one cold hit (30 ms, against about 1 ms
+ * through pread(), whose read-ahead grows only on sequential reads). A
+ * process that makes one hit, the CLI's case, never maps; one that keeps its
+ * handle maps from its second. The figures: doc/design.md, The store. Nothing
+ * is written through the mapping (SQLite writes with write()). A failure only
+ * leaves the connection reading through pread(), which is as correct.
+ */
+void kc_db_map(struct kc_db *db)
+{
+    if (!db->conn || db->mapped || db->reads++ < 1)
+        return;
+    db->mapped = 1;
+    char sql[64];
+    snprintf(sql, sizeof(sql), "PRAGMA mmap_size = %lld", (long long)KC_MMAP_SIZE);
+    sqlite3_exec(db->conn, sql, NULL, NULL, NULL);
 }
 
 int kc_db_open_once(struct kc_db *db, int *damaged)

@@ -45,6 +45,8 @@ struct kc_db {
     int replaced_damaged;      /* kc_db_open() set a damaged file aside and began anew */
     int wrote;                 /* a write transaction of this connection committed a change */
     int changes_at_begin;      /* sqlite3_total_changes() when it began */
+    int reads;                 /* artifacts read on this connection (kc_db_map) */
+    int mapped;                /* this connection maps the file */
     uint64_t index_damaged_ns; /* when the file was last found sound behind a damaged -shm */
 
     /* The owner's statements, prepared once per connection (kc_db_stmt()). */
@@ -89,6 +91,11 @@ int kc_db_open(struct kc_db *db);
  * a process that keeps its connection until exit calls it itself.
  */
 void kc_db_settle(struct kc_db *db);
+/*
+ * Called before each artifact read: from the connection's second on, the file
+ * is read through a mapping (db.c says why not from the first).
+ */
+void kc_db_map(struct kc_db *db);
 /* Closes the connection (statements finalized); the handle can be reopened. */
 void kc_db_close(struct kc_db *db);
 /* kc_db_close(), the lock file, and path: what kc_db_open() and the owner gave. */

@@ -2,8 +2,11 @@
  * Opening a store: one opened with no_create creates
  * nothing (not even its directory) and says "no cache yet"; errors are a
  * counter of their own; a cap of 0/none/unlimited
- * is no cap, in kcache_parse_max_size and through KCACHE_MAX_SIZE.
+ * is no cap, in kcache_parse_max_size and through KCACHE_MAX_SIZE; a
+ * handle maps the file from its second hit, not its first.
  */
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -11,6 +14,7 @@
 #include <kcache/store.h>
 
 #include "store/internal.h"
+#include "storetest.h"
 #include "testutil.h"
 
 static void test_no_create(void)
@@ -109,11 +113,67 @@ static void test_no_cap(void)
     unsetenv("KCACHE_MAX_SIZE");
 }
 
+/* Whether this process maps the file at path (Linux: /proc/self/maps); -1: cannot tell. */
+static int mapped(const char *path)
+{
+    char real[PATH_MAX], line[PATH_MAX + 256];
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f || !realpath(path, real)) {
+        if (f)
+            fclose(f);
+        return -1;
+    }
+    int found = 0;
+    size_t n = strlen(real);
+    while (!found && fgets(line, sizeof(line), f)) {
+        char *p = strchr(line, '/');
+        found = p && strncmp(p, real, n) == 0 && (p[n] == '\n' || p[n] == '\0');
+    }
+    fclose(f);
+    return found;
+}
+
+/*
+ * A handle's first hit reads through pread(), so that a process's one hit
+ * neither sets up a mapping nor reads a whole read-around per cold page
+ * through it (db.c: kc_db_map); from its second it maps the file. Both hand
+ * out the same bytes.
+ */
+static void test_mapping(void)
+{
+    const char *path = test_path("mapped.db");
+    kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
+    kcache_store *s = NULL;
+    static uint8_t scratch[200000];
+    o.path = path;
+    REQUIRE(kcache_store_open(&s, &o, NULL, 0) == 0);
+    for (unsigned n = 1; n <= 3; n++)
+        CHECK_RC(st_put(s, n, sizeof(scratch), scratch), 0);
+    kcache_store_close(s);
+    if (mapped(path) < 0) {
+        printf("# mapping: /proc/self/maps cannot tell here\n");
+        return;
+    }
+    REQUIRE(kcache_store_open(&s, &o, NULL, 0) == 0);
+    for (unsigned n = 1; n <= 3; n++) {
+        kcache_entry *e = NULL;
+        kcache_key k = st_key(n);
+        CHECK_RC(kcache_store_get(&e, s, &k, 0), 0);
+        CHECK(st_entry_ok(e, n, sizeof(scratch), scratch));
+        kcache_entry_free(e);
+        /* Not after the first hit; after the second and on. */
+        CHECK(mapped(path) == (n > 1));
+    }
+    kcache_store_close(s);
+    CHECK(mapped(path) == 0);
+}
+
 int main(void)
 {
     unsetenv("KCACHE_MAX_SIZE");
     test_no_create();
     test_counters();
     test_no_cap();
+    test_mapping();
     return test_done();
 }
