@@ -124,6 +124,39 @@ static int write_all(int fd, const void *data, size_t size)
     return 0;
 }
 
+/*
+ * Whether path is already a regular file of ours holding exactly these
+ * bytes; if so its times are set to now, as a write would have, and nothing
+ * is written. Replacing a file by a rename makes ext4 write the new file's
+ * blocks at once (its auto_da_alloc): a `kcache compile` hit of saxpy that
+ * rewrote the same CUBIN took 1.86 ms against 1.68 ms leaving it (`perf stat
+ * -r 100` on the build VM), and it wears the disk for nothing. A file with other names (hard links) is replaced as
+ * before, so that it stops being shared, as a rename would have made it.
+ */
+static int already_there(const char *path, const void *data, size_t size)
+{
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    struct stat st;
+    int same = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
+               (uint64_t)st.st_size == (uint64_t)size;
+    const unsigned char *p = data;
+    unsigned char buf[16384];
+    for (size_t done = 0; same && done < size;) {
+        size_t want = size - done < sizeof(buf) ? size - done : sizeof(buf);
+        ssize_t n = read(fd, buf, want);
+        if (n < 0 && errno == EINTR)
+            continue;
+        same = n > 0 && memcmp(buf, p + done, (size_t)n) == 0;
+        done += n > 0 ? (size_t)n : 0;
+    }
+    /* Nothing past the end (the file grew while it was read), and the times set. */
+    same = same && read(fd, buf, 1) == 0 && futimens(fd, NULL) == 0;
+    close(fd);
+    return same;
+}
+
 int cli_write_output(const char *path, const void *data, size_t size, char *err, size_t err_size)
 {
     struct stat st;
@@ -139,6 +172,8 @@ int cli_write_output(const char *path, const void *data, size_t size, char *err,
             snprintf(err, err_size, "cannot write %s: %s", path, strerror(saved));
         return bad ? -1 : 0;
     }
+    if (already_there(path, data, size))
+        return 0;
     char tmp[4200];
     snprintf(tmp, sizeof(tmp), "%s.tmp-%ld", path, (long)getpid());
     /* Never through something planted at the temporary name. */

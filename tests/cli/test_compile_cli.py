@@ -111,6 +111,47 @@ def test_outputs_and_get(root):
         check(".entry saxpy" in f.read(), "PTX text written")
 
 
+def test_output_rewritten_only_when_it_differs(root):
+    """A hit leaves an output that already holds its bytes in place (times set
+    to now, as a write would), and replaces one that differs, is linked
+    elsewhere, or is a symbolic link, never writing through it."""
+    c = Cache(root)
+    src = corpus_copy(root)
+    out = os.path.join(root, "saxpy.cubin")
+    args = (os.path.join(src, "saxpy.cu"), "--arch", "sm_90", "-o", out)
+    compile_json(c, *args)
+    with open(out, "rb") as f:
+        data = f.read()
+    os.utime(out, (1e9, 1e9))
+    before = os.stat(out)
+    check(compile_json(c, *args)["items"][0]["hit"], "a hit")
+    after = os.stat(out)
+    check(after.st_ino == before.st_ino, "the same bytes are not written again")
+    check(after.st_mtime > 1e9 + 1e6, "its time is now, as a write would have set it")
+    # Damaged, same size: replaced with the right bytes.
+    with open(out, "r+b") as f:
+        f.seek(100)
+        f.write(b"\0" * 16)
+    compile_json(c, *args)
+    with open(out, "rb") as f:
+        check(f.read() == data, "an output that differs is replaced")
+    # A second name: replaced, so that the other name keeps what it had.
+    other = os.path.join(root, "other.cubin")
+    os.link(out, other)
+    compile_json(c, *args)
+    check(os.stat(out).st_ino != os.stat(other).st_ino, "a linked output is replaced")
+    os.unlink(other)
+    # A symbolic link to a file with the same bytes: the link is replaced.
+    target = os.path.join(root, "target.cubin")
+    shutil.copy(out, target)
+    os.unlink(out)
+    os.symlink(target, out)
+    compile_json(c, *args)
+    check(not os.path.islink(out), "a symbolic link is replaced, not written through")
+    with open(out, "rb") as f:
+        check(f.read() == data, "the output's bytes")
+
+
 def test_checkout_moved_hits(root):
     c = Cache(root)
     a = corpus_copy(root, "checkout-a")
