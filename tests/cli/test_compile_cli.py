@@ -114,7 +114,8 @@ def test_outputs_and_get(root):
 def test_output_rewritten_only_when_it_differs(root):
     """A hit leaves an output that already holds its bytes in place (times set
     to now, as a write would), and replaces one that differs, is linked
-    elsewhere, or is a symbolic link, never writing through it."""
+    elsewhere, is another user's or writable by others, or is a symbolic
+    link, never writing through it."""
     c = Cache(root)
     src = corpus_copy(root)
     out = os.path.join(root, "saxpy.cubin")
@@ -135,6 +136,17 @@ def test_output_rewritten_only_when_it_differs(root):
     compile_json(c, *args)
     with open(out, "rb") as f:
         check(f.read() == data, "an output that differs is replaced")
+    # Writable by others, or another user's (a planted file with the right
+    # bytes): replaced, so that the output is the caller's alone.
+    os.chmod(out, 0o666)
+    ino = os.stat(out).st_ino
+    compile_json(c, *args)
+    check(os.stat(out).st_ino != ino, "an output others may write is replaced")
+    if os.geteuid() == 0:
+        os.chown(out, 65534, 65534)
+        os.chmod(out, 0o644)
+        compile_json(c, *args)
+        check(os.stat(out).st_uid == 0, "another user's output is replaced by one of ours")
     # A second name: replaced, so that the other name keeps what it had.
     other = os.path.join(root, "other.cubin")
     os.link(out, other)
