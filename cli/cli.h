@@ -100,8 +100,9 @@ int cli_config_load(struct kcache_config **out);
  * Writes an artifact to path whole or not at all (a file beside it, then a
  * rename), or, when path is a device or a pipe (/dev/null, /dev/stdout, a
  * FIFO), straight into it: a rename would replace the device. A regular
- * file that holds exactly these bytes already is left as it is, its times
- * set to now. 0, or -1 with a one-line message in err.
+ * file of the caller's own, writable by it alone, that holds exactly these
+ * bytes already is left as it is, its times set to now. 0, or -1 with a
+ * one-line message in err.
  */
 int cli_write_output(const char *path, const void *data, size_t size, char *err, size_t err_size);
 

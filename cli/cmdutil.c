@@ -125,15 +125,15 @@ static int write_all(int fd, const void *data, size_t size)
 }
 
 /*
- * Whether path is already a regular file of ours holding exactly these
- * bytes; if so its times are set to now, as a write would have, and nothing
- * is written. Replacing a file by a rename makes ext4 write the new file's
- * blocks at once (its auto_da_alloc): a `kcache compile` hit of saxpy that
- * rewrote the same CUBIN took 1.86 ms against 1.68 ms leaving it (`perf stat
- * -r 100` on the build VM), and it wears the disk for nothing. A file with
- * other names (hard links), another owner, or write permission for others
- * is replaced as before: the rename gives the caller a file of its own that
- * only it can change.
+ * Whether path is already a regular file of ours, writable by us alone,
+ * holding exactly these bytes; if so its times are set to now, as a write
+ * would have, and nothing is written. Replacing a file by a rename makes
+ * ext4 write the new file's blocks at once (its auto_da_alloc): a `kcache
+ * compile` hit of saxpy that rewrote the same CUBIN took 1.86 ms against
+ * 1.68 ms leaving it (`perf stat -r 100` on the build VM), and it wears the
+ * disk for nothing. A file with other names (hard links), another owner, or
+ * write permission for others is replaced as before: the rename gives the
+ * caller a file of its own that only it can change.
  */
 static int already_there(const char *path, const void *data, size_t size)
 {
@@ -141,8 +141,6 @@ static int already_there(const char *path, const void *data, size_t size)
     if (fd < 0)
         return 0;
     struct stat st;
-    /* Ours and writable by us alone: a file someone else made or may change
-     * would stay theirs, where the rename gives the caller a file of its own. */
     int same = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
                st.st_uid == geteuid() && !(st.st_mode & (S_IWGRP | S_IWOTH)) &&
                (uint64_t)st.st_size == (uint64_t)size;
