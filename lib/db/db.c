@@ -108,7 +108,6 @@ int kc_db_migrate_to(struct kc_db *db, int version)
 
 static int connect(struct kc_db *db)
 {
-    db->reads = 0;
     db->mapped = 0;
     /* NOFOLLOW: a link planted after kc_owner_check() looked is refused, not written through. */
     int flags = (db->read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) |
@@ -215,7 +214,7 @@ static int configure(struct kc_db *db)
 }
 
 /*
- * A connection reads through pread() until it has read an artifact once, then
+ * A connection reads through pread() until it has served an artifact, then
  * maps the file (PRAGMA mmap_size): a mapped page is read without a copy, which
  * makes the warm hits of a handle kept open markedly faster (most of all for
  * entries stored raw), but a fresh process pays for setting the mapping up and
@@ -230,7 +229,7 @@ static int configure(struct kc_db *db)
  */
 void kc_db_map(struct kc_db *db)
 {
-    if (!db->conn || db->mapped || db->reads++ < 1)
+    if (!db->conn || db->mapped)
         return;
     db->mapped = 1;
     char sql[64];

@@ -45,8 +45,7 @@ struct kc_db {
     int replaced_damaged;      /* kc_db_open() set a damaged file aside and began anew */
     int wrote;                 /* a write transaction of this connection committed a change */
     int changes_at_begin;      /* sqlite3_total_changes() when it began */
-    int reads;                 /* artifacts read on this connection (kc_db_map) */
-    int mapped;                /* this connection maps the file */
+    int mapped;                /* this connection maps the file (kc_db_map) */
     uint64_t index_damaged_ns; /* when the file was last found sound behind a damaged -shm */
 
     /* The owner's statements, prepared once per connection (kc_db_stmt()). */
@@ -92,8 +91,8 @@ int kc_db_open(struct kc_db *db);
  */
 void kc_db_settle(struct kc_db *db);
 /*
- * Called before each artifact read: from the connection's second on, the file
- * is read through a mapping (db.c says why not from the first).
+ * Called once an artifact has been served: the connection's later reads go
+ * through a mapping of the file (db.c says why not its first).
  */
 void kc_db_map(struct kc_db *db);
 /* Closes the connection (statements finalized); the handle can be reopened. */

@@ -264,8 +264,6 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
     s->get_found_damage = 0;
     sqlite3_stmt *st;
     struct kc_row r;
-    if (!(flags & KCACHE_GET_NO_DATA))
-        kc_db_map(&s->db);
     int rc = kc_db_stmt(&s->db, &st, KC_STMT_GET);
     if (rc)
         return rc;
@@ -376,6 +374,8 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
 out:
     sqlite3_reset(st);
     free_inputs(&r);
+    if (!rc && !(flags & KCACHE_GET_NO_DATA))
+        kc_db_map(&s->db); /* from the next hit on */
     return rc;
 }
 

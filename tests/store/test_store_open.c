@@ -134,10 +134,10 @@ static int mapped(const char *path)
 }
 
 /*
- * A handle's first hit reads through pread(), so that a process's one hit
- * neither sets up a mapping nor reads a whole read-around per cold page
- * through it (db.c: kc_db_map); from its second it maps the file. Both hand
- * out the same bytes.
+ * A handle's first hit, and any miss before it, reads through pread(), so
+ * that a process's one hit neither sets up a mapping nor reads a whole
+ * read-around per cold page through it (db.c: kc_db_map); from its second
+ * hit it maps the file. Both hand out the same bytes.
  */
 static void test_mapping(void)
 {
@@ -155,6 +155,11 @@ static void test_mapping(void)
         return;
     }
     REQUIRE(kcache_store_open(&s, &o, NULL, 0) == 0);
+    /* A miss serves nothing: the first hit after it still reads with pread(). */
+    kcache_entry *none = NULL;
+    kcache_key absent = st_key(99);
+    CHECK_RC(kcache_store_get(&none, s, &absent, 0), KCACHE_ENOTFOUND);
+    CHECK(mapped(path) == 0);
     for (unsigned n = 1; n <= 3; n++) {
         kcache_entry *e = NULL;
         kcache_key k = st_key(n);
