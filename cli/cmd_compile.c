@@ -212,11 +212,19 @@ static const char *reason(const struct item *it)
 
 /*
  * NVRTC says only "NVRTC_ERROR_COMPILATION" or "_INVALID_OPTION"; the log says
- * what is wrong. The row gets the log's first error line.
+ * what is wrong. The row gets the log's first error line: the library's
+ * message for a compile that failed (with a hint where it has one), else the
+ * log's own.
  */
 static void log_reason(struct item *it)
 {
-    const char *log = it->result ? it->result->log : NULL;
+    const kcache_result *r = it->result;
+    const char *log = r ? r->log : NULL;
+    if ((it->rc == KCACHE_ECOMPILE || it->rc == KCACHE_EINVAL) && r && r->message[0] &&
+        !strstr(r->message, "did not compile (see the log)")) {
+        snprintf(it->message, sizeof(it->message), "%s", r->message);
+        return;
+    }
     for (const char *line = log; line && *line;) {
         const char *end = strchr(line, '\n');
         size_t n = end ? (size_t)(end - line) : strlen(line);
@@ -296,15 +304,16 @@ static void print_row(const struct job *job, const struct item *it)
            where);
 }
 
-/* Whether the log says nothing more than the row's reason (its one line). */
+/* Whether the log says nothing more than the row's reason (its one line, at its end). */
 static int log_is_reason(const struct item *it)
 {
     const char *log = it->result ? it->result->log : NULL;
     size_t n = log ? strlen(log) : 0;
     while (n && (log[n - 1] == '\n' || log[n - 1] == ' '))
         n--;
-    return n && outcome_of(it) == OUT_ERROR && strlen(it->message) == n &&
-           !strncmp(log, it->message, n);
+    size_t m = strlen(it->message);
+    /* The row may say more around it ("NVRTC refused an option: LOG"). */
+    return n && outcome_of(it) == OUT_ERROR && m >= n && !strncmp(log, it->message + m - n, n);
 }
 
 /*

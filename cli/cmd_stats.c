@@ -161,10 +161,10 @@ static void print_human(const kcache_stats *st, const char *path, const struct r
     printf("Misses:              %10llu / %10llu (%6.2f %%)\n", (unsigned long long)st->misses,
            (unsigned long long)lookups, percent(st->misses, lookups));
     /* Errors and uncacheable compiles are not lookups: counted apart. */
-    printf("Errors:              %10llu   (failed compiles: NVRTC said no)\n",
+    printf("Errors:              %10llu   (failed compiles: the source did not compile)\n",
            (unsigned long long)errors);
-    printf("Bad requests:        %10llu   (no compile: a source not found, an unknown "
-           "architecture...)\n", (unsigned long long)request_errors);
+    printf("Bad requests:        %10llu   (a source not found, an unknown architecture or "
+           "option)\n", (unsigned long long)request_errors);
     printf("Compile time saved:  %10s\n", cli_format_duration(a, sizeof(a), st->saved_ns));
     /* A drop-in compile to sm_XX keeps a CUBIN and its PTX: two entries, one lookup. */
     printf("Entries:             %10llu   (%llu cubin, %llu ptx, %llu ltoir",

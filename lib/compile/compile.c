@@ -459,7 +459,7 @@ static int run_caller_step(void *ctx, struct kc_result *r)
         r->pub.log = r->log;
     }
     if (rc == KCACHE_ECOMPILE)
-        return kc_result_fail(r, rc, "%s did not compile (see the log)", s->w->source_name);
+        return kc_result_compile_failed(r, s->w->source_name, s->c->tk.root);
     if (rc)
         return kc_result_fail(r, rc < 0 ? rc : KCACHE_EIO, "the caller's compiler failed (%d)",
                               rc);

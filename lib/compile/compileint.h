@@ -46,6 +46,13 @@ struct kc_result {
 
 struct kc_result *kc_result_new(void);
 int kc_result_fail(struct kc_result *r, int code, const char *fmt, ...) KC_PRINTF(3, 4);
+/*
+ * Fails r with KCACHE_ECOMPILE and the log's first error line as its message
+ * (the source's name where the log has none), naming the toolkit's -I
+ * directory when NVRTC could not open a header that lives there.
+ */
+int kc_result_compile_failed(struct kc_result *r, const char *source_name,
+                             const char *toolkit_root);
 void kc_result_store_problem(struct kc_result *r, int status, const char *msg);
 void kc_result_from_entry(struct kc_result *r, kcache_entry *e);
 

@@ -237,9 +237,10 @@ int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, uns
         kc_heartbeat_stop(&hb);
     if (use_store) {
         /* A failed compile stored nothing: it is an error (the named counter
-         * "errors"), not a miss. */
+         * "errors"), not a miss; one NVRTC refused for its options or an
+         * architecture it does not know is a bad request. */
         if (rc) {
-            kc_store_count(c->store, "errors", 1);
+            kc_store_count(c->store, rc == KCACHE_EINVAL ? "request_errors" : "errors", 1);
         } else {
             if (!(flags & KCACHE_COMPILE_UNCOUNTED))
                 kc_store_count_miss(c->store, step->arch, step->kind);

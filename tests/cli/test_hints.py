@@ -6,7 +6,10 @@ Usage: test_hints.py KCACHE KCACHE_FILL [TEST-NAME...]
 Each test is a row of what a new user tripped over in the third round
 (issue 38): what they typed, and the words that must come back.
 """
+import json
 import os
+import re
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -37,6 +40,73 @@ def test_version_spellings_agree(root):
     b = c.run("version")[0]
     v = c.run("-V")[0]
     check(a == b == v and a.count("\n") == 1, "%r %r %r" % (a, b, v))
+
+
+def compiles(c, tmp, name, text, *args):
+    """Compiles TEXT saved as NAME; returns (exit status, stdout, stderr)."""
+    path = os.path.join(tmp, name)
+    with open(path, "w") as f:
+        f.write(text)
+    p = subprocess.run([base.KCACHE, "compile", path] + list(args), env=c.env,
+                       capture_output=True, text=True, timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+def have_nvrtc(c, tmp):
+    rc, _, err = compiles(c, tmp, "probe.cu", "__global__ void k() {}\n", "--arch", "sm_90",
+                          "--no-cache")
+    if rc != 0:
+        print("note: no NVRTC here (%s): the compile rows are not checked" % err.strip())
+    return rc == 0
+
+
+def test_toolkit_header_names_its_directory(root):
+    """<cuda_fp16.h> without -I: the row says which -I to add."""
+    c = Cache(root)
+    if not have_nvrtc(c, root):
+        return
+    rc, out, _ = compiles(c, root, "half.cu", "#include <cuda_fp16.h>\n"
+                          "__global__ void k(__half *x) { x[0] = __float2half(1.0f); }\n",
+                          "--arch", "sm_90")
+    check(rc == 1 and re.search(r'cuda_fp16\.h.*add -I /\S+/include$', out, re.M),
+          "the row names the toolkit's include directory: %r" % out)
+    rc, out, _ = compiles(c, root, "cub.cu", "#include <cub/cub.cuh>\n__global__ void k() {}\n",
+                          "--arch", "sm_90", "--std", "c++17")
+    check(rc == 1 and re.search(r'add -I /\S+/include/cccl$', out, re.M),
+          "CCCL's headers: its own directory: %r" % out)
+    rc, out, _ = compiles(c, root, "mine.cu", '#include "not_there.h"\n__global__ void k() {}\n',
+                          "--arch", "sm_90")
+    check(rc == 1 and "not_there.h" in out and "add -I" not in out,
+          "a header of nobody's: no hint: %r" % out)
+
+
+def test_unknown_architecture_is_named(root):
+    """--arch sm_999: the message names it and the ones NVRTC knows; a bad request."""
+    c = Cache(root)
+    if not have_nvrtc(c, root):
+        return
+    rc, out, _ = compiles(c, root, "ok.cu", "__global__ void k(int *x) { x[0] = 1; }\n",
+                          "--arch", "sm_999")
+    check(rc == 1 and re.search(r"sm_999 is not an architecture this NVRTC knows: sm_\d+ \.\.\. "
+                                r"sm_\d+", out), out)
+    st = c.json("stats")
+    check(st["request_errors"] == 1 and st["errors"] == 0,
+          "counted as a bad request, as the README says: %s" % st)
+    rc, out, _ = compiles(c, root, "ok.cu", "__global__ void k(int *x) { x[0] = 1; }\n",
+                          "--arch", "sm_90", "--", "--no-such-option")
+    check(rc == 1 and "NVRTC refused an option" in out and "--no-such-option" in out, out)
+
+
+def test_compile_error_is_the_first_error_line(root):
+    """A source NVRTC rejects: the library's message is its first error line."""
+    c = Cache(root)
+    if not have_nvrtc(c, root):
+        return
+    rc, out, _ = compiles(c, root, "bad.cu", "__global__ void k(int *x) { x[0] = y; }\n",
+                          "--arch", "sm_90", "--json")
+    item = json.loads(out)["items"][0]
+    check(rc == 1 and 'identifier "y" is undefined' in item["message"],
+          "the message says what is wrong: %s" % item)
 
 
 def main():
