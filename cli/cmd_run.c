@@ -39,8 +39,9 @@ static const char usage_text[] =
     "when it can be, and compiled by NVIDIA's NVRTC and stored when not. What the\n"
     "program sees is what NVRTC gives. KCACHE_DISABLE=1 turns the cache off.\n"
     "\n"
-    "  -v, --verbose  at exit, one line per process on stderr: hits, misses and the\n"
-    "                 compiles not cached, by reason\n"
+    "  -v, --verbose  at exit, one line per process on stderr: hits, misses, the\n"
+    "                 compiles not cached by reason, and the NVIDIA NVRTC it forwarded\n"
+    "                 to (nvrtc-path)\n"
     "      --print-shim  print the drop-in's path and exit, for setting LD_PRELOAD by\n"
     "                 hand: LD_PRELOAD=$(kcache run --print-shim) COMMAND\n"
     "  -h, --help     this text\n";
