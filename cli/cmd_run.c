@@ -3,9 +3,10 @@
  * every NVRTC compile it makes goes through the cache, without changing it.
  *
  * The drop-in goes in by LD_PRELOAD. It finds the real NVRTC itself, in the
- * program, as the program's loader would (its RUNPATH, which cannot be seen
- * from here: lib/nvrtc-shim/real.c). Without -v the program replaces kcache
- * (exec): same pid, same signals, same exit status.
+ * program: the path the program dlopen()s after its own search, else as the
+ * program's loader would (its RUNPATH, which cannot be seen from here:
+ * lib/nvrtc-shim/real.c). Without -v the program replaces kcache (exec): same
+ * pid, same signals, same exit status.
  */
 #include <errno.h>
 #include <getopt.h>
