@@ -476,7 +476,7 @@ def dropin_report(path):
     if os.path.exists(path):
         with open(path) as f:
             for line in f:
-                w = line.split()
+                w = line.partition(" nvrtc-path ")[0].split()  # the path last: it may hold spaces
                 rows.append({w[i]: w[i + 1] for i in range(0, len(w) - 1, 2)})
     return rows
 
