@@ -297,7 +297,11 @@ static void print_row(const struct job *job, const struct item *it)
     const char *where = o == OUT_ERROR ? reason(it)
                         : it->output[0] ? it->output
                         : r && r->remote_hit ? "cache (from the remote)"
-                        : cached(it) ? "cache" : "-";
+                        : cached(it) ? "cache"
+                        /* No warning says why for a cache that is off: the row does. */
+                        : r && r->store_status == KCACHE_EDISABLED && r->store_message[0]
+                            ? r->store_message
+                            : "-";
     printf("%-8s  %-*s  %-*s  %-12.12s  %10s  %s\n", outcome_names[o], job->arch_w,
            r && r->arch && r->arch[0] ? r->arch : it->arch, job->file_w, it->unit->source,
            hex, r ? cli_format_duration(t, sizeof(t), r->elapsed_ns) : "-",

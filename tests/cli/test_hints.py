@@ -109,6 +109,18 @@ def test_compile_error_is_the_first_error_line(root):
           "the message says what is wrong: %s" % item)
 
 
+def test_cache_off_says_so_in_the_row(root):
+    """KCACHE_DISABLE=1: the uncached row says the cache is off, and by what."""
+    c = Cache(root)
+    if not have_nvrtc(c, root):
+        return
+    path = os.path.join(root, "ok.cu")
+    with open(path, "w") as f:
+        f.write("__global__ void k(int *x) { x[0] = 1; }\n")
+    out, _ = c.run("compile", path, "--arch", "sm_90", env={"KCACHE_DISABLE": "1"})
+    check(out.startswith("uncached") and "KCACHE_DISABLE" in out, out)
+
+
 def main():
     return base.run_tests(globals())
 
