@@ -69,7 +69,7 @@ _kcache()
         prune) opts+=" --max-size --older-than --arch --kind --namespace --max-entries --dry-run --json" ;;
         export) opts+=" --arch --kind --since --dir --sign --json" ;;
         import) opts+=" --dry-run --require-signature --resolve-conflicts --json" ;;
-        verify) opts+=" --recompile --json" ;;
+        verify) opts+=" --fix --recompile --json" ;;
         config) opts+=" --unset --json" ;;
         recompress) opts+=" --dry-run --show --batch --json" ;;
         remote) opts+=" --remote --arch --since --json" ;;

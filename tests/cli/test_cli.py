@@ -619,9 +619,21 @@ def test_verify(root):
     v = c.json("verify", rc=1)
     check(not v["ok"] and v["damaged_entries"] == 1, "verify after damage %r" % v)
     check(v["damaged"][0]["key"] in keys, "damaged key %r" % v["damaged"])
+    v_damaged_key = v["damaged"][0]["key"]
     _, err = c.run("verify", rc=1)
     check("damaged" in err, "verify does not name the damage: %r" % err)
     check(c.json("stats")["hits"] == 0, "verify counted hits")
+    check("verify --fix" in err and "store is read-only" not in err,
+          "the fix is named, and nothing untrue said of a writable cache: %r" % err)
+    # --fix deletes the damaged entry and nothing else, counted in stats.
+    out, _ = c.run("verify", "--fix")
+    check(re.search(r"^Damaged entries:  1 \(deleted\)$", out, re.M), out)
+    bad = v_damaged_key
+    v = c.json("verify")
+    check(v["ok"] and v["entries"] == 7 and v["damaged_entries"] == 0, "after --fix %r" % v)
+    check(sorted(c.entries()) == sorted(k for k in keys if k != bad),
+          "only the damaged entry went: %s" % c.entries())
+    check(c.json("stats")["corrupt"] == 1, "counted: %s" % c.json("stats"))
 
 
 def test_config(root):
