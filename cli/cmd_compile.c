@@ -53,6 +53,8 @@ static const char usage_text[] =
     "      --remote URL        share through Redis: redis://[user:password@]host:port[/db]\n"
     "                          (else KCACHE_REMOTE or remote in kcache.conf)\n"
     "      --refresh           compile even on a hit, and replace the entry\n"
+    "      --require-hit       fail what the cache cannot serve, compiling nothing\n"
+    "                          (KCACHE_REQUIRE_HIT, require_hit in kcache.conf)\n"
     "      --json              one JSON document on stdout (see kcache-json(7))\n"
     "  -q, --quiet             no per-item lines (errors and logs still shown)\n"
     "  -h, --help              this text\n"

@@ -714,5 +714,8 @@ out:
 KCACHE_API int kcache_compiler_compile(kcache_result **out, kcache_compiler *compiler,
                                        const kcache_request *request)
 {
-    return kc_result_run(out, compiler, request, compile_request);
+    const char *name = !request ? NULL
+                       : request->source_name ? request->source_name
+                       : request->source_path ? request->source_path : "kernel.cu";
+    return kc_result_run(out, compiler, request, name, compile_request);
 }

@@ -26,6 +26,8 @@ struct kcache_compiler {
     char remote_message[512]; /* why a remote that is set is not used */
     kcache_log_fn log;
     void *log_userdata;
+    int require_hit;        /* require_hit: what the cache cannot serve fails, uncompiled */
+    int request_log;        /* the log setting's file, open to append; -1: none */
 };
 
 /* A result and everything it points to. */
@@ -101,7 +103,7 @@ void kc_result_keyed(struct kc_result *r);
 /* A public compile call: kc_result_start(), fn, kc_result_finish(). */
 typedef int (*kc_request_fn)(kcache_compiler *c, const void *request, struct kc_result *r);
 int kc_result_run(kcache_result **out, kcache_compiler *c, const void *request,
-                  kc_request_fn fn);
+                  const char *name, kc_request_fn fn);
 /* Sets the status, the time since t0 and *out; returns rc. */
 int kc_result_finish(struct kc_result *r, int rc, uint64_t t0, kcache_result **out);
 

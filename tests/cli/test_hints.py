@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Messages that point at the fix: a mistyped verb, the two version commands.
+"""Messages that point at the fix, and what a deployment asks of the cache.
 
 Usage: test_hints.py KCACHE KCACHE_FILL [TEST-NAME...]
 
@@ -119,6 +119,60 @@ def test_cache_off_says_so_in_the_row(root):
         f.write("__global__ void k(int *x) { x[0] = 1; }\n")
     out, _ = c.run("compile", path, "--arch", "sm_90", env={"KCACHE_DISABLE": "1"})
     check(out.startswith("uncached") and "KCACHE_DISABLE" in out, out)
+
+
+def test_require_hit_fails_a_cold_start(root):
+    """KCACHE_REQUIRE_HIT=1 / --require-hit: a miss is an error, nothing compiled."""
+    c = Cache(root)
+    if not have_nvrtc(c, root):
+        return
+    path = os.path.join(root, "warm.cu")
+    with open(path, "w") as f:
+        f.write("__global__ void k(int *x) { x[0] = 2; }\n")
+    for how in ({"env": {"KCACHE_REQUIRE_HIT": "1"}, "args": []},
+                {"env": {}, "args": ["--require-hit"]}):
+        out, _ = c.run("compile", path, "--arch", "sm_90", *how["args"], rc=1, env=how["env"])
+        check(out.startswith("error") and "require_hit" in out, out)
+    st = c.json("stats")
+    check(st["entries"] == 0 and st["misses"] == 0, "nothing compiled or stored: %s" % st)
+    c.run("compile", path, "--arch", "sm_90")
+    out, _ = c.run("compile", path, "--arch", "sm_90", "--require-hit")
+    check(out.startswith("hit"), "a warm cache serves it: %r" % out)
+
+
+def test_request_log_explains_after_the_fact(root):
+    """KCACHE_LOG=FILE: a line per request, with the outcome and the reason."""
+    c = Cache(root)
+    if not have_nvrtc(c, root):
+        return
+    log = os.path.join(root, "requests.log")
+    env = {"KCACHE_LOG": log}
+    path = os.path.join(root, "logged.cu")
+    with open(path, "w") as f:
+        f.write("__global__ void k(int *x) { x[0] = 3; }\n")
+    c.run("compile", path, "--arch", "sm_90", env=env)
+    c.run("compile", path, "--arch", "sm_90", env=env)
+    c.run("compile", path, "--arch", "sm_90", env=dict(env, KCACHE_DISABLE="1"))
+    with open(os.path.join(root, "bad.cu"), "w") as f:
+        f.write("__global__ void k(int *x) { x[0] = y; }\n")
+    c.run("compile", os.path.join(root, "bad.cu"), "--arch", "sm_90", env=env, rc=1)
+    with open(log) as f:
+        lines = f.read().splitlines()
+    outcomes = [re.search(r" outcome=(\S+)", l).group(1) for l in lines]
+    check(outcomes == ["miss", "hit", "uncached", "error"], "%s\n%s" % (outcomes, lines))
+    key = c.json("ls")["entries"][0]["key"]
+    check(all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z pid=\d+ key=", l) for l in lines)
+          and ("key=%s " % key) in lines[0] and ("key=%s " % key) in lines[1], lines)
+    check("source=" in lines[0] and "logged.cu" in lines[0], lines[0])
+    check("reason=the cache is off" in lines[2] and 'identifier "y"' in lines[3], lines)
+    check(os.stat(log).st_mode & 0o777 == 0o600, "the log is the user's alone")
+    # Never through a link another user could have planted.
+    os.symlink(os.path.join(root, "elsewhere"), os.path.join(root, "linked.log"))
+    out, err = c.run("compile", path, "--arch", "sm_90", env={"KCACHE_LOG":
+                                                              os.path.join(root, "linked.log")})
+    check(out.startswith("hit") and not os.path.exists(os.path.join(root, "elsewhere")),
+          "a link is not followed, and the compile still hits: %r %r" % (out, err))
+    check("request log" in err, "the user is told the log is not written: %r" % err)
 
 
 def main():
