@@ -304,7 +304,9 @@ static const char *header_name(const char *p, const char *end, const char **name
  * anywhere in a condition or a body is kept, and the resolver probes arg
  * when NAME turns out to wrap __has_include. __has_include_next is never
  * followed. An operand-less __has_include in a #define (an alias for it) is
- * uncertain; in a condition it can only be defined(__has_include).
+ * uncertain; in a condition it can only be defined(__has_include). What a
+ * #define's body probes is marked in_macro: it is evaluated where the macro
+ * is expanded, not where it is defined.
  */
 static int scan_condition(struct scanner *s, const char *p, const char *end, unsigned line,
                           int in_define)
@@ -350,8 +352,11 @@ static int scan_condition(struct scanner *s, const char *p, const char *end, uns
                 int angle;
                 const char *a = skip_ws(r + 1, end);
                 const char *after = header_name(a, end, &name, &n, &angle);
-                if (after && (after = skip_ws(after, end)) < end && *after == ')')
+                if (after && (after = skip_ws(after, end)) < end && *after == ')') {
                     rc = push(s, KC_DIR_HAS_INCLUDE, angle, 0, line, name, n, NULL, 0);
+                    if (!rc)
+                        s->out[s->count - 1].in_macro = in_define;
+                }
                 else if (!func_body)
                     rc = push(s, KC_DIR_UNCERTAIN, 0, 0, line,
                               "__has_include of something other than a literal", 47, NULL, 0);
@@ -371,6 +376,8 @@ static int scan_condition(struct scanner *s, const char *p, const char *end, uns
                 while (ae > as && isspace((unsigned char)ae[-1]))
                     ae--;
                 rc = push(s, KC_DIR_CALL, 0, 0, line, id, idn, as, (size_t)(ae - as));
+                if (!rc)
+                    s->out[s->count - 1].in_macro = in_define;
             }
         }
         if (rc)
