@@ -378,6 +378,27 @@ def test_has_include_in_a_d_value(root, nvrtc):
             t.agrees(os.path.join(d, src), inc, *opts, what="%s %s: %s" % (src, opts, step))
 
 
+def test_wrapper_of_a_wrapper_is_cached(root, nvrtc):
+    """A function-like macro that hands its parameter on to another wrapper
+    (#define F(x) W(x)) probes nothing itself: F's calls are probed where they
+    are made, so the compile is cached, and stays right as opt.h comes."""
+    t = Case(root, nvrtc)
+    d = os.path.join(root, "ww")
+    os.makedirs(os.path.join(d, "inc"))
+    inc = "-I" + os.path.join(d, "inc")
+    branch = "#define V 2\n#else\n#define V 1\n#endif\n" + KERNEL % "V"
+    write(os.path.join(d, "file.cu"), "#define W(y) __has_include(y)\n#define F( x ) W(x)\n"
+          '#if F("opt.h")\n' + branch)
+    write(os.path.join(d, "dval.cu"), '#if F("opt.h")\n' + branch)
+    cases = (("file.cu",), ("dval.cu", "-DW(y)=__has_include(y)", "-DF( x )=W(x)"))
+    for step in ("opt.h absent", "opt.h created"):
+        if step == "opt.h created":
+            write(os.path.join(d, "inc", "opt.h"), "\n")
+        for src, *opts in cases:
+            report = t.agrees(os.path.join(d, src), inc, *opts, what="%s: %s" % (src, step))
+            check('"cached": true' in report, "%s: %s: not cached: %s" % (src, step, report))
+
+
 def test_has_include_in_a_macro_expanded_elsewhere(root, nvrtc):
     """A quoted __has_include in a macro is looked up beside the file that expands the
     macro, not the one that defines it (checked with NVRTC 13)."""
