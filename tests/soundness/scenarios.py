@@ -733,11 +733,15 @@ def option_list(rng):
 
 
 def gen_options(rng):
-    """Option lists drawn from NVRTC's own, with repeats and spellings it refuses."""
+    """Option lists drawn from NVRTC's own, with repeats and spellings it refuses.
+
+    -G and -lineinfo put the program's name in the PTX: named as kcache compile
+    names a file (its base name), as gen_env's programs are.
+    """
     f = Files(rng)
     setup = simple_tree(rng, f, ("inc1", "inc2"))
     cfg = dict(source="src/k.cu", cwd="src", incs=["{R}/inc1", "{R}/inc2"], defines=[], mem=[],
-               extra=option_list(rng), optclass=True, paths=list(PATHS))
+               extra=option_list(rng), optclass=True, name="k.cu", paths=list(PATHS))
     edits = []
     for _ in range(rng.randint(*EDITS)):
         if rng.random() < 0.5:
