@@ -266,10 +266,7 @@ static int derive_key(kcache_compiler *c, const kcache_request *req, const struc
     in.n_handed = w->deps.n_handed;
     in.tk_dirs = (const char *const *)w->tk_dirs;
     in.n_tk_dirs = w->n_tk_dirs;
-    char msg[256];
-    int rc = kc_key_encode_compile(&r->material, &r->pub.key, &in, msg, sizeof(msg));
-    if (rc == KCACHE_EINVAL)
-        return kc_result_fail(r, rc, "%s", msg);
+    int rc = kc_key_encode_compile(&r->material, &r->pub.key, &in);
     if (!rc)
         kc_result_keyed(r);
     return rc;

@@ -10,15 +10,17 @@
 
 #include "compiletest.h"
 #include "compile/compileint.h"
+#include "compile/key.h"
 #include "compile/toolkit.h"
 
-static const char source[] = "extern \"C\" __global__ void k(float *x)\n"
+static const char kernel[] = "extern \"C\" __global__ void k(float *x)\n"
                              "{\n"
                              "#ifdef X\n"
                              "    x[0] = X;\n"
                              "#endif\n"
                              "    x[threadIdx.x] = sqrtf(x[threadIdx.x]) / 3.0f;\n"
                              "}\n";
+static const char *source = kernel; /* what the cases compile */
 
 /* What NVRTC alone makes of the options: 0 and its first output, or its error. */
 struct made {
@@ -125,8 +127,38 @@ static void test_long_values(kcache_compiler *c, const kc_nvrtc *api)
         sprintf(def + n, ")");
         const char *opts[] = {"-arch=sm_90", def};
         same_as_nvrtc(c, api, i ? "-D of 1 MiB" : "-D of 5 KiB", opts, 2);
+        /* The key's recipe (kcache verify --recompile rebuilds from it) holds it whole. */
+        kcache_result *res = through_kcache(c, opts, 2);
+        kc_recipe rc;
+        int whole = 0;
+        REQUIRE(kc_key_decode(&rc, res->key_material, res->key_material_size) == 0);
+        for (size_t k = 0; k < rc.n_options; k++)
+            whole |= !strncmp(rc.options[k], "--define-macro=X=(1+0", 21) &&
+                     strlen(rc.options[k]) == strlen("--define-macro=") + strlen(def) - 2;
+        if (!whole)
+            fprintf(stderr, "the key's recipe does not hold the -D of %zu bytes whole\n",
+                    strlen(def));
+        CHECK(whole);
+        kc_recipe_free(&rc);
+        kcache_result_free(res);
         free(def);
     }
+}
+
+/* An include spelling longer than a path can be: absent for NVRTC, and no limit in the key. */
+static void test_long_include_spelling(kcache_compiler *c, const kc_nvrtc *api)
+{
+    size_t n = 6000;
+    char *text = malloc(n + 200);
+    REQUIRE(text);
+    int at = sprintf(text, "#if __has_include(\"");
+    memset(text + at, 'h', n);
+    sprintf(text + at + n, ".h\")\n#define X 1\n#endif\n%s", kernel);
+    source = text;
+    const char *opts[] = {"-arch=sm_90"};
+    same_as_nvrtc(c, api, "__has_include of a 6000-byte name", opts, 1);
+    source = kernel;
+    free(text);
 }
 
 /* Several -arch: NVRTC makes a CUBIN when one is real, whatever the order. */
@@ -159,6 +191,7 @@ int main(void)
     test_rejected_spellings(c, api);
     test_long_values(c, api);
     test_several_archs(c, api);
+    test_long_include_spelling(c, api);
     kcache_compiler_free(c);
     kcache_store_close(s);
     kc_toolkit_free(&tk);
