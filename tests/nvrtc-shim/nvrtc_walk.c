@@ -6,6 +6,7 @@
  * compile failed.
  *
  * nvrtc_walk CASES OUT
+ * nvrtc_walk --source      (writes the kernel, for `kcache compile`)
  *
  * Built linked with -lnvrtc it asks NVRTC (NVIDIA's, or the drop-in under
  * `kcache run`); built with NVRTC_WALK_LIB it asks libkcache's compile API,
@@ -115,6 +116,8 @@ static void compile(FILE *out, const char *const *opts, int n)
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && !strcmp(argv[1], "--source"))
+        return fputs(source, stdout) >= 0 ? 0 : 2;
     if (argc != 3) {
         fprintf(stderr, "usage: nvrtc_walk CASES OUT\n");
         return 2;

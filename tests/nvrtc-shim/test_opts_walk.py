@@ -4,7 +4,8 @@ spelling (two dashes and one, the long and the short name, "=value" and the
 value as the next argument, glued for -D/-U/-I, the option twice with two
 values in both orders, several -arch), compiled by NVIDIA's NVRTC alone, by
 libkcache's compile API as `kcache compile -- OPTIONS` hands it the options
-(a miss, then a hit) and by the drop-in (a miss, then a hit). Every way must
+(a miss, then a hit) and by the drop-in (a miss, then a hit); and, for the
+options of issue 32's rejected spellings, by `kcache compile` itself. Every way must
 give NVRTC's verdict (accepted or rejected) and, when accepted, its output
 kind and bytes. A disagreement fails and names the option and spelling.
 
@@ -145,6 +146,60 @@ def run(argv, env, cwd, out):
         return f.read().splitlines()
 
 
+# Walked through `kcache compile` too (a process a compile: these only).
+CLI_OPTIONS = {"generate-line-info", "device-debug", "include-path", "std", "frandom-seed",
+               "define-macro"}
+
+
+def fnv(data):
+    h = 1469598103934665603
+    for b in data:
+        h = ((h ^ b) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return "%016x" % h
+
+
+def cli_walk(tmp, env, work, all_cases, ref):
+    """`kcache compile --arch A k.cu -o OUT -- OPTIONS`, twice (a miss, then a hit),
+    for the cases of CLI_OPTIONS: NVRTC's verdict and bytes. Returns the disagreements."""
+    shutil.rmtree(work, ignore_errors=True)
+    workdir(tmp, "work")
+    with open(os.path.join(work, "k.cu"), "w") as f:
+        f.write(subprocess.run([WALK, "--source"], capture_output=True, text=True,
+                               check=True).stdout)
+    cenv = dict(env, KCACHE_DIR=os.path.join(tmp, "cli-cache"))
+    disagree = walked = 0
+    for k, (option, label, opts) in enumerate(all_cases):
+        if option not in CLI_OPTIONS or not opts[0].startswith("-arch=") or \
+                any(o.startswith("-arch") for o in opts[1:]) or len(" ".join(opts)) > 4000:
+            continue
+        walked += 1
+        want = ref[k].split()
+        for round in ("miss", "hit"):
+            out = os.path.join(tmp, "cli.out")
+            if os.path.exists(out):
+                os.unlink(out)
+            p = subprocess.run([KCACHE, "compile", "--arch", opts[0][6:], "k.cu", "-o", out,
+                                "--"] + opts[1:], env=cenv, cwd=work, capture_output=True)
+            mine = ["1"]
+            if p.returncode == 0:
+                data = kctest.read_bytes(out)
+                kind = "ptx" if opts[0].startswith("-arch=compute_") else "cubin"
+                if kind == "ptx":
+                    data = data.split(b"\0")[0]
+                mine = ["0", kind, str(len(data)), fnv(data)]
+            ok = want[0] == "0"
+            # Line information holds the program's name: the CLI names it by the
+            # file's path, nvrtc_walk "k.cu" in memory. The verdict is compared.
+            bytes_too = option not in ("device-debug", "generate-line-info")
+            if (mine[0] == "0") != ok or (ok and bytes_too and mine[1:] != want[1:]):
+                disagree += 1
+                print("DISAGREE %s [%s] %r via kcache compile %s: NVRTC %s, kcache %s (%s)" %
+                      (option, label, opts[:4], round, " ".join(want), " ".join(mine),
+                       p.stderr.decode(errors="replace").strip()[-300:]))
+    print("kcache compile: %d cases of %s, twice each" % (walked, ", ".join(sorted(CLI_OPTIONS))))
+    return disagree
+
+
 def main():
     if not os.path.exists(REAL):
         print("SKIP: no NVRTC at", REAL)
@@ -185,7 +240,7 @@ def walk(tmp):
         if got.get(name) is None or len(got[name]) != len(all_cases):
             print("FAIL: the %s pass did not answer every case" % name)
             return 1
-    disagree = 0
+    disagree = cli_walk(tmp, env, work, all_cases, got["nvrtc"])
     accepted = 0
     for k, (option, label, opts) in enumerate(all_cases):
         ref = got["nvrtc"][k].split()
