@@ -195,6 +195,16 @@ static int resolve_deps(kcache_compiler *c, const kcache_request *req, struct wo
                  "NVRTC %s has no GNU build-id to tell its build from another's",
                  c->tk.nvrtc_path);
     }
+    /* Options kcache leaves NVRTC to read (compile/opts.c says which). */
+    if (!w->deps.not_hermetic && (w->opts.uncached_reason || w->opts.several_archs)) {
+        w->deps.not_hermetic = 1;
+        snprintf(w->deps.reason, sizeof(w->deps.reason), "%s",
+                 w->opts.uncached_reason ? w->opts.uncached_reason : "several_archs");
+        snprintf(w->deps.problem, sizeof(w->deps.problem), "%s",
+                 w->opts.uncached_reason ? w->opts.uncached_problem
+                                         : "-arch is given twice with different values, which "
+                                           "NVRTC combines");
+    }
     /* A PCH file named by the caller is read (or written) beside the key. */
     for (size_t i = 0; i < w->opts.n_canonical && !w->deps.not_hermetic; i++) {
         if (!strncmp(w->opts.canonical[i], "--use-pch=", 10) ||
@@ -256,10 +266,7 @@ static int derive_key(kcache_compiler *c, const kcache_request *req, const struc
     in.n_handed = w->deps.n_handed;
     in.tk_dirs = (const char *const *)w->tk_dirs;
     in.n_tk_dirs = w->n_tk_dirs;
-    char msg[256];
-    int rc = kc_key_encode_compile(&r->material, &r->pub.key, &in, msg, sizeof(msg));
-    if (rc == KCACHE_EINVAL)
-        return kc_result_fail(r, rc, "%s", msg);
+    int rc = kc_key_encode_compile(&r->material, &r->pub.key, &in);
     if (!rc)
         kc_result_keyed(r);
     return rc;
@@ -637,7 +644,9 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     if (rc || (rc = toolkit_dirs(c, &w)))
         goto unkeyed;
     unsigned key_only = req->flags & KCACHE_COMPILE_KEY_ONLY;
-    int try_manifest = c->store && !kc_toolkit_id_unknown(c->tk.nvrtc_id) &&
+    /* Options NVRTC is left to read are not all in the base key: no closure is tried. */
+    int opts_uncached = w.opts.uncached_reason || w.opts.several_archs;
+    int try_manifest = c->store && !kc_toolkit_id_unknown(c->tk.nvrtc_id) && !opts_uncached &&
                        !(req->flags & (KCACHE_COMPILE_NO_CACHE | KCACHE_COMPILE_REFRESH)) &&
                        (!key_only || (req->flags & KCACHE_COMPILE_KEY_REMEMBERED));
     int have_base = c->store && derive_base(c, req, &w) == 0;

@@ -143,8 +143,7 @@ static int add_compile(kc_keybuf *k, const kc_key_compile *in)
     return 0;
 }
 
-int kc_key_encode_compile(kc_buf *material, kcache_key *key, const kc_key_compile *in,
-                          char *msg, size_t msg_size)
+int kc_key_encode_compile(kc_buf *material, kcache_key *key, const kc_key_compile *in)
 {
     kc_keybuf k = {{0}, 0};
     kc_key_add_str(&k, KC_TAG_FORMAT, KC_KEY_FORMAT);
@@ -166,25 +165,23 @@ int kc_key_encode_compile(kc_buf *material, kcache_key *key, const kc_key_compil
     }
     for (size_t i = 0; i < in->n_deps; i++) {
         const kc_dep *d = &in->deps[i];
-        char field[PATH_MAX + 256];
-        int n;
-        if (d->state == KC_DEP_USER) {
-            char hex[2 * KC_DIGEST_SIZE + 1];
-            for (int j = 0; j < KC_DIGEST_SIZE; j++)
-                snprintf(hex + 2 * j, 3, "%02x", d->digest[j]);
-            n = snprintf(field, sizeof(field), "%s%cfile%c%s", d->name, 0, 0, hex);
-        } else if (d->state == KC_DEP_TOOLKIT) {
-            n = snprintf(field, sizeof(field), "%s%ctoolkit%c%s", d->name, 0, 0,
-                         d->toolkit_rel);
-        } else {
-            n = snprintf(field, sizeof(field), "%s%cabsent%c", d->name, 0, 0);
-        }
-        if (n < 0 || (size_t)n >= sizeof(field)) {
-            kc_buf_free(&k.b);
-            return kc_fmt(msg, msg_size, KCACHE_EINVAL, "include spelling too long: %.80s",
-                          d->name);
-        }
-        kc_key_add(&k, KC_TAG_HEADER, field, (size_t)n);
+        /* "name\0file\0HEX", "name\0toolkit\0REL" or "name\0absent\0": no limit on the name. */
+        char hex[2 * KC_DIGEST_SIZE + 1];
+        for (int j = 0; j < KC_DIGEST_SIZE; j++)
+            snprintf(hex + 2 * j, 3, "%02x", d->digest[j]);
+        const char *state = d->state == KC_DEP_USER      ? "file"
+                            : d->state == KC_DEP_TOOLKIT ? "toolkit"
+                                                         : "absent";
+        const char *tail = d->state == KC_DEP_USER ? hex
+                           : d->state == KC_DEP_TOOLKIT ? d->toolkit_rel : "";
+        kc_buf field = {0};
+        if (kc_buf_append(&field, d->name, strlen(d->name) + 1) ||
+            kc_buf_append(&field, state, strlen(state) + 1) ||
+            kc_buf_append(&field, tail, strlen(tail)))
+            k.failed = 1;
+        else
+            kc_key_add(&k, KC_TAG_HEADER, field.data, field.size);
+        kc_buf_free(&field);
     }
     if (in->extra_size)
         kc_key_add(&k, KC_TAG_EXTRA, in->extra, in->extra_size);
@@ -286,11 +283,10 @@ static int handed_of(kc_recipe *re, const uint8_t *data, size_t n)
     return rc;
 }
 
-static int read_field(void *ud, int tag, const uint8_t *data, size_t n)
+/* One field of the material; text is it whole, NUL-terminated (an option may be 1 MiB). */
+static int read_text_field(kc_recipe *rc, int tag, const uint8_t *data, size_t n,
+                           const char *text)
 {
-    kc_recipe *rc = ud;
-    char text[4096];
-    copy_field(text, sizeof(text), data, n);
     switch (tag) {
     case KC_TAG_FORMAT:
         if (!strncmp(text, KC_KEY_FORMAT_FAMILY, strlen(KC_KEY_FORMAT_FAMILY)))
@@ -319,6 +315,17 @@ static int read_field(void *ud, int tag, const uint8_t *data, size_t n)
     case KC_TAG_LINK_INPUT: return kc_strv_push(&rc->link_kinds, &rc->n_link, text);
     default: return 0;
     }
+}
+
+static int read_field(void *ud, int tag, const uint8_t *data, size_t n)
+{
+    char *text = kc_malloc(n + 1);
+    if (!text)
+        return KCACHE_ENOMEM;
+    copy_field(text, n + 1, data, n);
+    int rc = read_text_field(ud, tag, data, n, text);
+    free(text);
+    return rc;
 }
 
 void kc_recipe_free(kc_recipe *rc)

@@ -64,11 +64,10 @@ typedef struct kc_key_link {
 
 /*
  * Encodes a compile's or a link's inputs into *material (a new buffer) and
- * derives the key from it. Returns 0, KCACHE_ENOMEM, or KCACHE_EINVAL with a
- * message in msg for an input the format cannot hold.
+ * derives the key from it. Returns 0 or KCACHE_ENOMEM: the format holds
+ * inputs of any length.
  */
-int kc_key_encode_compile(kc_buf *material, kcache_key *key, const kc_key_compile *in,
-                          char *msg, size_t msg_size);
+int kc_key_encode_compile(kc_buf *material, kcache_key *key, const kc_key_compile *in);
 /*
  * The key closures are kept under (compile/manifest.c): everything a compile's
  * key has but the headers (in->deps is not read; in->source is the source as

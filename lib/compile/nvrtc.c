@@ -122,12 +122,15 @@ int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct wor
          * compile kcache cannot cache must still be the headers' kernel as
          * they are now (test_trees: test_pch_uncached_after_edit).
          */
-        if (!strncmp(w->opts.unkeyed[i], "--pch", 5))
+        if (!strcmp(w->opts.unkeyed[i], "--pch"))
             continue;
         rc = kc_strv_push(&opts, &n_opts, w->opts.unkeyed[i]);
     }
+    /* Several -arch: NVRTC combines them as it does (uncached, compile.c). */
+    for (size_t i = 0; w->opts.several_archs && i < w->opts.n_archs && !rc; i++)
+        rc = kc_strv_push(&opts, &n_opts, w->opts.archs[i]);
     snprintf(buf, sizeof(buf), "--gpu-architecture=%s", w->nvrtc_arch);
-    if (!rc)
+    if (!rc && !w->opts.several_archs)
         rc = kc_strv_push(&opts, &n_opts, buf);
     /*
      * Hermetic: the toolkit's directories alone, by their real paths, so that

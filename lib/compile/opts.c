@@ -35,9 +35,22 @@ struct opt {
      * an input kcache cannot see.
      */
     int unkeyed;
+    unsigned how; /* NOSEP, TRAILING */
 };
 
-/* NVRTC 13's options (nvrtc.h). Anything else is passed through verbatim. */
+/* NVRTC 13 takes the value only after '=' (--std c++17 is rejected). */
+#define NOSEP 1u
+/* Given last, with no value, NVRTC 13 ignores it (the others it rejects). */
+#define TRAILING 2u
+
+/*
+ * NVRTC 13's options (nvrtc.h), spelled as NVRTC 13 takes them, measured
+ * (tests/nvrtc-shim/test_opts_walk.py walks every spelling): the long name
+ * with two dashes, the short name with one, either where the two are one
+ * name; a value after '=' or, unless NOSEP, as the next argument, taken
+ * whatever it is; a flag never with '='. A spelling outside this is passed on
+ * as written, for NVRTC to judge (it rejects every one measured).
+ */
 static const struct opt table[] = {
     {"gpu-architecture", "arch", ARCH},
     {"device-c", "dc", FLAG},
@@ -46,10 +59,10 @@ static const struct opt table[] = {
     {"extensible-whole-program", "ewp", FLAG},
     {"device-debug", "G", FLAG},
     {"generate-line-info", "lineinfo", FLAG},
-    {"dopt", "dopt", VALUE},
-    {"Ofast-compile", "Ofc", VALUE},
-    {"ptxas-options", "Xptxas", VALUE},
-    {"maxrregcount", "maxrregcount", VALUE},
+    {"dopt", "dopt", VALUE, 0, TRAILING},
+    {"Ofast-compile", "Ofc", VALUE, 0, TRAILING},
+    {"ptxas-options", "Xptxas", VALUE, 0, TRAILING},
+    {"maxrregcount", "maxrregcount", VALUE, 0, TRAILING},
     {"ftz", "ftz", VALUE},
     {"prec-sqrt", "prec-sqrt", VALUE},
     {"prec-div", "prec-div", VALUE},
@@ -60,22 +73,22 @@ static const struct opt table[] = {
     {"dlink-time-opt", "dlto", FLAG},
     {"gen-opt-lto", "gen-opt-lto", FLAG},
     {"optix-ir", "optix-ir", FLAG},
-    {"jump-table-density", "jtd", VALUE},
+    {"jump-table-density", "jtd", VALUE, 0, TRAILING},
     {"device-stack-protector", "device-stack-protector", VALUE},
     {"no-cache", "no-cache", FLAG, 1},
-    {"frandom-seed", "frandom-seed", VALUE},
+    {"frandom-seed", "frandom-seed", VALUE, 0, NOSEP},
     {"define-macro", "D", DEFINE},
     {"undefine-macro", "U", UNDEFINE},
-    {"include-path", "I", INCLUDE},
+    {"include-path", "I", INCLUDE, 0, TRAILING},
     {"pre-include", "include", PREINCLUDE},
     {"no-source-include", "no-source-include", NOSRC},
-    {"std", "std", VALUE},
+    {"std", "std", VALUE, 0, NOSEP},
     {"builtin-move-forward", "builtin-move-forward", VALUE},
     {"builtin-initializer-list", "builtin-initializer-list", VALUE},
     {"pch", "pch", FLAG, 1},
-    {"create-pch", "create-pch", VALUE},
-    {"use-pch", "use-pch", VALUE},
-    {"pch-dir", "pch-dir", VALUE, 1},
+    {"create-pch", "create-pch", VALUE, 0, NOSEP},
+    {"use-pch", "use-pch", VALUE, 0, NOSEP},
+    {"pch-dir", "pch-dir", VALUE, 1, NOSEP},
     {"pch-verbose", "pch-verbose", VALUE, 1},
     {"pch-messages", "pch-messages", VALUE, 1},
     {"instantiate-templates-in-pch", "instantiate-templates-in-pch", VALUE},
@@ -84,15 +97,16 @@ static const struct opt table[] = {
     {"device-as-default-execution-space", "default-device", FLAG},
     {"device-int128", "device-int128", FLAG},
     {"device-float128", "device-float128", FLAG},
-    {"optimization-info", "opt-info", VALUE},
+    {"optimization-info", "opt-info", VALUE, 0, NOSEP},
     {"display-error-number", "err-no", FLAG},
     {"no-display-error-number", "no-err-no", FLAG},
     {"diag-error", "diag-error", VALUE},
     {"diag-suppress", "diag-suppress", VALUE},
     {"diag-warn", "diag-warn", VALUE},
     {"brief-diagnostics", "brief-diag", VALUE},
-    {"time", "time", VALUE, 1},
-    {"split-compile", "split-compile", VALUE},
+    {"time", "time", VALUE, 1, NOSEP},
+    {"fdevice-time-trace", "fdevice-time-trace", VALUE, 0, NOSEP},
+    {"split-compile", "split-compile", VALUE, 0, TRAILING},
     {"fdevice-syntax-only", "fdevice-syntax-only", FLAG},
     {"minimal", "minimal", FLAG},
 };
@@ -104,6 +118,7 @@ void kc_opts_free(kc_opts *o)
     kc_strv_free(o->include_dirs, o->n_include_dirs);
     kc_strv_free(o->pre_includes, o->n_pre_includes);
     kc_strv_free(o->defines, o->n_defines);
+    kc_strv_free(o->archs, o->n_archs);
     memset(o, 0, sizeof(*o));
 }
 
@@ -163,19 +178,48 @@ static const struct opt *glued(const char *arg, const char **value)
     return NULL;
 }
 
+/* Appends "--lng=value" (or "--lng") to *v: no limit on the value's length. */
 static int add_to(char ***v, size_t *n_v, const char *lng, const char *value)
 {
-    char buf[4096];
-    int n = value ? snprintf(buf, sizeof(buf), "--%s=%s", lng, value)
-                  : snprintf(buf, sizeof(buf), "--%s", lng);
-    if (n < 0 || (size_t)n >= sizeof(buf))
-        return KCACHE_EINVAL;
-    return kc_strv_push(v, n_v, buf);
+    size_t n = 2 + strlen(lng) + (value ? 1 + strlen(value) : 0) + 1;
+    char *buf = malloc(n);
+    if (!buf)
+        return KCACHE_ENOMEM;
+    snprintf(buf, n, value ? "--%s=%s" : "--%s", lng, value ? value : "");
+    int rc = kc_strv_push(v, n_v, buf);
+    free(buf);
+    return rc;
 }
 
 static int add(kc_opts *o, const char *lng, const char *value)
 {
     return add_to(&o->canonical, &o->n_canonical, lng, value);
+}
+
+/* 1 if v is an architecture as NVRTC 13 spells it: sm_90, sm_90a, compute_100f, ... */
+static int nvrtc_arch_name(const char *v)
+{
+    const char *p = !strncmp(v, "sm_", 3) ? v + 3 : !strncmp(v, "compute_", 8) ? v + 8 : NULL;
+    size_t digits = p ? strspn(p, "0123456789") : 0;
+    if (digits < 2 || digits > 3 || p[0] == '0' || strlen(v) >= sizeof(((kc_opts *)0)->arch))
+        return 0;
+    return p[digits] == '\0' || ((p[digits] == 'a' || p[digits] == 'f') && !p[digits + 1]);
+}
+
+/*
+ * Several -arch: NVRTC 13 warns and compiles for the last one's number, a
+ * CUBIN if any of them is real, and keeps an 'a' seen before (measured:
+ * -arch=sm_90 -arch=compute_90 is sm_90's CUBIN, -arch=sm_90a -arch=sm_90
+ * sm_90a's). Rather than model that, two different values leave the options
+ * to NVRTC, uncached (compile/arch.c, compile/nvrtc.c).
+ */
+static int add_arch(kc_opts *o, const char *value)
+{
+    if (o->n_archs && strcmp(o->arch, value) != 0)
+        o->several_archs = 1;
+    o->real_arch |= !strncmp(value, "sm_", 3);
+    snprintf(o->arch, sizeof(o->arch), "%s", value);
+    return add_to(&o->archs, &o->n_archs, "gpu-architecture", value);
 }
 
 /*
@@ -204,6 +248,60 @@ static const char *trim(const char *s, char **own)
     return *own;
 }
 
+/* An option NVRTC must read itself: passed on as written, and the compile uncached. */
+static int verbatim_uncached(kc_opts *o, const char *arg, const char *reason, const char *problem)
+{
+    if (!o->uncached_reason) {
+        o->uncached_reason = reason;
+        o->uncached_problem = problem;
+    }
+    return kc_strv_push(&o->canonical, &o->n_canonical, arg);
+}
+
+/* What one option of the table means, its value found. */
+static int take(kc_opts *o, const struct opt *opt, const char *value)
+{
+    int rc = 0;
+    switch (opt->type) {
+    case ARCH:
+        /* NVRTC takes no other spelling (SM_90, sm90, native): it rejects them. */
+        if (!nvrtc_arch_name(value))
+            return add(o, opt->lng, value);
+        return add_arch(o, value);
+    case INCLUDE:
+        return kc_strv_push(&o->include_dirs, &o->n_include_dirs, value);
+    case NOSRC:
+        o->no_source_include = 1;
+        return 0;
+    case PREINCLUDE:
+    case DEFINE:
+        /* Listed for the include resolver, and keyed as written. */
+        rc = opt->type == DEFINE ? kc_strv_push(&o->defines, &o->n_defines, value)
+                                 : kc_strv_push(&o->pre_includes, &o->n_pre_includes, value);
+        return rc ? rc : add(o, opt->lng, value);
+    default:
+        break;
+    }
+    if (!strcmp(opt->lng, "frandom-seed"))
+        o->has_seed = 1;
+    if (!strcmp(opt->lng, "dlink-time-opt"))
+        o->dlto = 1;
+    if (!strcmp(opt->lng, "pch-dir") && !o->uncached_reason) {
+        o->uncached_reason = "explicit_pch";
+        o->uncached_problem = "--pch-dir names a precompiled header folder, which the key "
+                              "cannot cover";
+    }
+    /* NVRTC reads the trace file it is to write when one is there already. */
+    if (!strcmp(opt->lng, "fdevice-time-trace") && !o->uncached_reason) {
+        o->uncached_reason = "time_trace_file";
+        o->uncached_problem = "--fdevice-time-trace names a file NVRTC reads, which the key "
+                              "cannot cover";
+    }
+    if (opt->unkeyed)
+        return add_to(&o->unkeyed, &o->n_unkeyed, opt->lng, opt->type == FLAG ? NULL : value);
+    return add(o, opt->lng, opt->type == FLAG ? NULL : value);
+}
+
 int kc_opts_parse(kc_opts *o, const char *const *argv, size_t argc, char *msg, size_t msg_size)
 {
     memset(o, 0, sizeof(*o));
@@ -221,6 +319,7 @@ int kc_opts_parse(kc_opts *o, const char *const *argv, size_t argc, char *msg, s
             break;
         }
         const char *value = NULL;
+        int separate = 0; /* the value is the next argument */
         const struct opt *opt = glued(arg, &value);
         if (opt && !(value = trim(value, &own_value))) {
             rc = KCACHE_ENOMEM;
@@ -232,25 +331,25 @@ int kc_opts_parse(kc_opts *o, const char *const *argv, size_t argc, char *msg, s
             const char *eq = strchr(name, '=');
             size_t len = eq ? (size_t)(eq - name) : strlen(name);
             opt = lookup(name, len, is_long);
-            if (!opt && !is_long) /* NVRTC accepts the long names with one dash too */
-                opt = lookup(name, len, 1);
-            if (opt && eq)
+            int takes_value = opt && opt->type != FLAG && opt->type != NOSRC;
+            if (opt && eq && !takes_value)
+                opt = NULL; /* NVRTC rejects a flag with a value ("-G=1") */
+            else if (opt && eq)
                 value = eq + 1;
-            if (opt && !eq && opt->type != FLAG && opt->type != NOSRC) {
-                if (i + 1 >= argc || !argv[i + 1]) {
-                    rc = kc_fmt(msg, msg_size, KCACHE_EINVAL, "NVRTC option %s needs a value",
-                                arg);
-                    break;
-                }
+            else if (opt && takes_value && (opt->how & NOSEP))
+                opt = NULL; /* and "--std c++17": the value only after '=' */
+            else if (opt && takes_value && (i + 1 >= argc || !argv[i + 1])) {
+                if (opt->how & TRAILING)
+                    continue; /* last, with no value: NVRTC ignores it */
+                rc = kc_fmt(msg, msg_size, KCACHE_EINVAL, "NVRTC option %s needs a value",
+                            arg);
+                break;
+            } else if (opt && takes_value) {
+                separate = 1;
                 if (!(value = trim(argv[++i], &own_value))) {
                     rc = KCACHE_ENOMEM;
                     break;
                 }
-            }
-            if (opt && eq && (opt->type == FLAG || opt->type == NOSRC)) {
-                rc = kc_fmt(msg, msg_size, KCACHE_EINVAL, "NVRTC option %.*s takes no value",
-                            (int)(eq - arg), arg);
-                break;
             }
         }
         if (!opt) {
@@ -258,50 +357,15 @@ int kc_opts_parse(kc_opts *o, const char *const *argv, size_t argc, char *msg, s
             rc = kc_strv_push(&o->canonical, &o->n_canonical, arg);
             continue;
         }
-        if (opt->type != FLAG && opt->type != NOSRC && (!value || !*value)) {
-            rc = kc_fmt(msg, msg_size, KCACHE_EINVAL, "NVRTC option %s has an empty value", arg);
-            break;
+        if (opt->type != FLAG && opt->type != NOSRC && !*value) {
+            /* NVRTC takes some ("-I=") and rejects others ("-D="): it judges. */
+            rc = verbatim_uncached(o, arg, "option_without_value",
+                                   "an NVRTC option has an empty value, which NVRTC judges");
+            if (!rc && separate)
+                rc = kc_strv_push(&o->canonical, &o->n_canonical, value);
+            continue;
         }
-        switch (opt->type) {
-        case ARCH:
-            if (!strcmp(value, "native")) {
-                o->arch_native = 1;
-                o->arch[0] = '\0';
-            } else if (kcache_arch_normalize(o->arch, sizeof(o->arch), value) != 0) {
-                rc = kc_fmt(msg, msg_size, KCACHE_EINVAL,
-                            "'%s' is not a GPU architecture (use e.g. sm_90, sm_90a, compute_90)",
-                            value);
-            } else {
-                o->arch_native = 0;
-            }
-            break;
-        case INCLUDE:
-            rc = kc_strv_push(&o->include_dirs, &o->n_include_dirs, value);
-            break;
-        case NOSRC:
-            o->no_source_include = 1;
-            break;
-        case PREINCLUDE:
-        case DEFINE:
-            /* Listed for the include resolver, and keyed as written. */
-            rc = opt->type == DEFINE ? kc_strv_push(&o->defines, &o->n_defines, value)
-                                     : kc_strv_push(&o->pre_includes, &o->n_pre_includes, value);
-            if (!rc)
-                rc = add(o, opt->lng, value);
-            break;
-        default:
-            if (!strcmp(opt->lng, "frandom-seed"))
-                o->has_seed = 1;
-            if (!strcmp(opt->lng, "dlink-time-opt"))
-                o->dlto = 1;
-            if (opt->unkeyed)
-                rc = add_to(&o->unkeyed, &o->n_unkeyed, opt->lng,
-                            opt->type == FLAG ? NULL : value);
-            else
-                rc = add(o, opt->lng, opt->type == FLAG ? NULL : value);
-            if (rc == KCACHE_EINVAL)
-                kc_fmt(msg, msg_size, rc, "NVRTC option %s is too long", arg);
-        }
+        rc = take(o, opt, value);
     }
     free(own_arg);
     free(own_value);

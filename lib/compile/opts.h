@@ -1,9 +1,10 @@
 /*
- * NVRTC options, canonicalised: every spelling of an option becomes one
- * ("-arch sm_90", "-arch=sm_90" and "--gpu-architecture=sm_90" are one), the
- * order is kept (-D/-U depend on it, and a later option may override an
- * earlier one), and what only steers where headers are found (-I) is split
- * out: what it finds is keyed instead, by content.
+ * NVRTC options, canonicalised: every spelling NVRTC 13 takes of an option
+ * becomes one ("-arch sm_90", "-arch=sm_90" and "--gpu-architecture=sm_90"
+ * are one), the order is kept (-D/-U depend on it, and a later option may
+ * override an earlier one), and what only steers where headers are found
+ * (-I) is split out: what it finds is keyed instead, by content. A spelling
+ * NVRTC rejects is passed on as written, for NVRTC to reject.
  */
 #ifndef KC_OPTS_H
 #define KC_OPTS_H
@@ -23,8 +24,15 @@ typedef struct kc_opts {
     size_t n_pre_includes;
     char **defines;          /* -D operands, in order */
     size_t n_defines;
-    char arch[32];           /* from -arch, normalised; "" if none */
-    int arch_native;         /* -arch=native */
+    char arch[32];           /* from the last -arch; "" if none */
+    char **archs;            /* every -arch, as --gpu-architecture=V, in order */
+    size_t n_archs;
+    int several_archs;       /* -arch given with two different values */
+    int real_arch;           /* some -arch is sm_XX: NVRTC then makes a CUBIN */
+    /* Why NVRTC must read the options itself, uncached: an option whose
+     * meaning kcache does not model (an empty value, a file NVRTC reads). */
+    const char *uncached_reason;
+    const char *uncached_problem;
     int no_source_include;
     int has_seed;            /* --frandom-seed given */
     int dlto;                /* -dlto given */

@@ -78,6 +78,7 @@ enum reason {
     R_OBS_INCOMPLETE,
     R_STALE_PCH,
     R_NVRTC_REPLACED,
+    R_SEVERAL_ARCHS,
     R_COUNT
 };
 
@@ -104,6 +105,8 @@ static const char *const reason_names[R_COUNT] = {
     /* The library loaded is another build than the one its file showed when the
      * compiler read it (replaced in between): its kernels are not that build's. */
     [R_NVRTC_REPLACED] = "nvrtc-replaced",
+    /* -arch twice with different values: NVRTC combines them (compile/opts.c). */
+    [R_SEVERAL_ARCHS] = "several-archs",
 };
 
 static atomic_ulong reason_count[R_COUNT];
@@ -470,6 +473,7 @@ static int option_reason(int n, const char *const *opts, kcache_kind *out_kind)
                                        NULL};
     static const char *const arch[] = {"-arch", "--gpu-architecture", NULL};
     int has_arch = 0, lto = 0, is_virtual = 0;
+    const char *first_arch = NULL;
     for (int i = 0; i < n; i++) {
         const char *o = opts[i];
         /* NVRTC strips white space around each option (" -lineinfo" is -lineinfo), which
@@ -493,7 +497,10 @@ static int option_reason(int n, const char *const *opts, kcache_kind *out_kind)
                 v++;
             if (!v || !strcmp(v, "native"))
                 return R_NO_ARCH;
+            if (has_arch && strcmp(v, first_arch) != 0)
+                return R_SEVERAL_ARCHS;
             has_arch = 1;
+            first_arch = v;
             is_virtual = !strncmp(v, "compute_", 8);
         }
     }
