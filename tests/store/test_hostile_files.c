@@ -102,6 +102,60 @@ static void case_moved_over_wal_in_use(int tc)
     EXPECT(st_integrity_ok(db), "integrity");
 }
 
+/* ---- killed while the cache is first created ------------------------------------------ */
+
+/*
+ * A new cache's first open killed at a random moment of its creation, 40
+ * times: whatever is left, every read-only verb works and says nothing
+ * misleading, and the next writer stores. A creation that wrote its schema
+ * with a rollback journal before switching to WAL left a hot journal that
+ * read-only opens cannot roll back ("is read-only").
+ */
+static void case_killed_while_creating(int tc)
+{
+    if (!exe_or_skip(tc))
+        return;
+    /* How long a creation takes here, so that the kills fall across all of it. */
+    double t0 = st_now();
+    kcache_store *s = st_open(in_case(tc, "timed.db"), UINT64_MAX, NULL, NULL);
+    double create_us = (st_now() - t0) * 1e6;
+    kcache_store_close(s);
+    srand(4242);
+    unsigned failed = 0;
+    for (unsigned round = 0; round < 40; round++) {
+        char name[64];
+        snprintf(name, sizeof(name), "k%u.db", round);
+        const char *db = in_case(tc, name);
+        pid_t pid = fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0) {
+            kcache_store *c = st_open(db, UINT64_MAX, NULL, NULL);
+            put_real(c, 1, NULL, NULL);
+            kcache_store_close(c);
+            _exit(0);
+        }
+        usleep((useconds_t)(create_us * 1.5 * rand() / RAND_MAX));
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        static const char *const verbs[] = {"stats", "ls", "verify"};
+        for (int v = 0; v < 3; v++) {
+            struct cli_out o;
+            run_kcache(&o, db, NULL, 60, ARGS(verbs[v]));
+            if (o.rc != 0 || strstr(o.err, "read-only") || strstr(o.err, "damaged")) {
+                if (failed++ < 5)
+                    EXPECT(0, "round %u: %s exit %d: %s", round, verbs[v], o.rc, o.err);
+            }
+        }
+        s = st_open(db, UINT64_MAX, NULL, NULL);
+        int rc = put_real(s, 2, NULL, NULL);
+        kcache_key k = key_of(2);
+        EXPECT(rc == 0 && has(s, &k), "round %u: put after the kill: %d %s", round, rc,
+               kcache_store_errmsg(s));
+        kcache_store_close(s);
+    }
+    EXPECT(failed == 0, "%u read-only commands of 120 failed after a kill during creation", failed);
+}
+
 /* ---- corrupt after open: clear and vacuum replace it --------------------------------- */
 
 static void corrupt_interior(const char *db)
@@ -550,6 +604,7 @@ static void case_private_clone(int tc)
 static const struct test_case cases[] = {
     {"moved-over-wal", case_moved_over_wal},
     {"moved-over-wal-in-use", case_moved_over_wal_in_use},
+    {"killed-while-creating", case_killed_while_creating},
     {"damaged-pages", case_damaged_pages},
     {"other-users-cache", case_other_users_cache},
     {"symlinked-database", case_symlinked_database},
