@@ -18,6 +18,8 @@
 
 /* After a checkpoint, a WAL larger than this is truncated back to it. */
 #define KC_WAL_SIZE_LIMIT (4 << 20)
+/* Pages of WAL after which a commit checkpoints (SQLite's default: 1000). */
+#define KC_WAL_AUTOCHECKPOINT 128
 /* How much of the file a connection maps (address space, not memory; kc_db_map()). */
 #define KC_MMAP_SIZE (256ll << 20)
 
@@ -190,6 +192,14 @@ static int configure(struct kc_db *db)
          * schema. If the WAL cannot be used here, the first read says so.
          */
         if (!db->header_wal && (rc = ensure_wal(db)))
+            return rc;
+        /*
+         * Frames not yet in the file are what a checkpoint must grow the file
+         * by: held to KC_WAL_AUTOCHECKPOINT pages, a full disk's checkpoint
+         * fits in the reserve (db.h) with room left for a tight prune's steps.
+         */
+        snprintf(sql, sizeof(sql), "PRAGMA wal_autocheckpoint = %d", KC_WAL_AUTOCHECKPOINT);
+        if ((rc = kc_db_exec(db, sql, "configuring the database")))
             return rc;
         snprintf(sql, sizeof(sql), "PRAGMA journal_size_limit = %d", KC_WAL_SIZE_LIMIT);
         if ((rc = kc_db_exec(db, sql, "configuring the database")))

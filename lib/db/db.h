@@ -139,9 +139,26 @@ int kc_db_recover(struct kc_db *db, const char *why);
  * keep the old file until they reopen.
  */
 int kc_db_replace(struct kc_db *db, const char *why);
+/*
+ * Removes the file, its WAL and -shm, and starts a new one (kcache clear on
+ * a disk with no room for the deletes: removing needs none). Other processes
+ * keep the old file until they reopen.
+ */
+int kc_db_start_over(struct kc_db *db);
 /* Turns a failure SQLite reported as something else (disk full) into
  * KCACHE_ECORRUPT when the file turns out to be damaged; else returns rc. */
 int kc_db_classify_failure(struct kc_db *db, int rc);
+
+/*
+ * alone.c: the space PATH-lock holds for a prune on a full disk, given up by
+ * kc_db_reserve_release() (1 when it freed some). What it must cover,
+ * measured on a full 6 MiB tmpfs: the checkpoint of the frames the WAL holds
+ * (the file grows by at most KC_WAL_AUTOCHECKPOINT pages, db.c: 512 KiB),
+ * then one step of a tight prune (store/prune.c): 73 KiB for 32 evicted
+ * entries of 64 KiB, 209 KiB for 64 pages handed back.
+ */
+#define KC_DB_RESERVE (UINT64_C(1) << 20)
+int kc_db_reserve_release(struct kc_db *db);
 
 /* alone.c: store failures kept in PATH-lock when the database had no room. */
 void kc_spill_add(struct kc_db *db, uint64_t n);

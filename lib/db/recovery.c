@@ -235,3 +235,24 @@ int kc_db_replace(struct kc_db *db, const char *why)
         kc_db_close(db);
     return rc;
 }
+
+int kc_db_start_over(struct kc_db *db)
+{
+    struct stat st;
+    char shm[4200];
+    snprintf(shm, sizeof(shm), "%s" KC_DB_SHM, db->path);
+    kc_db_close(db);
+    /* Only the file this handle opened: another process may have made a new one already. */
+    if (lstat(db->path, &st) == 0 && st.st_ino == db->ino && st.st_dev == db->dev) {
+        if (unlink(db->path) != 0)
+            return kc_db_err(db, KCACHE_EIO, "cannot remove %s: %s", db->path, strerror(errno));
+        unlink(db->wal_path);
+        unlink(shm);
+    }
+    kc_db_reserve_release(db); /* the new file's first pages, while the old ones are still held */
+    int damaged;
+    int rc = kc_db_open_once(db, &damaged);
+    if (rc)
+        kc_db_close(db);
+    return rc;
+}

@@ -50,6 +50,40 @@ static uint64_t disk_bytes(kcache_store *s)
     return file_bytes + wal_bytes;
 }
 
+/* Entries a tight prune deletes per transaction, pages it moves per step. */
+#define KC_TIGHT_BATCH 32
+#define KC_TIGHT_PAGES 64
+
+/*
+ * On a disk with no room (s->tight): the free pages handed back a few at a
+ * time, each step committed and checkpointed with the WAL truncated, so that
+ * no step needs more new space than its own few pages (the reserve,
+ * db.h). The file shrinks with each step.
+ */
+static int release_space_tight(kcache_store *s)
+{
+    int rc = 0;
+    sqlite3_wal_checkpoint_v2(s->db.conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+    if (query_int(s, "PRAGMA auto_vacuum", &rc) != 2 || rc)
+        return rc;
+    char sql[64];
+    snprintf(sql, sizeof(sql), "PRAGMA incremental_vacuum(%d)", KC_TIGHT_PAGES);
+    for (int64_t left = query_int(s, "PRAGMA freelist_count", &rc); !rc && left > 0;) {
+        if ((rc = kc_db_begin_write(&s->db)))
+            break;
+        if ((rc = kc_db_exec(&s->db, sql, "releasing free pages")) || (rc = kc_db_commit(&s->db))) {
+            kc_db_rollback(&s->db);
+            break;
+        }
+        sqlite3_wal_checkpoint_v2(s->db.conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+        int64_t now = query_int(s, "PRAGMA freelist_count", &rc);
+        if (now >= left)
+            break; /* no progress: left for the next prune */
+        left = now;
+    }
+    return rc;
+}
+
 /*
  * Returns free pages to the file system and empties the WAL. A reader in
  * another process can keep the checkpoint from finishing; the WAL is then
@@ -59,6 +93,8 @@ static uint64_t disk_bytes(kcache_store *s)
 static int release_space(kcache_store *s)
 {
     int rc;
+    if (s->tight)
+        return release_space_tight(s);
     if (query_int(s, "PRAGMA auto_vacuum", &rc) == 2 && !rc) {
         if ((rc = kc_db_begin_write(&s->db)))
             return rc;
@@ -71,7 +107,10 @@ static int release_space(kcache_store *s)
         if ((rc = kc_db_exec(&s->db, "VACUUM", "compacting the database")))
             return rc;
     }
-    sqlite3_wal_checkpoint_v2(s->db.conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+    /* A checkpoint that found no room to grow the file is a full disk (a tight prune's cue). */
+    int ck = sqlite3_wal_checkpoint_v2(s->db.conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+    if (!rc && (ck & 0xff) == SQLITE_FULL)
+        rc = kc_sqlerr(&s->db, ck, "emptying the WAL");
     return rc;
 }
 
@@ -155,7 +194,7 @@ static int fill_batch(kcache_store *s, struct batch *b, const kcache_prune_optio
     int rc = kc_db_stmt(&s->db, &st, filtered ? KC_STMT_LIST_LRU : KC_STMT_LRU_BATCH);
     if (rc)
         return rc;
-    uint64_t want = KC_MIN(count, (uint64_t)KC_EVICT_BATCH);
+    uint64_t want = KC_MIN(count, (uint64_t)(s->tight ? KC_TIGHT_BATCH : KC_EVICT_BATCH));
     if (filtered) {
         if (o->arch && *o->arch)
             sqlite3_bind_text(st, 1, o->arch, -1, SQLITE_STATIC);
@@ -217,7 +256,7 @@ static int evict_batch(kcache_store *s, const kcache_prune_options *o, int filte
      * the time saved: doc/design.md, The store).
      */
     if ((rc = count_evictions(s, (uint64_t)deleted)) ||
-        (query_int(s, "PRAGMA auto_vacuum", &rc) == 2 && !rc &&
+        (!s->tight && query_int(s, "PRAGMA auto_vacuum", &rc) == 2 && !rc &&
          (rc = kc_db_exec(&s->db, "PRAGMA incremental_vacuum", "releasing free pages"))) ||
         (rc = kc_db_commit(&s->db)))
         goto fail;
@@ -225,6 +264,8 @@ static int evict_batch(kcache_store *s, const kcache_prune_options *o, int filte
     r->evicted_bytes += b.bytes;
     *n = (uint64_t)deleted;
     *n_bytes = b.bytes;
+    if (s->tight) /* the frames into the file, the WAL's space back for the next step */
+        sqlite3_wal_checkpoint_v2(s->db.conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
     return 0;
 fail:
     kc_db_rollback(&s->db);
@@ -458,9 +499,25 @@ int kc_prune_locked(kcache_store *s, const kcache_prune_options *o, kcache_prune
         snprintf(sql, sizeof(sql), "PRAGMA cache_size = -%d", KC_PRUNE_CACHE_KIB);
         sqlite3_exec(s->db.conn, sql, NULL, NULL, NULL); /* only a speed-up: no message */
     }
+    /*
+     * SQLite as distributions build it zeroes every freed page (secure_delete
+     * on), which writes each evicted artifact's pages to the WAL once more: a
+     * full disk's 32-entry step of 64 KiB entries needed over 1 MiB of WAL,
+     * 73 KiB with FAST, which zeroes only what costs no extra write.
+     */
+    int src;
+    int secure = (int)query_int(s, "PRAGMA secure_delete", &src);
+    if (!src && !o->dry_run)
+        sqlite3_exec(s->db.conn, "PRAGMA secure_delete = FAST", NULL, NULL, NULL);
     int prc = prune_locked(s, o, r);
-    if (!rc && !o->dry_run) {
+    if (!s->db.conn || o->dry_run)
+        return prc; /* a recovery that could not reopen leaves no connection to restore */
+    if (!rc) {
         snprintf(sql, sizeof(sql), "PRAGMA cache_size = %lld", (long long)cache);
+        sqlite3_exec(s->db.conn, sql, NULL, NULL, NULL);
+    }
+    if (!src) {
+        snprintf(sql, sizeof(sql), "PRAGMA secure_delete = %d", secure);
         sqlite3_exec(s->db.conn, sql, NULL, NULL, NULL);
     }
     return prc;
@@ -503,9 +560,16 @@ KCACHE_API int kcache_store_prune(kcache_prune_result *out, kcache_store *store,
     int rc;
     KC_WITH_RECOVERY(store, rc, kc_prune_locked(store, options, out ? out : &ignored));
     /*
-     * Evicting writes too (to the WAL, then the file): on a disk that is full
-     * to the last byte, "lower the cap" cannot be done until there is room.
+     * Evicting writes too (to the WAL, then the file): on a disk full to the
+     * last byte, the store gives up its reserve (db.h) and prunes again in
+     * steps small enough to fit in it, the WAL emptied between them.
      */
+    if (rc == KCACHE_EFULL && !options->dry_run) {
+        kc_db_reserve_release(&store->db);
+        store->tight = 1;
+        KC_WITH_RECOVERY(store, rc, kc_prune_locked(store, options, out ? out : &ignored));
+        store->tight = 0;
+    }
     if (rc == KCACHE_EFULL)
         kc_err(store, rc, "disk full while evicting from %s: recording an eviction needs free "
                "space too; free some on that disk (a few MiB), then prune again", store->db.path);
@@ -568,6 +632,10 @@ KCACHE_API int kcache_store_clear(kcache_store *store)
         rc = KCACHE_ECORRUPT;
     if (rc == KCACHE_ECORRUPT && !(rc = kc_db_replace(&store->db, why)))
         store->pending_corrupt++;
+    /* No room for the deletes' WAL: the file is kcache's own, removed and begun anew. */
+    if (rc == KCACHE_EFULL && !(rc = kc_db_start_over(&store->db)))
+        kc_log(store, KCACHE_LOG_INFO, "%s had no room to record deletes; removed it and "
+               "started an empty cache", store->db.path);
     if (!rc) {
         store->n_touches = 0;
         rc = release_space(store);

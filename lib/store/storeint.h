@@ -87,6 +87,7 @@ struct kcache_store {
     int64_t last_use_ms; /* the latest time of use this handle stamped (kc_use_ms) */
     int hitlog_skip;               /* kc_pending_write leaves PATH-hits alone (touch.c) */
     int get_found_damage;          /* the last get deleted a damaged entry */
+    int tight;                     /* a prune on a full disk: small steps (prune.c) */
     kcache_key other_host_key;     /* the lease of another host this handle waits for, */
     uint64_t other_host_since_ns;  /* and since when (lease.c) */
 };
