@@ -573,6 +573,20 @@ static void test_stuck_lock(void)
     int status;
     waitpid(pid, &status, 0);
     check_intact(path, 10, "stuck lock");
+    /* Every kernel returned uncached was counted, though the lock kept the counts out too. */
+    kcache_store *after = st_open(path, UINT64_MAX, NULL, NULL);
+    kcache_stats *stats = NULL;
+    CHECK_RC(kcache_store_stats(&stats, after), 0);
+    uint64_t want = 1 + (have_toolkit() ? 2u : 0u); /* the put, the library's compile, the CLI's */
+    if (stats && stats->store_failures < want) {
+        fprintf(stderr, "stuck lock: %llu store failures counted, %llu expected\n",
+                (unsigned long long)stats->store_failures, (unsigned long long)want);
+        test_failures++;
+    }
+    printf("stuck lock: store failures counted: %llu\n",
+           stats ? (unsigned long long)stats->store_failures : 0ull);
+    kcache_stats_free(stats);
+    kcache_store_close(after);
     faults_run++;
 }
 
