@@ -115,6 +115,8 @@ int kc_db_write_sql(struct kc_db *db, const char *sql, const char *what);
 /* 0, or KCACHE_EVERSION / KCACHE_EREADONLY with a message. */
 int kc_db_writable(struct kc_db *db);
 int kc_db_begin_write(struct kc_db *db);
+/* Checkpoints and truncates the WAL, waiting at most wait_ms for others (conn.c); SQLite's code. */
+int kc_db_checkpoint(struct kc_db *db, unsigned wait_ms);
 int kc_db_commit(struct kc_db *db);
 void kc_db_rollback(struct kc_db *db);
 /* Migrates an open handle's file to `version` (tests build older files with it). */

@@ -20,7 +20,9 @@
  * timeout (5 s by default): what 1024 entries take is in doc/design.md,
  * The store.
  */
-#define KC_EVICT_BATCH 1024
+#define KC_EVICT_BATCH 128
+/* Artifact bytes per transaction at most: deleting them is the cost. */
+#define KC_EVICT_BATCH_BYTES (UINT64_C(8) << 20)
 
 /* What an entry costs beyond its artifact bytes: rows, index entries, info. */
 #define KC_ENTRY_OVERHEAD 512
@@ -55,27 +57,38 @@ static uint64_t disk_bytes(kcache_store *s)
 #define KC_TIGHT_PAGES 64
 
 /*
- * On a disk with no room (s->tight): the free pages handed back a few at a
- * time, each step committed and checkpointed with the WAL truncated, so that
- * no step needs more new space than its own few pages (the reserve,
- * db.h). The file shrinks with each step.
+ * Hands the free pages back in steps, each its own transaction of at most
+ * about KC_HOLD_NS (the step's page count adapts to what the last one
+ * took), so that other writers wait for the lock no longer than that. On a
+ * disk with no room (s->tight), a few pages a step, each step checkpointed
+ * with the WAL truncated, so that no step needs more new space than its own
+ * few pages (the reserve, db.h). The file shrinks with each step.
  */
-static int release_space_tight(kcache_store *s)
+int kc_vacuum_steps(kcache_store *s)
 {
     int rc = 0;
-    sqlite3_wal_checkpoint_v2(s->db.conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+    if (s->tight)
+        kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
     if (query_int(s, "PRAGMA auto_vacuum", &rc) != 2 || rc)
         return rc;
-    char sql[64];
-    snprintf(sql, sizeof(sql), "PRAGMA incremental_vacuum(%d)", KC_TIGHT_PAGES);
+    int64_t pages = s->tight ? KC_TIGHT_PAGES : 256;
     for (int64_t left = query_int(s, "PRAGMA freelist_count", &rc); !rc && left > 0;) {
+        char sql[64];
+        snprintf(sql, sizeof(sql), "PRAGMA incremental_vacuum(%lld)", (long long)pages);
+        uint64_t t0 = kc_mono_ns();
         if ((rc = kc_db_begin_write(&s->db)))
             break;
         if ((rc = kc_db_exec(&s->db, sql, "releasing free pages")) || (rc = kc_db_commit(&s->db))) {
             kc_db_rollback(&s->db);
             break;
         }
-        sqlite3_wal_checkpoint_v2(s->db.conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+        uint64_t took = kc_mono_ns() - t0;
+        if (s->tight)
+            kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
+        else if (took < KC_HOLD_NS / 4 && pages < 16384)
+            pages *= 2;
+        else if (took > KC_HOLD_NS && pages > 16)
+            pages /= 2;
         int64_t now = query_int(s, "PRAGMA freelist_count", &rc);
         if (now >= left)
             break; /* no progress: left for the next prune */
@@ -94,21 +107,16 @@ static int release_space(kcache_store *s)
 {
     int rc;
     if (s->tight)
-        return release_space_tight(s);
+        return kc_vacuum_steps(s);
     if (query_int(s, "PRAGMA auto_vacuum", &rc) == 2 && !rc) {
-        if ((rc = kc_db_begin_write(&s->db)))
+        if ((rc = kc_vacuum_steps(s)))
             return rc;
-        if ((rc = kc_db_exec(&s->db, "PRAGMA incremental_vacuum", "releasing free pages")) ||
-            (rc = kc_db_commit(&s->db))) {
-            kc_db_rollback(&s->db);
-            return rc;
-        }
     } else if (!rc && query_int(s, "PRAGMA freelist_count", &rc) > 0 && !rc) {
         if ((rc = kc_db_exec(&s->db, "VACUUM", "compacting the database")))
             return rc;
     }
     /* A checkpoint that found no room to grow the file is a full disk (a tight prune's cue). */
-    int ck = sqlite3_wal_checkpoint_v2(s->db.conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+    int ck = kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
     if (!rc && (ck & 0xff) == SQLITE_FULL)
         rc = kc_sqlerr(&s->db, ck, "emptying the WAL");
     return rc;
@@ -207,7 +215,8 @@ static int fill_batch(kcache_store *s, struct batch *b, const kcache_prune_optio
     }
     uint64_t got = 0, seen = 0;
     int src = SQLITE_DONE;
-    while (b->n < want && got < bytes && (src = sqlite3_step(st)) == SQLITE_ROW) {
+    while (b->n < want && got < bytes && b->bytes < KC_EVICT_BATCH_BYTES &&
+           (src = sqlite3_step(st)) == SQLITE_ROW) {
         if (seen++ < skip)
             continue;
         uint64_t n = (uint64_t)sqlite3_column_int64(st, filtered ? 6 : 1);
@@ -249,23 +258,19 @@ static int evict_batch(kcache_store *s, const kcache_prune_options *o, int filte
     /* The walk and the delete see the same rows (one transaction, the write lock held);
      * what is counted is what the delete removed, whatever a damaged index says. */
     /*
-     * The freed pages go back in the same transaction: moving the live pages
-     * that follow them while the freelist is still in the cache, instead of
-     * writing the freelist, committing, and reading it all back to vacuum,
-     * cost a prune 23% fewer instructions (benchmarks/PROFILE-writes.md;
-     * the time saved: doc/design.md, The store).
+     * The freed pages go back afterwards, in steps (kc_vacuum_steps): moving
+     * them in this transaction cost 23% fewer instructions
+     * (benchmarks/PROFILE-writes.md) but held the lock for as long as the
+     * whole batch's pages took to move, while other writers waited.
      */
-    if ((rc = count_evictions(s, (uint64_t)deleted)) ||
-        (!s->tight && query_int(s, "PRAGMA auto_vacuum", &rc) == 2 && !rc &&
-         (rc = kc_db_exec(&s->db, "PRAGMA incremental_vacuum", "releasing free pages"))) ||
-        (rc = kc_db_commit(&s->db)))
+    if ((rc = count_evictions(s, (uint64_t)deleted)) || (rc = kc_db_commit(&s->db)))
         goto fail;
     r->evicted += (uint64_t)deleted;
     r->evicted_bytes += b.bytes;
     *n = (uint64_t)deleted;
     *n_bytes = b.bytes;
     if (s->tight) /* the frames into the file, the WAL's space back for the next step */
-        sqlite3_wal_checkpoint_v2(s->db.conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+        kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
     return 0;
 fail:
     kc_db_rollback(&s->db);
@@ -281,8 +286,11 @@ static int evict(kcache_store *s, const kcache_prune_options *o, int filtered, u
 {
     uint64_t done_n = 0, done_bytes = 0;
     int rc = 0;
+    /* Entries per transaction, adapted so that each holds the lock about KC_HOLD_NS at most. */
+    uint64_t step = s->tight ? KC_TIGHT_BATCH : 32;
     while (done_n < count && done_bytes < bytes) {
         uint64_t n = 0, n_bytes = 0;
+        uint64_t t0 = kc_mono_ns();
         if (o->dry_run) {
             struct batch b;
             if ((rc = fill_batch(s, &b, o, filtered, count - done_n, bytes - done_bytes, done_n)))
@@ -291,10 +299,15 @@ static int evict(kcache_store *s, const kcache_prune_options *o, int filtered, u
             n_bytes = b.bytes;
             r->evicted += n;
             r->evicted_bytes += n_bytes;
-        } else if ((rc = evict_batch(s, o, filtered, count - done_n, bytes - done_bytes, &n,
-                                     &n_bytes, r))) {
+        } else if ((rc = evict_batch(s, o, filtered, KC_MIN(count - done_n, step),
+                                     bytes - done_bytes, &n, &n_bytes, r))) {
             break;
         }
+        uint64_t took = kc_mono_ns() - t0;
+        if (!s->tight && took < KC_HOLD_NS / 4 && step < KC_EVICT_BATCH)
+            step *= 2;
+        else if (took > KC_HOLD_NS && step > 1)
+            step /= 2;
         if (n == 0)
             break;
         done_n += n;
@@ -577,13 +590,27 @@ KCACHE_API int kcache_store_prune(kcache_prune_result *out, kcache_store *store,
     return rc;
 }
 
+/*
+ * A file with incremental auto_vacuum (every file kcache made since it
+ * existed) hands its free pages back in steps (kc_vacuum_steps): a VACUUM
+ * rewrites the whole file in one transaction and held the write lock for
+ * seconds (4.9 s on a busy cache) while every other writer waited. Only a
+ * file without it is rebuilt, once, which turns it on.
+ */
 static int vacuum_locked(kcache_store *s)
 {
     int rc = kc_flush_locked(s, 1);
-    if (!rc)
+    char why[KC_ERRMSG_SIZE];
+    /* What a rebuild would have found on its way through every page (read, no lock held):
+     * a damaged file is set aside and begun anew (KC_WITH_RECOVERY), nothing left to rm. */
+    if (!rc && kc_db_quick_check(&s->db, why, sizeof(why)) == 0)
+        return kc_db_err(&s->db, KCACHE_ECORRUPT, "%s is damaged: %s", s->db.path, why);
+    if (!rc && query_int(s, "PRAGMA auto_vacuum", &rc) == 2 && !rc)
+        rc = kc_vacuum_steps(s);
+    else if (!rc)
         rc = kc_db_exec(&s->db, "VACUUM", "compacting the database");
     if (!rc)
-        sqlite3_wal_checkpoint_v2(s->db.conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+        kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
     return rc;
 }
 
@@ -611,6 +638,9 @@ KCACHE_API int kcache_store_clear(kcache_store *store)
     if (!store)
         return KCACHE_EINVAL;
     pthread_mutex_lock(&store->lock);
+    /* Freed pages not zeroed one by one (kc_prune_locked() says why): the lock is held less. */
+    if (store->db.conn)
+        sqlite3_exec(store->db.conn, "PRAGMA secure_delete = FAST", NULL, NULL, NULL);
     /* Every table of entries, and the totals (cascade.c: no triggers). Leases
      * too: a row of one that a lost -shm left broken would otherwise stay for good. */
     int rc = kc_db_classify_failure(&store->db, kc_db_write_sql(&store->db,
