@@ -375,6 +375,7 @@ static int import_from(kcache_bundle_result *r, kcache_store *store, const char 
      * progress between transactions; the checking pass, entry by entry.
      */
     for (int pass = 0; pass < (o->dry_run ? 1 : 2) && !rc; pass++) {
+        progress(o, pass ? "importing" : "checking", 0, keys.n); /* before the lock is taken */
         if (pass == 1) {
             /* The first pass's counts were the merge's forecast: the merge counts again. */
             r->entries = r->bytes = r->added = r->replaced = r->skipped = 0;
@@ -384,7 +385,6 @@ static int import_from(kcache_bundle_result *r, kcache_store *store, const char 
             in_batch = 1;
             batch_t0 = kc_mono_ns();
         }
-        progress(o, pass ? "importing" : "checking", 0, keys.n);
         for (size_t i = 0; i < keys.n; i++) {
             struct key_item *k = &keys.items[i];
             if (!in_batch && i)
