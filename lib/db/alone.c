@@ -132,7 +132,9 @@ void kc_alone_reserve(struct kc_db *db)
     if ((uint64_t)st.st_blocks * 512u >= KC_DB_RESERVE || fstatvfs(db->lock_fd, &vfs) != 0 ||
         (uint64_t)vfs.f_bavail * vfs.f_frsize < 2 * KC_DB_RESERVE)
         return;
-    if (posix_fallocate(db->lock_fd, 0, (off_t)KC_DB_RESERVE) != 0 &&
+    /* fallocate(), not posix_fallocate(): where the file system cannot, no block-by-block
+     * emulation on every open, only a failure. */
+    if (fallocate(db->lock_fd, 0, 0, (off_t)KC_DB_RESERVE) != 0 &&
         ftruncate(db->lock_fd, KC_SPILL_AT + 8) != 0)
         return; /* what a failed allocation kept stays until the next prune needs it */
 }
