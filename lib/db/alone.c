@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "db/alone.h"
@@ -83,6 +84,14 @@ void kc_alone_close(struct kc_db *db)
 }
 
 /*
+ * The reserve: PATH-lock is allocated to KC_DB_RESERVE bytes while there is
+ * room, so that a cache that filled its disk can still shrink itself
+ * (db.h). Evicting writes: the deletes go to the WAL before the file
+ * shrinks, and on a disk full to the last byte that first write failed
+ * ("free some space, then prune"), leaving the user to delete files by
+ * hand. Given up by the prune that needs it, taken again by the next open
+ * that finds room.
+ *
  * Store failures that could not be written. On a disk full
  * to the last byte not even the few bytes of a counter fit in the database,
  * and stats said 0 after as many warnings. The -lock file keeps a count for
@@ -111,9 +120,31 @@ void kc_alone_reserve(struct kc_db *db)
 {
     struct stat st;
     static const uint8_t zero[KC_SPILL_AT + 8];
-    if (db->lock_fd >= 0 && !db->read_only && fstat(db->lock_fd, &st) == 0 &&
-        st.st_size < (off_t)sizeof(zero) && pwrite(db->lock_fd, zero, sizeof(zero), 0) < 0)
+    if (db->lock_fd < 0 || db->read_only || fstat(db->lock_fd, &st) != 0)
+        return;
+    if (st.st_size < (off_t)sizeof(zero) && pwrite(db->lock_fd, zero, sizeof(zero), 0) < 0)
         return; /* no room now: failures then go uncounted, as before */
+    /*
+     * Blocks, not a hole: a file system that cannot allocate ahead gives no
+     * reserve. Taken only from plenty, so that taking it never fills a disk.
+     */
+    struct statvfs vfs;
+    if ((uint64_t)st.st_blocks * 512u >= KC_DB_RESERVE || fstatvfs(db->lock_fd, &vfs) != 0 ||
+        (uint64_t)vfs.f_bavail * vfs.f_frsize < 2 * KC_DB_RESERVE)
+        return;
+    /* fallocate(), not posix_fallocate(): where the file system cannot, no block-by-block
+     * emulation on every open, only a failure. */
+    if (fallocate(db->lock_fd, 0, 0, (off_t)KC_DB_RESERVE) != 0 &&
+        ftruncate(db->lock_fd, KC_SPILL_AT + 8) != 0)
+        return; /* what a failed allocation kept stays until the next prune needs it */
+}
+
+int kc_db_reserve_release(struct kc_db *db)
+{
+    struct stat st;
+    if (db->lock_fd < 0 || fstat(db->lock_fd, &st) != 0 || st.st_size <= KC_SPILL_AT + 8)
+        return 0;
+    return ftruncate(db->lock_fd, KC_SPILL_AT + 8) == 0;
 }
 
 void kc_spill_add(struct kc_db *db, uint64_t n)

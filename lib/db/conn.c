@@ -214,6 +214,21 @@ static void finalize_all(struct kc_db *db)
     }
 }
 
+/*
+ * A TRUNCATE checkpoint holds the write lock while it waits for readers to
+ * finish (through the busy handler): with the busy timeout of 5 s, a
+ * maintenance command's checkpoint under a reader held off every writer for
+ * that long. It waits at most wait_ms; a checkpoint that cannot finish is
+ * done by a later one. Returns SQLite's code.
+ */
+int kc_db_checkpoint(struct kc_db *db, unsigned wait_ms)
+{
+    sqlite3_busy_timeout(db->conn, (int)wait_ms);
+    int src = sqlite3_wal_checkpoint_v2(db->conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+    sqlite3_busy_timeout(db->conn, (int)db->busy_timeout_ms);
+    return src;
+}
+
 void kc_db_settle(struct kc_db *db)
 {
     struct stat st;

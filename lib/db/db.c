@@ -2,18 +2,24 @@
  * One attempt at opening the file: connecting, telling what is there,
  * configuring the connection and migrating the schema.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "db/alone.h"
 #include "db/dbint.h"
 #include "db/schema.h"
 
 /* After a checkpoint, a WAL larger than this is truncated back to it. */
 #define KC_WAL_SIZE_LIMIT (4 << 20)
+/* Pages of WAL after which a commit checkpoints (SQLite's default: 1000). */
+#define KC_WAL_AUTOCHECKPOINT 128
 /* How much of the file a connection maps (address space, not memory; kc_db_map()). */
 #define KC_MMAP_SIZE (256ll << 20)
 
@@ -24,22 +30,6 @@ static int set_identity(struct kc_db *db)
         return kc_db_err(db, KCACHE_EIO, "cannot examine %s: %s", db->path, strerror(errno));
     db->dev = st.st_dev;
     db->ino = st.st_ino;
-    return 0;
-}
-
-/* Creates the file ourselves so that it is 0600 from its first byte on. */
-static int create_file(struct kc_db *db)
-{
-    int fd = open(db->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        if (errno == EEXIST)
-            return 0;
-        return kc_db_err(db, KCACHE_EIO,
-                         "cannot create %s: %s (set KCACHE_DIR to a writable "
-                         "directory)",
-                         db->path, strerror(errno));
-    }
-    close(fd);
     return 0;
 }
 
@@ -203,6 +193,14 @@ static int configure(struct kc_db *db)
          */
         if (!db->header_wal && (rc = ensure_wal(db)))
             return rc;
+        /*
+         * Frames not yet in the file are what a checkpoint must grow the file
+         * by: held to KC_WAL_AUTOCHECKPOINT pages, a full disk's checkpoint
+         * fits in the reserve (db.h) with room left for a tight prune's steps.
+         */
+        snprintf(sql, sizeof(sql), "PRAGMA wal_autocheckpoint = %d", KC_WAL_AUTOCHECKPOINT);
+        if ((rc = kc_db_exec(db, sql, "configuring the database")))
+            return rc;
         snprintf(sql, sizeof(sql), "PRAGMA journal_size_limit = %d", KC_WAL_SIZE_LIMIT);
         if ((rc = kc_db_exec(db, sql, "configuring the database")))
             return rc;
@@ -237,6 +235,117 @@ void kc_db_map(struct kc_db *db)
     sqlite3_exec(db->conn, sql, NULL, NULL, NULL);
 }
 
+/*
+ * A new cache file is made whole under a name of its own (PATH.new-PID-XXXXXX:
+ * 0600 from its first byte, the header's auto_vacuum and WAL mode, the
+ * schema, all checkpointed into the file) and only then linked to PATH. A
+ * creation killed half-way leaves nothing at PATH: made in place, the file
+ * held a schema written with a rollback journal before the switch to WAL,
+ * and the hot journal a kill left made every read-only command fail ("is
+ * read-only") until a writer came by. link() and not rename(): of processes
+ * creating the cache at once, the first to link wins and the others open its
+ * file; rename() would replace a cache another had begun to fill.
+ */
+#define KC_DB_NEW ".new-"
+
+/* Removes what creations of processes no longer alive left (PATH.new-PID-*). */
+static void trim_new_files(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[4096], prefix[600];
+    snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    snprintf(prefix, sizeof(prefix), "%s" KC_DB_NEW, slash ? slash + 1 : path);
+    size_t plen = strlen(prefix);
+    DIR *d = opendir(*dir ? dir : "/");
+    if (!d)
+        return;
+    for (struct dirent *de; (de = readdir(d));) {
+        if (strncmp(de->d_name, prefix, plen) != 0)
+            continue;
+        char *end;
+        long pid = strtol(de->d_name + plen, &end, 10);
+        if (end == de->d_name + plen || *end != '-' || pid <= 0 || kill((pid_t)pid, 0) == 0 ||
+            errno != ESRCH)
+            continue;
+        char victim[4800];
+        snprintf(victim, sizeof(victim), "%s/%s", dir, de->d_name);
+        unlink(victim);
+    }
+    closedir(d);
+}
+
+static void unlink_with_sidecars(const char *path)
+{
+    static const char *const sfx[] = {KC_DB_WAL, KC_DB_SHM, KC_DB_JOURNAL, ""};
+    char name[4200];
+    for (size_t i = 0; i < KC_ARRAY_SIZE(sfx); i++)
+        if (kc_db_sidecar(name, sizeof(name), path, sfx[i]) == 0)
+            unlink(name);
+}
+
+/* Makes the new file at tmp, under db's own settings; the connection is closed after. */
+static int build_new_file(struct kc_db *db, char *tmp)
+{
+    char *path = db->path, *wal = db->wal_path, tmp_wal[4300];
+    snprintf(tmp_wal, sizeof(tmp_wal), "%s" KC_DB_WAL, tmp);
+    db->path = tmp;
+    db->wal_path = tmp_wal;
+    int rc = connect(db);
+    if (!rc && !(rc = configure(db)))
+        rc = migrate(db, kc_schema_version);
+    kc_db_close(db); /* checkpoints: everything is in the file */
+    db->path = path;
+    db->wal_path = wal;
+    return rc;
+}
+
+/*
+ * An empty file at PATH is what an older kcache's creation killed before its
+ * first table left, perhaps with a hot journal: it is replaced only when no
+ * other handle has the cache open.
+ */
+static int clear_empty_leftover(struct kc_db *db)
+{
+    struct stat st;
+    if (lstat(db->path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != 0)
+        return 0;
+    if (!kc_alone_begin(db))
+        return -1;
+    if (lstat(db->path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0)
+        unlink_with_sidecars(db->path);
+    kc_alone_end(db);
+    return 0;
+}
+
+static int create_whole(struct kc_db *db)
+{
+    if (clear_empty_leftover(db) != 0)
+        return 0; /* others have it open: it is made in place, as they do */
+    trim_new_files(db->path);
+    char tmp[4200];
+    snprintf(tmp, sizeof(tmp), "%s" KC_DB_NEW "%ld-XXXXXX", db->path, (long)getpid());
+    int fd = mkostemp(tmp, O_CLOEXEC);
+    if (fd < 0)
+        return kc_db_err(db, KCACHE_EIO,
+                         "cannot create %s: %s (set KCACHE_DIR to a writable directory)",
+                         db->path, strerror(errno));
+    close(fd);
+    int rc = build_new_file(db, tmp);
+    if (!rc) {
+        char journal[4200];
+        snprintf(journal, sizeof(journal), "%s" KC_DB_JOURNAL, db->path);
+        /* A journal without its file is no cache's: left, it would be rolled back into ours. */
+        if (lstat(db->path, &(struct stat){0}) != 0)
+            unlink(journal);
+        if (link(tmp, db->path) != 0 && errno != EEXIST)
+            rc = kc_db_err(db, KCACHE_EIO,
+                           "cannot create %s: %s (set KCACHE_DIR to a writable directory)",
+                           db->path, strerror(errno));
+    }
+    unlink_with_sidecars(tmp);
+    return rc;
+}
+
 int kc_db_open_once(struct kc_db *db, int *damaged)
 {
     int rc;
@@ -244,8 +353,17 @@ int kc_db_open_once(struct kc_db *db, int *damaged)
     db->incremental_vacuum = db->header_wal = 0;
     struct stat st;
     int exists = stat(db->path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
-    if (!exists && !db->read_only && (rc = create_file(db)))
-        return rc;
+    if (!exists && !db->read_only) {
+        if ((rc = create_whole(db)))
+            return rc;
+        exists = stat(db->path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+        /* Not made whole (others had an empty leftover open): made in place, as before. */
+        if (!exists) {
+            int fd = open(db->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+            if (fd >= 0)
+                close(fd);
+        }
+    }
     /* Connected first, so that the peek reads through this connection (recovery.c). */
     if ((rc = connect(db)) || (rc = set_identity(db)))
         return rc;

@@ -115,6 +115,8 @@ int kc_db_write_sql(struct kc_db *db, const char *sql, const char *what);
 /* 0, or KCACHE_EVERSION / KCACHE_EREADONLY with a message. */
 int kc_db_writable(struct kc_db *db);
 int kc_db_begin_write(struct kc_db *db);
+/* Checkpoints and truncates the WAL, waiting at most wait_ms for others (conn.c); SQLite's code. */
+int kc_db_checkpoint(struct kc_db *db, unsigned wait_ms);
 int kc_db_commit(struct kc_db *db);
 void kc_db_rollback(struct kc_db *db);
 /* Migrates an open handle's file to `version` (tests build older files with it). */
@@ -139,9 +141,26 @@ int kc_db_recover(struct kc_db *db, const char *why);
  * keep the old file until they reopen.
  */
 int kc_db_replace(struct kc_db *db, const char *why);
+/*
+ * Removes the file, its WAL and -shm, and starts a new one (kcache clear on
+ * a disk with no room for the deletes: removing needs none). Other processes
+ * keep the old file until they reopen.
+ */
+int kc_db_start_over(struct kc_db *db);
 /* Turns a failure SQLite reported as something else (disk full) into
  * KCACHE_ECORRUPT when the file turns out to be damaged; else returns rc. */
 int kc_db_classify_failure(struct kc_db *db, int rc);
+
+/*
+ * alone.c: the space PATH-lock holds for a prune on a full disk, given up by
+ * kc_db_reserve_release() (1 when it freed some). What it must cover,
+ * measured on a full 6 MiB tmpfs: the checkpoint of the frames the WAL holds
+ * (the file grows by at most KC_WAL_AUTOCHECKPOINT pages, db.c: 512 KiB),
+ * then one step of a tight prune (store/prune.c): 73 KiB for 32 evicted
+ * entries of 64 KiB, 209 KiB for 64 pages handed back.
+ */
+#define KC_DB_RESERVE (UINT64_C(1) << 20)
+int kc_db_reserve_release(struct kc_db *db);
 
 /* alone.c: store failures kept in PATH-lock when the database had no room. */
 void kc_spill_add(struct kc_db *db, uint64_t n);

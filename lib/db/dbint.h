@@ -13,6 +13,8 @@ enum kc_file_kind kc_db_classify(struct kc_db *db, int64_t *version, int *sqlite
 int kc_db_foreign_error(struct kc_db *db);
 /* Whether the file read alone (no WAL, no -shm) is sound although its connection said damaged. */
 int kc_db_file_itself_sound(struct kc_db *db);
+/* Whether the file and its WAL, read together afresh, are damaged: the WAL is another file's. */
+int kc_db_wal_foreign(struct kc_db *db);
 
 /*
  * Waiting out another process's lock by hand, for at most `ms` (conn.c).

@@ -3,8 +3,10 @@
  * damaged; read without SQLite writing anything.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "db/dbint.h"
 #include "db/schema.h"
@@ -52,6 +54,49 @@ int kc_db_file_itself_sound(struct kc_db *db)
     sqlite3_finalize(st);
     sqlite3_close(ro);
     return sound;
+}
+
+/*
+ * Whether the file and its WAL read together are damaged where the file alone
+ * is sound (kc_db_file_itself_sound): the WAL is another file's, as when a
+ * database was moved over the file under a WAL that still held frames. Only
+ * this tells it from a damaged -shm while other processes have the cache
+ * open, when neither may be rebuilt in place. Reads hard links to both in a
+ * directory of its own beside them, read-only, so that SQLite builds a fresh
+ * index of the WAL there and writes nothing to either file. Returns 1 when
+ * the pair is damaged, 0 when it is sound or cannot be read this way.
+ */
+int kc_db_wal_foreign(struct kc_db *db)
+{
+    struct stat sb;
+    if (!db->wal_path || lstat(db->wal_path, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size == 0)
+        return 0;
+    char dir[4200], file[4300], wal[4300], shm[4300];
+    snprintf(dir, sizeof(dir), "%s.walcheck-XXXXXX", db->path);
+    if (!mkdtemp(dir))
+        return 0;
+    snprintf(file, sizeof(file), "%s/db", dir);
+    snprintf(wal, sizeof(wal), "%s/db" KC_DB_WAL, dir);
+    snprintf(shm, sizeof(shm), "%s/db" KC_DB_SHM, dir);
+    int foreign = 0;
+    sqlite3 *ro = NULL;
+    if (link(db->path, file) == 0 && link(db->wal_path, wal) == 0 &&
+        kc_sqlite_open(&ro, file, SQLITE_OPEN_READONLY) == SQLITE_OK) {
+        sqlite3_stmt *st = NULL;
+        int src = sqlite3_prepare_v2(ro, "PRAGMA quick_check(1)", -1, &st, NULL);
+        if (src == SQLITE_OK)
+            src = sqlite3_step(st);
+        const unsigned char *verdict = src == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
+        foreign = verdict ? strcmp((const char *)verdict, "ok") != 0
+                          : (src & 0xff) == SQLITE_CORRUPT || (src & 0xff) == SQLITE_NOTADB;
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(ro);
+    unlink(shm);
+    unlink(wal);
+    unlink(file);
+    rmdir(dir);
+    return foreign;
 }
 
 /*

@@ -113,8 +113,11 @@ int kc_db_quarantine(struct kc_db *db, const char *why, int force)
     }
     if (db->ino && (st.st_ino != db->ino || st.st_dev != db->dev))
         return 0;
-    if (!force && kc_db_file_itself_sound(db))
-        return index_damaged(db);
+    if (!force && kc_db_file_itself_sound(db)) {
+        if (!kc_db_wal_foreign(db))
+            return index_damaged(db);
+        why = "its WAL belongs to another file";
+    }
     char stamp[64], aside[4096], aside_wal[4200], shm[4200];
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -204,7 +207,7 @@ int kc_db_recover(struct kc_db *db, const char *why)
     uint64_t now = kc_mono_ns();
     if (db->index_damaged_ns && now - db->index_damaged_ns < UINT64_C(60000000000))
         return index_damaged(db);
-    if (kc_db_file_itself_sound(db)) {
+    if (kc_db_file_itself_sound(db) && !kc_db_wal_foreign(db)) {
         db->index_damaged_ns = now;
         return index_damaged(db);
     }
@@ -228,6 +231,27 @@ int kc_db_replace(struct kc_db *db, const char *why)
     int rc = kc_db_quarantine(db, reason, 1);
     if (!rc)
         rc = kc_db_open_once(db, &damaged);
+    if (rc)
+        kc_db_close(db);
+    return rc;
+}
+
+int kc_db_start_over(struct kc_db *db)
+{
+    struct stat st;
+    char shm[4200];
+    snprintf(shm, sizeof(shm), "%s" KC_DB_SHM, db->path);
+    kc_db_close(db);
+    /* Only the file this handle opened: another process may have made a new one already. */
+    if (lstat(db->path, &st) == 0 && st.st_ino == db->ino && st.st_dev == db->dev) {
+        if (unlink(db->path) != 0)
+            return kc_db_err(db, KCACHE_EIO, "cannot remove %s: %s", db->path, strerror(errno));
+        unlink(db->wal_path);
+        unlink(shm);
+    }
+    kc_db_reserve_release(db); /* the new file's first pages, while the old ones are still held */
+    int damaged;
+    int rc = kc_db_open_once(db, &damaged);
     if (rc)
         kc_db_close(db);
     return rc;

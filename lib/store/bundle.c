@@ -37,6 +37,7 @@ struct key_item {
     kcache_key key;
     int64_t created_at;
     int64_t accessed_at;
+    uint8_t digest[KC_DIGEST_SIZE]; /* as the checking pass read it (import_from) */
 };
 
 struct item_list {
@@ -351,139 +352,183 @@ static int import_from(kcache_bundle_result *r, kcache_store *store, const char 
     }
 
     /*
-     * Every entry through the gate (ingest.c) and merged in one pass, inside
-     * one transaction that a bad entry rolls back: a damaged bundle changes
-     * nothing, and each entry is read, decoded and hashed once (a first pass
-     * that checked everything before a second read it all again cost an
-     * import a third of its time). Entries are read one at a time, so memory
-     * stays within one entry's bound. A dry run checks and counts the same
-     * way and writes nothing. The signature is checked at the end, before
-     * the commit: a bundle changed after it was signed is rolled back whole.
+     * Every entry through the gate (ingest.c) in a first pass that writes
+     * nothing, the signature checked at its end: a damaged or re-signed
+     * bundle changes nothing. Then the merge, in transactions of about
+     * KC_HOLD_NS each, so that other processes' writes wait no longer than
+     * that: one transaction for the whole bundle held the write lock for
+     * seconds and made their commands fail ("stayed locked"). The merge
+     * reads each entry again, through the gate again, and stops if one is
+     * not what the first pass read (the file changed in between). Killed
+     * during the merge, each entry is whole and a second import adds the
+     * rest. Entries are read one at a time, so memory stays within one
+     * entry's bound. A dry run is the first pass alone.
      */
     int64_t now = kc_now_ms();
     int in_batch = 0;
+    size_t merged = 0; /* entries committed by the merge's earlier transactions */
+    uint64_t batch_t0 = 0, entry_t0 = 0;
     char why[2 * KC_ERRMSG_SIZE] = ""; /* said once the batch has let go of the store */
     /*
-     * The merge's transaction holds the store's lock from begin to end, and
-     * a callback under it could not use the store (nor could the lock be let
-     * go: the open transaction is the handle's connection's). So a merge says
-     * its progress before and after; a dry run, which holds nothing between
-     * entries, entry by entry.
+     * A merge transaction holds the store's lock from begin to end, and a
+     * callback under it could not use the store. So the merge says its
+     * progress between transactions; the checking pass, entry by entry.
      */
-    progress(o, o->dry_run ? "checking" : "importing", 0, keys.n);
-    if (!o->dry_run) {
-        if ((rc = kc_put_batch_begin(store)))
-            goto out;
-        in_batch = 1;
-    }
-    for (size_t i = 0; i < keys.n; i++) {
-        const struct key_item *k = &keys.items[i];
-        if (!in_batch && i)
-            progress(o, "checking", i, keys.n);
-        char hex[KCACHE_KEY_HEX_SIZE], what[KC_ERRMSG_SIZE];
-        kcache_key_hex(hex, &k->key);
-        if ((rc = kcache_store_get(&e, src, &k->key, KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS))) {
-            snprintf(why, sizeof(why), "%s is damaged: entry %.16s does not match its digest (%s); "
-                     "nothing imported", path, hex, kcache_store_errmsg(src));
-            rc = KCACHE_ECORRUPT;
-            break;
+    for (int pass = 0; pass < (o->dry_run ? 1 : 2) && !rc; pass++) {
+        progress(o, pass ? "importing" : "checking", 0, keys.n); /* before the lock is taken */
+        if (pass == 1) {
+            /* The first pass's counts were the merge's forecast: the merge counts again. */
+            r->entries = r->bytes = r->added = r->replaced = r->skipped = 0;
+            conflicts.n = 0;
+            if ((rc = kc_put_batch_begin(store)))
+                break;
+            in_batch = 1;
+            batch_t0 = kc_mono_ns();
         }
-        if (verify)
-            kc_bundle_sig_add(&sig, e); /* as signed: before the gate clamps its dates */
-        if (!in_batch)
-            pthread_mutex_lock(&store->lock);
-        rc = kc_ingest_check_entry(store, e, now, what, sizeof(what));
-        if (!in_batch)
-            kc_unlock(store);
-        if (rc) {
-            snprintf(why, sizeof(why), "%s is damaged: entry %.16s: %s; nothing imported", path,
-                     hex, what);
-            break;
-        }
-        r->entries++;
-        r->bytes += e->size;
-        if (kc_ingest_local_only(e)) {
-            r->skipped++; /* believed only where it was written (ingest.c) */
+        for (size_t i = 0; i < keys.n; i++) {
+            struct key_item *k = &keys.items[i];
+            if (!in_batch && i)
+                progress(o, "checking", i, keys.n);
+            /* Committed before the next entry would take the transaction past KC_HOLD_NS (as
+             * long as the last one took); the lock let go, then the next transaction. */
+            uint64_t now_ns = kc_mono_ns();
+            if (in_batch && i > merged && 2 * now_ns - batch_t0 - entry_t0 > KC_HOLD_NS) {
+                if ((rc = kc_put_batch_end(store, 1)))
+                    break;
+                in_batch = 0;
+                merged = i;
+                progress(o, "importing", i, keys.n);
+                if ((rc = kc_put_batch_begin(store)))
+                    break;
+                in_batch = 1;
+                batch_t0 = kc_mono_ns();
+            }
+            entry_t0 = kc_mono_ns();
+            char hex[KCACHE_KEY_HEX_SIZE], what[KC_ERRMSG_SIZE];
+            kcache_key_hex(hex, &k->key);
+            if ((rc =
+                     kcache_store_get(&e, src, &k->key, KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS))) {
+                snprintf(why, sizeof(why),
+                         "%s is damaged: entry %.16s does not match its digest (%s); "
+                         "nothing imported",
+                         path, hex, kcache_store_errmsg(src));
+                rc = KCACHE_ECORRUPT;
+                break;
+            }
+            if (pass == 0) {
+                memcpy(k->digest, e->digest, KC_DIGEST_SIZE);
+                if (verify)
+                    kc_bundle_sig_add(&sig, e); /* as signed: before the gate clamps its dates */
+            } else if (memcmp(k->digest, e->digest, KC_DIGEST_SIZE) != 0) {
+                snprintf(why, sizeof(why),
+                         "%s changed while it was imported (entry %.16s); nothing imported", path,
+                         hex);
+                rc = KCACHE_ECORRUPT;
+                break;
+            }
+            if (!in_batch)
+                pthread_mutex_lock(&store->lock);
+            rc = kc_ingest_check_entry(store, e, now, what, sizeof(what));
+            if (!in_batch)
+                kc_unlock(store);
+            if (rc) {
+                snprintf(why, sizeof(why), "%s is damaged: entry %.16s: %s; nothing imported", path,
+                         hex, what);
+                break;
+            }
+            r->entries++;
+            r->bytes += e->size;
+            if (kc_ingest_local_only(e)) {
+                r->skipped++; /* believed only where it was written (ingest.c) */
+                kcache_entry_free(e);
+                e = NULL;
+                continue;
+            }
+            int64_t have_created = 0;
+            uint8_t have_digest[KC_DIGEST_SIZE];
+            int exists;
+            if (in_batch) {
+                exists = kc_ingest_existing(store, &k->key, &have_created, have_digest);
+            } else {
+                exists = kcache_store_get(&have, store, &k->key,
+                                          KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA);
+                exists = exists == 0 ? 1 : exists == KCACHE_ENOTFOUND ? 0 : exists;
+                if (exists == 1) {
+                    have_created = have->created_at;
+                    memcpy(have_digest, have->digest, KC_DIGEST_SIZE);
+                }
+                kcache_entry_free(have);
+                have = NULL;
+            }
+            if (exists < 0) {
+                rc = exists;
+                break;
+            }
+            if (exists && memcmp(have_digest, e->digest, KC_DIGEST_SIZE) != 0) {
+                /* A conflict (ingest.c): the store's entry stays, whatever the dates say. */
+                struct conflict *grown =
+                    kc_grow(conflicts.items, &conflicts.cap, conflicts.n, sizeof(*grown), 8);
+                if (!grown) {
+                    snprintf(why, sizeof(why), "out of memory; nothing imported");
+                    rc = KCACHE_ENOMEM;
+                    break;
+                }
+                conflicts.items = grown;
+                struct conflict *c = &conflicts.items[conflicts.n++];
+                c->key = k->key;
+                memcpy(c->kept, have_digest, KC_DIGEST_SIZE);
+                memcpy(c->refused, e->digest, KC_DIGEST_SIZE);
+            } else if (exists && have_created >= e->created_at) {
+                /* e's times are clamped to now: a bundle cannot make its entry "newer" for ever. */
+                r->skipped++;
+            } else {
+                if (exists)
+                    r->replaced++;
+                else
+                    r->added++;
+                if (in_batch && (rc = kc_put_batch_add(store, e, e->created_at, e->created_at)))
+                    break;
+            }
             kcache_entry_free(e);
             e = NULL;
-            continue;
         }
-        int64_t have_created = 0;
-        uint8_t have_digest[KC_DIGEST_SIZE];
-        int exists;
-        if (in_batch) {
-            exists = kc_ingest_existing(store, &k->key, &have_created, have_digest);
-        } else {
-            exists = kcache_store_get(&have, store, &k->key,
-                                      KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA);
-            exists = exists == 0 ? 1 : exists == KCACHE_ENOTFOUND ? 0 : exists;
-            if (exists == 1) {
-                have_created = have->created_at;
-                memcpy(have_digest, have->digest, KC_DIGEST_SIZE);
-            }
-            kcache_entry_free(have);
-            have = NULL;
-        }
-        if (exists < 0) {
-            rc = exists;
-            break;
-        }
-        if (exists && memcmp(have_digest, e->digest, KC_DIGEST_SIZE) != 0) {
-            /* A conflict (ingest.c): the store's entry stays, whatever the dates say. */
-            struct conflict *grown = kc_grow(conflicts.items, &conflicts.cap, conflicts.n,
-                                             sizeof(*grown), 8);
-            if (!grown) {
-                snprintf(why, sizeof(why), "out of memory; nothing imported");
+        if (!rc && verify && pass == 0) {
+            uint8_t mac[KC_MAC_SIZE];
+            if (kc_bundle_sig_finish(mac, &sig, &secret)) {
+                snprintf(why, sizeof(why),
+                         "out of memory checking the signature; nothing imported");
                 rc = KCACHE_ENOMEM;
-                break;
+            } else if (!kc_mac_equal(mac, claimed)) {
+                snprintf(why, sizeof(why),
+                         "%s's signature does not match remote_secret: it was changed after it was "
+                         "signed, or signed with another secret; nothing imported",
+                         path);
+                rc = KCACHE_ECORRUPT;
             }
-            conflicts.items = grown;
-            struct conflict *c = &conflicts.items[conflicts.n++];
-            c->key = k->key;
-            memcpy(c->kept, have_digest, KC_DIGEST_SIZE);
-            memcpy(c->refused, e->digest, KC_DIGEST_SIZE);
-        } else if (exists && have_created >= e->created_at) {
-            /* e's times are clamped to now: a bundle cannot make its entry "newer" for ever. */
-            r->skipped++;
-        } else {
-            if (exists)
-                r->replaced++;
-            else
-                r->added++;
-            if (in_batch && (rc = kc_put_batch_add(store, e, e->created_at, e->created_at)))
-                break;
         }
-        kcache_entry_free(e);
-        e = NULL;
-    }
-    if (!rc && verify) {
-        uint8_t mac[KC_MAC_SIZE];
-        if (kc_bundle_sig_finish(mac, &sig, &secret)) {
-            snprintf(why, sizeof(why), "out of memory checking the signature; nothing imported");
-            rc = KCACHE_ENOMEM;
-        } else if (!kc_mac_equal(mac, claimed)) {
-            snprintf(why, sizeof(why),
-                     "%s's signature does not match remote_secret: it was changed after it was "
-                     "signed, or signed with another secret; nothing imported",
-                     path);
-            rc = KCACHE_ECORRUPT;
+        if (in_batch) {
+            int end = kc_put_batch_end(store, rc == 0);
+            in_batch = 0;
+            if (!rc && end)
+                rc = end;
         }
-    }
-    if (in_batch) {
-        int end = kc_put_batch_end(store, rc == 0);
-        if (!rc && end)
-            rc = end;
     }
     if (rc) {
-        /* Nothing was merged: the counts say so. */
+        /* What the merge's committed transactions hold stays (each entry whole); the rest not. */
+        char done[96] = "nothing imported";
+        if (merged)
+            snprintf(done, sizeof(done), "%zu of %zu entries imported; import again for the rest",
+                     merged, keys.n);
         r->added = r->replaced = r->skipped = 0;
         if (why[0]) {
-            kc_err_locking(store, rc, "%s", why);
+            if (merged && strstr(why, "nothing imported"))
+                *strstr(why, "nothing imported") = '\0';
+            kc_err_locking(store, rc, "%s%s", why, merged ? done : "");
         } else {
             char msg[KC_ERRMSG_SIZE];
             snprintf(msg, sizeof(msg), "%s", kcache_store_errmsg(store));
             if (!strstr(msg, "nothing imported"))
-                kc_err_locking(store, rc, "%s; nothing imported", msg);
+                kc_err_locking(store, rc, "%s; %s", msg, done);
         }
     }
     if (rc)

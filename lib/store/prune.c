@@ -20,7 +20,9 @@
  * timeout (5 s by default): what 1024 entries take is in doc/design.md,
  * The store.
  */
-#define KC_EVICT_BATCH 1024
+#define KC_EVICT_BATCH 128
+/* Artifact bytes per transaction at most: deleting them is the cost. */
+#define KC_EVICT_BATCH_BYTES (UINT64_C(8) << 20)
 
 /* What an entry costs beyond its artifact bytes: rows, index entries, info. */
 #define KC_ENTRY_OVERHEAD 512
@@ -50,6 +52,51 @@ static uint64_t disk_bytes(kcache_store *s)
     return file_bytes + wal_bytes;
 }
 
+/* Entries a tight prune deletes per transaction, pages it moves per step. */
+#define KC_TIGHT_BATCH 32
+#define KC_TIGHT_PAGES 64
+
+/*
+ * Hands the free pages back in steps, each its own transaction of at most
+ * about KC_HOLD_NS (the step's page count adapts to what the last one
+ * took), so that other writers wait for the lock no longer than that. On a
+ * disk with no room (s->tight), a few pages a step, each step checkpointed
+ * with the WAL truncated, so that no step needs more new space than its own
+ * few pages (the reserve, db.h). The file shrinks with each step.
+ */
+int kc_vacuum_steps(kcache_store *s)
+{
+    int rc = 0;
+    if (s->tight)
+        kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
+    if (query_int(s, "PRAGMA auto_vacuum", &rc) != 2 || rc)
+        return rc;
+    int64_t pages = s->tight ? KC_TIGHT_PAGES : 256;
+    for (int64_t left = query_int(s, "PRAGMA freelist_count", &rc); !rc && left > 0;) {
+        char sql[64];
+        snprintf(sql, sizeof(sql), "PRAGMA incremental_vacuum(%lld)", (long long)pages);
+        uint64_t t0 = kc_mono_ns();
+        if ((rc = kc_db_begin_write(&s->db)))
+            break;
+        if ((rc = kc_db_exec(&s->db, sql, "releasing free pages")) || (rc = kc_db_commit(&s->db))) {
+            kc_db_rollback(&s->db);
+            break;
+        }
+        uint64_t took = kc_mono_ns() - t0;
+        if (s->tight)
+            kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
+        else if (took < KC_HOLD_NS / 4 && pages < 16384)
+            pages *= 2;
+        else if (took > KC_HOLD_NS && pages > 16)
+            pages /= 2;
+        int64_t now = query_int(s, "PRAGMA freelist_count", &rc);
+        if (now >= left)
+            break; /* no progress: left for the next prune */
+        left = now;
+    }
+    return rc;
+}
+
 /*
  * Returns free pages to the file system and empties the WAL. A reader in
  * another process can keep the checkpoint from finishing; the WAL is then
@@ -59,19 +106,19 @@ static uint64_t disk_bytes(kcache_store *s)
 static int release_space(kcache_store *s)
 {
     int rc;
+    if (s->tight)
+        return kc_vacuum_steps(s);
     if (query_int(s, "PRAGMA auto_vacuum", &rc) == 2 && !rc) {
-        if ((rc = kc_db_begin_write(&s->db)))
+        if ((rc = kc_vacuum_steps(s)))
             return rc;
-        if ((rc = kc_db_exec(&s->db, "PRAGMA incremental_vacuum", "releasing free pages")) ||
-            (rc = kc_db_commit(&s->db))) {
-            kc_db_rollback(&s->db);
-            return rc;
-        }
     } else if (!rc && query_int(s, "PRAGMA freelist_count", &rc) > 0 && !rc) {
         if ((rc = kc_db_exec(&s->db, "VACUUM", "compacting the database")))
             return rc;
     }
-    sqlite3_wal_checkpoint_v2(s->db.conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+    /* A checkpoint that found no room to grow the file is a full disk (a tight prune's cue). */
+    int ck = kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
+    if (!rc && (ck & 0xff) == SQLITE_FULL)
+        rc = kc_sqlerr(&s->db, ck, "emptying the WAL");
     return rc;
 }
 
@@ -155,7 +202,7 @@ static int fill_batch(kcache_store *s, struct batch *b, const kcache_prune_optio
     int rc = kc_db_stmt(&s->db, &st, filtered ? KC_STMT_LIST_LRU : KC_STMT_LRU_BATCH);
     if (rc)
         return rc;
-    uint64_t want = KC_MIN(count, (uint64_t)KC_EVICT_BATCH);
+    uint64_t want = KC_MIN(count, (uint64_t)(s->tight ? KC_TIGHT_BATCH : KC_EVICT_BATCH));
     if (filtered) {
         if (o->arch && *o->arch)
             sqlite3_bind_text(st, 1, o->arch, -1, SQLITE_STATIC);
@@ -168,7 +215,8 @@ static int fill_batch(kcache_store *s, struct batch *b, const kcache_prune_optio
     }
     uint64_t got = 0, seen = 0;
     int src = SQLITE_DONE;
-    while (b->n < want && got < bytes && (src = sqlite3_step(st)) == SQLITE_ROW) {
+    while (b->n < want && got < bytes && b->bytes < KC_EVICT_BATCH_BYTES &&
+           (src = sqlite3_step(st)) == SQLITE_ROW) {
         if (seen++ < skip)
             continue;
         uint64_t n = (uint64_t)sqlite3_column_int64(st, filtered ? 6 : 1);
@@ -210,21 +258,19 @@ static int evict_batch(kcache_store *s, const kcache_prune_options *o, int filte
     /* The walk and the delete see the same rows (one transaction, the write lock held);
      * what is counted is what the delete removed, whatever a damaged index says. */
     /*
-     * The freed pages go back in the same transaction: moving the live pages
-     * that follow them while the freelist is still in the cache, instead of
-     * writing the freelist, committing, and reading it all back to vacuum,
-     * cost a prune 23% fewer instructions (benchmarks/PROFILE-writes.md;
-     * the time saved: doc/design.md, The store).
+     * The freed pages go back afterwards, in steps (kc_vacuum_steps): moving
+     * them in this transaction cost 23% fewer instructions
+     * (benchmarks/PROFILE-writes.md) but held the lock for as long as the
+     * whole batch's pages took to move, while other writers waited.
      */
-    if ((rc = count_evictions(s, (uint64_t)deleted)) ||
-        (query_int(s, "PRAGMA auto_vacuum", &rc) == 2 && !rc &&
-         (rc = kc_db_exec(&s->db, "PRAGMA incremental_vacuum", "releasing free pages"))) ||
-        (rc = kc_db_commit(&s->db)))
+    if ((rc = count_evictions(s, (uint64_t)deleted)) || (rc = kc_db_commit(&s->db)))
         goto fail;
     r->evicted += (uint64_t)deleted;
     r->evicted_bytes += b.bytes;
     *n = (uint64_t)deleted;
     *n_bytes = b.bytes;
+    if (s->tight) /* the frames into the file, the WAL's space back for the next step */
+        kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
     return 0;
 fail:
     kc_db_rollback(&s->db);
@@ -240,8 +286,11 @@ static int evict(kcache_store *s, const kcache_prune_options *o, int filtered, u
 {
     uint64_t done_n = 0, done_bytes = 0;
     int rc = 0;
+    /* Entries per transaction, adapted so that each holds the lock about KC_HOLD_NS at most. */
+    uint64_t step = s->tight ? KC_TIGHT_BATCH : 32;
     while (done_n < count && done_bytes < bytes) {
         uint64_t n = 0, n_bytes = 0;
+        uint64_t t0 = kc_mono_ns();
         if (o->dry_run) {
             struct batch b;
             if ((rc = fill_batch(s, &b, o, filtered, count - done_n, bytes - done_bytes, done_n)))
@@ -250,10 +299,15 @@ static int evict(kcache_store *s, const kcache_prune_options *o, int filtered, u
             n_bytes = b.bytes;
             r->evicted += n;
             r->evicted_bytes += n_bytes;
-        } else if ((rc = evict_batch(s, o, filtered, count - done_n, bytes - done_bytes, &n,
-                                     &n_bytes, r))) {
+        } else if ((rc = evict_batch(s, o, filtered, KC_MIN(count - done_n, step),
+                                     bytes - done_bytes, &n, &n_bytes, r))) {
             break;
         }
+        uint64_t took = kc_mono_ns() - t0;
+        if (!s->tight && took < KC_HOLD_NS / 4 && step < KC_EVICT_BATCH)
+            step *= 2;
+        else if (took > KC_HOLD_NS && step > 1)
+            step /= 2;
         if (n == 0)
             break;
         done_n += n;
@@ -458,9 +512,25 @@ int kc_prune_locked(kcache_store *s, const kcache_prune_options *o, kcache_prune
         snprintf(sql, sizeof(sql), "PRAGMA cache_size = -%d", KC_PRUNE_CACHE_KIB);
         sqlite3_exec(s->db.conn, sql, NULL, NULL, NULL); /* only a speed-up: no message */
     }
+    /*
+     * SQLite as distributions build it zeroes every freed page (secure_delete
+     * on), which writes each evicted artifact's pages to the WAL once more: a
+     * full disk's 32-entry step of 64 KiB entries needed over 1 MiB of WAL,
+     * 73 KiB with FAST, which zeroes only what costs no extra write.
+     */
+    int src;
+    int secure = (int)query_int(s, "PRAGMA secure_delete", &src);
+    if (!src && !o->dry_run)
+        sqlite3_exec(s->db.conn, "PRAGMA secure_delete = FAST", NULL, NULL, NULL);
     int prc = prune_locked(s, o, r);
-    if (!rc && !o->dry_run) {
+    if (!s->db.conn || o->dry_run)
+        return prc; /* a recovery that could not reopen leaves no connection to restore */
+    if (!rc) {
         snprintf(sql, sizeof(sql), "PRAGMA cache_size = %lld", (long long)cache);
+        sqlite3_exec(s->db.conn, sql, NULL, NULL, NULL);
+    }
+    if (!src) {
+        snprintf(sql, sizeof(sql), "PRAGMA secure_delete = %d", secure);
         sqlite3_exec(s->db.conn, sql, NULL, NULL, NULL);
     }
     return prc;
@@ -503,9 +573,16 @@ KCACHE_API int kcache_store_prune(kcache_prune_result *out, kcache_store *store,
     int rc;
     KC_WITH_RECOVERY(store, rc, kc_prune_locked(store, options, out ? out : &ignored));
     /*
-     * Evicting writes too (to the WAL, then the file): on a disk that is full
-     * to the last byte, "lower the cap" cannot be done until there is room.
+     * Evicting writes too (to the WAL, then the file): on a disk full to the
+     * last byte, the store gives up its reserve (db.h) and prunes again in
+     * steps small enough to fit in it, the WAL emptied between them.
      */
+    if (rc == KCACHE_EFULL && !options->dry_run) {
+        kc_db_reserve_release(&store->db);
+        store->tight = 1;
+        KC_WITH_RECOVERY(store, rc, kc_prune_locked(store, options, out ? out : &ignored));
+        store->tight = 0;
+    }
     if (rc == KCACHE_EFULL)
         kc_err(store, rc, "disk full while evicting from %s: recording an eviction needs free "
                "space too; free some on that disk (a few MiB), then prune again", store->db.path);
@@ -513,13 +590,27 @@ KCACHE_API int kcache_store_prune(kcache_prune_result *out, kcache_store *store,
     return rc;
 }
 
+/*
+ * A file with incremental auto_vacuum (every file kcache made since it
+ * existed) hands its free pages back in steps (kc_vacuum_steps): a VACUUM
+ * rewrites the whole file in one transaction and held the write lock for
+ * seconds (4.9 s on a busy cache) while every other writer waited. Only a
+ * file without it is rebuilt, once, which turns it on.
+ */
 static int vacuum_locked(kcache_store *s)
 {
     int rc = kc_flush_locked(s, 1);
-    if (!rc)
+    char why[KC_ERRMSG_SIZE];
+    /* What a rebuild would have found on its way through every page (read, no lock held):
+     * a damaged file is set aside and begun anew (KC_WITH_RECOVERY), nothing left to rm. */
+    if (!rc && kc_db_quick_check(&s->db, why, sizeof(why)) == 0)
+        return kc_db_err(&s->db, KCACHE_ECORRUPT, "%s is damaged: %s", s->db.path, why);
+    if (!rc && query_int(s, "PRAGMA auto_vacuum", &rc) == 2 && !rc)
+        rc = kc_vacuum_steps(s);
+    else if (!rc)
         rc = kc_db_exec(&s->db, "VACUUM", "compacting the database");
     if (!rc)
-        sqlite3_wal_checkpoint_v2(s->db.conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+        kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
     return rc;
 }
 
@@ -547,6 +638,9 @@ KCACHE_API int kcache_store_clear(kcache_store *store)
     if (!store)
         return KCACHE_EINVAL;
     pthread_mutex_lock(&store->lock);
+    /* Freed pages not zeroed one by one (kc_prune_locked() says why): the lock is held less. */
+    if (store->db.conn)
+        sqlite3_exec(store->db.conn, "PRAGMA secure_delete = FAST", NULL, NULL, NULL);
     /* Every table of entries, and the totals (cascade.c: no triggers). Leases
      * too: a row of one that a lost -shm left broken would otherwise stay for good. */
     int rc = kc_db_classify_failure(&store->db, kc_db_write_sql(&store->db,
@@ -568,6 +662,10 @@ KCACHE_API int kcache_store_clear(kcache_store *store)
         rc = KCACHE_ECORRUPT;
     if (rc == KCACHE_ECORRUPT && !(rc = kc_db_replace(&store->db, why)))
         store->pending_corrupt++;
+    /* No room for the deletes' WAL: the file is kcache's own, removed and begun anew. */
+    if (rc == KCACHE_EFULL && !(rc = kc_db_start_over(&store->db)))
+        kc_log(store, KCACHE_LOG_INFO, "%s had no room to record deletes; removed it and "
+               "started an empty cache", store->db.path);
     if (!rc) {
         store->n_touches = 0;
         rc = release_space(store);

@@ -18,7 +18,7 @@
 
 #include "store/storeint.h"
 
-/* Entries per transaction: other writers wait for the lock meanwhile. */
+/* Entries per transaction at most; fewer when they take longer than KC_HOLD_NS. */
 #define KC_RECOMPRESS_BATCH 64
 
 /*
@@ -203,11 +203,17 @@ static int recompress_batch(kcache_store *s, int target, size_t batch, int64_t *
         sqlite3_bind_int64(q, 3, from);
         sqlite3_bind_int64(q, 4, (sqlite3_int64)batch);
     }
+    uint64_t t0 = kc_mono_ns();
     while (!rc && src == SQLITE_OK && (src = sqlite3_step(q)) == SQLITE_ROW) {
+        uint64_t row_t0 = kc_mono_ns();
         *last = sqlite3_column_int64(q, 0);
         (*n)++;
         rc = recompress_row(s, q, target, enc, r);
         src = SQLITE_OK;
+        /* The rest in the next transaction once another row as long would pass KC_HOLD_NS. */
+        uint64_t now = kc_mono_ns();
+        if (2 * now - t0 - row_t0 > KC_HOLD_NS)
+            break;
     }
     sqlite3_finalize(q);
     if (!rc && src != SQLITE_DONE && src != SQLITE_OK)
@@ -287,7 +293,7 @@ static int recompress(kcache_store *s, const kcache_recompress_options *o,
     if (r->stored_after < r->stored_before) {
         pthread_mutex_lock(&s->lock);
         if (s->db.conn)
-            sqlite3_wal_checkpoint_v2(s->db.conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+            kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
         kc_unlock(s);
     }
     return 0;

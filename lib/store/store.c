@@ -102,8 +102,15 @@ KCACHE_API void kcache_store_close(kcache_store *store)
         return;
     pthread_mutex_lock(&store->lock);
     if (store->db.conn) {
-        if (kc_record_locked(store, 1) == KCACHE_EFULL &&
-            (store->pending_failures || store->pending_corrupt)) {
+        int rc = kc_record_locked(store, 1);
+        if (rc == KCACHE_EBUSY && store->pending_failures) {
+            /*
+             * The lock another process held kept this compile's entry out,
+             * and now its count too: kept in PATH-lock (db/alone.c) for the
+             * next flush, so that stats counts every kernel returned uncached.
+             */
+            kc_spill_add(&store->db, store->pending_failures);
+        } else if (rc == KCACHE_EFULL && (store->pending_failures || store->pending_corrupt)) {
             /*
              * A full disk took the store's failure, and the flush that would
              * count it found no room either: stats would say 0 failures after

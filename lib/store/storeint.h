@@ -87,6 +87,7 @@ struct kcache_store {
     int64_t last_use_ms; /* the latest time of use this handle stamped (kc_use_ms) */
     int hitlog_skip;               /* kc_pending_write leaves PATH-hits alone (touch.c) */
     int get_found_damage;          /* the last get deleted a damaged entry */
+    int tight;                     /* a prune on a full disk: small steps (prune.c) */
     kcache_key other_host_key;     /* the lease of another host this handle waits for, */
     uint64_t other_host_since_ns;  /* and since when (lease.c) */
 };
@@ -141,6 +142,14 @@ int kc_store_open_bundle(kcache_store **out, const char *path, char *errbuf, siz
         }                                                                                          \
     } while (0)
 
+
+/*
+ * How long maintenance (prune, vacuum, recompress, clear, import) holds the
+ * write lock in one transaction before it commits and lets others in: well
+ * under the ~100 ms a user's command may wait on a busy cache, whatever the
+ * size of the work.
+ */
+#define KC_HOLD_NS (UINT64_C(50) * 1000000u)
 
 /* Bails out of a public entry point with KCACHE_EINVAL. */
 #define KC_CHECK_ARG(s, cond)                                                                      \
@@ -299,5 +308,7 @@ int kc_closures_drop_unused(kcache_store *s, const int64_t *ids, size_t n);
 /* prune.c */
 int kc_prune_locked(kcache_store *s, const kcache_prune_options *o, kcache_prune_result *r);
 int kc_maybe_prune_locked(kcache_store *s);
+/* Hands free pages back in transactions of about KC_HOLD_NS each (prune.c). */
+int kc_vacuum_steps(kcache_store *s);
 
 #endif

@@ -19,9 +19,14 @@
 
 /* ---- another database moved over the file under a WAL with frames -------------------- */
 
-static void case_moved_over_wal(int tc)
+/* db's WAL left with frames, then other (a cache of its own, all in its file) moved over db. */
+static kcache_store *frames_then_moved_over(int tc, const char *db, const char *other, int hold)
 {
-    const char *db = in_case(tc, "kcache.db"), *other = in_case(tc, "other.db");
+    /* A cache checkpointed whole, so that the frames after it are only changes to its pages. */
+    kcache_store *s = st_open(db, UINT64_MAX, NULL, NULL);
+    for (unsigned i = 10; i < 10 + (hold ? 3u : 0u); i++)
+        REQUIRE(put_real(s, i, NULL, NULL) == 0);
+    kcache_store_close(s);
     /* The frames of a process killed after its puts: a close would empty the WAL. */
     pid_t pid = fork();
     REQUIRE(pid >= 0);
@@ -34,14 +39,34 @@ static void case_moved_over_wal(int tc)
     }
     int status = 0;
     REQUIRE(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    kcache_store *s = st_open(other, UINT64_MAX, NULL, NULL);
-    REQUIRE(put_real(s, 100, NULL, NULL) == 0);
+    s = st_open(other, UINT64_MAX, NULL, NULL);
+    /* Pages laid out otherwise than db's, so that its frames land on the wrong ones. */
+    for (unsigned i = 100; i < 100 + (hold ? 20u : 1u); i++)
+        REQUIRE(put_real(s, i, NULL, NULL) == 0);
     REQUIRE(kcache_store_vacuum(s) == 0); /* all in the file, no WAL */
     kcache_store_close(s);
+    if (hold) {
+        /* Rebuilt whole (kcache's vacuum only hands pages back), so that no page is where
+         * db's frames expect it. */
+        sqlite3 *raw = NULL;
+        REQUIRE(sqlite3_open(other, &raw) == SQLITE_OK);
+        REQUIRE(sqlite3_exec(raw, "VACUUM", NULL, NULL, NULL) == SQLITE_OK);
+        sqlite3_close(raw);
+    }
+    /* A program that keeps the cache open (the drop-in, a Python process) from before the move. */
+    kcache_store *holder = hold ? st_open(db, UINT64_MAX, NULL, NULL) : NULL;
     char wal[800];
     snprintf(wal, sizeof(wal), "%s-wal", db);
     EXPECT(st_file_size(wal) > 0, "the old WAL should still hold frames");
     REQUIRE(rename(other, db) == 0);
+    return holder;
+}
+
+static void case_moved_over_wal(int tc)
+{
+    const char *db = in_case(tc, "kcache.db"), *other = in_case(tc, "other.db");
+    frames_then_moved_over(tc, db, other, 0);
+    kcache_store *s;
     struct cli_out o;
     if (have_exe()) {
         run_kcache(&o, db, NULL, 60, ARGS("stats"));
@@ -58,6 +83,85 @@ static void case_moved_over_wal(int tc)
     EXPECT(has(s, &k), "entry put after recovery not served");
     kcache_store_close(s);
     EXPECT(st_integrity_ok(db), "integrity");
+}
+
+/*
+ * The same while another process has the cache open: the file alone is sound
+ * and the damage is its foreign WAL, not the shared-memory index the others
+ * map. Every compile used to be "uncached" (blaming the index) for as long
+ * as that process lived.
+ */
+static void case_moved_over_wal_in_use(int tc)
+{
+    const char *db = in_case(tc, "kcache.db"), *other = in_case(tc, "other.db");
+    kcache_store *holder = frames_then_moved_over(tc, db, other, 1);
+    kcache_store *s = st_open(db, UINT64_MAX, NULL, NULL);
+    int rc = put_real(s, 200, NULL, NULL);
+    EXPECT(rc == 0, "put beside a process holding the cache: %d %s", rc, kcache_store_errmsg(s));
+    kcache_key k = key_of(200);
+    EXPECT(has(s, &k), "entry put beside a process holding the cache not served");
+    kcache_store_close(s);
+    struct cli_out o;
+    if (have_exe()) {
+        run_kcache(&o, db, NULL, 60, ARGS("verify"));
+        EXPECT(o.rc == 0, "verify exit %d: %s", o.rc, o.err);
+    }
+    kcache_store_close(holder);
+    EXPECT(st_integrity_ok(db), "integrity");
+}
+
+/* ---- killed while the cache is first created ------------------------------------------ */
+
+/*
+ * A new cache's first open killed at a random moment of its creation, 40
+ * times: whatever is left, every read-only verb works and says nothing
+ * misleading, and the next writer stores. A creation that wrote its schema
+ * with a rollback journal before switching to WAL left a hot journal that
+ * read-only opens cannot roll back ("is read-only").
+ */
+static void case_killed_while_creating(int tc)
+{
+    if (!exe_or_skip(tc))
+        return;
+    /* How long a creation takes here, so that the kills fall across all of it. */
+    double t0 = st_now();
+    kcache_store *s = st_open(in_case(tc, "timed.db"), UINT64_MAX, NULL, NULL);
+    double create_us = (st_now() - t0) * 1e6;
+    kcache_store_close(s);
+    srand(4242);
+    unsigned failed = 0;
+    for (unsigned round = 0; round < 40; round++) {
+        char name[64];
+        snprintf(name, sizeof(name), "k%u.db", round);
+        const char *db = in_case(tc, name);
+        pid_t pid = fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0) {
+            kcache_store *c = st_open(db, UINT64_MAX, NULL, NULL);
+            put_real(c, 1, NULL, NULL);
+            kcache_store_close(c);
+            _exit(0);
+        }
+        usleep((useconds_t)(create_us * 1.5 * rand() / RAND_MAX));
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        static const char *const verbs[] = {"stats", "ls", "verify"};
+        for (int v = 0; v < 3; v++) {
+            struct cli_out o;
+            run_kcache(&o, db, NULL, 60, ARGS(verbs[v]));
+            if (o.rc != 0 || strstr(o.err, "read-only") || strstr(o.err, "damaged")) {
+                if (failed++ < 5)
+                    EXPECT(0, "round %u: %s exit %d: %s", round, verbs[v], o.rc, o.err);
+            }
+        }
+        s = st_open(db, UINT64_MAX, NULL, NULL);
+        int rc = put_real(s, 2, NULL, NULL);
+        kcache_key k = key_of(2);
+        EXPECT(rc == 0 && has(s, &k), "round %u: put after the kill: %d %s", round, rc,
+               kcache_store_errmsg(s));
+        kcache_store_close(s);
+    }
+    EXPECT(failed == 0, "%u read-only commands of 120 failed after a kill during creation", failed);
 }
 
 /* ---- corrupt after open: clear and vacuum replace it --------------------------------- */
@@ -507,6 +611,8 @@ static void case_private_clone(int tc)
 
 static const struct test_case cases[] = {
     {"moved-over-wal", case_moved_over_wal},
+    {"moved-over-wal-in-use", case_moved_over_wal_in_use},
+    {"killed-while-creating", case_killed_while_creating},
     {"damaged-pages", case_damaged_pages},
     {"other-users-cache", case_other_users_cache},
     {"symlinked-database", case_symlinked_database},
