@@ -172,7 +172,6 @@ size_t cli_utf8_len(const unsigned char *p);
  * Whether a size typed on the command line is a bare number other than 0:
  * "5" would be 5 bytes, which nobody means; the caller asks "5G?".
  */
-int cli_bare_size(const char *value);
 
 /* --checksum-file FILE: BLAKE2b-256 of the file in hex, as kcache digests artifacts. */
 int cli_checksum_file(const char *path);

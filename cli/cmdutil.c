@@ -54,7 +54,7 @@ int cli_config_load(kcache_config **out)
         if (cli_globals.max_size == UINT64_MAX)
             snprintf(size, sizeof(size), "none");
         else
-            snprintf(size, sizeof(size), "%llu", (unsigned long long)cli_globals.max_size);
+            snprintf(size, sizeof(size), "%lluB", (unsigned long long)cli_globals.max_size);
         o[n++] = (kcache_config_override){"max_size", size};
     }
     if (kcache_config_load(out, o, n, err, sizeof(err)))
@@ -201,12 +201,6 @@ int cli_write_output(const char *path, const void *data, size_t size, char *err,
         return -1;
     }
     return 0;
-}
-
-int cli_bare_size(const char *value)
-{
-    return *value && strspn(value, "0123456789") == strlen(value) &&
-           strspn(value, "0") != strlen(value);
 }
 
 /*

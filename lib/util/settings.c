@@ -105,10 +105,8 @@ static int check_size(const char *v)
 
 static int parse_ms(unsigned *out, const char *v)
 {
-    char *end;
-    errno = 0;
-    unsigned long n = strtoul(v, &end, 10);
-    if (errno || end == v || *end || v[0] == '-' || n == 0 || n > 3600000)
+    uint64_t n;
+    if (kcache_parse_count(&n, v, 1, 3600000))
         return KCACHE_EINVAL;
     *out = (unsigned)n;
     return 0;
@@ -158,7 +156,8 @@ struct value_kind {
 
 static const struct value_kind as_directory = {NULL, "a directory"};
 static const struct value_kind as_file = {NULL, "a file"};
-static const struct value_kind as_size = {check_size, "a size such as 2G or 512M, or 0 for no cap"};
+static const struct value_kind as_size = {check_size, "a size such as 2G or 512M (a bare number "
+                                                     "is GiB), or 0 or none for no cap"};
 static const struct value_kind as_ms = {check_ms, "milliseconds from 1 to 3600000"};
 static const struct value_kind as_bool = {check_bool, "true or false"};
 static const struct value_kind as_redis_url = {check_remote,
@@ -452,7 +451,7 @@ KCACHE_API int kcache_config_load(kcache_config **out, const kcache_config_overr
             return kc_fmt(err, err_size, KCACHE_EINVAL, "no setting '%s'",
                           overrides[k].name ? overrides[k].name : "(null)");
         if (invalid(i, overrides[k].value))
-            return kc_fmt(err, err_size, KCACHE_EINVAL, "%s '%s': expected %s", defs[i].name,
+            return kc_fmt(err, err_size, KCACHE_EINVAL, "%s: '%s' is not %s", defs[i].name,
                           overrides[k].value, defs[i].kind->expect);
         flag[i] = overrides[k].value;
     }
@@ -654,7 +653,7 @@ KCACHE_API int kcache_config_set(kcache_config *config, const char *name, const 
                       "'%s' cannot be kept in the config file: set %s or use --%s", name,
                       defs[i].env, name);
     if (value && (strchr(value, '\n') || invalid(i, value)))
-        return kc_fmt(err, err_size, KCACHE_EINVAL, "%s '%s': expected %s", name, value,
+        return kc_fmt(err, err_size, KCACHE_EINVAL, "%s: '%s' is not %s", name, value,
                       defs[i].kind->expect);
 
     /* Keep every other line (comments included) as it was; replace or drop ours. */
@@ -787,7 +786,7 @@ int kc_config_max_size_at(uint64_t *out, uint64_t explicit_size, const char *db_
     int rc = raw_value(&r, SET_MAX_SIZE, NULL, db_path, err, err_size);
     if (!rc && r.v && kcache_parse_max_size(out, r.v) != 0)
         rc = refuse(&r, SET_MAX_SIZE, "a size: use a number with K, M or G, such as 2G "
-                    "(0 or none: no cap)", err, err_size);
+                    "(a bare number is GiB; 0 or none: no cap)", err, err_size);
     free(r.owned);
     return rc;
 }

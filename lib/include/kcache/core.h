@@ -128,8 +128,12 @@ KCACHE_API int kcache_key_parse(kcache_key *out, const char *hex);
  * own flags) accepts exactly the spellings the library's settings accept,
  * rather than each writing its own parser.
  *
- * Parses a size such as "512K", "2G", "1.5GiB", "300MB" or "4096" into bytes.
- * Units are binary (K = KiB = 1024); "B" alone and no suffix mean bytes.
+ * Every number goes through one of these: digits first (no sign, no "0x", no
+ * exponent, no "nan"), range-checked, the result untouched on error.
+ *
+ * Parses a size such as "512K", "2G", "1.5GiB", "300MB" or "4096B" into bytes.
+ * Units are binary (K = KiB = 1024); "B" means bytes and a bare number GiB,
+ * as in ccache ("5" is 5 GiB).
  * Returns 0, or KCACHE_EINVAL for anything else (negative, overflow, junk).
  */
 KCACHE_API int kcache_parse_size(uint64_t *out, const char *text);
@@ -141,11 +145,20 @@ KCACHE_API int kcache_parse_size(uint64_t *out, const char *text);
  */
 KCACHE_API int kcache_parse_max_size(uint64_t *out, const char *text);
 
+/* The longest age kcache_parse_age() takes, in seconds: 1000 years. */
+#define KCACHE_AGE_MAX (UINT64_C(1000) * 366 * 86400)
+
 /*
- * Parses an age such as "30d", "12h", "90m", "45s" or "2w" into seconds.
- * Returns 0, or KCACHE_EINVAL.
+ * Parses an age such as "30d", "12h", "90m", "45s" or "2w" into seconds, at
+ * most KCACHE_AGE_MAX. Returns 0, or KCACHE_EINVAL.
  */
 KCACHE_API int kcache_parse_age(uint64_t *out, const char *text);
+
+/*
+ * Parses a count (entries, jobs, a batch, milliseconds): decimal digits only,
+ * from min to max inclusive. Returns 0, or KCACHE_EINVAL.
+ */
+KCACHE_API int kcache_parse_count(uint64_t *out, const char *text, uint64_t min, uint64_t max);
 
 /*
  * Formats bytes in binary units ("1.5 MiB", "512 B") into buf, NUL-terminated
