@@ -31,6 +31,8 @@ int cli_error(const char *fmt, ...) CLI_PRINTF(1, 2);
 int cli_usage_error(const char *verb, const char *fmt, ...) CLI_PRINTF(2, 3);
 /* "kcache: warning: message" on stderr. */
 void cli_warn(const char *fmt, ...) CLI_PRINTF(1, 2);
+/* cli_warn() of a message not printed before in this process (the store's log included). */
+void cli_warn_once(const char *message);
 
 /* The log callback the CLI gives the library: warnings to stderr. */
 void cli_log(void *userdata, int level, const char *message);

@@ -59,6 +59,8 @@ int cli_config_load(kcache_config **out)
     }
     if (kcache_config_load(out, o, n, err, sizeof(err)))
         return cli_error("%s", err);
+    for (size_t i = 0; kcache_config_ignored(*out, i); i++)
+        cli_warn_once(kcache_config_ignored(*out, i));
     return CLI_OK;
 }
 

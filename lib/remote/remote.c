@@ -105,7 +105,7 @@ KCACHE_API int kcache_remote_open(kcache_remote **out, kcache_store *store, cons
     int rc;
     if ((rc = setting(value, sizeof(value), "remote", url, db_path, msg, msg_size)))
         return rc;
-    if (!value[0])
+    if (!value[0] || !strcmp(value, "none"))
         return kc_fmt(msg, msg_size, KCACHE_ENOTFOUND,
                       "no remote set: give --remote redis://host:port, set KCACHE_REMOTE, "
                       "or run kcache config remote redis://host:port");
