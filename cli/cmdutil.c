@@ -179,30 +179,9 @@ int cli_write_output(const char *path, const void *data, size_t size, char *err,
     }
     if (already_there(path, data, size))
         return 0;
-    char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s.tmp-%ld", path, (long)getpid());
-    /* Never through something planted at the temporary name. */
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        snprintf(err, err_size, "cannot write %s: %s", path, strerror(errno));
-        return -1;
-    }
-    int bad = write_all(fd, data, size) != 0;
-    int saved = errno;
-    if (close(fd) != 0 && !bad) {
-        bad = 1;
-        saved = errno;
-    }
-    if (!bad && rename(tmp, path) != 0) {
-        bad = 1;
-        saved = errno;
-    }
-    if (bad) {
-        snprintf(err, err_size, "cannot write %s: %s", path, strerror(saved));
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
+    /* Never through a link planted at the name or the temporary one; the directory
+     * another user could change is refused (kcache_file_write()). */
+    return kcache_file_write(path, data, size, 0666, 0, err, err_size) ? -1 : 0;
 }
 
 /*

@@ -755,49 +755,21 @@ static int mkdirs(char *dir)
     return mkdir(dir, 0700) && errno != EEXIST ? -1 : 0;
 }
 
-/* Writes text to file through a temporary file and a rename. */
+/* Writes text to file through a temporary file and a rename (kcache_file_write()). */
 static int replace_file(const char *file, const char *text, size_t n, char *err, size_t err_size)
 {
+    char *dir = kc_strdup(file);
+    if (!dir)
+        return kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
     int rc = 0;
-    size_t tn = strlen(file) + 32;
-    char *dir = kc_strdup(file), *tmp = kc_malloc(tn);
-    if (!dir || !tmp) {
-        rc = kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
-        goto out;
-    }
-    snprintf(tmp, tn, "%s.tmp-%ld", file, (long)getpid());
     char *slash = strrchr(dir, '/');
     if (slash && slash != dir) {
         *slash = '\0';
-        if (mkdirs(dir)) {
+        if (mkdirs(dir))
             rc = kc_fmt(err, err_size, KCACHE_EIO, "cannot create %s: %s", dir, strerror(errno));
-            goto out;
-        }
     }
-    /* Never through something planted at the temporary name: a symlink there would
-     * have this write truncate and fill whatever file it points to. */
-    unlink(tmp);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        rc = kc_fmt(err, err_size, KCACHE_EIO, "cannot write %s: %s", tmp, strerror(errno));
-        goto out;
-    }
-    ssize_t w = n ? write(fd, text, n) : 0;
-    int bad = w < 0 || (size_t)w != n || fsync(fd) != 0;
-    int saved = errno;
-    if (close(fd) != 0 && !bad) {
-        bad = 1;
-        saved = errno;
-    }
-    if (bad || rename(tmp, file) != 0) {
-        rc = kc_fmt(err, err_size, saved == ENOSPC ? KCACHE_EFULL : KCACHE_EIO,
-                    "cannot write %s: %s", file, strerror(bad ? saved : errno));
-        unlink(tmp);
-    }
-out:
-    free(tmp);
     free(dir);
-    return rc;
+    return rc ? rc : kcache_file_write(file, text, n, 0600, KCACHE_FILE_SYNC, err, err_size);
 }
 
 KCACHE_API const char *kcache_config_errmsg(const kcache_config *config)

@@ -145,6 +145,32 @@ KCACHE_API int kcache_parse_size(uint64_t *out, const char *text);
  */
 KCACHE_API int kcache_parse_max_size(uint64_t *out, const char *text);
 
+/*
+ * Files as kcache creates them, for every front end that writes one (an
+ * export, an output): never through a link, never in a directory another
+ * user could change.
+ *
+ * Whether dir may hold a file kcache creates: it is the user's or root's and
+ * writable by nobody else, or sticky (as /tmp); a symbolic link to it counts
+ * only when the user or root made it. Returns 0, or KCACHE_EIO with a
+ * one-line message in err saying which and what to do.
+ */
+KCACHE_API int kcache_dir_check(const char *dir, char *err, size_t err_size);
+
+/* kcache_file_write(): fsync the file before it is renamed into place. */
+#define KCACHE_FILE_SYNC 1u
+
+/*
+ * Writes size bytes to path whole: a new file beside it under a fresh name,
+ * created with O_EXCL|O_NOFOLLOW with mode (less the umask), renamed over
+ * path; in a directory kcache_dir_check() accepts. A link at path is
+ * replaced, never followed. flags: 0 or KCACHE_FILE_SYNC. Returns 0, or
+ * KCACHE_EIO, KCACHE_EFULL (no space) or KCACHE_EINVAL with a one-line
+ * message in err.
+ */
+KCACHE_API int kcache_file_write(const char *path, const void *data, size_t size, unsigned mode,
+                                 unsigned flags, char *err, size_t err_size);
+
 /* The longest age kcache_parse_age() takes, in seconds: 1000 years. */
 #define KCACHE_AGE_MAX (UINT64_C(1000) * 366 * 86400)
 
