@@ -259,6 +259,10 @@ static int config_verb(int argc, char **argv)
             for (size_t i = 0; i < kcache_config_count(cfg); i++)
                 json_setting(&j, kcache_config_setting(cfg, i));
             cli_json_array_end(&j);
+            cli_json_array_begin(&j, "ignored");
+            for (size_t i = 0; kcache_config_ignored(cfg, i); i++)
+                cli_json_string(&j, NULL, kcache_config_ignored(cfg, i));
+            cli_json_array_end(&j);
             cli_json_object_end(&j);
         }
         cli_json_finish(&j);

@@ -99,6 +99,9 @@ def test_other_users_file_in_shared_cache_ignored(root):
         check(conf in err and "is ignored" in err and "uid %d" % a[0] in err,
               "the warning names the file and whose it is: %r" % err)
         check(err.count("is ignored") == 1, "said once: %r" % err)
+        ignored = json.loads(out)["ignored"]
+        check(len(ignored) == 1 and ignored[0].startswith(conf + " is ignored"),
+              "config --json lists it: %s" % ignored)
         # B's entries are not evicted by A's 1K cap.
         made = Cache(root, "made")
         made.fill(3)
