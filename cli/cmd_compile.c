@@ -53,6 +53,8 @@ static const char usage_text[] =
     "      --remote URL        share through Redis: redis://[user:password@]host:port[/db]\n"
     "                          (else KCACHE_REMOTE or remote in kcache.conf)\n"
     "      --refresh           compile even on a hit, and replace the entry\n"
+    "      --require-hit       fail what the cache cannot serve, compiling nothing\n"
+    "                          (KCACHE_REQUIRE_HIT, require_hit in kcache.conf)\n"
     "      --json              one JSON document on stdout (see kcache-json(7))\n"
     "  -q, --quiet             no per-item lines (errors and logs still shown)\n"
     "  -h, --help              this text\n"
@@ -212,11 +214,19 @@ static const char *reason(const struct item *it)
 
 /*
  * NVRTC says only "NVRTC_ERROR_COMPILATION" or "_INVALID_OPTION"; the log says
- * what is wrong. The row gets the log's first error line.
+ * what is wrong. The row gets the log's first error line: the library's
+ * message for a compile that failed (with a hint where it has one), else the
+ * log's own.
  */
 static void log_reason(struct item *it)
 {
-    const char *log = it->result ? it->result->log : NULL;
+    const kcache_result *r = it->result;
+    const char *log = r ? r->log : NULL;
+    if ((it->rc == KCACHE_ECOMPILE || it->rc == KCACHE_EINVAL) && r && r->message[0] &&
+        !strstr(r->message, "did not compile (see the log)")) {
+        snprintf(it->message, sizeof(it->message), "%s", r->message);
+        return;
+    }
     for (const char *line = log; line && *line;) {
         const char *end = strchr(line, '\n');
         size_t n = end ? (size_t)(end - line) : strlen(line);
@@ -289,22 +299,27 @@ static void print_row(const struct job *job, const struct item *it)
     const char *where = o == OUT_ERROR ? reason(it)
                         : it->output[0] ? it->output
                         : r && r->remote_hit ? "cache (from the remote)"
-                        : cached(it) ? "cache" : "-";
+                        : cached(it) ? "cache"
+                        /* No warning says why for a cache that is off: the row does. */
+                        : r && r->store_status == KCACHE_EDISABLED && r->store_message[0]
+                            ? r->store_message
+                            : "-";
     printf("%-8s  %-*s  %-*s  %-12.12s  %10s  %s\n", outcome_names[o], job->arch_w,
            r && r->arch && r->arch[0] ? r->arch : it->arch, job->file_w, it->unit->source,
            hex, r ? cli_format_duration(t, sizeof(t), r->elapsed_ns) : "-",
            where);
 }
 
-/* Whether the log says nothing more than the row's reason (its one line). */
+/* Whether the log says nothing more than the row's reason (its one line, at its end). */
 static int log_is_reason(const struct item *it)
 {
     const char *log = it->result ? it->result->log : NULL;
     size_t n = log ? strlen(log) : 0;
     while (n && (log[n - 1] == '\n' || log[n - 1] == ' '))
         n--;
-    return n && outcome_of(it) == OUT_ERROR && strlen(it->message) == n &&
-           !strncmp(log, it->message, n);
+    size_t m = strlen(it->message);
+    /* The row may say more around it ("NVRTC refused an option: LOG"). */
+    return n && outcome_of(it) == OUT_ERROR && m >= n && !strncmp(log, it->message + m - n, n);
 }
 
 /*

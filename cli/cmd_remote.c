@@ -103,7 +103,9 @@ static int transfer(kcache_remote *remote, int pull, const kcache_filter *f, int
         cli_json_object_end(&j);
         cli_json_finish(&j);
     } else {
-        printf("%s %llu entries (%s)", pull ? "Pulled" : "Pushed", (unsigned long long)t.entries,
+        char n[64];
+        printf("%s %s (%s)", pull ? "Pulled" : "Pushed",
+               cli_plural(n, sizeof(n), t.entries, "entry", "entries"),
                kcache_format_size(a, sizeof(a), t.bytes));
         if (pull)
             printf(", %llu already here, %llu rejected by the checks",

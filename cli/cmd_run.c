@@ -3,9 +3,10 @@
  * every NVRTC compile it makes goes through the cache, without changing it.
  *
  * The drop-in goes in by LD_PRELOAD. It finds the real NVRTC itself, in the
- * program, as the program's loader would (its RUNPATH, which cannot be seen
- * from here: lib/nvrtc-shim/real.c). Without -v the program replaces kcache
- * (exec): same pid, same signals, same exit status.
+ * program: the path the program dlopen()s after its own search, else as the
+ * program's loader would (its RUNPATH, which cannot be seen from here:
+ * lib/nvrtc-shim/real.c). Without -v the program replaces kcache (exec): same
+ * pid, same signals, same exit status.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -39,8 +40,9 @@ static const char usage_text[] =
     "when it can be, and compiled by NVIDIA's NVRTC and stored when not. What the\n"
     "program sees is what NVRTC gives. KCACHE_DISABLE=1 turns the cache off.\n"
     "\n"
-    "  -v, --verbose  at exit, one line per process on stderr: hits, misses and the\n"
-    "                 compiles not cached, by reason\n"
+    "  -v, --verbose  at exit, one line per process on stderr: hits, misses, the\n"
+    "                 compiles not cached by reason, and the NVIDIA NVRTC it forwarded\n"
+    "                 to (nvrtc-path)\n"
     "      --print-shim  print the drop-in's path and exit, for setting LD_PRELOAD by\n"
     "                 hand: LD_PRELOAD=$(kcache run --print-shim) COMMAND\n"
     "  -h, --help     this text\n";

@@ -46,7 +46,8 @@ static const char usage_text[] =
     "entries found and store failures; with a remote (or its counters), the shared\n"
     "tier's hits, misses, pushes, errors, bytes and time saved.\n"
     "\n"
-    "  -z, --zero   zero the counters after showing them (entries stay)\n"
+    "  -z, --zero   zero the counters after showing them (entries stay); with\n"
+    "               --namespace, that namespace's hits and misses only\n"
     "      --namespace NS  only what callers stored under their own keys in NS\n"
     "               (cuda.core, triton, ...): entries, sizes, hits and misses\n"
     "      --json   machine-readable output (see kcache-json(7))\n"
@@ -161,10 +162,10 @@ static void print_human(const kcache_stats *st, const char *path, const struct r
     printf("Misses:              %10llu / %10llu (%6.2f %%)\n", (unsigned long long)st->misses,
            (unsigned long long)lookups, percent(st->misses, lookups));
     /* Errors and uncacheable compiles are not lookups: counted apart. */
-    printf("Errors:              %10llu   (failed compiles: NVRTC said no)\n",
+    printf("Errors:              %10llu   (failed compiles: the source did not compile)\n",
            (unsigned long long)errors);
-    printf("Bad requests:        %10llu   (no compile: a source not found, an unknown "
-           "architecture...)\n", (unsigned long long)request_errors);
+    printf("Bad requests:        %10llu   (a source not found, an unknown architecture or "
+           "option)\n", (unsigned long long)request_errors);
     printf("Compile time saved:  %10s\n", cli_format_duration(a, sizeof(a), st->saved_ns));
     /* A drop-in compile to sm_XX keeps a CUBIN and its PTX: two entries, one lookup. */
     printf("Entries:             %10llu   (%llu cubin, %llu ptx, %llu ltoir",
@@ -252,10 +253,11 @@ static int no_cache(int json)
 }
 
 /* One namespace: what callers stored under their own keys in it. */
-static int namespace_stats(const char *ns, int json)
+/* One namespace's stats; zero: then zero its counters (after showing them). */
+static int namespace_stats(const char *ns, int json, int zero)
 {
     kcache_store *store;
-    if (cli_open_existing(&store, 1))
+    if (cli_open_existing(&store, !zero))
         return CLI_FAIL;
     kcache_namespace_stats st = KCACHE_NAMESPACE_STATS_INIT;
     if (store && kcache_store_namespace_stats(&st, store, ns)) {
@@ -284,6 +286,13 @@ static int namespace_stats(const char *ns, int json)
                (unsigned long long)st.misses, percent(st.hits, st.hits + st.misses));
     }
     int had_cache = store != NULL;
+    if (zero && store && kcache_store_zero_namespace_stats(store, ns)) {
+        cli_error("%s", kcache_store_errmsg(store));
+        kcache_store_close(store);
+        return CLI_FAIL;
+    }
+    if (zero && store && !json)
+        printf("Counters of namespace %s zeroed.\n", ns);
     kcache_store_close(store);
     return had_cache ? CLI_OK : cli_no_cache(NULL);
 }
@@ -321,10 +330,7 @@ int cmd_stats(int argc, char **argv)
         kcache_kind kind = 0;
         if (cli_namespace_filter(&arch, &kind, "stats", ns))
             return CLI_USAGE;
-        if (zero)
-            return cli_usage_error("stats", "--zero zeroes every counter: give it without "
-                                            "--namespace");
-        return namespace_stats(ns, json);
+        return namespace_stats(ns, json, zero);
     }
     kcache_store *store;
     /* Reading stats creates nothing; only -z writes. */

@@ -10,13 +10,15 @@
 #include "cli.h"
 
 static const char usage_text[] =
-    "usage: kcache verify [--recompile [N]] [--json]\n"
+    "usage: kcache verify [--fix] [--recompile [N]] [--json]\n"
     "\n"
     "Runs SQLite's integrity check on the cache and reads every entry with its\n"
     "inputs, checking their digests (hits are not counted). Reports each damaged\n"
     "entry and exits 1 when anything is wrong. The cache is only read: a damaged\n"
-    "entry is deleted the next time it is looked up.\n"
+    "entry is deleted the next time it is looked up, or now with --fix.\n"
     "\n"
+    "      --fix            delete the damaged entries (and nothing else); counted\n"
+    "                       in stats' damaged entries. Exits 0 when that was all\n"
     "      --recompile [N]  also rebuild entries (the N most recently used; all\n"
     "                       without N) from their stored source, headers and options\n"
     "                       with this toolchain, and check the bytes are identical;\n"
@@ -179,19 +181,21 @@ static int recompile_entries(kcache_store *store, uint64_t limit, struct verify_
 int cmd_verify(int argc, char **argv)
 {
     static const struct option options[] = {
+        {"fix", no_argument, NULL, 'f'},
         {"recompile", optional_argument, NULL, 'r'},
         {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     struct verify_ctx ctx = {0};
-    int c, recompile = 0;
+    int c, recompile = 0, fix = 0;
     uint64_t limit = 0;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
         switch (c) {
         case 'j': ctx.json = 1; break;
+        case 'f': fix = 1; break;
         case 'r': {
             /* N may follow as --recompile=N or as the next word. */
             const char *n = optarg;
@@ -210,12 +214,13 @@ int cmd_verify(int argc, char **argv)
     if (optind < argc)
         return cli_usage_error("verify", "unexpected argument '%s'", argv[optind]);
     kcache_store *store;
-    if (cli_open_store_to_read(&store))
+    /* Read-only unless asked to fix: a writable store deletes what it finds damaged. */
+    if (cli_open_existing(&store, !fix))
         return CLI_FAIL;
     if (!store) {
         if (ctx.json)
             printf("{\"damaged\": [], \"ok\": true, \"integrity_ok\": true, "
-                   "\"integrity\": \"ok\", \"entries\": 0, \"damaged_entries\": 0, "
+                   "\"integrity\": \"ok\", \"entries\": 0, \"damaged_entries\": 0, \"deleted\": 0, "
                    "\"bytes\": 0}\n");
         return cli_no_cache("nothing to verify");
     }
@@ -230,7 +235,9 @@ int cmd_verify(int argc, char **argv)
     if (ctx.json)
         cli_json_array_end(&ctx.j);
     int rec_rc = !rc && recompile ? recompile_entries(store, limit, &ctx, &rec) : 0;
-    int ok = !rc && !rec_rc && r.integrity_ok && r.damaged == 0 && !rec.different && !rec.failed;
+    /* With --fix, damaged entries found and deleted are what was asked for. */
+    int ok = !rc && !rec_rc && r.integrity_ok && (fix || r.damaged == 0) && !rec.different &&
+             !rec.failed;
     if (ctx.json) {
         if (recompile) {
             cli_json_object_begin(&ctx.j, "recompile");
@@ -250,6 +257,7 @@ int cmd_verify(int argc, char **argv)
         cli_json_string(&ctx.j, "integrity", rc ? kcache_store_errmsg(store) : r.integrity);
         cli_json_uint(&ctx.j, "entries", r.entries);
         cli_json_uint(&ctx.j, "damaged_entries", r.damaged);
+        cli_json_uint(&ctx.j, "deleted", fix ? r.damaged : 0);
         cli_json_uint(&ctx.j, "bytes", r.bytes);
         cli_json_object_end(&ctx.j);
         cli_json_finish(&ctx.j);
@@ -261,7 +269,8 @@ int cmd_verify(int argc, char **argv)
         printf("Integrity check:  %s\n", r.integrity_ok ? "ok" : r.integrity);
         printf("Entries checked:  %llu (%s)\n", (unsigned long long)r.entries,
                kcache_format_size(a, sizeof(a), r.bytes));
-        printf("Damaged entries:  %llu\n", (unsigned long long)r.damaged);
+        printf("Damaged entries:  %llu%s\n", (unsigned long long)r.damaged,
+               fix && r.damaged ? " (deleted)" : "");
         if (recompile) {
             /* "2 entries: 1 identical, 1 skipped (...)": only the parts that happened. */
             const struct {
@@ -293,11 +302,11 @@ int cmd_verify(int argc, char **argv)
             fprintf(stderr, "kcache: the database file is damaged: 'kcache clear' sets it aside "
                             "and starts an empty cache now (the next command that writes does "
                             "the same once no other process has the cache open)\n");
-        else if (r.damaged)
-            fprintf(stderr, "kcache: %llu damaged %s: each is deleted on its next lookup "
-                            "(a miss, then compiled again); 'kcache clear' deletes everything "
-                            "now\n", (unsigned long long)r.damaged,
-                    r.damaged == 1 ? "entry" : "entries");
+        else if (r.damaged && !fix)
+            fprintf(stderr, "kcache: %llu damaged %s: 'kcache verify --fix' deletes %s now "
+                            "(each is also deleted on its next lookup: a miss, then compiled "
+                            "again)\n", (unsigned long long)r.damaged,
+                    r.damaged == 1 ? "entry" : "entries", r.damaged == 1 ? "it" : "them");
     }
     kcache_store_close(store);
     return ok ? CLI_OK : CLI_FAIL;

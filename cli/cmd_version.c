@@ -1,11 +1,13 @@
 /* kcache version: the CLI's and the library's versions. */
 
+#include <string.h>
+
 #include "cli.h"
 
 static const char usage_text[] =
     "usage: kcache version [--json]\n"
     "\n"
-    "Prints the version of kcache and of the library it runs with.\n"
+    "Prints the version of kcache, and of the library it runs with when that differs.\n"
     "\n"
     "      --json   machine-readable output\n"
     "  -h, --help   this text\n";
@@ -27,7 +29,11 @@ int cmd_version(int argc, char **argv)
         cli_json_object_end(&j);
         cli_json_finish(&j);
     } else {
-        printf("kcache %s (library %s)\n", cli_version, kcache_version());
+        /* The library is named only when it is not the one this CLI was built with. */
+        if (strcmp(cli_version, kcache_version()))
+            printf("kcache %s (library %s)\n", cli_version, kcache_version());
+        else
+            printf("kcache %s\n", cli_version);
     }
     return CLI_OK;
 }

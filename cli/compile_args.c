@@ -9,7 +9,7 @@
 #include "compile_args.h"
 
 enum { OPT_STD = 256, OPT_CUBIN, OPT_PTX, OPT_LTOIR, OPT_NAME_EXPR, OPT_EXTRA, OPT_NO_CACHE,
-       OPT_REFRESH, OPT_JSON, OPT_REMOTE, OPT_FROM };
+       OPT_REFRESH, OPT_JSON, OPT_REMOTE, OPT_FROM, OPT_REQUIRE_HIT };
 
 int compile_args_push(const char ***v, size_t *n, const char *s)
 {
@@ -146,6 +146,7 @@ int compile_args_parse(struct compile_args *a, const char *verb, const char *usa
         {"jobs", required_argument, NULL, 'j'},
         {"no-cache", no_argument, NULL, OPT_NO_CACHE},
         {"refresh", no_argument, NULL, OPT_REFRESH},
+        {"require-hit", no_argument, NULL, OPT_REQUIRE_HIT},
         {"json", no_argument, NULL, OPT_JSON},
         {"remote", required_argument, NULL, OPT_REMOTE},
         {"from", required_argument, NULL, OPT_FROM},
@@ -226,6 +227,8 @@ int compile_args_parse(struct compile_args *a, const char *verb, const char *usa
         }
         case OPT_NO_CACHE: a->flags |= KCACHE_COMPILE_NO_CACHE; break;
         case OPT_REFRESH: a->flags |= KCACHE_COMPILE_REFRESH; break;
+        /* The flag wins over the environment and kcache.conf, as every flag does. */
+        case OPT_REQUIRE_HIT: setenv("KCACHE_REQUIRE_HIT", "1", 1); break;
         case OPT_JSON: a->json = 1; break;
         case OPT_FROM: a->from = optarg; break;
         case 'q': a->quiet = 1; break;

@@ -1,4 +1,6 @@
 /* kcache VERB [options]: the dispatch table and the options that come before the verb. */
+#include <assert.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +129,78 @@ static const struct alias *find_alias(const char *a)
     return NULL;
 }
 
+/* Edits (insert, delete, change, swap two neighbours) from a to b; both under 32 bytes. */
+static int edit_distance(const char *a, const char *b)
+{
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    int prev2[32], prev[32], cur[32];
+    assert(la < 32 && lb < 32);
+    for (int j = 0; j <= lb; j++)
+        prev[j] = j;
+    for (int i = 1; i <= la; i++) {
+        cur[0] = i;
+        for (int j = 1; j <= lb; j++) {
+            int best = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            if (prev[j] + 1 < best)
+                best = prev[j] + 1;
+            if (cur[j - 1] + 1 < best)
+                best = cur[j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                prev2[j - 2] + 1 < best)
+                best = prev2[j - 2] + 1;
+            cur[j] = best;
+        }
+        memcpy(prev2, prev, sizeof(prev));
+        memcpy(prev, cur, sizeof(cur));
+    }
+    return prev[lb];
+}
+
+/*
+ * What a user meant by a word that is no verb: a common synonym ("list" for
+ * ls), the same word in other case, or a verb one or two edits away
+ * (Damerau-Levenshtein; one for names of four letters or fewer). NULL: nothing
+ * close enough to name.
+ */
+static const char *nearest_verb(const char *word)
+{
+    static const char *const synonyms[][2] = {
+        {"list", "ls"},        {"status", "stats"},  {"stat", "stats"},
+        {"rm", "clear"},       {"delete", "clear"},  {"purge", "clear"},
+        {"show", "inspect"},   {"info", "inspect"},  {"cat", "get"},
+        {"evict", "prune"},    {"clean", "prune"},   {"cleanup", "prune"},
+        {"check", "verify"},   {"fsck", "verify"},   {"build", "compile"},
+        {"exec", "run"},       {"where", "path"},    {"why", "explain"},
+    };
+    char low[32];
+    size_t n = strlen(word);
+    if (n == 0 || n >= sizeof(low))
+        return NULL;
+    for (size_t i = 0; i <= n; i++)
+        low[i] = (char)tolower((unsigned char)word[i]);
+    for (size_t k = 0; k < sizeof(synonyms) / sizeof(synonyms[0]); k++)
+        if (!strcmp(low, synonyms[k][0]))
+            return synonyms[k][1];
+    const char *best = NULL;
+    int best_d = n <= 4 ? 2 : 3;
+    for (size_t v = 0; v < sizeof(verbs) / sizeof(verbs[0]); v++) {
+        int d = edit_distance(low, verbs[v].name);
+        if (d < best_d) {
+            best_d = d;
+            best = verbs[v].name;
+        }
+    }
+    return best;
+}
+
+static int no_verb(const char *name)
+{
+    const char *meant = nearest_verb(name);
+    if (meant)
+        return cli_usage_error(NULL, "no verb '%s': did you mean '%s'?", name, meant);
+    return cli_usage_error(NULL, "no verb '%s'", name);
+}
+
 static int run_verb(const char *name, int argc, char **argv)
 {
     for (size_t v = 0; v < sizeof(verbs) / sizeof(verbs[0]); v++)
@@ -134,7 +208,7 @@ static int run_verb(const char *name, int argc, char **argv)
             int status = check_config(argc, argv);
             return status >= 0 ? status : verbs[v].fn(argc, argv);
         }
-    return cli_usage_error(NULL, "no verb '%s'", name);
+    return no_verb(name);
 }
 
 /* Runs a ccache option as the verb it stands for. */
@@ -189,10 +263,8 @@ int main(int argc, char **argv)
             usage(stdout);
             return CLI_OK;
         }
-        if (!strcmp(a, "--version")) {
-            printf("kcache %s\n", kcache_version());
-            return CLI_OK;
-        }
+        if (!strcmp(a, "--version"))
+            return cmd_version(1, (char *[]){"version", NULL});
         const struct alias *al = find_alias(a);
         if (al) {
             if (alias)
@@ -277,7 +349,7 @@ int main(int argc, char **argv)
         for (size_t v = 0; v < sizeof(verbs) / sizeof(verbs[0]); v++)
             if (!strcmp(verbs[v].name, argv[i + 1]))
                 return verbs[v].fn(2, help_argv);
-        return cli_usage_error(NULL, "no verb '%s'", argv[i + 1]);
+        return no_verb(argv[i + 1]);
     }
     return run_verb(name, argc - i, argv + i);
 }

@@ -60,8 +60,8 @@ _kcache()
 
     local opts="--help"
     case $verb in
-        compile) opts+=" --arch --std --cubin --ptx --ltoir --name-expr --from --extra-digest --output --jobs --no-cache --refresh --remote --json --quiet" ;;
-        explain) opts+=" --arch --std --cubin --ptx --ltoir --name-expr --from --extra-digest --output --jobs --no-cache --refresh --remote --json --quiet" ;;
+        compile) opts+=" --arch --std --cubin --ptx --ltoir --name-expr --from --extra-digest --output --jobs --no-cache --refresh --require-hit --remote --json --quiet" ;;
+        explain) opts+=" --arch --std --cubin --ptx --ltoir --name-expr --from --extra-digest --output --jobs --no-cache --refresh --require-hit --remote --json --quiet" ;;
         stats) opts+=" --zero --namespace --json" ;;
         ls) opts+=" --arch --kind --namespace --sort --limit --json" ;;
         inspect) opts+=" --log --source --ptx --json" ;;
@@ -69,7 +69,7 @@ _kcache()
         prune) opts+=" --max-size --older-than --arch --kind --namespace --max-entries --dry-run --json" ;;
         export) opts+=" --arch --kind --since --dir --sign --json" ;;
         import) opts+=" --dry-run --require-signature --resolve-conflicts --json" ;;
-        verify) opts+=" --recompile --json" ;;
+        verify) opts+=" --fix --recompile --json" ;;
         config) opts+=" --unset --json" ;;
         recompress) opts+=" --dry-run --show --batch --json" ;;
         remote) opts+=" --remote --arch --since --json" ;;

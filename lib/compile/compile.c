@@ -459,7 +459,7 @@ static int run_caller_step(void *ctx, struct kc_result *r)
         r->pub.log = r->log;
     }
     if (rc == KCACHE_ECOMPILE)
-        return kc_result_fail(r, rc, "%s did not compile (see the log)", s->w->source_name);
+        return kc_result_compile_failed(r, s->w->source_name, s->c->tk.root);
     if (rc)
         return kc_result_fail(r, rc < 0 ? rc : KCACHE_EIO, "the caller's compiler failed (%d)",
                               rc);
@@ -714,5 +714,8 @@ out:
 KCACHE_API int kcache_compiler_compile(kcache_result **out, kcache_compiler *compiler,
                                        const kcache_request *request)
 {
-    return kc_result_run(out, compiler, request, compile_request);
+    const char *name = !request ? NULL
+                       : request->source_name ? request->source_name
+                       : request->source_path ? request->source_path : "kernel.cu";
+    return kc_result_run(out, compiler, request, name, compile_request);
 }

@@ -26,6 +26,8 @@ struct kcache_compiler {
     char remote_message[512]; /* why a remote that is set is not used */
     kcache_log_fn log;
     void *log_userdata;
+    int require_hit;        /* require_hit: what the cache cannot serve fails, uncompiled */
+    int request_log;        /* the log setting's file, open to append; -1: none */
 };
 
 /* A result and everything it points to. */
@@ -46,6 +48,13 @@ struct kc_result {
 
 struct kc_result *kc_result_new(void);
 int kc_result_fail(struct kc_result *r, int code, const char *fmt, ...) KC_PRINTF(3, 4);
+/*
+ * Fails r with KCACHE_ECOMPILE and the log's first error line as its message
+ * (the source's name where the log has none), naming the toolkit's -I
+ * directory when NVRTC could not open a header that lives there.
+ */
+int kc_result_compile_failed(struct kc_result *r, const char *source_name,
+                             const char *toolkit_root);
 void kc_result_store_problem(struct kc_result *r, int status, const char *msg);
 void kc_result_from_entry(struct kc_result *r, kcache_entry *e);
 
@@ -94,7 +103,7 @@ void kc_result_keyed(struct kc_result *r);
 /* A public compile call: kc_result_start(), fn, kc_result_finish(). */
 typedef int (*kc_request_fn)(kcache_compiler *c, const void *request, struct kc_result *r);
 int kc_result_run(kcache_result **out, kcache_compiler *c, const void *request,
-                  kc_request_fn fn);
+                  const char *name, kc_request_fn fn);
 /* Sets the status, the time since t0 and *out; returns rc. */
 int kc_result_finish(struct kc_result *r, int rc, uint64_t t0, kcache_result **out);
 

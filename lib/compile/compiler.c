@@ -4,12 +4,15 @@
  * the step, count the miss, store.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "compile/compileint.h"
 #include "util/settings.h"
@@ -29,6 +32,31 @@ static int disabled(const char *store_path, char *why, size_t why_size)
     int off = kc_config_disabled(path, why, why_size);
     free(path);
     return off;
+}
+
+/*
+ * require_hit and log, from the environment or kcache.conf. The log file is
+ * opened once, to append, never through a symbolic link; one that cannot be
+ * opened is said once, to the log callback, and costs no compile.
+ */
+static void request_settings(kcache_compiler *c, const char *store_path)
+{
+    char *path = NULL, text[PATH_MAX], why[256];
+    c->request_log = -1;
+    if (kc_config_path(&path, store_path, why, sizeof(why)) != 0)
+        path = NULL;
+    if (kc_config_value(text, sizeof(text), "require_hit", NULL, path) == 0)
+        kc_config_bool(&c->require_hit, text);
+    if (kc_config_value(text, sizeof(text), "log", NULL, path) == 0 && text[0]) {
+        c->request_log = open(text, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (c->request_log < 0 && c->log) {
+            char msg[512];
+            snprintf(msg, sizeof(msg), "cannot append to the request log %.300s: %s", text,
+                     strerror(errno));
+            c->log(c->log_userdata, KCACHE_LOG_WARNING, msg);
+        }
+    }
+    free(path);
 }
 
 KCACHE_API int kcache_compiler_new(kcache_compiler **out, const kcache_compiler_options *options,
@@ -57,6 +85,7 @@ KCACHE_API int kcache_compiler_new(kcache_compiler **out, const kcache_compiler_
     c->wait_timeout_ms = options->wait_timeout_ms ? options->wait_timeout_ms : KC_DEFAULT_WAIT_MS;
     c->log = options->log;
     c->log_userdata = options->log_userdata;
+    request_settings(c, options->store_path);
     if (options->store) {
         c->store = options->store;
     } else if (options->no_store) {
@@ -98,6 +127,8 @@ KCACHE_API void kcache_compiler_free(kcache_compiler *compiler)
     if (!compiler)
         return;
     kcache_remote_close(compiler->remote);
+    if (compiler->request_log >= 0)
+        close(compiler->request_log);
     if (compiler->own_store)
         kcache_store_close(compiler->store);
     kc_toolkit_free(&compiler->tk);
@@ -232,14 +263,18 @@ int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, uns
     }
     if (c->remote_message[0])
         kc_result_store_problem(r, KCACHE_EINVAL, c->remote_message);
-    int rc = step->run(step->ctx, r);
+    int rc = c->require_hit
+                 ? kc_result_fail(r, KCACHE_ENOTFOUND, "not in the cache, and require_hit is set "
+                                  "(KCACHE_REQUIRE_HIT): nothing was compiled")
+                 : step->run(step->ctx, r);
     if (leased)
         kc_heartbeat_stop(&hb);
     if (use_store) {
         /* A failed compile stored nothing: it is an error (the named counter
-         * "errors"), not a miss. */
+         * "errors"), not a miss; one NVRTC refused for its options or an
+         * architecture it does not know is a bad request. */
         if (rc) {
-            kc_store_count(c->store, "errors", 1);
+            kc_store_count(c->store, rc == KCACHE_EINVAL ? "request_errors" : "errors", 1);
         } else {
             if (!(flags & KCACHE_COMPILE_UNCOUNTED))
                 kc_store_count_miss(c->store, step->arch, step->kind);
@@ -251,6 +286,58 @@ int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, uns
     if (leased)
         kc_store_lease_release(c->store, &r->pub.key);
     return rc;
+}
+
+/* What the request log says a request came to; *why, the reason where there is one. */
+static const char *outcome(const struct kc_result *r, int rc, const char **why)
+{
+    *why = "";
+    if (rc) {
+        *why = r->message;
+        return "error";
+    }
+    if (r->pub.hit)
+        return r->pub.remote_hit ? "remote-hit" : "hit";
+    if (r->pub.keyed && !r->pub.store_status)
+        return "miss";
+    *why = r->store_message;
+    return "uncached";
+}
+
+/*
+ * One line for the request in the log file: UTC time, pid, key, outcome,
+ * arch and kind, milliseconds, the source's name, reason (the name and the
+ * reason last: they may hold spaces). One write(), so that lines of
+ * processes appending at once do not interleave.
+ */
+static void log_request(const kcache_compiler *c, const struct kc_result *r, int rc,
+                        const char *name)
+{
+    struct timespec now;
+    struct tm tm;
+    char when[32], key[KCACHE_KEY_HEX_SIZE] = "-", line[1024];
+    clock_gettime(CLOCK_REALTIME, &now);
+    gmtime_r(&now.tv_sec, &tm);
+    strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+    if (r->pub.keyed || r->pub.hit)
+        kcache_key_hex(key, &r->pub.key);
+    const char *why, *what = outcome(r, rc, &why);
+    int n = snprintf(line, sizeof(line), "%s.%03ldZ pid=%ld key=%s outcome=%s arch=%s kind=%s "
+                     "ms=%.3f source=%s%s%s\n", when, now.tv_nsec / 1000000L, (long)getpid(), key,
+                     what, r->pub.arch && r->pub.arch[0] ? r->pub.arch : "-",
+                     kcache_kind_name(r->pub.kind), (double)r->pub.elapsed_ns / 1e6,
+                     name ? name : "-", why[0] ? " reason=" : "", why);
+    if (n < 0)
+        return;
+    if ((size_t)n >= sizeof(line)) {
+        n = (int)sizeof(line) - 1;
+        line[n - 1] = '\n';
+    }
+    for (char *p = line; p < line + n - 1; p++)
+        if ((unsigned char)*p < 0x20)
+            *p = ' ';
+    ssize_t w = write(c->request_log, line, (size_t)n);
+    (void)w; /* a log that cannot be written costs nothing else */
 }
 
 int kc_result_start(struct kc_result **r, uint64_t *t0, kcache_result **out,
@@ -268,12 +355,17 @@ int kc_result_start(struct kc_result **r, uint64_t *t0, kcache_result **out,
 }
 
 int kc_result_run(kcache_result **out, kcache_compiler *c, const void *request,
-                  kc_request_fn fn)
+                  const char *name, kc_request_fn fn)
 {
     struct kc_result *r;
     uint64_t t0;
     int rc = kc_result_start(&r, &t0, out, c, request);
-    return rc ? rc : kc_result_finish(r, fn(c, request, r), t0, out);
+    if (rc)
+        return rc;
+    rc = kc_result_finish(r, fn(c, request, r), t0, out);
+    if (c->request_log >= 0)
+        log_request(c, r, rc, name);
+    return rc;
 }
 
 int kc_result_finish(struct kc_result *r, int rc, uint64_t t0, kcache_result **out)

@@ -88,7 +88,7 @@ static int add_func(struct resolver *r, const char *name, const char *body)
 static int scan_node(struct resolver *r, size_t k)
 {
     struct node *nd = &r->nodes[k];
-    int rc = nd->memo ? 0 : kc_scan(&nd->dirs, &nd->n_dirs, nd->text, nd->size);
+    int rc = nd->memo || nd->cmdline ? 0 : kc_scan(&nd->dirs, &nd->n_dirs, nd->text, nd->size);
     if (rc)
         return rc;
     if (!nd->memo && nd->path && r->req->read_at) {
@@ -108,8 +108,13 @@ static int scan_node(struct resolver *r, size_t k)
         /* r->nodes moves as files are added: index it afresh. */
         kc_directive *d = &r->nodes[k].dirs[i];
         switch (d->kind) {
-        case KC_DIR_INCLUDE:
         case KC_DIR_HAS_INCLUDE:
+            if (d->in_macro) {
+                rc = kc_res_add_macro_probe(r, d->text, d->angle, k, d->line);
+                break;
+            }
+            /* fall through */
+        case KC_DIR_INCLUDE:
             if (!d->computed) {
                 size_t found;
                 if ((rc = kc_res_resolve(r, d->text, d->angle, k, &found)))
@@ -150,6 +155,60 @@ static int scan_node(struct resolver *r, size_t k)
             break;
         }
     }
+    return rc;
+}
+
+/*
+ * The -D operands as the #defines NVRTC makes of them ("NAME=VALUE" is
+ * "#define NAME VALUE", "NAME(ARGS)=VALUE" a function-like one, "NAME" is
+ * "#define NAME 1"), scanned as file text is, into the directives of node k:
+ * a __has_include in a value is probed, a function-like value may wrap
+ * __has_include, an object-like one may name a wrapper or a computed
+ * include's header. Each operand is scanned alone, its line its place on
+ * the command line; one over several lines is not something kcache can be
+ * sure NVRTC reads as one #define.
+ */
+static int scan_defines(struct resolver *r, size_t k)
+{
+    const kc_deps_request *q = r->req;
+    kc_buf text = {0};
+    size_t cap = 0;
+    int rc = 0;
+    for (size_t i = 0; !rc && i < q->n_defines; i++) {
+        const char *def = q->defines[i];
+        if (strpbrk(def, "\r\n")) {
+            kc_res_not_hermetic(r, "uncertain_construct",
+                                "-D operand %zu spans lines: kcache cannot be sure what the "
+                                "compile reads",
+                                i + 1);
+            continue;
+        }
+        const char *eq = strchr(def, '=');
+        size_t nn = eq ? (size_t)(eq - def) : strlen(def);
+        const char *value = eq ? eq + 1 : "1";
+        text.size = 0;
+        kc_directive *d = NULL;
+        size_t n = 0;
+        if (kc_buf_append(&text, "#define ", 8) || kc_buf_append(&text, def, nn) ||
+            kc_buf_append(&text, " ", 1) || kc_buf_append(&text, value, strlen(value)) ||
+            kc_buf_append(&text, "\n", 1) || kc_scan(&d, &n, (const char *)text.data, text.size)) {
+            rc = KCACHE_ENOMEM;
+            break;
+        }
+        struct node *nd = &r->nodes[k];
+        if (n && kc_res_grow((void **)&nd->dirs, &cap, nd->n_dirs + n - 1, sizeof(*d))) {
+            kc_directives_free(d, n);
+            rc = KCACHE_ENOMEM;
+            break;
+        }
+        for (size_t j = 0; j < n; j++) {
+            d[j].line = (unsigned)(i + 1);
+            d[j].exact = 0;
+            nd->dirs[nd->n_dirs++] = d[j];
+        }
+        free(d); /* its strings now belong to the node */
+    }
+    kc_buf_free(&text);
     return rc;
 }
 
@@ -223,6 +282,9 @@ static void resolver_free(struct resolver *r)
     kc_smap_free(&r->vouchers);
     kc_smap_free(&r->wrappers);
     free(r->calls);
+    for (size_t i = 0; i < r->n_mprobes; i++)
+        free(r->mprobes[i].spelling);
+    free(r->mprobes);
     kc_strv_free(r->func_names, r->n_funcs);
     kc_strv_free(r->func_bodies, r->n_funcs);
     for (size_t i = 0; i < r->n_macros; i++) {
@@ -288,6 +350,15 @@ int kc_deps_resolve(kc_deps *out, const kc_deps_request *req, char *msg, size_t 
             break;
         }
     }
+    if (!rc && req->n_defines) {
+        size_t k;
+        if (!(rc = kc_res_new_node(&r, &k))) {
+            r.nodes[k].cmdline = 1;
+            rc = scan_defines(&r, k);
+        } else {
+            rc = rc < 0 ? rc : 0;
+        }
+    }
     for (size_t i = 0; !rc && i < req->n_pre_includes; i++) {
         /* -include headers are read first: the caller's in-memory headers, then the
          * working directory, then each -I directory. */
@@ -305,6 +376,8 @@ int kc_deps_resolve(kc_deps *out, const kc_deps_request *req, char *msg, size_t 
         size_t progress = 0;
         if (!rc)
             rc = kc_res_resolve_calls(&r, &progress);
+        if (!rc)
+            rc = kc_res_resolve_macro_probes(&r, &progress);
         if (rc || (done_pending == r.n_pending && !progress && r.next_scan == r.n_nodes))
             break;
         /* Computed includes, once every #define in reach has been seen. */

@@ -38,6 +38,10 @@
  *     the file by its real path, when no other lookup of that spelling
  *     finds anything else (hermetic.c).
  *   - In-memory headers' "quoted" includes are looked for beside their names.
+ *   - Macro text is scanned wherever it comes from: files, -include'd files,
+ *     and -D operands (as the #defines NVRTC makes of them). A __has_include
+ *     in a macro is evaluated where the macro is expanded, so it is looked up
+ *     from every file the compile reads and must find the same from each.
  *   - What the scanner cannot be certain it reads as NVRTC does (a %:
  *     directive, __has_include of a non-literal, a digit separator before
  *     C++14, #include_next, a computed include it cannot expand) makes the
@@ -81,6 +85,11 @@ typedef struct kc_directive {
     int angle;         /* <...> rather than "..." */
     int digit_sep;     /* UNCERTAIN only: a digit separator, uncertain before C++14 alone */
     int computed;      /* the operand is not "..." or <...>: macro text in `text` */
+    /*
+     * HAS_INCLUDE and CALL: in a #define's body, so evaluated wherever the
+     * macro is expanded; a "quoted" operand is looked up beside that file.
+     */
+    int in_macro;
     unsigned line;
     char *text;        /* spelling, macro text, or for DEFINE the name */
     char *value;       /* DEFINE: the replacement text, trimmed */
@@ -133,7 +142,10 @@ typedef struct kc_deps_request {
     int no_source_include;
     const char *const *include_dirs; /* -I, in order */
     size_t n_include_dirs;
-    const char *const *defines;      /* -D operands ("NAME" or "NAME=VALUE"), in order */
+    /* -D operands ("NAME", "NAME=VALUE", "NAME(ARGS)=VALUE"), in order: scanned as
+     * the #defines NVRTC makes of them. -U needs no look: the resolver takes
+     * every definition of a name as possible, and -U only removes one. */
+    const char *const *defines;
     size_t n_defines;
     const char *const *pre_includes; /* -include operands */
     size_t n_pre_includes;

@@ -109,12 +109,71 @@ int kc_res_resolve_calls(struct resolver *r, size_t *progress)
         size_t found;
         if (!name)
             return KCACHE_ENOMEM;
-        rc = kc_res_resolve(r, name, angle, c.node, &found);
-        if (!rc && found && !r->nodes[c.node].toolkit)
-            rc = kc_res_add_alias(r, name, found - 1);
+        if (d->in_macro) {
+            rc = kc_res_add_macro_probe(r, name, angle, c.node, d->line);
+        } else {
+            rc = kc_res_resolve(r, name, angle, c.node, &found);
+            if (!rc && found && !r->nodes[c.node].toolkit)
+                rc = kc_res_add_alias(r, name, found - 1);
+        }
         free(name);
     }
     return rc;
+}
+
+int kc_res_add_macro_probe(struct resolver *r, const char *spelling, int angle, size_t from,
+                           unsigned line)
+{
+    for (size_t i = 0; i < r->n_mprobes; i++)
+        if (r->mprobes[i].angle == angle && !strcmp(r->mprobes[i].spelling, spelling))
+            return 0;
+    if (kc_res_grow((void **)&r->mprobes, &r->cap_mprobes, r->n_mprobes, sizeof(*r->mprobes)))
+        return KCACHE_ENOMEM;
+    struct mprobe *p = &r->mprobes[r->n_mprobes];
+    *p = (struct mprobe){.angle = angle, .from = from, .line = line};
+    if (!(p->spelling = kc_strdup(spelling)))
+        return KCACHE_ENOMEM;
+    r->n_mprobes++;
+    return 0;
+}
+
+/*
+ * Looks each __has_include of macro text up from every file read so far (see
+ * struct mprobe); *progress counts lookups made. Where two files would find
+ * different answers, the one name handed to NVRTC cannot stand for both: the
+ * compile is not hermetic.
+ */
+int kc_res_resolve_macro_probes(struct resolver *r, size_t *progress)
+{
+    for (size_t i = 0; i < r->n_mprobes; i++) {
+        while (r->mprobes[i].sites < r->n_nodes) {
+            struct mprobe *p = &r->mprobes[i];
+            size_t k = p->sites++, found;
+            if (r->nodes[k].cmdline)
+                continue;
+            (*progress)++;
+            int rc = kc_res_resolve(r, p->spelling, p->angle, k, &found);
+            if (!rc && found && !r->nodes[k].toolkit)
+                rc = kc_res_add_alias(r, p->spelling, found - 1);
+            if (rc)
+                return rc;
+            p = &r->mprobes[i];
+            if (!p->answered) {
+                p->answered = 1;
+                p->answer = found;
+                p->first = k;
+            } else if (found != p->answer) {
+                char o = p->angle ? '<' : '"', c = p->angle ? '>' : '"';
+                kc_res_not_hermetic(r, "macro_has_include",
+                                    "%s:%u: __has_include(%c%s%c) in a macro finds one thing "
+                                    "from %s and another from %s, where it may be expanded",
+                                    kc_res_where(&r->nodes[p->from]), p->line, o, p->spelling, c,
+                                    kc_res_where(&r->nodes[p->first]),
+                                    kc_res_where(&r->nodes[k]));
+            }
+        }
+    }
+    return 0;
 }
 
 /* ---- computed includes ------------------------------------------------ */

@@ -300,5 +300,5 @@ static int link_request(kcache_compiler *c, const void *request, struct kc_resul
 KCACHE_API int kcache_compiler_link(kcache_result **out, kcache_compiler *compiler,
                                     const kcache_link_request *request)
 {
-    return kc_result_run(out, compiler, request, link_request);
+    return kc_result_run(out, compiler, request, "(link)", link_request);
 }

@@ -36,7 +36,7 @@ int kc_res_assign_names(struct resolver *r)
     int rc = 0;
     for (size_t k = 1; !rc && k < r->n_nodes; k++) {
         struct node *nd = &r->nodes[k];
-        if (nd->toolkit)
+        if (nd->toolkit || nd->cmdline)
             continue;
         if (nd->in_memory) {
             /* Created first, with distinct names: nothing can have taken one yet. */
@@ -154,7 +154,7 @@ int kc_res_emit(struct resolver *r)
         struct node *nd = &r->nodes[k];
         char *text = NULL;
         size_t size = 0;
-        if (nd->toolkit)
+        if (nd->toolkit || nd->cmdline)
             continue;
         if ((rc = rewrite(r, k, &text, &size)) || (rc = push_dep(o, &cap, &d))) {
             free(text);

@@ -28,6 +28,33 @@ static int nvrtc_fail(struct kc_result *r, const kc_nvrtc *api, nvrtcResult res,
 }
 
 /*
+ * NVRTC refused an option. An architecture it does not know is the usual
+ * cause, and its log does not name it: the message does, with the ones it
+ * knows. Otherwise the log's first line says which option.
+ */
+static int invalid_option(struct kc_result *r, const kc_nvrtc *api, const char *arch)
+{
+    int n = 0, archs[128];
+    unsigned want = 0;
+    if (sscanf(arch, "%*[a-z]_%u", &want) == 1 && api->GetNumSupportedArchs(&n) == NVRTC_SUCCESS &&
+        n > 0 && n <= (int)KC_ARRAY_SIZE(archs) && api->GetSupportedArchs(archs) == NVRTC_SUCCESS) {
+        int known = 0;
+        for (int i = 0; i < n; i++)
+            known |= archs[i] == (int)want;
+        if (!known)
+            return kc_result_fail(r, KCACHE_EINVAL,
+                                  "%s is not an architecture this NVRTC knows: sm_%d ... sm_%d",
+                                  arch, archs[0], archs[n - 1]);
+    }
+    const char *log = r->log ? r->log : "";
+    size_t len = strcspn(log, "\n");
+    if (len)
+        return kc_result_fail(r, KCACHE_EINVAL, "NVRTC refused an option: %.*s", (int)KC_MIN(len, 300),
+                              log);
+    return nvrtc_fail(r, api, NVRTC_ERROR_INVALID_OPTION, "failed");
+}
+
+/*
  * Runs NVRTC. Hermetic: the user headers go in memory under their spellings,
  * only the toolkit's -I directories are passed, and the source directory is
  * not searched. Otherwise (not cacheable) NVRTC reads from disk as usual.
@@ -163,9 +190,9 @@ int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct wor
     }
     if (compiled != NVRTC_SUCCESS) {
         rc = compiled == NVRTC_ERROR_COMPILATION
-                 ? kc_result_fail(r, KCACHE_ECOMPILE, "%s did not compile (see the log)",
-                                  w->source_name)
-                 : nvrtc_fail(r, api, compiled, "failed");
+                 ? kc_result_compile_failed(r, w->source_name, c->tk.root)
+             : compiled == NVRTC_ERROR_INVALID_OPTION ? invalid_option(r, api, w->nvrtc_arch)
+                                                      : nvrtc_fail(r, api, compiled, "failed");
         goto out;
     }
     size_t size = 0;

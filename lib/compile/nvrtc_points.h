@@ -18,7 +18,7 @@
 #define KC_CUDA_MAJOR 13
 #endif
 
-/* X(Name) for each nvrtcName that a compile on a miss calls. */
+/* X(Name) for each nvrtcName that a compile on a miss calls, or its error message. */
 #define KC_NVRTC_POINTS(X)                                                                         \
     X(Version)                                                                                     \
     X(GetErrorString)                                                                              \
@@ -34,7 +34,9 @@
     X(GetLTOIRSize)                                                                                \
     X(GetLTOIR)                                                                                    \
     X(AddNameExpression)                                                                           \
-    X(GetLoweredName)
+    X(GetLoweredName)                                                                              \
+    X(GetNumSupportedArchs)                                                                        \
+    X(GetSupportedArchs)
 
 /* The field of a table of pointers for nvrtcName: typed from nvrtc.h's own declaration. */
 #define KC_NVRTC_FIELD(Name) __typeof__(&nvrtc##Name) Name;

@@ -94,7 +94,10 @@ int kc_res_new_node(struct resolver *r, size_t *out)
 
 const char *kc_res_where(const struct node *nd)
 {
-    return nd->path ? nd->path : nd->in_memory ? nd->spelling : "the source";
+    return nd->path        ? nd->path
+           : nd->in_memory ? nd->spelling
+           : nd->cmdline   ? "-D"
+                           : "the source";
 }
 
 /*

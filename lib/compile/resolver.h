@@ -44,6 +44,7 @@ struct node {
     size_t *target;       /* per directive: 1 + the node a literal include names, or 0 */
     char *canon;
     int in_memory;        /* handed over by the caller under spelling: keeps that name */
+    int cmdline;          /* the -D operands as #defines: no file, never a dependency */
     int toolkit;          /* a toolkit header: followed for what it includes, never handed over */
     int other_dirs;       /* also reached by a path in another directory (a symlink) */
     kc_probe id;          /* identity and digest of text as read */
@@ -84,6 +85,23 @@ struct macro {
     size_t n;
 };
 
+/*
+ * A __has_include in macro text (a #define's body, a -D value, the argument
+ * of a wrapper's call there): NVRTC evaluates it in whichever file expands
+ * the macro, so it is looked up from every file the compile reads, and must
+ * find the same there (answer: 1 + the user file, or 0: none, or the
+ * toolkit's) for the in-memory name to stand for all of them.
+ */
+struct mprobe {
+    char *spelling;
+    int angle;
+    size_t from;          /* where the macro text was, for messages */
+    unsigned line;
+    size_t sites;         /* nodes looked up from so far */
+    int answered;
+    size_t answer, first; /* what the first file looked up from (first) found */
+};
+
 struct resolver {
     const kc_deps_request *req;
     kc_deps *out;
@@ -114,6 +132,8 @@ struct resolver {
     kc_smap vouchers;     /* directory -> 1 + its DIR probe, or 0: none exists */
     kc_smap wrappers;     /* function-like macros that wrap __has_include */
     struct pending *calls;   /* NAME(arg) seen in conditions, not yet probed */
+    struct mprobe *mprobes;
+    size_t n_mprobes, cap_mprobes;
     size_t n_calls, cap_calls;
     char **func_names, **func_bodies;  /* every function-like #define seen */
     size_t n_funcs, cap_funcs, cap_func_bodies;
@@ -163,6 +183,9 @@ int kc_res_hermetic_handed(struct resolver *r);
 /* expand.c */
 int kc_res_is_ident_char(int c);
 int kc_res_resolve_calls(struct resolver *r, size_t *progress);
+int kc_res_add_macro_probe(struct resolver *r, const char *spelling, int angle, size_t from,
+                           unsigned line);
+int kc_res_resolve_macro_probes(struct resolver *r, size_t *progress);
 int kc_res_resolve_pending(struct resolver *r, const struct pending *p);
 
 /* names.c */

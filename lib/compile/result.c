@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "compile/compileint.h"
@@ -61,6 +62,68 @@ int kc_result_fail(struct kc_result *r, int code, const char *fmt, ...)
         if (*p == '\n')
             *p = ' ';
     return code;
+}
+
+/*
+ * The first line of the log that says "error", control bytes made spaces, in
+ * out. Returns 0 if the log has none.
+ */
+static int first_error_line(char *out, size_t out_size, const char *log)
+{
+    for (const char *line = log; line && *line;) {
+        const char *end = strchr(line, '\n');
+        size_t n = end ? (size_t)(end - line) : strlen(line);
+        const char *e = strstr(line, "error");
+        if (e && (size_t)(e - line) < n) {
+            size_t k = 0;
+            for (size_t i = 0; i < n && k + 1 < out_size; i++)
+                out[k++] = (unsigned char)line[i] < 0x20 ? ' ' : line[i];
+            out[k] = '\0';
+            return 1;
+        }
+        line = end ? end + 1 : NULL;
+    }
+    return 0;
+}
+
+/*
+ * Where in the toolkit a header NVRTC could not open lives, when it does:
+ * "<root>/include" or "<root>/include/cccl" in dir. The name comes from
+ * NVRTC's own words: could not open source file "NAME".
+ */
+static int toolkit_dir_of(char *dir, size_t dir_size, const char *line, const char *root)
+{
+    static const char said[] = "could not open source file \"";
+    const char *p = root ? strstr(line, said) : NULL;
+    if (!p)
+        return 0;
+    p += sizeof(said) - 1;
+    const char *q = strchr(p, '"');
+    if (!q || q == p || q - p > 1024 || memchr(p, '\0', (size_t)(q - p)))
+        return 0;
+    static const char *const below[] = {"include", "include/cccl"};
+    for (size_t i = 0; i < KC_ARRAY_SIZE(below); i++) {
+        char path[PATH_MAX];
+        struct stat st;
+        int n = snprintf(path, sizeof(path), "%s/%s/%.*s", root, below[i], (int)(q - p), p);
+        if (n > 0 && (size_t)n < sizeof(path) && stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+            snprintf(dir, dir_size, "%s/%s", root, below[i]);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int kc_result_compile_failed(struct kc_result *r, const char *source_name, const char *root)
+{
+    char line[400], dir[PATH_MAX];
+    if (!first_error_line(line, sizeof(line), r->log))
+        return kc_result_fail(r, KCACHE_ECOMPILE, "%s did not compile (see the log)",
+                              source_name);
+    if (toolkit_dir_of(dir, sizeof(dir), line, root))
+        return kc_result_fail(r, KCACHE_ECOMPILE, "%s: a CUDA toolkit header: add -I %s", line,
+                              dir);
+    return kc_result_fail(r, KCACHE_ECOMPILE, "%s", line);
 }
 
 void kc_result_store_problem(struct kc_result *r, int status, const char *msg)

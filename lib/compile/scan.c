@@ -25,6 +25,7 @@ struct scanner {
     kc_directive *out;
     size_t count, cap;
     int digit_sep_pushed;
+    const char *params, *params_end; /* a function-like #define's, while its body is scanned */
 };
 
 static int is_ident(int c)
@@ -304,8 +305,30 @@ static const char *header_name(const char *p, const char *end, const char **name
  * anywhere in a condition or a body is kept, and the resolver probes arg
  * when NAME turns out to wrap __has_include. __has_include_next is never
  * followed. An operand-less __has_include in a #define (an alias for it) is
- * uncertain; in a condition it can only be defined(__has_include).
+ * uncertain; in a condition it can only be defined(__has_include). What a
+ * #define's body probes is marked in_macro: it is evaluated where the macro
+ * is expanded, not where it is defined.
  */
+/* Whether a..a+n is one of the parameters of the function-like #define being scanned. */
+static int is_param(const struct scanner *s, const char *a, size_t n)
+{
+    if (n == 11 && !memcmp(a, "__VA_ARGS__", 11) && s->params &&
+        memchr(s->params, '.', (size_t)(s->params_end - s->params)))
+        return 1;
+    for (const char *q = s->params; n && q && q < s->params_end;) {
+        if (!is_ident((unsigned char)*q)) {
+            q++;
+            continue;
+        }
+        const char *id = q;
+        while (q < s->params_end && is_ident((unsigned char)*q))
+            q++;
+        if ((size_t)(q - id) == n && !memcmp(id, a, n))
+            return 1;
+    }
+    return 0;
+}
+
 static int scan_condition(struct scanner *s, const char *p, const char *end, unsigned line,
                           int in_define)
 {
@@ -350,8 +373,11 @@ static int scan_condition(struct scanner *s, const char *p, const char *end, uns
                 int angle;
                 const char *a = skip_ws(r + 1, end);
                 const char *after = header_name(a, end, &name, &n, &angle);
-                if (after && (after = skip_ws(after, end)) < end && *after == ')')
+                if (after && (after = skip_ws(after, end)) < end && *after == ')') {
                     rc = push(s, KC_DIR_HAS_INCLUDE, angle, 0, line, name, n, NULL, 0);
+                    if (!rc)
+                        s->out[s->count - 1].in_macro = in_define;
+                }
                 else if (!func_body)
                     rc = push(s, KC_DIR_UNCERTAIN, 0, 0, line,
                               "__has_include of something other than a literal", 47, NULL, 0);
@@ -370,7 +396,13 @@ static int scan_condition(struct scanner *s, const char *p, const char *end, uns
                 const char *as = skip_ws(a, e), *ae = e;
                 while (ae > as && isspace((unsigned char)ae[-1]))
                     ae--;
+                /* A parameter handed on (#define F(x) W(x)): F wraps W, and F's
+                 * own calls are probed where they are made. */
+                if (func_body && is_param(s, as, (size_t)(ae - as)))
+                    continue;
                 rc = push(s, KC_DIR_CALL, 0, 0, line, id, idn, as, (size_t)(ae - as));
+                if (!rc)
+                    s->out[s->count - 1].in_macro = in_define;
             }
         }
         if (rc)
@@ -424,7 +456,11 @@ static int parse_directive(struct scanner *s, const char *p, const char *end, un
             int rc = push(s, KC_DIR_FUNC_DEFINE, 0, 0, line, name, nn, body, (size_t)(e - body));
             if (rc)
                 return rc;
-            cond = body;
+            s->params = p + 1;
+            s->params_end = close;
+            rc = scan_condition(s, body, end, line, 1);
+            s->params = s->params_end = NULL;
+            return rc;
         } else {
             p = skip_ws(p, end);
             const char *e = end;

@@ -5,7 +5,8 @@
  * The real library is the one the program would have loaded, found the way
  * the loader would have found it had the drop-in not been there first:
  *   - $KCACHE_NVRTC_REAL, when a user sets it (`kcache run` does not);
- *   - the full path the program handed dlopen;
+ *   - the full path the program handed dlopen (cuda.pathfinder's choice after
+ *     its own search, pip's nvidia/cu13/lib);
  *   - for a dlopen by name, the search of the object that called dlopen
  *     (its return address says which);
  *   - else the search of the first loaded object that NEEDs NVRTC (a
@@ -21,7 +22,17 @@
  * without loading the library; it is loaded on first need, never on a hit.
  *
  * NVIDIA's library is linked with DT_SYMBOLIC, so its calls to its own entry
- * points bind inside it and never come back here.
+ * points bind inside it and never come back here. It loads its
+ * libnvrtc-builtins by name through its own DT_RPATH ($ORIGIN), so the
+ * builtins are always the chosen library's own.
+ *
+ * The drop-in holds NVRTC's soname from the start, so that a program linked
+ * with NVRTC does not load NVIDIA's library on a hit. A program that asks
+ * whether NVRTC is loaded (dlopen with RTLD_NOLOAD, as cuda.pathfinder does
+ * before it searches) is answered as it would be without kcache: yes only
+ * once it has loaded NVRTC itself, by a dlopen or by a loaded object that
+ * NEEDs it. Otherwise its search would stop at "already loaded" and never
+ * name the library it would have chosen.
  */
 #include <dlfcn.h>
 #include <elf.h>
@@ -61,6 +72,10 @@ typedef void *(*dlopen_fn)(const char *, int);
 dlopen_fn kc_next_dlopen;
 
 static __thread int in_shim;
+static int program_opened; /* the program has dlopen()ed NVRTC, so it holds a handle */
+
+/* What kc_shim_dlopen_name returns for "not loaded": the trampoline returns NULL. */
+const char kc_dlopen_none[1];
 
 void kc_real_lock(void)
 {
@@ -223,14 +238,20 @@ static int needs_nvrtc(const struct link_map *lm)
     return 0;
 }
 
-/* The first loaded object that NEEDs NVRTC, else the program. */
-static void *requester_of_needed(void)
+/* The program's link_map, the head of the loaded objects; NULL if unknown. */
+static struct link_map *program_map(void)
 {
     struct link_map *lm = NULL;
     void *main_handle = dlopen(NULL, RTLD_NOW | RTLD_NOLOAD);
-    if (!main_handle || dlinfo(main_handle, RTLD_DI_LINKMAP, &lm) != 0 || !lm)
+    if (!main_handle || dlinfo(main_handle, RTLD_DI_LINKMAP, &lm) != 0)
         return NULL;
-    for (struct link_map *l = lm; l; l = l->l_next) {
+    return lm;
+}
+
+/* The first loaded object that NEEDs NVRTC; NULL if none. */
+static struct link_map *first_needing(void)
+{
+    for (struct link_map *l = program_map(); l; l = l->l_next) {
         Dl_info info;
         /* This library NEEDs nothing of the kind, but is skipped by name all the same. */
         if (dladdr(l->l_ld, &info) && info.dli_fname && self_known) {
@@ -241,7 +262,14 @@ static void *requester_of_needed(void)
         if (needs_nvrtc(l))
             return l;
     }
-    return lm;
+    return NULL;
+}
+
+/* The first loaded object that NEEDs NVRTC, else the program. */
+static void *requester_of_needed(void)
+{
+    struct link_map *l = first_needing();
+    return l ? l : program_map();
 }
 
 /* The toolkit's library, when no search found one. Caller holds real_lock. */
@@ -414,15 +442,19 @@ static int is_nvrtc_name(const char *file)
 /*
  * What the trampoline below hands glibc's dlopen: this library's own path for
  * an NVRTC of ours (the major version kcache was built for), else the name
- * unchanged. A full path asked for names the real library, if none was
- * chosen yet. Calls from inside the shim (libkcache loading NVRTC) pass.
+ * unchanged; kc_dlopen_none when the program asks with RTLD_NOLOAD whether
+ * NVRTC is loaded and, without kcache, it would not be. A full path the
+ * program opens names the real library, if none was chosen yet; a question
+ * (RTLD_NOLOAD) chooses nothing. Calls from inside the shim (libkcache
+ * loading NVRTC) pass.
  */
-const char *kc_shim_dlopen_name(const char *file, const void *caller);
-const char *kc_shim_dlopen_name(const char *file, const void *caller)
+const char *kc_shim_dlopen_name(const char *file, int flags, const void *caller);
+const char *kc_shim_dlopen_name(const char *file, int flags, const void *caller)
 {
     next_dlopen_init();
     if (!file || in_shim || !is_nvrtc_name(file))
         return file;
+    const int asking = (flags & RTLD_NOLOAD) != 0;
     pthread_mutex_lock(&real_lock);
     find_self();
     const char *use = file;
@@ -436,8 +468,8 @@ const char *kc_shim_dlopen_name(const char *file, const void *caller)
                 ours = !strcmp(base, "libnvrtc.so") || !strcmp(base, KC_SONAME) ||
                        !strncmp(base, KC_SONAME ".", strlen(KC_SONAME) + 1) ||
                        !strncmp(strrchr(real, '/') + 1, KC_SONAME, strlen(KC_SONAME));
-                if (ours && !path_chosen && !real_loaded && !getenv("KCACHE_NVRTC_REAL") &&
-                    usable(real)) {
+                if (ours && !asking && !path_chosen && !real_loaded &&
+                    !getenv("KCACHE_NVRTC_REAL") && usable(real)) {
                     snprintf(real_path, sizeof(real_path), "%s", real);
                     path_chosen = 1;
                 }
@@ -450,14 +482,20 @@ const char *kc_shim_dlopen_name(const char *file, const void *caller)
             /* What the caller's own search would have given it. */
             Dl_info info;
             void *caller_map = NULL;
-            if (ours && !path_chosen && !real_loaded && !getenv("KCACHE_NVRTC_REAL") &&
+            if (ours && !asking && !path_chosen && !real_loaded && !getenv("KCACHE_NVRTC_REAL") &&
                 dladdr1(caller, &info, &caller_map, RTLD_DL_LINKMAP))
                 choose_by_search(caller_map);
         }
-        if (ours)
+        if (ours && asking && !program_opened && !first_needing())
+            use = kc_dlopen_none;
+        else if (ours)
             use = self_path;
+        if (ours && !asking)
+            program_opened = 1;
     }
     pthread_mutex_unlock(&real_lock);
+    if (use == kc_dlopen_none)
+        dlerror(); /* glibc's dlopen clears the thread's last error, also when it finds nothing */
     return use;
 }
 
@@ -465,7 +503,9 @@ const char *kc_shim_dlopen_name(const char *file, const void *caller)
  * dlopen itself is a jump, not a call: glibc's dlopen finds the caller's
  * RUNPATH from its return address, and a program's libraries that dlopen
  * their neighbours by name rely on that. So the name is worked out first,
- * then glibc's dlopen is entered with the program's own return address.
+ * then glibc's dlopen is entered with the program's own return address; or,
+ * for kc_dlopen_none, NULL is returned as glibc's dlopen returns it for an
+ * RTLD_NOLOAD of what is not loaded.
  */
 #if defined(__x86_64__)
 __asm__(".text\n"
@@ -474,11 +514,16 @@ __asm__(".text\n"
         "dlopen:\n"
         "    endbr64\n" /* a landing pad where indirect branches are checked (CET) */
         "    push %rsi\n"
-        "    mov 8(%rsp), %rsi\n" /* the caller's return address: whose search */
-        "    call kc_shim_dlopen_name\n"
+        "    mov 8(%rsp), %rdx\n"        /* the caller's return address: whose search */
+        "    call kc_shim_dlopen_name\n" /* (file, flags, caller) */
         "    pop %rsi\n"
+        "    lea kc_dlopen_none(%rip), %rdi\n"
+        "    cmp %rdi, %rax\n"
+        "    je 1f\n"
         "    mov %rax, %rdi\n"
         "    jmp *kc_next_dlopen(%rip)\n"
+        "1:  xor %eax, %eax\n"
+        "    ret\n"
         ".size dlopen, .-dlopen\n");
 #elif defined(__aarch64__)
 __asm__(".text\n"
@@ -486,12 +531,18 @@ __asm__(".text\n"
         ".type dlopen, %function\n"
         "dlopen:\n"
         "    stp x1, x30, [sp, #-16]!\n"
-        "    mov x1, x30\n" /* the caller's return address: whose search */
-        "    bl kc_shim_dlopen_name\n"
+        "    mov x2, x30\n"            /* the caller's return address: whose search */
+        "    bl kc_shim_dlopen_name\n" /* (file, flags, caller) */
         "    ldp x1, x30, [sp], #16\n"
+        "    adrp x16, kc_dlopen_none\n"
+        "    add x16, x16, :lo12:kc_dlopen_none\n"
+        "    cmp x0, x16\n"
+        "    b.eq 1f\n"
         "    adrp x16, kc_next_dlopen\n"
         "    ldr x16, [x16, :lo12:kc_next_dlopen]\n"
         "    br x16\n"
+        "1:  mov x0, #0\n"
+        "    ret\n"
         ".size dlopen, .-dlopen\n");
 #else
 #error "the drop-in NVRTC needs a dlopen trampoline for this architecture"

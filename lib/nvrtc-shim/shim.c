@@ -193,6 +193,13 @@ static void at_exit(void)
     for (int i = 0; i < R_COUNT; i++)
         if (atomic_load(&reason_count[i]))
             fprintf(f, " %s %lu", reason_names[i], atomic_load(&reason_count[i]));
+    /* Last, since a path may hold spaces: the NVRTC the program's calls went to. */
+    const char *real = kc_real_path();
+    if (real) {
+        fputs(" nvrtc-path ", f);
+        for (const unsigned char *c = (const unsigned char *)real; *c; c++)
+            fprintf(f, *c < 0x20 || *c == 0x7f ? "\\x%02x" : "%c", *c);
+    }
     fputc('\n', f);
     fclose(f);
 }

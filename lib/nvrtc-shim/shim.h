@@ -18,8 +18,6 @@
  * come from one list.
  */
 #define KC_SHIM_MORE_POINTS(X)                                                                     \
-    X(GetNumSupportedArchs)                                                                        \
-    X(GetSupportedArchs)                                                                           \
     X(GetOptiXIRSize)                                                                              \
     X(GetOptiXIR)                                                                                  \
     X(GetPCHHeapSize)                                                                              \

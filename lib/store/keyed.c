@@ -282,6 +282,36 @@ KCACHE_API int kcache_store_clear_namespace(uint64_t *deleted, kcache_store *sto
     return rc;
 }
 
+/* Flushes every count first, so none of the namespace's is written after the zeroing. */
+static int ns_zero_locked(kcache_store *s, const char *ns)
+{
+    int rc = kc_flush_locked(s, 1);
+    if (rc || (rc = kc_db_begin_write(&s->db)))
+        return rc;
+    sqlite3_stmt *st = NULL;
+    rc = ns_step(s, "DELETE FROM usage WHERE kind = ?1 AND arch = ?2", ns, &st);
+    sqlite3_finalize(st);
+    if (rc || (rc = kc_db_commit(&s->db))) {
+        kc_db_rollback(&s->db);
+        return rc;
+    }
+    return 0;
+}
+
+KCACHE_API int kcache_store_zero_namespace_stats(kcache_store *store, const char *ns)
+{
+    KC_CHECK_ARG(store, store);
+    int rc = check_args(store, __func__, ns, NULL, 0);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&store->lock);
+    rc = kc_db_writable(&store->db);
+    if (!rc)
+        KC_WITH_RECOVERY(store, rc, ns_zero_locked(store, ns));
+    kc_unlock(store);
+    return rc;
+}
+
 /*
  * The import gate's part (ingest.c): an entry's key material says whether it
  * is a caller's, and of which namespace; its kind and arch must say the same,

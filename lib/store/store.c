@@ -370,7 +370,9 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
                s->db.read_only || s->db.newer_schema ? "" : "; deleted it");
         if (s->db.read_only || s->db.newer_schema)
             return kc_err(s, KCACHE_ENOTFOUND,
-                          "entry %s is damaged (left in place: this store is read-only)", hex);
+                          "entry %s is damaged (left in place: %s)", hex,
+                          s->db.newer_schema ? "a newer kcache's cache is only read"
+                                             : "the cache was opened to read only");
         if (delete_locked(s, key) == KCACHE_ECORRUPT)
             return KCACHE_ECORRUPT; /* SQLite says the file is damaged: the caller sets it aside */
         return kc_err(s, KCACHE_ENOTFOUND, "entry %s was damaged and has been deleted", hex);

@@ -201,7 +201,8 @@ struct setting_def {
 enum {
     SET_DIR, SET_PATH, SET_MAX_SIZE, SET_BUSY_TIMEOUT, SET_DISABLE, SET_COMPRESSION,
     SET_REMOTE, SET_REMOTE_READ_ONLY, SET_REMOTE_CONNECT_TIMEOUT, SET_REMOTE_TIMEOUT,
-    SET_REMOTE_PREFIX, SET_REMOTE_SECRET, SET_IMPORT_REQUIRE_SIGNATURE, SET_COUNT
+    SET_REMOTE_PREFIX, SET_REMOTE_SECRET, SET_IMPORT_REQUIRE_SIGNATURE, SET_REQUIRE_HIT, SET_LOG,
+    SET_COUNT
 };
 
 static const struct setting_def defs[SET_COUNT] = {
@@ -229,6 +230,11 @@ static const struct setting_def defs[SET_COUNT] = {
      "shared secret: push signed entries, take only entries signed with it; signs bundles"},
     {"import_require_signature", "KCACHE_IMPORT_REQUIRE_SIGNATURE", 1, &as_bool,
      "import only bundles signed with remote_secret"},
+    {"require_hit", "KCACHE_REQUIRE_HIT", 1, &as_bool,
+     "a request the cache cannot serve fails instead of compiling (deployments that must "
+     "start warm)"},
+    {"log", "KCACHE_LOG", 1, &as_file,
+     "append a line per request to this file: time, process, key, outcome, reason"},
 };
 
 /* Whether v is not a value setting i takes. */

@@ -32,7 +32,8 @@ static uint64_t next(uint64_t *s)
 static int usage(void)
 {
     fprintf(stderr, "usage: kcache-fill DB N [--arch A] [--kind K] [--size BYTES] [--seed S] "
-                    "[--inputs] [--names] [--data FILE] [--namespace NS] [--caller-key KEY]\n");
+                    "[--inputs] [--names] [--data FILE] [--namespace NS] [--caller-key KEY] "
+                    "[--hits H]\n");
     return 2;
 }
 
@@ -65,6 +66,7 @@ int main(int argc, char **argv)
     size_t size = 4096;
     uint64_t seed = 1;
     int with_inputs = 0, with_names = 0;
+    long hits = 0; /* gets of each caller's entry once stored, counted as hits */
     for (int i = 3; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--inputs"))
@@ -87,6 +89,8 @@ int main(int argc, char **argv)
             ns = v, i++;
         else if (!strcmp(a, "--caller-key"))
             forged = v, i++;
+        else if (!strcmp(a, "--hits") && v)
+            hits = atol(v), i++;
         else
             return usage();
     }
@@ -162,6 +166,11 @@ int main(int argc, char **argv)
                                         en.size);
         else if (!ns)
             rc = kcache_store_put(store, &en);
+        for (long h = 0; ns && !rc && h < hits; h++) {
+            kcache_entry *got = NULL;
+            rc = kcache_store_get_keyed(&got, store, ns, caller_key, strlen(caller_key), 0);
+            kcache_entry_free(got);
+        }
         if (rc) {
             fprintf(stderr, "kcache-fill: %s\n", kcache_store_errmsg(store));
             break;

@@ -356,13 +356,22 @@ def test_namespaces(root):
     check("2 entries" in out, "stats --namespace human output: %r" % out)
     # A caller's entry reads back through get like any other.
     check(len(c.get(core[0])) == 2000, "get of a caller's entry")
+    # -z with --namespace zeroes that namespace's counters alone.
+    c.fill(1, "--namespace", "cuda.core", "--seed", 23, "--hits", 2)
+    c.fill(1, "--namespace", "triton", "--seed", 24, "--hits", 3)
+    before = (c.json("stats", "--namespace", "cuda.core"), c.json("stats", "--namespace", "triton"))
+    check(before[0]["hits"] >= 1 and before[1]["hits"] >= 1, "gets are hits: %s" % (before,))
+    out, _ = c.run("stats", "--namespace", "cuda.core", "-z")
+    check("zeroed" in out, out)
+    after = (c.json("stats", "--namespace", "cuda.core"), c.json("stats", "--namespace", "triton"))
+    check(after[0]["hits"] == 0 and after[0]["entries"] == 4, "cuda.core zeroed: %s" % after[0])
+    check(after[1] == before[1], "triton untouched: %s %s" % (after[1], before[1]))
     r = c.json("prune", "--namespace", "triton", "--older-than", "0s")
-    check(r["evicted"] == 2, "prune --namespace triton evicted %r" % r)
-    check(len(c.json("ls")["entries"]) == 7, "prune --namespace touched other entries")
+    check(r["evicted"] == 3, "prune --namespace triton evicted %r" % r)
+    check(len(c.json("ls")["entries"]) == 8, "prune --namespace touched other entries")
     # Bad names and mixed filters are usage errors.
     for args in (["ls", "--namespace", "bad name"], ["ls", "--namespace", "x", "--arch", "sm_90"],
-                 ["stats", "--namespace", "a/b"], ["prune", "--namespace", "cuda.core"],
-                 ["stats", "--namespace", "cuda.core", "--zero"]):
+                 ["stats", "--namespace", "a/b"], ["prune", "--namespace", "cuda.core"]):
         _, err = c.run(*args, rc=2)
         check(err.startswith("kcache: "), "%r: %r" % (args, err))
 
@@ -619,9 +628,21 @@ def test_verify(root):
     v = c.json("verify", rc=1)
     check(not v["ok"] and v["damaged_entries"] == 1, "verify after damage %r" % v)
     check(v["damaged"][0]["key"] in keys, "damaged key %r" % v["damaged"])
+    v_damaged_key = v["damaged"][0]["key"]
     _, err = c.run("verify", rc=1)
     check("damaged" in err, "verify does not name the damage: %r" % err)
     check(c.json("stats")["hits"] == 0, "verify counted hits")
+    check("verify --fix" in err and "store is read-only" not in err,
+          "the fix is named, and nothing untrue said of a writable cache: %r" % err)
+    # --fix deletes the damaged entry and nothing else, counted in stats.
+    out, _ = c.run("verify", "--fix")
+    check(re.search(r"^Damaged entries:  1 \(deleted\)$", out, re.M), out)
+    bad = v_damaged_key
+    v = c.json("verify")
+    check(v["ok"] and v["entries"] == 7 and v["damaged_entries"] == 0, "after --fix %r" % v)
+    check(sorted(c.entries()) == sorted(k for k in keys if k != bad),
+          "only the damaged entry went: %s" % c.entries())
+    check(c.json("stats")["corrupt"] == 1, "counted: %s" % c.json("stats"))
 
 
 def test_config(root):

@@ -382,6 +382,11 @@ def test_dropin_one_lookup_per_compile(root):
     check(re.search(r"^Entries:\s+3\s+\(1 cubin, 1 ptx, 0 ltoir, 1 data\)", out, re.M), out)
     check(re.search(r"^Hits:\s+1 /\s+2 \( 50\.00 %\)", out, re.M), out)
     check("nvrtc-loaded no" in reports[1], "a hit leaves NVIDIA's NVRTC unloaded: %s" % reports)
+    shim = os.path.realpath(c.run("run", "--print-shim")[0].strip())
+    paths = [r.partition(" nvrtc-path ")[2] for r in reports]
+    check(len(paths) == 2 and all(os.path.isfile(p) and p != shim and
+                                  os.path.basename(p).startswith("libnvrtc.so") for p in paths),
+          "`kcache run -v` names the NVIDIA NVRTC it forwarded to, miss and hit: %s" % reports)
 
 
 def test_dropin_version_on_a_hit_loads_no_nvrtc(root):

@@ -105,7 +105,7 @@ class Case:
 
 
 def grep_values(ptx):
-    return re.findall(r"st\.global\.u32\s+\[[^\]]*\],\s*(-?\d+)", ptx)
+    return re.findall(r"(?:st\.global\.u32\s+\[[^\]]*\],|mov\.u32\s+%r\d+,)\s*(-?\d+)", ptx)
 
 
 KERNEL = 'extern "C" __global__ void k(int *o) { o[0] = %s; }\n'
@@ -352,6 +352,73 @@ def test_has_include_through_a_macro(root, nvrtc):
     t.agrees(os.path.join(d, "k.cu"), what="opt.h absent")
     write(os.path.join(d, "opt.h"), "\n")
     t.agrees(os.path.join(d, "k.cu"), what="opt.h created")
+
+
+def test_has_include_in_a_d_value(root, nvrtc):
+    """__has_include in -D values, object-like and function-like (the odd spelling
+    -D'F(x)=...' included), with the header created later in an -I directory: every
+    source of macro text goes through the one scanner (issue 32, item 2)."""
+    t = Case(root, nvrtc)
+    d = os.path.join(root, "dv")
+    inc = "-I" + os.path.join(d, "inc")
+    os.makedirs(os.path.join(d, "inc"))
+    branch = "#define V 2\n#else\n#define V 1\n#endif\n" + KERNEL % "V"
+    write(os.path.join(d, "obj.cu"), "#if HAS\n" + branch)
+    write(os.path.join(d, "fn.cu"), '#if HASF("opt.h")\n' + branch)
+    write(os.path.join(d, "fn2.cu"), '#if W("opt.h")\n' + branch)
+    cases = (("obj.cu", '-DHAS=__has_include("opt.h")'),
+             ("obj.cu", "-DHAS=__has_include(<opt.h>)"),
+             ("fn.cu", "-DHASF(x)=__has_include(x)"),
+             ("fn2.cu", "-DHASF(x)=__has_include(x)", "-DW=HASF"),
+             ("obj.cu", "-DHAS=0", "-UHAS", '-DHAS=__has_include("opt.h")'))
+    for step in ("opt.h absent", "opt.h created"):
+        if step == "opt.h created":
+            write(os.path.join(d, "inc", "opt.h"), "\n")
+        for src, *opts in cases:
+            t.agrees(os.path.join(d, src), inc, *opts, what="%s %s: %s" % (src, opts, step))
+
+
+def test_wrapper_of_a_wrapper_is_cached(root, nvrtc):
+    """A function-like macro that hands its parameter on to another wrapper
+    (#define F(x) W(x)) probes nothing itself: F's calls are probed where they
+    are made, so the compile is cached, and stays right as opt.h comes."""
+    t = Case(root, nvrtc)
+    d = os.path.join(root, "ww")
+    os.makedirs(os.path.join(d, "inc"))
+    inc = "-I" + os.path.join(d, "inc")
+    branch = "#define V 2\n#else\n#define V 1\n#endif\n" + KERNEL % "V"
+    write(os.path.join(d, "file.cu"), "#define W(y) __has_include(y)\n#define F( x ) W(x)\n"
+          '#if F("opt.h")\n' + branch)
+    write(os.path.join(d, "dval.cu"), '#if F("opt.h")\n' + branch)
+    cases = (("file.cu",), ("dval.cu", "-DW(y)=__has_include(y)", "-DF( x )=W(x)"))
+    for step in ("opt.h absent", "opt.h created"):
+        if step == "opt.h created":
+            write(os.path.join(d, "inc", "opt.h"), "\n")
+        for src, *opts in cases:
+            report = t.agrees(os.path.join(d, src), inc, *opts, what="%s: %s" % (src, step))
+            check('"cached": true' in report, "%s: %s: not cached: %s" % (src, step, report))
+
+
+def test_has_include_in_a_macro_expanded_elsewhere(root, nvrtc):
+    """A quoted __has_include in a macro is looked up beside the file that expands the
+    macro, not the one that defines it (checked with NVRTC 13)."""
+    t = Case(root, nvrtc)
+    d = os.path.join(root, "me")
+    write(os.path.join(d, "sub", "opt.h"), "\n")
+    branch = "#define V 2\n#else\n#define V 1\n#endif\n"
+    write(os.path.join(d, "sub", "def.h"), '#define HAS __has_include("opt.h")\n')
+    write(os.path.join(d, "sub", "use.h"), "#if HAS\n" + branch)
+    write(os.path.join(d, "defined_beside.cu"), '#include "sub/def.h"\n#if HAS\n' + branch +
+          KERNEL % "V")
+    write(os.path.join(d, "used_beside.cu"), '#define HAS __has_include("opt.h")\n'
+          '#include "sub/use.h"\n' + KERNEL % "V")
+    write(os.path.join(d, "d_used_beside.cu"), '#include "sub/use.h"\n' + KERNEL % "V")
+    t.agrees(os.path.join(d, "defined_beside.cu"), what="defined beside opt.h, used away")
+    t.agrees(os.path.join(d, "used_beside.cu"), what="defined away, used beside opt.h")
+    t.agrees(os.path.join(d, "d_used_beside.cu"), '-DHAS=__has_include("opt.h")',
+             what="-D, used beside opt.h")
+    t.agrees(os.path.join(d, "defined_beside.cu"), "-include", os.path.join(d, "sub", "def.h"),
+             what="-include'd beside opt.h, used away")
 
 
 def test_scanner_constructs(root, nvrtc):

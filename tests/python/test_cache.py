@@ -177,6 +177,12 @@ def test_compile_error_has_the_log(cache_dir):
         kcache.compile("__global__ void broken( {", arch="sm_90", cache=cache_dir)
     assert "error" in e.value.log
     assert e.value.status == -11
+    # What is wrong is in the message itself, not only in .log.
+    first = next(l for l in e.value.log.splitlines() if "error" in l)
+    assert first in str(e.value), str(e.value)
+    with pytest.raises(kcache.Error) as e:
+        kcache.compile("__global__ void k() {}", arch="sm_999", cache=cache_dir)
+    assert "sm_999 is not an architecture this NVRTC knows: sm_" in str(e.value), str(e.value)
     with pytest.raises(TypeError):
         kcache.compile(arch="sm_90")
     with pytest.raises(ValueError):

@@ -209,6 +209,9 @@ def test_local_only_records(root):
         check(json.loads(out)["pushed"] == 1 and len(entry_names(r)) == 1,
               "a push sends the caller's entry, not the drop-in's record: %s %s"
               % (out, entry_names(r)))
+        r.cmd("FLUSHALL")
+        out, _ = a.run("remote", "push")
+        check(out.startswith("Pushed 1 entry ("), "one entry, said in the singular: %r" % out)
     finally:
         r.stop()
 

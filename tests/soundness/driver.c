@@ -16,7 +16,9 @@
  *
  * Wire format, both ways: fields "TAG LEN\n" followed by LEN bytes and "\n".
  * A request is fields ending with "go": mode, arch (default compute_90; an
- * sm_XX compile's PTX is asked for all the same), cwd (chdir first, since NVRTC
+ * sm_XX compile's PTX is asked for all the same; "-": none, the options name
+ * it), kind (ptx by default, cubin or ltoir: what is asked for, and what the
+ * answer's "ptx" field then holds), cwd (chdir first, since NVRTC
  * resolves names relative to it), path (the source file; its text is read
  * here), name (the program's name; default: path), opt (repeated), hname and
  * htext (in-memory headers, in pairs). The answer is the fields status (0 or
@@ -50,8 +52,8 @@ static struct {
     create_fn create;
     destroy_fn destroy;
     compile_fn compile;
-    size_fn ptx_size, log_size;
-    get_fn ptx, log;
+    size_fn ptx_size, log_size, cubin_size, ltoir_size;
+    get_fn ptx, log, cubin, ltoir;
 } nv;
 
 struct buf {
@@ -155,11 +157,15 @@ static void load_nvrtc(void)
     SYM(ptx, "nvrtcGetPTX");
     SYM(log_size, "nvrtcGetProgramLogSize");
     SYM(log, "nvrtcGetProgramLog");
+    SYM(cubin_size, "nvrtcGetCUBINSize");
+    SYM(cubin, "nvrtcGetCUBIN");
+    SYM(ltoir_size, "nvrtcGetLTOIRSize");
+    SYM(ltoir, "nvrtcGetLTOIR");
 #undef SYM
 }
 
 struct request {
-    char *mode, *arch, *cwd, *path, *name;
+    char *mode, *arch, *kind, *cwd, *path, *name;
     char **opts, **hnames, **htexts;
     size_t n_opts, n_hnames, n_htexts;
 };
@@ -174,6 +180,7 @@ static void request_free(struct request *r)
 {
     free(r->mode);
     free(r->arch);
+    free(r->kind);
     free(r->cwd);
     free(r->path);
     free(r->name);
@@ -218,8 +225,10 @@ static void do_lib(kcache_compiler *c, const struct request *r, int cold)
     kcache_request q = KCACHE_REQUEST_INIT;
     q.source_path = r->path;
     q.source_name = r->name;
-    q.arch = r->arch ? r->arch : "compute_90";
-    q.output = KCACHE_KIND_PTX;
+    q.arch = !r->arch ? "compute_90" : strcmp(r->arch, "-") ? r->arch : NULL;
+    q.output = !r->kind || !strcmp(r->kind, "ptx") ? KCACHE_KIND_PTX
+               : !strcmp(r->kind, "cubin")       ? KCACHE_KIND_CUBIN
+                                                 : KCACHE_KIND_LTOIR;
     q.n_options = r->n_opts;
     q.options = (const char *const *)r->opts;
     q.n_headers = r->n_hnames;
@@ -270,7 +279,8 @@ static void do_nvrtc(const struct request *r)
     char arch[64];
     snprintf(arch, sizeof(arch), "-arch=%s", r->arch ? r->arch : "compute_90");
     opts[r->n_opts] = arch;
-    rc = nv.compile(prog, (int)r->n_opts + 1, opts);
+    int n_opts = (int)r->n_opts + (!r->arch || strcmp(r->arch, "-") != 0);
+    rc = nv.compile(prog, n_opts, opts);
     free(opts);
     char *log = NULL, *ptx = NULL;
     size_t log_n = 0, ptx_n = 0;
@@ -280,13 +290,20 @@ static void do_nvrtc(const struct request *r)
             log[0] = '\0';
         log[log_n] = '\0';
     }
-    if (rc == 0 && nv.ptx_size(prog, &ptx_n) == 0 && ptx_n) {
+    /* The artifact asked for; an answer of the wrong kind or none at all is an answer too. */
+    int is_ptx = !r->kind || !strcmp(r->kind, "ptx");
+    size_fn get_size = is_ptx ? nv.ptx_size : !strcmp(r->kind, "cubin") ? nv.cubin_size : nv.ltoir_size;
+    get_fn get = is_ptx ? nv.ptx : !strcmp(r->kind, "cubin") ? nv.cubin : nv.ltoir;
+    int get_rc = 0;
+    if (rc == 0 && (get_rc = get_size(prog, &ptx_n)) == 0 && ptx_n) {
         ptx = xrealloc(NULL, ptx_n);
-        if (nv.ptx(prog, ptx))
+        if ((get_rc = get(prog, ptx)) != 0)
             ptx_n = 0;
-        else if (ptx[ptx_n - 1] == '\0')
+        else if (is_ptx && ptx[ptx_n - 1] == '\0')
             ptx_n--;
     }
+    if (rc == 0 && get_rc)
+        rc = 100 + get_rc; /* compiled, but not to the kind asked for */
     answer(rc ? -1000 - rc : 0, 0, 0, 0, log ? log : "", ptx ? ptx : "", ptx ? ptx_n : 0);
     free(log);
     free(ptx);
@@ -305,6 +322,8 @@ int main(void)
             r.mode = val;
         } else if (!strcmp(tag, "arch")) {
             r.arch = val;
+        } else if (!strcmp(tag, "kind")) {
+            r.kind = val;
         } else if (!strcmp(tag, "cwd")) {
             r.cwd = val;
         } else if (!strcmp(tag, "path")) {

@@ -50,8 +50,8 @@ import time
 
 # The scenarios and the repro scripts live beside this file (the script's
 # directory is the first on Python's path).
-from scenarios import (ARCH, EDITS, GENERATORS, PATHS, SHIFT_NS, Scenario, apply_op,
-                       make_scenario, snapshot)
+from scenarios import (ARCH, EDITS, GENERATORS, NEW_KINDS, PATHS, SHIFT_NS, Scenario, apply_op,
+                       make_scenario, snapshot, step_classes)
 from repro import write_repro
 
 
@@ -75,14 +75,19 @@ class Driver:
             val = val.encode()
         self.p.stdin.write(b"%s %d\n" % (tag.encode(), len(val)) + val + b"\n")
 
-    def compile(self, mode, cwd, path, opts, headers):
-        return self.send(mode, cwd, path, opts, headers) or self.receive()
+    def compile(self, mode, cwd, path, opts, headers, cfg=None):
+        return self.send(mode, cwd, path, opts, headers, cfg) or self.receive(cfg)
 
-    def send(self, mode, cwd, path, opts, headers):
+    def send(self, mode, cwd, path, opts, headers, cfg=None):
         """Sends a request (the answer is receive()'s); a Result if the driver is gone."""
         self.start()
+        cfg = cfg or {}
+        fields = [("mode", mode), ("arch", cfg.get("arch", ARCH[0])),
+                  ("kind", cfg.get("kind", "ptx")), ("cwd", cwd), ("path", path)]
+        if cfg.get("name"):
+            fields.append(("name", cfg["name"]))
         try:
-            for tag, val in (("mode", mode), ("arch", ARCH[0]), ("cwd", cwd), ("path", path)):
+            for tag, val in fields:
                 self._field(tag, val)
             for o in opts:
                 self._field("opt", o)
@@ -97,7 +102,7 @@ class Driver:
             return Result(status=-9000 - (rc or 0), message="the driver died (exit %s)" % rc)
         return None
 
-    def receive(self):
+    def receive(self, cfg=None):
         try:
             out = {}
             while True:
@@ -117,7 +122,8 @@ class Driver:
             return Result(status=-9000 - (rc or 0), message="the driver died (exit %s)" % rc)
         return Result(status=int(out["status"]), hit=out["hit"] == b"1",
                       keyed=out["keyed"] == b"1", store_status=int(out["store_status"]),
-                      message=out["message"].decode(errors="replace"), ptx=out["ptx"])
+                      message=out["message"].decode(errors="replace"), ptx=out["ptx"],
+                      kind=(cfg or {}).get("kind", "ptx"))
 
     def close(self):
         """Ends the process; returns its exit status (under ASan, a leak makes it non-zero)."""
@@ -131,17 +137,21 @@ class Driver:
 
 
 class Result:
-    def __init__(self, status, hit=False, keyed=True, store_status=0, message="", ptx=b""):
+    def __init__(self, status, hit=False, keyed=True, store_status=0, message="", ptx=b"",
+                 kind="ptx"):
         self.status, self.hit, self.keyed = status, hit, keyed
         self.store_status, self.message, self.ptx = store_status, message, ptx
+        self.kind = kind  # what ptx holds: PTX, or a CUBIN or LTO-IR compared whole
 
     def ok(self):
         return self.status == 0
 
     def kernel(self):
-        """The PTX without comment lines: what a program runs."""
+        """The PTX without comment lines, or the binary whole: what a program runs."""
         if not self.ok():
             return None
+        if self.kind != "ptx":
+            return self.ptx
         return b"\n".join(l.rstrip() for l in self.ptx.split(b"\n")
                           if l.strip() and not l.lstrip().startswith(b"//"))
 
@@ -150,6 +160,10 @@ class Result:
         k = self.kernel()
         if k is None:
             return "compile failed: " + self.message[:160]
+        if self.kind != "ptx":
+            import hashlib
+            return "%s of %d bytes, %s" % (self.kind, len(k), hashlib.blake2b(
+                k, digest_size=6).hexdigest())
         regs, out = {}, {}
         for line in k.decode(errors="replace").split("\n"):
             w = line.replace(",", " ").replace(";", " ").split()
@@ -174,11 +188,11 @@ class Runner:
         self.ref_memo = {}
         self.counts = dict(steps=0, compiles={p: 0 for p in PATHS}, hits={p: 0 for p in PATHS},
                            uncached={}, differ=0, ref_compiles=0, cold_checks=0,
-                           both_failed=0)
+                           both_failed=0, classes={}, class_uncached={})
         self.report = os.path.join(work, "dropin-report")
         self.bad_exits = []
 
-    def env(self, aged, dropin=False):
+    def env(self, aged, dropin=False, extra=None):
         env = dict(os.environ)
         for k in ("KCACHE_PATH", "KCACHE_DISABLE", "KCACHE_NVRTC_REAL", "LD_PRELOAD",
                   "KCACHE_REMOTE", "KCACHE_TEST_CLOCK_SHIFT_NS"):
@@ -203,17 +217,27 @@ class Runner:
         elif dropin:
             env["LD_PRELOAD"] = self.args.shim
             env["KCACHE_NVRTC_REPORT"] = self.report
+        env.update(extra or {})
         return env
 
-    def driver(self, which, aged):
-        key = (which, aged)
+    def driver(self, which, aged, extra=None):
+        """One process per path, kind of files and environment NVRTC reads (read at load)."""
+        extra = extra or {}
+        key = (which, aged, tuple(sorted(extra.items())))
         if key not in self.drivers:
-            env = self.env(aged, which == "dropin")
+            env = self.env(aged, which == "dropin", extra)
             if which == "ref":
                 # Written only if the drop-in were loaded: the reference must be NVIDIA's.
                 env["KCACHE_NVRTC_REPORT"] = self.report + ".ref"
             self.drivers[key] = Driver(self.args.driver, env)
         return self.drivers[key]
+
+    def close_env_drivers(self):
+        """The processes of scenarios' own environments: each scenario makes new ones."""
+        for key in [k for k in self.drivers if k[2]]:
+            rc = self.drivers.pop(key).close()
+            if rc:
+                self.bad_exits.append("the %s driver (env %s) exited %d" % (key[0], key[2], rc))
 
     def close(self):
         for key, d in self.drivers.items():
@@ -231,17 +255,18 @@ class Runner:
         """
         opts = sc.options(cfg, root)
         memo_key = (snapshot(root), root, tuple(opts), cfg["cwd"], cfg["source"],
-                    json.dumps(cfg["mem"]))
+                    json.dumps(cfg["mem"]), json.dumps(cfg.get("env")), cfg.get("kind"),
+                    cfg.get("arch"), cfg.get("name"))
         if memo_key in self.ref_memo:
             return lambda: self.ref_memo[memo_key]
         self.counts["ref_compiles"] += 1
-        d = self.driver("ref", False)
+        d = self.driver("ref", False, cfg.get("env"))
         early = d.send("nvrtc", os.path.join(root, cfg["cwd"]), os.path.join(root, cfg["source"]),
-                       opts, cfg["mem"])
+                       opts, cfg["mem"], cfg)
 
         def get():
             if memo_key not in self.ref_memo:
-                self.ref_memo[memo_key] = early or d.receive()
+                self.ref_memo[memo_key] = early or d.receive(cfg)
             return self.ref_memo[memo_key]
         return get
 
@@ -249,17 +274,18 @@ class Runner:
         out = os.path.join(self.work, "cli-out.ptx")
         if os.path.exists(out):
             os.unlink(out)
+        kind = cfg.get("kind", "ptx")
         argv = [self.args.kcache, "compile", os.path.join(root, cfg["source"]), "--arch", ARCH[0],
-                "--ptx", "-o", out, "--json", "-q"]
+                "--" + kind, "-o", out, "--json", "-q"]
         rest = []
         for o in sc.options(cfg, root):
-            if o[:2] in ("-I", "-D"):
+            if o[:2] in ("-I", "-D") and len(o) > 2:
                 argv += [o[:2], o[2:]]
-            else:
+            elif not (kind == "ltoir" and o == "-dlto"):  # --ltoir says it
                 rest.append(o)
         argv += ["--"] + rest if rest else []
-        p = subprocess.run(argv, cwd=os.path.join(root, cfg["cwd"]), env=self.env(sc.aged),
-                           capture_output=True)
+        p = subprocess.run(argv, cwd=os.path.join(root, cfg["cwd"]),
+                           env=self.env(sc.aged, extra=cfg.get("env")), capture_output=True)
         try:
             item = json.loads(p.stdout)["items"][0]
         except (ValueError, KeyError, IndexError):
@@ -274,27 +300,29 @@ class Runner:
         with open(out, "rb") as fh:
             ptx = fh.read()
         return Result(status=0, hit=item["hit"], keyed=item["outcome"] != "uncached",
-                      store_status=0 if item["cached"] else 1, message=msg, ptx=ptx)
+                      store_status=0 if item["cached"] else 1, message=msg, ptx=ptx, kind=kind)
 
     def kcache(self, path, sc, cfg, root):
         if path == "cli":
             return self.cli(sc, cfg, root)
         mode = "lib" if path == "lib" else "nvrtc"
-        return self.driver(path, sc.aged).compile(
+        return self.driver(path, sc.aged, cfg.get("env")).compile(
             mode, os.path.join(root, cfg["cwd"]), os.path.join(root, cfg["source"]),
-            sc.options(cfg, root), cfg["mem"])
+            sc.options(cfg, root), cfg["mem"], cfg)
 
     def cold(self, sc, cfg, root):
         self.counts["cold_checks"] += 1
-        return self.driver("lib", sc.aged).compile(
+        return self.driver("lib", sc.aged, cfg.get("env")).compile(
             "cold", os.path.join(root, cfg["cwd"]), os.path.join(root, cfg["source"]),
-            sc.options(cfg, root), cfg["mem"])
+            sc.options(cfg, root), cfg["mem"], cfg)
 
-    def count_uncached(self, path, r):
+    def count_uncached(self, path, r, classes=()):
         if r.ok() and (not r.keyed or r.store_status):
             reason = r.message.split("(")[0].strip()[:90] or "no reason given"
             key = "%s: %s" % (path, reason)
             self.counts["uncached"][key] = self.counts["uncached"].get(key, 0) + 1
+            for c in classes:
+                self.counts["class_uncached"][c] = self.counts["class_uncached"].get(c, 0) + 1
 
     def run(self, sc, root, steps=None, paths=None, rng=None, real_sleep=False, log=None):
         """
@@ -319,15 +347,20 @@ class Runner:
                 if op[0] == "set" and op[1] == "copy":
                     cfg.update(source=op[2] + "/src/k.cu", cwd=op[2] + "/src",
                                incs=[os.path.join(root, op[2], "inc")])
-                elif op[0] == "set":
+                elif op[0] == "set" and isinstance(op[2], list):
                     cfg[op[1]] = [v.replace("{R}", root) if isinstance(v, str) else v
                                   for v in op[2]]
+                elif op[0] == "set":
+                    cfg[op[1]] = op[2]
                 else:
                     apply_op(root, op, baseline)
             if real_sleep:
                 time.sleep(2.2)
             pending = self.reference(sc, cfg, root)
             self.counts["steps"] += 1
+            classes = step_classes(cfg, root)
+            for c in classes:
+                self.counts["classes"][c] = self.counts["classes"].get(c, 0) + 1
             now = live
             if self.args.rotate and n > 0:
                 now = [live[(n + sc.seed) % len(live)]]
@@ -339,7 +372,7 @@ class Runner:
                 self.counts["compiles"][path] += 1
                 self.counts["hits"][path] += r.hit
                 if path != "dropin":  # the drop-in's reasons come from its report
-                    self.count_uncached(path, r)
+                    self.count_uncached(path, r, classes)
                 row["paths"][path] = (r.hit, r.constants())
                 verdict = compare(ref, r)
                 if verdict is None and path != "dropin" and r.hit and \
@@ -368,10 +401,21 @@ class Runner:
                         else "differs-even-uncached"
                 live.remove(path)
                 failures.append(dict(step=n, path=path, why=why, ref=ref.constants(),
-                                     got=r.constants(), hit=r.hit, message=r.message))
+                                     got=r.constants(), hit=r.hit, message=r.message,
+                                     classes=classes))
             if log:
                 log(row)
+        self.close_env_drivers()
         return failures
+
+
+def make_root(sc, work, name):
+    """Where a scenario's tree goes: under work, or under /dev/shm when it asks (and can)."""
+    if sc.cfg.get("root") == "shm" and os.access("/dev/shm", os.W_OK):
+        return tempfile.mkdtemp(prefix="kcache-sound-", dir="/dev/shm")
+    root = os.path.join(work, name)
+    os.makedirs(root)
+    return root
 
 
 def fix(op, root):
@@ -397,14 +441,14 @@ def replay(args, sc, steps, path, why):
     work = tempfile.mkdtemp(prefix="kcache sound-replay-", dir=args.tmp)
     runner = Runner(args, work)
     try:
-        root = os.path.join(work, "tree")
-        os.makedirs(root)
+        root = make_root(sc, work, "tree")
         for f in runner.run(sc, root, steps=steps, paths=[path]):
             if f["why"] == why:
                 return f
         return None
     finally:
         runner.close()
+        shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -476,7 +520,7 @@ def dropin_report(path):
     if os.path.exists(path):
         with open(path) as f:
             for line in f:
-                w = line.split()
+                w = line.partition(" nvrtc-path ")[0].split()  # the path last: it may hold spaces
                 rows.append({w[i]: w[i + 1] for i in range(0, len(w) - 1, 2)})
     return rows
 
@@ -557,6 +601,7 @@ def main():
     failures = []
     seen = set()
     n = 0
+    first = [] if args.long or args.kind or args.scenario or args.steps else list(NEW_KINDS)
     try:
         while (args.scenarios is None or n < args.scenarios) and \
                 (args.scenarios is not None or
@@ -568,8 +613,11 @@ def main():
                 kind, sc_seed, how = (args.scenario.split(":") + ["aged"])[:3]
                 sc_seed, aged = int(sc_seed), how == "aged"
             sc = make_scenario(sc_seed, kind, aged)
-            root = os.path.join(work, "t%d" % n)
-            os.makedirs(root)
+            if n < len(first):
+                # Issue 32's kinds, once each first (few steps) in the bounded run.
+                sc = make_scenario(sc_seed, first[n], aged)
+                sc.steps = sc.steps[:2]
+            root = make_root(sc, work, "t%d" % n)
             n += 1
             log = (lambda row: print("   ", json.dumps(row))) if args.verbose else None
             if args.verbose:
@@ -581,9 +629,11 @@ def main():
                 runner.counts["differ"] += 1
                 f.update(kind=sc.kind, seed=sc_seed, aged=sc.aged)
                 print("DIFFERS: scenario %s:%d:%s, step %d, %s path: %s; NVRTC %s, "
-                      "kcache %s%s" % (sc.kind, sc_seed, "aged" if sc.aged else "fresh",
-                                       f["step"], f["path"], f["why"], f["ref"], f["got"],
-                                       " (" + f["message"][:160] + ")" if f["message"] else ""))
+                      "kcache %s%s; classes: %s" % (
+                          sc.kind, sc_seed, "aged" if sc.aged else "fresh", f["step"],
+                          f["path"], f["why"], f["ref"], f["got"],
+                          " (" + f["message"][:160] + ")" if f["message"] else "",
+                          ", ".join(f["classes"]) or "none"))
                 failures.append((sc, f))
             sys.stdout.flush()
         main_elapsed = time.time() - t0
@@ -657,6 +707,9 @@ def main():
     if os.path.exists(runner.report + ".ref"):
         print("FAIL: the reference NVRTC was the drop-in (LD_LIBRARY_PATH?): nothing above holds")
         return 1
+    print("  steps per class (uncached compiles of the CLI and library among them):")
+    for k, v in sorted(c["classes"].items()):
+        print("    %5d  %-28s %d uncached" % (v, k, c["class_uncached"].get(k, 0)))
     print("  results that differed from NVRTC: %d" % c["differ"])
     print("  same kernel as NVRTC's but other bytes (comment lines): %d"
           % c.get("raw_differs", 0))

@@ -20,7 +20,7 @@ KCACHE=${KCACHE:-%(kcache)s}
 DRIVER=${DRIVER:-%(driver)s}
 SHIM=${SHIM:-%(shim)s}
 HERE=$(cd "$(dirname "$0")" && pwd)
-R=$(mktemp -d "${TMPDIR:-/tmp}/kcache repro-XXXXXX")
+R=$(mktemp -d %(rootdir)s)
 export KCACHE_DIR="$R/.cache"
 unset KCACHE_DISABLE KCACHE_REMOTE LD_PRELOAD KCACHE_NVRTC_REAL
 export ASAN_OPTIONS="${ASAN_OPTIONS:-}:verify_asan_link_order=0"
@@ -32,7 +32,8 @@ field() { printf '%%s %%d\n%%s\n' "$1" "${#2}" "$2"; }
 # request MODE CWD SOURCE [OPTIONS...]; in-memory headers come from MEM_NAMES/MEM_FILES.
 request() {
     local mode=$1 cwd=$2 src=$3; shift 3
-    field mode "$mode"; field arch %(arch)s; field cwd "$cwd"; field path "$src"
+    field mode "$mode"; field arch "$ARCH"; field kind "$KIND"; field cwd "$cwd"; field path "$src"
+    [ -n "$NAME" ] && field name "$NAME"
     local o; for o in "$@"; do field opt "$o"; done
     local i; for i in "${!MEM_NAMES[@]}"; do
         local t; t=$(cat "${MEM_FILES[$i]}"; printf x)
@@ -41,25 +42,31 @@ request() {
     field go ""
 }
 # answer: reads one answer from the driver on fd $1; the kernel (PTX without
-# comment lines) goes to file $2, "failed" if it did not compile.
+# comment lines, a CUBIN or LTO-IR whole) goes to file $2, "failed" if it did
+# not compile. Fields go through a file: a binary's NUL bytes cannot live in
+# a shell variable.
 answer() {
-    local tag n val status=
+    local tag n status=
     while read -r tag n <&"$1"; do
-        IFS= read -r -d '' -N "$((n + 1))" val <&"$1"
+        dd bs=1 count="$((n + 1))" of="$R/.field" <&"$1" 2>/dev/null
         case $tag in
-            status) status=${val%%?} ;;
-            ptx) if [ "$status" = 0 ]; then printf '%%s' "${val%%?}" | grep -v '^[[:space:]]*//' | grep -v '^\s*$' > "$2"
-                 else echo failed > "$2"; fi ;;
+            status) status=$(head -c "$n" "$R/.field") ;;
+            ptx) if [ "$status" != 0 ]; then echo failed > "$2"
+                 elif [ "$KIND" = ptx ]; then head -c "$n" "$R/.field" | grep -v '^[[:space:]]*//' | grep -v '^\s*$' > "$2"
+                 else head -c "$n" "$R/.field" > "$2"; fi ;;
             end) return 0 ;;
         esac
     done
     echo "driver died" > "$2"
 }
 MEM_NAMES=(); MEM_FILES=()
+# What NVRTC reads from the environment (ENVS), what is asked for (KIND), the
+# architecture the driver adds ("-": none, the options name it), the program's name.
+ENVS=(); KIND=ptx; ARCH=%(arch)s; NAME=
 %(coproc)s
 check() { # check STEP: NVRTC now against kcache's path
     local step=$1; shift
-    request nvrtc "$CWD" "$SRC" "${OPTS[@]}" | env -u LD_PRELOAD "$DRIVER" > "$R/.ref.answer"
+    request nvrtc "$CWD" "$SRC" "${OPTS[@]}" | env -u LD_PRELOAD "${ENVS[@]}" "$DRIVER" > "$R/.ref.answer"
     answer 3 "$R/.ref.$step" 3< "$R/.ref.answer"
     %(check)s
     if ! cmp -s "$R/.ref.$step" "$R/.got.$step"; then
@@ -75,11 +82,15 @@ CHECK = {
     "cli": r'''rm -f "$R/.out.ptx"
     local args=() rest=() o
     for o in "${OPTS[@]}"; do
-        case $o in -I*|-D*) args+=("${o:0:2}" "${o:2}") ;; *) rest+=("$o") ;; esac
+        case $o in -I?*|-D?*) args+=("${o:0:2}" "${o:2}") ;;
+            -dlto) [ "$KIND" = ltoir ] || rest+=("$o") ;;  # --ltoir says it
+            *) rest+=("$o") ;; esac
     done
     [ ${#rest[@]} -gt 0 ] && args+=(-- "${rest[@]}")
-    (cd "$CWD" && "$KCACHE" compile "$SRC" --arch %(arch)s --ptx -o "$R/.out.ptx" "${args[@]}" >/dev/null 2>"$R/.err") || true
-    if [ -s "$R/.out.ptx" ]; then grep -v '^[[:space:]]*//' "$R/.out.ptx" | grep -v '^\s*$' > "$R/.got.$step"; else echo failed > "$R/.got.$step"; fi
+    (cd "$CWD" && env "${ENVS[@]}" "$KCACHE" compile "$SRC" --arch %(arch)s --"$KIND" -o "$R/.out.ptx" "${args[@]}" >/dev/null 2>"$R/.err") || true
+    if [ ! -s "$R/.out.ptx" ]; then echo failed > "$R/.got.$step"
+    elif [ "$KIND" = ptx ]; then grep -v '^[[:space:]]*//' "$R/.out.ptx" | grep -v '^\s*$' > "$R/.got.$step"
+    else cp "$R/.out.ptx" "$R/.got.$step"; fi
     echo "  kcache compile: $(cat "$R/.err" | head -1)"''',
     "lib": r'''request lib "$CWD" "$SRC" "${OPTS[@]}" >&"${KC[1]}"
     answer "${KC[0]}" "$R/.got.$step"''',
@@ -92,6 +103,21 @@ COPROC = {
     "lib": 'coproc KC { "$DRIVER"; }',
     "dropin": 'coproc KC { LD_PRELOAD="$SHIM" "$DRIVER"; }',
 }
+
+# A scenario that sets what NVRTC reads from the environment (read as NVRTC
+# loads) starts a process per step, as the harness does per environment.
+CHECK_ENV = {
+    "lib": r'''request lib "$CWD" "$SRC" "${OPTS[@]}" | env "${ENVS[@]}" "$DRIVER" > "$R/.kc.answer"
+    answer 3 "$R/.got.$step" 3< "$R/.kc.answer"''',
+    "dropin": r'''request nvrtc "$CWD" "$SRC" "${OPTS[@]}" | env LD_PRELOAD="$SHIM" "${ENVS[@]}" "$DRIVER" > "$R/.kc.answer"
+    answer 3 "$R/.got.$step" 3< "$R/.kc.answer"''',
+}
+
+
+def qr(s):
+    """s quoted for the shell, "{R}" standing for the tree's root ($R)."""
+    parts = s.split("{R}")
+    return '"$R"'.join(shlex.quote(p) if p else "" for p in parts) or "''"
 
 
 def shell_op(op):
@@ -112,7 +138,14 @@ def shell_op(op):
             return 'CWD="$R"/%s/src; SRC="$R"/%s/src/k.cu; INCS=("$R"/%s/inc)' % (
                 op[2], op[2], op[2])
         if rel == "incs":
-            return "INCS=(%s)" % " ".join('"%s"' % i.replace("{R}", "$R") for i in op[2])
+            return "INCS=(%s)" % " ".join(qr(i) for i in op[2])
+        if rel == "extra":
+            return "EXTRA=(%s)" % " ".join(qr(o) for o in op[2])
+        if rel == "env":
+            return "ENVS=(%s)" % " ".join(q("%s=%s" % kv) for kv in sorted(op[2].items()))
+        if rel in ("kind", "name"):
+            return "%s=%s" % (rel.upper(), q(op[2]))
+        assert rel == "defines", rel
         return "DEFS=(%s)" % " ".join(q(x) for x in op[2])
     if kind in ("write", "replace", "same"):
         out = ["mkdir -p %s" % d]
@@ -140,12 +173,16 @@ def write_repro(args, sc, steps, failure, out_dir):
     path = failure["path"]
     aged = ('export KCACHE_TEST_CLOCK_SHIFT_NS=%d  # every file looks 10 s old to kcache'
             % SHIFT_NS) if sc.aged else "unset KCACHE_TEST_CLOCK_SHIFT_NS"
+    cfg = sc.cfg
+    env = "env" in cfg or any(op[:2] == ("set", "env") for s in steps for op in s)
+    check = CHECK_ENV[path] if env and path in CHECK_ENV else CHECK[path]
+    rootdir = ("/dev/shm/kcache-repro-XXXXXX" if cfg.get("root") == "shm" else
+               '"${TMPDIR:-/tmp}/kcache repro-XXXXXX"')
     text = SCRIPT_HEAD % dict(kcache=shlex.quote(os.path.abspath(args.kcache)),
                               driver=shlex.quote(os.path.abspath(args.driver)),
                               shim=shlex.quote(os.path.abspath(args.shim)), aged=aged,
-                              coproc=COPROC[path], arch=ARCH[0],
-                              check=CHECK[path] % dict(arch=ARCH[0]))
-    cfg = sc.cfg
+                              coproc="" if env else COPROC[path], arch=ARCH[0],
+                              check=check % dict(arch=ARCH[0]), rootdir=rootdir)
     lines = ["# scenario %s, seed %d, %s files; the failure: %s on the %s path at step %d"
              % (sc.kind, sc.seed, "aged" if sc.aged else "fresh", failure["why"], path,
                 len(steps)),
@@ -155,10 +192,14 @@ def write_repro(args, sc, steps, failure, out_dir):
     lines.append(shell_op(("set", "defines", cfg["defines"])))
     if cfg["mem"]:
         lines.append(shell_op(("set", "mem", cfg["mem"])))
+    for key in ("env", "kind", "name"):
+        if key in cfg:
+            lines.append(shell_op(("set", key, cfg[key])))
+    if "arch" in cfg:
+        lines.append("ARCH=%s" % shlex.quote(cfg["arch"]))
     lines.append('CWD="$R"/%s; SRC="$R"/%s' % (shlex.quote(cfg["cwd"]),
                                                shlex.quote(cfg["source"])))
-    lines.append("EXTRA=(%s)" % " ".join('"%s"' % o.replace("{R}", "$R")
-                                          for o in cfg.get("extra", [])))
+    lines.append(shell_op(("set", "extra", cfg.get("extra", []))))
     lines.append('opts() { OPTS=(); local i d; for i in "${INCS[@]}"; do OPTS+=("-I$i"); done;'
                  ' for d in "${DEFS[@]}"; do OPTS+=("-D$d"); done; OPTS+=("${EXTRA[@]}"); }')
     lines.append("opts; check 0")

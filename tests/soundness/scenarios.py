@@ -196,10 +196,15 @@ class Scenario:
       ("replace", rel, text)  written beside and renamed over (a new inode)
       ("rm", rel)             deleted
       ("ln", rel, target)     a symbolic link (re)pointed
-      ("set", key, value)     the compile's options: "defines", "incs", "mem"; or
-                              "copy": which checkout of a tree is compiled
+      ("set", key, value)     the compile's options: "defines", "incs", "mem", "extra";
+                              "env" (a dict), "kind", "name"; or "copy": which
+                              checkout of a tree is compiled
     cfg: source, cwd (relative to the root), incs (paths; "{R}" is the root),
-    defines (-D values), mem (in-memory headers as [name, text]), paths.
+    defines (-D values), mem (in-memory headers as [name, text]), paths; and
+    optionally extra (more options), env (variables NVRTC reads, set for every
+    process of the compile, the reference's too), kind (ptx, cubin, ltoir), arch
+    ("-": none but the options'), name (the program's name) and root ("shm":
+    the tree is made under /dev/shm).
     """
 
     def __init__(self, kind, seed, setup, cfg, steps, aged):
@@ -650,3 +655,275 @@ def make_scenario(seed, kind=None, aged=None):
     setup, cfg, edits = GENERATORS[kind](rng)
     aged = rng.random() < 0.7 if aged is None else aged
     return Scenario(kind, seed, setup, cfg, edits, aged)
+
+
+# ---- the classes of issue 32: options, environment, -D values, system paths, names -----------
+
+# NVRTC 13's options as programs spell them, each entry one option's arguments;
+# which NVRTC 13.0 accepts was measured by running each alone through it (the
+# harness compares verdicts, so the lists only steer what is generated). -I,
+# -D, -U and -include have generators of their own; -arch is gen_arch's;
+# options that write files (-time, -pch, -fdevice-time-trace) are left out.
+NVRTC_OPTIONS = [
+    ["-G"], ["--device-debug"], ["-lineinfo"], ["--generate-line-info"], ["-dopt=on"],
+    ["-dopt", "on"], ["--maxrregcount=32"], ["-maxrregcount=64"], ["-maxrregcount", "32"],
+    ["--maxrregcount", "40"], ["-ftz=true"], ["--ftz=false"], ["-ftz", "true"],
+    ["-prec-sqrt=false"], ["--prec-div=false"], ["-fmad=false"], ["--fmad=true"],
+    ["-use_fast_math"], ["--use_fast_math"], ["-extra-device-vectorization"],
+    ["-modify-stack-limit=false"], ["-rdc=true"], ["--relocatable-device-code=false"], ["-dc"],
+    ["--device-c"], ["-dw"], ["-ewp"], ["-std=c++17"], ["--std=c++20"], ["-std=c++11"],
+    ["-builtin-move-forward=false"], ["-builtin-initializer-list=false"], ["-w"],
+    ["--disable-warnings"], ["-restrict"], ["-default-device"], ["-device-int128"], ["-err-no"],
+    ["-no-err-no"], ["-diag-suppress=177"], ["--diag-suppress", "177"], ["-diag-warn=177"],
+    ["-brief-diag=true"], ["-frandom-seed=5"], ["--frandom-seed=7"], ["-jtd=50"],
+    ["--jump-table-density=50"], ["-device-stack-protector=true"], ["-split-compile=2"],
+    ["-minimal"], ["-fdevice-syntax-only"], ["-Xptxas=-O2"], ["--ptxas-options=-O2"],
+    ["-Xptxas", "-O1"], ["--no-cache"], ["-no-cache"], ["--include-path={R}/inc2"],
+    ["--define-macro=KC_OPT_D=3"], ["--define-macro", "KC_OPT_D=4"], ["-D", "KC_OPT_D=5"],
+    ["--undefine-macro=KC_OPT_D"], ["-U", "KC_OPT_D"],
+]
+# Spellings NVRTC 13 refuses (long names take two dashes; these take no separate value).
+NVRTC_REJECTED = [
+    ["-device-debug"], ["-generate-line-info"], ["-include-path={R}/inc2"], ["-std", "c++17"],
+    ["--std", "c++17"], ["--frandom-seed", "5"], ["-frandom-seed", "5"], ["-use-fast-math"],
+    ["-define-macro=KC_OPT_D=3"], ["-undefine-macro=KC_OPT_D"], ["--dopt=off"], ["-O3"],
+    ["-Ofast-compile=max"], ["--expt-relaxed-constexpr"], ["-Wreorder"],
+]
+# What NVRTC 13.0 asks getenv for while it loads and compiles (an interposed
+# getenv listed them), with values to set; those that write files are left out.
+NVRTC_ENV = {
+    "LLVM_OVERRIDE_PRODUCER": ["kc-producer-1", "LLVM7.0.1"],
+    "NVRTC_APPEND_FLAGS": ["-DKC_ENV_D=7", "-lineinfo"],
+    "NVVM_IR_VER_CHK": ["0", "1"],
+    "NVRTC_DISABLE_PCH": ["1"],
+    "NVRTC_PCH_HEAP_SIZE": ["1"],
+    "CUDA_CACHE_DISABLE": ["1", "0"],
+    "NV_NVVM_VERSION": ["2.0", "9.9"],
+    "NVRTC_DISABLE_CONCURRENT_NVVM": ["1"],
+    "LIBNVVM_DISABLE_CONCURRENT_API": ["1"],
+    "NVRTC_INTERNAL_GLOBAL_LOCK": ["1"],
+    "CAN_FINALIZE_DEBUG": ["1"],
+    "NVRTCWIZ": ["1"],
+    "EDG_BASE": ["/nonexistent"],
+    "EDG_MODULES_PATH": ["/nonexistent"],
+}
+ARCH_LISTS = [
+    ["-arch=sm_90", "-arch=compute_90"], ["-arch=compute_90", "-arch=sm_90"],
+    ["--gpu-architecture=sm_90", "-arch", "compute_90"], ["-arch", "sm_90", "-arch=sm_80"],
+    ["-arch=sm_80", "--gpu-architecture", "compute_90", "-arch=sm_90"], ["-arch=sm_90"],
+]
+
+
+def simple_tree(rng, f, incs=("inc1",)):
+    """Two headers found through -I and a source that stores their values."""
+    setup = [f.add(incs[0] + "/a.h", 0), f.add(incs[-1] + "/b.h", 1)]
+    setup.append(("write", "src/k.cu", kernel('#include "a.h"\n#include <b.h>\n', 2,
+                                              [("KC_OPT_D", "-1"), ("KC_ENV_D", "-1")])))
+    return setup
+
+
+def option_list(rng):
+    opts = [o for o in rng.sample(NVRTC_OPTIONS, rng.randint(1, 3))]
+    if rng.random() < 0.35:
+        opts.append(rng.choice(NVRTC_REJECTED))
+    if rng.random() < 0.35:
+        opts.append(rng.choice(opts))  # a repeat: first or last wins, or both count
+    rng.shuffle(opts)
+    return [a for o in opts for a in o]
+
+
+def gen_options(rng):
+    """Option lists drawn from NVRTC's own, with repeats and spellings it refuses.
+
+    -G and -lineinfo put the program's name in the PTX: named as kcache compile
+    names a file (its base name), as gen_env's programs are.
+    """
+    f = Files(rng)
+    setup = simple_tree(rng, f, ("inc1", "inc2"))
+    cfg = dict(source="src/k.cu", cwd="src", incs=["{R}/inc1", "{R}/inc2"], defines=[], mem=[],
+               extra=option_list(rng), optclass=True, name="k.cu", paths=list(PATHS))
+    edits = []
+    for _ in range(rng.randint(*EDITS)):
+        if rng.random() < 0.5:
+            edits.append([("set", "extra", option_list(rng))])
+        else:
+            edits.append([f.edit(rng.choice(list(f.specs)))])
+    return setup, cfg, edits
+
+
+def env_choice(rng):
+    names = rng.sample(sorted(NVRTC_ENV), rng.randint(0, 2))
+    if rng.random() < 0.4:
+        names.append("LLVM_OVERRIDE_PRODUCER")
+    return {n: rng.choice(NVRTC_ENV[n]) for n in names}
+
+
+def gen_env(rng):
+    """Environment variables NVRTC reads, LLVM_OVERRIDE_PRODUCER with -dlto (LTO-IR).
+
+    An LTO-IR or a CUBIN holds the program's name: these programs are named as
+    kcache compile and the library name them when given none (the base name).
+    """
+    f = Files(rng)
+    setup = simple_tree(rng, f)
+    ltoir = rng.random() < 0.6
+    cfg = dict(source="src/k.cu", cwd="src", incs=["{R}/inc1"], defines=[], mem=[],
+               extra=["-dlto"] if ltoir else [], env=env_choice(rng),
+               kind="ltoir" if ltoir else "ptx", name="k.cu", paths=list(PATHS))
+    edits = []
+    for _ in range(rng.randint(*EDITS)):
+        if rng.random() < 0.6:
+            edits.append([("set", "env", env_choice(rng))])
+        else:
+            edits.append([f.edit(rng.choice(list(f.specs)))])
+    return setup, cfg, edits
+
+
+def dvalue_defines(rng, refused=False):
+    name = rng.choice(["opt4.h", "opt5.h"])
+    has = rng.choice(['KC_DHAS=__has_include("%s")', "KC_DHAS=__has_include(<%s>)",
+                      'KC_DHAS=__has_include( "%s" )']) % name
+    fn = rng.choice(["KC_DHASF(x)=__has_include(x)", "KC_DHASF( x )=KC_DHASW(x)"])
+    if refused:
+        fn = "KC_DHASF(x) =__has_include(x)"  # NVRTC: "invalid macro definition"
+    return [has, fn, "KC_DHASW(y)=__has_include(y)"]
+
+
+def gen_dvalue(rng, root_kind=None):
+    """__has_include in -D values, expanded in the source and in a header elsewhere."""
+    f = Files(rng)
+    pre = ('#include "sub/use.h"\n#if KC_DHAS\n#define KC_H0 1\n#else\n#define KC_H0 0\n#endif\n'
+           '#if KC_DHASF("opt5.h")\n#define KC_H1 1\n#else\n#define KC_H1 0\n#endif\n')
+    use = "#pragma once\n#if KC_DHAS\n#define KC_H2 1\n#else\n#define KC_H2 0\n#endif\n"
+    link = rng.random() < 0.4  # the -I directory a symbolic link to the real one
+    setup = [("write", "inc1/sub/use.h", use),
+             ("write", "src/k.cu", kernel(pre, 2, [("KC_H0", None), ("KC_H1", None),
+                                                  ("KC_H2", None)]))]
+    if link:
+        setup.append(("ln", "incl", "inc1"))
+    homes = ["src", "inc1", "inc1/sub", "inc2"]
+    for slot, n in enumerate(["opt4.h", "opt5.h"]):
+        for d in homes:
+            op = f.add("%s/%s" % (d, n), slot)
+            if rng.random() < 0.3:
+                setup.append(op)
+    # Through /proc/self/cwd from the tree's root (NVRTC folds "/proc/self/cwd/.."
+    # lexically, to a directory that is not there).
+    top = "/proc/self/cwd/" if root_kind == "proc" else "{R}/"
+    incs = [top + ("incl" if link else "inc1"), top + "inc2"]
+    cfg = dict(source="src/k.cu", cwd="." if root_kind == "proc" else "src", incs=incs,
+               defines=dvalue_defines(rng), mem=[], paths=list(PATHS))
+    if root_kind == "shm":
+        cfg["root"] = "shm"
+    edits = []
+    present = {op[1] for op in setup}
+    for _ in range(rng.randint(*EDITS)):
+        r = rng.random()
+        rel = rng.choice(list(f.specs))
+        if r < 0.2:
+            edits.append([("set", "defines", dvalue_defines(rng, rng.random() < 0.1))])
+        elif r < 0.3:
+            edits.append([("set", "extra", rng.choice([[], ["-UKC_DHAS"],
+                                                      ["-UKC_DHAS", "-DKC_DHAS=0"]]))])
+        elif rel in present and r < 0.55:
+            edits.append([("rm", rel)])
+            present.discard(rel)
+        elif rel in present:
+            edits.append([f.edit(rel)])
+        else:
+            edits.append([("write", rel, f.text(rel))])
+            present.add(rel)
+    return setup, cfg, edits
+
+
+def gen_shm(rng):
+    """The -D __has_include tree under /dev/shm (scratch trees in containers)."""
+    return gen_dvalue(rng, "shm")
+
+
+def gen_proccwd(rng):
+    """The -D __has_include tree with its -I directories reached through /proc/self/cwd."""
+    return gen_dvalue(rng, "proc")
+
+
+def gen_arch(rng):
+    """Several -arch options: NVRTC compiles for the first (the library and the drop-in)."""
+    f = Files(rng)
+    setup = simple_tree(rng, f)
+
+    def pick():
+        return rng.choice(ARCH_LISTS), rng.choice(["cubin", "ptx", "cubin"])
+
+    archs, kind = pick()
+    cfg = dict(source="src/k.cu", cwd="src", incs=["{R}/inc1"], defines=[], mem=[],
+               extra=archs, arch="-", kind=kind, name="k.cu", paths=["lib", "dropin"])
+    edits = []
+    for _ in range(rng.randint(*EDITS)):
+        if rng.random() < 0.5:
+            archs, kind = pick()
+            edits.append([("set", "extra", archs), ("set", "kind", kind)])
+        else:
+            edits.append([f.edit(rng.choice(list(f.specs)))])
+    return setup, cfg, edits
+
+
+def program_name(rng):
+    """A name as CuPy gives every program: a new temporary directory's kern.cu."""
+    return "/tmp/tmp%s/kern.cu" % "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789_")
+                                          for _ in range(8))
+
+
+def gen_progname(rng):
+    """Programs named <a new temporary directory>/kern.cu, the source's text the same."""
+    f = Files(rng)
+    setup = simple_tree(rng, f)
+    cfg = dict(source="src/k.cu", cwd="src", incs=["{R}/inc1"], defines=[], mem=[],
+               name=program_name(rng), paths=["lib", "dropin"])
+    edits = []
+    for _ in range(rng.randint(*EDITS)):
+        step = [("set", "name", program_name(rng))]
+        if rng.random() < 0.4:
+            step.append(f.edit(rng.choice(list(f.specs))))
+        edits.append(step)
+    return setup, cfg, edits
+
+
+GENERATORS.update({"options": gen_options, "env": gen_env, "dvalue": gen_dvalue,
+                   "shm": gen_shm, "proccwd": gen_proccwd, "arch": gen_arch,
+                   "progname": gen_progname})
+WEIGHTS.update({"options": 2, "env": 1, "dvalue": 2, "shm": 1, "proccwd": 1, "arch": 1,
+                "progname": 1})
+# Issue 32's kinds: the bounded run (meson test) runs each once, first, with few steps.
+NEW_KINDS = ["options", "env", "dvalue", "shm", "proccwd", "arch", "progname"]
+REJECTED_SPELLINGS = {tuple(o) for o in NVRTC_REJECTED}
+
+
+def step_classes(cfg, root):
+    """The classes a step's compile touches, for the long mode's counts."""
+    out = []
+    extra = [o.replace("{R}", root) for o in cfg.get("extra", [])]
+    if cfg.get("optclass"):
+        out.append("nvrtc-options")
+    joined = "\0".join(extra)
+    if any("\0".join(o).replace("{R}", root) in joined for o in REJECTED_SPELLINGS):
+        out.append("rejected-spellings")
+    names = [o.split("=")[0] for o in extra if o.startswith("-")]
+    if len(names) != len(set(names)):
+        out.append("repeated-options")
+    out += ["env " + k for k in sorted(cfg.get("env", {}))]
+    if any("__has_include" in d for d in cfg["defines"] + extra):
+        out.append("-D with __has_include")
+    if cfg.get("root") == "shm":
+        out.append("tree under /dev/shm")
+    if any(i.startswith("/proc/self/") for i in cfg["incs"]):
+        out.append("-I through /proc/self/cwd")
+    if any(not i.startswith("/proc/") and os.path.realpath(i) != os.path.abspath(i) and
+           os.path.abspath(i).startswith(root) for i in cfg["incs"]):
+        out.append("symlinked -I")
+    if sum(1 for o in extra if o.startswith(("-arch", "--gpu-architecture"))) > 1:
+        out.append("several -arch")
+    if cfg.get("name", "").startswith("/tmp/tmp"):
+        out.append("random program name")
+    if cfg.get("kind", "ptx") != "ptx":
+        out.append("output " + cfg["kind"])
+    return out

@@ -327,6 +327,9 @@ KCACHE_API int kcache_namespace_stats_init(kcache_namespace_stats *out, unsigned
 KCACHE_API int kcache_store_namespace_stats(kcache_namespace_stats *out, kcache_store *store,
                                             const char *ns);
 
+/* Zeroes one namespace's hits and misses; its entries and every other counter stay. */
+KCACHE_API int kcache_store_zero_namespace_stats(kcache_store *store, const char *ns);
+
 /*
  * Finds the single key that starts with a hex prefix (at least 4 digits).
  * Returns 0, KCACHE_ENOTFOUND, KCACHE_EAMBIGUOUS or KCACHE_EINVAL.

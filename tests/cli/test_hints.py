@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Messages that point at the fix, and what a deployment asks of the cache.
+
+Usage: test_hints.py KCACHE KCACHE_FILL [TEST-NAME...]
+
+Each test is a row of what a new user tripped over in the third round
+(issue 38): what they typed, and the words that must come back.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import test_cli as base  # noqa: E402  (the same harness, same arguments)
+from kctest import Cache, check  # noqa: E402  (on the path test_cli set)
+
+
+def test_mistyped_verb_names_the_nearest(root):
+    """kcache list, stat, compil: the verb meant, named; exit 2."""
+    c = Cache(root)
+    for typed, meant in (("list", "ls"), ("stat", "stats"), ("compil", "compile"),
+                         ("status", "stats"), ("verfy", "verify"), ("Stats", "stats"),
+                         ("rm", "clear"), ("show", "inspect")):
+        _, err = c.run(typed, rc=2)
+        check("no verb '%s'" % typed in err and "did you mean '%s'?" % meant in err,
+              "%s: %r" % (typed, err))
+        _, err = c.run("help", typed, rc=2)
+        check("did you mean '%s'?" % meant in err, "help %s: %r" % (typed, err))
+    _, err = c.run("frobnicate", rc=2)
+    check("did you mean" not in err and "kcache --help" in err,
+          "nothing near: the verbs' list is named instead: %r" % err)
+
+
+def test_version_spellings_agree(root):
+    """--version, -V and version print one line, the same."""
+    c = Cache(root)
+    a = c.run("--version")[0]
+    b = c.run("version")[0]
+    v = c.run("-V")[0]
+    check(a == b == v and a.count("\n") == 1, "%r %r %r" % (a, b, v))
+
+
+def compiles(c, tmp, name, text, *args):
+    """Compiles TEXT saved as NAME; returns (exit status, stdout, stderr)."""
+    path = os.path.join(tmp, name)
+    with open(path, "w") as f:
+        f.write(text)
+    p = subprocess.run([base.KCACHE, "compile", path] + list(args), env=c.env,
+                       capture_output=True, text=True, timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+def have_nvrtc(c, tmp):
+    rc, _, err = compiles(c, tmp, "probe.cu", "__global__ void k() {}\n", "--arch", "sm_90",
+                          "--no-cache")
+    if rc != 0:
+        print("note: no NVRTC here (%s): the compile rows are not checked" % err.strip())
+    return rc == 0
+
+
+def test_toolkit_header_names_its_directory(root):
+    """<cuda_fp16.h> without -I: the row says which -I to add."""
+    c = Cache(root)
+    if not have_nvrtc(c, root):
+        return
+    rc, out, _ = compiles(c, root, "half.cu", "#include <cuda_fp16.h>\n"
+                          "__global__ void k(__half *x) { x[0] = __float2half(1.0f); }\n",
+                          "--arch", "sm_90")
+    check(rc == 1 and re.search(r'cuda_fp16\.h.*add -I /\S+/include$', out, re.M),
+          "the row names the toolkit's include directory: %r" % out)
+    rc, out, _ = compiles(c, root, "cub.cu", "#include <cub/cub.cuh>\n__global__ void k() {}\n",
+                          "--arch", "sm_90", "--std", "c++17")
+    check(rc == 1 and re.search(r'add -I /\S+/include/cccl$', out, re.M),
+          "CCCL's headers: its own directory: %r" % out)
+    rc, out, _ = compiles(c, root, "mine.cu", '#include "not_there.h"\n__global__ void k() {}\n',
+                          "--arch", "sm_90")
+    check(rc == 1 and "not_there.h" in out and "add -I" not in out,
+          "a header of nobody's: no hint: %r" % out)
+
+
+def test_unknown_architecture_is_named(root):
+    """--arch sm_999: the message names it and the ones NVRTC knows; a bad request."""
+    c = Cache(root)
+    if not have_nvrtc(c, root):
+        return
+    rc, out, _ = compiles(c, root, "ok.cu", "__global__ void k(int *x) { x[0] = 1; }\n",
+                          "--arch", "sm_999")
+    check(rc == 1 and re.search(r"sm_999 is not an architecture this NVRTC knows: sm_\d+ \.\.\. "
+                                r"sm_\d+", out), out)
+    st = c.json("stats")
+    check(st["request_errors"] == 1 and st["errors"] == 0,
+          "counted as a bad request, as the README says: %s" % st)
+    rc, out, _ = compiles(c, root, "ok.cu", "__global__ void k(int *x) { x[0] = 1; }\n",
+                          "--arch", "sm_90", "--", "--no-such-option")
+    check(rc == 1 and "NVRTC refused an option" in out and "--no-such-option" in out, out)
+
+
+def test_compile_error_is_the_first_error_line(root):
+    """A source NVRTC rejects: the library's message is its first error line."""
+    c = Cache(root)
+    if not have_nvrtc(c, root):
+        return
+    rc, out, _ = compiles(c, root, "bad.cu", "__global__ void k(int *x) { x[0] = y; }\n",
+                          "--arch", "sm_90", "--json")
+    item = json.loads(out)["items"][0]
+    check(rc == 1 and 'identifier "y" is undefined' in item["message"],
+          "the message says what is wrong: %s" % item)
+
+
+def test_cache_off_says_so_in_the_row(root):
+    """KCACHE_DISABLE=1: the uncached row says the cache is off, and by what."""
+    c = Cache(root)
+    if not have_nvrtc(c, root):
+        return
+    path = os.path.join(root, "ok.cu")
+    with open(path, "w") as f:
+        f.write("__global__ void k(int *x) { x[0] = 1; }\n")
+    out, _ = c.run("compile", path, "--arch", "sm_90", env={"KCACHE_DISABLE": "1"})
+    check(out.startswith("uncached") and "KCACHE_DISABLE" in out, out)
+
+
+def test_require_hit_fails_a_cold_start(root):
+    """KCACHE_REQUIRE_HIT=1 / --require-hit: a miss is an error, nothing compiled."""
+    c = Cache(root)
+    if not have_nvrtc(c, root):
+        return
+    path = os.path.join(root, "warm.cu")
+    with open(path, "w") as f:
+        f.write("__global__ void k(int *x) { x[0] = 2; }\n")
+    for how in ({"env": {"KCACHE_REQUIRE_HIT": "1"}, "args": []},
+                {"env": {}, "args": ["--require-hit"]}):
+        out, _ = c.run("compile", path, "--arch", "sm_90", *how["args"], rc=1, env=how["env"])
+        check(out.startswith("error") and "require_hit" in out, out)
+    st = c.json("stats")
+    check(st["entries"] == 0 and st["misses"] == 0, "nothing compiled or stored: %s" % st)
+    c.run("compile", path, "--arch", "sm_90")
+    out, _ = c.run("compile", path, "--arch", "sm_90", "--require-hit")
+    check(out.startswith("hit"), "a warm cache serves it: %r" % out)
+
+
+def test_request_log_explains_after_the_fact(root):
+    """KCACHE_LOG=FILE: a line per request, with the outcome and the reason."""
+    c = Cache(root)
+    if not have_nvrtc(c, root):
+        return
+    log = os.path.join(root, "requests.log")
+    env = {"KCACHE_LOG": log}
+    path = os.path.join(root, "logged.cu")
+    with open(path, "w") as f:
+        f.write("__global__ void k(int *x) { x[0] = 3; }\n")
+    c.run("compile", path, "--arch", "sm_90", env=env)
+    c.run("compile", path, "--arch", "sm_90", env=env)
+    c.run("compile", path, "--arch", "sm_90", env=dict(env, KCACHE_DISABLE="1"))
+    with open(os.path.join(root, "bad.cu"), "w") as f:
+        f.write("__global__ void k(int *x) { x[0] = y; }\n")
+    c.run("compile", os.path.join(root, "bad.cu"), "--arch", "sm_90", env=env, rc=1)
+    with open(log) as f:
+        lines = f.read().splitlines()
+    outcomes = [re.search(r" outcome=(\S+)", l).group(1) for l in lines]
+    check(outcomes == ["miss", "hit", "uncached", "error"], "%s\n%s" % (outcomes, lines))
+    key = c.json("ls")["entries"][0]["key"]
+    check(all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z pid=\d+ key=", l) for l in lines)
+          and ("key=%s " % key) in lines[0] and ("key=%s " % key) in lines[1], lines)
+    check("source=" in lines[0] and "logged.cu" in lines[0], lines[0])
+    check("reason=the cache is off" in lines[2] and 'identifier "y"' in lines[3], lines)
+    check(os.stat(log).st_mode & 0o777 == 0o600, "the log is the user's alone")
+    # Never through a link another user could have planted.
+    os.symlink(os.path.join(root, "elsewhere"), os.path.join(root, "linked.log"))
+    out, err = c.run("compile", path, "--arch", "sm_90", env={"KCACHE_LOG":
+                                                              os.path.join(root, "linked.log")})
+    check(out.startswith("hit") and not os.path.exists(os.path.join(root, "elsewhere")),
+          "a link is not followed, and the compile still hits: %r %r" % (out, err))
+    check("request log" in err, "the user is told the log is not written: %r" % err)
+
+
+def main():
+    return base.run_tests(globals())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
