@@ -50,9 +50,33 @@ int cli_usage_error(const char *verb, const char *fmt, ...)
     return CLI_USAGE;
 }
 
+/*
+ * Whether this warning was printed already in this process: a settings file
+ * that is ignored is said by the store that opens and by the verb that lists
+ * the settings, and once is enough.
+ */
+static int said_before(const char *message)
+{
+    static char said[4][512];
+    static unsigned n;
+    for (unsigned i = 0; i < n && i < 4; i++)
+        if (!strncmp(said[i], message, sizeof(said[i]) - 1))
+            return 1;
+    snprintf(said[n++ % 4], sizeof(said[0]), "%s", message);
+    return 0;
+}
+
+void cli_warn_once(const char *message)
+{
+    if (!said_before(message))
+        cli_warn("%s", message);
+}
+
 void cli_log(void *userdata, int level, const char *message)
 {
     (void)userdata;
+    if (level == KCACHE_LOG_WARNING && strstr(message, " is ignored: ") && said_before(message))
+        return;
     if (level <= KCACHE_LOG_WARNING)
         fprintf(stderr, "kcache: %s%s\n", level == KCACHE_LOG_WARNING ? "warning: " : "",
                 message);

@@ -31,6 +31,8 @@ int cli_error(const char *fmt, ...) CLI_PRINTF(1, 2);
 int cli_usage_error(const char *verb, const char *fmt, ...) CLI_PRINTF(2, 3);
 /* "kcache: warning: message" on stderr. */
 void cli_warn(const char *fmt, ...) CLI_PRINTF(1, 2);
+/* cli_warn() of a message not printed before in this process (the store's log included). */
+void cli_warn_once(const char *message);
 
 /* The log callback the CLI gives the library: warnings to stderr. */
 void cli_log(void *userdata, int level, const char *message);
@@ -172,7 +174,6 @@ size_t cli_utf8_len(const unsigned char *p);
  * Whether a size typed on the command line is a bare number other than 0:
  * "5" would be 5 bytes, which nobody means; the caller asks "5G?".
  */
-int cli_bare_size(const char *value);
 
 /* --checksum-file FILE: BLAKE2b-256 of the file in hex, as kcache digests artifacts. */
 int cli_checksum_file(const char *path);

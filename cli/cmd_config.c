@@ -1,5 +1,7 @@
 /* kcache config: every setting, its value and where it came from; writes the config file. */
+#include <ctype.h>
 #include <getopt.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <kcache/config.h>
@@ -12,8 +14,12 @@ static const char usage_text[] =
     "       kcache config KEY VALUE              set it in the config file\n"
     "       kcache config --unset KEY            remove it from the config file\n"
     "\n"
-    "A setting comes from a flag, else the environment, else the config file\n"
-    "(kcache.conf beside the database), else the default.\n"
+    "A setting comes from a flag, else the environment, else the settings files,\n"
+    "else the default. The files, each later one winning: /etc/kcache.conf, the\n"
+    "user's ($KCACHE_CONFIG, else $XDG_CONFIG_HOME/kcache/kcache.conf, default\n"
+    "~/.config/kcache/kcache.conf), and the config file (kcache.conf beside the\n"
+    "database), which KEY VALUE writes. A file another user could have written\n"
+    "is ignored, with a warning. WHERE names each value's FILE:LINE.\n"
     "Settings: dir, path, max_size, busy_timeout, disable, compression, remote,\n"
     "remote_read_only, remote_connect_timeout, remote_timeout, remote_prefix,\n"
     "remote_secret, import_require_signature.\n"
@@ -125,7 +131,51 @@ static int in_file(const char *path, const char *key)
     return found;
 }
 
+static int config_verb(int argc, char **argv);
+
+/*
+ * A word such as "-5G" is a value, not options: it goes after a "--", behind
+ * the other words, so that "config max_size -5G" says -5G is not a size.
+ * Returns argv itself when there is nothing to move or a "--" already, else
+ * an array to free.
+ */
+static char **values_last(int argc, char **argv)
+{
+    int moved = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--"))
+            return argv;
+        moved += argv[i][0] == '-' && (isdigit((unsigned char)argv[i][1]) || argv[i][1] == '.');
+    }
+    char **v = moved ? calloc((size_t)argc + 2, sizeof(*v)) : NULL;
+    if (!v)
+        return argv;
+    int n = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = pass ? 1 : 0; i < argc; i++) {
+            int value = i && argv[i][0] == '-' &&
+                        (isdigit((unsigned char)argv[i][1]) || argv[i][1] == '.');
+            if (value == pass)
+                v[n++] = argv[i];
+        }
+        if (!pass)
+            v[n++] = "--";
+    }
+    return v;
+}
+
 int cmd_config(int argc, char **argv)
+{
+    char **given = argv;
+    argv = values_last(argc, argv);
+    argc += argv != given;
+    int ret = config_verb(argc, argv);
+    if (argv != given)
+        free(argv);
+    return ret;
+}
+
+static int config_verb(int argc, char **argv)
 {
     static const struct option options[] = {
         {"unset", required_argument, NULL, 'u'},
@@ -172,11 +222,6 @@ int cmd_config(int argc, char **argv)
                               key);
         goto out;
     }
-    if (value && !strcmp(key, "max_size") && cli_bare_size(value)) {
-        ret = cli_usage_error("config", "max_size '%s' has no unit: %sG? (or %sB for bytes; "
-                              "0 or none: no cap)", value, value, value);
-        goto out;
-    }
     if (unset && !in_file(kcache_config_file(cfg), key)) {
         if (!json)
             printf("%s was not set in %s: nothing to remove\n", key, kcache_config_file(cfg));
@@ -213,6 +258,10 @@ int cmd_config(int argc, char **argv)
             cli_json_array_begin(&j, "settings");
             for (size_t i = 0; i < kcache_config_count(cfg); i++)
                 json_setting(&j, kcache_config_setting(cfg, i));
+            cli_json_array_end(&j);
+            cli_json_array_begin(&j, "ignored");
+            for (size_t i = 0; kcache_config_ignored(cfg, i); i++)
+                cli_json_string(&j, NULL, kcache_config_ignored(cfg, i));
             cli_json_array_end(&j);
             cli_json_object_end(&j);
         }

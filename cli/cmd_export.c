@@ -51,21 +51,21 @@ static void safe_name(char *out, size_t size, const char *name, int strip_ext)
     out[o] = '\0';
 }
 
+/* A directory to write in, made if need be: refused when another user could change it. */
 static int make_dir(const char *path)
 {
-    if (mkdir(path, 0755) == 0 || errno == EEXIST)
-        return 0;
-    return cli_error("cannot create %s: %s", path, strerror(errno));
+    char err[512];
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        return cli_error("cannot create %s: %s", path, strerror(errno));
+    return kcache_dir_check(path, err, sizeof(err)) ? cli_error("%s", err) : CLI_OK;
 }
 
+/* Each file whole, never through a link planted at its name (kcache_file_write()). */
 static int write_all(const char *path, const void *data, size_t size)
 {
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return cli_error("cannot write %s: %s", path, strerror(errno));
-    int bad = fwrite(data, 1, size, f) != size;
-    bad |= fclose(f) != 0;
-    return bad ? cli_error("cannot write %s: %s", path, strerror(errno)) : CLI_OK;
+    char err[512];
+    return kcache_file_write(path, data, size, 0666, 0, err, sizeof(err)) ? cli_error("%s", err)
+                                                                           : CLI_OK;
 }
 
 static int export_dir(kcache_store *store, const kcache_filter *f, const char *dir, int json)
@@ -74,6 +74,8 @@ static int export_dir(kcache_store *store, const kcache_filter *f, const char *d
     size_t n_keys = 0;
     char *path = NULL;
     FILE *manifest = NULL;
+    char *text = NULL;
+    size_t text_size = 0;
     int ret = CLI_OK;
     uint64_t written = 0, bytes = 0, left_out = 0;
     size_t path_size = strlen(dir) + 256;
@@ -87,9 +89,9 @@ static int export_dir(kcache_store *store, const kcache_filter *f, const char *d
     }
     if ((ret = make_dir(dir)))
         goto out;
-    snprintf(path, path_size, "%s/manifest.json", dir);
-    if (!(manifest = fopen(path, "w"))) {
-        ret = cli_error("cannot write %s: %s", path, strerror(errno));
+    /* Made in memory, written as every file is (write_all()). */
+    if (!(manifest = open_memstream(&text, &text_size))) {
+        ret = cli_error("out of memory");
         goto out;
     }
     cli_json j;
@@ -157,9 +159,14 @@ static int export_dir(kcache_store *store, const kcache_filter *f, const char *d
     cli_json_array_end(&j);
     cli_json_object_end(&j);
     cli_json_finish(&j);
-    if (fclose(manifest) != 0 && !ret)
-        ret = cli_error("cannot write %s/manifest.json: %s", dir, strerror(errno));
+    int closed = fclose(manifest);
     manifest = NULL;
+    if (closed != 0 && !ret)
+        ret = cli_error("out of memory");
+    if (!ret) {
+        snprintf(path, path_size, "%s/manifest.json", dir);
+        ret = write_all(path, text, text_size);
+    }
     if (ret)
         goto out;
     if (left_out)
@@ -183,6 +190,7 @@ static int export_dir(kcache_store *store, const kcache_filter *f, const char *d
 out:
     if (manifest)
         fclose(manifest);
+    free(text);
     free(path);
     kcache_keys_free(keys);
     return ret;

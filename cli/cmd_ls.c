@@ -82,7 +82,6 @@ int cmd_ls(int argc, char **argv)
     struct ls_ctx ctx = {0};
     const char *ns = NULL;
     int c;
-    char *end;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
@@ -104,8 +103,7 @@ int cmd_ls(int argc, char **argv)
             break;
         }
         case 'n':
-            f.limit = strtoull(optarg, &end, 10);
-            if (end == optarg || *end || optarg[0] == '-' || f.limit == 0)
+            if (kcache_parse_count(&f.limit, optarg, 1, UINT64_MAX))
                 return cli_usage_error("ls", "--limit '%s' is not a positive number", optarg);
             break;
         case 'j': ctx.json = 1; break;

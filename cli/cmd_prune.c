@@ -43,7 +43,6 @@ int cmd_prune(int argc, char **argv)
     uint64_t age = 0;
     const char *ns = NULL;
     int json = 0, has_age = 0, c;
-    char *end;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":hn", options, NULL)) != -1) {
@@ -68,8 +67,7 @@ int cmd_prune(int argc, char **argv)
             break;
         case 'N': ns = optarg; break;
         case 'e':
-            o.max_entries = strtoull(optarg, &end, 10);
-            if (end == optarg || *end || optarg[0] == '-')
+            if (kcache_parse_count(&o.max_entries, optarg, 0, UINT64_MAX))
                 return cli_usage_error("prune", "--max-entries '%s' is not a number", optarg);
             break;
         case 'n': o.dry_run = 1; break;

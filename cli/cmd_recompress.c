@@ -86,7 +86,7 @@ int cmd_recompress(int argc, char **argv)
     };
     kcache_recompress_options o = KCACHE_RECOMPRESS_OPTIONS_INIT;
     int json = 0, show = 0, c;
-    char *end;
+    uint64_t count;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":hn", options, NULL)) != -1) {
@@ -94,10 +94,10 @@ int cmd_recompress(int argc, char **argv)
         case 'n': o.dry_run = 1; break;
         case 's': show = o.dry_run = 1; break;
         case 'b':
-            o.batch = strtoul(optarg, &end, 10);
-            if (end == optarg || *end || optarg[0] == '-' || o.batch == 0 || o.batch > 100000)
+            if (kcache_parse_count(&count, optarg, 1, 100000))
                 return cli_usage_error("recompress", "--batch '%s' is not a number from 1 to "
                                        "100000", optarg);
+            o.batch = (size_t)count;
             break;
         case 'j': json = 1; break;
         case 'h': fputs(usage_text, stdout); return CLI_OK;

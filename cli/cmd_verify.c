@@ -201,9 +201,8 @@ int cmd_verify(int argc, char **argv)
             const char *n = optarg;
             if (!n && optind < argc && argv[optind][0] >= '0' && argv[optind][0] <= '9')
                 n = argv[optind++];
-            char *end = NULL;
             recompile = 1;
-            if (n && (limit = strtoull(n, &end, 10), *end || !limit))
+            if (n && kcache_parse_count(&limit, n, 1, UINT64_MAX))
                 return cli_usage_error("verify", "--recompile takes a positive count, not '%s'",
                                        n);
             break;

@@ -54,11 +54,13 @@ int cli_config_load(kcache_config **out)
         if (cli_globals.max_size == UINT64_MAX)
             snprintf(size, sizeof(size), "none");
         else
-            snprintf(size, sizeof(size), "%llu", (unsigned long long)cli_globals.max_size);
+            snprintf(size, sizeof(size), "%lluB", (unsigned long long)cli_globals.max_size);
         o[n++] = (kcache_config_override){"max_size", size};
     }
     if (kcache_config_load(out, o, n, err, sizeof(err)))
         return cli_error("%s", err);
+    for (size_t i = 0; kcache_config_ignored(*out, i); i++)
+        cli_warn_once(kcache_config_ignored(*out, i));
     return CLI_OK;
 }
 
@@ -177,36 +179,9 @@ int cli_write_output(const char *path, const void *data, size_t size, char *err,
     }
     if (already_there(path, data, size))
         return 0;
-    char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s.tmp-%ld", path, (long)getpid());
-    /* Never through something planted at the temporary name. */
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-    if (fd < 0) {
-        snprintf(err, err_size, "cannot write %s: %s", path, strerror(errno));
-        return -1;
-    }
-    int bad = write_all(fd, data, size) != 0;
-    int saved = errno;
-    if (close(fd) != 0 && !bad) {
-        bad = 1;
-        saved = errno;
-    }
-    if (!bad && rename(tmp, path) != 0) {
-        bad = 1;
-        saved = errno;
-    }
-    if (bad) {
-        snprintf(err, err_size, "cannot write %s: %s", path, strerror(saved));
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
-}
-
-int cli_bare_size(const char *value)
-{
-    return *value && strspn(value, "0123456789") == strlen(value) &&
-           strspn(value, "0") != strlen(value);
+    /* Never through a link planted at the name or the temporary one; the directory
+     * another user could change is refused (kcache_file_write()). */
+    return kcache_file_write(path, data, size, 0666, 0, err, err_size) ? -1 : 0;
 }
 
 /*

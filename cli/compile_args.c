@@ -209,21 +209,20 @@ int compile_args_parse(struct compile_args *a, const char *verb, const char *usa
             break;
         case 'o': a->output = optarg; break;
         case OPT_REMOTE:
-            if (optarg[0] && strncmp(optarg, "redis://", 8) != 0) {
+            if (optarg[0] && strcmp(optarg, "none") && strncmp(optarg, "redis://", 8) != 0) {
                 free(tail);
                 return cli_usage_error(verb, "--remote '%s': expected "
-                                       "redis://[user:password@]host:port[/db]", optarg);
+                                       "redis://[user:password@]host:port[/db], or none", optarg);
             }
             a->remote = optarg;
             break;
         case 'j': {
-            char *end;
-            errno = 0;
-            a->jobs = strtol(optarg, &end, 10);
-            if (errno || *end || a->jobs < 1 || a->jobs > 256) {
+            uint64_t jobs;
+            if (kcache_parse_count(&jobs, optarg, 1, 256)) {
                 free(tail);
                 return cli_usage_error(verb, "-j '%s' is not a number from 1 to 256", optarg);
             }
+            a->jobs = (long)jobs;
             break;
         }
         case OPT_NO_CACHE: a->flags |= KCACHE_COMPILE_NO_CACHE; break;

@@ -129,16 +129,6 @@ static const struct alias *find_alias(const char *a)
     return NULL;
 }
 
-/* ccache reads a size without a unit as GiB ("-M 5" is 5 GiB); so does -M. */
-static const char *ccache_size(char *buf, size_t size, const char *value)
-{
-    if (*value && strspn(value, "0123456789.") == strlen(value) && strcmp(value, "0"))
-        snprintf(buf, size, "%sG", value);
-    else
-        snprintf(buf, size, "%s", value);
-    return buf;
-}
-
 /* Edits (insert, delete, change, swap two neighbours) from a to b; both under 32 bytes. */
 static int edit_distance(const char *a, const char *b)
 {
@@ -224,8 +214,7 @@ static int run_verb(const char *name, int argc, char **argv)
 /* Runs a ccache option as the verb it stands for. */
 static int run_alias(const struct alias *al, const char *shown, const char *value)
 {
-    char buf[64], key[64];
-    const char *size;
+    char key[64];
     switch (al->code) {
     case 's': return run_verb("stats", 1, (char *[]){"stats", NULL});
     case 'z': return run_verb("stats", 2, (char *[]){"stats", "--zero-only", NULL});
@@ -235,8 +224,7 @@ static int run_alias(const struct alias *al, const char *shown, const char *valu
     case 'V': return run_verb("version", 1, (char *[]){"version", NULL});
     case 'x': return run_verb("recompress", 2, (char *[]){"recompress", "--show", NULL});
     case 'M':
-        size = ccache_size(buf, sizeof(buf), value);
-        return run_verb("config", 3, (char *[]){"config", "max_size", (char *)size, NULL});
+        return run_verb("config", 3, (char *[]){"config", "max_size", (char *)value, NULL});
     case 'o': {
         const char *eq = strchr(value, '=');
         if (!eq || eq == value || (size_t)(eq - value) >= sizeof(key))
@@ -313,12 +301,9 @@ int main(int argc, char **argv)
                 cli_globals.path = value;
             } else if (which == 1) {
                 max_size_at = i;
-                if (cli_bare_size(value))
-                    return cli_usage_error(NULL, "--max-size '%s' has no unit: %sG? (or %sB for "
-                                           "bytes; 0 or none: no cap)", value, value, value);
                 if (kcache_parse_max_size(&cli_globals.max_size, value))
-                    return cli_usage_error(NULL, "--max-size '%s' is not a size (use e.g. 2G, "
-                                           "or 0 or none for no cap)", value);
+                    return cli_usage_error(NULL, "--max-size: '%s' is not a size (use e.g. 2G; "
+                                           "a bare number is GiB; 0 or none: no cap)", value);
             } else {
                 if (!*value)
                     return cli_usage_error(NULL, "--dir needs a directory");

@@ -40,6 +40,7 @@
  * doc/design.md, "The drop-in's soundness", has the decision and its cost.
  */
 #include <ctype.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -181,9 +182,14 @@ static void at_exit(void)
     const char *path = getenv("KCACHE_NVRTC_REPORT");
     if (!path || !*path)
         return;
-    FILE *f = fopen(path, "ae");
-    if (!f)
+    /* Appended to by every process of the run: never through a link planted at the name. */
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    FILE *f = fd >= 0 ? fdopen(fd, "a") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
         return;
+    }
     /* nvrtc-loaded says whether NVIDIA's library was needed at all. */
     fprintf(f, "pid %ld hits %lu misses %lu nvrtc-loaded %s", (long)getpid(),
             atomic_load(&hit_count), atomic_load(&miss_count), kc_real_loaded() ? "yes" : "no");

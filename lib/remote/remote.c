@@ -105,7 +105,7 @@ KCACHE_API int kcache_remote_open(kcache_remote **out, kcache_store *store, cons
     int rc;
     if ((rc = setting(value, sizeof(value), "remote", url, db_path, msg, msg_size)))
         return rc;
-    if (!value[0])
+    if (!value[0] || !strcmp(value, "none"))
         return kc_fmt(msg, msg_size, KCACHE_ENOTFOUND,
                       "no remote set: give --remote redis://host:port, set KCACHE_REMOTE, "
                       "or run kcache config remote redis://host:port");
@@ -256,16 +256,10 @@ int kc_remote_usable(kcache_remote *r)
 void kc_remote_mark_down(kcache_remote *r)
 {
     r->down_until_ms = kc_now_ms() + KCACHE_REMOTE_BACKOFF_S * 1000LL;
-    char tmp[sizeof(r->down_path) + 32], text[64];
-    snprintf(tmp, sizeof(tmp), "%s.%ld", r->down_path, (long)getpid());
+    char text[64], err[KC_ERRMSG_SIZE];
     int n = snprintf(text, sizeof(text), "%lld\n", (long long)r->down_until_ms);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return;
-    int ok = write(fd, text, (size_t)n) == n;
-    close(fd);
-    if (!ok || rename(tmp, r->down_path) != 0)
-        unlink(tmp);
+    /* Advisory: not written (a directory others can change), the cost is one more timeout. */
+    (void)kcache_file_write(r->down_path, text, (size_t)n, 0600, 0, err, sizeof(err));
 }
 
 /* Accounts for a backend failure: counted, logged, and the remote left alone when down. */

@@ -26,10 +26,11 @@ static const char *host_name(void)
 
 static unsigned other_host_wait_ms(void)
 {
+    /* The one number parser: a value it does not take (-1, 1e99, 0x10) is the default. */
     const char *v = getenv("KCACHE_OTHER_HOST_WAIT");
-    char *end;
-    unsigned long ms = v && *v ? strtoul(v, &end, 10) : KC_OTHER_HOST_WAIT_MS;
-    return v && *v && (*end || ms > 3600000) ? KC_OTHER_HOST_WAIT_MS : (unsigned)ms;
+    uint64_t ms;
+    return v && kcache_parse_count(&ms, v, 0, 3600000) == 0 ? (unsigned)ms
+                                                             : KC_OTHER_HOST_WAIT_MS;
 }
 
 /* Whether another host's live lease on key still holds for this handle. */

@@ -417,7 +417,7 @@ static int prune_dry_locked(kcache_store *s, const kcache_prune_options *o, kcac
         goto out;
     if (o->max_entries) {
         int64_t entries = query_int(s, "SELECT entries FROM totals", &rc);
-        if (rc || (entries > (int64_t)o->max_entries &&
+        if (rc || (entries > 0 && (uint64_t)entries > o->max_entries &&
                    (rc = delete_in_txn(s, o, 0, (uint64_t)entries - o->max_entries, UINT64_MAX,
                                        r))))
             goto out;
@@ -469,7 +469,7 @@ static int prune_locked(kcache_store *s, const kcache_prune_options *o, kcache_p
             return rc;
         if (o->dry_run)
             entries -= (int64_t)r->evicted; /* the totals do not know about a dry run */
-        if (entries > (int64_t)o->max_entries &&
+        if (entries > 0 && (uint64_t)entries > o->max_entries &&
             (rc = evict(s, o, 0, (uint64_t)entries - o->max_entries, UINT64_MAX, r)))
             return rc;
     }

@@ -79,6 +79,15 @@ static int store_open(kcache_store **out, const kcache_store_options *options, i
         rc = kc_config_compression_at(&s->compression,
                                       options->version >= 3 ? options->compression : NULL,
                                       s->db.path, s->db.errmsg, sizeof(s->db.errmsg));
+    if (!rc) {
+        /* Said, not fatal: the settings are what they would be without those files. */
+        char ignored[3 * KC_ERRMSG_SIZE];
+        char *save = NULL;
+        if (kc_config_ignored(s->db.path, ignored, sizeof(ignored)))
+            for (char *line = strtok_r(ignored, "\n", &save); line;
+                 line = strtok_r(NULL, "\n", &save))
+                kc_db_log(&s->db, KCACHE_LOG_WARNING, "%s", line);
+    }
     if (!rc && kc_codec_new(&s->codec))
         rc = kc_err(s, KCACHE_ENOMEM, "out of memory");
     if (!rc)

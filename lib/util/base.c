@@ -117,13 +117,15 @@ static int parse_scaled(uint64_t *out, const char *text, const struct unit *unit
     const char *p = text;
     while (isspace((unsigned char)*p))
         p++;
+    /* Digits first: no sign, no "0x", no "nan" or "inf", whatever strtod would take. */
     if (!isdigit((unsigned char)*p) && *p != '.')
         return KCACHE_EINVAL;
     uint64_t whole = 0;
     while (isdigit((unsigned char)*p)) {
-        if (whole > (UINT64_MAX - 9) / 10)
+        uint64_t digit = (uint64_t)(*p++ - '0');
+        if (whole > (UINT64_MAX - digit) / 10)
             return KCACHE_EINVAL;
-        whole = whole * 10 + (uint64_t)(*p++ - '0');
+        whole = whole * 10 + digit;
     }
     double frac = 0.0, place = 0.1;
     int has_frac_digits = 0;
@@ -151,7 +153,7 @@ static int parse_scaled(uint64_t *out, const char *text, const struct unit *unit
             return KCACHE_EINVAL;
         double extra = frac * (double)scale;
         uint64_t total = whole * scale;
-        if (extra >= (double)(UINT64_MAX - total))
+        if (extra > 0 && extra >= (double)(UINT64_MAX - total))
             return KCACHE_EINVAL;
         *out = total + (uint64_t)llround(extra);
         return 0;
@@ -161,11 +163,12 @@ static int parse_scaled(uint64_t *out, const char *text, const struct unit *unit
 
 KCACHE_API int kcache_parse_size(uint64_t *out, const char *text)
 {
-    /* A unit is binary in each of its three spellings: 1K, 1KB and 1KiB are 1024 bytes. */
+    /* A unit is binary in each of its three spellings: 1K, 1KB and 1KiB are 1024 bytes.
+     * A bare number is GiB, as ccache reads one: "-M 5" is 5 GiB, never 5 bytes. */
 #define KC_BINARY_UNIT(p, shift)                                                                   \
     {p, UINT64_C(1) << (shift)}, {p "B", UINT64_C(1) << (shift)}, {p "iB", UINT64_C(1) << (shift)}
     static const struct unit units[] = {
-        {"", 1},
+        {"", UINT64_C(1) << 30},
         {"B", 1},
         KC_BINARY_UNIT("K", 10),
         KC_BINARY_UNIT("M", 20),
@@ -200,7 +203,24 @@ KCACHE_API int kcache_parse_age(uint64_t *out, const char *text)
         {"h", 3600},  {"hour", 3600}, {"d", 86400},     {"day", 86400},
         {"w", 604800}, {"week", 604800},
     };
-    return parse_scaled(out, text, units, KC_ARRAY_SIZE(units));
+    /* An age becomes milliseconds before now: past KCACHE_AGE_MAX that would overflow. */
+    uint64_t n;
+    if (!out || parse_scaled(&n, text, units, KC_ARRAY_SIZE(units)) || n > KCACHE_AGE_MAX)
+        return KCACHE_EINVAL;
+    *out = n;
+    return 0;
+}
+
+KCACHE_API int kcache_parse_count(uint64_t *out, const char *text, uint64_t min, uint64_t max)
+{
+    static const struct unit units[] = {{"", 1}};
+    uint64_t n;
+    /* The grammar of sizes without a unit or a fraction: a count is whole. */
+    if (!out || !text || strchr(text, '.') || parse_scaled(&n, text, units, KC_ARRAY_SIZE(units)) || n < min ||
+        n > max)
+        return KCACHE_EINVAL;
+    *out = n;
+    return 0;
 }
 
 KCACHE_API char *kcache_format_size(char *buf, size_t size, uint64_t bytes)

@@ -1,9 +1,16 @@
 /*
- * Over 700 lines: the settings table, its read of kcache.conf and its writer share internals.
+ * Over 700 lines: the settings table, its read of the settings files and its writer share
+ * internals.
  *
- * Settings: a flag > the environment > kcache.conf next to the database > the
- * default. The store asks for those it needs (path, cap, busy timeout,
- * compression); `kcache config` lists them all with where each came from.
+ * Settings: a flag > the environment > the settings files > the default. The
+ * files, each later one winning: /etc/kcache.conf, the user's
+ * ($KCACHE_CONFIG, else $XDG_CONFIG_HOME/kcache/kcache.conf, else
+ * ~/.config/kcache/kcache.conf), and kcache.conf in the cache directory. A
+ * file is obeyed only when it is its user's or root's, nobody else can write
+ * it, and its directory is not one others can write (unless sticky): a
+ * setting can name the remote whose kernels a hit returns. The store asks for
+ * those it needs (path, cap, busy timeout, compression); `kcache config`
+ * lists them all with where each came from (file:line).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -21,6 +28,7 @@
 #include "kcache/config.h"
 
 #define KC_CONFIG_FILE_NAME "kcache.conf"
+#define KC_SYSTEM_CONFIG_FILE "/etc/kcache.conf"
 /* A config file is a few lines; anything larger is not one. */
 #define KC_CONFIG_FILE_MAX (64 * 1024)
 
@@ -95,6 +103,22 @@ static int file_for(char **out, const char *db_path, char *err, size_t err_size)
     return rc;
 }
 
+/* The user's settings file: $KCACHE_CONFIG, else under $XDG_CONFIG_HOME or ~/.config; or none. */
+static int user_file(char **out, char *err, size_t err_size)
+{
+    const char *v;
+    *out = NULL;
+    if ((v = env("KCACHE_CONFIG"))) {
+        *out = kc_strdup(v);
+        return *out ? 0 : kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
+    }
+    if ((v = env("XDG_CONFIG_HOME")) && v[0] == '/')
+        return join(out, v, "kcache/" KC_CONFIG_FILE_NAME, err, err_size);
+    if ((v = env("HOME")))
+        return join(out, v, ".config/kcache/" KC_CONFIG_FILE_NAME, err, err_size);
+    return 0;
+}
+
 /* ---- values ------------------------------------------------------------ */
 
 static int check_size(const char *v)
@@ -105,10 +129,8 @@ static int check_size(const char *v)
 
 static int parse_ms(unsigned *out, const char *v)
 {
-    char *end;
-    errno = 0;
-    unsigned long n = strtoul(v, &end, 10);
-    if (errno || end == v || *end || v[0] == '-' || n == 0 || n > 3600000)
+    uint64_t n;
+    if (kcache_parse_count(&n, v, 1, 3600000))
         return KCACHE_EINVAL;
     *out = (unsigned)n;
     return 0;
@@ -145,9 +167,10 @@ static int check_compression(const char *v)
     return kc_compression_parse(&method, v);
 }
 
+/* "none" or nothing: no remote, so that one run (a flag, the environment) can turn it off. */
 static int check_remote(const char *v)
 {
-    return v[0] == '\0' || !strncmp(v, "redis://", 8) ? 0 : KCACHE_EINVAL;
+    return v[0] == '\0' || !strcmp(v, "none") || !strncmp(v, "redis://", 8) ? 0 : KCACHE_EINVAL;
 }
 
 /* A kind of value: its check, and what the check wants, said in messages; the two together. */
@@ -158,11 +181,12 @@ struct value_kind {
 
 static const struct value_kind as_directory = {NULL, "a directory"};
 static const struct value_kind as_file = {NULL, "a file"};
-static const struct value_kind as_size = {check_size, "a size such as 2G or 512M, or 0 for no cap"};
+static const struct value_kind as_size = {check_size, "a size such as 2G or 512M (a bare number "
+                                                     "is GiB), or 0 or none for no cap"};
 static const struct value_kind as_ms = {check_ms, "milliseconds from 1 to 3600000"};
 static const struct value_kind as_bool = {check_bool, "true or false"};
 static const struct value_kind as_redis_url = {check_remote,
-                                               "redis://[user:password@]host:port[/db]"};
+                                               "redis://[user:password@]host:port[/db], or none"};
 static const struct value_kind as_text = {NULL, "text"};
 static const struct value_kind as_compression = {check_compression, KC_COMPRESSION_NAMES};
 
@@ -193,7 +217,7 @@ static const struct setting_def defs[SET_COUNT] = {
      "how new entries are stored: lz4 (faster hits, the default), zstd (smallest), none"},
     /* The shared tier (lib/remote/); its defaults are <kcache/config.h>'s, as all are. */
     {"remote", "KCACHE_REMOTE", 1, &as_redis_url,
-     "a Redis server shared by several caches (empty: none)"},
+     "a Redis server shared by several caches (none or empty: no remote)"},
     {"remote_read_only", "KCACHE_REMOTE_READ_ONLY", 1, &as_bool,
      "only take entries from the remote, never push"},
     {"remote_connect_timeout", "KCACHE_REMOTE_CONNECT_TIMEOUT", 1, &as_ms,
@@ -227,6 +251,16 @@ static int find_def(const char *name)
     return -1;
 }
 
+/*
+ * The environment's value of setting i, or NULL. An empty variable is unset,
+ * except KCACHE_REMOTE, where it is how one run turns a remote off.
+ */
+static const char *env_of(int i)
+{
+    const char *v = getenv(defs[i].env);
+    return v && (*v || i == SET_REMOTE) ? v : NULL;
+}
+
 /* ---- the file ---------------------------------------------------------- */
 
 static char *trim(char *s)
@@ -239,16 +273,68 @@ static char *trim(char *s)
     return s;
 }
 
+/* Whether uid may decide settings: the user or root, as for the cache itself. */
+static int trusted_uid(uid_t uid)
+{
+    return uid == geteuid() || uid == 0;
+}
+
+/*
+ * Whether the settings file whose status is st must not be obeyed: 0, or 1
+ * with why set to the one-line warning that names it and says why. Its
+ * directory counts too: whoever can write there can put another file in its
+ * place, unless the directory is sticky.
+ */
+static int untrusted(char *why, size_t why_size, const char *file, const struct stat *st)
+{
+    if (!trusted_uid(st->st_uid)) {
+        snprintf(why, why_size, "%s is ignored: it is owned by uid %u, not by you (uid %u) or "
+                 "root, and a settings file can name the remote that serves kernels; remove it "
+                 "or use a file of your own", file, (unsigned)st->st_uid, (unsigned)geteuid());
+        return 1;
+    }
+    if (st->st_mode & (S_IWGRP | S_IWOTH)) {
+        snprintf(why, why_size, "%s is ignored: others can write it (mode %04o); run "
+                 "'chmod go-w %s'", file, (unsigned)(st->st_mode & 07777), file);
+        return 1;
+    }
+    char *dir = kc_strdup(file);
+    if (!dir) {
+        snprintf(why, why_size, "%s is ignored: out of memory", file);
+        return 1;
+    }
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        strcpy(dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    struct stat ds;
+    int bad = stat(dir, &ds) == 0 && !(ds.st_mode & S_ISVTX) &&
+              (!trusted_uid(ds.st_uid) || (ds.st_mode & (S_IWGRP | S_IWOTH)));
+    if (bad)
+        snprintf(why, why_size, "%s is ignored: its directory %s can be changed by others "
+                 "(owner uid %u, mode %04o, not sticky); keep settings in a directory of your "
+                 "own", file, dir, (unsigned)ds.st_uid, (unsigned)(ds.st_mode & 07777));
+    free(dir);
+    return bad;
+}
+
 /*
  * Reads the whole file (at most KC_CONFIG_FILE_MAX). A missing file is an
- * empty one. Only a regular file is read: opening a FIFO for reading blocks
+ * empty one. With why (not NULL), a file that must not be obeyed (untrusted())
+ * reads as missing, with why saying so; else why is "". Only a regular file is read: opening a FIFO for reading blocks
  * until someone writes to it, and every verb (kcache path included) would
  * hang, so the open does not block (O_NONBLOCK) and fstat() decides before
  * the first read.
  */
-static int read_file(char **out, const char *file, char *err, size_t err_size)
+static int read_file(char **out, const char *file, char *why, size_t why_size, char *err,
+                     size_t err_size)
 {
     *out = NULL;
+    if (why && why_size)
+        why[0] = '\0';
     int fd = open(file, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     if (fd < 0) {
         if (errno == ENOENT || errno == ENOTDIR)
@@ -263,6 +349,8 @@ static int read_file(char **out, const char *file, char *err, size_t err_size)
                     "settings only from one; remove it or put a file there", file);
         goto out;
     }
+    if (why && untrusted(why, why_size, file, &st))
+        goto out;
     if (!(text = kc_malloc(KC_CONFIG_FILE_MAX + 1))) {
         rc = kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
         goto out;
@@ -302,12 +390,14 @@ out:
  * read in the same process can only delay a setting, never serve a wrong
  * kernel.
  */
+enum { LEVEL_SYSTEM, LEVEL_USER, LEVEL_CACHE, LEVEL_COUNT };
+
 static pthread_mutex_t file_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     char *file;
     struct stat st;
     char *text; /* NULL: the file was empty */
-} file_memo;
+} file_memo[LEVEL_COUNT];
 
 static int same_file(const struct stat *a, const struct stat *b)
 {
@@ -316,25 +406,37 @@ static int same_file(const struct stat *a, const struct stat *b)
            a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
 }
 
-/* read_file() through the memo: *out is a copy to free, or NULL for no file or an empty one. */
-static int read_file_once(char **out, const char *file, char *err, size_t err_size)
+/*
+ * read_file() through the memo of its level: *out is a copy to free, or NULL
+ * for no file, an empty one, or one not obeyed (why says why).
+ */
+static int read_file_once(char **out, int level, const char *file, char *why, size_t why_size,
+                          char *err, size_t err_size)
 {
     struct stat before, after;
     *out = NULL;
-    /* Most caches have no file: the stat that says so is enough, no open after it. */
+    why[0] = '\0';
+    /* Most caches have no file: the stat that says so is enough, no open after it. A
+     * user's or system file behind a directory this user cannot search (HOME left as
+     * another user's, under sudo or setpriv) is not one of this user's settings. */
     if (stat(file, &before) != 0)
-        return errno == ENOENT || errno == ENOTDIR ? 0 : read_file(out, file, err, err_size);
+        return errno == ENOENT || errno == ENOTDIR || (errno == EACCES && level != LEVEL_CACHE)
+                   ? 0
+                   : read_file(out, file, why, why_size, err, err_size);
     if (!S_ISREG(before.st_mode))
-        return read_file(out, file, err, err_size); /* read_file says why */
+        return read_file(out, file, why, why_size, err, err_size); /* read_file says why */
+    if (untrusted(why, why_size, file, &before))
+        return 0;
     pthread_mutex_lock(&file_lock);
-    int hit = file_memo.file && !strcmp(file_memo.file, file) && same_file(&file_memo.st, &before);
+    int hit = file_memo[level].file && !strcmp(file_memo[level].file, file) &&
+              same_file(&file_memo[level].st, &before);
     int rc = 0;
-    if (hit && file_memo.text && !(*out = kc_strdup(file_memo.text)))
+    if (hit && file_memo[level].text && !(*out = kc_strdup(file_memo[level].text)))
         rc = kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
     pthread_mutex_unlock(&file_lock);
     if (hit || rc)
         return rc;
-    if ((rc = read_file(out, file, err, err_size)))
+    if ((rc = read_file(out, file, why, why_size, err, err_size)) || why[0])
         return rc;
     /* Kept only when nothing changed while it was read. */
     if (stat(file, &after) != 0 || !same_file(&before, &after))
@@ -346,11 +448,11 @@ static int read_file_once(char **out, const char *file, char *err, size_t err_si
         return 0;
     }
     pthread_mutex_lock(&file_lock);
-    free(file_memo.file);
-    free(file_memo.text);
-    file_memo.file = name;
-    file_memo.text = text;
-    file_memo.st = before;
+    free(file_memo[level].file);
+    free(file_memo[level].text);
+    file_memo[level].file = name;
+    file_memo[level].text = text;
+    file_memo[level].st = before;
     pthread_mutex_unlock(&file_lock);
     return 0;
 }
@@ -359,8 +461,8 @@ static int read_file_once(char **out, const char *file, char *err, size_t err_si
  * Calls fn for each `key = value` line. Lines are split in place. Returns 0
  * or KCACHE_EINVAL naming the file and line.
  */
-static int parse_lines(char *text, const char *file, char *values[SET_COUNT], char *err,
-                       size_t err_size)
+static int parse_lines(char *text, const char *file, char *values[SET_COUNT],
+                       int lines[SET_COUNT], char *err, size_t err_size)
 {
     int line = 0;
     for (char *p = text; p && *p;) {
@@ -388,8 +490,62 @@ static int parse_lines(char *text, const char *file, char *values[SET_COUNT], ch
             return kc_fmt(err, err_size, KCACHE_EINVAL, "%s:%d: %s = '%s': expected %s", file,
                           line, key, value, defs[i].kind->expect);
         values[i] = value;
+        lines[i] = line;
     }
     return 0;
+}
+
+/*
+ * Every settings file read, lowest first: values[i] is the last file's value
+ * of setting i (NULL: none), from file level[i], line line[i]; ignored[] says
+ * why each file not obeyed was ignored ("" for the others).
+ */
+struct layers {
+    char *file[LEVEL_COUNT]; /* NULL: no file at this level */
+    char *text[LEVEL_COUNT];
+    char *values[SET_COUNT];
+    int level[SET_COUNT];
+    int line[SET_COUNT];
+    char ignored[LEVEL_COUNT][KC_ERRMSG_SIZE];
+};
+
+static void layers_free(struct layers *l)
+{
+    for (int lv = 0; lv < LEVEL_COUNT; lv++) {
+        free(l->file[lv]);
+        free(l->text[lv]);
+    }
+}
+
+/* Reads the files of the cache at db_path (NULL: only the system's and the user's). */
+static int layers_load(struct layers *l, const char *db_path, char *err, size_t err_size)
+{
+    memset(l, 0, sizeof(*l));
+    int rc = 0;
+    if (!(l->file[LEVEL_SYSTEM] = kc_strdup(KC_SYSTEM_CONFIG_FILE)))
+        rc = kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
+    if (!rc)
+        rc = user_file(&l->file[LEVEL_USER], err, err_size);
+    if (!rc && db_path)
+        rc = file_for(&l->file[LEVEL_CACHE], db_path, err, err_size);
+    for (int lv = 0; !rc && lv < LEVEL_COUNT; lv++) {
+        char *values[SET_COUNT] = {NULL};
+        int lines[SET_COUNT] = {0};
+        if (!l->file[lv])
+            continue;
+        rc = read_file_once(&l->text[lv], lv, l->file[lv], l->ignored[lv],
+                            sizeof(l->ignored[lv]), err, err_size);
+        if (!rc && l->text[lv])
+            rc = parse_lines(l->text[lv], l->file[lv], values, lines, err, err_size);
+        for (int i = 0; !rc && i < SET_COUNT; i++) {
+            if (values[i]) {
+                l->values[i] = values[i];
+                l->level[i] = lv;
+                l->line[i] = lines[i];
+            }
+        }
+    }
+    return rc;
 }
 
 /* ---- the loaded config -------------------------------------------------- */
@@ -399,6 +555,8 @@ struct kcache_config {
     char *owned[SET_COUNT * 2]; /* values and origins we allocated */
     size_t n_owned;
     char *file;
+    char ignored[LEVEL_COUNT][KC_ERRMSG_SIZE]; /* files not obeyed, and why; "" for none */
+    size_t n_ignored;
     char errmsg[KC_ERRMSG_SIZE]; /* the last failure of kcache_config_set() */
 };
 
@@ -458,13 +616,14 @@ KCACHE_API int kcache_config_load(kcache_config **out, const kcache_config_overr
             return kc_fmt(err, err_size, KCACHE_EINVAL, "no setting '%s'",
                           overrides[k].name ? overrides[k].name : "(null)");
         if (invalid(i, overrides[k].value))
-            return kc_fmt(err, err_size, KCACHE_EINVAL, "%s '%s': expected %s", defs[i].name,
+            return kc_fmt(err, err_size, KCACHE_EINVAL, "%s: '%s' is not %s", defs[i].name,
                           overrides[k].value, defs[i].kind->expect);
         flag[i] = overrides[k].value;
     }
 
     int rc = 0;
-    char *text = NULL, *dir = NULL, *path = NULL;
+    char *dir = NULL, *path = NULL;
+    struct layers files = {0};
     kcache_config *c = kc_calloc(1, sizeof(*c));
     if (!c)
         return kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
@@ -500,24 +659,31 @@ KCACHE_API int kcache_config_load(kcache_config **out, const kcache_config_overr
     if ((rc = file_for(&c->file, c->settings[SET_PATH].value, err, err_size)))
         goto out;
 
-    char *from_file[SET_COUNT] = {NULL};
-    if ((rc = read_file_once(&text, c->file, err, err_size)))
+    if ((rc = layers_load(&files, c->settings[SET_PATH].value, err, err_size)))
         goto out;
-    if (text && (rc = parse_lines(text, c->file, from_file, err, err_size)))
-        goto out;
+    for (int lv = 0; lv < LEVEL_COUNT; lv++)
+        if (files.ignored[lv][0])
+            memcpy(c->ignored[c->n_ignored++], files.ignored[lv], KC_ERRMSG_SIZE);
     for (int i = SET_MAX_SIZE; i < SET_COUNT; i++) {
         if (flag[i])
             rc = set_value(c, i, flag[i], KCACHE_CONFIG_FLAG, "flag");
-        else if (env(defs[i].env)) {
-            const char *v = env(defs[i].env);
+        else if (env_of(i)) {
+            const char *v = env_of(i);
             if (invalid(i, v)) {
                 rc = kc_fmt(err, err_size, KCACHE_EINVAL, "%s=%s: expected %s", defs[i].env, v,
                             defs[i].kind->expect);
                 goto out;
             }
             rc = set_value(c, i, v, KCACHE_CONFIG_ENV, defs[i].env);
-        } else if (from_file[i]) {
-            rc = set_value(c, i, from_file[i], KCACHE_CONFIG_FILE, c->file);
+        } else if (files.values[i]) {
+            /* Where it was written, as an editor or a compiler names a line: file:line. */
+            const char *file = files.file[files.level[i]];
+            size_t n = strlen(file) + 24;
+            char *where = kc_malloc(n);
+            if (where)
+                snprintf(where, n, "%s:%d", file, files.line[i]);
+            rc = where ? set_value(c, i, files.values[i], KCACHE_CONFIG_FILE, keep(c, where))
+                       : KCACHE_ENOMEM;
         } else {
             char def[32];
             if (i == SET_MAX_SIZE)
@@ -548,11 +714,16 @@ KCACHE_API int kcache_config_load(kcache_config **out, const kcache_config_overr
 nomem:
     rc = kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
 out:
-    free(text);
+    layers_free(&files);
     free(dir);
     free(path);
     kcache_config_free(c);
     return rc;
+}
+
+KCACHE_API const char *kcache_config_ignored(const kcache_config *config, size_t i)
+{
+    return config && i < config->n_ignored ? config->ignored[i] : NULL;
 }
 
 KCACHE_API size_t kcache_config_count(const kcache_config *config)
@@ -590,49 +761,21 @@ static int mkdirs(char *dir)
     return mkdir(dir, 0700) && errno != EEXIST ? -1 : 0;
 }
 
-/* Writes text to file through a temporary file and a rename. */
+/* Writes text to file through a temporary file and a rename (kcache_file_write()). */
 static int replace_file(const char *file, const char *text, size_t n, char *err, size_t err_size)
 {
+    char *dir = kc_strdup(file);
+    if (!dir)
+        return kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
     int rc = 0;
-    size_t tn = strlen(file) + 32;
-    char *dir = kc_strdup(file), *tmp = kc_malloc(tn);
-    if (!dir || !tmp) {
-        rc = kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
-        goto out;
-    }
-    snprintf(tmp, tn, "%s.tmp-%ld", file, (long)getpid());
     char *slash = strrchr(dir, '/');
     if (slash && slash != dir) {
         *slash = '\0';
-        if (mkdirs(dir)) {
+        if (mkdirs(dir))
             rc = kc_fmt(err, err_size, KCACHE_EIO, "cannot create %s: %s", dir, strerror(errno));
-            goto out;
-        }
     }
-    /* Never through something planted at the temporary name: a symlink there would
-     * have this write truncate and fill whatever file it points to. */
-    unlink(tmp);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        rc = kc_fmt(err, err_size, KCACHE_EIO, "cannot write %s: %s", tmp, strerror(errno));
-        goto out;
-    }
-    ssize_t w = n ? write(fd, text, n) : 0;
-    int bad = w < 0 || (size_t)w != n || fsync(fd) != 0;
-    int saved = errno;
-    if (close(fd) != 0 && !bad) {
-        bad = 1;
-        saved = errno;
-    }
-    if (bad || rename(tmp, file) != 0) {
-        rc = kc_fmt(err, err_size, saved == ENOSPC ? KCACHE_EFULL : KCACHE_EIO,
-                    "cannot write %s: %s", file, strerror(bad ? saved : errno));
-        unlink(tmp);
-    }
-out:
-    free(tmp);
     free(dir);
-    return rc;
+    return rc ? rc : kcache_file_write(file, text, n, 0600, KCACHE_FILE_SYNC, err, err_size);
 }
 
 KCACHE_API const char *kcache_config_errmsg(const kcache_config *config)
@@ -660,15 +803,18 @@ KCACHE_API int kcache_config_set(kcache_config *config, const char *name, const 
                       "'%s' cannot be kept in the config file: set %s or use --%s", name,
                       defs[i].env, name);
     if (value && (strchr(value, '\n') || invalid(i, value)))
-        return kc_fmt(err, err_size, KCACHE_EINVAL, "%s '%s': expected %s", name, value,
+        return kc_fmt(err, err_size, KCACHE_EINVAL, "%s: '%s' is not %s", name, value,
                       defs[i].kind->expect);
 
     /* Keep every other line (comments included) as it was; replace or drop ours. */
-    char *text = NULL;
+    char *text = NULL, why[KC_ERRMSG_SIZE];
     kc_buf b = {0};
-    int rc = read_file(&text, config->file, err, err_size);
+    int rc = read_file(&text, config->file, why, sizeof(why), err, err_size);
     if (rc)
         return rc;
+    /* Its other lines are someone else's: written back, they would become ours. */
+    if (why[0])
+        return kc_fmt(err, err_size, KCACHE_EIO, "cannot set %s: %s", name, why);
     int done = 0;
     for (char *p = text; p && *p;) {
         char *nl = strchr(p, '\n');
@@ -724,24 +870,40 @@ out:
  * naming the file and line, never a silent fallback: a stray line next to
  * "disable = true" must not turn the cache back on.
  */
-static int file_value(char **out, int i, const char *db_path, char *err, size_t err_size)
+static int file_value(char **out, char *where, size_t where_size, int i, const char *db_path,
+                      char *err, size_t err_size)
 {
-    char *file = NULL, *text = NULL;
-    char *values[SET_COUNT] = {NULL};
+    struct layers files;
     *out = NULL;
-    if (!db_path)
-        return 0;
-    int rc = file_for(&file, db_path, err, err_size);
-    if (!rc)
-        rc = read_file_once(&text, file, err, err_size);
-    if (!rc && text)
-        rc = parse_lines(text, file, values, err, err_size);
+    int rc = layers_load(&files, db_path, err, err_size);
     /* The whole value, however long: a copy cut short would read as another number. */
-    if (!rc && values[i] && !(*out = kc_strdup(values[i])))
+    if (!rc && files.values[i] && !(*out = kc_strdup(files.values[i])))
         rc = kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
-    free(text);
-    free(file);
+    if (!rc && files.values[i])
+        snprintf(where, where_size, "%s:%d", files.file[files.level[i]], files.line[i]);
+    layers_free(&files);
     return rc;
+}
+
+int kc_config_ignored(const char *db_path, char *out, size_t size)
+{
+    struct layers files;
+    char err[KC_ERRMSG_SIZE];
+    int n = 0;
+    size_t used = 0;
+    if (size)
+        out[0] = '\0';
+    if (layers_load(&files, db_path, err, sizeof(err)) == 0) {
+        for (int lv = 0; lv < LEVEL_COUNT; lv++) {
+            if (!files.ignored[lv][0])
+                continue;
+            int w = snprintf(out + used, size - used, "%s%s", n ? "\n" : "", files.ignored[lv]);
+            used += w > 0 && (size_t)w < size - used ? (size_t)w : 0;
+            n++;
+        }
+    }
+    layers_free(&files);
+    return n;
 }
 
 /*
@@ -756,17 +918,22 @@ struct raw {
     char *owned;
     int from_file;
     const char *env;
+    char where[KC_ERRMSG_SIZE]; /* the file and line it came from */
 };
 
 static int raw_value(struct raw *out, int i, const char *explicit_value, const char *db_path,
                      char *err, size_t err_size)
 {
-    *out = (struct raw){.v = explicit_value, .env = defs[i].env};
+    out->v = explicit_value;
+    out->owned = NULL;
+    out->from_file = 0;
+    out->env = defs[i].env;
+    out->where[0] = '\0';
     if (out->v)
         return 0;
-    if ((out->v = env(defs[i].env)))
+    if ((out->v = env_of(i)))
         return 0;
-    int rc = file_value(&out->owned, i, db_path, err, err_size);
+    int rc = file_value(&out->owned, out->where, sizeof(out->where), i, db_path, err, err_size);
     out->v = out->owned;
     out->from_file = out->owned != NULL;
     return rc;
@@ -776,8 +943,8 @@ static int raw_value(struct raw *out, int i, const char *explicit_value, const c
 static int refuse(const struct raw *r, int i, const char *expect, char *err, size_t err_size)
 {
     if (r->from_file)
-        return kc_fmt(err, err_size, KCACHE_EINVAL, "%s = %s in " KC_CONFIG_FILE_NAME
-                      " is not %s", defs[i].name, r->v, expect);
+        return kc_fmt(err, err_size, KCACHE_EINVAL, "%s: %s = %s is not %s", r->where,
+                      defs[i].name, r->v, expect);
     return kc_fmt(err, err_size, KCACHE_EINVAL, "%s=%s is not %s", r->env, r->v, expect);
 }
 
@@ -793,7 +960,7 @@ int kc_config_max_size_at(uint64_t *out, uint64_t explicit_size, const char *db_
     int rc = raw_value(&r, SET_MAX_SIZE, NULL, db_path, err, err_size);
     if (!rc && r.v && kcache_parse_max_size(out, r.v) != 0)
         rc = refuse(&r, SET_MAX_SIZE, "a size: use a number with K, M or G, such as 2G "
-                    "(0 or none: no cap)", err, err_size);
+                    "(a bare number is GiB; 0 or none: no cap)", err, err_size);
     free(r.owned);
     return rc;
 }

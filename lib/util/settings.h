@@ -1,4 +1,4 @@
-/* Where settings come from: the caller, the environment, kcache.conf, or the default. */
+/* Where settings come from: the caller, the environment, the settings files, or the default. */
 #ifndef KC_CONFIG_H
 #define KC_CONFIG_H
 
@@ -48,6 +48,13 @@ int kc_config_disabled(const char *db_path, char *why, size_t why_size);
  */
 int kc_config_value(char *buf, size_t size, const char *name, const char *explicit_value,
                     const char *db_path);
+/*
+ * The settings files of the cache at db_path that are not obeyed (another
+ * user's, writable by others, in a directory others can change): how many,
+ * with one line each in out (separated by '\n') naming the file and why.
+ */
+int kc_config_ignored(const char *db_path, char *out, size_t size);
+
 /* Parses a boolean (1/true/yes/on, 0/false/no/off) and milliseconds (1..3600000). */
 int kc_config_bool(int *out, const char *text);
 int kc_config_ms(unsigned *out, const char *text);

@@ -93,6 +93,24 @@ static PyObject *store_raise(StoreObject *self, kcache_store *s, int rc)
     return raise_status(self->error, rc, kcache_store_errmsg(s));
 }
 
+/*
+ * A size or a count from Python: an int from 0 to 2^64-1, else OverflowError
+ * (or TypeError). PyArg's "K" wraps instead (-1 became 2^64-1, 2^64+3 became
+ * 3), which is how a count reads as another.
+ */
+static int to_u64(PyObject *o, void *out)
+{
+    if (!PyLong_Check(o)) {
+        PyErr_SetString(PyExc_TypeError, "expected an int");
+        return 0;
+    }
+    unsigned long long v = PyLong_AsUnsignedLongLong(o);
+    if (v == (unsigned long long)-1 && PyErr_Occurred())
+        return 0;
+    *(unsigned long long *)out = v;
+    return 1;
+}
+
 static int Store_init(PyObject *op, PyObject *args, PyObject *kwds)
 {
     StoreObject *self = (StoreObject *)op;
@@ -101,8 +119,8 @@ static int Store_init(PyObject *op, PyObject *args, PyObject *kwds)
     const char *path = NULL, *remote_url = NULL;
     unsigned long long max_size = 0;
     int read_only = 0, no_create = 0, use_remote = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "z|Kppzp", kwlist, &path, &max_size, &read_only,
-                                     &no_create, &remote_url, &use_remote))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "z|O&ppzp", kwlist, &path, to_u64, &max_size,
+                                     &read_only, &no_create, &remote_url, &use_remote))
         return -1;
     if (self->store) {
         PyErr_SetString(PyExc_RuntimeError, "Store.__init__ called twice");
@@ -333,7 +351,7 @@ static PyObject *Store_trim_namespace(PyObject *op, PyObject *args)
 {
     const char *ns;
     unsigned long long max_bytes;
-    if (!PyArg_ParseTuple(args, "sK", &ns, &max_bytes))
+    if (!PyArg_ParseTuple(args, "sO&", &ns, to_u64, &max_bytes))
         return NULL;
     return namespace_evict((StoreObject *)op, ns, 1, (uint64_t)max_bytes);
 }
@@ -456,8 +474,8 @@ static PyObject *Store_prune(PyObject *op, PyObject *args, PyObject *kwds)
     long long before = 0;
     const char *arch = NULL;
     int kind = 0, dry_run = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|KKLzip", kwlist, &max_size, &max_entries,
-                                     &before, &arch, &kind, &dry_run))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O&O&Lzip", kwlist, to_u64, &max_size, to_u64,
+                                     &max_entries, &before, &arch, &kind, &dry_run))
         return NULL;
     kcache_store *s = store_enter(self);
     if (!s)

@@ -75,6 +75,11 @@ def test_stats_prune_verify(cache_dir):
     assert any(u["arch"] == "ns" and u["kind"] == "data" for u in whole["usage"])
     v = c.verify()
     assert v["entries"] == 20 and v["damaged"] == 0 and v["integrity_ok"]
+    # A count that does not fit is refused, never wrapped into another (2^64+3 read as 3).
+    for bad in (-1, 2**64, 2**64 + 3):
+        with pytest.raises(OverflowError):
+            c.prune(max_entries=bad)
+    assert c.prune(max_entries=2**64 - 1)["evicted"] == 0 and c.stats("ns")["entries"] == 20
     r = c.prune(max_entries=5)
     assert r["evicted"] == 15 and c.stats("ns")["entries"] == 5
     # A handle's use stamps run ahead of the clock by a millisecond per use

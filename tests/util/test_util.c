@@ -60,7 +60,8 @@ static void fmt_is(uint64_t bytes, const char *want)
 static void test_parse_size(void)
 {
     size_ok("0", 0);
-    size_ok("4096", 4096);
+    size_ok("4096", UINT64_C(4096) << 30); /* a bare number is GiB, as in ccache */
+    size_ok("1.5", UINT64_C(3) << 29);
     size_ok("4096B", 4096);
     size_ok("512K", 512 * 1024);
     size_ok("512KiB", 512 * 1024);
@@ -118,8 +119,33 @@ static void test_parse_age(void)
     age_bad("-1d");
     age_bad("d");
     age_bad("99999999999999999999w");
-    age_ok("30000000000000w", UINT64_C(30000000000000) * 604800);
-    age_bad("40000000000000w");
+    age_ok("366000d", KCACHE_AGE_MAX);
+    age_bad("366001d"); /* past KCACHE_AGE_MAX: its milliseconds before now would overflow */
+    age_bad("30000000000000w");
+    age_bad("nan");
+    age_bad("1e99s");
+    age_bad("0x10s");
+}
+
+static void test_parse_count(void)
+{
+    uint64_t v = 7;
+    CHECK_RC(kcache_parse_count(&v, "18446744073709551615", 0, UINT64_MAX), 0);
+    CHECK(v == UINT64_MAX);
+    CHECK_RC(kcache_parse_count(&v, "9223372036854775808", 0, UINT64_MAX), 0);
+    CHECK(v == UINT64_C(1) << 63);
+    CHECK_RC(kcache_parse_count(&v, " 12 ", 1, 256), 0);
+    CHECK(v == 12);
+    static const char *const bad[] = {"-1", "18446744073709551616", "99999999999999999999",
+                                      "1e99", "nan", "inf", "0x10", "1.5", "", "+3", "3 x"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        v = 7;
+        CHECK_RC(kcache_parse_count(&v, bad[i], 0, UINT64_MAX), KCACHE_EINVAL);
+        CHECK(v == 7);
+    }
+    CHECK_RC(kcache_parse_count(&v, "257", 1, 256), KCACHE_EINVAL);
+    CHECK_RC(kcache_parse_count(&v, "0", 1, 256), KCACHE_EINVAL);
+    CHECK_RC(kcache_parse_count(&v, "9223372036854775808", 1, 3600000), KCACHE_EINVAL);
 }
 
 static void test_format_size(void)
@@ -242,6 +268,7 @@ int main(void)
     (void)test_path; /* from testutil.h; this test needs no files */
     test_parse_size();
     test_parse_age();
+    test_parse_count();
     test_format_size();
     test_key_hex();
     test_kinds_and_errors();

@@ -2,9 +2,15 @@
  * kcache: settings and where they come from.
  *
  * Every setting is resolved in one order: a command-line flag (given by the
- * caller as an override) > the environment > the config file > the default.
- * The config file is `kcache.conf` in the directory of the database, with
- * `key = value` lines; `#` starts a comment.
+ * caller as an override) > the environment > the settings files > the
+ * default. The files, each later one winning: /etc/kcache.conf; the user's,
+ * $KCACHE_CONFIG or else $XDG_CONFIG_HOME/kcache/kcache.conf (default
+ * ~/.config/kcache/kcache.conf); and `kcache.conf` in the directory of the
+ * database, the config file kcache_config_set() writes. Each has
+ * `key = value` lines; `#` starts a comment. A file is obeyed only when it is
+ * owned by the user or root, writable by nobody else, and in a directory
+ * others cannot change (or a sticky one); any other is ignored, and
+ * kcache_config_ignored() says which and why.
  *
  * Settings:
  *   dir           the cache directory        KCACHE_DIR      (not in the file)
@@ -63,7 +69,7 @@ typedef struct kcache_setting {
     const char *name;        /* "max_size" */
     const char *value;       /* as written ("2G"); "" when unset */
     kcache_config_source source;
-    const char *origin;      /* the variable or the file it came from; "" for a default */
+    const char *origin;      /* the variable, or the file and line ("FILE:LINE"); "" for a default */
     const char *env;         /* the environment variable that sets it */
     const char *description; /* one line */
 } kcache_setting;
@@ -99,6 +105,12 @@ KCACHE_API const kcache_setting *kcache_config_find(const kcache_config *config,
 
 /* The config file's path (it need not exist). Owned by config. */
 KCACHE_API const char *kcache_config_file(const kcache_config *config);
+
+/*
+ * The i-th settings file that was not obeyed, as a one-line warning naming it
+ * and why (NULL past the last). Owned by config.
+ */
+KCACHE_API const char *kcache_config_ignored(const kcache_config *config, size_t i);
 
 /*
  * Sets name to value in the config file (value NULL: removes the line),

@@ -128,8 +128,12 @@ KCACHE_API int kcache_key_parse(kcache_key *out, const char *hex);
  * own flags) accepts exactly the spellings the library's settings accept,
  * rather than each writing its own parser.
  *
- * Parses a size such as "512K", "2G", "1.5GiB", "300MB" or "4096" into bytes.
- * Units are binary (K = KiB = 1024); "B" alone and no suffix mean bytes.
+ * Every number goes through one of these: digits first (no sign, no "0x", no
+ * exponent, no "nan"), range-checked, the result untouched on error.
+ *
+ * Parses a size such as "512K", "2G", "1.5GiB", "300MB" or "4096B" into bytes.
+ * Units are binary (K = KiB = 1024); "B" means bytes and a bare number GiB,
+ * as in ccache ("5" is 5 GiB).
  * Returns 0, or KCACHE_EINVAL for anything else (negative, overflow, junk).
  */
 KCACHE_API int kcache_parse_size(uint64_t *out, const char *text);
@@ -142,10 +146,45 @@ KCACHE_API int kcache_parse_size(uint64_t *out, const char *text);
 KCACHE_API int kcache_parse_max_size(uint64_t *out, const char *text);
 
 /*
- * Parses an age such as "30d", "12h", "90m", "45s" or "2w" into seconds.
- * Returns 0, or KCACHE_EINVAL.
+ * Files as kcache creates them, for every front end that writes one (an
+ * export, an output): never through a link, never in a directory another
+ * user could change.
+ *
+ * Whether dir may hold a file kcache creates: it is the user's or root's and
+ * writable by nobody else, or sticky (as /tmp); a symbolic link to it counts
+ * only when the user or root made it. Returns 0, or KCACHE_EIO with a
+ * one-line message in err saying which and what to do.
+ */
+KCACHE_API int kcache_dir_check(const char *dir, char *err, size_t err_size);
+
+/* kcache_file_write(): fsync the file before it is renamed into place. */
+#define KCACHE_FILE_SYNC 1u
+
+/*
+ * Writes size bytes to path whole: a new file beside it under a fresh name,
+ * created with O_EXCL|O_NOFOLLOW with mode (less the umask), renamed over
+ * path; in a directory kcache_dir_check() accepts. A link at path is
+ * replaced, never followed. flags: 0 or KCACHE_FILE_SYNC. Returns 0, or
+ * KCACHE_EIO, KCACHE_EFULL (no space) or KCACHE_EINVAL with a one-line
+ * message in err.
+ */
+KCACHE_API int kcache_file_write(const char *path, const void *data, size_t size, unsigned mode,
+                                 unsigned flags, char *err, size_t err_size);
+
+/* The longest age kcache_parse_age() takes, in seconds: 1000 years. */
+#define KCACHE_AGE_MAX (UINT64_C(1000) * 366 * 86400)
+
+/*
+ * Parses an age such as "30d", "12h", "90m", "45s" or "2w" into seconds, at
+ * most KCACHE_AGE_MAX. Returns 0, or KCACHE_EINVAL.
  */
 KCACHE_API int kcache_parse_age(uint64_t *out, const char *text);
+
+/*
+ * Parses a count (entries, jobs, a batch, milliseconds): decimal digits only,
+ * from min to max inclusive. Returns 0, or KCACHE_EINVAL.
+ */
+KCACHE_API int kcache_parse_count(uint64_t *out, const char *text, uint64_t min, uint64_t max);
 
 /*
  * Formats bytes in binary units ("1.5 MiB", "512 B") into buf, NUL-terminated
