@@ -175,6 +175,24 @@ def test_request_log_explains_after_the_fact(root):
     check("request log" in err, "the user is told the log is not written: %r" % err)
 
 
+def test_unusable_settings_still_compile(root):
+    """A settings file kcache cannot use (unreadable HOME, a bad line): compile
+    still compiles, uncached, saying why; verbs that need the cache refuse."""
+    c = Cache(root)
+    if not have_nvrtc(c, root):
+        return
+    os.makedirs(c.dir, exist_ok=True)
+    with open(os.path.join(c.dir, "kcache.conf"), "w") as f:
+        f.write("no_such_setting = 1\n")
+    path = os.path.join(root, "k.cu")
+    with open(path, "w") as f:
+        f.write("__global__ void k(int *x) { x[0] = 4; }\n")
+    out, err = c.run("compile", path, "--arch", "sm_90")
+    check(out.startswith("uncached") and "kcache.conf:1" in err, "%r %r" % (out, err))
+    _, err = c.run("stats", rc=2)
+    check("kcache.conf:1" in err, err)
+
+
 def main():
     return base.run_tests(globals())
 
