@@ -78,6 +78,7 @@ enum reason {
     R_OBS_INCOMPLETE,
     R_STALE_PCH,
     R_NVRTC_REPLACED,
+    R_ENVIRONMENT,
     R_COUNT
 };
 
@@ -104,6 +105,9 @@ static const char *const reason_names[R_COUNT] = {
     /* The library loaded is another build than the one its file showed when the
      * compiler read it (replaced in between): its kernels are not that build's. */
     [R_NVRTC_REPLACED] = "nvrtc-replaced",
+    /* NVRTC read an environment variable its build was not seen to read, so
+     * the key does not hold its value (lib/compile/nvenv.c). */
+    [R_ENVIRONMENT] = "environment-not-keyed",
 };
 
 static atomic_ulong reason_count[R_COUNT];
