@@ -15,7 +15,11 @@
  *     to a CUBIN for every architecture it lists (what it reads depends on
  *     the target), and to PTX, LTO-IR and with line information.
  *     An empty environment makes the probe the same for everyone: the set
- *     depends on the build alone. A platform where the entry cannot be
+ *     depends on the build alone. A fork without exec is safe only where
+ *     no other thread holds a lock the child needs (glibc's malloc is
+ *     fork-safe; GCC 12's ASan allocator is not, and a thread inside
+ *     dlopen holds the loader's lock): a child stuck so is killed after
+ *     30 s and that compile runs uncached (nvrtc_environment_unknown). A platform where the entry cannot be
  *     patched (not x86-64 or AArch64, or a text page that may not be
  *     written) has no set: every compile runs uncached, and says why.
  *   - The set is remembered per build (the identity the key gives NVRTC),
@@ -70,7 +74,7 @@ extern char **environ;
 #define NVENV_FORMAT "kcache nvrtc getenv 1\n"
 #define MAX_NAME 128
 #define MAX_NAMES 128
-#define PROBE_TIMEOUT_MS 60000
+#define PROBE_TIMEOUT_MS 30000
 
 /* Names NVRTC reads whose values are not keyed: see above for the evidence. */
 static int left_out(const char *name)
