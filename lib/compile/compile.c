@@ -55,6 +55,7 @@ void kc_work_free(struct work *w)
     kc_opts_free(&w->opts);
     kc_deps_free(&w->deps);
     kc_strv_free(w->tk_dirs, w->n_tk_dirs);
+    kc_nvenv_free(&w->env);
 }
 
 static const char *base_name(const char *path)
@@ -238,6 +239,8 @@ static kc_key_compile key_inputs(const kcache_compiler *c, const kcache_request 
         .extra = req->extra_digest,
         .extra_size = req->extra_digest_size,
         .workdir = w->workdir[0] ? w->workdir : NULL,
+        .env = (const char *const *)w->env.set,
+        .n_env = w->env.n_set,
     };
     return in;
 }
@@ -385,12 +388,19 @@ struct compile_step {
     const kcache_request *req;
     const struct work *w;
     int hermetic;
+    char env_problem[256]; /* a variable NVRTC read that the key does not hold, or "" */
 };
 
 static int run_compile_step(void *ctx, struct kc_result *r)
 {
     struct compile_step *s = ctx;
-    return kc_run_nvrtc(s->c, s->req, s->w, r, s->hermetic);
+    unsigned long mark = kc_nvenv_mark();
+    int rc = kc_run_nvrtc(s->c, s->req, s->w, r, s->hermetic);
+    const char *why = kc_nvenv_unkeyed_since(&s->c->tk, mark, s->env_problem,
+                                             sizeof(s->env_problem));
+    if (why && why != s->env_problem)
+        snprintf(s->env_problem, sizeof(s->env_problem), "%s", why);
+    return rc;
 }
 
 static void store_compile_step(void *ctx, struct kc_result *r)
@@ -403,6 +413,14 @@ static void store_compile_step(void *ctx, struct kc_result *r)
                  "opened (replaced since): its kernels would be filed under the other build",
                  s->c->tk.nvrtc_path);
         kc_result_store_problem(r, KCACHE_ENOTSUP, msg);
+        return;
+    }
+    if (s->env_problem[0]) {
+        char msg[300];
+        snprintf(msg, sizeof(msg), "not stored: %s", s->env_problem);
+        kc_result_store_problem(r, KCACHE_ENOTSUP, msg);
+        kc_store_count_uncacheable(s->c->store, "nvrtc_environment");
+        r->pub.keyed = 0;
         return;
     }
     store_result(s->c, s->w, r);
@@ -452,12 +470,19 @@ static int run_caller_step(void *ctx, struct kc_result *r)
         m.probes = probes;
         m.toolkit_root = s->c->tk.root;
     }
+    /* NVRTC loaded by kcache (the drop-in's is the same library) has its getenv watched. */
+    const kc_nvrtc *api = NULL;
+    char ignored[64], env_problem[256];
+    kc_nvrtc_get(&s->c->tk, &api, ignored, sizeof(ignored));
+    unsigned long mark = kc_nvenv_mark();
     uint64_t t0 = kc_mono_ns();
     int rc = s->req->compile(s->req->compile_userdata, &m);
     r->pub.compile_ns = kc_mono_ns() - t0;
     free(probes);
     if (s->req->version >= 3 && m.no_store)
         s->no_store = m.no_store;
+    else if (kc_nvenv_unkeyed_since(&s->c->tk, mark, env_problem, sizeof(env_problem)))
+        s->no_store = "environment-not-keyed";
     else if (!rc && !s->no_store && closure_holds(s->w) != 1)
         s->no_store = "closure-changed";
     if (m.log && *m.log) {
@@ -643,10 +668,15 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     int bad_request = rc != 0;
     if (rc || (rc = toolkit_dirs(c, &w)))
         goto unkeyed;
+    /* NVRTC's environment variables: keyed, or the compile runs uncached. */
+    if (!(req->flags & KCACHE_COMPILE_NO_CACHE) && !kc_toolkit_id_unknown(c->tk.nvrtc_id) &&
+        (rc = kc_nvenv_get(&w.env, &c->tk, c->store)))
+        goto unkeyed;
     unsigned key_only = req->flags & KCACHE_COMPILE_KEY_ONLY;
     /* Options NVRTC is left to read are not all in the base key: no closure is tried. */
     int opts_uncached = w.opts.uncached_reason || w.opts.several_archs;
     int try_manifest = c->store && !kc_toolkit_id_unknown(c->tk.nvrtc_id) && !opts_uncached &&
+                       !w.env.reason[0] &&
                        !(req->flags & (KCACHE_COMPILE_NO_CACHE | KCACHE_COMPILE_REFRESH)) &&
                        (!key_only || (req->flags & KCACHE_COMPILE_KEY_REMEMBERED));
     int have_base = c->store && derive_base(c, req, &w) == 0;
@@ -663,6 +693,11 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     }
     if (!(rc = resolve_deps(c, req, &w, r)))
         rc = derive_key(c, req, &w, r);
+    if (!rc && w.env.reason[0] && !w.deps.not_hermetic) {
+        w.deps.not_hermetic = 1;
+        snprintf(w.deps.reason, sizeof(w.deps.reason), "%s", w.env.reason);
+        snprintf(w.deps.problem, sizeof(w.deps.problem), "%s", w.env.problem);
+    }
     int hermetic = !w.deps.not_hermetic;
     r->pub.keyed = !rc && hermetic;
     if (rc)
@@ -677,7 +712,7 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     if (req->flags & KCACHE_COMPILE_KEY_ONLY)
         goto out;
     int use_store = c->store && hermetic && !(req->flags & KCACHE_COMPILE_NO_CACHE);
-    struct compile_step ctx = {c, req, &w, hermetic};
+    struct compile_step ctx = {c, req, &w, hermetic, ""};
     struct kc_step step = {run_compile_step, store_compile_step, &ctx, w.nvrtc_arch, w.kind};
     struct caller_step caller = {c, req, &w, NULL, NULL};
     if (req->version >= 2 && req->compile)

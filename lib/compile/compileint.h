@@ -10,6 +10,7 @@
 #include "compile/deps.h"
 #include "kcache/compile.h"
 #include "compile/key.h"
+#include "compile/nvenv.h"
 #include "compile/opts.h"
 #include "compile/toolkit.h"
 #include "remote/tier.h"
@@ -129,6 +130,7 @@ struct work {
      * keyed, and the only ones a hermetic compile passes (by real path). */
     char **tk_dirs;
     size_t n_tk_dirs;
+    kc_nvenv env;            /* NVRTC's environment variables, keyed (nvenv.c) */
 };
 
 void kc_work_free(struct work *w);

@@ -38,7 +38,7 @@ const char *kc_key_tag_name(int tag)
         [KC_TAG_LINK_INPUT] = "link-input",   [KC_TAG_TOOLKIT] = "toolkit",
         [KC_TAG_NAMESPACE] = "namespace",     [KC_TAG_CALLER_KEY] = "caller-key",
         [KC_TAG_WORKDIR] = "working-directory", [KC_TAG_TOOLKIT_HANDED] = "toolkit-handed",
-        [KC_TAG_TOOLKIT_DIR] = "toolkit-include-dir",
+        [KC_TAG_TOOLKIT_DIR] = "toolkit-include-dir", [KC_TAG_ENVIRONMENT] = "environment",
     };
     if (tag <= 0 || (size_t)tag >= sizeof(names) / sizeof(names[0]))
         return NULL;
@@ -121,6 +121,8 @@ static int add_compile(kc_keybuf *k, const kc_key_compile *in)
     kc_key_add_str(k, KC_TAG_TOOLKIT, in->toolkit_id);
     if (in->workdir)
         kc_key_add_str(k, KC_TAG_WORKDIR, in->workdir);
+    for (size_t i = 0; i < in->n_env; i++)
+        kc_key_add_str(k, KC_TAG_ENVIRONMENT, in->env[i]);
     for (size_t i = 0; i < in->n_options; i++)
         kc_key_add_str(k, KC_TAG_OPTION, in->options[i]);
     if (in->n_name_exprs) {
@@ -313,6 +315,7 @@ static int read_text_field(kc_recipe *rc, int tag, const uint8_t *data, size_t n
     case KC_TAG_TOOLKIT_HANDED: return handed_of(rc, data, n);
     case KC_TAG_TOOLKIT_DIR: return kc_strv_push(&rc->tk_dirs, &rc->n_tk_dirs, text);
     case KC_TAG_LINK_INPUT: return kc_strv_push(&rc->link_kinds, &rc->n_link, text);
+    case KC_TAG_ENVIRONMENT: return kc_strv_push(&rc->env, &rc->n_env, text);
     default: return 0;
     }
 }
@@ -336,6 +339,7 @@ void kc_recipe_free(kc_recipe *rc)
     kc_strv_free(rc->handed, rc->n_handed);
     kc_strv_free(rc->tk_dirs, rc->n_tk_dirs);
     kc_strv_free(rc->link_kinds, rc->n_link);
+    kc_strv_free(rc->env, rc->n_env);
 }
 
 int kc_key_decode(kc_recipe *out, const void *material, size_t size)

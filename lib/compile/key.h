@@ -47,6 +47,9 @@ typedef struct kc_key_compile {
     /* The working directory NVRTC writes into line information (-lineinfo,
      * -G: PTX's .file holds it joined with each file's name), or NULL. */
     const char *workdir;
+    /* NAME=VALUE of each variable NVRTC reads that is set, sorted (compile/nvenv.c). */
+    const char *const *env;
+    size_t n_env;
 } kc_key_compile;
 
 /* What a link's key is made of. */
@@ -96,6 +99,8 @@ typedef struct kc_recipe {
     size_t n_tk_dirs;
     char **link_kinds;   /* per link input */
     size_t n_link;
+    char **env;          /* NAME=VALUE of NVRTC's environment variables set, sorted */
+    size_t n_env;
     int lto;
 } kc_recipe;
 

@@ -73,6 +73,34 @@ static int inputs_named_by_key(const kcache_entry *e)
     return ok;
 }
 
+/*
+ * 0 if NVRTC's environment variables here are what the entry was made under
+ * (compile/nvenv.c): a rebuild runs in this process's environment.
+ */
+static int same_environment(kcache_compiler *c, const kc_recipe *rc, struct kc_result *r)
+{
+    kc_nvenv env;
+    int status = kc_nvenv_get(&env, &c->tk, c->store);
+    if (status)
+        return kc_result_fail(r, status, "out of memory");
+    if (!strcmp(env.reason, "nvrtc_environment_unknown")) {
+        status = kc_result_fail(r, KCACHE_ENOTSUP, "%s", env.problem);
+        kc_nvenv_free(&env);
+        return status;
+    }
+    int same = env.n_set == rc->n_env;
+    for (size_t i = 0; same && i < env.n_set; i++)
+        same = !strcmp(env.set[i], rc->env[i]);
+    if (!same)
+        status = kc_result_fail(r, KCACHE_ENOTSUP,
+                                "it was made with %s%s set, and this environment differs: rebuild "
+                                "it where that holds",
+                                rc->n_env ? rc->env[0] : "none of NVRTC's variables",
+                                rc->n_env > 1 ? " (and more)" : "");
+    kc_nvenv_free(&env);
+    return status;
+}
+
 static int rebuild_source(kcache_compiler *c, const kcache_entry *e, kc_recipe *rc,
                           struct kc_result *r)
 {
@@ -227,6 +255,8 @@ KCACHE_API int kcache_compiler_recompile(kcache_result **out, int *same, kcache_
         goto out;
     }
     if (status)
+        goto out;
+    if (!strcmp(rc.input, "cuda") && (status = same_environment(compiler, &rc, r)))
         goto out;
     if (!strcmp(rc.input, "cuda") && kc_dropin_made(e))
         status = kc_rebuild_dropin(compiler, e, &rc, r);

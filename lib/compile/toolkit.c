@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "util/codec.h"
+#include "compile/nvenv.h"
 #include "compile/toolkit.h"
 
 static uint64_t rd(const uint8_t *p, int n)
@@ -443,6 +444,8 @@ static int load(const struct library *lib, const char *path, void **out, char *m
     snprintf(lib->loaded->path, sizeof(lib->loaded->path), "%s", path);
     lib->loaded->api = table;
     loaded_build_id(lib->loaded, h);
+    if (lib->loaded == &loaded_nvrtc)
+        kc_nvenv_watch(h); /* before its first compile: nvenv.c */
     *out = table;
 out:
     pthread_mutex_unlock(&load_lock);

@@ -80,6 +80,7 @@ enum reason {
     R_STALE_PCH,
     R_NVRTC_REPLACED,
     R_SEVERAL_ARCHS,
+    R_ENVIRONMENT,
     R_COUNT
 };
 
@@ -108,6 +109,9 @@ static const char *const reason_names[R_COUNT] = {
     [R_NVRTC_REPLACED] = "nvrtc-replaced",
     /* -arch twice with different values: NVRTC combines them (compile/opts.c). */
     [R_SEVERAL_ARCHS] = "several-archs",
+    /* NVRTC read an environment variable its build was not seen to read, so
+     * the key does not hold its value (lib/compile/nvenv.c). */
+    [R_ENVIRONMENT] = "environment-not-keyed",
 };
 
 static atomic_ulong reason_count[R_COUNT];

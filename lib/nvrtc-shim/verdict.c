@@ -206,19 +206,107 @@ static char *closure_text(size_t *size, const kcache_made *made, const char *sou
 static const char *verdict(const kc_obs *o, const kcache_made *made, const char *source_name,
                            const char *const *header_names, size_t n_headers);
 
-/* Whether an absolute path is the system's or NVRTC's own cache, never a header. */
-static int system_path(const char *abs)
+/*
+ * What the kernel's and the driver's trees hold, observed: NVIDIA's NVRTC 13.0
+ * opens nothing under /dev, /proc or /sys on a CPU-only machine (strace of a
+ * CUBIN, PTX and LTO-IR compile); the names its library holds are /dev/null,
+ * /dev/urandom, /proc/cpuinfo, /proc/PID/exe and /proc/self/fd/N (its own
+ * descriptors); where NVRTC's cache starts the driver, the driver opens and
+ * probes its device nodes (/dev/nvidia*, /dev/char/195:0, which links to
+ * /dev/nvidia0). None of those is a header. But /dev/shm holds any user's
+ * files, and /proc/PID/{cwd,root,fd/N} are links to any folder: a path
+ * through one is judged as the path it leads to.
+ */
+enum sys_verdict { SYS_USER, SYS_OWN, SYS_TARGET, SYS_UNKNOWN };
+
+/*
+ * path with its symbolic links resolved (the nearest existing folder above it
+ * by realpath, the rest as it is), absolute and folded; NULL if none of it
+ * resolves or out of memory.
+ */
+static char *resolved(const char *path)
 {
-    static const char *const roots[] = {"/dev/", "/proc/", "/sys/"};
-    for (size_t i = 0; i < sizeof(roots) / sizeof(*roots); i++)
-        if (!strncmp(abs, roots[i], strlen(roots[i])))
-            return 1;
+    char *dir = strdup(path), real[PATH_MAX];
+    if (!dir)
+        return NULL;
+    char *rest = NULL;
+    for (;;) {
+        if (realpath(*dir ? dir : "/", real))
+            break;
+        char *cut = strrchr(dir, '/');
+        if (!cut) {
+            free(dir);
+            return NULL;
+        }
+        *cut = '\0';
+        rest = (char *)path + (cut - dir);
+    }
+    free(dir);
+    return absolute(real, rest ? rest : "");
+}
+
+/* 1 if abs is /proc/{self,thread-self,PID}[/task/TID]/{cwd,root,fd/N}[/...]; *fd_only when it ends at fd/N. */
+static int proc_link(const char *abs, int *fd_only)
+{
+    static const char digits[] = "0123456789";
+    if (strncmp(abs, "/proc/", 6) != 0)
+        return 0;
+    size_t at = 6, n = strcspn(abs + at, "/");
+    if (!((n == 4 && !strncmp(abs + at, "self", 4)) ||
+          (n == 11 && !strncmp(abs + at, "thread-self", 11)) ||
+          (n && strspn(abs + at, digits) == n)))
+        return 0;
+    at += n;
+    if (!strncmp(abs + at, "/task/", 6) && (n = strspn(abs + at + 6, digits)) > 0)
+        at += 6 + n;
+    *fd_only = 0;
+    if (!strncmp(abs + at, "/cwd", 4))
+        at += 4;
+    else if (!strncmp(abs + at, "/root", 5))
+        at += 5;
+    else if (!strncmp(abs + at, "/fd/", 4) && (n = strspn(abs + at + 4, digits)) > 0)
+        at += 4 + n, *fd_only = abs[at] == '\0';
+    else
+        return 0;
+    return abs[at] == '/' || abs[at] == '\0';
+}
+
+/* Whether abs is the system's or NVRTC's own cache (SYS_OWN), a user's, or leads to *target. */
+static enum sys_verdict system_path(const char *abs, int op, char **target)
+{
+    static const char *const driver[] = {"/dev/nvidia", "/dev/char/", "/dev/dri/"};
+    *target = NULL;
+    if (under(abs, "/proc") || under(abs, "/sys")) {
+        int fd_only = 0;
+        if (!proc_link(abs, &fd_only))
+            return SYS_OWN; /* made by the kernel, never a user's file */
+        if (fd_only && op != OP_OPEN)
+            return SYS_OWN; /* a question on a descriptor, whose open was seen */
+        *target = resolved(abs);
+        return *target && !under(*target, "/proc") ? SYS_TARGET : SYS_UNKNOWN;
+    }
+    if (under(abs, "/dev")) {
+        struct stat st;
+        if (!strcmp(abs, "/dev"))
+            return SYS_OWN;
+        for (size_t i = 0; i < sizeof(driver) / sizeof(*driver); i++)
+            if (!strncmp(abs, driver[i], strlen(driver[i])))
+                return SYS_OWN;
+        if ((*target = resolved(abs)) && strcmp(*target, abs) != 0)
+            return SYS_TARGET; /* /dev/fd/N, /dev/stdin, a /dev/shm that is a link */
+        free(*target);
+        *target = NULL;
+        if (stat(abs, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)))
+            return SYS_OWN;
+        return SYS_USER;
+    }
     char cache[PATH_MAX];
     const char *env = getenv("CUDA_CACHE_PATH"), *home = getenv("HOME");
     int n = env && *env     ? snprintf(cache, sizeof(cache), "%s/", env)
             : home && *home ? snprintf(cache, sizeof(cache), "%s/.nv/ComputeCache/", home)
                             : -1;
-    return n > 0 && (size_t)n < sizeof(cache) && !strncmp(abs, cache, (size_t)n);
+    return n > 0 && (size_t)n < sizeof(cache) && !strncmp(abs, cache, (size_t)n) ? SYS_OWN
+                                                                               : SYS_USER;
 }
 
 const char *kc_observe_verdict(kc_obs *o, const kcache_made *made, const char *source_name,
@@ -242,6 +330,61 @@ const char *kc_observe_verdict(kc_obs *o, const kcache_made *made, const char *s
     return o->judged = verdict(o, made, source_name, header_names, n_headers);
 }
 
+/* What one verdict compares each path with. */
+struct judging {
+    const kc_obs *o;
+    const struct known *k;
+    size_t n;
+    const char *source;
+    const char *const *header_names;
+    size_t n_headers;
+    struct dir_memo *memo;
+    const char *toolkit_root;
+};
+
+/* NULL if what NVRTC did at abs (op, what it saw) is covered, else the reason. */
+static const char *judge_path(const struct judging *j, int op, int seen, const char *abs,
+                              int depth)
+{
+    static const char *const nvrtc_names[] = {"__nv_nvrtc_builtin_header.h", "__nv_name_map"};
+    const kc_obs *o = j->o;
+    const char *pwd = o->pwd, *why = NULL;
+    struct known key = {(char *)abs, 0};
+    const struct known *hit = j->n ? bsearch(&key, j->k, j->n, sizeof(*j->k), by_path) : NULL;
+    char *target = NULL;
+    enum sys_verdict sys = SYS_USER;
+    if (hit) {
+        /* The resolver keys what is not a regular file as nothing there. */
+        if (hit->found != (seen == SEEN_FILE))
+            why = R_CHANGED;
+    } else if (op == OP_STAT &&
+               (!strcmp(abs, j->source) ||
+                (seen != SEEN_FILE &&
+                 (under(j->source, abs) || !strcmp(abs, o->cwd) || own_name(o, abs, &pwd, 1))) ||
+                own_name(o, abs, nvrtc_names, 2) ||
+                own_name(o, abs, j->header_names, j->n_headers))) {
+        /* NVRTC's own: the program's name and the folders above it, the
+         * working directory and $PWD (which names it when both are one), the names
+         * of its builtin header and of its name-expression map, the names of
+         * the headers handed over in memory; it stats them and never opens
+         * them (test_sound.py shows a file there changes nothing). */
+    } else if (op == OP_STAT && seen == SEEN_DIR && above_found(j->k, j->n, abs)) {
+        /* A folder of a keyed header's path, which NVRTC stats after opening it. */
+    } else if ((sys = system_path(abs, op, &target)) == SYS_OWN) {
+        /* The system's, never a header (system_path says which). */
+    } else if (sys == SYS_TARGET && depth < 4) {
+        why = judge_path(j, op, seen, target, depth + 1);
+    } else if (sys != SYS_USER || !in_toolkit(j->memo, abs, seen, j->toolkit_root)) {
+        why = R_UNPREDICTED;
+        char what[PATH_MAX + 64];
+        snprintf(what, sizeof(what), "%s %s, which the key does not cover",
+                 op == OP_OPEN ? "an open of" : "a look at", abs);
+        kc_obs_say_why(what);
+    }
+    free(target);
+    return why;
+}
+
 static const char *verdict(const kc_obs *o, const kcache_made *made, const char *source_name,
                            const char *const *header_names, size_t n_headers)
 {
@@ -251,8 +394,6 @@ static const char *verdict(const kc_obs *o, const kcache_made *made, const char 
     struct look *saw = NULL;
     struct dir_memo *memo = calloc(1, sizeof(*memo));
     char *source = absolute(o->cwd, source_name);
-    static const char *const nvrtc_names[] = {"__nv_nvrtc_builtin_header.h", "__nv_name_map"};
-    const char *pwd = o->pwd;
     if (!k || !source || !memo) {
         why = R_INCOMPLETE;
         goto out;
@@ -285,42 +426,11 @@ static const char *verdict(const kc_obs *o, const kcache_made *made, const char 
         }
     }
     qsort(saw, n_seen, sizeof(*saw), by_look);
+    struct judging j = {o, k, n, source, header_names, n_headers, memo, made->toolkit_root};
     for (size_t i = 0; i < n_seen && !why; i++) {
         if (i && !by_look(&saw[i - 1], &saw[i]))
             continue;
-        int op = saw[i].op, seen = saw[i].seen;
-        const char *abs = saw[i].path;
-        struct known key = {saw[i].path, 0};
-        const struct known *hit = n ? bsearch(&key, k, n, sizeof(*k), by_path) : NULL;
-        if (hit) {
-            /* The resolver keys what is not a regular file as nothing there. */
-            if (hit->found != (seen == SEEN_FILE))
-                why = R_CHANGED;
-        } else if (op == OP_STAT &&
-                   (!strcmp(abs, source) ||
-                    (seen != SEEN_FILE &&
-                     (under(source, abs) || !strcmp(abs, o->cwd) || own_name(o, abs, &pwd, 1))) ||
-                    own_name(o, abs, nvrtc_names, 2) ||
-                    own_name(o, abs, header_names, n_headers))) {
-            /* NVRTC's own: the program's name and the folders above it, the
-             * working directory and $PWD (which names it when both are one), the names
-             * of its builtin header and of its name-expression map, the names of
-             * the headers handed over in memory; it stats them and never opens
-             * them (test_sound.py shows a file there changes nothing). */
-        } else if (op == OP_STAT && seen == SEEN_DIR && above_found(k, n, abs)) {
-            /* A folder of a keyed header's path, which NVRTC stats after opening it. */
-        } else if (system_path(abs)) {
-            /* The system's, never a header: NVRTC probes the GPU's device nodes
-             * (/dev/char/195:0 where a driver is loaded) and its own compute
-             * cache (CUDA_CACHE_PATH, ~/.nv/ComputeCache), whose entries are
-             * NVIDIA's bytes for NVIDIA's inputs. */
-        } else if (!in_toolkit(memo, abs, seen, made->toolkit_root)) {
-            why = R_UNPREDICTED;
-            char what[PATH_MAX + 64];
-            snprintf(what, sizeof(what), "%s %s, which the key does not cover",
-                     op == OP_OPEN ? "an open of" : "a look at", abs);
-            kc_obs_say_why(what);
-        }
+        why = judge_path(&j, saw[i].op, saw[i].seen, saw[i].path, 0);
     }
 out:
     for (size_t i = 0; saw && i < n_seen; i++)

@@ -54,6 +54,9 @@ enum kc_key_tag {
     /* One of the toolkit's -I directories, below its root ("." for the root);
      * order kept: the ones a hermetic compile passes. */
     KC_TAG_TOOLKIT_DIR = 19,
+    /* NAME=VALUE of an environment variable NVRTC reads that is set; sorted
+     * by name (compile/nvenv.c). None in most keys. */
+    KC_TAG_ENVIRONMENT = 20,
 };
 
 /* Walks an encoding; fn gets the tag and its bytes. Returns 0, fn's value or KCACHE_ECORRUPT. */

@@ -156,6 +156,37 @@ def cases(tmp, env):
     }, ["k.cu", "k.cu", "--"] + arch, create_opt)
 
 
+def system_trees(tmp, env):
+    """Headers under /dev/shm, or reached through /proc/self/cwd, are a user's
+    files like any other: the drop-in judges what NVRTC read there, and a
+    header created after the first compile (__has_include in a -D value,
+    which the resolver does not probe) is never a stale hit."""
+    # <opt.h>: searched in the -I folder alone (a quoted name is looked for
+    # beside the source first, which the drop-in judges already).
+    has = ['-DHAS=__has_include(<opt.h>)']
+    src = {"k.cu": "#if HAS\n#define VALUE 5\n#else\n#define VALUE 1\n#endif\n"
+                   + KERNEL % "VALUE",
+           "inc/other.h": "\n"}
+    shm = None
+    try:
+        shm = tempfile.mkdtemp(prefix="kcache-sound-", dir="/dev/shm")
+    except OSError as e:
+        print(f"SKIP dev-shm case: /dev/shm is not writable here ({e})")
+    if shm:
+        try:
+            inc = os.path.join(shm, "inc")
+            os.makedirs(inc)
+            sound_case(tmp, env, "dev-shm-include", src,
+                       ["k.cu", "k.cu", "--", "-arch=compute_90", "-I", inc] + has,
+                       lambda d: write(os.path.join(inc, "opt.h"), "\n"))
+        finally:
+            shutil.rmtree(shm, ignore_errors=True)
+    # The program runs in the case's folder: /proc/self/cwd/inc is its inc/.
+    sound_case(tmp, env, "proc-self-cwd-include", src,
+               ["k.cu", "k.cu", "--", "-arch=compute_90", "-I", "/proc/self/cwd/inc"] + has,
+               lambda d: write(os.path.join(d, "inc", "opt.h"), "\n"))
+
+
 def line_info(tmp, env):
     """-lineinfo writes the working directory into the bytes (PTX's .file), and
     LTO-IR holds it with no option at all: the same compile from another
@@ -280,6 +311,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="kcache sound ") as tmp:
         env = base_env(tmp)
         cases(tmp, env)
+        system_trees(tmp, env)
         line_info(tmp, env)
         own_names(tmp, env)
         real_nvrtc(tmp, env)
