@@ -23,8 +23,10 @@
  *    followed.
  * 4: the toolkit's -I directories (3 left them out: what toolkit headers
  *    find among themselves, a __has_include too, depends on them, and two
- *    compiles whose own includes found the same files shared one key). */
-#define KC_KEY_FORMAT "kcache-key-4"
+ *    compiles whose own includes found the same files shared one key).
+ * 5: the environment variables NVRTC reads (4 left them out: an entry made
+ *    with LLVM_OVERRIDE_PRODUCER set was served without it). */
+#define KC_KEY_FORMAT "kcache-key-5"
 /* What every version of the format starts with (its first field, KC_TAG_FORMAT). */
 #define KC_KEY_FORMAT_FAMILY "kcache-key-"
 
