@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "compile/compileint.h"
@@ -48,11 +49,24 @@ static void request_settings(kcache_compiler *c, const char *store_path)
     if (kc_config_value(text, sizeof(text), "require_hit", NULL, path) == 0)
         kc_config_bool(&c->require_hit, text);
     if (kc_config_value(text, sizeof(text), "log", NULL, path) == 0 && text[0]) {
-        c->request_log = open(text, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (c->request_log < 0 && c->log) {
+        /* Not blocking (a FIFO would stall every compile), and only a plain
+         * file of this user's with one name: never one another user made. */
+        const char *bad = NULL;
+        struct stat st;
+        int fd = open(text, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK,
+                      0600);
+        if (fd < 0)
+            bad = strerror(errno);
+        else if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+            bad = "not a regular file";
+        else if (st.st_uid != geteuid() || st.st_nlink != 1)
+            bad = "another user's file, or one with other names";
+        if (bad && fd >= 0)
+            close(fd);
+        c->request_log = bad ? -1 : fd;
+        if (bad && c->log) {
             char msg[512];
-            snprintf(msg, sizeof(msg), "cannot append to the request log %.300s: %s", text,
-                     strerror(errno));
+            snprintf(msg, sizeof(msg), "cannot append to the request log %.300s: %s", text, bad);
             c->log(c->log_userdata, KCACHE_LOG_WARNING, msg);
         }
     }
@@ -230,6 +244,17 @@ static int kc_through_remote(kcache_compiler *c, struct kc_result *r, int *remot
     return 1;
 }
 
+/* Why a request that require_hit would have served is refused, truly said. */
+static int require_hit_fail(const kcache_compiler *c, struct kc_result *r, int looked)
+{
+    const char *why = looked              ? "not in the cache"
+                      : !c->store         ? "the cache is not in use"
+                      : r->pub.keyed      ? "the cache was not looked in"
+                                          : "this compile cannot be cached";
+    return kc_result_fail(r, KCACHE_ENOTFOUND, "%s, and require_hit is set: nothing was compiled",
+                          why);
+}
+
 int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, unsigned flags,
                      const struct kc_step *step)
 {
@@ -263,10 +288,7 @@ int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, uns
     }
     if (c->remote_message[0])
         kc_result_store_problem(r, KCACHE_EINVAL, c->remote_message);
-    int rc = c->require_hit
-                 ? kc_result_fail(r, KCACHE_ENOTFOUND, "not in the cache, and require_hit is set "
-                                  "(KCACHE_REQUIRE_HIT): nothing was compiled")
-                 : step->run(step->ctx, r);
+    int rc = c->require_hit ? require_hit_fail(c, r, use_store) : step->run(step->ctx, r);
     if (leased)
         kc_heartbeat_stop(&hb);
     if (use_store) {

@@ -176,7 +176,12 @@ KCACHE_API int kcache_parse_size(uint64_t *out, const char *text)
         KC_BINARY_UNIT("T", 40),
     };
 #undef KC_BINARY_UNIT
-    return parse_scaled(out, text, units, KC_ARRAY_SIZE(units));
+    int rc = parse_scaled(out, text, units, KC_ARRAY_SIZE(units));
+    /* A bare number past a PiB was meant as bytes (kcache read them so once):
+     * refused, so that 10000000000 is not taken as a cap of 9.31 EiB. */
+    if (!rc && strspn(text, "0123456789.") == strlen(text) && *out > (UINT64_C(1) << 50))
+        return KCACHE_EINVAL;
+    return rc;
 }
 
 KCACHE_API int kcache_parse_max_size(uint64_t *out, const char *text)

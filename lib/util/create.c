@@ -2,9 +2,13 @@
  * The one way kcache creates a file, in any directory: written whole under a
  * temporary name opened with O_CREAT|O_EXCL|O_NOFOLLOW (never through a link
  * someone planted, never over a file someone else made), then renamed into
- * place, in a directory that is the user's or root's and writable by nobody
- * else, or sticky. In any other directory another user could swap or remove
- * the file after the rename, or make kcache write where they chose.
+ * place, in a directory that is the user's or root's and that not everyone
+ * may write, or a sticky one. In a directory of another user's, or one
+ * anyone may write, another user could swap or remove the file after the
+ * rename, or make kcache write where they chose. A directory its group may
+ * write is allowed (a project directory, 2775, or one made under umask 002):
+ * the group's members are the user's collaborators, and the temporary name
+ * and the rename keep kcache from writing through anything they plant.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -39,11 +43,12 @@ KCACHE_API int kcache_dir_check(const char *dir, char *err, size_t err_size)
         return kc_fmt(err, err_size, KCACHE_EIO, "%s is not a directory", dir);
     if (st.st_mode & S_ISVTX)
         return 0;
-    if (!trusted_uid(st.st_uid) || (st.st_mode & (S_IWGRP | S_IWOTH)))
-        return kc_fmt(err, err_size, KCACHE_EIO, "%s can be changed by others (owner uid %u, "
+    if (!trusted_uid(st.st_uid) || (st.st_mode & S_IWOTH))
+        return kc_fmt(err, err_size, KCACHE_EIO, "%s can be changed by %s (owner uid %u, "
                       "mode %04o, not sticky): kcache creates files only in a directory of "
-                      "yours or a sticky one; use another or run 'chmod go-w %s'", dir,
-                      (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), dir);
+                      "yours or a sticky one; use another or run 'chmod o-w %s'", dir,
+                      trusted_uid(st.st_uid) ? "anyone" : "another user", (unsigned)st.st_uid,
+                      (unsigned)(st.st_mode & 07777), dir);
     return 0;
 }
 

@@ -182,7 +182,8 @@ struct value_kind {
 static const struct value_kind as_directory = {NULL, "a directory"};
 static const struct value_kind as_file = {NULL, "a file"};
 static const struct value_kind as_size = {check_size, "a size such as 2G or 512M (a bare number "
-                                                     "is GiB), or 0 or none for no cap"};
+                                                     "is GiB; bytes as 1000B), or 0 or none for "
+                                                     "no cap"};
 static const struct value_kind as_ms = {check_ms, "milliseconds from 1 to 3600000"};
 static const struct value_kind as_bool = {check_bool, "true or false"};
 static const struct value_kind as_redis_url = {check_remote,

@@ -193,6 +193,69 @@ def test_unusable_settings_still_compile(root):
     check("kcache.conf:1" in err, err)
 
 
+def test_request_log_never_stalls_or_borrows(root):
+    """KCACHE_LOG naming a FIFO or another user's file: the compile goes on, unlogged."""
+    c = Cache(root)
+    if not have_nvrtc(c, root):
+        return
+    path = os.path.join(root, "f.cu")
+    with open(path, "w") as f:
+        f.write("__global__ void k(int *x) { x[0] = 5; }\n")
+    fifo = os.path.join(root, "fifo")
+    os.mkfifo(fifo)
+    out, err = c.run("compile", path, "--arch", "sm_90", env={"KCACHE_LOG": fifo})
+    check(out.startswith("miss") and "request log" in err, "%r %r" % (out, err))
+    if os.geteuid() == 0:
+        theirs = os.path.join(root, "theirs.log")
+        open(theirs, "w").close()
+        os.chown(theirs, 54321, 54321)
+        out, err = c.run("compile", path, "--arch", "sm_90", env={"KCACHE_LOG": theirs})
+        check(out.startswith("hit") and os.path.getsize(theirs) == 0 and "another user" in err,
+              "another user's file is not appended to: %r %r" % (out, err))
+    else:
+        print("note: not root: the other user's log file is not checked")
+
+
+def test_require_hit_says_why_truly(root):
+    """require_hit with --no-cache: the cache was not in use, not 'not in the cache'."""
+    c = Cache(root)
+    if not have_nvrtc(c, root):
+        return
+    path = os.path.join(root, "r.cu")
+    with open(path, "w") as f:
+        f.write("__global__ void k(int *x) { x[0] = 6; }\n")
+    out, _ = c.run("compile", path, "--arch", "sm_90", "--require-hit", "--no-cache", rc=1)
+    check("not in the cache" not in out and "require_hit" in out, out)
+
+
+def test_bare_size_of_bytes_is_refused(root):
+    """KCACHE_MAX_SIZE=10000000000 (bytes, as kcache once read it): refused, not 9.31 EiB."""
+    c = Cache(root)
+    _, err = c.run("stats", rc=2, env={"KCACHE_MAX_SIZE": "10000000000"})
+    check("1000B" in err, err)
+    out, _ = c.run("stats", env={"KCACHE_MAX_SIZE": "10000000000B"})
+    check(re.search(r"^Cap:\s+9\.31 GiB", out, re.M), out)
+
+
+def test_output_into_a_group_directory(root):
+    """compile -o into a directory its group may write (umask 002, or 2775): written."""
+    c = Cache(root)
+    if not have_nvrtc(c, root):
+        return
+    path = os.path.join(root, "g.cu")
+    with open(path, "w") as f:
+        f.write("__global__ void k(int *x) { x[0] = 7; }\n")
+    shared = os.path.join(root, "project")
+    os.mkdir(shared)
+    os.chmod(shared, 0o2775)
+    c.run("compile", path, "--arch", "sm_90", "-o", os.path.join(shared, "g.cubin"))
+    check(os.path.getsize(os.path.join(shared, "g.cubin")) > 0, "written")
+    os.chmod(shared, 0o777)
+    out, _ = c.run("compile", path, "--arch", "sm_90", "-o", os.path.join(shared, "h.cubin"),
+                   rc=1)
+    check("anyone" in out and not os.path.exists(os.path.join(shared, "h.cubin")), out)
+
+
 def main():
     return base.run_tests(globals())
 
