@@ -47,7 +47,7 @@ def worker(args, wid, deadline, results, lock):
     rnd = random.Random(wid * 7919)
     work = os.path.join(args.tmp, "w%d" % wid)
     os.makedirs(work)
-    env = dict(os.environ, KCACHE_DIR=args.dir, KCACHE_MAX_SIZE=str(CAP))
+    env = dict(os.environ, KCACHE_DIR=args.dir, KCACHE_MAX_SIZE="%dB" % CAP)
     env.pop("KCACHE_PATH", None)
     kernel = os.path.join(work, "k.cu")
     with open(kernel, "w") as f:
@@ -166,7 +166,7 @@ def main():
     os.makedirs(args.traces)
     try:
         args.dir = os.path.join(args.tmp, "cache")
-        env = dict(os.environ, KCACHE_DIR=args.dir, KCACHE_MAX_SIZE=str(CAP))
+        env = dict(os.environ, KCACHE_DIR=args.dir, KCACHE_MAX_SIZE="%dB" % CAP)
         db = os.path.join(args.dir, "kcache.db")
         # A full cache to start with, and a bundle of other entries to import.
         for arch in ARCHES:
