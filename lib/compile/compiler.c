@@ -73,6 +73,38 @@ static void request_settings(kcache_compiler *c, const char *store_path)
     free(path);
 }
 
+/* 1 if this process runs one thread now (Linux's count of its tasks). */
+static int one_thread(void)
+{
+    FILE *f = fopen("/proc/self/status", "re");
+    char line[128];
+    int threads = 0;
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "Threads: %d", &threads) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return threads == 1;
+}
+
+/*
+ * Learns which variables this NVRTC reads now, while the process runs one
+ * thread: the probe forks (compile/nvenv.c), and a child forked while no
+ * other thread can hold a lock it needs never sticks. kcache compile -j
+ * starts its threads only after this. Not for the drop-in, which makes its
+ * compiler under a lock its own fork handler takes; a process with threads
+ * learns it at its first miss, as before.
+ */
+static void learn_environment_early(kcache_compiler *c, const kcache_compiler_options *o)
+{
+    if (!c->store || (o->version >= 2 && o->nvrtc_path) || kc_toolkit_id_unknown(c->tk.nvrtc_id) ||
+        !one_thread())
+        return;
+    kc_nvenv env;
+    if (kc_nvenv_get(&env, &c->tk, c->store) == 0)
+        kc_nvenv_free(&env);
+}
+
 KCACHE_API int kcache_compiler_new(kcache_compiler **out, const kcache_compiler_options *options,
                                    char *errbuf, size_t errbuf_size)
 {
@@ -132,6 +164,7 @@ KCACHE_API int kcache_compiler_new(kcache_compiler **out, const kcache_compiler_
         else if (ro == KCACHE_ENOTFOUND)
             c->remote_message[0] = '\0'; /* none set: nothing to say */
     }
+    learn_environment_early(c, options);
     *out = c;
     return 0;
 }
