@@ -71,7 +71,7 @@ extern char **environ;
 #error "nvenv.c reads 64-bit ELF relocations"
 #endif
 
-#define NVENV_FORMAT "kcache nvrtc getenv 1\n"
+#define NVENV_FORMAT "kcache nvrtc getenv 2\n"
 #define MAX_NAME 128
 #define MAX_NAMES 128
 #define PROBE_TIMEOUT_MS 30000
@@ -227,13 +227,19 @@ static void probe_child(const char *path, int fd)
         char virt[32], real[32];
         snprintf(virt, sizeof(virt), "-arch=compute_%d", list[i]);
         snprintf(real, sizeof(real), "-arch=sm_%d", list[i]);
+        /* With --no-cache, as kcache compiles (compile/nvrtc.c): NVRTC's own
+         * cache reads HOME where a driver is loaded (seen on an H200), and a
+         * name only that cache reads would make every compile uncached. A
+         * compile that lets NVRTC's cache run is watched like any other. */
         const char *const sets[][3] = {
-            {real, NULL}, {virt, NULL}, {real, "-dlto"}, {real, "-lineinfo"}, {real, "-G"},
+            {real, "--no-cache", NULL},          {virt, "--no-cache", NULL},
+            {real, "-dlto", "--no-cache"},       {real, "-lineinfo", "--no-cache"},
+            {real, "-G", "--no-cache"},
         };
         size_t n_sets = i == 0 || i == n - 1 ? sizeof(sets) / sizeof(*sets) : 1;
         for (size_t k = 0; k < n_sets; k++) {
             nvrtcProgram prog;
-            int n_opts = sets[k][1] ? 2 : 1;
+            int n_opts = sets[k][2] ? 3 : 2;
             if (create(&prog, src, "kc_probe.cu", 0, NULL, NULL) != NVRTC_SUCCESS ||
                 compile(prog, n_opts, sets[k]) != NVRTC_SUCCESS)
                 _exit(7);

@@ -667,6 +667,30 @@ static void judge(struct miss *m, kcache_made *made, const char *why_not_observe
  * program exactly as the program asked (its options, its -I, its name), on a
  * program built from the same arguments, which then answers every later call.
  */
+/*
+ * The compile kcache keys and stores, with --no-cache added when the program
+ * did not give it, as kcache's own compiles run (compile/nvrtc.c): NVRTC's own
+ * cache changes no byte, but it reads variables (HOME, its cache's settings)
+ * that the environment key would otherwise have to refuse, and it starts the
+ * CUDA driver. The program's options are otherwise handed on as they are.
+ */
+static nvrtcResult compile_no_cache(const kc_real_nvrtc *api, const struct prog *p)
+{
+    int given = 0;
+    for (int i = 0; i < p->n_opts && !given; i++)
+        given = p->opts[i] && (!strncmp(p->opts[i], "--no-cache", 10) ||
+                               !strncmp(p->opts[i], "-no-cache", 9));
+    const char **opts = given ? NULL : malloc(((size_t)p->n_opts + 1) * sizeof(*opts));
+    if (given || !opts)
+        return api->CompileProgram(p->real, p->n_opts, (const char *const *)p->opts);
+    for (int i = 0; i < p->n_opts; i++)
+        opts[i] = p->opts[i];
+    opts[p->n_opts] = "--no-cache";
+    nvrtcResult rc = api->CompileProgram(p->real, p->n_opts + 1, opts);
+    free(opts);
+    return rc;
+}
+
 static int compile_miss(void *userdata, kcache_made *made)
 {
     struct miss *m = userdata;
@@ -682,7 +706,7 @@ static int compile_miss(void *userdata, kcache_made *made)
             /* What NVRTC reads while it compiles is what the key must have covered. */
             kc_observe_free(p->obs);
             unobserved = kc_observe_begin(&p->obs, m->cwd, m->dir_epoch);
-            m->rc = api->CompileProgram(p->real, p->n_opts, (const char *const *)p->opts);
+            m->rc = compile_no_cache(api, p);
             kc_observe_end(p->obs);
         }
         p->compile_rc = m->rc;

@@ -391,6 +391,17 @@ class Runner:
                         k = "both_failed_" + sc.kind
                         self.counts[k] = self.counts.get(k, 0) + 1
                     continue
+                if verdict == "different-kernel" and path != "dropin" and not r.hit and \
+                        cfg.get("name") and "without the cache" in (r.message or ""):
+                    # kcache compiled as NVRTC reading the disk does, uncached: the
+                    # program named by its path, where a cached compile names it as
+                    # the request does (cfg["name"]). LTO-IR and line information
+                    # hold that name: the reference for it is NVRTC given the path.
+                    by_path = self.reference(sc, dict(cfg, name=None), root)()
+                    if compare(by_path, r) is None:
+                        self.counts["uncached_by_path"] = self.counts.get(
+                            "uncached_by_path", 0) + 1
+                        continue
                 why = verdict
                 if path == "dropin" and verdict == "different-kernel":
                     # A miss is NVIDIA's NVRTC on this very disk: only a hit can differ.
@@ -713,6 +724,8 @@ def main():
     print("  results that differed from NVRTC: %d" % c["differ"])
     print("  same kernel as NVRTC's but other bytes (comment lines): %d"
           % c.get("raw_differs", 0))
+    print("  uncached compiles that match NVRTC given the file's path (not the request's "
+          "name): %d" % c.get("uncached_by_path", 0))
     by_class = {}
     for sc, f in failures:
         sig = "%-11s %-6s %-6s %s" % (sc.kind, f["path"], "aged" if sc.aged else "fresh",
