@@ -672,7 +672,7 @@ static void judge(struct miss *m, kcache_made *made, const char *why_not_observe
  * did not give it, as kcache's own compiles run (compile/nvrtc.c): NVRTC's own
  * cache changes no byte, but it reads variables (HOME, its cache's settings)
  * that the environment key would otherwise have to refuse, and it starts the
- * CUDA driver. The program's options are otherwise handed on as they are.
+ * CUDA driver. The program's options follow it, as they are.
  */
 static nvrtcResult compile_no_cache(const kc_real_nvrtc *api, const struct prog *p)
 {
@@ -683,9 +683,11 @@ static nvrtcResult compile_no_cache(const kc_real_nvrtc *api, const struct prog 
     const char **opts = given ? NULL : malloc(((size_t)p->n_opts + 1) * sizeof(*opts));
     if (given || !opts)
         return api->CompileProgram(p->real, p->n_opts, (const char *const *)p->opts);
+    /* First: an option whose value is missing at the end takes the next
+     * argument, and NVRTC ignores some of those when nothing follows. */
+    opts[0] = "--no-cache";
     for (int i = 0; i < p->n_opts; i++)
-        opts[i] = p->opts[i];
-    opts[p->n_opts] = "--no-cache";
+        opts[i + 1] = p->opts[i];
     nvrtcResult rc = api->CompileProgram(p->real, p->n_opts + 1, opts);
     free(opts);
     return rc;
