@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""A new user, from the README: its commands, run as written, each answer checked.
+"""A new user, from the README and the man page: their commands, run as written.
 
 Usage: test_new_user.py KCACHE KCACHE_FILL SOURCE_ROOT BUILD_ROOT [TEST-NAME...]
 
-Every command run here is first looked up in README.md word for word, so a
-README that drifts from what works fails this test. The install goes into a
+Every command run here is first looked up word for word in README.md (its
+shell lines joined where they continue with a backslash) or in kcache(1)'s
+text, so documentation that drifts from what works fails this test. The install goes into a
 scratch DESTDIR from the build at hand (meson install --no-rebuild), and the
 files are checked where the README says they land. Compiles need NVRTC (a
 CUDA toolkit); without it those are skipped with a note. The rows of the
@@ -26,12 +27,15 @@ import test_cli as base  # noqa: E402
 from kctest import Cache, check  # noqa: E402  (on the path test_cli set)
 
 with open(os.path.join(SOURCE_ROOT, "README.md")) as _f:
-    README = _f.read()
+    README = re.sub(r" *\\\n\s*", " ", _f.read())
+with open(os.path.join(SOURCE_ROOT, "doc", "kcache.1")) as _f:
+    # The man page's text as a reader sees it: font changes dropped, \- a dash.
+    MAN = re.sub(r"\\f[BIRP]", "", _f.read()).replace("\\-", "-").replace("\\e", "\\")
 
 
 def in_readme(command):
-    """The command as the README spells it (inline code or a shell line)."""
-    check(command in README, "the README has %r" % command)
+    """The command as the README or the man page spells it."""
+    check(command in README or command in MAN, "the README or kcache(1) has %r" % command)
     return command
 
 
@@ -66,8 +70,8 @@ def can_compile(c):
 
 
 def test_install_puts_things_where_the_readme_says(root):
-    line = next(l for l in README.splitlines() if l.startswith("meson setup build-user"))
-    check("-Dtests=false -Dbenchmarks=false" in line and "meson install" in line, line)
+    check("meson setup build-user -Dtests=false -Dbenchmarks=false" in README
+          and "meson install -C build-user" in README, "the README's install lines")
     with open(os.path.join(SOURCE_ROOT, "meson_options.txt")) as f:
         options = f.read()
     check("option('tests'" in options and "option('benchmarks'" in options,
@@ -96,6 +100,10 @@ def test_install_puts_things_where_the_readme_says(root):
     for what, path in want.items():
         check(os.path.exists(path), "%s installed at %s: %s" % (what, path,
                                                                sorted(glob.glob(top + "/**", recursive=True))[:40]))
+    # Installed into a prefix of the user's own, kcache finds its library itself.
+    runpath = subprocess.run(["readelf", "-d", want["bin/kcache"]], capture_output=True).stdout.decode()
+    check(re.search(r"R(UN)?PATH.*\[%s\]" % re.escape(os.path.join(opt["prefix"], opt["libdir"])),
+                    runpath), "the installed kcache names its libdir: %s" % runpath)
     check("lib/<arch>/kcache/libnvrtc.so.13" in README and "share/bash-completion/completions/kcache"
           in README and "/usr/local/bin" in README, "the README says where each goes")
     # The installed kcache finds the installed drop-in.
