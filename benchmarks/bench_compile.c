@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "compile/deps.h"
+#include "resolve/deps.h"
 
 extern char **environ;
 

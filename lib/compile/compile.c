@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "compile/compileint.h"
-#include "compile/identity.h"
+#include "resolve/identity.h"
 #include "compile/manifest.h"
 
 /*
@@ -154,7 +154,7 @@ static int toolkit_dirs(const kcache_compiler *c, struct work *w)
     return 0;
 }
 
-/* Resolves what the compile reads (compile/deps.c). */
+/* Resolves what the compile reads (resolve/deps.c). */
 static int resolve_deps(kcache_compiler *c, const kcache_request *req, struct work *w,
                         struct kc_result *r)
 {

@@ -7,7 +7,7 @@
 #include <stdarg.h>
 
 #include "util/common.h"
-#include "compile/deps.h"
+#include "resolve/deps.h"
 #include "kcache/compile.h"
 #include "compile/key.h"
 #include "compile/nvenv.h"

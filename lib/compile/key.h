@@ -9,7 +9,7 @@
 #ifndef KC_KEY_H
 #define KC_KEY_H
 
-#include "compile/deps.h"
+#include "resolve/deps.h"
 #include "util/common.h"
 #include "util/keyfmt.h"
 

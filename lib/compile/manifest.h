@@ -8,7 +8,7 @@
 #ifndef KC_MANIFEST_H
 #define KC_MANIFEST_H
 
-#include "compile/deps.h"
+#include "resolve/deps.h"
 #include "util/common.h"
 
 /* Encodes a resolution's probes. */

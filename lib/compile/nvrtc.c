@@ -87,7 +87,7 @@ int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct wor
         spellings[n_headers++] = w->deps.deps[i].name;
     }
     /*
-     * Toolkit headers handed by spelling (compile/hermetic.c says which and
+     * Toolkit headers handed by spelling (resolve/hermetic.c says which and
      * why): one #include of the file by its real path, which NVRTC opens as
      * it opens every toolkit header. hermetic.c hands no path that needs
      * escaping in a string literal.

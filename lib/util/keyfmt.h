@@ -17,7 +17,7 @@
  * Bump when the encoding or the meaning of a field changes: every old key
  * then misses instead of matching something it no longer describes.
  */
-/* 2: headers by canonical name and by the bytes handed to NVRTC (compile/deps.c).
+/* 2: headers by canonical name and by the bytes handed to NVRTC (resolve/deps.c).
  * 3: every header with its digest (2 keyed headers read from the process memo
  *    with a zero one), toolkit headers by their real paths, toolkit headers
  *    followed.
@@ -51,7 +51,7 @@ enum kc_key_tag {
     KC_TAG_CALLER_KEY = 16,
     KC_TAG_WORKDIR = 17,     /* the working directory, where line information holds it */
     /* spelling NUL toolkit header (below the root): handed to NVRTC by that
-     * spelling (compile/hermetic.c). None in most keys. */
+     * spelling (resolve/hermetic.c). None in most keys. */
     KC_TAG_TOOLKIT_HANDED = 18,
     /* One of the toolkit's -I directories, below its root ("." for the root);
      * order kept: the ones a hermetic compile passes. */

@@ -4,7 +4,7 @@ plain NVRTC gives for the files as they are now, as an end-to-end test of
 `kcache compile` against NVIDIA's NVRTC reading the disk (no GPU needed).
 
 Files are made old without waiting: KCACHE_TEST_CLOCK_SHIFT_NS moves the trust
-rule's clock 10 s ahead (lib/compile/identity.h), and every edit here changes
+rule's clock 10 s ahead (lib/resolve/identity.h), and every edit here changes
 the file's ctime, as a real wait would.
 
 Usage: test_stale.py KCACHE KCACHE_FILL [TEST-NAME...]; exits 77 without a toolkit.

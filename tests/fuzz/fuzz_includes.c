@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "compile/deps.h"
+#include "resolve/deps.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

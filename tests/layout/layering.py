@@ -20,7 +20,8 @@ ALLOWED = {
     'db': {'util'},
     'store': {'util', 'db'},
     'remote': {'util', 'store'},
-    'compile': {'util', 'store', 'remote', 'gpu'},
+    'resolve': {'util'},
+    'compile': {'util', 'store', 'remote', 'resolve', 'gpu'},
     'gpu': {'util'},
     'nvrtc-shim': {'util', 'compile'},
 }

@@ -2,7 +2,7 @@
  * The soundness harness's long-lived compiler (harness.py): reads one request
  * at a time on stdin and answers on stdout, so that one process serves a
  * whole run. That is the point of "lib" requests: kcache's per-process header
- * memo (lib/compile/depmemo.c) only shows itself across many compiles in one
+ * memo (lib/resolve/depmemo.c) only shows itself across many compiles in one
  * process.
  *
  *   lib    kcache_compiler_compile() through the public API, the store in $KCACHE_DIR

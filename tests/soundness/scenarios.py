@@ -493,7 +493,7 @@ def gen_runtime(rng):
     """<cuda_runtime.h>: crt/'s "host_defines.h" and others handed over by spelling.
 
     crt/ holds names that include/ holds too (math_functions.h, host_defines.h,
-    ...), which its headers find beside them (lib/compile/hermetic.c); a user
+    ...), which its headers find beside them (lib/resolve/hermetic.c); a user
     directory ahead of the toolkit's may hold one of them, and the source may
     look one up itself, where the name handed over would change the answer.
     """

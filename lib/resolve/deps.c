@@ -47,7 +47,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "compile/resolver.h"
+#include "resolve/resolver.h"
 
 static int add_macro(struct resolver *r, const char *name, const char *value)
 {

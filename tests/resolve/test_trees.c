@@ -427,7 +427,7 @@ static void test_key_remembered(void)
 }
 
 /*
- * The process's memo of headers (compile/depmemo.c): a header read for one
+ * The process's memo of headers (resolve/depmemo.c): a header read for one
  * kernel is not read again for the next while its identity holds, and an edit
  * that restores size and mtime still shows (ctime). Timestamps are trusted
  * however recent, so that only the identity check can tell.

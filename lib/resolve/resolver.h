@@ -6,13 +6,13 @@
  * toolkit headers the hermetic compile hands over by spelling, proven to
  * find what plain NVRTC finds), lookup.c (the search in NVRTC's order, and
  * each path looked at) and resolver.c (what all of them use). Private to
- * compile/.
+ * resolve/: the layers above use deps.h.
  */
 #ifndef KC_RESOLVER_H
 #define KC_RESOLVER_H
 
-#include "compile/depmemo.h"
-#include "compile/deps.h"
+#include "resolve/depmemo.h"
+#include "resolve/deps.h"
 #include "util/strmap.h"
 
 /* A compile that reads more files than this is not one kcache can key. */

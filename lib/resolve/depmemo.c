@@ -3,7 +3,7 @@
  * key"): a program that compiles many kernels against one tree (CuPy compiles
  * dozens against the same 960 headers) reads, hashes and scans each header
  * once, not once per kernel. An entry is trusted only for the identity it was
- * read with, and only when compile/identity.h's trust rule holds for that
+ * read with, and only when resolve/identity.h's trust rule holds for that
  * read: a later edit then changes ctime, which the next lookup sees.
  *
  * Entries are immutable once in the table and counted: a resolution borrows
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compile/depmemo.h"
+#include "resolve/depmemo.h"
 #include "util/strmap.h"
 
 #define KC_MEMO_BUCKETS 4096

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "compile/deps.h"
+#include "resolve/deps.h"
 
 /* ---- scanner ---------------------------------------------------------- */
 

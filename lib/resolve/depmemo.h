@@ -2,7 +2,7 @@
 #ifndef KC_DEPMEMO_H
 #define KC_DEPMEMO_H
 
-#include "compile/deps.h"
+#include "resolve/deps.h"
 
 /* One file as read: immutable while in the table. */
 typedef struct kc_memo {

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "compile/identity.h"
+#include "resolve/identity.h"
 
 int64_t kc_identity_racy_ns = KC_IDENTITY_RACY_NS;
 

@@ -56,7 +56,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "compile/identity.h"
+#include "resolve/identity.h"
 #include "util/codec.h"
 
 /* One directive found by the scanner. */
@@ -156,7 +156,7 @@ typedef struct kc_deps_request {
     const char *const *mem_contents;
     size_t n_mem;
     /* When the resolution began (ns since the epoch), for the process's
-     * memo of headers (compile/depmemo.c); 0: nothing is kept. */
+     * memo of headers (resolve/depmemo.c); 0: nothing is kept. */
     int64_t read_at;
     /* The compile's -std is older than C++14: a digit separator lexes as a
      * character literal there, so a text with one is not followed. */

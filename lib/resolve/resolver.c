@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "compile/resolver.h"
+#include "resolve/resolver.h"
 
 char *kc_path_normalized(const char *path)
 {
