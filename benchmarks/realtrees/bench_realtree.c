@@ -33,7 +33,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "compile/toolkit.h"
+#include "cuda/toolkit.h"
 #include "util/common.h"
 
 static int cmp_u64(const void *a, const void *b)

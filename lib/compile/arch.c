@@ -11,7 +11,7 @@
 #include <time.h>
 
 #include "compile/compileint.h"
-#include "gpu/driver.h"
+#include "cuda/driver.h"
 
 int kc_resolve_arch(kcache_compiler *c, const kcache_request *req, struct work *w,
                         struct kc_result *r)

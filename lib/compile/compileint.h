@@ -12,7 +12,7 @@
 #include "compile/key.h"
 #include "compile/nvenv.h"
 #include "compile/opts.h"
-#include "compile/toolkit.h"
+#include "cuda/toolkit.h"
 #include "remote/tier.h"
 #include "store/internal.h"
 

@@ -120,6 +120,8 @@ KCACHE_API int kcache_compiler_new(kcache_compiler **out, const kcache_compiler_
     kcache_compiler *c = kc_calloc(1, sizeof(*c));
     if (!c)
         return kc_fmt(errbuf, errbuf_size, KCACHE_ENOMEM, "out of memory");
+    /* Every NVRTC this process loads is watched before its first compile (nvenv.c). */
+    kc_toolkit_on_nvrtc_load(kc_nvenv_watch);
     int rc = kc_toolkit_find(&c->tk, options->toolkit_root, errbuf, errbuf_size);
     if (!rc && options->version >= 2 && options->nvrtc_path)
         rc = kc_toolkit_use_nvrtc(&c->tk, options->nvrtc_path, errbuf, errbuf_size);

@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "compile/toolkit.h"
+#include "cuda/toolkit.h"
 #include "kcache/store.h"
 
 /* What the key holds of the environment, for one compile. */

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "util/common.h"
-#include "gpu/driver.h"
+#include "cuda/driver.h"
 #include "kcache/gpu.h"
 #include "kcache/store.h"
 

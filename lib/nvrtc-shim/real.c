@@ -48,6 +48,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cuda/buildid.h"
 #include "nvrtc-shim/observe.h"
 #include "nvrtc-shim/shim.h"
 
@@ -329,47 +330,6 @@ static void next_dlopen_init(void)
     }
 }
 
-/*
- * The GNU build-id of the loaded object at base, read from its notes in
- * memory: the build that answers calls, whatever has happened to its file
- * since. dl_iterate_phdr's callback.
- */
-struct build_id_search {
-    ElfW(Addr) base;
-    int found;
-};
-
-static int build_id_of_loaded(struct dl_phdr_info *info, size_t size, void *ud)
-{
-    struct build_id_search *s = ud;
-    (void)size;
-    if (info->dlpi_addr != s->base)
-        return 0;
-    for (int i = 0; i < info->dlpi_phnum && !s->found; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_NOTE)
-            continue;
-        const unsigned char *n = (const unsigned char *)(info->dlpi_addr + ph->p_vaddr);
-        for (size_t at = 0; at + sizeof(ElfW(Nhdr)) <= ph->p_memsz;) {
-            ElfW(Nhdr) h;
-            memcpy(&h, n + at, sizeof(h));
-            size_t name_at = at + sizeof(h), desc_at = name_at + ((h.n_namesz + 3) & ~3u);
-            size_t next = desc_at + ((h.n_descsz + 3) & ~3u);
-            if (next > ph->p_memsz)
-                break;
-            if (h.n_type == NT_GNU_BUILD_ID && h.n_namesz == 4 && !memcmp(n + name_at, "GNU", 4) &&
-                h.n_descsz * 2 < sizeof(real_build_id)) {
-                for (size_t k = 0; k < h.n_descsz; k++)
-                    snprintf(real_build_id + 2 * k, 3, "%02x", n[desc_at + k]);
-                s->found = 1;
-                break;
-            }
-            at = next;
-        }
-    }
-    return 1;
-}
-
 #define LOAD(field, name)                                                                          \
     do {                                                                                           \
         void *p_ = dlsym(h, name);                                                                 \
@@ -407,14 +367,7 @@ const kc_real_nvrtc *kc_real(void)
         goto out; /* the handle stays: a program may still have it open */
     }
     kc_observe_audit(h);
-    struct link_map *lm = NULL;
-    struct build_id_search search = {0, 0};
-    if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm) {
-        search.base = lm->l_addr;
-        dl_iterate_phdr(build_id_of_loaded, &search);
-    }
-    if (!search.found)
-        real_build_id[0] = '\0';
+    kc_elf_loaded_build_id(h, real_build_id, sizeof(real_build_id)); /* "" if none */
     real_loaded = &real_api;
 out:
     pthread_mutex_unlock(&real_lock);

@@ -10,7 +10,7 @@
 
 #include <kcache/compile.h>
 
-#include "compile/nvrtc_points.h"
+#include "cuda/nvrtc_points.h"
 
 /*
  * What the drop-in forwards beyond what a compile calls (KC_NVRTC_POINTS):

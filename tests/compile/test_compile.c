@@ -13,7 +13,7 @@
 
 #include "compiletest.h"
 #include "compile/compileint.h"
-#include "compile/toolkit.h"
+#include "cuda/toolkit.h"
 
 static const char *corpus;
 static char db[600];

@@ -11,7 +11,7 @@
 #include "compiletest.h"
 #include "compile/compileint.h"
 #include "compile/key.h"
-#include "compile/toolkit.h"
+#include "cuda/toolkit.h"
 
 static const char kernel[] = "extern \"C\" __global__ void k(float *x)\n"
                              "{\n"

@@ -17,23 +17,21 @@ import sys
 # folder -> the folders whose private headers it may include (itself implied).
 ALLOWED = {
     'util': set(),
+    'cuda': {'util'},
     'db': {'util'},
     'store': {'util', 'db'},
     'remote': {'util', 'store'},
     'resolve': {'util'},
-    'compile': {'util', 'store', 'remote', 'resolve', 'gpu'},
-    'gpu': {'util'},
-    'nvrtc-shim': {'util', 'compile'},
+    'compile': {'util', 'store', 'remote', 'resolve', 'cuda'},
+    'gpu': {'util', 'cuda'},
+    'nvrtc-shim': {'util', 'cuda'},
 }
-# compile/ reaches into gpu/ for one thing only: the driver, for --arch native.
-# gpu.c uses compile/ through the public API, so that arrow is not private.
-# The drop-in reaches into compile/ for the list of NVRTC's entry points only
-# (a header without code), so that both tables of them come from one list.
-# The store reaches the file through db/'s one header for the layers above it;
+# cuda/ is the leaf that loads NVIDIA's libraries: compile/ (NVRTC,
+# nvJitLink, the driver for --arch native), gpu/ (the driver) and the drop-in
+# (the one list of NVRTC's entry points, and the build-id of what it loaded)
+# use it; gpu.c uses compile/ through the public API. The store reaches the file through db/'s one header for the layers above it;
 # the rest of db/ (how it opens, identifies, recovers) is db/'s own.
-NARROW = {('store', 'db'): {'db/db.h'},
-          ('compile', 'gpu'): {'gpu/driver.h'},
-          ('nvrtc-shim', 'compile'): {'compile/nvrtc_points.h'}}
+NARROW = {('store', 'db'): {'db/db.h'}}
 
 # The public headers a low layer may include: its own faces, none of a layer
 # above it (util/ once took the store's default cap from <kcache/store.h>).
@@ -46,9 +44,9 @@ PUBLIC = {
 OWNED = [
     ('SQLite', re.compile(r'#\s*include\s*<sqlite3\.h>|\bsqlite3_\w+'), {'db', 'store'}),
     ('NVRTC', re.compile(r'#\s*include\s*<nvrtc\.h>|\bnvrtc[A-Z]\w*|\bNVRTC_\w+'),
-     {'compile', 'nvrtc-shim'}),
+     {'cuda', 'compile', 'nvrtc-shim'}),
     ('nvJitLink', re.compile(r'#\s*include\s*<nvJitLink\.h>|\bnvJitLink\w*|\bNVJITLINK_\w+'),
-     {'compile'}),
+     {'cuda', 'compile'}),
     ('hiredis', re.compile(r'#\s*include\s*<hiredis/|\bredis[A-Z]\w*'), {'remote'}),
     # The codecs behind util/codec.h: a layer that wants bytes compressed asks the codec.
     ('zstd', re.compile(r'#\s*include\s*<zstd\.h>|\bZSTD_\w+'), {'util'}),

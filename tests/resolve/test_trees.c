@@ -14,7 +14,7 @@
 #include <time.h>
 
 #include "compile/manifest.h"
-#include "compile/toolkit.h"
+#include "cuda/toolkit.h"
 #include "compiletest.h"
 
 #define SEED "--frandom-seed=0x6b63"

@@ -1,6 +1,6 @@
 /*
  * NVRTC's entry points that kcache loads at run time, named once: an X-macro
- * list that compile/toolkit.h and nvrtc-shim/shim.h expand into their tables
+ * list that cuda/toolkit.h and nvrtc-shim/shim.h expand into their tables
  * of pointers, and toolkit.c and real.c into the dlsym() calls that fill
  * them. A name spelled in one place cannot be loaded under another.
  *

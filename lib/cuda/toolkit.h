@@ -13,8 +13,9 @@
 #include <nvJitLink.h>
 #include <nvrtc.h>
 
-#include "compile/nvrtc_points.h"
+#include "cuda/nvrtc_points.h"
 #include "util/common.h"
+#include "cuda/buildid.h"
 
 typedef struct kc_nvrtc {
     KC_NVRTC_POINTS(KC_NVRTC_FIELD)
@@ -81,7 +82,10 @@ int kc_nvjitlink_loaded_is_keyed(const kc_toolkit *tk);
  */
 int kc_toolkit_id_unknown(const char *id);
 
-/* The GNU build-id of an ELF file as hex into out. Returns 0 or KCACHE_EIO. */
-int kc_elf_build_id(const char *path, char *out, size_t out_size);
+/*
+ * Calls fn with the handle of every NVRTC loaded from then on, before its
+ * first compile (compile/ watches what NVRTC reads of the environment).
+ */
+void kc_toolkit_on_nvrtc_load(void (*fn)(void *handle));
 
 #endif

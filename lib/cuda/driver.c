@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "util/common.h"
-#include "gpu/driver.h"
+#include "cuda/driver.h"
 
 /* ISO C has no cast between object and function pointers; the bytes are the same. */
 #define KC_FN_FROM(fn, ptr)                                                                        \
