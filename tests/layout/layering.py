@@ -14,24 +14,11 @@ import os
 import re
 import sys
 
-# folder -> the folders whose private headers it may include (itself implied).
-ALLOWED = {
-    'util': set(),
-    'cuda': {'util'},
-    'db': {'util'},
-    'store': {'util', 'db'},
-    'remote': {'util', 'store'},
-    'resolve': {'util'},
-    'compile': {'util', 'store', 'remote', 'resolve', 'cuda'},
-    'gpu': {'util', 'cuda'},
-    'nvrtc-shim': {'util', 'cuda'},
-}
-# cuda/ is the leaf that loads NVIDIA's libraries: compile/ (NVRTC,
-# nvJitLink, the driver for --arch native), gpu/ (the driver) and the drop-in
-# (the one list of NVRTC's entry points, and the build-id of what it loaded)
-# use it; gpu.c uses compile/ through the public API. The store reaches the file through db/'s one header for the layers above it;
-# the rest of db/ (how it opens, identifies, recovers) is db/'s own.
-NARROW = {('store', 'db'): {'db/db.h'}}
+# The arrows (folder -> the folders it may use; narrow ones, a few headers
+# only) are lib/layers.py's, which the build also follows: read from this
+# file's own tree, so that layering_breach.py's planted trees are judged by it.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', 'lib'))
+from layers import ALLOWED, NARROW  # noqa: E402
 
 # The public headers a low layer may include: its own faces, none of a layer
 # above it (util/ once took the store's default cap from <kcache/store.h>).
@@ -104,17 +91,11 @@ def check_file(root, folder, path, errors):
                            target))
 
 
-# The files of a folder call one another without a circle: a file calls only
-# files below it in the folder, so each can be read, tested and changed from the
-# bottom up (errors and logging below everything that reports through them).
-# Read from the source: a function defined in one .c file and named in another
-# (called, or taken as a pointer) is an arrow between the two files. Macros and
-# static inline functions of the headers count as the functions they name.
-#
-# The circles known and left, by folder: the drop-in's facts.c asks shim.c for
-# the compiler, and shim.c's fork handlers reset facts.c's state under its lock.
-KNOWN_CIRCLES = {'nvrtc-shim': [{'facts.c', 'shim.c'}]}
-
+# Calls follow the arrows too: a function defined in one folder and named in
+# another (called, or taken as a pointer) is an arrow from the second to the
+# first, and must be one lib/layers.py allows; the public API (kcache_*) may
+# be called from anywhere above it. Inside a folder, files are grouped by what
+# belongs together and may call one another.
 PREPROC = re.compile(r'^[ \t]*#(?:\\\n|[^\n])*', re.M)
 DEFINE = re.compile(r'^[ \t]*#[ \t]*define[ \t]+(\w+)((?:\\\n|[^\n])*)', re.M)
 IDENT = re.compile(r'\b[A-Za-z_]\w*')
@@ -211,37 +192,17 @@ def call_graph(lib, folders):
     return graph
 
 
-def circles(graph, limit=20):
-    """The simple circles of a graph, each as [a, b, ..., a], from its
-    alphabetically first file; at most limit of them."""
-    found = []
-
-    def walk(path, start):
-        for to in sorted(graph.get(path[-1], ())):
-            if len(found) >= limit:
-                return
-            if to == start:
-                found.append(path + [to])
-            elif to > start and to not in path:
-                walk(path + [to], start)
-
-    for start in sorted(graph):
-        walk([start], start)
-    return found
-
-
-def check_circles(lib, folders, errors):
+def check_calls(lib, folders, errors):
     graph = call_graph(lib, folders)
-    for folder in folders:
-        inside = {a: {b: fs for b, fs in edges.items() if os.path.dirname(b) == folder}
-                  for a, edges in graph.items() if os.path.dirname(a) == folder}
-        for c in circles(inside):
-            if set(map(os.path.basename, c)) in KNOWN_CIRCLES.get(folder, []):
+    for a, edges in sorted(graph.items()):
+        src = os.path.dirname(a)
+        for b, names in sorted(edges.items()):
+            dst = os.path.dirname(b)
+            private = [n for n in names if not n.startswith('kcache_')]
+            if dst == src or not private or dst in ALLOWED.get(src, set()):
                 continue
-            steps = ''.join(' -> %s (%s)' % (os.path.basename(b), inside[a][b][0])
-                            for a, b in zip(c, c[1:]))
-            errors.append('lib/%s/: a circle of calls: %s%s' %
-                          (folder, os.path.basename(c[0]), steps))
+            errors.append('lib/%s: %s/ calls %s of %s/ (%s), against the arrows' %
+                          (a, src, private[0], dst, os.path.basename(b)))
 
 
 def main():
@@ -267,7 +228,7 @@ def main():
                 if f.endswith(('.c', '.h')):
                     check_file(root, name, os.path.join(dirpath, f), errors)
                     checked += 1
-    check_circles(lib, [f for f in folders if f in ALLOWED], errors)
+    check_calls(lib, [f for f in folders if f in ALLOWED], errors)
     # File names unique across the tree, so that a name says which file.
     seen = {}
     for top in ('lib', 'cli'):
