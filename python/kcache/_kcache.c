@@ -21,10 +21,30 @@
 #include <Python.h>
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
 
 #include <kcache/kcache.h>
+
+/* rc = call, with the GIL released while the library works: every call into it
+ * that can touch the disk, take a lock or run NVRTC. */
+#define WITHOUT_GIL(rc, call)                                                                      \
+    do {                                                                                           \
+        Py_BEGIN_ALLOW_THREADS                                                                     \
+        (rc) = (call);                                                                             \
+        Py_END_ALLOW_THREADS                                                                       \
+    } while (0)
+
+/*
+ * The start of a Store method: self, and s, the store entered for this call
+ * (store_leave(self) when done), or NULL returned with the exception set.
+ */
+#define ENTER_STORE(op, self, s)                                                                   \
+    StoreObject *self = (StoreObject *)(op);                                                       \
+    kcache_store *s = store_enter(self);                                                           \
+    if (!s)                                                                                        \
+        return NULL
 
 typedef struct {
     PyObject *error; /* kcache.Error */
@@ -83,6 +103,16 @@ static kcache_store *store_enter(StoreObject *self)
     return self->store;
 }
 
+/* Parses args as fmt, then enters the store: NULL with the exception set. */
+static kcache_store *parse_and_enter(StoreObject *self, PyObject *args, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int ok = PyArg_VaParse(args, fmt, ap);
+    va_end(ap);
+    return ok ? store_enter(self) : NULL;
+}
+
 static void store_leave(StoreObject *self)
 {
     pthread_rwlock_unlock(&self->lock);
@@ -111,6 +141,15 @@ static int to_u64(PyObject *o, void *out)
     return 1;
 }
 
+/* Whether __init__ runs on an object it already set up: RuntimeError, as a second
+ * call would leak the first one's handle. */
+static int initialized_twice(int already, const char *type)
+{
+    if (already)
+        PyErr_Format(PyExc_RuntimeError, "%s.__init__ called twice", type);
+    return already;
+}
+
 static int Store_init(PyObject *op, PyObject *args, PyObject *kwds)
 {
     StoreObject *self = (StoreObject *)op;
@@ -122,10 +161,8 @@ static int Store_init(PyObject *op, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "z|O&ppzp", kwlist, &path, to_u64, &max_size,
                                      &read_only, &no_create, &remote_url, &use_remote))
         return -1;
-    if (self->store) {
-        PyErr_SetString(PyExc_RuntimeError, "Store.__init__ called twice");
+    if (initialized_twice(self->store != NULL, "Store"))
         return -1;
-    }
     kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
     o.path = path;
     o.max_size = (uint64_t)max_size;
@@ -134,9 +171,7 @@ static int Store_init(PyObject *op, PyObject *args, PyObject *kwds)
     char err[512] = "";
     kcache_store *s = NULL;
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = kcache_store_open(&s, &o, err, sizeof(err));
-    Py_END_ALLOW_THREADS
+    WITHOUT_GIL(rc, kcache_store_open(&s, &o, err, sizeof(err)));
     if (rc) {
         raise_status(self->error, rc, err);
         return -1;
@@ -146,9 +181,7 @@ static int Store_init(PyObject *op, PyObject *args, PyObject *kwds)
      * used is an error here, where the user can fix it. */
     kcache_remote *r = NULL;
     if (use_remote) {
-        Py_BEGIN_ALLOW_THREADS
-        rc = kcache_remote_open(&r, s, remote_url, err, sizeof(err));
-        Py_END_ALLOW_THREADS
+        WITHOUT_GIL(rc, kcache_remote_open(&r, s, remote_url, err, sizeof(err)));
         if (rc == KCACHE_ENOTFOUND)
             rc = 0; /* no remote set: the cache alone */
         if (rc) {
@@ -162,15 +195,19 @@ static int Store_init(PyObject *op, PyObject *args, PyObject *kwds)
     return 0;
 }
 
-static PyObject *Store_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+/* The start of tp_new for both types: the object zero-filled; arguments are tp_init's. */
+static void *new_object(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     (void)args;
     (void)kwds;
-    StoreObject *self = (StoreObject *)PyType_GenericAlloc(type, 0);
+    return PyType_GenericAlloc(type, 0);
+}
+
+static PyObject *Store_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    StoreObject *self = new_object(type, args, kwds);
     if (!self)
         return NULL;
-    self->store = NULL;
-    self->remote = NULL;
     pthread_rwlock_init(&self->lock, NULL);
     /* The module's Error, found through the type's module (the type is the module's). */
     PyObject *module = PyType_GetModule(type);
@@ -248,9 +285,7 @@ static PyObject *Store_get(PyObject *op, PyObject *args)
     const char *ns, *key;
     Py_ssize_t key_size;
     int touch = 1;
-    if (!PyArg_ParseTuple(args, "sy#|p", &ns, &key, &key_size, &touch))
-        return NULL;
-    kcache_store *s = store_enter(self);
+    kcache_store *s = parse_and_enter(self, args, "sy#|p", &ns, &key, &key_size, &touch);
     if (!s)
         return NULL;
     kcache_entry *e = NULL;
@@ -278,20 +313,13 @@ static PyObject *Store_get(PyObject *op, PyObject *args)
 static PyObject *Store_put(PyObject *op, PyObject *args)
 {
     StoreObject *self = (StoreObject *)op;
-    const char *ns, *key;
-    Py_ssize_t key_size;
-    PyObject *value;
-    if (!PyArg_ParseTuple(args, "sy#O", &ns, &key, &key_size, &value))
-        return NULL;
-    char *data;
-    Py_ssize_t size;
-    if (PyBytes_AsStringAndSize(value, &data, &size) < 0)
-        return NULL;
-    kcache_store *s = store_enter(self);
+    const char *ns, *key, *data;
+    Py_ssize_t key_size, size;
+    kcache_store *s = parse_and_enter(self, args, "sy#y#", &ns, &key, &key_size, &data, &size);
     if (!s)
         return NULL;
     int rc;
-    /* value is a bytes object the caller holds: immutable, alive for the call. */
+    /* data is a read-only buffer the caller holds: unchanged, alive for the call. */
     Py_BEGIN_ALLOW_THREADS
     rc = kcache_store_put_keyed(s, ns, key, (size_t)key_size, data, (size_t)size);
     if (!rc && self->remote)
@@ -307,15 +335,11 @@ static PyObject *Store_delete(PyObject *op, PyObject *args)
     StoreObject *self = (StoreObject *)op;
     const char *ns, *key;
     Py_ssize_t key_size;
-    if (!PyArg_ParseTuple(args, "sy#", &ns, &key, &key_size))
-        return NULL;
-    kcache_store *s = store_enter(self);
+    kcache_store *s = parse_and_enter(self, args, "sy#", &ns, &key, &key_size);
     if (!s)
         return NULL;
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = kcache_store_delete_keyed(s, ns, key, (size_t)key_size);
-    Py_END_ALLOW_THREADS
+    WITHOUT_GIL(rc, kcache_store_delete_keyed(s, ns, key, (size_t)key_size));
     PyObject *out = rc && rc != KCACHE_ENOTFOUND ? store_raise(self, s, rc)
                                                  : PyBool_FromLong(rc == 0);
     store_leave(self);
@@ -330,10 +354,8 @@ static PyObject *namespace_evict(StoreObject *self, const char *ns, int trim, ui
         return NULL;
     uint64_t n = 0;
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = trim ? kcache_store_trim_namespace(&n, s, ns, max_bytes)
-              : kcache_store_clear_namespace(&n, s, ns);
-    Py_END_ALLOW_THREADS
+    WITHOUT_GIL(rc, trim ? kcache_store_trim_namespace(&n, s, ns, max_bytes)
+                         : kcache_store_clear_namespace(&n, s, ns));
     PyObject *out = rc ? store_raise(self, s, rc) : PyLong_FromUnsignedLongLong(n);
     store_leave(self);
     return out;
@@ -385,16 +407,12 @@ static PyObject *Store_namespace_stats(PyObject *op, PyObject *args)
 {
     StoreObject *self = (StoreObject *)op;
     const char *ns;
-    if (!PyArg_ParseTuple(args, "s", &ns))
-        return NULL;
-    kcache_store *s = store_enter(self);
+    kcache_store *s = parse_and_enter(self, args, "s", &ns);
     if (!s)
         return NULL;
     kcache_namespace_stats st = KCACHE_NAMESPACE_STATS_INIT;
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = kcache_store_namespace_stats(&st, s, ns);
-    Py_END_ALLOW_THREADS
+    WITHOUT_GIL(rc, kcache_store_namespace_stats(&st, s, ns));
     PyObject *out = NULL;
     if (rc) {
         store_raise(self, s, rc);
@@ -450,15 +468,10 @@ static PyObject *stats_dict(const kcache_stats *st, kcache_store *s)
 static PyObject *Store_stats(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    StoreObject *self = (StoreObject *)op;
-    kcache_store *s = store_enter(self);
-    if (!s)
-        return NULL;
+    ENTER_STORE(op, self, s);
     kcache_stats *st = NULL;
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = kcache_store_stats(&st, s);
-    Py_END_ALLOW_THREADS
+    WITHOUT_GIL(rc, kcache_store_stats(&st, s));
     PyObject *out = rc ? store_raise(self, s, rc) : stats_dict(st, s);
     kcache_stats_free(st);
     store_leave(self);
@@ -489,9 +502,7 @@ static PyObject *Store_prune(PyObject *op, PyObject *args, PyObject *kwds)
     o.dry_run = dry_run;
     kcache_prune_result r = KCACHE_PRUNE_RESULT_INIT;
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = kcache_store_prune(&r, s, &o);
-    Py_END_ALLOW_THREADS
+    WITHOUT_GIL(rc, kcache_store_prune(&r, s, &o));
     PyObject *out = NULL;
     if (rc) {
         store_raise(self, s, rc);
@@ -508,15 +519,10 @@ static PyObject *Store_prune(PyObject *op, PyObject *args, PyObject *kwds)
 static PyObject *Store_verify(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    StoreObject *self = (StoreObject *)op;
-    kcache_store *s = store_enter(self);
-    if (!s)
-        return NULL;
+    ENTER_STORE(op, self, s);
     kcache_verify_result r = KCACHE_VERIFY_RESULT_INIT;
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = kcache_store_verify(&r, s, NULL, NULL, NULL);
-    Py_END_ALLOW_THREADS
+    WITHOUT_GIL(rc, kcache_store_verify(&r, s, NULL, NULL, NULL));
     PyObject *out = NULL;
     if (rc) {
         store_raise(self, s, rc);
@@ -539,9 +545,29 @@ static PyObject *bundle_dict(const kcache_bundle_result *r)
     return dict_of(names, values, 6);
 }
 
+/* Runs a bundle's export or import on path (a reference taken over) with options o. */
+static PyObject *bundle_call(StoreObject *self, PyObject *path_obj,
+                             int (*fn)(kcache_bundle_result *, kcache_store *, const char *,
+                                       const kcache_bundle_options *),
+                             const kcache_bundle_options *o)
+{
+    kcache_store *s = store_enter(self);
+    if (!s) {
+        Py_DECREF(path_obj);
+        return NULL;
+    }
+    kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
+    const char *path = PyBytes_AsString(path_obj);
+    int rc;
+    WITHOUT_GIL(rc, fn(&r, s, path, o));
+    PyObject *out = rc ? store_raise(self, s, rc) : bundle_dict(&r);
+    store_leave(self);
+    Py_DECREF(path_obj);
+    return out;
+}
+
 static PyObject *Store_export_bundle(PyObject *op, PyObject *args, PyObject *kwds)
 {
-    StoreObject *self = (StoreObject *)op;
     static char *kwlist[] = {"path", "arch", "kind", NULL};
     PyObject *path_obj;
     const char *arch = NULL;
@@ -549,65 +575,31 @@ static PyObject *Store_export_bundle(PyObject *op, PyObject *args, PyObject *kwd
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&|zi", kwlist, PyUnicode_FSConverter,
                                      &path_obj, &arch, &kind))
         return NULL;
-    kcache_store *s = store_enter(self);
-    if (!s) {
-        Py_DECREF(path_obj);
-        return NULL;
-    }
     kcache_bundle_options o = KCACHE_BUNDLE_OPTIONS_INIT;
     o.arch = arch;
     o.kind = (kcache_kind)kind;
-    kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
-    const char *path = PyBytes_AsString(path_obj);
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = kcache_bundle_export(&r, s, path, &o);
-    Py_END_ALLOW_THREADS
-    PyObject *out = rc ? store_raise(self, s, rc) : bundle_dict(&r);
-    store_leave(self);
-    Py_DECREF(path_obj);
-    return out;
+    return bundle_call((StoreObject *)op, path_obj, kcache_bundle_export, &o);
 }
 
 static PyObject *Store_import_bundle(PyObject *op, PyObject *args, PyObject *kwds)
 {
-    StoreObject *self = (StoreObject *)op;
     static char *kwlist[] = {"path", "dry_run", NULL};
     PyObject *path_obj;
     int dry_run = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&|p", kwlist, PyUnicode_FSConverter, &path_obj,
                                      &dry_run))
         return NULL;
-    kcache_store *s = store_enter(self);
-    if (!s) {
-        Py_DECREF(path_obj);
-        return NULL;
-    }
     kcache_bundle_options o = KCACHE_BUNDLE_OPTIONS_INIT;
     o.dry_run = dry_run;
-    kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
-    const char *path = PyBytes_AsString(path_obj);
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = kcache_bundle_import(&r, s, path, &o);
-    Py_END_ALLOW_THREADS
-    PyObject *out = rc ? store_raise(self, s, rc) : bundle_dict(&r);
-    store_leave(self);
-    Py_DECREF(path_obj);
-    return out;
+    return bundle_call((StoreObject *)op, path_obj, kcache_bundle_import, &o);
 }
 
 static PyObject *Store_flush(PyObject *op, PyObject *unused)
 {
     (void)unused;
-    StoreObject *self = (StoreObject *)op;
-    kcache_store *s = store_enter(self);
-    if (!s)
-        return NULL;
+    ENTER_STORE(op, self, s);
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = kcache_store_flush(s);
-    Py_END_ALLOW_THREADS
+    WITHOUT_GIL(rc, kcache_store_flush(s));
     PyObject *out = rc ? store_raise(self, s, rc) : (Py_INCREF(Py_None), Py_None);
     store_leave(self);
     return out;
@@ -616,10 +608,7 @@ static PyObject *Store_flush(PyObject *op, PyObject *unused)
 static PyObject *Store_path(PyObject *op, void *closure)
 {
     (void)closure;
-    StoreObject *self = (StoreObject *)op;
-    kcache_store *s = store_enter(self);
-    if (!s)
-        return NULL;
+    ENTER_STORE(op, self, s);
     PyObject *out = PyUnicode_DecodeFSDefault(kcache_store_path(s));
     store_leave(self);
     return out;
@@ -686,12 +675,9 @@ typedef struct {
 
 static PyObject *Compiler_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    (void)args;
-    (void)kwds;
-    CompilerObject *self = (CompilerObject *)PyType_GenericAlloc(type, 0);
+    CompilerObject *self = new_object(type, args, kwds);
     if (!self)
         return NULL;
-    self->compiler = NULL;
     PyObject *module = PyType_GetModule(type);
     module_state *st = module ? state_of(module) : NULL;
     self->error = st ? st->error : PyExc_RuntimeError;
@@ -710,19 +696,15 @@ static int Compiler_init(PyObject *op, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|zpz", kwlist, &store_path, &no_store,
                                      &toolkit))
         return -1;
-    if (self->compiler) {
-        PyErr_SetString(PyExc_RuntimeError, "Compiler.__init__ called twice");
+    if (initialized_twice(self->compiler != NULL, "Compiler"))
         return -1;
-    }
     kcache_compiler_options o = KCACHE_COMPILER_OPTIONS_INIT;
     o.store_path = store_path;
     o.no_store = no_store;
     o.toolkit_root = toolkit;
     char err[512] = "";
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = kcache_compiler_new(&self->compiler, &o, err, sizeof(err));
-    Py_END_ALLOW_THREADS
+    WITHOUT_GIL(rc, kcache_compiler_new(&self->compiler, &o, err, sizeof(err)));
     if (rc) {
         raise_status(self->error, rc, err);
         return -1;
@@ -896,8 +878,7 @@ static PyObject *Compiler_compile(PyObject *op, PyObject *args, PyObject *kwds)
     req.flags = flags;
     kcache_result *r = NULL;
     int rc;
-    Py_BEGIN_ALLOW_THREADS rc = kcache_compiler_compile(&r, self->compiler, &req);
-    Py_END_ALLOW_THREADS
+    WITHOUT_GIL(rc, kcache_compiler_compile(&r, self->compiler, &req));
     if (!r) {
         raise_status(self->error, rc, rc == KCACHE_ENOMEM ? "out of memory" : "invalid request");
     } else if (rc == KCACHE_ECOMPILE) {
@@ -982,9 +963,7 @@ static PyObject *settings(PyObject *module, PyObject *args)
     kcache_config *c = NULL;
     char err[512] = "";
     int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = kcache_config_load(&c, path ? &o : NULL, path ? 1 : 0, err, sizeof(err));
-    Py_END_ALLOW_THREADS
+    WITHOUT_GIL(rc, kcache_config_load(&c, path ? &o : NULL, path ? 1 : 0, err, sizeof(err)));
     if (rc)
         return raise_status(state_of(module)->error, rc, err);
     PyObject *d = PyDict_New();
@@ -1044,23 +1023,24 @@ static int module_exec(PyObject *m)
     return PyModule_AddStringConstant(m, "library_version", kcache_version());
 }
 
+/* The objects the module state holds, for traverse and clear alike. */
+#define MODULE_STATE_OBJECTS(X) X(error) X(compile_error) X(store_type) X(compiler_type)
+
 static int module_traverse(PyObject *m, visitproc visit, void *arg)
 {
     module_state *st = state_of(m);
-    Py_VISIT(st->error);
-    Py_VISIT(st->compile_error);
-    Py_VISIT(st->store_type);
-    Py_VISIT(st->compiler_type);
+#define VISIT_ONE(field) Py_VISIT(st->field);
+    MODULE_STATE_OBJECTS(VISIT_ONE)
+#undef VISIT_ONE
     return 0;
 }
 
 static int module_clear(PyObject *m)
 {
     module_state *st = state_of(m);
-    Py_CLEAR(st->error);
-    Py_CLEAR(st->compile_error);
-    Py_CLEAR(st->store_type);
-    Py_CLEAR(st->compiler_type);
+#define CLEAR_ONE(field) Py_CLEAR(st->field);
+    MODULE_STATE_OBJECTS(CLEAR_ONE)
+#undef CLEAR_ONE
     return 0;
 }
 

@@ -209,8 +209,9 @@ def test_compile_releases_the_gil(cache_dir):
     elapsed = time.monotonic() - t0
     done.set()
     t.join()
-    # The counter sleeps 1 ms a turn: with the GIL held by the compile it would not turn.
-    assert ticks >= max(5, elapsed * 1000 * 0.2), (ticks, elapsed)
+    # The counter sleeps 1 ms a turn: with the GIL held by the compile it would not
+    # turn at all. A loaded machine stretches each turn, so ask for a few only.
+    assert ticks >= max(5, elapsed * 1000 * 0.05), (ticks, elapsed)
 
 
 def test_close_while_other_threads_call(cache_dir):
