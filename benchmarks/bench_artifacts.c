@@ -10,24 +10,31 @@
 
 #include <zstd.h>
 
-#include "bench_store.h"
+#include "bench_artifacts.h"
 #include "compare/cmp_util.h"
 
-/* ---- artifacts ---------------------------------------------------------- */
+static const char *nvcc, *corpus, *workdir;
+
+void artifacts_configure(const char *nvcc_path, const char *corpus_dir, const char *work_dir)
+{
+    nvcc = nvcc_path;
+    corpus = corpus_dir;
+    workdir = work_dir;
+}
 
 /* Runs nvcc (in the corpus directory) unless out already exists. */
 static int nvcc_compile(const char *out, const char *src, int cccl)
 {
     if (cmp_file_size(out) > 0)
         return 0;
-    if (!opt.nvcc || access(opt.nvcc, X_OK) != 0 || !opt.corpus)
+    if (!nvcc || access(nvcc, X_OK) != 0 || !corpus)
         return -1;
     char tmp[4200], inc[4200];
     snprintf(tmp, sizeof(tmp), "%s.tmp-%ld", out, (long)getpid());
-    snprintf(inc, sizeof(inc), "-I%s", opt.corpus);
+    snprintf(inc, sizeof(inc), "-I%s", corpus);
     /* The toolkit's CCCL headers sit beside nvcc's bin/. */
     char cccl_inc[4096];
-    snprintf(cccl_inc, sizeof(cccl_inc), "-I%s", opt.nvcc);
+    snprintf(cccl_inc, sizeof(cccl_inc), "-I%s", nvcc);
     char *slash = strrchr(cccl_inc, '/');
     if (slash)
         *slash = '\0';
@@ -36,7 +43,7 @@ static int nvcc_compile(const char *out, const char *src, int cccl)
         snprintf(slash, sizeof(cccl_inc) - (size_t)(slash - cccl_inc), "/include/cccl");
     const char *argv[12];
     int n = 0;
-    argv[n++] = opt.nvcc;
+    argv[n++] = nvcc;
     argv[n++] = "-cubin";
     argv[n++] = "-arch=sm_90";
     if (cccl) {
@@ -53,9 +60,9 @@ static int nvcc_compile(const char *out, const char *src, int cccl)
     if (pid < 0)
         return -1;
     if (pid == 0) {
-        if (chdir(opt.corpus) != 0)
+        if (chdir(corpus) != 0)
             _exit(127);
-        execv(opt.nvcc, (char *const *)argv);
+        execv(nvcc, (char *const *)argv);
         _exit(127);
     }
     int status;
@@ -73,23 +80,24 @@ void corpus_cubin(struct blob *b, const char *name, const char *src, int cccl,
                          size_t fallback_size)
 {
     char out[4096], srcpath[4096];
-    snprintf(out, sizeof(out), "%s/%s.sm_90.cubin", opt.workdir, name);
-    if (src[0] == '/' || !opt.corpus)
+    snprintf(out, sizeof(out), "%s/%s.sm_90.cubin", workdir, name);
+    if (src[0] == '/' || !corpus)
         snprintf(srcpath, sizeof(srcpath), "%s", src);
     else
-        snprintf(srcpath, sizeof(srcpath), "%s/%s", opt.corpus, src);
+        snprintf(srcpath, sizeof(srcpath), "%s/%s", corpus, src);
     memset(b, 0, sizeof(*b));
     if (nvcc_compile(out, srcpath, cccl) == 0 && cmp_load_file(out, &b->data, &b->size) == 0) {
         b->real = 1;
         snprintf(b->what, sizeof(b->what), "%s (nvcc sm_90)", name);
         return;
     }
-    add_note("%s: nvcc or the corpus is missing (nvcc=%s corpus=%s); used %zu synthetic "
+    snprintf(b->fallback, sizeof(b->fallback),
+             "%s: nvcc or the corpus is missing (nvcc=%s corpus=%s); used %zu synthetic "
              "bytes instead",
-             name, opt.nvcc ? opt.nvcc : "none", opt.corpus ? opt.corpus : "none",
+             name, nvcc ? nvcc : "none", corpus ? corpus : "none",
              fallback_size);
     b->size = fallback_size;
-    b->data = xmalloc(b->size);
+    b->data = cmp_xmalloc(b->size);
     /* Half random, half zero: roughly what a CUBIN's entropy looks like. */
     cmp_fill_random(b->data, b->size / 2, fallback_size);
     memset(b->data + b->size / 2, 0, b->size - b->size / 2);
@@ -105,10 +113,10 @@ void corpus_cubin(struct blob *b, const char *name, const char *src, int cccl,
 void cubin_like(struct blob *out, const struct blob *src, size_t size, uint64_t seed)
 {
     out->size = size;
-    out->data = xmalloc(size);
+    out->data = cmp_xmalloc(size);
     out->real = 0;
     size_t words = src->size / 16;
-    size_t *perm = xmalloc(words * sizeof(*perm));
+    size_t *perm = cmp_xmalloc(words * sizeof(*perm));
     uint64_t st = seed;
     size_t pos = 0;
     for (unsigned copy = 0; pos < size; copy++) {
@@ -142,16 +150,16 @@ size_t zstd_frame(uint8_t **out, const void *data, size_t n)
 {
     ZSTD_CCtx *c = ZSTD_createCCtx();
     if (!c)
-        fail("out of memory");
+        cmp_fail("out of memory");
     ZSTD_CCtx_setParameter(c, ZSTD_c_compressionLevel, FLOOR_ZSTD_LEVEL);
     ZSTD_CCtx_setParameter(c, ZSTD_c_checksumFlag, 1);
     ZSTD_CCtx_setParameter(c, ZSTD_c_contentSizeFlag, 1);
     size_t bound = ZSTD_compressBound(n);
-    *out = xmalloc(bound);
+    *out = cmp_xmalloc(bound);
     size_t z = ZSTD_compress2(c, *out, bound, data, n);
     ZSTD_freeCCtx(c);
     if (ZSTD_isError(z))
-        fail("zstd: %s", ZSTD_getErrorName(z));
+        cmp_fail("zstd: %s", ZSTD_getErrorName(z));
     return z;
 }
 

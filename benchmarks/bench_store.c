@@ -26,33 +26,22 @@
 
 #include <kcache/store.h>
 
-#include "bench_store.h"
+#include "bench_artifacts.h"
 #include "compare/cmp_util.h"
 
 
 
-struct bench_opt opt;
+static struct bench_opt {
+    int quick;
+    int no_touch;
+    const char *json_path;
+    const char *workdir;
+    const char *corpus;
+    const char *nvcc;
+    const char *tiled_wrapper;
+    const char *kcache_exe;
+} opt;
 
-/* ---- small helpers --------------------------------------------------- */
-
-void fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("bench_store: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
-
-void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p)
-        fail("out of memory (%zu bytes)", n);
-    return p;
-}
 
 static kcache_key make_key(uint64_t domain, uint64_t n)
 {
@@ -84,14 +73,14 @@ static uint64_t checkpoint_db(const char *path)
     sqlite3 *db;
     if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK ||
         sqlite3_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL) != SQLITE_OK)
-        fail("checkpointing %s: %s", path, sqlite3_errmsg(db));
+        cmp_fail("checkpointing %s: %s", path, sqlite3_errmsg(db));
     sqlite3_close(db);
     return before;
 }
 
 static char *db_path(const char *name)
 {
-    char *p = xmalloc(strlen(opt.workdir) + strlen(name) + 32);
+    char *p = cmp_xmalloc(strlen(opt.workdir) + strlen(name) + 32);
     sprintf(p, "%s/bench-%ld-%s.db", opt.workdir, (long)getpid(), name);
     remove_db(p);
     return p;
@@ -106,7 +95,7 @@ static kcache_store *open_store(const char *path)
     char err[512];
     int rc = kcache_store_open(&s, &o, err, sizeof(err));
     if (rc)
-        fail("opening %s: %s", path, err);
+        cmp_fail("opening %s: %s", path, err);
     return s;
 }
 
@@ -124,7 +113,7 @@ static void put_or_die(kcache_store *s, const kcache_key *key, const void *data,
     e.compile_ns = 1000000;
     int rc = kcache_store_put(s, &e);
     if (rc)
-        fail("put: %s", kcache_store_errmsg(s));
+        cmp_fail("put: %s", kcache_store_errmsg(s));
 }
 
 /* ---- results ---------------------------------------------------------- */
@@ -151,7 +140,7 @@ static size_t n_notes;
 static struct row *add_row(const char *bench, const char *label, double value, const char *unit)
 {
     if (n_rows == sizeof(rows) / sizeof(rows[0]))
-        fail("too many result rows");
+        cmp_fail("too many result rows");
     struct row *r = &rows[n_rows++];
     memset(r, 0, sizeof(*r));
     snprintf(r->bench, sizeof(r->bench), "%s", bench);
@@ -164,7 +153,7 @@ static struct row *add_row(const char *bench, const char *label, double value, c
     return r;
 }
 
-void add_note(const char *fmt, ...)
+__attribute__((format(printf, 1, 2))) static void add_note(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -264,7 +253,7 @@ static void write_json(const char *path)
 {
     FILE *f = fopen(path, "w");
     if (!f)
-        fail("cannot write %s: %s", path, strerror(errno));
+        cmp_fail("cannot write %s: %s", path, strerror(errno));
     char model[256];
     cpu_model(model, sizeof(model));
     fprintf(f, "{\n  \"benchmark\": \"bench_store\",\n  \"kcache_version\": ");
@@ -306,7 +295,7 @@ static void write_json(const char *path)
     }
     fputs("]\n}\n", f);
     if (fclose(f) != 0)
-        fail("cannot write %s: %s", path, strerror(errno));
+        cmp_fail("cannot write %s: %s", path, strerror(errno));
 }
 
 /* ---- hit latency ------------------------------------------------------- */
@@ -316,26 +305,26 @@ static uint8_t *floor_read(const char *path, size_t *raw_size)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        fail("open %s: %s", path, strerror(errno));
+        cmp_fail("open %s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0)
-        fail("stat %s: %s", path, strerror(errno));
+        cmp_fail("stat %s: %s", path, strerror(errno));
     size_t n = (size_t)st.st_size, got = 0;
-    uint8_t *z = xmalloc(n);
+    uint8_t *z = cmp_xmalloc(n);
     while (got < n) {
         ssize_t r = read(fd, z + got, n - got);
         if (r <= 0)
-            fail("read %s", path);
+            cmp_fail("read %s", path);
         got += (size_t)r;
     }
     close(fd);
     unsigned long long raw = ZSTD_getFrameContentSize(z, n);
     if (raw == ZSTD_CONTENTSIZE_UNKNOWN || raw == ZSTD_CONTENTSIZE_ERROR)
-        fail("floor frame has no size");
-    uint8_t *out = xmalloc((size_t)raw + 1);
+        cmp_fail("floor frame has no size");
+    uint8_t *out = cmp_xmalloc((size_t)raw + 1);
     size_t d = ZSTD_decompress(out, (size_t)raw, z, n);
     if (ZSTD_isError(d) || d != raw)
-        fail("floor decode: %s", ZSTD_isError(d) ? ZSTD_getErrorName(d) : "short");
+        cmp_fail("floor decode: %s", ZSTD_isError(d) ? ZSTD_getErrorName(d) : "short");
     out[raw] = 0;
     free(z);
     *raw_size = (size_t)raw;
@@ -356,7 +345,7 @@ static void bench_hits(const struct blob *const *arts, const char *const *labels
         kcache_key k = make_key(1, a);
         kcache_entry *e = NULL;
         if (kcache_store_get(&e, s, &k, KCACHE_GET_NO_TOUCH))
-            fail("get: %s", kcache_store_errmsg(s));
+            cmp_fail("get: %s", kcache_store_errmsg(s));
         uint64_t stored = e->stored_size;
         kcache_entry_free(e);
 
@@ -372,7 +361,7 @@ static void bench_hits(const struct blob *const *arts, const char *const *labels
         size_t iters = b->size <= 64 * KIB ? 20000 : b->size <= MIB ? 4000 : 400;
         if (opt.quick)
             iters /= 10;
-        double *tg = xmalloc(iters * sizeof(double)), *tf = xmalloc(iters * sizeof(double));
+        double *tg = cmp_xmalloc(iters * sizeof(double)), *tf = cmp_xmalloc(iters * sizeof(double));
         for (size_t i = 0; i < iters + iters / 20; i++) {
             int warm = i < iters / 20;
             size_t slot = warm ? 0 : i - iters / 20;
@@ -383,9 +372,9 @@ static void bench_hits(const struct blob *const *arts, const char *const *labels
                     int rc = kcache_store_get(&e, s, &k, hit_flags);
                     double t1 = cmp_now();
                     if (rc)
-                        fail("get: %s", kcache_store_errmsg(s));
+                        cmp_fail("get: %s", kcache_store_errmsg(s));
                     if (e->size != b->size || memcmp(e->data, b->data, b->size) != 0)
-                        fail("get returned wrong bytes for %s", labels[a]);
+                        cmp_fail("get returned wrong bytes for %s", labels[a]);
                     kcache_entry_free(e);
                     tg[slot] = t1 - t0;
                 } else {
@@ -394,7 +383,7 @@ static void bench_hits(const struct blob *const *arts, const char *const *labels
                     uint8_t *d = floor_read(fpath, &rn);
                     double t1 = cmp_now();
                     if (rn != b->size || memcmp(d, b->data, rn) != 0)
-                        fail("floor decoded wrong bytes for %s", labels[a]);
+                        cmp_fail("floor decoded wrong bytes for %s", labels[a]);
                     free(d);
                     tf[slot] = t1 - t0;
                 }
@@ -452,7 +441,7 @@ static void bench_ratio(const struct blob *const *cubins, size_t n)
     }
     kcache_stats *st = NULL;
     if (kcache_store_stats(&st, s))
-        fail("stats: %s", kcache_store_errmsg(s));
+        cmp_fail("stats: %s", kcache_store_errmsg(s));
     uint64_t stored = st->stored_bytes;
     kcache_stats_free(st);
     kcache_store_close(s);
@@ -507,7 +496,7 @@ static void bench_puts(const struct blob *base, size_t size)
     size_t n = opt.quick ? 60 : 400;
     char *path = db_path("puts");
     kcache_store *s = open_store(path);
-    double *t = xmalloc(n * sizeof(double)), total = 0;
+    double *t = cmp_xmalloc(n * sizeof(double)), total = 0;
     struct blob b;
     for (size_t i = 0; i < n; i++) {
         cubin_like(&b, base, size, 1000 + i); /* distinct bytes per key */
@@ -535,12 +524,12 @@ static double read_round(const char *path, int procs, size_t n_keys, size_t size
 {
     int go[2], res[2];
     if (pipe(go) != 0 || pipe(res) != 0)
-        fail("pipe: %s", strerror(errno));
+        cmp_fail("pipe: %s", strerror(errno));
     pid_t pids[16];
     for (int p = 0; p < procs; p++) {
         pids[p] = fork();
         if (pids[p] < 0)
-            fail("fork: %s", strerror(errno));
+            cmp_fail("fork: %s", strerror(errno));
         if (pids[p] == 0) {
             close(go[1]);
             close(res[0]);
@@ -574,7 +563,7 @@ static double read_round(const char *path, int procs, size_t n_keys, size_t size
     usleep(300000);
     char bytes[16] = {0};
     if (write(go[1], bytes, (size_t)procs) != procs)
-        fail("pipe write");
+        cmp_fail("pipe write");
     close(go[1]);
     double sum = 0;
     int failed = 0;
@@ -591,7 +580,7 @@ static double read_round(const char *path, int procs, size_t n_keys, size_t size
     }
     close(res[0]);
     if (failed)
-        fail("a reader process failed");
+        cmp_fail("a reader process failed");
     return sum;
 }
 
@@ -638,7 +627,7 @@ static void fill_incompressible(const char *path, uint64_t n_bytes, uint64_t *ne
 {
     const size_t size = 256 * KIB;
     kcache_store *s = open_store(path);
-    uint8_t *buf = xmalloc(size);
+    uint8_t *buf = cmp_xmalloc(size);
     for (uint64_t done = 0; done + size <= n_bytes; done += size, (*next)++) {
         cmp_fill_random(buf, size, 5000 + *next);
         kcache_key k = make_key(5, *next);
@@ -682,7 +671,7 @@ static double prune_median(uint64_t total, uint64_t evict, uint64_t *evicted,
         int rc = kcache_store_prune(&pr, s, &po);
         t[round] = cmp_now() - t0;
         if (rc)
-            fail("prune: %s", kcache_store_errmsg(s));
+            cmp_fail("prune: %s", kcache_store_errmsg(s));
         kcache_store_close(s);
         *evicted = pr.evicted;
         *disk_before = pr.disk_before;
@@ -731,7 +720,7 @@ static double run_cli_stats(const char *path)
     double t0 = cmp_now();
     pid_t pid = fork();
     if (pid < 0)
-        fail("fork: %s", strerror(errno));
+        cmp_fail("fork: %s", strerror(errno));
     if (pid == 0) {
         int fd = open("/dev/null", O_WRONLY);
         if (fd >= 0) {
@@ -746,7 +735,7 @@ static double run_cli_stats(const char *path)
         ;
     double t = cmp_now() - t0;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        fail("%s --path %s stats failed", opt.kcache_exe, path);
+        cmp_fail("%s --path %s stats failed", opt.kcache_exe, path);
     return t;
 }
 
@@ -778,7 +767,7 @@ static void bench_stats(const struct blob *base)
         kcache_stats *st;
         double t0 = cmp_now();
         if (kcache_store_stats(&st, s))
-            fail("stats: %s", kcache_store_errmsg(s));
+            cmp_fail("stats: %s", kcache_store_errmsg(s));
         t[i] = cmp_now() - t0;
         if (i == 0)
             first = t[i];
@@ -787,7 +776,7 @@ static void bench_stats(const struct blob *base)
     }
     kcache_store_close(s);
     if (entries != n)
-        fail("stats counted %llu entries, %zu were put", (unsigned long long)entries, n);
+        cmp_fail("stats counted %llu entries, %zu were put", (unsigned long long)entries, n);
     double med = cmp_quantile(t, (size_t)runs, 0.5) * 1e3;
     char label[64];
     snprintf(label, sizeof(label), "kcache_store_stats, %zuk entries", n / 1000);
@@ -887,38 +876,43 @@ int main(int argc, char **argv)
     if (opt.corpus && access(opt.corpus, R_OK) != 0)
         opt.corpus = NULL;
     if (mkdir(opt.workdir, 0700) != 0 && errno != EEXIST)
-        fail("cannot create %s: %s", opt.workdir, strerror(errno));
+        cmp_fail("cannot create %s: %s", opt.workdir, strerror(errno));
     /* nvcc runs in the corpus directory: every path it is given must be absolute. */
     static char abs_workdir[4096], abs_corpus[4096], abs_wrapper[4096];
     if (!realpath(opt.workdir, abs_workdir))
-        fail("%s: %s", opt.workdir, strerror(errno));
+        cmp_fail("%s: %s", opt.workdir, strerror(errno));
     opt.workdir = abs_workdir;
     if (opt.corpus)
         opt.corpus = realpath(opt.corpus, abs_corpus);
     if (opt.tiled_wrapper && !realpath(opt.tiled_wrapper, abs_wrapper))
-        fail("%s: %s", opt.tiled_wrapper, strerror(errno));
+        cmp_fail("%s: %s", opt.tiled_wrapper, strerror(errno));
     if (opt.tiled_wrapper)
         opt.tiled_wrapper = abs_wrapper;
     signal(SIGPIPE, SIG_IGN);
 
     struct blob saxpy, block_sort, tiled;
+    artifacts_configure(opt.nvcc, opt.corpus, opt.workdir);
     corpus_cubin(&saxpy, "saxpy", "saxpy.cu", 0, 4 * KIB);
     corpus_cubin(&block_sort, "block_sort", "block_sort.cu", 1, 265 * KIB);
     /* Without the wrapper the CUBIN holds no kernel: cache it under another name. */
     corpus_cubin(&tiled, opt.tiled_wrapper ? "tiled_gemm" : "tiled_gemm-uninstantiated",
                  opt.tiled_wrapper ? opt.tiled_wrapper : "tiled_gemm.cu", 0, 11 * KIB);
+    const struct blob *const compiled[] = {&saxpy, &block_sort, &tiled};
+    for (size_t i = 0; i < 3; i++)
+        if (!compiled[i]->real)
+            add_note("%s", compiled[i]->fallback);
     if (!opt.tiled_wrapper)
         add_note("--tiled-wrapper not given: tiled_gemm.cu compiled without instantiations");
 
     /* 4 KiB: the start of the corpus CUBINs laid end to end (ELF header first). */
     struct blob all = {0}, small, mid, big;
     all.size = saxpy.size + tiled.size + block_sort.size;
-    all.data = xmalloc(all.size);
+    all.data = cmp_xmalloc(all.size);
     memcpy(all.data, saxpy.data, saxpy.size);
     memcpy(all.data + saxpy.size, tiled.data, tiled.size);
     memcpy(all.data + saxpy.size + tiled.size, block_sort.data, block_sort.size);
     small.size = 4 * KIB;
-    small.data = xmalloc(small.size);
+    small.data = cmp_xmalloc(small.size);
     memcpy(small.data, all.data, small.size < all.size ? small.size : all.size);
     snprintf(small.what, sizeof(small.what), "first 4 KiB of saxpy+tiled_gemm+block_sort CUBINs");
     cubin_like(&mid, &block_sort, 265 * KIB, 42);
