@@ -64,16 +64,9 @@ int kc_owner_check(struct kc_db *db)
     /* A bundle is read from wherever it is, whoever made it: the import checks every entry. */
     if (db->any_owner)
         return check_side(db, KC_DB_WAL) ? KCACHE_EIO : check_side(db, KC_DB_SHM);
-    char *dir = kc_strdup(db->path);
+    char *dir = kc_path_dir(db->path);
     if (!dir)
         return kc_db_err(db, KCACHE_ENOMEM, "out of memory");
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        strcpy(dir, ".");
-    else if (slash == dir)
-        dir[1] = '\0';
-    else
-        *slash = '\0';
     struct stat st;
     int rc = 0;
     if (stat(dir, &st) == 0 && !trusted_owner(&st, 1))

@@ -315,6 +315,21 @@ char *kc_strdup(const char *s)
     return kc_memdup(s ? s : "", s ? strlen(s) : 0);
 }
 
+char *kc_path_dir(const char *path)
+{
+    char *dir = kc_strdup(path);
+    if (!dir)
+        return NULL;
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        strcpy(dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    return dir;
+}
+
 const char *kc_errmsg_of(const char *errmsg, const char *absent)
 {
     if (!errmsg)

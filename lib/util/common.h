@@ -61,6 +61,8 @@ void *kc_calloc(size_t n, size_t size);
 void *kc_realloc(void *p, size_t size);
 char *kc_strdup(const char *s);
 char *kc_memdup(const void *p, size_t size);
+/* The directory part of path ("a/b" -> "a", "b" -> ".", "/b" -> "/"), allocated; NULL: ENOMEM. */
+char *kc_path_dir(const char *path);
 
 /*
  * Room for element n of an array p of *cap elements of elem bytes: p itself

@@ -73,19 +73,12 @@ KCACHE_API int kcache_file_write(const char *path, const void *data, size_t size
     if (!path || !*path || (size && !data))
         return kc_fmt(err, err_size, KCACHE_EINVAL, "kcache_file_write: no path or no data");
     size_t n = strlen(path) + 48;
-    char *tmp = kc_malloc(n), *dir = kc_strdup(path);
+    char *tmp = kc_malloc(n), *dir = kc_path_dir(path);
     int rc = 0, fd = -1;
     if (!tmp || !dir) {
         rc = kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
         goto out;
     }
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        strcpy(dir, ".");
-    else if (slash == dir)
-        dir[1] = '\0';
-    else
-        *slash = '\0';
     if ((rc = kcache_dir_check(dir, err, err_size)))
         goto out;
     /* A fresh name each try: whatever another user planted at one is left alone. */

@@ -299,18 +299,11 @@ static int untrusted(char *why, size_t why_size, const char *file, const struct 
                  "'chmod go-w %s'", file, (unsigned)(st->st_mode & 07777), file);
         return 1;
     }
-    char *dir = kc_strdup(file);
+    char *dir = kc_path_dir(file);
     if (!dir) {
         snprintf(why, why_size, "%s is ignored: out of memory", file);
         return 1;
     }
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        strcpy(dir, ".");
-    else if (slash == dir)
-        dir[1] = '\0';
-    else
-        *slash = '\0';
     struct stat ds;
     int bad = stat(dir, &ds) == 0 && !(ds.st_mode & S_ISVTX) &&
               (!trusted_uid(ds.st_uid) || (ds.st_mode & (S_IWGRP | S_IWOTH)));
