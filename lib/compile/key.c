@@ -1,3 +1,4 @@
+/* Writes a compile's key material and its digest, the key (key.h). */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,3 +1,4 @@
+/* NVRTC's options as NVRTC 13 reads them, canonicalised for the key (opts.h). */
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,3 +1,4 @@
+/* The CUDA driver opened at run time and its entry points (driver.h). */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* The CUDA toolkit: where it is, its builds, NVRTC and nvJitLink loaded (toolkit.h). */
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* Artifact bytes encoded and decoded (zstd, LZ4, raw), each decode checked (codec.h). */
 #include <blake2.h>
 #include <lz4.h>
 #include <lz4frame.h>
