@@ -12,6 +12,7 @@
 #include "db/schema.h"
 
 static uint32_t read_be32(const uint8_t *p);
+static int quick_check(sqlite3 *conn, char *why, size_t why_size);
 
 static sqlite3 *open_untouched(const char *path)
 {
@@ -275,17 +276,9 @@ static int image_damaged(uint8_t *img, uint64_t size)
         sqlite3_close(mem);
         return -1;
     }
-    sqlite3_stmt *st = NULL;
-    int src = sqlite3_prepare_v2(mem, "PRAGMA quick_check(1)", -1, &st, NULL);
-    if (src == SQLITE_OK)
-        src = sqlite3_step(st);
-    const unsigned char *verdict = src == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
-    int damaged = verdict ? strcmp((const char *)verdict, "ok") != 0
-                  : (src & 0xff) == SQLITE_CORRUPT || (src & 0xff) == SQLITE_NOTADB ? 1
-                                                                                     : -1;
-    sqlite3_finalize(st);
+    int sound = quick_check(mem, NULL, 0);
     sqlite3_close(mem);
-    return damaged;
+    return sound == 1 ? 0 : sound == 0 ? 1 : -1;
 }
 
 int kc_db_wal_foreign(struct kc_db *db)
@@ -506,8 +499,14 @@ int kc_db_foreign_error(struct kc_db *db)
  */
 int kc_db_quick_check(struct kc_db *db, char *why, size_t why_size)
 {
+    return quick_check(db->conn, why, why_size);
+}
+
+/* kc_db_quick_check() on any connection: 1 sound, 0 damaged, -1 cannot tell. */
+static int quick_check(sqlite3 *conn, char *why, size_t why_size)
+{
     sqlite3_stmt *st = NULL;
-    int src = sqlite3_prepare_v2(db->conn, "PRAGMA quick_check(1)", -1, &st, NULL);
+    int src = sqlite3_prepare_v2(conn, "PRAGMA quick_check(1)", -1, &st, NULL);
     if (src == SQLITE_OK)
         src = sqlite3_step(st);
     const unsigned char *verdict = src == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
