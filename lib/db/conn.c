@@ -124,6 +124,31 @@ int kc_db_writable(struct kc_db *db)
     return 0;
 }
 
+/* kc_db_busy()'s handler: short sleeps, so that a gap between two holders is not missed. */
+static int busy_wait(void *arg, int count)
+{
+    struct kc_db *db = arg;
+    uint64_t now = kc_mono_ns();
+    if (count == 0)
+        db->busy_since_ns = now;
+    uint64_t limit = (uint64_t)db->busy_wait_ms * 1000000u;
+    if (now - db->busy_since_ns >= limit)
+        return 0;
+    uint64_t left_us = (limit - (now - db->busy_since_ns)) / 1000u + 1;
+    /* 100 us, doubling to 2 ms: a few hundred tries a second, each one fcntl. */
+    uint64_t pause_us = count < 5 ? UINT64_C(100) << count : 2000u;
+    usleep((useconds_t)KC_MIN(KC_MIN(pause_us, 2000u), left_us));
+    return 1;
+}
+
+void kc_db_busy(struct kc_db *db, unsigned ms)
+{
+    if (!db->conn)
+        return;
+    db->busy_wait_ms = ms;
+    sqlite3_busy_handler(db->conn, ms ? busy_wait : NULL, ms ? db : NULL);
+}
+
 /* The wait by hand for a lock SQLite will not wait for (dbint.h). */
 void kc_db_wait_init(struct kc_db_wait *w, unsigned ms)
 {
@@ -223,9 +248,9 @@ static void finalize_all(struct kc_db *db)
  */
 int kc_db_checkpoint(struct kc_db *db, unsigned wait_ms)
 {
-    sqlite3_busy_timeout(db->conn, (int)wait_ms);
+    kc_db_busy(db, wait_ms);
     int src = sqlite3_wal_checkpoint_v2(db->conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
-    sqlite3_busy_timeout(db->conn, (int)db->busy_timeout_ms);
+    kc_db_busy(db, db->busy_timeout_ms);
     return src;
 }
 
@@ -237,11 +262,11 @@ void kc_db_settle(struct kc_db *db)
         return;
     if (st.st_size > KC_WAL_KEEP || db->wrote) {
         /* Only if nobody is reading or writing: this never waits. */
-        sqlite3_busy_timeout(db->conn, 0);
+        kc_db_busy(db, 0);
         if (sqlite3_wal_checkpoint_v2(db->conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL) ==
             SQLITE_OK)
             db->wrote = 0; /* its frames are in the file now */
-        sqlite3_busy_timeout(db->conn, (int)db->busy_timeout_ms);
+        kc_db_busy(db, db->busy_timeout_ms);
     }
 }
 

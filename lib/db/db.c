@@ -106,7 +106,7 @@ static int connect(struct kc_db *db)
     int rc = kc_sqlite_open(&db->conn, db->path, flags);
     if (rc != SQLITE_OK)
         return kc_sqlerr(db, rc, "opening the cache");
-    sqlite3_busy_timeout(db->conn, (int)db->busy_timeout_ms);
+    kc_db_busy(db, db->busy_timeout_ms);
     return 0;
 }
 

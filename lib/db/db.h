@@ -33,6 +33,8 @@ struct kc_db {
     dev_t dev;      /* identity of the file this connection opened, so that */
     ino_t ino;      /* recovery never sets aside a file someone else made */
     unsigned busy_timeout_ms;
+    unsigned busy_wait_ms;   /* the wait kc_db_busy() set now (conn.c) */
+    uint64_t busy_since_ns;  /* when the current wait began */
     int read_only;    /* asked for */
     int no_create;    /* open only a database that exists */
     int any_owner;    /* a bundle: whoever owns the file (owner.c) */
@@ -104,6 +106,14 @@ void kc_db_free(struct kc_db *db);
 int kc_sqlite_open(sqlite3 **out, const char *path, int flags);
 /* Read-only, no locks, no file made beside path (immutable=1); SQLite's code. */
 int kc_sqlite_open_immutable(sqlite3 **out, const char *path);
+/*
+ * How long a statement of this connection waits for another process's lock
+ * (0: not at all), polling every 2 ms at most (conn.c). SQLite's own busy
+ * timeout sleeps up to 100 ms between tries: on a busy cache a waiter kept
+ * waking while some other writer held the lock and missed every gap between
+ * holds, and failed after 5 s although no hold lasted half a second.
+ */
+void kc_db_busy(struct kc_db *db, unsigned ms);
 /* A PRAGMA or SELECT of one integer on db; *rc_out is SQLite's result. */
 int64_t kc_pragma_int(sqlite3 *db, const char *sql, int *rc_out);
 

@@ -11,6 +11,9 @@
 #include "db/dbint.h"
 #include "db/schema.h"
 
+static uint32_t read_be32(const uint8_t *p);
+static int quick_check(sqlite3 *conn, char *why, size_t why_size);
+
 static sqlite3 *open_untouched(const char *path)
 {
     sqlite3 *db;
@@ -61,41 +64,248 @@ int kc_db_file_itself_sound(struct kc_db *db)
  * is sound (kc_db_file_itself_sound): the WAL is another file's, as when a
  * database was moved over the file under a WAL that still held frames. Only
  * this tells it from a damaged -shm while other processes have the cache
- * open, when neither may be rebuilt in place. Reads hard links to both in a
- * directory of its own beside them, read-only, so that SQLite builds a fresh
- * index of the WAL there and writes nothing to either file. Returns 1 when
- * the pair is damaged, 0 when it is sound or cannot be read this way.
+ * open, when neither may be rebuilt in place.
+ *
+ * The pair is read as SQLite would read it, without its -shm and without
+ * writing anything anywhere: the file's pages copied into memory, then the
+ * WAL's frames laid over them up to its last valid commit (each frame's salts
+ * and running checksum checked as SQLite's recovery checks them), and the
+ * image checked in memory (sqlite3_deserialize). Nothing is created beside
+ * the cache, so a process killed during the check leaves nothing behind (it
+ * used to read hard links to both files in a directory of its own beside
+ * them, left there by a kill).
+ *
+ * Nothing read is torn: the file is copied before the WAL is read, and the
+ * WAL's header (its salts change whenever a writer starts it over) is read
+ * again afterwards. A checkpoint copies into the file only frames of the
+ * WAL it runs from, which are read after the file, so every page a
+ * checkpoint wrote during the copy is laid over by its frame; a WAL started
+ * over meanwhile changes the header and the check is read again. Both files
+ * are read through SQLite's own file layer, never opened and closed by
+ * descriptor here: closing a descriptor of the file would drop the POSIX
+ * locks every connection of this process holds on it.
+ *
+ * Returns 1 when the pair is damaged, 0 when it is sound or cannot be read
+ * this way (a file over KC_WALCHECK_MAX, memory, a WAL that keeps starting
+ * over).
  */
+#define KC_WALCHECK_MAX (UINT64_C(1) << 30)
+#define KC_WAL_HEADER 32
+#define KC_WAL_FRAME_HEADER 24
+
+static sqlite3_file *vfs_open(const char *path, int flags)
+{
+    sqlite3_vfs *vfs = sqlite3_vfs_find(NULL);
+    sqlite3_file *f = vfs ? sqlite3_malloc(vfs->szOsFile) : NULL;
+    if (!f)
+        return NULL;
+    memset(f, 0, (size_t)vfs->szOsFile);
+    int out = 0;
+    if (vfs->xOpen(vfs, path, f, flags | SQLITE_OPEN_READONLY | SQLITE_OPEN_NOFOLLOW, &out) !=
+        SQLITE_OK) {
+        if (f->pMethods)
+            f->pMethods->xClose(f);
+        sqlite3_free(f);
+        return NULL;
+    }
+    return f;
+}
+
+static void vfs_close(sqlite3_file *f)
+{
+    if (f) {
+        if (f->pMethods)
+            f->pMethods->xClose(f);
+        sqlite3_free(f);
+    }
+}
+
+/* Bytes at off; past the end they read as zeros (SQLite fills a short read). */
+static int vfs_read(sqlite3_file *f, void *buf, int n, sqlite3_int64 off)
+{
+    int rc = f->pMethods->xRead(f, buf, n, off);
+    return rc == SQLITE_OK || rc == SQLITE_IOERR_SHORT_READ ? 0 : -1;
+}
+
+/* SQLite's WAL checksum (wal.c, walChecksumBytes): pairs of 32-bit words. */
+static void wal_checksum(int big_endian, const uint8_t *p, size_t n, uint32_t s[2])
+{
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+        uint32_t x0, x1;
+        if (big_endian) {
+            x0 = read_be32(p + i);
+            x1 = read_be32(p + i + 4);
+        } else {
+            x0 = (uint32_t)p[i] | (uint32_t)p[i + 1] << 8 | (uint32_t)p[i + 2] << 16 |
+                 (uint32_t)p[i + 3] << 24;
+            x1 = (uint32_t)p[i + 4] | (uint32_t)p[i + 5] << 8 | (uint32_t)p[i + 6] << 16 |
+                 (uint32_t)p[i + 7] << 24;
+        }
+        s[0] += x0 + s[1];
+        s[1] += x1 + s[0];
+    }
+}
+
+/* A frame read but not yet committed: its page number and bytes. */
+struct wal_pending {
+    uint32_t pgno;
+    uint8_t *page;
+};
+
+/*
+ * The image of the pair in *image (sqlite3_malloc64, *size bytes), with the
+ * WAL's header as read first in hdr. Returns 1 with an image, 0 when the WAL
+ * adds no committed frame, -1 when it cannot be read.
+ */
+static int read_pair(sqlite3_file *dbf, sqlite3_file *walf, uint8_t hdr[KC_WAL_HEADER],
+                     uint8_t **image, uint64_t *size)
+{
+    *image = NULL;
+    *size = 0;
+    sqlite3_int64 wal_size = 0, db_size = 0;
+    if (walf->pMethods->xFileSize(walf, &wal_size) != SQLITE_OK || wal_size < KC_WAL_HEADER ||
+        vfs_read(walf, hdr, KC_WAL_HEADER, 0) != 0)
+        return 0;
+    uint32_t magic = read_be32(hdr), page = read_be32(hdr + 8);
+    if ((magic & ~1u) != 0x377f0682u || read_be32(hdr + 4) != 3007000 || page < 512 ||
+        page > 65536 || (page & (page - 1)))
+        return 0; /* SQLite reads such a WAL as empty */
+    int big = magic & 1;
+    uint32_t sum[2] = {0, 0};
+    wal_checksum(big, hdr, 24, sum);
+    if (sum[0] != read_be32(hdr + 24) || sum[1] != read_be32(hdr + 28))
+        return 0;
+    /* The file first: see above. */
+    if (dbf->pMethods->xFileSize(dbf, &db_size) != SQLITE_OK || db_size < 0 ||
+        (uint64_t)db_size > KC_WALCHECK_MAX)
+        return -1;
+    uint64_t have = (uint64_t)db_size / page * page;
+    uint8_t *img = sqlite3_malloc64(have ? have : 1);
+    if (!img || (have && vfs_read(dbf, img, (int)have, 0) != 0)) {
+        sqlite3_free(img);
+        return -1;
+    }
+    uint8_t *frame = sqlite3_malloc64(KC_WAL_FRAME_HEADER + (uint64_t)page);
+    struct wal_pending *pending = NULL;
+    size_t n_pending = 0, cap_pending = 0;
+    int result = frame ? 0 : -1, failed = !frame;
+    for (sqlite3_int64 off = KC_WAL_HEADER; !failed && off + KC_WAL_FRAME_HEADER + page <= wal_size;
+         off += KC_WAL_FRAME_HEADER + page) {
+        if (vfs_read(walf, frame, KC_WAL_FRAME_HEADER + (int)page, off) != 0)
+            break;
+        uint32_t pgno = read_be32(frame), commit = read_be32(frame + 4);
+        if (pgno == 0 || memcmp(frame + 8, hdr + 16, 8) != 0)
+            break; /* another generation's frame: the WAL ends here */
+        wal_checksum(big, frame, 8, sum);
+        wal_checksum(big, frame + KC_WAL_FRAME_HEADER, page, sum);
+        if (sum[0] != read_be32(frame + 16) || sum[1] != read_be32(frame + 20))
+            break;
+        if (n_pending == cap_pending) {
+            size_t cap = cap_pending ? 2 * cap_pending : 64;
+            struct wal_pending *grown = sqlite3_realloc64(pending, cap * sizeof(*pending));
+            if (!grown) {
+                failed = 1;
+                break;
+            }
+            pending = grown;
+            cap_pending = cap;
+        }
+        uint8_t *copy = sqlite3_malloc64(page);
+        if (!copy) {
+            failed = 1;
+            break;
+        }
+        memcpy(copy, frame + KC_WAL_FRAME_HEADER, page);
+        pending[n_pending].pgno = pgno;
+        pending[n_pending++].page = copy;
+        if (!commit)
+            continue;
+        /* A commit: the transaction's pages laid over the image, sized as it says. */
+        uint64_t want = (uint64_t)commit * page;
+        if (want > KC_WALCHECK_MAX) {
+            failed = 1;
+            break;
+        }
+        if (want != have) {
+            uint8_t *grown = sqlite3_realloc64(img, want);
+            if (!grown) {
+                failed = 1;
+                break;
+            }
+            if (want > have)
+                memset(grown + have, 0, want - have);
+            img = grown;
+            have = want;
+        }
+        for (size_t i = 0; i < n_pending; i++) {
+            if (pending[i].pgno <= commit)
+                memcpy(img + (uint64_t)(pending[i].pgno - 1) * page, pending[i].page, page);
+            sqlite3_free(pending[i].page);
+        }
+        n_pending = 0;
+        result = 1;
+    }
+    for (size_t i = 0; i < n_pending; i++)
+        sqlite3_free(pending[i].page);
+    sqlite3_free(pending);
+    sqlite3_free(frame);
+    if (failed || result != 1) {
+        sqlite3_free(img);
+        return failed ? -1 : 0;
+    }
+    *image = img;
+    *size = have;
+    return 1;
+}
+
+/* The image's verdict: 1 damaged, 0 sound, -1 cannot tell. Takes the image. */
+static int image_damaged(uint8_t *img, uint64_t size)
+{
+    if (size >= 100) {
+        img[18] = 1; /* read as a file without WAL: the frames are in it already */
+        img[19] = 1;
+    }
+    sqlite3 *mem = NULL;
+    if (kc_sqlite_open(&mem, ":memory:", SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) !=
+            SQLITE_OK ||
+        sqlite3_deserialize(mem, "main", img, (sqlite3_int64)size, (sqlite3_int64)size,
+                            SQLITE_DESERIALIZE_FREEONCLOSE | SQLITE_DESERIALIZE_READONLY) !=
+            SQLITE_OK) {
+        if (!mem)
+            sqlite3_free(img); /* deserialize frees it itself, even when it fails */
+        sqlite3_close(mem);
+        return -1;
+    }
+    int sound = quick_check(mem, NULL, 0);
+    sqlite3_close(mem);
+    return sound == 1 ? 0 : sound == 0 ? 1 : -1;
+}
+
 int kc_db_wal_foreign(struct kc_db *db)
 {
     struct stat sb;
     if (!db->wal_path || lstat(db->wal_path, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size == 0)
         return 0;
-    char dir[4200], file[4300], wal[4300], shm[4300];
-    snprintf(dir, sizeof(dir), "%s.walcheck-XXXXXX", db->path);
-    if (!mkdtemp(dir))
-        return 0;
-    snprintf(file, sizeof(file), "%s/db", dir);
-    snprintf(wal, sizeof(wal), "%s/db" KC_DB_WAL, dir);
-    snprintf(shm, sizeof(shm), "%s/db" KC_DB_SHM, dir);
+    sqlite3_file *dbf = vfs_open(db->path, SQLITE_OPEN_MAIN_DB);
+    sqlite3_file *walf = dbf ? vfs_open(db->wal_path, SQLITE_OPEN_WAL) : NULL;
     int foreign = 0;
-    sqlite3 *ro = NULL;
-    if (link(db->path, file) == 0 && link(db->wal_path, wal) == 0 &&
-        kc_sqlite_open(&ro, file, SQLITE_OPEN_READONLY) == SQLITE_OK) {
-        sqlite3_stmt *st = NULL;
-        int src = sqlite3_prepare_v2(ro, "PRAGMA quick_check(1)", -1, &st, NULL);
-        if (src == SQLITE_OK)
-            src = sqlite3_step(st);
-        const unsigned char *verdict = src == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
-        foreign = verdict ? strcmp((const char *)verdict, "ok") != 0
-                          : (src & 0xff) == SQLITE_CORRUPT || (src & 0xff) == SQLITE_NOTADB;
-        sqlite3_finalize(st);
+    for (int attempt = 0; walf && attempt < 3; attempt++) {
+        uint8_t before[KC_WAL_HEADER], after[KC_WAL_HEADER];
+        uint8_t *img = NULL;
+        uint64_t size = 0;
+        int got = read_pair(dbf, walf, before, &img, &size);
+        if (got <= 0)
+            break;
+        if (vfs_read(walf, after, KC_WAL_HEADER, 0) != 0 ||
+            memcmp(before, after, KC_WAL_HEADER) != 0) {
+            sqlite3_free(img); /* started over while read: read again */
+            continue;
+        }
+        foreign = image_damaged(img, size) == 1;
+        break;
     }
-    sqlite3_close(ro);
-    unlink(shm);
-    unlink(wal);
-    unlink(file);
-    rmdir(dir);
+    vfs_close(walf);
+    vfs_close(dbf);
     return foreign;
 }
 
@@ -105,7 +315,6 @@ int kc_db_wal_foreign(struct kc_db *db)
  * page, perhaps in the middle of a hit.
  */
 static int read_header(struct kc_db *db, uint8_t h[100]);
-static uint32_t read_be32(const uint8_t *p);
 
 /*
  * Read from the header itself, not with PRAGMA page_count, which parses the
@@ -290,8 +499,14 @@ int kc_db_foreign_error(struct kc_db *db)
  */
 int kc_db_quick_check(struct kc_db *db, char *why, size_t why_size)
 {
+    return quick_check(db->conn, why, why_size);
+}
+
+/* kc_db_quick_check() on any connection: 1 sound, 0 damaged, -1 cannot tell. */
+static int quick_check(sqlite3 *conn, char *why, size_t why_size)
+{
     sqlite3_stmt *st = NULL;
-    int src = sqlite3_prepare_v2(db->conn, "PRAGMA quick_check(1)", -1, &st, NULL);
+    int src = sqlite3_prepare_v2(conn, "PRAGMA quick_check(1)", -1, &st, NULL);
     if (src == SQLITE_OK)
         src = sqlite3_step(st);
     const unsigned char *verdict = src == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;

@@ -23,6 +23,10 @@ static const char *const cascade_sql[KC_CASCADE_STEPS] = {
     " raw_bytes = raw_bytes - (SELECT coalesce(sum(raw_size), 0) FROM entry WHERE id IN (@V)),"
     " stored_bytes = stored_bytes -"
     " (SELECT coalesce(sum(stored_size), 0) FROM entry WHERE id IN (@V))",
+    /* Every entry removed, whatever the reason, counted with the removal (the
+     * stress run's books: tests/cli/test_busy.py). */
+    "INSERT INTO counter (name, value) SELECT 'entries_removed', count(*) FROM entry"
+    " WHERE id IN (@V) ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
     "DELETE FROM artifact WHERE id IN (@V)",
     "DELETE FROM entry_info WHERE id IN (@V)",
     "DELETE FROM input WHERE id IN (SELECT input_id FROM entry_input WHERE entry_id IN (@V))"

@@ -38,8 +38,11 @@
  * passed over: a bundle counts it as skipped, the remote as rejected. It costs
  * one load of NVRTC per machine.
  *
- * Merging is all or nothing: the callers put through kc_put_batch_*, one
- * transaction, so that a bad entry found late changes nothing.
+ * A bundle is checked whole, every entry through this gate, before anything
+ * is merged, so a bad entry found late changes nothing; the merge then
+ * commits whole entries in transactions of about KC_HOLD_NS (bundle.c), so
+ * an interrupted import leaves a prefix of the bundle's entries, each whole,
+ * and importing again adds the rest (doc/design.md, "Importing a bundle").
  *
  * What no check here can see is an artifact that is not what its key
  * material would build (k19's code under k20's key, digests consistent):

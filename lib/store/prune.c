@@ -644,7 +644,13 @@ KCACHE_API int kcache_store_clear(kcache_store *store)
     /* Every table of entries, and the totals (cascade.c: no triggers). Leases
      * too: a row of one that a lost -shm left broken would otherwise stay for good. */
     int rc = kc_db_classify_failure(&store->db, kc_db_write_sql(&store->db,
-                             "DELETE FROM entry_input; DELETE FROM input; DELETE FROM artifact;"
+                             "INSERT INTO counter (name, value) SELECT 'entries_removed',"
+                             " count(*) FROM entry WHERE 1 ON CONFLICT (name) DO UPDATE SET"
+                             " value = value + excluded.value;"
+                             " INSERT INTO counter (name, value) SELECT 'entries_cleared',"
+                             " count(*) FROM entry WHERE 1 ON CONFLICT (name) DO UPDATE SET"
+                             " value = value + excluded.value;"
+                             " DELETE FROM entry_input; DELETE FROM input; DELETE FROM artifact;"
                              " DELETE FROM entry_info; DELETE FROM manifest; DELETE FROM closure;"
                              " DELETE FROM entry; DELETE FROM lease;"
                              " UPDATE totals SET entries = 0, raw_bytes = 0, stored_bytes = 0",

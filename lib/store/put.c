@@ -122,6 +122,11 @@ int kc_put_rows(kcache_store *s, const struct kc_put_ctx *p)
     if ((rc = step_done(s, st, "storing an entry")))
         goto fail;
     int64_t id = sqlite3_last_insert_rowid(s->db.conn);
+    /* Counted with the row: entries_added - entries_removed is the entries there
+     * are, and each removal has its reason's counter (doc/design.md, The store). */
+    if ((rc = kc_counter_write(s, "entries_added", 1)) ||
+        (replaced && (rc = kc_counter_write(s, "entries_replaced", (uint64_t)replaced))))
+        goto fail;
 
     if ((rc = kc_db_stmt(&s->db, &st, KC_STMT_INSERT_INFO)))
         goto fail;

@@ -128,9 +128,9 @@ KCACHE_API void kcache_store_close(kcache_store *store)
              * Hits and usage are given up for them. (Only if nobody reads:
              * a close never waits.)
              */
-            sqlite3_busy_timeout(store->db.conn, 0);
+            kc_db_busy(&store->db, 0);
             sqlite3_wal_checkpoint_v2(store->db.conn, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
-            sqlite3_busy_timeout(store->db.conn, (int)store->db.busy_timeout_ms);
+            kc_db_busy(&store->db, store->db.busy_timeout_ms);
             store->n_touches = 0;
             store->n_usage = 0;
             /* And when even that finds no room, the count waits in PATH-lock (db/alone.c). */

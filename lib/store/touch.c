@@ -177,9 +177,9 @@ int kc_flush_locked(kcache_store *s, int wait)
     if (wait) {
         rc = kc_db_begin_write(&s->db);
     } else {
-        sqlite3_busy_timeout(s->db.conn, 0);
+        kc_db_busy(&s->db, 0);
         int src = sqlite3_exec(s->db.conn, "BEGIN IMMEDIATE", NULL, NULL, NULL);
-        sqlite3_busy_timeout(s->db.conn, (int)s->db.busy_timeout_ms);
+        kc_db_busy(&s->db, s->db.busy_timeout_ms);
         if ((src & 0xff) == SQLITE_BUSY)
             return 0;
         rc = src == SQLITE_OK ? 0 : kc_sqlerr(&s->db, src, "recording hits");

@@ -3,8 +3,9 @@
  * (digests consistent) and dated in 9999 is clamped to now and removed by
  * verify --recompile; a small bundle that would decompress to gigabytes is
  * refused before decoding; entries the store's own put would refuse make the
- * whole import refuse; and export --dir gives entries alike in their first
- * 16 hex digits a file each.
+ * whole import refuse; export --dir gives entries alike in their first
+ * 16 hex digits a file each; and an import killed during its merge leaves
+ * whole entries, a prefix of the bundle, and completes when run again.
  *
  *   test_bundle_ingest              every case
  *   test_bundle_ingest NAME ...     only these cases (names below)
@@ -234,6 +235,103 @@ static void case_refused_entries(int tc)
     }
 }
 
+/* ---- an import killed during its merge, then run again ------------------------------ */
+
+/*
+ * A bundle is checked whole before anything is merged, then merged in
+ * transactions of about KC_HOLD_NS, each committing whole entries in the
+ * bundle's order (doc/design.md, "Importing a bundle"). Killed the moment
+ * some but not all of its entries are in the cache: what is there is a
+ * prefix of the bundle, newest first (its order), every entry whole (its bytes and
+ * digest), the books and integrity sound; importing again adds exactly the
+ * rest. A merge in one transaction is never seen part done.
+ */
+static void case_killed_import_resumes(int tc)
+{
+    enum { FIRST = 700, N = 300 };
+    const char *bundle = in_case(tc, "big.kcache"), *live = in_case(tc, "live.db");
+    make_bundle(bundle, FIRST, N);
+    kcache_store_close(st_open(live, UINT64_MAX, NULL, NULL));
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        kcache_store *c = st_open(live, UINT64_MAX, NULL, NULL);
+        kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
+        _exit(kcache_bundle_import(&r, c, bundle, NULL) == 0 ? 0 : 1);
+    }
+    sqlite3 *raw = NULL;
+    REQUIRE(sqlite3_open_v2(live, &raw, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+    sqlite3_busy_timeout(raw, 5000);
+    int seen = -1, status = 0, killed = 0;
+    double t0 = st_now();
+    while (waitpid(pid, &status, WNOHANG) == 0 && st_now() - t0 < 120) {
+        sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(raw, "SELECT count(*) FROM entry", -1, &st, NULL) == SQLITE_OK &&
+            sqlite3_step(st) == SQLITE_ROW)
+            seen = sqlite3_column_int(st, 0);
+        sqlite3_finalize(st);
+        if (seen > 0 && seen < N) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            killed = 1;
+            break;
+        }
+        usleep(1000);
+    }
+    sqlite3_close(raw);
+    EXPECT(killed, "the merge was never seen part done (%d of %d entries, exit %d)", seen, N,
+           WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    if (!killed)
+        return;
+    /* What the kill left: whole entries, the bundle's newest. */
+    sqlite3 *b = NULL;
+    REQUIRE(sqlite3_open_v2(bundle, &b, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+    kcache_store *s = st_open(live, UINT64_MAX, NULL, NULL);
+    int64_t oldest_in = INT64_MAX, newest_out = INT64_MIN;
+    unsigned present = 0, broken = 0;
+    for (unsigned n = FIRST; n < FIRST + N; n++) {
+        kcache_key k = key_of(n);
+        sqlite3_stmt *st = NULL;
+        int64_t created = 0;
+        if (sqlite3_prepare_v2(b, "SELECT created_at FROM entry WHERE key = ?", -1, &st, NULL) ==
+                SQLITE_OK &&
+            sqlite3_bind_blob(st, 1, k.bytes, sizeof(k.bytes), SQLITE_STATIC) == SQLITE_OK &&
+            sqlite3_step(st) == SQLITE_ROW)
+            created = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+        kcache_entry *e = NULL;
+        if (kcache_store_get(&e, s, &k, KCACHE_GET_NO_TOUCH) == 0) {
+            present++;
+            oldest_in = KC_MIN(oldest_in, created);
+            st_fill(scratch, st_size(n, ART_MAX), n);
+            if (e->size != st_size(n, ART_MAX) || memcmp(e->data, scratch, e->size) != 0)
+                broken++;
+        } else {
+            newest_out = KC_MAX(newest_out, created);
+        }
+        kcache_entry_free(e);
+    }
+    sqlite3_close(b);
+    printf("killed-import-resumes: killed with %u of %d entries in (seen %d)\n", present, N,
+           seen);
+    EXPECT(present > 0 && present < N, "%u of %d entries after the kill", present, N);
+    EXPECT(broken == 0, "%u entries not whole after the kill", broken);
+    EXPECT(oldest_in >= newest_out, "not a prefix: an entry created at %lld is in, one created "
+           "later, at %lld, is not", (long long)oldest_in, (long long)newest_out);
+    kcache_store_close(s);
+    st_check_books(live, "an import killed during its merge");
+    EXPECT(st_integrity_ok(live), "integrity after the kill");
+    /* Again: exactly the rest. */
+    s = st_open(live, UINT64_MAX, NULL, NULL);
+    kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
+    int rc = kcache_bundle_import(&r, s, bundle, NULL);
+    unsigned after = st_count_entries(s);
+    EXPECT(rc == 0 && r.added == N - present && after == N,
+           "import again: %d (%s), added %llu of the %u missing, %u entries", rc,
+           kcache_store_errmsg(s), (unsigned long long)r.added, N - present, after);
+    kcache_store_close(s);
+}
+
 /* ---- export --dir names -------------------------------------------------------------- */
 
 static void case_export_dir_names(int tc)
@@ -269,6 +367,7 @@ static const struct test_case cases[] = {
     {"bundle-bomb", case_bundle_bomb},
     {"refused-entries", case_refused_entries},
     {"export-dir-names", case_export_dir_names},
+    {"killed-import-resumes", case_killed_import_resumes},
 };
 
 int main(int argc, char **argv)

@@ -11,6 +11,8 @@
  *   test_hostile_files fifo ...     only these cases (names below)
  */
 #include <kcache/bundle.h>
+#include <dirent.h>
+#include <sys/inotify.h>
 #include <sys/time.h>
 
 #include "casetest.h"
@@ -108,6 +110,74 @@ static void case_moved_over_wal_in_use(int tc)
     }
     kcache_store_close(holder);
     EXPECT(st_integrity_ok(db), "integrity");
+}
+
+/* Names in the case's directory that contain `part`, the first kept in `first`. */
+static unsigned names_with(int tc, const char *part, char *first, size_t first_size)
+{
+    DIR *d = opendir(case_dir(tc));
+    unsigned n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (strstr(e->d_name, part) && n++ == 0)
+            snprintf(first, first_size, "%s", e->d_name);
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/*
+ * The check that tells a foreign WAL from a damaged -shm (the case above)
+ * leaves nothing beside the cache, even killed: the moment a file with
+ * "walcheck" in its name appears in the directory (inotify), the process is
+ * killed. The check used to read hard links to the live file and WAL in a
+ * `.walcheck-*` directory beside them, which a kill left there for good.
+ */
+static void case_killed_during_wal_check(int tc)
+{
+    unsigned killed = 0, left = 0;
+    char first[256] = "";
+    for (unsigned round = 0; round < 3; round++) {
+        char name[64], oname[64];
+        snprintf(name, sizeof(name), "r%u.db", round);
+        snprintf(oname, sizeof(oname), "o%u.db", round);
+        const char *db = in_case(tc, name);
+        kcache_store *holder = frames_then_moved_over(tc, db, in_case(tc, oname), 1);
+        int in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+        REQUIRE(in >= 0 && inotify_add_watch(in, case_dir(tc), IN_CREATE) >= 0);
+        pid_t pid = fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0) {
+            kcache_store *c = st_open(db, UINT64_MAX, NULL, NULL);
+            kcache_key k = key_of(200);
+            _exit(put_real(c, 200, NULL, NULL) == 0 && has(c, &k) ? 0 : 1);
+        }
+        double t0 = st_now();
+        int status = 0;
+        pid_t done;
+        while ((done = waitpid(pid, &status, WNOHANG)) == 0 && st_now() - t0 < 60) {
+            char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+            ssize_t n = read(in, buf, sizeof(buf));
+            for (ssize_t off = 0; n > 0 && off < n;) {
+                const struct inotify_event *e = (const void *)(buf + off);
+                if (e->len && strstr(e->name, "walcheck") && kill(pid, SIGKILL) == 0)
+                    killed++;
+                off += (ssize_t)(sizeof(*e) + e->len);
+            }
+            if (n <= 0)
+                usleep(200);
+        }
+        if (done != pid)
+            waitpid(pid, &status, 0);
+        /* Not killed: the check found the foreign WAL and the put was served. */
+        EXPECT(!WIFEXITED(status) || WEXITSTATUS(status) == 0, "round %u: put after the move "
+               "failed", round);
+        close(in);
+        kcache_store_close(holder);
+        left = names_with(tc, "walcheck", first, sizeof(first));
+    }
+    EXPECT(killed == 0 && left == 0, "the WAL check made files beside the cache (killed then %u "
+           "times): %u left, such as %s", killed, left, first);
 }
 
 /* ---- killed while the cache is first created ------------------------------------------ */
@@ -612,6 +682,7 @@ static void case_private_clone(int tc)
 static const struct test_case cases[] = {
     {"moved-over-wal", case_moved_over_wal},
     {"moved-over-wal-in-use", case_moved_over_wal_in_use},
+    {"killed-during-wal-check", case_killed_during_wal_check},
     {"killed-while-creating", case_killed_while_creating},
     {"damaged-pages", case_damaged_pages},
     {"other-users-cache", case_other_users_cache},

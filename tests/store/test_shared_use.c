@@ -3,7 +3,8 @@
  * while verify and export run are no damage; another host's lease does not
  * wedge this one (a heartbeat in the future is taken at once, a live one is
  * waited for, said once, and taken after KCACHE_OTHER_HOST_WAIT); four
- * processes storing into a full disk have each failure counted.
+ * processes storing into a full disk have each failure counted; a put gets
+ * in between another process's back-to-back 40 ms holds within 1 s.
  *
  *   test_shared_use                 every case
  *   test_shared_use NAME ...        only these cases (names below)
@@ -217,10 +218,64 @@ static void case_disk_full_counted(int tc)
     test_tmpfs_unmount();
 }
 
+/* ---- a writer between other writers' back-to-back holds ------------------------------ */
+
+/*
+ * Another process writes in a loop, each transaction holding the write lock
+ * 40 ms with half a millisecond between them (as 16 processes sharing a
+ * cache did): no hold is near the busy timeout, so every put must get in
+ * within it (here 1 s). SQLite's own busy timeout slept up to 100 ms between
+ * tries, woke almost always inside a hold, and failed ("stayed locked"):
+ * a put failed 5 s after it began on a busy cache whose longest hold was
+ * half a second.
+ */
+static void case_between_holds(int tc)
+{
+    const char *db = in_case(tc, "kcache.db");
+    kcache_store_close(st_open(db, UINT64_MAX, NULL, NULL));
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        sqlite3 *raw = NULL;
+        if (sqlite3_open(db, &raw) != SQLITE_OK)
+            _exit(1);
+        sqlite3_busy_timeout(raw, 60000);
+        for (;;) {
+            sqlite3_exec(raw, "BEGIN IMMEDIATE; INSERT OR REPLACE INTO counter VALUES('hog', 1)",
+                         NULL, NULL, NULL);
+            usleep(40000);
+            sqlite3_exec(raw, "COMMIT", NULL, NULL, NULL);
+            usleep(500);
+        }
+    }
+    usleep(200000); /* the loop under way */
+    kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
+    o.path = db;
+    o.max_size = UINT64_MAX;
+    o.busy_timeout_ms = 1000;
+    kcache_store *s = st_open_with(&o);
+    unsigned failed = 0;
+    char first[512] = "";
+    double worst = 0;
+    for (unsigned i = 0; i < 10; i++) {
+        double t0 = st_now();
+        if (put_real(s, 300 + i, NULL, NULL) != 0 && failed++ == 0)
+            snprintf(first, sizeof(first), "%s", kcache_store_errmsg(s));
+        worst = KC_MAX(worst, st_now() - t0);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    kcache_store_close(s);
+    printf("between-holds: %u of 10 puts failed, the slowest took %.0f ms\n", failed,
+           worst * 1000);
+    EXPECT(failed == 0, "%u of 10 puts failed between 40 ms holds: %s", failed, first);
+}
+
 static const struct test_case cases[] = {
     {"deleted-during-maintenance", case_deleted_during_maintenance},
     {"other-host-leases", case_other_host_leases},
     {"disk-full-counted", case_disk_full_counted},
+    {"between-holds", case_between_holds},
 };
 
 int main(int argc, char **argv)
