@@ -60,14 +60,22 @@ static int check(kcache_remote *remote, int json)
     } else {
         printf("Remote:     %s%s\n", kcache_remote_url(remote),
                kcache_remote_read_only(remote) ? " (read-only)" : "");
-        printf("Server:     Redis %s, round trip %s\n", info.server_version,
+        int redis = !strncmp(kcache_remote_url(remote), "redis://", 8);
+        printf("Server:     %s%s, round trip %s\n", redis ? "Redis " : "", info.server_version,
                cli_format_duration(a, sizeof(a), info.latency_ns));
-        printf("Auth:       %s\n", info.authenticated ? "user/password accepted" : "none");
-        printf("Memory:     %s used of %s, policy %s\n",
-               kcache_format_size(a, sizeof(a), info.used_memory),
-               info.maxmemory ? kcache_format_size(b, sizeof(b), info.maxmemory) : "no limit",
-               info.policy);
-        printf("Entries:    %llu indexed\n", (unsigned long long)info.entries);
+        printf("Auth:       %s\n", !info.authenticated ? "none"
+                                   : redis            ? "user/password accepted"
+                                                      : "credentials accepted");
+        if (redis) {
+            printf("Memory:     %s used of %s, policy %s\n",
+                   kcache_format_size(a, sizeof(a), info.used_memory),
+                   info.maxmemory ? kcache_format_size(b, sizeof(b), info.maxmemory)
+                                  : "no limit",
+                   info.policy);
+            printf("Entries:    %llu indexed\n", (unsigned long long)info.entries);
+        } else {
+            printf("Eviction:   %s (kcache never lists the bucket on a hit)\n", info.policy);
+        }
         if (info.down_for_s)
             printf("Back-off:   lifted (compiles had left it alone after a failure, %d s to "
                    "go)\n",

@@ -49,6 +49,7 @@ OWNED = [
     ('nvJitLink', re.compile(r'#\s*include\s*<nvJitLink\.h>|\bnvJitLink\w*|\bNVJITLINK_\w+'),
      {'compile'}),
     ('hiredis', re.compile(r'#\s*include\s*<hiredis/|\bredis[A-Z]\w*'), {'remote'}),
+    ('libcurl', re.compile(r'#\s*include\s*<curl/|\bcurl_\w+|\bCURL\w*'), {'remote'}),
     # The codecs behind util/codec.h: a layer that wants bytes compressed asks the codec.
     ('zstd', re.compile(r'#\s*include\s*<zstd\.h>|\bZSTD_\w+'), {'util'}),
     ('LZ4', re.compile(r'#\s*include\s*<lz4\w*\.h>|\bLZ4\w*_\w+'), {'util'}),
