@@ -333,14 +333,15 @@ static int obj_lease(kc_backend *b, int *acquired, const char *name, const char 
     *acquired = 1;
     if (!o->addr.s3)
         return 0; /* no fleet lease over plain HTTP (above) */
+    *acquired = 0;
     begin(o); /* taking, and taking over an expired one, is one operation */
     for (int attempt = 0; attempt < 2; attempt++) {
         long status = 0, modified = -1;
         char held[128];
         int rc = put_object(o, &status, name, owner, strlen(owner), 1, "lease");
-        if (rc || status < 300 || status == 501)
+        *acquired = !rc && (status < 300 || status == 501);
+        if (rc || *acquired)
             return rc; /* taken, or a server without conditional writes: a holder each */
-        *acquired = 0;
         if ((rc = get_small(o, &status, &modified, held, sizeof(held), name, "lease")))
             return rc;
         /* Gone meanwhile: try again; older than its ttl (the server's clock wrote
