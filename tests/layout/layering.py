@@ -2,7 +2,7 @@
 """The layering test: the arrows of lib/README.md, checked on the source.
 
 System headers sit on every include path, so only this test keeps SQLite in
-db/ and store/, NVRTC and nvJitLink in compile/, hiredis in remote/, zstd and LZ4 in
+db/ and store/, NVRTC and nvJitLink in compile/, hiredis and libcurl in remote/, zstd and LZ4 in
 util/ (the codec), and stops a folder from reaching into another's private
 headers against the arrows. Inside a folder, it finds circles of calls between
 files. It reads the files as text with comments and string literals removed, so
