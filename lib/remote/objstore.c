@@ -355,34 +355,33 @@ static int obj_lease(kc_backend *b, int *acquired, const char *name, const char 
     return 0;
 }
 
+/* Whether owner holds the lease called name (0, *held) or the server failed (an error). */
+static int held_by(struct objstore *o, int *held, const char *name, const char *owner,
+                   const char *what)
+{
+    long status = 0, modified = -1;
+    char holder[128];
+    *held = 0;
+    begin(o);
+    int rc = get_small(o, &status, &modified, holder, sizeof(holder), name, what);
+    *held = !rc && status == 200 && !strcmp(holder, owner);
+    return rc;
+}
+
 /* Only the owner renews or drops a lease: a lease taken over stays its new owner's. */
 static int obj_renew(kc_backend *b, const char *name, const char *owner, unsigned ttl_ms)
 {
     (void)ttl_ms; /* a PUT makes it new: Last-Modified is its age */
     struct objstore *o = (struct objstore *)b;
-    if (!o->addr.s3)
-        return 0;
-    long status = 0, modified = -1;
-    char held[128];
-    begin(o);
-    int rc = get_small(o, &status, &modified, held, sizeof(held), name, "lease renewal");
-    if (rc || status != 200 || strcmp(held, owner))
-        return rc;
-    return put_object(o, NULL, name, owner, strlen(owner), 0, "lease renewal");
+    int held = 0, rc = o->addr.s3 ? held_by(o, &held, name, owner, "lease renewal") : 0;
+    return rc || !held ? rc : put_object(o, NULL, name, owner, strlen(owner), 0, "lease renewal");
 }
 
 static int obj_release(kc_backend *b, const char *name, const char *owner)
 {
     struct objstore *o = (struct objstore *)b;
-    if (!o->addr.s3)
-        return 0;
-    long status = 0, modified = -1;
-    char held[128];
-    begin(o);
-    int rc = get_small(o, &status, &modified, held, sizeof(held), name, "lease release");
-    if (rc || status != 200 || strcmp(held, owner))
-        return rc;
-    return delete_object(o, name, "lease release");
+    int held = 0, rc = o->addr.s3 ? held_by(o, &held, name, owner, "lease release") : 0;
+    return rc || !held ? rc : delete_object(o, name, "lease release");
 }
 
 /* "2026-11-29T07:59:45.000Z" as ms since the epoch; -1 when it is not that. */

@@ -13,7 +13,8 @@ wait bounded) answers a get in one of these ways:
   dies     "200, Content-Length: 100000", 5000 bytes, then closes
 
 Every compile succeeds and ends within one remote_timeout of a compile
-without a remote; the huge reply is not read (peak resident within 16 MiB
+without a remote; after a failure the next process leaves the server alone
+(the back-off file the machine's processes share); the huge reply is not read (peak resident within 16 MiB
 of the compile without a remote). Prints each figure.
 
 Usage: test_objstore_hostile.py KCACHE [MODE...]
@@ -21,7 +22,6 @@ Usage: test_objstore_hostile.py KCACHE [MODE...]
 import os
 import socket
 import sys
-import threading
 import time
 
 import remotetest  # beside this script; first: it puts kctest on the path and sets it up
@@ -35,35 +35,12 @@ MODES = ["silent", "drip", "huge", "garbage", "500", "403", "dies"]
 ONLY = sys.argv[2:]
 
 
-class FakeHTTP:
+class FakeHTTP(remotetest.FakeServer):
     """Answers a PUT with 201 and a GET or HEAD the way mode says."""
 
     def __init__(self, mode):
-        self.mode = mode
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.stop_at = time.monotonic() + SERVER_LIFETIME
-        self.stopped = False
-        self.sent = 0
+        super().__init__(mode, SERVER_LIFETIME)
         self.requests = []
-        threading.Thread(target=self.serve, daemon=True).start()
-
-    def alive(self):
-        return not self.stopped and time.monotonic() < self.stop_at
-
-    def serve(self):
-        while self.alive():
-            try:
-                conn, _ = self.sock.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
 
     def read_request(self, f):
         """The request line and headers (and a PUT's body, skipped); None at the end."""
@@ -145,10 +122,6 @@ class FakeHTTP:
             return False
         raise Failure("no mode %s" % m)
 
-    def stop(self):
-        self.stopped = True
-        self.sock.close()
-
 
 def env_for(root, name, server):
     if server is None:
@@ -183,6 +156,13 @@ def test_hostile_servers(root):
         server = FakeHTTP(mode)
         try:
             rc, took, kib, err = compile_with(root, 100 + i, server)
+            asked = len(server.requests)
+            if mode == "500":
+                # The back-off is the machine's: the next process leaves the server alone.
+                rc2, _, _, err2 = compile_with(root, 200, server)
+                check(rc2 == 0 and len(server.requests) == asked and not err2.strip(),
+                      "after a failure the next process asks nothing for 30 s: %d requests "
+                      "then %d, %r" % (asked, len(server.requests), err2))
         finally:
             server.stop()
         said = [line for line in err.splitlines() if "warning" in line]
