@@ -4,8 +4,8 @@
  * signed with AWS Signature V4 by libcurl) and a plain HTTP server
  * (remote = http(s)://HOST/PATH: GET, PUT and HEAD of one object per entry,
  * as nginx's WebDAV module, bazel-remote or a bucket's HTTP gateway serve).
- * The only file that knows libcurl; the addresses and credentials are
- * objaddr.c's.
+ * The only file that knows libcurl, which it opens at run time (below);
+ * the addresses and credentials are objaddr.c's.
  *
  * The guarantees are the Redis backend's:
  *   - One deadline per operation (remote_timeout): a backend call must be
@@ -35,6 +35,7 @@
  *   - Eviction is the bucket's (a lifecycle rule) or the server's.
  */
 #include <curl/curl.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,12 +71,57 @@ struct reply {
     char server[32];
 };
 
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_rc;
+/*
+ * libcurl, opened at the first object-storage remote: a process without one
+ * (a local hit, a program under the drop-in NVRTC) does not load it and the
+ * thirty libraries it needs. Its functions, by the names curl.h gives them.
+ */
+static struct {
+    CURLcode (*global_init)(long flags);
+    CURL *(*easy_init)(void);
+    CURLcode (*easy_setopt)(CURL *c, CURLoption option, ...);
+    CURLcode (*easy_perform)(CURL *c);
+    CURLcode (*easy_getinfo)(CURL *c, CURLINFO info, ...);
+    void (*easy_cleanup)(CURL *c);
+    const char *(*easy_strerror)(CURLcode rc);
+    struct curl_slist *(*slist_append)(struct curl_slist *list, const char *line);
+    void (*slist_free_all)(struct curl_slist *list);
+} K;
 
-static void curl_init(void)
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static char curl_missing[256]; /* why libcurl cannot be used; "" when it can */
+
+static void curl_open(void)
 {
-    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+    void *h = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(curl_missing, sizeof(curl_missing),
+                 "libcurl cannot be loaded (apt-get install libcurl4): %s", dlerror());
+        return;
+    }
+    struct {
+        void *fn;
+        const char *name;
+    } want[] = {
+        {&K.global_init, "curl_global_init"},     {&K.easy_init, "curl_easy_init"},
+        {&K.easy_setopt, "curl_easy_setopt"},     {&K.easy_perform, "curl_easy_perform"},
+        {&K.easy_getinfo, "curl_easy_getinfo"},   {&K.easy_cleanup, "curl_easy_cleanup"},
+        {&K.easy_strerror, "curl_easy_strerror"}, {&K.slist_append, "curl_slist_append"},
+        {&K.slist_free_all, "curl_slist_free_all"},
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        void *sym = dlsym(h, want[i].name);
+        if (!sym) {
+            snprintf(curl_missing, sizeof(curl_missing),
+                     "libcurl.so.4 has no %s: install libcurl 7.75 or later", want[i].name);
+            return;
+        }
+        memcpy(want[i].fn, &sym, sizeof(sym)); /* a function pointer from dlsym's */
+    }
+    CURLcode rc = K.global_init(CURL_GLOBAL_DEFAULT);
+    if (rc)
+        snprintf(curl_missing, sizeof(curl_missing), "libcurl cannot start: %s",
+                 K.easy_strerror(rc));
 }
 
 static int fail(struct objstore *o, int code, const char *fmt, ...) KC_PRINTF(3, 4);
@@ -102,7 +148,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
     struct reply *x = ud;
     size_t len = size * n;
     if (!x->status)
-        curl_easy_getinfo(x->o->curl, CURLINFO_RESPONSE_CODE, &x->status);
+        K.easy_getinfo(x->o->curl, CURLINFO_RESPONSE_CODE, &x->status);
     if (x->status >= 200 && x->status < 300 && x->out) {
         if (len > x->max - KC_MIN(x->max, x->out->size)) {
             x->too_big = 1;
@@ -182,24 +228,24 @@ static int perform(struct objstore *o, struct reply *x, const char *url, const c
     if (left_ms <= 0)
         return fail(o, KCACHE_EIO, "remote %s: %s: no answer within %u ms (remote_timeout)",
                     o->addr.shown, what, o->addr.timeout_ms);
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, x);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, x);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, left_ms);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, KC_MIN(left_ms, (long)o->addr.connect_ms));
-    curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)x->max);
-    CURLcode rc = curl_easy_perform(c);
-    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, NULL);
+    K.easy_setopt(c, CURLOPT_URL, url);
+    K.easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+    K.easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    K.easy_setopt(c, CURLOPT_WRITEDATA, x);
+    K.easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    K.easy_setopt(c, CURLOPT_HEADERDATA, x);
+    K.easy_setopt(c, CURLOPT_TIMEOUT_MS, left_ms);
+    K.easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, KC_MIN(left_ms, (long)o->addr.connect_ms));
+    K.easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)x->max);
+    CURLcode rc = K.easy_perform(c);
+    K.easy_setopt(c, CURLOPT_ERRORBUFFER, NULL);
     if (!x->status)
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &x->status);
+        K.easy_getinfo(c, CURLINFO_RESPONSE_CODE, &x->status);
     if (x->no_memory)
         return fail(o, KCACHE_ENOMEM, "remote %s: %s: out of memory", o->addr.shown, what);
     if (x->too_big || rc == CURLE_FILESIZE_EXCEEDED) {
         curl_off_t n = -1;
-        curl_easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &n);
+        K.easy_getinfo(c, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &n);
         if (n > 0)
             return fail(o, KCACHE_ECORRUPT, "remote value of %lld bytes is over the bound of %zu",
                         (long long)n, x->max);
@@ -212,7 +258,7 @@ static int perform(struct objstore *o, struct reply *x, const char *url, const c
         return 0; /* an error reply, cut: its status says it */
     if (rc)
         return fail(o, KCACHE_EIO, "remote %s: %s: %s", o->addr.shown, what,
-                    errbuf[0] ? errbuf : curl_easy_strerror(rc));
+                    errbuf[0] ? errbuf : K.easy_strerror(rc));
     return 0;
 }
 
@@ -221,17 +267,17 @@ static void method(struct objstore *o, const char *verb, const void *body, size_
                    int if_none_match)
 {
     CURL *c = o->curl;
-    curl_easy_setopt(c, CURLOPT_HTTPGET, 1L); /* back to a GET: no body, no custom verb */
-    curl_easy_setopt(c, CURLOPT_NOBODY, !strcmp(verb, "HEAD") ? 1L : 0L);
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, NULL);
+    K.easy_setopt(c, CURLOPT_HTTPGET, 1L); /* back to a GET: no body, no custom verb */
+    K.easy_setopt(c, CURLOPT_NOBODY, !strcmp(verb, "HEAD") ? 1L : 0L);
+    K.easy_setopt(c, CURLOPT_CUSTOMREQUEST, NULL);
     if (!strcmp(verb, "PUT")) {
-        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)size);
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "PUT");
+        K.easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)size);
+        K.easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        K.easy_setopt(c, CURLOPT_CUSTOMREQUEST, "PUT");
     } else if (!strcmp(verb, "DELETE")) {
-        curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "DELETE");
+        K.easy_setopt(c, CURLOPT_CUSTOMREQUEST, "DELETE");
     }
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, if_none_match ? o->if_none_match : o->headers);
+    K.easy_setopt(c, CURLOPT_HTTPHEADER, if_none_match ? o->if_none_match : o->headers);
 }
 
 static int obj_get(kc_backend *b, kc_buf *out, const char *name, size_t max)
@@ -296,13 +342,13 @@ static int get_small(struct objstore *o, long *status, long *modified, char *buf
     if (kc_objaddr_url(url, sizeof(url), &o->addr, name))
         return fail(o, KCACHE_EINVAL, "remote %s: the name is too long", o->addr.shown);
     method(o, "GET", NULL, 0, 0);
-    curl_easy_setopt(o->curl, CURLOPT_FILETIME, 1L);
+    K.easy_setopt(o->curl, CURLOPT_FILETIME, 1L);
     int rc = perform(o, &x, url, what);
-    curl_easy_setopt(o->curl, CURLOPT_FILETIME, 0L);
+    K.easy_setopt(o->curl, CURLOPT_FILETIME, 0L);
     if (!rc && x.status == 200) {
         memcpy(buf, body.data ? (const char *)body.data : "", body.size);
         buf[body.size] = '\0';
-        curl_easy_getinfo(o->curl, CURLINFO_FILETIME, modified);
+        K.easy_getinfo(o->curl, CURLINFO_FILETIME, modified);
     }
     kc_buf_free(&body);
     if (rc)
@@ -498,9 +544,9 @@ static int obj_info(kc_backend *b, kcache_remote_info *out, const char *index)
     struct reply x = {.o = o, .max = KC_OBJ_MAX_SMALL_REPLY};
     method(o, "HEAD", NULL, 0, 0);
     /* A check connects afresh, so that it sees what a new process would. */
-    curl_easy_setopt(o->curl, CURLOPT_FRESH_CONNECT, 1L);
+    K.easy_setopt(o->curl, CURLOPT_FRESH_CONNECT, 1L);
     int rc = perform(o, &x, url, "check");
-    curl_easy_setopt(o->curl, CURLOPT_FRESH_CONNECT, 0L);
+    K.easy_setopt(o->curl, CURLOPT_FRESH_CONNECT, 0L);
     if (rc)
         return rc;
     /* The round trip alone: the connection (and TLS) happened before t1. */
@@ -523,9 +569,9 @@ static void obj_close(kc_backend *b)
 {
     struct objstore *o = (struct objstore *)b;
     if (o->curl)
-        curl_easy_cleanup(o->curl);
-    curl_slist_free_all(o->headers);
-    curl_slist_free_all(o->if_none_match);
+        K.easy_cleanup(o->curl);
+    K.slist_free_all(o->headers);
+    K.slist_free_all(o->if_none_match);
     kc_objaddr_forget(&o->addr);
     free(o);
 }
@@ -537,9 +583,9 @@ static const struct kc_backend_ops obj_ops = {
 /* list with line appended; NULL (the list freed) when out of memory. */
 static struct curl_slist *kc_slist_add(struct curl_slist *list, const char *line)
 {
-    struct curl_slist *grown = curl_slist_append(list, line);
+    struct curl_slist *grown = K.slist_append(list, line);
     if (!grown)
-        curl_slist_free_all(list);
+        K.slist_free_all(list);
     return grown;
 }
 
@@ -548,25 +594,25 @@ static int setup(struct objstore *o)
 {
     CURL *c = o->curl;
     const kc_objaddr *a = &o->addr;
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L); /* threads: no SIGALRM for timeouts */
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
-    curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
-    curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
-    curl_easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
-    curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(c, CURLOPT_USERAGENT, "kcache");
+    K.easy_setopt(c, CURLOPT_NOSIGNAL, 1L); /* threads: no SIGALRM for timeouts */
+    K.easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+    K.easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+    K.easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+    K.easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
+    K.easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
+    K.easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+    K.easy_setopt(c, CURLOPT_USERAGENT, "kcache");
     if (a->s3 && a->access_key[0]) {
-        curl_easy_setopt(c, CURLOPT_AWS_SIGV4, a->sigv4);
-        curl_easy_setopt(c, CURLOPT_USERNAME, a->access_key);
-        curl_easy_setopt(c, CURLOPT_PASSWORD, a->secret_key);
+        K.easy_setopt(c, CURLOPT_AWS_SIGV4, a->sigv4);
+        K.easy_setopt(c, CURLOPT_USERNAME, a->access_key);
+        K.easy_setopt(c, CURLOPT_PASSWORD, a->secret_key);
     } else if (a->user[0] || a->password[0]) {
-        curl_easy_setopt(c, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
-        curl_easy_setopt(c, CURLOPT_USERNAME, a->user);
-        curl_easy_setopt(c, CURLOPT_PASSWORD, a->password);
+        K.easy_setopt(c, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+        K.easy_setopt(c, CURLOPT_USERNAME, a->user);
+        K.easy_setopt(c, CURLOPT_PASSWORD, a->password);
     } else if (a->token[0]) {
-        curl_easy_setopt(c, CURLOPT_HTTPAUTH, (long)CURLAUTH_BEARER);
-        curl_easy_setopt(c, CURLOPT_XOAUTH2_BEARER, a->token);
+        K.easy_setopt(c, CURLOPT_HTTPAUTH, (long)CURLAUTH_BEARER);
+        K.easy_setopt(c, CURLOPT_XOAUTH2_BEARER, a->token);
     }
     /* S3: the body is not hashed into the signature (TLS and the entry's own
      * checksum and signature cover it), as the AWS SDKs do over HTTPS. An
@@ -591,17 +637,16 @@ static int setup(struct objstore *o)
 
 int kc_objstore_new(kc_backend **out, const kc_objaddr *addr, char *msg, size_t msg_size)
 {
-    pthread_once(&curl_once, curl_init);
-    if (curl_init_rc)
-        return kc_fmt(msg, msg_size, KCACHE_EIO, "remote %s: libcurl cannot start: %s",
-                      addr->shown, curl_easy_strerror(curl_init_rc));
+    pthread_once(&curl_once, curl_open);
+    if (curl_missing[0])
+        return kc_fmt(msg, msg_size, KCACHE_EIO, "remote %s: %s", addr->shown, curl_missing);
     struct objstore *o = kc_calloc(1, sizeof(*o));
     if (!o)
         return kc_fmt(msg, msg_size, KCACHE_ENOMEM, "out of memory");
     o->base.ops = &obj_ops;
     o->base.flags = addr->s3 ? KC_BACKEND_INDEX_NO_ARCH : 0;
     o->addr = *addr;
-    if (!(o->curl = curl_easy_init()) || setup(o)) {
+    if (!(o->curl = K.easy_init()) || setup(o)) {
         obj_close(&o->base);
         return kc_fmt(msg, msg_size, KCACHE_ENOMEM, "out of memory");
     }
