@@ -65,6 +65,7 @@ struct reply {
     size_t max;
     int too_big;
     int no_memory;
+    size_t discarded;
     long status;
     char err[KC_OBJ_ERR_BODY + 1];
     size_t err_len;
@@ -149,7 +150,11 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
     size_t len = size * n;
     if (!x->status)
         K.easy_getinfo(x->o->curl, CURLINFO_RESPONSE_CODE, &x->status);
-    if (x->status >= 200 && x->status < 300 && x->out) {
+    if (x->status >= 200 && x->status < 300 && !x->out) {
+        x->discarded += len; /* a PUT's or DELETE's answer: not ours to keep */
+        return x->discarded > x->max ? 0 : len;
+    }
+    if (x->status >= 200 && x->status < 300) {
         if (len > x->max - KC_MIN(x->max, x->out->size)) {
             x->too_big = 1;
             return 0; /* ends the transfer: the rest is never read */
@@ -167,29 +172,43 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
     return keep == len ? len : 0; /* enough of an error to say it */
 }
 
+/* Copies the printable ASCII of [p, p + n) into out: what a server says is shown safely. */
+static void printable(char *out, size_t size, const char *p, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n && k + 1 < size; i++)
+        if (p[i] >= 0x20 && p[i] < 0x7f)
+            out[k++] = p[i];
+    out[k] = '\0';
+}
+
+/* Headers are not NUL-terminated: each is read within its length. */
 static size_t on_header(char *p, size_t size, size_t n, void *ud)
 {
     struct reply *x = ud;
     size_t len = size * n;
     if (len > 7 && !strncasecmp(p, "server:", 7)) {
-        const char *v = p + 7;
-        while (*v == ' ' && v < p + len)
+        size_t v = 7;
+        while (v < len && p[v] == ' ')
             v++;
-        size_t vlen = strcspn(v, "\r\n");
-        vlen = KC_MIN(vlen, (size_t)(p + len - v));
-        snprintf(x->server, sizeof(x->server), "%.*s", (int)KC_MIN(vlen, 31), v);
+        size_t end = v;
+        while (end < len && p[end] != '\r' && p[end] != '\n')
+            end++;
+        printable(x->server, sizeof(x->server), p + v, end - v);
     }
     return len;
 }
 
-/* The S3 error code of an error reply (<Code>...</Code>), or "". */
+/* The S3 error code of an error reply (" <Code>"'s text), or "". */
 static void error_code(char *out, size_t size, const struct reply *x)
 {
     out[0] = '\0';
     const char *b = strstr(x->err, "<Code>");
     const char *e = b ? strstr(b, "</Code>") : NULL;
-    if (b && e && e - b - 6 < 64)
-        snprintf(out, size, " %.*s", (int)(e - b - 6), b + 6);
+    if (b && e && e - b - 6 < 64 && size > 1) {
+        out[0] = ' ';
+        printable(out + 1, size - 1, b + 6, (size_t)(e - b - 6));
+    }
 }
 
 /* What an HTTP status other than 2xx (and a get's 404) means for the caller. */
@@ -254,8 +273,8 @@ static int perform(struct objstore *o, struct reply *x, const char *url, const c
     if (rc == CURLE_OPERATION_TIMEDOUT)
         return fail(o, KCACHE_EIO, "remote %s: %s: no answer within %u ms (remote_timeout)",
                     o->addr.shown, what, o->addr.timeout_ms);
-    if (rc == CURLE_WRITE_ERROR && x->status >= 300)
-        return 0; /* an error reply, cut: its status says it */
+    if (rc == CURLE_WRITE_ERROR && (x->status >= 300 || !x->out))
+        return 0; /* a reply cut where it passed what we keep: its status says it */
     if (rc)
         return fail(o, KCACHE_EIO, "remote %s: %s: %s", o->addr.shown, what,
                     errbuf[0] ? errbuf : K.easy_strerror(rc));
@@ -337,7 +356,7 @@ static int get_small(struct objstore *o, long *status, long *modified, char *buf
 {
     char url[KC_OBJ_URL_SIZE];
     kc_buf body = {0};
-    struct reply x = {.o = o, .out = &body, .max = size - 1};
+    struct reply x = {.o = o, .out = &body, .max = KC_OBJ_ERR_BODY};
     buf[0] = '\0';
     if (kc_objaddr_url(url, sizeof(url), &o->addr, name))
         return fail(o, KCACHE_EINVAL, "remote %s: the name is too long", o->addr.shown);
@@ -346,8 +365,9 @@ static int get_small(struct objstore *o, long *status, long *modified, char *buf
     int rc = perform(o, &x, url, what);
     K.easy_setopt(o->curl, CURLOPT_FILETIME, 0L);
     if (!rc && x.status == 200) {
-        memcpy(buf, body.data ? (const char *)body.data : "", body.size);
-        buf[body.size] = '\0';
+        size_t n = KC_MIN(body.size, size - 1); /* longer: not an owner of ours */
+        memcpy(buf, body.data ? (const char *)body.data : "", n);
+        buf[n] = '\0';
         K.easy_getinfo(o->curl, CURLINFO_FILETIME, modified);
     }
     kc_buf_free(&body);
