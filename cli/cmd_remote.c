@@ -18,7 +18,8 @@ static const char usage_text[] =
     "  push   send local entries to the remote\n"
     "  pull   fetch the remote's entries into the local cache, each checked\n"
     "\n"
-    "      --remote URL  redis://[user:password@]host:port[/db]\n"
+    "      --remote URL  redis://[user:password@]host:port[/db], s3://bucket/prefix or\n"
+    "                    http(s)://[user:password@]host/path\n"
     "                    (else KCACHE_REMOTE or remote in kcache.conf)\n"
     "      --arch A      only entries of this architecture (sm_90, ...)\n"
     "      --since AGE   only entries created in the last AGE (7d, 12h)\n"
@@ -146,9 +147,9 @@ int cmd_remote(int argc, char **argv)
     while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
         switch (c) {
         case 'r':
-            if (strncmp(optarg, "redis://", 8) != 0)
-                return cli_usage_error("remote", "--remote '%s': expected "
-                                       "redis://[user:password@]host:port[/db]", optarg);
+            if (!cli_remote_url_ok(optarg))
+                return cli_usage_error("remote", "--remote '%s': expected " CLI_REMOTE_URLS,
+                                       optarg);
             url = optarg;
             break;
         case 'a': f.arch = optarg; break;

@@ -163,6 +163,12 @@ def test_http(root):
         check("no listing" in err, "pull is not supported over HTTP, said so: %r" % err)
         info = b.json("remote", "check")
         check("nginx" in info["server_version"] and not info["authenticated"], "%s" % info)
+        # --remote takes it as the setting does.
+        flag = Cache(root, "flag", "")
+        info = flag.json("remote", "check", "--remote", nginx.url())
+        check(info["url"] == nginx.url(), "kcache remote check --remote URL: %s" % info)
+        (item,), _ = flag.compile(kernel(root, 1), "--remote", nginx.url())
+        check(item["remote_hit"], "kcache compile --remote URL: %s" % item)
     finally:
         nginx.stop()
 
