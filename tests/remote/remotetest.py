@@ -69,6 +69,29 @@ class FakeServer:
                 return
             threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
 
+    def drip(self, conn, head, n):
+        """Sends head, then n bytes, one every 0.25 s; False when stopped before the end."""
+        conn.sendall(head)
+        for _ in range(n):
+            if not self.alive():
+                return False
+            conn.sendall(b"x")
+            self.sent += 1
+            time.sleep(0.25)
+        return True
+
+    def flood(self, conn, head):
+        """Sends head, then bytes as fast as the socket takes them (up to 256 MiB), then
+        nothing: a client still reading waits for its deadline. Raises once it has closed."""
+        conn.sendall(head)
+        chunk = b"\0" * (1 << 20)
+        conn.settimeout(5.0)
+        while self.alive() and self.sent < (256 << 20):
+            conn.sendall(chunk)
+            self.sent += len(chunk)
+        while self.alive():
+            time.sleep(0.1)
+
     def stop(self):
         self.stopped = True
         self.sock.close()

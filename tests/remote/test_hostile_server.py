@@ -85,24 +85,10 @@ class FakeRedis(remotetest.FakeServer):
     def get(self, conn):
         if self.mode == "drip":
             # A bulk string of 240 bytes, one every 0.25 s: a minute in all.
-            conn.sendall(b"$240\r\n")
-            for _ in range(240):
-                if not self.alive():
-                    return
-                conn.sendall(b"x")
-                self.sent += 1
-                time.sleep(0.25)
-            conn.sendall(b"\r\n")
+            if self.drip(conn, b"$240\r\n", 240):
+                conn.sendall(b"\r\n")
         elif self.mode == "huge":
-            conn.sendall(b"$3000000000\r\n")
-            chunk = b"\0" * (1 << 20)
-            conn.settimeout(5.0)
-            while self.alive() and self.sent < (256 << 20):
-                conn.sendall(chunk)  # raises once the client has closed
-                self.sent += len(chunk)
-            # Then nothing more: a client still reading waits for its deadline.
-            while self.alive():
-                time.sleep(0.1)
+            self.flood(conn, b"$3000000000\r\n")
         else:
             conn.sendall(b"$-1\r\n")
 

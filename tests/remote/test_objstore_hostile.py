@@ -87,23 +87,9 @@ class FakeHTTP(remotetest.FakeServer):
                 time.sleep(0.1)
             return False
         if m == "drip":
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 240\r\n\r\n")
-            for _ in range(240):
-                if not self.alive():
-                    return False
-                conn.sendall(b"x")
-                self.sent += 1
-                time.sleep(0.25)
-            return True
+            return self.drip(conn, b"HTTP/1.1 200 OK\r\nContent-Length: 240\r\n\r\n", 240)
         if m == "huge":
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 3000000000\r\n\r\n")
-            chunk = b"\0" * (1 << 20)
-            conn.settimeout(5.0)
-            while self.alive() and self.sent < (256 << 20):
-                conn.sendall(chunk)  # raises once the client has closed
-                self.sent += len(chunk)
-            while self.alive():
-                time.sleep(0.1)
+            self.flood(conn, b"HTTP/1.1 200 OK\r\nContent-Length: 3000000000\r\n\r\n")
             return False
         if m == "garbage":
             conn.sendall(b"\x00\xffRESP? +OK\r\n$-1\r\n" + os.urandom(512))
