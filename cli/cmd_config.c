@@ -72,7 +72,9 @@ static void json_setting(cli_json *j, const kcache_setting *s)
         else
             cli_json_uint(j, "bytes", cap);
     }
-    cli_json_string(j, "as_written", s->value);
+    /* As written, but for a secret: hidden there too (a size is shown as read above). */
+    cli_json_string(j, "as_written",
+                    strcmp(s->name, "max_size") ? shown(buf, sizeof(buf), s) : s->value);
     cli_json_string(j, "source", kcache_config_source_name(s->source));
     cli_json_string(j, "origin", s->origin);
     cli_json_string(j, "env", s->env);

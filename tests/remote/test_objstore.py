@@ -188,6 +188,9 @@ def test_http_auth(root):
               "a wrong password: one warning, no password in it: %r" % err)
         out, _ = good.run("config")
         check("pa55" not in out, "config hides the password")
+        out, _ = good.run("config", "--json", env={"KCACHE_REMOTE_TOKEN": "t0ken"})
+        check("pa55" not in out and "t0ken" not in out,
+              "config --json hides the password and the token: %s" % out)
         tok = Cache(root, "tok", bearer.url(), {"KCACHE_REMOTE_TOKEN": "t0ken"})
         tok.compile(kernel(root, 5))
         check(tok.remote_stats()["pushes"] == 1 and len(bearer.files()) == 1, "bearer: pushed")
