@@ -141,6 +141,12 @@ int cli_check_key_prefix(const char *verb, const char *prefix);
  */
 int cli_parse_since(kcache_filter *f, const char *verb, const char *age);
 
+/* The kinds of URL --remote takes, said in its usage errors. */
+#define CLI_REMOTE_URLS                                                                            \
+    "redis://[user:password@]host:port[/db], s3://bucket/prefix or http(s)://host/path"
+/* Whether url names a remote of a kind kcache speaks (its settings are checked when opened). */
+int cli_remote_url_ok(const char *url);
+
 /*
  * The entry whose key starts with prefix (get, inspect): the prefix checked,
  * the cache opened to read, the entry read with kcache_store_get()'s flags.

@@ -42,11 +42,17 @@ static const char *shown(char *buf, size_t size, const kcache_setting *s)
     uint64_t cap;
     if (!strcmp(s->name, "max_size") && kcache_parse_max_size(&cap, s->value) == 0)
         return cli_format_cap(buf, size, cap);
-    if (!strcmp(s->name, "remote_secret") && s->value[0])
+    if ((!strcmp(s->name, "remote_secret") || !strcmp(s->name, "remote_token")) && s->value[0])
         return "(set)";
-    const char *at = strrchr(s->value, '@');
-    const char *colon = at ? memchr(s->value + 8, ':', (size_t)(at - s->value - 8)) : NULL;
-    if (!strcmp(s->name, "remote") && at && colon && !strncmp(s->value, "redis://", 8)) {
+    /* scheme://user:password@host/...: the password is in the part before the path. */
+    const char *start = strstr(s->value, "://");
+    start = start ? start + 3 : s->value;
+    const char *at = NULL;
+    for (const char *p = start; *p && *p != '/'; p++)
+        if (*p == '@')
+            at = p;
+    const char *colon = at ? memchr(start, ':', (size_t)(at - start)) : NULL;
+    if (!strcmp(s->name, "remote") && at && colon) {
         snprintf(buf, size, "%.*s:***%s", (int)(colon - s->value), s->value, at);
         return buf;
     }
@@ -66,7 +72,9 @@ static void json_setting(cli_json *j, const kcache_setting *s)
         else
             cli_json_uint(j, "bytes", cap);
     }
-    cli_json_string(j, "as_written", s->value);
+    /* As written, but for a secret: hidden there too (a size is shown as read above). */
+    cli_json_string(j, "as_written",
+                    strcmp(s->name, "max_size") ? shown(buf, sizeof(buf), s) : s->value);
     cli_json_string(j, "source", kcache_config_source_name(s->source));
     cli_json_string(j, "origin", s->origin);
     cli_json_string(j, "env", s->env);

@@ -18,7 +18,8 @@ static const char usage_text[] =
     "  push   send local entries to the remote\n"
     "  pull   fetch the remote's entries into the local cache, each checked\n"
     "\n"
-    "      --remote URL  redis://[user:password@]host:port[/db]\n"
+    "      --remote URL  redis://[user:password@]host:port[/db], s3://bucket/prefix or\n"
+    "                    http(s)://[user:password@]host/path\n"
     "                    (else KCACHE_REMOTE or remote in kcache.conf)\n"
     "      --arch A      only entries of this architecture (sm_90, ...)\n"
     "      --since AGE   only entries created in the last AGE (7d, 12h)\n"
@@ -60,14 +61,22 @@ static int check(kcache_remote *remote, int json)
     } else {
         printf("Remote:     %s%s\n", kcache_remote_url(remote),
                kcache_remote_read_only(remote) ? " (read-only)" : "");
-        printf("Server:     Redis %s, round trip %s\n", info.server_version,
+        int redis = !strncmp(kcache_remote_url(remote), "redis://", 8);
+        printf("Server:     %s%s, round trip %s\n", redis ? "Redis " : "", info.server_version,
                cli_format_duration(a, sizeof(a), info.latency_ns));
-        printf("Auth:       %s\n", info.authenticated ? "user/password accepted" : "none");
-        printf("Memory:     %s used of %s, policy %s\n",
-               kcache_format_size(a, sizeof(a), info.used_memory),
-               info.maxmemory ? kcache_format_size(b, sizeof(b), info.maxmemory) : "no limit",
-               info.policy);
-        printf("Entries:    %llu indexed\n", (unsigned long long)info.entries);
+        printf("Auth:       %s\n", !info.authenticated ? "none"
+                                   : redis            ? "user/password accepted"
+                                                      : "credentials accepted");
+        if (redis) {
+            printf("Memory:     %s used of %s, policy %s\n",
+                   kcache_format_size(a, sizeof(a), info.used_memory),
+                   info.maxmemory ? kcache_format_size(b, sizeof(b), info.maxmemory)
+                                  : "no limit",
+                   info.policy);
+            printf("Entries:    %llu indexed\n", (unsigned long long)info.entries);
+        } else {
+            printf("Eviction:   %s (kcache never lists the bucket on a hit)\n", info.policy);
+        }
         if (info.down_for_s)
             printf("Back-off:   lifted (compiles had left it alone after a failure, %d s to "
                    "go)\n",
@@ -138,9 +147,9 @@ int cmd_remote(int argc, char **argv)
     while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
         switch (c) {
         case 'r':
-            if (strncmp(optarg, "redis://", 8) != 0)
-                return cli_usage_error("remote", "--remote '%s': expected "
-                                       "redis://[user:password@]host:port[/db]", optarg);
+            if (!cli_remote_url_ok(optarg))
+                return cli_usage_error("remote", "--remote '%s': expected " CLI_REMOTE_URLS,
+                                       optarg);
             url = optarg;
             break;
         case 'a': f.arch = optarg; break;

@@ -326,3 +326,9 @@ int cli_namespace_filter(const char **arch, kcache_kind *kind, const char *verb,
     *kind = KCACHE_KIND_DATA;
     return 0;
 }
+
+int cli_remote_url_ok(const char *url)
+{
+    return !strncmp(url, "redis://", 8) || !strncmp(url, "s3://", 5) ||
+           !strncmp(url, "http://", 7) || !strncmp(url, "https://", 8);
+}

@@ -214,10 +214,10 @@ int compile_args_parse(struct compile_args *a, const char *verb, const char *usa
             break;
         case 'o': a->output = optarg; break;
         case OPT_REMOTE:
-            if (optarg[0] && strcmp(optarg, "none") && strncmp(optarg, "redis://", 8) != 0) {
+            if (optarg[0] && strcmp(optarg, "none") && !cli_remote_url_ok(optarg)) {
                 free(tail);
-                return cli_usage_error(verb, "--remote '%s': expected "
-                                       "redis://[user:password@]host:port[/db], or none", optarg);
+                return cli_usage_error(verb, "--remote '%s': expected " CLI_REMOTE_URLS ", or none",
+                                       optarg);
             }
             a->remote = optarg;
             break;

@@ -22,7 +22,7 @@ _kcache()
             compression) COMPREPLY=($(compgen -W "zstd lz4 none" -- "$cur")) ;;
             disable|remote_read_only) COMPREPLY=($(compgen -W "true false" -- "$cur")) ;;
             busy_timeout|remote_connect_timeout|remote_timeout) COMPREPLY=($(compgen -W "1000 5000 30000" -- "$cur")) ;;
-            remote) COMPREPLY=($(compgen -W "redis://" -- "$cur")) ;;
+            remote) COMPREPLY=($(compgen -W "redis:// s3:// http:// https://" -- "$cur")) ;;
         esac
         return
     fi

@@ -1,7 +1,7 @@
 /*
  * What the shared tier needs from a server: get, put, and a lease. Kept this
  * small so that an HTTP backend (as ccache's and sccache's) can be added
- * beside redis.c without touching the rest. Names are whole keys (the prefix
+ * beside redis.c without touching the rest (objstore.c: S3 and HTTP). Names are whole keys (the prefix
  * applied); values are opaque bytes (wire.h).
  *
  * Every call returns 0 or: KCACHE_ENOTFOUND (get: no such value),
@@ -36,8 +36,12 @@ struct kc_backend_ops {
     void (*close)(kc_backend *b);
 };
 
+/* An index whose members do not say the arch ("/<key hex>"): pull --arch cannot filter. */
+#define KC_BACKEND_INDEX_NO_ARCH 1u
+
 struct kc_backend {
     const struct kc_backend_ops *ops;
+    unsigned flags; /* KC_BACKEND_ */
     char errmsg[KC_ERRMSG_SIZE];
 };
 

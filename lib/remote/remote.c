@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "remote/objaddr.h"
 #include "remote/remint.h"
 #include "util/settings.h"
 
@@ -91,6 +92,32 @@ static void redact(char *out, size_t size, const kc_endpoint *ep)
              ep->password[0] ? "@" : "", ep->host, ep->port, ep->db);
 }
 
+/* An s3:// or http(s):// remote: its own settings read, its backend made. */
+static int open_objstore(kcache_remote *r, const char *url, const char *db_path, char *msg,
+                         size_t msg_size)
+{
+    char endpoint[512], region[64], addressing[16], token[1024];
+    kc_objaddr addr;
+    int rc;
+    if ((rc = setting(endpoint, sizeof(endpoint), "s3_endpoint", NULL, db_path, msg, msg_size)) ||
+        (rc = setting(region, sizeof(region), "s3_region", NULL, db_path, msg, msg_size)) ||
+        (rc = setting(addressing, sizeof(addressing), "s3_addressing", NULL, db_path, msg,
+                      msg_size)) ||
+        (rc = setting(token, sizeof(token), "remote_token", NULL, db_path, msg, msg_size)))
+        return rc;
+    kc_objaddr_settings s = {endpoint, region, addressing, token};
+    rc = kc_objaddr_parse(&addr, url, &s, msg, msg_size);
+    memset(token, 0, sizeof(token));
+    if (rc)
+        return rc;
+    addr.connect_ms = r->ep.connect_ms;
+    addr.timeout_ms = r->ep.timeout_ms;
+    snprintf(r->url, sizeof(r->url), "%s", addr.shown);
+    rc = kc_objstore_new(&r->backend, &addr, msg, msg_size);
+    kc_objaddr_forget(&addr);
+    return rc;
+}
+
 KCACHE_API int kcache_remote_open(kcache_remote **out, kcache_store *store, const char *url,
                                   char *errbuf, size_t errbuf_size)
 {
@@ -117,7 +144,8 @@ KCACHE_API int kcache_remote_open(kcache_remote **out, kcache_store *store, cons
     unsigned connect_ms = KCACHE_DEFAULT_REMOTE_CONNECT_TIMEOUT_MS;
     unsigned timeout_ms = KCACHE_DEFAULT_REMOTE_TIMEOUT_MS;
     char secret[1024];
-    if ((rc = kc_endpoint_parse(&r->ep, value, msg, msg_size)) ||
+    int objstore = kc_objaddr_is_url(value);
+    if ((rc = objstore ? 0 : kc_endpoint_parse(&r->ep, value, msg, msg_size)) ||
         (rc = setting(ro, sizeof(ro), "remote_read_only", NULL, db_path, msg, msg_size)) ||
         (rc = setting(cto, sizeof(cto), "remote_connect_timeout", NULL, db_path, msg,
                       msg_size)) ||
@@ -139,7 +167,8 @@ KCACHE_API int kcache_remote_open(kcache_remote **out, kcache_store *store, cons
     r->ep.timeout_ms = timeout_ms;
     kc_wire_secret_init(&r->secret, secret);
     memset(secret, 0, sizeof(secret));
-    redact(r->url, sizeof(r->url), &r->ep);
+    if (!objstore)
+        redact(r->url, sizeof(r->url), &r->ep);
     /* The back-off file sits beside the database: one per cache, shared by its processes. */
     snprintf(r->down_path, sizeof(r->down_path), "%s", db_path);
     char *dir_end = strrchr(r->down_path, '/');
@@ -150,10 +179,12 @@ KCACHE_API int kcache_remote_open(kcache_remote **out, kcache_store *store, cons
     gethostname(host, sizeof(host) - 1);
     snprintf(r->owner, sizeof(r->owner), "%s:%ld:%llx", host, (long)getpid(),
              (unsigned long long)(kc_mono_ns() ^ ((uint64_t)getpid() << 32)));
-    if (kc_codec_new(&r->codec) || kc_redis_new(&r->backend, &r->ep)) {
+    if (kc_codec_new(&r->codec) || (!objstore && kc_redis_new(&r->backend, &r->ep))) {
         rc = kc_fmt(msg, msg_size, KCACHE_ENOMEM, "out of memory");
         goto fail;
     }
+    if (objstore && (rc = open_objstore(r, value, db_path, msg, msg_size)))
+        goto fail;
     *out = r;
     return 0;
 fail:

@@ -137,6 +137,12 @@ static int pull(kcache_transfer *t, kcache_remote *remote, const kcache_filter *
 {
     struct walk w = {remote, filter, NULL, 0, 0};
     char index[320];
+    if (filter && filter->arch && (remote->backend->flags & KC_BACKEND_INDEX_NO_ARCH)) {
+        snprintf(remote->errmsg, sizeof(remote->errmsg),
+                 "remote pull --arch: the bucket's listing does not say a kernel's arch: "
+                 "pull without --arch");
+        return KCACHE_EINVAL;
+    }
     snprintf(index, sizeof(index), "%sindex", remote->prefix);
     kc_remote_lock(remote);
     int rc = remote->backend->ops->index(remote->backend, index,

@@ -170,7 +170,23 @@ static int check_compression(const char *v)
 /* "none" or nothing: no remote, so that one run (a flag, the environment) can turn it off. */
 static int check_remote(const char *v)
 {
-    return v[0] == '\0' || !strcmp(v, "none") || !strncmp(v, "redis://", 8) ? 0 : KCACHE_EINVAL;
+    return v[0] == '\0' || !strcmp(v, "none") || !strncmp(v, "redis://", 8) ||
+                   !strncmp(v, "s3://", 5) || !strncmp(v, "http://", 7) ||
+                   !strncmp(v, "https://", 8)
+               ? 0
+               : KCACHE_EINVAL;
+}
+
+static int check_endpoint(const char *v)
+{
+    const char *host = !strncmp(v, "http://", 7) ? v + 7 : !strncmp(v, "https://", 8) ? v + 8
+                                                                                    : NULL;
+    return host && host[0] && !strpbrk(host, "@/?#") ? 0 : KCACHE_EINVAL;
+}
+
+static int check_addressing(const char *v)
+{
+    return !strcmp(v, "path") || !strcmp(v, "virtual") ? 0 : KCACHE_EINVAL;
 }
 
 /* A kind of value: its check, and what the check wants, said in messages; the two together. */
@@ -187,8 +203,11 @@ static const struct value_kind as_size = {check_size, "a size such as 2G or 512M
 static const struct value_kind as_ms = {check_ms, "milliseconds from 1 to 3600000"};
 static const struct value_kind as_bool = {check_bool, "true or false"};
 static const struct value_kind as_redis_url = {check_remote,
-                                               "redis://[user:password@]host:port[/db], or none"};
+                                               "redis://[user:password@]host:port[/db], "
+                                               "s3://bucket/prefix, http(s)://host/path, or none"};
 static const struct value_kind as_text = {NULL, "text"};
+static const struct value_kind as_endpoint = {check_endpoint, "http(s)://host[:port]"};
+static const struct value_kind as_addressing = {check_addressing, "path or virtual"};
 static const struct value_kind as_compression = {check_compression, KC_COMPRESSION_NAMES};
 
 struct setting_def {
@@ -202,7 +221,8 @@ struct setting_def {
 enum {
     SET_DIR, SET_PATH, SET_MAX_SIZE, SET_BUSY_TIMEOUT, SET_DISABLE, SET_COMPRESSION,
     SET_REMOTE, SET_REMOTE_READ_ONLY, SET_REMOTE_CONNECT_TIMEOUT, SET_REMOTE_TIMEOUT,
-    SET_REMOTE_PREFIX, SET_REMOTE_SECRET, SET_IMPORT_REQUIRE_SIGNATURE, SET_REQUIRE_HIT, SET_LOG,
+    SET_REMOTE_PREFIX, SET_REMOTE_SECRET, SET_REMOTE_TOKEN, SET_S3_ENDPOINT, SET_S3_REGION,
+    SET_S3_ADDRESSING, SET_IMPORT_REQUIRE_SIGNATURE, SET_REQUIRE_HIT, SET_LOG,
     SET_COUNT
 };
 
@@ -218,7 +238,8 @@ static const struct setting_def defs[SET_COUNT] = {
      "how new entries are stored: lz4 (faster hits, the default), zstd (smallest), none"},
     /* The shared tier (lib/remote/); its defaults are <kcache/config.h>'s, as all are. */
     {"remote", "KCACHE_REMOTE", 1, &as_redis_url,
-     "a Redis server shared by several caches (none or empty: no remote)"},
+     "a Redis server, S3 bucket or HTTP server shared by several caches (none or empty: no "
+     "remote)"},
     {"remote_read_only", "KCACHE_REMOTE_READ_ONLY", 1, &as_bool,
      "only take entries from the remote, never push"},
     {"remote_connect_timeout", "KCACHE_REMOTE_CONNECT_TIMEOUT", 1, &as_ms,
@@ -229,6 +250,15 @@ static const struct setting_def defs[SET_COUNT] = {
      "prefix of kcache's Redis keys, so that several caches can share a server"},
     {"remote_secret", "KCACHE_REMOTE_SECRET", 1, &as_text,
      "shared secret: push signed entries, take only entries signed with it; signs bundles"},
+    {"remote_token", "KCACHE_REMOTE_TOKEN", 1, &as_text,
+     "bearer token sent to an http(s):// remote (basic auth: user:password@ in remote)"},
+    {"s3_endpoint", "KCACHE_S3_ENDPOINT", 1, &as_endpoint,
+     "the S3 server of an s3:// remote (default AWS's for s3_region)"},
+    {"s3_region", "KCACHE_S3_REGION", 1, &as_text,
+     "the region requests to an s3:// remote are signed for (default AWS_REGION or us-east-1)"},
+    {"s3_addressing", "KCACHE_S3_ADDRESSING", 1, &as_addressing,
+     "path (endpoint/bucket/key) or virtual (bucket.endpoint/key); default path with "
+     "s3_endpoint, virtual without"},
     {"import_require_signature", "KCACHE_IMPORT_REQUIRE_SIGNATURE", 1, &as_bool,
      "import only bundles signed with remote_secret"},
     {"require_hit", "KCACHE_REQUIRE_HIT", 1, &as_bool,
@@ -790,7 +820,8 @@ KCACHE_API int kcache_config_set(kcache_config *config, const char *name, const 
         return kc_fmt(err, err_size, KCACHE_EINVAL,
                       "no setting '%s' (settings: max_size, busy_timeout, disable, compression, "
                       "remote, remote_read_only, remote_connect_timeout, remote_timeout, "
-                      "remote_prefix, remote_secret, import_require_signature)",
+                      "remote_prefix, remote_secret, remote_token, s3_endpoint, s3_region, "
+                      "s3_addressing, import_require_signature)",
                       name);
     if (!defs[i].in_file)
         return kc_fmt(err, err_size, KCACHE_EINVAL,

@@ -2,7 +2,7 @@
 """The layering test: the arrows of lib/README.md, checked on the source.
 
 System headers sit on every include path, so only this test keeps SQLite in
-db/ and store/, NVRTC and nvJitLink in compile/, hiredis in remote/, zstd and LZ4 in
+db/ and store/, NVRTC and nvJitLink in compile/, hiredis and libcurl in remote/, zstd and LZ4 in
 util/ (the codec), and stops a folder from reaching into another's private
 headers against the arrows. Inside a folder, it finds circles of calls between
 files. It reads the files as text with comments and string literals removed, so
@@ -35,6 +35,7 @@ OWNED = [
     ('nvJitLink', re.compile(r'#\s*include\s*<nvJitLink\.h>|\bnvJitLink\w*|\bNVJITLINK_\w+'),
      {'cuda', 'compile'}),
     ('hiredis', re.compile(r'#\s*include\s*<hiredis/|\bredis[A-Z]\w*'), {'remote'}),
+    ('libcurl', re.compile(r'#\s*include\s*<curl/|\bcurl_\w+|\bCURL\w*'), {'remote'}),
     # The codecs behind util/codec.h: a layer that wants bytes compressed asks the codec.
     ('zstd', re.compile(r'#\s*include\s*<zstd\.h>|\bZSTD_\w+'), {'util'}),
     ('LZ4', re.compile(r'#\s*include\s*<lz4\w*\.h>|\bLZ4\w*_\w+'), {'util'}),

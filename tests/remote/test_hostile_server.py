@@ -21,7 +21,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 import remotetest  # beside this script; first: it puts kctest on the path and sets it up
@@ -46,37 +45,14 @@ def read_command(f):
     return args
 
 
-class FakeRedis:
+class FakeRedis(remotetest.FakeServer):
     """Answers like a Redis with one kcache entry, except for the get (mode)."""
 
     def __init__(self, mode):
-        self.mode = mode
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.stop_at = time.monotonic() + SERVER_LIFETIME
-        self.stopped = False
-        self.sent = 0
-        threading.Thread(target=self.serve, daemon=True).start()
+        super().__init__(mode, SERVER_LIFETIME)
 
     def url(self):
         return "redis://127.0.0.1:%d" % self.port
-
-    def alive(self):
-        return not self.stopped and time.monotonic() < self.stop_at
-
-    def serve(self):
-        while self.alive():
-            try:
-                conn, _ = self.sock.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
 
     def handle(self, conn):
         conn.settimeout(1.0)
@@ -109,31 +85,12 @@ class FakeRedis:
     def get(self, conn):
         if self.mode == "drip":
             # A bulk string of 240 bytes, one every 0.25 s: a minute in all.
-            conn.sendall(b"$240\r\n")
-            for _ in range(240):
-                if not self.alive():
-                    return
-                conn.sendall(b"x")
-                self.sent += 1
-                time.sleep(0.25)
-            conn.sendall(b"\r\n")
+            if self.drip(conn, b"$240\r\n", 240):
+                conn.sendall(b"\r\n")
         elif self.mode == "huge":
-            conn.sendall(b"$3000000000\r\n")
-            chunk = b"\0" * (1 << 20)
-            conn.settimeout(5.0)
-            while self.alive() and self.sent < (256 << 20):
-                conn.sendall(chunk)  # raises once the client has closed
-                self.sent += len(chunk)
-            # Then nothing more: a client still reading waits for its deadline.
-            while self.alive():
-                time.sleep(0.1)
+            self.flood(conn, b"$3000000000\r\n")
         else:
             conn.sendall(b"$-1\r\n")
-
-    def stop(self):
-        self.stopped = True
-        self.sock.close()
-
 
 def env_for(root, name, remote):
     return remotetest.Cache(root, name, remote, timeout_ms=TIMEOUT_MS).env

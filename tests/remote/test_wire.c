@@ -11,6 +11,7 @@
 #include <kcache/remote.h>
 
 #include "remote/backend.h"
+#include "remote/objaddr.h"
 #include "remote/wire.h"
 #include "storetest.h"
 #include "testutil.h"
@@ -195,8 +196,15 @@ static void test_open_without_remote(void)
     CHECK_RC(kcache_remote_open(&r, s, NULL, msg, sizeof(msg)), KCACHE_ENOTFOUND);
     CHECK(r == NULL && strstr(msg, "no remote set"));
     r = (kcache_remote *)&r;
-    CHECK_RC(kcache_remote_open(&r, s, "http://h:1", msg, sizeof(msg)), KCACHE_EINVAL);
+    CHECK_RC(kcache_remote_open(&r, s, "ftp://h:1", msg, sizeof(msg)), KCACHE_EINVAL);
     CHECK(r == NULL && msg[0] != '\0');
+    r = (kcache_remote *)&r;
+    CHECK_RC(kcache_remote_open(&r, s, "s3://x", msg, sizeof(msg)), KCACHE_EINVAL);
+    CHECK(r == NULL && strstr(msg, "BUCKET 3 to 63"));
+    /* An object store: opened (nothing is connected until a request), no secret shown. */
+    CHECK_RC(kcache_remote_open(&r, s, "http://u:pw@127.0.0.1:1/c", msg, sizeof(msg)), 0);
+    CHECK(r != NULL && !strcmp(kcache_remote_url(r), "http://u:***@127.0.0.1:1/c"));
+    kcache_remote_close(r);
     CHECK_RC(kcache_remote_open(&r, s, "redis://127.0.0.1:1", msg, sizeof(msg)), 0);
     CHECK(r != NULL);
     kcache_remote_close(r);
@@ -222,6 +230,51 @@ static void test_unknown_versions(void)
     kcache_store_close(s);
 }
 
+/* Object stores: each object's URL, path-style and virtual-host, and where credentials come from. */
+static void test_objaddr(void)
+{
+    kc_objaddr a;
+    char msg[512], url[KC_OBJ_URL_SIZE];
+    unsetenv("AWS_ACCESS_KEY_ID");
+    unsetenv("AWS_SECRET_ACCESS_KEY");
+    unsetenv("AWS_REGION");
+    unsetenv("AWS_DEFAULT_REGION");
+    const char *creds = test_path("credentials");
+    test_write_text(creds, "[default]\naws_access_key_id=D\naws_secret_access_key=DS\n"
+                           "[ci]\n aws_access_key_id = AK \naws_secret_access_key=SK\n"
+                           "aws_session_token = T\n");
+    setenv("AWS_SHARED_CREDENTIALS_FILE", creds, 1);
+    setenv("AWS_PROFILE", "ci", 1);
+    kc_objaddr_settings path = {"http://127.0.0.1:9000", "", "", ""};
+    CHECK_RC(kc_objaddr_parse(&a, "s3://bkt/team", &path, msg, sizeof(msg)), 0);
+    CHECK(kc_objaddr_url(url, sizeof(url), &a, "kcache:entry:ab") == 0);
+    CHECK(!strcmp(url, "http://127.0.0.1:9000/bkt/team/kcache%3Aentry%3Aab"));
+    CHECK(!strcmp(a.access_key, "AK") && !strcmp(a.secret_key, "SK") &&
+          !strcmp(a.session_token, "T") && !strcmp(a.sigv4, "aws:amz:us-east-1:s3"));
+    CHECK(!strstr(a.shown, "SK") && a.authenticated);
+    CHECK(kc_objaddr_list_url(url, sizeof(url), &a, "team/kcache:entry:", "a/b=") == 0);
+    CHECK(!strcmp(url, "http://127.0.0.1:9000/bkt/?continuation-token=a%2Fb%3D&list-type=2&"
+                       "max-keys=1000&prefix=team%2Fkcache%3Aentry%3A"));
+    kc_objaddr_settings aws = {"", "eu-west-1", "", ""};
+    unsetenv("AWS_PROFILE");
+    CHECK_RC(kc_objaddr_parse(&a, "s3://bkt", &aws, msg, sizeof(msg)), 0);
+    CHECK(kc_objaddr_url(url, sizeof(url), &a, "x") == 0);
+    CHECK(!strcmp(url, "https://bkt.s3.eu-west-1.amazonaws.com/x"));
+    CHECK(!strcmp(a.access_key, "D") && !strcmp(a.sigv4, "aws:amz:eu-west-1:s3"));
+    setenv("AWS_PROFILE", "absent", 1);
+    CHECK_RC(kc_objaddr_parse(&a, "s3://bkt", &aws, msg, sizeof(msg)), KCACHE_EINVAL);
+    CHECK(strstr(msg, "AWS_PROFILE absent") && !a.secret_key[0]);
+    unsetenv("AWS_PROFILE");
+    unsetenv("AWS_SHARED_CREDENTIALS_FILE");
+    kc_objaddr_settings none = {"", "", "", "tok"};
+    CHECK_RC(kc_objaddr_parse(&a, "https://u:p@w@h:8/c/", &none, msg, sizeof(msg)), 0);
+    CHECK(!strcmp(a.base, "https://h:8/c") && !strcmp(a.user, "u") && !strcmp(a.password, "p@w"));
+    CHECK(!strcmp(a.shown, "https://u:***@h:8/c") && !strcmp(a.token, "tok"));
+    CHECK(kc_objaddr_url(url, sizeof(url), &a, "kcache:entry:ab") == 0);
+    CHECK(!strcmp(url, "https://h:8/c/kcache%3Aentry%3Aab"));
+    kc_objaddr_forget(&a);
+}
+
 int main(void)
 {
     kc_codec_ctx *c = NULL;
@@ -229,6 +282,7 @@ int main(void)
     test_round_trip(c);
     test_codecs(c);
     test_endpoint();
+    test_objaddr();
     test_open_without_remote();
     test_unknown_versions();
     kc_codec_free(c);

