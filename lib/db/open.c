@@ -107,7 +107,8 @@ int kc_db_open(struct kc_db *db)
      * file is what a crash before the first table leaves, and holds none. */
     if (db->no_create && (stat(db->path, &st) != 0 || (S_ISREG(st.st_mode) && st.st_size == 0)))
         return kc_db_err(db, KCACHE_ENOTFOUND, "no cache yet at %s", db->path);
-    int rc = make_parent_dirs(db, db->path);
+    /* A bundle is read where it is (db.c reads it immutable): nothing to make, no WAL. */
+    int rc = db->any_owner && db->read_only ? 0 : make_parent_dirs(db, db->path);
     if (rc)
         return rc;
     if (stat(db->path, &st) == 0 && S_ISDIR(st.st_mode))

@@ -290,6 +290,7 @@ enum {
     SET_DIR, SET_PATH, SET_MAX_SIZE, SET_BUSY_TIMEOUT, SET_DISABLE, SET_COMPRESSION,
     SET_REMOTE, SET_REMOTE_READ_ONLY, SET_REMOTE_CONNECT_TIMEOUT, SET_REMOTE_TIMEOUT,
     SET_REMOTE_PREFIX, SET_REMOTE_SECRET, SET_IMPORT_REQUIRE_SIGNATURE, SET_REQUIRE_HIT, SET_LOG,
+    SET_SHARED, SET_SHARED_READ_ONLY, SET_SHARED_MAX_SIZE,
     SET_COUNT
 };
 
@@ -323,6 +324,14 @@ static const struct setting_def defs[SET_COUNT] = {
      "start warm)"},
     {"log", "KCACHE_LOG", 1, &as_file,
      "append a line per request to this file: time, process, key, outcome, reason"},
+    /* The shared file system tier (lib/remote/sharedfs.c), between the store and the remote. */
+    {"shared", "KCACHE_SHARED", 1, &as_directory,
+     "a directory on the cluster's file system shared by the nodes' caches (none: no shared "
+     "tier)"},
+    {"shared_read_only", "KCACHE_SHARED_READ_ONLY", 1, &as_bool,
+     "only take entries from the shared directory, never publish"},
+    {"shared_max_size", "KCACHE_SHARED_MAX_SIZE", 1, &as_size,
+     "size cap of the shared directory, held by its compaction"},
 };
 
 /* Whether v is not a value setting i takes. */
@@ -788,7 +797,10 @@ KCACHE_API int kcache_config_load(kcache_config **out, const kcache_config_overr
                 snprintf(def, sizeof(def), "%u", KCACHE_DEFAULT_REMOTE_TIMEOUT_MS);
             else if (i == SET_REMOTE_PREFIX)
                 snprintf(def, sizeof(def), "%s", KCACHE_DEFAULT_REMOTE_PREFIX);
-            else if (i == SET_REMOTE || i == SET_REMOTE_SECRET)
+            else if (i == SET_SHARED_MAX_SIZE)
+                snprintf(def, sizeof(def), "%lluG",
+                         (unsigned long long)(KCACHE_DEFAULT_SHARED_MAX_SIZE >> 30));
+            else if (i == SET_REMOTE || i == SET_REMOTE_SECRET || i == SET_SHARED)
                 def[0] = '\0';
             else
                 snprintf(def, sizeof(def), "false");
