@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""The shared file system tier as a cluster uses it: a shared directory on
+sshfs over loopback (tests/pyhelp/sshfs.py), several nodes (own hostname,
+own /var/tmp, so their own node-local cache) x several ranks compiling the
+same kernels at once, then a node that starts afterwards. No lock is
+honoured across nodes here: sshfs does not pass byte-range locks on to the
+server, and the nodes share nothing but the directory.
+
+Usage: test_sharedfs.py KCACHE [--nodes N --ranks R --kernels K]
+  (exit 77 without root, FUSE, sshfs or a toolkit). The default run is
+  small (2 x 2 x 4); benchmarks/sharedfs.sh runs 8 x 4 x 40.
+"""
+import argparse
+import collections
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyhelp"))
+from kctest import Skip, check, run_tests  # noqa: E402
+import sshfs  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("kcache")
+ap.add_argument("--nodes", type=int, default=2)
+ap.add_argument("--ranks", type=int, default=2)
+ap.add_argument("--kernels", type=int, default=4)
+ARGS = ap.parse_args()
+KCACHE = os.path.abspath(ARGS.kcache)
+KERNEL = 'extern "C" __global__ void k%d(float *x) { x[threadIdx.x] *= %d.0f; }\n'
+
+
+def env_for(shared):
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/var/tmp",
+           "KCACHE_SHARED": shared}
+    for k in ("LD_LIBRARY_PATH", "CUDA_HOME", "LSAN_OPTIONS", "ASAN_OPTIONS", "UBSAN_OPTIONS"):
+        if k in os.environ:
+            env[k] = os.environ[k]
+    return env
+
+
+def rank_script(srcdir, outdir, node, rank, n):
+    """One rank: every kernel in turn (its own order), one kcache process each."""
+    order = [(i + rank * 3) % n for i in range(n)]
+    lines = ["cd %s" % srcdir]
+    for i in order:
+        lines.append("%s compile k%d.cu --arch sm_90 -o %s/%s-%d-k%d.cubin >>%s/%s-%d.out "
+                     "2>>%s/%s-%d.err || echo FAILED k%d >>%s/%s-%d.err"
+                     % (KCACHE, i, outdir, node, rank, i, outdir, node, rank, outdir, node, rank,
+                        i, outdir, node, rank))
+    return "; ".join(lines)
+
+
+def warm(srcdir, outdir, node):
+    """A node's cache that has run before: NVRTC's environment probed (compile/nvenv.c) by
+    a kernel of its own. Under ASan the probe's fork can hang until its 30 s limit, and
+    then every compile of a fresh cache runs uncached; that is not what is tested here."""
+    return ("%s compile %s/warm.cu --arch sm_90 -o %s/%s-warm.cubin >/dev/null 2>%s/%s-warm.err; "
+            % (KCACHE, srcdir, outdir, node, outdir, node))
+
+
+def probe_failed(outdir):
+    """Whether a node's probe failed (then every compile there ran uncached): a skip."""
+    for name in os.listdir(outdir):
+        if name.endswith("-warm.err") and "probe of NVRTC's environment failed" in open(
+                os.path.join(outdir, name)).read():
+            return name[:-9]
+    return None
+
+
+def node_process(name, script, env):
+    return subprocess.Popen(sshfs.node(name, ["sh", "-c", script]), env=env)
+
+
+def test_cluster(root):
+    if not os.path.isdir("/usr/local/cuda/include"):
+        raise Skip("no CUDA toolkit")
+    n, nodes, ranks = ARGS.kernels, ARGS.nodes, ARGS.ranks
+    with sshfs.Mount(os.path.join(root, "fs")) as m:
+        shared = os.path.join(m.mnt, "kcache-shared")
+        os.makedirs(shared)
+        src = os.path.join(root, "src")
+        out = os.path.join(root, "out")
+        os.makedirs(src)
+        os.makedirs(out)
+        for i in range(n):
+            with open(os.path.join(src, "k%d.cu" % i), "w") as f:
+                f.write(KERNEL % (i, i + 2))
+        with open(os.path.join(src, "warm.cu"), "w") as f:
+            f.write(KERNEL % (999, 1))
+        env = env_for(shared)
+        # Plain NVRTC's kernels: the cache off.
+        ref = dict(env, KCACHE_DISABLE="1")
+        for i in range(n):
+            subprocess.run([KCACHE, "compile", os.path.join(src, "k%d.cu" % i), "--arch", "sm_90",
+                            "-o", os.path.join(out, "ref-k%d.cubin" % i)], env=ref, check=True,
+                           capture_output=True)
+        # The first wave: every node's ranks at once; each node a script of its own that
+        # starts its ranks together inside its namespaces.
+        t0 = time.time()
+        procs = []
+        for j in range(nodes):
+            name = "node%d" % j
+            body = " & ".join("(%s)" % rank_script(src, out, name, r, n) for r in range(ranks))
+            procs.append(node_process(name, warm(src, out, name) + body + " & wait", env))
+        for p in procs:
+            p.wait()
+        wave = time.time() - t0
+        if probe_failed(out):
+            raise Skip("NVRTC's environment probe failed on %s (compile/nvenv.c: under ASan its "
+                       "fork can hang), so every compile there ran uncached; run this test with "
+                       "a build without sanitizers" % probe_failed(out))
+        failed, misses, differ = [], collections.Counter(), []
+        for j in range(nodes):
+            for r in range(ranks):
+                base = os.path.join(out, "node%d-%d" % (j, r))
+                err = open(base + ".err").read()
+                failed += [l for l in err.splitlines() if l.startswith("FAILED")]
+                for line in open(base + ".out").read().splitlines():
+                    f = line.split()
+                    if f and f[0] in ("miss", "uncached"):
+                        misses[("node%d" % j, f[2])] += 1
+                for i in range(n):
+                    got = open("%s-k%d.cubin" % (base, i), "rb").read()
+                    if got != open(os.path.join(out, "ref-k%d.cubin" % i), "rb").read():
+                        differ.append("node%d rank %d k%d" % (j, r, i))
+        print("first wave: %d nodes x %d ranks x %d kernels in %.1f s, %d compiles"
+              % (nodes, ranks, n, wave, sum(misses.values())))
+        check(not failed, "0 failed commands: %s" % failed[:5])
+        check(not differ, "every result equal to plain NVRTC's: %s" % differ[:5])
+        twice = [k for k, c in misses.items() if c > 1]
+        check(not twice, "each kernel compiled at most once per node: %s" % twice[:5])
+        # A node that starts afterwards: its first process compiles nothing.
+        late = (warm(src, out, "late") + "cd %s; for i in $(seq 0 %d); do %s compile k$i.cu --arch sm_90 -o %s/late-k$i.cubin"
+                "; done; %s stats --json" % (src, n - 1, KCACHE, out, KCACHE))
+        p = subprocess.run(sshfs.node("late", ["sh", "-c", late]), env=env, capture_output=True,
+                           text=True)
+        rows = [l.split() for l in p.stdout.splitlines() if l[:4] in ("hit ", "miss", "unca")]
+        check(len(rows) == n and all(r[0] == "hit" for r in rows),
+              "every kernel a hit on a later node: %s %s" % (rows, p.stderr))
+        for i in range(n):
+            check(open(os.path.join(out, "late-k%d.cubin" % i), "rb").read() ==
+                  open(os.path.join(out, "ref-k%d.cubin" % i), "rb").read(),
+                  "the late node's k%d is plain NVRTC's" % i)
+        segs = os.listdir(os.path.join(shared, "segments"))
+        print("shared directory: %d segments" % len(segs))
+
+
+if __name__ == "__main__":
+    sys.exit(run_tests(globals()))
