@@ -346,6 +346,15 @@ static size_t count_segments(const kc_shared *sh)
     return n;
 }
 
+/* The segments that make a publisher compact; the tests ask for fewer (a handful of compiles). */
+static size_t compact_at(void)
+{
+    uint64_t n;
+    const char *v = getenv("KCACHE_TEST_SHARED_COMPACT_AT");
+    return v && kcache_parse_count(&n, v, 2, KC_SHARED_COMPACT_AT) == 0 ? (size_t)n
+                                                                       : KC_SHARED_COMPACT_AT;
+}
+
 void kc_shared_publish(kc_shared *sh, const kcache_entry *e)
 {
     if (sh->read_only || kc_store_local_only(e))
@@ -366,7 +375,7 @@ void kc_shared_publish(kc_shared *sh, const kcache_entry *e)
         return;
     }
     kc_store_count(sh->store, KC_SC_PUBLISHES, 1);
-    if (count_segments(sh) >= KC_SHARED_COMPACT_AT)
+    if (count_segments(sh) >= compact_at())
         kc_shared_compact(sh);
 }
 

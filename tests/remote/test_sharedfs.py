@@ -8,7 +8,7 @@ server, and the nodes share nothing but the directory.
 
 Usage: test_sharedfs.py KCACHE [--nodes N --ranks R --kernels K]
   (exit 77 without root, FUSE, sshfs or a toolkit). The default run is
-  small (2 x 2 x 4); benchmarks/sharedfs.sh runs 8 x 4 x 40.
+  small (2 x 2 x 3); benchmarks/sharedfs.sh runs 8 x 4 x 40.
 """
 import argparse
 import collections
@@ -25,7 +25,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("kcache")
 ap.add_argument("--nodes", type=int, default=2)
 ap.add_argument("--ranks", type=int, default=2)
-ap.add_argument("--kernels", type=int, default=4)
+ap.add_argument("--kernels", type=int, default=3)
 ARGS = ap.parse_args()
 KCACHE = os.path.abspath(ARGS.kcache)
 KERNEL = 'extern "C" __global__ void k%d(float *x) { x[threadIdx.x] *= %d.0f; }\n'
@@ -154,6 +154,45 @@ def test_cluster(root):
                   "the late node's k%d is plain NVRTC's" % i)
         segs = os.listdir(os.path.join(shared, "segments"))
         print("shared directory: %d segments" % len(segs))
+
+
+def test_compaction(root):
+    """A publisher that finds KCACHE_TEST_SHARED_COMPACT_AT (3) segments merges them: the
+    count stays bounded, the merged ones are retired, not deleted, and a later node
+    gets every kernel from the tier."""
+    if not os.path.isdir("/usr/local/cuda/include"):
+        raise Skip("no CUDA toolkit")
+    n = 5
+    with sshfs.Mount(os.path.join(root, "fs")) as m:
+        shared = os.path.join(m.mnt, "kcache-shared")
+        os.makedirs(shared)
+        src, out = os.path.join(root, "src"), os.path.join(root, "out")
+        os.makedirs(src)
+        os.makedirs(out)
+        for i in range(n):
+            with open(os.path.join(src, "c%d.cu" % i), "w") as f:
+                f.write(KERNEL % (100 + i, i + 3))
+        env = dict(env_for(shared), KCACHE_TEST_SHARED_COMPACT_AT="3")
+        loop = ("cd %s; for i in $(seq 0 %d); do %s compile c$i.cu --arch sm_90 -o %s/%%s-$i.cubin"
+                "; done" % (src, n - 1, KCACHE, out))
+        p = subprocess.run(sshfs.node("pub", ["sh", "-c", loop % "pub"]), env=env,
+                           capture_output=True, text=True)
+        if "probe of NVRTC's environment failed" in p.stderr:
+            raise Skip("NVRTC's environment probe failed (compile/nvenv.c)")
+        check(p.returncode == 0, "the publisher's compiles: %s" % p.stderr)
+        segs = os.listdir(os.path.join(shared, "segments"))
+        retired = os.listdir(os.path.join(shared, "retired"))
+        print("after %d publishes: %d segments, %d retired" % (n, len(segs), len(retired)))
+        check(len(segs) < 3, "fewer segments than the threshold: %s" % segs)
+        check(any(s.endswith("-merged.kcb") for s in segs), "a merged segment: %s" % segs)
+        check(len(retired) >= 3, "the merged ones retired, not deleted: %s" % retired)
+        p = subprocess.run(sshfs.node("late", ["sh", "-c", loop % "late"]), env=env,
+                           capture_output=True, text=True)
+        rows = [l.split()[0] for l in p.stdout.splitlines() if l.strip()]
+        check(rows == ["hit"] * n, "every kernel a hit on a later node: %s %s" % (rows, p.stderr))
+        for i in range(n):
+            check(open(os.path.join(out, "pub-%d.cubin" % i), "rb").read() ==
+                  open(os.path.join(out, "late-%d.cubin" % i), "rb").read(), "c%d's bytes" % i)
 
 
 if __name__ == "__main__":
