@@ -26,6 +26,8 @@ ap.add_argument("kcache")
 ap.add_argument("--nodes", type=int, default=2)
 ap.add_argument("--ranks", type=int, default=2)
 ap.add_argument("--kernels", type=int, default=3)
+ap.add_argument("--kills", type=int, default=0,
+                help="also kill this many publishers at random moments (long mode)")
 ARGS = ap.parse_args()
 KCACHE = os.path.abspath(ARGS.kcache)
 KERNEL = 'extern "C" __global__ void k%d(float *x) { x[threadIdx.x] *= %d.0f; }\n'
@@ -193,6 +195,58 @@ def test_compaction(root):
         for i in range(n):
             check(open(os.path.join(out, "pub-%d.cubin" % i), "rb").read() ==
                   open(os.path.join(out, "late-%d.cubin" % i), "rb").read(), "c%d's bytes" % i)
+
+
+def test_kills(root):
+    """Publishers SIGKILLed at random moments (compiling, publishing, compacting: the
+    threshold is 3, so most publishes compact): every kernel a completed compile
+    published is still served to a later node, and no segment is refused."""
+    if not ARGS.kills:
+        raise Skip("long mode only (--kills N)")
+    import random
+    import signal
+    rnd = random.Random(36)
+    with sshfs.Mount(os.path.join(root, "fs")) as m:
+        shared = os.path.join(m.mnt, "kcache-shared")
+        os.makedirs(shared)
+        src, out = os.path.join(root, "src"), os.path.join(root, "out")
+        os.makedirs(src)
+        os.makedirs(out)
+        env = dict(env_for(shared), KCACHE_TEST_SHARED_COMPACT_AT="3",
+                   KCACHE_DIR=os.path.join(root, "local"))
+        done, kills, i = [], 0, 0
+        while kills < ARGS.kills:
+            name = os.path.join(src, "x%d.cu" % i)
+            with open(name, "w") as f:
+                f.write(KERNEL % (1000 + i, i + 5))
+            p = subprocess.Popen([KCACHE, "compile", name, "--arch", "sm_90", "-o",
+                                  os.path.join(out, "x%d.cubin" % i)], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            if i % 3 != 0:
+                time.sleep(rnd.uniform(0.3, 1.5))
+                if p.poll() is None:
+                    p.send_signal(signal.SIGKILL)
+                    kills += 1
+            o, _ = p.communicate()
+            if p.returncode == 0 and o.startswith("miss"):
+                done.append(i)
+            i += 1
+        print("%d kills, %d completed publishes, %d segments, %d retired" % (
+            kills, len(done), len(os.listdir(os.path.join(shared, "segments"))),
+            len(os.listdir(os.path.join(shared, "retired")))))
+        late = dict(env, KCACHE_DIR=os.path.join(root, "late"))
+        misses = []
+        for k in done:
+            p = subprocess.run([KCACHE, "compile", os.path.join(src, "x%d.cu" % k), "--arch",
+                                "sm_90", "-o", os.path.join(out, "late%d.cubin" % k)], env=late,
+                               capture_output=True, text=True)
+            if not p.stdout.startswith("hit"):
+                misses.append((k, p.stdout, p.stderr))
+        check(not misses, "every completed publish served later: %s" % misses[:3])
+        st = subprocess.run([KCACHE, "stats", "--json"], env=late, capture_output=True,
+                            text=True).stdout
+        import json
+        check(json.loads(st)["shared"]["rejected"] == 0, "no segment refused: %s" % st)
 
 
 if __name__ == "__main__":
