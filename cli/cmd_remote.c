@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <kcache/config.h>
 #include <kcache/remote.h>
 
 #include "cli.h"
@@ -34,6 +35,23 @@ static void progress(void *userdata, const char *phase, uint64_t done, uint64_t 
     cli_progress(NULL, (const char *)userdata, done, total);
 }
 
+/* The tiers a miss goes through, in order (doc/shared-tier.md). */
+static void print_chain(const kcache_remote *remote)
+{
+    kcache_config *c = NULL;
+    char err[512], shared[1100] = "";
+    if (kcache_config_load(&c, NULL, 0, err, sizeof(err)) == 0) {
+        const kcache_setting *d = kcache_config_find(c, "shared");
+        const kcache_setting *ro = kcache_config_find(c, "shared_read_only");
+        if (d && d->value[0] && strcmp(d->value, "none"))
+            snprintf(shared, sizeof(shared), "shared %s%s -> ", cli_safe(d->value),
+                     ro && !strcmp(ro->value, "true") ? " (read-only)" : "");
+    }
+    kcache_config_free(c);
+    printf("Chain:      local -> %sremote%s\n", shared,
+           kcache_remote_read_only(remote) ? " (read-only)" : "");
+}
+
 static int check(kcache_remote *remote, int json)
 {
     kcache_remote_info info = KCACHE_REMOTE_INFO_INIT;
@@ -59,6 +77,7 @@ static int check(kcache_remote *remote, int json)
         cli_json_object_end(&j);
         cli_json_finish(&j);
     } else {
+        print_chain(remote);
         printf("Remote:     %s%s\n", kcache_remote_url(remote),
                kcache_remote_read_only(remote) ? " (read-only)" : "");
         int redis = !strncmp(kcache_remote_url(remote), "redis://", 8);

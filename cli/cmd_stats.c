@@ -17,10 +17,42 @@ static const char *const remote_counters[] = {
 enum { R_HITS, R_MISSES, R_PUSHES, R_ERRORS, R_REJECTED, R_SKIPPED, R_IN, R_OUT, R_SAVED,
        R_COUNT };
 
+/* The shared file system tier's counters (lib/remote/sharedfs.h), and its directory. */
+static const char *const shared_counters[] = {
+    "shared_hits", "shared_misses", "shared_publishes", "shared_rejected", "shared_errors",
+    "shared_compactions",
+};
+#define S_COUNT 6
+
+struct shared_stats {
+    char dir[1024]; /* "" when none is set */
+    uint64_t v[S_COUNT];
+    int any;
+};
+
+static void read_shared(struct shared_stats *ss, kcache_store *store)
+{
+    memset(ss, 0, sizeof(*ss));
+    kcache_config *c = NULL;
+    char err[512];
+    if (kcache_config_load(&c, NULL, 0, err, sizeof(err)) == 0) {
+        const kcache_setting *d = kcache_config_find(c, "shared");
+        if (d && d->value[0] && strcmp(d->value, "none"))
+            snprintf(ss->dir, sizeof(ss->dir), "%s", d->value);
+    }
+    kcache_config_free(c);
+    for (int i = 0; i < S_COUNT; i++) {
+        if (kcache_store_counter(&ss->v[i], store, shared_counters[i]) != 0)
+            ss->v[i] = 0;
+        ss->any |= ss->v[i] != 0;
+    }
+}
+
 struct remote_stats {
     char url[512]; /* "" when no remote is set */
     uint64_t v[R_COUNT];
     int any;
+    struct shared_stats shared; /* the tier between the store and the remote */
 };
 
 static void read_remote(struct remote_stats *rs, kcache_store *store)
@@ -31,6 +63,7 @@ static void read_remote(struct remote_stats *rs, kcache_store *store)
     if (kcache_remote_open(&remote, store, NULL, err, sizeof(err)) == 0 && remote)
         snprintf(rs->url, sizeof(rs->url), "%s", kcache_remote_url(remote));
     kcache_remote_close(remote);
+    read_shared(&rs->shared, store);
     for (int i = 0; i < R_COUNT; i++) {
         if (kcache_store_counter(&rs->v[i], store, remote_counters[i]) != 0)
             rs->v[i] = 0;
@@ -43,8 +76,9 @@ static const char usage_text[] =
     "\n"
     "Shows entries, sizes (raw, stored, on disk) against the cap, hits and misses\n"
     "overall and per architecture and kind, compile time saved, evictions, damaged\n"
-    "entries found and store failures; with a remote (or its counters), the shared\n"
-    "tier's hits, misses, pushes, errors, bytes and time saved.\n"
+    "entries found and store failures; with a shared directory (or its counters), its\n"
+    "hits, misses, segments published and compactions; with a remote (or its\n"
+    "counters), its hits, misses, pushes, errors, bytes and time saved.\n"
     "\n"
     "  -z, --zero   zero the counters after showing them (entries stay); with\n"
     "               --namespace, that namespace's hits and misses only\n"
@@ -56,6 +90,18 @@ static const char usage_text[] =
 static double percent(uint64_t part, uint64_t whole)
 {
     return whole ? 100.0 * (double)part / (double)whole : 0.0;
+}
+
+static void json_shared(cli_json *j, const struct shared_stats *ss)
+{
+    cli_json_object_begin(j, "shared");
+    if (ss->dir[0])
+        cli_json_string(j, "dir", ss->dir);
+    else
+        cli_json_null(j, "dir");
+    for (int i = 0; i < S_COUNT; i++)
+        cli_json_uint(j, shared_counters[i] + 7, ss->v[i]); /* without "shared_" */
+    cli_json_object_end(j);
 }
 
 static void print_json(const kcache_stats *st, const char *path, const struct remote_stats *rs,
@@ -121,8 +167,21 @@ static void print_json(const kcache_stats *st, const char *path, const struct re
     for (int i = 0; i < R_COUNT; i++)
         cli_json_uint(&j, remote_counters[i] + 7, rs->v[i]); /* without "remote_" */
     cli_json_object_end(&j);
+    json_shared(&j, &rs->shared);
     cli_json_object_end(&j);
     cli_json_finish(&j);
+}
+
+static void print_shared(const struct shared_stats *ss)
+{
+    const uint64_t *v = ss->v;
+    printf("\nShared directory:    %s\n", ss->dir[0] ? cli_safe(ss->dir) : "(none set now)");
+    printf("Shared hits:         %10llu / %10llu (%6.2f %%)\n", (unsigned long long)v[0],
+           (unsigned long long)(v[0] + v[1]), percent(v[0], v[0] + v[1]));
+    printf("Published:           %10llu   (segments written; %llu compactions)\n",
+           (unsigned long long)v[2], (unsigned long long)v[5]);
+    printf("Refused, errors:     %10llu, %llu\n", (unsigned long long)v[3],
+           (unsigned long long)v[4]);
 }
 
 static void print_remote(const struct remote_stats *rs)
@@ -198,6 +257,8 @@ static void print_human(const kcache_stats *st, const char *path, const struct r
     for (size_t i = 0; i < st->n_uncacheable; i++)
         printf("  %-18s %10llu\n", st->uncacheable_reasons[i].reason,
                (unsigned long long)st->uncacheable_reasons[i].count);
+    if (rs->shared.dir[0] || rs->shared.any)
+        print_shared(&rs->shared);
     if (rs->url[0] || rs->any)
         print_remote(rs);
     if (!st->n_usage)

@@ -13,6 +13,7 @@
 #include "compile/nvenv.h"
 #include "compile/opts.h"
 #include "cuda/toolkit.h"
+#include "remote/sharedfs.h"
 #include "remote/tier.h"
 #include "store/internal.h"
 
@@ -25,6 +26,8 @@ struct kcache_compiler {
     unsigned wait_timeout_ms;
     kcache_remote *remote;  /* the shared tier, or NULL */
     char remote_message[512]; /* why a remote that is set is not used */
+    kc_shared *shared;        /* the shared file system tier, or NULL */
+    char shared_message[512]; /* why a shared directory that is set is not used */
     kcache_log_fn log;
     void *log_userdata;
     int require_hit;        /* require_hit: what the cache cannot serve fails, uncompiled */

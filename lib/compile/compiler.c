@@ -165,6 +165,12 @@ KCACHE_API int kcache_compiler_new(kcache_compiler **out, const kcache_compiler_
             kc_remote_set_log(c->remote, options->log, options->log_userdata);
         else if (ro == KCACHE_ENOTFOUND)
             c->remote_message[0] = '\0'; /* none set: nothing to say */
+        int so = kc_shared_open(&c->shared, c->store, c->shared_message,
+                                sizeof(c->shared_message));
+        if (so == 0)
+            kc_shared_set_log(c->shared, options->log, options->log_userdata);
+        else if (so == KCACHE_ENOTFOUND)
+            c->shared_message[0] = '\0';
     }
     learn_environment_early(c, options);
     *out = c;
@@ -176,6 +182,7 @@ KCACHE_API void kcache_compiler_free(kcache_compiler *compiler)
     if (!compiler)
         return;
     kcache_remote_close(compiler->remote);
+    kc_shared_close(compiler->shared);
     if (compiler->request_log >= 0)
         close(compiler->request_log);
     if (compiler->own_store)
@@ -243,6 +250,8 @@ void kc_store_result(kcache_compiler *c, struct kc_result *r, const char *name,
     e.n_inputs = n_inputs;
     e.inputs = inputs;
     int rc = kcache_store_put(c->store, &e);
+    if (c->shared)
+        kc_shared_publish(c->shared, &e); /* the chain's order: shared, then remote */
     if (c->remote)
         kc_remote_push(c->remote, &e); /* waits at most the remote's operation timeout */
     free(hit_log);
@@ -274,8 +283,20 @@ static int kc_through_remote(kcache_compiler *c, struct kc_result *r, int *remot
             return 0;
         }
     }
+    if (c->shared)
+        kc_shared_publish(c->shared, e); /* a lower tier's hit fills the tiers above it */
     kc_result_from_entry(r, e);
     r->pub.remote_hit = 1;
+    return 1;
+}
+
+/* 1: served from the shared directory, now in the local store too (r filled); 0: not there. */
+static int kc_through_shared(kcache_compiler *c, struct kc_result *r)
+{
+    kcache_entry *e = NULL;
+    if (kc_shared_fetch(&e, c->shared, &r->pub.key) != 1)
+        return 0;
+    kc_result_from_entry(r, e);
     return 1;
 }
 
@@ -316,6 +337,13 @@ int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, uns
      * fleet's misses of one key wait for one compile.
      */
     int remote_leased = 0;
+    if (leased && c->shared && kc_through_shared(c, r)) {
+        kc_heartbeat_stop(&hb);
+        kc_store_lease_release(c->store, &r->pub.key);
+        return 0;
+    }
+    if (c->shared_message[0])
+        kc_result_store_problem(r, KCACHE_EINVAL, c->shared_message);
     if (leased && c->remote && kc_through_remote(c, r, &remote_leased, &hb)) {
         kc_heartbeat_stop(&hb);
         kc_store_lease_release(c->store, &r->pub.key);

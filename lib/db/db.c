@@ -103,7 +103,14 @@ static int connect(struct kc_db *db)
     int flags = (db->read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) |
                 SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE |
                 (db->any_owner ? 0 : SQLITE_OPEN_NOFOLLOW);
-    int rc = kc_sqlite_open(&db->conn, db->path, flags);
+    /*
+     * A bundle (any owner, read-only) is complete when it appears (written
+     * aside, then renamed) and never changes: read immutable, it takes no
+     * lock and makes no file beside it, so it can be read where locks do not
+     * reach, a shared tier's segment on NFS or Lustre among them.
+     */
+    int rc = db->any_owner && db->read_only ? kc_sqlite_open_immutable(&db->conn, db->path)
+                                            : kc_sqlite_open(&db->conn, db->path, flags);
     if (rc != SQLITE_OK)
         return kc_sqlerr(db, rc, "opening the cache");
     kc_db_busy(db, db->busy_timeout_ms);

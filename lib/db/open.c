@@ -8,44 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "db/alone.h"
 #include "db/dbint.h"
 #include "db/owner.h"
-
-/*
- * Network file systems cannot give WAL the shared memory it needs between
- * hosts; SQLite's documentation is plain that the file would be corrupted.
- */
-static const char *network_fs_name(const char *dir)
-{
-    static const struct {
-        long magic;
-        const char *name;
-    } fs[] = {
-        {0x6969, "NFS"},
-        {0x517B, "SMB"},
-        {(long)0xFF534D42, "CIFS"},
-        {(long)0xFE534D42, "SMB2"},
-        {0x73757245, "Coda"},
-        {0x5346414F, "AFS"},
-        {0x00C36400, "Ceph"},
-        {0x01021997, "9P"},
-        {0x0BD00BD0, "Lustre"},
-        {0x47504653, "GPFS"},
-        {0x01161970, "GFS2"},
-        {0x7461636F, "OCFS2"},
-    };
-    struct statfs sfs;
-    if (statfs(dir, &sfs) != 0)
-        return NULL;
-    for (size_t i = 0; i < KC_ARRAY_SIZE(fs); i++)
-        if ((long)sfs.f_type == fs[i].magic)
-            return fs[i].name;
-    return NULL;
-}
+#include "util/netfs.h"
 
 /* Creates the missing directories of path's parent, 0700 each. */
 static int make_parent_dirs(struct kc_db *db, const char *path)
@@ -80,11 +48,13 @@ static int make_parent_dirs(struct kc_db *db, const char *path)
             kc_db_err(db, KCACHE_EIO, "%s is not a directory (set KCACHE_DIR to a directory)", dir);
         goto out;
     }
-    const char *net = network_fs_name(dir);
-    if (net) {
+    /* WAL needs memory shared by the file's processes: one host (util/netfs.c). */
+    char net[128];
+    if (kc_netfs_name(dir, net, sizeof(net))) {
         rc = kc_db_err(db, KCACHE_ENOTSUP,
                        "%s is on a network file system (%s); SQLite's WAL needs one host: "
-                       "set KCACHE_DIR to a local directory",
+                       "set KCACHE_DIR to a local directory (unset, kcache picks a node-local "
+                       "one), and shared = DIR to share kernels between nodes (the shared tier)",
                        dir, net);
         goto out;
     }
@@ -137,7 +107,8 @@ int kc_db_open(struct kc_db *db)
      * file is what a crash before the first table leaves, and holds none. */
     if (db->no_create && (stat(db->path, &st) != 0 || (S_ISREG(st.st_mode) && st.st_size == 0)))
         return kc_db_err(db, KCACHE_ENOTFOUND, "no cache yet at %s", db->path);
-    int rc = make_parent_dirs(db, db->path);
+    /* A bundle is read where it is (db.c reads it immutable): nothing to make, no WAL. */
+    int rc = db->any_owner && db->read_only ? 0 : make_parent_dirs(db, db->path);
     if (rc)
         return rc;
     if (stat(db->path, &st) == 0 && S_ISDIR(st.st_mode))

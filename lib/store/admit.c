@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "store/ingest.h"
+#include "store/storeint.h"
 
 int kc_store_local_only(const kcache_entry *e)
 {
@@ -51,4 +52,20 @@ int kc_store_admit(kcache_store *store, kcache_entry *e, char *what, size_t what
         return 1;
     }
     return 0;
+}
+
+int kc_store_bundle_has(const char *path, const kcache_key *key, char *err, size_t err_size)
+{
+    kcache_store *b = NULL;
+    int rc = kc_store_open_bundle(&b, path, err, err_size);
+    if (rc)
+        return rc;
+    kcache_entry *e = NULL;
+    rc = kcache_store_get(&e, b, key, KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA |
+                                          KCACHE_GET_NO_COUNT);
+    if (rc && rc != KCACHE_ENOTFOUND)
+        snprintf(err, err_size, "%s", kcache_store_errmsg(b));
+    kcache_entry_free(e);
+    kcache_store_close(b);
+    return rc == 0 ? 1 : rc == KCACHE_ENOTFOUND ? 0 : rc;
 }

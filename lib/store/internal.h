@@ -41,6 +41,13 @@ void kc_store_count(kcache_store *store, const char *name, uint64_t delta);
  */
 int kc_store_admit(kcache_store *store, kcache_entry *e, char *what, size_t what_size);
 
+/*
+ * Whether the bundle at path (read immutable: no lock, nothing written
+ * beside it) holds key: 1 or 0; or an error with its message in err. Only
+ * a look: what it holds is checked when it is imported (kcache_bundle_import()).
+ */
+int kc_store_bundle_has(const char *path, const kcache_key *key, char *err, size_t err_size);
+
 /* 1 if e never leaves this machine (ingest.c, "Local-only records"): not pushed. */
 int kc_store_local_only(const kcache_entry *e);
 

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "util/settings.h"
 #include "store/storeint.h"
@@ -90,8 +91,14 @@ static int store_open(kcache_store **out, const kcache_store_options *options, i
     }
     if (!rc && kc_codec_new(&s->codec))
         rc = kc_err(s, KCACHE_ENOMEM, "out of memory");
+    struct stat st;
+    int fresh = !rc && !s->db.read_only && stat(s->db.path, &st) != 0;
     if (!rc)
         rc = kc_db_open(&s->db);
+    /* Said once a node: when the cache is made in the node-local directory (settings.c). */
+    char moved[KC_ERRMSG_SIZE];
+    if (!rc && fresh && kc_config_node_local(moved, sizeof(moved), s->db.path))
+        kc_db_log(&s->db, KCACHE_LOG_WARNING, "%s", moved);
     if (!rc && s->db.replaced_damaged)
         s->pending_corrupt++; /* stats' corrupt counts damaged files too */
     /* What opening said (a damaged file set aside), with no handle yet to call back. */

@@ -24,6 +24,7 @@
 
 #include "util/codec.h"
 #include "util/common.h"
+#include "util/netfs.h"
 #include "util/settings.h"
 #include "kcache/config.h"
 
@@ -49,22 +50,108 @@ static int join(char **out, const char *a, const char *b, char *err, size_t err_
     return 0;
 }
 
-/* The cache directory without a flag: $KCACHE_DIR, $XDG_CACHE_HOME/kcache, ~/.cache/kcache. */
-static int default_dir(char **out, const char **origin, char *err, size_t err_size)
+/*
+ * Where the cache goes when the default directory is on a network file
+ * system: a directory of the user's own on this node. WAL cannot be used
+ * there (util/netfs.c), and refusing every command left a new user on a
+ * cluster with an error from the default settings. /var/tmp, not /tmp: it
+ * outlives a reboot, as a cache should. Kernels are shared between nodes by
+ * the shared tier (shared = DIR), never by the database.
+ */
+#define KC_NODE_LOCAL_FORMAT "/var/tmp/kcache-%u"
+#define KC_NODE_LOCAL_ORIGIN "node-local: default on network fs"
+
+/*
+ * The node-local directory instead of default_dir's dir (on the network file
+ * system net), when it can be used: checked as any directory kcache writes
+ * in (create.c), so that a directory another user made at its name is
+ * refused, not used. Made by the store (db/open.c), 0700.
+ */
+static int node_local_dir(char **out, const char *dir, const char *net, char *err,
+                          size_t err_size)
+{
+    char local[64];
+    snprintf(local, sizeof(local), KC_NODE_LOCAL_FORMAT, (unsigned)geteuid());
+    struct stat st;
+    char why[KC_ERRMSG_SIZE];
+    if (lstat(local, &st) == 0 && kcache_dir_check(local, why, sizeof(why)) != 0)
+        return kc_fmt(err, err_size, KCACHE_EIO,
+                      "%s is on a network file system (%s), and the node-local directory "
+                      "instead cannot be used: %s; set KCACHE_DIR to a local directory",
+                      dir, net, why);
+    if (lstat(local, &st) == 0 && (S_ISLNK(st.st_mode) || st.st_uid != geteuid()))
+        return kc_fmt(err, err_size, KCACHE_EIO,
+                      "%s is on a network file system (%s), and the node-local directory "
+                      "instead, %s, is %s: set KCACHE_DIR to a local directory",
+                      dir, net, local, S_ISLNK(st.st_mode) ? "a symbolic link" : "not yours");
+    *out = kc_strdup(local);
+    return *out ? 0 : kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
+}
+
+/*
+ * The cache directory without a flag: $KCACHE_DIR, $XDG_CACHE_HOME/kcache,
+ * ~/.cache/kcache; the last two replaced by the node-local directory when
+ * they are on a network file system (*net then names it). An explicit
+ * KCACHE_DIR is taken as it is: on a network file system the store refuses
+ * it, saying why.
+ */
+static int default_dir_on(char **out, const char **origin, char *net, size_t net_size,
+                          char *err, size_t err_size)
 {
     const char *v;
+    char *dir = NULL;
+    int rc;
     *origin = "";
+    net[0] = '\0';
     if ((v = env("KCACHE_DIR"))) {
         *origin = "KCACHE_DIR";
         *out = kc_strdup(v);
         return *out ? 0 : kc_fmt(err, err_size, KCACHE_ENOMEM, "out of memory");
     }
     if ((v = env("XDG_CACHE_HOME")) && v[0] == '/')
-        return join(out, v, "kcache", err, err_size);
-    if ((v = env("HOME")))
-        return join(out, v, ".cache/kcache", err, err_size);
-    return kc_fmt(err, err_size, KCACHE_EINVAL,
-                  "no cache location: set KCACHE_DIR (or HOME or XDG_CACHE_HOME)");
+        rc = join(&dir, v, "kcache", err, err_size);
+    else if ((v = env("HOME")))
+        rc = join(&dir, v, ".cache/kcache", err, err_size);
+    else
+        return kc_fmt(err, err_size, KCACHE_EINVAL,
+                      "no cache location: set KCACHE_DIR (or HOME or XDG_CACHE_HOME)");
+    if (rc)
+        return rc;
+    if (!kc_netfs_name(dir, net, net_size)) {
+        *out = dir;
+        return 0;
+    }
+    *origin = KC_NODE_LOCAL_ORIGIN;
+    rc = node_local_dir(out, dir, net, err, err_size);
+    free(dir);
+    return rc;
+}
+
+static int default_dir(char **out, const char **origin, char *err, size_t err_size)
+{
+    char net[128];
+    return default_dir_on(out, origin, net, sizeof(net), err, err_size);
+}
+
+int kc_config_node_local(char *msg, size_t size, const char *db_path)
+{
+    char net[128], err[KC_ERRMSG_SIZE], *dir = NULL, *path = NULL;
+    const char *origin;
+    int is = 0;
+    if (env("KCACHE_PATH") || default_dir_on(&dir, &origin, net, sizeof(net), err, sizeof(err)))
+        return 0;
+    if (net[0] && !join(&path, dir, "kcache.db", err, sizeof(err)) && !strcmp(path, db_path)) {
+        const char *v = env("XDG_CACHE_HOME");
+        snprintf(msg, size,
+                 "the default cache directory (%s) is on a network file system (%s): this "
+                 "node's cache is %s; set KCACHE_DIR to choose another, and shared = DIR to "
+                 "share kernels between nodes",
+                 v && v[0] == '/' ? "$XDG_CACHE_HOME/kcache" : "~/.cache/kcache", net, dir);
+        is = 1;
+    }
+    free(dir);
+    free(path);
+    return is;
 }
 
 int kc_config_path(char **out, const char *explicit_path, char *err, size_t err_size)
@@ -223,6 +310,7 @@ enum {
     SET_REMOTE, SET_REMOTE_READ_ONLY, SET_REMOTE_CONNECT_TIMEOUT, SET_REMOTE_TIMEOUT,
     SET_REMOTE_PREFIX, SET_REMOTE_SECRET, SET_REMOTE_TOKEN, SET_S3_ENDPOINT, SET_S3_REGION,
     SET_S3_ADDRESSING, SET_IMPORT_REQUIRE_SIGNATURE, SET_REQUIRE_HIT, SET_LOG,
+    SET_SHARED, SET_SHARED_READ_ONLY, SET_SHARED_MAX_SIZE,
     SET_COUNT
 };
 
@@ -266,6 +354,14 @@ static const struct setting_def defs[SET_COUNT] = {
      "start warm)"},
     {"log", "KCACHE_LOG", 1, &as_file,
      "append a line per request to this file: time, process, key, outcome, reason"},
+    /* The shared file system tier (lib/remote/sharedfs.c), between the store and the remote. */
+    {"shared", "KCACHE_SHARED", 1, &as_directory,
+     "a directory on the cluster's file system shared by the nodes' caches (none: no shared "
+     "tier)"},
+    {"shared_read_only", "KCACHE_SHARED_READ_ONLY", 1, &as_bool,
+     "only take entries from the shared directory, never publish"},
+    {"shared_max_size", "KCACHE_SHARED_MAX_SIZE", 1, &as_size,
+     "size cap of the shared directory, held by its compaction"},
 };
 
 /* Whether v is not a value setting i takes. */
@@ -666,7 +762,8 @@ KCACHE_API int kcache_config_load(kcache_config **out, const kcache_config_overr
     } else {
         if ((rc = default_dir(&dir, &origin, err, err_size)))
             goto out;
-        rc = set_value(c, SET_DIR, dir, *origin ? KCACHE_CONFIG_ENV : KCACHE_CONFIG_DEFAULT,
+        rc = set_value(c, SET_DIR, dir,
+                       !strcmp(origin, "KCACHE_DIR") ? KCACHE_CONFIG_ENV : KCACHE_CONFIG_DEFAULT,
                        origin);
     }
     if (rc)
@@ -723,7 +820,10 @@ KCACHE_API int kcache_config_load(kcache_config **out, const kcache_config_overr
                 snprintf(def, sizeof(def), "%u", KCACHE_DEFAULT_REMOTE_TIMEOUT_MS);
             else if (i == SET_REMOTE_PREFIX)
                 snprintf(def, sizeof(def), "%s", KCACHE_DEFAULT_REMOTE_PREFIX);
-            else if (i == SET_REMOTE || i == SET_REMOTE_SECRET)
+            else if (i == SET_SHARED_MAX_SIZE)
+                snprintf(def, sizeof(def), "%lluG",
+                         (unsigned long long)(KCACHE_DEFAULT_SHARED_MAX_SIZE >> 30));
+            else if (i == SET_REMOTE || i == SET_REMOTE_SECRET || i == SET_SHARED)
                 def[0] = '\0';
             else
                 snprintf(def, sizeof(def), "false");

@@ -7,10 +7,19 @@
 
 /*
  * The database path: explicit, else $KCACHE_PATH, else $KCACHE_DIR/kcache.db,
- * else $XDG_CACHE_HOME/kcache/kcache.db, else $HOME/.cache/kcache/kcache.db.
+ * else $XDG_CACHE_HOME/kcache/kcache.db, else $HOME/.cache/kcache/kcache.db; the last two
+ * in /var/tmp/kcache-$UID instead when on a network file system (settings.c).
  * *out is allocated. Returns 0 or an error with a message in err.
  */
 int kc_config_path(char **out, const char *explicit_path, char *err, size_t err_size);
+
+/*
+ * Whether db_path is the default cache's, moved to the node-local directory
+ * because the default directory is on a network file system: 1 with the
+ * sentence that says so in msg (the store says it once, when it makes the
+ * cache there), else 0.
+ */
+int kc_config_node_local(char *msg, size_t size, const char *db_path);
 
 /*
  * The cap: explicit if non-zero, else $KCACHE_MAX_SIZE, else max_size in the

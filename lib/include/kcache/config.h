@@ -48,6 +48,8 @@ extern "C" {
  * compression's is the codec's own (`kcache config` names it).
  */
 #define KCACHE_DEFAULT_MAX_SIZE (UINT64_C(4) << 30)
+/* The shared file system tier's cap (shared_max_size), held by its compaction. */
+#define KCACHE_DEFAULT_SHARED_MAX_SIZE (UINT64_C(1) << 30)
 #define KCACHE_DEFAULT_BUSY_TIMEOUT_MS 5000u
 #define KCACHE_DEFAULT_REMOTE_CONNECT_TIMEOUT_MS 500u
 #define KCACHE_DEFAULT_REMOTE_TIMEOUT_MS 2000u
