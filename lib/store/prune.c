@@ -646,6 +646,8 @@ KCACHE_API int kcache_store_clear(kcache_store *store)
     int rc = kc_db_classify_failure(&store->db, kc_db_write_sql(&store->db,
                              "DELETE FROM entry_input; DELETE FROM input; DELETE FROM artifact;"
                              " DELETE FROM entry_info; DELETE FROM manifest; DELETE FROM closure;"
+                             " DELETE FROM header_list; DELETE FROM input_list;"
+                             " DELETE FROM input_list_item;"
                              " DELETE FROM entry; DELETE FROM lease;"
                              " UPDATE totals SET entries = 0, raw_bytes = 0, stored_bytes = 0",
                              "clearing the cache"));
