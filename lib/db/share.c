@@ -83,8 +83,8 @@ static int find(sqlite3_stmt *st, const uint8_t *digest, int64_t *id)
 static int share_headers(sqlite3_stmt **s, sqlite3 *conn, int64_t id)
 {
     sqlite3_stmt *q = NULL;
-    int src = sqlite3_prepare_v2(conn, "SELECT key_material FROM entry_info WHERE id = ?1", -1,
-                                 &q, NULL);
+    int src =
+        sqlite3_prepare_v2(conn, "SELECT key_material FROM entry_info WHERE id = ?1", -1, &q, NULL);
     if (src != SQLITE_OK)
         return src;
     sqlite3_bind_int64(q, 1, id);

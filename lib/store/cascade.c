@@ -9,8 +9,8 @@
  * sets: the victims are one SELECT of entry ids (with its parameters), and
  * each statement below takes them by that SELECT, children first, the totals
  * before the rows they count are gone. An input, a shared list or a
- * closure goes with the last entry (or list, or manifest) that refers to it. A put adds to the totals in
- * kc_put_rows.
+ * closure goes with the last entry (or list, or manifest) that refers to
+ * it. A put adds to the totals in kc_put_rows.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -47,8 +47,7 @@ int kc_blob_id_of(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt 
     sqlite3_bind_blob(st, 1, digest, KC_DIGEST_SIZE, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)size);
     sqlite3_bind_int(st, 3, codec);
-    sqlite3_bind_blob64(st, 4, enc->data ? (const void *)enc->data : "", enc->size,
-                        SQLITE_STATIC);
+    sqlite3_bind_blob64(st, 4, enc->data ? (const void *)enc->data : "", enc->size, SQLITE_STATIC);
     src = sqlite3_step(st);
     sqlite3_reset(st);
     if (src != SQLITE_DONE)
@@ -105,8 +104,8 @@ static int put_list(kcache_store *s, int64_t *id, const kcache_entry *e, size_t 
         const kcache_input *in = &e->inputs[at + i];
         int64_t input_id;
         if ((rc = kc_blob_id_of(&input_id, s, KC_STMT_FIND_INPUT, KC_STMT_INSERT_INPUT, &enc,
-                                digests + i * KC_DIGEST_SIZE, in->data, in->size,
-                                "storing inputs", "storing inputs")) ||
+                                digests + i * KC_DIGEST_SIZE, in->data, in->size, "storing inputs",
+                                "storing inputs")) ||
             (rc = kc_db_stmt(&s->db, &st, KC_STMT_INPUTS_PUT_ITEM)))
             break;
         sqlite3_bind_int64(st, 1, *id);
@@ -123,8 +122,7 @@ static int put_list(kcache_store *s, int64_t *id, const kcache_entry *e, size_t 
     return rc;
 }
 
-int kc_shared_inputs_put(kcache_store *s, const kcache_entry *e, int64_t *id, size_t *at,
-                         size_t *n)
+int kc_shared_inputs_put(kcache_store *s, const kcache_entry *e, int64_t *id, size_t *at, size_t *n)
 {
     *id = 0;
     input_run(e, at, n);
@@ -172,8 +170,9 @@ int kc_shared_material(struct kc_row *r, sqlite3_stmt *st, kc_codec_ctx *codec, 
     size_t stored_n = (size_t)sqlite3_column_bytes(st, 23);
     const void *digest = sqlite3_column_blob(st, 24);
     /* A list that is gone, or a row that does not fit it: damage. */
-    if (sqlite3_column_type(st, 21) == SQLITE_NULL || at < 0 || (uint64_t)at > r->key_material_size ||
-        size <= 0 || sqlite3_column_bytes(st, 24) != KC_DIGEST_SIZE || !stored)
+    if (sqlite3_column_type(st, 21) == SQLITE_NULL || at < 0 ||
+        (uint64_t)at > r->key_material_size || size <= 0 ||
+        sqlite3_column_bytes(st, 24) != KC_DIGEST_SIZE || !stored)
         return KCACHE_ECORRUPT;
     if (!kc_codec_known(list_codec))
         return KCACHE_ENOTSUP;

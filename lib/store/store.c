@@ -392,10 +392,11 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
             damaged = !r.digest || memcmp(stored_digest, r.digest, KC_DIGEST_SIZE) != 0;
     }
     if (!damaged && (flags & KCACHE_GET_INPUTS)) {
-        rc = load_inputs(s, id, &r,
-                         sqlite3_column_type(st, 25) == SQLITE_NULL   ? 0
-                         : sqlite3_column_type(st, 26) == SQLITE_NULL ? -1
-                                                                      : sqlite3_column_int64(st, 26));
+        /* The items the entry's shared input list must give; -1 when the list is gone. */
+        int64_t listed = 0;
+        if (sqlite3_column_type(st, 25) != SQLITE_NULL)
+            listed = sqlite3_column_type(st, 26) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 26);
+        rc = load_inputs(s, id, &r, listed);
         if (rc == KCACHE_ECORRUPT) {
             damaged = 1;
         } else if (rc == KCACHE_ENOTSUP) {

@@ -258,6 +258,16 @@ static inline void st_check_books(const char *path, const char *after)
     sqlite3_close(db);
 }
 
+/* st_sql_int() on the file at path, through a read-only connection of its own. */
+static inline int64_t st_path_int(const char *path, const char *sql)
+{
+    sqlite3 *db = NULL;
+    REQUIRE(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+    int64_t n = st_sql_int(db, sql);
+    sqlite3_close(db);
+    return n;
+}
+
 /* SQLite's integrity_check on the file, through a connection of its own. */
 static inline int st_integrity_ok(const char *path)
 {
@@ -354,8 +364,8 @@ static inline void st_kernel_make(struct st_kernel *k, unsigned n, unsigned tree
         for (int j = 0; j < 32; j++)
             len += (size_t)snprintf(field + len, sizeof(field) - len, "%02x", d[j]);
         st_tlv(k, 11, field, len);
-        k->in[1 + i] = (kcache_input){KCACHE_INPUT_HEADER, k->names[i], k->bodies[i],
-                                      strlen(k->bodies[i])};
+        k->in[1 + i] =
+            (kcache_input){KCACHE_INPUT_HEADER, k->names[i], k->bodies[i], strlen(k->bodies[i])};
     }
     st_tlv(k, 12, "extra", 5);
     kcache_entry e = KCACHE_ENTRY_INIT;
@@ -384,8 +394,7 @@ static inline int st_kernel_ok(const kcache_entry *e, const struct st_kernel *k)
 {
     if (!e || e->size != k->e.size || memcmp(e->data, k->e.data, e->size) != 0 ||
         e->key_material_size != k->material_size ||
-        memcmp(e->key_material, k->material, k->material_size) != 0 ||
-        e->n_inputs != k->e.n_inputs)
+        memcmp(e->key_material, k->material, k->material_size) != 0 || e->n_inputs != k->e.n_inputs)
         return 0;
     for (size_t i = 0; i < e->n_inputs; i++)
         if (e->inputs[i].role != k->in[i].role || strcmp(e->inputs[i].name, k->in[i].name) ||

@@ -81,9 +81,10 @@ static void take_back_to_7(const char *path)
     sqlite3_busy_timeout(db, 5000);
     REQUIRE(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_stmt *u = NULL;
-    REQUIRE(sqlite3_prepare_v2(db, "UPDATE entry_info SET key_material = ?2 WHERE id ="
-                               " (SELECT id FROM entry WHERE key = ?1)", -1, &u, NULL) ==
-            SQLITE_OK);
+    REQUIRE(sqlite3_prepare_v2(db,
+                               "UPDATE entry_info SET key_material = ?2 WHERE id ="
+                               " (SELECT id FROM entry WHERE key = ?1)",
+                               -1, &u, NULL) == SQLITE_OK);
     for (size_t i = 0; i < n; i++) {
         sqlite3_bind_blob(u, 1, es[i]->key.bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
         if (es[i]->key_material_size)
@@ -103,8 +104,10 @@ static void take_back_to_7(const char *path)
         " FROM entry_info f JOIN input_list_item li ON li.list_id = f.inputs_id;"
         "DROP INDEX entry_info_by_headers; DROP INDEX entry_info_by_inputs;"
         "DROP INDEX input_list_item_by_input;"
-        "ALTER TABLE entry_info DROP COLUMN headers_id; ALTER TABLE entry_info DROP COLUMN headers_at;"
-        "ALTER TABLE entry_info DROP COLUMN inputs_id; ALTER TABLE entry_info DROP COLUMN inputs_at;"
+        "ALTER TABLE entry_info DROP COLUMN headers_id;"
+        "ALTER TABLE entry_info DROP COLUMN headers_at;"
+        "ALTER TABLE entry_info DROP COLUMN inputs_id;"
+        "ALTER TABLE entry_info DROP COLUMN inputs_at;"
         "DROP TABLE input_list_item; DROP TABLE input_list; DROP TABLE header_list;"
         "PRAGMA user_version = 7; COMMIT";
     REQUIRE(sqlite3_exec(db, drop, NULL, NULL, NULL) == SQLITE_OK);
@@ -423,23 +426,14 @@ static void check_kernels(kcache_store *s)
     CHECK(bad == 0);
 }
 
-static int64_t rows_in(const char *path, const char *sql)
-{
-    sqlite3 *db = NULL;
-    REQUIRE(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
-    int64_t n = st_sql_int(db, sql);
-    sqlite3_close(db);
-    return n;
-}
-
 static void test_header_lists_from_schema_7(void)
 {
     const char *path = test_path("seven.db");
     put_kernels(path);
     make_schema(path, 7);
-    CHECK(rows_in(path, "PRAGMA user_version") == 7);
-    CHECK(rows_in(path, "SELECT min(length(key_material)) FROM entry_info") > ST_HEADERS * 80);
-    CHECK(rows_in(path, "SELECT count(*) FROM entry_input") == N_KERNELS * (ST_HEADERS + 1));
+    CHECK(st_path_int(path, "PRAGMA user_version") == 7);
+    CHECK(st_path_int(path, "SELECT min(length(key_material)) FROM entry_info") > ST_HEADERS * 80);
+    CHECK(st_path_int(path, "SELECT count(*) FROM entry_input") == N_KERNELS * (ST_HEADERS + 1));
     char *before = layout_of(path);
     kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
     CHECK(kcache_store_schema_version(s) == kc_schema_version);
@@ -449,10 +443,10 @@ static void test_header_lists_from_schema_7(void)
     CHECK(kept_layout(before, after));
     free(before);
     free(after);
-    CHECK(rows_in(path, "SELECT count(*) FROM header_list") == 2);
-    CHECK(rows_in(path, "SELECT count(*) FROM input_list") == 2);
-    CHECK(rows_in(path, "SELECT max(length(key_material)) FROM entry_info") < 200);
-    CHECK(rows_in(path, "SELECT count(*) FROM entry_input") == N_KERNELS);
+    CHECK(st_path_int(path, "SELECT count(*) FROM header_list") == 2);
+    CHECK(st_path_int(path, "SELECT count(*) FROM input_list") == 2);
+    CHECK(st_path_int(path, "SELECT max(length(key_material)) FROM entry_info") < 200);
+    CHECK(st_path_int(path, "SELECT count(*) FROM entry_input") == N_KERNELS);
     st_check_books(path, "the migration of header lists from schema 7");
     CHECK(st_integrity_ok(path));
     /* A kernel put after the migration finds its tree's list already there. */
@@ -461,7 +455,7 @@ static void test_header_lists_from_schema_7(void)
     CHECK_RC(kcache_store_put(s, &kernels[0].e), 0);
     check_kernels(s);
     kcache_store_close(s);
-    CHECK(rows_in(path, "SELECT count(*) FROM header_list") == 2);
+    CHECK(st_path_int(path, "SELECT count(*) FROM header_list") == 2);
     st_check_books(path, "a put after the migration");
 }
 
@@ -486,7 +480,7 @@ static void test_header_lists_bundle_of_schema_7(void)
     CHECK(ir.added == N_KERNELS);
     check_kernels(t);
     kcache_store_close(t);
-    CHECK(rows_in(to, "SELECT count(*) FROM header_list") == 2);
+    CHECK(st_path_int(to, "SELECT count(*) FROM header_list") == 2);
 }
 
 int main(void)

@@ -16,22 +16,14 @@
 
 static struct st_kernel kernels[N_KERNELS + 1];
 
-static int64_t rows(const char *path, const char *sql)
-{
-    sqlite3 *db = NULL;
-    REQUIRE(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
-    int64_t n = st_sql_int(db, sql);
-    sqlite3_close(db);
-    return n;
-}
-
 /* Every kernel in [from, to) reads back whole (material, inputs, bytes). */
 static int all_whole(kcache_store *s, unsigned from, unsigned to)
 {
     int bad = 0;
     for (unsigned i = from; i < to; i++) {
         kcache_entry *e = NULL;
-        int rc = kcache_store_get(&e, s, &kernels[i].e.key, KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
+        int rc =
+            kcache_store_get(&e, s, &kernels[i].e.key, KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
         if (rc || !st_kernel_ok(e, &kernels[i])) {
             fprintf(stderr, "  kernel %u: %s\n", i, rc ? kcache_store_errmsg(s) : "not as put");
             bad++;
@@ -44,10 +36,10 @@ static int all_whole(kcache_store *s, unsigned from, unsigned to)
 /* The bytes in use in the file: its pages less the free ones, after a checkpoint. */
 static int64_t used_bytes(const char *path)
 {
-    return rows(path, "SELECT (SELECT page_count FROM pragma_page_count) * "
-                      "(SELECT page_size FROM pragma_page_size) - "
-                      "(SELECT freelist_count FROM pragma_freelist_count) * "
-                      "(SELECT page_size FROM pragma_page_size)");
+    return st_path_int(path, "SELECT (SELECT page_count FROM pragma_page_count) * "
+                             "(SELECT page_size FROM pragma_page_size) - "
+                             "(SELECT freelist_count FROM pragma_freelist_count) * "
+                             "(SELECT page_size FROM pragma_page_size)");
 }
 
 /*
@@ -72,18 +64,18 @@ static void test_two_entries_one_list(void)
     fprintf(stderr, "  one kernel: %lld bytes; each further kernel of the tree: %.0f bytes\n",
             (long long)one, per);
     CHECK(per < 2048);
-    CHECK(rows(path, "SELECT count(*) FROM header_list") == 1);
-    CHECK(rows(path, "SELECT count(*) FROM input_list") == 1);
-    CHECK(rows(path, "SELECT count(*) FROM input_list_item") == ST_HEADERS);
-    CHECK(rows(path, "SELECT count(*) FROM entry_input") == N_KERNELS); /* the sources */
+    CHECK(st_path_int(path, "SELECT count(*) FROM header_list") == 1);
+    CHECK(st_path_int(path, "SELECT count(*) FROM input_list") == 1);
+    CHECK(st_path_int(path, "SELECT count(*) FROM input_list_item") == ST_HEADERS);
+    CHECK(st_path_int(path, "SELECT count(*) FROM entry_input") == N_KERNELS); /* the sources */
 
     /* A kernel of another tree: a list of its own. */
     s = st_open(path, UINT64_MAX, NULL, NULL);
     CHECK_RC(kcache_store_put(s, &kernels[N_KERNELS].e), 0);
     CHECK(all_whole(s, 0, N_KERNELS + 1));
     kcache_store_close(s);
-    CHECK(rows(path, "SELECT count(*) FROM header_list") == 2);
-    CHECK(rows(path, "SELECT count(*) FROM input_list") == 2);
+    CHECK(st_path_int(path, "SELECT count(*) FROM header_list") == 2);
+    CHECK(st_path_int(path, "SELECT count(*) FROM input_list") == 2);
     st_check_books(path, "sharing");
 }
 
@@ -98,14 +90,14 @@ static void test_list_goes_with_last_entry(void)
         CHECK_RC(kcache_store_delete(s, &kernels[i].e.key), 0);
     CHECK(all_whole(s, N_KERNELS - 1, N_KERNELS + 1));
     st_check_books(path, "deleting all but one of a tree");
-    CHECK(rows(path, "SELECT count(*) FROM header_list") == 2);
-    CHECK(rows(path, "SELECT count(*) FROM input WHERE size < 40") == 2 * ST_HEADERS + 2);
+    CHECK(st_path_int(path, "SELECT count(*) FROM header_list") == 2);
+    CHECK(st_path_int(path, "SELECT count(*) FROM input WHERE size < 40") == 2 * ST_HEADERS + 2);
     CHECK_RC(kcache_store_delete(s, &kernels[N_KERNELS - 1].e.key), 0);
     st_check_books(path, "deleting the last of a tree");
-    CHECK(rows(path, "SELECT count(*) FROM header_list") == 1);
-    CHECK(rows(path, "SELECT count(*) FROM input_list") == 1);
-    CHECK(rows(path, "SELECT count(*) FROM input_list_item") == ST_HEADERS);
-    CHECK(rows(path, "SELECT count(*) FROM input") == ST_HEADERS + 1);
+    CHECK(st_path_int(path, "SELECT count(*) FROM header_list") == 1);
+    CHECK(st_path_int(path, "SELECT count(*) FROM input_list") == 1);
+    CHECK(st_path_int(path, "SELECT count(*) FROM input_list_item") == ST_HEADERS);
+    CHECK(st_path_int(path, "SELECT count(*) FROM input") == ST_HEADERS + 1);
     /* A replaced entry (the same key put again) keeps its list. */
     CHECK_RC(kcache_store_put(s, &kernels[N_KERNELS].e), 0);
     CHECK(all_whole(s, N_KERNELS, N_KERNELS + 1));
@@ -120,13 +112,13 @@ static void test_list_goes_with_last_entry(void)
     CHECK_RC(kcache_store_prune(&pr, s, &po), 0);
     CHECK(pr.evicted == N_KERNELS);
     st_check_books(path, "a prune");
-    CHECK(rows(path, "SELECT count(*) FROM header_list") == 1);
+    CHECK(st_path_int(path, "SELECT count(*) FROM header_list") == 1);
     CHECK(all_whole(s, N_KERNELS - 1, N_KERNELS)); /* the most recent one stays */
 
     CHECK_RC(kcache_store_clear(s), 0);
     st_check_books(path, "clearing");
-    CHECK(rows(path, "SELECT (SELECT count(*) FROM header_list) + (SELECT count(*) FROM "
-                     "input_list) + (SELECT count(*) FROM input_list_item)") == 0);
+    CHECK(st_path_int(path, "SELECT (SELECT count(*) FROM header_list) + (SELECT count(*) FROM "
+                            "input_list) + (SELECT count(*) FROM input_list_item)") == 0);
     kcache_store_close(s);
 }
 
@@ -142,7 +134,7 @@ static void test_bundle_round_trip(void)
     CHECK_RC(kcache_bundle_export(&r, s, bundle, NULL), 0);
     CHECK(r.entries == N_KERNELS + 1);
     kcache_store_close(s);
-    CHECK(rows(bundle, "SELECT count(*) FROM header_list") == 2);
+    CHECK(st_path_int(bundle, "SELECT count(*) FROM header_list") == 2);
 
     kcache_store *t = st_open(to, UINT64_MAX, NULL, NULL);
     kcache_bundle_result ir = KCACHE_BUNDLE_RESULT_INIT;
@@ -153,8 +145,8 @@ static void test_bundle_round_trip(void)
     CHECK(ir.added == N_KERNELS + 1);
     CHECK(all_whole(t, 0, N_KERNELS + 1));
     kcache_store_close(t);
-    CHECK(rows(to, "SELECT count(*) FROM header_list") == 2);
-    CHECK(rows(to, "SELECT count(*) FROM input_list") == 2);
+    CHECK(st_path_int(to, "SELECT count(*) FROM header_list") == 2);
+    CHECK(st_path_int(to, "SELECT count(*) FROM input_list") == 2);
     st_check_books(to, "an import");
 }
 
@@ -206,7 +198,7 @@ static void damaged_case(const char *name, const char *sql)
     if (found != N_KERNELS)
         fprintf(stderr, "  %s: verify found %u damaged of %u\n", name, found, entries);
     CHECK(found == N_KERNELS && entries == N_KERNELS + 1);
-    CHECK(rows(path, "SELECT count(*) FROM entry") == N_KERNELS + 1); /* read-only: kept */
+    CHECK(st_path_int(path, "SELECT count(*) FROM entry") == N_KERNELS + 1); /* read-only: kept */
     CHECK(verify(path, 1, &entries) == N_KERNELS);
     CHECK(verify(path, 1, &entries) == 0 && entries == 1);
     st_check_books(path, name);
@@ -228,8 +220,9 @@ static void test_damaged_shared_rows(void)
     /* An item of the shared input list gone. */
     damaged_case("item.db", "DELETE FROM input_list_item WHERE list_id = 1 AND seq = 7");
     /* An input of the list altered. */
-    damaged_case("input.db", "UPDATE input SET data = X'2f2f20646f6f6d6564' WHERE id ="
-                             " (SELECT input_id FROM input_list_item WHERE list_id = 1 AND seq = 3)");
+    damaged_case("input.db",
+                 "UPDATE input SET data = X'2f2f20646f6f6d6564' WHERE id ="
+                 " (SELECT input_id FROM input_list_item WHERE list_id = 1 AND seq = 3)");
 }
 
 int main(void)
