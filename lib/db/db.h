@@ -130,6 +130,12 @@ int kc_db_checkpoint(struct kc_db *db, unsigned wait_ms);
 int kc_db_commit(struct kc_db *db);
 void kc_db_rollback(struct kc_db *db);
 /* Migrates an open handle's file to `version` (tests build older files with it). */
+/*
+ * Appends one input of a shared input list to b, as the list's digest
+ * covers it (share.c): role, name and the digest of the input's bytes.
+ */
+int kc_share_input_record(kc_buf *b, int role, const char *name, size_t name_n,
+                          const uint8_t digest[32]);
 int kc_db_migrate_to(struct kc_db *db, int version);
 /* Our schema's objects at `version`, built in memory from schema/ itself (a bundle is
  * compared with it). SQLite's code; *out is closed by the caller. */

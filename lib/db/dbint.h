@@ -31,6 +31,9 @@ struct kc_db_wait {
 void kc_db_wait_init(struct kc_db_wait *w, unsigned ms);
 int kc_db_wait_more(struct kc_db_wait *w);
 
+/* share.c: moves the lists the entries of a file share into schema 8's tables (SQLite's code). */
+int kc_share_migrate(sqlite3 *conn);
+
 /* steps.c: runs schema step `step` (version step to step + 1); SQLite's code. */
 int kc_schema_step(sqlite3 *conn, int step);
 /*

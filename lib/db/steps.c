@@ -198,5 +198,9 @@ int kc_schema_step(sqlite3 *conn, int step)
 {
     if (kc_schema_rewrites[step])
         return kc_schema_rewrite(conn, step, kc_schema_steps[step]);
-    return sqlite3_exec(conn, kc_schema_steps[step], NULL, NULL, NULL);
+    int src = sqlite3_exec(conn, kc_schema_steps[step], NULL, NULL, NULL);
+    /* Rows SQL alone cannot move: the lists entries share, split out of each row (share.c). */
+    if (src == SQLITE_OK && step == 7)
+        src = kc_share_migrate(conn);
+    return src;
 }

@@ -164,6 +164,11 @@ int kc_bundle_check_file(kcache_store *s, const char *path, int *has_sig,
                         "SELECT count(*) FROM input WHERE size < 0 OR size > ?1"
                         " OR length(data) > ?1",
                         (int64_t)KCACHE_BUNDLE_MAX_ARTIFACT, &bad);
+    if (src == SQLITE_OK && !bad && version >= 8)
+        src = query_int(db,
+                        "SELECT count(*) FROM header_list WHERE size < 0 OR size > ?1"
+                        " OR length(data) > ?1",
+                        (int64_t)KCACHE_BUNDLE_MAX_ARTIFACT, &bad);
     if (src == SQLITE_OK && bad) {
         snprintf(what, sizeof(what), "%lld entries or inputs have impossible sizes",
                  (long long)bad);
@@ -175,6 +180,11 @@ int kc_bundle_check_file(kcache_store *s, const char *path, int *has_sig,
                         "SELECT count(*) FROM entry_input ei LEFT JOIN input i"
                         " ON i.id = ei.input_id WHERE i.id IS NULL",
                         0, &bad);
+    if (src == SQLITE_OK && !bad && version >= 8)
+        src = query_int(db,
+                        "SELECT count(*) FROM input_list_item li LEFT JOIN input i"
+                        " ON i.id = li.input_id WHERE i.id IS NULL",
+                        0, &bad);
     if (src == SQLITE_OK && bad) {
         snprintf(what, sizeof(what), "%lld inputs of entries are missing", (long long)bad);
         goto damaged;
@@ -184,7 +194,7 @@ int kc_bundle_check_file(kcache_store *s, const char *path, int *has_sig,
         goto damaged;
     }
     /* What all of it decodes to, bounded before the first byte is decoded (ingest.c). */
-    if (kc_ingest_check_sizes(db, what, sizeof(what)))
+    if (kc_ingest_check_sizes(db, (int)version, what, sizeof(what)))
         goto damaged;
     if ((*has_sig = kc_bundle_sig_read(db, sig)) < 0) {
         rc = kc_err_locking(s, KCACHE_ECORRUPT,

@@ -8,15 +8,21 @@
  * few statements that delete entries say themselves what goes with them, as
  * sets: the victims are one SELECT of entry ids (with its parameters), and
  * each statement below takes them by that SELECT, children first, the totals
- * before the rows they count are gone. An input or a closure goes with the
- * last entry (or manifest) that refers to it. A put adds to the totals in
- * kc_put_rows.
+ * before the rows they count are gone. An input, a shared list or a
+ * closure goes with the last entry (or list, or manifest) that refers to
+ * it. A put adds to the totals in kc_put_rows.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "store/storeint.h"
+
+/* The input lists only the victims refer to. */
+#define GOING_LISTS                                                                                \
+    "SELECT f.inputs_id FROM entry_info f WHERE f.id IN (@V) AND f.inputs_id NOT NULL"           \
+    " AND NOT EXISTS (SELECT 1 FROM entry_info g WHERE g.inputs_id = f.inputs_id"                \
+    " AND g.id NOT IN (@V))"
 
 static const char *const cascade_sql[KC_CASCADE_STEPS] = {
     "UPDATE totals SET entries = entries - (SELECT count(*) FROM entry WHERE id IN (@V)),"
@@ -28,10 +34,19 @@ static const char *const cascade_sql[KC_CASCADE_STEPS] = {
     "INSERT INTO counter (name, value) SELECT 'entries_removed', count(*) FROM entry"
     " WHERE id IN (@V) ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
     "DELETE FROM artifact WHERE id IN (@V)",
-    "DELETE FROM entry_info WHERE id IN (@V)",
-    "DELETE FROM input WHERE id IN (SELECT input_id FROM entry_input WHERE entry_id IN (@V))"
+    /* An input goes when no entry left and no input list left refers to it. */
+    "DELETE FROM input WHERE id IN (SELECT input_id FROM entry_input WHERE entry_id IN (@V)"
+    " UNION SELECT input_id FROM input_list_item WHERE list_id IN (" GOING_LISTS "))"
     " AND NOT EXISTS (SELECT 1 FROM entry_input x WHERE x.input_id = input.id"
-    " AND x.entry_id NOT IN (@V))",
+    " AND x.entry_id NOT IN (@V)) AND NOT EXISTS (SELECT 1 FROM input_list_item y"
+    " WHERE y.input_id = input.id AND y.list_id NOT IN (" GOING_LISTS "))",
+    "DELETE FROM input_list_item WHERE list_id IN (" GOING_LISTS ")",
+    "DELETE FROM input_list WHERE id IN (" GOING_LISTS ")",
+    "DELETE FROM header_list WHERE id IN (SELECT headers_id FROM entry_info WHERE id IN (@V))"
+    " AND NOT EXISTS (SELECT 1 FROM entry_info g WHERE g.headers_id = header_list.id"
+    " AND g.id NOT IN (@V))",
+    /* After the lists: they are found through the victims' rows. */
+    "DELETE FROM entry_info WHERE id IN (@V)",
     "DELETE FROM entry_input WHERE entry_id IN (@V)",
     "DELETE FROM closure WHERE id IN (SELECT closure_id FROM manifest WHERE key IN"
     " (SELECT key FROM entry WHERE id IN (@V))) AND NOT EXISTS (SELECT 1 FROM manifest x"

@@ -95,20 +95,35 @@ static int over_bound(char *what, size_t what_size, double size, uint64_t bound,
     return KCACHE_ECORRUPT;
 }
 
-int kc_ingest_check_sizes(sqlite3 *db, char *what, size_t what_size)
+int kc_ingest_check_sizes(sqlite3 *db, int version, char *what, size_t what_size)
 {
-    /* total(): a float, so that no sum of hostile sizes can overflow into an error. */
+    /* total(): a float, so that no sum of hostile sizes can overflow into an error. Schema 8:
+     * an entry also decodes its shared lists, each time it is read. */
+    static const char *const largest_sql[2] = {
+        "SELECT coalesce(max(e.raw_size + coalesce((SELECT total(i.size)"
+        " FROM entry_input ei JOIN input i ON i.id = ei.input_id"
+        " WHERE ei.entry_id = e.id), 0)), 0) FROM entry e",
+        "SELECT coalesce(max(e.raw_size + coalesce((SELECT total(i.size)"
+        " FROM entry_input ei JOIN input i ON i.id = ei.input_id WHERE ei.entry_id = e.id), 0)"
+        " + (SELECT total(i.size) FROM entry_info f JOIN input_list_item li"
+        " ON li.list_id = f.inputs_id JOIN input i ON i.id = li.input_id WHERE f.id = e.id)"
+        " + (SELECT total(h.size) FROM entry_info f JOIN header_list h ON h.id = f.headers_id"
+        " WHERE f.id = e.id)), 0) FROM entry e",
+    };
+    static const char *const all_sql[2] = {
+        "SELECT (SELECT total(raw_size) FROM entry) + (SELECT total(i.size)"
+        " FROM entry_input ei JOIN input i ON i.id = ei.input_id)",
+        "SELECT (SELECT total(raw_size) FROM entry) + (SELECT total(i.size)"
+        " FROM entry_input ei JOIN input i ON i.id = ei.input_id)"
+        " + (SELECT total(i.size) FROM entry_info f JOIN input_list_item li"
+        " ON li.list_id = f.inputs_id JOIN input i ON i.id = li.input_id)"
+        " + (SELECT total(h.size) FROM entry_info f JOIN header_list h ON h.id = f.headers_id)",
+    };
     double largest = 0, all = 0;
-    int src = query_double(db,
-                           "SELECT coalesce(max(e.raw_size + coalesce((SELECT total(i.size)"
-                           " FROM entry_input ei JOIN input i ON i.id = ei.input_id"
-                           " WHERE ei.entry_id = e.id), 0)), 0) FROM entry e",
-                           &largest);
+    const int shared = version >= 8;
+    int src = query_double(db, largest_sql[shared], &largest);
     if (src == SQLITE_OK)
-        src = query_double(db,
-                           "SELECT (SELECT total(raw_size) FROM entry) + (SELECT total(i.size)"
-                           " FROM entry_input ei JOIN input i ON i.id = ei.input_id)",
-                           &all);
+        src = query_double(db, all_sql[shared], &all);
     if (src != SQLITE_OK) {
         snprintf(what, what_size, "its sizes cannot be read: %s", sqlite3_errstr(src));
         return KCACHE_ECORRUPT;

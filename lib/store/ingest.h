@@ -19,7 +19,7 @@
  * connection), bounded before anything is decoded. Returns 0, or
  * KCACHE_ECORRUPT with `what` saying which bound was passed.
  */
-int kc_ingest_check_sizes(sqlite3 *db, char *what, size_t what_size);
+int kc_ingest_check_sizes(sqlite3 *db, int version, char *what, size_t what_size);
 
 /*
  * One entry as read from outside, before it may be put: the store's own put

@@ -652,6 +652,8 @@ KCACHE_API int kcache_store_clear(kcache_store *store)
                              " value = value + excluded.value;"
                              " DELETE FROM entry_input; DELETE FROM input; DELETE FROM artifact;"
                              " DELETE FROM entry_info; DELETE FROM manifest; DELETE FROM closure;"
+                             " DELETE FROM header_list; DELETE FROM input_list;"
+                             " DELETE FROM input_list_item;"
                              " DELETE FROM entry; DELETE FROM lease;"
                              " UPDATE totals SET entries = 0, raw_bytes = 0, stored_bytes = 0",
                              "clearing the cache"));

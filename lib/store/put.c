@@ -1,7 +1,6 @@
 /*
  * Putting entries: the store's put rules, an entry encoded and hashed, its
- * rows written (alone, or in a batch of the import gate), blobs shared by
- * digest.
+ * rows written (alone, or in a batch of the import gate).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,43 +11,6 @@
 static int bind_text(sqlite3_stmt *st, int col, const char *text)
 {
     return sqlite3_bind_text(st, col, text ? text : "", -1, SQLITE_STATIC);
-}
-
-int kc_blob_id(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt put, kc_buf *enc,
-               const void *data, size_t size, const char *finding, const char *storing)
-{
-    uint8_t digest[KC_DIGEST_SIZE];
-    kc_digest(digest, data, size);
-    sqlite3_stmt *st;
-    int rc = kc_db_stmt(&s->db, &st, find);
-    if (rc)
-        return rc;
-    sqlite3_bind_blob(st, 1, digest, KC_DIGEST_SIZE, SQLITE_STATIC);
-    int src = sqlite3_step(st);
-    if (src == SQLITE_ROW)
-        *id = sqlite3_column_int64(st, 0);
-    sqlite3_reset(st);
-    if (src == SQLITE_ROW)
-        return 0;
-    if (src != SQLITE_DONE)
-        return kc_sqlerr(&s->db, src, finding);
-    /* Compressed only when new. */
-    int codec;
-    if ((rc = kc_encode(s->codec, enc, &codec, s->compression, data, size)))
-        return kc_err(s, rc, "out of memory");
-    if ((rc = kc_db_stmt(&s->db, &st, put)))
-        return rc;
-    sqlite3_bind_blob(st, 1, digest, KC_DIGEST_SIZE, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, (sqlite3_int64)size);
-    sqlite3_bind_int(st, 3, codec);
-    sqlite3_bind_blob64(st, 4, enc->data ? (const void *)enc->data : "", enc->size,
-                        SQLITE_STATIC);
-    src = sqlite3_step(st);
-    sqlite3_reset(st);
-    if (src != SQLITE_DONE)
-        return kc_sqlerr(&s->db, src, storing);
-    *id = sqlite3_last_insert_rowid(s->db.conn);
-    return 0;
 }
 
 static int put_input(kcache_store *s, int64_t entry_id, int seq, const kcache_input *in)
@@ -128,15 +90,45 @@ int kc_put_rows(kcache_store *s, const struct kc_put_ctx *p)
         (replaced && (rc = kc_counter_write(s, "entries_replaced", (uint64_t)replaced))))
         goto fail;
 
-    if ((rc = kc_db_stmt(&s->db, &st, KC_STMT_INSERT_INFO)))
+    /* The lists other entries may share, stored once (shared.c); the row keeps the rest. */
+    int64_t headers_id, inputs_id;
+    size_t h_at, h_len, in_at, in_n;
+    if ((rc = kc_shared_headers_put(s, e, &headers_id, &h_at, &h_len)) ||
+        (rc = kc_shared_inputs_put(s, e, &inputs_id, &in_at, &in_n)))
         goto fail;
+    uint8_t *rest = NULL;
+    if (headers_id) {
+        if (!(rest = kc_malloc(e->key_material_size - h_len + 1))) {
+            rc = kc_err(s, KCACHE_ENOMEM, "out of memory");
+            goto fail;
+        }
+        memcpy(rest, e->key_material, h_at);
+        memcpy(rest + h_at, (const uint8_t *)e->key_material + h_at + h_len,
+               e->key_material_size - h_at - h_len);
+    }
+    if ((rc = kc_db_stmt(&s->db, &st, KC_STMT_INSERT_INFO))) {
+        free(rest);
+        goto fail;
+    }
     sqlite3_bind_int64(st, 1, id);
     bind_text(st, 2, e->log);
     if (e->n_names)
         sqlite3_bind_blob64(st, 3, p->names->data, p->names->size, SQLITE_STATIC);
-    if (e->key_material_size)
+    if (headers_id) {
+        sqlite3_bind_blob64(st, 4, rest, e->key_material_size - h_len, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 5, headers_id);
+        sqlite3_bind_int64(st, 6, (sqlite3_int64)h_at);
+    } else if (e->key_material_size) {
         sqlite3_bind_blob64(st, 4, e->key_material, e->key_material_size, SQLITE_STATIC);
-    if ((rc = step_done(s, st, "storing an entry")))
+    }
+    if (inputs_id) {
+        sqlite3_bind_int64(st, 7, inputs_id);
+        sqlite3_bind_int64(st, 8, (sqlite3_int64)in_at);
+    }
+    rc = step_done(s, st, "storing an entry");
+    sqlite3_clear_bindings(st);
+    free(rest);
+    if (rc)
         goto fail;
 
     if ((rc = kc_db_stmt(&s->db, &st, KC_STMT_INSERT_ARTIFACT)))
@@ -149,7 +141,8 @@ int kc_put_rows(kcache_store *s, const struct kc_put_ctx *p)
         goto fail;
 
     for (size_t i = 0; i < e->n_inputs; i++)
-        if ((rc = put_input(s, id, (int)i, &e->inputs[i])))
+        if ((!inputs_id || i < in_at || i >= in_at + in_n) &&
+            (rc = put_input(s, id, (int)i, &e->inputs[i])))
             goto fail;
     return 0;
 fail:

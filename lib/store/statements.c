@@ -14,20 +14,31 @@ const char *const kc_stmt_sql[KC_STMT_COUNT] = {
         " +i.log, +i.names, +i.key_material, +a.stored_digest, +a.data,"
         /* The key as the row has it, read through the rowid: e.key itself
          * would be read from the very index entry that led here. */
-        " (SELECT k.key FROM entry k WHERE k.id = e.id)"
+        " (SELECT k.key FROM entry k WHERE k.id = e.id),"
+        /* The shared lists (shared.c): the header list to put back into the key material,
+         * the number of items the input list must give. */
+        " +i.headers_id, +i.headers_at, +h.size, +h.codec, +h.data, +h.digest,"
+        " +i.inputs_id, (SELECT l.n FROM input_list l WHERE l.id = i.inputs_id)"
         " FROM entry e LEFT JOIN entry_info i ON i.id = e.id LEFT JOIN artifact a ON a.id = e.id"
+        " LEFT JOIN header_list h ON h.id = i.headers_id"
         " WHERE e.key = ?1",
+    /* An entry's own inputs and those of its shared list, in their order; the last column
+     * says which. */
     [KC_STMT_GET_INPUTS] =
-        "SELECT ei.role, ei.name, i.size, i.codec, i.digest, i.data"
-        " FROM entry_input ei JOIN input i ON i.id = ei.input_id"
-        " WHERE ei.entry_id = ?1 ORDER BY ei.seq",
+        "SELECT ei.role, ei.name, i.size, i.codec, i.digest, i.data, ei.seq, 0"
+        " FROM entry_input ei JOIN input i ON i.id = ei.input_id WHERE ei.entry_id = ?1"
+        " UNION ALL SELECT li.role, li.name, i.size, i.codec, i.digest, i.data,"
+        " f.inputs_at + li.seq, 1 FROM entry_info f JOIN input_list_item li"
+        " ON li.list_id = f.inputs_id JOIN input i ON i.id = li.input_id WHERE f.id = ?1"
+        " ORDER BY 7",
     [KC_STMT_DELETE] = "DELETE FROM entry WHERE key = ?1",
     [KC_STMT_INSERT_ENTRY] =
         "INSERT INTO entry (key, kind, arch, name, raw_size, stored_size, codec, digest,"
         " created_at, accessed_at, hits, compile_ns, toolchain)"
         " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, 0, ?10, ?11)",
     [KC_STMT_INSERT_INFO] =
-        "INSERT INTO entry_info (id, log, names, key_material) VALUES (?1, ?2, ?3, ?4)",
+        "INSERT INTO entry_info (id, log, names, key_material, headers_id, headers_at, inputs_id,"
+        " inputs_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     [KC_STMT_INSERT_ARTIFACT] =
         "INSERT INTO artifact (id, stored_digest, data) VALUES (?1, ?2, ?3)",
     [KC_STMT_FIND_INPUT] = "SELECT id FROM input WHERE digest = ?1",
@@ -77,4 +88,25 @@ const char *const kc_stmt_sql[KC_STMT_COUNT] = {
     [KC_STMT_CLOSURE_FIND] = "SELECT id FROM closure WHERE digest = ?1",
     [KC_STMT_CLOSURE_PUT] =
         "INSERT INTO closure (digest, raw_size, codec, data) VALUES (?1, ?2, ?3, ?4)",
+    /* A file of schema 6 or 7 opened to read (a bundle, a read-only cache): nothing shared. */
+    [KC_STMT_GET_V7] =
+        "SELECT +e.id, +e.kind, +e.arch, +e.name, +e.raw_size, +e.stored_size, +e.codec,"
+        " +e.digest, +e.created_at, +e.accessed_at, +e.hits, +e.compile_ns, +e.toolchain,"
+        " +i.log, +i.names, +i.key_material, +a.stored_digest, +a.data,"
+        " (SELECT k.key FROM entry k WHERE k.id = e.id), NULL, NULL, NULL, NULL, NULL, NULL, NULL,"
+        " NULL"
+        " FROM entry e LEFT JOIN entry_info i ON i.id = e.id LEFT JOIN artifact a ON a.id = e.id"
+        " WHERE e.key = ?1",
+    [KC_STMT_GET_INPUTS_V7] =
+        "SELECT ei.role, ei.name, i.size, i.codec, i.digest, i.data, ei.seq, 0"
+        " FROM entry_input ei JOIN input i ON i.id = ei.input_id"
+        " WHERE ei.entry_id = ?1 ORDER BY ei.seq",
+    [KC_STMT_HEADERS_FIND] = "SELECT id FROM header_list WHERE digest = ?1",
+    [KC_STMT_HEADERS_PUT] =
+        "INSERT INTO header_list (digest, size, codec, data) VALUES (?1, ?2, ?3, ?4)",
+    [KC_STMT_INPUTS_FIND] = "SELECT id FROM input_list WHERE digest = ?1",
+    [KC_STMT_INPUTS_PUT] = "INSERT INTO input_list (digest, n) VALUES (?1, ?2)",
+    [KC_STMT_INPUTS_PUT_ITEM] =
+        "INSERT INTO input_list_item (list_id, seq, role, name, input_id)"
+        " VALUES (?1, ?2, ?3, ?4, ?5)",
 };

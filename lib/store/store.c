@@ -7,6 +7,7 @@
 
 #include "util/settings.h"
 #include "store/storeint.h"
+#include "util/keyfmt.h"
 
 static void store_free(kcache_store *s)
 {
@@ -197,18 +198,24 @@ static void free_inputs(struct kc_row *r)
     free(r->inputs);
     r->inputs = NULL;
     r->n_inputs = 0;
+    free(r->material);
+    r->material = NULL;
 }
 
-static int load_inputs(kcache_store *s, int64_t id, struct kc_row *r)
+/* An entry's inputs, its own and its shared list's; listed must be the list's number of items. */
+static int load_inputs(kcache_store *s, int64_t id, struct kc_row *r, int64_t listed)
 {
     sqlite3_stmt *st;
-    int rc = kc_db_stmt(&s->db, &st, KC_STMT_GET_INPUTS);
+    int rc = kc_db_stmt(&s->db, &st,
+                        s->db.schema_version >= 8 ? KC_STMT_GET_INPUTS : KC_STMT_GET_INPUTS_V7);
     if (rc)
         return rc;
     sqlite3_bind_int64(st, 1, id);
     size_t cap = 0;
+    int64_t from_list = 0;
     int src;
     while ((src = sqlite3_step(st)) == SQLITE_ROW) {
+        from_list += sqlite3_column_int(st, 7);
         kcache_input *grown = kc_grow(r->inputs, &cap, r->n_inputs, sizeof(*grown), 8);
         if (!grown)
             return KCACHE_ENOMEM;
@@ -240,7 +247,10 @@ static int load_inputs(kcache_store *s, int64_t id, struct kc_row *r)
         if (memcmp(check, digest, KC_DIGEST_SIZE) != 0)
             return KCACHE_ECORRUPT;
     }
-    return src == SQLITE_DONE ? 0 : kc_sqlerr(&s->db, src, "reading inputs");
+    if (src != SQLITE_DONE)
+        return kc_sqlerr(&s->db, src, "reading inputs");
+    /* A list or an input of it that is gone would drop inputs unseen. */
+    return from_list == listed ? 0 : KCACHE_ECORRUPT;
 }
 
 static int delete_locked(kcache_store *s, const kcache_key *key)
@@ -282,12 +292,32 @@ static int unreadable(kcache_store *s, const kcache_key *key, int codec)
                   "wrote it?): left in place; upgrade kcache to use it", hex);
 }
 
+/*
+ * Whether r's key material is in kcache's format and no longer parses or
+ * hashes to its key: damage to the material or to the header list it shares. Material
+ * in another format (a caller's own, through kcache_store_put) is not held
+ * to it.
+ */
+static int material_differs(const struct kc_row *r)
+{
+    char kind[16], arch[64];
+    if (!r->key_material_size)
+        return 0;
+    int ours = kc_key_target(kind, sizeof(kind), arch, sizeof(arch), r->key_material,
+                             r->key_material_size);
+    if (ours <= 0)
+        return ours < 0; /* says it is kcache's and does not parse: damaged */
+    uint8_t d[KC_DIGEST_SIZE];
+    kc_digest(d, r->key_material, r->key_material_size);
+    return memcmp(d, r->key.bytes, KCACHE_KEY_SIZE) != 0;
+}
+
 static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key, unsigned flags)
 {
     s->get_found_damage = 0;
     sqlite3_stmt *st;
     struct kc_row r;
-    int rc = kc_db_stmt(&s->db, &st, KC_STMT_GET);
+    int rc = kc_db_stmt(&s->db, &st, s->db.schema_version >= 8 ? KC_STMT_GET : KC_STMT_GET_V7);
     if (rc)
         return rc;
     sqlite3_bind_blob(st, 1, key->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
@@ -329,6 +359,21 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
     r.key_material = sqlite3_column_blob(st, 15);
     r.key_material_size = (size_t)sqlite3_column_bytes(st, 15);
     r.raw_size = (size_t)raw_size;
+    /* A list is shared, so its row is checked where the entry is read whole (shared.c). */
+    int shared = damaged ? 0 : kc_shared_material(&r, st, s->codec, flags & KCACHE_GET_INPUTS);
+    if (shared == KCACHE_ENOTSUP) {
+        sqlite3_reset(st);
+        free_inputs(&r);
+        return unreadable(s, key, -1);
+    }
+    if (shared == KCACHE_ENOMEM) {
+        rc = kc_err(s, shared, "out of memory reading an entry");
+        goto out;
+    }
+    damaged |= shared != 0;
+    /* Read whole (verify, export): kcache's own material must still give the key. */
+    if (!damaged && (flags & KCACHE_GET_INPUTS) && material_differs(&r))
+        damaged = 1;
     if (!damaged && !(flags & KCACHE_GET_NO_DATA)) {
         const void *stored_digest = sqlite3_column_blob(st, 16);
         int digest_n = sqlite3_column_bytes(st, 16);
@@ -354,7 +399,11 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
             damaged = !r.digest || memcmp(stored_digest, r.digest, KC_DIGEST_SIZE) != 0;
     }
     if (!damaged && (flags & KCACHE_GET_INPUTS)) {
-        rc = load_inputs(s, id, &r);
+        /* The items the entry's shared input list must give; -1 when the list is gone. */
+        int64_t listed = 0;
+        if (sqlite3_column_type(st, 25) != SQLITE_NULL)
+            listed = sqlite3_column_type(st, 26) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 26);
+        rc = load_inputs(s, id, &r, listed);
         if (rc == KCACHE_ECORRUPT) {
             damaged = 1;
         } else if (rc == KCACHE_ENOTSUP) {

@@ -47,6 +47,13 @@ enum kc_stmt {
     KC_STMT_MANIFEST_TRIM,
     KC_STMT_CLOSURE_FIND,
     KC_STMT_CLOSURE_PUT,
+    KC_STMT_GET_V7,
+    KC_STMT_GET_INPUTS_V7,
+    KC_STMT_HEADERS_FIND,
+    KC_STMT_HEADERS_PUT,
+    KC_STMT_INPUTS_FIND,
+    KC_STMT_INPUTS_PUT,
+    KC_STMT_INPUTS_PUT_ITEM,
     KC_STMT_COUNT,
 };
 
@@ -111,13 +118,17 @@ void kc_unlock(kcache_store *s);
 int kc_err_locking(kcache_store *s, int code, const char *fmt, ...) KC_PRINTF(3, 4);
 
 /*
- * put.c: the id of the row holding these bytes in a table addressed by
+ * shared.c: the id of the row holding these bytes in a table addressed by
  * their digest (input, closure), inserted compressed (through enc) if there
  * was none. find binds ?1 digest; put ?1 digest, ?2 size, ?3 codec, ?4 data.
  * finding and storing name what failed, for the message.
  */
 int kc_blob_id(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt put, kc_buf *enc,
                const void *data, size_t size, const char *finding, const char *storing);
+/* kc_blob_id() for bytes whose digest the caller has. */
+int kc_blob_id_of(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt put, kc_buf *enc,
+                  const uint8_t digest[KC_DIGEST_SIZE], const void *data, size_t size,
+                  const char *finding, const char *storing);
 
 /* kcache_store_open(), for a file that may be anyone's (a bundle, read-only). */
 int kc_store_open_bundle(kcache_store **out, const char *path, char *errbuf, size_t errbuf_size);
@@ -208,6 +219,8 @@ struct kc_row {
     /* decoded inputs, when asked for */
     size_t n_inputs;
     kcache_input *inputs;
+    /* the whole key material, when rebuilt from a shared header list (owned) */
+    void *material;
 };
 
 int kc_names_encode(kc_buf *b, const kcache_entry *e);
@@ -257,6 +270,25 @@ struct kc_put_ctx {
  */
 int kc_put_encode(struct kc_put_ctx *p, const kcache_entry *e, kc_codec_ctx *codec, int method,
                   kc_buf *stored, kc_buf *names);
+/*
+ * shared.c: the lists entries share. A put stores e's run of header records
+ * (util/keyfmt.h) and its run of header inputs once, by digest, and says
+ * where they were (*id 0: none); a get puts the header list back into r's
+ * key material (columns 19-24 of KC_STMT_GET), checking its digest when
+ * check is set. Returns 0, KCACHE_ECORRUPT, KCACHE_ENOTSUP (a codec this
+ * build does not know) or KCACHE_ENOMEM.
+ */
+int kc_shared_headers_put(kcache_store *s, const kcache_entry *e, int64_t *id, size_t *at,
+                          size_t *len);
+int kc_shared_inputs_put(kcache_store *s, const kcache_entry *e, int64_t *id, size_t *at,
+                         size_t *n);
+int kc_shared_material(struct kc_row *r, sqlite3_stmt *st, kc_codec_ctx *codec, int check);
+/*
+ * Drops the shared rows no entry refers to: what damage leaves behind once
+ * the entries it hit are deleted (verify --fix). Nothing on a store that
+ * only reads. Takes the lock.
+ */
+int kc_shared_sweep(kcache_store *s);
 /* The rows of one entry, inside a write transaction the caller holds. */
 int kc_put_rows(kcache_store *s, const struct kc_put_ctx *p);
 /*
@@ -281,7 +313,7 @@ int kc_usage_merge(kcache_usage **v, size_t *n, size_t *cap, const char *arch, i
 int kc_keyed_check(const kcache_entry *e, char *what, size_t what_size);
 
 /* cascade.c: deleting entries with what goes with them, and the totals (no triggers). */
-#define KC_CASCADE_STEPS 9
+#define KC_CASCADE_STEPS 12
 struct kc_cascade {
     sqlite3_stmt *st[KC_CASCADE_STEPS];
 };

@@ -87,6 +87,9 @@ KCACHE_API int kcache_store_verify(kcache_verify_result *out, kcache_store *stor
     }
     if (progress)
         progress(userdata, "verifying", n_keys, n_keys);
+    /* Writable (verify --fix): what the damaged entries' deletes could not reach goes too. */
+    if (r.damaged)
+        rc = kc_shared_sweep(store);
 out:
     kcache_keys_free(keys);
     if (out) {

@@ -81,3 +81,30 @@ int kc_key_target(char *kind, size_t kind_size, char *arch, size_t arch_size,
         return KCACHE_ECORRUPT;
     return 1;
 }
+
+int kc_key_header_run(const void *material, size_t size, size_t *at, size_t *len)
+{
+    const uint8_t *p = material;
+    size_t off = 0, start = 0;
+    int in_run = 0;
+    *at = *len = 0;
+    while (off < size) {
+        if (size - off < 5)
+            return KCACHE_ECORRUPT;
+        uint32_t n = kc_read_u32(p + off + 1);
+        if (size - off - 5 < n)
+            return KCACHE_ECORRUPT;
+        if (p[off] == KC_TAG_HEADER && !in_run) {
+            in_run = 1;
+            start = off;
+        } else if (p[off] != KC_TAG_HEADER && in_run) {
+            break;
+        }
+        off += 5 + (size_t)n;
+    }
+    if (!in_run)
+        return 0;
+    *at = start;
+    *len = off - start;
+    return 1;
+}

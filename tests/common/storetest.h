@@ -230,7 +230,18 @@ static inline void st_check_books(const char *path, const char *after)
         "SELECT count(*) FROM artifact WHERE id NOT IN (SELECT id FROM entry)",
         "SELECT count(*) FROM entry_info WHERE id NOT IN (SELECT id FROM entry)",
         "SELECT count(*) FROM entry_input WHERE entry_id NOT IN (SELECT id FROM entry)",
-        "SELECT count(*) FROM input WHERE id NOT IN (SELECT input_id FROM entry_input)",
+        "SELECT count(*) FROM input WHERE id NOT IN (SELECT input_id FROM entry_input)"
+        " AND id NOT IN (SELECT input_id FROM input_list_item)",
+        "SELECT count(*) FROM header_list WHERE id NOT IN"
+        " (SELECT headers_id FROM entry_info WHERE headers_id NOT NULL)",
+        "SELECT count(*) FROM input_list WHERE id NOT IN"
+        " (SELECT inputs_id FROM entry_info WHERE inputs_id NOT NULL)",
+        "SELECT count(*) FROM input_list_item WHERE list_id NOT IN (SELECT id FROM input_list)",
+        "SELECT count(*) FROM input_list_item WHERE input_id NOT IN (SELECT id FROM input)",
+        "SELECT count(*) FROM entry_info WHERE headers_id NOT NULL AND headers_id NOT IN"
+        " (SELECT id FROM header_list)",
+        "SELECT count(*) FROM entry_info WHERE inputs_id NOT NULL AND inputs_id NOT IN"
+        " (SELECT id FROM input_list)",
         "SELECT count(*) FROM manifest WHERE key NOT IN (SELECT key FROM entry)",
         "SELECT count(*) FROM closure WHERE id NOT IN (SELECT closure_id FROM manifest)",
         "SELECT count(*) FROM entry_input WHERE input_id NOT IN (SELECT id FROM input)",
@@ -245,6 +256,16 @@ static inline void st_check_books(const char *path, const char *after)
         CHECK(v == 0);
     }
     sqlite3_close(db);
+}
+
+/* st_sql_int() on the file at path, through a read-only connection of its own. */
+static inline int64_t st_path_int(const char *path, const char *sql)
+{
+    sqlite3 *db = NULL;
+    REQUIRE(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+    int64_t n = st_sql_int(db, sql);
+    sqlite3_close(db);
+    return n;
 }
 
 /* SQLite's integrity_check on the file, through a connection of its own. */
@@ -286,6 +307,101 @@ static inline double st_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/*
+ * A kernel of a header tree as kcache stores it: key material in kcache's
+ * format with ST_HEADERS header records (spelling, "file", the digest in
+ * hex), and the inputs `kcache compile` keeps (the source, then every
+ * header). Kernel n has its own source; tree picks the headers, so kernels
+ * of one tree share their header list whole.
+ */
+#define ST_HEADERS 300
+struct st_kernel {
+    kcache_entry e;
+    uint8_t *material;
+    size_t material_size;
+    kcache_input in[ST_HEADERS + 1];
+    char names[ST_HEADERS][40];
+    char bodies[ST_HEADERS][48];
+    char source[64], artifact[64];
+};
+
+static inline void st_tlv(struct st_kernel *k, int tag, const void *data, size_t n)
+{
+    uint8_t *grown = realloc(k->material, k->material_size + 5 + n);
+    REQUIRE(grown);
+    k->material = grown;
+    uint8_t *p = grown + k->material_size;
+    p[0] = (uint8_t)tag;
+    for (int i = 0; i < 4; i++)
+        p[1 + i] = (uint8_t)(n >> (8 * i));
+    memcpy(p + 5, data, n);
+    k->material_size += 5 + n;
+}
+
+static inline void st_kernel_make(struct st_kernel *k, unsigned n, unsigned tree)
+{
+    memset(k, 0, sizeof(*k));
+    snprintf(k->source, sizeof(k->source), "__global__ void k%u() {}\n", n);
+    snprintf(k->artifact, sizeof(k->artifact), "the cubin of kernel %u", n);
+    uint8_t d[32];
+    st_tlv(k, 1, "kcache-key-5", 12);
+    st_tlv(k, 2, "cuda", 4);
+    st_tlv(k, 3, "cubin", 5);
+    st_tlv(k, 4, "sm_90", 5);
+    st_tlv(k, 5, "nvrtc-test", 10);
+    st_tlv(k, 9, "kern.cu", 7);
+    blake2b(d, k->source, NULL, 32, strlen(k->source), 0);
+    st_tlv(k, 10, d, 32);
+    k->in[0] = (kcache_input){KCACHE_INPUT_SOURCE, "kern.cu", k->source, strlen(k->source)};
+    for (unsigned i = 0; i < ST_HEADERS; i++) {
+        snprintf(k->names[i], sizeof(k->names[i]), "tree%u/include/header_%u.cuh", tree, i);
+        snprintf(k->bodies[i], sizeof(k->bodies[i]), "// tree %u, header %u\n", tree, i);
+        char field[128];
+        size_t len = (size_t)snprintf(field, sizeof(field), "%s%cfile%c", k->names[i], 0, 0);
+        blake2b(d, k->bodies[i], NULL, 32, strlen(k->bodies[i]), 0);
+        for (int j = 0; j < 32; j++)
+            len += (size_t)snprintf(field + len, sizeof(field) - len, "%02x", d[j]);
+        st_tlv(k, 11, field, len);
+        k->in[1 + i] =
+            (kcache_input){KCACHE_INPUT_HEADER, k->names[i], k->bodies[i], strlen(k->bodies[i])};
+    }
+    st_tlv(k, 12, "extra", 5);
+    kcache_entry e = KCACHE_ENTRY_INIT;
+    blake2b(e.key.bytes, k->material, NULL, 32, k->material_size, 0);
+    e.kind = KCACHE_KIND_CUBIN;
+    e.arch = "sm_90";
+    e.name = "kern.cu";
+    e.toolchain = "test";
+    e.data = k->artifact;
+    e.size = strlen(k->artifact);
+    e.key_material = k->material;
+    e.key_material_size = k->material_size;
+    e.inputs = k->in;
+    e.n_inputs = ST_HEADERS + 1;
+    k->e = e;
+}
+
+static inline void st_kernel_free(struct st_kernel *k)
+{
+    free(k->material);
+    k->material = NULL;
+}
+
+/* Whether e, read back with its inputs, is kernel k whole: material, inputs in order, bytes. */
+static inline int st_kernel_ok(const kcache_entry *e, const struct st_kernel *k)
+{
+    if (!e || e->size != k->e.size || memcmp(e->data, k->e.data, e->size) != 0 ||
+        e->key_material_size != k->material_size ||
+        memcmp(e->key_material, k->material, k->material_size) != 0 || e->n_inputs != k->e.n_inputs)
+        return 0;
+    for (size_t i = 0; i < e->n_inputs; i++)
+        if (e->inputs[i].role != k->in[i].role || strcmp(e->inputs[i].name, k->in[i].name) ||
+            e->inputs[i].size != k->in[i].size ||
+            memcmp(e->inputs[i].data, k->in[i].data, e->inputs[i].size) != 0)
+            return 0;
+    return 1;
 }
 
 #endif

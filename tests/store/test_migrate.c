@@ -4,6 +4,7 @@
  * and every table's layout as it was; a fresh file's objects are the
  * reference's, short; the guard leaves a file whose objects are not kcache's
  * with its old text, and still usable; bundles of schema 6 still import.
+ * Schema 8 moves the header lists of a file's entries into shared rows.
  */
 #include <kcache/bundle.h>
 #include <kcache/store.h>
@@ -58,14 +59,71 @@ static int64_t texts_with(const char *path, const char *needle)
 }
 
 /*
- * Makes the file at path what a kcache of schema 6 leaves: the objects' text
- * of that version (taken from the migrations), user_version 6. The tables
- * are the same, so the rows stay as they are.
+ * Takes a file of this build back to schema 7: each entry's whole key
+ * material and every input row its own again (as the store hands them out),
+ * schema 8's objects gone. What a kcache of schema 7 left, row for row.
  */
-static void make_schema_6(const char *path)
+static void take_back_to_7(const char *path)
 {
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    kcache_key *keys = NULL;
+    size_t n = 0;
+    kcache_filter f = KCACHE_FILTER_INIT;
+    REQUIRE(kcache_store_list_keys(&keys, &n, s, &f) == 0);
+    kcache_entry **es = calloc(n ? n : 1, sizeof(*es));
+    REQUIRE(es);
+    for (size_t i = 0; i < n; i++)
+        REQUIRE(kcache_store_get(&es[i], s, &keys[i], KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA) ==
+                0);
+    kcache_store_close(s);
+    sqlite3 *db = NULL;
+    REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    REQUIRE(sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_stmt *u = NULL;
+    REQUIRE(sqlite3_prepare_v2(db,
+                               "UPDATE entry_info SET key_material = ?2 WHERE id ="
+                               " (SELECT id FROM entry WHERE key = ?1)",
+                               -1, &u, NULL) == SQLITE_OK);
+    for (size_t i = 0; i < n; i++) {
+        sqlite3_bind_blob(u, 1, es[i]->key.bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
+        if (es[i]->key_material_size)
+            sqlite3_bind_blob(u, 2, es[i]->key_material, (int)es[i]->key_material_size,
+                              SQLITE_STATIC);
+        else
+            sqlite3_bind_null(u, 2);
+        CHECK(sqlite3_step(u) == SQLITE_DONE);
+        sqlite3_reset(u);
+        kcache_entry_free(es[i]);
+    }
+    sqlite3_finalize(u);
+    free(es);
+    kcache_keys_free(keys);
+    static const char drop[] =
+        "INSERT INTO entry_input SELECT f.id, f.inputs_at + li.seq, li.role, li.name, li.input_id"
+        " FROM entry_info f JOIN input_list_item li ON li.list_id = f.inputs_id;"
+        "DROP INDEX entry_info_by_headers; DROP INDEX entry_info_by_inputs;"
+        "DROP INDEX input_list_item_by_input;"
+        "ALTER TABLE entry_info DROP COLUMN headers_id;"
+        "ALTER TABLE entry_info DROP COLUMN headers_at;"
+        "ALTER TABLE entry_info DROP COLUMN inputs_id;"
+        "ALTER TABLE entry_info DROP COLUMN inputs_at;"
+        "DROP TABLE input_list_item; DROP TABLE input_list; DROP TABLE header_list;"
+        "PRAGMA user_version = 7; COMMIT";
+    REQUIRE(sqlite3_exec(db, drop, NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_close(db);
+}
+
+/*
+ * Makes the file at path what a kcache of schema `version` (6 or 7) leaves:
+ * the rows of schema 7 (take_back_to_7()), the objects' text of that version (taken
+ * from the migrations). The tables are the same, so the rows stay as they are.
+ */
+static void make_schema(const char *path, int version)
+{
+    take_back_to_7(path);
     sqlite3 *ref = NULL, *db = NULL;
-    REQUIRE(kc_db_schema_reference(&ref, 6) == SQLITE_OK);
+    REQUIRE(kc_db_schema_reference(&ref, version) == SQLITE_OK);
     REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
     sqlite3_busy_timeout(db, 5000);
     REQUIRE(sqlite3_exec(db, "BEGIN IMMEDIATE; PRAGMA writable_schema = ON", NULL, NULL, NULL) ==
@@ -89,13 +147,18 @@ static void make_schema_6(const char *path)
     sqlite3_finalize(u);
     int64_t cookie = st_sql_int(db, "PRAGMA schema_version");
     char sql[96];
-    snprintf(sql, sizeof(sql), "PRAGMA schema_version = %lld; PRAGMA user_version = 6",
-             (long long)cookie + 1);
+    snprintf(sql, sizeof(sql), "PRAGMA schema_version = %lld; PRAGMA user_version = %d",
+             (long long)cookie + 1, version);
     REQUIRE(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK);
     REQUIRE(sqlite3_exec(db, "PRAGMA writable_schema = OFF; COMMIT", NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(db);
     sqlite3_close(ref);
-    CHECK(texts_with(path, "CHECK (") > 0);
+    CHECK(texts_with(path, "CHECK (") > 0 || version == 7);
+}
+
+static void make_schema_6(const char *path)
+{
+    make_schema(path, 6);
 }
 
 /* Entry i, keyed by material it carries, so that bundles take it too. */
@@ -139,6 +202,29 @@ static void check_entries(kcache_store *s)
 }
 
 /*
+ * Whether every table and index of before is in after as it was: its line
+ * there is the same or goes on (columns added at the end, by schema 8).
+ */
+static int kept_layout(const char *before, const char *after)
+{
+    for (const char *b = before; *b;) {
+        size_t n = strcspn(b, "\n");
+        int found = 0;
+        for (const char *a = after; *a && !found;) {
+            size_t m = strcspn(a, "\n");
+            found = m >= n && !strncmp(a, b, n) && (m == n || a[n] == ',');
+            a += m + (a[m] == '\n');
+        }
+        if (!found) {
+            fprintf(stderr, "  layout lost: %.*s\n", (int)n, b);
+            return 0;
+        }
+        b += n + (b[n] == '\n');
+    }
+    return 1;
+}
+
+/*
  * Opens the file at path with this build (migrating it), reads every entry,
  * puts one more; every table's layout is what it was, and the file sound.
  */
@@ -146,12 +232,12 @@ static void open_migrated(const char *path)
 {
     char *before = layout_of(path);
     kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
-    CHECK(kcache_store_schema_version(s) == 7);
+    CHECK(kcache_store_schema_version(s) == kc_schema_version);
     check_entries(s);
     CHECK_RC(put_entry(s, N_ENTRIES), 0);
     kcache_store_close(s);
     char *after = layout_of(path);
-    CHECK(strcmp(before, after) == 0);
+    CHECK(kept_layout(before, after));
     CHECK(st_integrity_ok(path));
     free(before);
     free(after);
@@ -162,7 +248,7 @@ static void test_fresh_file(void)
 {
     const char *path = test_path("fresh.db");
     kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
-    CHECK(kcache_store_schema_version(s) == 7);
+    CHECK(kcache_store_schema_version(s) == kc_schema_version);
     CHECK_RC(put_entry(s, 1), 0);
     kcache_store_close(s);
     CHECK(texts_with(path, "CHECK") == 0);
@@ -196,7 +282,7 @@ static void test_from_schema_6(void)
     CHECK(texts_with(path, "CHECK") == 0);
     /* Nothing was copied: the file grew by the one entry put, not by a second copy. */
     CHECK(st_file_size(path) < size_before + 2 * SIZE_MAX_ENTRY);
-    st_check_books(path, "after the migration to schema 7");
+    st_check_books(path, "after the migration from schema 6");
 }
 
 /*
@@ -298,6 +384,7 @@ static void test_bundle_of_schema_6(void)
     CHECK_RC(kcache_bundle_export(&r, s, bundle, NULL), 0);
     kcache_store_close(s);
     make_schema_6(bundle);
+    st_sql(bundle, "PRAGMA journal_mode = DELETE"); /* as export leaves it */
 
     kcache_store *t = st_open(test_path("bundle-dst.db"), UINT64_MAX, NULL, NULL);
     kcache_bundle_result ir = KCACHE_BUNDLE_RESULT_INIT;
@@ -310,13 +397,105 @@ static void test_bundle_of_schema_6(void)
     kcache_store_close(t);
 }
 
+/*
+ * Kernels of two header trees, stored by a kcache of schema 7: every entry
+ * with its whole key material and its own input rows. The migration moves
+ * them into shared lists in its transaction; every entry reads back as it
+ * was put, and the file's books hold.
+ */
+#define N_KERNELS 12
+static struct st_kernel kernels[N_KERNELS];
+
+static void put_kernels(const char *path)
+{
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    for (unsigned i = 0; i < N_KERNELS; i++)
+        CHECK_RC(kcache_store_put(s, &kernels[i].e), 0);
+    kcache_store_close(s);
+}
+
+static void check_kernels(kcache_store *s)
+{
+    int bad = 0;
+    for (unsigned i = 0; i < N_KERNELS; i++) {
+        kcache_entry *e = NULL;
+        bad += kcache_store_get(&e, s, &kernels[i].e.key, KCACHE_GET_INPUTS) != 0 ||
+               !st_kernel_ok(e, &kernels[i]);
+        kcache_entry_free(e);
+    }
+    CHECK(bad == 0);
+}
+
+static void test_header_lists_from_schema_7(void)
+{
+    const char *path = test_path("seven.db");
+    put_kernels(path);
+    make_schema(path, 7);
+    CHECK(st_path_int(path, "PRAGMA user_version") == 7);
+    CHECK(st_path_int(path, "SELECT min(length(key_material)) FROM entry_info") > ST_HEADERS * 80);
+    CHECK(st_path_int(path, "SELECT count(*) FROM entry_input") == N_KERNELS * (ST_HEADERS + 1));
+    char *before = layout_of(path);
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK(kcache_store_schema_version(s) == kc_schema_version);
+    check_kernels(s);
+    kcache_store_close(s);
+    char *after = layout_of(path);
+    CHECK(kept_layout(before, after));
+    free(before);
+    free(after);
+    CHECK(st_path_int(path, "SELECT count(*) FROM header_list") == 2);
+    CHECK(st_path_int(path, "SELECT count(*) FROM input_list") == 2);
+    CHECK(st_path_int(path, "SELECT max(length(key_material)) FROM entry_info") < 200);
+    CHECK(st_path_int(path, "SELECT count(*) FROM entry_input") == N_KERNELS);
+    st_check_books(path, "the migration of header lists from schema 7");
+    CHECK(st_integrity_ok(path));
+    /* A kernel put after the migration finds its tree's list already there. */
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK_RC(kcache_store_delete(s, &kernels[0].e.key), 0);
+    CHECK_RC(kcache_store_put(s, &kernels[0].e), 0);
+    check_kernels(s);
+    kcache_store_close(s);
+    CHECK(st_path_int(path, "SELECT count(*) FROM header_list") == 2);
+    st_check_books(path, "a put after the migration");
+}
+
+/* A bundle of schema 7 (each entry whole) imports, and its lists are shared here. */
+static void test_header_lists_bundle_of_schema_7(void)
+{
+    const char *from = test_path("b7-src.db"), *bundle = test_path("seven.kcb");
+    put_kernels(from);
+    kcache_store *s = st_open(from, UINT64_MAX, NULL, NULL);
+    kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
+    CHECK_RC(kcache_bundle_export(&r, s, bundle, NULL), 0);
+    kcache_store_close(s);
+    make_schema(bundle, 7);
+    st_sql(bundle, "PRAGMA journal_mode = DELETE");
+    const char *to = test_path("b7-dst.db");
+    kcache_store *t = st_open(to, UINT64_MAX, NULL, NULL);
+    kcache_bundle_result ir = KCACHE_BUNDLE_RESULT_INIT;
+    int rc = kcache_bundle_import(&ir, t, bundle, NULL);
+    CHECK_RC(rc, 0);
+    if (rc)
+        fprintf(stderr, "  import: %s\n", kcache_store_errmsg(t));
+    CHECK(ir.added == N_KERNELS);
+    check_kernels(t);
+    kcache_store_close(t);
+    CHECK(st_path_int(to, "SELECT count(*) FROM header_list") == 2);
+}
+
 int main(void)
 {
+    for (unsigned i = 0; i < N_KERNELS; i++)
+        st_kernel_make(&kernels[i], i, i % 2);
     test_fresh_file();
     test_from_schema_6();
     test_guard_keeps_foreign_layout();
     test_guard_sees_key_order();
     test_layout_guard();
     test_bundle_of_schema_6();
+    test_header_lists_from_schema_7();
+    test_header_lists_bundle_of_schema_7();
+    for (unsigned i = 0; i < N_KERNELS; i++)
+        st_kernel_free(&kernels[i]);
     return test_done();
 }

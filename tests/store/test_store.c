@@ -123,7 +123,7 @@ static void test_put_get(void)
     CHECK(st->entries == 1);
     CHECK(st->raw_bytes == 5000);
     CHECK(st->hits == 2);
-    CHECK(st->schema_version == 7);
+    CHECK(st->schema_version == 8);
     kcache_stats_free(st);
 
     CHECK_RC(kcache_store_delete(s, &e.key), 0);
