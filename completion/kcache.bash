@@ -9,7 +9,7 @@ _kcache()
     verb=
     for ((i = 1; i < COMP_CWORD; i++)); do
         case ${COMP_WORDS[i]} in
-            --path|--max-size|--dir|-M|-o|--set-config|-X|--recompress|--evict-older-than|--checksum-file) ((i++)) ;;
+            --path|--max-size|--dir|-d|--config-path|-M|-o|--set-config|-X|--recompress|--evict-older-than|--checksum-file|-k|--get-config|--evict-namespace|-F|--max-files) ((i++)) ;;
             -*) ;;
             *) verb=${COMP_WORDS[i]}; break ;;
         esac
@@ -39,7 +39,9 @@ _kcache()
             fi
             COMPREPLY=($(compgen -f -- "$cur")); return ;;
         --path|--output|--from) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        --dir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+        --dir|-d) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+        --config-path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        -k|--get-config) COMPREPLY=($(compgen -W "max_size compression disable busy_timeout remote" -- "$cur")); return ;;
         --kind) COMPREPLY=($(compgen -W "cubin ptx ltoir data" -- "$cur")); return ;;
         --sort) COMPREPLY=($(compgen -W "accessed size created hits" -- "$cur")); return ;;
         # What NVRTC 13 accepts (nvrtcGetSupportedArchs), plus native.
@@ -51,7 +53,7 @@ _kcache()
 
     if [[ -z $verb ]]; then
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "--dir --path --max-size --version --help -s --show-stats -z --zero-stats -C --clear -c --cleanup -p --show-config -M -o --set-config -V -x --show-compression -X --recompress --evict-older-than --checksum-file" -- "$cur"))
+            COMPREPLY=($(compgen -W "--dir --path --max-size --version --help -s --show-stats -z --zero-stats -C --clear -c --cleanup -p --show-config -M -o --set-config -V -x --show-compression -X --recompress --evict-older-than --checksum-file -d --config-path -k --get-config --print-stats --evict-namespace -F --max-files -v --verbose --json" -- "$cur"))
         else
             COMPREPLY=($(compgen -W "$verbs" -- "$cur"))
         fi

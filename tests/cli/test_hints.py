@@ -256,6 +256,70 @@ def test_output_into_a_group_directory(root):
     check("anyone" in out and not os.path.exists(os.path.join(shared, "h.cubin")), out)
 
 
+def test_ccache_aliases_where_the_meaning_is_the_same(root):
+    """ccache's -sv, -d DIR, -k KEY, --print-stats, --evict-namespace,
+    --config-path, -s --json: the same meaning here; -F says what kcache has."""
+    c = Cache(root)
+    c.fill(3, "--arch", "sm_80")
+    c.fill(2, "--arch", "sm_90", "--seed", 2)
+    c.fill(2, "--namespace", "triton", "--seed", 3)
+    for spelling in (["-sv"], ["-s", "-v"], ["-vs"], ["-s", "--verbose"]):
+        out, _ = c.run(*spelling)
+        check(re.search(r"^Entries:\s+7\b", out, re.M), "%s is stats: %r" % (spelling, out))
+    j = json.loads(c.run("-s", "--json")[0])
+    check(j["entries"] == 7, "-s --json is stats --json: %s" % j)
+    out, _ = c.run("-sz")
+    check(re.search(r"^Entries:\s+7\b", out, re.M) and c.json("stats")["hits"] == 0,
+          "-sz shows, then zeroes: %r" % out)
+    c.run("-v", rc=2)
+    j = json.loads(c.run("--print-stats")[0])
+    check(j["entries"] == 7, "--print-stats: machine-readable: %s" % j)
+    other = Cache(root, "other")
+    other.fill(1)
+    for spelling in (["-d", other.dir], ["--dir", other.dir], ["-d" + other.dir]):
+        out, _ = c.run(*spelling, "-s")
+        check(re.search(r"^Entries:\s+1\b", out, re.M), "%s: that cache: %r" % (spelling, out))
+    out, _ = c.run("-d", other.dir, "ls")
+    check(out.count("\n") == 2, "-d before a verb: a header and one entry: %r" % out)
+    c.run("-M", "3G")
+    for spelling in (["-k", "max_size"], ["--get-config", "max_size"],
+                     ["--get-config=max_size"]):
+        out, _ = c.run(*spelling)
+        check(out == "3.00 GiB\n", "%s prints the value alone: %r" % (spelling, out))
+    c.run("-k", "no_such", rc=2)
+    conf = os.path.join(root, "elsewhere.conf")
+    with open(conf, "w") as f:
+        f.write("compression = none\n")
+    os.chmod(conf, 0o600)
+    out, _ = c.run("--config-path", conf, "-k", "compression")
+    check(out == "none\n", "--config-path reads that file: %r" % out)
+    out, _ = c.run("--config-path", conf, "config", "compression", "--json")
+    check(json.loads(out)["origin"].startswith(conf), out)
+    out, _ = c.run("--evict-namespace", "triton")
+    st = c.json("stats")
+    check(st["entries"] == 5, "--evict-namespace: that namespace's entries only: %r %s"
+          % (out, st))
+    _, err = c.run("-F", "1000", rc=2)
+    check("max-entries" in err and "size" in err, "-F: kcache caps by size; says so: %r" % err)
+    _, err = c.run("--max-files", "0", rc=2)
+    check("max-entries" in err, err)
+
+
+def test_prune_arch_alone(root):
+    """prune --arch sm_80 (or --kind, --namespace) alone prunes what it names."""
+    c = Cache(root)
+    c.fill(3, "--arch", "sm_80")
+    c.fill(2, "--arch", "sm_90", "--seed", 2)
+    c.fill(1, "--arch", "sm_90", "--kind", "ptx", "--seed", 4)
+    out, _ = c.run("prune", "--arch", "sm_80")
+    archs = sorted(e["arch"] for e in c.json("ls")["entries"])
+    check(archs == ["sm_90"] * 3, "only sm_80 went: %r %s" % (out, archs))
+    c.run("prune", "--kind", "ptx")
+    check(c.json("stats")["entries"] == 2, "--kind alone")
+    c.run("prune", "--arch", "sm_90", "--older-than", "1d")
+    check(c.json("stats")["entries"] == 2, "with an age, the age still counts")
+
+
 def main():
     return base.run_tests(globals())
 
