@@ -320,6 +320,19 @@ def test_prune_arch_alone(root):
     check(c.json("stats")["entries"] == 2, "with an age, the age still counts")
 
 
+def test_config_table_aligned(root):
+    """kcache config: every row's value, origin and place start in the header's columns."""
+    c = Cache(root)
+    out, _ = c.run("config")
+    lines = out.split("\n\n")[0].splitlines()
+    head = lines[0]
+    cols = [head.index(w) for w in ("VALUE", "FROM", "WHERE")]
+    for line in lines[1:]:
+        check(all(len(line) <= col or line[col - 1] == " " for col in cols)
+              and line[cols[1]] != " ", "%r is not in the columns of %r" % (line, head))
+    check(any(l.startswith("import_require_signature ") for l in lines), lines)
+
+
 def main():
     return base.run_tests(globals())
 
