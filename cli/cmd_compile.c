@@ -48,7 +48,8 @@ static const char usage_text[] =
     "  -o, --output PATH       write the artifacts: into a directory when PATH is one or\n"
     "                          ends in '/' (made if missing; FILE.ARCH.cubin|ptx|ltoir\n"
     "                          in it), else to the file PATH (one item only)\n"
-    "  -j, --jobs N            compile N items at once (default 1)\n"
+    "  -j, --jobs N|auto       compile N items at once (default, and auto: one for\n"
+    "                          each CPU this process may run on)\n"
     "      --no-cache          compile without looking up or storing\n"
     "      --remote URL        share through Redis: redis://[user:password@]host:port[/db]\n"
     "                          (else KCACHE_REMOTE or remote in kcache.conf)\n"
@@ -95,6 +96,7 @@ struct job {
     struct live live;
     int stream;             /* print rows as they finish (stdout is a terminal) */
     int file_w, arch_w;     /* column widths, fixed before the first row */
+    size_t n_threads;       /* items compiled at once */
 };
 
 static const char *ext_of(kcache_kind kind)
@@ -427,6 +429,7 @@ static void print_json(const struct job *job, const size_t counts[4], size_t evi
     cli_json_uint(&j, "uncached", counts[OUT_UNCACHED]);
     cli_json_uint(&j, "errors", counts[OUT_ERROR]);
     cli_json_uint(&j, "evicted", evicted);
+    cli_json_uint(&j, "jobs", job->n_threads);
     cli_json_object_end(&j);
     cli_json_finish(&j);
 }
@@ -546,6 +549,7 @@ int cmd_compile(int argc, char **argv)
     live_init(&job.live, job.n_items, !a.json && job.n_items > 1);
     pthread_mutex_init(&job.lock, NULL);
     size_t n_threads = (size_t)a.jobs < job.n_items ? (size_t)a.jobs : job.n_items;
+    job.n_threads = n_threads ? n_threads : 1;
     pthread_t *threads = calloc(n_threads ? n_threads : 1, sizeof(*threads));
     size_t started = 0;
     for (size_t t = 1; threads && t < n_threads; t++)

@@ -1,15 +1,27 @@
 #include <errno.h>
 #include <getopt.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "compile_args.h"
 
 enum { OPT_STD = 256, OPT_CUBIN, OPT_PTX, OPT_LTOIR, OPT_NAME_EXPR, OPT_EXTRA, OPT_NO_CACHE,
        OPT_REFRESH, OPT_JSON, OPT_REMOTE, OPT_FROM, OPT_REQUIRE_HIT };
+
+/* The CPUs this process may run on (taskset, a container's cpuset), at most 256: -j's default. */
+static long cpus(void)
+{
+    cpu_set_t set;
+    long n = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+    if (n < 1)
+        n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 256 ? 256 : n;
+}
 
 int compile_args_push(const char ***v, size_t *n, const char *s)
 {
@@ -155,7 +167,7 @@ int compile_args_parse(struct compile_args *a, const char *verb, const char *usa
         {NULL, 0, NULL, 0},
     };
     memset(a, 0, sizeof(*a));
-    a->jobs = 1;
+    a->jobs = cpus();
     /* Everything after "--" goes to NVRTC untouched; before it, GNU getopt
      * permutes, so options may come before or after the files. */
     int n_args = argc;
@@ -217,10 +229,11 @@ int compile_args_parse(struct compile_args *a, const char *verb, const char *usa
             a->remote = optarg;
             break;
         case 'j': {
-            uint64_t jobs;
-            if (kcache_parse_count(&jobs, optarg, 1, 256)) {
+            uint64_t jobs = (uint64_t)cpus();
+            if (strcmp(optarg, "auto") && kcache_parse_count(&jobs, optarg, 1, 256)) {
                 free(tail);
-                return cli_usage_error(verb, "-j '%s' is not a number from 1 to 256", optarg);
+                return cli_usage_error(verb, "-j '%s': give a number from 1 to 256, or auto "
+                                       "(one for each CPU)", optarg);
             }
             a->jobs = (long)jobs;
             break;

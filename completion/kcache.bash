@@ -69,7 +69,7 @@ _kcache()
         inspect) opts+=" --log --source --ptx --json" ;;
         get) opts+=" --output" ;;
         prune) opts+=" --max-size --older-than --arch --kind --namespace --max-entries --dry-run --json" ;;
-        export) opts+=" --arch --kind --since --dir --sign --json" ;;
+        export) opts+=" --arch --kind --namespace --since --dir --sign --json" ;;
         import) opts+=" --dry-run --require-signature --resolve-conflicts --json" ;;
         verify) opts+=" --fix --recompile --json" ;;
         config) opts+=" --unset --json" ;;

@@ -333,6 +333,47 @@ def test_config_table_aligned(root):
     check(any(l.startswith("import_require_signature ") for l in lines), lines)
 
 
+def test_jobs_default_to_the_cpus(root):
+    """compile's -j: the CPUs this process may use by default and with -j auto."""
+    c = Cache(root)
+    if not have_nvrtc(c, root):
+        return
+    paths = []
+    for i in range(3):
+        paths.append(os.path.join(root, "j%d.cu" % i))
+        with open(paths[-1], "w") as f:
+            f.write("__global__ void k(int *x) { x[0] = %d; }\n" % (10 + i))
+    cpus = len(os.sched_getaffinity(0))
+    j = c.json("compile", *paths, "--arch", "sm_90")
+    check(j["jobs"] == min(cpus, 3), "by default, one a CPU: %s (CPUs %d)" % (j["jobs"], cpus))
+    j = c.json("compile", *paths, "--arch", "sm_90", "-j", "auto")
+    check(j["jobs"] == min(cpus, 3), "-j auto: %s" % j["jobs"])
+    j = c.json("compile", *paths, "--arch", "sm_90", "--jobs=1")
+    check(j["jobs"] == 1, "-j 1: %s" % j["jobs"])
+    if os.path.exists("/usr/bin/taskset"):
+        p = subprocess.run(["taskset", "-c", "0", base.KCACHE, "compile"] + paths +
+                           ["--arch", "sm_90", "--json"], env=c.env, capture_output=True,
+                           text=True, timeout=300)
+        check(json.loads(p.stdout)["jobs"] == 1, "the CPUs it may run on: %s" % p.stdout[-200:])
+    _, err = c.run("compile", paths[0], "--arch", "sm_90", "-j", "many", rc=2)
+    check("auto" in err, err)
+
+
+def test_export_namespace(root):
+    """export --namespace NS: the bundle holds that namespace's entries, as ls shows them."""
+    c = Cache(root)
+    c.fill(3)
+    c.fill(2, "--namespace", "triton", "--seed", 5)
+    bundle = os.path.join(root, "triton.kcache")
+    out, _ = c.run("export", bundle, "--namespace", "triton")
+    other = Cache(root, "other")
+    other.run("import", bundle)
+    check(other.json("stats")["entries"] == 2
+          and len(other.json("ls", "--namespace", "triton")["entries"]) == 2,
+          "only triton's two: %r" % out)
+    c.run("export", bundle, "--namespace", "a b", rc=2)
+
+
 def main():
     return base.run_tests(globals())
 
