@@ -63,6 +63,25 @@ def _db_path(path: PathLike | None) -> str | None:
     return os.path.join(p, "kcache.db")
 
 
+def _size(value: int | str | None, what: str) -> int:
+    """A size in bytes (0: the setting): an int is bytes; a str reads as the
+    kcache command reads sizes ("512M", "1.5GiB", a bare number is GiB,
+    "none" no cap)."""
+    if value is None:
+        return 0
+    if isinstance(value, str):
+        try:
+            return _kcache.parse_max_size(value)
+        except ValueError as e:
+            raise ValueError(f"{what}: {e}") from None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be bytes (an int) or a size such as '1G', "
+                        f"not {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{what} must be positive or None")
+    return value
+
+
 def _key_bytes(key: object) -> bytes:
     if isinstance(key, bytes):
         return key
@@ -104,7 +123,9 @@ class Cache:
     ``path`` is a cache directory (``PATH/kcache.db``) or a database file;
     ``None`` is the user's cache, as the ``kcache`` command finds it
     (``$KCACHE_PATH``, ``$KCACHE_DIR``, ``~/.cache/kcache``). ``max_size`` caps
-    the whole file in bytes (``None``: the setting or the default, 4 GiB).
+    the whole file: bytes (an int), or a size as the ``kcache`` command reads
+    it (``"1G"``, ``"512M"``, ``"1.5GiB"``; a bare ``"5"`` is GiB; ``"none"``:
+    no cap); ``None``: the setting or the default, 4 GiB.
     ``remote`` is the shared tier (``redis://host:port``; ``None``: the
     ``remote`` setting, ``$KCACHE_REMOTE`` or kcache.conf): a local miss asks
     it, a put is pushed to it, every entry from it is checked.
@@ -118,13 +139,15 @@ class Cache:
         self,
         path: PathLike | None = None,
         *,
-        max_size: int | None = None,
+        max_size: int | str | None = None,
         read_only: bool = False,
         remote: str | None = None,
     ) -> None:
-        if max_size is not None and max_size <= 0:
-            raise ValueError("max_size must be positive or None")
-        self._store = _kcache.Store(_db_path(path), max_size or 0, read_only, remote=remote)
+        self._store = _kcache.Store(_db_path(path), _size(max_size, "max_size"), read_only,
+                                    remote=remote)
+
+    def __repr__(self) -> str:
+        return f"kcache.Cache({self._store.path!r})"
 
     @property
     def path(self) -> str:
@@ -157,14 +180,14 @@ class Cache:
     def prune(
         self,
         *,
-        max_size: int | None = None,
+        max_size: int | str | None = None,
         max_entries: int | None = None,
         older_than: float | None = None,
         namespace: str | None = None,
         dry_run: bool = False,
     ) -> dict[str, int]:
         """Evicts least recently used entries: until the file fits ``max_size``
-        bytes (default: the cap), to ``max_entries``, or those unused for
+        (bytes, or a size such as ``"512M"``; default: the cap), to ``max_entries``, or those unused for
         ``older_than`` seconds (only ``namespace``'s when given)."""
         before = 0
         if older_than is not None:
@@ -172,7 +195,7 @@ class Cache:
         elif namespace is not None:
             raise ValueError("namespace selects entries for older_than: give an age too")
         return self._store.prune(
-            max_size=max_size or 0,
+            max_size=_size(max_size, "max_size"),
             max_entries=max_entries or 0,
             accessed_before_ms=before,
             arch=namespace,
@@ -221,6 +244,12 @@ def __getattr__(name: str) -> Any:
         globals()["ProgramCache"] = cls
         return cls
     raise AttributeError(f"module 'kcache' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # The API, not the modules and helpers the package uses (os, time, ...):
+    # what tab completion and help() show.
+    return sorted(__all__ + ["PROGRAM_CACHE_NAMESPACE", "triton"])
 
 
 class _ProgramCacheProtocol:
@@ -401,7 +430,12 @@ def compile(
     the compile reads, on disk or in memory, is part of the key, and so are
     the ``name_expressions``, whose lowered names come back with the result
     even on a hit. ``output``: "cubin" (default for sm_*), "ptx" or "ltoir".
-    ``cache`` is a cache directory (default: the user's).
+    ``cache`` is a cache directory (default: the user's). ``name`` is the
+    program's name as NVRTC sees it (``__FILE__``, ``assert`` messages, the
+    log): by default the base name of ``path``, else ``"kernel.cu"``, as in
+    ``kcache compile``. The kernel's bytes can hold it, so the key covers it:
+    to share entries with ``kcache compile DIR/saxpy.cu``, give
+    ``path="DIR/saxpy.cu"`` or ``name="saxpy.cu"``.
 
     Raises :class:`CompileError` (with ``.log``) when NVRTC rejects the source.
     """

@@ -999,7 +999,27 @@ static PyObject *settings(PyObject *module, PyObject *args)
     return d;
 }
 
+/*
+ * parse_max_size(text) -> int: a size cap in the grammar of every other front
+ * end (kcache_parse_max_size: binary units, a bare number is GiB, 0 or none
+ * no cap, which is 2**64 - 1). Raises ValueError naming the text.
+ */
+static PyObject *parse_max_size(PyObject *module, PyObject *args)
+{
+    (void)module;
+    const char *text;
+    uint64_t cap;
+    if (!PyArg_ParseTuple(args, "s", &text))
+        return NULL;
+    if (kcache_parse_max_size(&cap, text))
+        return PyErr_Format(PyExc_ValueError, "'%s' is not a size (use e.g. '2G' or '512M'; a "
+                            "bare number is GiB; '0' or 'none': no cap)", text);
+    return PyLong_FromUnsignedLongLong(cap);
+}
+
 static PyMethodDef module_methods[] = {
+    {"parse_max_size", parse_max_size, METH_VARARGS,
+     "parse_max_size(text) -> int: a size cap as the kcache command reads it (2**64 - 1: none)."},
     {"key_caller", key_caller, METH_VARARGS,
      "key_caller(ns, key) -> str: the store's key (hex) of a caller's key in ns."},
     {"settings", settings, METH_VARARGS,

@@ -280,3 +280,42 @@ def test_module_shares_the_processes_sqlite():
     undefined = subprocess.run([nm, "-D", "--undefined-only", kcache._kcache.__file__],
                                capture_output=True, text=True, check=True).stdout
     assert " sqlite3_open_v2" in undefined, "the module carries its own SQLite"
+
+
+def test_sizes_read_as_the_cli_reads_them(cache_dir):
+    """Cache(max_size="1G") and prune(max_size="512M"): the CLI's grammar, a bare number GiB."""
+    c = kcache.Cache(cache_dir, max_size="1G")
+    assert c.stats()["max_size"] == 1 << 30
+    c.close()
+    c = kcache.Cache(cache_dir, max_size="1.5GiB")
+    assert c.stats()["max_size"] == 3 << 29
+    c.close()
+    c = kcache.Cache(cache_dir, max_size="2")
+    assert c.stats()["max_size"] == 2 << 30, "a bare number is GiB, as in the CLI"
+    c.close()
+    c = kcache.Cache(cache_dir, max_size="none")
+    assert c.stats()["max_size"] is None, "none: no cap, as in the CLI"
+    c.put("ns", b"k", b"x" * 4096)
+    assert c.prune(max_size="1M")["evicted"] == 0
+    c.close()
+    for bad in ("-5G", "1e9", "5 apples", "0x10", ""):
+        with pytest.raises(ValueError, match="not a size"):
+            kcache.Cache(cache_dir, max_size=bad)
+    assert kcache.Cache(cache_dir, max_size=4096).stats()["max_size"] == 4096, "ints stay bytes"
+
+
+def test_the_module_shows_its_own_names():
+    """dir(kcache): the API, not the modules and helpers it uses."""
+    names = dir(kcache)
+    for leaked in ("os", "time", "allocate_lock", "annotations", "TYPE_CHECKING"):
+        assert leaked not in names, names
+    for name in kcache.__all__:
+        assert name in names
+    assert not [n for n in names if not n.startswith("__") and n not in kcache.__all__
+                and n not in ("PROGRAM_CACHE_NAMESPACE", "triton")], names
+
+
+def test_repr_names_the_file(cache_dir):
+    c = kcache.Cache(cache_dir)
+    assert repr(c) == "kcache.Cache(%r)" % os.path.join(str(cache_dir), "kcache.db")
+    c.close()
