@@ -11,7 +11,7 @@
 #include "compile_args.h"
 
 enum { OPT_STD = 256, OPT_CUBIN, OPT_PTX, OPT_LTOIR, OPT_NAME_EXPR, OPT_EXTRA, OPT_NO_CACHE,
-       OPT_REFRESH, OPT_JSON, OPT_REMOTE, OPT_FROM, OPT_REQUIRE_HIT };
+       OPT_REFRESH, OPT_JSON, OPT_REMOTE, OPT_FROM, OPT_REQUIRE_HIT, OPT_CACHE_KEY };
 
 /* The CPUs this process may run on (taskset, a container's cpuset), at most 256: -j's default. */
 static long cpus(void)
@@ -162,6 +162,7 @@ int compile_args_parse(struct compile_args *a, const char *verb, const char *usa
         {"json", no_argument, NULL, OPT_JSON},
         {"remote", required_argument, NULL, OPT_REMOTE},
         {"from", required_argument, NULL, OPT_FROM},
+        {"cache-key", no_argument, NULL, OPT_CACHE_KEY},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -240,6 +241,7 @@ int compile_args_parse(struct compile_args *a, const char *verb, const char *usa
         }
         case OPT_NO_CACHE: a->flags |= KCACHE_COMPILE_NO_CACHE; break;
         case OPT_REFRESH: a->flags |= KCACHE_COMPILE_REFRESH; break;
+        case OPT_CACHE_KEY: a->cache_key = 1; break;
         /* The flag wins over the environment and kcache.conf, as every flag does. */
         case OPT_REQUIRE_HIT: setenv("KCACHE_REQUIRE_HIT", "1", 1); break;
         case OPT_JSON: a->json = 1; break;
@@ -410,7 +412,7 @@ void compile_args_request(const struct compile_args *a, kcache_request *req,
     r.n_name_exprs = unit->n_exprs;
     r.extra_digest = a->extra;
     r.extra_digest_size = a->extra_size;
-    r.flags = a->flags;
+    r.flags = a->flags | (a->cache_key ? KCACHE_COMPILE_KEY_ONLY : 0);
     *req = r;
 }
 
@@ -422,7 +424,8 @@ int compile_args_compiler(const struct compile_args *a, kcache_compiler **compil
     /* The compiler opens the store the global options and the environment
      * name; failing to open it only means compiling without it (each result
      * says why). */
-    co.no_store = (a->flags & KCACHE_COMPILE_NO_CACHE) != 0;
+    /* --cache-key runs before CI restores the cache: it must not create one there. */
+    co.no_store = (a->flags & KCACHE_COMPILE_NO_CACHE) != 0 || a->cache_key;
     co.store_path = cli_globals.path;
     co.store_max_size = cli_globals.max_size;
     co.remote = a->remote;

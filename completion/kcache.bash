@@ -62,7 +62,7 @@ _kcache()
 
     local opts="--help"
     case $verb in
-        compile) opts+=" --arch --std --cubin --ptx --ltoir --name-expr --from --extra-digest --output --jobs --no-cache --refresh --require-hit --remote --json --quiet" ;;
+        compile) opts+=" --arch --std --cubin --ptx --ltoir --name-expr --from --extra-digest --output --jobs --no-cache --refresh --require-hit --cache-key --remote --json --quiet" ;;
         explain) opts+=" --arch --std --cubin --ptx --ltoir --name-expr --from --extra-digest --output --jobs --no-cache --refresh --require-hit --remote --json --quiet" ;;
         stats) opts+=" --zero --namespace --json" ;;
         ls) opts+=" --arch --kind --namespace --sort --limit --json" ;;
