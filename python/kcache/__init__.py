@@ -456,4 +456,9 @@ def compile(
         output=_KINDS[output],
         flags=flags,
     )
+    if d["cache_failed"] and not no_cache:
+        # As the command's row does: the kernel is made, the cache said why not.
+        import warnings
+
+        warnings.warn(f"kcache: not cached: {d['store_message']}", RuntimeWarning, stacklevel=2)
     return CompileResult(d)

@@ -319,3 +319,31 @@ def test_repr_names_the_file(cache_dir):
     c = kcache.Cache(cache_dir)
     assert repr(c) == "kcache.Cache(%r)" % os.path.join(str(cache_dir), "kcache.db")
     c.close()
+
+
+def _one_compile_twice(**kw):
+    """Two compiles at one place in the code, warnings as a program sees them by default."""
+    import warnings
+    src = "__global__ void k(int *x) { x[0] = 42; }\n"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")
+        results = [kcache.compile(src, arch="sm_90", **kw) for _ in range(2)]
+    return results, [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
+
+
+@needs_toolkit
+def test_unusable_cache_warns_and_compiles(tmp_path):
+    """A cache directory that cannot be made: the kernel, and one warning saying why."""
+    (tmp_path / "a file").write_text("")
+    results, warned = _one_compile_twice(cache=tmp_path / "a file" / "cache")
+    assert all(r.data and not r.hit for r in results)
+    assert len(warned) == 1 and "not cached" in warned[0] and "a file" in warned[0], warned
+
+
+@needs_toolkit
+def test_remote_down_warns_and_compiles(cache_dir, monkeypatch):
+    """A remote nobody answers at: the kernel, and one warning; the local cache still works."""
+    monkeypatch.setenv("KCACHE_REMOTE", "redis://127.0.0.1:1")
+    results, warned = _one_compile_twice(cache=cache_dir)
+    assert results[0].data and results[1].hit, results
+    assert len(warned) == 1 and "127.0.0.1:1" in warned[0], warned
