@@ -225,6 +225,44 @@ static int is_disabled(void)
     return disabled;
 }
 
+/*
+ * A cache that fails says so on the program's stderr, as the command does:
+ * each message once per process (a tier that fails is left alone for a
+ * while, so it says so once too), never more than a few. The program's
+ * compiles go on. A cache that is off says nothing.
+ */
+static void shim_warn(const char *message)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static uint64_t said[8];
+    static size_t n_said;
+    uint64_t h = 1469598103934665603ull;
+    for (const unsigned char *c = (const unsigned char *)message; *c; c++)
+        h = (h ^ *c) * 1099511628211ull;
+    pthread_mutex_lock(&lock);
+    int fresh = n_said < sizeof(said) / sizeof(said[0]);
+    for (size_t i = 0; fresh && i < n_said; i++)
+        fresh = said[i] != h;
+    if (fresh)
+        said[n_said++] = h;
+    pthread_mutex_unlock(&lock);
+    if (!fresh)
+        return;
+    char line[1024];
+    int n = snprintf(line, sizeof(line), "kcache: warning: %s (the drop-in NVRTC; the program's "
+                     "compiles go on)\n", message);
+    if (n > 0 && write(STDERR_FILENO, line, (size_t)n < sizeof(line) ? (size_t)n
+                                                                         : sizeof(line) - 1) < 0)
+        return;
+}
+
+static void shim_log(void *userdata, int level, const char *message)
+{
+    (void)userdata;
+    if (level <= KCACHE_LOG_WARNING)
+        shim_warn(message);
+}
+
 /* The compiler, opened once per process; NULL when there is no cache. */
 static kcache_compiler *get_compiler(void)
 {
@@ -233,6 +271,7 @@ static kcache_compiler *get_compiler(void)
     if (!compiler && !compiler_failed) {
         kcache_compiler_options o = KCACHE_COMPILER_OPTIONS_INIT;
         o.nvrtc_path = kc_real_path();
+        o.log = shim_log;
         char err[512];
         kc_shim_enter();
         compiler_failed = !o.nvrtc_path || kcache_compiler_new(&compiler, &o, err, sizeof(err));
@@ -250,6 +289,12 @@ static kcache_compiler *get_compiler(void)
             compiler_failed = kcache_compiler_new(&compiler, &o, err, sizeof(err)) != 0;
         }
         kc_shim_leave();
+        const char *why = NULL;
+        if (compiler_failed && o.nvrtc_path)
+            shim_warn(err);
+        else if (!compiler_failed &&
+                 kcache_compiler_store_status(compiler, &why) != KCACHE_EDISABLED && why[0])
+            shim_warn(why);
         compiler_pid = getpid();
         if (!atexit_done) {
             atexit(at_exit);
