@@ -395,12 +395,36 @@ _compilers_lock = allocate_lock()
 _KINDS = {None: 0, "cubin": _kcache.KIND_CUBIN, "ptx": _kcache.KIND_PTX, "ltoir": _kcache.KIND_LTOIR}
 
 
+def _pip_cuda() -> str | None:
+    """pip's CUDA (nvidia/cu13 with NVRTC, as PyTorch's and cuda-python's wheels
+    bring it) in this Python's environment or beside this package, as
+    cuda.pathfinder finds it; None when there is none."""
+    import sys
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for d in [here] + sys.path:
+        root = os.path.join(d or ".", "nvidia", "cu13")
+        if os.path.exists(os.path.join(root, "lib", "libnvrtc.so.13")) and os.path.isdir(
+            os.path.join(root, "include")
+        ):
+            return root
+    return None
+
+
 def _compiler(cache: PathLike | None, no_store: bool, toolkit: str | None) -> Any:
     key = (_db_path(cache), no_store, toolkit)
     with _compilers_lock:
         c = _compilers.get(key)
         if c is None:
-            c = _kcache.Compiler(store_path=key[0], no_store=no_store, toolkit_root=toolkit)
+            try:
+                c = _kcache.Compiler(store_path=key[0], no_store=no_store, toolkit_root=toolkit)
+            except Error:
+                # No toolkit at CUDA_HOME, CUDA_PATH or where kcache was built to look:
+                # pip's NVRTC and headers, when this environment has them.
+                pip = _pip_cuda() if toolkit is None else None
+                if pip is None:
+                    raise
+                c = _kcache.Compiler(store_path=key[0], no_store=no_store, toolkit_root=pip)
             _compilers[key] = c
         return c
 
@@ -430,7 +454,10 @@ def compile(
     the compile reads, on disk or in memory, is part of the key, and so are
     the ``name_expressions``, whose lowered names come back with the result
     even on a hit. ``output``: "cubin" (default for sm_*), "ptx" or "ltoir".
-    ``cache`` is a cache directory (default: the user's). ``name`` is the
+    ``cache`` is a cache directory (default: the user's). ``toolkit``: the
+    CUDA toolkit's directory (default: ``$CUDA_HOME``, ``$CUDA_PATH``, the one
+    kcache was built for, else pip's ``nvidia/cu13`` in this environment).
+    ``name`` is the
     program's name as NVRTC sees it (``__FILE__``, ``assert`` messages, the
     log): by default the base name of ``path``, else ``"kernel.cu"``, as in
     ``kcache compile``. The kernel's bytes can hold it, so the key covers it:

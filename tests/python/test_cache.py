@@ -347,3 +347,35 @@ def test_remote_down_warns_and_compiles(cache_dir, monkeypatch):
     results, warned = _one_compile_twice(cache=cache_dir)
     assert results[0].data and results[1].hit, results
     assert len(warned) == 1 and "127.0.0.1:1" in warned[0], warned
+
+
+@needs_toolkit
+def test_pip_cuda_found_without_a_toolkit(tmp_path, cache_dir):
+    """pip's CUDA only (nvidia/cu13 with NVRTC and headers, as PyTorch's wheels bring it),
+    CUDA_HOME pointing nowhere: kcache.compile finds pip's NVRTC and headers itself."""
+    from conftest import TOOLKIT
+    site = tmp_path / "site-packages"
+    cu = site / "nvidia" / "cu13"
+    (cu / "lib").mkdir(parents=True)
+    real = os.path.realpath(os.path.join(TOOLKIT, "lib64"))
+    for name in os.listdir(real):
+        if name.startswith(("libnvrtc.so", "libnvrtc-builtins.so")):
+            shutil.copy(os.path.join(real, name), cu / "lib" / name)
+    shutil.copytree(os.path.join(TOOLKIT, "include"), cu / "include", symlinks=True)
+    code = ("import kcache, sys\n"
+            "r = kcache.compile('__global__ void k(int *x) { x[0] = 9; }', arch='sm_90',"
+            " cache=sys.argv[1])\n"
+            "print(r.kind, len(r.data) > 0)\n"
+            "try:\n"
+            "    kcache.compile('#include <cuda_fp16.h>\\n__global__ void k(__half *x)"
+            " { x[0] = __float2half(1.0f); }', arch='sm_90', cache=sys.argv[1])\n"
+            "except kcache.CompileError as e:\n"
+            "    print(str(e).split('add -I ')[-1])\n")
+    env = dict(os.environ, CUDA_HOME="/opt/none", CUDA_PATH="/opt/none",
+               PYTHONPATH=os.pathsep.join([os.environ.get("PYTHONPATH", ""), str(site)]))
+    p = subprocess.run([sys.executable, "-c", code, str(cache_dir)], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.split()[:2] == ["cubin", "True"], p.stderr[-2000:]
+    assert p.stdout.split()[2] == str(cu / "include"), "the hint names pip's headers: %r" % p.stdout
+    entries = json.loads(run_cli("ls", "--json", cache_dir=cache_dir).stdout)["entries"]
+    assert len(entries) == 1, "stored, as any compile: %s" % entries
