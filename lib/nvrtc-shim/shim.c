@@ -81,6 +81,7 @@ enum reason {
     R_NVRTC_REPLACED,
     R_SEVERAL_ARCHS,
     R_ENVIRONMENT,
+    R_REQUIRE_HIT,
     R_COUNT
 };
 
@@ -112,6 +113,8 @@ static const char *const reason_names[R_COUNT] = {
     /* NVRTC read an environment variable its build was not seen to read, so
      * the key does not hold its value (lib/compile/nvenv.c). */
     [R_ENVIRONMENT] = "environment-not-keyed",
+    /* KCACHE_REQUIRE_HIT and not in the cache: NVRTC_ERROR_COMPILATION, nothing compiled. */
+    [R_REQUIRE_HIT] = "require-hit-refused",
 };
 
 static atomic_ulong reason_count[R_COUNT];
@@ -344,6 +347,7 @@ static void prog_free(struct prog *p)
     kc_strv_free(p->exprs, p->n_exprs);
     kc_strv_free(p->opts, (size_t)p->n_opts);
     kcache_result_free(p->hit);
+    free(p->refusal);
     kcache_result_free(p->hit_ptx);
     kc_observe_free(p->obs);
     free(p);
@@ -360,6 +364,9 @@ nvrtcResult kc_prog_materialize(struct prog *p, const kc_real_nvrtc **out)
     *out = api;
     if (!api)
         return NVRTC_ERROR_INTERNAL_ERROR;
+    /* A compile kcache refused made nothing, and NVIDIA's program must not either. */
+    if (p && p->refusal)
+        return NVRTC_ERROR_INVALID_PROGRAM;
     if (p->real)
         return NVRTC_SUCCESS;
     nvrtcResult rc = api->CreateProgram(&p->real, p->src, p->name, p->n_headers,
@@ -959,6 +966,19 @@ SHIM_API nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions,
         p->hit = res;
         res = NULL;
         p->compile_rc = nrc = NVRTC_SUCCESS;
+    } else if (rc == KCACHE_ENOTFOUND && res && strstr(res->message, "require_hit")) {
+        /* KCACHE_REQUIRE_HIT: a miss fails as a compile NVRTC refused would, with
+         * the reason as the program's log, so that a cold start fails loudly. */
+        size_t n = strlen(res->message) + sizeof("kcache: \n");
+        p->refusal = malloc(n);
+        if (!p->refusal) {
+            nrc = NVRTC_ERROR_OUT_OF_MEMORY;
+        } else {
+            snprintf(p->refusal, n, "kcache: %s\n", res->message);
+            count(R_REQUIRE_HIT);
+            nrc = NVRTC_ERROR_COMPILATION;
+        }
+        p->compile_rc = nrc;
     } else {
         /* kcache could not take the request (an option it does not know, ...). */
         count(R_NOT_KEYED);

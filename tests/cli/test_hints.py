@@ -374,6 +374,28 @@ def test_export_namespace(root):
     c.run("export", bundle, "--namespace", "a b", rc=2)
 
 
+def test_require_hit_in_the_drop_in(root):
+    """KCACHE_REQUIRE_HIT=1 under kcache run: a miss is NVRTC_ERROR_COMPILATION (6),
+    the log says why, NVRTC is never loaded; the run's report counts it; a hit serves."""
+    c = Cache(root)
+    user = os.environ.get("NVRTC_USER")
+    if not user or not have_nvrtc(c, root):
+        print("note: no nvrtc-user or no NVRTC: the drop-in's require_hit is not checked")
+        return
+    path = os.path.join(root, "cold.cu")
+    with open(path, "w") as f:
+        f.write("__global__ void k(int *x) { x[0] = 8; }\n")
+    env = {"KCACHE_REQUIRE_HIT": "1", "ASAN_OPTIONS": "detect_leaks=0:verify_asan_link_order=0"}
+    out, err = c.run("run", "-v", user, path, "sm_90", env=env, rc=1)
+    check(out.startswith("6 0\n") and "require_hit" in out and out.count("\n") == 2,
+          "a miss fails as NVRTC's compile error, its log saying why: %r" % out)
+    check("nvrtc-loaded no" in err and "require-hit-refused 1" in err, err)
+    check(c.json("stats")["entries"] == 0, "nothing compiled or stored")
+    c.run("run", user, path, "sm_90", env={"ASAN_OPTIONS": env["ASAN_OPTIONS"]})
+    out, err = c.run("run", "-v", user, path, "sm_90", env=env)
+    check(out.startswith("0 ") and "hits 1" in err, "a warm cache serves it: %r %r" % (out, err))
+
+
 def main():
     return base.run_tests(globals())
 
