@@ -42,12 +42,13 @@ def test_version_spellings_agree(root):
     check(a == b == v and a.count("\n") == 1, "%r %r %r" % (a, b, v))
 
 
-def compiles(c, tmp, name, text, *args):
+def compiles(c, tmp, name, text, *args, env=None):
     """Compiles TEXT saved as NAME; returns (exit status, stdout, stderr)."""
     path = os.path.join(tmp, name)
     with open(path, "w") as f:
         f.write(text)
-    p = subprocess.run([base.KCACHE, "compile", path] + list(args), env=c.env,
+    p = subprocess.run([base.KCACHE, "compile", path] + list(args),
+                       env=dict(c.env, **(env or {})),
                        capture_output=True, text=True, timeout=300)
     return p.returncode, p.stdout, p.stderr
 
@@ -394,6 +395,35 @@ def test_require_hit_in_the_drop_in(root):
     c.run("run", user, path, "sm_90", env={"ASAN_OPTIONS": env["ASAN_OPTIONS"]})
     out, err = c.run("run", "-v", user, path, "sm_90", env=env)
     check(out.startswith("0 ") and "hits 1" in err, "a warm cache serves it: %r %r" % (out, err))
+
+
+def test_pip_cuda_in_the_active_environment(root):
+    """CUDA_HOME pointing nowhere, pip's nvidia/cu13 in the active venv ($VIRTUAL_ENV):
+    kcache compile finds pip's NVRTC and headers (the hint names them)."""
+    c = Cache(root)
+    if not have_nvrtc(c, root):
+        return
+    toolkit = os.path.realpath(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+    venv = os.path.join(root, "venv")
+    cu = os.path.join(venv, "lib", "python3.11", "site-packages", "nvidia", "cu13")
+    os.makedirs(os.path.join(cu, "lib"))
+    real = os.path.realpath(os.path.join(toolkit, "lib64"))
+    for name in os.listdir(real):
+        if name.startswith(("libnvrtc.so", "libnvrtc-builtins.so")):
+            os.symlink(os.path.join(real, name), os.path.join(cu, "lib", name))
+    os.symlink(os.path.join(toolkit, "include"), os.path.join(cu, "include"))
+    env = {"CUDA_HOME": "/opt/none", "CUDA_PATH": "/opt/none"}
+    rc, _, err = compiles(c, root, "p.cu", "__global__ void k(int *x) { x[0] = 11; }\n",
+                          "--arch", "sm_90", env=env)
+    check(rc == 1 and "no CUDA toolkit at /opt/none" in err, "no venv: as before: %r" % err)
+    env["VIRTUAL_ENV"] = venv
+    rc, out, _ = compiles(c, root, "p.cu", "__global__ void k(int *x) { x[0] = 11; }\n",
+                          "--arch", "sm_90", env=env)
+    check(rc == 0 and out.startswith("miss"), "pip's NVRTC compiles it: %r" % out)
+    rc, out, _ = compiles(c, root, "half.cu", "#include <cuda_fp16.h>\n"
+                          "__global__ void k(__half *x) { x[0] = __float2half(1.0f); }\n",
+                          "--arch", "sm_90", env=env)
+    check(rc == 1 and ("add -I %s/include" % cu) in out, "the hint names pip's headers: %r" % out)
 
 
 def main():
