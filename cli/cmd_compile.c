@@ -9,6 +9,7 @@
  * output file only once it is written; outputs that would overwrite each
  * other are refused before anything is compiled.
  */
+#include <blake2.h>
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -48,7 +49,8 @@ static const char usage_text[] =
     "  -o, --output PATH       write the artifacts: into a directory when PATH is one or\n"
     "                          ends in '/' (made if missing; FILE.ARCH.cubin|ptx|ltoir\n"
     "                          in it), else to the file PATH (one item only)\n"
-    "  -j, --jobs N            compile N items at once (default 1)\n"
+    "  -j, --jobs N|auto       compile N items at once (default, and auto: one for\n"
+    "                          each CPU this process may run on)\n"
     "      --no-cache          compile without looking up or storing\n"
     "      --remote URL        share through Redis (redis://[user:password@]host:port[/db]),\n"
     "                          S3 (s3://bucket/prefix) or HTTP (http(s)://host/path)\n"
@@ -56,6 +58,8 @@ static const char usage_text[] =
     "      --refresh           compile even on a hit, and replace the entry\n"
     "      --require-hit       fail what the cache cannot serve, compiling nothing\n"
     "                          (KCACHE_REQUIRE_HIT, require_hit in kcache.conf)\n"
+    "      --cache-key         compile nothing: print a key for CI's cache of these\n"
+    "                          requests (kcache, NVRTC's build, every request's key)\n"
     "      --json              one JSON document on stdout (see kcache-json(7))\n"
     "  -q, --quiet             no per-item lines (errors and logs still shown)\n"
     "  -h, --help              this text\n"
@@ -96,6 +100,7 @@ struct job {
     struct live live;
     int stream;             /* print rows as they finish (stdout is a terminal) */
     int file_w, arch_w;     /* column widths, fixed before the first row */
+    size_t n_threads;       /* items compiled at once */
 };
 
 static const char *ext_of(kcache_kind kind)
@@ -373,6 +378,76 @@ static void *worker(void *arg)
     return NULL;
 }
 
+static int cmp_key(const void *a, const void *b)
+{
+    return strcmp(a, b);
+}
+
+/*
+ * CI's cache key for these requests (--cache-key): kcache's version, NVRTC's
+ * build and the key of every request, which covers its source, headers,
+ * options and NVRTC, so that it changes exactly when an entry the job needs
+ * changes; the request's order does not count. What comes before the last
+ * '-' is the prefix to restore an older cache of the same toolchain from.
+ */
+static int print_cache_key(const struct job *job, int json)
+{
+    const char *id = kcache_compiler_nvrtc_id(job->compiler);
+    const char *build = id ? strstr(id, "build-id ") : NULL;
+    char nvrtc[16], prefix[64], hex[KCACHE_KEY_HEX_SIZE];
+    snprintf(nvrtc, sizeof(nvrtc), "%.12s", build ? build + 9 : "unknown");
+    char (*keys)[KCACHE_KEY_HEX_SIZE] = calloc(job->n_items + 1, sizeof(*keys));
+    if (!keys)
+        return cli_error("out of memory");
+    size_t failed = 0, uncached = 0;
+    for (size_t i = 0; i < job->n_items; i++) {
+        const struct item *it = &job->items[i];
+        if (it->rc || !it->result) {
+            print_messages(it, 1);
+            print_row(job, it);
+            failed++;
+        } else if (!it->result->keyed) {
+            uncached++;
+        } else {
+            kcache_key_hex(keys[i], &it->result->key);
+        }
+    }
+    if (failed) {
+        free(keys);
+        return cli_error("%zu of %zu items could not be keyed: no cache key", failed,
+                         job->n_items);
+    }
+    qsort(keys, job->n_items, sizeof(*keys), cmp_key);
+    blake2b_state b;
+    unsigned char digest[12];
+    blake2b_init(&b, sizeof(digest));
+    blake2b_update(&b, (const uint8_t *)"kcache-ci-key-1", 16);
+    blake2b_update(&b, (const uint8_t *)(id ? id : ""), id ? strlen(id) + 1 : 1);
+    for (size_t i = 0; i < job->n_items; i++)
+        blake2b_update(&b, (const uint8_t *)keys[i], sizeof(keys[i]));
+    blake2b_final(&b, digest, sizeof(digest));
+    free(keys);
+    for (size_t i = 0; i < sizeof(digest); i++)
+        snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+    snprintf(prefix, sizeof(prefix), "kcache-%s-nvrtc-%s-", kcache_version(), nvrtc);
+    if (json) {
+        char key[128];
+        snprintf(key, sizeof(key), "%s%s", prefix, hex);
+        cli_json j;
+        cli_json_init(&j, stdout);
+        cli_json_object_begin(&j, NULL);
+        cli_json_string(&j, "cache_key", key);
+        cli_json_string(&j, "restore_prefix", prefix);
+        cli_json_uint(&j, "keyed", job->n_items - uncached);
+        cli_json_uint(&j, "uncached", uncached);
+        cli_json_object_end(&j);
+        cli_json_finish(&j);
+    } else {
+        printf("%s%s\n", prefix, hex);
+    }
+    return CLI_OK;
+}
+
 static void print_json(const struct job *job, const size_t counts[4], size_t evicted)
 {
     cli_json j;
@@ -428,6 +503,7 @@ static void print_json(const struct job *job, const size_t counts[4], size_t evi
     cli_json_uint(&j, "uncached", counts[OUT_UNCACHED]);
     cli_json_uint(&j, "errors", counts[OUT_ERROR]);
     cli_json_uint(&j, "evicted", evicted);
+    cli_json_uint(&j, "jobs", job->n_threads);
     cli_json_object_end(&j);
     cli_json_finish(&j);
 }
@@ -495,6 +571,9 @@ int cmd_compile(int argc, char **argv)
 {
     struct compile_args a;
     int status = compile_args_parse(&a, "compile", usage_text, argc, argv);
+    if (status < 0 && a.cache_key && a.output)
+        status = cli_usage_error("compile", "--cache-key compiles nothing: -o has nothing to "
+                                 "write");
     if (status >= 0) {
         compile_args_free(&a);
         return status;
@@ -547,6 +626,7 @@ int cmd_compile(int argc, char **argv)
     live_init(&job.live, job.n_items, !a.json && job.n_items > 1);
     pthread_mutex_init(&job.lock, NULL);
     size_t n_threads = (size_t)a.jobs < job.n_items ? (size_t)a.jobs : job.n_items;
+    job.n_threads = n_threads ? n_threads : 1;
     pthread_t *threads = calloc(n_threads ? n_threads : 1, sizeof(*threads));
     size_t started = 0;
     for (size_t t = 1; threads && t < n_threads; t++)
@@ -558,6 +638,10 @@ int cmd_compile(int argc, char **argv)
     free(threads);
     pthread_mutex_destroy(&job.lock);
     live_finish(&job.live);
+    if (a.cache_key) {
+        status = print_cache_key(&job, a.json);
+        goto out;
+    }
 
     size_t counts[4] = {0, 0, 0, 0};
     for (size_t i = 0; i < job.n_items; i++)

@@ -83,7 +83,7 @@ static void json_setting(cli_json *j, const kcache_setting *s)
 }
 
 /* The table's width: a line of a terminal or a mail, whatever the paths. */
-enum { TABLE_WIDTH = 100, NAME_W = 22, FROM_W = 12, VALUE_MAX = 44 };
+enum { TABLE_WIDTH = 100, FROM_W = 12, VALUE_MAX = 44 };
 
 /* Prints text in exactly width columns (padded), its middle elided when longer. */
 static int fit(const char *text, int width, int pad)
@@ -101,18 +101,20 @@ static int fit(const char *text, int width, int pad)
 static void print_table(const kcache_config *cfg)
 {
     char buf[1024];
-    int value_w = 5;
-    for (size_t i = 0; i < kcache_config_count(cfg); i++) {
-        int n = (int)strlen(shown(buf, sizeof(buf), kcache_config_setting(cfg, i)));
-        value_w = n > value_w ? n : value_w;
-    }
-    value_w = value_w < VALUE_MAX ? value_w : VALUE_MAX;
-    int where_w = TABLE_WIDTH - NAME_W - value_w - FROM_W - 3;
-    int shortened = 0;
-    printf("%-*s %-*s %-*s %s\n", NAME_W, "SETTING", value_w, "VALUE", FROM_W, "FROM", "WHERE");
+    int value_w = 5, name_w = 7;
     for (size_t i = 0; i < kcache_config_count(cfg); i++) {
         const kcache_setting *t = kcache_config_setting(cfg, i);
-        printf("%-*s ", NAME_W, t->name);
+        int n = (int)strlen(shown(buf, sizeof(buf), t)), m = (int)strlen(t->name);
+        value_w = n > value_w ? n : value_w;
+        name_w = m > name_w ? m : name_w;
+    }
+    value_w = value_w < VALUE_MAX ? value_w : VALUE_MAX;
+    int where_w = TABLE_WIDTH - name_w - value_w - FROM_W - 3;
+    int shortened = 0;
+    printf("%-*s %-*s %-*s %s\n", name_w, "SETTING", value_w, "VALUE", FROM_W, "FROM", "WHERE");
+    for (size_t i = 0; i < kcache_config_count(cfg); i++) {
+        const kcache_setting *t = kcache_config_setting(cfg, i);
+        printf("%-*s ", name_w, t->name);
         shortened |= fit(shown(buf, sizeof(buf), t), value_w, 1);
         printf(" %-*s ", FROM_W, kcache_config_source_name(t->source));
         shortened |= fit(t->origin, where_w, 0);

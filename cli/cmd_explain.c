@@ -212,6 +212,9 @@ int cmd_explain(int argc, char **argv)
 {
     struct compile_args a;
     int status = compile_args_parse(&a, "explain", usage_text, argc, argv);
+    if (status < 0 && a.cache_key)
+        status = cli_usage_error("explain", "--cache-key is compile's: 'kcache compile "
+                                 "--cache-key'");
     if (status >= 0) {
         compile_args_free(&a);
         return status;

@@ -11,8 +11,10 @@
 #include "cli.h"
 
 static const char usage_text[] =
-    "usage: kcache export OUT.kcache [--arch A] [--kind K] [--since AGE] [--sign] [--json]\n"
-    "       kcache export --dir DIR [--arch A] [--kind K] [--since AGE] [--json]\n"
+    "usage: kcache export OUT.kcache [--arch A] [--kind K] [--namespace NS] [--since AGE]\n"
+    "                                [--sign] [--json]\n"
+    "       kcache export --dir DIR [--arch A] [--kind K] [--namespace NS] [--since AGE]\n"
+    "                               [--json]\n"
     "\n"
     "Writes the selected entries to a bundle, itself a kcache database that\n"
     "'kcache import' checks and merges on another machine (OUT is replaced whole).\n"
@@ -23,6 +25,8 @@ static const char usage_text[] =
     "\n"
     "      --arch A     only this architecture\n"
     "      --kind K     only cubin, ptx or ltoir\n"
+    "      --namespace NS  only what callers stored under their own keys in NS\n"
+    "                   (cuda.core, triton, ...)\n"
     "      --since AGE  only entries created in the last AGE (7d, 12h)\n"
     "      --dir DIR    plain files and a manifest instead of a bundle\n"
     "      --sign       fail unless the bundle can be signed (remote_secret set)\n"
@@ -201,6 +205,7 @@ int cmd_export(int argc, char **argv)
     static const struct option options[] = {
         {"arch", required_argument, NULL, 'a'},
         {"kind", required_argument, NULL, 'k'},
+        {"namespace", required_argument, NULL, 'N'},
         {"since", required_argument, NULL, 's'},
         {"dir", required_argument, NULL, 'd'},
         {"sign", no_argument, NULL, 'S'},
@@ -209,7 +214,7 @@ int cmd_export(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     kcache_filter f = KCACHE_FILTER_INIT;
-    const char *dir = NULL;
+    const char *dir = NULL, *ns = NULL;
     int json = 0, sign = 0, status, c;
     opterr = 0;
     optind = 1;
@@ -224,6 +229,7 @@ int cmd_export(int argc, char **argv)
             if ((status = cli_parse_since(&f, "export", optarg)) >= 0)
                 return status;
             break;
+        case 'N': ns = optarg; break;
         case 'd': dir = optarg; break;
         case 'S': sign = 1; break;
         case 'j': json = 1; break;
@@ -238,6 +244,8 @@ int cmd_export(int argc, char **argv)
                                argv[optind + (out_path ? 1 : 0)]);
     if (!out_path == !dir)
         return cli_usage_error("export", "give either OUT.kcache or --dir DIR");
+    if (ns && cli_namespace_filter(&f.arch, &f.kind, "export", ns))
+        return CLI_USAGE;
     if (sign && dir)
         return cli_usage_error("export", "--sign signs a bundle: plain files (--dir) are not");
     kcache_store *store;

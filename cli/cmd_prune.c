@@ -15,10 +15,11 @@ static const char usage_text[] =
     "      --max-size SIZE   until database + WAL fit in SIZE (512M, 2G, 1.5GiB; 0 or\n"
     "                        none: no size limit, only the other options)\n"
     "      --older-than AGE  entries not used for AGE (30d, 12h, 90m)\n"
-    "      --arch A          with --older-than: only this architecture\n"
-    "      --kind K          with --older-than: only cubin, ptx, ltoir or data\n"
-    "      --namespace NS    with --older-than: only what callers stored under their\n"
-    "                        own keys in NS (cuda.core, triton, ...)\n"
+    "      --arch A          only this architecture: alone, all of it; with\n"
+    "                        --older-than, what is that old\n"
+    "      --kind K          only cubin, ptx, ltoir or data (as --arch)\n"
+    "      --namespace NS    only what callers stored under their own keys in NS\n"
+    "                        (cuda.core, triton, ...; as --arch)\n"
     "      --max-entries N   keep at most N entries\n"
     "  -n, --dry-run         say what would go and the size after: the prune is done\n"
     "                        in a transaction that is rolled back; nothing changes\n"
@@ -81,9 +82,10 @@ int cmd_prune(int argc, char **argv)
         return cli_usage_error("prune", "unexpected argument '%s'", argv[optind]);
     if (ns && cli_namespace_filter(&o.arch, &o.kind, "prune", ns))
         return CLI_USAGE;
+    /* --arch, --kind or --namespace alone: every entry they name (ccache's
+     * --evict-namespace), as with --older-than 0s. */
     if ((o.arch || o.kind) && !has_age)
-        return cli_usage_error("prune", "--arch, --kind and --namespace select entries for "
-                                        "--older-than: give an age too (--older-than 0s for all)");
+        has_age = 1;
     if (has_age) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);

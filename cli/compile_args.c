@@ -4,17 +4,29 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "compile_args.h"
 #include "json_read.h"
 
 enum { OPT_STD = 256, OPT_CUBIN, OPT_PTX, OPT_LTOIR, OPT_NAME_EXPR, OPT_EXTRA, OPT_NO_CACHE,
-       OPT_REFRESH, OPT_JSON, OPT_REMOTE, OPT_FROM, OPT_REQUIRE_HIT };
+       OPT_REFRESH, OPT_JSON, OPT_REMOTE, OPT_FROM, OPT_REQUIRE_HIT, OPT_CACHE_KEY };
+
+/* The CPUs this process may run on (taskset, a container's cpuset), at most 256: -j's default. */
+static long cpus(void)
+{
+    cpu_set_t set;
+    long n = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 0;
+    if (n < 1)
+        n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 256 ? 256 : n;
+}
 
 int compile_args_push(const char ***v, size_t *n, const char *s)
 {
@@ -155,12 +167,13 @@ int compile_args_parse(struct compile_args *a, const char *verb, const char *usa
         {"json", no_argument, NULL, OPT_JSON},
         {"remote", required_argument, NULL, OPT_REMOTE},
         {"from", required_argument, NULL, OPT_FROM},
+        {"cache-key", no_argument, NULL, OPT_CACHE_KEY},
         {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     memset(a, 0, sizeof(*a));
-    a->jobs = 1;
+    a->jobs = cpus();
     /* Everything after "--" goes to NVRTC untouched; before it, GNU getopt
      * permutes, so options may come before or after the files. */
     int n_args = argc;
@@ -222,16 +235,18 @@ int compile_args_parse(struct compile_args *a, const char *verb, const char *usa
             a->remote = optarg;
             break;
         case 'j': {
-            uint64_t jobs;
-            if (kcache_parse_count(&jobs, optarg, 1, 256)) {
+            uint64_t jobs = (uint64_t)cpus();
+            if (strcmp(optarg, "auto") && kcache_parse_count(&jobs, optarg, 1, 256)) {
                 free(tail);
-                return cli_usage_error(verb, "-j '%s' is not a number from 1 to 256", optarg);
+                return cli_usage_error(verb, "-j '%s': give a number from 1 to 256, or auto "
+                                       "(one for each CPU)", optarg);
             }
             a->jobs = (long)jobs;
             break;
         }
         case OPT_NO_CACHE: a->flags |= KCACHE_COMPILE_NO_CACHE; break;
         case OPT_REFRESH: a->flags |= KCACHE_COMPILE_REFRESH; break;
+        case OPT_CACHE_KEY: a->cache_key = 1; break;
         /* The flag wins over the environment and kcache.conf, as every flag does. */
         case OPT_REQUIRE_HIT: setenv("KCACHE_REQUIRE_HIT", "1", 1); break;
         case OPT_JSON: a->json = 1; break;
@@ -402,7 +417,7 @@ void compile_args_request(const struct compile_args *a, kcache_request *req,
     r.n_name_exprs = unit->n_exprs;
     r.extra_digest = a->extra;
     r.extra_digest_size = a->extra_size;
-    r.flags = a->flags;
+    r.flags = a->flags | (a->cache_key ? KCACHE_COMPILE_KEY_ONLY : 0);
     *req = r;
 }
 
@@ -414,7 +429,8 @@ int compile_args_compiler(const struct compile_args *a, kcache_compiler **compil
     /* The compiler opens the store the global options and the environment
      * name; failing to open it only means compiling without it (each result
      * says why). */
-    co.no_store = (a->flags & KCACHE_COMPILE_NO_CACHE) != 0;
+    /* --cache-key runs before CI restores the cache: it must not create one there. */
+    co.no_store = (a->flags & KCACHE_COMPILE_NO_CACHE) != 0 || a->cache_key;
     co.store_path = cli_globals.path;
     co.store_max_size = cli_globals.max_size;
     co.remote = a->remote;

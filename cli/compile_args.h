@@ -43,6 +43,7 @@ struct compile_args {
     const char *remote;     /* --remote URL: the shared tier */
     long jobs;
     int json, quiet;
+    int cache_key;          /* --cache-key: print CI's cache key, compile nothing */
     char *arch_list;        /* owned storage behind the arrays */
     char **owned;
     size_t n_owned;

@@ -43,17 +43,19 @@ static void usage(FILE *f)
     for (size_t i = 0; i < sizeof(verbs) / sizeof(verbs[0]); i++)
         fprintf(f, "  %-10s %s\n", verbs[i].name, verbs[i].summary);
     fprintf(f, "\nOptions before the verb:\n"
-               "  --dir DIR         the cache directory: DIR/kcache.db and DIR/kcache.conf\n"
+               "  -d, --dir DIR     the cache directory: DIR/kcache.db and DIR/kcache.conf\n"
                "                    (default: $KCACHE_DIR, $XDG_CACHE_HOME/kcache or\n"
                "                    ~/.cache/kcache)\n"
                "  --path FILE       the cache database (default: $KCACHE_PATH, else\n"
                "                    kcache.db in the directory)\n"
                "  --max-size SIZE   the size cap, e.g. 2G; 0 or none: no cap (default:\n"
                "                    $KCACHE_MAX_SIZE, max_size in kcache.conf, or 4 GiB)\n"
+               "  --config-path FILE  read settings from FILE, not the user's settings file\n"
                "  --version         print the version\n"
                "  --help            this text\n\n"
                "ccache's options, each a whole command (see 'For ccache users' in kcache(1)):\n"
-               "  -s, --show-stats            kcache stats\n"
+               "  -s, --show-stats            kcache stats (-sv, -s --json; -sz: then zero)\n"
+               "      --print-stats           kcache stats --json\n"
                "  -z, --zero-stats            zero the counters\n"
                "  -C, --clear                 kcache clear\n"
                "  -c, --cleanup               kcache prune (bring the cache under its cap)\n"
@@ -61,12 +63,15 @@ static void usage(FILE *f)
                "  -M SIZE                     save the cap (max_size); a bare number is GiB;\n"
                "                              --max-size SIZE alone saves it too\n"
                "  -o, --set-config KEY=VALUE  kcache config KEY VALUE\n"
+               "  -k, --get-config KEY        kcache config KEY\n"
                "  -V, --version               kcache version\n"
                "      --evict-older-than AGE  kcache prune --older-than AGE\n"
+               "      --evict-namespace NS    kcache prune --namespace NS\n"
                "  -x, --show-compression      entries, sizes and ratios per codec\n"
                "  -X, --recompress CODEC      save compression (zstd, lz4 or none), then\n"
                "                              kcache recompress\n"
-               "      --checksum-file FILE    print FILE's BLAKE2b-256 (kcache's digest), in hex\n\n"
+               "      --checksum-file FILE    print FILE's BLAKE2b-256 (kcache's digest), in hex\n"
+               "  -F, --max-files N           refused: kcache caps by size (-M)\n\n"
                "'kcache VERB --help' describes each verb.\n");
 }
 
@@ -118,6 +123,8 @@ static const struct alias aliases[] = {
     {'o', "--set-config", 1, 'o'},       {'V', NULL, 0, 'V'},
     {0, "--evict-older-than", 1, 'e'},   {'x', "--show-compression", 0, 'x'},
     {'X', "--recompress", 1, 'X'},       {0, "--checksum-file", 1, 'k'},
+    {'k', "--get-config", 1, 'g'},       {0, "--print-stats", 0, 'P'},
+    {0, "--evict-namespace", 1, 'n'},    {'F', "--max-files", 1, 'F'},
 };
 
 static const struct alias *find_alias(const char *a)
@@ -216,18 +223,35 @@ static int run_verb(const char *name, int argc, char **argv)
     return no_verb(name);
 }
 
-/* Runs a ccache option as the verb it stands for. */
-static int run_alias(const struct alias *al, const char *shown, const char *value)
+/*
+ * Runs a ccache option as the verb it stands for. json: --json was given
+ * (-s, -p, -k, -x and --print-stats take it); -sz (ccache shows, then
+ * zeroes) comes as code 'S'.
+ */
+static int run_alias(const struct alias *al, const char *shown, const char *value, int json)
 {
     char key[64];
+    char *js = json ? "--json" : NULL;
+    if (json && !strchr("sSpgxP", al->code))
+        return cli_usage_error(NULL, "%s has no --json: give it alone", shown);
     switch (al->code) {
-    case 's': return run_verb("stats", 1, (char *[]){"stats", NULL});
+    case 's': return run_verb("stats", 1 + !!js, (char *[]){"stats", js, NULL});
+    case 'S': return run_verb("stats", 2 + !!js, (char *[]){"stats", "--zero", js, NULL});
+    case 'P': return run_verb("stats", 2, (char *[]){"stats", "--json", NULL});
+    case 'g': return run_verb("config", 2 + !!js, (char *[]){"config", (char *)value, js, NULL});
+    case 'n':
+        return run_verb("prune", 3, (char *[]){"prune", "--namespace", (char *)value, NULL});
+    case 'F':
+        return cli_usage_error(NULL, "%s %s: kcache caps the cache by size, not by a count of "
+                               "entries (-M SIZE); 'kcache prune --max-entries N' keeps N now",
+                               shown, value);
     case 'z': return run_verb("stats", 2, (char *[]){"stats", "--zero-only", NULL});
     case 'C': return run_verb("clear", 1, (char *[]){"clear", NULL});
     case 'c': return run_verb("prune", 1, (char *[]){"prune", NULL});
-    case 'p': return run_verb("config", 1, (char *[]){"config", NULL});
+    case 'p': return run_verb("config", 1 + !!js, (char *[]){"config", js, NULL});
     case 'V': return run_verb("version", 1, (char *[]){"version", NULL});
-    case 'x': return run_verb("recompress", 2, (char *[]){"recompress", "--show", NULL});
+    case 'x':
+        return run_verb("recompress", 2 + !!js, (char *[]){"recompress", "--show", js, NULL});
     case 'M':
         return run_verb("config", 3, (char *[]){"config", "max_size", (char *)value, NULL});
     case 'o': {
@@ -255,68 +279,166 @@ static int run_alias(const struct alias *al, const char *shown, const char *valu
     return CLI_USAGE;
 }
 
+/* What the options before the verb said. */
+struct before_verb {
+    const struct alias *alias;
+    const char *alias_value, *alias_shown;
+    int max_size_at, json, verbose;
+};
+
+/* ccache's -sz: show the counters, then zero them. */
+static const struct alias stats_then_zero = {0, NULL, 0, 'S'};
+
+static int take_alias(struct before_verb *b, const struct alias *al, const char *shown)
+{
+    if (b->alias) {
+        char x = b->alias->code, y = al->code;
+        if ((x == 's' && y == 'z') || (x == 'z' && y == 's')) {
+            b->alias = &stats_then_zero;
+            return 0;
+        }
+        return cli_usage_error(NULL, "%s and %s are two commands: give one", b->alias_shown,
+                               shown);
+    }
+    b->alias = al;
+    b->alias_shown = shown;
+    return 0;
+}
+
+/*
+ * An option before the verb that takes a value: --path, --max-size, --dir
+ * (ccache's -d) and --config-path. i is where the value is; name is the option
+ * as shown.
+ */
+static int take_global(struct before_verb *b, char which, const char *name, const char *value,
+                       int i)
+{
+    switch (which) {
+    case 'p': cli_globals.path = value; break;
+    case 'm':
+        b->max_size_at = i;
+        if (kcache_parse_max_size(&cli_globals.max_size, value))
+            return cli_usage_error(NULL, "--max-size: '%s' is not a size (use e.g. 2G; "
+                                   "a bare number is GiB; 0 or none: no cap)", value);
+        break;
+    case 'd':
+        if (!*value)
+            return cli_usage_error(NULL, "%s needs a directory", name);
+        cli_globals.dir = value;
+        break;
+    case 'c':
+        /* ccache's --config-path: the settings file read instead of the user's. */
+        if (!*value)
+            return cli_usage_error(NULL, "%s needs a file", name);
+        if (setenv("KCACHE_CONFIG", value, 1))
+            return cli_error("out of memory");
+        break;
+    }
+    return 0;
+}
+
+/*
+ * Short options as getopt reads them, since ccache users type them so:
+ * "-sv" is -s -v, "-M5G" is -M 5G, "-d DIR" or "-dDIR". Returns 0, or the
+ * exit status (-1 for --help).
+ */
+static int short_options(struct before_verb *b, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i];
+    for (size_t k = 1; a[k]; k++) {
+        char ch = a[k];
+        const char *rest = a + k + 1;
+        if (ch == 'h')
+            return -1;
+        if (ch == 'v') {
+            b->verbose = 1;
+            continue;
+        }
+        const struct alias *al = NULL;
+        for (size_t n = 0; n < sizeof(aliases) / sizeof(aliases[0]) && !al; n++)
+            if (aliases[n].short_name == ch)
+                al = &aliases[n];
+        if (!al && ch != 'd') {
+            if (k == 1)
+                return cli_usage_error(NULL, "unknown option '%s'", a);
+            return cli_usage_error(NULL, "unknown option '-%c' in '%s'", ch, a);
+        }
+        if (al && !al->takes_value) {
+            if (take_alias(b, al, a))
+                return CLI_USAGE;
+            continue;
+        }
+        const char *value = *rest ? rest : *i + 1 < argc ? argv[++*i] : NULL;
+        char shown[3] = {'-', ch, 0};
+        if (!value)
+            return cli_usage_error(NULL, "%s needs a value", shown);
+        if (!al)
+            return take_global(b, 'd', "-d", value, *i) ? CLI_USAGE : 0;
+        if (take_alias(b, al, a))
+            return CLI_USAGE;
+        b->alias_value = value;
+        return 0;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     int i = 1;
-    const struct alias *alias = NULL;
-    const char *alias_value = NULL, *alias_shown = NULL;
-    int max_size_at = 0;
+    struct before_verb b = {0};
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
-        const char *value = NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (!strcmp(a, "--help")) {
             usage(stdout);
             return CLI_OK;
         }
         if (!strcmp(a, "--version"))
             return cmd_version(1, (char *[]){"version", NULL});
+        if (a[1] && a[1] != '-') {
+            int status = short_options(&b, argc, argv, &i);
+            if (status == -1) {
+                usage(stdout);
+                return CLI_OK;
+            }
+            if (status)
+                return status;
+            continue;
+        }
+        if (!strcmp(a, "--json") || !strcmp(a, "--verbose")) {
+            *(a[2] == 'j' ? &b.json : &b.verbose) = 1;
+            continue;
+        }
         const struct alias *al = find_alias(a);
         if (al) {
-            if (alias)
-                return cli_usage_error(NULL, "%s and %s are two commands: give one", alias_shown,
-                                       a);
-            alias = al;
-            alias_shown = a;
+            if (take_alias(&b, al, a))
+                return CLI_USAGE;
             if (al->takes_value) {
-                const char *eq = a[1] == '-' ? strchr(a, '=') : NULL;
+                const char *eq = strchr(a, '=');
                 if (eq)
-                    alias_value = eq + 1;
+                    b.alias_value = eq + 1;
                 else if (i + 1 < argc)
-                    alias_value = argv[++i];
+                    b.alias_value = argv[++i];
                 else
                     return cli_usage_error(NULL, "%s needs a value", a);
             }
             continue;
         }
-        static const char *const takes_value[] = {"--path", "--max-size", "--dir"};
+        static const char *const takes_value[] = {"--path", "--max-size", "--dir",
+                                                  "--config-path"};
+        static const char codes[] = "pmdc";
         size_t which = 0, name_len = 0;
         const char *eq = strchr(a, '=');
         name_len = eq ? (size_t)(eq - a) : strlen(a);
-        while (which < 3 && !(strlen(takes_value[which]) == name_len &&
+        while (which < 4 && !(strlen(takes_value[which]) == name_len &&
                               !strncmp(a, takes_value[which], name_len)))
             which++;
-        if (which < 3) {
-            if (eq)
-                value = eq + 1;
-            else if (i + 1 < argc)
-                value = argv[++i];
-            else
-                return cli_usage_error(NULL, "%s needs a value", a);
-            if (which == 0) {
-                cli_globals.path = value;
-            } else if (which == 1) {
-                max_size_at = i;
-                if (kcache_parse_max_size(&cli_globals.max_size, value))
-                    return cli_usage_error(NULL, "--max-size: '%s' is not a size (use e.g. 2G; "
-                                           "a bare number is GiB; 0 or none: no cap)", value);
-            } else {
-                if (!*value)
-                    return cli_usage_error(NULL, "--dir needs a directory");
-                cli_globals.dir = value;
-            }
-            continue;
-        }
-        return cli_usage_error(NULL, "unknown option '%s'", a);
+        if (which == 4)
+            return cli_usage_error(NULL, "unknown option '%s'", a);
+        const char *value = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
+        if (!value)
+            return cli_usage_error(NULL, "%s needs a value", a);
+        if (take_global(&b, codes[which], takes_value[which], value, i))
+            return CLI_USAGE;
     }
     /* --path names the file itself and wins over --dir, as KCACHE_PATH over KCACHE_DIR. */
     if (cli_globals.dir && !cli_globals.path) {
@@ -326,16 +448,20 @@ int main(int argc, char **argv)
         snprintf(cli_globals.dir_path, n, "%s/kcache.db", cli_globals.dir);
         cli_globals.path = cli_globals.dir_path;
     }
-    if (alias) {
+    if (b.verbose && !(b.alias && strchr("sSP", b.alias->code)))
+        return cli_usage_error(NULL, "-v goes with -s (kcache stats shows every counter)");
+    if (b.alias) {
         if (i < argc)
             return cli_usage_error(NULL, "%s is a whole command: '%s' after it is not expected",
-                                   alias_shown, argv[i]);
-        return run_alias(alias, alias_shown, alias_value);
+                                   b.alias_shown, argv[i]);
+        return run_alias(b.alias, b.alias_shown, b.alias_value, b.json);
     }
-    if (i >= argc && max_size_at) {
+    if (b.json)
+        return cli_usage_error(NULL, "--json goes after the verb: 'kcache stats --json'");
+    if (i >= argc && b.max_size_at) {
         /* ccache's --max-size SIZE alone saves the cap; before a verb it is this run's. */
         cli_globals.max_size = 0;
-        char *size = argv[max_size_at];
+        char *size = argv[b.max_size_at];
         if (!strncmp(size, "--max-size=", 11))
             size += 11;
         return run_verb("config", 3, (char *[]){"config", "max_size", size, NULL});

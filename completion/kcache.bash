@@ -9,7 +9,7 @@ _kcache()
     verb=
     for ((i = 1; i < COMP_CWORD; i++)); do
         case ${COMP_WORDS[i]} in
-            --path|--max-size|--dir|-M|-o|--set-config|-X|--recompress|--evict-older-than|--checksum-file) ((i++)) ;;
+            --path|--max-size|--dir|-d|--config-path|-M|-o|--set-config|-X|--recompress|--evict-older-than|--checksum-file|-k|--get-config|--evict-namespace|-F|--max-files) ((i++)) ;;
             -*) ;;
             *) verb=${COMP_WORDS[i]}; break ;;
         esac
@@ -39,7 +39,9 @@ _kcache()
             fi
             COMPREPLY=($(compgen -f -- "$cur")); return ;;
         --path|--output|--from) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        --dir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+        --dir|-d) COMPREPLY=($(compgen -d -- "$cur")); return ;;
+        --config-path) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        -k|--get-config) COMPREPLY=($(compgen -W "max_size compression disable busy_timeout remote" -- "$cur")); return ;;
         --kind) COMPREPLY=($(compgen -W "cubin ptx ltoir data" -- "$cur")); return ;;
         --sort) COMPREPLY=($(compgen -W "accessed size created hits" -- "$cur")); return ;;
         # What NVRTC 13 accepts (nvrtcGetSupportedArchs), plus native.
@@ -51,7 +53,7 @@ _kcache()
 
     if [[ -z $verb ]]; then
         if [[ $cur == -* ]]; then
-            COMPREPLY=($(compgen -W "--dir --path --max-size --version --help -s --show-stats -z --zero-stats -C --clear -c --cleanup -p --show-config -M -o --set-config -V -x --show-compression -X --recompress --evict-older-than --checksum-file" -- "$cur"))
+            COMPREPLY=($(compgen -W "--dir --path --max-size --version --help -s --show-stats -z --zero-stats -C --clear -c --cleanup -p --show-config -M -o --set-config -V -x --show-compression -X --recompress --evict-older-than --checksum-file -d --config-path -k --get-config --print-stats --evict-namespace -F --max-files -v --verbose --json" -- "$cur"))
         else
             COMPREPLY=($(compgen -W "$verbs" -- "$cur"))
         fi
@@ -60,14 +62,14 @@ _kcache()
 
     local opts="--help"
     case $verb in
-        compile) opts+=" --arch --std --cubin --ptx --ltoir --name-expr --from --extra-digest --output --jobs --no-cache --refresh --require-hit --remote --json --quiet" ;;
+        compile) opts+=" --arch --std --cubin --ptx --ltoir --name-expr --from --extra-digest --output --jobs --no-cache --refresh --require-hit --cache-key --remote --json --quiet" ;;
         explain) opts+=" --arch --std --cubin --ptx --ltoir --name-expr --from --extra-digest --output --jobs --no-cache --refresh --require-hit --remote --json --quiet" ;;
         stats) opts+=" --zero --namespace --json" ;;
         ls) opts+=" --arch --kind --namespace --sort --limit --json" ;;
         inspect) opts+=" --log --source --ptx --json" ;;
         get) opts+=" --output" ;;
         prune) opts+=" --max-size --older-than --arch --kind --namespace --max-entries --dry-run --json" ;;
-        export) opts+=" --arch --kind --since --dir --sign --json" ;;
+        export) opts+=" --arch --kind --namespace --since --dir --sign --json" ;;
         import) opts+=" --dry-run --require-signature --resolve-conflicts --json" ;;
         verify) opts+=" --fix --recompile --json" ;;
         config) opts+=" --unset --json" ;;

@@ -196,6 +196,18 @@ KCACHE_API kcache_store *kcache_compiler_store(kcache_compiler *compiler)
     return compiler ? compiler->store : NULL;
 }
 
+KCACHE_API int kcache_compiler_store_status(const kcache_compiler *compiler,
+                                            const char **message)
+{
+    if (message)
+        *message = compiler && !compiler->store ? compiler->store_message : "";
+    if (!compiler)
+        return KCACHE_EINVAL;
+    if (compiler->store)
+        return 0;
+    return compiler->store_status ? compiler->store_status : KCACHE_EIO;
+}
+
 KCACHE_API const char *kcache_compiler_nvrtc_id(const kcache_compiler *compiler)
 {
     return compiler ? compiler->tk.nvrtc_id : NULL;

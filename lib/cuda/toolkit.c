@@ -147,6 +147,44 @@ int kc_toolkit_use_nvrtc(kc_toolkit *tk, const char *path, char *msg, size_t msg
     return 0;
 }
 
+/*
+ * pip's CUDA (nvidia/cuN with lib/libnvrtc.so.N and include/, as PyTorch's
+ * and cuda-python's wheels install it) in the active Python environment,
+ * $VIRTUAL_ENV else $CONDA_PREFIX, under lib/pythonX.Y/site-packages: where
+ * cuda.pathfinder finds it. Returns its real path (to free) or NULL.
+ */
+static char *pip_cuda_root(void)
+{
+    static const char *const envs[] = {"VIRTUAL_ENV", "CONDA_PREFIX"};
+    for (size_t i = 0; i < sizeof(envs) / sizeof(envs[0]); i++) {
+        const char *prefix = getenv(envs[i]);
+        char lib[PATH_MAX], cand[PATH_MAX], probe[PATH_MAX + 32];
+        if (!prefix || !*prefix || snprintf(lib, sizeof(lib), "%s/lib", prefix) >= (int)sizeof(lib))
+            continue;
+        DIR *d = opendir(lib);
+        struct dirent *e;
+        char *found = NULL;
+        while (d && !found && (e = readdir(d))) {
+            struct stat st;
+            if (strncmp(e->d_name, "python", 6) ||
+                snprintf(cand, sizeof(cand), "%s/%s/site-packages/nvidia/cu%d", lib, e->d_name,
+                         KC_CUDA_MAJOR) >= (int)sizeof(cand))
+                continue;
+            snprintf(probe, sizeof(probe), "%s/include", cand);
+            if (stat(probe, &st) != 0 || !S_ISDIR(st.st_mode))
+                continue;
+            snprintf(probe, sizeof(probe), "%s/lib/libnvrtc.so.%d", cand, KC_CUDA_MAJOR);
+            if (stat(probe, &st) == 0)
+                found = realpath(cand, NULL);
+        }
+        if (d)
+            closedir(d);
+        if (found)
+            return found;
+    }
+    return NULL;
+}
+
 int kc_toolkit_find(kc_toolkit *tk, const char *explicit_root, char *msg, size_t msg_size)
 {
     memset(tk, 0, sizeof(*tk));
@@ -158,6 +196,9 @@ int kc_toolkit_find(kc_toolkit *tk, const char *explicit_root, char *msg, size_t
     if (!root || !*root)
         root = KC_TOOLKIT_DIR;
     tk->root = realpath(root, NULL);
+    /* None there, none given by the caller: pip's, where a Python user has it. */
+    if (!tk->root && !(explicit_root && *explicit_root) && (tk->root = pip_cuda_root()))
+        root = tk->root;
     if (!tk->root)
         return kc_fmt(msg, msg_size, KCACHE_ENOTSUP,
                       "no CUDA toolkit at %s: set CUDA_HOME to the toolkit's directory", root);

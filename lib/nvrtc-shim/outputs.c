@@ -84,6 +84,10 @@ SHIM_OUTPUT(OptiXIR, OUT_OPTIX)
 SHIM_API nvrtcResult nvrtcGetProgramLogSize(nvrtcProgram prog, size_t *logSizeRet)
 {
     struct prog *p = (struct prog *)prog;
+    if (p && logSizeRet && p->refusal) {
+        *logSizeRet = strlen(p->refusal) + 1;
+        return NVRTC_SUCCESS;
+    }
     if (p && logSizeRet && p->hit && !p->passthrough) {
         *logSizeRet = strlen(p->hit->log ? p->hit->log : "") + 1;
         return NVRTC_SUCCESS;
@@ -94,6 +98,10 @@ SHIM_API nvrtcResult nvrtcGetProgramLogSize(nvrtcProgram prog, size_t *logSizeRe
 SHIM_API nvrtcResult nvrtcGetProgramLog(nvrtcProgram prog, char *log)
 {
     struct prog *p = (struct prog *)prog;
+    if (p && log && p->refusal) {
+        memcpy(log, p->refusal, strlen(p->refusal) + 1);
+        return NVRTC_SUCCESS;
+    }
     if (p && log && p->hit && !p->passthrough) {
         const char *l = p->hit->log ? p->hit->log : "";
         memcpy(log, l, strlen(l) + 1);

@@ -81,6 +81,7 @@ enum reason {
     R_NVRTC_REPLACED,
     R_SEVERAL_ARCHS,
     R_ENVIRONMENT,
+    R_REQUIRE_HIT,
     R_COUNT
 };
 
@@ -112,6 +113,8 @@ static const char *const reason_names[R_COUNT] = {
     /* NVRTC read an environment variable its build was not seen to read, so
      * the key does not hold its value (lib/compile/nvenv.c). */
     [R_ENVIRONMENT] = "environment-not-keyed",
+    /* KCACHE_REQUIRE_HIT and not in the cache: NVRTC_ERROR_COMPILATION, nothing compiled. */
+    [R_REQUIRE_HIT] = "require-hit-refused",
 };
 
 static atomic_ulong reason_count[R_COUNT];
@@ -225,6 +228,44 @@ static int is_disabled(void)
     return disabled;
 }
 
+/*
+ * A cache that fails says so on the program's stderr, as the command does:
+ * each message once per process (a tier that fails is left alone for a
+ * while, so it says so once too), never more than a few. The program's
+ * compiles go on. A cache that is off says nothing.
+ */
+static void shim_warn(const char *message)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static uint64_t said[8];
+    static size_t n_said;
+    uint64_t h = 1469598103934665603ull;
+    for (const unsigned char *c = (const unsigned char *)message; *c; c++)
+        h = (h ^ *c) * 1099511628211ull;
+    pthread_mutex_lock(&lock);
+    int fresh = n_said < sizeof(said) / sizeof(said[0]);
+    for (size_t i = 0; fresh && i < n_said; i++)
+        fresh = said[i] != h;
+    if (fresh)
+        said[n_said++] = h;
+    pthread_mutex_unlock(&lock);
+    if (!fresh)
+        return;
+    char line[1024];
+    int n = snprintf(line, sizeof(line), "kcache: warning: %s (the drop-in NVRTC; the program's "
+                     "compiles go on)\n", message);
+    if (n > 0 && write(STDERR_FILENO, line, (size_t)n < sizeof(line) ? (size_t)n
+                                                                         : sizeof(line) - 1) < 0)
+        return;
+}
+
+static void shim_log(void *userdata, int level, const char *message)
+{
+    (void)userdata;
+    if (level <= KCACHE_LOG_WARNING)
+        shim_warn(message);
+}
+
 /* The compiler, opened once per process; NULL when there is no cache. */
 static kcache_compiler *get_compiler(void)
 {
@@ -233,6 +274,7 @@ static kcache_compiler *get_compiler(void)
     if (!compiler && !compiler_failed) {
         kcache_compiler_options o = KCACHE_COMPILER_OPTIONS_INIT;
         o.nvrtc_path = kc_real_path();
+        o.log = shim_log;
         char err[512];
         kc_shim_enter();
         compiler_failed = !o.nvrtc_path || kcache_compiler_new(&compiler, &o, err, sizeof(err));
@@ -250,6 +292,12 @@ static kcache_compiler *get_compiler(void)
             compiler_failed = kcache_compiler_new(&compiler, &o, err, sizeof(err)) != 0;
         }
         kc_shim_leave();
+        const char *why = NULL;
+        if (compiler_failed && o.nvrtc_path)
+            shim_warn(err);
+        else if (!compiler_failed &&
+                 kcache_compiler_store_status(compiler, &why) != KCACHE_EDISABLED && why[0])
+            shim_warn(why);
         compiler_pid = getpid();
         if (!atexit_done) {
             atexit(at_exit);
@@ -299,6 +347,7 @@ static void prog_free(struct prog *p)
     kc_strv_free(p->exprs, p->n_exprs);
     kc_strv_free(p->opts, (size_t)p->n_opts);
     kcache_result_free(p->hit);
+    free(p->refusal);
     kcache_result_free(p->hit_ptx);
     kc_observe_free(p->obs);
     free(p);
@@ -315,6 +364,9 @@ nvrtcResult kc_prog_materialize(struct prog *p, const kc_real_nvrtc **out)
     *out = api;
     if (!api)
         return NVRTC_ERROR_INTERNAL_ERROR;
+    /* A compile kcache refused made nothing, and NVIDIA's program must not either. */
+    if (p && p->refusal)
+        return NVRTC_ERROR_INVALID_PROGRAM;
     if (p->real)
         return NVRTC_SUCCESS;
     nvrtcResult rc = api->CreateProgram(&p->real, p->src, p->name, p->n_headers,
@@ -914,6 +966,19 @@ SHIM_API nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions,
         p->hit = res;
         res = NULL;
         p->compile_rc = nrc = NVRTC_SUCCESS;
+    } else if (rc == KCACHE_ENOTFOUND && res && strstr(res->message, "require_hit")) {
+        /* KCACHE_REQUIRE_HIT: a miss fails as a compile NVRTC refused would, with
+         * the reason as the program's log, so that a cold start fails loudly. */
+        size_t n = strlen(res->message) + sizeof("kcache: \n");
+        p->refusal = malloc(n);
+        if (!p->refusal) {
+            nrc = NVRTC_ERROR_OUT_OF_MEMORY;
+        } else {
+            snprintf(p->refusal, n, "kcache: %s\n", res->message);
+            count(R_REQUIRE_HIT);
+            nrc = NVRTC_ERROR_COMPILATION;
+        }
+        p->compile_rc = nrc;
     } else {
         /* kcache could not take the request (an option it does not know, ...). */
         count(R_NOT_KEYED);

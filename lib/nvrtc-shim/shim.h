@@ -84,6 +84,7 @@ struct prog {
     int passthrough;         /* every call goes to NVIDIA's program */
     kcache_result *hit;      /* served from this result of a hit */
     kcache_result *hit_ptx;  /* the PTX of an sm_XX hit, kept as an entry of its own */
+    char *refusal;           /* the log of a compile kcache refused (require_hit): no output */
     struct kc_obs *obs;      /* what NVIDIA's compile of it read (observe.h) */
 };
 

@@ -63,6 +63,25 @@ def _db_path(path: PathLike | None) -> str | None:
     return os.path.join(p, "kcache.db")
 
 
+def _size(value: int | str | None, what: str) -> int:
+    """A size in bytes (0: the setting): an int is bytes; a str reads as the
+    kcache command reads sizes ("512M", "1.5GiB", a bare number is GiB,
+    "none" no cap)."""
+    if value is None:
+        return 0
+    if isinstance(value, str):
+        try:
+            return _kcache.parse_max_size(value)
+        except ValueError as e:
+            raise ValueError(f"{what}: {e}") from None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be bytes (an int) or a size such as '1G', "
+                        f"not {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{what} must be positive or None")
+    return value
+
+
 def _key_bytes(key: object) -> bytes:
     if isinstance(key, bytes):
         return key
@@ -104,7 +123,9 @@ class Cache:
     ``path`` is a cache directory (``PATH/kcache.db``) or a database file;
     ``None`` is the user's cache, as the ``kcache`` command finds it
     (``$KCACHE_PATH``, ``$KCACHE_DIR``, ``~/.cache/kcache``). ``max_size`` caps
-    the whole file in bytes (``None``: the setting or the default, 4 GiB).
+    the whole file: bytes (an int), or a size as the ``kcache`` command reads
+    it (``"1G"``, ``"512M"``, ``"1.5GiB"``; a bare ``"5"`` is GiB; ``"none"``:
+    no cap); ``None``: the setting or the default, 4 GiB.
     ``remote`` is the shared tier (``redis://host:port``; ``None``: the
     ``remote`` setting, ``$KCACHE_REMOTE`` or kcache.conf): a local miss asks
     it, a put is pushed to it, every entry from it is checked.
@@ -118,13 +139,15 @@ class Cache:
         self,
         path: PathLike | None = None,
         *,
-        max_size: int | None = None,
+        max_size: int | str | None = None,
         read_only: bool = False,
         remote: str | None = None,
     ) -> None:
-        if max_size is not None and max_size <= 0:
-            raise ValueError("max_size must be positive or None")
-        self._store = _kcache.Store(_db_path(path), max_size or 0, read_only, remote=remote)
+        self._store = _kcache.Store(_db_path(path), _size(max_size, "max_size"), read_only,
+                                    remote=remote)
+
+    def __repr__(self) -> str:
+        return f"kcache.Cache({self._store.path!r})"
 
     @property
     def path(self) -> str:
@@ -157,14 +180,14 @@ class Cache:
     def prune(
         self,
         *,
-        max_size: int | None = None,
+        max_size: int | str | None = None,
         max_entries: int | None = None,
         older_than: float | None = None,
         namespace: str | None = None,
         dry_run: bool = False,
     ) -> dict[str, int]:
         """Evicts least recently used entries: until the file fits ``max_size``
-        bytes (default: the cap), to ``max_entries``, or those unused for
+        (bytes, or a size such as ``"512M"``; default: the cap), to ``max_entries``, or those unused for
         ``older_than`` seconds (only ``namespace``'s when given)."""
         before = 0
         if older_than is not None:
@@ -172,7 +195,7 @@ class Cache:
         elif namespace is not None:
             raise ValueError("namespace selects entries for older_than: give an age too")
         return self._store.prune(
-            max_size=max_size or 0,
+            max_size=_size(max_size, "max_size"),
             max_entries=max_entries or 0,
             accessed_before_ms=before,
             arch=namespace,
@@ -221,6 +244,12 @@ def __getattr__(name: str) -> Any:
         globals()["ProgramCache"] = cls
         return cls
     raise AttributeError(f"module 'kcache' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # The API, not the modules and helpers the package uses (os, time, ...):
+    # what tab completion and help() show.
+    return sorted(__all__ + ["PROGRAM_CACHE_NAMESPACE", "triton"])
 
 
 class _ProgramCacheProtocol:
@@ -366,12 +395,36 @@ _compilers_lock = allocate_lock()
 _KINDS = {None: 0, "cubin": _kcache.KIND_CUBIN, "ptx": _kcache.KIND_PTX, "ltoir": _kcache.KIND_LTOIR}
 
 
+def _pip_cuda() -> str | None:
+    """pip's CUDA (nvidia/cu13 with NVRTC, as PyTorch's and cuda-python's wheels
+    bring it) in this Python's environment or beside this package, as
+    cuda.pathfinder finds it; None when there is none."""
+    import sys
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for d in [here] + sys.path:
+        root = os.path.join(d or ".", "nvidia", "cu13")
+        if os.path.exists(os.path.join(root, "lib", "libnvrtc.so.13")) and os.path.isdir(
+            os.path.join(root, "include")
+        ):
+            return root
+    return None
+
+
 def _compiler(cache: PathLike | None, no_store: bool, toolkit: str | None) -> Any:
     key = (_db_path(cache), no_store, toolkit)
     with _compilers_lock:
         c = _compilers.get(key)
         if c is None:
-            c = _kcache.Compiler(store_path=key[0], no_store=no_store, toolkit_root=toolkit)
+            try:
+                c = _kcache.Compiler(store_path=key[0], no_store=no_store, toolkit_root=toolkit)
+            except Error:
+                # No toolkit at CUDA_HOME, CUDA_PATH or where kcache was built to look:
+                # pip's NVRTC and headers, when this environment has them.
+                pip = _pip_cuda() if toolkit is None else None
+                if pip is None:
+                    raise
+                c = _kcache.Compiler(store_path=key[0], no_store=no_store, toolkit_root=pip)
             _compilers[key] = c
         return c
 
@@ -401,7 +454,15 @@ def compile(
     the compile reads, on disk or in memory, is part of the key, and so are
     the ``name_expressions``, whose lowered names come back with the result
     even on a hit. ``output``: "cubin" (default for sm_*), "ptx" or "ltoir".
-    ``cache`` is a cache directory (default: the user's).
+    ``cache`` is a cache directory (default: the user's). ``toolkit``: the
+    CUDA toolkit's directory (default: ``$CUDA_HOME``, ``$CUDA_PATH``, the one
+    kcache was built for, else pip's ``nvidia/cu13`` in this environment).
+    ``name`` is the
+    program's name as NVRTC sees it (``__FILE__``, ``assert`` messages, the
+    log): by default the base name of ``path``, else ``"kernel.cu"``, as in
+    ``kcache compile``. The kernel's bytes can hold it, so the key covers it:
+    to share entries with ``kcache compile DIR/saxpy.cu``, give
+    ``path="DIR/saxpy.cu"`` or ``name="saxpy.cu"``.
 
     Raises :class:`CompileError` (with ``.log``) when NVRTC rejects the source.
     """
@@ -422,4 +483,9 @@ def compile(
         output=_KINDS[output],
         flags=flags,
     )
+    if d["cache_failed"] and not no_cache:
+        # As the command's row does: the kernel is made, the cache said why not.
+        import warnings
+
+        warnings.warn(f"kcache: not cached: {d['store_message']}", RuntimeWarning, stacklevel=2)
     return CompileResult(d)

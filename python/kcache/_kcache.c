@@ -150,6 +150,26 @@ static int initialized_twice(int already, const char *type)
     return already;
 }
 
+/*
+ * The library's warnings (a cache or a remote that cannot be used) as Python
+ * RuntimeWarnings, so that they reach the program once, as the command
+ * prints them, and never raise: the library calls this with none of its
+ * locks held, with the GIL released or held by this thread.
+ */
+static void py_log(void *userdata, int level, const char *message)
+{
+    (void)userdata;
+    if (level > KCACHE_LOG_WARNING)
+        return;
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "kcache: %s", message) < 0)
+        PyErr_WriteUnraisable(NULL);
+    PyErr_Restore(type, value, tb);
+    PyGILState_Release(g);
+}
+
 static int Store_init(PyObject *op, PyObject *args, PyObject *kwds)
 {
     StoreObject *self = (StoreObject *)op;
@@ -168,6 +188,7 @@ static int Store_init(PyObject *op, PyObject *args, PyObject *kwds)
     o.max_size = (uint64_t)max_size;
     o.read_only = read_only;
     o.no_create = no_create;
+    o.log = py_log;
     char err[512] = "";
     kcache_store *s = NULL;
     int rc;
@@ -702,6 +723,7 @@ static int Compiler_init(PyObject *op, PyObject *args, PyObject *kwds)
     o.store_path = store_path;
     o.no_store = no_store;
     o.toolkit_root = toolkit;
+    o.log = py_log;
     char err[512] = "";
     int rc;
     WITHOUT_GIL(rc, kcache_compiler_new(&self->compiler, &o, err, sizeof(err)));
@@ -802,14 +824,15 @@ static PyObject *result_dict(const kcache_result *r)
     kcache_key_hex(hex, &r->key);
     const char *kind = kcache_kind_name(r->kind);
     PyObject *d = Py_BuildValue(
-        "{s:y#,s:s,s:s,s:O,s:O,s:s,s:s,s:O,s:s,s:s,s:K,s:K,s:O}", "data",
+        "{s:y#,s:s,s:s,s:O,s:O,s:s,s:s,s:O,s:s,s:s,s:K,s:K,s:O,s:O}", "data",
         (const char *)r->data, (Py_ssize_t)r->size, "kind", kind ? kind : "", "arch",
         r->arch ? r->arch : "", "hit", r->hit ? Py_True : Py_False, "keyed",
         r->keyed ? Py_True : Py_False, "key", r->keyed ? hex : "", "log", r->log ? r->log : "",
         "lowered_names", lowered, "message", r->message ? r->message : "", "store_message",
         r->store_message ? r->store_message : "", "compile_ns",
         (unsigned long long)r->compile_ns, "elapsed_ns", (unsigned long long)r->elapsed_ns,
-        "remote_hit", r->remote_hit ? Py_True : Py_False);
+        "remote_hit", r->remote_hit ? Py_True : Py_False, "cache_failed",
+        r->store_status && r->store_status != KCACHE_EDISABLED ? Py_True : Py_False);
     Py_DECREF(lowered);
     return d;
 }
@@ -978,7 +1001,27 @@ static PyObject *settings(PyObject *module, PyObject *args)
     return d;
 }
 
+/*
+ * parse_max_size(text) -> int: a size cap in the grammar of every other front
+ * end (kcache_parse_max_size: binary units, a bare number is GiB, 0 or none
+ * no cap, which is 2**64 - 1). Raises ValueError naming the text.
+ */
+static PyObject *parse_max_size(PyObject *module, PyObject *args)
+{
+    (void)module;
+    const char *text;
+    uint64_t cap;
+    if (!PyArg_ParseTuple(args, "s", &text))
+        return NULL;
+    if (kcache_parse_max_size(&cap, text))
+        return PyErr_Format(PyExc_ValueError, "'%s' is not a size (use e.g. '2G' or '512M'; a "
+                            "bare number is GiB; '0' or 'none': no cap)", text);
+    return PyLong_FromUnsignedLongLong(cap);
+}
+
 static PyMethodDef module_methods[] = {
+    {"parse_max_size", parse_max_size, METH_VARARGS,
+     "parse_max_size(text) -> int: a size cap as the kcache command reads it (2**64 - 1: none)."},
     {"key_caller", key_caller, METH_VARARGS,
      "key_caller(ns, key) -> str: the store's key (hex) of a caller's key in ns."},
     {"settings", settings, METH_VARARGS,

@@ -7,7 +7,8 @@
  *
  *   nvrtc-user FILE.cu ARCH [version]
  *
- * Prints "rc SIZE" (and "version MAJOR.MINOR"); exit 0 when NVRTC said yes.
+ * Prints "rc SIZE" (and "version MAJOR.MINOR"; after a failed compile, the
+ * program's log); exit 0 when NVRTC said yes.
  */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -61,14 +62,24 @@ int main(int argc, char **argv)
     LOAD(cubin_size, h, "nvrtcGetCUBINSize");
     LOAD(destroy, h, "nvrtcDestroyProgram");
     LOAD(version, h, "nvrtcVersion");
+    size_fn log_size;
+    int (*get_log)(void *, char *);
+    LOAD(log_size, h, "nvrtcGetProgramLogSize");
+    LOAD(get_log, h, "nvrtcGetProgramLog");
     void *prog = NULL;
     int rc = create(&prog, src, argv[1], 0, NULL, NULL);
     if (!rc)
         rc = compile(prog, 1, opts);
     size_t size = 0;
+    int compiled = rc;
     if (!rc)
         rc = cubin_size(prog, &size);
     printf("%d %zu\n", rc, size);
+    static char log[1 << 16];
+    size_t log_n = 0;
+    if (compiled && prog && log_size(prog, &log_n) == 0 && log_n <= sizeof(log) &&
+        get_log(prog, log) == 0)
+        fputs(log, stdout);
     if (argc > 3) {
         int major = 0, minor = 0;
         version(&major, &minor);

@@ -42,12 +42,13 @@ def test_version_spellings_agree(root):
     check(a == b == v and a.count("\n") == 1, "%r %r %r" % (a, b, v))
 
 
-def compiles(c, tmp, name, text, *args):
+def compiles(c, tmp, name, text, *args, env=None):
     """Compiles TEXT saved as NAME; returns (exit status, stdout, stderr)."""
     path = os.path.join(tmp, name)
     with open(path, "w") as f:
         f.write(text)
-    p = subprocess.run([base.KCACHE, "compile", path] + list(args), env=c.env,
+    p = subprocess.run([base.KCACHE, "compile", path] + list(args),
+                       env=dict(c.env, **(env or {})),
                        capture_output=True, text=True, timeout=300)
     return p.returncode, p.stdout, p.stderr
 
@@ -254,6 +255,175 @@ def test_output_into_a_group_directory(root):
     out, _ = c.run("compile", path, "--arch", "sm_90", "-o", os.path.join(shared, "h.cubin"),
                    rc=1)
     check("anyone" in out and not os.path.exists(os.path.join(shared, "h.cubin")), out)
+
+
+def test_ccache_aliases_where_the_meaning_is_the_same(root):
+    """ccache's -sv, -d DIR, -k KEY, --print-stats, --evict-namespace,
+    --config-path, -s --json: the same meaning here; -F says what kcache has."""
+    c = Cache(root)
+    c.fill(3, "--arch", "sm_80")
+    c.fill(2, "--arch", "sm_90", "--seed", 2)
+    c.fill(2, "--namespace", "triton", "--seed", 3)
+    for spelling in (["-sv"], ["-s", "-v"], ["-vs"], ["-s", "--verbose"]):
+        out, _ = c.run(*spelling)
+        check(re.search(r"^Entries:\s+7\b", out, re.M), "%s is stats: %r" % (spelling, out))
+    j = json.loads(c.run("-s", "--json")[0])
+    check(j["entries"] == 7, "-s --json is stats --json: %s" % j)
+    out, _ = c.run("-sz")
+    check(re.search(r"^Entries:\s+7\b", out, re.M) and c.json("stats")["hits"] == 0,
+          "-sz shows, then zeroes: %r" % out)
+    c.run("-v", rc=2)
+    j = json.loads(c.run("--print-stats")[0])
+    check(j["entries"] == 7, "--print-stats: machine-readable: %s" % j)
+    other = Cache(root, "other")
+    other.fill(1)
+    for spelling in (["-d", other.dir], ["--dir", other.dir], ["-d" + other.dir]):
+        out, _ = c.run(*spelling, "-s")
+        check(re.search(r"^Entries:\s+1\b", out, re.M), "%s: that cache: %r" % (spelling, out))
+    out, _ = c.run("-d", other.dir, "ls")
+    check(out.count("\n") == 2, "-d before a verb: a header and one entry: %r" % out)
+    c.run("-M", "3G")
+    for spelling in (["-k", "max_size"], ["--get-config", "max_size"],
+                     ["--get-config=max_size"]):
+        out, _ = c.run(*spelling)
+        check(out == "3.00 GiB\n", "%s prints the value alone: %r" % (spelling, out))
+    c.run("-k", "no_such", rc=2)
+    conf = os.path.join(root, "elsewhere.conf")
+    with open(conf, "w") as f:
+        f.write("compression = none\n")
+    os.chmod(conf, 0o600)
+    out, _ = c.run("--config-path", conf, "-k", "compression")
+    check(out == "none\n", "--config-path reads that file: %r" % out)
+    out, _ = c.run("--config-path", conf, "config", "compression", "--json")
+    check(json.loads(out)["origin"].startswith(conf), out)
+    out, _ = c.run("--evict-namespace", "triton")
+    st = c.json("stats")
+    check(st["entries"] == 5, "--evict-namespace: that namespace's entries only: %r %s"
+          % (out, st))
+    _, err = c.run("-F", "1000", rc=2)
+    check("max-entries" in err and "size" in err, "-F: kcache caps by size; says so: %r" % err)
+    _, err = c.run("--max-files", "0", rc=2)
+    check("max-entries" in err, err)
+
+
+def test_prune_arch_alone(root):
+    """prune --arch sm_80 (or --kind, --namespace) alone prunes what it names."""
+    c = Cache(root)
+    c.fill(3, "--arch", "sm_80")
+    c.fill(2, "--arch", "sm_90", "--seed", 2)
+    c.fill(1, "--arch", "sm_90", "--kind", "ptx", "--seed", 4)
+    out, _ = c.run("prune", "--arch", "sm_80")
+    archs = sorted(e["arch"] for e in c.json("ls")["entries"])
+    check(archs == ["sm_90"] * 3, "only sm_80 went: %r %s" % (out, archs))
+    c.run("prune", "--kind", "ptx")
+    check(c.json("stats")["entries"] == 2, "--kind alone")
+    c.run("prune", "--arch", "sm_90", "--older-than", "1d")
+    check(c.json("stats")["entries"] == 2, "with an age, the age still counts")
+
+
+def test_config_table_aligned(root):
+    """kcache config: every row's value, origin and place start in the header's columns."""
+    c = Cache(root)
+    out, _ = c.run("config")
+    lines = out.split("\n\n")[0].splitlines()
+    head = lines[0]
+    cols = [head.index(w) for w in ("VALUE", "FROM", "WHERE")]
+    for line in lines[1:]:
+        check(all(len(line) <= col or line[col - 1] == " " for col in cols)
+              and line[cols[1]] != " ", "%r is not in the columns of %r" % (line, head))
+    check(any(l.startswith("import_require_signature ") for l in lines), lines)
+
+
+def test_jobs_default_to_the_cpus(root):
+    """compile's -j: the CPUs this process may use by default and with -j auto."""
+    c = Cache(root)
+    if not have_nvrtc(c, root):
+        return
+    paths = []
+    for i in range(3):
+        paths.append(os.path.join(root, "j%d.cu" % i))
+        with open(paths[-1], "w") as f:
+            f.write("__global__ void k(int *x) { x[0] = %d; }\n" % (10 + i))
+    cpus = len(os.sched_getaffinity(0))
+    j = c.json("compile", *paths, "--arch", "sm_90")
+    check(j["jobs"] == min(cpus, 3), "by default, one a CPU: %s (CPUs %d)" % (j["jobs"], cpus))
+    j = c.json("compile", *paths, "--arch", "sm_90", "-j", "auto")
+    check(j["jobs"] == min(cpus, 3), "-j auto: %s" % j["jobs"])
+    j = c.json("compile", *paths, "--arch", "sm_90", "--jobs=1")
+    check(j["jobs"] == 1, "-j 1: %s" % j["jobs"])
+    if os.path.exists("/usr/bin/taskset"):
+        p = subprocess.run(["taskset", "-c", "0", base.KCACHE, "compile"] + paths +
+                           ["--arch", "sm_90", "--json"], env=c.env, capture_output=True,
+                           text=True, timeout=300)
+        check(json.loads(p.stdout)["jobs"] == 1, "the CPUs it may run on: %s" % p.stdout[-200:])
+    _, err = c.run("compile", paths[0], "--arch", "sm_90", "-j", "many", rc=2)
+    check("auto" in err, err)
+
+
+def test_export_namespace(root):
+    """export --namespace NS: the bundle holds that namespace's entries, as ls shows them."""
+    c = Cache(root)
+    c.fill(3)
+    c.fill(2, "--namespace", "triton", "--seed", 5)
+    bundle = os.path.join(root, "triton.kcache")
+    out, _ = c.run("export", bundle, "--namespace", "triton")
+    other = Cache(root, "other")
+    other.run("import", bundle)
+    check(other.json("stats")["entries"] == 2
+          and len(other.json("ls", "--namespace", "triton")["entries"]) == 2,
+          "only triton's two: %r" % out)
+    c.run("export", bundle, "--namespace", "a b", rc=2)
+
+
+def test_require_hit_in_the_drop_in(root):
+    """KCACHE_REQUIRE_HIT=1 under kcache run: a miss is NVRTC_ERROR_COMPILATION (6),
+    the log says why, NVRTC is never loaded; the run's report counts it; a hit serves."""
+    c = Cache(root)
+    user = os.environ.get("NVRTC_USER")
+    if not user or not have_nvrtc(c, root):
+        print("note: no nvrtc-user or no NVRTC: the drop-in's require_hit is not checked")
+        return
+    path = os.path.join(root, "cold.cu")
+    with open(path, "w") as f:
+        f.write("__global__ void k(int *x) { x[0] = 8; }\n")
+    env = {"KCACHE_REQUIRE_HIT": "1", "ASAN_OPTIONS": "detect_leaks=0:verify_asan_link_order=0"}
+    out, err = c.run("run", "-v", user, path, "sm_90", env=env, rc=1)
+    check(out.startswith("6 0\n") and "require_hit" in out and out.count("\n") == 2,
+          "a miss fails as NVRTC's compile error, its log saying why: %r" % out)
+    check("nvrtc-loaded no" in err and "require-hit-refused 1" in err, err)
+    check(c.json("stats")["entries"] == 0, "nothing compiled or stored")
+    c.run("run", user, path, "sm_90", env={"ASAN_OPTIONS": env["ASAN_OPTIONS"]})
+    out, err = c.run("run", "-v", user, path, "sm_90", env=env)
+    check(out.startswith("0 ") and "hits 1" in err, "a warm cache serves it: %r %r" % (out, err))
+
+
+def test_pip_cuda_in_the_active_environment(root):
+    """CUDA_HOME pointing nowhere, pip's nvidia/cu13 in the active venv ($VIRTUAL_ENV):
+    kcache compile finds pip's NVRTC and headers (the hint names them)."""
+    c = Cache(root)
+    if not have_nvrtc(c, root):
+        return
+    toolkit = os.path.realpath(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+    venv = os.path.join(root, "venv")
+    cu = os.path.join(venv, "lib", "python3.11", "site-packages", "nvidia", "cu13")
+    os.makedirs(os.path.join(cu, "lib"))
+    real = os.path.realpath(os.path.join(toolkit, "lib64"))
+    for name in os.listdir(real):
+        if name.startswith(("libnvrtc.so", "libnvrtc-builtins.so")):
+            os.symlink(os.path.join(real, name), os.path.join(cu, "lib", name))
+    os.symlink(os.path.join(toolkit, "include"), os.path.join(cu, "include"))
+    env = {"CUDA_HOME": "/opt/none", "CUDA_PATH": "/opt/none"}
+    rc, _, err = compiles(c, root, "p.cu", "__global__ void k(int *x) { x[0] = 11; }\n",
+                          "--arch", "sm_90", env=env)
+    check(rc == 1 and "no CUDA toolkit at /opt/none" in err, "no venv: as before: %r" % err)
+    env["VIRTUAL_ENV"] = venv
+    rc, out, _ = compiles(c, root, "p.cu", "__global__ void k(int *x) { x[0] = 11; }\n",
+                          "--arch", "sm_90", env=env)
+    check(rc == 0 and out.startswith("miss"), "pip's NVRTC compiles it: %r" % out)
+    rc, out, _ = compiles(c, root, "half.cu", "#include <cuda_fp16.h>\n"
+                          "__global__ void k(__half *x) { x[0] = __float2half(1.0f); }\n",
+                          "--arch", "sm_90", env=env)
+    check(rc == 1 and ("add -I %s/include" % cu) in out, "the hint names pip's headers: %r" % out)
 
 
 def main():

@@ -281,3 +281,102 @@ def test_module_shares_the_processes_sqlite():
     undefined = subprocess.run([nm, "-D", "--undefined-only", kcache._kcache.__file__],
                                capture_output=True, text=True, check=True).stdout
     assert " sqlite3_open_v2" in undefined, "the module carries its own SQLite"
+
+
+def test_sizes_read_as_the_cli_reads_them(cache_dir):
+    """Cache(max_size="1G") and prune(max_size="512M"): the CLI's grammar, a bare number GiB."""
+    c = kcache.Cache(cache_dir, max_size="1G")
+    assert c.stats()["max_size"] == 1 << 30
+    c.close()
+    c = kcache.Cache(cache_dir, max_size="1.5GiB")
+    assert c.stats()["max_size"] == 3 << 29
+    c.close()
+    c = kcache.Cache(cache_dir, max_size="2")
+    assert c.stats()["max_size"] == 2 << 30, "a bare number is GiB, as in the CLI"
+    c.close()
+    c = kcache.Cache(cache_dir, max_size="none")
+    assert c.stats()["max_size"] is None, "none: no cap, as in the CLI"
+    c.put("ns", b"k", b"x" * 4096)
+    assert c.prune(max_size="1M")["evicted"] == 0
+    c.close()
+    for bad in ("-5G", "1e9", "5 apples", "0x10", ""):
+        with pytest.raises(ValueError, match="not a size"):
+            kcache.Cache(cache_dir, max_size=bad)
+    assert kcache.Cache(cache_dir, max_size=4096).stats()["max_size"] == 4096, "ints stay bytes"
+
+
+def test_the_module_shows_its_own_names():
+    """dir(kcache): the API, not the modules and helpers it uses."""
+    names = dir(kcache)
+    for leaked in ("os", "time", "allocate_lock", "annotations", "TYPE_CHECKING"):
+        assert leaked not in names, names
+    for name in kcache.__all__:
+        assert name in names
+    assert not [n for n in names if not n.startswith("__") and n not in kcache.__all__
+                and n not in ("PROGRAM_CACHE_NAMESPACE", "triton")], names
+
+
+def test_repr_names_the_file(cache_dir):
+    c = kcache.Cache(cache_dir)
+    assert repr(c) == "kcache.Cache(%r)" % os.path.join(str(cache_dir), "kcache.db")
+    c.close()
+
+
+def _one_compile_twice(**kw):
+    """Two compiles at one place in the code, warnings as a program sees them by default."""
+    import warnings
+    src = "__global__ void k(int *x) { x[0] = 42; }\n"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")
+        results = [kcache.compile(src, arch="sm_90", **kw) for _ in range(2)]
+    return results, [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
+
+
+@needs_toolkit
+def test_unusable_cache_warns_and_compiles(tmp_path):
+    """A cache directory that cannot be made: the kernel, and one warning saying why."""
+    (tmp_path / "a file").write_text("")
+    results, warned = _one_compile_twice(cache=tmp_path / "a file" / "cache")
+    assert all(r.data and not r.hit for r in results)
+    assert len(warned) == 1 and "not cached" in warned[0] and "a file" in warned[0], warned
+
+
+@needs_toolkit
+def test_remote_down_warns_and_compiles(cache_dir, monkeypatch):
+    """A remote nobody answers at: the kernel, and one warning; the local cache still works."""
+    monkeypatch.setenv("KCACHE_REMOTE", "redis://127.0.0.1:1")
+    results, warned = _one_compile_twice(cache=cache_dir)
+    assert results[0].data and results[1].hit, results
+    assert len(warned) == 1 and "127.0.0.1:1" in warned[0], warned
+
+
+@needs_toolkit
+def test_pip_cuda_found_without_a_toolkit(tmp_path, cache_dir):
+    """pip's CUDA only (nvidia/cu13 with NVRTC and headers, as PyTorch's wheels bring it),
+    CUDA_HOME pointing nowhere: kcache.compile finds pip's NVRTC and headers itself."""
+    from conftest import TOOLKIT
+    site = tmp_path / "site-packages"
+    cu = site / "nvidia" / "cu13"
+    (cu / "lib").mkdir(parents=True)
+    real = os.path.realpath(os.path.join(TOOLKIT, "lib64"))
+    for name in os.listdir(real):
+        if name.startswith(("libnvrtc.so", "libnvrtc-builtins.so")):
+            shutil.copy(os.path.join(real, name), cu / "lib" / name)
+    shutil.copytree(os.path.join(TOOLKIT, "include"), cu / "include", symlinks=True)
+    code = ("import kcache, sys\n"
+            "r = kcache.compile('__global__ void k(int *x) { x[0] = 9; }', arch='sm_90',"
+            " cache=sys.argv[1])\n"
+            "print(r.kind, len(r.data) > 0)\n"
+            "try:\n"
+            "    kcache.compile('#include <cuda_fp16.h>\\n__global__ void k(__half *x)"
+            " { x[0] = __float2half(1.0f); }', arch='sm_90', cache=sys.argv[1])\n"
+            "except kcache.CompileError as e:\n"
+            "    print(str(e).split('add -I ')[-1])\n")
+    env = dict(os.environ, CUDA_HOME="/opt/none", CUDA_PATH="/opt/none",
+               PYTHONPATH=os.pathsep.join([os.environ.get("PYTHONPATH", ""), str(site)]))
+    p = subprocess.run([sys.executable, "-c", code, str(cache_dir)], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.split()[:2] == ["cubin", "True"], p.stderr[-2000:]
+    assert p.stdout.split()[2] == str(cu / "include"), "the hint names pip's headers: %r" % p.stdout
+    entries = json.loads(run_cli("ls", "--json", cache_dir=cache_dir).stdout)["entries"]
+    assert len(entries) == 1, "stored, as any compile: %s" % entries

@@ -92,6 +92,15 @@ KCACHE_API void kcache_compiler_free(kcache_compiler *compiler);
 KCACHE_API kcache_store *kcache_compiler_store(kcache_compiler *compiler);
 
 /*
+ * Why the compiler has no store: 0 when it has one, KCACHE_EDISABLED when
+ * the cache is off (KCACHE_DISABLE, disable = true, or no_store), else the
+ * code of the failure; *message (may be NULL) is "" or one line saying why,
+ * owned by the compiler. KCACHE_EINVAL for a NULL compiler.
+ */
+KCACHE_API int kcache_compiler_store_status(const kcache_compiler *compiler,
+                                            const char **message);
+
+/*
  * The NVRTC library this compiler's keys name, as they name it: its file name
  * and GNU build-id ("libnvrtc.so.13 build-id 65be..."), read from the file
  * without loading it. Owned by the compiler; NULL for a NULL compiler.
