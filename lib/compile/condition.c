@@ -12,9 +12,8 @@
  * expanded (cond_reaches): in CCCL as CuPy ships it, 13 of the thousands a
  * compile reads. A name is expanded once per path through the definitions:
  * such a condition is expanded again for each choice of definition (or
- * none) of each name it meets, up to KC_COND_PATHS paths. A name whose
- * definitions cannot change what a condition probes (inert: see def_inert)
- * is left as it is, which keeps the paths few.
+ * none) of each name it meets, up to KC_COND_PATHS paths. No name is left
+ * unexpanded to save paths: what it expands to may be stringized or pasted.
  *
  * Every __has_include met, at any depth, is probed from the file holding
  * the condition; one that cannot be worked out (an operand kcache cannot
@@ -73,8 +72,6 @@ struct def {
 struct name {
     const char *s;
     size_t first, n_defs, n_objects; /* n_objects: object-like definitions among them */
-    int inert;          /* 0: not worked out for this generation, 1 yes, 2 no, 3 working */
-    size_t inert_gen;
     size_t run, chosen; /* the definition (1 + index) this run chose, 0 none */
 };
 
@@ -440,62 +437,6 @@ static int is_has_include(const struct tok *t)
     return tok_is(t, "__has_include") || tok_is(t, "__has_include_next");
 }
 
-static int name_inert(struct kc_cond_state *st, size_t name);
-
-/*
- * Whether a definition's expansion, wherever it is expanded, cannot change
- * what a condition probes: its tokens are numbers, literals, punctuators
- * other than # and ## with parentheses balanced, and identifiers that are
- * no macro or inert ones; each parameter is followed by a token of its own
- * that is no parameter and no '(' (so an argument cannot become a call). Such
- * a name left unexpanded leaves its arguments to be expanded where they
- * stand, which finds every __has_include its expansion would.
- */
-static int def_inert(struct kc_cond_state *st, const struct def *d)
-{
-    int depth = 0;
-    for (size_t i = 0; i < d->n_body; i++) {
-        const struct tok *t = &d->body[i];
-        const struct tok *next = i + 1 < d->n_body ? &d->body[i + 1] : NULL;
-        if (tok_is(t, "#") || tok_is(t, "##") || tok_is(t, "%:") || tok_is(t, "%:%:"))
-            return 0;
-        if (tok_is(t, "("))
-            depth++;
-        if (tok_is(t, ")") && --depth < 0)
-            return 0;
-        if (t->kind != T_IDENT)
-            continue;
-        size_t name;
-        if (param_of(d, t) >= 0) {
-            if (!next || tok_is(next, "(") || param_of(d, next) >= 0)
-                return 0;
-        } else if (is_has_include(t) || tok_is(t, "__VA_OPT__")) {
-            return 0;
-        } else if (find_name(st, t, &name) && !name_inert(st, name)) {
-            return 0;
-        }
-    }
-    return depth == 0;
-}
-
-static int name_inert(struct kc_cond_state *st, size_t name)
-{
-    struct name *nm = &st->names[name];
-    if (nm->inert_gen != st->gen + 1)
-        nm->inert = 0;
-    if (nm->inert == 1 || nm->inert == 2)
-        return nm->inert == 1;
-    if (nm->inert == 3)
-        return 0; /* recursive: not worked out, so not trusted */
-    nm->inert = 3;
-    nm->inert_gen = st->gen + 1;
-    int inert = 1;
-    for (size_t d = nm->first; inert && d != SIZE_MAX; d = st->defs[d].next)
-        inert = def_inert(st, &st->defs[d]);
-    st->names[name].inert = inert ? 1 : 2;
-    return inert;
-}
-
 /* ---- what can reach __has_include -------------------------------------- */
 
 /*
@@ -667,9 +608,8 @@ static const struct def *choose(struct run *x, size_t name)
 {
     struct kc_cond_state *st = x->st;
     struct name *nm = &st->names[name];
-    if (!nm->n_defs || name_inert(st, name))
+    if (!nm->n_defs)
         return NULL;
-    nm = &st->names[name];
     if (nm->run != st->run) {
         size_t chosen;
         if (x->pos < x->n_stack) {
@@ -762,19 +702,12 @@ static struct tok *has_include(struct run *x, const struct tok *t, struct tok *i
     if (x->stop)
         return NULL;
     /*
-     * An operand that is no header name, with no name left unexpanded that
-     * could make it one, is an error of NVRTC's whatever the files (checked
-     * with NVRTC 13): along this path there is nothing to look up.
+     * An operand that is no header name once expanded along this path is an
+     * error of NVRTC's whatever the files (checked with NVRTC 13): there is
+     * nothing to look up.
      */
     const struct tok *lt = last_of(op);
-    int shaped = op && ((!op->next && op->kind == T_STRING) || (tok_is(op, "<") && tok_is(lt, ">")));
-    int left = 0;
-    for (const struct tok *o = op; o && !left; o = o->next) {
-        size_t name;
-        left = find_name(x->st, o, &name) && x->st->names[name].n_defs &&
-               name_inert(x->st, name);
-    }
-    if (!shaped && !left)
+    if (!(op && ((!op->next && op->kind == T_STRING) || (tok_is(op, "<") && tok_is(lt, ">")))))
         return e->next;
     size_t len = 1;
     for (const struct tok *o = op; o; o = o->next)

@@ -442,6 +442,10 @@ def test_has_include_through_macro_arguments(root, nvrtc):
         "stringize.cu": w + "#define S(x) #x\n#define CALL(m, a) m(S(a))\n#if CALL(W, opt.h)\n",
         "rescan.cu": w + '#define ID(x) x\n#if ID(W)("opt.h")\n',
         "wrapper_arg.cu": w + "#define S(x) #x\n#if W(S(opt.h))\n",
+        "plain_name.cu": w + "#define Q(x) #x\n#define QX(x) Q(x)\n#define NAME opt.h\n"
+                         "#if W(QX(NAME))\n",
+        "plain_part.cu": "#define CAT(a, b) a##b\n#define CATX(a, b) CAT(a, b)\n"
+                         '#define PART include\n#if CATX(__has_, PART)("opt.h")\n',
         "next.cu": '#define C(a, b) a##b\n#if C(__has_include, _next)("opt.h")\n',
         "d_callee.cu": "#if CALL(W)\n",
         "pre.cu": "#if CALL(W)\n",
@@ -454,7 +458,7 @@ def test_has_include_through_macro_arguments(root, nvrtc):
         write(os.path.join(d, name), text + branch)
     cases = (("callee.cu",), ("paste.cu",), ("paste_angle.cu",),
              ("d_paste.cu", "-DC(a,b)=a##b"), ("stringize.cu",), ("rescan.cu",),
-             ("wrapper_arg.cu",),
+             ("wrapper_arg.cu",), ("plain_name.cu",), ("plain_part.cu",),
              ("next.cu",), ("d_callee.cu", "-DW(x)=__has_include(x)", '-DCALL(m)=m("opt.h")'),
              ("pre.cu", "-include", os.path.join(d, "calls.h")), ("nested.cu",))
     failed = []
