@@ -136,9 +136,16 @@ static int scan_node(struct resolver *r, size_t k)
             break;
         case KC_DIR_DEFINE:
             rc = add_macro(r, d->text, d->value ? d->value : "");
+            if (!rc)
+                rc = kc_res_cond_define(r, &r->nodes[k].dirs[i]);
             break;
         case KC_DIR_FUNC_DEFINE:
             rc = add_func(r, d->text, d->value);
+            if (!rc)
+                rc = kc_res_cond_define(r, &r->nodes[k].dirs[i]);
+            break;
+        case KC_DIR_CONDITION:
+            rc = kc_res_cond_add(r, k, d);
             break;
         case KC_DIR_CALL:
             if (kc_res_grow((void **)&r->calls, &r->cap_calls, r->n_calls, sizeof(*r->calls)))
@@ -281,6 +288,7 @@ static void resolver_free(struct resolver *r)
     kc_smap_free(&r->tk_nodes);
     kc_smap_free(&r->vouchers);
     kc_smap_free(&r->wrappers);
+    kc_res_cond_free(r);
     free(r->calls);
     for (size_t i = 0; i < r->n_mprobes; i++)
         free(r->mprobes[i].spelling);
@@ -378,6 +386,12 @@ int kc_deps_resolve(kc_deps *out, const kc_deps_request *req, char *msg, size_t 
             rc = kc_res_resolve_calls(&r, &progress);
         if (!rc)
             rc = kc_res_resolve_macro_probes(&r, &progress);
+        if (!rc && done_pending == r.n_pending && !progress && r.next_scan == r.n_nodes) {
+            /* Conditions last, once every definition in reach has been seen. */
+            rc = kc_res_cond_expand(&r, &progress);
+            if (!rc && progress)
+                continue;
+        }
         if (rc || (done_pending == r.n_pending && !progress && r.next_scan == r.n_nodes))
             break;
         /* Computed includes, once every #define in reach has been seen. */

@@ -78,6 +78,9 @@ enum kc_directive_kind {
     /* NAME(argument) in an #if, #elif or #define: `text` the name, `value`
      * the argument; a probe if NAME turns out to wrap __has_include. */
     KC_DIR_CALL,
+    /* An #if or #elif: `text` its condition, expanded as the preprocessor
+     * does for the __has_include it evaluates (condition.c). */
+    KC_DIR_CONDITION,
 };
 
 typedef struct kc_directive {
@@ -93,6 +96,7 @@ typedef struct kc_directive {
     unsigned line;
     char *text;        /* spelling, macro text, or for DEFINE the name */
     char *value;       /* DEFINE: the replacement text, trimmed */
+    char *params;      /* FUNC_DEFINE: the parameter list, between its parentheses */
     /*
      * Literal spellings: where the spelling's first byte sits in the text
      * scanned, when the bytes there are exactly the delimited spelling (no

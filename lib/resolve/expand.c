@@ -99,12 +99,10 @@ int kc_res_resolve_calls(struct resolver *r, size_t *progress)
         size_t n = strlen(a);
         int angle = n >= 2 && a[0] == '<' && a[n - 1] == '>' && !memchr(a + 1, '>', n - 2);
         int quote = n >= 2 && a[0] == '"' && a[n - 1] == '"' && !memchr(a + 1, '"', n - 2);
-        if (!angle && !quote) {
-            kc_res_not_hermetic(r, "computed_has_include",
-                         "%s:%u: %s(%s) asks __has_include of something kcache cannot work out",
-                         kc_res_where(&r->nodes[c.node]), d->line, d->text, a);
+        /* Any other argument is worked out where it matters: an #if naming a
+         * wrapper, directly or through a macro, is expanded (condition.c). */
+        if (!angle && !quote)
             continue;
-        }
         char *name = kc_memdup(a + 1, n - 2);
         size_t found;
         if (!name)
@@ -334,6 +332,21 @@ static int expand(struct resolver *r, const char *text, int depth, struct cands 
         if (!expand(r, defs[i], depth + 1, c, rc))
             return 0;
     return nd > 0 && !c->overflow;
+}
+
+int kc_res_probe_operand(struct resolver *r, const char *text, size_t node, int *ok)
+{
+    struct cands c = {0};
+    int rc = 0;
+    *ok = expand(r, text, 1, &c, &rc);
+    for (size_t i = 0; !rc && *ok && i < c.n; i++) {
+        size_t found;
+        if (!(rc = kc_res_resolve(r, c.names[i], c.angle[i], node, &found)) && found &&
+            !r->nodes[node].toolkit)
+            rc = kc_res_add_alias(r, c.names[i], found - 1);
+    }
+    cands_free(&c);
+    return rc;
 }
 
 int kc_res_resolve_pending(struct resolver *r, const struct pending *p)

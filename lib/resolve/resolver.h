@@ -2,6 +2,7 @@
  * The include resolver's state, shared by the files that make it up, each
  * using only those below it: deps.c (scanning each file and the entry
  * point), expand.c (computed includes and macros that wrap __has_include),
+ * condition.c (#if conditions expanded for the __has_include they reach),
  * names.c (canonical names and the texts handed to NVRTC), hermetic.c (the
  * toolkit headers the hermetic compile hands over by spelling, proven to
  * find what plain NVRTC finds), lookup.c (the search in NVRTC's order, and
@@ -142,6 +143,7 @@ struct resolver {
     struct tklook *looks;
     size_t n_looks, cap_looks;
     kc_smap by_look;      /* spelling, answer and directory -> index into looks */
+    struct kc_cond_state *cond; /* the #if conditions and every definition (condition.c) */
     char *msg;
     size_t msg_size;
 };
@@ -187,6 +189,25 @@ int kc_res_add_macro_probe(struct resolver *r, const char *spelling, int angle, 
                            unsigned line);
 int kc_res_resolve_macro_probes(struct resolver *r, size_t *progress);
 int kc_res_resolve_pending(struct resolver *r, const struct pending *p);
+/*
+ * Looks up every header name the operand of a __has_include evaluated in
+ * node can give (text: "x", <x> or a macro's name, as kc_res_resolve_pending
+ * follows them); *ok is 0 when kcache cannot work them all out.
+ */
+int kc_res_probe_operand(struct resolver *r, const char *text, size_t node, int *ok);
+
+/* condition.c */
+/* Records a definition (DEFINE or FUNC_DEFINE) for the expansion of conditions. */
+int kc_res_cond_define(struct resolver *r, const kc_directive *d);
+/* Records the #if or #elif d of node. */
+int kc_res_cond_add(struct resolver *r, size_t node, const kc_directive *d);
+/*
+ * Expands the conditions not yet expanded with the definitions seen so far
+ * (all of them again when there are new definitions), probing what each
+ * __has_include met asks; *progress counts conditions expanded.
+ */
+int kc_res_cond_expand(struct resolver *r, size_t *progress);
+void kc_res_cond_free(struct resolver *r);
 
 /* names.c */
 int kc_res_assign_names(struct resolver *r);

@@ -211,7 +211,7 @@ static int push(struct scanner *s, int kind, int angle, int computed, unsigned l
     d->line = line;
     d->text = kc_memdup(text, text_n);
     d->value = value ? kc_memdup(value, value_n) : NULL;
-    if (kind != KC_DIR_DEFINE && !computed && text_n) {
+    if (kind != KC_DIR_DEFINE && kind != KC_DIR_CONDITION && !computed && text_n) {
         /* The first delimited occurrence after the directive's start is the
          * one parsed: comments inside a directive before its operand do not
          * happen in real code, and if one did, the spelling would not be
@@ -456,6 +456,8 @@ static int parse_directive(struct scanner *s, const char *p, const char *end, un
             int rc = push(s, KC_DIR_FUNC_DEFINE, 0, 0, line, name, nn, body, (size_t)(e - body));
             if (rc)
                 return rc;
+            if (!(s->out[s->count - 1].params = kc_memdup(p + 1, (size_t)(close - p - 1))))
+                return KCACHE_ENOMEM;
             s->params = p + 1;
             s->params_end = close;
             rc = scan_condition(s, body, end, line, 1);
@@ -473,6 +475,13 @@ static int parse_directive(struct scanner *s, const char *p, const char *end, un
         }
     } else if (!((wn == 2 && !memcmp(word, "if", 2)) || (wn == 4 && !memcmp(word, "elif", 4)))) {
         return 0;
+    } else {
+        const char *e = end;
+        while (e > p && isspace((unsigned char)e[-1]))
+            e--;
+        int rc = push(s, KC_DIR_CONDITION, 0, 0, line, p, (size_t)(e - p), NULL, 0);
+        if (rc)
+            return rc;
     }
     return scan_condition(s, cond, end, line, is_define);
 }
@@ -558,6 +567,7 @@ void kc_directives_free(kc_directive *d, size_t n)
     for (size_t i = 0; i < n; i++) {
         free(d[i].text);
         free(d[i].value);
+        free(d[i].params);
     }
     free(d);
 }

@@ -421,6 +421,61 @@ def test_has_include_in_a_macro_expanded_elsewhere(root, nvrtc):
              what="-include'd beside opt.h, used away")
 
 
+def test_has_include_through_macro_arguments(root, nvrtc):
+    """__has_include reached through a function-like macro's arguments, as the
+    preprocessor expands an #if: a wrapper handed in as an argument and called in
+    the body, a name pasted with ## or a header name made with #, rescanning with
+    the tokens after a call, the same through -D and -include; opt.h created
+    later in an -I directory (issue 32, the reviewer's two repros and variants).
+    Each must agree with NVRTC; the ones kcache can follow are cached."""
+    t = Case(root, nvrtc)
+    d = os.path.join(root, "ma")
+    os.makedirs(os.path.join(d, "inc"))
+    inc = "-I" + os.path.join(d, "inc")
+    branch = "#define V 2\n#else\n#define V 1\n#endif\n" + KERNEL % "V"
+    w = "#define W(x) __has_include(x)\n"
+    files = {
+        "callee.cu": w + '#define CALL(m) m("opt.h")\n#if CALL(W)\n',
+        "paste.cu": "#define C(a, b) a##b\n#if C(__has_, include)(\"opt.h\")\n",
+        "paste_angle.cu": "#define C(a, b) a ## b\n#if C(__has_, include)(<opt.h>)\n",
+        "d_paste.cu": '#if C(__has_, include)("opt.h")\n',
+        "stringize.cu": w + "#define S(x) #x\n#define CALL(m, a) m(S(a))\n#if CALL(W, opt.h)\n",
+        "rescan.cu": w + '#define ID(x) x\n#if ID(W)("opt.h")\n',
+        "wrapper_arg.cu": w + "#define S(x) #x\n#if W(S(opt.h))\n",
+        "plain_name.cu": w + "#define Q(x) #x\n#define QX(x) Q(x)\n#define NAME opt.h\n"
+                         "#if W(QX(NAME))\n",
+        "plain_part.cu": "#define CAT(a, b) a##b\n#define CATX(a, b) CAT(a, b)\n"
+                         '#define PART include\n#if CATX(__has_, PART)("opt.h")\n',
+        "next.cu": '#define C(a, b) a##b\n#if C(__has_include, _next)("opt.h")\n',
+        "d_callee.cu": "#if CALL(W)\n",
+        "pre.cu": "#if CALL(W)\n",
+        "nested.cu": w + "#define CAT(a, b) a##b\n#define AP(f, x) f(x)\n"
+                     '#define NAME CAT(o, pt.h)\n#define Q(x) #x\n#define QX(x) Q(x)\n'
+                     "#if AP(CAT(, W), QX(NAME))\n",
+    }
+    write(os.path.join(d, "calls.h"), w + '#define CALL(m) m("opt.h")\n')
+    for name, text in files.items():
+        write(os.path.join(d, name), text + branch)
+    cases = (("callee.cu",), ("paste.cu",), ("paste_angle.cu",),
+             ("d_paste.cu", "-DC(a,b)=a##b"), ("stringize.cu",), ("rescan.cu",),
+             ("wrapper_arg.cu",), ("plain_name.cu",), ("plain_part.cu",),
+             ("next.cu",), ("d_callee.cu", "-DW(x)=__has_include(x)", '-DCALL(m)=m("opt.h")'),
+             ("pre.cu", "-include", os.path.join(d, "calls.h")), ("nested.cu",))
+    failed = []
+    for step in ("opt.h absent", "opt.h created"):
+        if step == "opt.h created":
+            write(os.path.join(d, "inc", "opt.h"), "\n")
+        for src, *opts in cases:
+            try:
+                report = t.agrees(os.path.join(d, src), inc, *opts,
+                                  what="%s %s: %s" % (src, opts, step))
+                cached = '"cached": true' in report
+                check(cached == (src != "next.cu"), "%s: %s: cached %s" % (src, step, cached))
+            except Failure as ex:
+                failed.append(str(ex).splitlines()[0])
+    check(not failed, "; ".join(failed))
+
+
 def test_scanner_constructs(root, nvrtc):
     t = Case(root, nvrtc)
     d = os.path.join(root, "s")

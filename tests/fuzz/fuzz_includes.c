@@ -69,7 +69,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t n;
     if (kc_scan(&d, &n, (const char *)data, size) == 0) {
         for (size_t i = 0; i < n; i++) {
-            if (d[i].kind < KC_DIR_INCLUDE || d[i].kind > KC_DIR_CALL)
+            if (d[i].kind < KC_DIR_INCLUDE || d[i].kind > KC_DIR_CONDITION)
                 abort();
             /* An uncertain construct's text says what it is; every other is from the input. */
             if (!d[i].text || (d[i].kind != KC_DIR_UNCERTAIN && strlen(d[i].text) > size))

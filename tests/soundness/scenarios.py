@@ -888,13 +888,115 @@ def gen_progname(rng):
     return setup, cfg, edits
 
 
+def macroarg_expr(rng, op, n):
+    """A condition that reaches __has_include(op) through macro arguments, and the
+    macros it needs as (name with parameters, body); names end in n."""
+    w = ("KC_MW%d(x)" % n, "__has_include(x)")
+    name = op.strip('"<>')
+    forms = [
+        ("KC_MW%d(%s)", [w]),
+        ("KC_MCALL%d(KC_MW%d)", [w, ("KC_MCALL%d(m)" % n, "m(%s)" % op)]),
+        ("KC_MAP%d(KC_MW%d, %s)", [w, ("KC_MAP%d(f, x)" % n, "f(x)")]),
+        ("KC_MC%d(__has_, include)(%s)", [("KC_MC%d(a, b)" % n, "a##b")]),
+        ("KC_MC%d(KC_M, W%d)(%s)", [w, ("KC_MC%d(a, b)" % n, "a ## b")]),
+        ("KC_MID%d(KC_MW%d)(%s)", [w, ("KC_MID%d(x)" % n, "x")]),
+        ("KC_MG%d(%s)", [w, ("KC_MG%d" % n, "KC_MW%d" % n)]),
+        ("KC_MV%d(KC_MW%d, %s)", [w, ("KC_MV%d(f, ...)" % n, "f(__VA_ARGS__)")]),
+        ("KC_MAP%d(KC_MC%d(KC_M, W%d), KC_MQX%d(KC_MNAME%d))",
+         [w, ("KC_MAP%d(f, x)" % n, "f(x)"), ("KC_MC%d(a, b)" % n, "a##b"),
+          ("KC_MQ%d(x)" % n, "#x"), ("KC_MQX%d(x)" % n, "KC_MQ%d(x)" % n),
+          ("KC_MNAME%d" % n, name)]),
+        ("KC_MW%d(KC_MS%d(%s))", [w, ("KC_MS%d(x)" % n, "#x")]),
+    ]
+    if rng.random() < 0.05:  # __has_include_next, made by pasting: never followed
+        forms = [("KC_MC%d(__has_include, _next)(%s)", [("KC_MC%d(a, b)" % n, "a##b")])]
+    form, defs = rng.choice(forms)
+    args = []
+    for part in form.split("%")[1:]:
+        args.append(name if part.startswith("s") and "KC_MS" in form and "(%s))" in form
+                    else op if part.startswith("s") else n)
+    return form % tuple(args), defs
+
+
+def macroarg_defines(rng, exprs, defs):
+    """Where each macro is defined: the source, a header it includes, -D or an -include'd
+    file; a wrapper or a caller in both branches of #ifdef KC_MSEL, the other one
+    probing nothing or another name."""
+    where = {"src": [], "hdr": [], "D": [], "pre": []}
+    for head, body in defs:
+        at = rng.choice(list(where))
+        if at == "D":
+            where["D"].append("%s=%s" % (head, body))
+            continue
+        line = "#define %s %s\n" % (head, body)
+        other = {"KC_MW": "0", "KC_MCALL": 'm("none.h")', "KC_MAP": "f(<none.h>)"}
+        other = [v for k, v in other.items() if head.startswith(k)]
+        if other and rng.random() < 0.4:
+            line = "#ifdef KC_MSEL\n%s#else\n#define %s %s\n#endif\n" % (line, head, other[0])
+        where[at].append(line)
+    return where
+
+
+def gen_macroarg(rng):
+    """Macro text reaching __has_include through a function-like macro's arguments:
+    a wrapper handed in and called, names pasted with ##, header names made with #,
+    rescanning with the tokens after a call, through -D and -include (issue 32)."""
+    f = Files(rng)
+    conds, defs = [], []
+    seen = set()
+    for n in range(2):
+        op = rng.choice(['"opt4.h"', "<opt4.h>", '"opt5.h"', "<opt5.h>"])
+        expr, ds = macroarg_expr(rng, op, n)
+        conds.append(expr)
+        for dd in ds:
+            if dd[0] not in seen:
+                seen.add(dd[0])
+                defs.append(dd)
+    where = macroarg_defines(rng, conds, defs)
+    branch = "#define KC_H%d 1\n#else\n#define KC_H%d 0\n#endif\n"
+    pre = ('#include "mdefs.h"\n' + "".join(where["src"]) + "#if %s\n" % conds[0] +
+           branch % (0, 0) + '#include "sub/use.h"\n')
+    use = "#pragma once\n#if %s\n" % conds[1] + branch % (1, 1)
+    setup = [("write", "inc1/sub/use.h", use), ("write", "inc1/mdefs.h", "".join(where["hdr"])),
+             ("write", "src/pre.h", "".join(where["pre"])),
+             ("write", "src/k.cu", kernel(pre, 2, [("KC_H0", None), ("KC_H1", None)]))]
+    homes = ["src", "inc1", "inc1/sub", "inc2"]
+    for slot, n in enumerate(["opt4.h", "opt5.h"]):
+        for d in homes:
+            op = f.add("%s/%s" % (d, n), slot)
+            if rng.random() < 0.3:
+                setup.append(op)
+
+    def extra():
+        return ["-include", "{R}/src/pre.h"] + (["-DKC_MSEL"] if rng.random() < 0.5 else [])
+
+    cfg = dict(source="src/k.cu", cwd="src", incs=["{R}/inc1", "{R}/inc2"],
+               defines=where["D"], mem=[], extra=extra(), macroarg=True, paths=list(PATHS))
+    edits = []
+    present = {op[1] for op in setup}
+    for _ in range(rng.randint(*EDITS)):
+        r = rng.random()
+        rel = rng.choice(list(f.specs))
+        if r < 0.15:
+            edits.append([("set", "extra", extra())])
+        elif rel in present and r < 0.5:
+            edits.append([("rm", rel)])
+            present.discard(rel)
+        elif rel in present:
+            edits.append([f.edit(rel)])
+        else:
+            edits.append([("write", rel, f.text(rel))])
+            present.add(rel)
+    return setup, cfg, edits
+
+
 GENERATORS.update({"options": gen_options, "env": gen_env, "dvalue": gen_dvalue,
                    "shm": gen_shm, "proccwd": gen_proccwd, "arch": gen_arch,
-                   "progname": gen_progname})
+                   "progname": gen_progname, "macroarg": gen_macroarg})
 WEIGHTS.update({"options": 2, "env": 1, "dvalue": 2, "shm": 1, "proccwd": 1, "arch": 1,
-                "progname": 1})
+                "progname": 1, "macroarg": 2})
 # Issue 32's kinds: the bounded run (meson test) runs each once, first, with few steps.
-NEW_KINDS = ["options", "env", "dvalue", "shm", "proccwd", "arch", "progname"]
+NEW_KINDS = ["options", "env", "dvalue", "shm", "proccwd", "arch", "progname", "macroarg"]
 REJECTED_SPELLINGS = {tuple(o) for o in NVRTC_REJECTED}
 
 
@@ -913,6 +1015,8 @@ def step_classes(cfg, root):
     out += ["env " + k for k in sorted(cfg.get("env", {}))]
     if any("__has_include" in d for d in cfg["defines"] + extra):
         out.append("-D with __has_include")
+    if cfg.get("macroarg"):
+        out.append("macro arguments to __has_include")
     if cfg.get("root") == "shm":
         out.append("tree under /dev/shm")
     if any(i.startswith("/proc/self/") for i in cfg["incs"]):
