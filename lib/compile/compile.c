@@ -56,6 +56,7 @@ void kc_work_free(struct work *w)
     kc_deps_free(&w->deps);
     kc_strv_free(w->tk_dirs, w->n_tk_dirs);
     kc_nvenv_free(&w->env);
+    kc_buf_free(&w->named_material);
 }
 
 static const char *base_name(const char *path)
@@ -245,8 +246,12 @@ static kc_key_compile key_inputs(const kcache_compiler *c, const kcache_request 
     return in;
 }
 
-/* The key of a compile (compile/key.c holds the format). */
-static int derive_key(kcache_compiler *c, const kcache_request *req, const struct work *w,
+/*
+ * The key of a compile (compile/key.c holds the format), into r. Where the
+ * request may be keyed without its name (progname.c), r's key leaves it out
+ * and w keeps the key with it, for a result that turns out to show it.
+ */
+static int derive_key(kcache_compiler *c, const kcache_request *req, struct work *w,
                       struct kc_result *r)
 {
     if (req->extra_digest_size && !req->extra_digest)
@@ -269,10 +274,52 @@ static int derive_key(kcache_compiler *c, const kcache_request *req, const struc
     in.n_handed = w->deps.n_handed;
     in.tk_dirs = (const char *const *)w->tk_dirs;
     in.n_tk_dirs = w->n_tk_dirs;
-    int rc = kc_key_encode_compile(&r->material, &r->pub.key, &in);
+    w->name_free = !w->deps.not_hermetic && kc_name_free_request(req, w);
+    int rc = 0;
+    if (w->name_free)
+        rc = kc_key_encode_compile(&w->named_material, &w->named_key, &in);
+    in.any_name = w->name_free;
+    if (!rc)
+        rc = kc_key_encode_compile(&r->material, &r->pub.key, &in);
     if (!rc)
         kc_result_keyed(r);
     return rc;
+}
+
+/* Puts the key with the name in r's place (w then holds the one without). */
+static void use_named_key(struct work *w, struct kc_result *r)
+{
+    kc_buf material = r->material;
+    kcache_key key = r->pub.key;
+    r->material = w->named_material;
+    r->pub.key = w->named_key;
+    w->named_material = material;
+    w->named_key = key;
+    w->name_free = 0;
+    kc_result_keyed(r);
+}
+
+/*
+ * A hit of a request keyed without its name: under that key, or else under
+ * the key with it (an entry whose result showed the name). 1 (r filled) or 0
+ * (compile, r's key the one without the name).
+ */
+static int name_free_hit(kcache_compiler *c, struct work *w, unsigned flags,
+                         struct kc_result *r)
+{
+    unsigned get_flags = flags & KCACHE_COMPILE_UNCOUNTED ? KCACHE_GET_NO_COUNT : 0;
+    kcache_entry *e = NULL;
+    int rc = kcache_store_get(&e, c->store, &r->pub.key, get_flags);
+    if (rc == KCACHE_ENOTFOUND)
+        rc = kcache_store_get(&e, c->store, &w->named_key, get_flags);
+    else if (rc == 0)
+        w->name_free = 0;
+    if (rc) /* not there, or a store error that the lookup under the lease reports */
+        return 0;
+    if (w->name_free)
+        use_named_key(w, r);
+    kc_result_from_entry(r, e);
+    return 1;
 }
 
 /* A directory as a closure records it: relative ones depend on the working directory. */
@@ -386,7 +433,7 @@ static void store_result(kcache_compiler *c, const struct work *w, struct kc_res
 struct compile_step {
     kcache_compiler *c;
     const kcache_request *req;
-    const struct work *w;
+    struct work *w;
     int hermetic;
     char env_problem[256]; /* a variable NVRTC read that the key does not hold, or "" */
 };
@@ -423,6 +470,8 @@ static void store_compile_step(void *ctx, struct kc_result *r)
         r->pub.keyed = 0;
         return;
     }
+    if (s->w->name_free && kc_name_shows(r, s->w->source_name))
+        use_named_key(s->w, r);
     store_result(s->c, s->w, r);
 }
 
@@ -430,7 +479,7 @@ static void store_compile_step(void *ctx, struct kc_result *r)
 struct caller_step {
     kcache_compiler *c;
     const kcache_request *req;
-    const struct work *w;
+    struct work *w;
     char *toolchain;
     const char *no_store;   /* why the artifact is returned but not stored, or NULL */
 };
@@ -544,6 +593,8 @@ static void store_caller_step(void *ctx, struct kc_result *r)
             in[n_in++] = (kcache_input){KCACHE_INPUT_HEADER, req->header_names[i],
                                         req->header_contents[i], strlen(req->header_contents[i])};
     }
+    if (s->w->name_free && kc_name_shows(r, s->w->source_name))
+        use_named_key(s->w, r);
     kc_store_result(s->c, r, s->w->source_name, s->toolchain, in, n_in);
     free(in);
 }
@@ -717,6 +768,9 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     struct caller_step caller = {c, req, &w, NULL, NULL};
     if (req->version >= 2 && req->compile)
         step = (struct kc_step){run_caller_step, store_caller_step, &caller, w.nvrtc_arch, w.kind};
+    if (use_store && w.name_free && !(req->flags & KCACHE_COMPILE_REFRESH) &&
+        name_free_hit(c, &w, req->flags, r))
+        goto out;
     rc = kc_through_cache(c, r, use_store, req->flags, &step);
     if (rc == KCACHE_ECOMPILE && hermetic && step.run == run_compile_step) {
         /*

@@ -134,9 +134,23 @@ struct work {
     char **tk_dirs;
     size_t n_tk_dirs;
     kc_nvenv env;            /* NVRTC's environment variables, keyed (nvenv.c) */
+    /* The key without the program's name is tried first (progname.c); then
+     * this one, with it, which a result that shows the name is filed under. */
+    int name_free;
+    kcache_key named_key;
+    kc_buf named_material;
 };
 
 void kc_work_free(struct work *w);
+
+/*
+ * The program's name (progname.c). 1 if the request may be keyed without it:
+ * nothing it asks for or reads can put the name in the bytes, as far as
+ * kcache can tell before the compile. 0 if the name is keyed.
+ */
+int kc_name_free_request(const kcache_request *req, const struct work *w);
+/* 1 if r's fresh result shows the name (its log is not empty, or its artifact holds it). */
+int kc_name_shows(const struct kc_result *r, const char *name);
 
 /* Sets w's target (nvrtc_arch) and kind, and r's arch and kind, from the request. */
 int kc_resolve_arch(kcache_compiler *c, const kcache_request *req, struct work *w,

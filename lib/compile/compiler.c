@@ -327,9 +327,12 @@ int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, uns
                      const struct kc_step *step)
 {
     int leased = 0;
+    /* The step may file its result under another key (compile.c: the one with the
+     * program's name); the leases are this one's. */
+    const kcache_key key = r->pub.key;
     if (use_store && !(flags & KCACHE_COMPILE_REFRESH)) {
         unsigned get_flags = flags & KCACHE_COMPILE_UNCOUNTED ? KCACHE_GET_NO_COUNT : 0;
-        int found = kc_lookup_or_lease(c, &r->pub.key, get_flags, r, &leased);
+        int found = kc_lookup_or_lease(c, &key, get_flags, r, &leased);
         if (found == 1)
             return 0;
         if (found < 0) {
@@ -342,7 +345,7 @@ int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, uns
     }
     struct heartbeat hb;
     if (leased)
-        kc_heartbeat_start(&hb, c->store, &r->pub.key);
+        kc_heartbeat_start(&hb, c->store, &key);
     /*
      * The shared tier, asked only by the holder of the local lease
      * (remote/tier.h says why): a remote hit is stored locally and served from there, and a
@@ -358,7 +361,7 @@ int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, uns
         kc_result_store_problem(r, KCACHE_EINVAL, c->shared_message);
     if (leased && c->remote && kc_through_remote(c, r, &remote_leased, &hb)) {
         kc_heartbeat_stop(&hb);
-        kc_store_lease_release(c->store, &r->pub.key);
+        kc_store_lease_release(c->store, &key);
         return 0;
     }
     if (c->remote_message[0])
@@ -379,9 +382,9 @@ int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, uns
         }
     }
     if (remote_leased)
-        kc_remote_release(c->remote, &r->pub.key);
+        kc_remote_release(c->remote, &key);
     if (leased)
-        kc_store_lease_release(c->store, &r->pub.key);
+        kc_store_lease_release(c->store, &key);
     return rc;
 }
 

@@ -40,6 +40,7 @@ const char *kc_key_tag_name(int tag)
         [KC_TAG_NAMESPACE] = "namespace",     [KC_TAG_CALLER_KEY] = "caller-key",
         [KC_TAG_WORKDIR] = "working-directory", [KC_TAG_TOOLKIT_HANDED] = "toolkit-handed",
         [KC_TAG_TOOLKIT_DIR] = "toolkit-include-dir", [KC_TAG_ENVIRONMENT] = "environment",
+        [KC_TAG_ANY_NAME] = "any-source-name",
     };
     if (tag <= 0 || (size_t)tag >= sizeof(names) / sizeof(names[0]))
         return NULL;
@@ -139,7 +140,10 @@ static int add_compile(kc_keybuf *k, const kc_key_compile *in)
         }
         free(exprs);
     }
-    kc_key_add_str(k, KC_TAG_SOURCE_NAME, in->source_name);
+    if (in->any_name)
+        kc_key_add(k, KC_TAG_ANY_NAME, "", 0);
+    else
+        kc_key_add_str(k, KC_TAG_SOURCE_NAME, in->source_name);
     uint8_t digest[KC_DIGEST_SIZE];
     kc_digest(digest, in->source, in->source_size);
     kc_key_add(k, KC_TAG_SOURCE, digest, sizeof(digest));

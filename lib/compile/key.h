@@ -34,6 +34,7 @@ typedef struct kc_key_compile {
     const char *const *name_exprs; /* any order, duplicates allowed */
     size_t n_name_exprs;
     const char *source_name;
+    int any_name;                 /* KC_TAG_ANY_NAME instead of the name (compile keys only) */
     const void *source;
     size_t source_size;
     const kc_dep *deps;           /* every header read or looked for */

@@ -132,6 +132,9 @@ static int rebuild_source(kcache_compiler *c, const kcache_entry *e, kc_recipe *
         if (in->role == KCACHE_INPUT_SOURCE) {
             w.source = in->data;
             w.source_size = in->size;
+            /* Keyed without its name (compile/progname.c): any gives its bytes. */
+            if (!rc->source_name[0])
+                snprintf(rc->source_name, sizeof(rc->source_name), "%s", in->name);
         } else if (in->role == KCACHE_INPUT_HEADER) {
             kc_dep *grown = kc_realloc(w.deps.deps, (w.deps.n_deps + 1) * sizeof(*grown));
             if (!grown) {

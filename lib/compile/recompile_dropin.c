@@ -163,6 +163,8 @@ int kc_rebuild_dropin(kcache_compiler *c, const kcache_entry *e, const kc_recipe
     if (!source)
         return kc_result_fail(r, KCACHE_ENOTSUP, "made by the drop-in before it kept what the "
                               "program compiled: rebuilt only on a miss");
+    /* Keyed without its name (compile/progname.c): the name it was made with. */
+    const char *name = rc->source_name[0] ? rc->source_name : source->name;
     char path[4096];
     if (!made_with(path, sizeof(path), e->toolchain))
         return kc_result_fail(r, KCACHE_ENOTSUP, "its toolchain does not name the drop-in's "
@@ -226,8 +228,8 @@ int kc_rebuild_dropin(kcache_compiler *c, const kcache_entry *e, const kc_recipe
     }
     kcache_request req = KCACHE_REQUEST_INIT;
     req.source = text;
-    req.source_name = rc->source_name;
-    req.source_path = rc->source_name; /* as the drop-in asks: "quoted" includes beside it */
+    req.source_name = name;
+    req.source_path = name; /* as the drop-in asks: "quoted" includes beside it */
     if (kcache_kind_parse(&req.output, rc->output) != 0) {
         status = kc_result_fail(r, KCACHE_ECORRUPT, "its key names no output kind");
         goto out;
@@ -241,7 +243,7 @@ int kc_rebuild_dropin(kcache_compiler *c, const kcache_entry *e, const kc_recipe
     req.n_headers = n_mem;
     req.header_names = names;
     req.header_contents = (const char *const *)contents;
-    d = (struct dropin_compile){.tk = &made_by->tk, .source = text, .name = rc->source_name,
+    d = (struct dropin_compile){.tk = &made_by->tk, .source = text, .name = name,
                                 .n_headers = n_mem, .header_names = names,
                                 .header_contents = (const char *const *)contents,
                                 .n_exprs = rc->n_exprs,
@@ -249,8 +251,10 @@ int kc_rebuild_dropin(kcache_compiler *c, const kcache_entry *e, const kc_recipe
                                 .opts = f + 2, .kind = req.output};
     req.compile = compile_as_asked;
     req.compile_userdata = &d;
-    /* First the key, from what is on disk now: the compile only where it is the entry's. */
-    req.flags = KCACHE_COMPILE_KEY_ONLY;
+    /* First the key, from what is on disk now: the compile only where it is the entry's.
+     * An entry keyed with its name was one whose result showed it (compile/progname.c):
+     * its key is the one with the name. */
+    req.flags = KCACHE_COMPILE_KEY_ONLY | (rc->source_name[0] ? 0 : KCACHE_COMPILE_NVRTC_NAMES);
     status = kcache_compiler_compile(&res, made_by, &req);
     if (status || !res->keyed) {
         status = kc_result_fail(r, KCACHE_ENOTSUP, "its request cannot be keyed here (%s)",

@@ -844,7 +844,8 @@ static int through_cache(kcache_result **out, kcache_compiler *c, struct prog *p
     req.compile = compile_miss;
     req.compile_userdata = m;
     /* Kept so that `kcache verify --recompile` can rebuild the entry with this NVRTC. */
-    req.flags = KCACHE_COMPILE_KEEP_INPUTS | (m->beside ? KCACHE_COMPILE_UNCOUNTED : 0);
+    req.flags = KCACHE_COMPILE_KEEP_INPUTS | KCACHE_COMPILE_NVRTC_NAMES |
+                (m->beside ? KCACHE_COMPILE_UNCOUNTED : 0);
     kc_shim_enter();
     int rc = kcache_compiler_compile(out, c, &req);
     kc_shim_leave();

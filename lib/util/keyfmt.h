@@ -25,8 +25,10 @@
  *    find among themselves, a __has_include too, depends on them, and two
  *    compiles whose own includes found the same files shared one key).
  * 5: the environment variables NVRTC reads (4 left them out: an entry made
- *    with LLVM_OVERRIDE_PRODUCER set was served without it). */
-#define KC_KEY_FORMAT "kcache-key-5"
+ *    with LLVM_OVERRIDE_PRODUCER set was served without it).
+ * 6: the source's name only where it can change the bytes or the log
+ *    (compile/progname.c): KC_TAG_ANY_NAME in its place elsewhere. */
+#define KC_KEY_FORMAT "kcache-key-6"
 /* What every version of the format starts with (its first field, KC_TAG_FORMAT). */
 #define KC_KEY_FORMAT_FAMILY "kcache-key-"
 
@@ -59,6 +61,9 @@ enum kc_key_tag {
     /* NAME=VALUE of an environment variable NVRTC reads that is set; sorted
      * by name (compile/nvenv.c). None in most keys. */
     KC_TAG_ENVIRONMENT = 20,
+    /* Empty, in place of KC_TAG_SOURCE_NAME: the entry's bytes and log were
+     * shown not to depend on the source's name (compile/progname.c). */
+    KC_TAG_ANY_NAME = 21,
 };
 
 /* Walks an encoding; fn gets the tag and its bytes. Returns 0, fn's value or KCACHE_ECORRUPT. */

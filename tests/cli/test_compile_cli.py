@@ -246,8 +246,11 @@ def test_inspect_key_components(root):
                        os.path.join(src, "headers", "include"), "--arch", "sm_90")["items"][0]["key"]
     d = c.json("inspect", key[:12])
     comps = {x["component"] for x in d["key_components"]}
-    for want in ("format", "arch", "nvrtc", "source", "source-name", "header"):
+    for want in ("format", "arch", "nvrtc", "source", "header"):
         check(want in comps, "inspect shows the key's %s" % want)
+    # The name only where it can change the bytes (compile/progname.c): not here.
+    check("any-source-name" in comps and "source-name" not in comps,
+          "inspect shows the key leaves the source's name out")
     headers = [x["value"] for x in d["key_components"] if x["component"] == "header"]
     check(any(h.startswith("common.cuh ") for h in headers) and
           any(h.startswith("local_config.cuh ") for h in headers), "headers by spelling")

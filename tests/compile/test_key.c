@@ -77,6 +77,7 @@ static kcache_compiler *compiler_for(const char *root)
 
 struct req {
     const char *path;
+    const char *name;
     const char *source;
     const char *arch;
     const char *opts[8];
@@ -99,6 +100,7 @@ static void key_of(kcache_compiler *c, const struct req *q, char hex[KCACHE_KEY_
 {
     kcache_request r = KCACHE_REQUEST_INIT;
     r.source_path = q->path;
+    r.source_name = q->name;
     r.source = q->source;
     r.arch = q->arch ? q->arch : "sm_90";
     r.options = q->opts;
@@ -142,9 +144,10 @@ static void test_golden(void)
      * this value. (Changed twice: the toolkit component became a short digest;
      * kcache-key-2 keys headers by canonical name and handed bytes; kcache-key-3
      * after old headers were keyed with a zero digest; kcache-key-4 keys the
-     * toolkit's -I directories; kcache-key-5 the environment NVRTC reads.)
+     * toolkit's -I directories; kcache-key-5 the environment NVRTC reads;
+     * kcache-key-6 leaves the source's name out where it cannot matter.)
      */
-    const char *golden = "2049f52319e6ed8c9e10fcc8f78b995a5e539b6a1c35269d52f031a8dd329a6f";
+    const char *golden = "14b8289ebd4ecced744ecbf8bab919490989c5a396e4b98714b0e7fac787cc0a";
     if (strcmp(hex, golden) != 0)
         fprintf(stderr, "golden key changed: %s\n", hex);
     CHECK(strcmp(hex, golden) == 0);
@@ -429,6 +432,83 @@ static void test_bad_requests(void)
     kcache_compiler_free(c);
 }
 
+/*
+ * The program's name only where it can change the bytes (compile/progname.c):
+ * CuPy names each program <a new temporary directory>/kern.cu.
+ */
+static void test_program_name(void)
+{
+    kcache_compiler *c = compiler_for(toolkit);
+    static const char *const uses[] = {
+        "",                                           /* the name reaches nothing */
+        "__device__ const char *w = __FILE__;\n",
+        "__device__ int n = sizeof(__BASE_FILE__);\n",
+        "__device__ const char *w = __builtin_FILE();\n",
+        "#line 40\n",
+        "#define WHERE_FILE 1\n",                      /* an identifier with FILE in it */
+    };
+    for (size_t i = 0; i < sizeof(uses) / sizeof(uses[0]); i++) {
+        char text[512], a[KCACHE_KEY_HEX_SIZE], b[KCACHE_KEY_HEX_SIZE];
+        snprintf(text, sizeof(text), "%sextern \"C\" __global__ void k(int *o) { o[0] = 1; }\n",
+                 uses[i]);
+        struct req q = {.source = text, .name = "/tmp/tmpa1b2c3d4/kern.cu"};
+        key_of(c, &q, a);
+        q.name = "/tmp/tmpzz/kern.cu";
+        key_of(c, &q, b);
+        if (i == 0)
+            SAME(a, b);
+        else
+            DIFFERENT(a, b);
+    }
+    /*
+     * A user header's own __FILE__ names that header (CuPy's bundled CCCL is full
+     * of them): the name stays out. Its macro that expands __FILE__, invoked in
+     * the program, and its code naming __builtin_FILE (a default argument is
+     * the caller's file): the name is keyed.
+     */
+    char inc[600], opt[620];
+    snprintf(inc, sizeof(inc), "%s/progname-inc", test_dir());
+    REQUIRE(mkdir(inc, 0700) == 0);
+    test_write_text(test_path("progname-inc/own.h"),
+                    "#define OWN_WHERE __FILE__\n__device__ const char *own = OWN_WHERE;\n");
+    test_write_text(test_path("progname-inc/where.h"),
+                    "#define INNER __FILE__\n#define WHERE (sizeof(INNER))\n");
+    test_write_text(test_path("progname-inc/caller.h"),
+                    "__device__ int at(const char *f = __builtin_FILE()) { return f[0]; }\n");
+    snprintf(opt, sizeof(opt), "-I%s", inc);
+    static const char *const with_headers[][2] = {
+        {"#include \"own.h\"\n", "same"},
+        {"#include \"where.h\"\n__device__ int n = WHERE;\n", "different"},
+        {"#include \"caller.h\"\n", "different"},
+    };
+    for (size_t i = 0; i < sizeof(with_headers) / sizeof(with_headers[0]); i++) {
+        char text[512], a[KCACHE_KEY_HEX_SIZE], b[KCACHE_KEY_HEX_SIZE];
+        snprintf(text, sizeof(text), "%sextern \"C\" __global__ void k(int *o) { o[0] = 1; }\n",
+                 with_headers[i][0]);
+        struct req q = {.source = text, .name = "/tmp/tmpa1b2c3d4/kern.cu", .opts = {opt}};
+        key_of(c, &q, a);
+        q.name = "/tmp/tmpzz/kern.cu";
+        key_of(c, &q, b);
+        if (!strcmp(with_headers[i][1], "same"))
+            SAME(a, b);
+        else
+            DIFFERENT(a, b);
+    }
+    /* Line information and LTO-IR hold the name whatever the source says. */
+    static const char *const opts[][2] = {{"-lineinfo", NULL}, {"-G", NULL},
+                                          {"--generate-line-info", NULL}, {"-dlto", NULL}};
+    for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
+        char a[KCACHE_KEY_HEX_SIZE], b[KCACHE_KEY_HEX_SIZE];
+        struct req q = {.source = "extern \"C\" __global__ void k(int *o) { o[0] = 1; }\n",
+                        .name = "/tmp/tmpa1b2c3d4/kern.cu", .opts = {opts[i][0]}};
+        key_of(c, &q, a);
+        q.name = "/tmp/tmpzz/kern.cu";
+        key_of(c, &q, b);
+        DIFFERENT(a, b);
+    }
+    kcache_compiler_free(c);
+}
+
 int main(void)
 {
     corpus = getenv("CORPUS");
@@ -445,5 +525,6 @@ int main(void)
     test_inputs_change_key();
     test_what_must_not_change_key();
     test_bad_requests();
+    test_program_name();
     return test_done();
 }

@@ -23,7 +23,7 @@
  * here), name (the program's name; default: path), opt (repeated), hname and
  * htext (in-memory headers, in pairs). The answer is the fields status (0 or
  * the failure: kcache's code, or NVRTC's result negated minus 1000), hit,
- * keyed, store_status, message, ptx, then "end".
+ * keyed, store_status, message, log (the compile's log), ptx, then "end".
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -205,7 +205,7 @@ static void one_line(char *s)
 }
 
 static void answer(long status, int hit, int keyed, long store_status, const char *message,
-                   const void *ptx, size_t ptx_size)
+                   const char *log, const void *ptx, size_t ptx_size)
 {
     put_int("status", status);
     put_int("hit", hit);
@@ -215,6 +215,7 @@ static void answer(long status, int hit, int keyed, long store_status, const cha
     one_line(m);
     put_field("message", m, strlen(m));
     free(m);
+    put_field("log", log ? log : "", log ? strlen(log) : 0);
     put_field("ptx", ptx, ptx_size);
     put_field("end", "", 0);
     fflush(stdout);
@@ -238,7 +239,7 @@ static void do_lib(kcache_compiler *c, const struct request *r, int cold)
     kcache_result *res = NULL;
     int rc = kcache_compiler_compile(&res, c, &q);
     if (!res) {
-        answer(rc, 0, 0, 0, "no result", "", 0);
+        answer(rc, 0, 0, 0, "no result", "", "", 0);
         return;
     }
     /* On a failed compile, the message and the log; otherwise why it was not stored. */
@@ -250,8 +251,8 @@ static void do_lib(kcache_compiler *c, const struct request *r, int cold)
         snprintf(both, n, "%s: %s", res->message, res->log ? res->log : "");
         msg = both;
     }
-    answer(rc, res->hit, res->keyed, res->store_status, msg, res->data ? res->data : "",
-           res->data ? res->size : 0);
+    answer(rc, res->hit, res->keyed, res->store_status, msg, res->log,
+           res->data ? res->data : "", res->data ? res->size : 0);
     free(both);
     kcache_result_free(res);
 }
@@ -262,7 +263,7 @@ static void do_nvrtc(const struct request *r)
     size_t size = 0;
     char *src = read_file(r->path, &size);
     if (!src) {
-        answer(-2000, 0, 0, 0, strerror(errno), "", 0);
+        answer(-2000, 0, 0, 0, strerror(errno), "", "", 0);
         return;
     }
     void *prog = NULL;
@@ -270,7 +271,7 @@ static void do_nvrtc(const struct request *r)
                        (const char *const *)r->htexts, (const char *const *)r->hnames);
     free(src);
     if (rc) {
-        answer(-1000 - rc, 0, 0, 0, "nvrtcCreateProgram failed", "", 0);
+        answer(-1000 - rc, 0, 0, 0, "nvrtcCreateProgram failed", "", "", 0);
         return;
     }
     const char **opts = xrealloc(NULL, (r->n_opts + 1) * sizeof(*opts));
@@ -304,7 +305,7 @@ static void do_nvrtc(const struct request *r)
     }
     if (rc == 0 && get_rc)
         rc = 100 + get_rc; /* compiled, but not to the kind asked for */
-    answer(rc ? -1000 - rc : 0, 0, 0, 0, log ? log : "", ptx ? ptx : "", ptx ? ptx_n : 0);
+    answer(rc ? -1000 - rc : 0, 0, 0, 0, log ? log : "", log, ptx ? ptx : "", ptx ? ptx_n : 0);
     free(log);
     free(ptx);
     nv.destroy(&prog);

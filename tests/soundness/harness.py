@@ -123,7 +123,7 @@ class Driver:
         return Result(status=int(out["status"]), hit=out["hit"] == b"1",
                       keyed=out["keyed"] == b"1", store_status=int(out["store_status"]),
                       message=out["message"].decode(errors="replace"), ptx=out["ptx"],
-                      kind=(cfg or {}).get("kind", "ptx"))
+                      kind=(cfg or {}).get("kind", "ptx"), log=out.get("log", b""))
 
     def close(self):
         """Ends the process; returns its exit status (under ASan, a leak makes it non-zero)."""
@@ -138,10 +138,11 @@ class Driver:
 
 class Result:
     def __init__(self, status, hit=False, keyed=True, store_status=0, message="", ptx=b"",
-                 kind="ptx"):
+                 kind="ptx", log=None):
         self.status, self.hit, self.keyed = status, hit, keyed
         self.store_status, self.message, self.ptx = store_status, message, ptx
         self.kind = kind  # what ptx holds: PTX, or a CUBIN or LTO-IR compared whole
+        self.log = log    # the compile's log (None: the CLI, which does not say it)
 
     def ok(self):
         return self.status == 0
@@ -332,6 +333,8 @@ class Runner:
         """
         cfg = json.loads(json.dumps(sc.cfg))
         cfg["incs"] = [i.replace("{R}", root) for i in cfg["incs"]]
+        if cfg.get("name"):
+            cfg["name"] = cfg["name"].replace("{R}", root)
         steps = sc.steps if steps is None else steps
         live = [p for p in (paths or cfg["paths"]) if p in cfg["paths"]]
         failures = []
@@ -381,6 +384,10 @@ class Runner:
                     cold = self.cold(sc, cfg, root)
                     if cold.ok() and cold.ptx != r.ptx:
                         verdict = "warm-differs-from-empty-cache"
+                if verdict is None and ref.ok() and r.ok() and log_differs(path, cfg, ref, r):
+                    # The log is the program's too ("NAME(LINE): warning ..."): a hit
+                    # made under another name must not bring that name's log.
+                    verdict = "different-log"
                 if verdict is None and ref.ok() and r.ok() and ref.ptx != r.ptx:
                     # Same kernel, other bytes: what the comparison leaves out (see the
                     # docstring); counted so that it stays known.
@@ -432,6 +439,21 @@ def make_root(sc, work, name):
 def fix(op, root):
     """An op with "{R}" (the scenario's root) filled in."""
     return tuple(v.replace("{R}", root) if isinstance(v, str) else v for v in op)
+
+
+def log_differs(path, cfg, ref, r):
+    """Whether r's log is not NVRTC's. The drop-in's must be NVRTC's byte for byte. The
+    library's is compared where the program has a name of the request's own (else
+    NVRTC reading the disk names it by its path) and where the log names no header:
+    its hermetic compile names headers by include spelling (doc/design.md)."""
+    if r.log is None or ref.log is None:
+        return False
+    if path == "dropin":
+        return ref.log != r.log
+    if path == "lib" and cfg.get("name") and b".h" not in ref.log and \
+            "without the cache" not in (r.message or ""):
+        return ref.log != r.log
+    return False
 
 
 def compare(ref, r):

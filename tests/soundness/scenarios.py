@@ -867,23 +867,85 @@ def gen_arch(rng):
     return setup, cfg, edits
 
 
-def program_name(rng):
-    """A name as CuPy gives every program: a new temporary directory's kern.cu."""
-    return "/tmp/tmp%s/kern.cu" % "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789_")
-                                          for _ in range(8))
+def program_name(rng, under="/tmp"):
+    """A name as CuPy gives every program: a new temporary directory's kern.cu (at
+    times another base name: an anonymous namespace's members are named after it)."""
+    base = rng.choice(["kern.cu"] * 4 + ["k2.cu", "my-kern.v2.cu"])
+    return "%s/tmp%s/%s" % (under, "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789_")
+                                           for _ in range(rng.choice([8, 8, 8, 3, 14]))), base)
+
+
+# Where the program's name reaches NVRTC's answer (compile/progname.c): each a
+# prelude for the source, expressions it stores, and options. "plain": nowhere.
+NAME_USES = {
+    "plain": ("", [], []),
+    "file-in-main": ("", [("(int)sizeof(__FILE__)", None), ("__FILE__[sizeof(__FILE__) - 10]",
+                                                            None)], []),
+    "file-string": ("__device__ const char *kc_where = __FILE__;\n",
+                    [("kc_where[threadIdx.x]", None)], []),
+    "macro-from-header": ('#include "where.h"\n', [("KC_WHERE[sizeof(KC_WHERE) - 9]", None)],
+                          []),
+    "line-directive": ("#line 300\n", [("__FILE__[sizeof(__FILE__) - 12] + __LINE__", None)],
+                       []),
+    "line-named": ('#line 300 "fixed/k.cu"\n', [("(int)sizeof(__FILE__)", None)], []),
+    "assert": ("", [("(assert(o != nullptr), 7)", None)], []),
+    "lineinfo": ("", [], ["-lineinfo"]),
+    "device-debug": ("", [], ["-G"]),
+    "warning": ("__device__ int kc_warned() { int kc_unused; return 3; }\n",
+                [("kc_warned()", None)], []),
+    "beside-name": ('#include "pn.h"\n', [], []),
+    "anonymous-namespace": ("namespace { __device__ int kc_anon = 11; }\n", [("kc_anon", None)],
+                            []),
+}
 
 
 def gen_progname(rng):
-    """Programs named <a new temporary directory>/kern.cu, the source's text the same."""
+    """Programs named <a new temporary directory>/kern.cu, the source's text the same.
+
+    The names are drawn from a few directories under the tree (so that a name
+    comes back and hits what it made) and from /tmp; the source uses the name
+    one way of NAME_USES (or none), so that a result made under one name and
+    served under another shows: __FILE__ in the program and through a header's
+    macro, #line, assert, line information, a warning in the log, and a
+    "quoted" include that some names' directories hold beside the name.
+    """
     f = Files(rng)
-    setup = simple_tree(rng, f)
+    use = rng.choice(list(NAME_USES))
+    prelude, extra, opts = NAME_USES[use]
+    setup = [f.add("inc1/a.h", 0), f.add("inc1/b.h", 1), f.add("inc1/pn.h", 2),
+             ("write", "inc1/where.h", "#define KC_WHERE __FILE__\n")]
+    setup.append(("write", "src/k.cu", kernel(prelude + '#include "a.h"\n#include <b.h>\n', 3,
+                                              extra)))
+    pool = [program_name(rng, "{R}/names") for _ in range(3)]
+
+    def name():
+        return rng.choice(pool) if rng.random() < 0.6 else program_name(rng)
+
+    def beside(n):
+        """pn.h beside the name (a new value), or none there."""
+        if not n.startswith("{R}/") or use != "beside-name":
+            return []
+        rel = os.path.join(os.path.dirname(n[len("{R}/"):]), "pn.h")
+        if rng.random() < 0.5:
+            return [("rm", rel)]
+        return [f.add(rel, 2) if rel not in f.specs else f.edit(rel)]
+
+    first = name()
+    setup += beside(first)
     cfg = dict(source="src/k.cu", cwd="src", incs=["{R}/inc1"], defines=[], mem=[],
-               name=program_name(rng), paths=["lib", "dropin"])
+               extra=list(opts), name=first, name_use=use, paths=["lib", "dropin"])
+    if rng.random() < 0.3:
+        cfg.update(kind="cubin", arch="sm_90")
+    if use == "beside-name":
+        # The library searches beside source_path (the driver's file), not beside
+        # the name: only the drop-in is asked for what NVRTC finds beside the name.
+        cfg["paths"] = ["dropin"]
     edits = []
     for _ in range(rng.randint(*EDITS)):
-        step = [("set", "name", program_name(rng))]
-        if rng.random() < 0.4:
-            step.append(f.edit(rng.choice(list(f.specs))))
+        n = name()
+        step = [("set", "name", n)] + beside(n)
+        if rng.random() < 0.3:
+            step.append(f.edit(rng.choice(["inc1/a.h", "inc1/b.h", "inc1/pn.h"])))
         edits.append(step)
     return setup, cfg, edits
 
@@ -994,7 +1056,7 @@ GENERATORS.update({"options": gen_options, "env": gen_env, "dvalue": gen_dvalue,
                    "shm": gen_shm, "proccwd": gen_proccwd, "arch": gen_arch,
                    "progname": gen_progname, "macroarg": gen_macroarg})
 WEIGHTS.update({"options": 2, "env": 1, "dvalue": 2, "shm": 1, "proccwd": 1, "arch": 1,
-                "progname": 1, "macroarg": 2})
+                "progname": 3, "macroarg": 2})
 # Issue 32's kinds: the bounded run (meson test) runs each once, first, with few steps.
 NEW_KINDS = ["options", "env", "dvalue", "shm", "proccwd", "arch", "progname", "macroarg"]
 REJECTED_SPELLINGS = {tuple(o) for o in NVRTC_REJECTED}
@@ -1026,8 +1088,10 @@ def step_classes(cfg, root):
         out.append("symlinked -I")
     if sum(1 for o in extra if o.startswith(("-arch", "--gpu-architecture"))) > 1:
         out.append("several -arch")
-    if cfg.get("name", "").startswith("/tmp/tmp"):
+    if "/tmp" in cfg.get("name", ""):
         out.append("random program name")
+    if cfg.get("name_use"):
+        out.append("program name: " + cfg["name_use"])
     if cfg.get("kind", "ptx") != "ptx":
         out.append("output " + cfg["kind"])
     return out

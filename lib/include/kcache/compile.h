@@ -135,6 +135,12 @@ enum kcache_compile_flags {
      * the key is derived as KEY_ONLY alone derives it. For callers that want
      * only the key, often (kcache_gpu_function's memo). */
     KCACHE_COMPILE_KEY_REMEMBERED = 1 << 6,
+    /* With a compiler of the caller's own: it is NVIDIA's NVRTC given
+     * source_name as the program's name (the drop-in NVRTC), so the name is
+     * keyed only where it can change NVRTC's bytes or log, as for kcache's
+     * own compiles. Without it, such a compiler's entries are keyed by the
+     * name. */
+    KCACHE_COMPILE_NVRTC_NAMES = 1 << 7,
 };
 
 #define KCACHE_REQUEST_VERSION 3

@@ -1,0 +1,463 @@
+/*
+ * The program's name: keyed only where it can change the bytes or the log.
+ *
+ * CuPy names every program `<a new temporary directory>/kern.cu`; with the
+ * name in every key, a second process never hits. What NVIDIA's NVRTC 13.0
+ * does with the name, measured (doc/design.md, "The program's name"):
+ *
+ *   - PTX and CUBIN without line information hold no trace of it: the same
+ *     source under two names in two directories gives the same bytes;
+ *   - line information (-lineinfo, -G) holds it, and LTO-IR always does;
+ *   - __FILE__, __BASE_FILE__, __builtin_FILE() (so source_location and
+ *     NVRTC's built-in assert) expanded in the program put it in the bytes,
+ *     also through a macro defined in a header and invoked in the program,
+ *     and also when only its length is used (sizeof(__FILE__));
+ *   - every warning and error in the log starts with it ("NAME(LINE): ...");
+ *   - an anonymous namespace's members are named after its last component,
+ *     made an identifier ("_INTERNAL_00000000_7_kern_cu_..."), in PTX and CUBIN;
+ *   - quoted includes are looked for beside it: the resolution sees those
+ *     lookups as any other, and the closure's key holds the directory.
+ *
+ * The decision, in two steps. Before the compile (kc_name_free_request), a
+ * request may leave the name out of its key only when no option asks for
+ * line information or LTO-IR; the source, the options, the name expressions
+ * and the in-memory headers hold no identifier with FILE in it, no #line
+ * and no ## (splices undone); none of them names a macro of the user
+ * headers that expands __FILE__, __BASE_FILE__ or __builtin_FILE or pastes
+ * tokens, itself or through other macros; and no user header's code names
+ * __BASE_FILE__ or __builtin_FILE (a default argument is the caller's file).
+ * A header's own __FILE__ is that header's name, not the program's: CuPy's
+ * bundled CCCL is full of them. After the compile (kc_name_shows), the
+ * result is filed under the key without the name only when its log is empty
+ * and its artifact does not hold the name's last component, as bytes
+ * (CUBIN), as PTX's decimal byte lists, or as an identifier (an anonymous
+ * namespace's members are named after it: "_INTERNAL_00000000_7_kern_cu_..."):
+ * what a toolkit macro or function carries of the name (CCCL's _CCCL_ASSERT,
+ * CUB's CubDebug, source_location::current()) is caught there.
+ * Anything else is filed under the key with the name, as before. Misses
+ * cost nothing more; a request whose result needs its name costs one more
+ * lookup on a hit.
+ */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compile/compileint.h"
+#include "util/strmap.h"
+
+static int ident_char(unsigned char c)
+{
+    return isalnum(c) || c == '_';
+}
+
+/*
+ * 1 if text holds an identifier containing "FILE", a #line directive or a
+ * token paste (## can make __FILE__ of two identifiers that are not).
+ */
+static int scan_names_the_file(const char *text, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)text[i];
+        if (c == '#') {
+            size_t j = i + 1;
+            while (j < n && (text[j] == ' ' || text[j] == '\t'))
+                j++;
+            if (j < n && text[j] == '#')
+                return 1;
+            if (j + 4 <= n && !memcmp(text + j, "line", 4) &&
+                (j + 4 == n || !ident_char((unsigned char)text[j + 4])))
+                return 1;
+            i++;
+        } else if (isalpha(c) || c == '_') {
+            size_t start = i;
+            while (i < n && ident_char((unsigned char)text[i]))
+                i++;
+            for (size_t k = start; k + 4 <= i; k++)
+                if (!memcmp(text + k, "FILE", 4))
+                    return 1;
+        } else {
+            i++;
+        }
+    }
+    return 0;
+}
+
+/* The same, after the splices (backslash, or the trigraph ??/, then a newline) are undone. */
+static int names_the_file(const char *text, size_t n)
+{
+    if (!memchr(text, '\\', n) && !memmem(text, n, "?" "?/", 3))
+        return scan_names_the_file(text, n);
+    char *joined = kc_malloc(n + 1);
+    if (!joined)
+        return 1;
+    size_t m = 0;
+    for (size_t i = 0; i < n;) {
+        size_t k = text[i] == '\\' ? i + 1 : i + 3 <= n && !memcmp(text + i, "?" "?/", 3) ? i + 3 : 0;
+        while (k && k < n && (text[k] == ' ' || text[k] == '\t' || text[k] == '\r'))
+            k++;
+        if (k && k < n && text[k] == '\n') {
+            i = k + 1;
+            continue;
+        }
+        joined[m++] = text[i++];
+    }
+    int found = scan_names_the_file(joined, m);
+    free(joined);
+    return found;
+}
+
+static int str_names_the_file(const char *s)
+{
+    return s && names_the_file(s, strlen(s));
+}
+
+/* ---- macros of the user headers that can carry the name ----------------- */
+
+/* What a macro's expansion can carry: the place it is expanded (__FILE__), or its caller's or
+ * the program's name wherever it is expanded (__builtin_FILE, __BASE_FILE__). */
+enum { TAINT_HERE = 1, TAINT_CALLER = 2 };
+
+struct macro {
+    char *name;
+    char *body;     /* splices undone */
+    unsigned taint;
+};
+
+struct macros {
+    struct macro *v;
+    size_t n, cap;
+    kc_smap index;  /* name -> the first of its definitions; v is sorted by name */
+};
+
+static size_t ident_at(const char *t, size_t n, size_t i)
+{
+    if (i >= n || !(isalpha((unsigned char)t[i]) || t[i] == '_') ||
+        (i > 0 && ident_char((unsigned char)t[i - 1])))
+        return 0;
+    size_t j = i;
+    while (j < n && ident_char((unsigned char)t[j]))
+        j++;
+    return j - i;
+}
+
+/* The end of the logical line that starts at i (splices followed); *joined: its text, spliced. */
+static size_t logical_line(const char *t, size_t n, size_t i, kc_buf *joined)
+{
+    joined->size = 0;
+    while (i < n && t[i] != '\n') {
+        if (t[i] == '\\') {
+            size_t k = i + 1;
+            while (k < n && (t[k] == ' ' || t[k] == '\t' || t[k] == '\r'))
+                k++;
+            if (k < n && t[k] == '\n') {
+                i = k + 1;
+                continue;
+            }
+        }
+        if (kc_buf_append(joined, t + i, 1))
+            return (size_t)-1;
+        i++;
+    }
+    return i;
+}
+
+static int add_macro(struct macros *m, const char *line, size_t n)
+{
+    size_t i = 0;
+    while (i < n && (line[i] == ' ' || line[i] == '\t'))
+        i++;
+    size_t len = ident_at(line, n, i);
+    if (!len)
+        return 0;
+    if (m->n == m->cap) {
+        size_t cap = m->cap ? 2 * m->cap : 256;
+        struct macro *v = kc_realloc(m->v, cap * sizeof(*v));
+        if (!v)
+            return KCACHE_ENOMEM;
+        m->v = v;
+        m->cap = cap;
+    }
+    struct macro *d = &m->v[m->n];
+    d->name = kc_memdup(line + i, len);
+    d->body = kc_memdup(line + i + len, n - i - len);
+    d->taint = 0;
+    if (!d->name || !d->body) {
+        free(d->name);
+        free(d->body);
+        return KCACHE_ENOMEM;
+    }
+    m->n++;
+    return 0;
+}
+
+/* Every #define of text into m. */
+static int collect(struct macros *m, const char *t, size_t n)
+{
+    kc_buf line = {0};
+    int rc = 0;
+    for (size_t i = 0; !rc && i < n;) {
+        size_t j = i;
+        while (j < n && (t[j] == ' ' || t[j] == '\t'))
+            j++;
+        size_t end = logical_line(t, n, i, &line);
+        if (end == (size_t)-1) {
+            rc = KCACHE_ENOMEM;
+            break;
+        }
+        if (j < n && t[j] == '#') {
+            const char *l = (const char *)line.data;
+            size_t k = 0, ln = line.size;
+            while (k < ln && (l[k] == ' ' || l[k] == '\t'))
+                k++;
+            k++; /* '#' */
+            while (k < ln && (l[k] == ' ' || l[k] == '\t'))
+                k++;
+            if (k + 6 <= ln && !memcmp(l + k, "define", 6) && ident_at(l, ln, k) == 6)
+                rc = add_macro(m, l + k + 6, ln - k - 6);
+        }
+        i = end + 1;
+    }
+    kc_buf_free(&line);
+    return rc;
+}
+
+static int cmp_macro(const void *a, const void *b)
+{
+    return strcmp(((const struct macro *)a)->name, ((const struct macro *)b)->name);
+}
+
+/* The taint of the identifier at t (len bytes): its own, or its macro's definitions'. */
+static unsigned ident_taint(const struct macros *m, const char *t, size_t len)
+{
+    char name[256];
+    if (len >= sizeof(name))
+        return 0;
+    memcpy(name, t, len);
+    name[len] = '\0';
+    if (!strcmp(name, "__builtin_FILE") || !strcmp(name, "__BASE_FILE__"))
+        return TAINT_CALLER;
+    if (strstr(name, "FILE"))
+        return TAINT_HERE;
+    size_t k;
+    unsigned taint = 0;
+    if (!kc_smap_find(&m->index, name, &k))
+        return 0;
+    for (; k < m->n && !strcmp(m->v[k].name, name); k++)
+        taint |= m->v[k].taint;
+    return taint;
+}
+
+/* The taint of a text: the identifiers it names, and ## (which can make __FILE__). */
+static unsigned text_taint(const struct macros *m, const char *t, size_t n)
+{
+    unsigned taint = 0;
+    for (size_t i = 0; i < n;) {
+        size_t len = ident_at(t, n, i);
+        if (len) {
+            taint |= ident_taint(m, t + i, len);
+            i += len;
+        } else {
+            if (t[i] == '#' && i + 1 < n && t[i + 1] == '#')
+                taint |= TAINT_HERE;
+            i++;
+        }
+    }
+    return taint;
+}
+
+/* Each macro's taint, to a fixed point (a macro is as tainted as what its body names). */
+static int taint_all(struct macros *m)
+{
+    if (m->n)
+        qsort(m->v, m->n, sizeof(*m->v), cmp_macro);
+    for (size_t i = 0; i < m->n; i++)
+        if ((i == 0 || strcmp(m->v[i].name, m->v[i - 1].name)) &&
+            kc_smap_put(&m->index, m->v[i].name, i))
+            return KCACHE_ENOMEM;
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (size_t i = 0; i < m->n; i++) {
+            unsigned t = m->v[i].taint | text_taint(m, m->v[i].body, strlen(m->v[i].body));
+            changed |= t != m->v[i].taint;
+            m->v[i].taint = t;
+        }
+    }
+    return 0;
+}
+
+/*
+ * 1 if a header's code (not its directives) names the caller's or the program's name: a
+ * default argument __builtin_FILE() (source_location::current()) is the caller's file.
+ */
+static int code_names_caller(const struct macros *m, const char *t, size_t n)
+{
+    if (!memmem(t, n, "FILE", 4)) {
+        /* Only a macro can then carry it: look for the tainted ones' names. */
+        int any = 0;
+        for (size_t i = 0; i < m->n && !any; i++)
+            any = (m->v[i].taint & TAINT_CALLER) && memmem(t, n, m->v[i].name,
+                                                            strlen(m->v[i].name));
+        if (!any)
+            return 0;
+    }
+    int directive = 0, at_start = 1;
+    for (size_t i = 0; i < n;) {
+        char c = t[i];
+        if (c == '\n') {
+            /* A spliced line goes on as what it was. */
+            size_t k = i;
+            while (k > 0 && (t[k - 1] == ' ' || t[k - 1] == '\t' || t[k - 1] == '\r'))
+                k--;
+            if (!(k > 0 && t[k - 1] == '\\'))
+                directive = 0;
+            at_start = 1;
+            i++;
+            continue;
+        }
+        if (at_start && c == '#')
+            directive = 1;
+        if (c != ' ' && c != '\t')
+            at_start = 0;
+        size_t len = ident_at(t, n, i);
+        if (len) {
+            if (!directive && (ident_taint(m, t + i, len) & TAINT_CALLER))
+                return 1;
+            i += len;
+        } else {
+            i++;
+        }
+    }
+    return 0;
+}
+
+static void macros_free(struct macros *m)
+{
+    for (size_t i = 0; i < m->n; i++) {
+        free(m->v[i].name);
+        free(m->v[i].body);
+    }
+    free(m->v);
+    kc_smap_free(&m->index);
+}
+
+/*
+ * 1 if the user headers can put the program's name in the bytes of this source: a
+ * macro of theirs that the source (or an option, a name expression) names expands
+ * __FILE__, __BASE_FILE__ or __builtin_FILE, or pastes tokens (##), itself or through
+ * other macros; or their code names __BASE_FILE__ or __builtin_FILE (a default
+ * argument is the caller's file). A macro that only a header expands carries that
+ * header's name, not the program's.
+ */
+static int headers_name_it(const kcache_request *req, const struct work *w)
+{
+    struct macros m = {0};
+    int rc = 0, named = 0;
+    for (size_t i = 0; !rc && i < w->deps.n_deps; i++) {
+        const kc_dep *d = &w->deps.deps[i];
+        if (d->state == KC_DEP_USER && d->size)
+            rc = collect(&m, d->content, d->size);
+    }
+    if (!rc)
+        rc = taint_all(&m);
+    named = rc != 0 || text_taint(&m, w->source, w->source_size) != 0;
+    for (size_t i = 0; !named && i < req->n_options; i++)
+        named = req->options[i] && text_taint(&m, req->options[i], strlen(req->options[i]));
+    for (size_t i = 0; !named && i < req->n_name_exprs; i++)
+        named = text_taint(&m, req->name_exprs[i], strlen(req->name_exprs[i])) != 0;
+    for (size_t i = 0; !named && i < w->deps.n_deps; i++) {
+        const kc_dep *d = &w->deps.deps[i];
+        named = d->state == KC_DEP_USER && d->size && code_names_caller(&m, d->content, d->size);
+    }
+    macros_free(&m);
+    return named;
+}
+
+int kc_name_free_request(const kcache_request *req, const struct work *w)
+{
+    /* A caller's compiler other than NVIDIA's NVRTC may use the name as it likes. */
+    if (req->version >= 2 && req->compile && !(req->flags & KCACHE_COMPILE_NVRTC_NAMES))
+        return 0;
+    if (w->workdir[0] || w->kind == KCACHE_KIND_LTOIR || w->opts.dlto)
+        return 0;
+    if (names_the_file(w->source, w->source_size))
+        return 0;
+    for (size_t i = 0; i < w->opts.n_canonical; i++)
+        if (str_names_the_file(w->opts.canonical[i]))
+            return 0;
+    for (size_t i = 0; i < req->n_options; i++)
+        if (str_names_the_file(req->options[i]))
+            return 0;
+    for (size_t i = 0; i < req->n_name_exprs; i++)
+        if (str_names_the_file(req->name_exprs[i]))
+            return 0;
+    /* In-memory headers are held to what the source is held to. */
+    size_t n_mem = req->version >= 2 ? req->n_headers : 0;
+    for (size_t i = 0; i < n_mem; i++)
+        if (str_names_the_file(req->header_contents[i]))
+            return 0;
+    return !headers_name_it(req, w);
+}
+
+/* 1 if data holds needle as PTX writes a string: "{47, 116, ...}", any spaces. */
+static int decimal_at(const unsigned char *data, size_t n, size_t at, const char *needle,
+                      size_t len)
+{
+    size_t i = at;
+    for (size_t k = 0; k < len; k++) {
+        if (k) {
+            while (i < n && isspace(data[i]))
+                i++;
+            if (i >= n || data[i++] != ',')
+                return 0;
+            while (i < n && isspace(data[i]))
+                i++;
+        }
+        unsigned v = 0;
+        size_t digits = 0;
+        while (i < n && isdigit(data[i]) && digits < 4) {
+            v = v * 10 + (unsigned)(data[i++] - '0');
+            digits++;
+        }
+        if (!digits || (i < n && isdigit(data[i])) || v != (unsigned char)needle[k])
+            return 0;
+    }
+    return 1;
+}
+
+static int holds(const void *bytes, size_t n, const char *needle)
+{
+    const unsigned char *data = bytes;
+    size_t len = strlen(needle);
+    if (!data || !len)
+        return 0;
+    for (size_t i = 0; i + len <= n; i++) {
+        if (data[i] == (unsigned char)needle[0] && !memcmp(data + i, needle, len))
+            return 1;
+        if (isdigit(data[i]) && (i == 0 || !isdigit(data[i - 1])) &&
+            decimal_at(data, n, i, needle, len))
+            return 1;
+    }
+    return 0;
+}
+
+int kc_name_shows(const struct kc_result *r, const char *name)
+{
+    if (r->pub.log && r->pub.log[0])
+        return 1;
+    const char *slash = strrchr(name, '/');
+    const char *last = slash ? slash + 1 : name;
+    /* A name with no last component: nothing to look for, so it is kept. */
+    if (!*last)
+        return 1;
+    /* As EDG names what an anonymous namespace holds: "_INTERNAL_00000000_7_kern_cu_..."
+     * (every byte that cannot be in an identifier becomes '_'). */
+    char *ident = kc_strdup(last);
+    if (!ident)
+        return 1;
+    for (char *p = ident; *p; p++)
+        if (!ident_char((unsigned char)*p) || (unsigned char)*p >= 0x80)
+            *p = '_';
+    int shows = holds(r->pub.data, r->pub.size, last) || holds(r->pub.data, r->pub.size, ident);
+    free(ident);
+    return shows;
+}

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""The program's name is keyed only where it can change NVIDIA's bytes or log.
+
+test_progname.py NVRTC_ONE
+
+CuPy names every program `<a new temporary directory>/kern.cu`: a second
+process compiling the same source under a name in another fresh directory
+must hit. Where the name does reach the bytes or the log (__FILE__ and its
+kin in the program or through a header's macro, #line, line information,
+assert, source_location, a warning in the log, LTO-IR, an anonymous
+namespace (its members are named after the base name), a "quoted" include
+found beside the name), another name must get NVIDIA's answer for that
+name, never the first name's: every run under the drop-in is compared with
+NVIDIA's library alone, for the name it was given.
+"""
+import os
+import sys
+import tempfile
+
+from shim_report import read_report  # beside this script
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyhelp"))
+import kctest  # noqa: E402
+
+ONE = os.path.abspath(sys.argv[1])
+KCACHE = os.environ["KCACHE_EXE"]
+REAL = os.environ["NVRTC_REAL"]
+TOOLKIT = os.path.dirname(os.path.dirname(os.path.realpath(REAL)))
+CCCL = os.path.join(TOOLKIT, "include", "cccl")
+SONAME = os.path.basename(REAL)
+
+check = kctest.Tally()
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+class Run:
+    def __init__(self, tmp):
+        self.tmp = tmp
+        self.env = kctest.dropin_env(tmp, lambda d: os.path.exists(os.path.join(d or ".", SONAME)))
+        self.n = 0
+
+    def one(self, src, name, argv, shim):
+        """nvrtc_one's output (rc, log, artifact) for SOURCE handed over as NAME, and the
+        drop-in's report (hits, misses) when shim."""
+        self.n += 1
+        out = os.path.join(self.tmp, "out-%d" % self.n)
+        rep = os.path.join(self.tmp, "report")
+        wrap = [KCACHE, "run", "--"] if shim else []
+        env = dict(self.env, KCACHE_NVRTC_REPORT=rep) if shim else self.env
+        rc = kctest.run_logged(wrap + [ONE, out, src, name, "--"] + argv, env, self.tmp)
+        got = kctest.read_bytes(out) if rc == 0 and os.path.exists(out) else b"exit %d" % rc
+        rows = read_report(rep) if shim else []
+        return got, (rows[-1] if rows else {})
+
+
+def fresh_name(tmp, prefix="tmp", base="kern.cu"):
+    """A name in a new temporary directory, as CuPy makes one per compile."""
+    return os.path.join(tempfile.mkdtemp(dir=tmp, prefix=prefix), base)
+
+
+def cupy_like(run, tmp):
+    inc = os.path.join(tmp, "cupy-include")
+    write(os.path.join(inc, "cupy", "carray.cuh"), "#pragma once\ntemplate <class T> "
+          "__device__ T twice(T x) { return x + x; }\n")
+    src = os.path.join(tmp, "cupy-src.cu")
+    write(src, '#include "cupy/carray.cuh"\nextern "C" __global__ void k(float *v) '
+          "{ v[threadIdx.x] = twice(v[threadIdx.x]); }\n")
+    for arch in ("-arch=sm_90", "-arch=compute_90"):
+        argv = [arch, "-I" + inc, "-std=c++17"]
+        first = fresh_name(tmp)
+        ref1, _ = run.one(src, first, argv, False)
+        got1, r1 = run.one(src, first, argv, True)
+        second = fresh_name(tmp)
+        ref2, _ = run.one(src, second, argv, False)
+        got2, r2 = run.one(src, second, argv, True)
+        check(ref1.startswith(b"rc 0") and got1 == ref1 and r1.get("misses") == 1,
+              f"cupy-like {arch}: first process, a miss with NVIDIA's bytes ({r1})")
+        check(got2 == ref2, f"cupy-like {arch}: second process, NVIDIA's bytes")
+        check(r2.get("hits") == 1 and not r2.get("misses"),
+              f"cupy-like {arch}: a name in another fresh directory hits ({r2})")
+
+
+KERNEL = 'extern "C" __global__ void k(char *v) { %s }\n'
+COPY = "const char *f = %s; v[threadIdx.x] = f[threadIdx.x];"
+
+# name: (source, files beside the first name only {rel: text}, options)
+SENSITIVE = {
+    "file-macro": (KERNEL % (COPY % "__FILE__"), {}, []),
+    "base-file": (KERNEL % (COPY % "__BASE_FILE__"), {}, []),
+    "builtin-file": (KERNEL % (COPY % "__builtin_FILE()"), {}, []),
+    "file-length": (KERNEL % "v[0] = sizeof(__FILE__);", {}, []),
+    "header-macro": ('#include "where.h"\n' + KERNEL % (COPY % "WHERE"),
+                     {}, ["-I{inc}"]),
+    "line-directive": ("#line 40\n" + KERNEL % (COPY % "__FILE__"), {}, []),
+    "assert": (KERNEL % "assert(v[0]);", {}, []),
+    "source-location": ("#include <cuda/std/source_location>\n" + KERNEL %
+                        "auto l = cuda::std::source_location::current(); "
+                        "v[threadIdx.x] = l.file_name()[threadIdx.x];", {}, ["-I" + CCCL]),
+    "cccl-assert": ("#define CCCL_ENABLE_ASSERTIONS\n#include <cuda/std/cassert>\n" + KERNEL %
+                    '_CCCL_ASSERT(v[0], "m");', {}, ["-I" + CCCL]),
+    "lineinfo": (KERNEL % "v[0] = 1;", {}, ["-lineinfo"]),
+    "device-debug": (KERNEL % "v[0] = 1;", {}, ["-G"]),
+    "warning": (KERNEL % "int unused;", {}, []),
+    "ltoir": (KERNEL % "v[0] = 1;", {}, ["-dlto"]),
+    "anonymous-namespace": ("namespace { __device__ char kc_anon = 11; }\n" +
+                            KERNEL % "v[0] = kc_anon + v[1];", {}, []),
+    "beside-name": ('#include "val.h"\n' + KERNEL % "v[0] = VAL;",
+                    {"val.h": "#define VAL 7\n"}, ["-I{inc}"]),
+}
+
+
+def sensitive(run, tmp):
+    inc = os.path.join(tmp, "sens-include")
+    write(os.path.join(inc, "where.h"), "#define WHERE __FILE__\n")
+    write(os.path.join(inc, "val.h"), "#define VAL 3\n")
+    for case, (text, beside, opts) in SENSITIVE.items():
+        src = os.path.join(tmp, case + ".cu")
+        write(src, text)
+        for arch in ("-arch=sm_90", "-arch=compute_90"):
+            argv = [arch] + [o.format(inc=inc) for o in opts]
+            first = fresh_name(tmp)
+            for rel, body in beside.items():
+                write(os.path.join(os.path.dirname(first), rel), body)
+            ref1, _ = run.one(src, first, argv, False)
+            got1, r1 = run.one(src, first, argv, True)
+            again, r2 = run.one(src, first, argv, True)
+            # Another directory (its length too, for sizeof(__FILE__)), then another
+            # base name: each gets NVIDIA's answer for it, never the first name's.
+            for other in (fresh_name(tmp, "tmp-longer"), fresh_name(tmp, base="other-k.cu")):
+                ref2, _ = run.one(src, other, argv, False)
+                got2, r3 = run.one(src, other, argv, True)
+                shows = ref1 != ref2
+                if (os.path.basename(other) == "kern.cu") != (case == "anonymous-namespace"):
+                    check(ref1.startswith(b"rc 0") and shows,
+                          f"{case} {arch}: NVIDIA's answer depends on {other} (else "
+                          f"the case shows nothing: {ref1[:120]!r})")
+                stale = "the first name's (a false hit)" if got2 == ref1 and shows else "another"
+                check(got2 == ref2, f"{case} {arch}: {other} gets NVIDIA's answer for it, "
+                      f"not {stale} ({r3})")
+            check(got1 == ref1 and again == ref1 and r2.get("hits") == 1,
+                  f"{case} {arch}: the first name, NVIDIA's answer, then a hit ({r1}, {r2})")
+
+
+def main():
+    with tempfile.TemporaryDirectory(prefix="kcache progname ") as tmp:
+        run = Run(tmp)
+        cupy_like(run, tmp)
+        sensitive(run, tmp)
+    return check.status()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
