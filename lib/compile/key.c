@@ -145,6 +145,17 @@ static int add_compile(kc_keybuf *k, const kc_key_compile *in)
     return 0;
 }
 
+/* A digest as lowercase hex, NUL-terminated: once per header of every key, so no printf. */
+static void hex_digest(char out[2 * KC_DIGEST_SIZE + 1], const uint8_t digest[KC_DIGEST_SIZE])
+{
+    static const char digits[] = "0123456789abcdef";
+    for (int j = 0; j < KC_DIGEST_SIZE; j++) {
+        out[2 * j] = digits[digest[j] >> 4];
+        out[2 * j + 1] = digits[digest[j] & 15];
+    }
+    out[2 * KC_DIGEST_SIZE] = '\0';
+}
+
 int kc_key_encode_compile(kc_buf *material, kcache_key *key, const kc_key_compile *in)
 {
     kc_keybuf k = {{0}, 0};
@@ -169,8 +180,7 @@ int kc_key_encode_compile(kc_buf *material, kcache_key *key, const kc_key_compil
         const kc_dep *d = &in->deps[i];
         /* "name\0file\0HEX", "name\0toolkit\0REL" or "name\0absent\0": no limit on the name. */
         char hex[2 * KC_DIGEST_SIZE + 1];
-        for (int j = 0; j < KC_DIGEST_SIZE; j++)
-            snprintf(hex + 2 * j, 3, "%02x", d->digest[j]);
+        hex_digest(hex, d->digest);
         const char *state = d->state == KC_DEP_USER      ? "file"
                             : d->state == KC_DEP_TOOLKIT ? "toolkit"
                                                          : "absent";
