@@ -303,8 +303,8 @@ static int borrow_resolution(const kcache_compiler *c, const kcache_request *req
             ? ((const struct kc_result *)req->resolution_of)->kept
             : NULL;
     uint8_t inputs[KC_DIGEST_SIZE];
-    if (!k)
-        return 0;
+    if (!k || !req->compile)
+        return 0; /* kcache's own compile hands over the headers' texts, which are not kept */
     int rc = resolution_inputs(inputs, c, req, w);
     if (rc)
         return rc == KCACHE_ENOMEM ? rc : 0;
@@ -317,7 +317,11 @@ static int borrow_resolution(const kcache_compiler *c, const kcache_request *req
     return 1;
 }
 
-/* Moves a keyed miss's resolution into r, when the request asks (a failure only costs time). */
+/*
+ * Moves a keyed miss's resolution into r, when the request asks (a failure
+ * only costs time), without the headers' texts: a request with a compiler
+ * of its own (the drop-in's) derives its key from the rest.
+ */
 static void keep_resolution(const kcache_compiler *c, const kcache_request *req,
                             struct work *w, struct kc_result *r)
 {
@@ -332,6 +336,11 @@ static void keep_resolution(const kcache_compiler *c, const kcache_request *req,
     k->deps = w->deps;
     k->resolved_at = w->resolved_at;
     memset(&w->deps, 0, sizeof(w->deps));
+    /* The key needs the headers' digests, not their texts (all of CuPy's, ~8 MB). */
+    for (size_t i = 0; i < k->deps.n_deps; i++) {
+        free(k->deps.deps[i].content);
+        k->deps.deps[i].content = NULL;
+    }
     r->kept = k;
 }
 
