@@ -53,7 +53,8 @@ void kc_work_free(struct work *w)
     free(w->source_buf);
     free(w->source_dir);
     kc_opts_free(&w->opts);
-    kc_deps_free(&w->deps);
+    if (!w->deps_borrowed)
+        kc_deps_free(&w->deps);
     kc_strv_free(w->tk_dirs, w->n_tk_dirs);
     kc_nvenv_free(&w->env);
     kc_buf_free(&w->named_material);
@@ -155,6 +156,8 @@ static int toolkit_dirs(const kcache_compiler *c, struct work *w)
     return 0;
 }
 
+static void judge_resolution(const kcache_compiler *c, struct work *w);
+
 /* Resolves what the compile reads (resolve/deps.c). */
 static int resolve_deps(kcache_compiler *c, const kcache_request *req, struct work *w,
                         struct kc_result *r)
@@ -185,6 +188,16 @@ static int resolve_deps(kcache_compiler *c, const kcache_request *req, struct wo
     };
     if ((rc = kc_deps_resolve(&w->deps, &dq, msg, sizeof(msg))))
         return kc_result_fail(r, rc, "%s", msg);
+    judge_resolution(c, w);
+    return 0;
+}
+
+/*
+ * What the key cannot cover whatever the headers: the resolution is then not
+ * hermetic (the first reason stays), and the compile runs uncached.
+ */
+static void judge_resolution(const kcache_compiler *c, struct work *w)
+{
     /*
      * A library without a GNU build-id: its file name is all the key would hold
      * of it, and two builds of one name (a patched or rebuilt NVRTC) would share
@@ -218,7 +231,118 @@ static int resolve_deps(kcache_compiler *c, const kcache_request *req, struct wo
                      w->opts.canonical[i]);
         }
     }
+}
+
+/* A field of resolution_inputs(): its length, then its bytes; NULL is not "". */
+static int put_field(kc_buf *b, const char *data, size_t size)
+{
+    uint64_t n = data ? (uint64_t)size : UINT64_MAX;
+    if (kc_buf_append(b, &n, sizeof(n)) || (data && size && kc_buf_append(b, data, size)))
+        return KCACHE_ENOMEM;
     return 0;
+}
+
+static int put_strs(kc_buf *b, const char *const *v, size_t n)
+{
+    uint64_t count = n;
+    int rc = kc_buf_append(b, &count, sizeof(count)) ? KCACHE_ENOMEM : 0;
+    for (size_t i = 0; !rc && i < n; i++)
+        rc = put_field(b, v[i], v[i] ? strlen(v[i]) : 0);
+    return rc;
+}
+
+/*
+ * The digest of everything the include resolution reads besides the disk
+ * (resolve_deps() hands it all to kc_deps_resolve(), and the working
+ * directory gives relative paths their meaning): two requests with the same
+ * digest resolve alike, so a kept resolution may stand for a new one.
+ */
+static int resolution_inputs(uint8_t out[KC_DIGEST_SIZE], const kcache_compiler *c,
+                             const kcache_request *req, const struct work *w)
+{
+    char cwd[PATH_MAX];
+    size_t n_mem = req->version >= 2 ? req->n_headers : 0;
+    kc_buf b = {0};
+    const char *flags[2] = {w->opts.no_source_include ? "no-source-include" : "",
+                            std_before_cxx14(&w->opts) ? "before-c++14" : ""};
+    if (!getcwd(cwd, sizeof(cwd)))
+        return KCACHE_EIO;
+    int rc = put_field(&b, cwd, strlen(cwd));
+    if (!rc)
+        rc = put_field(&b, w->source, w->source_size);
+    if (!rc)
+        rc = put_strs(&b, (const char *const[]){w->source_name, w->source_dir, c->tk.root}, 3);
+    if (!rc)
+        rc = put_strs(&b, flags, 2);
+    if (!rc)
+        rc = put_strs(&b, (const char *const *)w->opts.include_dirs, w->opts.n_include_dirs);
+    if (!rc)
+        rc = put_strs(&b, (const char *const *)w->opts.defines, w->opts.n_defines);
+    if (!rc)
+        rc = put_strs(&b, (const char *const *)w->opts.pre_includes, w->opts.n_pre_includes);
+    if (!rc && n_mem)
+        rc = put_strs(&b, req->header_names, n_mem) || put_strs(&b, req->header_contents, n_mem)
+                 ? KCACHE_ENOMEM
+                 : 0;
+    if (!rc)
+        kc_digest(out, b.data, b.size);
+    kc_buf_free(&b);
+    return rc;
+}
+
+/*
+ * Takes the resolution kept with req->resolution_of when this request reads
+ * exactly what that one read: 1 (w->deps borrowed), 0 (resolve anew), or an
+ * error. Its files were checked after the compile that kept it; a compile
+ * this request runs checks them again (run_caller_step).
+ */
+static int borrow_resolution(const kcache_compiler *c, const kcache_request *req,
+                             struct work *w)
+{
+    const struct kc_kept_resolution *k =
+        req->version >= 4 && req->resolution_of
+            ? ((const struct kc_result *)req->resolution_of)->kept
+            : NULL;
+    uint8_t inputs[KC_DIGEST_SIZE];
+    if (!k || !req->compile)
+        return 0; /* kcache's own compile hands over the headers' texts, which are not kept */
+    int rc = resolution_inputs(inputs, c, req, w);
+    if (rc)
+        return rc == KCACHE_ENOMEM ? rc : 0;
+    if (memcmp(inputs, k->inputs, sizeof(inputs)) != 0)
+        return 0;
+    w->deps = k->deps;
+    w->deps_borrowed = 1;
+    w->resolved_at = k->resolved_at;
+    judge_resolution(c, w);
+    return 1;
+}
+
+/*
+ * Moves a keyed miss's resolution into r, when the request asks (a failure
+ * only costs time), without the headers' texts: a request with a compiler
+ * of its own (the drop-in's) derives its key from the rest.
+ */
+static void keep_resolution(const kcache_compiler *c, const kcache_request *req,
+                            struct work *w, struct kc_result *r)
+{
+    if (req->version < 4 || !(req->flags & KCACHE_COMPILE_KEEP_RESOLUTION) ||
+        w->deps_borrowed || r->pub.hit || r->kept)
+        return;
+    struct kc_kept_resolution *k = kc_calloc(1, sizeof(*k));
+    if (!k || resolution_inputs(k->inputs, c, req, w) != 0) {
+        free(k);
+        return;
+    }
+    k->deps = w->deps;
+    k->resolved_at = w->resolved_at;
+    memset(&w->deps, 0, sizeof(w->deps));
+    /* The key needs the headers' digests, not their texts (all of CuPy's, ~8 MB). */
+    for (size_t i = 0; i < k->deps.n_deps; i++) {
+        free(k->deps.deps[i].content);
+        k->deps.deps[i].content = NULL;
+    }
+    r->kept = k;
 }
 
 /* What a compile's key and its closure's base key share: all but the headers. */
@@ -742,7 +866,9 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
             goto out;
         }
     }
-    if (!(rc = resolve_deps(c, req, &w, r)))
+    int borrowed = borrow_resolution(c, req, &w);
+    rc = borrowed < 0 ? borrowed : borrowed ? 0 : resolve_deps(c, req, &w, r);
+    if (!rc)
         rc = derive_key(c, req, &w, r);
     if (!rc && w.env.reason[0] && !w.deps.not_hermetic) {
         w.deps.not_hermetic = 1;
@@ -797,6 +923,8 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
         kc_store_count_uncacheable(c->store, w.deps.reason);
     if (!rc && hermetic && use_store && have_base && !caller.no_store)
         record_manifest(c, &w, r);
+    if (!rc && r->pub.keyed && !caller.no_store)
+        keep_resolution(c, req, &w, r);
     free(caller.toolchain);
     goto out;
 unkeyed:

@@ -34,6 +34,16 @@ struct kcache_compiler {
     int request_log;        /* the log setting's file, open to append; -1: none */
 };
 
+/*
+ * An include resolution kept with a miss's result (KCACHE_COMPILE_KEEP_RESOLUTION),
+ * for a request of the same inputs to reuse (kcache_request.resolution_of).
+ */
+struct kc_kept_resolution {
+    kc_deps deps;
+    int64_t resolved_at;
+    uint8_t inputs[KC_DIGEST_SIZE];  /* what it read: compile.c, resolution_inputs() */
+};
+
 /* A result and everything it points to. */
 struct kc_result {
     kcache_result pub;      /* first: the public pointer is this struct's */
@@ -48,6 +58,7 @@ struct kc_result {
     char arch[32];
     char message[512];
     char store_message[512];
+    struct kc_kept_resolution *kept;  /* NULL unless kept */
 };
 
 struct kc_result *kc_result_new(void);
@@ -124,6 +135,7 @@ struct work {
     char *source_dir;
     kc_opts opts;
     kc_deps deps;
+    int deps_borrowed;       /* deps are a kept resolution's (not freed with the work) */
     char nvrtc_arch[32];
     kcache_kind kind;
     kcache_key base;         /* the manifest's key: everything but the headers */

@@ -150,6 +150,15 @@ static int add_compile(kc_keybuf *k, const kc_key_compile *in)
     return 0;
 }
 
+/* A digest as lowercase hex, as a key is written: once per header of every key, so no printf. */
+_Static_assert(KC_DIGEST_SIZE == KCACHE_KEY_SIZE, "a digest is written as a key");
+static void hex_digest(char out[KCACHE_KEY_HEX_SIZE], const uint8_t digest[KC_DIGEST_SIZE])
+{
+    kcache_key k;
+    memcpy(k.bytes, digest, KC_DIGEST_SIZE);
+    kcache_key_hex(out, &k);
+}
+
 int kc_key_encode_compile(kc_buf *material, kcache_key *key, const kc_key_compile *in)
 {
     kc_keybuf k = {{0}, 0};
@@ -173,9 +182,8 @@ int kc_key_encode_compile(kc_buf *material, kcache_key *key, const kc_key_compil
     for (size_t i = 0; i < in->n_deps; i++) {
         const kc_dep *d = &in->deps[i];
         /* "name\0file\0HEX", "name\0toolkit\0REL" or "name\0absent\0": no limit on the name. */
-        char hex[2 * KC_DIGEST_SIZE + 1];
-        for (int j = 0; j < KC_DIGEST_SIZE; j++)
-            snprintf(hex + 2 * j, 3, "%02x", d->digest[j]);
+        char hex[KCACHE_KEY_HEX_SIZE];
+        hex_digest(hex, d->digest);
         const char *state = d->state == KC_DEP_USER      ? "file"
                             : d->state == KC_DEP_TOOLKIT ? "toolkit"
                                                          : "absent";

@@ -38,6 +38,9 @@ KCACHE_API void kcache_result_free(kcache_result *result)
     kc_strv_free(r->lowered, r->n_names);
     kc_strv_free(r->headers, r->n_headers);
     kc_buf_free(&r->material);
+    if (r->kept)
+        kc_deps_free(&r->kept->deps);
+    free(r->kept);
     free(r);
 }
 

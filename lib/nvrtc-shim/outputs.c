@@ -23,6 +23,8 @@ enum output { OUT_PTX, OUT_CUBIN, OUT_LTOIR, OUT_OPTIX };
 
 static int hit_output(struct prog *p, enum output which, const char **data, size_t *size)
 {
+    if (which == OUT_PTX && p->miss)
+        kc_prog_store_ptx(p);
     if (which == OUT_PTX && p->hit && !p->passthrough && p->hit->kind == KCACHE_KIND_CUBIN &&
         !p->hit_ptx)
         kc_prog_load_hit_ptx(p);

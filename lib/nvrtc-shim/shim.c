@@ -349,6 +349,7 @@ static void prog_free(struct prog *p)
     kcache_result_free(p->hit);
     free(p->refusal);
     kcache_result_free(p->hit_ptx);
+    kcache_result_free(p->miss);
     kc_observe_free(p->obs);
     free(p);
 }
@@ -662,6 +663,7 @@ struct miss {
     kcache_kind kind;
     int compile;             /* compile p first (else it is compiled already) */
     int beside;              /* the PTX kept beside a CUBIN: not a lookup of its own */
+    const kcache_result *like; /* the sm_XX miss whose resolution the PTX beside it reuses */
     int ran;                 /* kcache called us: a miss */
     nvrtcResult rc;          /* NVIDIA's answer to the compile */
     struct output_buf out;
@@ -845,7 +847,9 @@ static int through_cache(kcache_result **out, kcache_compiler *c, struct prog *p
     req.compile_userdata = m;
     /* Kept so that `kcache verify --recompile` can rebuild the entry with this NVRTC. */
     req.flags = KCACHE_COMPILE_KEEP_INPUTS | KCACHE_COMPILE_NVRTC_NAMES |
-                (m->beside ? KCACHE_COMPILE_UNCOUNTED : 0);
+                (m->beside ? KCACHE_COMPILE_UNCOUNTED : 0) |
+                (m->kind == KCACHE_KIND_CUBIN ? KCACHE_COMPILE_KEEP_RESOLUTION : 0);
+    req.resolution_of = m->like;
     kc_shim_enter();
     int rc = kcache_compiler_compile(out, c, &req);
     kc_shim_leave();
@@ -985,19 +989,41 @@ SHIM_API nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions,
         count(R_NOT_KEYED);
         nrc = compile_real(p);
     }
+    /* An sm_XX compile also makes PTX: kept with its resolution, for kc_prog_store_ptx(). */
+    if (m.ran && keyed && nrc == NVRTC_SUCCESS && kind == KCACHE_KIND_CUBIN && p->real) {
+        p->miss = res;
+        res = NULL;
+    }
     miss_free(&m);
     kcache_result_free(res);
     /* NVIDIA's library is loaded now: what it says of itself, for processes that only hit. */
     if (m.ran)
         kc_facts_note(kc_real());
-    /* An sm_XX compile also makes PTX: kept under the key of its own kind. */
-    if (m.ran && keyed && nrc == NVRTC_SUCCESS && kind == KCACHE_KIND_CUBIN && p->real) {
-        struct miss ptx = {.p = p, .kind = KCACHE_KIND_PTX, .beside = 1};
+    return nrc;
+}
+
+/*
+ * The PTX of an sm_XX miss, stored under the key of its own kind when the
+ * program asks for it, not at every miss: most programs ask for the CUBIN
+ * alone (CuPy, cuda.core), and one that asks for both asks in every
+ * process, so its later hits find the PTX too (kc_prog_load_hit_ptx()
+ * compiles it otherwise). Keyed from the CUBIN's own resolution (the
+ * PTX is the bytes of that compile, which was judged on what NVIDIA's
+ * NVRTC read then), so no header is resolved again, and a header edited
+ * since leaves it unstored (its closure is checked again).
+ */
+void kc_prog_store_ptx(struct prog *p)
+{
+    kcache_compiler *c = get_compiler();
+    kcache_result *miss = p->miss, *res = NULL;
+    p->miss = NULL;
+    if (c && kcache_compiler_store(c)) {
+        struct miss ptx = {.p = p, .kind = KCACHE_KIND_PTX, .beside = 1, .like = miss};
         through_cache(&res, c, p, &ptx);
         miss_free(&ptx);
         kcache_result_free(res);
     }
-    return nrc;
+    kcache_result_free(miss);
 }
 
 /* The PTX entry of an sm_XX hit, looked up when the program first asks for PTX. */

@@ -85,6 +85,9 @@ struct prog {
     kcache_result *hit;      /* served from this result of a hit */
     kcache_result *hit_ptx;  /* the PTX of an sm_XX hit, kept as an entry of its own */
     char *refusal;           /* the log of a compile kcache refused (require_hit): no output */
+    /* An sm_XX miss, stored, with its include resolution: its PTX is keyed
+     * from that resolution when the program asks for the PTX (kc_prog_store_ptx). */
+    kcache_result *miss;
     struct kc_obs *obs;      /* what NVIDIA's compile of it read (observe.h) */
 };
 
@@ -97,6 +100,9 @@ nvrtcResult kc_prog_materialize(struct prog *p, const kc_real_nvrtc **out);
 
 /* Looks up the PTX of an sm_XX hit (p->hit_ptx) when the program first asks for it. */
 void kc_prog_load_hit_ptx(struct prog *p);
+
+/* Stores the PTX of an sm_XX miss (p->miss) when the program first asks for it. */
+void kc_prog_store_ptx(struct prog *p);
 
 /* Forwards a call on p to NVIDIA's program, built first if need be. */
 #define FORWARD(p, call)                                                                           \

@@ -71,6 +71,7 @@ static int add_macro(struct resolver *r, const char *name, const char *value)
     if (!(m->values[m->n] = kc_strdup(value)))
         return KCACHE_ENOMEM;
     m->n++;
+    r->n_macro_values++;
     return 0;
 }
 

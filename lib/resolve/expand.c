@@ -39,11 +39,11 @@ static int mentions(const char *text, const char *name, size_t name_n, int call)
  * another such macro), and the object-like ones that name one: their calls
  * probe what they are given (CCCL's _CCCL_HAS_INCLUDE(<x>)).
  */
-static int find_wrappers(struct resolver *r)
+static int find_wrappers_now(struct resolver *r, size_t from)
 {
-    for (int changed = 1; changed;) {
+    for (int changed = 1; changed; from = 0) {
         changed = 0;
-        for (size_t i = 0; i < r->n_funcs; i++) {
+        for (size_t i = from; i < r->n_funcs; i++) {
             const char *name = r->func_names[i];
             if (kc_smap_find(&r->wrappers, name, NULL))
                 continue;
@@ -82,11 +82,40 @@ static int find_wrappers(struct resolver *r)
     return 0;
 }
 
-/* Probes the argument of every call of a wrapper; *done counts calls handled. */
+/*
+ * find_wrappers_now() once per round of the resolution, on what is new: a
+ * fixpoint over the function-like macros, the object-like macros' values and
+ * the wrappers found, so with none of them grown since the last round it
+ * still holds, and with the wrappers unchanged a function-like macro judged
+ * then is judged alike now (CCCL has thousands, and the rounds are many).
+ */
+static int find_wrappers(struct resolver *r)
+{
+    int same_wrappers = r->wrapped_n == r->wrappers.n + 1;
+    if (same_wrappers && r->wrapped_funcs == r->n_funcs &&
+        r->wrapped_values == r->n_macro_values)
+        return 0;
+    int rc = find_wrappers_now(r, same_wrappers ? r->wrapped_funcs : 0);
+    if (!rc) {
+        r->wrapped_funcs = r->n_funcs;
+        r->wrapped_values = r->n_macro_values;
+        r->wrapped_n = r->wrappers.n + 1;
+    }
+    return rc;
+}
+
+/*
+ * Probes the argument of every call of a wrapper; *done counts calls handled.
+ * A call looked at before against the same wrappers is not one: only the
+ * calls since need a look then.
+ */
 int kc_res_resolve_calls(struct resolver *r, size_t *progress)
 {
     int rc = find_wrappers(r);
-    for (size_t i = 0; !rc && i < r->n_calls; i++) {
+    size_t from = r->calls_checked_n == r->wrappers.n + 1 ? r->calls_checked : 0;
+    r->calls_checked = r->n_calls;
+    r->calls_checked_n = r->wrappers.n + 1;
+    for (size_t i = from; !rc && i < r->n_calls; i++) {
         struct pending c = r->calls[i];
         if (c.node == (size_t)-1)
             continue;

@@ -98,7 +98,8 @@ static int in_toolkit_root(const struct resolver *r, const char *real, const cha
  * for what it includes but never handed over or hashed into the key. Sets
  * *node to 1 + its index.
  */
-static int toolkit_node(struct resolver *r, const char *path, const char *rel, size_t *node)
+static int toolkit_node(struct resolver *r, const char *path, const char *rel,
+                        const struct stat *seen, size_t *node)
 {
     size_t v;
     if (kc_smap_find(&r->tk_nodes, rel, &v)) {
@@ -114,8 +115,7 @@ static int toolkit_node(struct resolver *r, const char *path, const char *rel, s
     struct stat st;
     kc_probe id;
     memset(&id, 0, sizeof(id));
-    if (stat(path, &st) == 0)
-        kc_identity_of(&id, &st);
+    kc_identity_of(&id, seen); /* the look's own stat, a moment ago */
     kc_memo *memo = kc_memo_get(path, &id);
     if (memo) {
         nd->memo = memo;
@@ -141,6 +141,38 @@ static int toolkit_node(struct resolver *r, const char *path, const char *rel, s
         kc_smap_put(&r->tk_nodes, rel, k))
         return KCACHE_ENOMEM;
     *node = k + 1;
+    return 0;
+}
+
+/*
+ * The real path of a regular file in one of the toolkit's directories (*out,
+ * NULL when it cannot be had): realpath() of the file itself when it is a
+ * link, else its directory's real path (one realpath() per directory and
+ * resolution, kc_res_toolkit_dir()) and its name; a directory outside the
+ * toolkit makes it a user file, as its own realpath() would. 0 or ENOMEM.
+ */
+static int real_of(struct resolver *r, const char *path, int link, char **out)
+{
+    *out = NULL;
+    const char *slash = strrchr(path, '/');
+    if (link || !slash || !slash[1]) {
+        if (!(*out = realpath(path, NULL)) && errno == ENOMEM)
+            return KCACHE_ENOMEM;
+        return 0;
+    }
+    char *dir = slash == path ? kc_strdup("/") : kc_memdup(path, (size_t)(slash - path));
+    const char *dir_real = NULL;
+    int inside = 0;
+    int rc = dir ? kc_res_toolkit_dir(r, dir, &dir_real, &inside) : KCACHE_ENOMEM;
+    free(dir);
+    if (rc || !inside)
+        return rc; /* outside the toolkit whatever the path says: a user file */
+    size_t dn = strcmp(dir_real, "/") ? strlen(dir_real) : 0, bn = strlen(slash + 1);
+    if (!(*out = kc_malloc(dn + bn + 2)))
+        return KCACHE_ENOMEM;
+    memcpy(*out, dir_real, dn);
+    (*out)[dn] = '/';
+    memcpy(*out + dn + 1, slash + 1, bn + 1);
     return 0;
 }
 
@@ -177,12 +209,19 @@ int kc_res_look(struct resolver *r, const char *path, int in_toolkit, int from_t
     memset(&p, 0, sizeof(p));
     int rc;
     struct stat st;
-    int regular = stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    /* In the toolkit's directories the link itself is asked first: a file
+     * that is no link lies where its directory's real path says (real_of()). */
+    int found = (in_toolkit ? lstat(path, &st) : stat(path, &st)) == 0;
+    int link = found && S_ISLNK(st.st_mode);
+    if (link)
+        found = stat(path, &st) == 0;
+    int stat_errno = found ? 0 : errno;
+    int regular = found && S_ISREG(st.st_mode);
     if (regular && in_toolkit) {
-        char *real = realpath(path, NULL);
+        char *real = NULL;
         const char *rel;
-        if (!real && errno == ENOMEM)
-            return KCACHE_ENOMEM;
+        if ((rc = real_of(r, path, link, &real)))
+            return rc;
         if (real && in_toolkit_root(r, real, &rel)) {
             p.state = KC_PROBE_TOOLKIT;
             kc_identity_of(&p, &st);
@@ -198,7 +237,7 @@ int kc_res_look(struct resolver *r, const char *path, int in_toolkit, int from_t
             if ((rc = kc_smap_put(&r->by_path, path, 2 * r->n_tk_rels + 1)) ||
                 (!from_toolkit && (rc = add_probe(r, path, &p))))
                 return rc;
-            return toolkit_node(r, path, copy, node);
+            return toolkit_node(r, path, copy, &st, node);
         }
         free(real); /* outside the toolkit, whatever the path says: a user file */
     }
@@ -209,7 +248,13 @@ int kc_res_look(struct resolver *r, const char *path, int in_toolkit, int from_t
     char *text = NULL;
     size_t size = 0;
     kc_memo *memo = NULL;
-    if (regular) {
+    /* Nothing there, or a directory: absent, without opening what stat just found missing. */
+    int absent = (!found && (stat_errno == ENOENT || stat_errno == ENOTDIR)) ||
+                 (found && S_ISDIR(st.st_mode));
+    if (absent) {
+        rc = KCACHE_EIO;
+        errno = ENOENT;
+    } else if (regular) {
         kc_probe id;
         memset(&id, 0, sizeof(id));
         kc_identity_of(&id, &st);
@@ -219,7 +264,9 @@ int kc_res_look(struct resolver *r, const char *path, int in_toolkit, int from_t
             memo = NULL;
         }
     }
-    if (memo) {
+    if (absent) {
+        /* rc and errno say so */
+    } else if (memo) {
         p = memo->id; /* read before, and the same file still: its digest with it */
         rc = 0;
     } else {

@@ -140,6 +140,12 @@ struct resolver {
     size_t n_funcs, cap_funcs, cap_func_bodies;
     struct macro *macros;
     size_t n_macros, cap_macros;
+    size_t n_macro_values;   /* values in macros, all names together */
+    /* What the wrappers were last worked out from (n_funcs, n_macro_values,
+     * 1 + wrappers.n), and the calls checked against that many wrappers: only
+     * what came since needs a look (expand.c). */
+    size_t wrapped_funcs, wrapped_values, wrapped_n;
+    size_t calls_checked, calls_checked_n;
     struct tklook *looks;
     size_t n_looks, cap_looks;
     kc_smap by_look;      /* spelling, answer and directory -> index into looks */

@@ -13,8 +13,12 @@
  * asks what PyTorch and CuPy ask before they compile (nvrtcVersion, the
  * supported architectures) and writes the answers first; set to "only", it
  * then stops. With $NVRTC_ONE_PAUSE=FILE, it then makes FILE.ready and waits
- * for FILE before it compiles (a test replaces NVRTC meanwhile). Built with NVRTC_ONE_DLOPEN, it dlopen()s
- * libnvrtc.so.13 by name (found through its own RUNPATH, as PyTorch does).
+ * for FILE before it compiles (a test replaces NVRTC meanwhile). With
+ * $NVRTC_ONE_PTX_TOO set, an sm_XX compile's PTX is asked for too and written
+ * to OUT.ptx; set to FILE (not "1"), it first makes FILE.ready and waits for
+ * FILE (a test edits a header between the compile and the PTX). Built with
+ * NVRTC_ONE_DLOPEN, it dlopen()s libnvrtc.so.13 by name (found through its
+ * own RUNPATH, as PyTorch does).
  */
 #include <nvrtc.h>
 #include <stdio.h>
@@ -113,8 +117,23 @@ static char *slurp(const char *path)
     return b;
 }
 
+/* Makes AT.ready, then waits for AT to appear: 0, or an exit status. */
+static int pause_for(const char *at)
+{
+    char ready[4096];
+    snprintf(ready, sizeof(ready), "%s.ready", at);
+    FILE *r = fopen(ready, "w");
+    if (!r || fclose(r) != 0)
+        return 2;
+    for (int waited = 0; access(at, F_OK) != 0; waited++)
+        if (waited > 6000 || usleep(10000) != 0)
+            return 5;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    int rc_pause;
     if (argc < 4) {
         fprintf(stderr, "usage: nvrtc_one OUT SOURCE NAME [-H NAME=FILE]... [--] [OPTION]...\n");
         return 2;
@@ -175,16 +194,8 @@ int main(int argc, char **argv)
         }
     }
     const char *pause_at = getenv("NVRTC_ONE_PAUSE");
-    if (pause_at && *pause_at) {
-        char ready[4096];
-        snprintf(ready, sizeof(ready), "%s.ready", pause_at);
-        FILE *r = fopen(ready, "w");
-        if (!r || fclose(r) != 0)
-            return 2;
-        for (int waited = 0; access(pause_at, F_OK) != 0; waited++)
-            if (waited > 6000 || usleep(10000) != 0)
-                return 5;
-    }
+    if (pause_at && *pause_at && (rc_pause = pause_for(pause_at)) != 0)
+        return rc_pause;
     if (nvrtcCreateProgram(&p, src, name, nh, htexts, hnames) != NVRTC_SUCCESS)
         return 3;
     for (int k = 0; k < ne; k++)
@@ -225,6 +236,23 @@ int main(int argc, char **argv)
         free(bytes);
     }
     fclose(f);
+    /* The PTX of an sm_XX compile too, to OUT.ptx, after a pause at the variable's
+     * value unless it is "1". */
+    const char *ptx_too = getenv("NVRTC_ONE_PTX_TOO");
+    if (ptx_too && *ptx_too && rc == NVRTC_SUCCESS && !ptx && !lto) {
+        if (strcmp(ptx_too, "1") != 0 && (rc_pause = pause_for(ptx_too)) != 0)
+            return rc_pause;
+        char ptx_out[4096];
+        snprintf(ptx_out, sizeof(ptx_out), "%s.ptx", out);
+        n = 0;
+        nvrtcGetPTXSize(p, &n);
+        char *text = malloc(n ? n : 1);
+        FILE *pf = fopen(ptx_out, "wb");
+        if (!text || !pf || nvrtcGetPTX(p, text) != NVRTC_SUCCESS || fwrite(text, 1, n, pf) != n)
+            return 2;
+        fclose(pf);
+        free(text);
+    }
     nvrtcDestroyProgram(&p);
     /* Which NVRTC files the process mapped: the one that compiled is among them. */
     char maps_out[4096];

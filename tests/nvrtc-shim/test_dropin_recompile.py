@@ -6,8 +6,8 @@ test_dropin_recompile.py NVRTC_ONE_RUNPATH
 
 A program whose RUNPATH ($ORIGIN/nvlib) holds a copy of NVIDIA's NVRTC
 compiles, under `kcache run`, a kernel that includes a header from -I (on
-disk) and one handed over in memory, with a name expression, to sm_90 (a
-CUBIN, and its PTX kept beside it). Then:
+disk) and one handed over in memory, with a name expression, to sm_90 and
+asks for its CUBIN and PTX (the PTX kept beside the CUBIN). Then:
   - verify --recompile: both entries identical (rebuilt by that NVRTC);
   - the disk header edited: skipped, saying why, and the entries kept;
   - the header as it was (a new file, the same bytes): identical again;
@@ -68,7 +68,8 @@ def drop_in_entries(env):
 
 def main():
     with tempfile.TemporaryDirectory(prefix="kcache dropin recompile ") as tmp:
-        env = base_env(tmp)
+        # The program asks for the PTX too, so that the drop-in keeps it beside the CUBIN.
+        env = dict(base_env(tmp), NVRTC_ONE_PTX_TOO="1")
         work = os.path.join(tmp, "work")
         write(os.path.join(work, "k.cu"), KERNEL)
         write(os.path.join(work, "inc", "disk.h"), "#define D 3\n")

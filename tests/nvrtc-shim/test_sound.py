@@ -14,6 +14,7 @@ kernel is not. Then the real NVRTC: the one the program's RUNPATH names (as
 CuPy's and PyTorch's extension modules do), and a byte-identical copy of it in
 another directory hits what the first one stored.
 """
+import json
 import os
 import shutil
 import subprocess
@@ -229,6 +230,53 @@ def own_names(tmp, env):
           "name) on disk change nothing it gives")
 
 
+def kinds(e):
+    """The kinds of the compiled entries in the cache."""
+    p = subprocess.run([KCACHE, "ls", "--json"], env=e, capture_output=True, text=True)
+    return sorted(x["kind"] for x in json.loads(p.stdout)["entries"]
+                  if x["kind"] != "data") if p.returncode == 0 else None
+
+
+def ptx_beside(tmp, env):
+    """An sm_XX miss stores the PTX beside its CUBIN only when the program asks
+    for it, keyed by the CUBIN's own resolution: a header edited between the
+    compile and the program's nvrtcGetPTX never files that compile's PTX
+    under the edited header's key (a later hit would serve it stale)."""
+    e = dict(env, KCACHE_DIR=os.path.join(tmp, "ptx-beside-cache"))
+    rep = os.path.join(tmp, "ptx-beside-report")
+    c = Case(tmp, "ptx-beside")
+    header = os.path.join(c.dir, "inc", "h.h")
+    write(header, "#define H_VALUE 1\n")
+    write(os.path.join(c.dir, "k.cu"), '#include "h.h"\n' + KERNEL % "H_VALUE")
+    argv = ["k.cu", "k.cu", "--", "-arch=sm_90", "-I", "inc"]
+    _, r = c.compile("cubin-only", argv, e, True, rep)
+    check(r and r[-1].get("misses") == 1 and kinds(e) == ["cubin"],
+          f"an sm_XX miss asked for its CUBIN alone stores its CUBIN, no PTX ({kinds(e)}; {r})")
+    write(header, "#define H_VALUE 2\n")
+    go = os.path.join(tmp, "ptx-beside-go")
+    out = os.path.join(c.out, "paused")
+    p = subprocess.Popen([KCACHE, "run", "--", ONE, out] + argv, cwd=c.dir,
+                         env=dict(e, NVRTC_ONE_PTX_TOO=go, KCACHE_NVRTC_REPORT=rep))
+    for _ in range(6000):
+        if os.path.exists(go + ".ready") or p.poll() is not None:
+            break
+        time.sleep(0.01)
+    write(header, "#define H_VALUE 3\n")  # after the compile, before the PTX is asked for
+    write(go, "")
+    check(p.wait() == 0, "the paused program ran")
+    ptx_env = dict(e, NVRTC_ONE_PTX_TOO="1")
+    ref, _ = c.compile("ref", argv, ptx_env, False, rep)
+    for tag in ("second", "third"):
+        got, r = c.compile(tag, argv, ptx_env, True, rep)
+        ptx, ref_ptx = (os.path.join(c.out, t + ".ptx") for t in (tag, "ref"))
+        check(got == ref and os.path.exists(ptx) and
+              kctest.read_bytes(ptx) == kctest.read_bytes(ref_ptx),
+              f"{tag} run: NVIDIA's CUBIN and PTX for the header as it is now, not the PTX of "
+              f"the compile before the edit ({r})")
+    check(r and r[-1].get("hits") == 1 and r[-1].get("nvrtc-loaded") == "no",
+          f"the third run's CUBIN and PTX are both hits ({r})")
+
+
 def nvrtc_copy(d):
     """A byte-identical copy of NVIDIA's NVRTC (and its builtins) in d."""
     os.makedirs(d, exist_ok=True)
@@ -314,6 +362,7 @@ def main():
         system_trees(tmp, env)
         line_info(tmp, env)
         own_names(tmp, env)
+        ptx_beside(tmp, env)
         real_nvrtc(tmp, env)
     return check.status()
 

@@ -141,9 +141,13 @@ enum kcache_compile_flags {
      * own compiles. Without it, such a compiler's entries are keyed by the
      * name. */
     KCACHE_COMPILE_NVRTC_NAMES = 1 << 7,
+    /* Request version 4: on a miss, keep the include resolution with the
+     * result, for a request of the same program's other output
+     * (kcache_request.resolution_of). */
+    KCACHE_COMPILE_KEEP_RESOLUTION = 1 << 8,
 };
 
-#define KCACHE_REQUEST_VERSION 3
+#define KCACHE_REQUEST_VERSION 4
 
 /* Version 3: one path the include resolution looked at (kcache_made.probes). */
 typedef struct kcache_probe {
@@ -242,6 +246,17 @@ typedef struct kcache_request {
      */
     kcache_compile_fn compile;
     void *compile_userdata;
+    /*
+     * Version 4: a result of this compiler whose request had
+     * KCACHE_COMPILE_KEEP_RESOLUTION (NULL: none). Where this request reads
+     * exactly what that one read (the same source, name, search path,
+     * macros, in-memory headers, working directory; the output kind and the
+     * target may differ), its key is derived from that resolution instead of
+     * a new one: the drop-in keys an sm_XX compile's PTX so, one resolution
+     * for both. Its closure is checked again only after a compile this
+     * request runs. Anything else: resolved anew. Not kept beyond the call.
+     */
+    const struct kcache_result *resolution_of;
 } kcache_request;
 
 KCACHE_API int kcache_request_init(kcache_request *out, unsigned version);
