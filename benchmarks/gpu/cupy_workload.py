@@ -88,13 +88,15 @@ def du(path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--kcache", required=True)
+    ap.add_argument("--kcache")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--json")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return child()
+    if not args.kcache:
+        ap.error("--kcache is required")
     probe = subprocess.run([sys.executable, "-c", "import cupy; cupy.cuda.runtime.getDeviceCount()"],
                            capture_output=True, text=True)
     if probe.returncode != 0:

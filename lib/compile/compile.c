@@ -608,6 +608,17 @@ struct caller_step {
     const char *no_store;   /* why the artifact is returned but not stored, or NULL */
 };
 
+/* A waiter served under the key with the name: that key in r's place (kc_step.also). */
+static void served_named_compile(void *ctx, struct kc_result *r)
+{
+    use_named_key(((struct compile_step *)ctx)->w, r);
+}
+
+static void served_named_caller(void *ctx, struct kc_result *r)
+{
+    use_named_key(((struct caller_step *)ctx)->w, r);
+}
+
 /*
  * Whether every path of the closure still holds what was keyed, after a
  * compiler that reads the disk itself ran: a file edited during the compile
@@ -890,10 +901,18 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
         goto out;
     int use_store = c->store && hermetic && !(req->flags & KCACHE_COMPILE_NO_CACHE);
     struct compile_step ctx = {c, req, &w, hermetic, ""};
-    struct kc_step step = {run_compile_step, store_compile_step, &ctx, w.nvrtc_arch, w.kind};
+    struct kc_step step = {run_compile_step, store_compile_step, &ctx, w.nvrtc_arch, w.kind,
+                           NULL, NULL};
     struct caller_step caller = {c, req, &w, NULL, NULL};
     if (req->version >= 2 && req->compile)
-        step = (struct kc_step){run_caller_step, store_caller_step, &caller, w.nvrtc_arch, w.kind};
+        step = (struct kc_step){run_caller_step, store_caller_step, &caller, w.nvrtc_arch, w.kind,
+                                NULL, NULL};
+    if (w.name_free) {
+        /* A holder whose result showed the name filed it under the key with the name. */
+        step.also = &w.named_key;
+        step.served_also = step.run == run_compile_step ? served_named_compile
+                                                        : served_named_caller;
+    }
     if (use_store && w.name_free && !(req->flags & KCACHE_COMPILE_REFRESH) &&
         name_free_hit(c, &w, req->flags, r))
         goto out;

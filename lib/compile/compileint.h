@@ -93,6 +93,14 @@ struct kc_step {
     void *ctx;
     const char *arch;       /* what the miss is counted under */
     kcache_kind kind;
+    /*
+     * Another key the step's result may be filed under (compile.c: the one
+     * with the program's name), looked up with r's own while a process waits
+     * on the lease, so that waiters take what the holder stored there; NULL:
+     * none. served_also puts that key in r's place when it served the hit.
+     */
+    const kcache_key *also;
+    void (*served_also)(void *ctx, struct kc_result *r);
 };
 
 /*
@@ -122,9 +130,10 @@ int kc_result_run(kcache_result **out, kcache_compiler *c, const void *request,
 /* Sets the status, the time since t0 and *out; returns rc. */
 int kc_result_finish(struct kc_result *r, int rc, uint64_t t0, kcache_result **out);
 
-/* 1: a hit (r filled); 0: compile (*leased: this process holds the lease); <0: store error. */
-int kc_lookup_or_lease(kcache_compiler *c, const kcache_key *key, unsigned get_flags,
-                       struct kc_result *r, int *leased);
+/* 1: a hit (r filled), 2: a hit under also (may be NULL); 0: compile (*leased: this
+ * process holds the lease); <0: store error. */
+int kc_lookup_or_lease(kcache_compiler *c, const kcache_key *key, const kcache_key *also,
+                       unsigned get_flags, struct kc_result *r, int *leased);
 
 /* Everything a request turns into before the key. */
 struct work {

@@ -332,8 +332,10 @@ int kc_through_cache(kcache_compiler *c, struct kc_result *r, int use_store, uns
     const kcache_key key = r->pub.key;
     if (use_store && !(flags & KCACHE_COMPILE_REFRESH)) {
         unsigned get_flags = flags & KCACHE_COMPILE_UNCOUNTED ? KCACHE_GET_NO_COUNT : 0;
-        int found = kc_lookup_or_lease(c, &key, get_flags, r, &leased);
-        if (found == 1)
+        int found = kc_lookup_or_lease(c, &key, step->also, get_flags, r, &leased);
+        if (found == 2)
+            step->served_also(step->ctx, r);
+        if (found > 0)
             return 0;
         if (found < 0) {
             /* A lookup or lease that failed (a full disk fails the lease's write) is a

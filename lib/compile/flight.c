@@ -67,8 +67,18 @@ void kc_heartbeat_stop(struct heartbeat *h)
  * (*leased says whether it holds the lease), or a negative store error (the
  * caller compiles without the cache).
  */
-int kc_lookup_or_lease(kcache_compiler *c, const kcache_key *key, unsigned get_flags,
-                       struct kc_result *r, int *leased)
+/* The entry under key, else under also: 1 or 2 (*e filled), or the store's code. */
+static int get_either(kcache_entry **e, kcache_store *s, const kcache_key *key,
+                      const kcache_key *also, unsigned get_flags)
+{
+    int rc = kcache_store_get(e, s, key, get_flags);
+    if (rc == KCACHE_ENOTFOUND && also)
+        return (rc = kcache_store_get(e, s, also, get_flags)) ? rc : 2;
+    return rc ? rc : 1;
+}
+
+int kc_lookup_or_lease(kcache_compiler *c, const kcache_key *key, const kcache_key *also,
+                       unsigned get_flags, struct kc_result *r, int *leased)
 {
     kcache_store *s = c->store;
     uint64_t deadline = kc_mono_ns() + (uint64_t)c->wait_timeout_ms * 1000000u;
@@ -76,10 +86,10 @@ int kc_lookup_or_lease(kcache_compiler *c, const kcache_key *key, unsigned get_f
     *leased = 0;
     for (;;) {
         kcache_entry *e = NULL;
-        int rc = kcache_store_get(&e, s, key, get_flags);
-        if (rc == 0) {
+        int rc = get_either(&e, s, key, also, get_flags);
+        if (rc > 0) {
             kc_result_from_entry(r, e);
-            return 1;
+            return rc;
         }
         if (rc != KCACHE_ENOTFOUND)
             return rc;
@@ -88,10 +98,10 @@ int kc_lookup_or_lease(kcache_compiler *c, const kcache_key *key, unsigned get_f
             return rc;
         if (acquired) {
             /* The owner may have finished between the get and the lease. */
-            if (kcache_store_get(&e, s, key, get_flags) == 0) {
+            if ((rc = get_either(&e, s, key, also, get_flags)) > 0) {
                 kc_store_lease_release(s, key);
                 kc_result_from_entry(r, e);
-                return 1;
+                return rc;
             }
             *leased = 1;
             return 0;

@@ -277,7 +277,8 @@ static int link_steps(kcache_compiler *c, const kcache_link_request *req, struct
     for (size_t i = 0; i < req->n_inputs; i++)
         bytes[i] = (kcache_link_input){NULL, in[i].kind, in[i].data, in[i].size, in[i].name};
     struct link_step ctx = {c, req, in, bytes};
-    struct kc_step step = {run_link_step, store_link_step, &ctx, r->arch, KCACHE_KIND_CUBIN};
+    struct kc_step step = {run_link_step, store_link_step, &ctx, r->arch, KCACHE_KIND_CUBIN,
+                           NULL, NULL};
     rc = kc_through_cache(c, r, use_store, req->flags, &step);
     free(bytes);
     return rc;

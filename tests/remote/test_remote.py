@@ -449,7 +449,7 @@ def test_usage(root):
     c = Cache(root, "u", "")
     _, err = c.run("remote", rc=1)
     check("no remote set" in err, err)
-    c.run("remote", "--remote", "http://x", rc=2)
+    c.run("remote", "--remote", "ftp://x", rc=2)
     c.run("remote", "frobnicate", rc=2)
     out, _ = c.run("remote", "--help")
     check("push" in out and "pull" in out, out)
