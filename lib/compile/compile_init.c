@@ -6,6 +6,8 @@
 
 KC_DEFINE_INIT(kcache_compiler_options, offsetof(kcache_compiler_options, nvrtc_path),
                offsetof(kcache_compiler_options, remote), sizeof(kcache_compiler_options))
-KC_DEFINE_INIT(kcache_request, offsetof(kcache_request, n_headers), sizeof(kcache_request),
-               sizeof(kcache_request)) /* 3: the same fields, kcache_made's grew */
+/* 3: the same fields as 2, kcache_made's grew; 4: resolution_of. */
+KC_DEFINE_INIT(kcache_request, offsetof(kcache_request, n_headers),
+               offsetof(kcache_request, resolution_of), offsetof(kcache_request, resolution_of),
+               sizeof(kcache_request))
 KC_DEFINE_INIT(kcache_link_request, sizeof(kcache_link_request))

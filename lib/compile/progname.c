@@ -354,7 +354,11 @@ static int headers_name_it(const kcache_request *req, const struct work *w)
     int rc = 0, named = 0;
     for (size_t i = 0; !rc && i < w->deps.n_deps; i++) {
         const kc_dep *d = &w->deps.deps[i];
-        if (d->state == KC_DEP_USER && d->size)
+        /* A kept resolution holds no texts (compile.c): what they define is not known,
+         * so the name is keyed. */
+        if (d->state == KC_DEP_USER && d->size && !d->content)
+            rc = 1; /* as a failure: named */
+        else if (d->state == KC_DEP_USER && d->size)
             rc = collect(&m, d->content, d->size);
     }
     if (!rc)
