@@ -291,7 +291,7 @@ def test_github_actions(root):
     print("     pipeline 1 (cold): %.1f s" % (time.time() - t0))
     # Unchanged: the exact key restores, nothing is compiled.
     second = github_pipeline(ci)
-    check(second["kernels"][3]["kcache"]["key"] == key, "the same key when nothing changed")
+    check(second["kernels"][3]["kcache"]["key"] == key, "the same key when nothing changed: %s, then %s" % (key, second["kernels"][3]["kcache"]["key"]))
     ws, env = second["kernels"][:2]
     st = stats(ws, env, second["kernels"][4])
     check(second["kernels"][2] == key and st["misses"] == 0 and st["hits"] == 4,
