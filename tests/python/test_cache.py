@@ -268,7 +268,7 @@ def test_remote_tier(cache_dir, tmp_path):
         assert kcache.Cache(tmp_path / "m2", remote="").get("cuda.core", b"live") == b"L" * 4000
         # A remote URL that cannot be used is an error saying why.
         with pytest.raises(kcache.Error):
-            kcache.Cache(tmp_path / "m3", remote="http://not-redis")
+            kcache.Cache(tmp_path / "m3", remote="ftp://not-a-remote")
 
 
 def test_module_shares_the_processes_sqlite():

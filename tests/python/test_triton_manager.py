@@ -239,7 +239,7 @@ def test_disable_hands_triton_its_own_file_cache(monkeypatch, tt, cache_dir, tri
     elif how == "unreadable kcache.conf":
         (cache_dir / "kcache.conf").write_text("disable true\n")
     else:
-        monkeypatch.setenv("KCACHE_REMOTE", "http://not-redis")
+        monkeypatch.setenv("KCACHE_REMOTE", "ftp://not-a-remote")
     kt._reset()
     m = kt.CacheManager(KEY)
     assert m.get_group("add_kernel.json") is None
