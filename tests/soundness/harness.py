@@ -200,6 +200,8 @@ class Runner:
             env.pop(k, None)
         env["KCACHE_DIR"] = self.cache
         env["KCACHE_COMPRESSION"] = ""
+        if self.args.nvrtc_cache == "off":
+            env["CUDA_CACHE_DISABLE"] = "1"
         # meson puts the drop-in's directory on LD_LIBRARY_PATH: the reference must not find it.
         shim_dir = os.path.realpath(os.path.dirname(self.args.shim))
         env["LD_LIBRARY_PATH"] = ":".join(
@@ -411,8 +413,10 @@ class Runner:
                         continue
                 why = verdict
                 if path == "dropin" and verdict == "different-kernel":
-                    # A miss is NVIDIA's NVRTC on this very disk: only a hit can differ.
-                    why = "stale-hit"
+                    # A miss is NVIDIA's NVRTC on this very disk: only a hit should
+                    # differ. A miss that differs means NVRTC's answer is not a function
+                    # of what the reference gives it (its own cache, see --nvrtc-cache).
+                    why = "stale-hit" if r.hit else "dropin-miss-differs"
                 elif verdict == "different-kernel":
                     cold = self.cold(sc, cfg, root)
                     why = ("stale-hit" if r.hit else "stale") if compare(ref, cold) is None \
@@ -578,6 +582,9 @@ def main():
                          "in the long mode; otherwise every path every step)")
     ap.add_argument("--all-paths", dest="rotate", action="store_false",
                     help="every path every step, in the long mode too")
+    ap.add_argument("--nvrtc-cache", choices=["on", "off"], default="on",
+                    help="NVIDIA's NVRTC's own cache (CUDA 13, where a driver is loaded): "
+                         "off sets CUDA_CACHE_DISABLE=1 for every process")
     ap.add_argument("--cold-rate", type=float, default=0.1,
                     help="share of hits also compared with an empty cache's result")
     ap.add_argument("--real-sleep", type=int, default=None, metavar="N",
@@ -662,9 +669,9 @@ def main():
                 runner.counts["differ"] += 1
                 f.update(kind=sc.kind, seed=sc_seed, aged=sc.aged)
                 print("DIFFERS: scenario %s:%d:%s, step %d, %s path: %s; NVRTC %s, "
-                      "kcache %s%s; classes: %s" % (
+                      "kcache %s (%s)%s; classes: %s" % (
                           sc.kind, sc_seed, "aged" if sc.aged else "fresh", f["step"],
-                          f["path"], f["why"], f["ref"], f["got"],
+                          f["path"], f["why"], f["ref"], f["got"], "hit" if f["hit"] else "miss",
                           " (" + f["message"][:160] + ")" if f["message"] else "",
                           ", ".join(f["classes"]) or "none"))
                 failures.append((sc, f))
