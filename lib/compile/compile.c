@@ -553,6 +553,21 @@ static void store_result(kcache_compiler *c, const struct work *w, struct kc_res
     free(in);
 }
 
+/*
+ * Why a compile without -restrict is not what its options give in another
+ * process: NVIDIA's NVRTC keeps -restrict once this process asked for it
+ * (cuda/toolkit.h). Checked before the lookup and again before a store, for
+ * a compile with -restrict that another thread started meanwhile. NULL if not.
+ */
+static const char *kept_restrict(const struct work *w)
+{
+    if (!kc_nvrtc_restrict_kept() ||
+        kc_nvrtc_opts_restrict(w->opts.n_canonical, (const char *const *)w->opts.canonical))
+        return NULL;
+    return "NVRTC applies -restrict to every compile of a process after one that asked for "
+           "it (NVIDIA's NVRTC keeps the option): compiled as NVRTC would here, uncached";
+}
+
 /* A compile as a step of kc_through_cache(). */
 struct compile_step {
     kcache_compiler *c;
@@ -584,6 +599,12 @@ static void store_compile_step(void *ctx, struct kc_result *r)
                  "opened (replaced since): its kernels would be filed under the other build",
                  s->c->tk.nvrtc_path);
         kc_result_store_problem(r, KCACHE_ENOTSUP, msg);
+        return;
+    }
+    if (kept_restrict(s->w)) {
+        kc_result_store_problem(r, KCACHE_ENOTSUP, "not stored: nvrtc_kept_restrict");
+        kc_store_count_uncacheable(s->c->store, "nvrtc_kept_restrict");
+        r->pub.keyed = 0;
         return;
     }
     if (s->env_problem[0]) {
@@ -669,6 +690,8 @@ static int run_caller_step(void *ctx, struct kc_result *r)
         s->no_store = "environment-not-keyed";
     else if (!rc && !s->no_store && closure_holds(s->w) != 1)
         s->no_store = "closure-changed";
+    else if (!s->no_store && kept_restrict(s->w))
+        s->no_store = "restrict-kept"; /* the drop-in's name (nvrtc-shim/shim.c) */
     if (m.log && *m.log) {
         if (!(r->log = kc_strdup(m.log)))
             return KCACHE_ENOMEM;
@@ -854,6 +877,10 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     int bad_request = rc != 0;
     if (rc || (rc = toolkit_dirs(c, &w)))
         goto unkeyed;
+    if (!w.opts.uncached_reason && kept_restrict(&w)) {
+        w.opts.uncached_reason = "nvrtc_kept_restrict";
+        w.opts.uncached_problem = kept_restrict(&w);
+    }
     /* NVRTC's environment variables: keyed, or the compile runs uncached. */
     if (!(req->flags & KCACHE_COMPILE_NO_CACHE) && !kc_toolkit_id_unknown(c->tk.nvrtc_id) &&
         (rc = kc_nvenv_get(&w.env, &c->tk, c->store)))

@@ -177,6 +177,7 @@ int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct wor
             goto out;
         }
     }
+    kc_nvrtc_note_options(n_opts, (const char *const *)opts);
     uint64_t t0 = kc_mono_ns();
     nvrtcResult compiled = api->CompileProgram(prog, (int)n_opts, (const char *const *)opts);
     r->pub.compile_ns = kc_mono_ns() - t0;

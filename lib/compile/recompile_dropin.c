@@ -86,6 +86,7 @@ static int compile_as_asked(void *userdata, kcache_made *made)
         return KCACHE_EIO;
     for (size_t i = 0; i < d->n_exprs; i++)
         api->AddNameExpression(d->prog, d->exprs[i]);
+    kc_nvrtc_note_options(d->n_opts, d->opts);
     nvrtcResult rc = api->CompileProgram(d->prog, (int)d->n_opts, d->opts);
     size_t size = 0;
     if (api->GetProgramLogSize(d->prog, &size) == NVRTC_SUCCESS && size &&

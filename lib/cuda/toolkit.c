@@ -6,6 +6,7 @@
 #include <link.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -441,4 +442,26 @@ int kc_nvjitlink_get(const kc_toolkit *tk, const kc_nvjitlink **out, char *msg, 
     int rc = load(&nvjitlink, tk->nvjitlink_path, &api, msg, msg_size);
     *out = api;
     return rc;
+}
+
+/* Any NVRTC this process loaded: a second library's compiles are judged alike. */
+static atomic_int restrict_kept;
+
+int kc_nvrtc_opts_restrict(size_t n, const char *const *opts)
+{
+    for (size_t i = 0; i < n; i++)
+        if (opts[i] && (!strcmp(opts[i], "-restrict") || !strcmp(opts[i], "--restrict")))
+            return 1;
+    return 0;
+}
+
+void kc_nvrtc_note_options(size_t n, const char *const *opts)
+{
+    if (kc_nvrtc_opts_restrict(n, opts))
+        atomic_store(&restrict_kept, 1);
+}
+
+int kc_nvrtc_restrict_kept(void)
+{
+    return atomic_load(&restrict_kept);
 }

@@ -88,4 +88,18 @@ int kc_toolkit_id_unknown(const char *id);
  */
 void kc_toolkit_on_nvrtc_load(void (*fn)(void *handle));
 
+/*
+ * NVIDIA's NVRTC 13.0 keeps -restrict: after one compile of a process asks
+ * for it, every later compile of that process is made as if it had asked
+ * (measured: the same CUBIN as -restrict given, for the rest of the process).
+ * So whoever hands options to NVRTC notes them first, and a compile without
+ * -restrict after one with it is not what its options give elsewhere: it is
+ * neither served from nor filed in the cache.
+ */
+void kc_nvrtc_note_options(size_t n, const char *const *opts);
+/* 1 if opts ask for -restrict (either spelling). */
+int kc_nvrtc_opts_restrict(size_t n, const char *const *opts);
+/* 1 once this process handed NVRTC a compile with -restrict. */
+int kc_nvrtc_restrict_kept(void);
+
 #endif

@@ -54,6 +54,7 @@
 #include <kcache/compile.h>
 #include <kcache/store.h>
 
+#include "cuda/toolkit.h"
 #include "nvrtc-shim/facts.h"
 #include "nvrtc-shim/observe.h"
 #include "nvrtc-shim/shim.h"
@@ -82,6 +83,7 @@ enum reason {
     R_SEVERAL_ARCHS,
     R_ENVIRONMENT,
     R_REQUIRE_HIT,
+    R_RESTRICT_KEPT,
     R_COUNT
 };
 
@@ -115,6 +117,9 @@ static const char *const reason_names[R_COUNT] = {
     [R_ENVIRONMENT] = "environment-not-keyed",
     /* KCACHE_REQUIRE_HIT and not in the cache: NVRTC_ERROR_COMPILATION, nothing compiled. */
     [R_REQUIRE_HIT] = "require-hit-refused",
+    /* NVIDIA's NVRTC keeps -restrict once the program asked for it (cuda/toolkit.h):
+     * a compile without it is then not what its options give in another process. */
+    [R_RESTRICT_KEPT] = "restrict-kept",
 };
 
 static atomic_ulong reason_count[R_COUNT];
@@ -925,6 +930,9 @@ SHIM_API nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions,
                                          const char *const *options)
 {
     struct prog *p = (struct prog *)prog;
+    /* Before any compile reaches NVIDIA's library, whichever way it goes. */
+    if (numOptions > 0 && options)
+        kc_nvrtc_note_options((size_t)numOptions, options);
     if (!p || p->passthrough || p->compiled || numOptions < 0 || (numOptions > 0 && !options))
         FORWARD(p, CompileProgram(p ? p->real : NULL, numOptions, options));
     kcache_kind kind = KCACHE_KIND_CUBIN;
@@ -944,6 +952,10 @@ SHIM_API nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions,
         return compile_real(p);
     if (why >= 0) {
         count((enum reason)why);
+        return compile_real(p);
+    }
+    if (kc_nvrtc_restrict_kept() && !kc_nvrtc_opts_restrict((size_t)numOptions, options)) {
+        count(R_RESTRICT_KEPT);
         return compile_real(p);
     }
     kcache_compiler *c = get_compiler();

@@ -263,7 +263,7 @@ class Runner:
         if memo_key in self.ref_memo:
             return lambda: self.ref_memo[memo_key]
         self.counts["ref_compiles"] += 1
-        d = self.driver("ref", False, cfg.get("env"))
+        d = self.driver("ref", False, process_env(sc, cfg, root))
         early = d.send("nvrtc", os.path.join(root, cfg["cwd"]), os.path.join(root, cfg["source"]),
                        opts, cfg["mem"], cfg)
 
@@ -309,13 +309,13 @@ class Runner:
         if path == "cli":
             return self.cli(sc, cfg, root)
         mode = "lib" if path == "lib" else "nvrtc"
-        return self.driver(path, sc.aged, cfg.get("env")).compile(
+        return self.driver(path, sc.aged, process_env(sc, cfg, root)).compile(
             mode, os.path.join(root, cfg["cwd"]), os.path.join(root, cfg["source"]),
             sc.options(cfg, root), cfg["mem"], cfg)
 
     def cold(self, sc, cfg, root):
         self.counts["cold_checks"] += 1
-        return self.driver("lib", sc.aged, cfg.get("env")).compile(
+        return self.driver("lib", sc.aged, process_env(sc, cfg, root)).compile(
             "cold", os.path.join(root, cfg["cwd"]), os.path.join(root, cfg["source"]),
             sc.options(cfg, root), cfg["mem"], cfg)
 
@@ -429,6 +429,20 @@ class Runner:
                 log(row)
         self.close_env_drivers()
         return failures
+
+
+def process_env(sc, cfg, root):
+    """The environment of the driver a request goes to (None: the long-lived ones).
+
+    NVIDIA's NVRTC keeps -restrict for the rest of a process once a compile asked
+    for it (tests/soundness/test_restrict.py): a request with -restrict goes to
+    processes of the scenario's own, closed at its end, so that the long-lived
+    drivers, the reference among them, stay as a fresh process is."""
+    env = cfg.get("env")
+    opts = sc.options(cfg, root)
+    if "-restrict" in opts or "--restrict" in opts:
+        env = dict(env or {}, KCACHE_SOUND_RESTRICT="1")
+    return env
 
 
 def make_root(sc, work, name):
