@@ -65,9 +65,9 @@ struct recompiled {
 
 /*
  * Why an entry was skipped, as the library says it without its details
- * ("made by another toolchain (...)"): every skip was once reported as
- * "made by another toolchain", the drop-in's entries too, which keep no
- * source to rebuild from.
+ * ("made by another toolchain (...)"): counted by that reason, so that the
+ * drop-in's entries, which keep no source to rebuild from, are not counted
+ * as made by another toolchain.
  */
 static void count_skip(struct recompiled *out, const char *message)
 {

@@ -503,8 +503,8 @@ out:
 
 /*
  * kcache.conf read once per process while it stays the same file: one
- * compile asks for six or more settings, and each used to open and parse the
- * file again. A stat() tells an edit (mtime, ctime, size) or a file replaced
+ * compile asks for six or more settings, and reading the file for each
+ * would open and parse it six times. A stat() tells an edit (mtime, ctime, size) or a file replaced
  * (`kcache config` renames a new one over it: another inode). Settings are
  * not inputs to any key, so an edit within one timestamp tick of an earlier
  * read in the same process can only delay a setting, never serve a wrong
