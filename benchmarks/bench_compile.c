@@ -21,28 +21,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "compare/cmp_util.h"
 #include "resolve/deps.h"
 
 extern char **environ;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, size_t n)
-{
-    qsort(v, n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static void die(const char *what)
 {
@@ -59,12 +41,12 @@ static double run_process(char *const argv[], const char *cache_dir)
     posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
     setenv("KCACHE_DIR", cache_dir, 1);
     pid_t pid;
-    double t0 = now_s();
+    double t0 = cmp_now();
     if (posix_spawn(&pid, argv[0], &fa, NULL, argv, environ) != 0)
         die("cannot start a process");
     int status;
     waitpid(pid, &status, 0);
-    double t = now_s() - t0;
+    double t = cmp_now() - t0;
     posix_spawn_file_actions_destroy(&fa);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         die("a kcache process failed");
@@ -144,13 +126,14 @@ int main(int argc, char **argv)
     double *hit = malloc(sizeof(double) * (size_t)runs * 10);
     for (int i = 0; i < runs * 10; i++) {
         kcache_result *r;
-        double t0 = now_s();
+        double t0 = cmp_now();
         if (kcache_compiler_compile(&r, c, &bs) != 0 || !r->hit)
             die("expected a hit");
-        hit[i] = now_s() - t0;
+        hit[i] = cmp_now() - t0;
         kcache_result_free(r);
     }
-    double cold_s = median(cold, 3), hit_s = median(hit, (size_t)runs * 10);
+    double cold_s = cmp_quantile(cold, 3, 0.5);
+    double hit_s = cmp_quantile(hit, (size_t)runs * 10, 0.5);
     add("block_sort.cu cold compile, in process (median of 3)", cold_s * 1e3, "ms");
     add("block_sort.cu hit, in process", hit_s * 1e6, "us");
     add("  cold / hit", cold_s / hit_s, "x (goal >= 1000)");
@@ -172,8 +155,9 @@ int main(int argc, char **argv)
     double pcold[3];
     for (int i = 0; i < 3; i++)
         pcold[i] = run_process(cli_cold, dir);
-    double proc_s = median(proc, (size_t)runs), floor_s = median(flr, (size_t)runs);
-    double pcold_s = median(pcold, 3);
+    double proc_s = cmp_quantile(proc, (size_t)runs, 0.5);
+    double floor_s = cmp_quantile(flr, (size_t)runs, 0.5);
+    double pcold_s = cmp_quantile(pcold, 3, 0.5);
     add("kcache compile block_sort.cu, cold process (median of 3)", pcold_s * 1e3, "ms");
     add("kcache compile block_sort.cu, hit process", proc_s * 1e3, "ms (goal <= 10)");
     add("kcache --version process (process floor)", floor_s * 1e3, "ms");
@@ -207,18 +191,18 @@ int main(int argc, char **argv)
     double *res_t = malloc(sizeof(double) * n), *hit_t = malloc(sizeof(double) * n);
     for (size_t i = 0; i < n; i++) {
         kc_deps deps;
-        double t0 = now_s();
+        double t0 = cmp_now();
         if (kc_deps_resolve(&deps, &dq, err, sizeof(err)) != 0)
             die(err);
-        res_t[i] = now_s() - t0;
+        res_t[i] = cmp_now() - t0;
         kc_deps_free(&deps);
-        t0 = now_s();
+        t0 = cmp_now();
         if (kcache_compiler_compile(&r, c, &hq) != 0 || !r->hit)
             die("expected a hit");
-        hit_t[i] = now_s() - t0;
+        hit_t[i] = cmp_now() - t0;
         kcache_result_free(r);
     }
-    double res_s = median(res_t, n), hq_s = median(hit_t, n);
+    double res_s = cmp_quantile(res_t, n, 0.5), hq_s = cmp_quantile(hit_t, n, 0.5);
     add("headers/main.cu hit, in process", hq_s * 1e6, "us");
     add("  of which header resolution", res_s * 1e6, "us");
     add("  resolution share of the hit", 100.0 * res_s / hq_s, "%");

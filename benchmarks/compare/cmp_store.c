@@ -56,56 +56,13 @@ static const size_t bin_lo[N_BINS + 1] = {4 * KIB,   8 * KIB,   32 * KIB,
 static const char *const bin_name[N_BINS] = {"4-8 KiB", "8-32 KiB", "32-128 KiB",
                                              "128-512 KiB", "512-1024 KiB"};
 
-/* Words per run copied from the pool: 1 (single words in random order) makes
- * zstd compress the set 3.5-3.9x (level 3-6), about as it compresses each corpus CUBIN;
- * longer runs compress better (2: 4.6x, 6: 5.9x). */
-#ifndef RUN_WORDS
-#define RUN_WORDS 1
-#endif
-
 /* The word pool: 16-byte words (one sm_90 instruction each) of real CUBINs. */
 static uint8_t *pool;
 static size_t pool_words;
 
-static size_t entry_size(uint64_t i)
-{
-    /* Log-normal, median 40 KiB, sigma 1, clamped to 4 KiB .. 1 MiB. */
-    uint64_t st = i * UINT64_C(7919) + 17;
-    double u1 = ((double)(cmp_splitmix(&st) >> 11) + 1) / 9007199254740993.0;
-    double u2 = (double)(cmp_splitmix(&st) >> 11) / 9007199254740992.0;
-    double z = sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
-    double s = 40.0 * KIB * exp(z);
-    if (s < 4 * KIB)
-        s = 4 * KIB;
-    if (s > MIB)
-        s = MIB;
-    return (size_t)s;
-}
-
-/* A CUBIN-like artifact: the pool's words, shuffled per copy (the first copy
- * from a per-entry offset), with the entry number in its first bytes so that
- * no two entries are equal. */
 static void entry_bytes(uint64_t i, uint8_t *out, size_t size)
 {
-    uint64_t st = i * UINT64_C(1000003) + 5;
-    size_t pos = 0;
-    size_t start = (size_t)(cmp_splitmix(&st) % pool_words);
-    while (pos < size) {
-        size_t w = start;
-        start = (size_t)(cmp_splitmix(&st) % pool_words);
-        size_t n = size - pos < 16 ? size - pos : 16;
-        memcpy(out + pos, pool + w * 16, n);
-        pos += n;
-        /* Short runs keep real instruction pairs together; their length sets
-         * how well zstd compresses the result (see RUN_WORDS). */
-        for (int k = 1; k < RUN_WORDS && pos < size; k++) {
-            w = (w + 1) % pool_words;
-            n = size - pos < 16 ? size - pos : 16;
-            memcpy(out + pos, pool + w * 16, n);
-            pos += n;
-        }
-    }
-    memcpy(out, &i, size < 8 ? size : 8);
+    cmp_entry_bytes(i, out, size, pool, pool_words);
 }
 
 static kcache_key entry_key(uint64_t i)
@@ -426,7 +383,7 @@ int cmp_store_main(const struct cmp_store_args *a)
     uint64_t raw_total = 0;
     double *sz = cmp_xmalloc(n * sizeof(double));
     for (uint64_t i = 0; i < n; i++) {
-        sizes[i] = entry_size(i);
+        sizes[i] = cmp_entry_size(i);
         raw_total += sizes[i];
         sz[i] = (double)sizes[i];
     }
@@ -873,7 +830,7 @@ int cmp_store_main(const struct cmp_store_args *a)
         uint64_t every = (to_write / (60 * KIB)) / 40 + 1;
         while (written < to_write) {
             uint64_t idx = UINT64_C(1) << 40 | i++;
-            size_t sn = entry_size(idx);
+            size_t sn = cmp_entry_size(idx);
             entry_bytes(idx, buf, sn);
             kcache_key k = entry_key(idx);
             double t0 = cmp_now();
