@@ -825,7 +825,8 @@ static const char usage_text[] =
     "  --kcache PATH         the kcache CLI, to time `kcache stats` end to end\n"
     "  --no-touch            time hits with KCACHE_GET_NO_TOUCH (what counting hits costs)\n";
 
-int main(int argc, char **argv)
+/* The options into opt, its paths made absolute. Returns -1 to go on, else the exit status. */
+static int read_options(int argc, char **argv)
 {
     static const struct option options[] = {
         {"quick", no_argument, NULL, 'q'},          {"json", required_argument, NULL, 'j'},
@@ -873,6 +874,14 @@ int main(int argc, char **argv)
         cmp_fail("%s: %s", opt.tiled_wrapper, strerror(errno));
     if (opt.tiled_wrapper)
         opt.tiled_wrapper = abs_wrapper;
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    int status = read_options(argc, argv);
+    if (status >= 0)
+        return status;
     signal(SIGPIPE, SIG_IGN);
 
     struct blob saxpy, block_sort, tiled;
