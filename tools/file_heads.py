@@ -17,6 +17,8 @@ import os
 import re
 import sys
 
+from source_files import source_files
+
 FOLDERS = ('lib', 'cli')
 SMALL = 100
 
@@ -86,18 +88,12 @@ def problem(rel, name, lines):
 def main():
     root = os.path.abspath(sys.argv[1])
     found, listed_seen = [], set()
-    for folder in FOLDERS:
-        for dirpath, dirnames, filenames in os.walk(os.path.join(root, folder)):
-            dirnames.sort()
-            for name in sorted(filenames):
-                path = os.path.join(dirpath, name)
-                rel = os.path.relpath(path, root)
-                with open(path, encoding='utf-8', errors='replace') as f:
-                    why = problem(rel, name, f.read().split('\n'))
-                if why and rel in LISTED:
-                    listed_seen.add(rel)
-                elif why:
-                    found.append(f'{rel}:1: {why}')
+    for rel, name, lines in source_files(root, FOLDERS):
+        why = problem(rel, name, lines)
+        if why and rel in LISTED:
+            listed_seen.add(rel)
+        elif why:
+            found.append(f'{rel}:1: {why}')
     for rel in sorted(LISTED - listed_seen):
         found.append(f'{rel} opens as it should now: remove it from LISTED in tools/file_heads.py')
     for line in found:

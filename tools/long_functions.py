@@ -17,6 +17,8 @@ import os
 import re
 import sys
 
+from source_files import source_files
+
 FOLDERS = ('lib', 'cli', 'benchmarks', 'python')
 LIMIT = 100
 
@@ -73,24 +75,15 @@ def has_reason(comment):
 def main():
     root = os.path.abspath(sys.argv[1])
     found, seen = [], set()
-    for folder in FOLDERS:
-        for dirpath, dirnames, filenames in os.walk(os.path.join(root, folder)):
-            dirnames.sort()
-            for name in sorted(filenames):
-                if not name.endswith('.c'):
-                    continue
-                path = os.path.join(dirpath, name)
-                rel = os.path.relpath(path, root)
-                with open(path, encoding='utf-8', errors='replace') as f:
-                    lines = f.read().split('\n')
-                for fn, line, length, comment in functions(lines):
-                    if length <= LIMIT or has_reason(comment):
-                        continue
-                    key = f'{rel}:{fn}'
-                    seen.add(key)
-                    if key not in LISTED:
-                        found.append(f'{rel}:{line}: {fn} runs {length} lines: split it, or say '
-                                     f'why it reads best whole on a "Long:" line of its comment')
+    for rel, _, lines in source_files(root, FOLDERS, '.c'):
+        for fn, line, length, comment in functions(lines):
+            if length <= LIMIT or has_reason(comment):
+                continue
+            key = f'{rel}:{fn}'
+            seen.add(key)
+            if key not in LISTED:
+                found.append(f'{rel}:{line}: {fn} runs {length} lines: split it, or say why it '
+                             f'reads best whole on a "Long:" line of its comment')
     for key in sorted(LISTED - seen):
         found.append(f'{key} is at most {LIMIT} lines now: remove it from LISTED in '
                      f'tools/long_functions.py')
