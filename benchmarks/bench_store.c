@@ -204,21 +204,6 @@ static void print_table(void)
         printf("note: %s\n", notes[i]);
 }
 
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 static void json_num(FILE *f, double v)
 {
     if (isnan(v) || isinf(v))
@@ -257,21 +242,21 @@ static void write_json(const char *path)
     char model[256];
     cpu_model(model, sizeof(model));
     fprintf(f, "{\n  \"benchmark\": \"bench_store\",\n  \"kcache_version\": ");
-    json_str(f, kcache_version());
+    cmp_json_string(f, kcache_version());
     fprintf(f, ",\n  \"mode\": \"%s\",\n  \"machine\": {\"cpus\": %ld, \"cpu_model\": ",
             opt.quick ? "quick" : "full", sysconf(_SC_NPROCESSORS_ONLN));
-    json_str(f, model);
+    cmp_json_string(f, model);
     fprintf(f, ", \"time\": %lld},\n  \"rows\": [\n", (long long)time(NULL));
     for (size_t i = 0; i < n_rows; i++) {
         const struct row *r = &rows[i];
         fputs("    {\"bench\": ", f);
-        json_str(f, r->bench);
+        cmp_json_string(f, r->bench);
         fputs(", \"case\": ", f);
-        json_str(f, r->label);
+        cmp_json_string(f, r->label);
         fputs(", \"value\": ", f);
         json_num(f, r->value);
         fputs(", \"unit\": ", f);
-        json_str(f, r->unit);
+        cmp_json_string(f, r->unit);
         fputs(", \"reference\": ", f);
         json_num(f, r->ref);
         fputs(", \"ratio\": ", f);
@@ -285,13 +270,13 @@ static void write_json(const char *path)
             fprintf(f, ", \"met\": %s}", strcmp(row_status(r), "ok") ? "false" : "true");
         }
         fputs(", \"note\": ", f);
-        json_str(f, r->note);
+        cmp_json_string(f, r->note);
         fprintf(f, "}%s\n", i + 1 < n_rows ? "," : "");
     }
     fputs("  ],\n  \"notes\": [", f);
     for (size_t i = 0; i < n_notes; i++) {
         fputs(i ? ", " : "", f);
-        json_str(f, notes[i]);
+        cmp_json_string(f, notes[i]);
     }
     fputs("]\n}\n", f);
     if (fclose(f) != 0)
@@ -840,7 +825,8 @@ static const char usage_text[] =
     "  --kcache PATH         the kcache CLI, to time `kcache stats` end to end\n"
     "  --no-touch            time hits with KCACHE_GET_NO_TOUCH (what counting hits costs)\n";
 
-int main(int argc, char **argv)
+/* The options into opt, its paths made absolute. Returns -1 to go on, else the exit status. */
+static int read_options(int argc, char **argv)
 {
     static const struct option options[] = {
         {"quick", no_argument, NULL, 'q'},          {"json", required_argument, NULL, 'j'},
@@ -888,6 +874,14 @@ int main(int argc, char **argv)
         cmp_fail("%s: %s", opt.tiled_wrapper, strerror(errno));
     if (opt.tiled_wrapper)
         opt.tiled_wrapper = abs_wrapper;
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    int status = read_options(argc, argv);
+    if (status >= 0)
+        return status;
     signal(SIGPIPE, SIG_IGN);
 
     struct blob saxpy, block_sort, tiled;

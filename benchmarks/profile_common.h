@@ -5,7 +5,8 @@
 #include <kcache/store.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
+
+#include "compare/cmp_util.h"
 
 /* The store at path, or NULL after saying why on stderr as `prog`. */
 static inline kcache_store *profile_open(const char *prog, const char *path, uint64_t max_size)
@@ -25,21 +26,13 @@ static inline kcache_store *profile_open(const char *prog, const char *path, uin
 
 static inline double now_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static inline int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    return cmp_now() * 1e6;
 }
 
 /* Sorts v; its upper median (the middle one, or the higher of the middle two). */
 static inline double median(double *v, size_t n)
 {
-    qsort(v, n, sizeof(*v), cmp_double);
+    cmp_sort(v, n);
     return v[n / 2];
 }
 

@@ -166,12 +166,12 @@ int main(int argc, char **argv)
         for (int r = 0; !rc && r < rounds; r++) {
             rc = measured(s, n_keys, k, t);
             if (!rc && t) {
-                qsort(t, (size_t)k, sizeof(double), cmp_double);
+                cmp_sort(t, (size_t)k);
                 med[r] = t[k / 2];
             }
         }
         if (!rc && med) {
-            qsort(med, (size_t)rounds, sizeof(double), cmp_double);
+            cmp_sort(med, (size_t)rounds);
             printf("%.3f\n", med[rounds / 2]);
         }
         free(t);

@@ -27,33 +27,6 @@
 static uint8_t *pool;
 static size_t pool_words;
 
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += UINT64_C(0x9E3779B97F4A7C15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
-}
-
-static size_t entry_size(uint64_t i)
-{
-    uint64_t st = i * UINT64_C(7919) + 17;
-    double u1 = ((double)(splitmix(&st) >> 11) + 1) / 9007199254740993.0;
-    double u2 = (double)(splitmix(&st) >> 11) / 9007199254740992.0;
-    double s = 40.0 * 1024 * exp(sqrt(-2 * log(u1)) * cos(2 * M_PI * u2));
-    return s < 4096 ? 4096 : s > 1048576 ? 1048576 : (size_t)s;
-}
-
-static void entry_bytes(uint64_t i, uint8_t *out, size_t size)
-{
-    uint64_t st = i * UINT64_C(1000003) + 5;
-    for (size_t pos = 0; pos < size; pos += 16) {
-        size_t n = size - pos < 16 ? size - pos : 16;
-        memcpy(out + pos, pool + (splitmix(&st) % pool_words) * 16, n);
-    }
-    memcpy(out, &i, size < 8 ? size : 8);
-}
-
 static void load_pool(char **files, int n)
 {
     size_t total = 0;
@@ -81,16 +54,9 @@ static void load_pool(char **files, int n)
             exit(1);
         uint64_t st = 1;
         for (size_t j = 0; j < total; j++)
-            pool[j] = (uint8_t)(splitmix(&st) & 15);
+            pool[j] = (uint8_t)(cmp_splitmix(&st) & 15);
     }
     pool_words = total / 16;
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* Keys as kcache makes them, BLAKE2b-256 of key material, so that a bundle
@@ -134,7 +100,7 @@ int main(int argc, char **argv)
     if (!s)
         return 1;
     int rc = 0;
-    double t0 = now();
+    double t0 = cmp_now();
     if (!strcmp(mode, "prune")) {
         kcache_stats *st = NULL;
         rc = kcache_store_stats(&st, s);
@@ -142,10 +108,10 @@ int main(int argc, char **argv)
         po.max_size = rc ? 0 : st->stored_bytes / 100 * strtoull(argv[3], NULL, 10);
         kcache_stats_free(st);
         kcache_prune_result pr = KCACHE_PRUNE_RESULT_INIT;
-        t0 = now();
+        t0 = cmp_now();
         if (!rc)
             rc = kcache_store_prune(&pr, s, &po);
-        double t = now() - t0;
+        double t = cmp_now() - t0;
         fprintf(stderr, "prune: %llu evicted in %.1f ms (%.1f us each)\n",
                 (unsigned long long)pr.evicted, t * 1e3,
                 pr.evicted ? t * 1e6 / (double)pr.evicted : 0.0);
@@ -162,15 +128,15 @@ int main(int argc, char **argv)
             rc = kcache_batch_new(&b, s, &bo);
         }
         for (uint64_t i = 0; data && i < n && !rc; i++) {
-            size_t size = entry_size(i);
-            entry_bytes(i, data, size);
+            size_t size = cmp_entry_size(i);
+            cmp_entry_bytes(i, data, size, pool, pool_words);
             kcache_entry e;
             entry_of(&e, i, data, size);
-            t0 = now();
+            t0 = cmp_now();
             rc = b ? kcache_batch_put(b, &e) : kcache_store_put(s, &e);
             if (!rc && b && i + 1 == n)
                 rc = kcache_batch_commit(b);
-            timed += now() - t0;
+            timed += cmp_now() - t0;
         }
         kcache_batch_free(b);
         free(data);

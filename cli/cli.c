@@ -132,27 +132,47 @@ int cli_use_color(FILE *stream)
     return isatty(fileno(stream)) && !(no && *no);
 }
 
+int cli_next_option(cli_options *o)
+{
+    if (!o->started) {
+        o->started = 1;
+        opterr = 0;
+        optind = 1;
+    }
+    int c = getopt_long(o->argc, o->argv, o->short_opts, o->table, NULL);
+    switch (c) {
+    case -1: return 0;
+    case 'h': fputs(o->usage, stdout); o->status = CLI_OK; return -1;
+    case ':':
+        o->status = cli_usage_error(o->verb, "%s needs a value", o->argv[optind - 1]);
+        return -1;
+    case '?':
+        o->status = cli_usage_error(o->verb, "unknown option '%s'", o->argv[optind - 1]);
+        return -1;
+    default: return c;
+    }
+}
+
+int cli_extra_arg(const cli_options *o, int n)
+{
+    if (optind + n >= o->argc)
+        return 0;
+    cli_usage_error(o->verb, "unexpected argument '%s'", o->argv[optind + n]);
+    return 1;
+}
+
 int cli_parse_json_only(int argc, char **argv, const char *verb, const char *usage, int *json)
 {
-    static const struct option options[] = {
+    static const struct option table[] = {
         {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        CLI_OPTIONS_END,
     };
+    cli_options o = CLI_OPTIONS(argc, argv, verb, usage, "h", table);
     int c;
     *json = 0;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
-        switch (c) {
-        case 'j': *json = 1; break;
-        case 'h': fputs(usage, stdout); return CLI_OK;
-        default: return cli_usage_error(verb, "unknown option '%s'", argv[optind - 1]);
-        }
-    }
-    if (optind < argc)
-        return cli_usage_error(verb, "unexpected argument '%s'", argv[optind]);
-    return -1;
+    while ((c = cli_next_option(&o)) > 0)
+        *json = 1; /* --json: the one option the table leaves to the verb */
+    return c < 0 ? o.status : cli_extra_arg(&o, 0) ? CLI_USAGE : -1;
 }
 
 int cli_check_key_prefix(const char *verb, const char *prefix)

@@ -115,6 +115,33 @@ const char *cli_plural(char *buf, size_t size, uint64_t n, const char *one, cons
 const char *cli_format_cap(char *buf, size_t size, uint64_t cap);
 
 /*
+ * A verb's options read by getopt_long over its table, with what every verb
+ * answers alike said here: -h/--help prints usage to stdout, a missing value
+ * (when short_opts starts with ':') and an unknown option are usage errors.
+ * Set it with CLI_OPTIONS(); each cli_next_option() returns the next
+ * option's code (optarg set), 0 when the options end (optind at the first
+ * argument), or -1 when the verb must return status.
+ */
+struct option;
+typedef struct cli_options {
+    int argc;
+    char **argv;
+    const char *verb;
+    const char *usage;
+    const char *short_opts;
+    const struct option *table; /* ends with CLI_OPTIONS_END */
+    int started;
+    int status;
+} cli_options;
+#define CLI_OPTIONS(argc, argv, verb, usage, short_opts, table)                                    \
+    {(argc), (argv), (verb), (usage), (short_opts), (table), 0, CLI_OK}
+/* The last rows of every verb's table: --help, then the end. */
+#define CLI_OPTIONS_END {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}
+int cli_next_option(cli_options *o);
+/* 1 (reported as "unexpected argument") when the n-th argument after the options is there, else 0. */
+int cli_extra_arg(const cli_options *o, int n);
+
+/*
  * Parses the options of a verb that takes only --json and --help and no
  * arguments. Returns -1 to go on (*json set), else the exit code to return.
  */

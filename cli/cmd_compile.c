@@ -567,6 +567,24 @@ static int build_items(struct job *job, const struct compile_args *a)
     return CLI_OK;
 }
 
+/* Compiles every item of job on up to jobs threads, this one among them. */
+static void run_workers(struct job *job, size_t jobs)
+{
+    pthread_mutex_init(&job->lock, NULL);
+    size_t n_threads = jobs < job->n_items ? jobs : job->n_items;
+    job->n_threads = n_threads ? n_threads : 1;
+    pthread_t *threads = calloc(n_threads ? n_threads : 1, sizeof(*threads));
+    size_t started = 0;
+    for (size_t t = 1; threads && t < n_threads; t++)
+        if (pthread_create(&threads[started], NULL, worker, job) == 0)
+            started++;
+    worker(job);
+    for (size_t t = 0; t < started; t++)
+        pthread_join(threads[t], NULL);
+    free(threads);
+    pthread_mutex_destroy(&job->lock);
+}
+
 int cmd_compile(int argc, char **argv)
 {
     struct compile_args a;
@@ -624,19 +642,7 @@ int cmd_compile(int argc, char **argv)
     /* A terminal sees each result as it comes; a pipe gets them in the order given. */
     job.stream = !a.json && isatty(STDOUT_FILENO);
     live_init(&job.live, job.n_items, !a.json && job.n_items > 1);
-    pthread_mutex_init(&job.lock, NULL);
-    size_t n_threads = (size_t)a.jobs < job.n_items ? (size_t)a.jobs : job.n_items;
-    job.n_threads = n_threads ? n_threads : 1;
-    pthread_t *threads = calloc(n_threads ? n_threads : 1, sizeof(*threads));
-    size_t started = 0;
-    for (size_t t = 1; threads && t < n_threads; t++)
-        if (pthread_create(&threads[started], NULL, worker, &job) == 0)
-            started++;
-    worker(&job);
-    for (size_t t = 0; t < started; t++)
-        pthread_join(threads[t], NULL);
-    free(threads);
-    pthread_mutex_destroy(&job.lock);
+    run_workers(&job, (size_t)a.jobs);
     live_finish(&job.live);
     if (a.cache_key) {
         status = print_cache_key(&job, a.json);

@@ -190,22 +190,19 @@ static int config_verb(int argc, char **argv)
     static const struct option options[] = {
         {"unset", required_argument, NULL, 'u'},
         {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        CLI_OPTIONS_END,
     };
     const char *unset = NULL;
     int json = 0, c;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
+    cli_options opts = CLI_OPTIONS(argc, argv, "config", usage_text, ":h", options);
+    while ((c = cli_next_option(&opts)) > 0) {
         switch (c) {
         case 'u': unset = optarg; break;
         case 'j': json = 1; break;
-        case 'h': fputs(usage_text, stdout); return CLI_OK;
-        case ':': return cli_usage_error("config", "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error("config", "unknown option '%s'", argv[optind - 1]);
         }
     }
+    if (c < 0)
+        return opts.status;
     int n_args = argc - optind;
     if (n_args > 2 || (unset && n_args > 0))
         return cli_usage_error("config", "unexpected argument '%s'", argv[argc - 1]);

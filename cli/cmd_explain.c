@@ -209,6 +209,108 @@ static void print_value(const char *v)
     fputs(v ? cli_safe(v) : "(absent)", stdout);
 }
 
+/* Keeps the candidates of the request's source name or source text, each compared with it. */
+static void narrow(struct search *s, const kcache_key *key, const char *want_name,
+                   const char *want_source)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        struct candidate *c = &s->c[i];
+        int keep = 0;
+        kcache_entry *e = NULL;
+        if (memcmp(c->key.bytes, key->bytes, KCACHE_KEY_SIZE) != 0 &&
+            kcache_store_get(&e, s->store, &c->key,
+                             KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA) == 0 &&
+            kcache_key_describe(e->key_material, e->key_material_size, collect, &c->parts) == 0) {
+            const char *n = single(&c->parts, "source-name");
+            const char *src = single(&c->parts, "source");
+            keep = (n && want_name && !strcmp(n, want_name)) ||
+                   (src && want_source && !strcmp(src, want_source));
+        }
+        kcache_entry_free(e);
+        if (keep) {
+            compare(s->req, &c->parts, &c->diff);
+            s->c[kept++] = *c;
+        } else {
+            parts_free(&c->parts);
+        }
+    }
+    s->n = kept;
+}
+
+static void print_json(const char *hex, int found, int keyed, const struct parts *req,
+                       const struct search *s, size_t shown)
+{
+    cli_json j;
+    cli_json_init(&j, stdout);
+    cli_json_object_begin(&j, NULL);
+    cli_json_string(&j, "key", hex);
+    cli_json_bool(&j, "hit", found == 0);
+    cli_json_bool(&j, "cacheable", keyed);
+    cli_json_array_begin(&j, "components");
+    for (size_t i = 0; i < req->n; i++) {
+        cli_json_object_begin(&j, NULL);
+        cli_json_string(&j, "component", req->name[i]);
+        cli_json_string(&j, "value", req->value[i]);
+        cli_json_object_end(&j);
+    }
+    cli_json_array_end(&j);
+    cli_json_array_begin(&j, "nearest");
+    for (size_t i = 0; i < shown; i++) {
+        const struct candidate *c = &s->c[i];
+        char ch[KCACHE_KEY_HEX_SIZE];
+        kcache_key_hex(ch, &c->key);
+        cli_json_object_begin(&j, NULL);
+        cli_json_string(&j, "key", ch);
+        cli_json_string(&j, "name", c->name);
+        cli_json_string(&j, "arch", c->arch);
+        cli_json_string(&j, "kind", kcache_kind_name(c->kind));
+        cli_json_array_begin(&j, "differences");
+        for (size_t d = 0; d < c->diff.n; d++) {
+            cli_json_object_begin(&j, NULL);
+            cli_json_string(&j, "component", c->diff.d[d].component);
+            cli_json_string(&j, "request", c->diff.d[d].request);
+            cli_json_string(&j, "entry", c->diff.d[d].entry);
+            cli_json_object_end(&j);
+        }
+        cli_json_array_end(&j);
+        cli_json_object_end(&j);
+    }
+    cli_json_array_end(&j);
+    cli_json_object_end(&j);
+    cli_json_finish(&j);
+}
+
+static void print_human(const char *hex, int found, const kcache_result *res,
+                        const struct search *s, size_t shown)
+{
+    printf("Request key:  %s\n", hex);
+    if (!res->keyed)
+        printf("Not cacheable: %s\n", res->store_message);
+    else if (found == 0)
+        printf("Result:       hit (an entry has this key)\n");
+    else
+        printf("Result:       miss (no entry has this key)\n");
+    if (found != 0 && !shown)
+        printf("\nNo stored entry has the same source name or source text.\n");
+    for (size_t i = 0; found != 0 && i < shown; i++) {
+        const struct candidate *c = &s->c[i];
+        char ch[KCACHE_KEY_HEX_SIZE];
+        kcache_key_hex(ch, &c->key);
+        printf("\nNearest entry %.12s  %s  %s  %s: %zu component%s differ%s\n", ch,
+               cli_safe(c->name), cli_safe(c->arch), kcache_kind_name(c->kind), c->diff.n,
+               c->diff.n == 1 ? "" : "s",
+               c->diff.n == 1 ? "s" : "");
+        for (size_t d = 0; d < c->diff.n; d++) {
+            printf("  %-16s request: ", c->diff.d[d].component);
+            print_value(c->diff.d[d].request);
+            printf("\n  %-16s entry:   ", "");
+            print_value(c->diff.d[d].entry);
+            printf("\n");
+        }
+    }
+}
+
 int cmd_explain(int argc, char **argv)
 {
     struct compile_args a;
@@ -269,99 +371,16 @@ int cmd_explain(int argc, char **argv)
         status = cli_error("%s", kcache_store_errmsg(store));
         goto out;
     }
-    size_t kept = 0;
-    for (size_t i = 0; i < s.n; i++) {
-        struct candidate *c = &s.c[i];
-        int keep = 0;
-        kcache_entry *e = NULL;
-        if (memcmp(c->key.bytes, res->key.bytes, KCACHE_KEY_SIZE) != 0 &&
-            kcache_store_get(&e, store, &c->key, KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA) == 0 &&
-            kcache_key_describe(e->key_material, e->key_material_size, collect, &c->parts) == 0) {
-            const char *n = single(&c->parts, "source-name");
-            const char *src = single(&c->parts, "source");
-            keep = (n && want_name && !strcmp(n, want_name)) ||
-                   (src && want_source && !strcmp(src, want_source));
-        }
-        kcache_entry_free(e);
-        if (keep) {
-            compare(&req, &c->parts, &c->diff);
-            s.c[kept++] = *c;
-        } else {
-            parts_free(&c->parts);
-        }
-    }
-    s.n = kept;
+    narrow(&s, &res->key, want_name, want_source);
     qsort(s.c, s.n, sizeof(*s.c), cmp_candidates);
     size_t shown = s.n < 3 ? s.n : 3;
 
     char hex[KCACHE_KEY_HEX_SIZE];
     kcache_key_hex(hex, &res->key);
-    if (a.json) {
-        cli_json j;
-        cli_json_init(&j, stdout);
-        cli_json_object_begin(&j, NULL);
-        cli_json_string(&j, "key", hex);
-        cli_json_bool(&j, "hit", found == 0);
-        cli_json_bool(&j, "cacheable", res->keyed);
-        cli_json_array_begin(&j, "components");
-        for (size_t i = 0; i < req.n; i++) {
-            cli_json_object_begin(&j, NULL);
-            cli_json_string(&j, "component", req.name[i]);
-            cli_json_string(&j, "value", req.value[i]);
-            cli_json_object_end(&j);
-        }
-        cli_json_array_end(&j);
-        cli_json_array_begin(&j, "nearest");
-        for (size_t i = 0; i < shown; i++) {
-            const struct candidate *c = &s.c[i];
-            char ch[KCACHE_KEY_HEX_SIZE];
-            kcache_key_hex(ch, &c->key);
-            cli_json_object_begin(&j, NULL);
-            cli_json_string(&j, "key", ch);
-            cli_json_string(&j, "name", c->name);
-            cli_json_string(&j, "arch", c->arch);
-            cli_json_string(&j, "kind", kcache_kind_name(c->kind));
-            cli_json_array_begin(&j, "differences");
-            for (size_t d = 0; d < c->diff.n; d++) {
-                cli_json_object_begin(&j, NULL);
-                cli_json_string(&j, "component", c->diff.d[d].component);
-                cli_json_string(&j, "request", c->diff.d[d].request);
-                cli_json_string(&j, "entry", c->diff.d[d].entry);
-                cli_json_object_end(&j);
-            }
-            cli_json_array_end(&j);
-            cli_json_object_end(&j);
-        }
-        cli_json_array_end(&j);
-        cli_json_object_end(&j);
-        cli_json_finish(&j);
-    } else {
-        printf("Request key:  %s\n", hex);
-        if (!res->keyed)
-            printf("Not cacheable: %s\n", res->store_message);
-        else if (found == 0)
-            printf("Result:       hit (an entry has this key)\n");
-        else
-            printf("Result:       miss (no entry has this key)\n");
-        if (found != 0 && !shown)
-            printf("\nNo stored entry has the same source name or source text.\n");
-        for (size_t i = 0; found != 0 && i < shown; i++) {
-            const struct candidate *c = &s.c[i];
-            char ch[KCACHE_KEY_HEX_SIZE];
-            kcache_key_hex(ch, &c->key);
-            printf("\nNearest entry %.12s  %s  %s  %s: %zu component%s differ%s\n", ch,
-                   cli_safe(c->name), cli_safe(c->arch), kcache_kind_name(c->kind), c->diff.n,
-                   c->diff.n == 1 ? "" : "s",
-                   c->diff.n == 1 ? "s" : "");
-            for (size_t d = 0; d < c->diff.n; d++) {
-                printf("  %-16s request: ", c->diff.d[d].component);
-                print_value(c->diff.d[d].request);
-                printf("\n  %-16s entry:   ", "");
-                print_value(c->diff.d[d].entry);
-                printf("\n");
-            }
-        }
-    }
+    if (a.json)
+        print_json(hex, found, res->keyed, &req, &s, shown);
+    else
+        print_human(hex, found, res, &s, shown);
     status = CLI_OK;
 out:
     for (size_t i = 0; i < s.n; i++) {

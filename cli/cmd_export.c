@@ -72,6 +72,50 @@ static int write_all(const char *path, const void *data, size_t size)
                                                                            : CLI_OK;
 }
 
+/* One entry's file in dir, and its row of the manifest j: CLI_OK, or the status (reported). */
+static int export_one(cli_json *j, const kcache_entry *e, const char *dir, char *path,
+                      size_t path_size)
+{
+    int ret;
+    char hex[KCACHE_KEY_HEX_SIZE], digest[65], arch[64], name[96], rel[320];
+    const char *kind = kcache_kind_name(e->kind);
+    kcache_key_hex(hex, &e->key);
+    for (int b = 0; b < 32; b++)
+        snprintf(digest + 2 * b, 3, "%02x", e->digest[b]);
+    safe_name(arch, sizeof(arch), e->arch, 0);
+    safe_name(name, sizeof(name), e->name, 1);
+    /* The whole key: two keys may share any prefix, and one file would replace the
+     * other with the manifest still naming both. */
+    snprintf(rel, sizeof(rel), "%s/%s-%s.%s", arch, name, hex, kind ? kind : "bin");
+    snprintf(path, path_size, "%s/%s", dir, arch);
+    if (!(ret = make_dir(path))) {
+        snprintf(path, path_size, "%s/%s", dir, rel);
+        ret = write_all(path, e->data, e->size);
+    }
+    if (!ret) {
+        cli_json_object_begin(j, NULL);
+        cli_json_string(j, "file", rel);
+        cli_json_string(j, "key", hex);
+        cli_json_string(j, "kind", kind ? kind : "");
+        cli_json_string(j, "arch", e->arch);
+        cli_json_string(j, "name", e->name);
+        cli_json_uint(j, "size", e->size);
+        cli_json_string(j, "blake2b", digest);
+        cli_json_int(j, "created_ms", e->created_at);
+        cli_json_string(j, "toolchain", e->toolchain);
+        cli_json_array_begin(j, "names");
+        for (size_t n = 0; n < e->n_names; n++) {
+            cli_json_object_begin(j, NULL);
+            cli_json_string(j, "expression", e->name_exprs[n]);
+            cli_json_string(j, "lowered", e->lowered_names[n]);
+            cli_json_object_end(j);
+        }
+        cli_json_array_end(j);
+        cli_json_object_end(j);
+    }
+    return ret;
+}
+
 static int export_dir(kcache_store *store, const kcache_filter *f, const char *dir, int json)
 {
     kcache_key *keys = NULL;
@@ -117,41 +161,7 @@ static int export_dir(kcache_store *store, const kcache_filter *f, const char *d
             ret = cli_error("%s", kcache_store_errmsg(store));
             break;
         }
-        char hex[KCACHE_KEY_HEX_SIZE], digest[65], arch[64], name[96], rel[320];
-        const char *kind = kcache_kind_name(e->kind);
-        kcache_key_hex(hex, &e->key);
-        for (int b = 0; b < 32; b++)
-            snprintf(digest + 2 * b, 3, "%02x", e->digest[b]);
-        safe_name(arch, sizeof(arch), e->arch, 0);
-        safe_name(name, sizeof(name), e->name, 1);
-        /* The whole key: two keys may share any prefix, and one file would replace the
-         * other with the manifest still naming both. */
-        snprintf(rel, sizeof(rel), "%s/%s-%s.%s", arch, name, hex, kind ? kind : "bin");
-        snprintf(path, path_size, "%s/%s", dir, arch);
-        if (!(ret = make_dir(path))) {
-            snprintf(path, path_size, "%s/%s", dir, rel);
-            ret = write_all(path, e->data, e->size);
-        }
-        if (!ret) {
-            cli_json_object_begin(&j, NULL);
-            cli_json_string(&j, "file", rel);
-            cli_json_string(&j, "key", hex);
-            cli_json_string(&j, "kind", kind ? kind : "");
-            cli_json_string(&j, "arch", e->arch);
-            cli_json_string(&j, "name", e->name);
-            cli_json_uint(&j, "size", e->size);
-            cli_json_string(&j, "blake2b", digest);
-            cli_json_int(&j, "created_ms", e->created_at);
-            cli_json_string(&j, "toolchain", e->toolchain);
-            cli_json_array_begin(&j, "names");
-            for (size_t n = 0; n < e->n_names; n++) {
-                cli_json_object_begin(&j, NULL);
-                cli_json_string(&j, "expression", e->name_exprs[n]);
-                cli_json_string(&j, "lowered", e->lowered_names[n]);
-                cli_json_object_end(&j);
-            }
-            cli_json_array_end(&j);
-            cli_json_object_end(&j);
+        if (!(ret = export_one(&j, e, dir, path, path_size))) {
             written++;
             bytes += e->size;
         }
@@ -210,15 +220,13 @@ int cmd_export(int argc, char **argv)
         {"dir", required_argument, NULL, 'd'},
         {"sign", no_argument, NULL, 'S'},
         {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        CLI_OPTIONS_END,
     };
     kcache_filter f = KCACHE_FILTER_INIT;
     const char *dir = NULL, *ns = NULL;
     int json = 0, sign = 0, status, c;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
+    cli_options opts = CLI_OPTIONS(argc, argv, "export", usage_text, ":h", options);
+    while ((c = cli_next_option(&opts)) > 0) {
         switch (c) {
         case 'a': f.arch = optarg; break;
         case 'k':
@@ -233,11 +241,10 @@ int cmd_export(int argc, char **argv)
         case 'd': dir = optarg; break;
         case 'S': sign = 1; break;
         case 'j': json = 1; break;
-        case 'h': fputs(usage_text, stdout); return CLI_OK;
-        case ':': return cli_usage_error("export", "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error("export", "unknown option '%s'", argv[optind - 1]);
         }
     }
+    if (c < 0)
+        return opts.status;
     const char *out_path = optind < argc ? argv[optind] : NULL;
     if (optind + (out_path ? 1 : 0) < argc)
         return cli_usage_error("export", "unexpected argument '%s'",

@@ -21,25 +21,22 @@ int cmd_get(int argc, char **argv)
 {
     static const struct option options[] = {
         {"output", required_argument, NULL, 'o'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        CLI_OPTIONS_END,
     };
     const char *output = NULL;
     int c;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":ho:", options, NULL)) != -1) {
+    cli_options opts = CLI_OPTIONS(argc, argv, "get", usage_text, ":ho:", options);
+    while ((c = cli_next_option(&opts)) > 0) {
         switch (c) {
         case 'o': output = optarg; break;
-        case 'h': fputs(usage_text, stdout); return CLI_OK;
-        case ':': return cli_usage_error("get", "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error("get", "unknown option '%s'", argv[optind - 1]);
         }
     }
+    if (c < 0)
+        return opts.status;
     if (optind >= argc)
         return cli_usage_error("get", "which entry? give a key prefix (see 'kcache ls')");
-    if (optind + 1 < argc)
-        return cli_usage_error("get", "unexpected argument '%s'", argv[optind + 1]);
+    if (cli_extra_arg(&opts, 1))
+        return CLI_USAGE;
     const char *prefix = argv[optind];
     kcache_store *store;
     kcache_entry *e;

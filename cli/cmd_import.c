@@ -228,6 +228,54 @@ static void remove_scratch(const char *dir)
     rmdir(dir);
 }
 
+/* Says that the cap evicted entries during the import, gone of the imported just merged. */
+static void warn_evicted(kcache_store *store, uint64_t evicted, uint64_t gone, uint64_t imported)
+{
+    char cap[32], n[48];
+    cli_warn("the cap (%s) evicted %s during the import, %llu of the %llu just imported: "
+             "the bundle does not fit; raise the cap (e.g. 'kcache config max_size 8G', "
+             "or 0 for none)",
+             cli_format_cap(cap, sizeof(cap), kcache_store_max_size(store)),
+             cli_plural(n, sizeof(n), evicted, "entry", "entries"), (unsigned long long)gone,
+             (unsigned long long)imported);
+}
+
+/* The import's result as kcache-json(7) describes it. */
+static void print_json(const char *in, int dry_run, const kcache_bundle_result *r,
+                       uint64_t evicted, uint64_t gone, const struct conflicts *conflicts)
+{
+    cli_json j;
+    cli_json_init(&j, stdout);
+    cli_json_object_begin(&j, NULL);
+    cli_json_string(&j, "path", in);
+    cli_json_bool(&j, "dry_run", dry_run);
+    cli_json_uint(&j, "entries", r->entries);
+    cli_json_uint(&j, "bytes", r->bytes);
+    cli_json_uint(&j, "added", r->added);
+    cli_json_uint(&j, "replaced", r->replaced);
+    cli_json_uint(&j, "skipped", r->skipped);
+    cli_json_uint(&j, "evicted", evicted);
+    cli_json_uint(&j, "evicted_imported", gone);
+    cli_json_bool(&j, "signed", r->signed_by_secret);
+    cli_json_uint(&j, "conflicts", r->conflicts);
+    cli_json_array_begin(&j, "conflict_list");
+    for (size_t i = 0; i < conflicts->n; i++) {
+        char hex[KCACHE_KEY_HEX_SIZE], kept[65], refused[65];
+        kcache_key_hex(hex, &conflicts->v[i].key);
+        hex32(kept, conflicts->v[i].kept);
+        hex32(refused, conflicts->v[i].refused);
+        cli_json_object_begin(&j, NULL);
+        cli_json_string(&j, "key", hex);
+        cli_json_string(&j, "kept", kept);
+        cli_json_string(&j, "refused", refused);
+        cli_json_string(&j, "outcome", conflicts->v[i].outcome);
+        cli_json_object_end(&j);
+    }
+    cli_json_array_end(&j);
+    cli_json_object_end(&j);
+    cli_json_finish(&j);
+}
+
 int cmd_import(int argc, char **argv)
 {
     static const struct option options[] = {
@@ -235,28 +283,26 @@ int cmd_import(int argc, char **argv)
         {"require-signature", no_argument, NULL, 's'},
         {"resolve-conflicts", no_argument, NULL, 'r'},
         {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        CLI_OPTIONS_END,
     };
     kcache_bundle_options o = KCACHE_BUNDLE_OPTIONS_INIT;
     struct conflicts conflicts = {0};
     int json = 0, resolve_them = 0, c;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "hn", options, NULL)) != -1) {
+    cli_options opts = CLI_OPTIONS(argc, argv, "import", usage_text, "hn", options);
+    while ((c = cli_next_option(&opts)) > 0) {
         switch (c) {
         case 'n': o.dry_run = 1; break;
         case 's': o.require_signature = 1; break;
         case 'r': resolve_them = 1; break;
         case 'j': json = 1; break;
-        case 'h': fputs(usage_text, stdout); return CLI_OK;
-        default: return cli_usage_error("import", "unknown option '%s'", argv[optind - 1]);
         }
     }
+    if (c < 0)
+        return opts.status;
     if (optind >= argc)
         return cli_usage_error("import", "which bundle? give the file 'kcache export' wrote");
-    if (optind + 1 < argc)
-        return cli_usage_error("import", "unexpected argument '%s'", argv[optind + 1]);
+    if (cli_extra_arg(&opts, 1))
+        return CLI_USAGE;
     if (resolve_them && o.dry_run)
         return cli_usage_error("import", "--resolve-conflicts changes the cache: not with "
                                          "--dry-run");
@@ -290,46 +336,10 @@ int cmd_import(int argc, char **argv)
      * user believing that 20000 entries are in a cache that kept 3714. */
     uint64_t evicted = o.dry_run ? 0 : evictions_now(store) - evictions;
     uint64_t gone = evicted ? imported_gone(store, in) : 0;
-    if (evicted) {
-        char cap[32], n[48];
-        cli_warn("the cap (%s) evicted %s during the import, %llu of the %llu just imported: "
-                 "the bundle does not fit; raise the cap (e.g. 'kcache config max_size 8G', "
-                 "or 0 for none)",
-                 cli_format_cap(cap, sizeof(cap), kcache_store_max_size(store)),
-                 cli_plural(n, sizeof(n), evicted, "entry", "entries"), (unsigned long long)gone,
-                 (unsigned long long)(r.added + r.replaced));
-    }
+    if (evicted)
+        warn_evicted(store, evicted, gone, r.added + r.replaced);
     if (json) {
-        cli_json j;
-        cli_json_init(&j, stdout);
-        cli_json_object_begin(&j, NULL);
-        cli_json_string(&j, "path", in);
-        cli_json_bool(&j, "dry_run", o.dry_run);
-        cli_json_uint(&j, "entries", r.entries);
-        cli_json_uint(&j, "bytes", r.bytes);
-        cli_json_uint(&j, "added", r.added);
-        cli_json_uint(&j, "replaced", r.replaced);
-        cli_json_uint(&j, "skipped", r.skipped);
-        cli_json_uint(&j, "evicted", evicted);
-        cli_json_uint(&j, "evicted_imported", gone);
-        cli_json_bool(&j, "signed", r.signed_by_secret);
-        cli_json_uint(&j, "conflicts", r.conflicts);
-        cli_json_array_begin(&j, "conflict_list");
-        for (size_t i = 0; i < conflicts.n; i++) {
-            char hex[KCACHE_KEY_HEX_SIZE], kept[65], refused[65];
-            kcache_key_hex(hex, &conflicts.v[i].key);
-            hex32(kept, conflicts.v[i].kept);
-            hex32(refused, conflicts.v[i].refused);
-            cli_json_object_begin(&j, NULL);
-            cli_json_string(&j, "key", hex);
-            cli_json_string(&j, "kept", kept);
-            cli_json_string(&j, "refused", refused);
-            cli_json_string(&j, "outcome", conflicts.v[i].outcome);
-            cli_json_object_end(&j);
-        }
-        cli_json_array_end(&j);
-        cli_json_object_end(&j);
-        cli_json_finish(&j);
+        print_json(in, o.dry_run, &r, evicted, gone, &conflicts);
     } else if (r.entries && r.skipped == r.entries) {
         char n[48];
         printf("Nothing to import: all %s %s already here\n",

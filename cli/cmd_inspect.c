@@ -264,26 +264,24 @@ int cmd_inspect(int argc, char **argv)
         {"source", no_argument, NULL, 's'},
         {"ptx", no_argument, NULL, 'p'},
         {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        CLI_OPTIONS_END,
     };
     int with_log = 0, with_source = 0, with_ptx = 0, json = 0, c;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+    cli_options opts = CLI_OPTIONS(argc, argv, "inspect", usage_text, "h", options);
+    while ((c = cli_next_option(&opts)) > 0) {
         switch (c) {
         case 'l': with_log = 1; break;
         case 's': with_source = 1; break;
         case 'p': with_ptx = 1; break;
         case 'j': json = 1; break;
-        case 'h': fputs(usage_text, stdout); return CLI_OK;
-        default: return cli_usage_error("inspect", "unknown option '%s'", argv[optind - 1]);
         }
     }
+    if (c < 0)
+        return opts.status;
     if (optind >= argc)
         return cli_usage_error("inspect", "which entry? give a key prefix (see 'kcache ls')");
-    if (optind + 1 < argc)
-        return cli_usage_error("inspect", "unexpected argument '%s'", argv[optind + 1]);
+    if (cli_extra_arg(&opts, 1))
+        return CLI_USAGE;
     kcache_store *store;
     kcache_entry *e;
     int found = cli_find_entry(&store, &e, "inspect", argv[optind],

@@ -66,8 +66,7 @@ int cmd_ls(int argc, char **argv)
         {"sort", required_argument, NULL, 's'},
         {"limit", required_argument, NULL, 'n'},
         {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        CLI_OPTIONS_END,
     };
     static const struct {
         const char *name;
@@ -82,9 +81,8 @@ int cmd_ls(int argc, char **argv)
     struct ls_ctx ctx = {0};
     const char *ns = NULL;
     int c;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
+    cli_options opts = CLI_OPTIONS(argc, argv, "ls", usage_text, ":h", options);
+    while ((c = cli_next_option(&opts)) > 0) {
         switch (c) {
         case 'a': f.arch = optarg; break;
         case 'k':
@@ -107,13 +105,12 @@ int cmd_ls(int argc, char **argv)
                 return cli_usage_error("ls", "--limit '%s' is not a positive number", optarg);
             break;
         case 'j': ctx.json = 1; break;
-        case 'h': fputs(usage_text, stdout); return CLI_OK;
-        case ':': return cli_usage_error("ls", "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error("ls", "unknown option '%s'", argv[optind - 1]);
         }
     }
-    if (optind < argc)
-        return cli_usage_error("ls", "unexpected argument '%s'", argv[optind]);
+    if (c < 0)
+        return opts.status;
+    if (cli_extra_arg(&opts, 0))
+        return CLI_USAGE;
     if (ns && cli_namespace_filter(&f.arch, &f.kind, "ls", ns))
         return CLI_USAGE;
     kcache_store *store;

@@ -26,6 +26,44 @@ static const char usage_text[] =
     "      --json            machine-readable output (see kcache-json(7))\n"
     "  -h, --help            this text\n";
 
+/* The prune's accessed_before (ms since the epoch) for entries not used for age seconds. */
+static int64_t accessed_before(uint64_t age)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    /* accessed_before 0 would mean "no age": an age past the epoch selects nothing. */
+    if (age == 0)
+        return now + 1;
+    if (age >= (uint64_t)now / 1000)
+        return 1;
+    return now - (int64_t)age * 1000;
+}
+
+static void print_result(const kcache_prune_options *o, const kcache_prune_result *r, int json)
+{
+    if (json) {
+        cli_json j;
+        cli_json_init(&j, stdout);
+        cli_json_object_begin(&j, NULL);
+        cli_json_bool(&j, "dry_run", o->dry_run);
+        cli_json_uint(&j, "evicted", r->evicted);
+        cli_json_uint(&j, "evicted_bytes", r->evicted_bytes);
+        cli_json_uint(&j, "disk_before", r->disk_before);
+        cli_json_uint(&j, "disk_after", r->disk_after);
+        cli_json_bool(&j, "disk_after_estimated", o->dry_run);
+        cli_json_object_end(&j);
+        cli_json_finish(&j);
+        return;
+    }
+    char a[32], b[32], d[32], n[48];
+    printf("%s %s (%s stored); on disk %s -> %s%s\n", o->dry_run ? "Would evict" : "Evicted",
+           cli_plural(n, sizeof(n), r->evicted, "entry", "entries"),
+           kcache_format_size(a, sizeof(a), r->evicted_bytes),
+           kcache_format_size(b, sizeof(b), r->disk_before),
+           o->dry_run ? "about " : "", kcache_format_size(d, sizeof(d), r->disk_after));
+}
+
 int cmd_prune(int argc, char **argv)
 {
     static const struct option options[] = {
@@ -37,16 +75,14 @@ int cmd_prune(int argc, char **argv)
         {"max-entries", required_argument, NULL, 'e'},
         {"dry-run", no_argument, NULL, 'n'},
         {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        CLI_OPTIONS_END,
     };
     kcache_prune_options o = KCACHE_PRUNE_OPTIONS_INIT;
     uint64_t age = 0;
     const char *ns = NULL;
     int json = 0, has_age = 0, c;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":hn", options, NULL)) != -1) {
+    cli_options opts = CLI_OPTIONS(argc, argv, "prune", usage_text, ":hn", options);
+    while ((c = cli_next_option(&opts)) > 0) {
         switch (c) {
         case 's':
             /* 0/none: no size to fit, as for the cap (the other limits still apply). */
@@ -73,31 +109,20 @@ int cmd_prune(int argc, char **argv)
             break;
         case 'n': o.dry_run = 1; break;
         case 'j': json = 1; break;
-        case 'h': fputs(usage_text, stdout); return CLI_OK;
-        case ':': return cli_usage_error("prune", "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error("prune", "unknown option '%s'", argv[optind - 1]);
         }
     }
-    if (optind < argc)
-        return cli_usage_error("prune", "unexpected argument '%s'", argv[optind]);
+    if (c < 0)
+        return opts.status;
+    if (cli_extra_arg(&opts, 0))
+        return CLI_USAGE;
     if (ns && cli_namespace_filter(&o.arch, &o.kind, "prune", ns))
         return CLI_USAGE;
     /* --arch, --kind or --namespace alone: every entry they name (ccache's
      * --evict-namespace), as with --older-than 0s. */
     if ((o.arch || o.kind) && !has_age)
         has_age = 1;
-    if (has_age) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-        /* accessed_before 0 would mean "no age": an age past the epoch selects nothing. */
-        if (age == 0)
-            o.accessed_before = now + 1;
-        else if (age >= (uint64_t)now / 1000)
-            o.accessed_before = 1;
-        else
-            o.accessed_before = now - (int64_t)age * 1000;
-    }
+    if (has_age)
+        o.accessed_before = accessed_before(age);
     kcache_store *store;
     /* Nothing to prune is not a reason to create a cache. */
     if (cli_open_existing(&store, 0))
@@ -111,28 +136,10 @@ int cmd_prune(int argc, char **argv)
     }
     kcache_prune_result r = KCACHE_PRUNE_RESULT_INIT;
     int ret = CLI_OK;
-    if (kcache_store_prune(&r, store, &o)) {
+    if (kcache_store_prune(&r, store, &o))
         ret = cli_error("%s", kcache_store_errmsg(store));
-    } else if (json) {
-        cli_json j;
-        cli_json_init(&j, stdout);
-        cli_json_object_begin(&j, NULL);
-        cli_json_bool(&j, "dry_run", o.dry_run);
-        cli_json_uint(&j, "evicted", r.evicted);
-        cli_json_uint(&j, "evicted_bytes", r.evicted_bytes);
-        cli_json_uint(&j, "disk_before", r.disk_before);
-        cli_json_uint(&j, "disk_after", r.disk_after);
-        cli_json_bool(&j, "disk_after_estimated", o.dry_run);
-        cli_json_object_end(&j);
-        cli_json_finish(&j);
-    } else {
-        char a[32], b[32], d[32], n[48];
-        printf("%s %s (%s stored); on disk %s -> %s%s\n", o.dry_run ? "Would evict" : "Evicted",
-               cli_plural(n, sizeof(n), r.evicted, "entry", "entries"),
-               kcache_format_size(a, sizeof(a), r.evicted_bytes),
-               kcache_format_size(b, sizeof(b), r.disk_before),
-               o.dry_run ? "about " : "", kcache_format_size(d, sizeof(d), r.disk_after));
-    }
+    else
+        print_result(&o, &r, json);
     kcache_store_close(store);
     return ret;
 }

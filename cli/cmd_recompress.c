@@ -81,15 +81,13 @@ int cmd_recompress(int argc, char **argv)
         {"show", no_argument, NULL, 's'},
         {"batch", required_argument, NULL, 'b'},
         {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        CLI_OPTIONS_END,
     };
     kcache_recompress_options o = KCACHE_RECOMPRESS_OPTIONS_INIT;
     int json = 0, show = 0, c;
     uint64_t count;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":hn", options, NULL)) != -1) {
+    cli_options opts = CLI_OPTIONS(argc, argv, "recompress", usage_text, ":hn", options);
+    while ((c = cli_next_option(&opts)) > 0) {
         switch (c) {
         case 'n': o.dry_run = 1; break;
         case 's': show = o.dry_run = 1; break;
@@ -100,13 +98,12 @@ int cmd_recompress(int argc, char **argv)
             o.batch = (size_t)count;
             break;
         case 'j': json = 1; break;
-        case 'h': fputs(usage_text, stdout); return CLI_OK;
-        case ':': return cli_usage_error("recompress", "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error("recompress", "unknown option '%s'", argv[optind - 1]);
         }
     }
-    if (optind < argc)
-        return cli_usage_error("recompress", "unexpected argument '%s'", argv[optind]);
+    if (c < 0)
+        return opts.status;
+    if (cli_extra_arg(&opts, 0))
+        return CLI_USAGE;
     kcache_store *store;
     if (cli_open_existing(&store, o.dry_run))
         return CLI_FAIL;

@@ -155,15 +155,13 @@ int cmd_remote(int argc, char **argv)
         {"arch", required_argument, NULL, 'a'},
         {"since", required_argument, NULL, 's'},
         {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        CLI_OPTIONS_END,
     };
     kcache_filter f = KCACHE_FILTER_INIT;
     const char *url = NULL;
     int json = 0, status, c;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
+    cli_options opts = CLI_OPTIONS(argc, argv, "remote", usage_text, ":h", options);
+    while ((c = cli_next_option(&opts)) > 0) {
         switch (c) {
         case 'r':
             if (!cli_remote_url_ok(optarg))
@@ -177,14 +175,13 @@ int cmd_remote(int argc, char **argv)
                 return status;
             break;
         case 'j': json = 1; break;
-        case 'h': fputs(usage_text, stdout); return CLI_OK;
-        case ':': return cli_usage_error("remote", "%s needs a value", argv[optind - 1]);
-        default: return cli_usage_error("remote", "unknown option '%s'", argv[optind - 1]);
         }
     }
+    if (c < 0)
+        return opts.status;
     const char *action = optind < argc ? argv[optind++] : "check";
-    if (optind < argc)
-        return cli_usage_error("remote", "unexpected argument '%s'", argv[optind]);
+    if (cli_extra_arg(&opts, 0))
+        return CLI_USAGE;
     int pull = !strcmp(action, "pull");
     if (strcmp(action, "check") && strcmp(action, "push") && !pull)
         return cli_usage_error("remote", "unknown action '%s': use check, push or pull", action);

@@ -178,31 +178,22 @@ static void say_if_disabled(void)
 
 int cmd_run(int argc, char **argv)
 {
-    static const struct option longopts[] = {
+    static const struct option options[] = {
         {"verbose", no_argument, NULL, 'v'},
         {"print-shim", no_argument, NULL, 'P'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        CLI_OPTIONS_END,
     };
     int verbose = 0, print_shim = 0, c;
-    opterr = 0;
-    optind = 1;
     /* "+": options stop at the command, whose own options are its own. */
-    while ((c = getopt_long(argc, argv, "+:vh", longopts, NULL)) != -1) {
+    cli_options opts = CLI_OPTIONS(argc, argv, "run", usage_text, "+:vh", options);
+    while ((c = cli_next_option(&opts)) > 0) {
         switch (c) {
-        case 'v':
-            verbose = 1;
-            break;
-        case 'P':
-            print_shim = 1;
-            break;
-        case 'h':
-            fputs(usage_text, stdout);
-            return CLI_OK;
-        default:
-            return cli_usage_error("run", "unknown option '%s'", argv[optind - 1]);
+        case 'v': verbose = 1; break;
+        case 'P': print_shim = 1; break;
         }
     }
+    if (c < 0)
+        return opts.status;
     char shim[PATH_MAX];
     if (find_shim(shim, sizeof(shim)) != 0)
         return cli_error("the drop-in NVRTC (%s) is not installed beside kcache: reinstall "

@@ -366,26 +366,23 @@ int cmd_stats(int argc, char **argv)
         {"zero-only", no_argument, NULL, 'Z'},
         {"namespace", required_argument, NULL, 'N'},
         {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        CLI_OPTIONS_END,
     };
     int zero = 0, json = 0, zero_only = 0, c;
     const char *ns = NULL;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, ":zh", options, NULL)) != -1) {
+    cli_options opts = CLI_OPTIONS(argc, argv, "stats", usage_text, ":zh", options);
+    while ((c = cli_next_option(&opts)) > 0) {
         switch (c) {
         case 'z': zero = 1; break;
         case 'Z': zero = zero_only = 1; break;
         case 'N': ns = optarg; break;
-        case ':': return cli_usage_error("stats", "%s needs a value", argv[optind - 1]);
         case 'j': json = 1; break;
-        case 'h': fputs(usage_text, stdout); return CLI_OK;
-        default: return cli_usage_error("stats", "unknown option '%s'", argv[optind - 1]);
         }
     }
-    if (optind < argc)
-        return cli_usage_error("stats", "unexpected argument '%s'", argv[optind]);
+    if (c < 0)
+        return opts.status;
+    if (cli_extra_arg(&opts, 0))
+        return CLI_USAGE;
     if (ns) {
         const char *arch = NULL;
         kcache_kind kind = 0;

@@ -65,9 +65,9 @@ struct recompiled {
 
 /*
  * Why an entry was skipped, as the library says it without its details
- * ("made by another toolchain (...)"): every skip was once reported as
- * "made by another toolchain", the drop-in's entries too, which keep no
- * source to rebuild from.
+ * ("made by another toolchain (...)"): counted by that reason, so that the
+ * drop-in's entries, which keep no source to rebuild from, are not counted
+ * as made by another toolchain.
  */
 static void count_skip(struct recompiled *out, const char *message)
 {
@@ -178,21 +178,62 @@ static int recompile_entries(kcache_store *store, uint64_t limit, struct verify_
     return 0;
 }
 
+/* What --recompile found, as kcache-json(7) describes it. */
+static void json_recompiled(cli_json *j, const struct recompiled *rec)
+{
+    cli_json_object_begin(j, "recompile");
+    cli_json_uint(j, "checked", rec->checked);
+    cli_json_uint(j, "identical", rec->identical);
+    cli_json_uint(j, "different", rec->different);
+    cli_json_uint(j, "failed", rec->failed);
+    cli_json_uint(j, "skipped", rec->skipped);
+    cli_json_object_begin(j, "skipped_by_reason");
+    for (size_t i = 0; i < rec->n_skips; i++)
+        cli_json_uint(j, rec->skips[i].why, rec->skips[i].n);
+    cli_json_object_end(j);
+    cli_json_object_end(j);
+}
+
+static void print_recompiled(const struct recompiled *rec)
+{
+    /* "2 entries: 1 identical, 1 skipped (...)": only the parts that happened. */
+    const struct {
+        uint64_t n;
+        const char *what;
+    } parts[] = {
+        {rec->identical, "identical"},
+        {rec->different, "different"},
+        {rec->failed, "failed"},
+    };
+    char n[48];
+    printf("Recompiled:       %s", cli_plural(n, sizeof(n), rec->checked, "entry", "entries"));
+    const char *sep = ": ";
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
+        if (parts[i].n) {
+            printf("%s%llu %s", sep, (unsigned long long)parts[i].n, parts[i].what);
+            sep = ", ";
+        }
+    for (size_t i = 0; i < rec->n_skips; i++) {
+        printf("%s%llu skipped (%s)", sep, (unsigned long long)rec->skips[i].n,
+               rec->skips[i].why);
+        sep = ", ";
+    }
+    putchar('\n');
+}
+
 int cmd_verify(int argc, char **argv)
 {
     static const struct option options[] = {
         {"fix", no_argument, NULL, 'f'},
         {"recompile", optional_argument, NULL, 'r'},
         {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        CLI_OPTIONS_END,
     };
     struct verify_ctx ctx = {0};
     int c, recompile = 0, fix = 0;
     uint64_t limit = 0;
-    opterr = 0;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+    cli_options opts = CLI_OPTIONS(argc, argv, "verify", usage_text, "h", options);
+    while ((c = cli_next_option(&opts)) > 0) {
         switch (c) {
         case 'j': ctx.json = 1; break;
         case 'f': fix = 1; break;
@@ -207,12 +248,12 @@ int cmd_verify(int argc, char **argv)
                                        n);
             break;
         }
-        case 'h': fputs(usage_text, stdout); return CLI_OK;
-        default: return cli_usage_error("verify", "unknown option '%s'", argv[optind - 1]);
         }
     }
-    if (optind < argc)
-        return cli_usage_error("verify", "unexpected argument '%s'", argv[optind]);
+    if (c < 0)
+        return opts.status;
+    if (cli_extra_arg(&opts, 0))
+        return CLI_USAGE;
     kcache_store *store;
     /* Read-only unless asked to fix: a writable store deletes what it finds damaged. */
     if (cli_open_existing(&store, !fix))
@@ -239,19 +280,8 @@ int cmd_verify(int argc, char **argv)
     int ok = !rc && !rec_rc && r.integrity_ok && (fix || r.damaged == 0) && !rec.different &&
              !rec.failed;
     if (ctx.json) {
-        if (recompile) {
-            cli_json_object_begin(&ctx.j, "recompile");
-            cli_json_uint(&ctx.j, "checked", rec.checked);
-            cli_json_uint(&ctx.j, "identical", rec.identical);
-            cli_json_uint(&ctx.j, "different", rec.different);
-            cli_json_uint(&ctx.j, "failed", rec.failed);
-            cli_json_uint(&ctx.j, "skipped", rec.skipped);
-            cli_json_object_begin(&ctx.j, "skipped_by_reason");
-            for (size_t i = 0; i < rec.n_skips; i++)
-                cli_json_uint(&ctx.j, rec.skips[i].why, rec.skips[i].n);
-            cli_json_object_end(&ctx.j);
-            cli_json_object_end(&ctx.j);
-        }
+        if (recompile)
+            json_recompiled(&ctx.j, &rec);
         cli_json_bool(&ctx.j, "ok", ok);
         cli_json_bool(&ctx.j, "integrity_ok", !rc && r.integrity_ok);
         cli_json_string(&ctx.j, "integrity", rc ? kcache_store_errmsg(store) : r.integrity);
@@ -271,32 +301,8 @@ int cmd_verify(int argc, char **argv)
                kcache_format_size(a, sizeof(a), r.bytes));
         printf("Damaged entries:  %llu%s\n", (unsigned long long)r.damaged,
                fix && r.damaged ? " (deleted)" : "");
-        if (recompile) {
-            /* "2 entries: 1 identical, 1 skipped (...)": only the parts that happened. */
-            const struct {
-                uint64_t n;
-                const char *what;
-            } parts[] = {
-                {rec.identical, "identical"},
-                {rec.different, "different"},
-                {rec.failed, "failed"},
-            };
-            char n[48];
-            printf("Recompiled:       %s", cli_plural(n, sizeof(n), rec.checked, "entry",
-                                                      "entries"));
-            const char *sep = ": ";
-            for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++)
-                if (parts[i].n) {
-                    printf("%s%llu %s", sep, (unsigned long long)parts[i].n, parts[i].what);
-                    sep = ", ";
-                }
-            for (size_t i = 0; i < rec.n_skips; i++) {
-                printf("%s%llu skipped (%s)", sep, (unsigned long long)rec.skips[i].n,
-                       rec.skips[i].why);
-                sep = ", ";
-            }
-            putchar('\n');
-        }
+        if (recompile)
+            print_recompiled(&rec);
         /* What each finding needs, and which command does it. */
         if (!r.integrity_ok)
             fprintf(stderr, "kcache: the database file is damaged: 'kcache clear' sets it aside "

@@ -134,8 +134,8 @@ static int write_all(int fd, const void *data, size_t size)
  * compile` hit of saxpy that rewrote the same CUBIN took 1.86 ms against
  * 1.68 ms leaving it (`perf stat -r 100` on the build VM), and it wears the
  * disk for nothing. A file with other names (hard links), another owner, or
- * write permission for others is replaced as before: the rename gives the
- * caller a file of its own that only it can change.
+ * write permission for others is replaced (written beside it, renamed): the
+ * rename gives the caller a file of its own that only it can change.
  */
 static int already_there(const char *path, const void *data, size_t size)
 {

@@ -146,6 +146,68 @@ static int arch_in_tail(const char *verb, const char **tail, size_t n_tail)
     return -1;
 }
 
+/*
+ * One option of compile_args_parse(), c as getopt_long() gives it (optarg
+ * set). Returns -1 to go on, else the exit status (reported).
+ */
+static int one_option(struct compile_args *a, const char *verb, const char *usage, int c,
+                      const char **std_opt, char **argv)
+{
+    switch (c) {
+    case 'a': {
+        /* Given twice, two lists: --arch sm_90 --arch sm_80 is sm_90,sm_80, never
+         * the last alone (a silent drop that -o FILE would then hide). */
+        size_t had = a->arch_list ? strlen(a->arch_list) : 0;
+        char *grown = realloc(a->arch_list, had + strlen(optarg) + 2);
+        if (!grown)
+            return cli_error("out of memory");
+        snprintf(grown + had, strlen(optarg) + 2, "%s%s", had ? "," : "", optarg);
+        a->arch_list = grown;
+        break;
+    }
+    case 'I': compile_args_push(&a->nvrtc, &a->n_nvrtc, joined(a, "-I", optarg)); break;
+    case 'D': compile_args_push(&a->nvrtc, &a->n_nvrtc, joined(a, "-D", optarg)); break;
+    case OPT_STD: *std_opt = joined(a, "--std=", optarg); break;
+    case OPT_CUBIN: a->kind = KCACHE_KIND_CUBIN; break;
+    case OPT_PTX: a->kind = KCACHE_KIND_PTX; break;
+    case OPT_LTOIR: a->kind = KCACHE_KIND_LTOIR; break;
+    case OPT_NAME_EXPR: compile_args_push(&a->exprs, &a->n_exprs, optarg); break;
+    case OPT_EXTRA:
+        free(a->extra);
+        a->extra = NULL;
+        if (parse_hex(optarg, &a->extra, &a->extra_size) != 0)
+            return cli_usage_error(verb, "--extra-digest '%.40s' is not hex bytes", optarg);
+        break;
+    case 'o': a->output = optarg; break;
+    case OPT_REMOTE:
+        if (optarg[0] && strcmp(optarg, "none") && !cli_remote_url_ok(optarg))
+            return cli_usage_error(verb, "--remote '%s': expected " CLI_REMOTE_URLS ", or none",
+                                   optarg);
+        a->remote = optarg;
+        break;
+    case 'j': {
+        uint64_t jobs = (uint64_t)cpus();
+        if (strcmp(optarg, "auto") && kcache_parse_count(&jobs, optarg, 1, 256))
+            return cli_usage_error(verb, "-j '%s': give a number from 1 to 256, or auto "
+                                   "(one for each CPU)", optarg);
+        a->jobs = (long)jobs;
+        break;
+    }
+    case OPT_NO_CACHE: a->flags |= KCACHE_COMPILE_NO_CACHE; break;
+    case OPT_REFRESH: a->flags |= KCACHE_COMPILE_REFRESH; break;
+    case OPT_CACHE_KEY: a->cache_key = 1; break;
+    /* The flag wins over the environment and kcache.conf, as every flag does. */
+    case OPT_REQUIRE_HIT: setenv("KCACHE_REQUIRE_HIT", "1", 1); break;
+    case OPT_JSON: a->json = 1; break;
+    case OPT_FROM: a->from = optarg; break;
+    case 'q': a->quiet = 1; break;
+    case 'h': fputs(usage, stdout); return CLI_OK;
+    default:
+        return cli_usage_error(verb, "unknown option or missing value: '%s'", argv[optind - 1]);
+    }
+    return -1;
+}
+
 static int file_units(struct compile_args *a, const char *verb);
 
 int compile_args_parse(struct compile_args *a, const char *verb, const char *usage, int argc,
@@ -198,68 +260,9 @@ int compile_args_parse(struct compile_args *a, const char *verb, const char *usa
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(n_args, argv, "a:I:D:o:j:qh", options, NULL)) != -1) {
-        switch (c) {
-        case 'a': {
-            /* Given twice, two lists: --arch sm_90 --arch sm_80 is sm_90,sm_80, never
-             * the last alone (a silent drop that -o FILE would then hide). */
-            size_t had = a->arch_list ? strlen(a->arch_list) : 0;
-            char *grown = realloc(a->arch_list, had + strlen(optarg) + 2);
-            if (!grown)
-                return cli_error("out of memory");
-            snprintf(grown + had, strlen(optarg) + 2, "%s%s", had ? "," : "", optarg);
-            a->arch_list = grown;
-            break;
-        }
-        case 'I': compile_args_push(&a->nvrtc, &a->n_nvrtc, joined(a, "-I", optarg)); break;
-        case 'D': compile_args_push(&a->nvrtc, &a->n_nvrtc, joined(a, "-D", optarg)); break;
-        case OPT_STD: std_opt = joined(a, "--std=", optarg); break;
-        case OPT_CUBIN: a->kind = KCACHE_KIND_CUBIN; break;
-        case OPT_PTX: a->kind = KCACHE_KIND_PTX; break;
-        case OPT_LTOIR: a->kind = KCACHE_KIND_LTOIR; break;
-        case OPT_NAME_EXPR: compile_args_push(&a->exprs, &a->n_exprs, optarg); break;
-        case OPT_EXTRA:
-            free(a->extra);
-            a->extra = NULL;
-            if (parse_hex(optarg, &a->extra, &a->extra_size) != 0) {
-                free(tail);
-                return cli_usage_error(verb, "--extra-digest '%.40s' is not hex bytes", optarg);
-            }
-            break;
-        case 'o': a->output = optarg; break;
-        case OPT_REMOTE:
-            if (optarg[0] && strcmp(optarg, "none") && !cli_remote_url_ok(optarg)) {
-                free(tail);
-                return cli_usage_error(verb, "--remote '%s': expected " CLI_REMOTE_URLS ", or none",
-                                       optarg);
-            }
-            a->remote = optarg;
-            break;
-        case 'j': {
-            uint64_t jobs = (uint64_t)cpus();
-            if (strcmp(optarg, "auto") && kcache_parse_count(&jobs, optarg, 1, 256)) {
-                free(tail);
-                return cli_usage_error(verb, "-j '%s': give a number from 1 to 256, or auto "
-                                       "(one for each CPU)", optarg);
-            }
-            a->jobs = (long)jobs;
-            break;
-        }
-        case OPT_NO_CACHE: a->flags |= KCACHE_COMPILE_NO_CACHE; break;
-        case OPT_REFRESH: a->flags |= KCACHE_COMPILE_REFRESH; break;
-        case OPT_CACHE_KEY: a->cache_key = 1; break;
-        /* The flag wins over the environment and kcache.conf, as every flag does. */
-        case OPT_REQUIRE_HIT: setenv("KCACHE_REQUIRE_HIT", "1", 1); break;
-        case OPT_JSON: a->json = 1; break;
-        case OPT_FROM: a->from = optarg; break;
-        case 'q': a->quiet = 1; break;
-        case 'h':
-            fputs(usage, stdout);
+        if ((status = one_option(a, verb, usage, c, &std_opt, argv)) >= 0) {
             free(tail);
-            return CLI_OK;
-        default:
-            free(tail);
-            return cli_usage_error(verb, "unknown option or missing value: '%s'",
-                                   argv[optind - 1]);
+            return status;
         }
     }
     if (std_opt)

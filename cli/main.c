@@ -382,6 +382,27 @@ static int short_options(struct before_verb *b, int argc, char **argv, int *i)
     return 0;
 }
 
+/* A long global option that takes a value (--dir DIR, --path=FILE): 0, or the exit status. */
+static int long_global(struct before_verb *b, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i];
+    static const char *const takes_value[] = {"--path", "--max-size", "--dir",
+                                              "--config-path"};
+    static const char codes[] = "pmdc";
+    size_t which = 0;
+    const char *eq = strchr(a, '=');
+    size_t name_len = eq ? (size_t)(eq - a) : strlen(a);
+    while (which < 4 && !(strlen(takes_value[which]) == name_len &&
+                          !strncmp(a, takes_value[which], name_len)))
+        which++;
+    if (which == 4)
+        return cli_usage_error(NULL, "unknown option '%s'", a);
+    const char *value = eq ? eq + 1 : *i + 1 < argc ? argv[++*i] : NULL;
+    if (!value)
+        return cli_usage_error(NULL, "%s needs a value", a);
+    return take_global(b, codes[which], takes_value[which], value, *i) ? CLI_USAGE : 0;
+}
+
 int main(int argc, char **argv)
 {
     int i = 1;
@@ -423,22 +444,9 @@ int main(int argc, char **argv)
             }
             continue;
         }
-        static const char *const takes_value[] = {"--path", "--max-size", "--dir",
-                                                  "--config-path"};
-        static const char codes[] = "pmdc";
-        size_t which = 0, name_len = 0;
-        const char *eq = strchr(a, '=');
-        name_len = eq ? (size_t)(eq - a) : strlen(a);
-        while (which < 4 && !(strlen(takes_value[which]) == name_len &&
-                              !strncmp(a, takes_value[which], name_len)))
-            which++;
-        if (which == 4)
-            return cli_usage_error(NULL, "unknown option '%s'", a);
-        const char *value = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL;
-        if (!value)
-            return cli_usage_error(NULL, "%s needs a value", a);
-        if (take_global(&b, codes[which], takes_value[which], value, i))
-            return CLI_USAGE;
+        int status = long_global(&b, argc, argv, &i);
+        if (status)
+            return status;
     }
     /* --path names the file itself and wins over --dir, as KCACHE_PATH over KCACHE_DIR. */
     if (cli_globals.dir && !cli_globals.path) {

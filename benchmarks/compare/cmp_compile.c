@@ -131,6 +131,154 @@ static void fpe_key(uint8_t key[32], const struct kernel *k, const char *src,
     blake2b_final(&st, key, 32);
 }
 
+/* One kernel's run: the compilers, the buffers of times, the request. */
+struct one {
+    const struct cmp_compile_args *a;
+    kcache_compiler *kc;
+    fpe_cache *fc;
+    int major, minor;   /* NVRTC's version */
+    double *t1, *t2;    /* hit_runs + runs each */
+    const struct kernel *k;
+    const char *path;   /* the kernel's source file */
+    const char *src;
+    const char *opts[6];
+    int n_opts;
+    kcache_request rq;
+};
+
+/* No cache: NVRTC directly, and through kcache with NO_CACHE, interleaved. */
+static void no_cache(struct one *x)
+{
+    const struct kernel *k = x->k;
+    int runs = k->heavy ? (x->a->runs + 1) / 2 : x->a->runs;
+    size_t cubin_n = 0;
+    uint8_t *cubin = NULL;
+    for (int r = 0; r < runs; r++) {
+        double t0 = cmp_now();
+        free(cubin);
+        cubin = nvrtc_cubin(k, x->src, x->path, x->opts, x->n_opts, &cubin_n);
+        x->t1[r] = cmp_now() - t0;
+        kcache_result *res;
+        x->rq.flags = KCACHE_COMPILE_NO_CACHE;
+        t0 = cmp_now();
+        if (kcache_compiler_compile(&res, x->kc, &x->rq) != 0)
+            cmp_fail("kcache compile %s: %s", k->name, res ? res->message : "?");
+        x->t2[r] = cmp_now() - t0;
+        kcache_result_free(res);
+    }
+    cmp_rec("compile", "nvrtc", k->name, "median_ms",
+            cmp_quantile(x->t1, (size_t)runs, 0.5) * 1e3, "ms");
+    cmp_rec("compile", "kcache no-cache", k->name, "median_ms",
+            cmp_quantile(x->t2, (size_t)runs, 0.5) * 1e3, "ms");
+    cmp_rec("compile", "-", k->name, "cubin_bytes", (double)cubin_n, "B");
+    free(cubin);
+}
+
+/* Misses: kcache (compile + store) and NVRTC + fpe put, once each. Returns kcache's key. */
+static kcache_key misses(struct one *x)
+{
+    const struct kernel *k = x->k;
+    x->rq.flags = 0;
+    kcache_result *res;
+    double t0 = cmp_now();
+    if (kcache_compiler_compile(&res, x->kc, &x->rq) != 0 || res->hit)
+        cmp_fail("kcache miss %s", k->name);
+    cmp_rec("compile", "kcache", k->name, "miss_ms", (cmp_now() - t0) * 1e3, "ms");
+    /* What a hit is made of: the entry's store get alone, and how many
+     * headers the hit resolves and hashes besides (the results page's
+     * reason when kcache's compile hit is behind a cache that hashes
+     * only the source). */
+    kcache_key entry_key = res->key;
+    cmp_rec("compile", "kcache", k->name, "headers", (double)res->n_headers, "");
+    kcache_result_free(res);
+    uint8_t key[32];
+    t0 = cmp_now();
+    fpe_key(key, k, x->src, x->opts, x->n_opts, x->major, x->minor);
+    size_t fn = 0;
+    uint8_t *fb = nvrtc_cubin(k, x->src, x->path, x->opts, x->n_opts, &fn);
+    if (fpe_put(x->fc, key, fb, fn) != 0)
+        cmp_fail("file-per-entry put");
+    cmp_rec("compile", "file-per-entry", k->name, "miss_ms", (cmp_now() - t0) * 1e3, "ms");
+    free(fb);
+    return entry_key;
+}
+
+/* Hits, interleaved; t3: the same entry's store get alone. */
+static void hits(struct one *x, const kcache_key *entry_key)
+{
+    const struct kernel *k = x->k;
+    const int hit_runs = x->a->hit_runs;
+    double *t3 = cmp_xmalloc(sizeof(double) * (size_t)hit_runs);
+    uint8_t key[32];
+    kcache_result *res;
+    for (int r = 0; r < hit_runs; r++) {
+        kcache_entry *e = NULL;
+        double t0 = cmp_now();
+        if (kcache_store_get(&e, kcache_compiler_store(x->kc), entry_key, KCACHE_GET_NO_TOUCH))
+            cmp_fail("expected the entry of %s in the store", k->name);
+        t3[r] = cmp_now() - t0;
+        kcache_entry_free(e);
+        for (int w = 0; w < 2; w++) {
+            if ((w ^ (r & 1)) == 0) {
+                t0 = cmp_now();
+                if (kcache_compiler_compile(&res, x->kc, &x->rq) != 0 || !res->hit)
+                    cmp_fail("expected a kcache hit on %s", k->name);
+                x->t1[r] = cmp_now() - t0;
+                kcache_result_free(res);
+            } else {
+                void *d;
+                size_t dn;
+                t0 = cmp_now();
+                fpe_key(key, k, x->src, x->opts, x->n_opts, x->major, x->minor);
+                if (fpe_get(x->fc, key, &d, &dn) != 0)
+                    cmp_fail("expected a file-per-entry hit on %s", k->name);
+                x->t2[r] = cmp_now() - t0;
+                free(d);
+            }
+        }
+    }
+    cmp_rec("compile", "kcache", k->name, "hit_median_us",
+            cmp_quantile(x->t1, (size_t)hit_runs, 0.5) * 1e6, "us");
+    cmp_rec("compile", "kcache", k->name, "hit_p99_us",
+            cmp_quantile(x->t1, (size_t)hit_runs, 0.99) * 1e6, "us");
+    cmp_rec("compile", "kcache", k->name, "store_get_median_us",
+            cmp_quantile(t3, (size_t)hit_runs, 0.5) * 1e6, "us");
+    free(t3);
+    cmp_rec("compile", "file-per-entry", k->name, "hit_median_us",
+            cmp_quantile(x->t2, (size_t)hit_runs, 0.5) * 1e6, "us");
+    cmp_rec("compile", "file-per-entry", k->name, "hit_p99_us",
+            cmp_quantile(x->t2, (size_t)hit_runs, 0.99) * 1e6, "us");
+}
+
+/* Kernel k without a cache, missed, then hit, in kcache and in the file-per-entry cache. */
+static void bench_kernel(struct one *x, const struct kernel *k)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/%s", x->a->corpus, k->file);
+    uint8_t *srcb;
+    size_t src_n;
+    if (cmp_load_file(path, &srcb, &src_n) != 0)
+        cmp_fail("cannot read %s", path);
+    x->k = k;
+    x->path = path;
+    x->src = (const char *)srcb;
+    x->n_opts = 0;
+    x->opts[x->n_opts++] = "--gpu-architecture=sm_90";
+    for (size_t i = 0; i < k->n_opts; i++)
+        x->opts[x->n_opts++] = k->opts[i];
+    x->rq = (kcache_request)KCACHE_REQUEST_INIT;
+    x->rq.source_path = path;
+    x->rq.arch = "sm_90";
+    x->rq.options = k->opts;
+    x->rq.n_options = k->n_opts;
+    x->rq.name_exprs = k->names;
+    x->rq.n_name_exprs = k->n_names;
+    no_cache(x);
+    kcache_key entry_key = misses(x);
+    hits(x, &entry_key);
+    free(srcb);
+}
+
 int cmp_compile_main(const struct cmp_compile_args *a)
 {
     load_nvrtc(a->cuda);
@@ -171,126 +319,18 @@ int cmp_compile_main(const struct cmp_compile_args *a)
     if (fpe_open(&fc, dir, 0) != 0)
         cmp_fail("cannot open %s", dir);
 
-    double *t1 = cmp_xmalloc((size_t)(a->hit_runs + a->runs) * sizeof(double));
-    double *t2 = cmp_xmalloc((size_t)(a->hit_runs + a->runs) * sizeof(double));
-    for (size_t ki = 0; ki < sizeof(kernels) / sizeof(kernels[0]); ki++) {
-        const struct kernel *k = &kernels[ki];
-        char path[4200];
-        snprintf(path, sizeof(path), "%s/%s", a->corpus, k->file);
-        uint8_t *srcb;
-        size_t src_n;
-        if (cmp_load_file(path, &srcb, &src_n) != 0)
-            cmp_fail("cannot read %s", path);
-        const char *src = (const char *)srcb;
-        const char *opts[6];
-        int n_opts = 0;
-        opts[n_opts++] = "--gpu-architecture=sm_90";
-        for (size_t i = 0; i < k->n_opts; i++)
-            opts[n_opts++] = k->opts[i];
-        int runs = k->heavy ? (a->runs + 1) / 2 : a->runs;
-
-        /* No cache: NVRTC directly, and through kcache with NO_CACHE, interleaved. */
-        kcache_request rq = KCACHE_REQUEST_INIT;
-        rq.source_path = path;
-        rq.arch = "sm_90";
-        rq.options = k->opts;
-        rq.n_options = k->n_opts;
-        rq.name_exprs = k->names;
-        rq.n_name_exprs = k->n_names;
-        size_t cubin_n = 0;
-        uint8_t *cubin = NULL;
-        for (int r = 0; r < runs; r++) {
-            double t0 = cmp_now();
-            free(cubin);
-            cubin = nvrtc_cubin(k, src, path, opts, n_opts, &cubin_n);
-            t1[r] = cmp_now() - t0;
-            kcache_result *res;
-            rq.flags = KCACHE_COMPILE_NO_CACHE;
-            t0 = cmp_now();
-            if (kcache_compiler_compile(&res, kc, &rq) != 0)
-                cmp_fail("kcache compile %s: %s", k->name, res ? res->message : "?");
-            t2[r] = cmp_now() - t0;
-            kcache_result_free(res);
-        }
-        cmp_rec("compile", "nvrtc", k->name, "median_ms", cmp_quantile(t1, (size_t)runs, 0.5) * 1e3,
-                "ms");
-        cmp_rec("compile", "kcache no-cache", k->name, "median_ms",
-                cmp_quantile(t2, (size_t)runs, 0.5) * 1e3, "ms");
-        cmp_rec("compile", "-", k->name, "cubin_bytes", (double)cubin_n, "B");
-
-        /* Misses: kcache (compile + store) and NVRTC + fpe put, once each. */
-        rq.flags = 0;
-        kcache_result *res;
-        double t0 = cmp_now();
-        if (kcache_compiler_compile(&res, kc, &rq) != 0 || res->hit)
-            cmp_fail("kcache miss %s", k->name);
-        cmp_rec("compile", "kcache", k->name, "miss_ms", (cmp_now() - t0) * 1e3, "ms");
-        /* What a hit is made of: the entry's store get alone, and how many
-         * headers the hit resolves and hashes besides (the results page's
-         * reason when kcache's compile hit is behind a cache that hashes
-         * only the source). */
-        kcache_key entry_key = res->key;
-        cmp_rec("compile", "kcache", k->name, "headers", (double)res->n_headers, "");
-        kcache_result_free(res);
-        uint8_t key[32];
-        t0 = cmp_now();
-        fpe_key(key, k, src, opts, n_opts, major, minor);
-        size_t fn = 0;
-        uint8_t *fb = nvrtc_cubin(k, src, path, opts, n_opts, &fn);
-        if (fpe_put(fc, key, fb, fn) != 0)
-            cmp_fail("file-per-entry put");
-        cmp_rec("compile", "file-per-entry", k->name, "miss_ms", (cmp_now() - t0) * 1e3, "ms");
-        free(fb);
-
-        /* Hits, interleaved; t3: the same entry's store get alone. */
-        double *t3 = cmp_xmalloc(sizeof(double) * (size_t)a->hit_runs);
-        for (int r = 0; r < a->hit_runs; r++) {
-            kcache_entry *e = NULL;
-            t0 = cmp_now();
-            if (kcache_store_get(&e, kcache_compiler_store(kc), &entry_key, KCACHE_GET_NO_TOUCH))
-                cmp_fail("expected the entry of %s in the store", k->name);
-            t3[r] = cmp_now() - t0;
-            kcache_entry_free(e);
-            for (int w = 0; w < 2; w++) {
-                if ((w ^ (r & 1)) == 0) {
-                    t0 = cmp_now();
-                    if (kcache_compiler_compile(&res, kc, &rq) != 0 || !res->hit)
-                        cmp_fail("expected a kcache hit on %s", k->name);
-                    t1[r] = cmp_now() - t0;
-                    kcache_result_free(res);
-                } else {
-                    void *d;
-                    size_t dn;
-                    t0 = cmp_now();
-                    fpe_key(key, k, src, opts, n_opts, major, minor);
-                    if (fpe_get(fc, key, &d, &dn) != 0)
-                        cmp_fail("expected a file-per-entry hit on %s", k->name);
-                    t2[r] = cmp_now() - t0;
-                    free(d);
-                }
-            }
-        }
-        cmp_rec("compile", "kcache", k->name, "hit_median_us",
-                cmp_quantile(t1, (size_t)a->hit_runs, 0.5) * 1e6, "us");
-        cmp_rec("compile", "kcache", k->name, "hit_p99_us",
-                cmp_quantile(t1, (size_t)a->hit_runs, 0.99) * 1e6, "us");
-        cmp_rec("compile", "kcache", k->name, "store_get_median_us",
-                cmp_quantile(t3, (size_t)a->hit_runs, 0.5) * 1e6, "us");
-        free(t3);
-        cmp_rec("compile", "file-per-entry", k->name, "hit_median_us",
-                cmp_quantile(t2, (size_t)a->hit_runs, 0.5) * 1e6, "us");
-        cmp_rec("compile", "file-per-entry", k->name, "hit_p99_us",
-                cmp_quantile(t2, (size_t)a->hit_runs, 0.99) * 1e6, "us");
-        free(cubin);
-        free(srcb);
-    }
+    struct one x = {.a = a, .kc = kc, .fc = fc, .major = major, .minor = minor};
+    x.t1 = cmp_xmalloc((size_t)(a->hit_runs + a->runs) * sizeof(double));
+    x.t2 = cmp_xmalloc((size_t)(a->hit_runs + a->runs) * sizeof(double));
+    for (size_t ki = 0; ki < sizeof(kernels) / sizeof(kernels[0]); ki++)
+        bench_kernel(&x, &kernels[ki]);
     cmp_note("compile: the file-per-entry cache is keyed as CuPy keys its cache (source text, "
              "options, name expressions, NVRTC version); it does not hash headers, so an edited "
              "header is a stale hit there, while kcache's hit resolves and hashes every header");
     cmp_rec("meta", "nvrtc", "version", "major", major, "");
     cmp_rec("meta", "nvrtc", "version", "minor", minor, "");
-    free(t1);
-    free(t2);
+    free(x.t1);
+    free(x.t2);
     fpe_close(fc);
     kcache_compiler_free(kc);
     kcache_store_close(store);

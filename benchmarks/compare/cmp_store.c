@@ -56,56 +56,13 @@ static const size_t bin_lo[N_BINS + 1] = {4 * KIB,   8 * KIB,   32 * KIB,
 static const char *const bin_name[N_BINS] = {"4-8 KiB", "8-32 KiB", "32-128 KiB",
                                              "128-512 KiB", "512-1024 KiB"};
 
-/* Words per run copied from the pool: 1 (single words in random order) makes
- * zstd compress the set 3.5-3.9x (level 3-6), about as it compresses each corpus CUBIN;
- * longer runs compress better (2: 4.6x, 6: 5.9x). */
-#ifndef RUN_WORDS
-#define RUN_WORDS 1
-#endif
-
 /* The word pool: 16-byte words (one sm_90 instruction each) of real CUBINs. */
 static uint8_t *pool;
 static size_t pool_words;
 
-static size_t entry_size(uint64_t i)
-{
-    /* Log-normal, median 40 KiB, sigma 1, clamped to 4 KiB .. 1 MiB. */
-    uint64_t st = i * UINT64_C(7919) + 17;
-    double u1 = ((double)(cmp_splitmix(&st) >> 11) + 1) / 9007199254740993.0;
-    double u2 = (double)(cmp_splitmix(&st) >> 11) / 9007199254740992.0;
-    double z = sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
-    double s = 40.0 * KIB * exp(z);
-    if (s < 4 * KIB)
-        s = 4 * KIB;
-    if (s > MIB)
-        s = MIB;
-    return (size_t)s;
-}
-
-/* A CUBIN-like artifact: the pool's words, shuffled per copy (the first copy
- * from a per-entry offset), with the entry number in its first bytes so that
- * no two entries are equal. */
 static void entry_bytes(uint64_t i, uint8_t *out, size_t size)
 {
-    uint64_t st = i * UINT64_C(1000003) + 5;
-    size_t pos = 0;
-    size_t start = (size_t)(cmp_splitmix(&st) % pool_words);
-    while (pos < size) {
-        size_t w = start;
-        start = (size_t)(cmp_splitmix(&st) % pool_words);
-        size_t n = size - pos < 16 ? size - pos : 16;
-        memcpy(out + pos, pool + w * 16, n);
-        pos += n;
-        /* Short runs keep real instruction pairs together; their length sets
-         * how well zstd compresses the result (see RUN_WORDS). */
-        for (int k = 1; k < RUN_WORDS && pos < size; k++) {
-            w = (w + 1) % pool_words;
-            n = size - pos < 16 ? size - pos : 16;
-            memcpy(out + pos, pool + w * 16, n);
-            pos += n;
-        }
-    }
-    memcpy(out, &i, size < 8 ? size : 8);
+    cmp_entry_bytes(i, out, size, pool, pool_words);
 }
 
 static kcache_key entry_key(uint64_t i)
@@ -398,76 +355,87 @@ static void load_pool(const char *const *cubins, size_t n_cubins)
     pool_words = total / 16;
 }
 
-int cmp_store_main(const struct cmp_store_args *a)
-{
-    load_pool(a->cubins, a->n_cubins);
-    const uint64_t n = a->entries;
+/* What the parts of one run share: its files, the entries' sizes, the samples. */
+struct run {
+    const struct cmp_store_args *a;
+    uint64_t n; /* entries */
     char db[4200], dir[4200], floor_dir[4200], wal[4200], shm[4200];
     /* One database per setting; db (and its wal, shm) is the first, the default's. */
     char kdb[N_KC][4200], kwal[N_KC][4200], kshm[N_KC][4200];
-    for (int k = 0; k < N_KC; k++) {
-        cmp_fmt(kdb[k], sizeof(kdb[k]), "%s/%s", a->workdir, kc_db_name[k]);
-        db_files(kdb[k], kwal[k], kshm[k]);
-    }
-    snprintf(db, sizeof(db), "%s", kdb[0]);
-    snprintf(dir, sizeof(dir), "%s/fpe", a->workdir);
-    snprintf(floor_dir, sizeof(floor_dir), "%s/floor", a->workdir);
     /* The least one SQLite file can cost (sqlite_floor.h): the same entries, raw. */
     char sqf_db[4300], sqf_wal[4310];
-    snprintf(sqf_db, sizeof(sqf_db), "%s/sqlite-floor.db", a->workdir);
-    snprintf(sqf_wal, sizeof(sqf_wal), "%s-wal", sqf_db);
-    db_files(db, wal, shm);
-    remove_tree(a->workdir);
-    if (mkdir(a->workdir, 0700) != 0 || mkdir(floor_dir, 0700) != 0)
-        cmp_fail("cannot make %s: %s", a->workdir, strerror(errno));
+    size_t *sizes;
+    uint64_t raw_total;
+    double kc_ratio;        /* raw bytes over kcache's disk after populating, at least 1 */
+    uint8_t *buf;           /* one entry's bytes */
+    struct sample *samples; /* per_bin of each size bin */
+    size_t n_samples[N_BINS];
+    double *t[N_SYS]; /* each system's times in one bin */
+};
 
+/* The run's files named, its directory made anew. */
+static void make_paths(struct run *r)
+{
+    const struct cmp_store_args *a = r->a;
+    for (int k = 0; k < N_KC; k++) {
+        cmp_fmt(r->kdb[k], sizeof(r->kdb[k]), "%s/%s", a->workdir, kc_db_name[k]);
+        db_files(r->kdb[k], r->kwal[k], r->kshm[k]);
+    }
+    snprintf(r->db, sizeof(r->db), "%s", r->kdb[0]);
+    snprintf(r->dir, sizeof(r->dir), "%s/fpe", a->workdir);
+    snprintf(r->floor_dir, sizeof(r->floor_dir), "%s/floor", a->workdir);
+    snprintf(r->sqf_db, sizeof(r->sqf_db), "%s/sqlite-floor.db", a->workdir);
+    snprintf(r->sqf_wal, sizeof(r->sqf_wal), "%s-wal", r->sqf_db);
+    db_files(r->db, r->wal, r->shm);
+    remove_tree(a->workdir);
+    if (mkdir(a->workdir, 0700) != 0 || mkdir(r->floor_dir, 0700) != 0)
+        cmp_fail("cannot make %s: %s", a->workdir, strerror(errno));
+}
+
+/* The entries' sizes and how well their bytes compress. */
+static void dataset(struct run *r)
+{
     /* Sizes, shared with the Python run (cuda.core) through a file. */
-    size_t *sizes = cmp_xmalloc(n * sizeof(*sizes));
-    uint64_t raw_total = 0;
-    double *sz = cmp_xmalloc(n * sizeof(double));
-    for (uint64_t i = 0; i < n; i++) {
-        sizes[i] = entry_size(i);
-        raw_total += sizes[i];
-        sz[i] = (double)sizes[i];
+    r->sizes = cmp_xmalloc(r->n * sizeof(*r->sizes));
+    double *sz = cmp_xmalloc(r->n * sizeof(double));
+    for (uint64_t i = 0; i < r->n; i++) {
+        r->sizes[i] = cmp_entry_size(i);
+        r->raw_total += r->sizes[i];
+        sz[i] = (double)r->sizes[i];
     }
     for (int k = 0; k < N_KC; k++) /* which system is which setting; 1: the default */
         cmp_rec("meta", sys_name[k], "compression", kc_setting[k], k == 0, "");
-    cmp_rec("dataset", "-", "entries", "count", (double)n, "");
-    cmp_rec("dataset", "-", "entries", "raw_bytes", (double)raw_total, "B");
-    cmp_rec("dataset", "-", "entries", "median_size", cmp_quantile(sz, n, 0.5), "B");
-    cmp_rec("dataset", "-", "entries", "p99_size", cmp_quantile(sz, n, 0.99), "B");
+    cmp_rec("dataset", "-", "entries", "count", (double)r->n, "");
+    cmp_rec("dataset", "-", "entries", "raw_bytes", (double)r->raw_total, "B");
+    cmp_rec("dataset", "-", "entries", "median_size", cmp_quantile(sz, r->n, 0.5), "B");
+    cmp_rec("dataset", "-", "entries", "p99_size", cmp_quantile(sz, r->n, 0.99), "B");
     free(sz);
     {
         /* How well the synthetic bytes compress, against the real CUBINs. */
         uint8_t *b = cmp_xmalloc(MIB + 1), *zb = cmp_xmalloc(ZSTD_compressBound(MIB));
         uint64_t raw = 0, z = 0;
-        for (uint64_t i = 0; i < n && i < 300; i++) {
-            entry_bytes(i, b, sizes[i]);
-            size_t zn = ZSTD_compress(zb, ZSTD_compressBound(MIB), b, sizes[i], KC_ZSTD_LEVEL);
+        for (uint64_t i = 0; i < r->n && i < 300; i++) {
+            entry_bytes(i, b, r->sizes[i]);
+            size_t zn = ZSTD_compress(zb, ZSTD_compressBound(MIB), b, r->sizes[i], KC_ZSTD_LEVEL);
             if (ZSTD_isError(zn))
                 cmp_fail("zstd: %s", ZSTD_getErrorName(zn));
-            raw += sizes[i];
+            raw += r->sizes[i];
             z += zn;
         }
         cmp_rec("dataset", "-", "synthetic", "zstd_ratio", (double)raw / (double)z, "x");
-        size_t zn = ZSTD_compress(zb, ZSTD_compressBound(MIB), pool, pool_words * 16,
-                                  KC_ZSTD_LEVEL);
-        cmp_rec("dataset", "-", "real CUBINs", "zstd_ratio",
-                (double)(pool_words * 16) / (double)zn, "x");
+        size_t zn =
+            ZSTD_compress(zb, ZSTD_compressBound(MIB), pool, pool_words * 16, KC_ZSTD_LEVEL);
+        cmp_rec("dataset", "-", "real CUBINs", "zstd_ratio", (double)(pool_words * 16) / (double)zn,
+                "x");
         free(b);
         free(zb);
-        if (a->ratio_only)
-            return 0;
     }
-    if (a->sizes_out) {
-        FILE *f = fopen(a->sizes_out, "w");
-        if (!f)
-            cmp_fail("cannot write %s", a->sizes_out);
-        for (uint64_t i = 0; i < n; i++)
-            fprintf(f, "%zu\n", sizes[i]);
-        fclose(f);
-    }
+}
 
+static void populate(struct run *r)
+{
+    const struct cmp_store_args *a = r->a;
+    const uint64_t n = r->n;
     /*
      * Populate all, one entry at a time, each setting's store in turn;
      * generating is not timed. One more store (the default setting), written
@@ -475,12 +443,10 @@ int cmp_store_main(const struct cmp_store_args *a)
      * with the others: what a caller with many entries at once gets. The
      * others have no batch.
      */
-    uint8_t *buf = cmp_xmalloc(MIB + 1);
     kcache_store *ks[N_KC];
     for (int k = 0; k < N_KC; k++)
-        ks[k] = open_store(kdb[k], UINT64_MAX, kc_setting[k]);
-    kcache_store *s = ks[0];
-    fpe_cache *c = open_fpe(dir, 0);
+        ks[k] = open_store(r->kdb[k], UINT64_MAX, kc_setting[k]);
+    fpe_cache *c = open_fpe(r->dir, 0);
     char db_batch[4300];
     snprintf(db_batch, sizeof(db_batch), "%s/kcache-batch.db", a->workdir);
     kcache_store *sb = open_store(db_batch, UINT64_MAX, kc_setting[0]);
@@ -488,22 +454,22 @@ int cmp_store_main(const struct cmp_store_args *a)
     if (kcache_batch_new(&batch, sb, NULL) != 0)
         cmp_fail("kcache batch: %s", kcache_store_errmsg(sb));
     double t_kcs[N_KC] = {0}, t_fpe = 0, t_batch = 0;
-    sqf_writer *sqw = sqf_create(sqf_db);
+    sqf_writer *sqw = sqf_create(r->sqf_db);
     for (uint64_t i = 0; i < n; i++) {
-        entry_bytes(i, buf, sizes[i]);
+        entry_bytes(i, r->buf, r->sizes[i]);
         kcache_key k = entry_key(i);
-        sqf_put(sqw, k.bytes, buf, sizes[i]); /* not timed: not a compared put */
+        sqf_put(sqw, k.bytes, r->buf, r->sizes[i]); /* not timed: not a compared put */
         for (int ki = 0; ki < N_KC; ki++) {
             double t0 = cmp_now();
-            kc_put(ks[ki], i, buf, sizes[i]);
+            kc_put(ks[ki], i, r->buf, r->sizes[i]);
             t_kcs[ki] += cmp_now() - t0;
         }
         double t1 = cmp_now();
-        if (fpe_put(c, k.bytes, buf, sizes[i]) != 0)
+        if (fpe_put(c, k.bytes, r->buf, r->sizes[i]) != 0)
             cmp_fail("file-per-entry put failed");
         double t2 = cmp_now();
         kcache_entry e;
-        kc_entry(&e, i, buf, sizes[i]);
+        kc_entry(&e, i, r->buf, r->sizes[i]);
         if (kcache_batch_put(batch, &e) != 0 || (i + 1 == n && kcache_batch_commit(batch) != 0))
             cmp_fail("kcache batch put: %s", kcache_store_errmsg(sb));
         double t3 = cmp_now();
@@ -528,63 +494,69 @@ int cmp_store_main(const struct cmp_store_args *a)
         }
     }
     cmp_rec("populate", "kcache batched", "all", "puts_per_s", (double)n / t_batch, "1/s");
-    double kc_ratio = (double)raw_total / (double)(kc_disk(db) ? kc_disk(db) : 1);
-    if (kc_ratio < 1)
-        kc_ratio = 1;
+    r->kc_ratio = (double)r->raw_total / (double)(kc_disk(r->db) ? kc_disk(r->db) : 1);
+    if (r->kc_ratio < 1)
+        r->kc_ratio = 1;
     cmp_rec("populate", "file-per-entry", "all", "puts_per_s", (double)n / t_fpe, "1/s");
+}
 
+static void disk_use(struct run *r)
+{
     /* Disk: what a user sees after the writers closed. */
     for (int k = 0; k < N_KC; k++) {
         uint64_t kc_app =
-            cmp_file_size(kdb[k]) + cmp_file_size(kwal[k]) + cmp_file_size(kshm[k]);
+            cmp_file_size(r->kdb[k]) + cmp_file_size(r->kwal[k]) + cmp_file_size(r->kshm[k]);
         uint64_t kc_alloc =
-            cmp_file_blocks(kdb[k]) + cmp_file_blocks(kwal[k]) + cmp_file_blocks(kshm[k]);
-        double kc_files = (cmp_file_size(kdb[k]) > 0) + (access(kwal[k], F_OK) == 0) +
-                          (access(kshm[k], F_OK) == 0);
+            cmp_file_blocks(r->kdb[k]) + cmp_file_blocks(r->kwal[k]) + cmp_file_blocks(r->kshm[k]);
+        double kc_files = (cmp_file_size(r->kdb[k]) > 0) + (access(r->kwal[k], F_OK) == 0) +
+                          (access(r->kshm[k], F_OK) == 0);
         cmp_rec("disk", sys_name[k], "all", "apparent_bytes", (double)kc_app, "B");
         cmp_rec("disk", sys_name[k], "all", "allocated_bytes", (double)kc_alloc, "B");
         cmp_rec("disk", sys_name[k], "all", "files", kc_files, "");
         cmp_rec("disk", sys_name[k], "all", "dirs", 0, "");
     }
     fpe_usage u;
-    fpe_disk_usage(dir, &u);
+    fpe_disk_usage(r->dir, &u);
     cmp_rec("disk", "file-per-entry", "all", "apparent_bytes", (double)u.apparent_bytes, "B");
     cmp_rec("disk", "file-per-entry", "all", "allocated_bytes", (double)u.allocated_bytes, "B");
     cmp_rec("disk", "file-per-entry", "all", "files", (double)u.files, "");
     cmp_rec("disk", "file-per-entry", "all", "dirs", (double)u.dirs, "");
+}
 
+static void take_samples(struct run *r)
+{
+    const struct cmp_store_args *a = r->a;
     /* Samples per size bin, with their floor frames. */
-    struct sample *samples = cmp_xmalloc(N_BINS * a->per_bin * sizeof(*samples));
-    size_t n_samples[N_BINS] = {0};
-    for (uint64_t i = 0; i < n; i++) {
+    r->samples = cmp_xmalloc(N_BINS * a->per_bin * sizeof(*r->samples));
+    for (uint64_t i = 0; i < r->n; i++) {
         for (int b = 0; b < N_BINS; b++) {
-            if (sizes[i] >= bin_lo[b] && sizes[i] < bin_lo[b + 1] &&
-                n_samples[b] < a->per_bin) {
-                struct sample *x = &samples[b * a->per_bin + n_samples[b]++];
+            if (r->sizes[i] >= bin_lo[b] && r->sizes[i] < bin_lo[b + 1] &&
+                r->n_samples[b] < a->per_bin) {
+                struct sample *x = &r->samples[b * a->per_bin + r->n_samples[b]++];
                 x->index = i;
-                x->size = sizes[i];
-                x->bytes = cmp_xmalloc(sizes[i] + 1);
-                entry_bytes(i, x->bytes, sizes[i]);
+                x->size = r->sizes[i];
+                x->bytes = cmp_xmalloc(r->sizes[i] + 1);
+                entry_bytes(i, x->bytes, r->sizes[i]);
                 ZSTD_CCtx *z = ZSTD_createCCtx();
                 if (!z)
                     cmp_fail("out of memory");
                 ZSTD_CCtx_setParameter(z, ZSTD_c_compressionLevel, KC_ZSTD_LEVEL);
                 ZSTD_CCtx_setParameter(z, ZSTD_c_checksumFlag, 1);
-                size_t bound = ZSTD_compressBound(sizes[i]);
+                size_t bound = ZSTD_compressBound(r->sizes[i]);
                 uint8_t *zb = cmp_xmalloc(bound);
-                size_t zn = ZSTD_compress2(z, zb, bound, x->bytes, sizes[i]);
+                size_t zn = ZSTD_compress2(z, zb, bound, x->bytes, r->sizes[i]);
                 if (ZSTD_isError(zn))
                     cmp_fail("zstd: %s", ZSTD_getErrorName(zn));
                 ZSTD_freeCCtx(z);
-                cmp_fmt(x->floor_path, sizeof(x->floor_path), "%s/%llu.zst", floor_dir,
-                         (unsigned long long)i);
+                cmp_fmt(x->floor_path, sizeof(x->floor_path), "%s/%llu.zst", r->floor_dir,
+                        (unsigned long long)i);
                 cmp_write_file(x->floor_path, zb, zn);
                 free(zb);
-                size_t lcap = 2 * sizes[i] + 65536;
+                size_t lcap = 2 * r->sizes[i] + 65536;
                 uint8_t *lb = cmp_xmalloc(lcap);
-                size_t ln = floor_lz4_encode(lb, lcap, x->bytes, sizes[i]);
-                cmp_fmt(x->floor_lz4_path, sizeof(x->floor_lz4_path), "%s/%llu.lz4", floor_dir,
-                         (unsigned long long)i);
+                size_t ln = floor_lz4_encode(lb, lcap, x->bytes, r->sizes[i]);
+                cmp_fmt(x->floor_lz4_path, sizeof(x->floor_lz4_path), "%s/%llu.lz4", r->floor_dir,
+                        (unsigned long long)i);
                 cmp_write_file(x->floor_lz4_path, lb, ln);
                 free(lb);
             }
@@ -595,356 +567,425 @@ int cmp_store_main(const struct cmp_store_args *a)
         if (!f)
             cmp_fail("cannot write %s", a->samples_out);
         for (int b = 0; b < N_BINS; b++)
-            for (size_t j = 0; j < n_samples[b]; j++)
-                fprintf(f, "%d %llu\n", b, (unsigned long long)samples[b * a->per_bin + j].index);
+            for (size_t j = 0; j < r->n_samples[b]; j++)
+                fprintf(f, "%d %llu\n", b,
+                        (unsigned long long)r->samples[b * a->per_bin + j].index);
         fclose(f);
     }
+}
 
+static void warm_hits(struct run *r)
+{
+    const struct cmp_store_args *a = r->a;
+    kcache_store *ks[N_KC];
     /* Warm hits: every system interleaved, order rotating, same entries. */
     for (int k = 0; k < N_KC; k++)
-        ks[k] = open_store(kdb[k], UINT64_MAX, kc_setting[k]);
-    c = open_fpe(dir, 0);
-    double *t[N_SYS];
+        ks[k] = open_store(r->kdb[k], UINT64_MAX, kc_setting[k]);
+    fpe_cache *c = open_fpe(r->dir, 0);
     for (int k = 0; k < N_SYS; k++)
-        t[k] = cmp_xmalloc(a->hit_iters * sizeof(double));
+        r->t[k] = cmp_xmalloc(a->hit_iters * sizeof(double));
     for (int b = 0; b < N_BINS; b++) {
-        size_t m = n_samples[b];
+        size_t m = r->n_samples[b];
         if (!m)
             continue;
         double med_size;
         {
             double *ss = cmp_xmalloc(m * sizeof(double));
             for (size_t j = 0; j < m; j++)
-                ss[j] = (double)samples[b * a->per_bin + j].size;
+                ss[j] = (double)r->samples[b * a->per_bin + j].size;
             med_size = cmp_quantile(ss, m, 0.5);
             free(ss);
         }
         for (size_t j = 0; j < m; j++) { /* warm-up: one of each */
             for (int k = 0; k < N_KC; k++)
-                get_kcache(ks[k], &samples[b * a->per_bin + j]);
-            get_fpe(c, &samples[b * a->per_bin + j]);
-            get_floor(&samples[b * a->per_bin + j]);
-            get_floor_lz4(&samples[b * a->per_bin + j]);
+                get_kcache(ks[k], &r->samples[b * a->per_bin + j]);
+            get_fpe(c, &r->samples[b * a->per_bin + j]);
+            get_floor(&r->samples[b * a->per_bin + j]);
+            get_floor_lz4(&r->samples[b * a->per_bin + j]);
         }
         for (size_t it = 0; it < a->hit_iters; it++) {
-            const struct sample *x = &samples[b * a->per_bin + it % m];
-            for (int r = 0; r < N_SYS; r++) {
-                int k = (int)((r + it) % N_SYS);
-                t[k][it] = k < N_KC          ? get_kcache(ks[k], x)
-                           : k == SYS_FPE    ? get_fpe(c, x)
-                           : k == SYS_FLOOR  ? get_floor(x)
-                                             : get_floor_lz4(x);
+            const struct sample *x = &r->samples[b * a->per_bin + it % m];
+            for (int o = 0; o < N_SYS; o++) {
+                int k = (int)((o + it) % N_SYS);
+                r->t[k][it] = k < N_KC         ? get_kcache(ks[k], x)
+                              : k == SYS_FPE   ? get_fpe(c, x)
+                              : k == SYS_FLOOR ? get_floor(x)
+                                               : get_floor_lz4(x);
             }
         }
         for (int k = 0; k < N_SYS; k++) {
             cmp_rec("hit_warm", sys_name[k], bin_name[b], "median_us",
-                    cmp_quantile(t[k], a->hit_iters, 0.5) * 1e6, "us");
+                    cmp_quantile(r->t[k], a->hit_iters, 0.5) * 1e6, "us");
             cmp_rec("hit_warm", sys_name[k], bin_name[b], "p99_us",
-                    cmp_quantile(t[k], a->hit_iters, 0.99) * 1e6, "us");
+                    cmp_quantile(r->t[k], a->hit_iters, 0.99) * 1e6, "us");
             cmp_rec("hit_warm", sys_name[k], bin_name[b], "size", med_size, "B");
         }
     }
     for (int k = 0; k < N_KC; k++)
         kcache_store_close(ks[k]);
     fpe_close(c);
+}
 
-    /*
-     * Cold: everything synced, then before each get the files it reads are
-     * dropped from the page cache (posix_fadvise DONTNEED; no root needed),
-     * and the get is a fresh process's: open, get, close. The same loop
-     * without the drop gives the warm one-get-per-process figure.
-     */
-    sync_dir(a->workdir);
-    double *t_open[N_KC], *t_get[N_KC], *t_close[N_KC];
-    for (int k = 0; k < N_KC; k++) {
-        t_open[k] = cmp_xmalloc(a->cold_iters * sizeof(double));
-        t_get[k] = cmp_xmalloc(a->cold_iters * sizeof(double));
-        t_close[k] = cmp_xmalloc(a->cold_iters * sizeof(double));
-    }
-    double *t_nt = cmp_xmalloc(a->cold_iters * sizeof(double));
-    double *t_ntc = cmp_xmalloc(a->cold_iters * sizeof(double));
+/* The times and disk reads of the one-get-per-process runs, each cold_iters long. */
+struct cold_times {
+    double *open[N_KC], *get[N_KC], *close[N_KC];
+    double *no_touch, *no_touch_close; /* kcache without recording the hit */
     /* The SQLite floor's time, and the KiB each system had read from the disk
      * (/proc/self/io): the measured reasons behind a slow first or cold hit. */
-    double *t_sqf = cmp_xmalloc(a->cold_iters * sizeof(double));
+    double *sqf;
     double *disk[N_SYS + 1];
+};
+
+/* One fresh process's get of x from system k (open, get, close), its time in r->t[k][it]. */
+static void cold_get(struct run *r, struct cold_times *ct, int k, const struct sample *x, int cold,
+                     size_t it)
+{
+    char path[4200];
+    double t0;
+    uint64_t d0 = 0;
+    if (k < N_KC) {
+        if (cold) {
+            cmp_drop_cache(r->kdb[k]);
+            cmp_drop_cache(r->kwal[k]);
+        }
+        d0 = cmp_disk_read_bytes();
+        t0 = cmp_now();
+        kcache_store *s2 = open_store(r->kdb[k], UINT64_MAX, kc_setting[k]);
+        double ta = cmp_now();
+        get_kcache(s2, x);
+        double tb = cmp_now();
+        kcache_store_close(s2);
+        ct->open[k][it] = ta - t0;
+        ct->get[k][it] = tb - ta;
+        ct->close[k][it] = cmp_now() - tb;
+    } else if (k == SYS_FPE) {
+        kcache_key key = entry_key(x->index);
+        fpe_cache *c2 = open_fpe(r->dir, 0);
+        fpe_entry_path(c2, key.bytes, path, sizeof(path));
+        fpe_close(c2);
+        if (cold)
+            cmp_drop_cache(path);
+        d0 = cmp_disk_read_bytes();
+        t0 = cmp_now();
+        c2 = open_fpe(r->dir, 0);
+        get_fpe(c2, x);
+        fpe_close(c2);
+    } else if (k == SYS_FLOOR) {
+        if (cold)
+            cmp_drop_cache(x->floor_path);
+        d0 = cmp_disk_read_bytes();
+        t0 = cmp_now();
+        get_floor(x);
+    } else {
+        if (cold)
+            cmp_drop_cache(x->floor_lz4_path);
+        d0 = cmp_disk_read_bytes();
+        t0 = cmp_now();
+        get_floor_lz4(x);
+    }
+    r->t[k][it] = cmp_now() - t0;
+    ct->disk[k][it] = (double)(cmp_disk_read_bytes() - d0) / KIB;
+}
+
+/* The same get from the SQLite floor, checked. */
+static void cold_get_floor(struct run *r, struct cold_times *ct, const struct sample *x, int cold,
+                           size_t it)
+{
+    if (cold) {
+        cmp_drop_cache(r->sqf_db);
+        cmp_drop_cache(r->sqf_wal);
+    }
+    kcache_key key = entry_key(x->index);
+    void *data;
+    size_t size;
+    uint64_t d0 = cmp_disk_read_bytes();
+    double t0 = cmp_now();
+    sqf_first_hit(r->sqf_db, key.bytes, &data, &size);
+    ct->sqf[it] = cmp_now() - t0;
+    ct->disk[N_SYS][it] = (double)(cmp_disk_read_bytes() - d0) / KIB;
+    if (size != x->size || memcmp(data, x->bytes, size) != 0)
+        cmp_fail("sqlite floor: entry %llu read back wrong", (unsigned long long)x->index);
+    free(data);
+}
+
+/* Bin b's figures of one group (hit_cold or hit_open). */
+static void cold_records(const struct run *r, const struct cold_times *ct, const char *group, int b,
+                         int cold)
+{
+    const size_t iters = r->a->cold_iters;
+    for (int k = 0; k < N_KC; k++) {
+        cmp_rec(group, sys_name[k], bin_name[b], "open_median_us",
+                cmp_quantile(ct->open[k], iters, 0.5) * 1e6, "us");
+        cmp_rec(group, sys_name[k], bin_name[b], "get_median_us",
+                cmp_quantile(ct->get[k], iters, 0.5) * 1e6, "us");
+        cmp_rec(group, sys_name[k], bin_name[b], "close_median_us",
+                cmp_quantile(ct->close[k], iters, 0.5) * 1e6, "us");
+    }
+    if (!cold) {
+        cmp_rec(group, "kcache", bin_name[b], "no_touch_median_us",
+                cmp_quantile(ct->no_touch, iters, 0.5) * 1e6, "us");
+        cmp_rec(group, "kcache", bin_name[b], "no_touch_close_median_us",
+                cmp_quantile(ct->no_touch_close, iters, 0.5) * 1e6, "us");
+    }
+    for (int k = 0; k < N_SYS; k++) {
+        cmp_rec(group, sys_name[k], bin_name[b], "median_us",
+                cmp_quantile(r->t[k], iters, 0.5) * 1e6, "us");
+        cmp_rec(group, sys_name[k], bin_name[b], "p99_us", cmp_quantile(r->t[k], iters, 0.99) * 1e6,
+                "us");
+    }
+    cmp_rec(group, "sqlite floor", bin_name[b], "median_us",
+            cmp_quantile(ct->sqf, iters, 0.5) * 1e6, "us");
+    cmp_rec(group, "sqlite floor", bin_name[b], "p99_us", cmp_quantile(ct->sqf, iters, 0.99) * 1e6,
+            "us");
+    for (int k = 0; cold && k <= N_SYS; k++)
+        cmp_rec(group, k < N_SYS ? sys_name[k] : "sqlite floor", bin_name[b],
+                "disk_read_kib_median", cmp_quantile(ct->disk[k], iters, 0.5), "KiB");
+}
+
+/*
+ * Cold: everything synced, then before each get the files it reads are
+ * dropped from the page cache (posix_fadvise DONTNEED; no root needed),
+ * and the get is a fresh process's: open, get, close. The same loop
+ * without the drop gives the warm one-get-per-process figure.
+ */
+static void cold_hits(struct run *r)
+{
+    const struct cmp_store_args *a = r->a;
+    const size_t bytes = a->cold_iters * sizeof(double);
+    struct cold_times ct;
+    sync_dir(a->workdir);
+    for (int k = 0; k < N_KC; k++) {
+        ct.open[k] = cmp_xmalloc(bytes);
+        ct.get[k] = cmp_xmalloc(bytes);
+        ct.close[k] = cmp_xmalloc(bytes);
+    }
+    ct.no_touch = cmp_xmalloc(bytes);
+    ct.no_touch_close = cmp_xmalloc(bytes);
+    ct.sqf = cmp_xmalloc(bytes);
     for (int k = 0; k <= N_SYS; k++)
-        disk[k] = cmp_xmalloc(a->cold_iters * sizeof(double));
+        ct.disk[k] = cmp_xmalloc(bytes);
     for (int cold = 1; cold >= 0; cold--) {
-        const char *group = cold ? "hit_cold" : "hit_open";
         for (int b = 0; b < N_BINS; b++) {
-            size_t m = n_samples[b];
+            size_t m = r->n_samples[b];
             if (!m)
                 continue;
             for (size_t it = 0; it < a->cold_iters; it++) {
-                const struct sample *x = &samples[b * a->per_bin + it % m];
-                for (int r = 0; r < N_SYS; r++) {
-                    int k = (int)((r + it) % N_SYS);
-                    char path[4200];
-                    double t0;
-                    uint64_t d0 = 0;
-                    if (k < N_KC) {
-                        if (cold) {
-                            cmp_drop_cache(kdb[k]);
-                            cmp_drop_cache(kwal[k]);
-                        }
-                        d0 = cmp_disk_read_bytes();
-                        t0 = cmp_now();
-                        kcache_store *s2 = open_store(kdb[k], UINT64_MAX, kc_setting[k]);
-                        double ta = cmp_now();
-                        get_kcache(s2, x);
-                        double tb = cmp_now();
-                        kcache_store_close(s2);
-                        t_open[k][it] = ta - t0;
-                        t_get[k][it] = tb - ta;
-                        t_close[k][it] = cmp_now() - tb;
-                    } else if (k == SYS_FPE) {
-                        kcache_key key = entry_key(x->index);
-                        fpe_cache *c2 = open_fpe(dir, 0);
-                        fpe_entry_path(c2, key.bytes, path, sizeof(path));
-                        fpe_close(c2);
-                        if (cold)
-                            cmp_drop_cache(path);
-                        d0 = cmp_disk_read_bytes();
-                        t0 = cmp_now();
-                        c2 = open_fpe(dir, 0);
-                        get_fpe(c2, x);
-                        fpe_close(c2);
-                    } else if (k == SYS_FLOOR) {
-                        if (cold)
-                            cmp_drop_cache(x->floor_path);
-                        d0 = cmp_disk_read_bytes();
-                        t0 = cmp_now();
-                        get_floor(x);
-                    } else {
-                        if (cold)
-                            cmp_drop_cache(x->floor_lz4_path);
-                        d0 = cmp_disk_read_bytes();
-                        t0 = cmp_now();
-                        get_floor_lz4(x);
-                    }
-                    t[k][it] = cmp_now() - t0;
-                    disk[k][it] = (double)(cmp_disk_read_bytes() - d0) / KIB;
-                }
-                {
-                    if (cold) {
-                        cmp_drop_cache(sqf_db);
-                        cmp_drop_cache(sqf_wal);
-                    }
-                    kcache_key key = entry_key(x->index);
-                    void *data;
-                    size_t size;
-                    uint64_t d0 = cmp_disk_read_bytes();
-                    double t0 = cmp_now();
-                    sqf_first_hit(sqf_db, key.bytes, &data, &size);
-                    t_sqf[it] = cmp_now() - t0;
-                    disk[N_SYS][it] = (double)(cmp_disk_read_bytes() - d0) / KIB;
-                    if (size != x->size || memcmp(data, x->bytes, size) != 0)
-                        cmp_fail("sqlite floor: entry %llu read back wrong",
-                                 (unsigned long long)x->index);
-                    free(data);
-                }
+                const struct sample *x = &r->samples[b * a->per_bin + it % m];
+                for (int o = 0; o < N_SYS; o++)
+                    cold_get(r, &ct, (int)((o + it) % N_SYS), x, cold, it);
+                cold_get_floor(r, &ct, x, cold, it);
                 if (cold) {
                     sync_dir(a->workdir); /* the touches kcache wrote */
                 } else {
                     /* The same without recording the hit: what the touch costs. */
                     double t0 = cmp_now();
-                    kcache_store *s2 = open_store(db, UINT64_MAX, kc_setting[0]);
+                    kcache_store *s2 = open_store(r->db, UINT64_MAX, kc_setting[0]);
                     get_kcache_flags(s2, x, KCACHE_GET_NO_TOUCH);
                     double tb = cmp_now();
                     kcache_store_close(s2);
-                    t_nt[it] = cmp_now() - t0;
-                    t_ntc[it] = cmp_now() - tb;
+                    ct.no_touch[it] = cmp_now() - t0;
+                    ct.no_touch_close[it] = cmp_now() - tb;
                 }
             }
-            for (int k = 0; k < N_KC; k++) {
-                cmp_rec(group, sys_name[k], bin_name[b], "open_median_us",
-                        cmp_quantile(t_open[k], a->cold_iters, 0.5) * 1e6, "us");
-                cmp_rec(group, sys_name[k], bin_name[b], "get_median_us",
-                        cmp_quantile(t_get[k], a->cold_iters, 0.5) * 1e6, "us");
-                cmp_rec(group, sys_name[k], bin_name[b], "close_median_us",
-                        cmp_quantile(t_close[k], a->cold_iters, 0.5) * 1e6, "us");
-            }
-            if (!cold) {
-                cmp_rec(group, "kcache", bin_name[b], "no_touch_median_us",
-                        cmp_quantile(t_nt, a->cold_iters, 0.5) * 1e6, "us");
-                cmp_rec(group, "kcache", bin_name[b], "no_touch_close_median_us",
-                        cmp_quantile(t_ntc, a->cold_iters, 0.5) * 1e6, "us");
-            }
-            for (int k = 0; k < N_SYS; k++) {
-                cmp_rec(group, sys_name[k], bin_name[b], "median_us",
-                        cmp_quantile(t[k], a->cold_iters, 0.5) * 1e6, "us");
-                cmp_rec(group, sys_name[k], bin_name[b], "p99_us",
-                        cmp_quantile(t[k], a->cold_iters, 0.99) * 1e6, "us");
-            }
-            cmp_rec(group, "sqlite floor", bin_name[b], "median_us",
-                    cmp_quantile(t_sqf, a->cold_iters, 0.5) * 1e6, "us");
-            cmp_rec(group, "sqlite floor", bin_name[b], "p99_us",
-                    cmp_quantile(t_sqf, a->cold_iters, 0.99) * 1e6, "us");
-            for (int k = 0; cold && k <= N_SYS; k++)
-                cmp_rec(group, k < N_SYS ? sys_name[k] : "sqlite floor", bin_name[b],
-                        "disk_read_kib_median", cmp_quantile(disk[k], a->cold_iters, 0.5), "KiB");
+            cold_records(r, &ct, cold ? "hit_cold" : "hit_open", b, cold);
         }
     }
     for (int k = 0; k < N_SYS; k++)
-        free(t[k]);
+        free(r->t[k]);
     for (int k = 0; k <= N_SYS; k++)
-        free(disk[k]);
-    free(t_sqf);
+        free(ct.disk[k]);
+    free(ct.sqf);
     for (int k = 0; k < N_KC; k++) {
-        free(t_open[k]);
-        free(t_get[k]);
-        free(t_close[k]);
+        free(ct.open[k]);
+        free(ct.get[k]);
+        free(ct.close[k]);
     }
-    free(t_nt);
-    free(t_ntc);
+    free(ct.no_touch);
+    free(ct.no_touch_close);
+}
 
-    /* Throughput: every entry in page cache, uniform random keys. The other
-     * settings with one process (what decoding costs shows there already). */
+/* Throughput: every entry in page cache, uniform random keys. The other
+ * settings with one process (what decoding costs shows there already). */
+static void throughput_all(struct run *r)
+{
+    const struct cmp_store_args *a = r->a;
     for (int k = 0; k < N_KC; k++) {
-        cmp_warm_file(kdb[k]);
-        cmp_warm_file(kwal[k]);
+        cmp_warm_file(r->kdb[k]);
+        cmp_warm_file(r->kwal[k]);
     }
     for (int procs = 1; procs <= 4; procs *= 2) {
         for (int k = 0; k < (procs == 1 ? N_KC : 1); k++)
-            throughput(k, kdb[k], dir, n, procs, a->seconds);
-        throughput(SYS_FPE, db, dir, n, procs, a->seconds);
+            throughput(k, r->kdb[k], r->dir, r->n, procs, a->seconds);
+        throughput(SYS_FPE, r->db, r->dir, r->n, procs, a->seconds);
     }
     for (int k = 1; k < N_KC; k++) { /* the rest uses the default's store only */
-        unlink(kdb[k]);
-        unlink(kwal[k]);
-        unlink(kshm[k]);
+        unlink(r->kdb[k]);
+        unlink(r->kwal[k]);
+        unlink(r->kshm[k]);
     }
+}
 
-    /* Prune to half the bytes on disk. */
-    {
-        s = open_store(db, UINT64_MAX, kc_setting[0]);
-        /* Half of what the entries take (the WAL may hold pages the file
-         * does not yet, so half of file + WAL could be met by a checkpoint). */
-        kcache_stats *ps;
-        if (kcache_store_stats(&ps, s) != 0)
-            cmp_fail("stats: %s", kcache_store_errmsg(s));
-        kcache_prune_options po = KCACHE_PRUNE_OPTIONS_INIT;
-        po.max_size = ps->stored_bytes / 2;
-        kcache_stats_free(ps);
-        kcache_prune_result pr = KCACHE_PRUNE_RESULT_INIT;
+/* Prune to half the bytes on disk; then the default's store and the file-per-entry cache go. */
+static void prune_half(struct run *r)
+{
+    kcache_store *s = open_store(r->db, UINT64_MAX, kc_setting[0]);
+    /* Half of what the entries take (the WAL may hold pages the file
+     * does not yet, so half of file + WAL could be met by a checkpoint). */
+    kcache_stats *ps;
+    if (kcache_store_stats(&ps, s) != 0)
+        cmp_fail("stats: %s", kcache_store_errmsg(s));
+    kcache_prune_options po = KCACHE_PRUNE_OPTIONS_INIT;
+    po.max_size = ps->stored_bytes / 2;
+    kcache_stats_free(ps);
+    kcache_prune_result pr = KCACHE_PRUNE_RESULT_INIT;
+    double t0 = cmp_now();
+    if (kcache_store_prune(&pr, s, &po) != 0)
+        cmp_fail("prune: %s", kcache_store_errmsg(s));
+    double tk = cmp_now() - t0;
+    kcache_store_close(s);
+    cmp_rec("prune", "kcache", "to half", "seconds", tk, "s");
+    cmp_rec("prune", "kcache", "to half", "evicted", (double)pr.evicted, "");
+    cmp_rec("prune", "kcache", "to half", "bytes_after_over_target",
+            (double)pr.disk_after / (double)po.max_size, "x");
+    cmp_rec("prune", "kcache", "to half", "disk_before", (double)pr.disk_before, "B");
+    fpe_cache *c = open_fpe(r->dir, 0);
+    fpe_prune_result fr;
+    if (fpe_prune(c, UINT64_MAX, &fr) != 0) /* counts only */
+        cmp_fail("file-per-entry scan failed");
+    uint64_t target = fr.bytes_after / 2;
+    t0 = cmp_now();
+    if (fpe_prune(c, target, &fr) != 0)
+        cmp_fail("file-per-entry prune failed");
+    double tf = cmp_now() - t0;
+    fpe_close(c);
+    cmp_rec("prune", "file-per-entry", "to half", "seconds", tf, "s");
+    cmp_rec("prune", "file-per-entry", "to half", "evicted", (double)fr.evicted, "");
+    cmp_rec("prune", "file-per-entry", "to half", "bytes_after_over_target",
+            (double)fr.bytes_after / (double)target, "x");
+    cmp_rec("prune", "file-per-entry", "to half", "disk_before", (double)fr.bytes_before, "B");
+    remove_tree(r->dir);
+    unlink(r->db);
+    unlink(r->wal);
+    unlink(r->shm);
+}
+
+/* Writing past a cap: on-disk size sampled as entries go in. */
+static void past_cap(struct run *r)
+{
+    const struct cmp_store_args *a = r->a;
+    const uint64_t cap = a->cap;
+    kcache_store *s = open_store(r->db, cap, kc_setting[0]);
+    fpe_cache *c = open_fpe(r->dir, cap);
+    uint64_t written = 0, i = 0, step = 0;
+    double tk = 0, tf = 0, max_k = 0, max_f = 0;
+    uint64_t puts = 0;
+    /* Enough raw bytes that even compressed (kcache) they pass the cap
+     * cap_factor times over. */
+    const uint64_t to_write = (uint64_t)((double)(a->cap_factor * cap) * r->kc_ratio);
+    uint64_t every = (to_write / (60 * KIB)) / 40 + 1;
+    while (written < to_write) {
+        uint64_t idx = UINT64_C(1) << 40 | i++;
+        size_t sn = cmp_entry_size(idx);
+        entry_bytes(idx, r->buf, sn);
+        kcache_key k = entry_key(idx);
         double t0 = cmp_now();
-        if (kcache_store_prune(&pr, s, &po) != 0)
-            cmp_fail("prune: %s", kcache_store_errmsg(s));
-        double tk = cmp_now() - t0;
-        kcache_store_close(s);
-        cmp_rec("prune", "kcache", "to half", "seconds", tk, "s");
-        cmp_rec("prune", "kcache", "to half", "evicted", (double)pr.evicted, "");
-        cmp_rec("prune", "kcache", "to half", "bytes_after_over_target",
-                (double)pr.disk_after / (double)po.max_size, "x");
-        cmp_rec("prune", "kcache", "to half", "disk_before", (double)pr.disk_before, "B");
-        c = open_fpe(dir, 0);
-        fpe_prune_result fr;
-        if (fpe_prune(c, UINT64_MAX, &fr) != 0) /* counts only */
-            cmp_fail("file-per-entry scan failed");
-        uint64_t target = fr.bytes_after / 2;
-        t0 = cmp_now();
-        if (fpe_prune(c, target, &fr) != 0)
-            cmp_fail("file-per-entry prune failed");
-        double tf = cmp_now() - t0;
-        fpe_close(c);
-        cmp_rec("prune", "file-per-entry", "to half", "seconds", tf, "s");
-        cmp_rec("prune", "file-per-entry", "to half", "evicted", (double)fr.evicted, "");
-        cmp_rec("prune", "file-per-entry", "to half", "bytes_after_over_target",
-                (double)fr.bytes_after / (double)target, "x");
-        cmp_rec("prune", "file-per-entry", "to half", "disk_before", (double)fr.bytes_before,
-                "B");
-    }
-    remove_tree(dir);
-    unlink(db);
-    unlink(wal);
-    unlink(shm);
-
-    /* Writing past a cap: on-disk size sampled as entries go in. */
-    {
-        const uint64_t cap = a->cap;
-        s = open_store(db, cap, kc_setting[0]);
-        c = open_fpe(dir, cap);
-        uint64_t written = 0, i = 0, step = 0;
-        double tk = 0, tf = 0, max_k = 0, max_f = 0;
-        uint64_t puts = 0;
-        /* Enough raw bytes that even compressed (kcache) they pass the cap
-         * cap_factor times over. */
-        const uint64_t to_write = (uint64_t)((double)(a->cap_factor * cap) * kc_ratio);
-        uint64_t every = (to_write / (60 * KIB)) / 40 + 1;
-        while (written < to_write) {
-            uint64_t idx = UINT64_C(1) << 40 | i++;
-            size_t sn = entry_size(idx);
-            entry_bytes(idx, buf, sn);
-            kcache_key k = entry_key(idx);
-            double t0 = cmp_now();
-            kc_put(s, idx, buf, sn);
-            double t1 = cmp_now();
-            if (fpe_put(c, k.bytes, buf, sn) != 0)
-                cmp_fail("file-per-entry put failed");
-            tf += cmp_now() - t1;
-            tk += t1 - t0;
-            written += sn;
-            puts++;
-            if (++step % every == 0) {
-                double dk = (double)kc_disk(db);
-                fpe_usage fu;
-                fpe_disk_usage(dir, &fu);
-                double df = (double)fu.apparent_bytes;
-                char casename[32];
-                snprintf(casename, sizeof(casename), "%.3f", (double)written / (double)cap);
-                cmp_rec("cap_series", "kcache", casename, "disk_over_cap", dk / (double)cap,
-                        "x");
-                cmp_rec("cap_series", "file-per-entry", casename, "disk_over_cap",
-                        df / (double)cap, "x");
-                cmp_rec("cap_series", "file-per-entry", casename, "files_over_cap",
-                        (double)(fu.apparent_bytes - fu.dirs * 4096) / (double)cap, "x");
-                if (dk > max_k)
-                    max_k = dk;
-                if (df > max_f)
-                    max_f = df;
-            }
+        kc_put(s, idx, r->buf, sn);
+        double t1 = cmp_now();
+        if (fpe_put(c, k.bytes, r->buf, sn) != 0)
+            cmp_fail("file-per-entry put failed");
+        tf += cmp_now() - t1;
+        tk += t1 - t0;
+        written += sn;
+        puts++;
+        if (++step % every == 0) {
+            double dk = (double)kc_disk(r->db);
+            fpe_usage fu;
+            fpe_disk_usage(r->dir, &fu);
+            double df = (double)fu.apparent_bytes;
+            char casename[32];
+            snprintf(casename, sizeof(casename), "%.3f", (double)written / (double)cap);
+            cmp_rec("cap_series", "kcache", casename, "disk_over_cap", dk / (double)cap, "x");
+            cmp_rec("cap_series", "file-per-entry", casename, "disk_over_cap", df / (double)cap,
+                    "x");
+            cmp_rec("cap_series", "file-per-entry", casename, "files_over_cap",
+                    (double)(fu.apparent_bytes - fu.dirs * 4096) / (double)cap, "x");
+            if (dk > max_k)
+                max_k = dk;
+            if (df > max_f)
+                max_f = df;
         }
-        kcache_stats *st = NULL;
-        double evicted = 0;
-        if (kcache_store_stats(&st, s) == 0) {
-            evicted = (double)st->evictions;
-            cmp_rec("cap", "kcache", "end", "entries", (double)st->entries, "");
-            kcache_stats_free(st);
-        }
-        kcache_store_close(s);
-        fpe_close(c);
-        double end_k = (double)kc_disk(db), end_f = (double)fpe_bytes(dir);
-        if (end_k > max_k)
-            max_k = end_k;
-        fpe_disk_usage(dir, &u);
-        fpe_prune_result fr;
-        c = open_fpe(dir, 0);
-        fpe_prune(c, UINT64_MAX, &fr); /* counts only: the entry files' bytes */
-        fpe_close(c);
-        cmp_rec("cap", "file-per-entry", "end", "files_over_cap",
-                (double)fr.bytes_after / (double)cap, "x");
-        cmp_rec("cap", "file-per-entry", "end", "dirs", (double)u.dirs, "");
-        cmp_rec("cap", "-", "cap", "bytes", (double)cap, "B");
-        cmp_rec("cap", "-", "written", "raw_over_cap", (double)written / (double)cap, "x");
-        cmp_rec("cap", "kcache", "max", "disk_over_cap", max_k / (double)cap, "x");
-        cmp_rec("cap", "kcache", "end", "disk_over_cap", end_k / (double)cap, "x");
-        cmp_rec("cap", "kcache", "all", "puts_per_s", (double)puts / tk, "1/s");
-        cmp_rec("cap", "kcache", "all", "evicted", evicted, "");
-        cmp_rec("cap", "file-per-entry", "max", "disk_over_cap", max_f / (double)cap, "x");
-        cmp_rec("cap", "file-per-entry", "end", "disk_over_cap", end_f / (double)cap, "x");
-        cmp_rec("cap", "file-per-entry", "all", "puts_per_s", (double)puts / tf, "1/s");
-        cmp_rec("cap", "file-per-entry", "end", "entries", (double)u.files, "");
-        cmp_note("cap: kcache counts database + WAL against its cap, the file-per-entry cache "
-                 "the sizes of its entry files (directories not counted), as cuda.core does");
     }
+    kcache_stats *st = NULL;
+    double evicted = 0;
+    if (kcache_store_stats(&st, s) == 0) {
+        evicted = (double)st->evictions;
+        cmp_rec("cap", "kcache", "end", "entries", (double)st->entries, "");
+        kcache_stats_free(st);
+    }
+    kcache_store_close(s);
+    fpe_close(c);
+    double end_k = (double)kc_disk(r->db), end_f = (double)fpe_bytes(r->dir);
+    if (end_k > max_k)
+        max_k = end_k;
+    fpe_usage u;
+    fpe_disk_usage(r->dir, &u);
+    fpe_prune_result fr;
+    c = open_fpe(r->dir, 0);
+    fpe_prune(c, UINT64_MAX, &fr); /* counts only: the entry files' bytes */
+    fpe_close(c);
+    cmp_rec("cap", "file-per-entry", "end", "files_over_cap", (double)fr.bytes_after / (double)cap,
+            "x");
+    cmp_rec("cap", "file-per-entry", "end", "dirs", (double)u.dirs, "");
+    cmp_rec("cap", "-", "cap", "bytes", (double)cap, "B");
+    cmp_rec("cap", "-", "written", "raw_over_cap", (double)written / (double)cap, "x");
+    cmp_rec("cap", "kcache", "max", "disk_over_cap", max_k / (double)cap, "x");
+    cmp_rec("cap", "kcache", "end", "disk_over_cap", end_k / (double)cap, "x");
+    cmp_rec("cap", "kcache", "all", "puts_per_s", (double)puts / tk, "1/s");
+    cmp_rec("cap", "kcache", "all", "evicted", evicted, "");
+    cmp_rec("cap", "file-per-entry", "max", "disk_over_cap", max_f / (double)cap, "x");
+    cmp_rec("cap", "file-per-entry", "end", "disk_over_cap", end_f / (double)cap, "x");
+    cmp_rec("cap", "file-per-entry", "all", "puts_per_s", (double)puts / tf, "1/s");
+    cmp_rec("cap", "file-per-entry", "end", "entries", (double)u.files, "");
+    cmp_note("cap: kcache counts database + WAL against its cap, the file-per-entry cache "
+             "the sizes of its entry files (directories not counted), as cuda.core does");
+}
 
+int cmp_store_main(const struct cmp_store_args *a)
+{
+    struct run *r = cmp_xmalloc(sizeof(*r));
+    memset(r, 0, sizeof(*r));
+    r->a = a;
+    r->n = a->entries;
+    load_pool(a->cubins, a->n_cubins);
+    make_paths(r);
+    dataset(r);
+    if (a->ratio_only)
+        return 0;
+    if (a->sizes_out) {
+        FILE *f = fopen(a->sizes_out, "w");
+        if (!f)
+            cmp_fail("cannot write %s", a->sizes_out);
+        for (uint64_t i = 0; i < r->n; i++)
+            fprintf(f, "%zu\n", r->sizes[i]);
+        fclose(f);
+    }
+    r->buf = cmp_xmalloc(MIB + 1);
+    populate(r);
+    disk_use(r);
+    take_samples(r);
+    warm_hits(r);
+    cold_hits(r);
+    throughput_all(r);
+    prune_half(r);
+    past_cap(r);
     for (size_t j = 0; j < N_BINS * a->per_bin; j++)
-        if (j % a->per_bin < n_samples[j / a->per_bin])
-            free(samples[j].bytes);
-    free(samples);
-    free(buf);
-    free(sizes);
+        if (j % a->per_bin < r->n_samples[j / a->per_bin])
+            free(r->samples[j].bytes);
+    free(r->samples);
+    free(r->buf);
+    free(r->sizes);
     free(pool);
     remove_tree(a->workdir);
+    free(r);
     return 0;
 }

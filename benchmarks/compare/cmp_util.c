@@ -72,17 +72,68 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+void cmp_sort(double *v, size_t n)
+{
+    qsort(v, n, sizeof(*v), cmp_double);
+}
+
 double cmp_quantile(double *v, size_t n, double q)
 {
     if (!n)
         return NAN;
-    qsort(v, n, sizeof(*v), cmp_double);
+    cmp_sort(v, n);
     if (q == 0.5 && n % 2 == 0)
         return (v[n / 2 - 1] + v[n / 2]) / 2;
     size_t i = (size_t)ceil(q * (double)n);
     if (i > 0)
         i--;
     return v[i < n ? i : n - 1];
+}
+
+size_t cmp_entry_size(uint64_t i)
+{
+    /* Log-normal, median 40 KiB, sigma 1, clamped to 4 KiB .. 1 MiB. */
+    uint64_t st = i * UINT64_C(7919) + 17;
+    double u1 = ((double)(cmp_splitmix(&st) >> 11) + 1) / 9007199254740993.0;
+    double u2 = (double)(cmp_splitmix(&st) >> 11) / 9007199254740992.0;
+    double z = sqrt(-2 * log(u1)) * cos(2 * M_PI * u2);
+    double s = 40.0 * KIB * exp(z);
+    if (s < 4 * KIB)
+        s = 4 * KIB;
+    if (s > MIB)
+        s = MIB;
+    return (size_t)s;
+}
+
+/* Words per run copied from the pool: 1 (single words in random order) makes
+ * zstd compress the set 3.5-3.9x (level 3-6), about as it compresses each corpus CUBIN;
+ * longer runs compress better (2: 4.6x, 6: 5.9x). */
+#ifndef RUN_WORDS
+#define RUN_WORDS 1
+#endif
+
+void cmp_entry_bytes(uint64_t i, uint8_t *out, size_t size, const uint8_t *pool,
+                     size_t pool_words)
+{
+    uint64_t st = i * UINT64_C(1000003) + 5;
+    size_t pos = 0;
+    size_t start = (size_t)(cmp_splitmix(&st) % pool_words);
+    while (pos < size) {
+        size_t w = start;
+        start = (size_t)(cmp_splitmix(&st) % pool_words);
+        size_t n = size - pos < 16 ? size - pos : 16;
+        memcpy(out + pos, pool + w * 16, n);
+        pos += n;
+        /* Short runs keep real instruction pairs together; their length sets
+         * how well zstd compresses the result (see RUN_WORDS). */
+        for (int k = 1; k < RUN_WORDS && pos < size; k++) {
+            w = (w + 1) % pool_words;
+            n = size - pos < 16 ? size - pos : 16;
+            memcpy(out + pos, pool + w * 16, n);
+            pos += n;
+        }
+    }
+    memcpy(out, &i, size < 8 ? size : 8);
 }
 
 void cmp_fmt(char *buf, size_t n, const char *fmt, ...)
@@ -168,19 +219,24 @@ void cmp_warm_file(const char *path)
 static FILE *json;
 static int n_recs;
 
-static void json_str(const char *s)
+void cmp_json_string(FILE *f, const char *s)
 {
-    fputc('"', json);
+    fputc('"', f);
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
         if (c == '"' || c == '\\')
-            fprintf(json, "\\%c", c);
+            fprintf(f, "\\%c", c);
         else if (c < 0x20)
-            fprintf(json, "\\u%04x", c);
+            fprintf(f, "\\u%04x", c);
         else
-            fputc(c, json);
+            fputc(c, f);
     }
-    fputc('"', json);
+    fputc('"', f);
+}
+
+static void json_str(const char *s)
+{
+    cmp_json_string(json, s);
 }
 
 static char *notes[64];

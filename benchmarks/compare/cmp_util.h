@@ -20,8 +20,20 @@ void *cmp_xmalloc(size_t n);
 double cmp_now(void);
 uint64_t cmp_splitmix(uint64_t *state);
 void cmp_fill_random(void *dst, size_t n, uint64_t seed);
+/* Sorts v in increasing order. */
+void cmp_sort(double *v, size_t n);
 /* Sorts v; q in [0, 1] (0.5: the median, the mean of the middle two when even). */
 double cmp_quantile(double *v, size_t n, double q);
+/*
+ * The synthetic entries the store benchmarks share: entry i's size
+ * (log-normal around 40 KiB, 4 KiB .. 1 MiB) and its bytes, 16-byte words
+ * of a pool of real CUBINs (one sm_90 instruction each), so that zstd works
+ * on them as hard as on real ones; the entry number leads, so no two are
+ * equal.
+ */
+size_t cmp_entry_size(uint64_t i);
+void cmp_entry_bytes(uint64_t i, uint8_t *out, size_t size, const uint8_t *pool,
+                     size_t pool_words);
 /* snprintf that fails the run on truncation (paths). */
 void cmp_fmt(char *buf, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int cmp_load_file(const char *path, uint8_t **out, size_t *size);
@@ -35,6 +47,9 @@ void cmp_drop_cache(const char *path);
 uint64_t cmp_disk_read_bytes(void);
 /* Reads a file through once, so that it is in the page cache. */
 void cmp_warm_file(const char *path);
+
+/* s as a JSON string, quoted and escaped. */
+void cmp_json_string(FILE *f, const char *s);
 
 /* The record sink: opened once per program, closed by cmp_json_close(). */
 void cmp_json_open(const char *path, const char *benchmark, int quick);

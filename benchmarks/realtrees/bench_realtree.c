@@ -189,10 +189,18 @@ static int serve(const kc_nvrtc *api, kcache_compiler *c, const char *source)
     return 0;
 }
 
-int main(int argc, char **argv)
+/* The command line: --db, --source and the rest, NVRTC's options after "--". */
+struct args {
+    const char *db, *source, *arch;
+    int reps, plain_reps, resolve_reps, serving;
+    const char *const *opts;
+    size_t n_opts;
+};
+
+/* 0, or 2 after printing the usage. */
+static int read_args(struct args *o, int argc, char **argv)
 {
-    const char *db = NULL, *source = NULL, *arch = "sm_90";
-    int reps = 21, plain_reps = 1, resolve_reps = 0, serving = 0;
+    *o = (struct args){.arch = "sm_90", .reps = 21, .plain_reps = 1};
     int i = 1;
     for (; i < argc; i++) {
         if (!strcmp(argv[i], "--") ) {
@@ -200,32 +208,100 @@ int main(int argc, char **argv)
             break;
         }
         if (!strcmp(argv[i], "--serve")) {
-            serving = 1;
+            o->serving = 1;
             continue;
         }
         if (i + 1 >= argc)
             break;
         if (!strcmp(argv[i], "--db"))
-            db = argv[++i];
+            o->db = argv[++i];
         else if (!strcmp(argv[i], "--source"))
-            source = argv[++i];
+            o->source = argv[++i];
         else if (!strcmp(argv[i], "--arch"))
-            arch = argv[++i];
+            o->arch = argv[++i];
         else if (!strcmp(argv[i], "--reps"))
-            reps = atoi(argv[++i]);
+            o->reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--plain-reps"))
-            plain_reps = atoi(argv[++i]);
+            o->plain_reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--resolve-reps"))
-            resolve_reps = atoi(argv[++i]);
+            o->resolve_reps = atoi(argv[++i]);
     }
-    if (!db || !source || reps < 1 || plain_reps < 0 || resolve_reps < 0) {
+    if (!o->db || !o->source || o->reps < 1 || o->plain_reps < 0 || o->resolve_reps < 0) {
         fprintf(stderr, "usage: bench_realtree --db PATH --source FILE [--arch A] [--reps N] "
                         "[--plain-reps N] [-- OPTIONS]\n"
                         "       bench_realtree --serve --db PATH --source FILE\n");
         return 2;
     }
-    const char *const *opts = (const char *const *)argv + i;
-    size_t n_opts = (size_t)(argc - i);
+    o->opts = (const char *const *)argv + i;
+    o->n_opts = (size_t)(argc - i);
+    return 0;
+}
+
+/* reps resolutions of q (key only) into ns[]; the headers the first one found. */
+static size_t time_resolve(kcache_compiler *c, const kcache_request *q, int reps, uint64_t *ns)
+{
+    size_t headers = 0;
+    for (int k = 0; k < reps; k++) {
+        kcache_request kq = *q;
+        kq.flags |= KCACHE_COMPILE_KEY_ONLY;
+        kcache_result *kr = NULL;
+        uint64_t t0 = kc_mono_ns();
+        kcache_compiler_compile(&kr, c, &kq);
+        ns[k] = kc_mono_ns() - t0;
+        if (k == 0)
+            headers = kr ? kr->n_headers : 0;
+        kcache_result_free(kr);
+    }
+    return headers;
+}
+
+/* reps hits of q, each timed (wall and CPU) and checked against the miss's bytes. */
+static void time_hits(kcache_compiler *c, const kcache_request *q, const kcache_result *miss,
+                      int reps, uint64_t *hit_ns, uint64_t *hit_cpu, int *all_hits,
+                      int *hits_equal)
+{
+    for (int k = 0; k < reps; k++) {
+        kcache_result *h = NULL;
+        uint64_t t0 = kc_mono_ns(), c0 = cpu_ns();
+        kcache_compiler_compile(&h, c, q);
+        hit_ns[k] = kc_mono_ns() - t0;
+        hit_cpu[k] = cpu_ns() - c0;
+        *all_hits &= h && h->hit;
+        *hits_equal &= h && miss && h->size == miss->size && miss->data &&
+                       memcmp(h->data, miss->data, h->size) == 0;
+        kcache_result_free(h);
+    }
+}
+
+/* The store at db and a compiler over it: 0, or 1 after saying why. */
+static int open_compiler(kcache_store **s, kcache_compiler **c, const char *db)
+{
+    char msg[512];
+    kcache_store_options so = KCACHE_STORE_OPTIONS_INIT;
+    so.path = db;
+    if (kcache_store_open(s, &so, msg, sizeof(msg))) {
+        fprintf(stderr, "bench_realtree: %s\n", msg);
+        return 1;
+    }
+    kcache_compiler_options co = KCACHE_COMPILER_OPTIONS_INIT;
+    co.store = *s;
+    if (kcache_compiler_new(c, &co, msg, sizeof(msg))) {
+        fprintf(stderr, "bench_realtree: %s\n", msg);
+        return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct args o;
+    if (read_args(&o, argc, argv))
+        return 2;
+    const char *db = o.db, *source = o.source, *arch = o.arch;
+    const char *const *opts = o.opts;
+    size_t n_opts = o.n_opts;
+    int reps = o.reps, plain_reps = o.plain_reps, resolve_reps = o.resolve_reps;
+    int serving = o.serving;
     kc_toolkit tk;
     const kc_nvrtc *api;
     char msg[512];
@@ -249,20 +325,10 @@ int main(int argc, char **argv)
         best = KC_MIN(best, plain_ns);
     }
 
-    kcache_store_options so = KCACHE_STORE_OPTIONS_INIT;
-    so.path = db;
     kcache_store *s = NULL;
-    if (kcache_store_open(&s, &so, msg, sizeof(msg))) {
-        fprintf(stderr, "bench_realtree: %s\n", msg);
-        return 1;
-    }
-    kcache_compiler_options co = KCACHE_COMPILER_OPTIONS_INIT;
-    co.store = s;
     kcache_compiler *c = NULL;
-    if (kcache_compiler_new(&c, &co, msg, sizeof(msg))) {
-        fprintf(stderr, "bench_realtree: %s\n", msg);
+    if (open_compiler(&s, &c, db))
         return 1;
-    }
     if (serving) {
         int rc = serve(api, c, source);
         kcache_compiler_free(c);
@@ -279,37 +345,14 @@ int main(int argc, char **argv)
     q.options = opts;
     q.n_options = n_opts;
     uint64_t *resolve_ns = calloc((size_t)resolve_reps + 1, sizeof(uint64_t));
-    uint64_t resolve_cold = 0;
-    size_t resolve_headers = 0;
-    for (int k = 0; k < resolve_reps; k++) {
-        kcache_request kq = q;
-        kq.flags |= KCACHE_COMPILE_KEY_ONLY;
-        kcache_result *kr = NULL;
-        uint64_t t0 = kc_mono_ns();
-        kcache_compiler_compile(&kr, c, &kq);
-        resolve_ns[k] = kc_mono_ns() - t0;
-        if (k == 0) {
-            resolve_cold = resolve_ns[0];
-            resolve_headers = kr ? kr->n_headers : 0;
-        }
-        kcache_result_free(kr);
-    }
+    size_t resolve_headers = time_resolve(c, &q, resolve_reps, resolve_ns);
+    uint64_t resolve_cold = resolve_reps > 0 ? resolve_ns[0] : 0;
     kcache_result *miss = NULL;
     kcache_compiler_compile(&miss, c, &q);
     uint64_t *hit_ns = calloc((size_t)reps, sizeof(uint64_t));
     uint64_t *hit_cpu = calloc((size_t)reps, sizeof(uint64_t));
     int all_hits = 1, hits_equal = 1;
-    for (int k = 0; k < reps; k++) {
-        kcache_result *h = NULL;
-        uint64_t t0 = kc_mono_ns(), c0 = cpu_ns();
-        kcache_compiler_compile(&h, c, &q);
-        hit_ns[k] = kc_mono_ns() - t0;
-        hit_cpu[k] = cpu_ns() - c0;
-        all_hits &= h && h->hit;
-        hits_equal &= h && miss && h->size == miss->size && miss->data &&
-                      memcmp(h->data, miss->data, h->size) == 0;
-        kcache_result_free(h);
-    }
+    time_hits(c, &q, miss, reps, hit_ns, hit_cpu, &all_hits, &hits_equal);
     int equal = plain_out && miss && miss->status == 0 && miss->size == plain_n &&
                 memcmp(miss->data, plain_out, plain_n) == 0;
     printf("{");

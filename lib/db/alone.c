@@ -123,7 +123,7 @@ void kc_alone_reserve(struct kc_db *db)
     if (db->lock_fd < 0 || db->read_only || fstat(db->lock_fd, &st) != 0)
         return;
     if (st.st_size < (off_t)sizeof(zero) && pwrite(db->lock_fd, zero, sizeof(zero), 0) < 0)
-        return; /* no room now: failures then go uncounted, as before */
+        return; /* no room now: failures then go uncounted, as with no reserve */
     /*
      * Blocks, not a hole: a file system that cannot allocate ahead gives no
      * reserve. Taken only from plenty, so that taking it never fills a disk.

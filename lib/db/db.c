@@ -364,7 +364,7 @@ int kc_db_open_once(struct kc_db *db, int *damaged)
         if ((rc = create_whole(db)))
             return rc;
         exists = stat(db->path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
-        /* Not made whole (others had an empty leftover open): made in place, as before. */
+        /* Not made whole (others had an empty leftover open): made in place, empty. */
         if (!exists) {
             int fd = open(db->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
             if (fd >= 0)

@@ -1,11 +1,13 @@
 /*
- * The file's messages: what failed, said once in one line, and the log. Below
+ * The file's messages: what failed, said once in one line, and the log; and
+ * the files beside the database, whose sizes the messages report. Below
  * everything else of db/ and of the store, which all report through here.
  */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include "db/db.h"
 
@@ -104,4 +106,18 @@ int kc_sqlerr(struct kc_db *db, int rc, const char *what)
     default:
         return kc_db_err(db, KCACHE_EIO, "%s: %s: %s", what, db->path, msg);
     }
+}
+
+/* The files beside the database (db.h): their names, and their size on disk. */
+int kc_db_sidecar(char *buf, size_t size, const char *path, const char *suffix)
+{
+    int n = snprintf(buf, size, "%s%s", path, suffix);
+    return n < 0 || (size_t)n >= size ? -1 : 0;
+}
+
+void kc_db_disk_usage(struct kc_db *db, uint64_t *file_bytes, uint64_t *wal_bytes)
+{
+    struct stat st;
+    *file_bytes = stat(db->path, &st) == 0 ? (uint64_t)st.st_size : 0;
+    *wal_bytes = stat(db->wal_path, &st) == 0 ? (uint64_t)st.st_size : 0;
 }

@@ -71,9 +71,7 @@ int kc_db_file_itself_sound(struct kc_db *db)
  * WAL's frames laid over them up to its last valid commit (each frame's salts
  * and running checksum checked as SQLite's recovery checks them), and the
  * image checked in memory (sqlite3_deserialize). Nothing is created beside
- * the cache, so a process killed during the check leaves nothing behind (it
- * used to read hard links to both files in a directory of its own beside
- * them, left there by a kill).
+ * the cache, so a process killed during the check leaves nothing behind.
  *
  * Nothing read is torn: the file is copied before the WAL is read, and the
  * WAL's header (its salts change whenever a writer starts it over) is read

@@ -1,9 +1,10 @@
 /*
- * Whose cache this is, checked before SQLite opens anything.
+ * Whose cache this is, checked before SQLite opens anything: alone, as the
+ * trust rule doc/design.md names by this file.
  *
  * A cache serves code that the caller runs: whoever can write the database
  * decides what a hit returns. So kcache uses a cache directory and files
- * only when they are the current user'db, and never follows a symbolic link
+ * only when they are the current user's, and never follows a symbolic link
  * at the database, its -wal or its -shm (SQLite would write through it, and
  * make -wal/-shm files beside the link's target).
  *

@@ -624,3 +624,6 @@ void kcache_gpu_free(kcache_gpu *gpu)
     kc_errmsg_forget(gpu);
     free(gpu);
 }
+
+/* The exported kcache_xxx_init() of the GPU side's versioned structs (<kcache/core.h>). */
+KC_DEFINE_INIT(kcache_gpu_options, sizeof(kcache_gpu_options))

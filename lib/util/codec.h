@@ -19,7 +19,7 @@
 enum kc_codec {
     KC_CODEC_RAW = 0,  /* the bytes themselves */
     KC_CODEC_ZSTD = 1, /* one zstd frame with its content size and checksum */
-    KC_CODEC_LZ4 = 2,  /* one LZ4 frame with its content size and checksum (read, no longer written) */
+    KC_CODEC_LZ4 = 2,  /* one LZ4 frame with its content size and checksum (read, not written) */
     KC_CODEC_LZ4B = 3, /* one LZ4 block: its size is the row's raw_size, its check the stored digest */
 };
 

@@ -503,8 +503,8 @@ out:
 
 /*
  * kcache.conf read once per process while it stays the same file: one
- * compile asks for six or more settings, and each used to open and parse the
- * file again. A stat() tells an edit (mtime, ctime, size) or a file replaced
+ * compile asks for six or more settings, and reading the file for each
+ * would open and parse it six times. A stat() tells an edit (mtime, ctime, size) or a file replaced
  * (`kcache config` renames a new one over it: another inode). Settings are
  * not inputs to any key, so an edit within one timestamp tick of an earlier
  * read in the same process can only delay a setting, never serve a wrong
@@ -718,6 +718,46 @@ static int set_value(kcache_config *c, int i, const char *value, kcache_config_s
     return c->settings[i].value ? 0 : KCACHE_ENOMEM;
 }
 
+/* The default of setting i, as kcache config shows it. */
+static void default_value(char *def, size_t size, int i)
+{
+    if (i == SET_MAX_SIZE)
+        snprintf(def, size, "%lluG", (unsigned long long)(KCACHE_DEFAULT_MAX_SIZE >> 30));
+    else if (i == SET_BUSY_TIMEOUT)
+        snprintf(def, size, "%u", KCACHE_DEFAULT_BUSY_TIMEOUT_MS);
+    else if (i == SET_COMPRESSION)
+        snprintf(def, size, "%s", kc_compression_name(KC_COMPRESSION_DEFAULT));
+    else if (i == SET_REMOTE_CONNECT_TIMEOUT)
+        snprintf(def, size, "%u", KCACHE_DEFAULT_REMOTE_CONNECT_TIMEOUT_MS);
+    else if (i == SET_REMOTE_TIMEOUT)
+        snprintf(def, size, "%u", KCACHE_DEFAULT_REMOTE_TIMEOUT_MS);
+    else if (i == SET_REMOTE_PREFIX)
+        snprintf(def, size, "%s", KCACHE_DEFAULT_REMOTE_PREFIX);
+    else if (i == SET_SHARED_MAX_SIZE)
+        snprintf(def, size, "%lluG", (unsigned long long)(KCACHE_DEFAULT_SHARED_MAX_SIZE >> 30));
+    else if (i == SET_REMOTE || i == SET_REMOTE_SECRET || i == SET_SHARED)
+        def[0] = '\0';
+    else
+        snprintf(def, size, "false");
+}
+
+/* The caller's overrides (flags) into flag[], each checked: 0, or KCACHE_EINVAL with err set. */
+static int read_overrides(const char *flag[SET_COUNT], const kcache_config_override *overrides,
+                          size_t n_overrides, char *err, size_t err_size)
+{
+    for (size_t k = 0; k < n_overrides; k++) {
+        int i = overrides[k].name ? find_def(overrides[k].name) : -1;
+        if (i < 0 || !overrides[k].value)
+            return kc_fmt(err, err_size, KCACHE_EINVAL, "no setting '%s'",
+                          overrides[k].name ? overrides[k].name : "(null)");
+        if (invalid(i, overrides[k].value))
+            return kc_fmt(err, err_size, KCACHE_EINVAL, "%s: '%s' is not %s", defs[i].name,
+                          overrides[k].value, defs[i].kind->expect);
+        flag[i] = overrides[k].value;
+    }
+    return 0;
+}
+
 KCACHE_API int kcache_config_load(kcache_config **out, const kcache_config_override *overrides,
                                   size_t n_overrides, char *errbuf, size_t errbuf_size)
 {
@@ -730,18 +770,9 @@ KCACHE_API int kcache_config_load(kcache_config **out, const kcache_config_overr
         return kc_fmt(err, err_size, KCACHE_EINVAL, "kcache_config_load: out is NULL");
     *out = NULL;
     const char *flag[SET_COUNT] = {NULL};
-    for (size_t k = 0; k < n_overrides; k++) {
-        int i = overrides[k].name ? find_def(overrides[k].name) : -1;
-        if (i < 0 || !overrides[k].value)
-            return kc_fmt(err, err_size, KCACHE_EINVAL, "no setting '%s'",
-                          overrides[k].name ? overrides[k].name : "(null)");
-        if (invalid(i, overrides[k].value))
-            return kc_fmt(err, err_size, KCACHE_EINVAL, "%s: '%s' is not %s", defs[i].name,
-                          overrides[k].value, defs[i].kind->expect);
-        flag[i] = overrides[k].value;
-    }
-
-    int rc = 0;
+    int rc = read_overrides(flag, overrides, n_overrides, err, err_size);
+    if (rc)
+        return rc;
     char *dir = NULL, *path = NULL;
     struct layers files = {0};
     kcache_config *c = kc_calloc(1, sizeof(*c));
@@ -807,26 +838,7 @@ KCACHE_API int kcache_config_load(kcache_config **out, const kcache_config_overr
                        : KCACHE_ENOMEM;
         } else {
             char def[32];
-            if (i == SET_MAX_SIZE)
-                snprintf(def, sizeof(def), "%lluG",
-                         (unsigned long long)(KCACHE_DEFAULT_MAX_SIZE >> 30));
-            else if (i == SET_BUSY_TIMEOUT)
-                snprintf(def, sizeof(def), "%u", KCACHE_DEFAULT_BUSY_TIMEOUT_MS);
-            else if (i == SET_COMPRESSION)
-                snprintf(def, sizeof(def), "%s", kc_compression_name(KC_COMPRESSION_DEFAULT));
-            else if (i == SET_REMOTE_CONNECT_TIMEOUT)
-                snprintf(def, sizeof(def), "%u", KCACHE_DEFAULT_REMOTE_CONNECT_TIMEOUT_MS);
-            else if (i == SET_REMOTE_TIMEOUT)
-                snprintf(def, sizeof(def), "%u", KCACHE_DEFAULT_REMOTE_TIMEOUT_MS);
-            else if (i == SET_REMOTE_PREFIX)
-                snprintf(def, sizeof(def), "%s", KCACHE_DEFAULT_REMOTE_PREFIX);
-            else if (i == SET_SHARED_MAX_SIZE)
-                snprintf(def, sizeof(def), "%lluG",
-                         (unsigned long long)(KCACHE_DEFAULT_SHARED_MAX_SIZE >> 30));
-            else if (i == SET_REMOTE || i == SET_REMOTE_SECRET || i == SET_SHARED)
-                def[0] = '\0';
-            else
-                snprintf(def, sizeof(def), "false");
+            default_value(def, sizeof(def), i);
             rc = set_value(c, i, def, KCACHE_CONFIG_DEFAULT, "");
         }
         if (rc)

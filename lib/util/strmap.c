@@ -1,4 +1,4 @@
-/* See strmap.h. */
+/* A string -> index map and its hash (strmap.h): alone, generic code resolve/ and store/ share. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,10 +1,10 @@
 /*
- * XXH3-128 built for AVX2, which codec.c calls only on a CPU that has it: the
- * stored-bytes check runs on every hit, and xxHash picks its vector width
- * when it is compiled, where the baseline x86-64 gives it SSE2, a third as
- * fast. The hash is the same whatever the width (xxHash's promise), so rows
- * checked either way agree. This file is compiled with -mavx2 (meson.build
- * here): nothing else may go in it, since any of it may use AVX2.
+ * XXH3-128 built for AVX2, alone: -mavx2 must reach this file and no other,
+ * since any of it may use AVX2 (meson.build here). codec.c calls it only on
+ * a CPU that has it: the stored-bytes check runs on every hit, and xxHash
+ * picks its vector width when it is compiled, where the baseline x86-64
+ * gives it SSE2, a third as fast. The hash is the same whatever the width
+ * (xxHash's promise), so rows checked either way agree.
  */
 #include <stdint.h>
 #include <string.h>
