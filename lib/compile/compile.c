@@ -403,6 +403,7 @@ static int derive_key(kcache_compiler *c, const kcache_request *req, struct work
     if (w->name_free)
         rc = kc_key_encode_compile(&w->named_material, &w->named_key, &in);
     in.any_name = w->name_free;
+    w->key_free = w->name_free;
     if (!rc)
         rc = kc_key_encode_compile(&r->material, &r->pub.key, &in);
     if (!rc)
@@ -420,6 +421,7 @@ static void use_named_key(struct work *w, struct kc_result *r)
     w->named_material = material;
     w->named_key = key;
     w->name_free = 0;
+    w->key_free = 0;
     kc_result_keyed(r);
 }
 
@@ -460,12 +462,21 @@ static int add_dir(kc_buf *b, size_t *sizes, size_t *n, const char *what, const 
     return failed ? KCACHE_ENOMEM : 0;
 }
 
+/* The directory the main source's "quoted" includes are looked for in, or NULL. */
+static const char *name_dir(const struct work *w)
+{
+    return w->opts.no_source_include ? NULL : w->source_dir;
+}
+
 /*
  * The key closures are kept under: everything the key has but the headers,
  * plus where headers are searched (a closure names paths, so it must not
- * answer for another search path). compile/key.c encodes it.
+ * answer for another search path). compile/key.c encodes it. any: without
+ * the program's name and with its directory as a place, not a path
+ * (w->base_any), for closures recorded relative to it.
  */
-static int derive_base(kcache_compiler *c, const kcache_request *req, struct work *w)
+static int derive_base_as(kcache_compiler *c, const kcache_request *req, struct work *w,
+                          int any, kcache_key *out)
 {
     char cwd[4096];
     if (req->extra_digest_size && !req->extra_digest)
@@ -481,9 +492,10 @@ static int derive_base(kcache_compiler *c, const kcache_request *req, struct wor
     int rc = sizes && search ? 0 : KCACHE_ENOMEM;
     if (!rc)
         rc = add_dir(&b, sizes, &n_search, "toolkit", c->tk.root, cwd);
-    if (!rc)
-        rc = add_dir(&b, sizes, &n_search, "source-dir",
-                     w->opts.no_source_include ? NULL : w->source_dir, cwd);
+    if (!rc && any && name_dir(w))
+        rc = add_dir(&b, sizes, &n_search, "source-dir-any", NULL, cwd);
+    else if (!rc)
+        rc = add_dir(&b, sizes, &n_search, "source-dir", name_dir(w), cwd);
     for (size_t i = 0; !rc && i < w->opts.n_include_dirs; i++)
         rc = add_dir(&b, sizes, &n_search, "include-dir", w->opts.include_dirs[i], cwd);
     /*
@@ -515,12 +527,19 @@ static int derive_base(kcache_compiler *c, const kcache_request *req, struct wor
             off += sizes[i];
         }
         kc_key_compile in = key_inputs(c, req, w);
-        rc = kc_key_encode_base(&w->base, &in, search, sizes, n_search);
+        in.any_name = any;
+        rc = kc_key_encode_base(out, &in, search, sizes, n_search);
     }
     kc_buf_free(&b);
     free(sizes);
     free(search);
     return rc;
+}
+
+static int derive_base(kcache_compiler *c, const kcache_request *req, struct work *w)
+{
+    int rc = derive_base_as(c, req, w, 0, &w->base);
+    return rc ? rc : derive_base_as(c, req, w, 1, &w->base_any);
 }
 
 /* Stores a fresh artifact with its inputs, so that verify can recompile it. */
@@ -627,9 +646,9 @@ static void served_named_caller(void *ctx, struct kc_result *r)
 static int closure_holds(const struct work *w)
 {
     kc_buf blob = {0}, refreshed = {0};
-    int rc = kc_manifest_encode(&blob, w->deps.probes, w->deps.n_probes);
+    int rc = kc_manifest_encode(&blob, w->deps.probes, w->deps.n_probes, NULL);
     if (!rc)
-        rc = kc_manifest_check(blob.data, blob.size, w->resolved_at, &refreshed);
+        rc = kc_manifest_check(blob.data, blob.size, w->resolved_at, NULL, &refreshed);
     kc_buf_free(&blob);
     kc_buf_free(&refreshed);
     return rc;
@@ -750,22 +769,22 @@ static int header_of(void *ud, int tag, const uint8_t *data, size_t n)
 }
 
 /*
- * A hit without resolving the includes: a closure remembered under the base
- * key still holds, and its key is in the store. Returns 1 (r filled), 0 (go
- * the long way: nothing holds, or the entry is gone), or KCACHE_ENOMEM.
+ * A hit without resolving the includes: a closure remembered under base
+ * still holds (for a name in name_dir), and its key is in the store. Returns
+ * 1 (r filled), 0 (nothing holds, or the entry is gone), or KCACHE_ENOMEM.
  */
-static int manifest_hit(kcache_compiler *c, const struct work *w, unsigned flags,
-                        struct kc_result *r)
+static int manifest_hit_under(kcache_compiler *c, const kcache_key *base, const char *dir,
+                              unsigned flags, struct kc_result *r)
 {
     kc_manifest_row *rows = NULL;
     size_t n = 0;
-    if (kc_store_manifest_get(&rows, &n, c->store, &w->base) != 0)
+    if (kc_store_manifest_get(&rows, &n, c->store, base) != 0)
         return 0;
     int64_t now = kc_identity_now_ns();
     int found = 0, rc = 0;
     for (size_t i = 0; !found && !rc && i < n; i++) {
         kc_buf refreshed = {0};
-        int holds = kc_manifest_check(rows[i].closure, rows[i].size, rows[i].recorded_at,
+        int holds = kc_manifest_check(rows[i].closure, rows[i].size, rows[i].recorded_at, dir,
                                       &refreshed);
         kcache_entry *e = NULL;
         if (holds < 0) {
@@ -789,10 +808,12 @@ static int manifest_hit(kcache_compiler *c, const struct work *w, unsigned flags
                      : 0;
             r->pub.n_headers = r->n_headers;
             r->pub.headers = (const char *const *)r->headers;
+            if (!(flags & KCACHE_COMPILE_UNCOUNTED))
+                kc_store_count(c->store, "closure_hits", 1);
         }
         /* Files had to be hashed: written back, so the next check is stat() only. */
         if (found && !rc && refreshed.size)
-            kc_store_manifest_put(c->store, &w->base, &rows[i].key, now, refreshed.data,
+            kc_store_manifest_put(c->store, base, &rows[i].key, now, refreshed.data,
                                   refreshed.size);
         kc_buf_free(&refreshed);
     }
@@ -800,13 +821,29 @@ static int manifest_hit(kcache_compiler *c, const struct work *w, unsigned flags
     return rc ? rc : found;
 }
 
-/* Remembers the closure of a resolution that led to r's key. A failure only costs time later. */
-static void record_manifest(kcache_compiler *c, const struct work *w, const struct kc_result *r)
+/* A closure for any name's directory first (the one CuPy's programs hit), then for this name. */
+static int manifest_hit(kcache_compiler *c, const struct work *w, unsigned flags,
+                        struct kc_result *r)
+{
+    int hit = manifest_hit_under(c, &w->base_any, name_dir(w), flags, r);
+    return hit ? hit : manifest_hit_under(c, &w->base, NULL, flags, r);
+}
+
+/*
+ * Remembers the closure of a resolution that led to r's key. Keyed without
+ * the name, for any directory of it, where neither can change what the key
+ * finds (kc_manifest_any_dir()); else under the name. A failure only costs
+ * time later.
+ */
+static void record_manifest(kcache_compiler *c, const kcache_request *req, const struct work *w,
+                            const struct kc_result *r)
 {
     kc_buf blob = {0};
-    if (kc_manifest_encode(&blob, w->deps.probes, w->deps.n_probes) == 0)
-        kc_store_manifest_put(c->store, &w->base, &r->pub.key, w->resolved_at, blob.data,
-                              blob.size);
+    int any = w->key_free && kc_manifest_any_dir(w->deps.probes, w->deps.n_probes,
+                                                 w->deps.beside_mixed, req->source_path);
+    if (kc_manifest_encode(&blob, w->deps.probes, w->deps.n_probes, any ? name_dir(w) : NULL) == 0)
+        kc_store_manifest_put(c->store, any ? &w->base_any : &w->base, &r->pub.key,
+                              w->resolved_at, blob.data, blob.size);
     kc_buf_free(&blob);
 }
 
@@ -914,8 +951,12 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
                                                         : served_named_caller;
     }
     if (use_store && w.name_free && !(req->flags & KCACHE_COMPILE_REFRESH) &&
-        name_free_hit(c, &w, req->flags, r))
+        name_free_hit(c, &w, req->flags, r)) {
+        /* Resolved for a hit (another name's directory, a closure not kept): kept now. */
+        if (have_base)
+            record_manifest(c, req, &w, r);
         goto out;
+    }
     rc = kc_through_cache(c, r, use_store, req->flags, &step);
     if (rc == KCACHE_ECOMPILE && hermetic && step.run == run_compile_step) {
         /*
@@ -941,7 +982,7 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     if (w.deps.not_hermetic && !rc && c->store && !(req->flags & KCACHE_COMPILE_NO_CACHE))
         kc_store_count_uncacheable(c->store, w.deps.reason);
     if (!rc && hermetic && use_store && have_base && !caller.no_store)
-        record_manifest(c, &w, r);
+        record_manifest(c, req, &w, r);
     if (!rc && r->pub.keyed && !caller.no_store)
         keep_resolution(c, req, &w, r);
     free(caller.toolchain);

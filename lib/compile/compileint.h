@@ -148,6 +148,9 @@ struct work {
     char nvrtc_arch[32];
     kcache_kind kind;
     kcache_key base;         /* the manifest's key: everything but the headers */
+    /* The same without the program's name and its directory: closures that
+     * stand for any name (compile.c, manifest.c) are kept under it. */
+    kcache_key base_any;
     int64_t resolved_at;     /* ns since the epoch, when deps were read */
     char workdir[PATH_MAX];  /* kc_nvrtc_workdir() where line information holds it, else "" */
     /* The toolkit's -I directories, below its root ("." the root), in order:
@@ -158,6 +161,7 @@ struct work {
     /* The key without the program's name is tried first (progname.c); then
      * this one, with it, which a result that shows the name is filed under. */
     int name_free;
+    int key_free;            /* r's key is the one without the name */
     kcache_key named_key;
     kc_buf named_material;
 };
