@@ -58,6 +58,7 @@ void kc_work_free(struct work *w)
     kc_strv_free(w->tk_dirs, w->n_tk_dirs);
     kc_nvenv_free(&w->env);
     kc_buf_free(&w->named_material);
+    kc_buf_free(&w->based_material);
 }
 
 static const char *base_name(const char *path)
@@ -402,6 +403,13 @@ static int derive_key(kcache_compiler *c, const kcache_request *req, struct work
     int rc = 0;
     if (w->name_free)
         rc = kc_key_encode_compile(&w->named_material, &w->named_key, &in);
+    const char *slash = strrchr(w->source_name, '/');
+    w->has_based = w->name_free && slash && slash[1];
+    if (!rc && w->has_based) {
+        in.base_name = slash + 1;
+        rc = kc_key_encode_compile(&w->based_material, &w->based_key, &in);
+        in.base_name = NULL;
+    }
     in.any_name = w->name_free;
     w->key_free = w->name_free;
     if (!rc)
@@ -425,25 +433,63 @@ static void use_named_key(struct work *w, struct kc_result *r)
     kc_result_keyed(r);
 }
 
+/* Puts the key with the name's last component in r's place (w then holds the one without). */
+static void use_based_key(struct work *w, struct kc_result *r)
+{
+    kc_buf material = r->material;
+    kcache_key key = r->pub.key;
+    r->material = w->based_material;
+    r->pub.key = w->based_key;
+    w->based_material = material;
+    w->based_key = key;
+    w->name_free = 0;
+    w->key_free = 0;
+    w->has_based = 0;
+    w->key_based = 1;
+    kc_result_keyed(r);
+}
+
+/* Files a fresh result under the key for what it shows of the name (kc_name_shows()). */
+static void key_as_shown(struct work *w, struct kc_result *r)
+{
+    if (!w->name_free)
+        return;
+    int shows = kc_name_shows(r, w->source_name);
+    if (shows == KC_NAME_FULL || (shows == KC_NAME_BASE && !w->has_based))
+        use_named_key(w, r);
+    else if (shows == KC_NAME_BASE)
+        use_based_key(w, r);
+}
+
 /*
  * A hit of a request keyed without its name: under that key, or else under
- * the key with it (an entry whose result showed the name). 1 (r filled) or 0
- * (compile, r's key the one without the name).
+ * the key with its last component, or with it whole (an entry whose result
+ * showed that much of the name). 1 (r filled) or 0 (compile, r's key the
+ * one without the name).
  */
 static int name_free_hit(kcache_compiler *c, struct work *w, unsigned flags,
                          struct kc_result *r)
 {
     unsigned get_flags = flags & KCACHE_COMPILE_UNCOUNTED ? KCACHE_GET_NO_COUNT : 0;
     kcache_entry *e = NULL;
+    int as = KC_NAME_NONE;
     int rc = kcache_store_get(&e, c->store, &r->pub.key, get_flags);
-    if (rc == KCACHE_ENOTFOUND)
+    if (rc == KCACHE_ENOTFOUND && w->has_based) {
+        as = KC_NAME_BASE;
+        rc = kcache_store_get(&e, c->store, &w->based_key, get_flags);
+    }
+    if (rc == KCACHE_ENOTFOUND) {
+        as = KC_NAME_FULL;
         rc = kcache_store_get(&e, c->store, &w->named_key, get_flags);
-    else if (rc == 0)
-        w->name_free = 0;
+    }
     if (rc) /* not there, or a store error that the lookup under the lease reports */
         return 0;
-    if (w->name_free)
+    if (as == KC_NAME_FULL)
         use_named_key(w, r);
+    else if (as == KC_NAME_BASE)
+        use_based_key(w, r);
+    else
+        w->name_free = 0;
     kc_result_from_entry(r, e);
     return 1;
 }
@@ -471,8 +517,8 @@ static const char *name_dir(const struct work *w)
 /*
  * The key closures are kept under: everything the key has but the headers,
  * plus where headers are searched (a closure names paths, so it must not
- * answer for another search path). compile/key.c encodes it. any: without
- * the program's name and with its directory as a place, not a path
+ * answer for another search path). compile/key.c encodes it. any: with the
+ * name's last component alone and its directory as a place, not a path
  * (w->base_any), for closures recorded relative to it.
  */
 static int derive_base_as(kcache_compiler *c, const kcache_request *req, struct work *w,
@@ -527,7 +573,9 @@ static int derive_base_as(kcache_compiler *c, const kcache_request *req, struct 
             off += sizes[i];
         }
         kc_key_compile in = key_inputs(c, req, w);
-        in.any_name = any;
+        const char *slash = strrchr(w->source_name, '/');
+        if (any)
+            in.base_name = slash ? slash + 1 : w->source_name;
         rc = kc_key_encode_base(out, &in, search, sizes, n_search);
     }
     kc_buf_free(&b);
@@ -613,8 +661,7 @@ static void store_compile_step(void *ctx, struct kc_result *r)
         r->pub.keyed = 0;
         return;
     }
-    if (s->w->name_free && kc_name_shows(r, s->w->source_name))
-        use_named_key(s->w, r);
+    key_as_shown(s->w, r);
     store_result(s->c, s->w, r);
 }
 
@@ -747,8 +794,7 @@ static void store_caller_step(void *ctx, struct kc_result *r)
             in[n_in++] = (kcache_input){KCACHE_INPUT_HEADER, req->header_names[i],
                                         req->header_contents[i], strlen(req->header_contents[i])};
     }
-    if (s->w->name_free && kc_name_shows(r, s->w->source_name))
-        use_named_key(s->w, r);
+    key_as_shown(s->w, r);
     kc_store_result(s->c, r, s->w->source_name, s->toolchain, in, n_in);
     free(in);
 }
@@ -839,7 +885,7 @@ static void record_manifest(kcache_compiler *c, const kcache_request *req, const
                             const struct kc_result *r)
 {
     kc_buf blob = {0};
-    int any = w->key_free && kc_manifest_any_dir(w->deps.probes, w->deps.n_probes,
+    int any = (w->key_free || w->key_based) && kc_manifest_any_dir(w->deps.probes, w->deps.n_probes,
                                                  w->deps.beside_mixed, req->source_path);
     if (kc_manifest_encode(&blob, w->deps.probes, w->deps.n_probes, any ? name_dir(w) : NULL) == 0)
         kc_store_manifest_put(c->store, any ? &w->base_any : &w->base, &r->pub.key,

@@ -164,6 +164,11 @@ struct work {
     int key_free;            /* r's key is the one without the name */
     kcache_key named_key;
     kc_buf named_material;
+    /* The key with the name's last component alone (a name in a directory):
+     * for a result that shows that and nothing else of the name. */
+    int has_based, key_based;
+    kcache_key based_key;
+    kc_buf based_material;
 };
 
 void kc_work_free(struct work *w);
@@ -174,7 +179,13 @@ void kc_work_free(struct work *w);
  * kcache can tell before the compile. 0 if the name is keyed.
  */
 int kc_name_free_request(const kcache_request *req, const struct work *w);
-/* 1 if r's fresh result shows the name (its log is not empty, or its artifact holds it). */
+/*
+ * What r's fresh result shows of the name: KC_NAME_FULL (its log is not
+ * empty, or its artifact holds the name or its directory), KC_NAME_BASE (the
+ * artifact holds the name's last component and nothing else of it), or
+ * KC_NAME_NONE.
+ */
+enum { KC_NAME_NONE = 0, KC_NAME_BASE, KC_NAME_FULL };
 int kc_name_shows(const struct kc_result *r, const char *name);
 
 /* Sets w's target (nvrtc_arch) and kind, and r's arch and kind, from the request. */
