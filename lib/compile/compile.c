@@ -419,34 +419,34 @@ static int derive_key(kcache_compiler *c, const kcache_request *req, struct work
     return rc;
 }
 
+/* Puts *key and *material in r's place, and r's in theirs. */
+static void swap_key(struct kc_result *r, kcache_key *key, kc_buf *material)
+{
+    kc_buf m = r->material;
+    kcache_key k = r->pub.key;
+    r->material = *material;
+    r->pub.key = *key;
+    *material = m;
+    *key = k;
+    kc_result_keyed(r);
+}
+
 /* Puts the key with the name in r's place (w then holds the one without). */
 static void use_named_key(struct work *w, struct kc_result *r)
 {
-    kc_buf material = r->material;
-    kcache_key key = r->pub.key;
-    r->material = w->named_material;
-    r->pub.key = w->named_key;
-    w->named_material = material;
-    w->named_key = key;
+    swap_key(r, &w->named_key, &w->named_material);
     w->name_free = 0;
     w->key_free = 0;
-    kc_result_keyed(r);
 }
 
 /* Puts the key with the name's last component in r's place (w then holds the one without). */
 static void use_based_key(struct work *w, struct kc_result *r)
 {
-    kc_buf material = r->material;
-    kcache_key key = r->pub.key;
-    r->material = w->based_material;
-    r->pub.key = w->based_key;
-    w->based_material = material;
-    w->based_key = key;
+    swap_key(r, &w->based_key, &w->based_material);
     w->name_free = 0;
     w->key_free = 0;
     w->has_based = 0;
     w->key_based = 1;
-    kc_result_keyed(r);
 }
 
 /* Files a fresh result under the key for what it shows of the name (kc_name_shows()). */
