@@ -58,6 +58,7 @@ void kc_work_free(struct work *w)
     kc_strv_free(w->tk_dirs, w->n_tk_dirs);
     kc_nvenv_free(&w->env);
     kc_buf_free(&w->named_material);
+    kc_buf_free(&w->based_material);
 }
 
 static const char *base_name(const char *path)
@@ -402,7 +403,15 @@ static int derive_key(kcache_compiler *c, const kcache_request *req, struct work
     int rc = 0;
     if (w->name_free)
         rc = kc_key_encode_compile(&w->named_material, &w->named_key, &in);
+    const char *slash = strrchr(w->source_name, '/');
+    w->has_based = w->name_free && slash && slash[1];
+    if (!rc && w->has_based) {
+        in.base_name = slash + 1;
+        rc = kc_key_encode_compile(&w->based_material, &w->based_key, &in);
+        in.base_name = NULL;
+    }
     in.any_name = w->name_free;
+    w->key_free = w->name_free;
     if (!rc)
         rc = kc_key_encode_compile(&r->material, &r->pub.key, &in);
     if (!rc)
@@ -410,38 +419,77 @@ static int derive_key(kcache_compiler *c, const kcache_request *req, struct work
     return rc;
 }
 
+/* Puts *key and *material in r's place, and r's in theirs. */
+static void swap_key(struct kc_result *r, kcache_key *key, kc_buf *material)
+{
+    kc_buf m = r->material;
+    kcache_key k = r->pub.key;
+    r->material = *material;
+    r->pub.key = *key;
+    *material = m;
+    *key = k;
+    kc_result_keyed(r);
+}
+
 /* Puts the key with the name in r's place (w then holds the one without). */
 static void use_named_key(struct work *w, struct kc_result *r)
 {
-    kc_buf material = r->material;
-    kcache_key key = r->pub.key;
-    r->material = w->named_material;
-    r->pub.key = w->named_key;
-    w->named_material = material;
-    w->named_key = key;
+    swap_key(r, &w->named_key, &w->named_material);
     w->name_free = 0;
-    kc_result_keyed(r);
+    w->key_free = 0;
+}
+
+/* Puts the key with the name's last component in r's place (w then holds the one without). */
+static void use_based_key(struct work *w, struct kc_result *r)
+{
+    swap_key(r, &w->based_key, &w->based_material);
+    w->name_free = 0;
+    w->key_free = 0;
+    w->has_based = 0;
+    w->key_based = 1;
+}
+
+/* Files a fresh result under the key for what it shows of the name (kc_name_shows()). */
+static void key_as_shown(struct work *w, struct kc_result *r)
+{
+    if (!w->name_free)
+        return;
+    int shows = kc_name_shows(r, w->source_name);
+    if (shows == KC_NAME_FULL || (shows == KC_NAME_BASE && !w->has_based))
+        use_named_key(w, r);
+    else if (shows == KC_NAME_BASE)
+        use_based_key(w, r);
 }
 
 /*
  * A hit of a request keyed without its name: under that key, or else under
- * the key with it (an entry whose result showed the name). 1 (r filled) or 0
- * (compile, r's key the one without the name).
+ * the key with its last component, or with it whole (an entry whose result
+ * showed that much of the name). 1 (r filled) or 0 (compile, r's key the
+ * one without the name).
  */
 static int name_free_hit(kcache_compiler *c, struct work *w, unsigned flags,
                          struct kc_result *r)
 {
     unsigned get_flags = flags & KCACHE_COMPILE_UNCOUNTED ? KCACHE_GET_NO_COUNT : 0;
     kcache_entry *e = NULL;
+    int as = KC_NAME_NONE;
     int rc = kcache_store_get(&e, c->store, &r->pub.key, get_flags);
-    if (rc == KCACHE_ENOTFOUND)
+    if (rc == KCACHE_ENOTFOUND && w->has_based) {
+        as = KC_NAME_BASE;
+        rc = kcache_store_get(&e, c->store, &w->based_key, get_flags);
+    }
+    if (rc == KCACHE_ENOTFOUND) {
+        as = KC_NAME_FULL;
         rc = kcache_store_get(&e, c->store, &w->named_key, get_flags);
-    else if (rc == 0)
-        w->name_free = 0;
+    }
     if (rc) /* not there, or a store error that the lookup under the lease reports */
         return 0;
-    if (w->name_free)
+    if (as == KC_NAME_FULL)
         use_named_key(w, r);
+    else if (as == KC_NAME_BASE)
+        use_based_key(w, r);
+    else
+        w->name_free = 0;
     kc_result_from_entry(r, e);
     return 1;
 }
@@ -460,12 +508,21 @@ static int add_dir(kc_buf *b, size_t *sizes, size_t *n, const char *what, const 
     return failed ? KCACHE_ENOMEM : 0;
 }
 
+/* The directory the main source's "quoted" includes are looked for in, or NULL. */
+static const char *name_dir(const struct work *w)
+{
+    return w->opts.no_source_include ? NULL : w->source_dir;
+}
+
 /*
  * The key closures are kept under: everything the key has but the headers,
  * plus where headers are searched (a closure names paths, so it must not
- * answer for another search path). compile/key.c encodes it.
+ * answer for another search path). compile/key.c encodes it. any: with the
+ * name's last component alone and its directory as a place, not a path
+ * (w->base_any), for closures recorded relative to it.
  */
-static int derive_base(kcache_compiler *c, const kcache_request *req, struct work *w)
+static int derive_base_as(kcache_compiler *c, const kcache_request *req, struct work *w,
+                          int any, kcache_key *out)
 {
     char cwd[4096];
     if (req->extra_digest_size && !req->extra_digest)
@@ -481,9 +538,10 @@ static int derive_base(kcache_compiler *c, const kcache_request *req, struct wor
     int rc = sizes && search ? 0 : KCACHE_ENOMEM;
     if (!rc)
         rc = add_dir(&b, sizes, &n_search, "toolkit", c->tk.root, cwd);
-    if (!rc)
-        rc = add_dir(&b, sizes, &n_search, "source-dir",
-                     w->opts.no_source_include ? NULL : w->source_dir, cwd);
+    if (!rc && any && name_dir(w))
+        rc = add_dir(&b, sizes, &n_search, "source-dir-any", NULL, cwd);
+    else if (!rc)
+        rc = add_dir(&b, sizes, &n_search, "source-dir", name_dir(w), cwd);
     for (size_t i = 0; !rc && i < w->opts.n_include_dirs; i++)
         rc = add_dir(&b, sizes, &n_search, "include-dir", w->opts.include_dirs[i], cwd);
     /*
@@ -515,12 +573,21 @@ static int derive_base(kcache_compiler *c, const kcache_request *req, struct wor
             off += sizes[i];
         }
         kc_key_compile in = key_inputs(c, req, w);
-        rc = kc_key_encode_base(&w->base, &in, search, sizes, n_search);
+        const char *slash = strrchr(w->source_name, '/');
+        if (any)
+            in.base_name = slash ? slash + 1 : w->source_name;
+        rc = kc_key_encode_base(out, &in, search, sizes, n_search);
     }
     kc_buf_free(&b);
     free(sizes);
     free(search);
     return rc;
+}
+
+static int derive_base(kcache_compiler *c, const kcache_request *req, struct work *w)
+{
+    int rc = derive_base_as(c, req, w, 0, &w->base);
+    return rc ? rc : derive_base_as(c, req, w, 1, &w->base_any);
 }
 
 /* Stores a fresh artifact with its inputs, so that verify can recompile it. */
@@ -615,8 +682,7 @@ static void store_compile_step(void *ctx, struct kc_result *r)
         r->pub.keyed = 0;
         return;
     }
-    if (s->w->name_free && kc_name_shows(r, s->w->source_name))
-        use_named_key(s->w, r);
+    key_as_shown(s->w, r);
     store_result(s->c, s->w, r);
 }
 
@@ -648,9 +714,9 @@ static void served_named_caller(void *ctx, struct kc_result *r)
 static int closure_holds(const struct work *w)
 {
     kc_buf blob = {0}, refreshed = {0};
-    int rc = kc_manifest_encode(&blob, w->deps.probes, w->deps.n_probes);
+    int rc = kc_manifest_encode(&blob, w->deps.probes, w->deps.n_probes, NULL);
     if (!rc)
-        rc = kc_manifest_check(blob.data, blob.size, w->resolved_at, &refreshed);
+        rc = kc_manifest_check(blob.data, blob.size, w->resolved_at, NULL, &refreshed);
     kc_buf_free(&blob);
     kc_buf_free(&refreshed);
     return rc;
@@ -751,8 +817,7 @@ static void store_caller_step(void *ctx, struct kc_result *r)
             in[n_in++] = (kcache_input){KCACHE_INPUT_HEADER, req->header_names[i],
                                         req->header_contents[i], strlen(req->header_contents[i])};
     }
-    if (s->w->name_free && kc_name_shows(r, s->w->source_name))
-        use_named_key(s->w, r);
+    key_as_shown(s->w, r);
     kc_store_result(s->c, r, s->w->source_name, s->toolchain, in, n_in);
     free(in);
 }
@@ -773,22 +838,22 @@ static int header_of(void *ud, int tag, const uint8_t *data, size_t n)
 }
 
 /*
- * A hit without resolving the includes: a closure remembered under the base
- * key still holds, and its key is in the store. Returns 1 (r filled), 0 (go
- * the long way: nothing holds, or the entry is gone), or KCACHE_ENOMEM.
+ * A hit without resolving the includes: a closure remembered under base
+ * still holds (for a name in name_dir), and its key is in the store. Returns
+ * 1 (r filled), 0 (nothing holds, or the entry is gone), or KCACHE_ENOMEM.
  */
-static int manifest_hit(kcache_compiler *c, const struct work *w, unsigned flags,
-                        struct kc_result *r)
+static int manifest_hit_under(kcache_compiler *c, const kcache_key *base, const char *dir,
+                              unsigned flags, struct kc_result *r)
 {
     kc_manifest_row *rows = NULL;
     size_t n = 0;
-    if (kc_store_manifest_get(&rows, &n, c->store, &w->base) != 0)
+    if (kc_store_manifest_get(&rows, &n, c->store, base) != 0)
         return 0;
     int64_t now = kc_identity_now_ns();
     int found = 0, rc = 0;
     for (size_t i = 0; !found && !rc && i < n; i++) {
         kc_buf refreshed = {0};
-        int holds = kc_manifest_check(rows[i].closure, rows[i].size, rows[i].recorded_at,
+        int holds = kc_manifest_check(rows[i].closure, rows[i].size, rows[i].recorded_at, dir,
                                       &refreshed);
         kcache_entry *e = NULL;
         if (holds < 0) {
@@ -812,10 +877,12 @@ static int manifest_hit(kcache_compiler *c, const struct work *w, unsigned flags
                      : 0;
             r->pub.n_headers = r->n_headers;
             r->pub.headers = (const char *const *)r->headers;
+            if (!(flags & KCACHE_COMPILE_UNCOUNTED))
+                kc_store_count(c->store, "closure_hits", 1);
         }
         /* Files had to be hashed: written back, so the next check is stat() only. */
         if (found && !rc && refreshed.size)
-            kc_store_manifest_put(c->store, &w->base, &rows[i].key, now, refreshed.data,
+            kc_store_manifest_put(c->store, base, &rows[i].key, now, refreshed.data,
                                   refreshed.size);
         kc_buf_free(&refreshed);
     }
@@ -823,13 +890,29 @@ static int manifest_hit(kcache_compiler *c, const struct work *w, unsigned flags
     return rc ? rc : found;
 }
 
-/* Remembers the closure of a resolution that led to r's key. A failure only costs time later. */
-static void record_manifest(kcache_compiler *c, const struct work *w, const struct kc_result *r)
+/* A closure for any name's directory first (the one CuPy's programs hit), then for this name. */
+static int manifest_hit(kcache_compiler *c, const struct work *w, unsigned flags,
+                        struct kc_result *r)
+{
+    int hit = manifest_hit_under(c, &w->base_any, name_dir(w), flags, r);
+    return hit ? hit : manifest_hit_under(c, &w->base, NULL, flags, r);
+}
+
+/*
+ * Remembers the closure of a resolution that led to r's key. Keyed without
+ * the name, for any directory of it, where neither can change what the key
+ * finds (kc_manifest_any_dir()); else under the name. A failure only costs
+ * time later.
+ */
+static void record_manifest(kcache_compiler *c, const kcache_request *req, const struct work *w,
+                            const struct kc_result *r)
 {
     kc_buf blob = {0};
-    if (kc_manifest_encode(&blob, w->deps.probes, w->deps.n_probes) == 0)
-        kc_store_manifest_put(c->store, &w->base, &r->pub.key, w->resolved_at, blob.data,
-                              blob.size);
+    int any = (w->key_free || w->key_based) && kc_manifest_any_dir(w->deps.probes, w->deps.n_probes,
+                                                 w->deps.beside_mixed, req->source_path);
+    if (kc_manifest_encode(&blob, w->deps.probes, w->deps.n_probes, any ? name_dir(w) : NULL) == 0)
+        kc_store_manifest_put(c->store, any ? &w->base_any : &w->base, &r->pub.key,
+                              w->resolved_at, blob.data, blob.size);
     kc_buf_free(&blob);
 }
 
@@ -941,8 +1024,12 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
                                                         : served_named_caller;
     }
     if (use_store && w.name_free && !(req->flags & KCACHE_COMPILE_REFRESH) &&
-        name_free_hit(c, &w, req->flags, r))
+        name_free_hit(c, &w, req->flags, r)) {
+        /* Resolved for a hit (another name's directory, a closure not kept): kept now. */
+        if (have_base)
+            record_manifest(c, req, &w, r);
         goto out;
+    }
     rc = kc_through_cache(c, r, use_store, req->flags, &step);
     if (rc == KCACHE_ECOMPILE && hermetic && step.run == run_compile_step) {
         /*
@@ -968,7 +1055,7 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     if (w.deps.not_hermetic && !rc && c->store && !(req->flags & KCACHE_COMPILE_NO_CACHE))
         kc_store_count_uncacheable(c->store, w.deps.reason);
     if (!rc && hermetic && use_store && have_base && !caller.no_store)
-        record_manifest(c, &w, r);
+        record_manifest(c, req, &w, r);
     if (!rc && r->pub.keyed && !caller.no_store)
         keep_resolution(c, req, &w, r);
     free(caller.toolchain);

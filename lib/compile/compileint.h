@@ -148,6 +148,9 @@ struct work {
     char nvrtc_arch[32];
     kcache_kind kind;
     kcache_key base;         /* the manifest's key: everything but the headers */
+    /* The same without the program's name and its directory: closures that
+     * stand for any name (compile.c, manifest.c) are kept under it. */
+    kcache_key base_any;
     int64_t resolved_at;     /* ns since the epoch, when deps were read */
     char workdir[PATH_MAX];  /* kc_nvrtc_workdir() where line information holds it, else "" */
     /* The toolkit's -I directories, below its root ("." the root), in order:
@@ -158,8 +161,14 @@ struct work {
     /* The key without the program's name is tried first (progname.c); then
      * this one, with it, which a result that shows the name is filed under. */
     int name_free;
+    int key_free;            /* r's key is the one without the name */
     kcache_key named_key;
     kc_buf named_material;
+    /* The key with the name's last component alone (a name in a directory):
+     * for a result that shows that and nothing else of the name. */
+    int has_based, key_based;
+    kcache_key based_key;
+    kc_buf based_material;
 };
 
 void kc_work_free(struct work *w);
@@ -170,7 +179,13 @@ void kc_work_free(struct work *w);
  * kcache can tell before the compile. 0 if the name is keyed.
  */
 int kc_name_free_request(const kcache_request *req, const struct work *w);
-/* 1 if r's fresh result shows the name (its log is not empty, or its artifact holds it). */
+/*
+ * What r's fresh result shows of the name: KC_NAME_FULL (its log is not
+ * empty, or its artifact holds the name or its directory), KC_NAME_BASE (the
+ * artifact holds the name's last component and nothing else of it), or
+ * KC_NAME_NONE.
+ */
+enum { KC_NAME_NONE = 0, KC_NAME_BASE, KC_NAME_FULL };
 int kc_name_shows(const struct kc_result *r, const char *name);
 
 /* Sets w's target (nvrtc_arch) and kind, and r's arch and kind, from the request. */

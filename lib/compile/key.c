@@ -40,7 +40,7 @@ const char *kc_key_tag_name(int tag)
         [KC_TAG_NAMESPACE] = "namespace",     [KC_TAG_CALLER_KEY] = "caller-key",
         [KC_TAG_WORKDIR] = "working-directory", [KC_TAG_TOOLKIT_HANDED] = "toolkit-handed",
         [KC_TAG_TOOLKIT_DIR] = "toolkit-include-dir", [KC_TAG_ENVIRONMENT] = "environment",
-        [KC_TAG_ANY_NAME] = "any-source-name",
+        [KC_TAG_ANY_NAME] = "any-source-name", [KC_TAG_BASE_NAME] = "source-base-name",
     };
     if (tag <= 0 || (size_t)tag >= sizeof(names) / sizeof(names[0]))
         return NULL;
@@ -142,6 +142,8 @@ static int add_compile(kc_keybuf *k, const kc_key_compile *in)
     }
     if (in->any_name)
         kc_key_add(k, KC_TAG_ANY_NAME, "", 0);
+    else if (in->base_name)
+        kc_key_add_str(k, KC_TAG_BASE_NAME, in->base_name);
     else
         kc_key_add_str(k, KC_TAG_SOURCE_NAME, in->source_name);
     uint8_t digest[KC_DIGEST_SIZE];
@@ -315,6 +317,7 @@ static int read_text_field(kc_recipe *rc, int tag, const uint8_t *data, size_t n
     case KC_TAG_TOOLKIT: copy_field(rc->toolkit, sizeof(rc->toolkit), data, n); return 0;
     case KC_TAG_WORKDIR: copy_field(rc->workdir, sizeof(rc->workdir), data, n); return 0;
     case KC_TAG_SOURCE_NAME:
+    case KC_TAG_BASE_NAME: /* a name with this last component gives the same bytes */
         copy_field(rc->source_name, sizeof(rc->source_name), data, n);
         return 0;
     case KC_TAG_OPTION:

@@ -35,6 +35,7 @@ typedef struct kc_key_compile {
     size_t n_name_exprs;
     const char *source_name;
     int any_name;                 /* KC_TAG_ANY_NAME instead of the name (compile keys only) */
+    const char *base_name;        /* else KC_TAG_BASE_NAME with this instead of the name */
     const void *source;
     size_t source_size;
     const kc_dep *deps;           /* every header read or looked for */

@@ -27,9 +27,22 @@
  * many names toolkit headers look for in user directories at one stat per
  * directory on a hit.
  *
+ * A closure may stand for any directory of the program's name (CuPy names
+ * each program <a new temporary directory>/kern.cu): the main source's
+ * "quoted" includes are looked for beside the name, and those looks are
+ * recorded relative to the name's directory, as are the directories at or
+ * under it; a check joins them to the directory of the name it checks for,
+ * so the same looks under a new directory must find what they found (a
+ * header placed there beside the new name does not hold). Only where the
+ * directory can change nothing else (kc_manifest_any_dir()): nothing was
+ * found beside the name, no path under it was also looked at another way
+ * (an -I directory there: that look stays where it was), and no header is
+ * the program's own file.
+ *
  * Encoding (all little endian), compact so that a hit decodes little and
- * hashes no path: "KCM3", the directory table (count u32, then per directory
- * its length u32 and bytes), then count u32 and per probe: state u8, its
+ * hashes no path: "KCM4", the directory table (count u32, then per directory
+ * 1 if it is relative to the name's directory else 0 u8, its length u32 and
+ * bytes; "KCM3" has no such byte), then count u32 and per probe: state u8, its
  * directory (index into the table u32, or UINT32_MAX for a name relative to
  * the working directory without a slash), its base name (length u32,
  * bytes); for an absent path the voucher (1 + index of a DIR probe, or 0)
@@ -37,6 +50,7 @@
  * ctime i64, and for a file its digest. When the files were read is kept
  * beside it (the store shares one closure between kernels).
  */
+#include <assert.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -69,25 +83,31 @@ static uint64_t get_u64(const uint8_t *p)
 
 /* ---- encoding ---------------------------------------------------------- */
 
-/* The index of a directory in the table (added to dirs if new), or NO_DIR for KCACHE_ENOMEM. */
-static uint32_t dir_index(kc_smap *t, const char *path, size_t n, kc_buf *dirs)
+/*
+ * The index of a directory in the table (added to dirs if new), or NO_DIR for
+ * KCACHE_ENOMEM. sym: the name is relative to the program name's directory.
+ */
+static uint32_t dir_index(kc_smap *t, const char *path, size_t n, int sym, kc_buf *dirs)
 {
-    char name[PATH_MAX];
+    char name[PATH_MAX + 1];
     size_t v;
-    if (n >= sizeof(name))
+    if (n + 1 >= sizeof(name))
         return NO_DIR;
-    memcpy(name, path, n);
-    name[n] = '\0';
+    name[0] = sym ? 's' : 'a'; /* "" is "/" and also the name's directory */
+    memcpy(name + 1, path, n);
+    name[n + 1] = '\0';
     if (kc_smap_find(t, name, &v))
         return (uint32_t)v;
     v = t->n;
-    if (v >= NO_DIR || kc_smap_put(t, name, v) || kc_buf_append_u32(dirs, (uint32_t)n) ||
-        kc_buf_append(dirs, path, n))
+    uint8_t flag = (uint8_t)sym;
+    if (v >= NO_DIR || kc_smap_put(t, name, v) || kc_buf_append(dirs, &flag, 1) ||
+        kc_buf_append_u32(dirs, (uint32_t)n) || kc_buf_append(dirs, path, n))
         return NO_DIR;
     return (uint32_t)v;
 }
 
-static int put_probe(kc_buf *b, const kc_probe *p, uint32_t dir, const char *base)
+static int put_probe(kc_buf *b, const kc_probe *p, uint32_t dir, const char *base,
+                     uint32_t vouch)
 {
     uint8_t state = (uint8_t)p->state;
     size_t n = strlen(base);
@@ -95,7 +115,7 @@ static int put_probe(kc_buf *b, const kc_probe *p, uint32_t dir, const char *bas
         kc_buf_append_u32(b, (uint32_t)n) || kc_buf_append(b, base, n))
         return KCACHE_ENOMEM;
     if (p->state == KC_PROBE_ABSENT)
-        return kc_buf_append_u32(b, p->vouch) ? KCACHE_ENOMEM : 0;
+        return kc_buf_append_u32(b, vouch) ? KCACHE_ENOMEM : 0;
     if (put_u64(b, p->dev) || put_u64(b, p->ino) || put_u64(b, p->size) ||
         put_u64(b, (uint64_t)p->mtime_ns) || put_u64(b, (uint64_t)p->ctime_ns))
         return KCACHE_ENOMEM;
@@ -104,27 +124,63 @@ static int put_probe(kc_buf *b, const kc_probe *p, uint32_t dir, const char *bas
     return 0;
 }
 
-int kc_manifest_encode(kc_buf *out, const kc_probe *probes, size_t n)
+/* The path below name_dir ("." for name_dir itself) when p is recorded relative to it, or NULL. */
+static const char *below_name_dir(const kc_probe *p, const char *name_dir)
+{
+    if (!name_dir)
+        return NULL;
+    size_t n = strlen(name_dir);
+    if (p->state == KC_PROBE_DIR) {
+        if (!strcmp(p->path, name_dir))
+            return ".";
+        return !strncmp(p->path, name_dir, n) && p->path[n] == '/' ? p->path + n + 1 : NULL;
+    }
+    if (!p->beside_name)
+        return NULL;
+    assert(!strncmp(p->path, name_dir, n) && p->path[n] == '/');
+    return p->path + n + 1;
+}
+
+int kc_manifest_any_dir(const kc_probe *probes, size_t n, int beside_mixed,
+                        const char *source_path)
+{
+    if (beside_mixed)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (probes[i].beside_name && probes[i].state != KC_PROBE_ABSENT)
+            return 0; /* found beside the name: keyed by its directory */
+        if (source_path && !strcmp(probes[i].path, source_path))
+            return 0; /* a header is the program's own file */
+    }
+    return 1;
+}
+
+int kc_manifest_encode(kc_buf *out, const kc_probe *probes, size_t n, const char *name_dir)
 {
     kc_smap t = {0};
     kc_buf dirs = {0}, list = {0};
     int rc = n > UINT32_MAX ? KCACHE_ENOMEM : 0;
     for (size_t i = 0; !rc && i < n; i++) {
-        const char *path = probes[i].path;
+        const char *rel = below_name_dir(&probes[i], name_dir);
+        const char *path = rel ? rel : probes[i].path;
         const char *slash = strrchr(path, '/');
         uint32_t dir = NO_DIR;
-        if (slash) {
-            /* "/x" lives in "/", kept as the empty name. */
-            dir = dir_index(&t, path, (size_t)(slash - path), &dirs);
+        if (rel || slash) {
+            /* "/x" lives in "/", kept as the empty name; "x" beside the name, in "" too. */
+            dir = dir_index(&t, path, slash ? (size_t)(slash - path) : 0, rel != NULL, &dirs);
             if (dir == NO_DIR) {
                 rc = KCACHE_ENOMEM;
                 break;
             }
         }
-        rc = put_probe(&list, &probes[i], dir, slash ? slash + 1 : path);
+        /* A look beside the name is vouched for only by a directory that moves with it. */
+        uint32_t vouch = probes[i].vouch;
+        if (rel && vouch && (vouch > n || !below_name_dir(&probes[vouch - 1], name_dir)))
+            vouch = 0;
+        rc = put_probe(&list, &probes[i], dir, slash ? slash + 1 : path, vouch);
     }
     out->size = 0;
-    if (!rc && (kc_buf_append(out, "KCM3", 4) || kc_buf_append_u32(out, (uint32_t)t.n) ||
+    if (!rc && (kc_buf_append(out, "KCM4", 4) || kc_buf_append_u32(out, (uint32_t)t.n) ||
                 kc_buf_append(out, dirs.data, dirs.size) ||
                 kc_buf_append_u32(out, (uint32_t)n) || kc_buf_append(out, list.data, list.size)))
         rc = KCACHE_ENOMEM;
@@ -140,11 +196,13 @@ int kc_manifest_encode(kc_buf *out, const kc_probe *probes, size_t n)
 struct dirs {
     const uint8_t **names; /* into the blob, not NUL-terminated */
     uint32_t *lens;
+    uint8_t *sym;          /* relative to the name's directory */
     int *fds;              /* -3 not opened yet, -1 does not open */
     uint32_t n;
+    const char *name_dir;  /* the directory of the name checked for, or NULL */
 };
 
-static int read_dirs(struct dirs *d, const uint8_t *p, size_t size, size_t *off)
+static int read_dirs(struct dirs *d, const uint8_t *p, size_t size, size_t *off, int v4)
 {
     if (size - *off < 4)
         return -1;
@@ -154,11 +212,20 @@ static int read_dirs(struct dirs *d, const uint8_t *p, size_t size, size_t *off)
         return -1;
     d->names = kc_calloc(n ? n : 1, sizeof(*d->names));
     d->lens = kc_calloc(n ? n : 1, sizeof(*d->lens));
+    d->sym = kc_calloc(n ? n : 1, sizeof(*d->sym));
     d->fds = kc_calloc(n ? n : 1, sizeof(*d->fds));
-    if (!d->names || !d->lens || !d->fds)
+    if (!d->names || !d->lens || !d->sym || !d->fds)
         return KCACHE_ENOMEM;
     d->n = n;
     for (uint32_t i = 0; i < n; i++) {
+        if (v4) {
+            if (size - *off < 1 || p[*off] > 1)
+                return -1;
+            d->sym[i] = p[(*off)++];
+            /* Relative to a directory this check was not given: it cannot hold. */
+            if (d->sym[i] && !d->name_dir)
+                return -1;
+        }
         if (size - *off < 4)
             return -1;
         uint32_t len = kc_read_u32(p + *off);
@@ -173,6 +240,16 @@ static int read_dirs(struct dirs *d, const uint8_t *p, size_t size, size_t *off)
     return 0;
 }
 
+/* Directory i's path into buf. 0, or -1 if too long. */
+static int dir_path(const struct dirs *d, uint32_t i, char *buf, size_t size)
+{
+    int n = !d->sym[i]     ? snprintf(buf, size, "%.*s", (int)d->lens[i], (const char *)d->names[i])
+            : d->lens[i]   ? snprintf(buf, size, "%s/%.*s", d->name_dir, (int)d->lens[i],
+                                      (const char *)d->names[i])
+                           : snprintf(buf, size, "%s", d->name_dir);
+    return n < 0 || (size_t)n >= size ? -1 : 0;
+}
+
 static void dirs_close(struct dirs *d)
 {
     for (uint32_t i = 0; i < d->n; i++)
@@ -180,6 +257,7 @@ static void dirs_close(struct dirs *d)
             close(d->fds[i]);
     free(d->names);
     free(d->lens);
+    free(d->sym);
     free(d->fds);
 }
 
@@ -210,6 +288,7 @@ static int get_probe(const uint8_t *p, size_t size, size_t *off, const struct di
     memcpy(a->namebuf, p + o, n);
     a->namebuf[n] = '\0';
     a->base = a->namebuf;
+    q->beside_name = q->state != KC_PROBE_DIR && a->dir != NO_DIR && d->sym[a->dir];
     o += n;
     if (q->state == KC_PROBE_ABSENT) {
         if (size - o < 4)
@@ -239,9 +318,17 @@ static int get_probe(const uint8_t *p, size_t size, size_t *off, const struct di
 /* The probe's full path into buf (for a read, or a closure written back). 0, or -1 if too long. */
 static int full_path(const struct dirs *d, const struct probe_at *a, char *buf, size_t size)
 {
-    int n = a->dir == NO_DIR ? snprintf(buf, size, "%s", a->base)
-                             : snprintf(buf, size, "%.*s/%s", (int)d->lens[a->dir],
-                                        (const char *)d->names[a->dir], a->base);
+    if (a->dir == NO_DIR) {
+        int n = snprintf(buf, size, "%s", a->base);
+        return n < 0 || (size_t)n >= size ? -1 : 0;
+    }
+    char dir[PATH_MAX];
+    if (dir_path(d, a->dir, dir, sizeof(dir)))
+        return -1;
+    /* The name's directory itself, as recorded ("." below it). */
+    int n = d->sym[a->dir] && !d->lens[a->dir] && !strcmp(a->base, ".")
+                ? snprintf(buf, size, "%s", dir)
+                : snprintf(buf, size, "%s/%s", dir, a->base);
     return n < 0 || (size_t)n >= size ? -1 : 0;
 }
 
@@ -258,10 +345,8 @@ static int stat_probe(struct dirs *d, const struct probe_at *a, struct stat *st)
     int *fd = &d->fds[a->dir];
     if (*fd == -3) {
         char path[PATH_MAX];
-        uint32_t n = d->lens[a->dir];
-        memcpy(path, d->names[a->dir], n);
-        path[n] = '\0';
-        *fd = open(n ? path : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        int bad = dir_path(d, a->dir, path, sizeof(path));
+        *fd = bad ? -1 : open(path[0] ? path : "/", O_PATH | O_DIRECTORY | O_CLOEXEC);
         if (*fd < 0)
             *fd = -1;
     }
@@ -340,15 +425,17 @@ static int dir_holds(struct dirs *d, struct probe_at *a, int64_t recorded_at, in
     return 1;
 }
 
-int kc_manifest_check(const void *blob, size_t size, int64_t recorded_at, kc_buf *refreshed)
+int kc_manifest_check(const void *blob, size_t size, int64_t recorded_at, const char *name_dir,
+                      kc_buf *refreshed)
 {
     const uint8_t *p = blob;
     refreshed->size = 0;
-    if (size < 8 || memcmp(p, "KCM3", 4) != 0)
+    int v4 = size >= 8 && !memcmp(p, "KCM4", 4);
+    if (size < 8 || (!v4 && memcmp(p, "KCM3", 4) != 0))
         return 0;
-    struct dirs d = {0};
+    struct dirs d = {.name_dir = name_dir};
     size_t start = 4;
-    int holds = read_dirs(&d, p, size, &start);
+    int holds = read_dirs(&d, p, size, &start, v4);
     if (holds) {
         dirs_close(&d);
         return holds == KCACHE_ENOMEM ? holds : 0;
@@ -400,7 +487,7 @@ int kc_manifest_check(const void *blob, size_t size, int64_t recorded_at, kc_buf
         }
         if (holds == 1 && off != size)
             holds = 0;
-        if (holds == 1 && pass == 1 && kc_manifest_encode(refreshed, fresh, n))
+        if (holds == 1 && pass == 1 && kc_manifest_encode(refreshed, fresh, n, name_dir))
             holds = KCACHE_ENOMEM;
         if (!hashed)
             break;

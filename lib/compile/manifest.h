@@ -11,8 +11,21 @@
 #include "resolve/deps.h"
 #include "util/common.h"
 
-/* Encodes a resolution's probes. */
-int kc_manifest_encode(kc_buf *out, const kc_probe *probes, size_t n);
+/*
+ * Encodes a resolution's probes. name_dir: the directory of the program's
+ * name, when the closure may stand for any (kc_manifest_any_dir()): the looks
+ * beside the name are recorded relative to it. NULL: every path as it is.
+ */
+int kc_manifest_encode(kc_buf *out, const kc_probe *probes, size_t n, const char *name_dir);
+
+/*
+ * 1 if a closure may be checked under another directory of the program's
+ * name: nothing was found beside the name (beside_name probes all absent), no
+ * path under its directory was looked at both beside it and another way, and
+ * no probe is the program's own file (source_path). 0 if not.
+ */
+int kc_manifest_any_dir(const kc_probe *probes, size_t n, int beside_mixed,
+                        const char *source_path);
 
 /*
  * Checks a closure whose files were read at recorded_at (ns since the epoch)
@@ -22,7 +35,11 @@ int kc_manifest_encode(kc_buf *out, const kc_probe *probes, size_t n);
  * bytes, or timestamps too recent to trust), *refreshed gets a closure with
  * the identities seen now, to be put back as read at the time the check began,
  * so that the next check needs only stat(); it is left empty otherwise.
+ * name_dir: the directory of the name checked for, which the looks recorded
+ * beside a name are joined to; a closure that has such looks does not hold
+ * without it.
  */
-int kc_manifest_check(const void *blob, size_t size, int64_t recorded_at, kc_buf *refreshed);
+int kc_manifest_check(const void *blob, size_t size, int64_t recorded_at, const char *name_dir,
+                      kc_buf *refreshed);
 
 #endif

@@ -34,9 +34,15 @@
  * namespace's members are named after it: "_INTERNAL_00000000_7_kern_cu_..."):
  * what a toolkit macro or function carries of the name (CCCL's _CCCL_ASSERT,
  * CUB's CubDebug, source_location::current()) is caught there.
+ * A result whose log is empty and whose artifact holds the name's last
+ * component but neither its directory, the directory's own last component,
+ * nor the whole name, is filed under a key with the last component alone:
+ * an anonymous namespace's members are named after it, and NVIDIA's NVRTC
+ * gives the same bytes for it in any directory (CCCL's CUB kernels, under
+ * CuPy's <a new temporary directory>/kern.cu, measured with NVRTC 13.0).
  * Anything else is filed under the key with the name, as before. Misses
- * cost nothing more; a request whose result needs its name costs one more
- * lookup on a hit.
+ * cost nothing more; a request whose result needs its name costs one or two
+ * more lookups on a hit.
  */
 #include <ctype.h>
 #include <pthread.h>
@@ -540,24 +546,50 @@ static int holds(const void *bytes, size_t n, const char *needle)
     return 0;
 }
 
+/* 1 if the artifact holds text, as bytes, as PTX's byte lists, or made an identifier. */
+static int holds_any_form(const struct kc_result *r, const char *text, size_t n)
+{
+    /* As EDG names what an anonymous namespace holds: "_INTERNAL_00000000_7_kern_cu_..."
+     * (every byte that cannot be in an identifier becomes '_'). */
+    char *plain = kc_memdup(text, n), *ident = kc_memdup(text, n);
+    int shows = 1;
+    if (plain && ident) {
+        for (char *p = ident; *p; p++)
+            if (!ident_char((unsigned char)*p) || (unsigned char)*p >= 0x80)
+                *p = '_';
+        shows = holds(r->pub.data, r->pub.size, plain) || holds(r->pub.data, r->pub.size, ident);
+    }
+    free(plain);
+    free(ident);
+    return shows;
+}
+
 int kc_name_shows(const struct kc_result *r, const char *name)
 {
     if (r->pub.log && r->pub.log[0])
-        return 1;
+        return KC_NAME_FULL;
     const char *slash = strrchr(name, '/');
     const char *last = slash ? slash + 1 : name;
     /* A name with no last component: nothing to look for, so it is kept. */
     if (!*last)
-        return 1;
-    /* As EDG names what an anonymous namespace holds: "_INTERNAL_00000000_7_kern_cu_..."
-     * (every byte that cannot be in an identifier becomes '_'). */
-    char *ident = kc_strdup(last);
-    if (!ident)
-        return 1;
-    for (char *p = ident; *p; p++)
-        if (!ident_char((unsigned char)*p) || (unsigned char)*p >= 0x80)
-            *p = '_';
-    int shows = holds(r->pub.data, r->pub.size, last) || holds(r->pub.data, r->pub.size, ident);
-    free(ident);
-    return shows;
+        return KC_NAME_FULL;
+    if (!holds_any_form(r, last, strlen(last)))
+        return KC_NAME_NONE;
+    if (!slash)
+        return KC_NAME_FULL;
+    /*
+     * The last component shows (an anonymous namespace's members are named
+     * after it; NVRTC 13 gives the same bytes for it in any directory). Its
+     * directory must not: neither the whole name, the directory, nor its own
+     * last component (a temporary directory's name). A directory too short
+     * to tell from other bytes keeps the whole name.
+     */
+    const char *dir_last = slash;
+    while (dir_last > name && dir_last[-1] != '/')
+        dir_last--;
+    size_t dir_n = (size_t)(slash - name), dir_last_n = (size_t)(slash - dir_last);
+    if (dir_n < 4 || dir_last_n < 4 || holds_any_form(r, name, strlen(name)) ||
+        holds_any_form(r, name, dir_n) || holds_any_form(r, dir_last, dir_last_n))
+        return KC_NAME_FULL;
+    return KC_NAME_BASE;
 }

@@ -288,6 +288,7 @@ static void resolver_free(struct resolver *r)
     kc_smap_free(&r->tk_names);
     kc_smap_free(&r->tk_nodes);
     kc_smap_free(&r->vouchers);
+    kc_smap_free(&r->routes);
     kc_smap_free(&r->wrappers);
     kc_res_cond_free(r);
     free(r->calls);

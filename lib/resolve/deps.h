@@ -186,6 +186,9 @@ typedef struct kc_deps {
     size_t n_handed;
     kc_probe *probes;         /* every path looked at, in order */
     size_t n_probes;
+    /* A path under the name's directory was looked at both beside the name and
+     * another way: the closure holds only for this name's directory. */
+    int beside_mixed;
     /*
      * Non-zero when the compile cannot be made hermetic: a computed include
      * that could not be worked out, #include_next, an alias that would name

@@ -49,6 +49,10 @@ typedef struct kc_probe {
     /* ABSENT: 1 + the index of the DIR probe (earlier in the list) that is the
      * nearest existing directory above the path, or 0. */
     uint32_t vouch;
+    /* Looked at beside the program's name (its directory joined with a quoted
+     * spelling of the main source): the same look under another name's
+     * directory is this path with that directory instead (compile/manifest.c). */
+    int beside_name;
 } kc_probe;
 
 /*

@@ -26,6 +26,8 @@ static int add_probe(struct resolver *r, const char *path, const kc_probe *p)
         return KCACHE_ENOMEM;
     kc_probe *q = &o->probes[o->n_probes];
     *q = *p;
+    /* A directory is the name's by where it lies (manifest.c), not by who asked. */
+    q->beside_name = p->state != KC_PROBE_DIR && r->looking_beside;
     if (!(q->path = kc_strdup(path)))
         return KCACHE_ENOMEM;
     o->n_probes++;
@@ -189,12 +191,37 @@ static int real_of(struct resolver *r, const char *path, int link, char **out)
  * lookups find inside the toolkit, which the toolkit's build keys: on a hit
  * that would be a stat() per toolkit header for nothing.
  */
+/*
+ * Notes how a path under the name's directory was looked at: beside the name,
+ * or another way (an -I directory, a header's own directory, an absolute
+ * spelling). A path looked at both ways is one probe here, but two looks for
+ * another name's directory: the closure then holds only for this directory.
+ */
+static int note_route(struct resolver *r, const char *path, int beside_name)
+{
+    const char *dir = r->req->no_source_include ? NULL : r->req->source_dir;
+    size_t n = dir ? strlen(dir) : 0;
+    if (!dir || strncmp(path, dir, n) != 0 || path[n] != '/')
+        return 0;
+    size_t bit = beside_name ? 1 : 2, v = 0;
+    kc_smap_find(&r->routes, path, &v);
+    if (v & bit)
+        return 0;
+    if ((v | bit) == 3)
+        r->out->beside_mixed = 1;
+    return kc_smap_put(&r->routes, path, v | bit);
+}
+
 int kc_res_look(struct resolver *r, const char *path, int in_toolkit, int from_toolkit,
-                size_t *node, const char **toolkit_rel)
+                int beside_name, size_t *node, const char **toolkit_rel)
 {
     *node = 0;
     *toolkit_rel = NULL;
     size_t v;
+    int rc = note_route(r, path, beside_name);
+    if (rc)
+        return rc;
+    r->looking_beside = beside_name;
     if (kc_smap_find(&r->by_path, path, &v)) {
         if (v & 1) {
             *toolkit_rel = r->tk_rels[v / 2 - 1];
@@ -207,7 +234,6 @@ int kc_res_look(struct resolver *r, const char *path, int in_toolkit, int from_t
     }
     kc_probe p;
     memset(&p, 0, sizeof(p));
-    int rc;
     struct stat st;
     /* In the toolkit's directories the link itself is asked first: a file
      * that is no link lies where its directory's real path says (real_of()). */
@@ -432,10 +458,12 @@ int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t f
             inside = 1; /* an absolute spelling: its real path decides */
         size_t node = 0;
         const char *rel = NULL;
+        /* The main source's own directory: the program's name's (deps.c made it so). */
+        int beside_name = i == 0 && dir && !r->pre_include && from == 0;
         for (int k = 0; k < 1 + kc_res_stdh_too(spelling) && !node && !rel; k++) {
             if (k)
                 memcpy(path + len, ".stdh", 6);
-            if ((rc = kc_res_look(r, path, inside, from_toolkit, &node, &rel)))
+            if ((rc = kc_res_look(r, path, inside, from_toolkit, beside_name, &node, &rel)))
                 return rc;
         }
         /*

@@ -131,6 +131,10 @@ struct resolver {
     int pre_include;         /* resolving an -include: the working directory first */
     kc_smap tk_nodes;     /* toolkit path -> node, so each is scanned once */
     kc_smap vouchers;     /* directory -> 1 + its DIR probe, or 0: none exists */
+    /* Paths under the name's directory -> how they were looked at: 1 beside
+     * the name, 2 another way (kc_deps.beside_mixed when both). */
+    kc_smap routes;
+    int looking_beside;   /* kc_res_look() is looking beside the name */
     kc_smap wrappers;     /* function-like macros that wrap __has_include */
     struct pending *calls;   /* NAME(arg) seen in conditions, not yet probed */
     struct mprobe *mprobes;
@@ -172,6 +176,7 @@ int kc_res_stdh_too(const char *spelling);
 
 /* lookup.c */
 int kc_res_look(struct resolver *r, const char *path, int in_toolkit, int from_toolkit,
+                int beside_name,
                 size_t *node, const char **toolkit_rel);
 int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t from,
                    size_t *found);

@@ -64,6 +64,11 @@ enum kc_key_tag {
     /* Empty, in place of KC_TAG_SOURCE_NAME: the entry's bytes and log were
      * shown not to depend on the source's name (compile/progname.c). */
     KC_TAG_ANY_NAME = 21,
+    /* The last component of the source's name, in place of KC_TAG_SOURCE_NAME:
+     * the entry's bytes held it (an anonymous namespace's members are named
+     * after it) and nothing else of the name, and its log was empty
+     * (compile/progname.c). */
+    KC_TAG_BASE_NAME = 22,
 };
 
 /* Walks an encoding; fn gets the tag and its bytes. Returns 0, fn's value or KCACHE_ECORRUPT. */

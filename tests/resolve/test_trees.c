@@ -570,17 +570,17 @@ static void test_same_tick(void)
     clock_gettime(CLOCK_REALTIME, &now);
     int64_t at = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
     kc_buf blob = {0}, refreshed = {0};
-    REQUIRE(kc_manifest_encode(&blob, &p, 1) == 0);
+    REQUIRE(kc_manifest_encode(&blob, &p, 1, NULL) == 0);
     int64_t racy = kc_identity_racy_ns;
     kc_identity_racy_ns = 0;
     /* Trusting the timestamps would keep the old bytes: the hazard. */
-    CHECK(kc_manifest_check(blob.data, blob.size, at, &refreshed) == 1);
+    CHECK(kc_manifest_check(blob.data, blob.size, at, NULL, &refreshed) == 1);
     kc_buf_free(&refreshed);
     kc_identity_racy_ns = racy;
-    CHECK(kc_manifest_check(blob.data, blob.size, at, &refreshed) == 0);
+    CHECK(kc_manifest_check(blob.data, blob.size, at, NULL, &refreshed) == 0);
     kc_buf_free(&refreshed);
     /* Read long after its last change, the same identity is trusted: no hashing per hit. */
-    CHECK(kc_manifest_check(blob.data, blob.size, at + 2 * racy, &refreshed) == 1);
+    CHECK(kc_manifest_check(blob.data, blob.size, at + 2 * racy, NULL, &refreshed) == 1);
     CHECK(refreshed.size == 0);
     kc_buf_free(&refreshed);
     kc_buf_free(&blob);
