@@ -239,6 +239,27 @@ int kc_put_batch_begin(kcache_store *s)
     return rc;
 }
 
+int kc_put_batch_add_encoded(kcache_store *s, const struct kc_put_ctx *p, int64_t created_at,
+                             int64_t accessed_at)
+{
+    int rc = kc_put_rows(s, p);
+    if (rc)
+        return rc;
+    /* put_rows() stamps now; a batch keeps the times it was given (already clamped). */
+    sqlite3_stmt *st = NULL;
+    int src = sqlite3_prepare_v2(s->db.conn,
+                                 "UPDATE entry SET created_at = ?1, accessed_at = ?2"
+                                 " WHERE key = ?3", -1, &st, NULL);
+    if (src == SQLITE_OK) {
+        sqlite3_bind_int64(st, 1, created_at);
+        sqlite3_bind_int64(st, 2, accessed_at);
+        sqlite3_bind_blob(st, 3, p->e->key.bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
+        src = sqlite3_step(st);
+    }
+    sqlite3_finalize(st);
+    return src == SQLITE_DONE ? 0 : kc_sqlerr(&s->db, src, "setting an entry's times");
+}
+
 int kc_put_batch_add(kcache_store *s, const kcache_entry *e, int64_t created_at,
                      int64_t accessed_at)
 {
@@ -246,23 +267,7 @@ int kc_put_batch_add(kcache_store *s, const kcache_entry *e, int64_t created_at,
     struct kc_put_ctx p;
     int rc = put_prepare(s, e, &p, &names);
     if (!rc)
-        rc = kc_put_rows(s, &p);
-    if (!rc) {
-        /* put_rows() stamps now; a batch keeps the times it was given (already clamped). */
-        sqlite3_stmt *st = NULL;
-        int src = sqlite3_prepare_v2(s->db.conn,
-                                     "UPDATE entry SET created_at = ?1, accessed_at = ?2"
-                                     " WHERE key = ?3", -1, &st, NULL);
-        if (src == SQLITE_OK) {
-            sqlite3_bind_int64(st, 1, created_at);
-            sqlite3_bind_int64(st, 2, accessed_at);
-            sqlite3_bind_blob(st, 3, e->key.bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
-            src = sqlite3_step(st);
-        }
-        sqlite3_finalize(st);
-        if (src != SQLITE_DONE)
-            rc = kc_sqlerr(&s->db, src, "setting an entry's times");
-    }
+        rc = kc_put_batch_add_encoded(s, &p, created_at, accessed_at);
     kc_buf_free(&names);
     return rc;
 }

@@ -300,6 +300,9 @@ int kc_put_rows(kcache_store *s, const struct kc_put_ctx *p);
 int kc_put_batch_begin(kcache_store *s);
 int kc_put_batch_add(kcache_store *s, const kcache_entry *e, int64_t created_at,
                      int64_t accessed_at);
+/* kc_put_batch_add() of an entry kc_put_encode() made ready, with no lock held. */
+int kc_put_batch_add_encoded(kcache_store *s, const struct kc_put_ctx *p, int64_t created_at,
+                             int64_t accessed_at);
 int kc_put_batch_end(kcache_store *s, int commit);
 int kc_flush_locked(kcache_store *s, int wait);
 int kc_usage_add(kcache_store *s, const char *arch, int kind, uint64_t hits, uint64_t misses,
