@@ -52,6 +52,19 @@ static uint64_t disk_bytes(kcache_store *s)
     return file_bytes + wal_bytes;
 }
 
+/*
+ * Empties the WAL into the file. A TRUNCATE checkpoint holds the write lock
+ * while it copies the frames and syncs the file; a PASSIVE one first copies
+ * them with no lock that writers need, so that the TRUNCATE after has
+ * (almost) nothing left to copy and holds the lock only to reset the WAL.
+ * Returns the TRUNCATE's SQLite code.
+ */
+int kc_checkpoint(kcache_store *s)
+{
+    sqlite3_wal_checkpoint_v2(s->db.conn, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    return kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
+}
+
 /* Entries a tight prune deletes per transaction, pages it moves per step. */
 #define KC_TIGHT_BATCH 32
 #define KC_TIGHT_PAGES 64
@@ -68,7 +81,7 @@ int kc_vacuum_steps(kcache_store *s)
 {
     int rc = 0;
     if (s->tight)
-        kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
+        kc_checkpoint(s);
     if (query_int(s, "PRAGMA auto_vacuum", &rc) != 2 || rc)
         return rc;
     int64_t pages = s->tight ? KC_TIGHT_PAGES : 256;
@@ -84,7 +97,7 @@ int kc_vacuum_steps(kcache_store *s)
         }
         uint64_t took = kc_mono_ns() - t0;
         if (s->tight)
-            kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
+            kc_checkpoint(s);
         else if (took < KC_HOLD_NS / 4 && pages < 16384)
             pages *= 2;
         else if (took > KC_HOLD_NS && pages > 16)
@@ -116,7 +129,7 @@ static int release_space(kcache_store *s)
             return rc;
     }
     /* A checkpoint that found no room to grow the file is a full disk (a tight prune's cue). */
-    int ck = kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
+    int ck = kc_checkpoint(s);
     if (!rc && (ck & 0xff) == SQLITE_FULL)
         rc = kc_sqlerr(&s->db, ck, "emptying the WAL");
     return rc;
@@ -270,7 +283,7 @@ static int evict_batch(kcache_store *s, const kcache_prune_options *o, int filte
     *n = (uint64_t)deleted;
     *n_bytes = b.bytes;
     if (s->tight) /* the frames into the file, the WAL's space back for the next step */
-        kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
+        kc_checkpoint(s);
     return 0;
 fail:
     kc_db_rollback(&s->db);
@@ -610,7 +623,7 @@ static int vacuum_locked(kcache_store *s)
     else if (!rc)
         rc = kc_db_exec(&s->db, "VACUUM", "compacting the database");
     if (!rc)
-        kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
+        kc_checkpoint(s);
     return rc;
 }
 

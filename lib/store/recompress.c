@@ -405,7 +405,7 @@ static int recompress(kcache_store *s, const kcache_recompress_options *o,
     if (r->stored_after < r->stored_before) {
         pthread_mutex_lock(&s->lock);
         if (s->db.conn)
-            kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
+            kc_checkpoint(s);
         kc_unlock(s);
     }
     return 0;

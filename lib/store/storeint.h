@@ -343,6 +343,8 @@ int kc_closures_drop_unused(kcache_store *s, const int64_t *ids, size_t n);
 /* prune.c */
 int kc_prune_locked(kcache_store *s, const kcache_prune_options *o, kcache_prune_result *r);
 int kc_maybe_prune_locked(kcache_store *s);
+/* Empties the WAL, holding the write lock only to reset it (prune.c). */
+int kc_checkpoint(kcache_store *s);
 /* Hands free pages back in transactions of about KC_HOLD_NS each (prune.c). */
 int kc_vacuum_steps(kcache_store *s);
 
