@@ -13,20 +13,17 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "store/bundle_check.h"
-#include "store/bundle_sign.h"
-#include "store/ingest.h"
 #include "kcache/bundle.h"
-#include <stddef.h>
+#include "store/ingest.h"
 #include "store/storeint.h"
 
-/* Sets the store's message under its lock (the store's own calls do the same). */
 /* Copies another store's message into s (after a call on `from` failed). */
 static int pass_err(kcache_store *s, kcache_store *from, int code, const char *what)
 {

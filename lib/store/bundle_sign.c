@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/bundle_sign.h"
+#include "store/ingest.h"
 #include "util/settings.h"
 
 #define KC_SIG_NAME "bundle_signature_v1"

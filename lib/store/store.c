@@ -1,5 +1,6 @@
 /* The store's handle and its entries' reads: open, close, get, delete (put.c puts). */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,10 @@
 #include "util/settings.h"
 #include "store/storeint.h"
 #include "util/keyfmt.h"
+#include "kcache/bundle.h"
+#include "kcache/store.h"
+#include "kcache/verify.h"
+#include "util/common.h"
 
 static void store_free(kcache_store *s)
 {
@@ -486,3 +491,51 @@ KCACHE_API int kcache_store_delete(kcache_store *store, const kcache_key *key)
     kc_unlock(store);
     return rc;
 }
+
+/*
+ * Letting go of the store's lock, and the messages said under it: below every
+ * other file of the store, which all unlock through here.
+ */
+void kc_unlock(kcache_store *s)
+{
+    kc_logq said = kc_logq_take(&s->db.logq);
+    pthread_mutex_unlock(&s->lock);
+    kc_logq_deliver(&said, s->db.log, s->db.log_userdata);
+}
+
+void kc_log_unlocked(kcache_store *s, int level, const char *msg)
+{
+    if (!s->db.log)
+        return;
+    kc_logq one = {0};
+    kc_logq_add(&one, level, msg);
+    kc_logq_deliver(&one, s->db.log, s->db.log_userdata);
+}
+
+int kc_err_locking(kcache_store *s, int code, const char *fmt, ...)
+{
+    va_list ap;
+    pthread_mutex_lock(&s->lock);
+    va_start(ap, fmt);
+    kc_db_verr(&s->db, code, fmt, ap);
+    va_end(ap);
+    kc_unlock(s);
+    return code;
+}
+
+/* The exported kcache_xxx_init() of the store's versioned structs (<kcache/core.h>). */
+KC_DEFINE_INIT(kcache_store_options, offsetof(kcache_store_options, no_create),
+               offsetof(kcache_store_options, compression), sizeof(kcache_store_options))
+KC_DEFINE_INIT(kcache_entry, sizeof(kcache_entry))
+KC_DEFINE_INIT(kcache_batch_options, sizeof(kcache_batch_options))
+KC_DEFINE_INIT(kcache_namespace_stats, sizeof(kcache_namespace_stats))
+KC_DEFINE_INIT(kcache_filter, sizeof(kcache_filter))
+KC_DEFINE_INIT(kcache_prune_options, sizeof(kcache_prune_options))
+KC_DEFINE_INIT(kcache_prune_result, sizeof(kcache_prune_result))
+KC_DEFINE_INIT(kcache_bundle_options, offsetof(kcache_bundle_options, sign),
+               sizeof(kcache_bundle_options))
+KC_DEFINE_INIT(kcache_bundle_result, offsetof(kcache_bundle_result, conflicts),
+               sizeof(kcache_bundle_result))
+KC_DEFINE_INIT(kcache_recompress_options, sizeof(kcache_recompress_options))
+KC_DEFINE_INIT(kcache_recompress_result, sizeof(kcache_recompress_result))
+KC_DEFINE_INIT(kcache_verify_result, sizeof(kcache_verify_result))
