@@ -1,4 +1,4 @@
-/* Entries handed to callers: one allocation each, built from a row. */
+/* Entries handed to callers (one allocation each, built from a row), found by prefix, walked. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,9 @@
 /*
- * Hits recorded without a write transaction (doc/design.md, "A hit writes
- * nothing to the database").
+ * Hits: pending in the handle, recorded in PATH-hits without a write
+ * transaction, and taken into the database by the next one.
+ *
+ * Hits are recorded without a write transaction (doc/design.md, "A hit
+ * writes nothing to the database").
  *
  * A process that opens the cache, hits and closes used to end with a write
  * transaction for its one touch: a WAL frame per page it changed, the write
@@ -12,7 +15,7 @@
  * accesses by at most:
  *
  *   - in a handle's memory: KC_TOUCH_BATCH distinct keys or
- *     KC_TOUCH_INTERVAL_NS (touch.c), or until it closes, as before;
+ *     KC_TOUCH_INTERVAL_NS (below), or until it closes;
  *   - in PATH-hits: until the next write transaction on the cache, and never
  *     past KC_HITLOG_FOLD_AT bytes (about 800 records): the handle whose
  *     append finds the log that long writes it into the database itself, if

@@ -1,5 +1,6 @@
 /*
- * The gate for bytes entering the store from outside it.
+ * The gate for bytes entering the store from outside it, and a bundle's file
+ * checked before any entry of it is read.
  *
  * What the store writes itself it can trust; a bundle (and later an entry
  * from the remote tier) comes from another machine, and was once enough to

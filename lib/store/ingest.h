@@ -1,4 +1,6 @@
 /*
+ * Bytes from outside the store (a header apart: storeint.h's users need none of it).
+ *
  * Bytes that enter the store from outside it: the one gate (bundles, the
  * shared tier; ingest.c says what it checks and why), a bundle's file
  * checked before it is read (ingest.c), and signed bundles (bundle_sign.c).

@@ -573,12 +573,10 @@ KCACHE_API int kcache_store_prune(kcache_prune_result *out, kcache_store *store,
         return KCACHE_EINVAL;
     if (!options)
         options = &defaults;
-    char msg[KC_ERRMSG_SIZE];
-    if (kc_version_check(msg, sizeof(msg), "kcache_prune_options", options->version,
-                         KCACHE_PRUNE_OPTIONS_VERSION) ||
-        (out && kc_version_check(msg, sizeof(msg), "kcache_prune_result", out->version,
-                                 KCACHE_PRUNE_RESULT_VERSION)))
-        return kc_err_locking(store, KCACHE_EINVAL, "%s", msg);
+    if (kc_check_versions(store, "kcache_prune_options", options->version,
+                          KCACHE_PRUNE_OPTIONS_VERSION, "kcache_prune_result",
+                          out ? &out->version : NULL, KCACHE_PRUNE_RESULT_VERSION))
+        return KCACHE_EINVAL;
     if (options->kind && !kcache_kind_name(options->kind))
         return kc_err_locking(store, KCACHE_EINVAL, "kcache_store_prune: bad kind %d",
                               (int)options->kind);

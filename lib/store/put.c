@@ -1,6 +1,7 @@
 /*
- * Putting entries: the store's put rules, an entry encoded and hashed, its
- * rows written (alone, or in a batch of the import gate).
+ * Putting entries: one at a time, in batches, and from the shared tier.
+ * The store's put rules, an entry encoded and hashed, its rows written
+ * (alone, or in a batch of the import gate).
  */
 #include <stdarg.h>
 #include <stdio.h>

@@ -420,11 +420,9 @@ KCACHE_API int kcache_store_recompress(kcache_recompress_result *out, kcache_sto
         return KCACHE_EINVAL;
     if (!options)
         options = &defaults;
-    char msg[KC_ERRMSG_SIZE];
-    if (kc_version_check(msg, sizeof(msg), "kcache_recompress_options", options->version,
-                         KCACHE_RECOMPRESS_OPTIONS_VERSION) ||
-        (out && kc_version_check(msg, sizeof(msg), "kcache_recompress_result", out->version,
-                                 KCACHE_RECOMPRESS_RESULT_VERSION)))
-        return kc_err_locking(store, KCACHE_EINVAL, "%s", msg);
+    if (kc_check_versions(store, "kcache_recompress_options", options->version,
+                          KCACHE_RECOMPRESS_OPTIONS_VERSION, "kcache_recompress_result",
+                          out ? &out->version : NULL, KCACHE_RECOMPRESS_RESULT_VERSION))
+        return KCACHE_EINVAL;
     return recompress(store, options, out ? out : &ignored);
 }

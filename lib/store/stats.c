@@ -1,5 +1,9 @@
-/* What stats reports: totals kept by the statements that add and delete entries (cascade.c),
- * counters, this process's pending batch and the hits logged beside the database. */
+/*
+ * Stats and counters: what stats reports (totals kept by the statements that
+ * add and delete entries, cascade.c; counters; this process's pending batch
+ * and the hits logged beside the database), the named counters of the
+ * layers above, and the usage list per (arch, kind) they share.
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,8 +199,8 @@ KCACHE_API int kcache_store_zero_stats(kcache_store *store)
 
 /*
  * The named counters' entry points: a count queued with the hits (written by
- * the next flush, touch.c), and a counter read back with what is still
- * pending. Above the flush; counter.c below it writes the rows.
+ * the next flush, hitlog.c), and a counter read back with what is still
+ * pending. The rows are written by kc_counter_write() below.
  */
 void kc_store_count(kcache_store *store, const char *name, uint64_t delta)
 {
@@ -286,8 +290,8 @@ uint64_t kc_counter_pending(const kcache_store *s, const char *name)
 }
 
 /* The usage list: hits, misses and time saved per (arch, kind). Stats reports
- * one, the pending batch keeps one (touch.c) and the hit log adds its records
- * to one (hitlog.c); it calls nothing of the store, so all three sit above it. */
+ * one, the pending batch keeps one and the hit log adds its records to one
+ * (hitlog.c). */
 int kc_usage_merge(kcache_usage **v, size_t *n, size_t *cap, const char *arch, int kind,
                    uint64_t hits, uint64_t misses, uint64_t saved_ns)
 {

@@ -1,4 +1,8 @@
-/* The store's handle and its entries' reads: open, close, get, delete (put.c puts). */
+/*
+ * The store's handle and its entries' reads: open, close, get, delete (put.c
+ * puts); the handle's lock and the messages said under it; the init
+ * functions of the store's versioned structs.
+ */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -492,9 +496,21 @@ KCACHE_API int kcache_store_delete(kcache_store *store, const kcache_key *key)
     return rc;
 }
 
+int kc_check_versions(kcache_store *s, const char *options_name, unsigned options_version,
+                      unsigned options_known, const char *result_name,
+                      const unsigned *result_version, unsigned result_known)
+{
+    char msg[KC_ERRMSG_SIZE];
+    if (kc_version_check(msg, sizeof(msg), options_name, options_version, options_known) ||
+        (result_version && kc_version_check(msg, sizeof(msg), result_name, *result_version,
+                                            result_known)))
+        return kc_err_locking(s, KCACHE_EINVAL, "%s", msg);
+    return 0;
+}
+
 /*
- * Letting go of the store's lock, and the messages said under it: below every
- * other file of the store, which all unlock through here.
+ * Letting go of the store's lock, and the messages said under it: every file
+ * of the store unlocks through here.
  */
 void kc_unlock(kcache_store *s)
 {

@@ -57,7 +57,7 @@ enum kc_stmt {
     KC_STMT_COUNT,
 };
 
-/* A named counter's delta waiting to be written (counter.c). */
+/* A named counter's delta waiting to be written (stats.c). */
 struct kc_counter_delta {
     char name[32];
     uint64_t value;
@@ -88,11 +88,11 @@ struct kcache_store {
     kcache_usage *usage; /* counter deltas waiting to be written, per (architecture, kind) */
     size_t n_usage, cap_usage;
     uint64_t pending_corrupt, pending_failures;
-    struct kc_counter_delta *counters; /* named counters of other layers (counter.c) */
+    struct kc_counter_delta *counters; /* named counters of other layers (stats.c) */
     size_t n_counters, cap_counters;
     uint64_t last_flush_ns;
     int64_t last_use_ms; /* the latest time of use this handle stamped (kc_use_ms) */
-    int hitlog_skip;               /* kc_pending_write leaves PATH-hits alone (touch.c) */
+    int hitlog_skip;               /* kc_pending_write leaves PATH-hits alone (hitlog.c) */
     int get_found_damage;          /* the last get deleted a damaged entry */
     int tight;                     /* a prune on a full disk: small steps (prune.c) */
     kcache_key other_host_key;     /* the lease of another host this handle waits for, */
@@ -116,6 +116,14 @@ void kc_log_unlocked(kcache_store *s, int level, const char *msg);
 void kc_unlock(kcache_store *s);
 /* kc_err() from a caller that does not hold s->lock: takes it around the write. */
 int kc_err_locking(kcache_store *s, int code, const char *fmt, ...) KC_PRINTF(3, 4);
+/*
+ * KCACHE_EINVAL, with the message on s (taking the lock), unless an entry
+ * point's options struct and its result struct (result_version NULL: none
+ * given) are of versions this build knows; else 0.
+ */
+int kc_check_versions(kcache_store *s, const char *options_name, unsigned options_version,
+                      unsigned options_known, const char *result_name,
+                      const unsigned *result_version, unsigned result_known);
 
 /*
  * shared.c: the id of the row holding these bytes in a table addressed by
@@ -170,7 +178,7 @@ int kc_store_open_bundle(kcache_store **out, const char *path, char *errbuf, siz
                        : KCACHE_EINVAL;                                                            \
     } while (0)
 
-/* touch.c */
+/* hitlog.c: hits pending in the handle, and the flush. */
 void kc_touch(kcache_store *s, const kcache_key *key);
 /* A time of use for a put or a hit, later than every one this handle stamped before. */
 int64_t kc_use_ms(kcache_store *s);
@@ -231,14 +239,14 @@ size_t kc_col_text(sqlite3_stmt *st, int col, const char **out);
 /* Reads the metadata columns shared by get and list (list's column order). */
 void kc_row_from_list(struct kc_row *r, sqlite3_stmt *st);
 
-/* counter.c: writes the named deltas inside the caller's write transaction; */
+/* stats.c: writes the named deltas inside the caller's write transaction; */
 int kc_counters_write(kcache_store *s);
 /* ... and one delta, not queued (the store's own counts, kept in its fields). */
 int kc_counter_write(kcache_store *s, const char *name, uint64_t value);
 /* The pending delta of a named counter (0 when none). */
 uint64_t kc_counter_pending(const kcache_store *s, const char *name);
 
-/* store.c (damage found by a get), touch.c (counting now), put.c (the rest below) */
+/* store.c (damage found by a get), hitlog.c (counting now), put.c (the rest below) */
 /* After a write failed for a full disk: the pending counters written alone, at once. */
 void kc_count_now_locked(kcache_store *s);
 /*
@@ -307,7 +315,7 @@ int kc_put_batch_end(kcache_store *s, int commit);
 int kc_flush_locked(kcache_store *s, int wait);
 int kc_usage_add(kcache_store *s, const char *arch, int kind, uint64_t hits, uint64_t misses,
                  uint64_t saved_ns);
-/* usage.c: adds the counts to the row of (arch, kind) in the list v of *n, appended if new. */
+/* stats.c: adds the counts to the row of (arch, kind) in the list v of *n, appended if new. */
 int kc_usage_merge(kcache_usage **v, size_t *n, size_t *cap, const char *arch, int kind,
                    uint64_t hits, uint64_t misses, uint64_t saved_ns);
 
