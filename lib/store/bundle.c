@@ -160,6 +160,44 @@ static int check_call(kcache_bundle_options *o, kcache_store *store, const char 
     return 0;
 }
 
+/* The entries of keys copied from store into dst (sig: added to it, when signing). */
+static int export_entries(kcache_bundle_result *r, kcache_store *store, kcache_store *dst,
+                          const struct item_list *keys, const kcache_bundle_options *o,
+                          kc_bundle_sig *sig)
+{
+    int rc;
+    for (size_t i = 0; i < keys->n; i++) {
+        progress(o, "exporting", i, keys->n);
+        kcache_entry *e = NULL;
+        rc = kcache_store_get(&e, store, &keys->items[i].key,
+                              KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
+        if (rc == KCACHE_ENOTFOUND) {
+            /* Damaged (the store deleted it) or pruned meanwhile: not exported; only the
+             * first is damage (a prune during export is not). */
+            r->damaged += (uint64_t)kc_store_get_found_damage(store);
+            continue;
+        }
+        if (rc)
+            return rc;
+        if (kc_ingest_local_only(e)) { /* it stays on this machine (ingest.c) */
+            kcache_entry_free(e);
+            continue;
+        }
+        rc = kcache_store_put(dst, e);
+        if (!rc)
+            rc = set_times(dst, &e->key, e->created_at, e->accessed_at);
+        if (!rc && sig)
+            kc_bundle_sig_add(sig, e); /* as the bundle now holds it */
+        r->bytes += e->size;
+        kcache_entry_free(e);
+        if (rc)
+            return pass_err(store, dst, rc, "writing the bundle");
+        r->entries++;
+    }
+    progress(o, "exporting", keys->n, keys->n);
+    return 0;
+}
+
 static int export_to(kcache_bundle_result *r, kcache_store *store, const char *path,
                      const kcache_bundle_options *o)
 {
@@ -211,37 +249,8 @@ static int export_to(kcache_bundle_result *r, kcache_store *store, const char *p
     pthread_mutex_lock(&dst->lock);
     kc_db_exec(&dst->db, "PRAGMA synchronous = OFF", "configuring the bundle");
     kc_unlock(dst);
-    for (size_t i = 0; i < keys.n; i++) {
-        progress(o, "exporting", i, keys.n);
-        kcache_entry *e = NULL;
-        rc = kcache_store_get(&e, store, &keys.items[i].key,
-                              KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
-        if (rc == KCACHE_ENOTFOUND) {
-            /* Damaged (the store deleted it) or pruned meanwhile: not exported; only the
-             * first is damage (a prune during export is not). */
-            r->damaged += (uint64_t)kc_store_get_found_damage(store);
-            continue;
-        }
-        if (rc)
-            goto out;
-        if (kc_ingest_local_only(e)) { /* it stays on this machine (ingest.c) */
-            kcache_entry_free(e);
-            continue;
-        }
-        rc = kcache_store_put(dst, e);
-        if (!rc)
-            rc = set_times(dst, &e->key, e->created_at, e->accessed_at);
-        if (!rc && secret.set)
-            kc_bundle_sig_add(&sig, e); /* as the bundle now holds it */
-        r->bytes += e->size;
-        kcache_entry_free(e);
-        if (rc) {
-            rc = pass_err(store, dst, rc, "writing the bundle");
-            goto out;
-        }
-        r->entries++;
-    }
-    progress(o, "exporting", keys.n, keys.n);
+    if ((rc = export_entries(r, store, dst, &keys, o, secret.set ? &sig : NULL)))
+        goto out;
     kcache_store_close(dst);
     dst = NULL;
     /* The temporary store's lock file (db/alone.c): nobody else ever opened it. */

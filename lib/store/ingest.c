@@ -318,6 +318,55 @@ static int check_integrity(sqlite3 *db, char *what, size_t what_size)
 }
 
 /*
+ * Whether the rows of a bundle (db, of schema version) declare what no
+ * export writes: impossible sizes, inputs of entries that are missing.
+ * Returns 1 with `what` saying which, else 0.
+ */
+static int rows_damaged(sqlite3 *db, int64_t version, char *what, size_t what_size)
+{
+    int64_t bad = 0;
+    int src = query_int(db,
+                        "SELECT count(*) FROM entry WHERE raw_size < 0 OR raw_size > ?1"
+                        " OR stored_size < 0 OR stored_size > ?1",
+                        (int64_t)KCACHE_BUNDLE_MAX_ARTIFACT, &bad);
+    if (src == SQLITE_OK && !bad)
+        src = query_int(db,
+                        "SELECT count(*) FROM input WHERE size < 0 OR size > ?1"
+                        " OR length(data) > ?1",
+                        (int64_t)KCACHE_BUNDLE_MAX_ARTIFACT, &bad);
+    if (src == SQLITE_OK && !bad && version >= 8)
+        src = query_int(db,
+                        "SELECT count(*) FROM header_list WHERE size < 0 OR size > ?1"
+                        " OR length(data) > ?1",
+                        (int64_t)KCACHE_BUNDLE_MAX_ARTIFACT, &bad);
+    if (src == SQLITE_OK && bad) {
+        snprintf(what, what_size, "%lld entries or inputs have impossible sizes",
+                 (long long)bad);
+        return 1;
+    }
+    /* The store reads inputs with a join: one that is missing would vanish unseen. */
+    if (src == SQLITE_OK)
+        src = query_int(db,
+                        "SELECT count(*) FROM entry_input ei LEFT JOIN input i"
+                        " ON i.id = ei.input_id WHERE i.id IS NULL",
+                        0, &bad);
+    if (src == SQLITE_OK && !bad && version >= 8)
+        src = query_int(db,
+                        "SELECT count(*) FROM input_list_item li LEFT JOIN input i"
+                        " ON i.id = li.input_id WHERE i.id IS NULL",
+                        0, &bad);
+    if (src == SQLITE_OK && bad) {
+        snprintf(what, what_size, "%lld inputs of entries are missing", (long long)bad);
+        return 1;
+    }
+    if (src != SQLITE_OK) {
+        snprintf(what, what_size, "%s", sqlite3_errstr(src));
+        return 1;
+    }
+    return 0;
+}
+
+/*
  * Everything about the file that the store does not check when it serves an
  * entry. Opens it read-only, with nothing in it allowed to run code.
  */
@@ -365,7 +414,7 @@ int kc_bundle_check_file(kcache_store *s, const char *path, int *has_sig,
         goto out;
     }
 
-    int64_t app = 0, version = 0, bad = 0;
+    int64_t app = 0, version = 0;
     src = query_int(db, "PRAGMA application_id", 0, &app);
     if (src == SQLITE_OK)
         src = query_int(db, "PRAGMA user_version", 0, &version);
@@ -395,44 +444,8 @@ int kc_bundle_check_file(kcache_store *s, const char *path, int *has_sig,
     if (!kc_db_same_objects(db, ref, what, sizeof(what)) || !check_integrity(db, what, sizeof(what)))
         goto damaged;
 
-    src = query_int(db,
-                    "SELECT count(*) FROM entry WHERE raw_size < 0 OR raw_size > ?1"
-                    " OR stored_size < 0 OR stored_size > ?1",
-                    (int64_t)KCACHE_BUNDLE_MAX_ARTIFACT, &bad);
-    if (src == SQLITE_OK && !bad)
-        src = query_int(db,
-                        "SELECT count(*) FROM input WHERE size < 0 OR size > ?1"
-                        " OR length(data) > ?1",
-                        (int64_t)KCACHE_BUNDLE_MAX_ARTIFACT, &bad);
-    if (src == SQLITE_OK && !bad && version >= 8)
-        src = query_int(db,
-                        "SELECT count(*) FROM header_list WHERE size < 0 OR size > ?1"
-                        " OR length(data) > ?1",
-                        (int64_t)KCACHE_BUNDLE_MAX_ARTIFACT, &bad);
-    if (src == SQLITE_OK && bad) {
-        snprintf(what, sizeof(what), "%lld entries or inputs have impossible sizes",
-                 (long long)bad);
+    if (rows_damaged(db, version, what, sizeof(what)))
         goto damaged;
-    }
-    /* The store reads inputs with a join: one that is missing would vanish unseen. */
-    if (src == SQLITE_OK)
-        src = query_int(db,
-                        "SELECT count(*) FROM entry_input ei LEFT JOIN input i"
-                        " ON i.id = ei.input_id WHERE i.id IS NULL",
-                        0, &bad);
-    if (src == SQLITE_OK && !bad && version >= 8)
-        src = query_int(db,
-                        "SELECT count(*) FROM input_list_item li LEFT JOIN input i"
-                        " ON i.id = li.input_id WHERE i.id IS NULL",
-                        0, &bad);
-    if (src == SQLITE_OK && bad) {
-        snprintf(what, sizeof(what), "%lld inputs of entries are missing", (long long)bad);
-        goto damaged;
-    }
-    if (src != SQLITE_OK) {
-        snprintf(what, sizeof(what), "%s", sqlite3_errstr(src));
-        goto damaged;
-    }
     /* What all of it decodes to, bounded before the first byte is decoded (ingest.c). */
     if (kc_ingest_check_sizes(db, (int)version, what, sizeof(what)))
         goto damaged;

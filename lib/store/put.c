@@ -47,6 +47,56 @@ static int step_done(kcache_store *s, sqlite3_stmt *st, const char *what)
 }
 
 /* The rows of one entry, inside a write transaction the caller holds. */
+/*
+ * The entry_info row of entry id: its log, names and key material, less the
+ * lists other entries may share, stored once (shared.c). *inputs_id, *in_at
+ * and *in_n: where its inputs went into a shared list (*inputs_id 0: none).
+ */
+static int put_info(kcache_store *s, const struct kc_put_ctx *p, int64_t id, int64_t *inputs_id,
+                    size_t *in_at, size_t *in_n)
+{
+    /* The lists other entries may share, stored once (shared.c); the row keeps the rest. */
+    const kcache_entry *e = p->e;
+    sqlite3_stmt *st;
+    int64_t headers_id;
+    size_t h_at, h_len;
+    int rc;
+    if ((rc = kc_shared_headers_put(s, e, &headers_id, &h_at, &h_len)) ||
+        (rc = kc_shared_inputs_put(s, e, inputs_id, in_at, in_n)))
+        return rc;
+    uint8_t *rest = NULL;
+    if (headers_id) {
+        if (!(rest = kc_malloc(e->key_material_size - h_len + 1)))
+            return kc_err(s, KCACHE_ENOMEM, "out of memory");
+        memcpy(rest, e->key_material, h_at);
+        memcpy(rest + h_at, (const uint8_t *)e->key_material + h_at + h_len,
+               e->key_material_size - h_at - h_len);
+    }
+    if ((rc = kc_db_stmt(&s->db, &st, KC_STMT_INSERT_INFO))) {
+        free(rest);
+        return rc;
+    }
+    sqlite3_bind_int64(st, 1, id);
+    bind_text(st, 2, e->log);
+    if (e->n_names)
+        sqlite3_bind_blob64(st, 3, p->names->data, p->names->size, SQLITE_STATIC);
+    if (headers_id) {
+        sqlite3_bind_blob64(st, 4, rest, e->key_material_size - h_len, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 5, headers_id);
+        sqlite3_bind_int64(st, 6, (sqlite3_int64)h_at);
+    } else if (e->key_material_size) {
+        sqlite3_bind_blob64(st, 4, e->key_material, e->key_material_size, SQLITE_STATIC);
+    }
+    if (*inputs_id) {
+        sqlite3_bind_int64(st, 7, *inputs_id);
+        sqlite3_bind_int64(st, 8, (sqlite3_int64)*in_at);
+    }
+    rc = step_done(s, st, "storing an entry");
+    sqlite3_clear_bindings(st);
+    free(rest);
+    return rc;
+}
+
 int kc_put_rows(kcache_store *s, const struct kc_put_ctx *p)
 {
     const kcache_entry *e = p->e;
@@ -93,45 +143,9 @@ int kc_put_rows(kcache_store *s, const struct kc_put_ctx *p)
         (replaced && (rc = kc_counter_write(s, "entries_replaced", (uint64_t)replaced))))
         goto fail;
 
-    /* The lists other entries may share, stored once (shared.c); the row keeps the rest. */
-    int64_t headers_id, inputs_id;
-    size_t h_at, h_len, in_at, in_n;
-    if ((rc = kc_shared_headers_put(s, e, &headers_id, &h_at, &h_len)) ||
-        (rc = kc_shared_inputs_put(s, e, &inputs_id, &in_at, &in_n)))
-        goto fail;
-    uint8_t *rest = NULL;
-    if (headers_id) {
-        if (!(rest = kc_malloc(e->key_material_size - h_len + 1))) {
-            rc = kc_err(s, KCACHE_ENOMEM, "out of memory");
-            goto fail;
-        }
-        memcpy(rest, e->key_material, h_at);
-        memcpy(rest + h_at, (const uint8_t *)e->key_material + h_at + h_len,
-               e->key_material_size - h_at - h_len);
-    }
-    if ((rc = kc_db_stmt(&s->db, &st, KC_STMT_INSERT_INFO))) {
-        free(rest);
-        goto fail;
-    }
-    sqlite3_bind_int64(st, 1, id);
-    bind_text(st, 2, e->log);
-    if (e->n_names)
-        sqlite3_bind_blob64(st, 3, p->names->data, p->names->size, SQLITE_STATIC);
-    if (headers_id) {
-        sqlite3_bind_blob64(st, 4, rest, e->key_material_size - h_len, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 5, headers_id);
-        sqlite3_bind_int64(st, 6, (sqlite3_int64)h_at);
-    } else if (e->key_material_size) {
-        sqlite3_bind_blob64(st, 4, e->key_material, e->key_material_size, SQLITE_STATIC);
-    }
-    if (inputs_id) {
-        sqlite3_bind_int64(st, 7, inputs_id);
-        sqlite3_bind_int64(st, 8, (sqlite3_int64)in_at);
-    }
-    rc = step_done(s, st, "storing an entry");
-    sqlite3_clear_bindings(st);
-    free(rest);
-    if (rc)
+    int64_t inputs_id;
+    size_t in_at, in_n;
+    if ((rc = put_info(s, p, id, &inputs_id, &in_at, &in_n)))
         goto fail;
 
     if ((rc = kc_db_stmt(&s->db, &st, KC_STMT_INSERT_ARTIFACT)))
