@@ -107,7 +107,7 @@ static void remove_with_sidecars(const char *path)
 
 /*
  * A bundle is one file: leave WAL mode so that it can be copied and opened
- * read-only anywhere. Its signature (bundle_sign.c), when there is one, is
+ * read-only anywhere. Its signature (ingest.c), when there is one, is
  * written first, while it is still nobody's but ours.
  */
 static int make_single_file(kcache_store *s, const char *path, const uint8_t *sig)

@@ -1,6 +1,6 @@
 /*
- * The gate for bytes entering the store from outside it, and a bundle's file
- * checked before any entry of it is read.
+ * The gate for bytes entering the store from outside it, a bundle's file
+ * checked before any entry of it is read, and signed bundles.
  *
  * What the store writes itself it can trust; a bundle (and later an entry
  * from the remote tier) comes from another machine, and was once enough to

@@ -3,7 +3,7 @@
  *
  * Bytes that enter the store from outside it: the one gate (bundles, the
  * shared tier; ingest.c says what it checks and why), a bundle's file
- * checked before it is read (ingest.c), and signed bundles (bundle_sign.c).
+ * checked before it is read, and signed bundles (all in ingest.c).
  */
 #ifndef KC_INGEST_H
 #define KC_INGEST_H
@@ -70,7 +70,7 @@ void kc_ingest_conflict_text(char *out, size_t size, const kcache_key *key,
 int kc_bundle_check_file(kcache_store *s, const char *path, int *has_sig,
                          uint8_t sig[KC_MAC_SIZE]);
 
-/* Signed bundles (bundle_sign.c): what an export wrote, or an import read, entry by entry. */
+/* Signed bundles: what an export wrote, or an import read, entry by entry. */
 typedef struct kc_bundle_sig {
     struct kc_sig_item *items;
     size_t n, cap;
