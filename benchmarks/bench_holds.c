@@ -14,7 +14,6 @@
  * command waits that long for the lock. Clocks, so the machine's load shows:
  * run it on a quiet machine, or read the figures as upper bounds.
  */
-#include <dlfcn.h>
 #include <kcache/bundle.h>
 #include <kcache/store.h>
 #include <pthread.h>
@@ -41,52 +40,37 @@ static double cpu_us(void)
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-static int on_cache(sqlite3 *db)
+/* SQLite's profile callback: a statement has finished. */
+static int on_statement(unsigned type, void *ctx, void *p, void *x)
 {
+    (void)ctx;
+    (void)x;
+    sqlite3 *db = sqlite3_db_handle(p);
     const char *f = sqlite3_db_filename(db, "main");
-    return pthread_equal(pthread_self(), main_thread) && f && cache_path &&
-           strstr(f, cache_path) != NULL;
-}
-
-static void hold_end(double wall0, double cpu0)
-{
-    double wall = now_us() - wall0, cpu = cpu_us() - cpu0;
-    hold_wall_max = wall > hold_wall_max ? wall : hold_wall_max;
-    hold_cpu_max = cpu > hold_cpu_max ? cpu : hold_cpu_max;
-    holds++;
-}
-
-int sqlite3_exec(sqlite3 *db, const char *sql, int (*cb)(void *, int, char **, char **),
-                 void *arg, char **err)
-{
-    static int (*real)(sqlite3 *, const char *, int (*)(void *, int, char **, char **), void *,
-                       char **);
-    if (!real)
-        *(void **)&real = dlsym(RTLD_NEXT, "sqlite3_exec");
-    int watched = on_cache(db);
-    int begin = watched && !strcmp(sql, "BEGIN IMMEDIATE");
-    int end = watched && hold_wall0 && (!strcmp(sql, "COMMIT") || !strcmp(sql, "ROLLBACK"));
-    int rc = real(db, sql, cb, arg, err);
-    if (begin && rc == SQLITE_OK) {
+    const char *sql = sqlite3_sql(p);
+    if (type != SQLITE_TRACE_PROFILE || !pthread_equal(pthread_self(), main_thread) || !f ||
+        !cache_path || !strstr(f, cache_path) || !sql)
+        return 0;
+    if (!strcmp(sql, "BEGIN IMMEDIATE")) {
         hold_wall0 = now_us();
         hold_cpu0 = cpu_us();
-    } else if (end && (rc == SQLITE_OK || !strcmp(sql, "ROLLBACK"))) {
-        hold_end(hold_wall0, hold_cpu0);
+    } else if (hold_wall0 && (!strcmp(sql, "COMMIT") || !strcmp(sql, "ROLLBACK"))) {
+        double wall = now_us() - hold_wall0, cpu = cpu_us() - hold_cpu0;
+        hold_wall_max = wall > hold_wall_max ? wall : hold_wall_max;
+        hold_cpu_max = cpu > hold_cpu_max ? cpu : hold_cpu_max;
+        holds++;
         hold_wall0 = 0;
     }
-    return rc;
+    return 0;
 }
 
-int sqlite3_wal_checkpoint_v2(sqlite3 *db, const char *name, int mode, int *log, int *ckpt)
+/* Every connection of this process, the library's included, reports its statements. */
+static int watch_connection(sqlite3 *db, const char **err, const void *api)
 {
-    static int (*real)(sqlite3 *, const char *, int, int *, int *);
-    if (!real)
-        *(void **)&real = dlsym(RTLD_NEXT, "sqlite3_wal_checkpoint_v2");
-    double wall0 = now_us(), cpu0 = cpu_us();
-    int rc = real(db, name, mode, log, ckpt);
-    if (mode >= SQLITE_CHECKPOINT_RESTART && on_cache(db))
-        hold_end(wall0, cpu0);
-    return rc;
+    (void)err;
+    (void)api;
+    sqlite3_trace_v2(db, SQLITE_TRACE_PROFILE, on_statement, NULL);
+    return SQLITE_OK;
 }
 
 struct probe {
@@ -213,6 +197,7 @@ int main(int argc, char **argv)
     }
     main_thread = pthread_self();
     cache_path = db;
+    sqlite3_auto_extension((void (*)(void))watch_connection);
     printf("%-11s %9s %6s %14s %13s %15s\n", "verb", "took ms", "holds", "longest hold ms",
            "(its CPU ms)", "probe wait ms");
     int rc = 0;
