@@ -175,6 +175,16 @@ size_t kc_col_text(sqlite3_stmt *st, int col, const char **out)
     return t ? (size_t)sqlite3_column_bytes(st, col) : 0;
 }
 
+void kc_row_columns_7_12(struct kc_row *r, sqlite3_stmt *st)
+{
+    r->digest = sqlite3_column_bytes(st, 7) == KC_DIGEST_SIZE ? sqlite3_column_blob(st, 7) : NULL;
+    r->created_at = sqlite3_column_int64(st, 8);
+    r->accessed_at = sqlite3_column_int64(st, 9);
+    r->hits = (uint64_t)sqlite3_column_int64(st, 10);
+    r->compile_ns = (uint64_t)sqlite3_column_int64(st, 11);
+    r->toolchain_n = kc_col_text(st, 12, &r->toolchain);
+}
+
 /* Reads the metadata columns shared by get and list (list's column order). */
 void kc_row_from_list(struct kc_row *r, sqlite3_stmt *st)
 {
@@ -187,12 +197,7 @@ void kc_row_from_list(struct kc_row *r, sqlite3_stmt *st)
     r->name_n = kc_col_text(st, 4, &r->name);
     r->raw_size = (size_t)sqlite3_column_int64(st, 5);
     r->stored_size = (uint64_t)sqlite3_column_int64(st, 6);
-    r->digest = sqlite3_column_bytes(st, 7) == KC_DIGEST_SIZE ? sqlite3_column_blob(st, 7) : NULL;
-    r->created_at = sqlite3_column_int64(st, 8);
-    r->accessed_at = sqlite3_column_int64(st, 9);
-    r->hits = (uint64_t)sqlite3_column_int64(st, 10);
-    r->compile_ns = (uint64_t)sqlite3_column_int64(st, 11);
-    r->toolchain_n = kc_col_text(st, 12, &r->toolchain);
+    kc_row_columns_7_12(r, st);
     r->log = "";
 }
 

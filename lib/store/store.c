@@ -339,12 +339,7 @@ static int read_row(struct kc_row *r, sqlite3_stmt *st, const kcache_key *key)
     r->codec = sqlite3_column_int(st, 6);
     if (!kc_codec_known(r->codec))
         return -1;
-    r->digest = sqlite3_column_bytes(st, 7) == KC_DIGEST_SIZE ? sqlite3_column_blob(st, 7) : NULL;
-    r->created_at = sqlite3_column_int64(st, 8);
-    r->accessed_at = sqlite3_column_int64(st, 9);
-    r->hits = (uint64_t)sqlite3_column_int64(st, 10);
-    r->compile_ns = (uint64_t)sqlite3_column_int64(st, 11);
-    r->toolchain_n = kc_col_text(st, 12, &r->toolchain);
+    kc_row_columns_7_12(r, st);
     r->log_n = kc_col_text(st, 13, &r->log);
     const void *names = sqlite3_column_blob(st, 14);
     /* The row must be the key's: a damaged index can lead a lookup to another

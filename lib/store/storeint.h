@@ -236,6 +236,8 @@ int kc_names_check(struct kc_names *v, const void *blob, size_t size);
 /* A new entry (one allocation) from a row, its artifact decoded when present. */
 int kc_entry_build(kcache_entry **out, const struct kc_row *r, kc_codec_ctx *codec);
 size_t kc_col_text(sqlite3_stmt *st, int col, const char **out);
+/* The columns 7 to 12 that get's and list's statements share (digest ... toolchain). */
+void kc_row_columns_7_12(struct kc_row *r, sqlite3_stmt *st);
 /* Reads the metadata columns shared by get and list (list's column order). */
 void kc_row_from_list(struct kc_row *r, sqlite3_stmt *st);
 
