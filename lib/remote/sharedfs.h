@@ -10,7 +10,7 @@
 
 typedef struct kc_shared kc_shared;
 
-/* Counter names (store/counter.c), shown by kcache stats. */
+/* Counter names (store/stats.c), shown by kcache stats. */
 #define KC_SC_HITS "shared_hits"
 #define KC_SC_MISSES "shared_misses"
 #define KC_SC_PUBLISHES "shared_publishes"

@@ -33,7 +33,7 @@
 
 #define KC_REMOTE_LEASE_TTL_MS 15000u
 
-/* Counter names (store/counter.c), as listed in <kcache/remote.h>. */
+/* Counter names (store/stats.c), as listed in <kcache/remote.h>. */
 #define KC_RC_HITS "remote_hits"
 #define KC_RC_MISSES "remote_misses"
 #define KC_RC_PUSHES "remote_pushes"

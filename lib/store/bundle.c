@@ -13,20 +13,17 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "store/bundle_check.h"
-#include "store/bundle_sign.h"
-#include "store/ingest.h"
 #include "kcache/bundle.h"
-#include <stddef.h>
+#include "store/ingest.h"
 #include "store/storeint.h"
 
-/* Sets the store's message under its lock (the store's own calls do the same). */
 /* Copies another store's message into s (after a call on `from` failed). */
 static int pass_err(kcache_store *s, kcache_store *from, int code, const char *what)
 {
@@ -110,7 +107,7 @@ static void remove_with_sidecars(const char *path)
 
 /*
  * A bundle is one file: leave WAL mode so that it can be copied and opened
- * read-only anywhere. Its signature (bundle_sign.c), when there is one, is
+ * read-only anywhere. Its signature (ingest.c), when there is one, is
  * written first, while it is still nobody's but ours.
  */
 static int make_single_file(kcache_store *s, const char *path, const uint8_t *sig)
@@ -160,6 +157,44 @@ static int check_call(kcache_bundle_options *o, kcache_store *store, const char 
     if (!strcmp(path, kcache_store_path(store)))
         return kc_err_locking(store, KCACHE_EINVAL, "%s is the cache itself: give another file",
                           path);
+    return 0;
+}
+
+/* The entries of keys copied from store into dst (sig: added to it, when signing). */
+static int export_entries(kcache_bundle_result *r, kcache_store *store, kcache_store *dst,
+                          const struct item_list *keys, const kcache_bundle_options *o,
+                          kc_bundle_sig *sig)
+{
+    int rc;
+    for (size_t i = 0; i < keys->n; i++) {
+        progress(o, "exporting", i, keys->n);
+        kcache_entry *e = NULL;
+        rc = kcache_store_get(&e, store, &keys->items[i].key,
+                              KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
+        if (rc == KCACHE_ENOTFOUND) {
+            /* Damaged (the store deleted it) or pruned meanwhile: not exported; only the
+             * first is damage (a prune during export is not). */
+            r->damaged += (uint64_t)kc_store_get_found_damage(store);
+            continue;
+        }
+        if (rc)
+            return rc;
+        if (kc_ingest_local_only(e)) { /* it stays on this machine (ingest.c) */
+            kcache_entry_free(e);
+            continue;
+        }
+        rc = kcache_store_put(dst, e);
+        if (!rc)
+            rc = set_times(dst, &e->key, e->created_at, e->accessed_at);
+        if (!rc && sig)
+            kc_bundle_sig_add(sig, e); /* as the bundle now holds it */
+        r->bytes += e->size;
+        kcache_entry_free(e);
+        if (rc)
+            return pass_err(store, dst, rc, "writing the bundle");
+        r->entries++;
+    }
+    progress(o, "exporting", keys->n, keys->n);
     return 0;
 }
 
@@ -214,37 +249,8 @@ static int export_to(kcache_bundle_result *r, kcache_store *store, const char *p
     pthread_mutex_lock(&dst->lock);
     kc_db_exec(&dst->db, "PRAGMA synchronous = OFF", "configuring the bundle");
     kc_unlock(dst);
-    for (size_t i = 0; i < keys.n; i++) {
-        progress(o, "exporting", i, keys.n);
-        kcache_entry *e = NULL;
-        rc = kcache_store_get(&e, store, &keys.items[i].key,
-                              KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS);
-        if (rc == KCACHE_ENOTFOUND) {
-            /* Damaged (the store deleted it) or pruned meanwhile: not exported; only the
-             * first is damage (a prune during export is not). */
-            r->damaged += (uint64_t)kc_store_get_found_damage(store);
-            continue;
-        }
-        if (rc)
-            goto out;
-        if (kc_ingest_local_only(e)) { /* it stays on this machine (ingest.c) */
-            kcache_entry_free(e);
-            continue;
-        }
-        rc = kcache_store_put(dst, e);
-        if (!rc)
-            rc = set_times(dst, &e->key, e->created_at, e->accessed_at);
-        if (!rc && secret.set)
-            kc_bundle_sig_add(&sig, e); /* as the bundle now holds it */
-        r->bytes += e->size;
-        kcache_entry_free(e);
-        if (rc) {
-            rc = pass_err(store, dst, rc, "writing the bundle");
-            goto out;
-        }
-        r->entries++;
-    }
-    progress(o, "exporting", keys.n, keys.n);
+    if ((rc = export_entries(r, store, dst, &keys, o, secret.set ? &sig : NULL)))
+        goto out;
     kcache_store_close(dst);
     dst = NULL;
     /* The temporary store's lock file (db/alone.c): nobody else ever opened it. */
@@ -315,247 +321,353 @@ static int signature_policy(int *verify, kcache_store *store, const char *path,
     return 0;
 }
 
+/*
+ * An import under way: the bundle, its keys, what the passes found. The
+ * first pass checks every entry and writes nothing; the merge reads them
+ * again (import_read) and writes them in transactions (merge_pass).
+ */
+struct import_run {
+    kcache_bundle_result *r;
+    kcache_store *store, *src;
+    const char *path;
+    const kcache_bundle_options *o;
+    struct item_list keys;
+    struct conflict_list conflicts;
+    kc_bundle_sig sig;
+    kc_secret secret;
+    uint8_t claimed[KC_MAC_SIZE];
+    int verify;
+    int64_t now;
+    int listed;    /* the bundle's keys are read: a failure from here on says what was kept */
+    size_t merged; /* entries committed by the merge's transactions so far */
+    char why[2 * KC_ERRMSG_SIZE]; /* said once nothing of the store is held */
+};
+
+/* The checks before anything is read: the store writable, the file, its signature. */
+static int import_open(struct import_run *m)
+{
+    int rc, has_sig = 0;
+    kc_bundle_secret(&m->secret, m->store);
+    if (!m->o->dry_run && kcache_store_read_only(m->store))
+        return kc_err_locking(m->store, KCACHE_EREADONLY,
+                              "the cache is read-only: nothing imported");
+    if ((rc = kc_bundle_check_file(m->store, m->path, &has_sig, m->claimed)) ||
+        (rc = signature_policy(&m->verify, m->store, m->path, m->o, &m->secret, has_sig)))
+        return rc;
+    char err[KC_ERRMSG_SIZE];
+    if ((rc = kc_store_open_bundle(&m->src, m->path, err, sizeof(err))))
+        return kc_err_locking(m->store, rc, "%s", err);
+    kcache_filter f = KCACHE_FILTER_INIT;
+    f.sort = KCACHE_SORT_CREATED;
+    if ((rc = kcache_store_list(m->src, &f, collect, &m->keys)))
+        return rc == KCACHE_ENOMEM ? kc_err_locking(m->store, rc, "out of memory")
+                                   : pass_err(m->store, m->src, rc, m->path);
+    m->now = kc_now_ms();
+    m->listed = 1;
+    return 0;
+}
+
+/*
+ * Entry k of the bundle, read and through the gate (ingest.c), with no lock
+ * of the store held. The first pass records its digest (and adds it to the
+ * signature as signed); the merge stops if it is not what the first pass
+ * read (the file changed in between).
+ */
+static int import_read(struct import_run *m, struct key_item *k, int first, kcache_entry **out)
+{
+    char hex[KCACHE_KEY_HEX_SIZE], what[KC_ERRMSG_SIZE];
+    kcache_key_hex(hex, &k->key);
+    kcache_entry *e = NULL;
+    if (kcache_store_get(&e, m->src, &k->key, KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS)) {
+        snprintf(m->why, sizeof(m->why),
+                 "%s is damaged: entry %.16s does not match its digest (%s); nothing imported",
+                 m->path, hex, kcache_store_errmsg(m->src));
+        return KCACHE_ECORRUPT;
+    }
+    if (first) {
+        memcpy(k->digest, e->digest, KC_DIGEST_SIZE);
+        if (m->verify)
+            kc_bundle_sig_add(&m->sig, e); /* as signed: before the gate clamps its dates */
+    } else if (memcmp(k->digest, e->digest, KC_DIGEST_SIZE) != 0) {
+        snprintf(m->why, sizeof(m->why),
+                 "%s changed while it was imported (entry %.16s); nothing imported", m->path, hex);
+        kcache_entry_free(e);
+        return KCACHE_ECORRUPT;
+    }
+    pthread_mutex_lock(&m->store->lock);
+    int rc = kc_ingest_check_entry(m->store, e, m->now, what, sizeof(what));
+    kc_unlock(m->store);
+    if (rc) {
+        snprintf(m->why, sizeof(m->why), "%s is damaged: entry %.16s: %s; nothing imported",
+                 m->path, hex, what);
+        kcache_entry_free(e);
+        return rc;
+    }
+    m->r->entries++;
+    m->r->bytes += e->size;
+    *out = e;
+    return 0;
+}
+
+/*
+ * What becomes of e, given the store's entry of its key (exists, with its
+ * date and digest): a conflict (the store's entry stays, ingest.c), skipped
+ * (the store's is as new), or put (*put set), counted in the result.
+ */
+static int import_decide(struct import_run *m, const kcache_entry *e, int exists,
+                         int64_t have_created, const uint8_t have_digest[KC_DIGEST_SIZE],
+                         int *put)
+{
+    *put = 0;
+    if (exists && memcmp(have_digest, e->digest, KC_DIGEST_SIZE) != 0) {
+        struct conflict *grown =
+            kc_grow(m->conflicts.items, &m->conflicts.cap, m->conflicts.n, sizeof(*grown), 8);
+        if (!grown) {
+            snprintf(m->why, sizeof(m->why), "out of memory; nothing imported");
+            return KCACHE_ENOMEM;
+        }
+        m->conflicts.items = grown;
+        struct conflict *c = &m->conflicts.items[m->conflicts.n++];
+        c->key = e->key;
+        memcpy(c->kept, have_digest, KC_DIGEST_SIZE);
+        memcpy(c->refused, e->digest, KC_DIGEST_SIZE);
+    } else if (exists && have_created >= e->created_at) {
+        /* e's times are clamped to now: a bundle cannot make its entry "newer" for ever. */
+        m->r->skipped++;
+    } else {
+        *(exists ? &m->r->replaced : &m->r->added) += 1;
+        *put = 1;
+    }
+    return 0;
+}
+
+/* The first pass: every entry through the gate, the outcome forecast, nothing written. */
+static int check_pass(struct import_run *m)
+{
+    int rc = 0;
+    progress(m->o, "checking", 0, m->keys.n);
+    for (size_t i = 0; !rc && i < m->keys.n; i++) {
+        kcache_entry *e = NULL, *have = NULL;
+        if (i)
+            progress(m->o, "checking", i, m->keys.n);
+        if ((rc = import_read(m, &m->keys.items[i], 1, &e)))
+            break;
+        if (kc_ingest_local_only(e)) {
+            m->r->skipped++; /* believed only where it was written (ingest.c) */
+        } else {
+            int exists = kcache_store_get(&have, m->store, &e->key,
+                                          KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA);
+            int put;
+            if (exists != 0 && exists != KCACHE_ENOTFOUND)
+                rc = exists;
+            else
+                rc = import_decide(m, e, exists == 0, exists ? 0 : have->created_at,
+                                   exists ? NULL : have->digest, &put);
+        }
+        kcache_entry_free(have);
+        kcache_entry_free(e);
+    }
+    if (rc || !m->verify)
+        return rc;
+    uint8_t mac[KC_MAC_SIZE];
+    if (kc_bundle_sig_finish(mac, &m->sig, &m->secret)) {
+        snprintf(m->why, sizeof(m->why), "out of memory checking the signature; nothing imported");
+        return KCACHE_ENOMEM;
+    }
+    if (!kc_mac_equal(mac, m->claimed)) {
+        snprintf(m->why, sizeof(m->why),
+                 "%s's signature does not match remote_secret: it was changed after it was "
+                 "signed, or signed with another secret; nothing imported",
+                 m->path);
+        return KCACHE_ECORRUPT;
+    }
+    return 0;
+}
+
+/* Decoded bytes a merge step reads ahead at most (one larger entry is a step alone). */
+#define KC_MERGE_STEP_BYTES (UINT64_C(16) << 20)
+
+/* An entry of a merge step: as read, and encoded as the store will hold it. */
+struct merge_item {
+    kcache_entry *e;
+    kc_buf stored, names;
+    struct kc_put_ctx ctx;
+};
+
+/*
+ * Entries [from, from + *n) read, checked and encoded with no lock held
+ * (the costly part: decoding the bundle, digests, compressing); *n ends at
+ * `most` entries or about KC_MERGE_STEP_BYTES. Local-only records are
+ * counted and left out (items[i].e NULL).
+ */
+static int merge_read(struct import_run *m, kc_codec_ctx *codec, size_t from, size_t most,
+                      struct merge_item *items, size_t *n)
+{
+    uint64_t bytes = 0;
+    *n = 0;
+    for (size_t i = from; i < m->keys.n && *n < most && bytes < KC_MERGE_STEP_BYTES; i++) {
+        struct merge_item *it = &items[(*n)++];
+        memset(it, 0, sizeof(*it));
+        int rc = import_read(m, &m->keys.items[i], 0, &it->e);
+        if (rc)
+            return rc;
+        if (kc_ingest_local_only(it->e)) {
+            m->r->skipped++;
+            kcache_entry_free(it->e);
+            it->e = NULL;
+            continue;
+        }
+        bytes += it->e->size;
+        for (size_t j = 0; j < it->e->n_inputs; j++)
+            bytes += it->e->inputs[j].size;
+        if ((rc = kc_put_encode(&it->ctx, it->e, codec, m->store->compression, &it->stored,
+                                &it->names))) {
+            snprintf(m->why, sizeof(m->why), "%s; nothing imported",
+                     rc == KCACHE_ENOMEM ? "out of memory" : "an entry's names are too large");
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static void merge_items_free(struct merge_item *items, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        kcache_entry_free(items[i].e);
+        kc_buf_free(&items[i].stored);
+        kc_buf_free(&items[i].names);
+    }
+}
+
+/* A merge step's entries written in one transaction, decided against the store as it is now. */
+static int merge_write(struct import_run *m, struct merge_item *items, size_t n)
+{
+    int rc = kc_put_batch_begin(m->store);
+    if (rc)
+        return rc; /* nothing held */
+    for (size_t i = 0; !rc && i < n; i++) {
+        const kcache_entry *e = items[i].e;
+        if (!e)
+            continue;
+        int64_t have_created = 0;
+        uint8_t have_digest[KC_DIGEST_SIZE];
+        int put, exists = kc_ingest_existing(m->store, &e->key, &have_created, have_digest);
+        if (exists < 0)
+            rc = exists;
+        else if (!(rc = import_decide(m, e, exists, have_created, have_digest, &put)) && put)
+            rc = kc_put_batch_add_encoded(m->store, &items[i].ctx, e->created_at,
+                                          e->created_at);
+    }
+    int end = kc_put_batch_end(m->store, rc == 0);
+    return rc ? rc : end;
+}
+
+/*
+ * The merge: steps of entries read and encoded with no lock held, each
+ * written in one transaction that holds the write lock only for its
+ * writes, as many entries a step as take about KC_HOLD_NS to write. One
+ * transaction for the whole bundle held the write lock for seconds and
+ * made other processes' commands fail ("stayed locked"). Killed during the
+ * merge, each entry is whole and a second import adds the rest.
+ */
+static int merge_pass(struct import_run *m)
+{
+    /* The first pass's counts were the merge's forecast: the merge counts again. */
+    m->r->entries = m->r->bytes = m->r->added = m->r->replaced = m->r->skipped = 0;
+    m->conflicts.n = 0;
+    kc_codec_ctx *codec = NULL;
+    struct merge_item *items = kc_calloc(256, sizeof(*items));
+    if (!items || kc_codec_new(&codec)) {
+        free(items);
+        snprintf(m->why, sizeof(m->why), "out of memory; nothing imported");
+        return KCACHE_ENOMEM;
+    }
+    int rc = 0;
+    size_t step = 8;
+    while (!rc && m->merged < m->keys.n) {
+        progress(m->o, "importing", m->merged, m->keys.n);
+        size_t n = 0;
+        if (!(rc = merge_read(m, codec, m->merged, step, items, &n))) {
+            uint64_t t0 = kc_mono_ns();
+            rc = merge_write(m, items, n);
+            uint64_t took = kc_mono_ns() - t0;
+            if (!rc)
+                m->merged += n;
+            if (took < KC_HOLD_NS / 4 && step < 256)
+                step *= 2;
+            else if (took > KC_HOLD_NS && step > 1)
+                step /= 2;
+        }
+        merge_items_free(items, n);
+    }
+    free(items);
+    kc_codec_free(codec);
+    return rc;
+}
+
+/* The message of a failed import: what happened, and what the merge kept. */
+static void import_failed(struct import_run *m, int rc)
+{
+    /* What the merge's committed transactions hold stays (each entry whole); the rest not. */
+    char done[96] = "nothing imported";
+    if (m->merged)
+        snprintf(done, sizeof(done), "%zu of %zu entries imported; import again for the rest",
+                 m->merged, m->keys.n);
+    m->r->added = m->r->replaced = m->r->skipped = 0;
+    if (m->why[0]) {
+        char *nothing = strstr(m->why, "nothing imported");
+        if (m->merged && nothing)
+            *nothing = '\0';
+        kc_err_locking(m->store, rc, "%s%s", m->why, m->merged ? done : "");
+    } else {
+        char msg[KC_ERRMSG_SIZE];
+        snprintf(msg, sizeof(msg), "%s", kcache_store_errmsg(m->store));
+        if (!strstr(msg, "nothing imported"))
+            kc_err_locking(m->store, rc, "%s; %s", msg, done);
+    }
+}
+
+/* The conflicts of a finished import: counted, said, and handed to the caller. */
+static void import_report(struct import_run *m)
+{
+    m->r->signed_by_secret = m->verify;
+    m->r->conflicts = m->conflicts.n;
+    /* Said once the outcome is known: a bundle refused later reports none. */
+    if (m->conflicts.n && !m->o->dry_run)
+        kc_store_count(m->store, KC_COUNTER_CONFLICTS, m->conflicts.n);
+    for (size_t i = 0; i < m->conflicts.n; i++) {
+        const struct conflict *c = &m->conflicts.items[i];
+        char line[KC_ERRMSG_SIZE];
+        kc_ingest_conflict_text(line, sizeof(line), &c->key, c->kept, c->refused, "the bundle");
+        kc_log_unlocked(m->store, KCACHE_LOG_WARNING, line);
+        if (m->o->conflict)
+            m->o->conflict(m->o->conflict_userdata, &c->key, c->kept, c->refused);
+    }
+    progress(m->o, m->o->dry_run ? "checking" : "importing", m->keys.n, m->keys.n);
+}
+
+/*
+ * Every entry through the gate (ingest.c) in a first pass that writes
+ * nothing, the signature checked at its end: a damaged or re-signed bundle
+ * changes nothing. Then the merge (merge_pass), which reads each entry
+ * again, through the gate again. A dry run is the first pass alone.
+ */
 static int import_from(kcache_bundle_result *r, kcache_store *store, const char *path,
                        const kcache_bundle_options *o)
 {
-    int rc;
-    struct item_list keys = {0};
-    struct conflict_list conflicts = {0};
-    kcache_store *src = NULL;
-    kcache_entry *e = NULL, *have = NULL;
-    kc_bundle_sig sig = {0};
-    kc_secret secret;
-    uint8_t claimed[KC_MAC_SIZE];
-    int has_sig = 0, verify = 0;
-
-    kc_bundle_secret(&secret, store);
-    if (!o->dry_run && kcache_store_read_only(store)) {
-        rc = kc_err_locking(store, KCACHE_EREADONLY, "the cache is read-only: nothing imported");
-        goto out;
-    }
-    if ((rc = kc_bundle_check_file(store, path, &has_sig, claimed)))
-        goto out;
-    if ((rc = signature_policy(&verify, store, path, o, &secret, has_sig)))
-        goto out;
-
-    char err[KC_ERRMSG_SIZE];
-    if ((rc = kc_store_open_bundle(&src, path, err, sizeof(err)))) {
-        rc = kc_err_locking(store, rc, "%s", err);
-        goto out;
-    }
-    kcache_filter f = KCACHE_FILTER_INIT;
-    f.sort = KCACHE_SORT_CREATED;
-    if ((rc = kcache_store_list(src, &f, collect, &keys))) {
-        rc = rc == KCACHE_ENOMEM ? kc_err_locking(store, rc, "out of memory")
-                                 : pass_err(store, src, rc, path);
-        goto out;
-    }
-
-    /*
-     * Every entry through the gate (ingest.c) in a first pass that writes
-     * nothing, the signature checked at its end: a damaged or re-signed
-     * bundle changes nothing. Then the merge, in transactions of about
-     * KC_HOLD_NS each, so that other processes' writes wait no longer than
-     * that: one transaction for the whole bundle held the write lock for
-     * seconds and made their commands fail ("stayed locked"). The merge
-     * reads each entry again, through the gate again, and stops if one is
-     * not what the first pass read (the file changed in between). Killed
-     * during the merge, each entry is whole and a second import adds the
-     * rest. Entries are read one at a time, so memory stays within one
-     * entry's bound. A dry run is the first pass alone.
-     */
-    int64_t now = kc_now_ms();
-    int in_batch = 0;
-    size_t merged = 0; /* entries committed by the merge's earlier transactions */
-    uint64_t batch_t0 = 0, entry_t0 = 0;
-    char why[2 * KC_ERRMSG_SIZE] = ""; /* said once the batch has let go of the store */
-    /*
-     * A merge transaction holds the store's lock from begin to end, and a
-     * callback under it could not use the store. So the merge says its
-     * progress between transactions; the checking pass, entry by entry.
-     */
-    for (int pass = 0; pass < (o->dry_run ? 1 : 2) && !rc; pass++) {
-        progress(o, pass ? "importing" : "checking", 0, keys.n); /* before the lock is taken */
-        if (pass == 1) {
-            /* The first pass's counts were the merge's forecast: the merge counts again. */
-            r->entries = r->bytes = r->added = r->replaced = r->skipped = 0;
-            conflicts.n = 0;
-            if ((rc = kc_put_batch_begin(store)))
-                break;
-            in_batch = 1;
-            batch_t0 = kc_mono_ns();
-        }
-        for (size_t i = 0; i < keys.n; i++) {
-            struct key_item *k = &keys.items[i];
-            if (!in_batch && i)
-                progress(o, "checking", i, keys.n);
-            /* Committed before the next entry would take the transaction past KC_HOLD_NS (as
-             * long as the last one took); the lock let go, then the next transaction. */
-            uint64_t now_ns = kc_mono_ns();
-            if (in_batch && i > merged && 2 * now_ns - batch_t0 - entry_t0 > KC_HOLD_NS) {
-                if ((rc = kc_put_batch_end(store, 1)))
-                    break;
-                in_batch = 0;
-                merged = i;
-                progress(o, "importing", i, keys.n);
-                if ((rc = kc_put_batch_begin(store)))
-                    break;
-                in_batch = 1;
-                batch_t0 = kc_mono_ns();
-            }
-            entry_t0 = kc_mono_ns();
-            char hex[KCACHE_KEY_HEX_SIZE], what[KC_ERRMSG_SIZE];
-            kcache_key_hex(hex, &k->key);
-            if ((rc =
-                     kcache_store_get(&e, src, &k->key, KCACHE_GET_NO_TOUCH | KCACHE_GET_INPUTS))) {
-                snprintf(why, sizeof(why),
-                         "%s is damaged: entry %.16s does not match its digest (%s); "
-                         "nothing imported",
-                         path, hex, kcache_store_errmsg(src));
-                rc = KCACHE_ECORRUPT;
-                break;
-            }
-            if (pass == 0) {
-                memcpy(k->digest, e->digest, KC_DIGEST_SIZE);
-                if (verify)
-                    kc_bundle_sig_add(&sig, e); /* as signed: before the gate clamps its dates */
-            } else if (memcmp(k->digest, e->digest, KC_DIGEST_SIZE) != 0) {
-                snprintf(why, sizeof(why),
-                         "%s changed while it was imported (entry %.16s); nothing imported", path,
-                         hex);
-                rc = KCACHE_ECORRUPT;
-                break;
-            }
-            if (!in_batch)
-                pthread_mutex_lock(&store->lock);
-            rc = kc_ingest_check_entry(store, e, now, what, sizeof(what));
-            if (!in_batch)
-                kc_unlock(store);
-            if (rc) {
-                snprintf(why, sizeof(why), "%s is damaged: entry %.16s: %s; nothing imported", path,
-                         hex, what);
-                break;
-            }
-            r->entries++;
-            r->bytes += e->size;
-            if (kc_ingest_local_only(e)) {
-                r->skipped++; /* believed only where it was written (ingest.c) */
-                kcache_entry_free(e);
-                e = NULL;
-                continue;
-            }
-            int64_t have_created = 0;
-            uint8_t have_digest[KC_DIGEST_SIZE];
-            int exists;
-            if (in_batch) {
-                exists = kc_ingest_existing(store, &k->key, &have_created, have_digest);
-            } else {
-                exists = kcache_store_get(&have, store, &k->key,
-                                          KCACHE_GET_NO_TOUCH | KCACHE_GET_NO_DATA);
-                exists = exists == 0 ? 1 : exists == KCACHE_ENOTFOUND ? 0 : exists;
-                if (exists == 1) {
-                    have_created = have->created_at;
-                    memcpy(have_digest, have->digest, KC_DIGEST_SIZE);
-                }
-                kcache_entry_free(have);
-                have = NULL;
-            }
-            if (exists < 0) {
-                rc = exists;
-                break;
-            }
-            if (exists && memcmp(have_digest, e->digest, KC_DIGEST_SIZE) != 0) {
-                /* A conflict (ingest.c): the store's entry stays, whatever the dates say. */
-                struct conflict *grown =
-                    kc_grow(conflicts.items, &conflicts.cap, conflicts.n, sizeof(*grown), 8);
-                if (!grown) {
-                    snprintf(why, sizeof(why), "out of memory; nothing imported");
-                    rc = KCACHE_ENOMEM;
-                    break;
-                }
-                conflicts.items = grown;
-                struct conflict *c = &conflicts.items[conflicts.n++];
-                c->key = k->key;
-                memcpy(c->kept, have_digest, KC_DIGEST_SIZE);
-                memcpy(c->refused, e->digest, KC_DIGEST_SIZE);
-            } else if (exists && have_created >= e->created_at) {
-                /* e's times are clamped to now: a bundle cannot make its entry "newer" for ever. */
-                r->skipped++;
-            } else {
-                if (exists)
-                    r->replaced++;
-                else
-                    r->added++;
-                if (in_batch && (rc = kc_put_batch_add(store, e, e->created_at, e->created_at)))
-                    break;
-            }
-            kcache_entry_free(e);
-            e = NULL;
-        }
-        if (!rc && verify && pass == 0) {
-            uint8_t mac[KC_MAC_SIZE];
-            if (kc_bundle_sig_finish(mac, &sig, &secret)) {
-                snprintf(why, sizeof(why),
-                         "out of memory checking the signature; nothing imported");
-                rc = KCACHE_ENOMEM;
-            } else if (!kc_mac_equal(mac, claimed)) {
-                snprintf(why, sizeof(why),
-                         "%s's signature does not match remote_secret: it was changed after it was "
-                         "signed, or signed with another secret; nothing imported",
-                         path);
-                rc = KCACHE_ECORRUPT;
-            }
-        }
-        if (in_batch) {
-            int end = kc_put_batch_end(store, rc == 0);
-            in_batch = 0;
-            if (!rc && end)
-                rc = end;
-        }
-    }
-    if (rc) {
-        /* What the merge's committed transactions hold stays (each entry whole); the rest not. */
-        char done[96] = "nothing imported";
-        if (merged)
-            snprintf(done, sizeof(done), "%zu of %zu entries imported; import again for the rest",
-                     merged, keys.n);
-        r->added = r->replaced = r->skipped = 0;
-        if (why[0]) {
-            if (merged && strstr(why, "nothing imported"))
-                *strstr(why, "nothing imported") = '\0';
-            kc_err_locking(store, rc, "%s%s", why, merged ? done : "");
-        } else {
-            char msg[KC_ERRMSG_SIZE];
-            snprintf(msg, sizeof(msg), "%s", kcache_store_errmsg(store));
-            if (!strstr(msg, "nothing imported"))
-                kc_err_locking(store, rc, "%s; %s", msg, done);
-        }
-    }
-    if (rc)
-        goto out;
-    r->signed_by_secret = verify;
-    r->conflicts = conflicts.n;
-    /* Said once the outcome is known: a bundle refused later reports none. */
-    if (conflicts.n && !o->dry_run)
-        kc_store_count(store, KC_COUNTER_CONFLICTS, conflicts.n);
-    for (size_t i = 0; i < conflicts.n; i++) {
-        const struct conflict *c = &conflicts.items[i];
-        char line[KC_ERRMSG_SIZE];
-        kc_ingest_conflict_text(line, sizeof(line), &c->key, c->kept, c->refused, "the bundle");
-        kc_log_unlocked(store, KCACHE_LOG_WARNING, line);
-        if (o->conflict)
-            o->conflict(o->conflict_userdata, &c->key, c->kept, c->refused);
-    }
-    progress(o, o->dry_run ? "checking" : "importing", keys.n, keys.n);
-    rc = 0;
-out:
-    kcache_entry_free(e);
-    kcache_entry_free(have);
-    kcache_store_close(src);
-    free(keys.items);
-    free(conflicts.items);
-    kc_bundle_sig_free(&sig);
-    memset(&secret, 0, sizeof(secret));
+    struct import_run m = {.r = r, .store = store, .path = path, .o = o};
+    int rc = import_open(&m);
+    if (!rc && !(rc = check_pass(&m)) && !o->dry_run)
+        rc = merge_pass(&m);
+    if (rc && m.listed)
+        import_failed(&m, rc);
+    else if (!rc)
+        import_report(&m);
+    kcache_store_close(m.src);
+    free(m.keys.items);
+    free(m.conflicts.items);
+    kc_bundle_sig_free(&m.sig);
+    memset(&m.secret, 0, sizeof(m.secret));
     return rc;
 }
 

@@ -1,6 +1,9 @@
 /*
- * The one gate for bytes that enter the store from outside it: bundles now,
- * the remote tier later. ingest.c says what it checks and why.
+ * Bytes from outside the store (a header apart: storeint.h's users need none of it).
+ *
+ * Bytes that enter the store from outside it: the one gate (bundles, the
+ * shared tier; ingest.c says what it checks and why), a bundle's file
+ * checked before it is read, and signed bundles (all in ingest.c).
  */
 #ifndef KC_INGEST_H
 #define KC_INGEST_H
@@ -8,6 +11,7 @@
 #include <sqlite3.h>
 
 #include "store/storeint.h"
+#include "util/secret.h"
 
 /* An entry's artifact and inputs, decoded, at most; a bundle's in all (inputs counted
  * once per entry that uses them, as they are decoded). */
@@ -56,5 +60,37 @@ int kc_ingest_local_only(const kcache_entry *e);
 void kc_ingest_conflict_text(char *out, size_t size, const kcache_key *key,
                              const uint8_t kept[KC_DIGEST_SIZE],
                              const uint8_t refused[KC_DIGEST_SIZE], const char *from);
+
+/*
+ * Everything about the file at path that the store does not check when it
+ * serves an entry, on a read-only connection that nothing in the file can
+ * make run code. *has_sig and sig: the signature the bundle claims, if any.
+ * 0, or an error with the message on s (nothing imported).
+ */
+int kc_bundle_check_file(kcache_store *s, const char *path, int *has_sig,
+                         uint8_t sig[KC_MAC_SIZE]);
+
+/* Signed bundles: what an export wrote, or an import read, entry by entry. */
+typedef struct kc_bundle_sig {
+    struct kc_sig_item *items;
+    size_t n, cap;
+    int failed; /* out of memory once: the signature cannot be made */
+} kc_bundle_sig;
+
+/* Adds e as the bundle holds it (before the import gate clamps its dates). */
+void kc_bundle_sig_add(kc_bundle_sig *s, const kcache_entry *e);
+/* The signature of everything added, whatever the order it came in. 0 or KCACHE_ENOMEM. */
+int kc_bundle_sig_finish(uint8_t out[KC_MAC_SIZE], kc_bundle_sig *s, const kc_secret *secret);
+void kc_bundle_sig_free(kc_bundle_sig *s);
+
+/* The bundle's signature (db: its read-only connection): 1 found, 0 none, or KCACHE_ECORRUPT. */
+int kc_bundle_sig_read(sqlite3 *db, uint8_t out[KC_MAC_SIZE]);
+/* Keeps sig in the bundle being finished (db: a read-write connection to it). SQLite's code. */
+int kc_bundle_sig_write(sqlite3 *db, const uint8_t sig[KC_MAC_SIZE]);
+
+/* remote_secret as the store's settings give it (unset: out->set is 0). */
+void kc_bundle_secret(kc_secret *out, kcache_store *store);
+/* import_require_signature as the store's settings give it. 0 or KCACHE_EINVAL. */
+int kc_bundle_require_setting(int *out, kcache_store *store);
 
 #endif

@@ -1,4 +1,6 @@
 /*
+ * The store's header for the layers above it (short: they see nothing else).
+ *
  * What the layers above the store call beyond its public API: counters that
  * only a compile can know, and the leases of single flight. Not exported.
  */

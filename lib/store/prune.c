@@ -52,6 +52,19 @@ static uint64_t disk_bytes(kcache_store *s)
     return file_bytes + wal_bytes;
 }
 
+/*
+ * Empties the WAL into the file. A TRUNCATE checkpoint holds the write lock
+ * while it copies the frames and syncs the file; a PASSIVE one first copies
+ * them with no lock that writers need, so that the TRUNCATE after has
+ * (almost) nothing left to copy and holds the lock only to reset the WAL.
+ * Returns the TRUNCATE's SQLite code.
+ */
+int kc_checkpoint(kcache_store *s)
+{
+    sqlite3_wal_checkpoint_v2(s->db.conn, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+    return kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
+}
+
 /* Entries a tight prune deletes per transaction, pages it moves per step. */
 #define KC_TIGHT_BATCH 32
 #define KC_TIGHT_PAGES 64
@@ -68,7 +81,7 @@ int kc_vacuum_steps(kcache_store *s)
 {
     int rc = 0;
     if (s->tight)
-        kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
+        kc_checkpoint(s);
     if (query_int(s, "PRAGMA auto_vacuum", &rc) != 2 || rc)
         return rc;
     int64_t pages = s->tight ? KC_TIGHT_PAGES : 256;
@@ -84,7 +97,7 @@ int kc_vacuum_steps(kcache_store *s)
         }
         uint64_t took = kc_mono_ns() - t0;
         if (s->tight)
-            kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
+            kc_checkpoint(s);
         else if (took < KC_HOLD_NS / 4 && pages < 16384)
             pages *= 2;
         else if (took > KC_HOLD_NS && pages > 16)
@@ -116,7 +129,7 @@ static int release_space(kcache_store *s)
             return rc;
     }
     /* A checkpoint that found no room to grow the file is a full disk (a tight prune's cue). */
-    int ck = kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
+    int ck = kc_checkpoint(s);
     if (!rc && (ck & 0xff) == SQLITE_FULL)
         rc = kc_sqlerr(&s->db, ck, "emptying the WAL");
     return rc;
@@ -270,7 +283,7 @@ static int evict_batch(kcache_store *s, const kcache_prune_options *o, int filte
     *n = (uint64_t)deleted;
     *n_bytes = b.bytes;
     if (s->tight) /* the frames into the file, the WAL's space back for the next step */
-        kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
+        kc_checkpoint(s);
     return 0;
 fail:
     kc_db_rollback(&s->db);
@@ -560,12 +573,10 @@ KCACHE_API int kcache_store_prune(kcache_prune_result *out, kcache_store *store,
         return KCACHE_EINVAL;
     if (!options)
         options = &defaults;
-    char msg[KC_ERRMSG_SIZE];
-    if (kc_version_check(msg, sizeof(msg), "kcache_prune_options", options->version,
-                         KCACHE_PRUNE_OPTIONS_VERSION) ||
-        (out && kc_version_check(msg, sizeof(msg), "kcache_prune_result", out->version,
-                                 KCACHE_PRUNE_RESULT_VERSION)))
-        return kc_err_locking(store, KCACHE_EINVAL, "%s", msg);
+    if (kc_check_versions(store, "kcache_prune_options", options->version,
+                          KCACHE_PRUNE_OPTIONS_VERSION, "kcache_prune_result",
+                          out ? &out->version : NULL, KCACHE_PRUNE_RESULT_VERSION))
+        return KCACHE_EINVAL;
     if (options->kind && !kcache_kind_name(options->kind))
         return kc_err_locking(store, KCACHE_EINVAL, "kcache_store_prune: bad kind %d",
                               (int)options->kind);
@@ -610,7 +621,7 @@ static int vacuum_locked(kcache_store *s)
     else if (!rc)
         rc = kc_db_exec(&s->db, "VACUUM", "compacting the database");
     if (!rc)
-        kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
+        kc_checkpoint(s);
     return rc;
 }
 
@@ -633,6 +644,125 @@ static int file_sound(kcache_store *s, char *why, size_t why_size)
     return kc_db_quick_check(&s->db, why, why_size) == 1;
 }
 
+/*
+ * Clearing, in steps of about KC_HOLD_NS each, so that other writers wait
+ * no longer than that whatever the size of the cache: the entries there
+ * when the clear began (ids up to the largest then), a batch a
+ * transaction, each with what goes with it (cascade.c) and counted; then
+ * what no entry holds any more (manifests and their closures, shared rows
+ * left by damage, leases), a batch a statement. An entry another process
+ * puts meanwhile may stay: it is newer than the clear.
+ */
+#define KC_CLEAR_VICTIMS "SELECT id FROM entry WHERE id <= ?1 ORDER BY id LIMIT ?2"
+
+static const char *const clear_rest_sql[] = {
+    "DELETE FROM manifest WHERE (base, key) IN (SELECT base, key FROM manifest LIMIT ?1)",
+    "DELETE FROM closure WHERE id IN (SELECT id FROM closure c WHERE NOT EXISTS"
+    " (SELECT 1 FROM manifest m WHERE m.closure_id = c.id) LIMIT ?1)",
+    "DELETE FROM input_list WHERE id IN (SELECT id FROM input_list WHERE id NOT IN"
+    " (SELECT inputs_id FROM entry_info WHERE inputs_id NOT NULL) LIMIT ?1)",
+    "DELETE FROM input_list_item WHERE (list_id, seq) IN (SELECT list_id, seq FROM"
+    " input_list_item WHERE list_id NOT IN (SELECT id FROM input_list) LIMIT ?1)",
+    "DELETE FROM header_list WHERE id IN (SELECT id FROM header_list WHERE id NOT IN"
+    " (SELECT headers_id FROM entry_info WHERE headers_id NOT NULL) LIMIT ?1)",
+    "DELETE FROM input WHERE id IN (SELECT id FROM input WHERE id NOT IN"
+    " (SELECT input_id FROM entry_input) AND id NOT IN (SELECT input_id FROM input_list_item)"
+    " LIMIT ?1)",
+    "DELETE FROM entry_info WHERE id IN (SELECT id FROM entry_info WHERE id NOT IN"
+    " (SELECT id FROM entry) LIMIT ?1)",
+    "DELETE FROM artifact WHERE id IN (SELECT id FROM artifact WHERE id NOT IN"
+    " (SELECT id FROM entry) LIMIT ?1)",
+    "DELETE FROM entry_input WHERE (entry_id, seq) IN (SELECT entry_id, seq FROM entry_input"
+    " WHERE entry_id NOT IN (SELECT id FROM entry) LIMIT ?1)",
+    "DELETE FROM lease WHERE key IN (SELECT key FROM lease LIMIT ?1)",
+};
+
+struct clear_victims {
+    int64_t upto, n;
+};
+
+static void bind_clear(sqlite3_stmt *st, const void *ctx)
+{
+    const struct clear_victims *v = ctx;
+    sqlite3_bind_int64(st, 1, v->upto);
+    sqlite3_bind_int64(st, 2, v->n);
+}
+
+/* Rows per step: doubled while a step takes under a quarter of KC_HOLD_NS, halved over it. */
+static int64_t adapt_step(int64_t step, uint64_t took, int64_t most)
+{
+    if (took < KC_HOLD_NS / 4 && step < most)
+        return step * 2;
+    if (took > KC_HOLD_NS && step > 1)
+        return step / 2;
+    return step;
+}
+
+/* One step of the entries: *deleted of them, counted as cleared. */
+static int clear_entries_step(kcache_store *s, struct kc_cascade *c, const struct clear_victims *v,
+                              int64_t *deleted)
+{
+    int rc = kc_db_begin_write(&s->db);
+    if (rc)
+        return rc;
+    if ((rc = kc_cascade_run(s, c, bind_clear, v, deleted)) ||
+        (*deleted && (rc = kc_counter_write(s, "entries_cleared", (uint64_t)*deleted))) ||
+        (rc = kc_db_commit(&s->db)))
+        kc_db_rollback(&s->db);
+    return rc;
+}
+
+/* One statement of clear_rest_sql over n rows at most, in a transaction; *changed: rows. */
+static int clear_rest_step(kcache_store *s, const char *sql, int64_t n, int64_t *changed)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = kc_db_begin_write(&s->db);
+    if (rc)
+        return rc;
+    int src = sqlite3_prepare_v2(s->db.conn, sql, -1, &st, NULL);
+    if (src == SQLITE_OK) {
+        sqlite3_bind_int64(st, 1, n);
+        src = sqlite3_step(st);
+    }
+    sqlite3_finalize(st);
+    *changed = src == SQLITE_DONE ? sqlite3_changes(s->db.conn) : 0;
+    if (src != SQLITE_DONE)
+        rc = kc_sqlerr(&s->db, src, "clearing the cache");
+    if (rc || (rc = kc_db_commit(&s->db)))
+        kc_db_rollback(&s->db);
+    return rc;
+}
+
+static int clear_steps(kcache_store *s)
+{
+    int rc;
+    struct clear_victims v = {query_int(s, "SELECT coalesce(max(id), 0) FROM entry", &rc), 16};
+    if (rc)
+        return rc;
+    struct kc_cascade c;
+    if ((rc = kc_cascade_prepare(s, &c, KC_CLEAR_VICTIMS, NULL)))
+        return rc;
+    for (int64_t deleted = 1; !rc && deleted > 0;) {
+        uint64_t t0 = kc_mono_ns();
+        rc = clear_entries_step(s, &c, &v, &deleted);
+        v.n = adapt_step(v.n, kc_mono_ns() - t0, 4096);
+    }
+    kc_cascade_finalize(&c);
+    for (size_t i = 0; !rc && i < KC_ARRAY_SIZE(clear_rest_sql); i++) {
+        int64_t n = 256;
+        for (int64_t changed = 1; !rc && changed > 0;) {
+            uint64_t t0 = kc_mono_ns();
+            rc = clear_rest_step(s, clear_rest_sql[i], n, &changed);
+            n = adapt_step(n, kc_mono_ns() - t0, 65536);
+        }
+    }
+    /* No entry left: the totals say so, whatever a damaged file said before. */
+    if (!rc)
+        rc = kc_db_write_sql(&s->db, "UPDATE totals SET entries = 0, raw_bytes = 0, stored_bytes = 0"
+                             " WHERE NOT EXISTS (SELECT 1 FROM entry)", "clearing the cache");
+    return rc;
+}
+
 KCACHE_API int kcache_store_clear(kcache_store *store)
 {
     if (!store)
@@ -641,22 +771,10 @@ KCACHE_API int kcache_store_clear(kcache_store *store)
     /* Freed pages not zeroed one by one (kc_prune_locked() says why): the lock is held less. */
     if (store->db.conn)
         sqlite3_exec(store->db.conn, "PRAGMA secure_delete = FAST", NULL, NULL, NULL);
-    /* Every table of entries, and the totals (cascade.c: no triggers). Leases
-     * too: a row of one that a lost -shm left broken would otherwise stay for good. */
-    int rc = kc_db_classify_failure(&store->db, kc_db_write_sql(&store->db,
-                             "INSERT INTO counter (name, value) SELECT 'entries_removed',"
-                             " count(*) FROM entry WHERE 1 ON CONFLICT (name) DO UPDATE SET"
-                             " value = value + excluded.value;"
-                             " INSERT INTO counter (name, value) SELECT 'entries_cleared',"
-                             " count(*) FROM entry WHERE 1 ON CONFLICT (name) DO UPDATE SET"
-                             " value = value + excluded.value;"
-                             " DELETE FROM entry_input; DELETE FROM input; DELETE FROM artifact;"
-                             " DELETE FROM entry_info; DELETE FROM manifest; DELETE FROM closure;"
-                             " DELETE FROM header_list; DELETE FROM input_list;"
-                             " DELETE FROM input_list_item;"
-                             " DELETE FROM entry; DELETE FROM lease;"
-                             " UPDATE totals SET entries = 0, raw_bytes = 0, stored_bytes = 0",
-                             "clearing the cache"));
+    int rc = store->db.conn ? kc_db_writable(&store->db)
+                            : kc_err(store, KCACHE_EIO, "the cache could not be reopened");
+    if (!rc)
+        rc = kc_db_classify_failure(&store->db, clear_steps(store));
     /*
      * The user asked for an empty cache: a file found damaged on the way (or
      * still damaged once emptied) is replaced by a new one at once, even

@@ -5,12 +5,16 @@
  * be rewritten; this is for a user who changed the setting and wants the
  * space (or the read speed) of the new one for what is already stored.
  *
- * A batch is one write transaction, chosen by id after the last one done:
- * killed at any moment, each entry is whole in one codec or the other (the
- * rollback keeps the old), and the next run picks up what is left. Every
- * artifact is decoded and checked against its digest before re-encoding, so
- * a damaged one is never given a fresh stored digest that would make it look
- * sound; it is left for get and verify, which delete it.
+ * A batch is chosen by id after the last one done and read, then decoded,
+ * checked and re-encoded with no lock held, then written in one write
+ * transaction that only writes (about KC_HOLD_NS at most), each row only if
+ * it still holds the bytes that were read: another process may have
+ * deleted or replaced it meanwhile. Killed at any moment, each entry is
+ * whole in one codec or the other (the rollback keeps the old), and the
+ * next run picks up what is left. Every artifact is decoded and checked
+ * against its digest before re-encoding, so a damaged one is never given a
+ * fresh stored digest that would make it look sound; it is left for get
+ * and verify, which delete it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +22,7 @@
 
 #include "store/storeint.h"
 
-/* Entries per transaction at most; fewer when they take longer than KC_HOLD_NS. */
+/* Entries per batch at most; fewer when writing them takes longer than KC_HOLD_NS. */
 #define KC_RECOMPRESS_BATCH 64
 
 /*
@@ -117,80 +121,74 @@ static int write_row(kcache_store *s, int64_t id, int codec, const kc_buf *enc,
     return rc;
 }
 
-/*
- * One row: checked, decoded, re-encoded and written in the caller's
- * transaction, or counted as kept or skipped.
- */
-static int recompress_row(kcache_store *s, sqlite3_stmt *q, int target, kc_buf *enc,
-                          kcache_recompress_result *r)
+/* Stored bytes a batch reads at most (one larger artifact is a batch alone). */
+#define KC_RECOMPRESS_BATCH_BYTES (UINT64_C(8) << 20)
+
+/* A row of a batch: as read, then what re-encoding it made of it. */
+struct rc_row {
+    int64_t id, raw_size, stored_size;
+    int codec, new_codec;
+    uint8_t digest[KC_DIGEST_SIZE], stored_digest[KC_DIGEST_SIZE];
+    int sound; /* its digests of the right size, its codec known */
+    void *stored;
+    kc_buf enc; /* the new bytes, when new_codec differs */
+};
+
+struct rc_batch {
+    struct rc_row *rows;
+    size_t n, cap;
+};
+
+static void rc_batch_clear(struct rc_batch *b)
 {
-    int64_t id = sqlite3_column_int64(q, 0);
-    int codec = sqlite3_column_int(q, 1);
-    int64_t raw_size = sqlite3_column_int64(q, 2);
-    int64_t stored_size = sqlite3_column_int64(q, 3);
-    const void *digest = sqlite3_column_blob(q, 4);
-    int digest_n = sqlite3_column_bytes(q, 4);
-    const void *stored_digest = sqlite3_column_blob(q, 5);
-    int stored_digest_n = sqlite3_column_bytes(q, 5);
+    for (size_t i = 0; i < b->n; i++) {
+        free(b->rows[i].stored);
+        kc_buf_free(&b->rows[i].enc);
+    }
+    b->n = 0;
+}
+
+/* Copies a row of the batch's query into b (one allocation for its bytes). */
+static int read_row(struct rc_batch *b, sqlite3_stmt *q)
+{
+    struct rc_row *grown = kc_grow(b->rows, &b->cap, b->n, sizeof(*grown), 16);
+    if (!grown)
+        return KCACHE_ENOMEM;
+    b->rows = grown;
+    struct rc_row *r = &b->rows[b->n];
+    memset(r, 0, sizeof(*r));
+    r->id = sqlite3_column_int64(q, 0);
+    r->codec = sqlite3_column_int(q, 1);
+    r->raw_size = sqlite3_column_int64(q, 2);
+    r->stored_size = sqlite3_column_int64(q, 3);
     const void *stored = sqlite3_column_blob(q, 6);
     size_t stored_n = (size_t)sqlite3_column_bytes(q, 6);
-    if (!stored && stored_n == 0)
-        stored = "";
-    uint8_t check[KC_DIGEST_SIZE];
-    if (!kc_codec_known(codec) || raw_size < 0 || (int64_t)stored_n != stored_size ||
-        digest_n != KC_DIGEST_SIZE || stored_digest_n != KC_DIGEST_SIZE ||
-        !kc_stored_digest_ok(stored_digest, stored, stored_n) ||
-        !kc_decode_plausible(codec, stored, stored_n, (size_t)raw_size)) {
-        r->skipped++;
-        return 0;
+    r->sound = kc_codec_known(r->codec) && r->raw_size >= 0 &&
+               (int64_t)stored_n == r->stored_size &&
+               sqlite3_column_bytes(q, 4) == KC_DIGEST_SIZE &&
+               sqlite3_column_bytes(q, 5) == KC_DIGEST_SIZE;
+    if (r->sound) {
+        memcpy(r->digest, sqlite3_column_blob(q, 4), KC_DIGEST_SIZE);
+        memcpy(r->stored_digest, sqlite3_column_blob(q, 5), KC_DIGEST_SIZE);
+        if (!(r->stored = kc_malloc(stored_n ? stored_n : 1)))
+            return KCACHE_ENOMEM;
+        memcpy(r->stored, stored_n ? stored : "", stored_n);
     }
-    void *raw = NULL;
-    int rc = kc_decode(s->codec, &raw, codec, stored, stored_n, (size_t)raw_size);
-    if (rc == KCACHE_ECORRUPT) {
-        r->skipped++;
-        return 0;
-    }
-    if (rc)
-        return kc_err(s, rc, "out of memory decoding an entry");
-    kc_digest(check, raw, (size_t)raw_size);
-    if (memcmp(check, digest, KC_DIGEST_SIZE) != 0) {
-        free(raw);
-        r->skipped++;
-        return 0;
-    }
-    int new_codec;
-    rc = kc_encode(s->codec, enc, &new_codec, target, raw, (size_t)raw_size);
-    free(raw);
-    if (rc)
-        return kc_err(s, rc, "out of memory encoding an entry");
-    if (new_codec == codec) {
-        r->kept++;
-        return 0;
-    }
-    uint8_t new_digest[KC_DIGEST_SIZE];
-    kc_stored_digest(new_digest, enc->data ? enc->data : (const void *)"", enc->size);
-    if ((rc = write_row(s, id, new_codec, enc, new_digest, stored_size)))
-        return rc;
-    r->recompressed++;
-    r->stored_before += (uint64_t)stored_size;
-    r->stored_after += enc->size;
+    b->n++;
     return 0;
 }
 
 /*
- * One batch after id *last, in one write transaction. *n: rows looked at.
- * On failure nothing of it happened: *last and the counts are as before.
+ * Reads the next batch after id *last: up to `batch` rows or about
+ * KC_RECOMPRESS_BATCH_BYTES, copied out, so that the work on them needs no
+ * lock. *last moves past them; an empty batch is the end.
  */
-static int recompress_batch(kcache_store *s, int target, size_t batch, int64_t *last, size_t *n,
-                            kc_buf *enc, kcache_recompress_result *r)
+static int read_batch(kcache_store *s, int target, size_t batch, int64_t *last,
+                      struct rc_batch *b)
 {
     sqlite3_stmt *q = NULL;
-    kcache_recompress_result undo = *r;
-    int64_t from = *last;
-    *n = 0;
-    int rc = kc_db_begin_write(&s->db);
-    if (rc)
-        return rc;
+    uint64_t bytes = 0;
+    int rc = 0;
     int src = sqlite3_prepare_v2(s->db.conn,
                                  "SELECT e.id, e.codec, e.raw_size, e.stored_size, e.digest,"
                                  " a.stored_digest, a.data FROM entry e JOIN artifact a ON a.id = e.id"
@@ -200,32 +198,140 @@ static int recompress_batch(kcache_store *s, int target, size_t batch, int64_t *
     if (src == SQLITE_OK) {
         sqlite3_bind_int(q, 1, target);
         sqlite3_bind_int(q, 2, KC_RAW_BELOW);
-        sqlite3_bind_int64(q, 3, from);
+        sqlite3_bind_int64(q, 3, *last);
         sqlite3_bind_int64(q, 4, (sqlite3_int64)batch);
     }
-    uint64_t t0 = kc_mono_ns();
-    while (!rc && src == SQLITE_OK && (src = sqlite3_step(q)) == SQLITE_ROW) {
-        uint64_t row_t0 = kc_mono_ns();
-        *last = sqlite3_column_int64(q, 0);
-        (*n)++;
-        rc = recompress_row(s, q, target, enc, r);
+    while (!rc && bytes < KC_RECOMPRESS_BATCH_BYTES && src == SQLITE_OK &&
+           (src = sqlite3_step(q)) == SQLITE_ROW) {
         src = SQLITE_OK;
-        /* The rest in the next transaction once another row as long would pass KC_HOLD_NS. */
-        uint64_t now = kc_mono_ns();
-        if (2 * now - t0 - row_t0 > KC_HOLD_NS)
+        if ((rc = read_row(b, q)))
             break;
+        *last = b->rows[b->n - 1].id;
+        bytes += (uint64_t)sqlite3_column_bytes(q, 6);
     }
     sqlite3_finalize(q);
-    if (!rc && src != SQLITE_DONE && src != SQLITE_OK)
-        rc = kc_sqlerr(&s->db, src, "choosing entries to re-encode");
-    if (!rc)
-        rc = kc_db_commit(&s->db);
-    if (rc) {
-        kc_db_rollback(&s->db);
-        *r = undo; /* nothing of this batch happened */
-        *last = from;
-        *n = 0;
+    if (rc)
+        return kc_err(s, rc, "out of memory reading entries to re-encode");
+    return src == SQLITE_ROW || src == SQLITE_DONE || src == SQLITE_OK
+               ? 0
+               : kc_sqlerr(&s->db, src, "choosing entries to re-encode");
+}
+
+/*
+ * Checks, decodes and re-encodes one row with no lock held: a damaged
+ * artifact is skipped (left for get and verify), one that comes out in its
+ * own codec again is kept. r->new_codec says which (-1: skipped).
+ */
+static int encode_row(struct rc_row *r, kc_codec_ctx *codec, int target)
+{
+    r->new_codec = -1;
+    if (!r->sound || !kc_stored_digest_ok(r->stored_digest, r->stored, (size_t)r->stored_size) ||
+        !kc_decode_plausible(r->codec, r->stored, (size_t)r->stored_size, (size_t)r->raw_size))
+        return 0;
+    void *raw = NULL;
+    int rc = kc_decode(codec, &raw, r->codec, r->stored, (size_t)r->stored_size,
+                       (size_t)r->raw_size);
+    if (rc == KCACHE_ECORRUPT)
+        return 0;
+    if (rc)
+        return rc;
+    uint8_t check[KC_DIGEST_SIZE];
+    kc_digest(check, raw, (size_t)r->raw_size);
+    if (memcmp(check, r->digest, KC_DIGEST_SIZE) == 0)
+        rc = kc_encode(codec, &r->enc, &r->new_codec, target, raw, (size_t)r->raw_size);
+    free(raw);
+    return rc;
+}
+
+/* Whether the row of r's id still holds the bytes r read (nobody deleted or replaced it). */
+static int row_unchanged(kcache_store *s, const struct rc_row *r, int *same)
+{
+    sqlite3_stmt *q = NULL;
+    *same = 0;
+    int src = sqlite3_prepare_v2(s->db.conn,
+                                 "SELECT e.codec, e.stored_size, e.digest, a.stored_digest"
+                                 " FROM entry e JOIN artifact a ON a.id = e.id WHERE e.id = ?1",
+                                 -1, &q, NULL);
+    if (src == SQLITE_OK) {
+        sqlite3_bind_int64(q, 1, r->id);
+        src = sqlite3_step(q);
     }
+    if (src == SQLITE_ROW) {
+        *same = sqlite3_column_int(q, 0) == r->codec &&
+                sqlite3_column_int64(q, 1) == r->stored_size &&
+                sqlite3_column_bytes(q, 2) == KC_DIGEST_SIZE &&
+                sqlite3_column_bytes(q, 3) == KC_DIGEST_SIZE &&
+                !memcmp(sqlite3_column_blob(q, 2), r->digest, KC_DIGEST_SIZE) &&
+                !memcmp(sqlite3_column_blob(q, 3), r->stored_digest, KC_DIGEST_SIZE);
+        src = SQLITE_DONE;
+    }
+    sqlite3_finalize(q);
+    return src == SQLITE_DONE ? 0 : kc_sqlerr(&s->db, src, "reading an entry to re-encode");
+}
+
+/*
+ * Writes the batch's new bytes in one write transaction, each row only if it
+ * is still what was read; the counts only once it commits.
+ */
+static int write_batch(kcache_store *s, const struct rc_batch *b, kcache_recompress_result *r)
+{
+    kcache_recompress_result counts = *r;
+    int rc = kc_db_begin_write(&s->db);
+    if (rc)
+        return rc;
+    for (size_t i = 0; !rc && i < b->n; i++) {
+        const struct rc_row *row = &b->rows[i];
+        int same = 0;
+        if (row->new_codec < 0) {
+            counts.skipped++;
+        } else if (row->new_codec == row->codec) {
+            counts.kept++;
+        } else if (!(rc = row_unchanged(s, row, &same)) && same) {
+            uint8_t new_digest[KC_DIGEST_SIZE];
+            kc_stored_digest(new_digest, row->enc.data ? row->enc.data : (const void *)"",
+                             row->enc.size);
+            if (!(rc = write_row(s, row->id, row->new_codec, &row->enc, new_digest,
+                                 row->stored_size))) {
+                counts.recompressed++;
+                counts.stored_before += (uint64_t)row->stored_size;
+                counts.stored_after += row->enc.size;
+            }
+        }
+    }
+    if (rc || (rc = kc_db_commit(&s->db))) {
+        kc_db_rollback(&s->db);
+        return rc;
+    }
+    *r = counts;
+    return 0;
+}
+
+/*
+ * One batch: read under the store's lock, re-encoded with none held (the
+ * costly part, with a codec of its own), written under it in one
+ * transaction that only writes. *n: rows read; *hold_ns: the write's time.
+ */
+static int recompress_batch(kcache_store *s, kc_codec_ctx *codec, size_t batch, int64_t *last,
+                            size_t *n, uint64_t *hold_ns, struct rc_batch *b,
+                            kcache_recompress_result *r)
+{
+    int rc;
+    rc_batch_clear(b);
+    pthread_mutex_lock(&s->lock);
+    int target = s->compression;
+    KC_WITH_RECOVERY(s, rc, read_batch(s, target, batch, last, b));
+    kc_unlock(s);
+    *n = b->n;
+    for (size_t i = 0; !rc && i < b->n; i++)
+        if ((rc = encode_row(&b->rows[i], codec, target)))
+            rc = kc_err_locking(s, rc, "out of memory re-encoding an entry");
+    if (rc || !b->n)
+        return rc;
+    pthread_mutex_lock(&s->lock);
+    uint64_t t0 = kc_mono_ns();
+    KC_WITH_RECOVERY(s, rc, write_batch(s, b, r));
+    *hold_ns = kc_mono_ns() - t0;
+    kc_unlock(s);
     return rc;
 }
 
@@ -251,8 +357,7 @@ static void progress(const kcache_recompress_options *o, uint64_t done, uint64_t
 }
 
 /*
- * The survey, then a batch at a time, each under the lock in a transaction
- * of its own. Progress is said between batches with no lock held: the
+ * The survey, then a batch at a time (recompress_batch). Progress is said between batches with no lock held: the
  * callback may use the store, even delete or put entries. What the loop
  * carries across is only the last id done and the counts, which stay right
  * whatever happened meanwhile: the next batch starts after the last id done
@@ -270,22 +375,29 @@ static int recompress(kcache_store *s, const kcache_recompress_options *o,
     kc_unlock(s);
     if (rc || o->dry_run)
         return rc;
-    size_t batch = o->batch ? o->batch : KC_RECOMPRESS_BATCH;
+    size_t most = o->batch ? o->batch : KC_RECOMPRESS_BATCH, batch = KC_MIN(most, 8);
     int64_t last = 0;
     uint64_t done = 0;
-    kc_buf enc = {0};
+    struct rc_batch b = {0};
+    kc_codec_ctx *codec = NULL;
+    if (kc_codec_new(&codec))
+        return kc_err_locking(s, KCACHE_ENOMEM, "out of memory");
     for (;;) {
         size_t n = 0;
+        uint64_t hold = 0;
         progress(o, done, r->to_recompress);
-        pthread_mutex_lock(&s->lock);
-        int target = s->compression;
-        KC_WITH_RECOVERY(s, rc, recompress_batch(s, target, batch, &last, &n, &enc, r));
-        kc_unlock(s);
-        if (rc || n == 0)
+        if ((rc = recompress_batch(s, codec, batch, &last, &n, &hold, &b, r)) || n == 0)
             break;
         done += n;
+        /* Rows per batch: as many as the write takes about KC_HOLD_NS for. */
+        if (hold < KC_HOLD_NS / 4 && batch < most)
+            batch = KC_MIN(most, batch * 2);
+        else if (hold > KC_HOLD_NS && batch > 1)
+            batch /= 2;
     }
-    kc_buf_free(&enc);
+    rc_batch_clear(&b);
+    free(b.rows);
+    kc_codec_free(codec);
     if (rc)
         return rc;
     progress(o, r->to_recompress, r->to_recompress);
@@ -293,7 +405,7 @@ static int recompress(kcache_store *s, const kcache_recompress_options *o,
     if (r->stored_after < r->stored_before) {
         pthread_mutex_lock(&s->lock);
         if (s->db.conn)
-            kc_db_checkpoint(&s->db, KC_HOLD_NS / 1000000u);
+            kc_checkpoint(s);
         kc_unlock(s);
     }
     return 0;
@@ -308,11 +420,9 @@ KCACHE_API int kcache_store_recompress(kcache_recompress_result *out, kcache_sto
         return KCACHE_EINVAL;
     if (!options)
         options = &defaults;
-    char msg[KC_ERRMSG_SIZE];
-    if (kc_version_check(msg, sizeof(msg), "kcache_recompress_options", options->version,
-                         KCACHE_RECOMPRESS_OPTIONS_VERSION) ||
-        (out && kc_version_check(msg, sizeof(msg), "kcache_recompress_result", out->version,
-                                 KCACHE_RECOMPRESS_RESULT_VERSION)))
-        return kc_err_locking(store, KCACHE_EINVAL, "%s", msg);
+    if (kc_check_versions(store, "kcache_recompress_options", options->version,
+                          KCACHE_RECOMPRESS_OPTIONS_VERSION, "kcache_recompress_result",
+                          out ? &out->version : NULL, KCACHE_RECOMPRESS_RESULT_VERSION))
+        return KCACHE_EINVAL;
     return recompress(store, options, out ? out : &ignored);
 }

@@ -1,5 +1,9 @@
-/* What stats reports: totals kept by the statements that add and delete entries (cascade.c),
- * counters, this process's pending batch and the hits logged beside the database. */
+/*
+ * Stats and counters: what stats reports (totals kept by the statements that
+ * add and delete entries, cascade.c; counters; this process's pending batch
+ * and the hits logged beside the database), the named counters of the
+ * layers above, and the usage list per (arch, kind) they share.
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,4 +195,122 @@ KCACHE_API int kcache_store_zero_stats(kcache_store *store)
     }
     kc_unlock(store);
     return rc;
+}
+
+/*
+ * The named counters' entry points: a count queued with the hits (written by
+ * the next flush, hitlog.c), and a counter read back with what is still
+ * pending. The rows are written by kc_counter_write() below.
+ */
+void kc_store_count(kcache_store *store, const char *name, uint64_t delta)
+{
+    if (!store || !delta || strlen(name) >= sizeof(store->counters[0].name))
+        return;
+    pthread_mutex_lock(&store->lock);
+    struct kc_counter_delta *c = NULL;
+    for (size_t i = 0; i < store->n_counters; i++)
+        if (!strcmp(store->counters[i].name, name))
+            c = &store->counters[i];
+    if (!c) {
+        struct kc_counter_delta *grown = kc_grow(store->counters, &store->cap_counters,
+                                                 store->n_counters, sizeof(*grown), 8);
+        if (grown) {
+            store->counters = grown;
+            c = &store->counters[store->n_counters++];
+            snprintf(c->name, sizeof(c->name), "%s", name);
+            c->value = 0;
+        }
+    }
+    if (c) /* out of memory: one count lost, nothing else */
+        c->value += delta;
+    kc_maybe_flush_locked(store);
+    kc_unlock(store);
+}
+
+static int read_counter(kcache_store *s, const char *name, uint64_t *out)
+{
+    sqlite3_stmt *st;
+    int rc = kc_db_stmt(&s->db, &st, KC_STMT_COUNTER_GET);
+    if (rc)
+        return rc;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    int src = sqlite3_step(st);
+    *out = src == SQLITE_ROW ? (uint64_t)sqlite3_column_int64(st, 0) : 0;
+    sqlite3_reset(st);
+    return src == SQLITE_ROW || src == SQLITE_DONE ? 0 : kc_sqlerr(&s->db, src, "reading counters");
+}
+
+KCACHE_API int kcache_store_counter(uint64_t *out, kcache_store *store, const char *name)
+{
+    KC_CHECK_ARG(store, out && name);
+    *out = 0;
+    pthread_mutex_lock(&store->lock);
+    uint64_t v = 0;
+    int rc;
+    KC_WITH_RECOVERY(store, rc, read_counter(store, name, &v));
+    if (!rc)
+        *out = v + kc_counter_pending(store, name);
+    kc_unlock(store);
+    return rc;
+}
+
+/*
+ * Named counters for the layers above the store (the shared tier's hits,
+ * pushes, errors...): kept in the generic `counter` table, so a new counter
+ * needs no schema change, and batched with the hits so that counting never
+ * takes the write lock on its own.
+ */
+int kc_counter_write(kcache_store *s, const char *name, uint64_t value)
+{
+    sqlite3_stmt *st;
+    int rc = kc_db_stmt(&s->db, &st, KC_STMT_COUNTER_ADD);
+    if (rc)
+        return rc;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)value);
+    rc = sqlite3_step(st);
+    return rc == SQLITE_DONE ? 0 : kc_sqlerr(&s->db, rc, "recording counters");
+}
+
+int kc_counters_write(kcache_store *s)
+{
+    int rc;
+    for (size_t i = 0; i < s->n_counters; i++)
+        if ((rc = kc_counter_write(s, s->counters[i].name, s->counters[i].value)))
+            return rc;
+    return 0;
+}
+
+uint64_t kc_counter_pending(const kcache_store *s, const char *name)
+{
+    for (size_t i = 0; i < s->n_counters; i++)
+        if (!strcmp(s->counters[i].name, name))
+            return s->counters[i].value;
+    return 0;
+}
+
+/* The usage list: hits, misses and time saved per (arch, kind). Stats reports
+ * one, the pending batch keeps one and the hit log adds its records to one
+ * (hitlog.c). */
+int kc_usage_merge(kcache_usage **v, size_t *n, size_t *cap, const char *arch, int kind,
+                   uint64_t hits, uint64_t misses, uint64_t saved_ns)
+{
+    kcache_usage *u = NULL;
+    for (size_t i = 0; i < *n; i++)
+        if ((int)(*v)[i].kind == kind && strcmp((*v)[i].arch, arch) == 0)
+            u = &(*v)[i];
+    if (!u) {
+        kcache_usage *grown = kc_grow(*v, cap, *n, sizeof(*grown), 8);
+        if (!grown)
+            return KCACHE_ENOMEM;
+        *v = grown;
+        u = &grown[(*n)++];
+        memset(u, 0, sizeof(*u));
+        snprintf(u->arch, sizeof(u->arch), "%s", arch);
+        u->kind = (kcache_kind)kind;
+    }
+    u->hits += hits;
+    u->misses += misses;
+    u->saved_ns += saved_ns;
+    return 0;
 }

@@ -1,5 +1,10 @@
-/* The store's handle and its entries' reads: open, close, get, delete (put.c puts). */
+/*
+ * The store's handle and its entries' reads: open, close, get, delete (put.c
+ * puts); the handle's lock and the messages said under it; the init
+ * functions of the store's versioned structs.
+ */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +13,10 @@
 #include "util/settings.h"
 #include "store/storeint.h"
 #include "util/keyfmt.h"
+#include "kcache/bundle.h"
+#include "kcache/store.h"
+#include "kcache/verify.h"
+#include "util/common.h"
 
 static void store_free(kcache_store *s)
 {
@@ -312,6 +321,87 @@ static int material_differs(const struct kc_row *r)
     return memcmp(d, r->key.bytes, KCACHE_KEY_SIZE) != 0;
 }
 
+/*
+ * The metadata columns of a get's row into r (the artifact and the shared
+ * lists are read after). Returns 1 if the row is damaged (not the key's,
+ * a size or the names unreadable), -1 if its codec is one this build does
+ * not know, else 0.
+ */
+static int read_row(struct kc_row *r, sqlite3_stmt *st, const kcache_key *key)
+{
+    memset(r, 0, sizeof(*r));
+    r->key = *key;
+    r->kind = sqlite3_column_int(st, 1);
+    r->arch_n = kc_col_text(st, 2, &r->arch);
+    r->name_n = kc_col_text(st, 3, &r->name);
+    int64_t raw_size = sqlite3_column_int64(st, 4);
+    r->stored_size = (uint64_t)sqlite3_column_int64(st, 5);
+    r->codec = sqlite3_column_int(st, 6);
+    if (!kc_codec_known(r->codec))
+        return -1;
+    kc_row_columns_7_12(r, st);
+    r->log_n = kc_col_text(st, 13, &r->log);
+    const void *names = sqlite3_column_blob(st, 14);
+    /* The row must be the key's: a damaged index can lead a lookup to another
+     * entry's row, and handing that out would be a false hit. */
+    const void *row_key = sqlite3_column_blob(st, 18);
+    int damaged = raw_size < 0 || sqlite3_column_bytes(st, 18) != KCACHE_KEY_SIZE || !row_key ||
+                  memcmp(row_key, key->bytes, KCACHE_KEY_SIZE) != 0 ||
+                  kc_names_check(&r->names, names, (size_t)sqlite3_column_bytes(st, 14));
+    r->key_material = sqlite3_column_blob(st, 15);
+    r->key_material_size = (size_t)sqlite3_column_bytes(st, 15);
+    r->raw_size = (size_t)raw_size;
+    return damaged;
+}
+
+/*
+ * The artifact's column of a get's row into r, checked against its stored
+ * digest. Returns 1 if it is damaged, -1 if SQLite ran out of memory, else 0.
+ */
+static int read_artifact(kcache_store *s, struct kc_row *r, sqlite3_stmt *st)
+{
+    const void *stored_digest = sqlite3_column_blob(st, 16);
+    int digest_n = sqlite3_column_bytes(st, 16);
+    /* The type first: reading the blob may convert it. SQLite hands out
+     * NULL for an empty blob, which is an empty artifact, not a lost one. */
+    int type = sqlite3_column_type(st, 17);
+    r->stored = sqlite3_column_blob(st, 17);
+    r->stored_n = (size_t)sqlite3_column_bytes(st, 17);
+    if (!r->stored && type != SQLITE_NULL && sqlite3_errcode(s->db.conn) == SQLITE_NOMEM)
+        return -1;
+    if (!r->stored && type == SQLITE_BLOB && r->stored_n == 0)
+        r->stored = "";
+    int damaged = !r->stored || digest_n != KC_DIGEST_SIZE || r->stored_n != r->stored_size ||
+                  !kc_stored_digest_ok(stored_digest, r->stored, r->stored_n);
+    /* Raw bytes stored with a BLAKE2b stored digest (rows of before) have
+     * no frame checksum behind it and it is the artifact's own digest: the
+     * two must be equal (damage that hit both the bytes and stored_digest
+     * is caught here). An XXH3 stored digest is independent of the
+     * artifact's, so damage would have to match two hashes at once. */
+    if (!damaged && r->codec == KC_CODEC_RAW && !kc_stored_digest_fast(stored_digest))
+        damaged = !r->digest || memcmp(stored_digest, r->digest, KC_DIGEST_SIZE) != 0;
+    return damaged;
+}
+
+/* A miss, never a damaged kernel: the entry of key is dropped and counted. */
+static int found_damage(kcache_store *s, const kcache_key *key)
+{
+    s->get_found_damage = 1;
+    char hex[KCACHE_KEY_HEX_SIZE];
+    kcache_key_hex(hex, key);
+    s->pending_corrupt++;
+    kc_log(s, KCACHE_LOG_WARNING, "entry %s in %s is damaged%s", hex, s->db.path,
+           s->db.read_only || s->db.newer_schema ? "" : "; deleted it");
+    if (s->db.read_only || s->db.newer_schema)
+        return kc_err(s, KCACHE_ENOTFOUND,
+                      "entry %s is damaged (left in place: %s)", hex,
+                      s->db.newer_schema ? "a newer kcache's cache is only read"
+                                         : "the cache was opened to read only");
+    if (delete_locked(s, key) == KCACHE_ECORRUPT)
+        return KCACHE_ECORRUPT; /* SQLite says the file is damaged: the caller sets it aside */
+    return kc_err(s, KCACHE_ENOTFOUND, "entry %s was damaged and has been deleted", hex);
+}
+
 static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key, unsigned flags)
 {
     s->get_found_damage = 0;
@@ -329,36 +419,12 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
     if (src != SQLITE_ROW)
         return kc_sqlerr(&s->db, src, "reading an entry");
 
-    memset(&r, 0, sizeof(r));
     int64_t id = sqlite3_column_int64(st, 0);
-    r.key = *key;
-    r.kind = sqlite3_column_int(st, 1);
-    r.arch_n = kc_col_text(st, 2, &r.arch);
-    r.name_n = kc_col_text(st, 3, &r.name);
-    int64_t raw_size = sqlite3_column_int64(st, 4);
-    r.stored_size = (uint64_t)sqlite3_column_int64(st, 5);
-    r.codec = sqlite3_column_int(st, 6);
-    if (!kc_codec_known(r.codec)) {
+    int damaged = read_row(&r, st, key);
+    if (damaged < 0) {
         sqlite3_reset(st);
         return unreadable(s, key, r.codec);
     }
-    r.digest = sqlite3_column_bytes(st, 7) == KC_DIGEST_SIZE ? sqlite3_column_blob(st, 7) : NULL;
-    r.created_at = sqlite3_column_int64(st, 8);
-    r.accessed_at = sqlite3_column_int64(st, 9);
-    r.hits = (uint64_t)sqlite3_column_int64(st, 10);
-    r.compile_ns = (uint64_t)sqlite3_column_int64(st, 11);
-    r.toolchain_n = kc_col_text(st, 12, &r.toolchain);
-    r.log_n = kc_col_text(st, 13, &r.log);
-    const void *names = sqlite3_column_blob(st, 14);
-    /* The row must be the key's: a damaged index can lead a lookup to another
-     * entry's row, and handing that out would be a false hit. */
-    const void *row_key = sqlite3_column_blob(st, 18);
-    int damaged = raw_size < 0 || sqlite3_column_bytes(st, 18) != KCACHE_KEY_SIZE || !row_key ||
-                  memcmp(row_key, key->bytes, KCACHE_KEY_SIZE) != 0 ||
-                  kc_names_check(&r.names, names, (size_t)sqlite3_column_bytes(st, 14));
-    r.key_material = sqlite3_column_blob(st, 15);
-    r.key_material_size = (size_t)sqlite3_column_bytes(st, 15);
-    r.raw_size = (size_t)raw_size;
     /* A list is shared, so its row is checked where the entry is read whole (shared.c). */
     int shared = damaged ? 0 : kc_shared_material(&r, st, s->codec, flags & KCACHE_GET_INPUTS);
     if (shared == KCACHE_ENOTSUP) {
@@ -374,29 +440,9 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
     /* Read whole (verify, export): kcache's own material must still give the key. */
     if (!damaged && (flags & KCACHE_GET_INPUTS) && material_differs(&r))
         damaged = 1;
-    if (!damaged && !(flags & KCACHE_GET_NO_DATA)) {
-        const void *stored_digest = sqlite3_column_blob(st, 16);
-        int digest_n = sqlite3_column_bytes(st, 16);
-        /* The type first: reading the blob may convert it. SQLite hands out
-         * NULL for an empty blob, which is an empty artifact, not a lost one. */
-        int type = sqlite3_column_type(st, 17);
-        r.stored = sqlite3_column_blob(st, 17);
-        r.stored_n = (size_t)sqlite3_column_bytes(st, 17);
-        if (!r.stored && type != SQLITE_NULL && sqlite3_errcode(s->db.conn) == SQLITE_NOMEM) {
-            sqlite3_reset(st);
-            return kc_err(s, KCACHE_ENOMEM, "out of memory reading an artifact");
-        }
-        if (!r.stored && type == SQLITE_BLOB && r.stored_n == 0)
-            r.stored = "";
-        damaged = !r.stored || digest_n != KC_DIGEST_SIZE || r.stored_n != r.stored_size ||
-                  !kc_stored_digest_ok(stored_digest, r.stored, r.stored_n);
-        /* Raw bytes stored with a BLAKE2b stored digest (rows of before) have
-         * no frame checksum behind it and it is the artifact's own digest: the
-         * two must be equal (damage that hit both the bytes and stored_digest
-         * is caught here). An XXH3 stored digest is independent of the
-         * artifact's, so damage would have to match two hashes at once. */
-        if (!damaged && r.codec == KC_CODEC_RAW && !kc_stored_digest_fast(stored_digest))
-            damaged = !r.digest || memcmp(stored_digest, r.digest, KC_DIGEST_SIZE) != 0;
+    if (!damaged && !(flags & KCACHE_GET_NO_DATA) && (damaged = read_artifact(s, &r, st)) < 0) {
+        sqlite3_reset(st);
+        return kc_err(s, KCACHE_ENOMEM, "out of memory reading an artifact");
     }
     if (!damaged && (flags & KCACHE_GET_INPUTS)) {
         /* The items the entry's shared input list must give; -1 when the list is gone. */
@@ -422,23 +468,9 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
             goto out;
     }
     if (damaged) {
-        /* A miss, never a damaged kernel: drop the entry and count it. */
         sqlite3_reset(st);
-        s->get_found_damage = 1;
         free_inputs(&r);
-        char hex[KCACHE_KEY_HEX_SIZE];
-        kcache_key_hex(hex, key);
-        s->pending_corrupt++;
-        kc_log(s, KCACHE_LOG_WARNING, "entry %s in %s is damaged%s", hex, s->db.path,
-               s->db.read_only || s->db.newer_schema ? "" : "; deleted it");
-        if (s->db.read_only || s->db.newer_schema)
-            return kc_err(s, KCACHE_ENOTFOUND,
-                          "entry %s is damaged (left in place: %s)", hex,
-                          s->db.newer_schema ? "a newer kcache's cache is only read"
-                                             : "the cache was opened to read only");
-        if (delete_locked(s, key) == KCACHE_ECORRUPT)
-            return KCACHE_ECORRUPT; /* SQLite says the file is damaged: the caller sets it aside */
-        return kc_err(s, KCACHE_ENOTFOUND, "entry %s was damaged and has been deleted", hex);
+        return found_damage(s, key);
     }
     if (!(flags & KCACHE_GET_NO_TOUCH)) {
         kc_touch(s, key);
@@ -486,3 +518,63 @@ KCACHE_API int kcache_store_delete(kcache_store *store, const kcache_key *key)
     kc_unlock(store);
     return rc;
 }
+
+int kc_check_versions(kcache_store *s, const char *options_name, unsigned options_version,
+                      unsigned options_known, const char *result_name,
+                      const unsigned *result_version, unsigned result_known)
+{
+    char msg[KC_ERRMSG_SIZE];
+    if (kc_version_check(msg, sizeof(msg), options_name, options_version, options_known) ||
+        (result_version && kc_version_check(msg, sizeof(msg), result_name, *result_version,
+                                            result_known)))
+        return kc_err_locking(s, KCACHE_EINVAL, "%s", msg);
+    return 0;
+}
+
+/*
+ * Letting go of the store's lock, and the messages said under it: every file
+ * of the store unlocks through here.
+ */
+void kc_unlock(kcache_store *s)
+{
+    kc_logq said = kc_logq_take(&s->db.logq);
+    pthread_mutex_unlock(&s->lock);
+    kc_logq_deliver(&said, s->db.log, s->db.log_userdata);
+}
+
+void kc_log_unlocked(kcache_store *s, int level, const char *msg)
+{
+    if (!s->db.log)
+        return;
+    kc_logq one = {0};
+    kc_logq_add(&one, level, msg);
+    kc_logq_deliver(&one, s->db.log, s->db.log_userdata);
+}
+
+int kc_err_locking(kcache_store *s, int code, const char *fmt, ...)
+{
+    va_list ap;
+    pthread_mutex_lock(&s->lock);
+    va_start(ap, fmt);
+    kc_db_verr(&s->db, code, fmt, ap);
+    va_end(ap);
+    kc_unlock(s);
+    return code;
+}
+
+/* The exported kcache_xxx_init() of the store's versioned structs (<kcache/core.h>). */
+KC_DEFINE_INIT(kcache_store_options, offsetof(kcache_store_options, no_create),
+               offsetof(kcache_store_options, compression), sizeof(kcache_store_options))
+KC_DEFINE_INIT(kcache_entry, sizeof(kcache_entry))
+KC_DEFINE_INIT(kcache_batch_options, sizeof(kcache_batch_options))
+KC_DEFINE_INIT(kcache_namespace_stats, sizeof(kcache_namespace_stats))
+KC_DEFINE_INIT(kcache_filter, sizeof(kcache_filter))
+KC_DEFINE_INIT(kcache_prune_options, sizeof(kcache_prune_options))
+KC_DEFINE_INIT(kcache_prune_result, sizeof(kcache_prune_result))
+KC_DEFINE_INIT(kcache_bundle_options, offsetof(kcache_bundle_options, sign),
+               sizeof(kcache_bundle_options))
+KC_DEFINE_INIT(kcache_bundle_result, offsetof(kcache_bundle_result, conflicts),
+               sizeof(kcache_bundle_result))
+KC_DEFINE_INIT(kcache_recompress_options, sizeof(kcache_recompress_options))
+KC_DEFINE_INIT(kcache_recompress_result, sizeof(kcache_recompress_result))
+KC_DEFINE_INIT(kcache_verify_result, sizeof(kcache_verify_result))

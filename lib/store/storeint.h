@@ -57,7 +57,7 @@ enum kc_stmt {
     KC_STMT_COUNT,
 };
 
-/* A named counter's delta waiting to be written (counter.c). */
+/* A named counter's delta waiting to be written (stats.c). */
 struct kc_counter_delta {
     char name[32];
     uint64_t value;
@@ -88,11 +88,11 @@ struct kcache_store {
     kcache_usage *usage; /* counter deltas waiting to be written, per (architecture, kind) */
     size_t n_usage, cap_usage;
     uint64_t pending_corrupt, pending_failures;
-    struct kc_counter_delta *counters; /* named counters of other layers (counter.c) */
+    struct kc_counter_delta *counters; /* named counters of other layers (stats.c) */
     size_t n_counters, cap_counters;
     uint64_t last_flush_ns;
     int64_t last_use_ms; /* the latest time of use this handle stamped (kc_use_ms) */
-    int hitlog_skip;               /* kc_pending_write leaves PATH-hits alone (touch.c) */
+    int hitlog_skip;               /* kc_pending_write leaves PATH-hits alone (hitlog.c) */
     int get_found_damage;          /* the last get deleted a damaged entry */
     int tight;                     /* a prune on a full disk: small steps (prune.c) */
     kcache_key other_host_key;     /* the lease of another host this handle waits for, */
@@ -116,6 +116,14 @@ void kc_log_unlocked(kcache_store *s, int level, const char *msg);
 void kc_unlock(kcache_store *s);
 /* kc_err() from a caller that does not hold s->lock: takes it around the write. */
 int kc_err_locking(kcache_store *s, int code, const char *fmt, ...) KC_PRINTF(3, 4);
+/*
+ * KCACHE_EINVAL, with the message on s (taking the lock), unless an entry
+ * point's options struct and its result struct (result_version NULL: none
+ * given) are of versions this build knows; else 0.
+ */
+int kc_check_versions(kcache_store *s, const char *options_name, unsigned options_version,
+                      unsigned options_known, const char *result_name,
+                      const unsigned *result_version, unsigned result_known);
 
 /*
  * shared.c: the id of the row holding these bytes in a table addressed by
@@ -170,7 +178,7 @@ int kc_store_open_bundle(kcache_store **out, const char *path, char *errbuf, siz
                        : KCACHE_EINVAL;                                                            \
     } while (0)
 
-/* touch.c */
+/* hitlog.c: hits pending in the handle, and the flush. */
 void kc_touch(kcache_store *s, const kcache_key *key);
 /* A time of use for a put or a hit, later than every one this handle stamped before. */
 int64_t kc_use_ms(kcache_store *s);
@@ -228,17 +236,19 @@ int kc_names_check(struct kc_names *v, const void *blob, size_t size);
 /* A new entry (one allocation) from a row, its artifact decoded when present. */
 int kc_entry_build(kcache_entry **out, const struct kc_row *r, kc_codec_ctx *codec);
 size_t kc_col_text(sqlite3_stmt *st, int col, const char **out);
+/* The columns 7 to 12 that get's and list's statements share (digest ... toolchain). */
+void kc_row_columns_7_12(struct kc_row *r, sqlite3_stmt *st);
 /* Reads the metadata columns shared by get and list (list's column order). */
 void kc_row_from_list(struct kc_row *r, sqlite3_stmt *st);
 
-/* counter.c: writes the named deltas inside the caller's write transaction; */
+/* stats.c: writes the named deltas inside the caller's write transaction; */
 int kc_counters_write(kcache_store *s);
 /* ... and one delta, not queued (the store's own counts, kept in its fields). */
 int kc_counter_write(kcache_store *s, const char *name, uint64_t value);
 /* The pending delta of a named counter (0 when none). */
 uint64_t kc_counter_pending(const kcache_store *s, const char *name);
 
-/* store.c (damage found by a get), touch.c (counting now), put.c (the rest below) */
+/* store.c (damage found by a get), hitlog.c (counting now), put.c (the rest below) */
 /* After a write failed for a full disk: the pending counters written alone, at once. */
 void kc_count_now_locked(kcache_store *s);
 /*
@@ -300,11 +310,14 @@ int kc_put_rows(kcache_store *s, const struct kc_put_ctx *p);
 int kc_put_batch_begin(kcache_store *s);
 int kc_put_batch_add(kcache_store *s, const kcache_entry *e, int64_t created_at,
                      int64_t accessed_at);
+/* kc_put_batch_add() of an entry kc_put_encode() made ready, with no lock held. */
+int kc_put_batch_add_encoded(kcache_store *s, const struct kc_put_ctx *p, int64_t created_at,
+                             int64_t accessed_at);
 int kc_put_batch_end(kcache_store *s, int commit);
 int kc_flush_locked(kcache_store *s, int wait);
 int kc_usage_add(kcache_store *s, const char *arch, int kind, uint64_t hits, uint64_t misses,
                  uint64_t saved_ns);
-/* usage.c: adds the counts to the row of (arch, kind) in the list v of *n, appended if new. */
+/* stats.c: adds the counts to the row of (arch, kind) in the list v of *n, appended if new. */
 int kc_usage_merge(kcache_usage **v, size_t *n, size_t *cap, const char *arch, int kind,
                    uint64_t hits, uint64_t misses, uint64_t saved_ns);
 
@@ -340,6 +353,8 @@ int kc_closures_drop_unused(kcache_store *s, const int64_t *ids, size_t n);
 /* prune.c */
 int kc_prune_locked(kcache_store *s, const kcache_prune_options *o, kcache_prune_result *r);
 int kc_maybe_prune_locked(kcache_store *s);
+/* Empties the WAL, holding the write lock only to reset it (prune.c). */
+int kc_checkpoint(kcache_store *s);
 /* Hands free pages back in transactions of about KC_HOLD_NS each (prune.c). */
 int kc_vacuum_steps(kcache_store *s);
 

@@ -1,7 +1,7 @@
 /*
  * Signing with a shared secret: keyed BLAKE2b-256. The shared tier signs its
  * values with it (remote/wire.c) and bundles are signed with it
- * (store/bundle_sign.c): one secret (remote_secret) and one primitive, so a
+ * (store/ingest.c): one secret (remote_secret) and one primitive, so a
  * fleet that trusts its Redis trusts its bundles the same way. Only holders
  * of the secret can make a signature; the digest beside an entry's bytes
  * guards against damage, this against someone who means it.

@@ -83,7 +83,7 @@ def test_stats_prune_verify(cache_dir):
     r = c.prune(max_entries=5)
     assert r["evicted"] == 15 and c.stats("ns")["entries"] == 5
     # A handle's use stamps run ahead of the clock by a millisecond per use
-    # beyond one a millisecond (lib/store/touch.c); "unused for 0 s" is measured
+    # beyond one a millisecond (lib/store/hitlog.c); "unused for 0 s" is measured
     # once the clock has passed the burst of uses above.
     time.sleep(0.1)
     r = c.prune(older_than=0, namespace="ns")

@@ -4,7 +4,8 @@
  * wedge this one (a heartbeat in the future is taken at once, a live one is
  * waited for, said once, and taken after KCACHE_OTHER_HOST_WAIT); four
  * processes storing into a full disk have each failure counted; a put gets
- * in between another process's back-to-back 40 ms holds within 1 s.
+ * in between another process's back-to-back 40 ms holds within 1 s; a clear
+ * lets other writers in while it runs.
  *
  *   test_shared_use                 every case
  *   test_shared_use NAME ...        only these cases (names below)
@@ -271,11 +272,67 @@ static void case_between_holds(int tc)
     EXPECT(failed == 0, "%u of 10 puts failed between 40 ms holds: %s", failed, first);
 }
 
+/*
+ * A clear lets other writers in while it runs: 1,500 entries cleared in
+ * steps, not one transaction that holds the write lock for as long as the
+ * whole cache takes to delete, whatever its size. Another handle (busy
+ * timeout 1 s) puts an entry at a time meanwhile: each put must succeed,
+ * and at least one must commit while the clear is half done (the clear's
+ * entries were fewer before the put and some still there after it: a clear
+ * in one transaction leaves none once any are gone). The books balance
+ * after, what the writer put after the clear began may stay.
+ */
+static void case_clear_lets_writers_in(int tc)
+{
+    enum { N = 1500 };
+    const char *db = in_case(tc, "kcache.db");
+    kcache_store *s = st_open(db, UINT64_MAX, NULL, NULL);
+    for (unsigned i = 0; i < N; i++)
+        REQUIRE(put_real(s, i, NULL, NULL) == 0);
+    kcache_store_close(s);
+    const char *count_sql = "SELECT count(*) FROM entry WHERE arch = 'sm_90'";
+    fflush(stdout);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        kcache_store *c = st_open(db, UINT64_MAX, NULL, NULL);
+        _exit(kcache_store_clear(c) == 0 ? 0 : 1);
+    }
+    kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
+    o.path = db;
+    o.max_size = UINT64_MAX;
+    o.busy_timeout_ms = 1000;
+    kcache_store *w = st_open_with(&o);
+    sqlite3 *look = NULL;
+    REQUIRE(sqlite3_open_v2(db, &look, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);
+    unsigned puts = 0, failed = 0, inside = 0;
+    char first[512] = "";
+    int status = 0;
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+        int64_t before = st_sql_int(look, count_sql);
+        if (put_real(w, 100000 + puts++, "sm_80", NULL) != 0 && failed++ == 0)
+            snprintf(first, sizeof(first), "%s", kcache_store_errmsg(w));
+        if (before < N && st_sql_int(look, count_sql) > 0)
+            inside++;
+    }
+    sqlite3_close(look);
+    kcache_store_close(w);
+    printf("clear-lets-writers-in: %u puts while the clear ran, %u failed, %u inside it\n", puts,
+           failed, inside);
+    EXPECT(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the clear failed");
+    EXPECT(failed == 0, "%u of %u puts failed while a clear ran: %s", failed, puts, first);
+    EXPECT(inside > 0, "no put got in while the clear was half done (%u puts): the clear held "
+           "the write lock throughout", puts);
+    EXPECT(st_path_int(db, count_sql) == 0, "entries of before the clear are left");
+    st_check_books(db, "a clear with a writer");
+}
+
 static const struct test_case cases[] = {
     {"deleted-during-maintenance", case_deleted_during_maintenance},
     {"other-host-leases", case_other_host_leases},
     {"disk-full-counted", case_disk_full_counted},
     {"between-holds", case_between_holds},
+    {"clear-lets-writers-in", case_clear_lets_writers_in},
 };
 
 int main(int argc, char **argv)
