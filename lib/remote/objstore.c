@@ -275,6 +275,15 @@ static int perform(struct objstore *o, struct reply *x, const char *url, const c
                     o->addr.shown, what, o->addr.timeout_ms);
     if (rc == CURLE_WRITE_ERROR && (x->status >= 300 || !x->out))
         return 0; /* a reply cut where it passed what we keep: its status says it */
+    /* A chain that ends at no CA we trust (not a name that does not match). */
+    if (rc == CURLE_PEER_FAILED_VERIFICATION && strstr(errbuf, "certificate problem"))
+        return fail(o, KCACHE_EIO, "remote %s: %s: %s: the server's certificate is not "
+                    "trusted: set remote_ca (KCACHE_REMOTE_CA) to the certificate of the CA "
+                    "that signed it", o->addr.shown, what, errbuf);
+    if (rc == CURLE_SSL_CACERT_BADFILE)
+        return fail(o, KCACHE_EIO, "remote %s: %s: remote_ca %s holds no CA certificate "
+                    "(PEM) that can be read: check the path", o->addr.shown, what,
+                    o->addr.ca[0] ? o->addr.ca : "(the system's)");
     if (rc)
         return fail(o, KCACHE_EIO, "remote %s: %s: %s", o->addr.shown, what,
                     errbuf[0] ? errbuf : K.easy_strerror(rc));
@@ -619,6 +628,10 @@ static int setup(struct objstore *o)
     K.easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
     K.easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
     K.easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
+    if (a->ca[0]) { /* these CAs alone, not the system's as well */
+        K.easy_setopt(c, CURLOPT_CAINFO, a->ca);
+        K.easy_setopt(c, CURLOPT_CAPATH, NULL);
+    }
     K.easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
     K.easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
     K.easy_setopt(c, CURLOPT_USERAGENT, "kcache");
