@@ -4,18 +4,23 @@ once in the build directory) with an access key, so that unsigned and wrongly
 signed requests are refused; and Debian's nginx with WebDAV PUT, run as the
 current user (no master process) from a config file written here, over TLS
 with a certificate the tests make (`make_tls`, openssl) and in front of
-SeaweedFS as an HTTPS proxy. Each raises Skip when it cannot start.
-`signed()` signs a request as Signature V4 does, for the tests' own look at
-a bucket.
+SeaweedFS as an HTTPS proxy; and `CheckedS3`, a small S3 of our own that
+checks every request's AWS Signature V4 itself (hashlib and hmac, not the
+client's code), the session token included, and counts the connections it
+accepts. Each raises Skip when it cannot start. `signed()` signs a request as
+Signature V4 does, for the tests' own look at a bucket.
 """
 import datetime
 import hashlib
 import hmac
+import http.server
 import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -280,3 +285,140 @@ class Nginx:
     def stop(self):
         stop(self.proc)
 
+
+class CheckedS3:
+    """An S3 of our own on 127.0.0.1 (path-style, objects in memory) that checks
+    each request's Signature V4 itself and refuses what does not hold, as S3
+    does: identities {access key: (secret, session token or None)}; where an
+    identity has a token, x-amz-security-token must be sent, equal to it, and
+    among the signed headers. accepts counts the connections accepted (a TLS
+    handshake each when tls = (cert.pem, key.pem)); requests lists
+    (verb, path, access key, signed header names) of each request let in."""
+
+    def __init__(self, identities, tls=None, region="us-east-1"):
+        self.identities, self.region = identities, region
+        self.objects, self.requests, self.refused, self.accepts = {}, [], [], 0
+        self.lock = threading.Lock()
+        ctx = None
+        if tls:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive: a client may reuse its connection
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                outer.serve(self, "GET")
+
+            def do_HEAD(self):
+                outer.serve(self, "HEAD")
+
+            def do_PUT(self):
+                outer.serve(self, "PUT")
+
+            def do_DELETE(self):
+                outer.serve(self, "DELETE")
+
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = True
+
+            def get_request(self):
+                conn, addr = self.socket.accept()
+                with outer.lock:
+                    outer.accepts += 1
+                if ctx:  # the handshake, bounded; a client that refuses it ends here
+                    conn.settimeout(10)
+                    conn = ctx.wrap_socket(conn, server_side=True)
+                    conn.settimeout(None)
+                return conn, addr
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.scheme = "https" if tls else "http"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def endpoint(self):
+        return "%s://127.0.0.1:%d" % (self.scheme, self.port)
+
+    def env(self, prefix, key, secret, token=""):
+        """A cache's environment for s3://BUCKET/prefix here with these credentials."""
+        return {"KCACHE_REMOTE": "s3://%s/%s" % (BUCKET, prefix),
+                "KCACHE_S3_ENDPOINT": self.endpoint(), "KCACHE_S3_REGION": self.region,
+                "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret,
+                "AWS_SESSION_TOKEN": token, "AWS_PROFILE": "",
+                "AWS_SHARED_CREDENTIALS_FILE": ""}
+
+    def answer(self, h, status, body=b"", code=None, headers=()):
+        if code:
+            body = ("<?xml version=\"1.0\"?><Error><Code>%s</Code></Error>" % code).encode()
+        h.send_response(status)
+        h.send_header("Server", "CheckedS3")
+        h.send_header("Content-Length", str(len(body)))
+        for name, value in headers:
+            h.send_header(name, value)
+        h.end_headers()
+        if h.command != "HEAD":
+            h.wfile.write(body)
+
+    def refusal(self, h, verb, path, query, body):
+        """Why the request is refused (an S3 error code), or None with it recorded."""
+        auth = h.headers.get("Authorization", "")
+        if not auth.startswith("AWS4-HMAC-SHA256 "):
+            return "AccessDenied"
+        fields = dict(part.strip().split("=", 1) for part in auth[17:].split(","))
+        scope = fields.get("Credential", "").split("/")
+        names = fields.get("SignedHeaders", "").split(";")
+        if len(scope) != 5 or scope[0] not in self.identities:
+            return "InvalidAccessKeyId"
+        secret, token = self.identities[scope[0]]
+        payload = h.headers.get("x-amz-content-sha256", "")
+        amz_date = h.headers.get("x-amz-date", "")
+        if "host" not in names or "x-amz-date" not in names or not amz_date:
+            return "AccessDenied"
+        if payload != "UNSIGNED-PAYLOAD" and payload != hashlib.sha256(body).hexdigest():
+            return "XAmzContentSHA256Mismatch"
+        if any(h.headers.get(n) is None for n in names):
+            return "AccessDenied"
+        signed_headers = {n: h.headers.get(n) for n in names}
+        if scope[1] != amz_date[:8] or scope[2] != self.region or fields.get("Signature") != \
+                signature(secret, verb, path, query, signed_headers, payload, amz_date,
+                          self.region):
+            return "SignatureDoesNotMatch"
+        sent = h.headers.get("x-amz-security-token")
+        if (token or sent) and (sent != token or "x-amz-security-token" not in names):
+            return "InvalidToken"
+        with self.lock:
+            self.requests.append((verb, path, scope[0], tuple(names)))
+        return None
+
+    def serve(self, h, verb):
+        path, _, query = h.path.partition("?")
+        body = h.rfile.read(int(h.headers.get("Content-Length") or 0))
+        why = self.refusal(h, verb, path, query, body)
+        if why:
+            with self.lock:
+                self.refused.append((verb, path, why))
+            return self.answer(h, 400 if why == "XAmzContentSHA256Mismatch" else 403, code=why)
+        with self.lock:
+            held = self.objects.get(path)
+            if verb == "PUT" and h.headers.get("If-None-Match") == "*" and held is not None:
+                return self.answer(h, 412, code="PreconditionFailed")
+            if verb == "PUT":
+                self.objects[path] = body
+            elif verb == "DELETE":
+                self.objects.pop(path, None)
+        if verb == "PUT":
+            return self.answer(h, 200)
+        if verb == "DELETE":
+            return self.answer(h, 204)
+        if held is None:
+            return self.answer(h, 404, code="NoSuchKey")
+        return self.answer(h, 200, held)
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()

@@ -12,6 +12,11 @@
 - HTTPS, verified: nginx (WebDAV, and in front of SeaweedFS as an S3 proxy)
   with a certificate of a CA the test makes: a cache that does not trust it is
   refused (compile ok, one warning naming remote_ca); with remote_ca it hits.
+- Credentials: against CheckedS3 (objservers.py), which checks Signature V4
+  itself: AWS_SESSION_TOKEN sent and signed (a wrong or missing token
+  refused), the default profile of ~/.aws/credentials, AWS_PROFILE,
+  AWS_SHARED_CREDENTIALS_FILE; and one connection (one TLS handshake) for a
+  process's remote hits.
 
 Usage: test_objstore.py KCACHE WEED_VENV [TEST-NAME...]
 Skips (77) without a toolkit, nginx, openssl (HTTPS), or (for SeaweedFS) a
@@ -27,7 +32,7 @@ from kctest import Skip, check, run_tests
 from remotetest import TOOLKIT, have_toolkit, kernel
 
 import objservers
-from objservers import Nginx, Weed
+from objservers import CheckedS3, Nginx, Weed
 
 KCACHE = remotetest.kctest.KCACHE
 WEED_VENV = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.getcwd(), "venv-weed")
@@ -261,7 +266,95 @@ def test_s3_https(root):
         weed.stop()
 
 
-TESTS = [test_s3, test_s3_fleet, test_http, test_http_auth, test_https, test_s3_https]
+def test_s3_credentials(root):
+    """The session token is sent and signed; credentials from the AWS files."""
+    need_toolkit()
+    s3 = CheckedS3({"AKTEMP": ("temp-secret", "the-session-token"),
+                    "AKDEFAULT": ("default-secret", None), "AKCI": ("ci-secret", None)})
+    try:
+        # AWS_SESSION_TOKEN: pushed and hit; the server saw it among the signed headers.
+        env = s3.env("sts", "AKTEMP", "temp-secret", "the-session-token")
+        share(root, env, env, "CheckedS3 (session token)")
+        check(s3.requests and all(r[2] == "AKTEMP" and "x-amz-security-token" in r[3]
+                                  for r in s3.requests),
+              "every request carried the token, signed: %s" % s3.requests)
+        # The server checks the signature itself: another secret is refused.
+        c = Cache(root, "wrong-secret", "", dict(env, AWS_SECRET_ACCESS_KEY="not-it"))
+        (item,), err = c.compile(kernel(root, 1))
+        check(not item["remote_hit"] and len(warnings(err)) == 1 and
+              "SignatureDoesNotMatch" in err, "another secret: refused: %r" % err)
+        for token in ("another-token", ""):
+            c = Cache(root, "token-%s" % (token or "none"), "", dict(env,
+                      AWS_SESSION_TOKEN=token))
+            (item,), err = c.compile(kernel(root, 9))
+            check(not item["remote_hit"] and len(warnings(err)) == 1 and "InvalidToken" in err
+                  and "the-session-token" not in err and (not token or token not in err),
+                  "token %r: refused, one warning, no token in it: %r" % (token, err))
+        # ~/.aws/credentials: the default profile, AWS_PROFILE, AWS_SHARED_CREDENTIALS_FILE.
+        home = os.path.join(root, "home")
+        os.makedirs(os.path.join(home, ".aws"))
+        with open(os.path.join(home, ".aws", "credentials"), "w") as f:
+            f.write("[default]\naws_access_key_id = AKDEFAULT\n"
+                    "aws_secret_access_key = default-secret\n\n"
+                    "[ci]\naws_access_key_id=AKCI\naws_secret_access_key=ci-secret\n"
+                    "[temp]\naws_access_key_id = AKTEMP\n"
+                    "aws_secret_access_key = temp-secret\n"
+                    "aws_session_token = the-session-token\n")
+        other = os.path.join(root, "other-credentials")
+        with open(other, "w") as f:
+            f.write("[default]\naws_access_key_id = AKCI\naws_secret_access_key = ci-secret\n")
+        files = dict(env, HOME=home, AWS_ACCESS_KEY_ID="", AWS_SECRET_ACCESS_KEY="",
+                     AWS_SESSION_TOKEN="")
+        for name, extra, who in [("default", {}, "AKDEFAULT"),
+                                 ("ci", {"AWS_PROFILE": "ci"}, "AKCI"),
+                                 ("temp", {"AWS_PROFILE": "temp"}, "AKTEMP"),
+                                 ("file", {"AWS_SHARED_CREDENTIALS_FILE": other}, "AKCI")]:
+            c = Cache(root, "profile-" + name, "", dict(files, **extra))
+            before = len(s3.requests)
+            (item,), err = c.compile(kernel(root, 1))
+            check(item["remote_hit"] and not warnings(err),
+                  "credentials %s: a hit from the bucket: %s %r" % (name, item, err))
+            check(all(r[2] == who for r in s3.requests[before:]),
+                  "credentials %s: signed as %s: %s" % (name, who, s3.requests[before:]))
+        c = Cache(root, "profile-missing", "", dict(files, AWS_PROFILE="nowhere"))
+        (item,), err = c.compile(kernel(root, 1))
+        said = item["store_message"]
+        check(not item["remote_hit"] and "AWS_PROFILE nowhere" in said and "secret" not in
+              said.replace("aws_secret_access_key", ""),
+              "a profile the file lacks: said in the result: %r" % said)
+        print("CheckedS3: session token signed; default profile, AWS_PROFILE, "
+              "AWS_SHARED_CREDENTIALS_FILE; %d requests checked, %d refused"
+              % (len(s3.requests), len(s3.refused)))
+    finally:
+        s3.stop()
+
+
+def test_s3_one_connection(root):
+    """A process's remote hits share one connection: one accept, one TLS handshake."""
+    need_toolkit()
+    ca, cert, key = objservers.make_tls(root)
+    s3 = CheckedS3({"AK": ("secret", None)}, tls=(cert, key))
+    try:
+        env = dict(s3.env("conn", "AK", "secret"), KCACHE_REMOTE_CA=ca)
+        srcs = [kernel(root, 40 + i) for i in range(3)]
+        Cache(root, "a", "", env).compile(*srcs)
+        b = Cache(root, "b", "", env)
+        accepts, gets = s3.accepts, len(s3.requests)
+        items, err = b.compile(*srcs)
+        check(all(i["remote_hit"] for i in items) and not warnings(err),
+              "three remote hits in one process: %s %r" % (items, err))
+        made = s3.accepts - accepts
+        asked = [r[0] for r in s3.requests[gets:]]
+        print("3 remote hits over HTTPS in one process: %d requests (%s) on %d connection(s)"
+              % (len(asked), " ".join(asked), made))
+        check(asked == ["GET"] * 3 and made == 1,
+              "one connection for the process's hits: %d for %s" % (made, asked))
+    finally:
+        s3.stop()
+
+
+TESTS = [test_s3, test_s3_fleet, test_http, test_http_auth, test_https, test_s3_https,
+         test_s3_credentials, test_s3_one_connection]
 
 
 def main():
