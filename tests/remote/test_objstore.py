@@ -17,6 +17,9 @@
   refused), the default profile of ~/.aws/credentials, AWS_PROFILE,
   AWS_SHARED_CREDENTIALS_FILE; and one connection (one TLS handshake) for a
   process's remote hits.
+- The chain local -> shared directory -> S3, end to end: a node whose local
+  store and shared directory miss hits in S3 and fills both; a later node of
+  that directory hits there and asks S3 nothing.
 
 Usage: test_objstore.py KCACHE WEED_VENV [TEST-NAME...]
 Skips (77) without a toolkit, nginx, openssl (HTTPS), or (for SeaweedFS) a
@@ -353,8 +356,52 @@ def test_s3_one_connection(root):
         s3.stop()
 
 
+def test_chain(root):
+    """local -> shared directory -> S3 (SeaweedFS), end to end."""
+    need_toolkit()
+    weed = Weed(root, WEED_VENV)
+    try:
+        src = kernel(root, 50)
+        # Another cluster compiles and pushes: the bucket has it, this shared directory not.
+        os.makedirs(os.path.join(root, "other-shared"))
+        Cache(root, "elsewhere", "", dict(weed.env("chain"),
+                                          KCACHE_SHARED=os.path.join(root, "other-shared")))\
+            .compile(src, "-o", os.path.join(root, "made.cubin"))
+        shared = os.path.join(root, "shared")
+        os.makedirs(shared)
+        env = dict(weed.env("chain"), KCACHE_SHARED=shared)
+        first = Cache(root, "node1", "", env)
+        (item,), err = first.compile(src, "-o", os.path.join(root, "node1.cubin"))
+        st = first.json("stats")
+        check(item["hit"] and item["remote_hit"] and not warnings(err),
+              "node1: a hit from S3: %s %r" % (item, err))
+        from_s3 = item["elapsed_ms"]
+        check(st["shared"]["misses"] == 1 and st["shared"]["hits"] == 0 and
+              st["remote"]["hits"] == 1 and st["shared"]["publishes"] == 1 and
+              st["entries"] == 1,
+              "node1: local miss, shared miss, S3 hit, filling the shared directory and "
+              "the local store: %s %s" % (st["shared"], st["remote"]))
+        (again,), _ = first.compile(src)
+        check(again["hit"] and not again["remote_hit"] and
+              first.json("stats")["remote"]["hits"] == 1, "node1 again: local: %s" % again)
+        later = Cache(root, "node2", "", env)
+        (item,), err = later.compile(src, "-o", os.path.join(root, "node2.cubin"))
+        st = later.json("stats")
+        check(item["hit"] and st["shared"]["hits"] == 1 and st["remote"]["hits"] == 0 and
+              st["remote"]["misses"] == 0 and not warnings(err),
+              "node2: a hit in the shared directory, S3 not asked: %s %s %s"
+              % (item, st["shared"], st["remote"]))
+        outs = [open(os.path.join(root, n), "rb").read()
+                for n in ("made.cubin", "node1.cubin", "node2.cubin")]
+        check(outs[0] == outs[1] == outs[2], "the same bytes through each tier")
+        print("chain: node1 local miss, shared miss, S3 hit (%.1f ms) -> shared and local; "
+              "node2 shared hit (%.1f ms), S3 not asked" % (from_s3, item["elapsed_ms"]))
+    finally:
+        weed.stop()
+
+
 TESTS = [test_s3, test_s3_fleet, test_http, test_http_auth, test_https, test_s3_https,
-         test_s3_credentials, test_s3_one_connection]
+         test_s3_credentials, test_s3_one_connection, test_chain]
 
 
 def main():
