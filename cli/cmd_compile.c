@@ -575,6 +575,12 @@ static void run_workers(struct job *job, size_t jobs)
     job->n_threads = n_threads ? n_threads : 1;
     pthread_t *threads = calloc(n_threads ? n_threads : 1, sizeof(*threads));
     size_t started = 0;
+    /* --cache-key's compiler has no store, so it did not learn which variables
+     * NVRTC reads when it was made: the first request learns it, by a probe that
+     * forks (compile/nvenv.c) and is safe only while this process has one
+     * thread. So that request is keyed before the workers start. */
+    if (job->args->cache_key && n_threads > 1)
+        run_item(job, &job->items[job->next++]);
     for (size_t t = 1; threads && t < n_threads; t++)
         if (pthread_create(&threads[started], NULL, worker, job) == 0)
             started++;

@@ -255,6 +255,8 @@ int kc_objaddr_parse(kc_objaddr *out, const char *url, const kc_objaddr_settings
 {
     memset(out, 0, sizeof(*out));
     out->s3 = !strncmp(url, "s3://", 5);
+    if (s->ca[0] && (size_t)snprintf(out->ca, sizeof(out->ca), "%s", s->ca) >= sizeof(out->ca))
+        return kc_fmt(msg, msg_size, KCACHE_EINVAL, "remote_ca: the path is too long");
     int rc = out->s3 ? parse_s3(out, url, s, msg, msg_size) : parse_http(out, url, s, msg,
                                                                          msg_size);
     if (rc)

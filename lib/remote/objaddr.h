@@ -18,13 +18,14 @@ typedef struct kc_objaddr {
     char sigv4[160];       /* "aws:amz:REGION:s3" */
     char access_key[256], secret_key[256], session_token[2048];
     char user[128], password[256], token[1024]; /* http: basic (from the URL) or bearer */
+    char ca[1024];         /* remote_ca: the CA certificates (PEM) to verify against; "" the system's */
     int authenticated;     /* credentials are sent */
     unsigned connect_ms, timeout_ms;
 } kc_objaddr;
 
 /* The settings an object-storage remote reads beside remote (each "" when unset). */
 typedef struct kc_objaddr_settings {
-    const char *s3_endpoint, *s3_region, *s3_addressing, *token;
+    const char *s3_endpoint, *s3_region, *s3_addressing, *token, *ca;
 } kc_objaddr_settings;
 
 /* Whether url names an object-storage remote (s3://, http://, https://). */

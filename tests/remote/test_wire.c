@@ -245,7 +245,7 @@ static void test_objaddr(void)
                            "aws_session_token = T\n");
     setenv("AWS_SHARED_CREDENTIALS_FILE", creds, 1);
     setenv("AWS_PROFILE", "ci", 1);
-    kc_objaddr_settings path = {"http://127.0.0.1:9000", "", "", ""};
+    kc_objaddr_settings path = {"http://127.0.0.1:9000", "", "", "", ""};
     CHECK_RC(kc_objaddr_parse(&a, "s3://bkt/team", &path, msg, sizeof(msg)), 0);
     CHECK(kc_objaddr_url(url, sizeof(url), &a, "kcache:entry:ab") == 0);
     CHECK(!strcmp(url, "http://127.0.0.1:9000/bkt/team/kcache%3Aentry%3Aab"));
@@ -255,7 +255,7 @@ static void test_objaddr(void)
     CHECK(kc_objaddr_list_url(url, sizeof(url), &a, "team/kcache:entry:", "a/b=") == 0);
     CHECK(!strcmp(url, "http://127.0.0.1:9000/bkt/?continuation-token=a%2Fb%3D&list-type=2&"
                        "max-keys=1000&prefix=team%2Fkcache%3Aentry%3A"));
-    kc_objaddr_settings aws = {"", "eu-west-1", "", ""};
+    kc_objaddr_settings aws = {"", "eu-west-1", "", "", ""};
     unsetenv("AWS_PROFILE");
     CHECK_RC(kc_objaddr_parse(&a, "s3://bkt", &aws, msg, sizeof(msg)), 0);
     CHECK(kc_objaddr_url(url, sizeof(url), &a, "x") == 0);
@@ -266,7 +266,7 @@ static void test_objaddr(void)
     CHECK(strstr(msg, "AWS_PROFILE absent") && !a.secret_key[0]);
     unsetenv("AWS_PROFILE");
     unsetenv("AWS_SHARED_CREDENTIALS_FILE");
-    kc_objaddr_settings none = {"", "", "", "tok"};
+    kc_objaddr_settings none = {"", "", "", "tok", ""};
     CHECK_RC(kc_objaddr_parse(&a, "https://u:p@w@h:8/c/", &none, msg, sizeof(msg)), 0);
     CHECK(!strcmp(a.base, "https://h:8/c") && !strcmp(a.user, "u") && !strcmp(a.password, "p@w"));
     CHECK(!strcmp(a.shown, "https://u:***@h:8/c") && !strcmp(a.token, "tok"));
