@@ -681,22 +681,13 @@ int kc_caller_take_made(struct caller_step *s, struct kc_result *r, const kcache
         return KCACHE_ENOMEM;
     r->pub.data = r->data;
     r->pub.size = m->size;
-    r->exprs = kc_calloc(m->n_names + 1, sizeof(char *));
-    r->lowered = kc_calloc(m->n_names + 1, sizeof(char *));
-    if (!r->exprs || !r->lowered || !(s->toolchain = kc_strdup(m->toolchain ? m->toolchain
-                                                                 : "the caller's compiler")))
+    if (!(s->toolchain = kc_strdup(m->toolchain ? m->toolchain : "the caller's compiler")))
         return KCACHE_ENOMEM;
-    for (size_t i = 0; i < m->n_names; i++) {
-        r->exprs[i] = kc_strdup(m->name_exprs[i] ? m->name_exprs[i] : "");
-        r->lowered[i] = kc_strdup(m->lowered_names[i] ? m->lowered_names[i] : "");
-        r->n_names = i + 1;
-        if (!r->exprs[i] || !r->lowered[i])
-            return KCACHE_ENOMEM;
-    }
-    r->pub.n_names = r->n_names;
-    r->pub.name_exprs = (const char *const *)r->exprs;
-    r->pub.lowered_names = (const char *const *)r->lowered;
-    return 0;
+    rc = kc_result_names_begin(r, m->n_names);
+    for (size_t i = 0; !rc && i < m->n_names; i++)
+        rc = kc_result_add_name(r, m->name_exprs[i] ? m->name_exprs[i] : "",
+                                m->lowered_names[i] ? m->lowered_names[i] : "");
+    return rc;
 }
 
 static int run_caller_step(void *ctx, struct kc_result *r)

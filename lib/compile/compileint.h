@@ -72,6 +72,10 @@ int kc_result_compile_failed(struct kc_result *r, const char *source_name,
                              const char *toolkit_root);
 void kc_result_store_problem(struct kc_result *r, int status, const char *msg);
 void kc_result_from_entry(struct kc_result *r, kcache_entry *e);
+/* Room for n name expressions in r's fresh result. 0 or KCACHE_ENOMEM. */
+int kc_result_names_begin(struct kc_result *r, size_t n);
+/* The next name expression and its lowered name, copied into r. 0 or KCACHE_ENOMEM. */
+int kc_result_add_name(struct kc_result *r, const char *expr, const char *lowered);
 
 struct heartbeat {
     pthread_t thread;

@@ -228,25 +228,15 @@ static int take_output(const kc_nvrtc *api, nvrtcProgram prog, const struct work
 static int take_names(const kc_nvrtc *api, nvrtcProgram prog, const kcache_request *req,
                       struct kc_result *r)
 {
-    r->exprs = kc_calloc(req->n_name_exprs + 1, sizeof(char *));
-    r->lowered = kc_calloc(req->n_name_exprs + 1, sizeof(char *));
-    if (!r->exprs || !r->lowered)
-        return KCACHE_ENOMEM;
-    for (size_t i = 0; i < req->n_name_exprs; i++) {
+    int rc = kc_result_names_begin(r, req->n_name_exprs);
+    for (size_t i = 0; !rc && i < req->n_name_exprs; i++) {
         const char *lowered = NULL;
         nvrtcResult res = api->GetLoweredName(prog, req->name_exprs[i], &lowered);
-        if (res != NVRTC_SUCCESS)
-            return nvrtc_fail(r, api, res, "has no lowered name for a name expression");
-        r->exprs[i] = kc_strdup(req->name_exprs[i]);
-        r->lowered[i] = kc_strdup(lowered);
-        r->n_names = i + 1;
-        if (!r->exprs[i] || !r->lowered[i])
-            return KCACHE_ENOMEM;
+        rc = res != NVRTC_SUCCESS
+                 ? nvrtc_fail(r, api, res, "has no lowered name for a name expression")
+                 : kc_result_add_name(r, req->name_exprs[i], lowered);
     }
-    r->pub.n_names = r->n_names;
-    r->pub.name_exprs = (const char *const *)r->exprs;
-    r->pub.lowered_names = (const char *const *)r->lowered;
-    return 0;
+    return rc;
 }
 
 /*

@@ -56,18 +56,18 @@
 
 struct overlap {
     struct caller_step *s;
-    struct kc_result *r;    /* the resolution thread's until joined */
-    int64_t started_at;     /* kc_identity_now_ns() before the compiler was called */
+    struct kc_result *r; /* the resolution thread's until joined */
+    int64_t started_at;  /* kc_identity_now_ns() before the compiler was called */
     pthread_t thread;
     int joined;
-    int rc;                 /* the resolution's: 0, or an error r says */
-    int found;              /* 1, or 2 under the key with the name: r is that entry */
+    int rc;    /* the resolution's: 0, or an error r says */
+    int found; /* 1, or 2 under the key with the name: r is that entry */
     int leased, store_failed;
-    kcache_key lease_key;   /* the key looked up (a result may be filed under another) */
+    kcache_key lease_key; /* the key looked up (a result may be filed under another) */
     atomic_int stop;
     struct heartbeat hb;
     kcache_probe *probes;
-    int told;               /* the compiler was handed the closure */
+    int told; /* the compiler was handed the closure */
 };
 
 static int more_than_one_cpu(void)
@@ -95,8 +95,8 @@ static void *resolve_main(void *arg)
         return NULL;
     unsigned get_flags = s->req->flags & KCACHE_COMPILE_UNCOUNTED ? KCACHE_GET_NO_COUNT : 0;
     const kcache_key key = o->lease_key = o->r->pub.key;
-    int found = kc_lookup_or_lease(s->c, &key, s->w->name_free ? &s->w->named_key : NULL,
-                                   get_flags, o->r, &o->leased);
+    int found = kc_lookup_or_lease(s->c, &key, s->w->name_free ? &s->w->named_key : NULL, get_flags,
+                                   o->r, &o->leased);
     if (found > 0) {
         o->found = found;
         atomic_store(&o->stop, 1);
