@@ -432,7 +432,7 @@ static void swap_key(struct kc_result *r, kcache_key *key, kc_buf *material)
 }
 
 /* Puts the key with the name in r's place (w then holds the one without). */
-static void use_named_key(struct work *w, struct kc_result *r)
+void kc_use_named_key(struct work *w, struct kc_result *r)
 {
     swap_key(r, &w->named_key, &w->named_material);
     w->name_free = 0;
@@ -456,7 +456,7 @@ static void key_as_shown(struct work *w, struct kc_result *r)
         return;
     int shows = kc_name_shows(r, w->source_name);
     if (shows == KC_NAME_FULL || (shows == KC_NAME_BASE && !w->has_based))
-        use_named_key(w, r);
+        kc_use_named_key(w, r);
     else if (shows == KC_NAME_BASE)
         use_based_key(w, r);
 }
@@ -485,7 +485,7 @@ static int name_free_hit(kcache_compiler *c, struct work *w, unsigned flags,
     if (rc) /* not there, or a store error that the lookup under the lease reports */
         return 0;
     if (as == KC_NAME_FULL)
-        use_named_key(w, r);
+        kc_use_named_key(w, r);
     else if (as == KC_NAME_BASE)
         use_based_key(w, r);
     else
@@ -635,6 +635,11 @@ static const char *kept_restrict(const struct work *w)
            "it (NVIDIA's NVRTC keeps the option): compiled as NVRTC would here, uncached";
 }
 
+const char *kc_kept_restrict(const struct work *w)
+{
+    return kept_restrict(w);
+}
+
 /* A compile as a step of kc_through_cache(). */
 struct compile_step {
     kcache_compiler *c;
@@ -687,23 +692,15 @@ static void store_compile_step(void *ctx, struct kc_result *r)
 }
 
 /* A miss compiled by the caller's own compiler (kcache_request.compile). */
-struct caller_step {
-    kcache_compiler *c;
-    const kcache_request *req;
-    struct work *w;
-    char *toolchain;
-    const char *no_store;   /* why the artifact is returned but not stored, or NULL */
-};
-
 /* A waiter served under the key with the name: that key in r's place (kc_step.also). */
 static void served_named_compile(void *ctx, struct kc_result *r)
 {
-    use_named_key(((struct compile_step *)ctx)->w, r);
+    kc_use_named_key(((struct compile_step *)ctx)->w, r);
 }
 
 static void served_named_caller(void *ctx, struct kc_result *r)
 {
-    use_named_key(((struct caller_step *)ctx)->w, r);
+    kc_use_named_key(((struct caller_step *)ctx)->w, r);
 }
 
 /*
@@ -711,7 +708,7 @@ static void served_named_caller(void *ctx, struct kc_result *r)
  * compiler that reads the disk itself ran: a file edited during the compile
  * may have been read in either state. 1, 0, or KCACHE_ENOMEM.
  */
-static int closure_holds(const struct work *w)
+int kc_closure_holds(const struct work *w)
 {
     kc_buf blob = {0}, refreshed = {0};
     int rc = kc_manifest_encode(&blob, w->deps.probes, w->deps.n_probes, NULL);
@@ -719,6 +716,44 @@ static int closure_holds(const struct work *w)
         rc = kc_manifest_check(blob.data, blob.size, w->resolved_at, NULL, &refreshed);
     kc_buf_free(&blob);
     kc_buf_free(&refreshed);
+    return rc;
+}
+
+kcache_probe *kc_caller_probes(const struct work *w)
+{
+    kcache_probe *probes = kc_calloc(w->deps.n_probes + 1, sizeof(*probes));
+    for (size_t i = 0; probes && i < w->deps.n_probes; i++) {
+        int state = w->deps.probes[i].state;
+        probes[i] = (kcache_probe){w->deps.probes[i].path,
+                                   state == KC_PROBE_FILE || state == KC_PROBE_TOOLKIT};
+    }
+    return probes;
+}
+
+int kc_caller_take_made(struct caller_step *s, struct kc_result *r, const kcache_made *m, int rc)
+{
+    if (m->log && *m->log) {
+        if (!(r->log = kc_strdup(m->log)))
+            return KCACHE_ENOMEM;
+        r->pub.log = r->log;
+    }
+    if (rc == KCACHE_ECOMPILE)
+        return kc_result_compile_failed(r, s->w->source_name, s->c->tk.root);
+    if (rc)
+        return kc_result_fail(r, rc < 0 ? rc : KCACHE_EIO, "the caller's compiler failed (%d)",
+                              rc);
+    if (!m->data || !m->size || (m->n_names && (!m->name_exprs || !m->lowered_names)))
+        return kc_result_fail(r, KCACHE_EINVAL, "the caller's compiler gave no artifact");
+    if (!(r->data = kc_memdup(m->data, m->size)))
+        return KCACHE_ENOMEM;
+    r->pub.data = r->data;
+    r->pub.size = m->size;
+    if (!(s->toolchain = kc_strdup(m->toolchain ? m->toolchain : "the caller's compiler")))
+        return KCACHE_ENOMEM;
+    rc = kc_result_names_begin(r, m->n_names);
+    for (size_t i = 0; !rc && i < m->n_names; i++)
+        rc = kc_result_add_name(r, m->name_exprs[i] ? m->name_exprs[i] : "",
+                                m->lowered_names[i] ? m->lowered_names[i] : "");
     return rc;
 }
 
@@ -730,13 +765,8 @@ static int run_caller_step(void *ctx, struct kc_result *r)
     /* The closure, for a compiler that reads the disk to check what it read against. */
     kcache_probe *probes = NULL;
     if (s->req->version >= 3) {
-        if (!(probes = kc_calloc(s->w->deps.n_probes + 1, sizeof(*probes))))
+        if (!(probes = kc_caller_probes(s->w)))
             return KCACHE_ENOMEM;
-        for (size_t i = 0; i < s->w->deps.n_probes; i++) {
-            int state = s->w->deps.probes[i].state;
-            probes[i] = (kcache_probe){s->w->deps.probes[i].path,
-                                       state == KC_PROBE_FILE || state == KC_PROBE_TOOLKIT};
-        }
         m.n_probes = s->w->deps.n_probes;
         m.probes = probes;
         m.toolkit_root = s->c->tk.root;
@@ -754,45 +784,14 @@ static int run_caller_step(void *ctx, struct kc_result *r)
         s->no_store = m.no_store;
     else if (kc_nvenv_unkeyed_since(&s->c->tk, mark, env_problem, sizeof(env_problem)))
         s->no_store = "environment-not-keyed";
-    else if (!rc && !s->no_store && closure_holds(s->w) != 1)
+    else if (!rc && !s->no_store && kc_closure_holds(s->w) != 1)
         s->no_store = "closure-changed";
     else if (!s->no_store && kept_restrict(s->w))
         s->no_store = "restrict-kept"; /* the drop-in's name (nvrtc-shim/shim.c) */
-    if (m.log && *m.log) {
-        if (!(r->log = kc_strdup(m.log)))
-            return KCACHE_ENOMEM;
-        r->pub.log = r->log;
-    }
-    if (rc == KCACHE_ECOMPILE)
-        return kc_result_compile_failed(r, s->w->source_name, s->c->tk.root);
-    if (rc)
-        return kc_result_fail(r, rc < 0 ? rc : KCACHE_EIO, "the caller's compiler failed (%d)",
-                              rc);
-    if (!m.data || !m.size || (m.n_names && (!m.name_exprs || !m.lowered_names)))
-        return kc_result_fail(r, KCACHE_EINVAL, "the caller's compiler gave no artifact");
-    if (!(r->data = kc_memdup(m.data, m.size)))
-        return KCACHE_ENOMEM;
-    r->pub.data = r->data;
-    r->pub.size = m.size;
-    r->exprs = kc_calloc(m.n_names + 1, sizeof(char *));
-    r->lowered = kc_calloc(m.n_names + 1, sizeof(char *));
-    if (!r->exprs || !r->lowered || !(s->toolchain = kc_strdup(m.toolchain ? m.toolchain
-                                                                 : "the caller's compiler")))
-        return KCACHE_ENOMEM;
-    for (size_t i = 0; i < m.n_names; i++) {
-        r->exprs[i] = kc_strdup(m.name_exprs[i] ? m.name_exprs[i] : "");
-        r->lowered[i] = kc_strdup(m.lowered_names[i] ? m.lowered_names[i] : "");
-        r->n_names = i + 1;
-        if (!r->exprs[i] || !r->lowered[i])
-            return KCACHE_ENOMEM;
-    }
-    r->pub.n_names = r->n_names;
-    r->pub.name_exprs = (const char *const *)r->exprs;
-    r->pub.lowered_names = (const char *const *)r->lowered;
-    return 0;
+    return kc_caller_take_made(s, r, &m, rc);
 }
 
-static void store_caller_step(void *ctx, struct kc_result *r)
+void kc_caller_store(void *ctx, struct kc_result *r)
 {
     struct caller_step *s = ctx;
     if (s->no_store) {
@@ -916,6 +915,21 @@ static void record_manifest(kcache_compiler *c, const kcache_request *req, const
     kc_buf_free(&blob);
 }
 
+int kc_resolve_and_key(kcache_compiler *c, const kcache_request *req, struct work *w,
+                       struct kc_result *r)
+{
+    int borrowed = borrow_resolution(c, req, w);
+    int rc = borrowed < 0 ? borrowed : borrowed ? 0 : resolve_deps(c, req, w, r);
+    if (!rc)
+        rc = derive_key(c, req, w, r);
+    if (!rc && w->env.reason[0] && !w->deps.not_hermetic) {
+        w->deps.not_hermetic = 1;
+        snprintf(w->deps.reason, sizeof(w->deps.reason), "%s", w->env.reason);
+        snprintf(w->deps.problem, sizeof(w->deps.problem), "%s", w->env.problem);
+    }
+    return rc;
+}
+
 /* Drops what a run left in r, for another run. */
 static void clear_output(struct kc_result *r)
 {
@@ -946,6 +960,28 @@ static void first_error(char *out, size_t size, const char *log)
     while (start > log && start[-1] != '\n')
         start--;
     snprintf(out, size, "%.*s", (int)KC_MIN(strcspn(start, "\n"), size - 1), start);
+}
+
+/*
+ * A miss whose caller's compile runs while the includes are resolved
+ * (overlap.c), then what the sequential path does after it: 0 or an error,
+ * or KC_OVERLAP_DECLINED (nothing ran).
+ */
+static int overlapped(kcache_compiler *c, const kcache_request *req, struct work *w,
+                      struct kc_result *r, int have_base)
+{
+    struct caller_step caller = {c, req, w, NULL, NULL};
+    int rc = kc_overlap_miss(&caller, r);
+    if (rc == KC_OVERLAP_DECLINED)
+        return rc;
+    if (!rc && w->deps.not_hermetic)
+        kc_store_count_uncacheable(c->store, w->deps.reason);
+    if (!rc && r->pub.keyed && have_base && !caller.no_store)
+        record_manifest(c, w, r);
+    if (!rc && r->pub.keyed && !caller.no_store)
+        keep_resolution(c, req, w, r);
+    free(caller.toolchain);
+    return rc;
 }
 
 static int compile_request(kcache_compiler *c, const void *request, struct kc_result *r)
@@ -987,15 +1023,10 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
             goto out;
         }
     }
-    int borrowed = borrow_resolution(c, req, &w);
-    rc = borrowed < 0 ? borrowed : borrowed ? 0 : resolve_deps(c, req, &w, r);
-    if (!rc)
-        rc = derive_key(c, req, &w, r);
-    if (!rc && w.env.reason[0] && !w.deps.not_hermetic) {
-        w.deps.not_hermetic = 1;
-        snprintf(w.deps.reason, sizeof(w.deps.reason), "%s", w.env.reason);
-        snprintf(w.deps.problem, sizeof(w.deps.problem), "%s", w.env.problem);
-    }
+    if (kc_overlap_wanted(c, req, &w) &&
+        (rc = overlapped(c, req, &w, r, have_base)) != KC_OVERLAP_DECLINED)
+        goto out;
+    rc = kc_resolve_and_key(c, req, &w, r);
     int hermetic = !w.deps.not_hermetic;
     r->pub.keyed = !rc && hermetic;
     if (rc)
@@ -1015,7 +1046,7 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
                            NULL, NULL};
     struct caller_step caller = {c, req, &w, NULL, NULL};
     if (req->version >= 2 && req->compile)
-        step = (struct kc_step){run_caller_step, store_caller_step, &caller, w.nvrtc_arch, w.kind,
+        step = (struct kc_step){run_caller_step, kc_caller_store, &caller, w.nvrtc_arch, w.kind,
                                 NULL, NULL};
     if (w.name_free) {
         /* A holder whose result showed the name filed it under the key with the name. */

@@ -72,6 +72,10 @@ int kc_result_compile_failed(struct kc_result *r, const char *source_name,
                              const char *toolkit_root);
 void kc_result_store_problem(struct kc_result *r, int status, const char *msg);
 void kc_result_from_entry(struct kc_result *r, kcache_entry *e);
+/* Room for n name expressions in r's fresh result. 0 or KCACHE_ENOMEM. */
+int kc_result_names_begin(struct kc_result *r, size_t n);
+/* The next name expression and its lowered name, copied into r. 0 or KCACHE_ENOMEM. */
+int kc_result_add_name(struct kc_result *r, const char *expr, const char *lowered);
 
 struct heartbeat {
     pthread_t thread;
@@ -172,6 +176,46 @@ struct work {
 };
 
 void kc_work_free(struct work *w);
+
+/* A compile by the caller's own compiler (kcache_request.compile), as a step. */
+struct caller_step {
+    kcache_compiler *c;
+    const kcache_request *req;
+    struct work *w;
+    char *toolchain;
+    const char *no_store;   /* why the artifact is returned but not stored, or NULL */
+};
+
+/*
+ * The include resolution (or a kept one borrowed) and the key, into w and r:
+ * the one way a request's key is derived, whether the compile waits for it
+ * or not (overlap.c).
+ */
+int kc_resolve_and_key(kcache_compiler *c, const kcache_request *req, struct work *w,
+                       struct kc_result *r);
+/* Why NVRTC's kept -restrict makes w's compile other bytes than its options say, or NULL. */
+const char *kc_kept_restrict(const struct work *w);
+/* Whether every path of w's closure still holds what was keyed: 1, 0, or KCACHE_ENOMEM. */
+int kc_closure_holds(const struct work *w);
+/* w's closure as kcache_made hands it (paths borrowed from w); NULL: out of memory. */
+kcache_probe *kc_caller_probes(const struct work *w);
+/* What the caller's compiler made (rc: what it returned) into r. */
+int kc_caller_take_made(struct caller_step *s, struct kc_result *r, const kcache_made *m, int rc);
+/* Stores r as the caller's compile's entry, or says why not (s->no_store). */
+void kc_caller_store(void *ctx, struct kc_result *r);
+/* Puts the key with the program's name in r's place (w then holds the one without). */
+void kc_use_named_key(struct work *w, struct kc_result *r);
+
+/*
+ * overlap.c: whether a miss of req may run the caller's compiler while
+ * another thread resolves; and that miss, run. kc_overlap_miss() returns 0
+ * or an error as a compile does (r says which, a hit included), or
+ * KC_OVERLAP_DECLINED when it could not start (nothing ran: go the
+ * sequential way).
+ */
+#define KC_OVERLAP_DECLINED 1
+int kc_overlap_wanted(const kcache_compiler *c, const kcache_request *req, const struct work *w);
+int kc_overlap_miss(struct caller_step *s, struct kc_result *r);
 
 /*
  * The program's name (progname.c). 1 if the request may be keyed without it:

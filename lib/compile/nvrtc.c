@@ -54,63 +54,74 @@ static int invalid_option(struct kc_result *r, const kc_nvrtc *api, const char *
     return nvrtc_fail(r, api, NVRTC_ERROR_INVALID_OPTION, "failed");
 }
 
-/*
- * Runs NVRTC. Hermetic: the user headers go in memory under their spellings,
- * only the toolkit's -I directories are passed, and the source directory is
- * not searched. Otherwise (not cacheable) NVRTC reads from disk as usual.
- */
-int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct work *w,
-                 struct kc_result *r, int hermetic)
+/* What NVRTC is handed besides the source: headers in memory and options. */
+struct nvrtc_args {
+    const char **contents, **spellings;
+    size_t n_headers;
+    char **opts, **handed;
+    size_t n_opts, n_handed;
+};
+
+static void nvrtc_args_free(struct nvrtc_args *a)
 {
-    const kc_nvrtc *api;
-    char msg[512];
-    int rc = kc_nvrtc_get(&c->tk, &api, msg, sizeof(msg));
-    if (rc)
-        return kc_result_fail(r, rc, "%s", msg);
-    size_t n_headers = 0;
+    kc_strv_free(a->opts, a->n_opts);
+    kc_strv_free(a->handed, a->n_handed);
+    free(a->contents);
+    free(a->spellings);
+}
+
+/*
+ * The headers NVRTC gets in memory. Hermetic: the user headers the resolution
+ * read, and the toolkit headers handed by spelling (resolve/hermetic.c says
+ * which and why) as one #include of the file by its real path, which NVRTC
+ * opens as it opens every toolkit header; hermetic.c hands no path that
+ * needs escaping in a string literal. Reading the disk as NVRTC would: the
+ * caller's in-memory headers.
+ */
+static int nvrtc_headers(struct nvrtc_args *a, const kcache_compiler *c,
+                         const kcache_request *req, const struct work *w, struct kc_result *r,
+                         int hermetic)
+{
+    char buf[PATH_MAX + 32];
     size_t n_mem = req->version >= 2 ? req->n_headers : 0;
     size_t n_max = (hermetic ? w->deps.n_deps + w->deps.n_handed / 2 : n_mem) + 1;
-    const char **contents = kc_calloc(n_max, sizeof(char *));
-    const char **spellings = kc_calloc(n_max, sizeof(char *));
-    char **opts = NULL, **handed = NULL;
-    size_t n_opts = 0, n_handed = 0;
-    nvrtcProgram prog = NULL;
-    char buf[PATH_MAX + 32];
-    if (!contents || !spellings) {
-        rc = KCACHE_ENOMEM;
-        goto out;
-    }
+    a->contents = kc_calloc(n_max, sizeof(char *));
+    a->spellings = kc_calloc(n_max, sizeof(char *));
+    if (!a->contents || !a->spellings)
+        return KCACHE_ENOMEM;
     for (size_t i = 0; hermetic && i < w->deps.n_deps; i++) {
         if (w->deps.deps[i].state != KC_DEP_USER)
             continue;
-        contents[n_headers] = w->deps.deps[i].content;
-        spellings[n_headers++] = w->deps.deps[i].name;
+        a->contents[a->n_headers] = w->deps.deps[i].content;
+        a->spellings[a->n_headers++] = w->deps.deps[i].name;
     }
-    /*
-     * Toolkit headers handed by spelling (resolve/hermetic.c says which and
-     * why): one #include of the file by its real path, which NVRTC opens as
-     * it opens every toolkit header. hermetic.c hands no path that needs
-     * escaping in a string literal.
-     */
-    for (size_t i = 0; hermetic && !rc && i + 1 < w->deps.n_handed; i += 2) {
+    for (size_t i = 0; hermetic && i + 1 < w->deps.n_handed; i += 2) {
         int len = snprintf(buf, sizeof(buf), "#include \"%s/%s\"\n", c->tk.root,
                            w->deps.handed[i + 1]);
-        if (len < 0 || (size_t)len >= sizeof(buf)) {
-            rc = kc_result_fail(r, KCACHE_EINVAL, "a toolkit header's path is too long");
-            break;
-        }
-        if (!(rc = kc_strv_push(&handed, &n_handed, buf))) {
-            contents[n_headers] = handed[n_handed - 1];
-            spellings[n_headers++] = w->deps.handed[i];
-        }
+        if (len < 0 || (size_t)len >= sizeof(buf))
+            return kc_result_fail(r, KCACHE_EINVAL, "a toolkit header's path is too long");
+        int rc = kc_strv_push(&a->handed, &a->n_handed, buf);
+        if (rc)
+            return rc;
+        a->contents[a->n_headers] = a->handed[a->n_handed - 1];
+        a->spellings[a->n_headers++] = w->deps.handed[i];
     }
-    /* Reading the disk as NVRTC would: the caller's in-memory headers still go in. */
     for (size_t i = 0; !hermetic && i < n_mem; i++) {
-        contents[n_headers] = req->header_contents[i];
-        spellings[n_headers++] = req->header_names[i];
+        a->contents[a->n_headers] = req->header_contents[i];
+        a->spellings[a->n_headers++] = req->header_names[i];
     }
+    return 0;
+}
+
+/* The options NVRTC gets: the request's, the target, the search path and the seed. */
+static int nvrtc_options(struct nvrtc_args *a, const kcache_compiler *c,
+                         const kcache_request *req, const struct work *w, struct kc_result *r,
+                         int hermetic)
+{
+    char buf[PATH_MAX + 32];
+    int rc = 0;
     for (size_t i = 0; i < w->opts.n_canonical && !rc; i++)
-        rc = kc_strv_push(&opts, &n_opts, w->opts.canonical[i]);
+        rc = kc_strv_push(&a->opts, &a->n_opts, w->opts.canonical[i]);
     for (size_t i = 0; i < w->opts.n_unkeyed && !rc; i++) {
         /*
          * Not NVRTC's automatic PCH, in any compile kcache runs: NVRTC 13
@@ -124,14 +135,14 @@ int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct wor
          */
         if (!strcmp(w->opts.unkeyed[i], "--pch"))
             continue;
-        rc = kc_strv_push(&opts, &n_opts, w->opts.unkeyed[i]);
+        rc = kc_strv_push(&a->opts, &a->n_opts, w->opts.unkeyed[i]);
     }
     /* Several -arch: NVRTC combines them as it does (uncached, compile.c). */
     for (size_t i = 0; w->opts.several_archs && i < w->opts.n_archs && !rc; i++)
-        rc = kc_strv_push(&opts, &n_opts, w->opts.archs[i]);
+        rc = kc_strv_push(&a->opts, &a->n_opts, w->opts.archs[i]);
     snprintf(buf, sizeof(buf), "--gpu-architecture=%s", w->nvrtc_arch);
     if (!rc && !w->opts.several_archs)
-        rc = kc_strv_push(&opts, &n_opts, buf);
+        rc = kc_strv_push(&a->opts, &a->n_opts, buf);
     /*
      * Hermetic: the toolkit's directories alone, by their real paths, so that
      * a toolkit header's bytes (its __FILE__) do not depend on how the request
@@ -140,15 +151,15 @@ int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct wor
     for (size_t i = 0; hermetic && i < w->n_tk_dirs && !rc; i++) {
         int len = snprintf(buf, sizeof(buf), "--include-path=%s/%s", c->tk.root, w->tk_dirs[i]);
         rc = len > 0 && (size_t)len < sizeof(buf)
-                 ? kc_strv_push(&opts, &n_opts, buf)
+                 ? kc_strv_push(&a->opts, &a->n_opts, buf)
                  : kc_result_fail(r, KCACHE_EINVAL, "a toolkit directory's path is too long");
     }
     for (size_t i = 0; !hermetic && i < w->opts.n_include_dirs && !rc; i++) {
         snprintf(buf, sizeof(buf), "--include-path=%s", w->opts.include_dirs[i]);
-        rc = kc_strv_push(&opts, &n_opts, buf);
+        rc = kc_strv_push(&a->opts, &a->n_opts, buf);
     }
     if (!rc && (hermetic || w->opts.no_source_include))
-        rc = kc_strv_push(&opts, &n_opts, "--no-source-include");
+        rc = kc_strv_push(&a->opts, &a->n_opts, "--no-source-include");
     if (!rc && !w->opts.has_seed) {
         /* Reproducible bytes: the seed comes from the key, so a recompile, a
          * CI runner and a laptop all produce the same CUBIN for one key.
@@ -156,17 +167,102 @@ int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct wor
          * internal-linkage names of block_sort.cu still varied). */
         snprintf(buf, sizeof(buf), "--frandom-seed=0x%02x%02x%02x%02x", r->pub.key.bytes[0],
                  r->pub.key.bytes[1], r->pub.key.bytes[2], r->pub.key.bytes[3]);
-        rc = kc_strv_push(&opts, &n_opts, buf);
+        rc = kc_strv_push(&a->opts, &a->n_opts, buf);
     }
     if (!rc)
-        rc = kc_nvrtc_cache_option(&opts, &n_opts, &w->opts, req->flags);
+        rc = kc_nvrtc_cache_option(&a->opts, &a->n_opts, &w->opts, req->flags);
+    return rc;
+}
+
+/* NVRTC's log of prog into r (none when it has none). */
+static int take_log(const kc_nvrtc *api, nvrtcProgram prog, struct kc_result *r)
+{
+    size_t log_size = 0;
+    if (api->GetProgramLogSize(prog, &log_size) != NVRTC_SUCCESS || log_size <= 1)
+        return 0;
+    if (!(r->log = kc_malloc(log_size)))
+        return KCACHE_ENOMEM;
+    if (api->GetProgramLog(prog, r->log) != NVRTC_SUCCESS)
+        r->log[0] = '\0';
+    r->log[log_size - 1] = '\0';
+    r->pub.log = r->log;
+    return 0;
+}
+
+/* The artifact of w's kind, NUL-terminated, into r. */
+static int take_output(const kc_nvrtc *api, nvrtcProgram prog, const struct work *w,
+                       struct kc_result *r)
+{
+    size_t size = 0;
+    nvrtcResult res;
+    if (w->kind == KCACHE_KIND_CUBIN)
+        res = api->GetCUBINSize(prog, &size);
+    else if (w->kind == KCACHE_KIND_PTX)
+        res = api->GetPTXSize(prog, &size);
+    else
+        res = api->GetLTOIRSize(prog, &size);
+    if (res != NVRTC_SUCCESS || size == 0)
+        return res != NVRTC_SUCCESS ? nvrtc_fail(r, api, res, "gave no output")
+                                    : kc_result_fail(r, KCACHE_EIO, "NVRTC gave an empty %s",
+                                                     kcache_kind_name(w->kind));
+    if (!(r->data = kc_malloc(size + 1)))
+        return KCACHE_ENOMEM;
+    if (w->kind == KCACHE_KIND_CUBIN)
+        res = api->GetCUBIN(prog, r->data);
+    else if (w->kind == KCACHE_KIND_PTX)
+        res = api->GetPTX(prog, r->data);
+    else
+        res = api->GetLTOIR(prog, r->data);
+    if (res != NVRTC_SUCCESS)
+        return nvrtc_fail(r, api, res, "gave no output");
+    /* PTX comes NUL-terminated and its size counts the NUL: store the text. */
+    if (w->kind == KCACHE_KIND_PTX && size > 0 && r->data[size - 1] == '\0')
+        size--;
+    r->data[size] = '\0';
+    r->pub.data = r->data;
+    r->pub.size = size;
+    return 0;
+}
+
+/* The lowered name of each of the request's name expressions, into r. */
+static int take_names(const kc_nvrtc *api, nvrtcProgram prog, const kcache_request *req,
+                      struct kc_result *r)
+{
+    int rc = kc_result_names_begin(r, req->n_name_exprs);
+    for (size_t i = 0; !rc && i < req->n_name_exprs; i++) {
+        const char *lowered = NULL;
+        nvrtcResult res = api->GetLoweredName(prog, req->name_exprs[i], &lowered);
+        rc = res != NVRTC_SUCCESS
+                 ? nvrtc_fail(r, api, res, "has no lowered name for a name expression")
+                 : kc_result_add_name(r, req->name_exprs[i], lowered);
+    }
+    return rc;
+}
+
+/*
+ * Runs NVRTC. Hermetic: the user headers go in memory under their spellings,
+ * only the toolkit's -I directories are passed, and the source directory is
+ * not searched. Otherwise (not cacheable) NVRTC reads from disk as usual.
+ */
+int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct work *w,
+                 struct kc_result *r, int hermetic)
+{
+    const kc_nvrtc *api;
+    char msg[512];
+    int rc = kc_nvrtc_get(&c->tk, &api, msg, sizeof(msg));
     if (rc)
+        return kc_result_fail(r, rc, "%s", msg);
+    struct nvrtc_args a;
+    memset(&a, 0, sizeof(a));
+    nvrtcProgram prog = NULL;
+    if ((rc = nvrtc_headers(&a, c, req, w, r, hermetic)) ||
+        (rc = nvrtc_options(&a, c, req, w, r, hermetic)))
         goto out;
     /* Not hermetic: let NVRTC find "quoted" headers beside the source file. */
     const char *name = !hermetic && req->source_path ? req->source_path : w->source_name;
     const char *source = hermetic && w->deps.source ? w->deps.source : w->source;
-    nvrtcResult res = api->CreateProgram(&prog, source, name, (int)n_headers, contents,
-                                         spellings);
+    nvrtcResult res = api->CreateProgram(&prog, source, name, (int)a.n_headers, a.contents,
+                                         a.spellings);
     if (res != NVRTC_SUCCESS) {
         rc = nvrtc_fail(r, api, res, "could not take the program");
         goto out;
@@ -177,21 +273,12 @@ int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct wor
             goto out;
         }
     }
-    kc_nvrtc_note_options(n_opts, (const char *const *)opts);
+    kc_nvrtc_note_options(a.n_opts, (const char *const *)a.opts);
     uint64_t t0 = kc_mono_ns();
-    nvrtcResult compiled = api->CompileProgram(prog, (int)n_opts, (const char *const *)opts);
+    nvrtcResult compiled = api->CompileProgram(prog, (int)a.n_opts, (const char *const *)a.opts);
     r->pub.compile_ns = kc_mono_ns() - t0;
-    size_t log_size = 0;
-    if (api->GetProgramLogSize(prog, &log_size) == NVRTC_SUCCESS && log_size > 1) {
-        if (!(r->log = kc_malloc(log_size))) {
-            rc = KCACHE_ENOMEM;
-            goto out;
-        }
-        if (api->GetProgramLog(prog, r->log) != NVRTC_SUCCESS)
-            r->log[0] = '\0';
-        r->log[log_size - 1] = '\0';
-        r->pub.log = r->log;
-    }
+    if ((rc = take_log(api, prog, r)))
+        goto out;
     if (compiled != NVRTC_SUCCESS) {
         rc = compiled == NVRTC_ERROR_COMPILATION
                  ? kc_result_compile_failed(r, w->source_name, c->tk.root)
@@ -199,68 +286,11 @@ int kc_run_nvrtc(kcache_compiler *c, const kcache_request *req, const struct wor
                                                       : nvrtc_fail(r, api, compiled, "failed");
         goto out;
     }
-    size_t size = 0;
-    if (w->kind == KCACHE_KIND_CUBIN)
-        res = api->GetCUBINSize(prog, &size);
-    else if (w->kind == KCACHE_KIND_PTX)
-        res = api->GetPTXSize(prog, &size);
-    else
-        res = api->GetLTOIRSize(prog, &size);
-    if (res != NVRTC_SUCCESS || size == 0) {
-        rc = res != NVRTC_SUCCESS ? nvrtc_fail(r, api, res, "gave no output")
-                                  : kc_result_fail(r, KCACHE_EIO, "NVRTC gave an empty %s",
-                                                   kcache_kind_name(w->kind));
-        goto out;
-    }
-    if (!(r->data = kc_malloc(size + 1))) {
-        rc = KCACHE_ENOMEM;
-        goto out;
-    }
-    if (w->kind == KCACHE_KIND_CUBIN)
-        res = api->GetCUBIN(prog, r->data);
-    else if (w->kind == KCACHE_KIND_PTX)
-        res = api->GetPTX(prog, r->data);
-    else
-        res = api->GetLTOIR(prog, r->data);
-    if (res != NVRTC_SUCCESS) {
-        rc = nvrtc_fail(r, api, res, "gave no output");
-        goto out;
-    }
-    /* PTX comes NUL-terminated and its size counts the NUL: store the text. */
-    if (w->kind == KCACHE_KIND_PTX && size > 0 && r->data[size - 1] == '\0')
-        size--;
-    r->data[size] = '\0';
-    r->pub.data = r->data;
-    r->pub.size = size;
-    r->exprs = kc_calloc(req->n_name_exprs + 1, sizeof(char *));
-    r->lowered = kc_calloc(req->n_name_exprs + 1, sizeof(char *));
-    if (!r->exprs || !r->lowered) {
-        rc = KCACHE_ENOMEM;
-        goto out;
-    }
-    for (size_t i = 0; i < req->n_name_exprs; i++) {
-        const char *lowered = NULL;
-        if ((res = api->GetLoweredName(prog, req->name_exprs[i], &lowered)) != NVRTC_SUCCESS) {
-            rc = nvrtc_fail(r, api, res, "has no lowered name for a name expression");
-            goto out;
-        }
-        r->exprs[i] = kc_strdup(req->name_exprs[i]);
-        r->lowered[i] = kc_strdup(lowered);
-        r->n_names = i + 1;
-        if (!r->exprs[i] || !r->lowered[i]) {
-            rc = KCACHE_ENOMEM;
-            goto out;
-        }
-    }
-    r->pub.n_names = r->n_names;
-    r->pub.name_exprs = (const char *const *)r->exprs;
-    r->pub.lowered_names = (const char *const *)r->lowered;
+    if (!(rc = take_output(api, prog, w, r)))
+        rc = take_names(api, prog, req, r);
 out:
     if (prog)
         api->DestroyProgram(&prog);
-    kc_strv_free(opts, n_opts);
-    kc_strv_free(handed, n_handed);
-    free(contents);
-    free(spellings);
+    nvrtc_args_free(&a);
     return rc;
 }

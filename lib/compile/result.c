@@ -140,6 +140,26 @@ void kc_result_store_problem(struct kc_result *r, int status, const char *msg)
 }
 
 /* Serves a result from a cache entry, which it takes over. */
+int kc_result_names_begin(struct kc_result *r, size_t n)
+{
+    r->exprs = kc_calloc(n + 1, sizeof(char *));
+    r->lowered = kc_calloc(n + 1, sizeof(char *));
+    if (!r->exprs || !r->lowered)
+        return KCACHE_ENOMEM;
+    r->pub.name_exprs = (const char *const *)r->exprs;
+    r->pub.lowered_names = (const char *const *)r->lowered;
+    return 0;
+}
+
+int kc_result_add_name(struct kc_result *r, const char *expr, const char *lowered)
+{
+    size_t i = r->n_names;
+    r->exprs[i] = kc_strdup(expr);
+    r->lowered[i] = kc_strdup(lowered);
+    r->pub.n_names = r->n_names = i + 1;
+    return r->exprs[i] && r->lowered[i] ? 0 : KCACHE_ENOMEM;
+}
+
 void kc_result_from_entry(struct kc_result *r, kcache_entry *e)
 {
     r->entry = e;

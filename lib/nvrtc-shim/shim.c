@@ -17,7 +17,9 @@
  *     arguments, exactly as the program asked (its options, its -I, its name:
  *     no --frandom-seed, no hermetic rewriting, which would change __FILE__
  *     and the log), stored, and from then on every call on that handle goes
- *     to NVIDIA's library.
+ *     to NVIDIA's library. Where the process has CPUs to spare, NVIDIA's
+ *     compile starts at once and kcache resolves the includes meanwhile
+ *     (compile/overlap.c says why that is sound).
  *
  * Anything the hit cannot answer itself (an output asked for in an order
  * NVRTC refuses, a call on odd arguments) rebuilds the real program from the
@@ -752,24 +754,78 @@ static nvrtcResult compile_no_cache(const kc_real_nvrtc *api, const struct prog 
     return rc;
 }
 
+/* NVRTC's flow callback on an overlapped miss: cancel once kcache found the entry. */
+static int stop_if_found(void *payload, void *reserved)
+{
+    (void)reserved;
+    const struct prog *p = payload;
+    const kcache_made *made = atomic_load(&p->stopping);
+    return made && made->stop_asked(made) ? 1 : 0;
+}
+
+/*
+ * NVIDIA's compile of p, observed: what NVRTC reads while it compiles is what
+ * the key must have covered. On an overlapped miss it may be cancelled once
+ * kcache finds the entry (served instead). NULL, or why it was not observed.
+ */
+static const char *observed_compile(struct miss *m, const kc_real_nvrtc *api, kcache_made *made)
+{
+    struct prog *p = m->p;
+    kc_observe_free(p->obs);
+    const char *unobserved = kc_observe_begin(&p->obs, m->cwd, m->dir_epoch);
+    if (made->stop_asked) {
+        atomic_store(&p->stopping, made);
+        api->SetFlowCallback(p->real, stop_if_found, p);
+    }
+    m->rc = compile_no_cache(api, p);
+    atomic_store(&p->stopping, NULL);
+    kc_observe_end(p->obs);
+    return unobserved;
+}
+
+/*
+ * The compile of a miss, and whether its reads can be judged (0: kcache
+ * does not store it whatever it says). Overlapped (made->await_closure),
+ * NVIDIA's compile ran while kcache resolved the includes; a closure with a
+ * file changed since just before is compiled again now, after the
+ * resolution, as a miss that was not overlapped is.
+ */
+static int compile_for_miss(struct miss *m, const kc_real_nvrtc **api, kcache_made *made,
+                            const char **unobserved)
+{
+    struct prog *p = m->p;
+    p->compiled = 0; /* the compile is the one below */
+    m->rc = kc_prog_materialize(p, api);
+    p->compiled = 1;
+    if (m->rc == NVRTC_SUCCESS)
+        *unobserved = observed_compile(m, *api, made);
+    if (m->rc != NVRTC_SUCCESS || !made->await_closure)
+        return 1;
+    int again = made->await_closure(made);
+    if (again < 0)
+        return 0;
+    if (again == 1) {
+        (*api)->DestroyProgram(&p->real);
+        p->passthrough = 0;
+        p->compiled = 0;
+        m->rc = kc_prog_materialize(p, api);
+        p->compiled = 1;
+        if (m->rc == NVRTC_SUCCESS)
+            *unobserved = observed_compile(m, *api, made);
+    }
+    return 1;
+}
+
 static int compile_miss(void *userdata, kcache_made *made)
 {
     struct miss *m = userdata;
     struct prog *p = m->p;
     const kc_real_nvrtc *api;
     const char *unobserved = NULL;
+    int judged = 1;
     m->ran = 1;
     if (m->compile) {
-        p->compiled = 0; /* the compile is the one below */
-        m->rc = kc_prog_materialize(p, &api);
-        p->compiled = 1;
-        if (m->rc == NVRTC_SUCCESS) {
-            /* What NVRTC reads while it compiles is what the key must have covered. */
-            kc_observe_free(p->obs);
-            unobserved = kc_observe_begin(&p->obs, m->cwd, m->dir_epoch);
-            m->rc = compile_no_cache(api, p);
-            kc_observe_end(p->obs);
-        }
+        judged = compile_for_miss(m, &api, made, &unobserved);
         p->compile_rc = m->rc;
     } else if ((m->rc = kc_prog_materialize(p, &api)) == NVRTC_SUCCESS) {
         /* Compiled already (an sm_XX compile's PTX): judged on that compile's reads. */
@@ -801,7 +857,8 @@ static int compile_miss(void *userdata, kcache_made *made)
     made->name_exprs = (const char *const *)p->exprs;
     made->lowered_names = m->lowered;
     made->toolchain = m->toolchain;
-    judge(m, made, unobserved);
+    if (judged)
+        judge(m, made, unobserved);
     return 0;
 }
 
@@ -853,7 +910,9 @@ static int through_cache(kcache_result **out, kcache_compiler *c, struct prog *p
     /* Kept so that `kcache verify --recompile` can rebuild the entry with this NVRTC. */
     req.flags = KCACHE_COMPILE_KEEP_INPUTS | KCACHE_COMPILE_NVRTC_NAMES |
                 (m->beside ? KCACHE_COMPILE_UNCOUNTED : 0) |
-                (m->kind == KCACHE_KIND_CUBIN ? KCACHE_COMPILE_KEEP_RESOLUTION : 0);
+                (m->kind == KCACHE_KIND_CUBIN ? KCACHE_COMPILE_KEEP_RESOLUTION : 0) |
+                /* Resolved beside NVIDIA's compile where there are cores for both. */
+                (m->compile && !m->beside ? KCACHE_COMPILE_OVERLAP : 0);
     req.resolution_of = m->like;
     kc_shim_enter();
     int rc = kcache_compiler_compile(out, c, &req);
@@ -872,6 +931,27 @@ static nvrtcResult compile_real(struct prog *p)
     if (rc != NVRTC_SUCCESS)
         return rc;
     return p->compile_rc = api->CompileProgram(p->real, p->n_opts, (const char *const *)p->opts);
+}
+
+/*
+ * After a miss kcache overlapped with NVIDIA's compile: an entry it found
+ * meanwhile is served (m no longer counts as run), and NVIDIA's program,
+ * finished or cancelled, goes; one cancelled for an entry that does not fit
+ * the program is compiled again by NVIDIA, whose answer it then gets.
+ */
+static void settle_overlap(struct prog *p, struct miss *m, int served)
+{
+    if (!m->ran || (!served && m->rc != NVRTC_ERROR_CANCELLED))
+        return;
+    const kc_real_nvrtc *api = kc_real();
+    if (api && p->real)
+        api->DestroyProgram(&p->real);
+    p->real = NULL;
+    p->passthrough = 0;
+    if (served)
+        m->ran = 0;
+    else
+        m->rc = compile_real(p);
 }
 
 /*
@@ -968,6 +1048,8 @@ SHIM_API nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions,
     int rc = through_cache(&res, c, p, &m);
     nvrtcResult nrc;
     int keyed = res && res->keyed;
+    int served = rc == 0 && res->hit && res->kind == kind && res->n_names == p->n_exprs;
+    settle_overlap(p, &m, served);
     if (m.ran) {
         /* NVIDIA's program answers from now on, whatever kcache made of it. */
         nrc = m.rc;
@@ -977,7 +1059,7 @@ SHIM_API nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions,
             atomic_fetch_add(&miss_count, 1);
         else
             count(R_NOT_KEYED);
-    } else if (rc == 0 && res->hit && res->kind == kind && res->n_names == p->n_exprs) {
+    } else if (served) {
         atomic_fetch_add(&hit_count, 1);
         note_hit(&res->key);
         p->hit = res;

@@ -89,6 +89,9 @@ struct prog {
      * from that resolution when the program asks for the PTX (kc_prog_store_ptx). */
     kcache_result *miss;
     struct kc_obs *obs;      /* what NVIDIA's compile of it read (observe.h) */
+    /* While NVIDIA compiles an overlapped miss: kcache's, asked whether its
+     * entry was found meanwhile (NVRTC's flow callback, on any thread). */
+    const kcache_made *_Atomic stopping;
 };
 
 /*

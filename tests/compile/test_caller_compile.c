@@ -7,7 +7,9 @@
  * is not stored when a file of the closure changed while it ran.
  * NVRTC is never loaded: the toolkit's library is only read for its build-id.
  */
+#include <sched.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include <kcache/compile.h>
 
@@ -150,6 +152,122 @@ static void test_closure(kcache_compiler *c)
     kcache_result_free(res);
 }
 
+/*
+ * A compiler that reads the disk, run while kcache resolves (KCACHE_COMPILE_OVERLAP):
+ * its artifact is the header's text as it read it.
+ */
+struct overlapper {
+    const char *hdr;
+    int calls, overlapped, again, stopped;
+    int edit;              /* rewrite the header (same size) after reading it */
+    char artifact[64];
+};
+
+static void read_into(char *out, size_t size, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(out, 1, size - 1, f) : 0;
+    out[n] = '\0';
+    if (f)
+        fclose(f);
+}
+
+static int overlapped_compile(void *userdata, kcache_made *out)
+{
+    struct overlapper *f = userdata;
+    f->calls++;
+    f->overlapped = out->await_closure && !out->probes;
+    read_into(f->artifact, sizeof(f->artifact), f->hdr);
+    if (f->edit) {
+        FILE *h = fopen(f->hdr, "w");
+        if (h) {
+            fputs("#define H 2\n", h);
+            fclose(h);
+        }
+        f->edit = 0;
+    }
+    int told = out->await_closure ? out->await_closure(out) : 0;
+    if (told == 1) {
+        f->again++;
+        read_into(f->artifact, sizeof(f->artifact), f->hdr); /* compiled again */
+    }
+    f->stopped = told < 0 && out->stop_asked(out);
+    out->data = f->artifact;
+    out->size = strlen(f->artifact);
+    return 0;
+}
+
+static int compile_overlapped(kcache_result **res, kcache_compiler *c, const char *path,
+                              const char *extra_opt, struct overlapper *f)
+{
+    const char *opts[] = {"-arch=sm_90", extra_opt};
+    kcache_request r = KCACHE_REQUEST_INIT;
+    r.source_path = path;
+    r.options = opts;
+    r.n_options = extra_opt ? 2 : 1;
+    r.extra_digest = "overlap";
+    r.extra_digest_size = 7;
+    r.flags = KCACHE_COMPILE_OVERLAP;
+    r.compile = overlapped_compile;
+    r.compile_userdata = f;
+    return kcache_compiler_compile(res, c, &r);
+}
+
+static int more_than_one_cpu(void)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    return sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 1;
+}
+
+/*
+ * KCACHE_COMPILE_OVERLAP: the compiler runs before the closure is known; a
+ * header edited after the compiler read it and before the resolution did is
+ * never stored under the new text's key with the old text's artifact; an
+ * entry found meanwhile is served and the compiler told to stop.
+ */
+static void test_overlap(kcache_compiler *c)
+{
+    char src[700], hdr[700];
+    snprintf(src, sizeof(src), "%s/overlap.cu", test_dir());
+    snprintf(hdr, sizeof(hdr), "%s/ov.h", test_dir());
+    write_text(hdr, "#define H 1\n");
+    write_text(src, "#include \"ov.h\"\n__global__ void k(int *p) { p[0] = H; }\n");
+    if (!more_than_one_cpu()) {
+        printf("one CPU: nothing is overlapped, so only the sequential order is checked\n");
+        return;
+    }
+    /* Files too recent to vouch for what the compiler read before the resolution: compiled
+     * again after it. */
+    struct overlapper f = {.hdr = hdr};
+    kcache_result *res = NULL;
+    CHECK(compile_overlapped(&res, c, src, NULL, &f) == 0 && f.calls == 1 && f.overlapped);
+    CHECK(f.again == 1 && res && res->keyed && !res->hit && !res->store_message[0]);
+    kcache_result_free(res);
+    /* Old enough to trust: one compile, stored; then an edit while the compiler runs. */
+    sleep(3);
+    write_text(src, "#include \"ov.h\"\n__global__ void k(long *p) { p[0] = H; }\n");
+    f = (struct overlapper){.hdr = hdr};
+    CHECK(compile_overlapped(&res, c, src, NULL, &f) == 0 && f.calls == 1 && f.overlapped);
+    CHECK(f.again == 0 && res && res->keyed && !res->hit && !res->store_message[0]);
+    kcache_result_free(res);
+    write_text(src, "#include \"ov.h\"\n__global__ void k(short *p) { p[0] = H; }\n");
+    f = (struct overlapper){.hdr = hdr, .edit = 1};
+    CHECK(compile_overlapped(&res, c, src, NULL, &f) == 0 && f.calls == 1 && f.overlapped);
+    kcache_result_free(res);
+    /* What the edit made is whatever it read; what comes next is the new text's. */
+    CHECK(compile_overlapped(&res, c, src, NULL, &f) == 0);
+    CHECK(res && !strcmp(res->data, "#define H 2\n"));
+    kcache_result_free(res);
+    /* Another search path (no remembered closure for it), the same key: the entry is
+     * found while the compiler runs, served, and the compiler told to stop. */
+    f = (struct overlapper){.hdr = hdr};
+    CHECK(compile_overlapped(&res, c, src, "-I/nonexistent-kcache-dir", &f) == 0);
+    CHECK(f.calls == 1 && f.overlapped && f.stopped && res && res->hit);
+    CHECK(res && !strcmp(res->data, "#define H 2\n"));
+    kcache_result_free(res);
+}
+
 static int lowered_is(const kcache_result *res, const char *want)
 {
     const char *got = res ? kcache_result_lowered_name(res, "scale<float, 2>") : NULL;
@@ -205,6 +323,7 @@ int main(void)
     kcache_result_free(res);
 
     test_closure(c);
+    test_overlap(c);
 
     kcache_compiler_free(c);
     return test_done();

@@ -145,6 +145,13 @@ enum kcache_compile_flags {
      * result, for a request of the same program's other output
      * (kcache_request.resolution_of). */
     KCACHE_COMPILE_KEEP_RESOLUTION = 1 << 8,
+    /* Request version 3, with a compiler of the caller's own that reads the
+     * disk itself: on a miss no remembered closure answers, kcache may call
+     * it at once, on the calling thread, while another thread resolves the
+     * includes, derives the key and looks it up (where the process may run
+     * on more than one CPU and no shared tier is set). The compiler then
+     * follows kcache_made.await_closure and .stop_asked. */
+    KCACHE_COMPILE_OVERLAP = 1 << 9,
 };
 
 #define KCACHE_REQUEST_VERSION 4
@@ -187,6 +194,24 @@ typedef struct kcache_made {
      * cover. Counted in stats with the uncacheable compiles.
      */
     const char *no_store;
+    /*
+     * With KCACHE_COMPILE_OVERLAP, set by kcache when it resolves the
+     * includes while the compiler runs (NULL otherwise: probes are set
+     * before the call). probes are NULL until the compiler calls
+     * await_closure(made) after its compile returned: it waits for the
+     * resolution and sets n_probes and probes. It returns 0: check what was
+     * read against them, as above; 1: a file of the closure changed since
+     * just before the call, so the compile may have read other bytes than
+     * the key's: compile again now (what the compile then reads is judged);
+     * -1: nothing to judge (the request cannot be keyed, or its entry was
+     * found and is served instead of what the compiler makes).
+     * stop_asked(made), which the compiler may poll while it compiles (from
+     * any thread), turns 1 once such an entry was found: the compile may
+     * stop and return anything. kcache_private is kcache's.
+     */
+    int (*await_closure)(struct kcache_made *made);
+    int (*stop_asked)(const struct kcache_made *made);
+    void *kcache_private;
 } kcache_made;
 
 /*
