@@ -30,12 +30,6 @@ LISTED = {
     'lib/compile/compile_init.c',
     'lib/remote/remote_init.c',
     'lib/resolve/identity.c',
-    'lib/store/admit.c',
-    'lib/store/counter.c',
-    'lib/store/lock.c',
-    'lib/store/store_init.c',
-    'lib/store/tally.c',
-    'lib/store/usage.c',
 }
 
 

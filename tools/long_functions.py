@@ -26,16 +26,10 @@ LIMIT = 100
 # (path:function). Remove a line when its function is split.
 LISTED = {
     'lib/compile/compile.c:compile_request',
-    'lib/compile/nvrtc.c:kc_run_nvrtc',
     'lib/compile/recompile_dropin.c:kc_rebuild_dropin',
     'lib/resolve/deps.c:kc_deps_resolve',
     'lib/resolve/hermetic.c:kc_res_hermetic_handed',
     'lib/resolve/lookup.c:kc_res_look',
-    'lib/store/bundle.c:export_to',
-    'lib/store/bundle.c:import_from',
-    'lib/store/bundle_check.c:kc_bundle_check_file',
-    'lib/store/put.c:kc_put_rows',
-    'lib/store/store.c:get_locked',
 }
 
 NAME = re.compile(r'([A-Za-z_]\w*)\s*\(')

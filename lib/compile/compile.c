@@ -977,7 +977,7 @@ static int overlapped(kcache_compiler *c, const kcache_request *req, struct work
     if (!rc && w->deps.not_hermetic)
         kc_store_count_uncacheable(c->store, w->deps.reason);
     if (!rc && r->pub.keyed && have_base && !caller.no_store)
-        record_manifest(c, w, r);
+        record_manifest(c, req, w, r);
     if (!rc && r->pub.keyed && !caller.no_store)
         keep_resolution(c, req, w, r);
     free(caller.toolchain);
