@@ -61,7 +61,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "nvrtc-shim/observeint.h"
+#include "nvrtc-shim/shimint.h"
 
 #define EXPORT __attribute__((visibility("default")))
 

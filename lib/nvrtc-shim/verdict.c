@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "nvrtc-shim/observeint.h"
+#include "nvrtc-shim/shimint.h"
 
 /* ---- the verdict ------------------------------------------------------------------ */
 

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "remote/objaddr.h"
-#include "remote/remint.h"
+#include "remote/remoteint.h"
 #include "util/settings.h"
 
 /* ---- settings ----------------------------------------------------------- */

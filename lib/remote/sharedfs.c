@@ -44,7 +44,7 @@
 
 #include "kcache/bundle.h"
 #include "remote/sharedfs.h"
-#include "store/internal.h"
+#include "store/store.h"
 #include "util/common.h"
 #include "util/settings.h"
 

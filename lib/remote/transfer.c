@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "remote/remint.h"
+#include "remote/remoteint.h"
 
 void kc_remote_set_log(kcache_remote *r, kcache_log_fn log, void *userdata)
 {

@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "resolve/resolver.h"
+#include "resolve/resolveint.h"
 
 /* How many paths through the definitions one condition may take, and tokens one path. */
 #define KC_COND_PATHS 512

@@ -32,7 +32,7 @@
  * several paths is read once (matched by device and inode), and a toolkit
  * header is told apart by its real path (lookup.c).
  *
- * The resolver is five files over one state (resolver.h says which does
+ * The resolver is five files over one state (resolveint.h says which does
  * what); this one scans each file and is the entry point.
  */
 #include <assert.h>
@@ -47,7 +47,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "resolve/resolver.h"
+#include "resolve/resolveint.h"
 
 static int add_macro(struct resolver *r, const char *name, const char *value)
 {

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "resolve/resolver.h"
+#include "resolve/resolveint.h"
 
 /* Whether text names `name` as a whole identifier (followed by '(' when call is set). */
 static int mentions(const char *text, const char *name, size_t name_n, int call)

@@ -59,7 +59,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "resolve/resolver.h"
+#include "resolve/resolveint.h"
 
 int kc_res_record_look(struct resolver *r, const char *spelling, const char *rel,
                        const char *beside, size_t from)

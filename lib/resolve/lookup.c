@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "resolve/resolver.h"
+#include "resolve/resolveint.h"
 
 static int add_probe(struct resolver *r, const char *path, const kc_probe *p)
 {

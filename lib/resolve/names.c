@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "resolve/resolver.h"
+#include "resolve/resolveint.h"
 
 static int name_taken(struct resolver *r, const kc_smap *canon, const char *name, size_t k)
 {

@@ -1,5 +1,5 @@
 /*
- * What every part of the resolver uses (resolver.h): path folding, nodes, and
+ * What every part of the resolver uses (resolveint.h): path folding, nodes, and
  * the one way a resolution is declared not hermetic, which directories are
  * the toolkit's, and the .stdh rule.
  */
@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "resolve/resolver.h"
+#include "resolve/resolveint.h"
 
 char *kc_path_normalized(const char *path)
 {

@@ -7,7 +7,7 @@
 #ifndef KC_STRESS_H
 #define KC_STRESS_H
 
-#include "store/internal.h"
+#include "store/store.h"
 #include "storetest.h"
 
 struct st_tally {

@@ -11,7 +11,7 @@
  */
 #include <kcache/bundle.h>
 
-#include "store/internal.h"
+#include "store/store.h"
 #include "util/codec.h"
 #include "util/common.h"
 #include "results.h"

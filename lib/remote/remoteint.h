@@ -1,13 +1,13 @@
 /* The remote's insides, shared by remote.c (settings, back-off, compile path) and transfer.c. */
-#ifndef KC_REMINT_H
-#define KC_REMINT_H
+#ifndef KC_REMOTEINT_H
+#define KC_REMOTEINT_H
 
 #include <pthread.h>
 
 #include "remote/backend.h"
 #include "remote/tier.h"
 #include "remote/wire.h"
-#include "store/internal.h"
+#include "store/store.h"
 #include "util/codec.h"
 #include "util/common.h"
 

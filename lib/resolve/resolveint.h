@@ -9,8 +9,8 @@
  * each path looked at) and resolver.c (what all of them use). Private to
  * resolve/: the layers above use deps.h.
  */
-#ifndef KC_RESOLVER_H
-#define KC_RESOLVER_H
+#ifndef KC_RESOLVEINT_H
+#define KC_RESOLVEINT_H
 
 #include "resolve/depmemo.h"
 #include "resolve/deps.h"

@@ -3,8 +3,8 @@
  * key's closure: the records' encoding, an observation, and the reasons not
  * to store. Private to the drop-in.
  */
-#ifndef KC_OBSERVEINT_H
-#define KC_OBSERVEINT_H
+#ifndef KC_SHIMINT_H
+#define KC_SHIMINT_H
 
 #include <limits.h>
 #include <stddef.h>
