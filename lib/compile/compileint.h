@@ -15,7 +15,7 @@
 #include "cuda/toolkit.h"
 #include "remote/sharedfs.h"
 #include "remote/tier.h"
-#include "store/store.h"
+#include "store/storelib.h"
 
 struct kcache_compiler {
     kc_toolkit tk;

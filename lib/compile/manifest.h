@@ -2,7 +2,7 @@
  * Remembered include closures (manifests): what a compile read, checked by
  * stat() on the next request instead of resolving and hashing the tree again.
  * See manifest.c for the rules that keep a check as sound as a resolution,
- * schema/004_manifests.sql for where closures live, and store/store.h for
+ * schema/004_manifests.sql for where closures live, and store/storelib.h for
  * the calls that keep them.
  */
 #ifndef KC_MANIFEST_H

@@ -62,7 +62,7 @@
 #include <unistd.h>
 
 #include "compile/nvenv.h"
-#include "store/store.h"
+#include "store/storelib.h"
 #include "util/codec.h"
 
 extern char **environ;

@@ -7,7 +7,7 @@
 #include "remote/backend.h"
 #include "remote/tier.h"
 #include "remote/wire.h"
-#include "store/store.h"
+#include "store/storelib.h"
 #include "util/codec.h"
 #include "util/common.h"
 

@@ -44,7 +44,7 @@
 
 #include "kcache/bundle.h"
 #include "remote/sharedfs.h"
-#include "store/store.h"
+#include "store/storelib.h"
 #include "util/common.h"
 #include "util/settings.h"
 

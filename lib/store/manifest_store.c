@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "store/store.h"
+#include "store/storelib.h"
 #include "store/storeint.h"
 
 void kc_manifest_rows_free(kc_manifest_row *rows, size_t n)

@@ -14,7 +14,7 @@
 #include "util/codec.h"
 #include "util/common.h"
 #include "kcache/store.h"
-#include "store/store.h"
+#include "store/storelib.h"
 
 /* Named statements, prepared once per connection. */
 enum kc_stmt {

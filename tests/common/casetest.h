@@ -13,7 +13,7 @@
 #include <signal.h>
 #include <sys/time.h>
 
-#include "store/store.h"
+#include "store/storelib.h"
 #include "util/codec.h"
 #include "util/common.h"
 #include "results.h"

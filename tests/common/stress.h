@@ -7,7 +7,7 @@
 #ifndef KC_STRESS_H
 #define KC_STRESS_H
 
-#include "store/store.h"
+#include "store/storelib.h"
 #include "storetest.h"
 
 struct st_tally {

@@ -2,7 +2,7 @@
 #include <kcache/store.h>
 #include <sqlite3.h>
 
-#include "store/store.h"
+#include "store/storelib.h"
 #include "storetest.h"
 
 static kcache_key key_of(unsigned n)

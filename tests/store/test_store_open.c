@@ -13,7 +13,7 @@
 
 #include <kcache/store.h>
 
-#include "store/store.h"
+#include "store/storelib.h"
 #include "storetest.h"
 #include "testutil.h"
 

@@ -11,7 +11,7 @@
  */
 #include <kcache/bundle.h>
 
-#include "store/store.h"
+#include "store/storelib.h"
 #include "util/codec.h"
 #include "util/common.h"
 #include "results.h"

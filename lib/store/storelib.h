@@ -4,8 +4,8 @@
  * What the layers above the store call beyond its public API: counters that
  * only a compile can know, and the leases of single flight. Not exported.
  */
-#ifndef KC_STORE_H
-#define KC_STORE_H
+#ifndef KC_STORELIB_H
+#define KC_STORELIB_H
 
 #include <stdint.h>
 
