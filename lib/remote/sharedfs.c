@@ -410,6 +410,20 @@ void kc_shared_publish(kc_shared *sh, const kcache_entry *e)
 
 /* ---- compaction -------------------------------------------------------- */
 
+/* The lease's text into buf: 1, or 0 when there is none to read. */
+static int read_lease(char *buf, size_t size, const char *lease)
+{
+    int fd = open(lease, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, size - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    return 1;
+}
+
 /*
  * Whether the lease text ("host pid ms") names a compactor of this host that
  * is no longer running: its lease can be broken at once, not after
@@ -419,16 +433,8 @@ static int lease_dead_here(const kc_shared *sh, const char *lease)
 {
     char buf[256], host[64];
     long pid = 0;
-    int fd = open(lease, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    return sscanf(buf, "%63s %ld", host, &pid) == 2 && !strcmp(host, sh->host) && pid > 0 &&
-           kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+    return read_lease(buf, sizeof(buf), lease) && sscanf(buf, "%63s %ld", host, &pid) == 2 &&
+           !strcmp(host, sh->host) && pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
 
 /*
@@ -468,12 +474,7 @@ static void lease_release(kc_shared *sh, const char *mine)
 {
     char lease[KC_SHARED_PATH], buf[256];
     path_of(lease, sh, "compact.lease", NULL);
-    int fd = open(lease, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
-        return;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n > 0 && (buf[n] = '\0', !strcmp(buf, mine)))
+    if (read_lease(buf, sizeof(buf), lease) && !strcmp(buf, mine))
         unlink(lease);
 }
 
