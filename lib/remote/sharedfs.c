@@ -54,6 +54,7 @@
 
 #define KC_SHARED_COMPACT_AT 32  /* segments that make a publisher compact */
 #define KC_SHARED_LEASE_AGE_S 60 /* a compaction lease older than this is a dead one's */
+#define KC_SHARED_LEASE_EMPTY_S 5 /* and an empty one older than this */
 #define KC_SHARED_GRACE_S 600    /* merged segments kept for readers that listed them */
 #define KC_SHARED_KEEP_RETIRED 8 /* and at most this many of them */
 #define KC_SHARED_PATH 4096
@@ -425,22 +426,26 @@ static int read_lease(char *buf, size_t size, const char *lease)
 }
 
 /*
- * Whether the lease text ("host pid ms") names a compactor of this host that
- * is no longer running: its lease can be broken at once, not after
- * KC_SHARED_LEASE_AGE_S. Another host's process cannot be judged from here.
+ * Whether the lease at path, made at made (its mtime), is a dead compactor's
+ * before KC_SHARED_LEASE_AGE_S: its text ("host pid ms") names a process of
+ * this host that is no longer running, or it has no text KC_SHARED_LEASE_EMPTY_S
+ * after it was made (its maker was killed between the create and the write:
+ * a live one writes at once). Another host's process cannot be judged here.
  */
-static int lease_dead_here(const kc_shared *sh, const char *lease)
+static int lease_dead_early(const kc_shared *sh, const char *lease, time_t made)
 {
     char buf[256], host[64];
     long pid = 0;
-    return read_lease(buf, sizeof(buf), lease) && sscanf(buf, "%63s %ld", host, &pid) == 2 &&
-           !strcmp(host, sh->host) && pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+    if (!read_lease(buf, sizeof(buf), lease))
+        return time(NULL) - made >= KC_SHARED_LEASE_EMPTY_S;
+    return sscanf(buf, "%63s %ld", host, &pid) == 2 && !strcmp(host, sh->host) && pid > 0 &&
+           kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
 
 /*
  * Takes the compaction lease: 0 taken, 1 another holds it. A lease older than
- * KC_SHARED_LEASE_AGE_S (its mtime against this host's clock), or one of a
- * dead process of this host, is moved aside once and taken.
+ * KC_SHARED_LEASE_AGE_S (its mtime against this host's clock), or one
+ * lease_dead_early() judges dead, is moved aside once and taken.
  */
 static int lease_take(kc_shared *sh, char *mine, size_t mine_size)
 {
@@ -457,7 +462,8 @@ static int lease_take(kc_shared *sh, char *mine, size_t mine_size)
         struct stat st;
         if (errno != EEXIST || stat(lease, &st) != 0)
             return 1;
-        if (time(NULL) - st.st_mtime < KC_SHARED_LEASE_AGE_S && !lease_dead_here(sh, lease))
+        if (time(NULL) - st.st_mtime < KC_SHARED_LEASE_AGE_S &&
+            !lease_dead_early(sh, lease, st.st_mtime))
             return 1;
         char aside[KC_SHARED_PATH], name[256];
         fresh_name(name, sizeof(name), sh, "-stale-lease");

@@ -266,8 +266,9 @@ def test_kills(root):
         print("%d kills (%s) in %.0f s, %d completed publishes; files of the tier: at most %d, "
               "%d after the kills" % (sum(kills.values()), dict(kills), time.time() - t0,
                                       len(done), most, len(tier_files(shared))))
-        # Compactions after the kills, past the grace: what the killed ones left is reclaimed.
-        time.sleep(2)
+        # Compactions after the kills, past the grace (1 s) and the age at which an empty
+        # lease is a dead one's (5 s): what the killed ones left is reclaimed.
+        time.sleep(6)
         for j in range(i, i + 3):
             p = compile_x(j)
             o, _ = p.communicate()

@@ -13,12 +13,15 @@
  * after every publish at most 64, every tenth entry still served afterwards
  * by a node whose store is empty. Phase 2: ENTRIES / 4 publishes under a
  * 1 MiB cap: after the last compaction the segments hold at most the cap.
+ * Phase 3: a compaction lease left empty by a killed compactor is broken
+ * once 5 s old, not after its full 60 s.
  */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 
 #include "remote/sharedfs.h"
 #include "storetest.h"
@@ -194,5 +197,26 @@ int main(int argc, char **argv)
     CHECK(t.bytes <= 1024 * 1024);
     kc_shared_close(sh);
     kcache_store_close(s);
+
+    /* Phase 3: a lease left empty 10 s ago (its maker killed between the create and the
+     * write) does not stop compaction for the lease's full age. */
+    char leased[512], lease[600];
+    snprintf(leased, sizeof(leased), "%s", test_path("leased"));
+    REQUIRE(mkdir(leased, 0755) == 0);
+    snprintf(lease, sizeof(lease), "%s/compact.lease", leased);
+    test_write_text(lease, "");
+    struct timeval then[2];
+    gettimeofday(&then[0], NULL);
+    then[0].tv_sec -= 10;
+    then[1] = then[0];
+    REQUIRE(utimes(lease, then) == 0);
+    setenv("KCACHE_SHARED", leased, 1);
+    unsetenv("KCACHE_SHARED_MAX_SIZE");
+    most = publish(leased, 0, 40, "pub3");
+    tally(&t, leased);
+    struct stat st;
+    printf("40 entries under an empty lease 10 s old: at most %u files, %u at the end, "
+           "lease %s\n", most, t.files, stat(lease, &st) == 0 ? "still there" : "gone");
+    CHECK(t.files < 32);
     return test_failures ? 1 : 0;
 }
