@@ -18,14 +18,19 @@
  *     depends on the build alone. A fork without exec is safe only where
  *     no other thread holds a lock the child needs (glibc's malloc is
  *     fork-safe; GCC 12's ASan allocator is not, and a thread inside
- *     dlopen holds the loader's lock): a child stuck so is killed after
- *     30 s and that compile runs uncached (nvrtc_environment_unknown). A platform where the entry cannot be
- *     patched (not x86-64 or AArch64, or a text page that may not be
- *     written) has no set: every compile runs uncached, and says why.
+ *     dlopen holds the loader's lock): a child stuck so is killed once its
+ *     CPU time has not moved for 30 s, and that compile runs uncached
+ *     (nvrtc_environment_unknown). The limit is on progress, not on the
+ *     wall clock: a probe takes about 2 s of CPU, and 32 processes at once
+ *     on 2 cores made a wall-clock limit of 30 s kill live probes. A
+ *     platform where the entry cannot be patched (not x86-64 or AArch64,
+ *     or a text page that may not be written) has no set: every compile
+ *     runs uncached, and says why.
  *   - The set is remembered per build (the identity the key gives NVRTC),
  *     in the store beside the remembered include closures, which never leave
  *     the machine and are no entry (recall()), so the probe runs once per
- *     build and cache, not on a hit.
+ *     build and cache, not on a hit. The processes of one cache probe one
+ *     at a time (probe_lock()), and the ones that waited find the record.
  *   - The probe's kernels cannot take every path: a compile could read a name
  *     the probe never saw. So every NVRTC kcache loads has its getenv import
  *     (the GOT slot) pointed at a watcher that notes each name asked, and a
@@ -74,7 +79,9 @@ extern char **environ;
 #define NVENV_FORMAT "kcache nvrtc getenv 2\n"
 #define MAX_NAME 128
 #define MAX_NAMES 128
-#define PROBE_TIMEOUT_MS 30000
+#define PROBE_STALL_MS 30000    /* a child whose CPU time stood still this long is stuck */
+#define PROBE_LIMIT_MS 600000   /* and none runs longer, busy or not */
+#define PROBE_WAIT_MS 660000    /* for another process's probe of the same cache */
 
 /* Names NVRTC reads whose values are not keyed: see above for the evidence. */
 static int left_out(const char *name)
@@ -256,6 +263,15 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* The CPU time a process has used, in ms; -1 when it cannot be read (then it never moves). */
+static int64_t cpu_ms(clockid_t clock)
+{
+    struct timespec ts;
+    if (clock_gettime(clock, &ts) != 0)
+        return -1;
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* Runs the probe for NVRTC at path: b's names, or b->why. 0 or KCACHE_ENOMEM. */
 static int probe(struct build *b, const char *path)
 {
@@ -279,21 +295,26 @@ static int probe(struct build *b, const char *path)
     }
     kc_buf out = {0};
     int rc = 0, timed_out = 0;
-    int64_t deadline = now_ms() + PROBE_TIMEOUT_MS;
+    clockid_t cpu_clock;
+    int have_cpu = clock_getcpuclockid(pid, &cpu_clock) == 0;
+    int64_t start = now_ms(), moved = start, cpu = -1;
     for (;;) {
         struct pollfd pf = {fds[0], POLLIN, 0};
-        int64_t left = deadline - now_ms();
-        if (left <= 0) {
+        int64_t t = now_ms(), c = have_cpu ? cpu_ms(cpu_clock) : -1;
+        if (c != cpu)
+            moved = t; /* a first reading counts as progress */
+        cpu = c;
+        if (t - moved >= PROBE_STALL_MS || t - start >= PROBE_LIMIT_MS) {
             timed_out = 1;
             break;
         }
-        int ready = poll(&pf, 1, (int)left);
+        int ready = poll(&pf, 1, 1000);
         if (ready < 0 && errno == EINTR)
             continue;
-        if (ready <= 0) {
-            timed_out = ready == 0;
+        if (ready < 0)
             break;
-        }
+        if (ready == 0)
+            continue;
         char chunk[4096];
         ssize_t got = read(fds[0], chunk, sizeof(chunk));
         if (got < 0 && errno == EINTR)
@@ -317,9 +338,9 @@ static int probe(struct build *b, const char *path)
         snprintf(b->why, sizeof(b->why),
                  "the probe of NVRTC's environment failed (%s %d): which variables it reads "
                  "is not known",
-                 timed_out ? "timed out after" : w != pid ? "lost, errno" :
+                 timed_out ? "stuck, killed after" : w != pid ? "lost, errno" :
                  WIFEXITED(status) ? "exit" : "signal",
-                 timed_out ? PROBE_TIMEOUT_MS / 1000 : w != pid ? errno :
+                 timed_out ? (int)((now_ms() - start) / 1000) : w != pid ? errno :
                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
     if (!rc && !b->why[0]) {
         rc = parse_names(b, (const char *)out.data, out.size);
@@ -387,6 +408,40 @@ static void remember(const struct build *b, const kc_toolkit *tk, kcache_store *
     kc_buf_free(&text);
 }
 
+/*
+ * Makes the processes of one cache probe one at a time, so that the ranks of
+ * a node starting together probe once, not each (on 2 cores, 4 probes at
+ * once take 4 times as long). The lock is an open file description lock on
+ * byte KC_PROBE_LOCK_BYTE of the store's -lock file, beside db/alone.c's
+ * locks on other bytes of it: it goes with its holder, killed or not.
+ * Returns the descriptor to close, or -1 (no such file, or waited for
+ * longer than any probe runs): then this process probes by itself.
+ */
+#define KC_PROBE_LOCK_BYTE 4
+
+static int probe_lock(kcache_store *store)
+{
+    const char *db = store ? kcache_store_path(store) : NULL;
+    char path[4200];
+    if (!db || (size_t)snprintf(path, sizeof(path), "%s-lock", db) >= sizeof(path))
+        return -1;
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return -1;
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = KC_PROBE_LOCK_BYTE,
+                       .l_len = 1};
+    int64_t deadline = now_ms() + PROBE_WAIT_MS;
+    while (fcntl(fd, F_OFD_SETLK, &fl) != 0) {
+        if ((errno != EAGAIN && errno != EACCES && errno != EINTR) || now_ms() >= deadline) {
+            close(fd);
+            return -1;
+        }
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return fd;
+}
+
 /* The names tk's build reads, once per process. Called under builds_lock. */
 static int build_of(const struct build **out, const kc_toolkit *tk, kcache_store *store)
 {
@@ -402,12 +457,19 @@ static int build_of(const struct build **out, const kc_toolkit *tk, kcache_store
     snprintf(b->id, sizeof(b->id), "%s", tk->nvrtc_id);
     int rc = recall(b, tk, store);
     if (rc == 0) {
-        rc = probe(b, tk->nvrtc_path);
-        if (!rc && !b->why[0])
-            remember(b, tk, store);
-    } else if (rc == 1) {
-        rc = 0;
+        int fd = probe_lock(store);
+        if (fd >= 0)
+            rc = recall(b, tk, store); /* probed by the process that held the lock */
+        if (rc == 0) {
+            rc = probe(b, tk->nvrtc_path);
+            if (!rc && !b->why[0])
+                remember(b, tk, store);
+        }
+        if (fd >= 0)
+            close(fd);
     }
+    if (rc == 1)
+        rc = 0;
     if (rc) {
         kc_strv_free(b->names, b->n);
         memset(b, 0, sizeof(*b)); /* an empty slot: no identity matches it */

@@ -14,6 +14,9 @@
  * while the exclusive lock is held nobody opens the cache in the middle of a
  * recovery: they wait, for at most the busy timeout.
  *
+ * Byte 4 is compile/nvenv.c's: the processes of a cache probe NVRTC one at
+ * a time.
+ *
  * Why a file of its own: SQLite's locks on the database and -shm are POSIX
  * locks, which a process loses on *every* descriptor of the file the moment
  * it closes *any* descriptor of it. Looking at them (F_GETLK) needs a

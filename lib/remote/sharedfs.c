@@ -14,26 +14,30 @@
  *     a signature when remote_secret is set (required with
  *     import_require_signature). Each compile publishes its entry as a
  *     segment of its own: written locally, copied under a temporary name,
- *     renamed to segments/<ms>-<host>-<pid>-<n>.kcb.
+ *     renamed to segments/<ms>-<host>-<pid>-<n>-k<key>.kcb.
  *   - A lookup lists segments/ and opens each segment immutable (no lock);
  *     the one that holds the key is imported into the local store whole (a
  *     hit fills the node, and the checks above are the importer's).
  *   - Compaction, by the publisher that finds KC_SHARED_COMPACT_AT segments
  *     or more: at most one at a time by a lease file made with O_EXCL whose
- *     age is bounded (KC_SHARED_LEASE_AGE_S; an older one is a dead
- *     compactor's and is moved aside). It imports every segment into a
- *     local store capped at shared_max_size (the store's LRU holds the
- *     cap), publishes the result as one segment, then moves the merged
- *     ones into retired/, deleted after KC_SHARED_GRACE_S so that a reader
- *     that listed them can still read them. The lease is advisory: two
- *     compactions at once (a lease broken early) publish duplicates, which
- *     the next one merges; nothing published is removed before a segment
- *     that holds it is in place. Killed at any point, a compaction leaves
- *     the tier readable and losing nothing.
+ *     age is bounded (KC_SHARED_LEASE_AGE_S; an older one, or one of a dead
+ *     process of this host, is moved aside). It merges the segments that
+ *     choose() picks (size-tiered by entry count; all of them past the cap)
+ *     into a local store capped at shared_max_size (the store's LRU holds
+ *     the cap), publishes the result as one segment, then deletes the
+ *     merged one-entry segments and moves merged ones into retired/, kept
+ *     for readers that may be copying them (KC_SHARED_GRACE_S, at most
+ *     KC_SHARED_KEEP_RETIRED); a reader that finds a segment gone lists
+ *     again. It also deletes what killed writers left (sweep()). The lease
+ *     is advisory: two compactions at once (a lease broken early) publish
+ *     duplicates, which the next one merges; nothing published is removed
+ *     before a segment that holds it is in place. Killed at any point, a
+ *     compaction leaves the tier readable and losing nothing.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,7 +54,9 @@
 
 #define KC_SHARED_COMPACT_AT 32  /* segments that make a publisher compact */
 #define KC_SHARED_LEASE_AGE_S 60 /* a compaction lease older than this is a dead one's */
+#define KC_SHARED_LEASE_EMPTY_S 5 /* and an empty one older than this */
 #define KC_SHARED_GRACE_S 600    /* merged segments kept for readers that listed them */
+#define KC_SHARED_KEEP_RETIRED 8 /* and at most this many of them */
 #define KC_SHARED_PATH 4096
 
 struct kc_shared {
@@ -59,6 +65,7 @@ struct kc_shared {
     char local[KC_SHARED_PATH / 2]; /* the store's directory: segments are made here first */
     char host[64];
     int read_only;
+    int dirs_made; /* make_dirs() */
     uint64_t max_size;
     unsigned seq;
     kcache_log_fn log;
@@ -124,16 +131,26 @@ int kc_shared_open(kc_shared **out, kcache_store *store, char *msg, size_t msg_s
     for (char *p = sh->host; *p; p++)
         if (*p == '/' || *p == '-')
             *p = '_'; /* names are split on '-' */
-    if (!sh->read_only) {
-        /* As the directory's own mode and the umask say: a group's shared directory stays one. */
-        char sub[KC_SHARED_PATH];
-        path_of(sub, sh, "segments", NULL);
-        mkdir(sub, 0777);
-        path_of(sub, sh, "retired", NULL);
-        mkdir(sub, 0777);
-    }
     *out = sh;
     return 0;
+}
+
+/*
+ * Makes segments/ and retired/ if they are not there, once per handle, before
+ * the first write: not at open, where two round trips to the file server
+ * would cost every process its time, a local hit's too.
+ */
+static void make_dirs(kc_shared *sh)
+{
+    if (sh->dirs_made)
+        return;
+    /* As the directory's own mode and the umask say: a group's shared directory stays one. */
+    char sub[KC_SHARED_PATH];
+    path_of(sub, sh, "segments", NULL);
+    mkdir(sub, 0777);
+    path_of(sub, sh, "retired", NULL);
+    mkdir(sub, 0777);
+    sh->dirs_made = 1;
 }
 
 void kc_shared_close(kc_shared *sh)
@@ -168,8 +185,11 @@ static int newest_first(const void *a, const void *b)
     return strcmp(*(char *const *)b, *(char *const *)a);
 }
 
-/* The names in sub ending in ".kcb" (a temporary copy ends otherwise), newest first. */
-static int list(struct names *out, const kc_shared *sh, const char *sub)
+/*
+ * The names in sub ending in ".kcb" (a temporary copy ends otherwise), or
+ * with any, any not hidden; newest first.
+ */
+static int list_names(struct names *out, const kc_shared *sh, const char *sub, int any)
 {
     char dir[KC_SHARED_PATH];
     path_of(dir, sh, sub, NULL);
@@ -181,7 +201,7 @@ static int list(struct names *out, const kc_shared *sh, const char *sub)
     int rc = 0;
     while (!rc && (de = readdir(d))) {
         size_t n = strlen(de->d_name);
-        if (n < 5 || strcmp(de->d_name + n - 4, ".kcb") != 0 || de->d_name[0] == '.')
+        if (de->d_name[0] == '.' || (!any && (n < 5 || strcmp(de->d_name + n - 4, ".kcb") != 0)))
             continue;
         char **grown = kc_grow(out->v, &out->cap, out->n, sizeof(*grown), 32);
         char *name = kc_strdup(de->d_name);
@@ -199,6 +219,16 @@ static int list(struct names *out, const kc_shared *sh, const char *sub)
     else if (out->n)
         qsort(out->v, out->n, sizeof(*out->v), newest_first);
     return rc;
+}
+
+static int list(struct names *out, const kc_shared *sh, const char *sub)
+{
+    return list_names(out, sh, sub, 0);
+}
+
+static int list_all(struct names *out, const kc_shared *sh, const char *sub)
+{
+    return list_names(out, sh, sub, 1);
 }
 
 /* A fresh name: time first, so that names sort by age across hosts (to the clocks' skew). */
@@ -268,8 +298,8 @@ int kc_shared_fetch(kcache_entry **out, kc_shared *sh, const kcache_key *key)
     char hex[KCACHE_KEY_HEX_SIZE], tag[32];
     kcache_key_hex(hex, key);
     snprintf(tag, sizeof(tag), "-k%.16s", hex);
-    /* A segment retired between the listing and the read: its entries are in a newer one. */
-    for (int round = 0; round < 2; round++) {
+    /* A segment removed between the listing and the read: its entries are in a newer one. */
+    for (int round = 0; round < 3; round++) {
         struct names l;
         int gone = 0;
         if (list(&l, sh, "segments")) {
@@ -291,8 +321,7 @@ int kc_shared_fetch(kcache_entry **out, kc_shared *sh, const kcache_key *key)
                 gone |= has < 0 && stat(path, &st) != 0;
                 continue;
             }
-            kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
-            int rc = kcache_bundle_import(&r, sh->store, path, NULL);
+            int rc = kcache_bundle_import(NULL, sh->store, path, NULL);
             if (rc == 0 && kcache_store_get(out, sh->store, key, KCACHE_GET_NO_TOUCH) == 0) {
                 kc_store_count(sh->store, KC_SC_HITS, 1);
                 names_free(&l);
@@ -365,6 +394,7 @@ void kc_shared_publish(kc_shared *sh, const kcache_entry *e)
     snprintf(tag, sizeof(tag), "-k%.16s", hex);
     fresh_name(name, sizeof(name), sh, tag);
     snprintf(local, sizeof(local), "%s/shared-out-%s", sh->local, name);
+    make_dirs(sh);
     int rc = write_segment(e, local, err, sizeof(err));
     if (!rc)
         rc = place(sh, local, name, err, sizeof(err));
@@ -381,10 +411,41 @@ void kc_shared_publish(kc_shared *sh, const kcache_entry *e)
 
 /* ---- compaction -------------------------------------------------------- */
 
+/* The lease's text into buf: 1, or 0 when there is none to read. */
+static int read_lease(char *buf, size_t size, const char *lease)
+{
+    int fd = open(lease, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, size - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    return 1;
+}
+
+/*
+ * Whether the lease at path, made at made (its mtime), is a dead compactor's
+ * before KC_SHARED_LEASE_AGE_S: its text ("host pid ms") names a process of
+ * this host that is no longer running, or it has no text KC_SHARED_LEASE_EMPTY_S
+ * after it was made (its maker was killed between the create and the write:
+ * a live one writes at once). Another host's process cannot be judged here.
+ */
+static int lease_dead_early(const kc_shared *sh, const char *lease, time_t made)
+{
+    char buf[256], host[64];
+    long pid = 0;
+    if (!read_lease(buf, sizeof(buf), lease))
+        return time(NULL) - made >= KC_SHARED_LEASE_EMPTY_S;
+    return sscanf(buf, "%63s %ld", host, &pid) == 2 && !strcmp(host, sh->host) && pid > 0 &&
+           kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
 /*
  * Takes the compaction lease: 0 taken, 1 another holds it. A lease older than
- * KC_SHARED_LEASE_AGE_S (by the file system's clock: its mtime against the
- * time of a file this call touches) is moved aside once and taken.
+ * KC_SHARED_LEASE_AGE_S (its mtime against this host's clock), or one
+ * lease_dead_early() judges dead, is moved aside once and taken.
  */
 static int lease_take(kc_shared *sh, char *mine, size_t mine_size)
 {
@@ -401,7 +462,8 @@ static int lease_take(kc_shared *sh, char *mine, size_t mine_size)
         struct stat st;
         if (errno != EEXIST || stat(lease, &st) != 0)
             return 1;
-        if (time(NULL) - st.st_mtime < KC_SHARED_LEASE_AGE_S)
+        if (time(NULL) - st.st_mtime < KC_SHARED_LEASE_AGE_S &&
+            !lease_dead_early(sh, lease, st.st_mtime))
             return 1;
         char aside[KC_SHARED_PATH], name[256];
         fresh_name(name, sizeof(name), sh, "-stale-lease");
@@ -418,51 +480,142 @@ static void lease_release(kc_shared *sh, const char *mine)
 {
     char lease[KC_SHARED_PATH], buf[256];
     path_of(lease, sh, "compact.lease", NULL);
-    int fd = open(lease, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
-        return;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n > 0 && (buf[n] = '\0', !strcmp(buf, mine)))
+    if (read_lease(buf, sizeof(buf), lease) && !strcmp(buf, mine))
         unlink(lease);
 }
 
-/* Deletes what has been retired for longer than the grace, and temporary copies as old. */
-static void sweep(kc_shared *sh)
+/* The grace given to temporary files and retired segments; the tests ask for less. */
+static time_t grace_s(void)
 {
-    static const char *const subs[] = {"retired", "segments"};
-    time_t now = time(NULL);
-    for (size_t s = 0; s < KC_ARRAY_SIZE(subs); s++) {
-        char dir[KC_SHARED_PATH];
-        path_of(dir, sh, subs[s], NULL);
-        DIR *d = opendir(dir);
-        struct dirent *de;
-        while (d && (de = readdir(d))) {
-            char path[KC_SHARED_PATH];
-            struct stat st;
-            if (de->d_name[0] == '.' || (s == 1 && !strstr(de->d_name, ".kcb.tmp-")))
-                continue;
-            path_of(path, sh, subs[s], de->d_name);
-            if (lstat(path, &st) == 0 && now - st.st_mtime > KC_SHARED_GRACE_S)
-                unlink(path);
-        }
-        if (d)
-            closedir(d);
-    }
+    uint64_t n;
+    const char *v = getenv("KCACHE_TEST_SHARED_GRACE_S");
+    return v && kcache_parse_count(&n, v, 0, KC_SHARED_GRACE_S) == 0 ? (time_t)n
+                                                                      : KC_SHARED_GRACE_S;
 }
 
-/* Imports every listed segment into t; marks in done those to retire. */
-static void merge_into(kc_shared *sh, kcache_store *t, const struct names *l, char *done)
+/*
+ * What killed processes and past compactions leave, deleted:
+ *   - retired/: a segment once it has been retired for longer than the grace
+ *     (the time its name starts with: a rename keeps the mtime of the write),
+ *     and any beyond the newest KC_SHARED_KEEP_RETIRED, so that a burst of
+ *     compactions cannot fill an inode quota. A reader that listed a
+ *     segment deleted early finds it gone and lists again (kc_shared_fetch());
+ *   - segments/: a writer's temporary copy ("NAME.kcb.tmp-...") not written
+ *     to for longer than the grace: its writer was killed;
+ *   - the local store's directory: this tier's local work files
+ *     ("shared-out-", "shared-compact-": a bundle, a whole store) as old.
+ */
+static void sweep_dir(const char *dir, const char *const *prefixes, size_t n_prefixes,
+                      time_t older_than)
 {
-    for (size_t i = 0; i < l->n; i++) {
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        int ours = 0;
+        for (size_t i = 0; i < n_prefixes && !ours; i++)
+            ours = prefixes[i][0] == '*' ? strstr(de->d_name, prefixes[i] + 1) != NULL
+                                         : !strncmp(de->d_name, prefixes[i], strlen(prefixes[i]));
         char path[KC_SHARED_PATH];
         struct stat st;
-        path_of(path, sh, "segments", l->v[i]);
+        if (!ours || de->d_name[0] == '.' ||
+            (size_t)snprintf(path, sizeof(path), "%s/%s", dir, de->d_name) >= sizeof(path))
+            continue;
+        if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_mtime < older_than)
+            unlink(path);
+    }
+    if (d)
+        closedir(d);
+}
+
+static void sweep(kc_shared *sh)
+{
+    time_t now = time(NULL), grace = grace_s();
+    static const char *const tmp[] = {"*.kcb.tmp-"};
+    static const char *const local[] = {"shared-out-", "shared-compact-"};
+    char dir[KC_SHARED_PATH];
+    path_of(dir, sh, "segments", NULL);
+    sweep_dir(dir, tmp, KC_ARRAY_SIZE(tmp), now - grace);
+    sweep_dir(sh->local, local, KC_ARRAY_SIZE(local), now - grace);
+    struct names l = {0};
+    if (list_all(&l, sh, "retired"))
+        return;
+    for (size_t i = 0; i < l.n; i++) { /* newest first */
+        char path[KC_SHARED_PATH];
+        long long at = strtoll(l.v[i], NULL, 10);
+        if (i >= KC_SHARED_KEEP_RETIRED || at / 1000 < (long long)(now - grace)) {
+            path_of(path, sh, "retired", l.v[i]);
+            unlink(path);
+        }
+    }
+    names_free(&l);
+}
+
+/* A segment as compaction sees it. */
+struct seg {
+    const char *name; /* borrowed from the listing */
+    uint64_t size;    /* bytes */
+    uint64_t entries; /* as its name says: "-k<key>" one, "-n<count>" a merged one's */
+    int merge;
+};
+
+static uint64_t entries_of(const char *name)
+{
+    const char *k = strrchr(name, '-');
+    return k && k[1] == 'n' ? strtoull(k + 2, NULL, 10) : 1;
+}
+
+static int larger_first(const void *a, const void *b)
+{
+    const struct seg *x = a, *y = b;
+    return x->entries < y->entries ? 1 : x->entries > y->entries ? -1 : strcmp(x->name, y->name);
+}
+
+/*
+ * Which segments to merge (size-tiered, as LSM trees do): each segment that
+ * holds more entries than all smaller ones together is left as it is, the
+ * rest are merged into one. So an entry is rewritten about
+ * log2(entries / KC_SHARED_COMPACT_AT) times in its life, not at every
+ * compaction, and the tier holds at most that many merged segments (their
+ * counts at least double from one to the next) plus the one-entry segments
+ * published since. Entries, not bytes: a one-entry segment is a whole
+ * SQLite file, tens of KiB of pages for a kernel of a few hundred bytes.
+ * When the segments together pass the cap, every one is merged, under the
+ * cap. Returns how many are to be merged.
+ */
+static size_t choose(struct seg *v, size_t n, uint64_t cap)
+{
+    uint64_t total = 0, rest = 0;
+    for (size_t i = 0; i < n; i++) {
+        total += v[i].size;
+        rest += v[i].entries;
+    }
+    qsort(v, n, sizeof(*v), larger_first);
+    size_t kept = 0;
+    for (size_t i = 0; i < n && total <= cap; i++) {
+        rest -= v[i].entries;
+        if (v[i].entries <= rest)
+            break;
+        kept++;
+    }
+    for (size_t i = 0; i < n; i++)
+        v[i].merge = i >= kept;
+    return n - kept;
+}
+
+/* Imports each segment to merge into t; marks in done those to remove. */
+static void merge_into(kc_shared *sh, kcache_store *t, const struct seg *v, size_t n, char *done)
+{
+    for (size_t i = 0; i < n; i++) {
+        char path[KC_SHARED_PATH];
+        struct stat st;
+        if (!v[i].merge)
+            continue;
+        path_of(path, sh, "segments", v[i].name);
         int rc = kcache_bundle_import(NULL, t, path, NULL);
         if (rc && stat(path, &st) != 0)
-            continue; /* retired by another compaction meanwhile */
+            continue; /* removed by another compaction meanwhile */
         if (rc) {
-            /* It will never pass: retired, so that the count stays bounded. */
+            /* It will never pass: removed, so that the count stays bounded. */
             kc_store_count(sh->store, KC_SC_REJECTED, 1);
             say(sh, "shared segment %s refused and retired: %s", path, kcache_store_errmsg(t));
         }
@@ -470,23 +623,69 @@ static void merge_into(kc_shared *sh, kcache_store *t, const struct names *l, ch
     }
 }
 
+/*
+ * Removes the merged segments, now that what they hold is in place: a
+ * one-entry segment is deleted (a reader copies it in one read, and one that
+ * finds it gone lists again); a merged one is retired, for readers that may
+ * be copying it.
+ */
+static void remove_merged(kc_shared *sh, const struct seg *v, size_t n, const char *done)
+{
+    for (size_t i = 0; i < n; i++) {
+        char from[KC_SHARED_PATH], to[KC_SHARED_PATH], aside[300];
+        if (!done[i])
+            continue;
+        path_of(from, sh, "segments", v[i].name);
+        if (strrchr(v[i].name, '-')[1] == 'k') {
+            unlink(from);
+            continue;
+        }
+        snprintf(aside, sizeof(aside), "%013lld-%s", (long long)kc_now_ms(), v[i].name);
+        path_of(to, sh, "retired", aside);
+        rename(from, to);
+    }
+}
+
+/* The listed segments with their sizes (one that vanished meanwhile left out). */
+static int sized(struct seg **out, size_t *n, const kc_shared *sh, const struct names *l)
+{
+    *n = 0;
+    if (!(*out = kc_calloc(l->n ? l->n : 1, sizeof(**out))))
+        return KCACHE_ENOMEM;
+    for (size_t i = 0; i < l->n; i++) {
+        char path[KC_SHARED_PATH];
+        struct stat st;
+        path_of(path, sh, "segments", l->v[i]);
+        if (stat(path, &st) == 0)
+            (*out)[(*n)++] = (struct seg){l->v[i], (uint64_t)st.st_size, entries_of(l->v[i]), 0};
+    }
+    return 0;
+}
+
 int kc_shared_compact(kc_shared *sh)
 {
     char mine[256];
-    if (sh->read_only || lease_take(sh, mine, sizeof(mine)))
+    if (sh->read_only)
+        return 1;
+    make_dirs(sh);
+    if (lease_take(sh, mine, sizeof(mine)))
         return 1;
     struct names l = {0};
+    struct seg *v = NULL;
+    size_t n = 0;
     char *done = NULL, name[256], local[KC_SHARED_PATH] = "", db[KC_SHARED_PATH + 8] = "",
          err[KC_ERRMSG_SIZE] = "";
     kcache_store *t = NULL;
     int rc = list(&l, sh, "segments");
-    if (rc || l.n < 2)
+    if (!rc)
+        rc = sized(&v, &n, sh, &l);
+    if (rc || n < 2 || choose(v, n, sh->max_size) < 2)
         goto out;
-    if (!(done = kc_calloc(l.n, 1))) {
+    if (!(done = kc_calloc(n, 1))) {
         rc = KCACHE_ENOMEM;
         goto out;
     }
-    fresh_name(name, sizeof(name), sh, "-merged");
+    fresh_name(name, sizeof(name), sh, "");
     snprintf(local, sizeof(local), "%s/shared-compact-%s", sh->local, name);
     snprintf(db, sizeof(db), "%s.db", local);
     remove_local_store(db);
@@ -495,25 +694,19 @@ int kc_shared_compact(kc_shared *sh)
     so.max_size = sh->max_size; /* the store's LRU holds the tier's cap */
     if ((rc = kcache_store_open(&t, &so, err, sizeof(err))))
         goto out;
-    merge_into(sh, t, &l, done);
-    if ((rc = kcache_bundle_export(NULL, t, local, NULL))) {
+    merge_into(sh, t, v, n, done);
+    kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
+    if ((rc = kcache_bundle_export(&r, t, local, NULL))) {
         snprintf(err, sizeof(err), "%s", kcache_store_errmsg(t));
         goto out;
     }
+    char tag[32]; /* its entry count in its name, for choose() */
+    snprintf(tag, sizeof(tag), "-merged-n%llu", (unsigned long long)r.entries);
+    fresh_name(name, sizeof(name), sh, tag);
     if ((rc = place(sh, local, name, err, sizeof(err))))
         goto out;
-    /* Only now, with what they hold in place: the merged segments retired. */
-    for (size_t i = 0; i < l.n; i++) {
-        char from[KC_SHARED_PATH], to[KC_SHARED_PATH], aside[300];
-        if (!done[i])
-            continue;
-        snprintf(aside, sizeof(aside), "%013lld-%s", (long long)kc_now_ms(), l.v[i]);
-        path_of(from, sh, "segments", l.v[i]);
-        path_of(to, sh, "retired", aside);
-        rename(from, to);
-    }
+    remove_merged(sh, v, n, done); /* only now, with what they hold in place */
     kc_store_count(sh->store, KC_SC_COMPACTIONS, 1);
-    sweep(sh);
 out:
     if (rc && rc != KCACHE_ENOMEM)
         say(sh, "compacting the shared directory %s: %s", sh->dir, err[0] ? err : "failed");
@@ -522,7 +715,10 @@ out:
         unlink(local);
         remove_local_store(db);
     }
+    if (!rc)
+        sweep(sh); /* also when nothing needed merging: what killed processes left */
     free(done);
+    free(v);
     names_free(&l);
     lease_release(sh, mine);
     return rc;

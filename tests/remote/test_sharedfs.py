@@ -6,9 +6,10 @@ same kernels at once, then a node that starts afterwards. No lock is
 honoured across nodes here: sshfs does not pass byte-range locks on to the
 server, and the nodes share nothing but the directory.
 
-Usage: test_sharedfs.py KCACHE [--nodes N --ranks R --kernels K]
+Usage: test_sharedfs.py KCACHE [--nodes N --ranks R --kernels K] [--kills N]
   (exit 77 without root, FUSE, sshfs or a toolkit). The default run is
-  small (2 x 2 x 3); benchmarks/sharedfs.sh runs 8 x 4 x 40.
+  small (3 x 2 x 6); benchmarks/sharedfs/cluster.sh runs 8 x 4 x 40 and
+  50 kills.
 """
 import argparse
 import collections
@@ -23,9 +24,9 @@ import sshfs  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("kcache")
-ap.add_argument("--nodes", type=int, default=2)
+ap.add_argument("--nodes", type=int, default=3)
 ap.add_argument("--ranks", type=int, default=2)
-ap.add_argument("--kernels", type=int, default=3)
+ap.add_argument("--kernels", type=int, default=6)
 ap.add_argument("--kills", type=int, default=0,
                 help="also kill this many publishers at random moments (long mode)")
 ARGS = ap.parse_args()
@@ -160,8 +161,8 @@ def test_cluster(root):
 
 def test_compaction(root):
     """A publisher that finds KCACHE_TEST_SHARED_COMPACT_AT (3) segments merges them: the
-    count stays bounded, the merged ones are retired, not deleted, and a later node
-    gets every kernel from the tier."""
+    count stays bounded, the one-entry segments merged are gone, and a later node gets
+    every kernel from the tier."""
     if not os.path.isdir("/usr/local/cuda/include"):
         raise Skip("no CUDA toolkit")
     n = 5
@@ -186,8 +187,8 @@ def test_compaction(root):
         retired = os.listdir(os.path.join(shared, "retired"))
         print("after %d publishes: %d segments, %d retired" % (n, len(segs), len(retired)))
         check(len(segs) < 3, "fewer segments than the threshold: %s" % segs)
-        check(any(s.endswith("-merged.kcb") for s in segs), "a merged segment: %s" % segs)
-        check(len(retired) >= 3, "the merged ones retired, not deleted: %s" % retired)
+        check(any("-merged-n" in s for s in segs), "a merged segment: %s" % segs)
+        check(not retired, "one-entry segments deleted once merged, not kept: %s" % retired)
         p = subprocess.run(sshfs.node("late", ["sh", "-c", loop % "late"]), env=env,
                            capture_output=True, text=True)
         rows = [l.split()[0] for l in p.stdout.splitlines() if l.strip()]
@@ -197,12 +198,20 @@ def test_compaction(root):
                   open(os.path.join(out, "late-%d.cubin" % i), "rb").read(), "c%d's bytes" % i)
 
 
+def tier_files(shared):
+    """Every file of the shared directory (its folders not counted)."""
+    return [os.path.join(d, f) for d, _, fs in os.walk(shared) for f in fs]
+
+
 def test_kills(root):
-    """Publishers SIGKILLed at random moments (compiling, publishing, compacting: the
-    threshold is 3, so most publishes compact): every kernel a completed compile
-    published is still served to a later node, and no segment is refused."""
+    """kcache processes SIGKILLed while they publish or compact (the threshold is 3, so
+    most publishes compact; each victim is killed within 1 s of its first local work
+    file of the tier appearing): every kernel a completed compile published is still
+    served to a later node, no segment is refused, and once a compaction has run after
+    the kills (grace 1 s) the tier's files are few again and no work file is left."""
     if not ARGS.kills:
         raise Skip("long mode only (--kills N)")
+    import json
     import random
     import signal
     rnd = random.Random(36)
@@ -210,30 +219,69 @@ def test_kills(root):
         shared = os.path.join(m.mnt, "kcache-shared")
         os.makedirs(shared)
         src, out = os.path.join(root, "src"), os.path.join(root, "out")
+        local = os.path.join(root, "local")
         os.makedirs(src)
         os.makedirs(out)
         env = dict(env_for(shared), KCACHE_TEST_SHARED_COMPACT_AT="3",
-                   KCACHE_DIR=os.path.join(root, "local"))
-        done, kills, i = [], 0, 0
-        while kills < ARGS.kills:
+                   KCACHE_TEST_SHARED_GRACE_S="1", KCACHE_DIR=local)
+
+        def compile_x(i):
             name = os.path.join(src, "x%d.cu" % i)
             with open(name, "w") as f:
                 f.write(KERNEL % (1000 + i, i + 5))
-            p = subprocess.Popen([KCACHE, "compile", name, "--arch", "sm_90", "-o",
-                                  os.path.join(out, "x%d.cubin" % i)], env=env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            return subprocess.Popen([KCACHE, "compile", name, "--arch", "sm_90", "-o",
+                                     os.path.join(out, "x%d.cubin" % i)], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+        def phase(pid):
+            """What process pid does with the tier, by its local work files: or None."""
+            tag = "-%d-" % pid
+            for f in os.listdir(local) if os.path.isdir(local) else []:
+                if tag in f and f.startswith("shared-compact-"):
+                    return "compaction"
+                if tag in f and f.startswith("shared-out-"):
+                    return "publish"
+            return None
+
+        done, kills, i, most = [], collections.Counter(), 0, 0
+        t0 = time.time()
+        while sum(kills.values()) < ARGS.kills:
+            p = compile_x(i)
             if i % 3 != 0:
-                time.sleep(rnd.uniform(0.3, 1.5))
-                if p.poll() is None:
-                    p.send_signal(signal.SIGKILL)
-                    kills += 1
+                seen = None
+                while p.poll() is None and not seen:
+                    seen = phase(p.pid)
+                    time.sleep(0.005)
+                if seen:
+                    time.sleep(rnd.uniform(0, 1.0))
+                    seen = phase(p.pid) or seen
+                    if p.poll() is None:
+                        p.send_signal(signal.SIGKILL)
+                        kills[seen] += 1
             o, _ = p.communicate()
             if p.returncode == 0 and o.startswith("miss"):
                 done.append(i)
+            most = max(most, len(tier_files(shared)))
             i += 1
-        print("%d kills, %d completed publishes, %d segments, %d retired" % (
-            kills, len(done), len(os.listdir(os.path.join(shared, "segments"))),
-            len(os.listdir(os.path.join(shared, "retired")))))
+        print("%d kills (%s) in %.0f s, %d completed publishes; files of the tier: at most %d, "
+              "%d after the kills" % (sum(kills.values()), dict(kills), time.time() - t0,
+                                      len(done), most, len(tier_files(shared))))
+        # Compactions after the kills, past the grace (1 s) and the age at which an empty
+        # lease is a dead one's (5 s): what the killed ones left is reclaimed.
+        time.sleep(6)
+        for j in range(i, i + 3):
+            p = compile_x(j)
+            o, _ = p.communicate()
+            if p.returncode == 0 and o.startswith("miss"):
+                done.append(j)
+        files = tier_files(shared)
+        left = [f for f in os.listdir(local) if f.startswith("shared-")]
+        print("after 3 more compiles: %d files (%d segments, %d retired), %d local work files"
+              % (len(files), len(os.listdir(os.path.join(shared, "segments"))),
+                 len(os.listdir(os.path.join(shared, "retired"))), len(left)))
+        check(len(files) <= 16, "the tier's files bounded after the kills: %s" % files)
+        check(not [f for f in files if ".tmp-" in f], "no killed writer's copy left: %s" % files)
+        check(not left, "no killed process's local work file left: %s" % left)
         late = dict(env, KCACHE_DIR=os.path.join(root, "late"))
         misses = []
         for k in done:
@@ -245,7 +293,6 @@ def test_kills(root):
         check(not misses, "every completed publish served later: %s" % misses[:3])
         st = subprocess.run([KCACHE, "stats", "--json"], env=late, capture_output=True,
                             text=True).stdout
-        import json
         check(json.loads(st)["shared"]["rejected"] == 0, "no segment refused: %s" % st)
 
 
