@@ -467,8 +467,7 @@ static void key_as_shown(struct work *w, struct kc_result *r)
  * showed that much of the name). 1 (r filled) or 0 (compile, r's key the
  * one without the name).
  */
-static int name_free_hit(kcache_compiler *c, struct work *w, unsigned flags,
-                         struct kc_result *r)
+int kc_name_free_hit(kcache_compiler *c, struct work *w, unsigned flags, struct kc_result *r)
 {
     unsigned get_flags = flags & KCACHE_COMPILE_UNCOUNTED ? KCACHE_GET_NO_COUNT : 0;
     kcache_entry *e = NULL;
@@ -1055,7 +1054,7 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
                                                         : served_named_caller;
     }
     if (use_store && w.name_free && !(req->flags & KCACHE_COMPILE_REFRESH) &&
-        name_free_hit(c, &w, req->flags, r)) {
+        kc_name_free_hit(c, &w, req->flags, r)) {
         /* Resolved for a hit (another name's directory, a closure not kept): kept now. */
         if (have_base)
             record_manifest(c, req, &w, r);

@@ -205,6 +205,12 @@ int kc_caller_take_made(struct caller_step *s, struct kc_result *r, const kcache
 void kc_caller_store(void *ctx, struct kc_result *r);
 /* Puts the key with the program's name in r's place (w then holds the one without). */
 void kc_use_named_key(struct work *w, struct kc_result *r);
+/*
+ * For a request whose key leaves the name out: its entry under that key, the
+ * key with the name's last component, or the key with the whole name, in r
+ * under the key it was found by. 1 (r filled) or 0 (not there).
+ */
+int kc_name_free_hit(kcache_compiler *c, struct work *w, unsigned flags, struct kc_result *r);
 
 /*
  * overlap.c: whether a miss of req may run the caller's compiler while

@@ -93,6 +93,13 @@ static void *resolve_main(void *arg)
     o->rc = kc_resolve_and_key(s->c, s->req, s->w, o->r);
     if (o->rc || s->w->deps.not_hermetic)
         return NULL;
+    if (s->w->name_free && kc_name_free_hit(s->c, s->w, s->req->flags, o->r)) {
+        /* Under the key without the name, or the one with what the result showed of it
+         * (its last component, or all of it): r holds it under the key it was found by. */
+        o->found = 1;
+        atomic_store(&o->stop, 1);
+        return NULL;
+    }
     unsigned get_flags = s->req->flags & KCACHE_COMPILE_UNCOUNTED ? KCACHE_GET_NO_COUNT : 0;
     const kcache_key key = o->lease_key = o->r->pub.key;
     int found = kc_lookup_or_lease(s->c, &key, s->w->name_free ? &s->w->named_key : NULL, get_flags,
