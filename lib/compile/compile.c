@@ -995,9 +995,10 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     int bad_request = rc != 0;
     if (rc || (rc = toolkit_dirs(c, &w)))
         goto unkeyed;
-    if (!w.opts.uncached_reason && kept_restrict(&w)) {
+    const char *kept = kept_restrict(&w);
+    if (kept && !w.opts.uncached_reason) {
         w.opts.uncached_reason = "nvrtc_kept_restrict";
-        w.opts.uncached_problem = kept_restrict(&w);
+        w.opts.uncached_problem = kept;
     }
     /* NVRTC's environment variables: keyed, or the compile runs uncached. */
     if (!(req->flags & KCACHE_COMPILE_NO_CACHE) && !kc_toolkit_id_unknown(c->tk.nvrtc_id) &&

@@ -1,4 +1,5 @@
 /* The CUDA toolkit: where it is, its builds, NVRTC and nvJitLink loaded (toolkit.h). */
+#include <ctype.h>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -449,9 +450,19 @@ static atomic_int restrict_kept;
 
 int kc_nvrtc_opts_restrict(size_t n, const char *const *opts)
 {
-    for (size_t i = 0; i < n; i++)
-        if (opts[i] && (!strcmp(opts[i], "-restrict") || !strcmp(opts[i], "--restrict")))
+    for (size_t i = 0; i < n; i++) {
+        /* NVRTC strips white space around an option: " --restrict " asks too. */
+        const char *o = opts[i];
+        if (!o)
+            continue;
+        while (isspace((unsigned char)*o))
+            o++;
+        size_t len = strlen(o);
+        while (len && isspace((unsigned char)o[len - 1]))
+            len--;
+        if ((len == 9 && !memcmp(o, "-restrict", 9)) || (len == 10 && !memcmp(o, "--restrict", 10)))
             return 1;
+    }
     return 0;
 }
 

@@ -97,7 +97,7 @@ void kc_toolkit_on_nvrtc_load(void (*fn)(void *handle));
  * neither served from nor filed in the cache.
  */
 void kc_nvrtc_note_options(size_t n, const char *const *opts);
-/* 1 if opts ask for -restrict (either spelling). */
+/* 1 if opts ask for -restrict (either spelling, white space around it as NVRTC strips it). */
 int kc_nvrtc_opts_restrict(size_t n, const char *const *opts);
 /* 1 once this process handed NVRTC a compile with -restrict. */
 int kc_nvrtc_restrict_kept(void);

@@ -87,11 +87,14 @@ def main():
         print("NVIDIA's NVRTC keeps -restrict for later compiles: %s" %
               ("yes" if after.ptx == given.ptx else "no (this build does not)"))
 
-        for mode, dropin in (("lib", False), ("nvrtc", True)):
+        # NVRTC strips white space around an option: " --restrict " is -restrict too.
+        for mode, dropin, spelling in (("lib", False, "-restrict"), ("nvrtc", True, "-restrict"),
+                                       ("nvrtc", True, " --restrict ")):
             path = "drop-in" if dropin else "library"
+            path += "" if spelling == "-restrict" else " (%r)" % spelling
             shutil.rmtree(os.path.join(tmp, "cache"), ignore_errors=True)
             first = Driver(DRIVER, env(tmp, dropin))
-            r = compile_in(first, mode, tmp, "other.cu", ["-restrict"])
+            r = compile_in(first, mode, tmp, "other.cu", [spelling])
             check(r.ok(), "%s: a compile with -restrict" % path)
             r = compile_in(first, mode, tmp, "k.cu", [])
             check(r.ok() and not r.hit, "%s: the kernel after it compiles" % path)
