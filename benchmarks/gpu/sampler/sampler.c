@@ -11,6 +11,10 @@
  * by ^C re-raises SIGINT and never runs destructors). backtrace() is not
  * async-signal-safe in general; it is called once first so that libgcc is
  * loaded, and a rare torn sample costs nothing but itself.
+ *
+ * SAMPLER_WALL=1 samples the main thread (the one that loaded the sampler)
+ * every millisecond of wall-clock time instead, blocked or not: where a
+ * thread waits (a join, a lock, a read) shows as the frames of the wait.
  */
 #define _GNU_SOURCE
 #include <execinfo.h>
@@ -19,7 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 #include <pthread.h>
 
@@ -51,8 +57,20 @@ __attribute__((constructor)) static void start(void)
     sa.sa_sigaction = handler;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigaction(SIGPROF, &sa, NULL);
-    struct itimerval it = {{0, 1000}, {0, 1000}};
-    setitimer(ITIMER_PROF, &it, NULL);
+    if (getenv("SAMPLER_WALL")) {
+        struct sigevent ev;
+        memset(&ev, 0, sizeof(ev));
+        ev.sigev_notify = SIGEV_THREAD_ID;
+        ev.sigev_signo = SIGPROF;
+        ev._sigev_un._tid = (pid_t)syscall(SYS_gettid);
+        timer_t t;
+        struct itimerspec its = {{0, 1000000}, {0, 1000000}};
+        if (timer_create(CLOCK_MONOTONIC, &ev, &t) != 0 || timer_settime(t, 0, &its, NULL) != 0)
+            return;
+    } else {
+        struct itimerval it = {{0, 1000}, {0, 1000}};
+        setitimer(ITIMER_PROF, &it, NULL);
+    }
     on = 1;
     if (getenv("SAMPLER_SECONDS")) {
         pthread_t t;
@@ -80,6 +98,7 @@ static void dump(void)
         return;
     struct itimerval it = {{0, 0}, {0, 0}};
     setitimer(ITIMER_PROF, &it, NULL);
+    signal(SIGPROF, SIG_IGN); /* the wall timer, if any, keeps firing */
     char path[4096];
     snprintf(path, sizeof(path), "%s.%d", getenv("SAMPLER_OUT"), (int)getpid());
     FILE *f = fopen(path, "w");
