@@ -16,39 +16,42 @@
 
 /* ---- the verdict ------------------------------------------------------------------ */
 
+/* Appends the components of s[0..n) to out at *o, each as "/name", skipping "" and ".". */
+static void append_components(char *out, size_t *o, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        while (i < n && s[i] == '/')
+            i++;
+        size_t len = 0;
+        while (i + len < n && s[i + len] != '/')
+            len++;
+        if (len && !(len == 1 && s[i] == '.')) {
+            out[(*o)++] = '/';
+            memcpy(out + *o, s + i, len);
+            *o += len;
+        }
+        i += len;
+    }
+}
+
 /*
  * path as absolute (against cwd) with "." components and repeated slashes
  * folded; ".." is kept, since after a symbolic link it is not the lexical
- * parent. NULL if out of memory.
+ * parent. NULL if out of memory. One allocation and no snprintf: a miss
+ * judges thousands of paths (2.6 ms of a CuPy miss on an H200 before).
  */
 static char *absolute(const char *cwd, const char *path)
 {
-    size_t n = strlen(cwd) + strlen(path) + 2;
-    char *joined = malloc(n), *out = malloc(n);
-    if (!joined || !out) {
-        free(joined);
-        free(out);
+    size_t nc = path[0] == '/' ? 0 : strlen(cwd), np = strlen(path);
+    char *out = malloc(nc + np + 3);
+    if (!out)
         return NULL;
-    }
-    snprintf(joined, n, "%s%s%s", path[0] == '/' ? "" : cwd, path[0] == '/' ? "" : "/", path);
     size_t o = 0;
-    for (const char *p = joined; *p;) {
-        while (*p == '/')
-            p++;
-        size_t len = strcspn(p, "/");
-        if (len == 0)
-            break;
-        if (!(len == 1 && p[0] == '.')) {
-            out[o++] = '/';
-            memcpy(out + o, p, len);
-            o += len;
-        }
-        p += len;
-    }
+    append_components(out, &o, cwd, nc);
+    append_components(out, &o, path, np);
     if (o == 0)
         out[o++] = '/';
     out[o] = '\0';
-    free(joined);
     return out;
 }
 
