@@ -160,6 +160,11 @@ int kc_manifest_encode(kc_buf *out, const kc_probe *probes, size_t n, const char
     kc_smap t = {0};
     kc_buf dirs = {0}, list = {0};
     int rc = n > UINT32_MAX ? KCACHE_ENOMEM : 0;
+    /* The previous probe's directory: a resolution looks in one directory many times in a row. */
+    const char *last = NULL;
+    size_t last_n = 0;
+    int last_sym = 0;
+    uint32_t last_dir = NO_DIR;
     for (size_t i = 0; !rc && i < n; i++) {
         const char *rel = below_name_dir(&probes[i], name_dir);
         const char *path = rel ? rel : probes[i].path;
@@ -167,7 +172,12 @@ int kc_manifest_encode(kc_buf *out, const kc_probe *probes, size_t n, const char
         uint32_t dir = NO_DIR;
         if (rel || slash) {
             /* "/x" lives in "/", kept as the empty name; "x" beside the name, in "" too. */
-            dir = dir_index(&t, path, slash ? (size_t)(slash - path) : 0, rel != NULL, &dirs);
+            size_t dn = slash ? (size_t)(slash - path) : 0;
+            if (last && dn == last_n && (rel != NULL) == last_sym && !memcmp(path, last, dn))
+                dir = last_dir;
+            else
+                dir = dir_index(&t, path, dn, rel != NULL, &dirs);
+            last = path, last_n = dn, last_sym = rel != NULL, last_dir = dir;
             if (dir == NO_DIR) {
                 rc = KCACHE_ENOMEM;
                 break;
