@@ -522,7 +522,8 @@ static void add_text(kc_mac *m, const char *s)
     add_bytes(m, s ? s : "", s ? strlen(s) : 0);
 }
 
-void kc_bundle_sig_add(kc_bundle_sig *s, const kcache_entry *e)
+void kc_bundle_sig_add_item(kc_bundle_sig *s, const kcache_key *id,
+                            const uint8_t digest[KC_MAC_SIZE])
 {
     struct kc_sig_item *grown = kc_grow(s->items, &s->cap, s->n, sizeof(*grown), 256);
     if (!grown) {
@@ -530,8 +531,13 @@ void kc_bundle_sig_add(kc_bundle_sig *s, const kcache_entry *e)
         return;
     }
     s->items = grown;
-    struct kc_sig_item *it = &s->items[s->n++];
-    it->key = e->key;
+    s->items[s->n].key = *id;
+    memcpy(s->items[s->n++].digest, digest, KC_MAC_SIZE);
+}
+
+void kc_bundle_sig_add(kc_bundle_sig *s, const kcache_entry *e)
+{
+    uint8_t digest[KC_MAC_SIZE];
     kc_mac m;
     kc_mac_init(&m, NULL);
     add_text(&m, "kcache-bundle-entry-1");
@@ -558,7 +564,8 @@ void kc_bundle_sig_add(kc_bundle_sig *s, const kcache_entry *e)
         add_text(&m, e->inputs[i].name);
         add_bytes(&m, d, sizeof(d));
     }
-    kc_mac_final(&m, it->digest);
+    kc_mac_final(&m, digest);
+    kc_bundle_sig_add_item(s, &e->key, digest);
 }
 
 static int by_key(const void *a, const void *b)
@@ -591,11 +598,16 @@ void kc_bundle_sig_free(kc_bundle_sig *s)
 
 int kc_bundle_sig_read(sqlite3 *db, uint8_t out[KC_MAC_SIZE])
 {
+    return kc_bundle_sig_read_as(db, KC_SIG_NAME, out);
+}
+
+int kc_bundle_sig_read_as(sqlite3 *db, const char *name, uint8_t out[KC_MAC_SIZE])
+{
     sqlite3_stmt *st = NULL;
     int found = 0;
     int src = sqlite3_prepare_v2(db, "SELECT value FROM counter WHERE name = ?1", -1, &st, NULL);
     if (src == SQLITE_OK) {
-        sqlite3_bind_text(st, 1, KC_SIG_NAME, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
         src = sqlite3_step(st);
         if (src == SQLITE_ROW) {
             /* Anything but 32 bytes under this name is a signature that cannot match. */
@@ -614,11 +626,16 @@ int kc_bundle_sig_read(sqlite3 *db, uint8_t out[KC_MAC_SIZE])
 
 int kc_bundle_sig_write(sqlite3 *db, const uint8_t sig[KC_MAC_SIZE])
 {
+    return kc_bundle_sig_write_as(db, KC_SIG_NAME, sig);
+}
+
+int kc_bundle_sig_write_as(sqlite3 *db, const char *name, const uint8_t sig[KC_MAC_SIZE])
+{
     sqlite3_stmt *st = NULL;
     int src = sqlite3_prepare_v2(db, "INSERT OR REPLACE INTO counter (name, value) VALUES (?1, ?2)",
                                  -1, &st, NULL);
     if (src == SQLITE_OK) {
-        sqlite3_bind_text(st, 1, KC_SIG_NAME, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
         sqlite3_bind_blob(st, 2, sig, KC_MAC_SIZE, SQLITE_STATIC);
         src = sqlite3_step(st);
     }
