@@ -221,8 +221,9 @@ def segment_reads(trace):
 
 def test_one_read(root):
     """A shared hit reads its segment over the network once: one open and a read or two,
-    not SQLite's page reads (each a round trip on sshfs: two opens and 40 reads before),
-    and leaves no copy behind in the node's cache directory."""
+    not SQLite's page reads (each a round trip on sshfs: two opens and 45 reads before),
+    and leaves no copy behind in the node's cache directory; the segment, mostly its
+    tables' root pages, has pages of 1 KiB (124 KiB before for a CUBIN of 3.5 KiB)."""
     if not os.path.isdir("/usr/local/cuda/include"):
         raise Skip("no CUDA toolkit")
     if not shutil.which("strace"):
@@ -241,6 +242,11 @@ def test_one_read(root):
                                               "%s/pub.cubin" % (KCACHE, src, out)]),
                            env=env, capture_output=True, text=True)
         check(p.returncode == 0, "the publisher's compile: %s" % p.stderr)
+        seg = os.listdir(os.path.join(shared, "segments"))
+        size = os.path.getsize(os.path.join(shared, "segments", seg[0]))
+        print("a one-entry segment of a %d-byte CUBIN: %d bytes"
+              % (os.path.getsize(os.path.join(out, "pub.cubin")), size))
+        check(size <= 64 << 10, "a small segment is written with small pages")
         trace = os.path.join(out, "hit.strace")
         script = (warm(src, out, "reader") +
                   # LeakSanitizer cannot run under ptrace.
