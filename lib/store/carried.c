@@ -48,33 +48,10 @@ struct carried {
     size_t size;
 };
 
-static void mac_u64(kc_mac *m, uint64_t v)
-{
-    uint8_t b[8];
-    for (int i = 0; i < 8; i++)
-        b[i] = (uint8_t)(v >> (8 * i));
-    kc_mac_update(m, b, sizeof(b));
-}
-
-/* Adds a closure row to a signature: an item per (base, key), of everything the row says. */
+/* Adds a closure row to a signature. */
 static void sig_add_closure(kc_bundle_sig *sig, const struct carried *c)
 {
-    static const char domain[] = "kcache-bundle-closure-1";
-    uint8_t both[2 * KCACHE_KEY_SIZE], digest[KC_MAC_SIZE];
-    kcache_key id;
-    memcpy(both, c->base.bytes, KCACHE_KEY_SIZE);
-    memcpy(both + KCACHE_KEY_SIZE, c->key.bytes, KCACHE_KEY_SIZE);
-    kc_digest(id.bytes, both, sizeof(both));
-    kc_mac m;
-    kc_mac_init(&m, NULL);
-    mac_u64(&m, sizeof(domain) - 1);
-    kc_mac_update(&m, domain, sizeof(domain) - 1);
-    kc_mac_update(&m, both, sizeof(both));
-    mac_u64(&m, (uint64_t)c->recorded_at);
-    mac_u64(&m, c->size);
-    kc_mac_update(&m, c->data, c->size);
-    kc_mac_final(&m, digest);
-    kc_bundle_sig_add_item(sig, &id, digest);
+    kc_bundle_sig_add_closure(sig, &c->base, &c->key, c->recorded_at, c->data, c->size);
 }
 
 /*

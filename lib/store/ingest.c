@@ -544,8 +544,8 @@ static void add_text(kc_mac *m, const char *s)
     add_bytes(m, s ? s : "", s ? strlen(s) : 0);
 }
 
-void kc_bundle_sig_add_item(kc_bundle_sig *s, const kcache_key *id,
-                            const uint8_t digest[KC_MAC_SIZE])
+/* Adds an item: id orders it, digest says all of it. */
+static void sig_add_item(kc_bundle_sig *s, const kcache_key *id, const uint8_t digest[KC_MAC_SIZE])
 {
     struct kc_sig_item *grown = kc_grow(s->items, &s->cap, s->n, sizeof(*grown), 256);
     if (!grown) {
@@ -555,6 +555,25 @@ void kc_bundle_sig_add_item(kc_bundle_sig *s, const kcache_key *id,
     s->items = grown;
     s->items[s->n].key = *id;
     memcpy(s->items[s->n++].digest, digest, KC_MAC_SIZE);
+}
+
+void kc_bundle_sig_add_closure(kc_bundle_sig *s, const kcache_key *base, const kcache_key *key,
+                               int64_t recorded_at, const void *closure, size_t size)
+{
+    /* An item per (base, key), ordered by both: the digest of the two orders it. */
+    uint8_t both[2 * KCACHE_KEY_SIZE], digest[KC_MAC_SIZE];
+    kcache_key id;
+    memcpy(both, base->bytes, KCACHE_KEY_SIZE);
+    memcpy(both + KCACHE_KEY_SIZE, key->bytes, KCACHE_KEY_SIZE);
+    kc_digest(id.bytes, both, sizeof(both));
+    kc_mac m;
+    kc_mac_init(&m, NULL);
+    add_text(&m, "kcache-bundle-closure-1");
+    add_bytes(&m, both, sizeof(both));
+    add_u64(&m, (uint64_t)recorded_at);
+    add_bytes(&m, closure, size);
+    kc_mac_final(&m, digest);
+    sig_add_item(s, &id, digest);
 }
 
 void kc_bundle_sig_add(kc_bundle_sig *s, const kcache_entry *e)
@@ -587,7 +606,7 @@ void kc_bundle_sig_add(kc_bundle_sig *s, const kcache_entry *e)
         add_bytes(&m, d, sizeof(d));
     }
     kc_mac_final(&m, digest);
-    kc_bundle_sig_add_item(s, &e->key, digest);
+    sig_add_item(s, &e->key, digest);
 }
 
 static int by_key(const void *a, const void *b)

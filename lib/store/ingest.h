@@ -79,9 +79,9 @@ typedef struct kc_bundle_sig {
 
 /* Adds e as the bundle holds it (before the import gate clamps its dates). */
 void kc_bundle_sig_add(kc_bundle_sig *s, const kcache_entry *e);
-/* Adds an item of another kind (carried.c): id orders it, digest says all of it. */
-void kc_bundle_sig_add_item(kc_bundle_sig *s, const kcache_key *id,
-                            const uint8_t digest[KC_MAC_SIZE]);
+/* Adds a closure the bundle carries (carried.c), as an item of its own kind. */
+void kc_bundle_sig_add_closure(kc_bundle_sig *s, const kcache_key *base, const kcache_key *key,
+                               int64_t recorded_at, const void *closure, size_t size);
 /* The signature of everything added, whatever the order it came in. 0 or KCACHE_ENOMEM. */
 int kc_bundle_sig_finish(uint8_t out[KC_MAC_SIZE], kc_bundle_sig *s, const kc_secret *secret);
 void kc_bundle_sig_free(kc_bundle_sig *s);
