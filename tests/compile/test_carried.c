@@ -12,7 +12,6 @@
 #include <kcache/compile.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include "compiletest.h"
 #include "cuda/toolkit.h"
@@ -20,97 +19,24 @@
 static char src[600], inc[600];
 static const char *const opts[] = {"-I", inc};
 
-/* What one process saw of its compile (its exit status). */
-enum { HIT = 1, BY_CLOSURE = 2, FAILED = 4 };
-
-static kcache_store *open_store(const char *db)
-{
-    kcache_store_options so = KCACHE_STORE_OPTIONS_INIT;
-    so.path = db;
-    kcache_store *s = NULL;
-    char err[512];
-    if (kcache_store_open(&s, &so, err, sizeof(err)) != 0)
-        fprintf(stderr, "%s: %s\n", db, err);
-    return s;
-}
-
-/*
- * Compiles src on the cache at db in a new process: first the key as a hit
- * finds it (KCACHE_COMPILE_KEY_REMEMBERED: from a kept closure it comes
- * without key material, from a resolution with it), then the compile. The
- * PTX goes to db + ".ptx"; the compile's time is said.
- */
+/* Compiles src on the cache at db in a new process, key first; the PTX goes to db + ".ptx". */
 static int compile_in_child(const char *db, const char *what)
 {
-    fflush(NULL);
-    pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-        kcache_store *s = open_store(db);
-        if (!s)
-            _exit(FAILED);
-        kcache_compiler *c = ct_compiler(s, NULL);
-        kcache_request r = KCACHE_REQUEST_INIT;
-        r.source_path = src;
-        r.arch = "compute_90";
-        r.output = KCACHE_KIND_PTX;
-        r.options = opts;
-        r.n_options = 2;
-        r.flags = KCACHE_COMPILE_KEY_ONLY | KCACHE_COMPILE_KEY_REMEMBERED;
-        int seen = 0;
-        kcache_result *res = NULL;
-        if (kcache_compiler_compile(&res, c, &r) != 0)
-            seen |= FAILED;
-        else if (res->key_material_size == 0)
-            seen |= BY_CLOSURE;
-        kcache_result_free(res);
-        r.flags = 0;
-        if (kcache_compiler_compile(&res, c, &r) != 0 || !res->keyed) {
-            fprintf(stderr, "%s: %s\n", src, res ? res->message : "no result");
-            seen |= FAILED;
-        } else {
-            char out[700];
-            snprintf(out, sizeof(out), "%s.ptx", db);
-            test_spit(out, res->data, res->size);
-            seen |= res->hit ? HIT : 0;
-            fprintf(stderr, "%s: %s in %.3f ms%s\n", what, res->hit ? "hit" : "miss",
-                    (double)res->elapsed_ns / 1e6, seen & BY_CLOSURE ? ", by the closure" : "");
-        }
-        kcache_result_free(res);
-        kcache_compiler_free(c);
-        kcache_store_close(s);
-        _exit(seen);
-    }
-    int st;
-    REQUIRE(waitpid(pid, &st, 0) == pid && WIFEXITED(st));
-    return WEXITSTATUS(st);
-}
-
-static uint64_t closure_hits(const char *db)
-{
-    kcache_store *s = open_store(db);
-    REQUIRE(s);
-    uint64_t v = 0;
-    if (kcache_store_counter(&v, s, "closure_hits") != 0)
-        v = 0;
-    kcache_store_close(s);
-    return v;
+    char out[700];
+    snprintf(out, sizeof(out), "%s.ptx", db);
+    return ct_compile_in_child(db, src, opts, 2, 1, out, what);
 }
 
 static int ptx_says(const char *db, const char *what)
 {
     char out[700];
-    size_t n = 0;
     snprintf(out, sizeof(out), "%s.ptx", db);
-    uint8_t *ptx = test_slurp(out, &n);
-    int says = ptx && memmem(ptx, n, what, strlen(what)) != NULL;
-    free(ptx);
-    return says;
+    return ct_file_says(out, what);
 }
 
 static void export_to(const char *db, const char *bundle)
 {
-    kcache_store *s = open_store(db);
+    kcache_store *s = ct_store_open(db);
     REQUIRE(s);
     if (kcache_bundle_export(NULL, s, bundle, NULL) != 0)
         fprintf(stderr, "export: %s\n", kcache_store_errmsg(s));
@@ -124,7 +50,7 @@ static void import_into(char *db, size_t size, const char *dir, const char *bund
     snprintf(d, sizeof(d), "%s/%s", test_dir(), dir);
     REQUIRE(mkdir(d, 0700) == 0);
     snprintf(db, size, "%s/cache.db", d);
-    kcache_store *s = open_store(db);
+    kcache_store *s = ct_store_open(db);
     REQUIRE(s);
     kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
     if (kcache_bundle_import(&r, s, bundle, NULL) != 0)
@@ -166,7 +92,7 @@ int main(void)
     test_write_text(src, "#include <val.h>\n"
                          "extern \"C\" __global__ void k(int *v) { v[threadIdx.x] = KC_VAL; }\n");
     CHECK(compile_in_child(a, "miss in the exporting cache") == 0);
-    CHECK(compile_in_child(a, "hit in the exporting cache") == (HIT | BY_CLOSURE));
+    CHECK(compile_in_child(a, "hit in the exporting cache") == (CT_HIT | CT_BY_CLOSURE));
 
     /* The first compile after an import elsewhere: a hit by the closure, nothing resolved. */
     char bundle[700];
@@ -174,17 +100,17 @@ int main(void)
     export_to(a, bundle);
     import_into(b, sizeof(b), "elsewhere", bundle);
     int first = compile_in_child(b, "first compile after the import");
-    if (!(first & BY_CLOSURE))
+    if (!(first & CT_BY_CLOSURE))
         fprintf(stderr, "the first compile after the import resolved the includes again\n");
-    CHECK(first == (HIT | BY_CLOSURE));
-    CHECK(closure_hits(b) == 1);
+    CHECK(first == (CT_HIT | CT_BY_CLOSURE));
+    CHECK(ct_counter(b, "closure_hits") == 1);
     CHECK(ptx_says(b, "1234567"));
 
     /* Checked against the files: a header edited since is never served the old kernel. */
     import_into(c, sizeof(c), "edited", bundle);
     test_write_text(test_path("include/more.h"), "#define KC_MORE 999\n");
     int edited = compile_in_child(c, "after an edit of a header");
-    CHECK(!(edited & (HIT | BY_CLOSURE | FAILED)));
+    CHECK(!(edited & (CT_HIT | CT_BY_CLOSURE | CT_FAILED)));
     CHECK(ptx_says(c, "1234999"));
     test_write_text(test_path("include/more.h"), "#define KC_MORE 567\n");
 
@@ -192,10 +118,10 @@ int main(void)
     REQUIRE(setenv("KCACHE_REMOTE_SECRET", "carried-closures", 1) == 0);
     export_to(a, bundle);
     import_into(d, sizeof(d), "signed", bundle);
-    CHECK(compile_in_child(d, "signed bundle") == (HIT | BY_CLOSURE));
+    CHECK(compile_in_child(d, "signed bundle") == (CT_HIT | CT_BY_CLOSURE));
     alter(bundle, "UPDATE manifest SET recorded_at = recorded_at + 1");
     import_into(e, sizeof(e), "resigned", bundle);
-    CHECK(compile_in_child(e, "closure changed after signing") == HIT);
-    CHECK(closure_hits(e) == 0);
+    CHECK(compile_in_child(e, "closure changed after signing") == CT_HIT);
+    CHECK(ct_counter(e, "closure_hits") == 0);
     return test_done();
 }
