@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cuda/toolkit.h"
 #include "testutil.h"
 
 /* A compiler on s (NULL: no store), with the toolkit at root (NULL: the one found). */
@@ -25,6 +26,21 @@ static inline kcache_compiler *ct_compiler(kcache_store *s, const char *root)
         fprintf(stderr, "compiler (toolkit %s): %s\n", root ? root : "found", err);
     REQUIRE(c);
     return c;
+}
+
+/* 1, said on stderr, where no toolkit with an NVRTC is found (the test skips), else 0. */
+static inline int ct_no_nvrtc(void)
+{
+    kc_toolkit tk;
+    char msg[512];
+    const kc_nvrtc *api;
+    if (kc_toolkit_find(&tk, NULL, msg, sizeof(msg)) != 0 ||
+        kc_nvrtc_get(&tk, &api, msg, sizeof(msg)) != 0) {
+        fprintf(stderr, "skipped: %s\n", msg);
+        return 1;
+    }
+    kc_toolkit_free(&tk);
+    return 0;
 }
 
 /* The store at db, opened (NULL, said on stderr, when it cannot be). */
@@ -51,8 +67,8 @@ enum { CT_HIT = 1, CT_BY_CLOSURE = 2, CT_FAILED = 4 };
  * compile's time as `what`, when given.
  */
 static inline int ct_compile_in_child(const char *db, const char *source,
-                                      const char *const *options, size_t n_options,
-                                      int key_first, const char *out, const char *what)
+                                      const char *const *options, size_t n_options, int key_first,
+                                      const char *out, const char *what)
 {
     fflush(NULL);
     pid_t pid = fork();

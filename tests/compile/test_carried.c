@@ -14,7 +14,6 @@
 #include <sys/stat.h>
 
 #include "compiletest.h"
-#include "cuda/toolkit.h"
 
 static char src[600], inc[600];
 static const char *const opts[] = {"-I", inc};
@@ -71,15 +70,8 @@ static void alter(const char *bundle, const char *sql)
 
 int main(void)
 {
-    kc_toolkit tk;
-    char msg[512];
-    const kc_nvrtc *api;
-    if (kc_toolkit_find(&tk, NULL, msg, sizeof(msg)) != 0 ||
-        kc_nvrtc_get(&tk, &api, msg, sizeof(msg)) != 0) {
-        fprintf(stderr, "skipped: %s\n", msg);
+    if (ct_no_nvrtc())
         return TEST_SKIP;
-    }
-    kc_toolkit_free(&tk);
     unsetenv("KCACHE_REMOTE_SECRET");
     char a[700], b[700], c[700], d[700], e[700], val[700];
     snprintf(a, sizeof(a), "%s/cache.db", test_dir());

@@ -11,7 +11,6 @@
 #include <sys/stat.h>
 
 #include "compiletest.h"
-#include "cuda/toolkit.h"
 
 static char db[600], inc[600];
 static const char *const opts[] = {"-I", inc};
@@ -48,15 +47,8 @@ static int ptx_says(const char *path, const char *what)
 
 int main(void)
 {
-    kc_toolkit tk;
-    char msg[512];
-    const kc_nvrtc *api;
-    if (kc_toolkit_find(&tk, NULL, msg, sizeof(msg)) != 0 ||
-        kc_nvrtc_get(&tk, &api, msg, sizeof(msg)) != 0) {
-        fprintf(stderr, "skipped: %s\n", msg);
+    if (ct_no_nvrtc())
         return TEST_SKIP;
-    }
-    kc_toolkit_free(&tk);
     snprintf(db, sizeof(db), "%s/cache.db", test_dir());
     snprintf(inc, sizeof(inc), "%s/include", test_dir());
     REQUIRE(mkdir(inc, 0700) == 0);
