@@ -24,6 +24,9 @@
 #include "store/ingest.h"
 #include "store/storeint.h"
 
+/* A bundle at most this large is written with small pages (make_single_file()). */
+#define KC_BUNDLE_SMALL (1 << 20)
+
 /* Copies another store's message into s (after a call on `from` failed). */
 static int pass_err(kcache_store *s, kcache_store *from, int code, const char *what)
 {
@@ -107,17 +110,29 @@ static void remove_with_sidecars(const char *path)
 
 /*
  * A bundle is one file: leave WAL mode so that it can be copied and opened
- * read-only anywhere. Its signature (ingest.c), when there is one, is
- * written first, while it is still nobody's but ours.
+ * read-only anywhere. Its signatures (ingest.c, carried.c), when there are
+ * some, are written first, while it is still nobody's but ours.
  */
-static int make_single_file(kcache_store *s, const char *path, const uint8_t *sig)
+static int make_single_file(kcache_store *s, const char *path, const uint8_t *sig,
+                            kc_bundle_sig *closures, const kc_secret *secret)
 {
     sqlite3 *db = NULL;
     int src = kc_sqlite_open(&db, path, SQLITE_OPEN_READWRITE);
     if (src == SQLITE_OK && sig)
         src = kc_bundle_sig_write(db, sig);
+    if (src == SQLITE_OK && sig && closures->n)
+        src = kc_carried_sig_write(db, closures, secret);
     if (src == SQLITE_OK)
         src = sqlite3_exec(db, "PRAGMA journal_mode = DELETE", NULL, NULL, NULL);
+    /*
+     * A small bundle (the shared tier publishes each compile as one) is
+     * mostly the root pages of its tables, one page each: with pages of
+     * 1 KiB a one-entry bundle of a 68 KiB CUBIN is 40 KiB, not 128 KiB,
+     * and that is what a shared hit reads over the network.
+     */
+    struct stat st;
+    if (src == SQLITE_OK && stat(path, &st) == 0 && st.st_size <= KC_BUNDLE_SMALL)
+        src = sqlite3_exec(db, "PRAGMA page_size = 1024; VACUUM", NULL, NULL, NULL);
     int rc = src == SQLITE_OK ? 0
                               : kc_err_locking(s, KCACHE_EIO, "finishing %s: %s", path,
                                            db ? sqlite3_errmsg(db) : sqlite3_errstr(src));
@@ -160,10 +175,13 @@ static int check_call(kcache_bundle_options *o, kcache_store *store, const char 
     return 0;
 }
 
-/* The entries of keys copied from store into dst (sig: added to it, when signing). */
+/*
+ * The entries of keys copied from store into dst, each with its include
+ * closures (carried.c); sig and closures: added to, when signing.
+ */
 static int export_entries(kcache_bundle_result *r, kcache_store *store, kcache_store *dst,
                           const struct item_list *keys, const kcache_bundle_options *o,
-                          kc_bundle_sig *sig)
+                          kc_bundle_sig *sig, kc_bundle_sig *closures)
 {
     int rc;
     for (size_t i = 0; i < keys->n; i++) {
@@ -188,6 +206,9 @@ static int export_entries(kcache_bundle_result *r, kcache_store *store, kcache_s
             rc = set_times(dst, &e->key, e->created_at, e->accessed_at);
         if (!rc && sig)
             kc_bundle_sig_add(sig, e); /* as the bundle now holds it */
+        /* A closure only saves the importer time: one that cannot be copied is left out. */
+        if (!rc)
+            kc_carried_export(store, dst, &e->key, closures);
         r->bytes += e->size;
         kcache_entry_free(e);
         if (rc)
@@ -205,7 +226,7 @@ static int export_to(kcache_bundle_result *r, kcache_store *store, const char *p
     struct item_list keys = {0};
     kcache_store *dst = NULL;
     char *tmp = NULL;
-    kc_bundle_sig sig = {0};
+    kc_bundle_sig sig = {0}, closures = {0};
     kc_secret secret;
 
     kc_bundle_secret(&secret, store);
@@ -249,7 +270,8 @@ static int export_to(kcache_bundle_result *r, kcache_store *store, const char *p
     pthread_mutex_lock(&dst->lock);
     kc_db_exec(&dst->db, "PRAGMA synchronous = OFF", "configuring the bundle");
     kc_unlock(dst);
-    if ((rc = export_entries(r, store, dst, &keys, o, secret.set ? &sig : NULL)))
+    if ((rc = export_entries(r, store, dst, &keys, o, secret.set ? &sig : NULL,
+                             secret.set ? &closures : NULL)))
         goto out;
     kcache_store_close(dst);
     dst = NULL;
@@ -262,7 +284,7 @@ static int export_to(kcache_bundle_result *r, kcache_store *store, const char *p
         rc = kc_err_locking(store, KCACHE_ENOMEM, "out of memory signing the bundle");
         goto out;
     }
-    if ((rc = make_single_file(store, tmp, secret.set ? mac : NULL)))
+    if ((rc = make_single_file(store, tmp, secret.set ? mac : NULL, &closures, &secret)))
         goto out;
     r->signed_by_secret = secret.set;
     if (rename(tmp, path) != 0) {
@@ -276,6 +298,7 @@ out:
     free(tmp);
     free(keys.items);
     kc_bundle_sig_free(&sig);
+    kc_bundle_sig_free(&closures);
     memset(&secret, 0, sizeof(secret));
     return rc;
 }
@@ -659,6 +682,9 @@ static int import_from(kcache_bundle_result *r, kcache_store *store, const char 
     int rc = import_open(&m);
     if (!rc && !(rc = check_pass(&m)) && !o->dry_run)
         rc = merge_pass(&m);
+    /* The closures its entries' compiles remembered, so that their first hit here is one. */
+    if (!rc && !o->dry_run)
+        kc_carried_import(store, m.src, m.keys.n, m.verify ? &m.secret : NULL);
     if (rc && m.listed)
         import_failed(&m, rc);
     else if (!rc)

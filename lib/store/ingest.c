@@ -369,6 +369,24 @@ static int rows_damaged(sqlite3 *db, int64_t version, char *what, size_t what_si
 }
 
 /*
+ * 1 if the bundle (db) holds exactly the objects of the store s, whose schema
+ * is of the bundle's version. Building the steps' own objects to compare
+ * with (kc_db_schema_reference()) cost about 10 ms, half of importing a
+ * one-entry bundle, and every hit from the shared tier is one; a store's
+ * objects are the steps' (or, migrated, as correct: then the reference is
+ * built after all).
+ */
+static int same_objects_as_store(kcache_store *s, sqlite3 *db, int version)
+{
+    char what[KC_ERRMSG_SIZE];
+    pthread_mutex_lock(&s->lock);
+    int same = s->db.conn && s->db.schema_version == version &&
+               kc_db_same_objects(db, s->db.conn, what, sizeof(what));
+    kc_unlock(s);
+    return same;
+}
+
+/*
  * Everything about the file that the store does not check when it serves an
  * entry. Opens it read-only, with nothing in it allowed to run code.
  */
@@ -439,11 +457,15 @@ int kc_bundle_check_file(kcache_store *s, const char *path, int *has_sig,
                         path, (long long)version, KC_BUNDLE_OLDEST_SCHEMA, kc_schema_version);
         goto out;
     }
-    if (kc_db_schema_reference(&ref, (int)version) != SQLITE_OK) {
-        rc = kc_err_locking(s, KCACHE_ENOMEM, "out of memory");
-        goto out;
+    if (!same_objects_as_store(s, db, (int)version)) {
+        if (kc_db_schema_reference(&ref, (int)version) != SQLITE_OK) {
+            rc = kc_err_locking(s, KCACHE_ENOMEM, "out of memory");
+            goto out;
+        }
+        if (!kc_db_same_objects(db, ref, what, sizeof(what)))
+            goto damaged;
     }
-    if (!kc_db_same_objects(db, ref, what, sizeof(what)) || !check_integrity(db, what, sizeof(what)))
+    if (!check_integrity(db, what, sizeof(what)))
         goto damaged;
 
     if (rows_damaged(db, version, what, sizeof(what)))
@@ -522,7 +544,8 @@ static void add_text(kc_mac *m, const char *s)
     add_bytes(m, s ? s : "", s ? strlen(s) : 0);
 }
 
-void kc_bundle_sig_add(kc_bundle_sig *s, const kcache_entry *e)
+/* Adds an item: id orders it, digest says all of it. */
+static void sig_add_item(kc_bundle_sig *s, const kcache_key *id, const uint8_t digest[KC_MAC_SIZE])
 {
     struct kc_sig_item *grown = kc_grow(s->items, &s->cap, s->n, sizeof(*grown), 256);
     if (!grown) {
@@ -530,8 +553,32 @@ void kc_bundle_sig_add(kc_bundle_sig *s, const kcache_entry *e)
         return;
     }
     s->items = grown;
-    struct kc_sig_item *it = &s->items[s->n++];
-    it->key = e->key;
+    s->items[s->n].key = *id;
+    memcpy(s->items[s->n++].digest, digest, KC_MAC_SIZE);
+}
+
+void kc_bundle_sig_add_closure(kc_bundle_sig *s, const kcache_key *base, const kcache_key *key,
+                               int64_t recorded_at, const void *closure, size_t size)
+{
+    /* An item per (base, key), ordered by both: the digest of the two orders it. */
+    uint8_t both[2 * KCACHE_KEY_SIZE], digest[KC_MAC_SIZE];
+    kcache_key id;
+    memcpy(both, base->bytes, KCACHE_KEY_SIZE);
+    memcpy(both + KCACHE_KEY_SIZE, key->bytes, KCACHE_KEY_SIZE);
+    kc_digest(id.bytes, both, sizeof(both));
+    kc_mac m;
+    kc_mac_init(&m, NULL);
+    add_text(&m, "kcache-bundle-closure-1");
+    add_bytes(&m, both, sizeof(both));
+    add_u64(&m, (uint64_t)recorded_at);
+    add_bytes(&m, closure, size);
+    kc_mac_final(&m, digest);
+    sig_add_item(s, &id, digest);
+}
+
+void kc_bundle_sig_add(kc_bundle_sig *s, const kcache_entry *e)
+{
+    uint8_t digest[KC_MAC_SIZE];
     kc_mac m;
     kc_mac_init(&m, NULL);
     add_text(&m, "kcache-bundle-entry-1");
@@ -558,7 +605,8 @@ void kc_bundle_sig_add(kc_bundle_sig *s, const kcache_entry *e)
         add_text(&m, e->inputs[i].name);
         add_bytes(&m, d, sizeof(d));
     }
-    kc_mac_final(&m, it->digest);
+    kc_mac_final(&m, digest);
+    sig_add_item(s, &e->key, digest);
 }
 
 static int by_key(const void *a, const void *b)
@@ -591,11 +639,16 @@ void kc_bundle_sig_free(kc_bundle_sig *s)
 
 int kc_bundle_sig_read(sqlite3 *db, uint8_t out[KC_MAC_SIZE])
 {
+    return kc_bundle_sig_read_as(db, KC_SIG_NAME, out);
+}
+
+int kc_bundle_sig_read_as(sqlite3 *db, const char *name, uint8_t out[KC_MAC_SIZE])
+{
     sqlite3_stmt *st = NULL;
     int found = 0;
     int src = sqlite3_prepare_v2(db, "SELECT value FROM counter WHERE name = ?1", -1, &st, NULL);
     if (src == SQLITE_OK) {
-        sqlite3_bind_text(st, 1, KC_SIG_NAME, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
         src = sqlite3_step(st);
         if (src == SQLITE_ROW) {
             /* Anything but 32 bytes under this name is a signature that cannot match. */
@@ -614,11 +667,16 @@ int kc_bundle_sig_read(sqlite3 *db, uint8_t out[KC_MAC_SIZE])
 
 int kc_bundle_sig_write(sqlite3 *db, const uint8_t sig[KC_MAC_SIZE])
 {
+    return kc_bundle_sig_write_as(db, KC_SIG_NAME, sig);
+}
+
+int kc_bundle_sig_write_as(sqlite3 *db, const char *name, const uint8_t sig[KC_MAC_SIZE])
+{
     sqlite3_stmt *st = NULL;
     int src = sqlite3_prepare_v2(db, "INSERT OR REPLACE INTO counter (name, value) VALUES (?1, ?2)",
                                  -1, &st, NULL);
     if (src == SQLITE_OK) {
-        sqlite3_bind_text(st, 1, KC_SIG_NAME, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
         sqlite3_bind_blob(st, 2, sig, KC_MAC_SIZE, SQLITE_STATIC);
         src = sqlite3_step(st);
     }

@@ -79,6 +79,9 @@ typedef struct kc_bundle_sig {
 
 /* Adds e as the bundle holds it (before the import gate clamps its dates). */
 void kc_bundle_sig_add(kc_bundle_sig *s, const kcache_entry *e);
+/* Adds a closure the bundle carries (carried.c), as an item of its own kind. */
+void kc_bundle_sig_add_closure(kc_bundle_sig *s, const kcache_key *base, const kcache_key *key,
+                               int64_t recorded_at, const void *closure, size_t size);
 /* The signature of everything added, whatever the order it came in. 0 or KCACHE_ENOMEM. */
 int kc_bundle_sig_finish(uint8_t out[KC_MAC_SIZE], kc_bundle_sig *s, const kc_secret *secret);
 void kc_bundle_sig_free(kc_bundle_sig *s);
@@ -87,6 +90,27 @@ void kc_bundle_sig_free(kc_bundle_sig *s);
 int kc_bundle_sig_read(sqlite3 *db, uint8_t out[KC_MAC_SIZE]);
 /* Keeps sig in the bundle being finished (db: a read-write connection to it). SQLite's code. */
 int kc_bundle_sig_write(sqlite3 *db, const uint8_t sig[KC_MAC_SIZE]);
+/* The same for the signature kept under another counter's name. */
+int kc_bundle_sig_read_as(sqlite3 *db, const char *name, uint8_t out[KC_MAC_SIZE]);
+int kc_bundle_sig_write_as(sqlite3 *db, const char *name, const uint8_t sig[KC_MAC_SIZE]);
+
+/*
+ * Include closures carried by bundles (carried.c). Export: the closures of
+ * the entry under key, copied from store into dst (sig: added to it, when
+ * signing). 0 or an error (the caller may go on without them).
+ */
+int kc_carried_export(kcache_store *store, kcache_store *dst, const kcache_key *key,
+                      kc_bundle_sig *sig);
+/* Keeps the closures' signature in the bundle being finished. SQLite's code. */
+int kc_carried_sig_write(sqlite3 *db, kc_bundle_sig *sig, const kc_secret *secret);
+/*
+ * Import, after the entries are merged: src's closures that lead to an entry
+ * it carries and store now holds, at most KC_MANIFEST_PER_BASE for each of
+ * its entries; with verify_with, only when their signature matches. Returns
+ * how many were taken; a failure takes none or fewer, never fails the import.
+ */
+size_t kc_carried_import(kcache_store *store, kcache_store *src, size_t entries,
+                         const kc_secret *verify_with);
 
 /* remote_secret as the store's settings give it (unset: out->set is 0). */
 void kc_bundle_secret(kc_secret *out, kcache_store *store);

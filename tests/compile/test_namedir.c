@@ -9,16 +9,11 @@
  */
 #include <kcache/compile.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include "compiletest.h"
-#include "cuda/toolkit.h"
 
 static char db[600], inc[600];
 static const char *const opts[] = {"-I", inc};
-
-/* What one process saw of its compile (its exit status). */
-enum { HIT = 1, BY_CLOSURE = 2, FAILED = 4 };
 
 /* A program named DIR/kern.cu holding text, in a directory of its own. */
 static void program(char *path, size_t size, const char *dir, const char *text)
@@ -30,97 +25,30 @@ static void program(char *path, size_t size, const char *dir, const char *text)
     test_write_text(path, text);
 }
 
-/*
- * Compiles path in a new process. With key_first, the process first asks for
- * the key as a hit finds it (KCACHE_COMPILE_KEY_REMEMBERED): from a kept
- * closure it comes without key material, from a resolution with it.
- * The PTX goes to path + ".ptx".
- */
+/* Compiles path in a new process (ct_compile_in_child()); the PTX goes to path + ".ptx". */
 static int compile_in_child(const char *path, int key_first)
 {
-    fflush(NULL);
-    pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-        kcache_store_options so = KCACHE_STORE_OPTIONS_INIT;
-        so.path = db;
-        kcache_store *s = NULL;
-        char err[512];
-        if (kcache_store_open(&s, &so, err, sizeof(err)) != 0)
-            _exit(FAILED);
-        kcache_compiler *c = ct_compiler(s, NULL);
-        kcache_request r = KCACHE_REQUEST_INIT;
-        r.source_path = path;
-        r.arch = "compute_90";
-        r.output = KCACHE_KIND_PTX;
-        r.options = opts;
-        r.n_options = 2;
-        int seen = 0;
-        kcache_result *res = NULL;
-        if (key_first) {
-            r.flags = KCACHE_COMPILE_KEY_ONLY | KCACHE_COMPILE_KEY_REMEMBERED;
-            if (kcache_compiler_compile(&res, c, &r) != 0)
-                seen |= FAILED;
-            else if (res->key_material_size == 0)
-                seen |= BY_CLOSURE;
-            kcache_result_free(res);
-            r.flags = 0;
-        }
-        if (kcache_compiler_compile(&res, c, &r) != 0 || !res->keyed) {
-            fprintf(stderr, "%s: %s\n", path, res ? res->message : "no result");
-            seen |= FAILED;
-        } else {
-            char out[700];
-            snprintf(out, sizeof(out), "%s.ptx", path);
-            test_spit(out, res->data, res->size);
-            seen |= res->hit ? HIT : 0;
-        }
-        kcache_result_free(res);
-        kcache_compiler_free(c);
-        kcache_store_close(s);
-        _exit(seen);
-    }
-    int st;
-    REQUIRE(waitpid(pid, &st, 0) == pid && WIFEXITED(st));
-    return WEXITSTATUS(st);
+    char out[700];
+    snprintf(out, sizeof(out), "%s.ptx", path);
+    return ct_compile_in_child(db, path, opts, 2, key_first, out, NULL);
 }
 
 static uint64_t closure_hits(void)
 {
-    kcache_store_options so = KCACHE_STORE_OPTIONS_INIT;
-    so.path = db;
-    kcache_store *s = NULL;
-    char err[512];
-    REQUIRE(kcache_store_open(&s, &so, err, sizeof(err)) == 0);
-    uint64_t v = 0;
-    if (kcache_store_counter(&v, s, "closure_hits") != 0)
-        v = 0;
-    kcache_store_close(s);
-    return v;
+    return ct_counter(db, "closure_hits");
 }
 
 static int ptx_says(const char *path, const char *what)
 {
     char out[700];
-    size_t n = 0;
     snprintf(out, sizeof(out), "%s.ptx", path);
-    uint8_t *ptx = test_slurp(out, &n);
-    int says = ptx && memmem(ptx, n, what, strlen(what)) != NULL;
-    free(ptx);
-    return says;
+    return ct_file_says(out, what);
 }
 
 int main(void)
 {
-    kc_toolkit tk;
-    char msg[512];
-    const kc_nvrtc *api;
-    if (kc_toolkit_find(&tk, NULL, msg, sizeof(msg)) != 0 ||
-        kc_nvrtc_get(&tk, &api, msg, sizeof(msg)) != 0) {
-        fprintf(stderr, "skipped: %s\n", msg);
+    if (ct_no_nvrtc())
         return TEST_SKIP;
-    }
-    kc_toolkit_free(&tk);
     snprintf(db, sizeof(db), "%s/cache.db", test_dir());
     snprintf(inc, sizeof(inc), "%s/include", test_dir());
     REQUIRE(mkdir(inc, 0700) == 0);
@@ -139,9 +67,9 @@ int main(void)
     CHECK(first == 0); /* a miss, stored */
     CHECK(ptx_says(a, "1234567"));
     int second = compile_in_child(b, 1);
-    if (!(second & BY_CLOSURE))
+    if (!(second & CT_BY_CLOSURE))
         fprintf(stderr, "the name in another directory resolved the tree again\n");
-    CHECK(second == (HIT | BY_CLOSURE));
+    CHECK(second == (CT_HIT | CT_BY_CLOSURE));
     CHECK(closure_hits() == 1);
     CHECK(ptx_says(b, "1234567"));
 
@@ -150,7 +78,7 @@ int main(void)
     snprintf(beside, sizeof(beside), "%s/tmpC/val.h", test_dir());
     test_write_text(beside, "#define KC_VAL 7654321\n");
     int third = compile_in_child(c, 1);
-    CHECK(!(third & (HIT | BY_CLOSURE | FAILED)));
+    CHECK(!(third & (CT_HIT | CT_BY_CLOSURE | CT_FAILED)));
     CHECK(ptx_says(c, "7654321"));
     CHECK(closure_hits() == 1);
     return test_done();

@@ -14,6 +14,8 @@ Usage: test_sharedfs.py KCACHE [--nodes N --ranks R --kernels K] [--kills N]
 import argparse
 import collections
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -196,6 +198,73 @@ def test_compaction(root):
         for i in range(n):
             check(open(os.path.join(out, "pub-%d.cubin" % i), "rb").read() ==
                   open(os.path.join(out, "late-%d.cubin" % i), "rb").read(), "c%d's bytes" % i)
+
+
+def segment_reads(trace):
+    """Opens of segments and reads of them, from strace -f -e openat,read,pread64,close."""
+    opens = reads = 0
+    fds = set()
+    for line in open(trace):
+        m = re.search(r'openat\(AT_FDCWD, "[^"]*/segments/[^"]*\.kcb", [^)]*\) = (\d+)', line)
+        if m:
+            opens += 1
+            fds.add(m.group(1))
+            continue
+        m = re.search(r'\b(p?read(?:64)?|close)\((\d+)', line)
+        if m and m.group(2) in fds:
+            if m.group(1) == "close":
+                fds.discard(m.group(2))
+            else:
+                reads += 1
+    return opens, reads
+
+
+def test_one_read(root):
+    """A shared hit reads its segment over the network once: one open and a read or two,
+    not SQLite's page reads (each a round trip on sshfs: two opens and 45 reads before),
+    and leaves no copy behind in the node's cache directory; the segment, mostly its
+    tables' root pages, has pages of 1 KiB (124 KiB before for a CUBIN of 3.5 KiB)."""
+    if not os.path.isdir("/usr/local/cuda/include"):
+        raise Skip("no CUDA toolkit")
+    if not shutil.which("strace"):
+        raise Skip("strace is not installed")
+    with sshfs.Mount(os.path.join(root, "fs")) as m:
+        shared = os.path.join(m.mnt, "kcache-shared")
+        os.makedirs(shared)
+        src, out = os.path.join(root, "src"), os.path.join(root, "out")
+        os.makedirs(src)
+        os.makedirs(out)
+        for name, text in (("warm.cu", KERNEL % (98, 2)), ("one.cu", KERNEL % (97, 5))):
+            with open(os.path.join(src, name), "w") as f:
+                f.write(text)
+        env = env_for(shared)
+        p = subprocess.run(sshfs.node("pub", ["sh", "-c", "%s compile %s/one.cu --arch sm_90 -o "
+                                              "%s/pub.cubin" % (KCACHE, src, out)]),
+                           env=env, capture_output=True, text=True)
+        check(p.returncode == 0, "the publisher's compile: %s" % p.stderr)
+        seg = os.listdir(os.path.join(shared, "segments"))
+        size = os.path.getsize(os.path.join(shared, "segments", seg[0]))
+        print("a one-entry segment of a %d-byte CUBIN: %d bytes"
+              % (os.path.getsize(os.path.join(out, "pub.cubin")), size))
+        check(size <= 64 << 10, "a small segment is written with small pages")
+        trace = os.path.join(out, "hit.strace")
+        script = (warm(src, out, "reader") +
+                  # LeakSanitizer cannot run under ptrace.
+                  "ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 "
+                  "strace -f -qq -e trace=openat,read,pread64,close -o %s %s compile %s/one.cu "
+                  "--arch sm_90 -o %s/reader.cubin; ls /var/tmp/.cache/kcache"
+                  % (trace, KCACHE, src, out))
+        p = subprocess.run(sshfs.node("reader", ["sh", "-c", script]), env=env,
+                           capture_output=True, text=True)
+        if probe_failed(out):
+            raise Skip("NVRTC's environment probe failed (compile/nvenv.c)")
+        check(p.stdout.startswith("hit"), "a hit from the shared tier: %s %s" % (p.stdout, p.stderr))
+        check(open(os.path.join(out, "pub.cubin"), "rb").read() ==
+              open(os.path.join(out, "reader.cubin"), "rb").read(), "the published bytes")
+        opens, reads = segment_reads(trace)
+        print("the shared hit opened its segment %d times and read it %d times" % (opens, reads))
+        check(opens == 1 and 1 <= reads <= 3, "one open and a read or two of the segment")
+        check("shared-in-" not in p.stdout, "no copy left behind: %s" % p.stdout)
 
 
 def tier_files(shared):
