@@ -70,7 +70,7 @@ struct kc_touch {
     uint32_t hits;
 };
 
-/* The SQL of each named statement (statements.c), prepared once per connection. */
+/* The SQL of each named statement (store.c), prepared once per connection. */
 extern const char *const kc_stmt_sql[KC_STMT_COUNT];
 
 struct kcache_store {
