@@ -5,7 +5,7 @@
  * header inputs once, by their digests; a get puts them back, so that
  * everything above the store (hits, bundles, the shared tier, verify,
  * explain) sees each entry's whole key material and every input as put.
- * A list goes with the last entry that refers to it (cascade.c).
+ * A list goes with the last entry that refers to it (prune.c).
  */
 #include <stdlib.h>
 #include <string.h>

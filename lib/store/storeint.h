@@ -325,7 +325,7 @@ int kc_usage_merge(kcache_usage **v, size_t *n, size_t *cap, const char *arch, i
  * what its key material says (a caller's entry of that namespace, or not a caller's). */
 int kc_keyed_check(const kcache_entry *e, char *what, size_t what_size);
 
-/* cascade.c: deleting entries with what goes with them, and the totals (no triggers). */
+/* prune.c: deleting entries with what goes with them, and the totals (no triggers). */
 #define KC_CASCADE_STEPS 12
 struct kc_cascade {
     sqlite3_stmt *st[KC_CASCADE_STEPS];

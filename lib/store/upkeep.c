@@ -92,7 +92,7 @@ static int write_row(kcache_store *s, int64_t id, int codec, const kc_buf *enc,
     static const char *const sql[] = {
         "UPDATE artifact SET data = ?2, stored_digest = ?3 WHERE id = ?1",
         "UPDATE entry SET codec = ?4, stored_size = ?5 WHERE id = ?1",
-        /* The totals: puts and deletes keep them (cascade.c), a re-encode here. */
+        /* The totals: puts and deletes keep them (prune.c), a re-encode here. */
         "UPDATE totals SET stored_bytes = stored_bytes + ?6",
     };
     int rc = 0;
