@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "compile/compileint.h"
-#include "util/settings.h"
+#include "format/settings.h"
 #define KC_DEFAULT_WAIT_MS (10u * 60u * 1000u)
 
 /*

@@ -11,7 +11,7 @@
 
 #include "resolve/deps.h"
 #include "util/common.h"
-#include "util/keyfmt.h"
+#include "format/keyfmt.h"
 
 typedef struct kc_keybuf {
     kc_buf b;

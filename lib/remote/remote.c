@@ -16,7 +16,7 @@
 
 #include "remote/objaddr.h"
 #include "remote/remoteint.h"
-#include "util/settings.h"
+#include "format/settings.h"
 
 /* ---- settings ----------------------------------------------------------- */
 

@@ -73,9 +73,9 @@
 #include <unistd.h>
 
 #include "store/ingest.h"
-#include "util/keyfmt.h"
+#include "format/keyfmt.h"
 #include "kcache/bundle.h"
-#include "util/settings.h"
+#include "format/settings.h"
 
 static int query_double(sqlite3 *db, const char *sql, double *out)
 {

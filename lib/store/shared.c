@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "store/storeint.h"
-#include "util/keyfmt.h"
+#include "format/keyfmt.h"
 
 int kc_blob_id(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt put, kc_buf *enc,
                const void *data, size_t size, const char *finding, const char *storing)

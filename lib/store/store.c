@@ -11,9 +11,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "util/settings.h"
+#include "format/settings.h"
 #include "store/storeint.h"
-#include "util/keyfmt.h"
+#include "format/keyfmt.h"
 #include "kcache/bundle.h"
 #include "kcache/store.h"
 #include "kcache/verify.h"

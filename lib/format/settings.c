@@ -25,7 +25,7 @@
 #include "util/codec.h"
 #include "util/common.h"
 #include "util/netfs.h"
-#include "util/settings.h"
+#include "format/settings.h"
 #include "kcache/config.h"
 
 #define KC_CONFIG_FILE_NAME "kcache.conf"
