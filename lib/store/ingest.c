@@ -471,7 +471,7 @@ out:
  *
  * Decisions:
  *   - The secret is the shared tier's (remote_secret), signed with the same
- *     keyed BLAKE2b (util/secret.h): a fleet has one secret to hand out, and
+ *     keyed BLAKE2b (format/secret.h): a fleet has one secret to hand out, and
  *     the people who may publish to its Redis are the people who may
  *     publish its bundles.
  *   - What is signed is the bundle's contents, not its file: every field an
