@@ -9,7 +9,7 @@
 -- in the statement that deletes that entry (lib/store/prune.c).
 --
 -- header_list: the run of KC_TAG_HEADER records of a key's material
--- (util/keyfmt.h), encoded as an artifact is; entry_info.key_material holds
+-- (format/keyfmt.h), encoded as an artifact is; entry_info.key_material holds
 -- the rest, and the list goes back at byte headers_at. input_list: the run
 -- of header inputs of an entry, items in input_list_item (n of them); they
 -- go back at seq inputs_at among the entry's own entry_input rows. NULL

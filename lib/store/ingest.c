@@ -19,7 +19,7 @@
  *     recomputed and compared. An entry without key material cannot be
  *     checked and is refused;
  *   - the kind and the architecture against what the key material says
- *     (util/keyfmt.h reads it: the store may not know compile/): a valid
+ *     (format/keyfmt.h reads it: the store may not know compile/): a valid
  *     key with a PTX under a CUBIN key, or sm_80 code under an sm_90 key,
  *     would otherwise be served to whoever asks for that key. Material in
  *     no format of kcache's is a key no compile of kcache's asks for, and

@@ -282,7 +282,7 @@ int kc_put_encode(struct kc_put_ctx *p, const kcache_entry *e, kc_codec_ctx *cod
                   kc_buf *stored, kc_buf *names);
 /*
  * shared.c: the lists entries share. A put stores e's run of header records
- * (util/keyfmt.h) and its run of header inputs once, by digest, and says
+ * (format/keyfmt.h) and its run of header inputs once, by digest, and says
  * where they were (*id 0: none); a get puts the header list back into r's
  * key material (columns 19-24 of KC_STMT_GET), checking its digest when
  * check is set. Returns 0, KCACHE_ECORRUPT, KCACHE_ENOTSUP (a codec this
