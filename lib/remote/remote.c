@@ -1,8 +1,9 @@
 /*
  * The shared tier behind the local store: settings, the back-off shared by
  * the machine's processes, and the compile path's get, lease and push
- * (remote.h). What is pushed and taken is checked in wire.c; transfer.c
- * holds the tools' calls (check, push, pull).
+ * (remote.h), and the init functions of its versioned structs. What is
+ * pushed and taken is checked in wire.c; transfer.c holds the tools' calls
+ * (check, push, pull).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -13,10 +14,13 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <stddef.h>
 
 #include "remote/objaddr.h"
 #include "remote/remoteint.h"
 #include "format/settings.h"
+#include "kcache/remote.h"
+#include "util/common.h"
 
 /* ---- settings ----------------------------------------------------------- */
 
@@ -527,3 +531,7 @@ KCACHE_API int kcache_remote_put(kcache_remote *remote, const kcache_entry *entr
     kc_remote_push(remote, entry);
     return 0;
 }
+
+/* The exported kcache_xxx_init() of the remote's versioned structs (<kcache/core.h>). */
+KC_DEFINE_INIT(kcache_remote_info, sizeof(kcache_remote_info))
+KC_DEFINE_INIT(kcache_transfer, offsetof(kcache_transfer, conflicts), sizeof(kcache_transfer))
