@@ -27,8 +27,6 @@ LIMIT = 100
 LISTED = {
     'lib/compile/compile.c:compile_request',
     'lib/compile/recompile_dropin.c:kc_rebuild_dropin',
-    'lib/resolve/deps.c:kc_deps_resolve',
-    'lib/resolve/hermetic.c:kc_res_hermetic_handed',
     'lib/resolve/lookup.c:kc_res_look',
 }
 
