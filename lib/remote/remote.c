@@ -24,6 +24,18 @@
 
 /* ---- settings ----------------------------------------------------------- */
 
+int kc_backend_fail(kc_backend *b, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->errmsg, sizeof(b->errmsg), fmt, ap);
+    va_end(ap);
+    for (char *p = b->errmsg; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = ' ';
+    return code;
+}
+
 int kc_endpoint_parse(kc_endpoint *out, const char *url, char *msg, size_t msg_size)
 {
     memset(out, 0, sizeof(*out));
