@@ -7,6 +7,8 @@
 
 #include <kcache/store.h>
 
+#include "safe.h"
+
 #if defined(__GNUC__)
 #define CLI_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #else
@@ -191,17 +193,6 @@ int cli_find_entry(kcache_store **store, kcache_entry **entry, const char *verb,
 int cli_rework_file(int argc, char **argv, const char *verb, const char *usage,
                     int (*work)(kcache_store *), int clears);
 
-/*
- * Text that came from the cache or a bundle, safe for a terminal (safe.c):
- * control bytes and bytes that are not UTF-8 shown as \xNN. cli_safe()
- * returns one of a few rotating buffers (long text cut with "..."), for a
- * field of a line; cli_fputs_safe() writes a whole text, keeping newlines
- * and tabs when `lines`.
- */
-const char *cli_safe(const char *s);
-void cli_fputs_safe(FILE *f, const char *s, int lines);
-/* Length of the UTF-8 sequence at p that is safe to print as is (not a C1 control), or 0. */
-size_t cli_utf8_len(const unsigned char *p);
 
 /*
  * Whether a size typed on the command line is a bare number other than 0:

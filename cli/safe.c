@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli.h"
+#include "safe.h"
 
 size_t cli_utf8_len(const unsigned char *p)
 {

@@ -8,12 +8,13 @@ refuses an include against them; tests/layout/layering.py checks calls.
 """
 ALLOWED = {
     'util': set(),
+    'format': {'util'},
     'cuda': {'util'},
-    'db': {'util'},
-    'store': {'util', 'db'},
-    'remote': {'util', 'store'},
+    'db': {'util', 'format'},
+    'store': {'util', 'format', 'db'},
+    'remote': {'util', 'format', 'store'},
     'resolve': {'util'},
-    'compile': {'util', 'store', 'remote', 'resolve', 'cuda'},
+    'compile': {'util', 'format', 'store', 'remote', 'resolve', 'cuda'},
     'gpu': {'util', 'cuda'},
     'nvrtc-shim': {'util', 'cuda'},
 }

@@ -6,10 +6,10 @@
 -- (about 65 KB). Kernels of one program share these lists whole, so each
 -- list is stored once, by the digest of its bytes, and entries refer to it
 -- (lib/store/shared.c); a list goes with the last entry that refers to it,
--- in the statement that deletes that entry (lib/store/cascade.c).
+-- in the statement that deletes that entry (lib/store/prune.c).
 --
 -- header_list: the run of KC_TAG_HEADER records of a key's material
--- (util/keyfmt.h), encoded as an artifact is; entry_info.key_material holds
+-- (format/keyfmt.h), encoded as an artifact is; entry_info.key_material holds
 -- the rest, and the list goes back at byte headers_at. input_list: the run
 -- of header inputs of an entry, items in input_list_item (n of them); they
 -- go back at seq inputs_at among the entry's own entry_input rows. NULL

@@ -983,6 +983,31 @@ static int overlapped(kcache_compiler *c, const kcache_request *req, struct work
     return rc;
 }
 
+/*
+ * kcache never fails a compile NVRTC alone would pass: after a hermetic
+ * compile failed, compiled again as NVRTC would (reading the disk through
+ * the caller's -I), uncached. A genuine error fails both, and the caller
+ * gets NVRTC's own log.
+ */
+static int compile_from_disk(kcache_compiler *c, const kcache_request *req, struct work *w,
+                             struct kc_result *r)
+{
+    char why[300];
+    first_error(why, sizeof(why), r->pub.log);
+    clear_output(r);
+    int rc = kc_run_nvrtc(c, req, w, r, 0);
+    if (!rc) {
+        char msg[512];
+        r->pub.keyed = 0;
+        snprintf(msg, sizeof(msg), "the hermetic compile failed where NVRTC reading the disk "
+                 "passed (%s); compiled without the cache", why);
+        kc_result_store_problem(r, KCACHE_ENOTSUP, msg);
+        snprintf(w->deps.reason, sizeof(w->deps.reason), "hermetic_failed");
+        w->deps.not_hermetic = 1;
+    }
+    return rc;
+}
+
 static int compile_request(kcache_compiler *c, const void *request, struct kc_result *r)
 {
     const kcache_request *req = request;
@@ -1063,25 +1088,8 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     }
     rc = kc_through_cache(c, r, use_store, req->flags, &step);
     if (rc == KCACHE_ECOMPILE && hermetic && step.run == run_compile_step) {
-        /*
-         * kcache never fails a compile NVRTC alone would pass: compiled again
-         * as NVRTC would (reading the disk through the caller's -I). A
-         * genuine error fails both, and the caller gets NVRTC's own log.
-         */
-        char why[300];
-        first_error(why, sizeof(why), r->pub.log);
-        clear_output(r);
-        rc = kc_run_nvrtc(c, req, &w, r, 0);
+        rc = compile_from_disk(c, req, &w, r);
         hermetic = 0;
-        if (!rc) {
-            char msg[512];
-            r->pub.keyed = 0;
-            snprintf(msg, sizeof(msg), "the hermetic compile failed where NVRTC reading the disk "
-                     "passed (%s); compiled without the cache", why);
-            kc_result_store_problem(r, KCACHE_ENOTSUP, msg);
-            snprintf(w.deps.reason, sizeof(w.deps.reason), "hermetic_failed");
-            w.deps.not_hermetic = 1;
-        }
     }
     if (w.deps.not_hermetic && !rc && c->store && !(req->flags & KCACHE_COMPILE_NO_CACHE))
         kc_store_count_uncacheable(c->store, w.deps.reason);

@@ -1,7 +1,9 @@
 /*
  * The compiler handle and its results, and the one path every compile and link
  * takes through the cache: look up (or wait for whoever compiles), else run
- * the step, count the miss, store.
+ * the step, count the miss, store. Which target a request means (its arch or
+ * -arch, "native" through the driver, the output kind of a real or virtual
+ * architecture); the init functions of the compile's versioned structs.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -14,9 +16,13 @@
 #include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <stddef.h>
 
 #include "compile/compileint.h"
-#include "util/settings.h"
+#include "format/settings.h"
+#include "kcache/compile.h"
+#include "util/common.h"
+#include "cuda/driver.h"
 #define KC_DEFAULT_WAIT_MS (10u * 60u * 1000u)
 
 /*
@@ -479,3 +485,69 @@ int kc_result_finish(struct kc_result *r, int rc, uint64_t t0, kcache_result **o
     *out = &r->pub;
     return rc;
 }
+
+/* Which target a request means: its arch or -arch, "native" through the driver. */
+int kc_resolve_arch(kcache_compiler *c, const kcache_request *req, struct work *w,
+                        struct kc_result *r)
+{
+    char msg[512];
+    char from_req[32] = "";
+    int native = 0;
+    if (req->arch && !strcmp(req->arch, "native")) {
+        native = 1;
+    } else if (req->arch && kcache_arch_normalize(from_req, sizeof(from_req), req->arch) != 0) {
+        return kc_result_fail(r, KCACHE_EINVAL,
+                              "'%s' is not a GPU architecture (use e.g. sm_90, sm_90a, compute_90)",
+                              req->arch);
+    }
+    if (native) {
+        char found[32];
+        int rc = kc_driver_native_arch(found, sizeof(found), 0, 0, msg, sizeof(msg));
+        if (rc)
+            return kc_result_fail(r, rc, "%s", msg);
+        snprintf(from_req, sizeof(from_req), "%s", found);
+    }
+    (void)c;
+    if (from_req[0] && w->opts.arch[0] &&
+        (strcmp(from_req, w->opts.arch) != 0 || w->opts.several_archs))
+        return kc_result_fail(r, KCACHE_EINVAL,
+                              "two architectures given (%s and %s): give one per request",
+                              from_req, w->opts.arch);
+    const char *arch = from_req[0] ? from_req : w->opts.arch;
+    if (!arch[0])
+        return kc_result_fail(r, KCACHE_EINVAL, "no GPU architecture: pass one (e.g. sm_90)");
+    /* NVRTC's kind: LTO-IR with -dlto; a CUBIN when some -arch is real (several: any). */
+    int several = w->opts.several_archs;
+    int is_virtual = several ? !w->opts.real_arch : !strncmp(arch, "compute_", 8);
+    w->kind = req->output  ? req->output
+              : w->opts.dlto ? KCACHE_KIND_LTOIR
+              : is_virtual   ? KCACHE_KIND_PTX
+                             : KCACHE_KIND_CUBIN;
+    if (w->kind < KCACHE_KIND_CUBIN || w->kind > KCACHE_KIND_LTOIR)
+        return kc_result_fail(r, KCACHE_EINVAL, "output kind %d is not cubin, ptx or ltoir",
+                              (int)w->kind);
+    if (!strncmp(arch, "lto_", 4))
+        return kc_result_fail(r, KCACHE_EINVAL, "%s: give the real architecture (sm_%s) with "
+                              "LTO-IR output", arch, arch + 4);
+    if (w->kind == KCACHE_KIND_CUBIN && is_virtual)
+        return kc_result_fail(r, KCACHE_EINVAL,
+                              "%s is a virtual architecture: it gives PTX; use sm_%s for a CUBIN",
+                              arch, several ? "XX" : arch + 8);
+    if (w->kind == KCACHE_KIND_PTX && !is_virtual && !several)
+        /* PTX for sm_90 is PTX for compute_90: one target, one entry. */
+        snprintf(w->nvrtc_arch, sizeof(w->nvrtc_arch), "compute_%s", arch + 3);
+    else
+        snprintf(w->nvrtc_arch, sizeof(w->nvrtc_arch), "%s", arch);
+    snprintf(r->arch, sizeof(r->arch), "%s", w->nvrtc_arch);
+    r->pub.kind = w->kind;
+    return 0;
+}
+
+/* The exported kcache_xxx_init() of the compile's versioned structs (<kcache/core.h>). */
+KC_DEFINE_INIT(kcache_compiler_options, offsetof(kcache_compiler_options, nvrtc_path),
+               offsetof(kcache_compiler_options, remote), sizeof(kcache_compiler_options))
+/* 3: the same fields as 2, kcache_made's grew; 4: resolution_of. */
+KC_DEFINE_INIT(kcache_request, offsetof(kcache_request, n_headers),
+               offsetof(kcache_request, resolution_of), offsetof(kcache_request, resolution_of),
+               sizeof(kcache_request))
+KC_DEFINE_INIT(kcache_link_request, sizeof(kcache_link_request))

@@ -2,7 +2,7 @@
  * The key: BLAKE2b-256 over a tag-length-value encoding of every input that
  * can change the output. Each field is (tag: 1 byte, length: 4 bytes little
  * endian, bytes), so no two different sets of inputs encode to the same
- * stream (the layout and the tags: util/keyfmt.h, which the store reads
+ * stream (the layout and the tags: format/keyfmt.h, which the store reads
  * too). The encoding is kept with the entry (key material) so that inspect
  * can show it and explain can compare two.
  */
@@ -11,7 +11,7 @@
 
 #include "resolve/deps.h"
 #include "util/common.h"
-#include "util/keyfmt.h"
+#include "format/keyfmt.h"
 
 typedef struct kc_keybuf {
     kc_buf b;

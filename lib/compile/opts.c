@@ -212,7 +212,7 @@ static int nvrtc_arch_name(const char *v)
  * CUBIN if any of them is real, and keeps an 'a' seen before (measured:
  * -arch=sm_90 -arch=compute_90 is sm_90's CUBIN, -arch=sm_90a -arch=sm_90
  * sm_90a's). Rather than model that, two different values leave the options
- * to NVRTC, uncached (compile/arch.c, compile/nvrtc.c).
+ * to NVRTC, uncached (compile/compiler.c, compile/nvrtc.c).
  */
 static int add_arch(kc_opts *o, const char *value)
 {

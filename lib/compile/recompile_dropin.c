@@ -148,41 +148,48 @@ static int made_with(char *path, size_t size, const char *toolchain)
     return 1;
 }
 
-int kc_rebuild_dropin(kcache_compiler *c, const kcache_entry *e, const kc_recipe *rc,
-                      struct kc_result *r)
+/* The entry's source input, or NULL; *n_mem counts its in-memory headers. */
+static const kcache_input *source_of(const kcache_entry *e, size_t *n_mem)
 {
-    struct extra_field x = {NULL, 0};
-    kc_key_walk(e->key_material, e->key_material_size, find_extra, &x);
     const kcache_input *source = NULL;
-    size_t n_mem = 0;
     for (size_t i = 0; i < e->n_inputs; i++) {
         if (e->inputs[i].role == KCACHE_INPUT_SOURCE)
             source = &e->inputs[i];
         else if (e->inputs[i].role == KCACHE_INPUT_HEADER)
-            n_mem++;
+            (*n_mem)++;
     }
-    if (!source)
-        return kc_result_fail(r, KCACHE_ENOTSUP, "made by the drop-in before it kept what the "
-                              "program compiled: rebuilt only on a miss");
-    /* Keyed without its name (compile/progname.c): the name it was made with. */
-    const char *name = rc->source_name[0] ? rc->source_name : source->name;
-    char path[4096];
-    if (!made_with(path, sizeof(path), e->toolchain))
-        return kc_result_fail(r, KCACHE_ENOTSUP, "its toolchain does not name the drop-in's "
-                              "NVRTC (%s)", e->toolchain ? e->toolchain : "");
-    /* The extra digest: the tag, the directory of line information, the
-     * options verbatim, then one name per in-memory header. */
-    const char *f[4096];
-    size_t n_f = 0;
-    for (size_t at = 0; at < x.size && n_f < KC_ARRAY_SIZE(f);) {
-        const char *s = (const char *)x.data + at;
-        size_t len = strnlen(s, x.size - at);
-        if (at + len == x.size)
+    return source;
+}
+
+/* Why the request, keyed here by made_by, has another key than the entry's. */
+static const char *why_another_key(const kcache_compiler *made_by, const kc_recipe *rc)
+{
+    return strcmp(made_by->tk.nvrtc_id, rc->nvrtc) != 0
+               ? "the NVRTC that made it is another build now"
+           : strcmp(made_by->tk.identity, rc->toolkit) != 0
+               ? "the toolkit's headers are another release now"
+               : "its headers on disk are not the ones it was made from, seen from here: run "
+                 "verify where the program ran";
+}
+
+/*
+ * The extra digest's fields into f[0..*n_f): the tag, the directory of line
+ * information, the options verbatim, then one name per in-memory header. A
+ * failure on r where they do not parse or name another directory.
+ */
+static int split_extra(struct kc_result *r, const struct extra_field *x, size_t n_mem,
+                       const char **f, size_t cap, size_t *n_f)
+{
+    size_t n = 0;
+    for (size_t at = 0; at < x->size && n < cap;) {
+        const char *s = (const char *)x->data + at;
+        size_t len = strnlen(s, x->size - at);
+        if (at + len == x->size)
             return kc_result_fail(r, KCACHE_ECORRUPT, "its key's extra digest does not parse");
-        f[n_f++] = s;
+        f[n++] = s;
         at += len + 1;
     }
-    if (n_f < 2 + n_mem || n_f == KC_ARRAY_SIZE(f))
+    if (n < 2 + n_mem || n == cap)
         return kc_result_fail(r, KCACHE_ECORRUPT, "its key's extra digest does not parse");
     if (f[1][0]) {
         /* Line information and LTO-IR hold the directory it was made in: only there
@@ -194,18 +201,75 @@ int kc_rebuild_dropin(kcache_compiler *c, const kcache_entry *e, const kc_recipe
                                   "its bytes name the directory it was made in, %s: rebuild "
                                   "it from there", f[1]);
     }
-    size_t n_opts = n_f - 2 - n_mem;
-    /* NVRTC takes C strings: copies, each ended by a NUL. */
-    const char **names = kc_calloc(n_mem + 1, sizeof(*names));
-    char **contents = kc_calloc(n_mem + 1, sizeof(*contents));
-    char *text = kc_memdup(source->data, source->size);
-    int oom = !names || !contents || !text;
+    *n_f = n;
+    return 0;
+}
+
+/* The entry's in-memory headers, as NUL-ended copies, under header_names[0..n_mem). */
+static int copy_headers(const kcache_entry *e, const char *const *header_names, size_t n_mem,
+                        const char ***names, char ***contents)
+{
+    *names = kc_calloc(n_mem + 1, sizeof(**names));
+    *contents = kc_calloc(n_mem + 1, sizeof(**contents));
+    int oom = !*names || !*contents;
     for (size_t i = 0, k = 0; !oom && i < e->n_inputs; i++)
         if (e->inputs[i].role == KCACHE_INPUT_HEADER) {
-            names[k] = f[2 + n_opts + k];
-            oom = !(contents[k++] = kc_memdup(e->inputs[i].data, e->inputs[i].size));
+            (*names)[k] = header_names[k];
+            oom = !((*contents)[k++] = kc_memdup(e->inputs[i].data, e->inputs[i].size));
         }
-    if (oom) {
+    return oom ? KCACHE_ENOMEM : 0;
+}
+
+/* The keyed request compiled again, uncached, by made_by: its bytes into r. */
+static int compile_bytes(kcache_compiler *made_by, kcache_request *req, const kc_recipe *rc,
+                         struct kc_result *r)
+{
+    kcache_result *res = NULL;
+    req->flags = KCACHE_COMPILE_NO_CACHE;
+    int status = kcache_compiler_compile(&res, made_by, req);
+    if (status) {
+        status = kc_result_fail(r, status, "%s", res ? res->message : kcache_strerror(status));
+    } else if (!kc_nvrtc_loaded_is_keyed(&made_by->tk)) {
+        status = kc_result_fail(r, KCACHE_ENOTSUP, "%s", KC_LOADED_IS_ANOTHER_BUILD);
+    } else if (!(r->data = kc_memdup(res->data, res->size))) {
+        status = KCACHE_ENOMEM;
+    } else {
+        r->pub.data = r->data;
+        r->pub.size = res->size;
+        r->pub.kind = res->kind;
+        snprintf(r->arch, sizeof(r->arch), "%s", rc->arch);
+    }
+    kcache_result_free(res);
+    return status;
+}
+
+int kc_rebuild_dropin(kcache_compiler *c, const kcache_entry *e, const kc_recipe *rc,
+                      struct kc_result *r)
+{
+    struct extra_field x = {NULL, 0};
+    kc_key_walk(e->key_material, e->key_material_size, find_extra, &x);
+    size_t n_mem = 0;
+    const kcache_input *source = source_of(e, &n_mem);
+    if (!source)
+        return kc_result_fail(r, KCACHE_ENOTSUP, "made by the drop-in before it kept what the "
+                              "program compiled: rebuilt only on a miss");
+    /* Keyed without its name (compile/progname.c): the name it was made with. */
+    const char *name = rc->source_name[0] ? rc->source_name : source->name;
+    char path[4096];
+    if (!made_with(path, sizeof(path), e->toolchain))
+        return kc_result_fail(r, KCACHE_ENOTSUP, "its toolchain does not name the drop-in's "
+                              "NVRTC (%s)", e->toolchain ? e->toolchain : "");
+    const char *f[4096];
+    size_t n_f = 0;
+    int status = split_extra(r, &x, n_mem, f, KC_ARRAY_SIZE(f), &n_f);
+    if (status)
+        return status;
+    size_t n_opts = n_f - 2 - n_mem;
+    /* NVRTC takes C strings: copies, each ended by a NUL. */
+    const char **names = NULL;
+    char **contents = NULL;
+    char *text = kc_memdup(source->data, source->size);
+    if (copy_headers(e, f + 2 + n_opts, n_mem, &names, &contents) || !text) {
         kc_strv_free(contents, n_mem);
         free(names);
         free(text);
@@ -221,7 +285,6 @@ int kc_rebuild_dropin(kcache_compiler *c, const kcache_entry *e, const kc_recipe
     struct dropin_compile d;
     memset(&d, 0, sizeof(d));
     char err[512];
-    int status;
     if (kcache_compiler_new(&made_by, &co, err, sizeof(err)) != 0) {
         status = kc_result_fail(r, KCACHE_ENOTSUP, "the NVRTC that made it is not here (%s)",
                                 err);
@@ -264,36 +327,12 @@ int kc_rebuild_dropin(kcache_compiler *c, const kcache_entry *e, const kc_recipe
         goto out;
     }
     if (memcmp(&res->key, &e->key, sizeof(e->key)) != 0) {
-        status = kc_result_fail(r, KCACHE_ENOTSUP, "%s",
-                                strcmp(made_by->tk.nvrtc_id, rc->nvrtc) != 0
-                                    ? "the NVRTC that made it is another build now"
-                                : strcmp(made_by->tk.identity, rc->toolkit) != 0
-                                    ? "the toolkit's headers are another release now"
-                                    : "its headers on disk are not the ones it was made "
-                                      "from, seen from here: run verify where the program ran");
+        status = kc_result_fail(r, KCACHE_ENOTSUP, "%s", why_another_key(made_by, rc));
         goto out;
     }
     kcache_result_free(res);
     res = NULL;
-    req.flags = KCACHE_COMPILE_NO_CACHE;
-    status = kcache_compiler_compile(&res, made_by, &req);
-    if (status) {
-        status = kc_result_fail(r, status, "%s", res ? res->message : kcache_strerror(status));
-        goto out;
-    }
-    if (!kc_nvrtc_loaded_is_keyed(&made_by->tk)) {
-        status = kc_result_fail(r, KCACHE_ENOTSUP, "%s", KC_LOADED_IS_ANOTHER_BUILD);
-        goto out;
-    }
-    if (!(r->data = kc_memdup(res->data, res->size))) {
-        status = KCACHE_ENOMEM;
-        goto out;
-    }
-    r->pub.data = r->data;
-    r->pub.size = res->size;
-    r->pub.kind = res->kind;
-    snprintf(r->arch, sizeof(r->arch), "%s", rc->arch);
-    status = 0;
+    status = compile_bytes(made_by, &req, rc, r);
 out:
     kcache_result_free(res);
     dropin_compile_free(&d);

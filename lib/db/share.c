@@ -9,7 +9,7 @@
 
 #include "db/dbint.h"
 #include "util/codec.h"
-#include "util/keyfmt.h"
+#include "format/keyfmt.h"
 
 int kc_share_input_record(kc_buf *b, int role, const char *name, size_t name_n,
                           const uint8_t digest[32])

@@ -132,11 +132,18 @@ static void record(kc_obs *o, int op, const char *path, int seen)
     o->depth--;
 }
 
-static void saw_fd(int op, const char *path, int fd)
+/* The observation under way on this thread, or NULL; a spawned thread's call is counted. */
+static kc_obs *observation(void)
 {
     kc_obs *o = cur;
     if (!o && spawned)
         atomic_fetch_add(&spawned_calls, 1);
+    return o;
+}
+
+static void saw_fd(int op, const char *path, int fd)
+{
+    kc_obs *o = observation();
     if (!o)
         return;
     int err = errno;
@@ -150,9 +157,7 @@ static void saw_fd(int op, const char *path, int fd)
 
 static void saw_stat(int op, const char *path, int rc, const struct stat *st)
 {
-    kc_obs *o = cur;
-    if (!o && spawned)
-        atomic_fetch_add(&spawned_calls, 1);
+    kc_obs *o = observation();
     if (!o)
         return;
     int err = errno;
@@ -191,15 +196,14 @@ void kc_obs_say_why(const char *what)
 /* An interposed call that leaves the thread: what it does cannot be seen. */
 static void saw_escape_in(const char *what)
 {
-    if (!cur && spawned)
-        atomic_fetch_add(&spawned_calls, 1);
-    if (cur) {
-        if (!cur->taint) {
+    kc_obs *o = observation();
+    if (o) {
+        if (!o->taint) {
             char line[96];
             snprintf(line, sizeof(line), "%s during a miss", what);
             kc_obs_say_why(line);
         }
-        taint(cur, R_INCOMPLETE);
+        taint(o, R_INCOMPLETE);
     }
 }
 #define saw_escape() saw_escape_in(__func__)
@@ -327,34 +331,34 @@ EXPORT char *kc_i_realpath(const char *path, char *resolved)
 #undef MISSING_RET
 
 #define MISSING_RET -1
-/* The stat family: old (__xstat, what NVRTC 13.0 calls) and new. */
-#define XSTAT_LIKE(cname, sym)                                                                     \
-    EXPORT int cname(int ver, const char *path, struct stat *st) __asm__(#sym);                    \
-    EXPORT int cname(int ver, const char *path, struct stat *st)                                   \
+/*
+ * The stat family: old (__xstat, what NVRTC 13.0 calls, with a version
+ * first) and new. params and args are the entry point's, types the same
+ * without their names.
+ */
+#define STAT_LIKE(cname, sym, params, types, args)                                                 \
+    EXPORT int cname params __asm__(#sym);                                                         \
+    EXPORT int cname params                                                                        \
     {                                                                                              \
-        NEXT(int (*)(int, const char *, struct stat *), fn, sym);                                  \
-        int rc = fn(ver, path, st);                                                                \
+        NEXT(int(*) types, fn, sym);                                                               \
+        int rc = fn args;                                                                          \
         saw_stat(OP_STAT, path, rc, st);                                                           \
         return rc;                                                                                 \
     }
+#define XSTAT_LIKE(cname, sym)                                                                     \
+    STAT_LIKE(cname, sym, (int ver, const char *path, struct stat *st),                            \
+              (int, const char *, struct stat *), (ver, path, st))
 XSTAT_LIKE(kc_i_xstat, __xstat)
 XSTAT_LIKE(kc_i_xstat64, __xstat64)
 XSTAT_LIKE(kc_i_lxstat, __lxstat)
 XSTAT_LIKE(kc_i_lxstat64, __lxstat64)
-
-#define STAT_LIKE(cname, sym)                                                                      \
-    EXPORT int cname(const char *path, struct stat *st) __asm__(#sym);                             \
-    EXPORT int cname(const char *path, struct stat *st)                                            \
-    {                                                                                              \
-        NEXT(int (*)(const char *, struct stat *), fn, sym);                                       \
-        int rc = fn(path, st);                                                                     \
-        saw_stat(OP_STAT, path, rc, st);                                                           \
-        return rc;                                                                                 \
-    }
-STAT_LIKE(kc_i_stat, stat)
-STAT_LIKE(kc_i_stat64, stat64)
-STAT_LIKE(kc_i_lstat, lstat)
-STAT_LIKE(kc_i_lstat64, lstat64)
+#define PLAIN_STAT_LIKE(cname, sym)                                                                \
+    STAT_LIKE(cname, sym, (const char *path, struct stat *st), (const char *, struct stat *),     \
+              (path, st))
+PLAIN_STAT_LIKE(kc_i_stat, stat)
+PLAIN_STAT_LIKE(kc_i_stat64, stat64)
+PLAIN_STAT_LIKE(kc_i_lstat, lstat)
+PLAIN_STAT_LIKE(kc_i_lstat64, lstat64)
 
 #define FSTATAT_LIKE(cname, sym)                                                                   \
     EXPORT int cname(int dirfd, const char *path, struct stat *st, int flags) __asm__(#sym);       \

@@ -618,19 +618,13 @@ static int extra_material(char **out, size_t *size, const struct prog *p)
     char *b = malloc(n), *q = b;
     if (!b)
         return -1;
-#define PUT(s)                                                                                     \
-    do {                                                                                           \
-        size_t l_ = strlen(s) + 1;                                                                 \
-        memcpy(q, (s), l_);                                                                        \
-        q += l_;                                                                                   \
-    } while (0)
-    PUT("kcache nvrtc drop-in 2");
-    PUT(dir);
+    /* Each string with its NUL. */
+    q = stpcpy(q, "kcache nvrtc drop-in 2") + 1;
+    q = stpcpy(q, dir) + 1;
     for (int i = 0; i < p->n_opts; i++)
-        PUT(p->opts[i]);
+        q = stpcpy(q, p->opts[i]) + 1;
     for (int i = 0; i < p->n_headers; i++)
-        PUT(p->include_names[i]);
-#undef PUT
+        q = stpcpy(q, p->include_names[i]) + 1;
     *out = b;
     *size = n;
     return 0;

@@ -187,21 +187,15 @@ static char *closure_text(size_t *size, const kcache_made *made, const char *sou
     char *t = malloc(n), *q = t;
     if (!t)
         return NULL;
-#define PUT(s_)                                                                                    \
-    do {                                                                                           \
-        size_t l_ = strlen(s_) + 1;                                                                \
-        memcpy(q, (s_), l_);                                                                       \
-        q += l_;                                                                                   \
-    } while (0)
-    PUT(source_name);
-    PUT(root);
+    /* Each string with its NUL. */
+    q = stpcpy(q, source_name) + 1;
+    q = stpcpy(q, root) + 1;
     for (size_t i = 0; i < n_headers; i++)
-        PUT(header_names[i]);
+        q = stpcpy(q, header_names[i]) + 1;
     for (size_t i = 0; i < made->n_probes; i++) {
         *q++ = made->probes[i].found ? '1' : '0';
-        PUT(made->probes[i].path);
+        q = stpcpy(q, made->probes[i].path) + 1;
     }
-#undef PUT
     *size = n;
     return t;
 }

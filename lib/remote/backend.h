@@ -45,6 +45,12 @@ struct kc_backend {
     char errmsg[KC_ERRMSG_SIZE];
 };
 
+/*
+ * Says fmt in b's errmsg on one line (control bytes shown as spaces: a server
+ * chooses some of the text) and returns code.
+ */
+int kc_backend_fail(kc_backend *b, int code, const char *fmt, ...) KC_PRINTF(3, 4);
+
 /* Where and how to reach a server, from remote = URL and the timeouts. */
 typedef struct kc_endpoint {
     char host[256];

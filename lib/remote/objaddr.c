@@ -195,7 +195,7 @@ static int parse_s3(kc_objaddr *a, const char *url, const kc_objaddr_settings *s
         snprintf(endpoint, sizeof(endpoint), "%s", s->s3_endpoint);
     else
         snprintf(endpoint, sizeof(endpoint), "https://s3.%s.amazonaws.com", region);
-    /* The settings were checked as they were read (util/settings.c). */
+    /* The settings were checked as they were read (format/settings.c). */
     int virtual_host = s->s3_addressing[0] ? !strcmp(s->s3_addressing, "virtual")
                                            : !s->s3_endpoint[0];
     size_t slen = strstr(endpoint, "://") - endpoint + 3;

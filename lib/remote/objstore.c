@@ -127,18 +127,8 @@ static void curl_open(void)
                  K.easy_strerror(rc));
 }
 
-static int fail(struct objstore *o, int code, const char *fmt, ...) KC_PRINTF(3, 4);
-static int fail(struct objstore *o, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(o->base.errmsg, sizeof(o->base.errmsg), fmt, ap);
-    va_end(ap);
-    for (char *p = o->base.errmsg; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == 0x7f)
-            *p = ' ';
-    return code;
-}
+/* A failure said in the backend's errmsg (backend.h). */
+#define fail(x, ...) kc_backend_fail(&(x)->base, __VA_ARGS__)
 
 /* The operation under way must be over by now + remote_timeout. */
 static void begin(struct objstore *o)

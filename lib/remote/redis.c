@@ -31,18 +31,8 @@ struct redis {
     kc_conn conn;
 };
 
-static int fail(struct redis *r, int code, const char *fmt, ...) KC_PRINTF(3, 4);
-static int fail(struct redis *r, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->base.errmsg, sizeof(r->base.errmsg), fmt, ap);
-    va_end(ap);
-    for (char *p = r->base.errmsg; *p; p++)
-        if (*p == '\n' || *p == '\r')
-            *p = ' ';
-    return code;
-}
+/* A failure said in the backend's errmsg (backend.h). */
+#define fail(x, ...) kc_backend_fail(&(x)->base, __VA_ARGS__)
 
 static void drop(struct redis *r)
 {

@@ -1,8 +1,9 @@
 /*
  * The shared tier behind the local store: settings, the back-off shared by
  * the machine's processes, and the compile path's get, lease and push
- * (remote.h). What is pushed and taken is checked in wire.c; transfer.c
- * holds the tools' calls (check, push, pull).
+ * (remote.h), and the init functions of its versioned structs. What is
+ * pushed and taken is checked in wire.c; transfer.c holds the tools' calls
+ * (check, push, pull).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -13,12 +14,27 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <stddef.h>
 
 #include "remote/objaddr.h"
 #include "remote/remoteint.h"
-#include "util/settings.h"
+#include "format/settings.h"
+#include "kcache/remote.h"
+#include "util/common.h"
 
 /* ---- settings ----------------------------------------------------------- */
+
+int kc_backend_fail(kc_backend *b, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->errmsg, sizeof(b->errmsg), fmt, ap);
+    va_end(ap);
+    for (char *p = b->errmsg; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = ' ';
+    return code;
+}
 
 int kc_endpoint_parse(kc_endpoint *out, const char *url, char *msg, size_t msg_size)
 {
@@ -527,3 +543,7 @@ KCACHE_API int kcache_remote_put(kcache_remote *remote, const kcache_entry *entr
     kc_remote_push(remote, entry);
     return 0;
 }
+
+/* The exported kcache_xxx_init() of the remote's versioned structs (<kcache/core.h>). */
+KC_DEFINE_INIT(kcache_remote_info, sizeof(kcache_remote_info))
+KC_DEFINE_INIT(kcache_transfer, offsetof(kcache_transfer, conflicts), sizeof(kcache_transfer))

@@ -50,7 +50,7 @@
 #include "remote/sharedfs.h"
 #include "store/storelib.h"
 #include "util/common.h"
-#include "util/settings.h"
+#include "format/settings.h"
 
 #define KC_SHARED_COMPACT_AT 32  /* segments that make a publisher compact */
 #define KC_SHARED_LEASE_AGE_S 60 /* a compaction lease older than this is a dead one's */

@@ -27,7 +27,7 @@
 #include "kcache/store.h"
 #include "util/codec.h"
 #include "util/common.h"
-#include "util/secret.h"
+#include "format/secret.h"
 
 #define KC_WIRE_FORMAT 1
 #define KC_WIRE_HEADER_SIZE 112
@@ -38,7 +38,7 @@
 #define KC_WIRE_MAX_TEXT (UINT32_C(16) << 20)      /* log, names, key material each */
 #define KC_WIRE_MAX_NAMES 65536u
 
-/* remote_secret, as util/secret.h keys with it (bundles are signed with the same). */
+/* remote_secret, as format/secret.h keys with it (bundles are signed with the same). */
 typedef kc_secret kc_wire_secret;
 
 void kc_wire_secret_init(kc_wire_secret *out, const char *secret);

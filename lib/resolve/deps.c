@@ -312,6 +312,39 @@ static void resolver_free(struct resolver *r)
     kc_smap_free(&r->by_look);
 }
 
+/*
+ * Headers handed over in memory (nvrtcCreateProgram's) are all inputs,
+ * read or not, and are scanned; their quoted includes are searched for
+ * beside the header's name first, as NVRTC does. A name
+ * given twice: NVRTC takes the first, and so does kcache. They keep
+ * their names: the caller's includes find them by those.
+ */
+static int add_memory_headers(struct resolver *r)
+{
+    int rc;
+    for (size_t i = 0; i < r->req->n_mem; i++) {
+        const char *name = r->req->mem_names[i];
+        size_t k;
+        if (kc_smap_find(&r->by_memory, name, NULL))
+            continue;
+        if ((rc = kc_res_new_node(r, &k)))
+            return rc < 0 ? rc : 0; /* too many files: said, not hermetic */
+        struct node *nd = &r->nodes[k];
+        nd->in_memory = 1;
+        nd->size = strlen(r->req->mem_contents[i]);
+        if (!(nd->text = kc_memdup(r->req->mem_contents[i], nd->size)) ||
+            !(nd->spelling = kc_strdup(name)) || kc_smap_put(&r->by_memory, name, k))
+            return KCACHE_ENOMEM;
+        nd->id.state = KC_PROBE_FILE;
+        kc_digest(nd->id.digest, nd->text, nd->size);
+        /* NVRTC looks for an in-memory header's "quoted" includes beside its
+         * name, relative to the working directory. */
+        if (!(nd->dir = kc_path_dirname(name)))
+            return KCACHE_ENOMEM;
+    }
+    return 0;
+}
+
 int kc_deps_resolve(kc_deps *out, const kc_deps_request *req, char *msg, size_t msg_size)
 {
     struct resolver r = {.req = req, .out = out, .msg = msg, .msg_size = msg_size};
@@ -327,39 +360,8 @@ int kc_deps_resolve(kc_deps *out, const kc_deps_request *req, char *msg, size_t 
             !(r.nodes[src].dir = kc_strdup(req->source_dir)))
             rc = KCACHE_ENOMEM;
     }
-    /*
-     * Headers handed over in memory (nvrtcCreateProgram's) are all inputs,
-     * read or not, and are scanned; their quoted includes are searched for
-     * beside the header's name first, as NVRTC does. A name
-     * given twice: NVRTC takes the first, and so does kcache. They keep
-     * their names: the caller's includes find them by those.
-     */
-    for (size_t i = 0; !rc && i < req->n_mem; i++) {
-        const char *name = req->mem_names[i];
-        size_t k;
-        if (kc_smap_find(&r.by_memory, name, NULL))
-            continue;
-        if ((rc = kc_res_new_node(&r, &k))) {
-            rc = rc < 0 ? rc : 0;
-            break;
-        }
-        struct node *nd = &r.nodes[k];
-        nd->in_memory = 1;
-        nd->size = strlen(req->mem_contents[i]);
-        if (!(nd->text = kc_memdup(req->mem_contents[i], nd->size)) ||
-            !(nd->spelling = kc_strdup(name)) || kc_smap_put(&r.by_memory, name, k)) {
-            rc = KCACHE_ENOMEM;
-            break;
-        }
-        nd->id.state = KC_PROBE_FILE;
-        kc_digest(nd->id.digest, nd->text, nd->size);
-        /* NVRTC looks for an in-memory header's "quoted" includes beside its
-         * name, relative to the working directory. */
-        if (!(nd->dir = kc_path_dirname(name))) {
-            rc = KCACHE_ENOMEM;
-            break;
-        }
-    }
+    if (!rc)
+        rc = add_memory_headers(&r);
     if (!rc && req->n_defines) {
         size_t k;
         if (!(rc = kc_res_new_node(&r, &k))) {

@@ -175,6 +175,44 @@ static int same_answer(struct resolver *r, char *const *base, size_t n_base,
     return 0;
 }
 
+/*
+ * Whether the #include lines that hand h[0..n) over can stand for them: a
+ * spelling that also names a user file, a path no string literal can hold,
+ * or a text that could tell the extra level, makes the compile not hermetic.
+ */
+static void refuse_unnameable(struct resolver *r, const struct handed *h, size_t n)
+{
+    const kc_deps_request *q = r->req;
+    for (size_t i = 0; i < n; i++) {
+        int user = q->source_name && !strcmp(q->source_name, h[i].spelling);
+        for (size_t k = 0; k < r->n_aliases && !user; k++)
+            user = !strcmp(r->aliases[k].name, h[i].spelling);
+        if (user)
+            kc_res_not_hermetic(r, "toolkit_beside",
+                                "'%s' names a user file and a toolkit header", h[i].spelling);
+        /* The #include handed over is a string literal: nothing in it may need escaping. */
+        if (strpbrk(q->toolkit_root, "\"\\\n") || strpbrk(h[i].rel, "\"\\\n"))
+            kc_res_not_hermetic(r, "toolkit_beside",
+                                "\"%s\" (%s/%s) has a path kcache cannot name in an #include",
+                                h[i].spelling, q->toolkit_root, h[i].rel);
+    }
+    /*
+     * A handed header is one #include deeper than the file it names: a text
+     * that reads __INCLUDE_LEVEL__ could tell (in a comment too: kcache does
+     * not guess).
+     */
+    for (size_t k = 0; n && k < r->n_nodes; k++) {
+        const struct node *nd = &r->nodes[k];
+        if (nd->text && memmem(nd->text, nd->size, "__INCLUDE_LEVEL__", 17)) {
+            kc_res_not_hermetic(r, "toolkit_beside",
+                                "%s reads __INCLUDE_LEVEL__, which a toolkit header handed over "
+                                "by name (\"%s\") would change",
+                                kc_res_where(nd), h[0].spelling);
+            break;
+        }
+    }
+}
+
 int kc_res_hermetic_handed(struct resolver *r)
 {
     const kc_deps_request *q = r->req;
@@ -229,34 +267,8 @@ int kc_res_hermetic_handed(struct resolver *r)
         if (bad == r->n_looks)
             break;
     }
-    for (size_t i = 0; !rc && bad == r->n_looks && i < n; i++) {
-        int user = q->source_name && !strcmp(q->source_name, h[i].spelling);
-        for (size_t k = 0; k < r->n_aliases && !user; k++)
-            user = !strcmp(r->aliases[k].name, h[i].spelling);
-        if (user)
-            kc_res_not_hermetic(r, "toolkit_beside",
-                                "'%s' names a user file and a toolkit header", h[i].spelling);
-        /* The #include handed over is a string literal: nothing in it may need escaping. */
-        if (strpbrk(q->toolkit_root, "\"\\\n") || strpbrk(h[i].rel, "\"\\\n"))
-            kc_res_not_hermetic(r, "toolkit_beside",
-                                "\"%s\" (%s/%s) has a path kcache cannot name in an #include",
-                                h[i].spelling, q->toolkit_root, h[i].rel);
-    }
-    /*
-     * A handed header is one #include deeper than the file it names: a text
-     * that reads __INCLUDE_LEVEL__ could tell (in a comment too: kcache does
-     * not guess).
-     */
-    for (size_t k = 0; !rc && n && bad == r->n_looks && k < r->n_nodes; k++) {
-        const struct node *nd = &r->nodes[k];
-        if (nd->text && memmem(nd->text, nd->size, "__INCLUDE_LEVEL__", 17)) {
-            kc_res_not_hermetic(r, "toolkit_beside",
-                                "%s reads __INCLUDE_LEVEL__, which a toolkit header handed over "
-                                "by name (\"%s\") would change",
-                                kc_res_where(nd), h[0].spelling);
-            break;
-        }
-    }
+    if (!rc && bad == r->n_looks)
+        refuse_unnameable(r, h, n);
     if (!rc && bad < r->n_looks) {
         const struct tklook *l = &r->looks[bad];
         if (!l->rel)

@@ -1,4 +1,4 @@
-/* See identity.h. */
+/* File identity and the trust rule (identity.h), alone: the one place that says what a file is. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>

@@ -212,6 +212,98 @@ static int note_route(struct resolver *r, const char *path, int beside_name)
     return kc_smap_put(&r->routes, path, v | bit);
 }
 
+/*
+ * A regular file looked at in the toolkit's directories: a toolkit header
+ * when its real path lies inside the toolkit (*done set), keyed by the
+ * toolkit's build; else a user file, whatever the path says (*done left 0).
+ */
+static int look_toolkit(struct resolver *r, const char *path, int link, int from_toolkit,
+                        const struct stat *st, size_t *node, const char **toolkit_rel,
+                        int *done)
+{
+    char *real = NULL;
+    const char *rel;
+    int rc = real_of(r, path, link, &real);
+    if (rc)
+        return rc;
+    if (!real || !in_toolkit_root(r, real, &rel)) {
+        free(real);
+        return 0;
+    }
+    *done = 1;
+    kc_probe p;
+    memset(&p, 0, sizeof(p));
+    p.state = KC_PROBE_TOOLKIT;
+    kc_identity_of(&p, st);
+    char *copy = kc_strdup(rel);
+    free(real);
+    if (!copy || kc_res_grow((void **)&r->tk_rels, &r->cap_tk_rels, r->n_tk_rels, sizeof(char *))) {
+        free(copy);
+        return KCACHE_ENOMEM;
+    }
+    r->tk_rels[r->n_tk_rels++] = copy;
+    *toolkit_rel = copy;
+    if ((rc = kc_smap_put(&r->by_path, path, 2 * r->n_tk_rels + 1)) ||
+        (!from_toolkit && (rc = add_probe(r, path, &p))))
+        return rc;
+    return toolkit_node(r, path, copy, st, node);
+}
+
+/*
+ * A file read (text, size) or found in the memo at path, with identity p: the
+ * node it is, new, or the one that file already is by another path.
+ */
+static int add_file(struct resolver *r, const char *path, const kc_probe *p, char *text,
+                    size_t size, kc_memo *memo, size_t *node)
+{
+    size_t v;
+    int rc;
+    char id[64];
+    snprintf(id, sizeof(id), "%llx:%llx", (unsigned long long)p->dev, (unsigned long long)p->ino);
+    if (kc_smap_find(&r->by_identity, id, &v)) {
+        /* The same file by another path: one header to NVRTC. From another
+         * directory, NVRTC looks for its quoted includes beside that path too. */
+        free(text);
+        kc_memo_release(memo);
+        char *here = kc_path_dirname(path), *a = here ? kc_path_normalized(here) : NULL;
+        char *b = a ? kc_path_normalized(r->nodes[v].dir) : NULL;
+        if (!b) {
+            free(here);
+            free(a);
+            return KCACHE_ENOMEM;
+        }
+        if (strcmp(a, b) != 0)
+            r->nodes[v].other_dirs = 1;
+        free(here);
+        free(a);
+        free(b);
+    } else {
+        size_t k;
+        if ((rc = kc_res_new_node(r, &k))) {
+            free(text);
+            kc_memo_release(memo);
+            return rc < 0 ? rc : 0;
+        }
+        struct node *nd = &r->nodes[k];
+        nd->text = memo ? memo->text : text;
+        nd->size = memo ? memo->size : size;
+        nd->id = *p;
+        if (memo) {
+            nd->memo = memo;
+            nd->dirs = memo->dirs;
+            nd->n_dirs = memo->n_dirs;
+        }
+        if (!(nd->path = kc_strdup(path)) || !(nd->dir = kc_path_dirname(path)) ||
+            kc_smap_put(&r->by_identity, id, k))
+            return KCACHE_ENOMEM;
+        v = k;
+    }
+    if ((rc = kc_smap_put(&r->by_path, path, 2 * (v + 1))) || (rc = add_probe(r, path, p)))
+        return rc;
+    *node = v + 1;
+    return 0;
+}
+
 int kc_res_look(struct resolver *r, const char *path, int in_toolkit, int from_toolkit,
                 int beside_name, size_t *node, const char **toolkit_rel)
 {
@@ -244,28 +336,10 @@ int kc_res_look(struct resolver *r, const char *path, int in_toolkit, int from_t
     int stat_errno = found ? 0 : errno;
     int regular = found && S_ISREG(st.st_mode);
     if (regular && in_toolkit) {
-        char *real = NULL;
-        const char *rel;
-        if ((rc = real_of(r, path, link, &real)))
+        int done = 0;
+        if ((rc = look_toolkit(r, path, link, from_toolkit, &st, node, toolkit_rel, &done)) ||
+            done)
             return rc;
-        if (real && in_toolkit_root(r, real, &rel)) {
-            p.state = KC_PROBE_TOOLKIT;
-            kc_identity_of(&p, &st);
-            char *copy = kc_strdup(rel);
-            free(real);
-            if (!copy ||
-                kc_res_grow((void **)&r->tk_rels, &r->cap_tk_rels, r->n_tk_rels, sizeof(char *))) {
-                free(copy);
-                return KCACHE_ENOMEM;
-            }
-            r->tk_rels[r->n_tk_rels++] = copy;
-            *toolkit_rel = copy;
-            if ((rc = kc_smap_put(&r->by_path, path, 2 * r->n_tk_rels + 1)) ||
-                (!from_toolkit && (rc = add_probe(r, path, &p))))
-                return rc;
-            return toolkit_node(r, path, copy, &st, node);
-        }
-        free(real); /* outside the toolkit, whatever the path says: a user file */
     }
     if (!regular && in_toolkit && from_toolkit) {
         /* Nothing there, inside the toolkit: the toolkit's build keys that. */
@@ -316,50 +390,7 @@ int kc_res_look(struct resolver *r, const char *path, int in_toolkit, int from_t
         return 0;
     }
     p.state = KC_PROBE_FILE;
-    char id[64];
-    snprintf(id, sizeof(id), "%llx:%llx", (unsigned long long)p.dev, (unsigned long long)p.ino);
-    if (kc_smap_find(&r->by_identity, id, &v)) {
-        /* The same file by another path: one header to NVRTC. From another
-         * directory, NVRTC looks for its quoted includes beside that path too. */
-        free(text);
-        kc_memo_release(memo);
-        char *here = kc_path_dirname(path), *a = here ? kc_path_normalized(here) : NULL;
-        char *b = a ? kc_path_normalized(r->nodes[v].dir) : NULL;
-        if (!b) {
-            free(here);
-            free(a);
-            return KCACHE_ENOMEM;
-        }
-        if (strcmp(a, b) != 0)
-            r->nodes[v].other_dirs = 1;
-        free(here);
-        free(a);
-        free(b);
-    } else {
-        size_t k;
-        if ((rc = kc_res_new_node(r, &k))) {
-            free(text);
-            kc_memo_release(memo);
-            return rc < 0 ? rc : 0;
-        }
-        struct node *nd = &r->nodes[k];
-        nd->text = memo ? memo->text : text;
-        nd->size = memo ? memo->size : size;
-        nd->id = p;
-        if (memo) {
-            nd->memo = memo;
-            nd->dirs = memo->dirs;
-            nd->n_dirs = memo->n_dirs;
-        }
-        if (!(nd->path = kc_strdup(path)) || !(nd->dir = kc_path_dirname(path)) ||
-            kc_smap_put(&r->by_identity, id, k))
-            return KCACHE_ENOMEM;
-        v = k;
-    }
-    if ((rc = kc_smap_put(&r->by_path, path, 2 * (v + 1))) || (rc = add_probe(r, path, &p)))
-        return rc;
-    *node = v + 1;
-    return 0;
+    return add_file(r, path, &p, text, size, memo, node);
 }
 
 /* ---- the search, in NVRTC's order -------------------------------------- */

@@ -281,6 +281,14 @@ static const char *skip_ws(const char *p, const char *end)
     return p;
 }
 
+/* The end of p..end without its trailing white space. */
+static const char *trim_end(const char *p, const char *end)
+{
+    while (end > p && isspace((unsigned char)end[-1]))
+        end--;
+    return end;
+}
+
 /* Parses "x" or <x> at p. Returns the end, or NULL if there is neither. */
 static const char *header_name(const char *p, const char *end, const char **name, size_t *n,
                                int *angle)
@@ -430,9 +438,7 @@ static int parse_directive(struct scanner *s, const char *p, const char *end, un
         int angle;
         if (header_name(p, end, &name, &n, &angle))
             return push(s, kind, angle, 0, line, name, n, NULL, 0);
-        const char *e = end;
-        while (e > p && isspace((unsigned char)e[-1]))
-            e--;
+        const char *e = trim_end(p, end);
         return e > p ? push(s, kind, 0, 1, line, p, (size_t)(e - p), NULL, 0) : 0;
     }
     int is_define = wn == 6 && !memcmp(word, "define", 6);
@@ -450,9 +456,7 @@ static int parse_directive(struct scanner *s, const char *p, const char *end, un
             if (!close)
                 return 0;
             const char *body = skip_ws(close + 1, end);
-            const char *e = end;
-            while (e > body && isspace((unsigned char)e[-1]))
-                e--;
+            const char *e = trim_end(body, end);
             int rc = push(s, KC_DIR_FUNC_DEFINE, 0, 0, line, name, nn, body, (size_t)(e - body));
             if (rc)
                 return rc;
@@ -465,9 +469,7 @@ static int parse_directive(struct scanner *s, const char *p, const char *end, un
             return rc;
         } else {
             p = skip_ws(p, end);
-            const char *e = end;
-            while (e > p && isspace((unsigned char)e[-1]))
-                e--;
+            const char *e = trim_end(p, end);
             int rc = push(s, KC_DIR_DEFINE, 0, 0, line, name, nn, p, (size_t)(e - p));
             if (rc)
                 return rc;
@@ -476,9 +478,7 @@ static int parse_directive(struct scanner *s, const char *p, const char *end, un
     } else if (!((wn == 2 && !memcmp(word, "if", 2)) || (wn == 4 && !memcmp(word, "elif", 4)))) {
         return 0;
     } else {
-        const char *e = end;
-        while (e > p && isspace((unsigned char)e[-1]))
-            e--;
+        const char *e = trim_end(p, end);
         int rc = push(s, KC_DIR_CONDITION, 0, 0, line, p, (size_t)(e - p), NULL, 0);
         if (rc)
             return rc;

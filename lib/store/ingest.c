@@ -19,7 +19,7 @@
  *     recomputed and compared. An entry without key material cannot be
  *     checked and is refused;
  *   - the kind and the architecture against what the key material says
- *     (util/keyfmt.h reads it: the store may not know compile/): a valid
+ *     (format/keyfmt.h reads it: the store may not know compile/): a valid
  *     key with a PTX under a CUBIN key, or sm_80 code under an sm_90 key,
  *     would otherwise be served to whoever asks for that key. Material in
  *     no format of kcache's is a key no compile of kcache's asks for, and
@@ -73,9 +73,9 @@
 #include <unistd.h>
 
 #include "store/ingest.h"
-#include "util/keyfmt.h"
+#include "format/keyfmt.h"
 #include "kcache/bundle.h"
-#include "util/settings.h"
+#include "format/settings.h"
 
 static int query_double(sqlite3 *db, const char *sql, double *out)
 {
@@ -493,7 +493,7 @@ out:
  *
  * Decisions:
  *   - The secret is the shared tier's (remote_secret), signed with the same
- *     keyed BLAKE2b (util/secret.h): a fleet has one secret to hand out, and
+ *     keyed BLAKE2b (format/secret.h): a fleet has one secret to hand out, and
  *     the people who may publish to its Redis are the people who may
  *     publish its bundles.
  *   - What is signed is the bundle's contents, not its file: every field an

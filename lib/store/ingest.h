@@ -11,7 +11,7 @@
 #include <sqlite3.h>
 
 #include "store/storeint.h"
-#include "util/secret.h"
+#include "format/secret.h"
 
 /* An entry's artifact and inputs, decoded, at most; a bundle's in all (inputs counted
  * once per entry that uses them, as they are decoded). */

@@ -111,7 +111,7 @@ static int manifest_put_locked(kcache_store *s, const kcache_key *base, const kc
     int64_t id = 0;
     sqlite3_stmt *q;
     /* This base's closures now: those the delete and the trim leave unused go after
-     * them (cascade.c: no trigger does it). */
+     * them (prune.c: no trigger does it). */
     int64_t *before = NULL;
     size_t n_before = 0;
     rc = kc_closures_collect(s, "SELECT closure_id FROM manifest WHERE base = ?1", base, &before,

@@ -105,7 +105,7 @@ int kc_put_rows(kcache_store *s, const struct kc_put_ctx *p)
     int64_t replaced;
     if ((rc = kc_delete_key(s, &e->key, &replaced)))
         goto fail;
-    /* The totals, which no trigger keeps (cascade.c). */
+    /* The totals, which no trigger keeps (prune.c). */
     int src = sqlite3_prepare_v2(s->db.conn,
                                  "UPDATE totals SET entries = entries + 1,"
                                  " raw_bytes = raw_bytes + ?1, stored_bytes = stored_bytes + ?2",

@@ -5,13 +5,13 @@
  * header inputs once, by their digests; a get puts them back, so that
  * everything above the store (hits, bundles, the shared tier, verify,
  * explain) sees each entry's whole key material and every input as put.
- * A list goes with the last entry that refers to it (cascade.c).
+ * A list goes with the last entry that refers to it (prune.c).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "store/storeint.h"
-#include "util/keyfmt.h"
+#include "format/keyfmt.h"
 
 int kc_blob_id(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt put, kc_buf *enc,
                const void *data, size_t size, const char *finding, const char *storing)

@@ -1,6 +1,6 @@
 /*
  * Stats and counters: what stats reports (totals kept by the statements that
- * add and delete entries, cascade.c; counters; this process's pending batch
+ * add and delete entries, prune.c; counters; this process's pending batch
  * and the hits logged beside the database), the named counters of the
  * layers above, and the usage list per (arch, kind) they share.
  */

@@ -70,7 +70,7 @@ struct kc_touch {
     uint32_t hits;
 };
 
-/* The SQL of each named statement (statements.c), prepared once per connection. */
+/* The SQL of each named statement (store.c), prepared once per connection. */
 extern const char *const kc_stmt_sql[KC_STMT_COUNT];
 
 struct kcache_store {
@@ -282,7 +282,7 @@ int kc_put_encode(struct kc_put_ctx *p, const kcache_entry *e, kc_codec_ctx *cod
                   kc_buf *stored, kc_buf *names);
 /*
  * shared.c: the lists entries share. A put stores e's run of header records
- * (util/keyfmt.h) and its run of header inputs once, by digest, and says
+ * (format/keyfmt.h) and its run of header inputs once, by digest, and says
  * where they were (*id 0: none); a get puts the header list back into r's
  * key material (columns 19-24 of KC_STMT_GET), checking its digest when
  * check is set. Returns 0, KCACHE_ECORRUPT, KCACHE_ENOTSUP (a codec this
@@ -325,7 +325,7 @@ int kc_usage_merge(kcache_usage **v, size_t *n, size_t *cap, const char *arch, i
  * what its key material says (a caller's entry of that namespace, or not a caller's). */
 int kc_keyed_check(const kcache_entry *e, char *what, size_t what_size);
 
-/* cascade.c: deleting entries with what goes with them, and the totals (no triggers). */
+/* prune.c: deleting entries with what goes with them, and the totals (no triggers). */
 #define KC_CASCADE_STEPS 12
 struct kc_cascade {
     sqlite3_stmt *st[KC_CASCADE_STEPS];

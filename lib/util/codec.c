@@ -1,6 +1,6 @@
 /*
  * Artifact bytes encoded and decoded (zstd, LZ4, raw), each decode checked
- * (codec.h), and the keyed hash of a shared secret (secret.h).
+ * (codec.h).
  */
 #include <blake2.h>
 #include <lz4.h>
@@ -12,7 +12,6 @@
 
 #include "util/codec.h"
 #include "util/frames.h"
-#include "util/secret.h"
 
 /* xxHash as its header alone (no library to link or to ship). */
 #define XXH_INLINE_ALL
@@ -333,40 +332,4 @@ int kc_decode(kc_codec_ctx *ctx, void **out, int codec, const void *stored, size
     buf[raw_size] = '\0';
     *out = buf;
     return 0;
-}
-
-/* Keyed BLAKE2b-256 with a shared secret (secret.h): hashing, as the digests above. */
-void kc_secret_init(kc_secret *out, const char *secret)
-{
-    memset(out, 0, sizeof(*out));
-    if (!secret || !*secret)
-        return;
-    out->set = 1;
-    blake2b(out->key, secret, NULL, sizeof(out->key), strlen(secret), 0);
-}
-
-void kc_mac_init(kc_mac *m, const kc_secret *secret)
-{
-    if (secret && secret->set)
-        blake2b_init_key(&m->st, KC_MAC_SIZE, secret->key, sizeof(secret->key));
-    else
-        blake2b_init(&m->st, KC_MAC_SIZE);
-}
-
-void kc_mac_update(kc_mac *m, const void *data, size_t size)
-{
-    blake2b_update(&m->st, data, size);
-}
-
-void kc_mac_final(kc_mac *m, uint8_t out[KC_MAC_SIZE])
-{
-    blake2b_final(&m->st, out, KC_MAC_SIZE);
-}
-
-int kc_mac_equal(const uint8_t a[KC_MAC_SIZE], const uint8_t b[KC_MAC_SIZE])
-{
-    uint8_t diff = 0;
-    for (int i = 0; i < KC_MAC_SIZE; i++)
-        diff |= (uint8_t)(a[i] ^ b[i]);
-    return diff == 0;
 }

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "kcache/core.h"
 
@@ -63,6 +64,8 @@ char *kc_strdup(const char *s);
 char *kc_memdup(const void *p, size_t size);
 /* The directory part of path ("a/b" -> "a", "b" -> ".", "/b" -> "/"), allocated; NULL: ENOMEM. */
 char *kc_path_dir(const char *path);
+/* Whether what uid owns may be trusted (create.c): the user's own, or root's. */
+int kc_uid_trusted(uid_t uid);
 
 /*
  * Room for element n of an array p of *cap elements of elem bytes: p itself

@@ -21,7 +21,7 @@
 
 #include "util/common.h"
 
-static int trusted_uid(uid_t uid)
+int kc_uid_trusted(uid_t uid)
 {
     return uid == geteuid() || uid == 0;
 }
@@ -33,7 +33,7 @@ KCACHE_API int kcache_dir_check(const char *dir, char *err, size_t err_size)
         return kc_fmt(err, err_size, KCACHE_EINVAL, "kcache_dir_check: no directory");
     /* A link is followed only when its user or root made it: another user's link is
      * theirs to point anywhere, a directory of the caller's included. */
-    if (lstat(dir, &st) == 0 && S_ISLNK(st.st_mode) && !trusted_uid(st.st_uid))
+    if (lstat(dir, &st) == 0 && S_ISLNK(st.st_mode) && !kc_uid_trusted(st.st_uid))
         return kc_fmt(err, err_size, KCACHE_EIO, "%s is a symbolic link made by uid %u: kcache "
                       "does not write through links another user made; remove it or use "
                       "another directory", dir, (unsigned)st.st_uid);
@@ -43,11 +43,11 @@ KCACHE_API int kcache_dir_check(const char *dir, char *err, size_t err_size)
         return kc_fmt(err, err_size, KCACHE_EIO, "%s is not a directory", dir);
     if (st.st_mode & S_ISVTX)
         return 0;
-    if (!trusted_uid(st.st_uid) || (st.st_mode & S_IWOTH))
+    if (!kc_uid_trusted(st.st_uid) || (st.st_mode & S_IWOTH))
         return kc_fmt(err, err_size, KCACHE_EIO, "%s can be changed by %s (owner uid %u, "
                       "mode %04o, not sticky): kcache creates files only in a directory of "
                       "yours or a sticky one; use another or run 'chmod o-w %s'", dir,
-                      trusted_uid(st.st_uid) ? "anyone" : "another user", (unsigned)st.st_uid,
+                      kc_uid_trusted(st.st_uid) ? "anyone" : "another user", (unsigned)st.st_uid,
                       (unsigned)(st.st_mode & 07777), dir);
     return 0;
 }

@@ -201,7 +201,7 @@ def test_inspect_cubin(root):
     check("cubin" in doc, "inspect of a CUBIN shows no cubin section: %r" % doc.get("cubin_error"))
     fields(doc["cubin"], {"sm": int, "arch": str, "kernels": list}, "inspect cubin")
     check(doc["cubin"]["arch"] == "sm_90", "cubin arch %r" % doc["cubin"]["arch"])
-    # Its two tiled_gemm instantiations, as tests/util/test_cubin.c reads them.
+    # Its two tiled_gemm instantiations, as tests/format/test_cubin.c reads them.
     names = sorted(k["name"] for k in doc["cubin"]["kernels"])
     check(names == ["_Z10tiled_gemmIdLi8EEvPKT_S2_PS0_i", "_Z10tiled_gemmIfLi16EEvPKT_S2_PS0_i"],
           "cubin kernels %r" % names)

@@ -41,9 +41,9 @@ CASES = {
         {'lib/store/storeint.h': '#pragma once\n',
          'lib/db/open.c': '#include "store/storeint.h"\n'},
         'lib/db/open.c:1: db/ includes "store/storeint.h", against the arrows'),
-    "util/ takes a default from the store's public header": (
-        {'lib/util/settings.c': '#include "kcache/store.h"\n'},
-        'lib/util/settings.c:1: util/ includes "kcache/store.h", a public header of a layer'),
+    "format/ takes a default from the store's public header": (
+        {'lib/format/settings.c': '#include "kcache/store.h"\n'},
+        'lib/format/settings.c:1: format/ includes "kcache/store.h", a public header of a layer'),
     'SQLite outside db/ and store/': (
         {'lib/util/bad.c': 'int g(void) { return sqlite3_close(0); }\n'},
         'lib/util/bad.c:1: SQLite (sqlite3_close) outside db/, store/'),

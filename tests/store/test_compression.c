@@ -484,7 +484,7 @@ static void test_lz4_lies(void)
  * The ways entries change that test_store's books do not take: an import
  * that replaces and adds, a recompress to another codec, and verify
  * deleting an entry found damaged. The totals are kept by code, not
- * triggers (lib/store/cascade.c), on each.
+ * triggers (lib/store/prune.c), on each.
  */
 static void test_books(void)
 {

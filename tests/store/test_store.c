@@ -259,7 +259,7 @@ static int put_booked(kcache_store *s, unsigned n, uint8_t *data, size_t size)
 /*
  * Every way entries go (delete, replace, prune, a namespace cleared or
  * trimmed, clear) keeps the totals and takes what only they used: the
- * statements say it themselves, no trigger does (lib/store/cascade.c).
+ * statements say it themselves, no trigger does (lib/store/prune.c).
  */
 static void test_books(void)
 {

@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "util/common.h"
-#include "util/keyfmt.h"
+#include "format/keyfmt.h"
 
 int kc_key_walk(const void *material, size_t size,
                 int (*fn)(void *ud, int tag, const uint8_t *data, size_t n), void *ud)

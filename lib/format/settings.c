@@ -25,7 +25,7 @@
 #include "util/codec.h"
 #include "util/common.h"
 #include "util/netfs.h"
-#include "util/settings.h"
+#include "format/settings.h"
 #include "kcache/config.h"
 
 #define KC_CONFIG_FILE_NAME "kcache.conf"
@@ -403,12 +403,6 @@ static char *trim(char *s)
     return s;
 }
 
-/* Whether uid may decide settings: the user or root, as for the cache itself. */
-static int trusted_uid(uid_t uid)
-{
-    return uid == geteuid() || uid == 0;
-}
-
 /*
  * Whether the settings file whose status is st must not be obeyed: 0, or 1
  * with why set to the one-line warning that names it and says why. Its
@@ -417,7 +411,7 @@ static int trusted_uid(uid_t uid)
  */
 static int untrusted(char *why, size_t why_size, const char *file, const struct stat *st)
 {
-    if (!trusted_uid(st->st_uid)) {
+    if (!kc_uid_trusted(st->st_uid)) {
         snprintf(why, why_size, "%s is ignored: it is owned by uid %u, not by you (uid %u) or "
                  "root, and a settings file can name the remote that serves kernels; remove it "
                  "or use a file of your own", file, (unsigned)st->st_uid, (unsigned)geteuid());
@@ -435,7 +429,7 @@ static int untrusted(char *why, size_t why_size, const char *file, const struct 
     }
     struct stat ds;
     int bad = stat(dir, &ds) == 0 && !(ds.st_mode & S_ISVTX) &&
-              (!trusted_uid(ds.st_uid) || (ds.st_mode & (S_IWGRP | S_IWOTH)));
+              (!kc_uid_trusted(ds.st_uid) || (ds.st_mode & (S_IWGRP | S_IWOTH)));
     if (bad)
         snprintf(why, why_size, "%s is ignored: its directory %s can be changed by others "
                  "(owner uid %u, mode %04o, not sticky); keep settings in a directory of your "
