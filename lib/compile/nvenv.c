@@ -287,6 +287,31 @@ static int probe_children(void)
     return n < 1 ? 1 : n > PROBE_CHILDREN ? PROBE_CHILDREN : n;
 }
 
+/*
+ * Reaps the n children (killed first if kill_them). *status: the first
+ * failed child's, else 0. Returns 1, with *lost_errno, if one was lost.
+ */
+static int reap(const pid_t *pids, int n, int kill_them, int *status, int *lost_errno)
+{
+    int lost = 0;
+    for (int k = 0; k < n; k++) {
+        int st = 0;
+        pid_t got;
+        if (kill_them)
+            kill(pids[k], SIGKILL);
+        while ((got = waitpid(pids[k], &st, 0)) < 0 && errno == EINTR)
+            ;
+        int failed_before = lost || !WIFEXITED(*status) || WEXITSTATUS(*status) != 0;
+        if (got != pids[k] && !failed_before) {
+            lost = 1;
+            *lost_errno = errno;
+        } else if (!failed_before && (!WIFEXITED(st) || WEXITSTATUS(st) != 0)) {
+            *status = st;
+        }
+    }
+    return lost;
+}
+
 static int probe(struct build *b, const char *path)
 {
     int fds[2];
@@ -362,23 +387,8 @@ static int probe(struct build *b, const char *path)
         }
     }
     close(fds[0]);
-    /* Every child reaped; the first that failed says how. */
-    int status = 0, lost = 0, lost_errno = 0;
-    for (int k = 0; k < share; k++) {
-        int st = 0;
-        pid_t got;
-        if (timed_out)
-            kill(pids[k], SIGKILL);
-        while ((got = waitpid(pids[k], &st, 0)) < 0 && errno == EINTR)
-            ;
-        int ok = got == pids[k] && WIFEXITED(st) && WEXITSTATUS(st) == 0;
-        if (got != pids[k] && !lost && (!WIFEXITED(status) || !WEXITSTATUS(status))) {
-            lost = 1;
-            lost_errno = errno;
-        } else if (!ok && !lost && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-            status = st;
-        }
-    }
+    int status = 0, lost_errno = 0;
+    int lost = reap(pids, share, timed_out, &status, &lost_errno);
     int failed = lost || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
     if (!b->why[0] && (timed_out || failed))
         snprintf(b->why, sizeof(b->why),
