@@ -23,9 +23,11 @@
  * line information or LTO-IR; the source, the options, the name expressions
  * and the in-memory headers hold no identifier with FILE in it, no #line
  * and no ## (splices undone); none of them names a macro of the user
- * headers that expands __FILE__, __BASE_FILE__ or __builtin_FILE or pastes
- * tokens, itself or through other macros; and no user header's code names
- * __BASE_FILE__ or __builtin_FILE (a default argument is the caller's file).
+ * headers that expands __FILE__, __BASE_FILE__ or __builtin_FILE, itself or
+ * through other macros, nor one whose ## can make such a name of the pieces
+ * that reach it (pastes_name_it: CCCL's _CUDA_VSTD pastes a namespace's
+ * name, never __FILE__); and no user header's code names __BASE_FILE__ or
+ * __builtin_FILE (a default argument is the caller's file).
  * A header's own __FILE__ is that header's name, not the program's: CuPy's
  * bundled CCCL is full of them. After the compile (kc_name_shows), the
  * result is filed under the key without the name only when its log is empty
@@ -129,6 +131,9 @@ struct macro {
     char *name;
     char *body;     /* splices undone */
     unsigned taint;
+    size_t repl;    /* where the replacement list starts in body */
+    char *params;   /* a function-like macro's parameters, each NUL-ended, then "" (else NULL) */
+    int pastes;     /* its replacement list holds ## */
 };
 
 struct macros {
@@ -172,6 +177,47 @@ static size_t logical_line(const char *t, size_t n, size_t i, kc_buf *joined)
     return n;
 }
 
+/*
+ * d's parameters and where its replacement list starts. A list kcache cannot
+ * read leaves the macro without parameters: each identifier of its body then
+ * counts as spelled there, which only adds pieces.
+ */
+static int parse_params(struct macro *d)
+{
+    const char *b = d->body;
+    size_t n = strlen(b), i = 1;
+    kc_buf list = {0};
+    int rc = 0;
+    d->repl = 0;
+    while (b[0] == '(' && !rc) {
+        while (i < n && (b[i] == ' ' || b[i] == '\t'))
+            i++;
+        size_t len = ident_at(b, n, i);
+        if (len) {
+            rc = kc_buf_append(&list, b + i, len) || kc_buf_append(&list, "", 1);
+            i += len;
+        } else if (i + 3 <= n && !memcmp(b + i, "...", 3)) {
+            rc = kc_buf_append(&list, "__VA_ARGS__", sizeof("__VA_ARGS__"));
+            i += 3;
+        } else if (i < n && b[i] == ')') {
+            rc = kc_buf_append(&list, "", 1);
+            if (!rc) {
+                d->params = (char *)list.data;
+                list.data = NULL;
+                d->repl = i + 1;
+            }
+            break;
+        } else if (i < n && b[i] == ',') {
+            i++;
+        } else {
+            break;
+        }
+    }
+    kc_buf_free(&list);
+    d->pastes = strstr(b + d->repl, "##") || strstr(b + d->repl, "%:%:");
+    return rc ? KCACHE_ENOMEM : 0;
+}
+
 static int add_macro(struct macros *m, const char *line, size_t n)
 {
     size_t i = 0;
@@ -192,9 +238,11 @@ static int add_macro(struct macros *m, const char *line, size_t n)
     d->name = kc_memdup(line + i, len);
     d->body = kc_memdup(line + i + len, n - i - len);
     d->taint = 0;
-    if (!d->name || !d->body) {
+    d->params = NULL;
+    if (!d->name || !d->body || parse_params(d)) {
         free(d->name);
         free(d->body);
+        free(d->params);
         return KCACHE_ENOMEM;
     }
     m->n++;
@@ -259,7 +307,10 @@ static unsigned ident_taint(const struct macros *m, const char *t, size_t len)
     return taint;
 }
 
-/* The taint of a text: the identifiers it names, and ## (which can make __FILE__). */
+/*
+ * The taint of a text: the identifiers it names. What ## makes is judged
+ * where the pieces are known (pastes_name_it).
+ */
 static unsigned text_taint(const struct macros *m, const char *t, size_t n)
 {
     unsigned taint = 0;
@@ -269,8 +320,6 @@ static unsigned text_taint(const struct macros *m, const char *t, size_t n)
             taint |= ident_taint(m, t + i, len);
             i += len;
         } else {
-            if (t[i] == '#' && i + 1 < n && t[i + 1] == '#')
-                taint |= TAINT_HERE;
             i++;
         }
     }
@@ -347,6 +396,7 @@ static void macros_free(struct macros *m)
     for (size_t i = 0; i < m->n; i++) {
         free(m->v[i].name);
         free(m->v[i].body);
+        free(m->v[i].params);
     }
     free(m->v);
     kc_smap_free(&m->index);
@@ -452,13 +502,190 @@ static const struct closure_names *closure_names(const struct work *w, struct cl
     return c;
 }
 
+/* ---- what ## can make --------------------------------------------------- */
+
+/*
+ * A paste makes one token of its operands' spellings, and the pieces it
+ * joins came into the expansion from somewhere: the program's own text (its
+ * source, options, name expressions, in-memory headers) or the replacement
+ * list of a macro the expansion reached; a paste's result can be pasted
+ * again, so what a paste makes is a run of two or more such pieces (a piece
+ * alone is spelled where it came from, and judged there). A piece that
+ * starts with a digit can be anything (__LINE__ and __COUNTER__ make
+ * numbers). A header's code expands under the header's own name, and no
+ * invocation spans files (NVRTC does not finish one left open at a header's
+ * end from the file that includes it): what only a header's code spells
+ * never reaches the program's expansions. What a toolkit macro or a
+ * predefined one expands to is left to the check after the compile, as a
+ * toolkit macro that expands __FILE__ is (kc_name_shows).
+ *
+ * So the program's name can come out of a ## only when one of its
+ * expansion's macros pastes and a run of its pieces spells __FILE__, its
+ * kin, or a macro that reaches them; the reach is followed to a fixed point
+ * over the macros a run of pieces can name. CuPy's NAN leads through
+ * _CUDA_VSTD to _LIBCUDACXX_CONCAT(__, _LIBCUDACXX_CUDA_ABI_VERSION): no
+ * run of its pieces spells a name that carries FILE.
+ */
+struct reach {
+    const struct macros *m;
+    unsigned char *seen; /* per definition */
+    size_t *todo;
+    size_t n_todo;
+    kc_smap pieces;
+    int pastes;  /* a reached definition pastes */
+    int named;   /* a reached identifier can carry the name (or kcache cannot tell) */
+    int rc;
+};
+
+static const char *const pasted_names[] = {"__FILE__", "__BASE_FILE__", "__builtin_FILE",
+                                           "__FILE_NAME__"};
+
+static int is_piece(const struct reach *r, const char *s, size_t n)
+{
+    char buf[256];
+    if (isdigit((unsigned char)s[0]))
+        return 1;
+    if (n >= sizeof(buf))
+        return 0;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    return kc_smap_find(&r->pieces, buf, NULL);
+}
+
+/* 1 if s is a run of two or more pieces. */
+static int runs_of_pieces(const struct reach *r, const char *s, size_t n)
+{
+    unsigned char can[256];
+    if (n < 2 || n >= sizeof(can))
+        return n >= sizeof(can);
+    can[n] = 1;
+    for (size_t p = n; p-- > 1;) {
+        can[p] = 0;
+        for (size_t q = p + 1; !can[p] && q <= n; q++)
+            can[p] = can[q] && is_piece(r, s + p, q - p);
+    }
+    for (size_t q = 1; q < n; q++)
+        if (can[q] && is_piece(r, s, q))
+            return 1;
+    return 0;
+}
+
+static void reach_name(struct reach *r, const char *name)
+{
+    size_t k;
+    if (!kc_smap_find(&r->m->index, name, &k))
+        return;
+    for (; k < r->m->n && !strcmp(r->m->v[k].name, name); k++) {
+        if (r->seen[k])
+            continue;
+        r->seen[k] = 1;
+        r->todo[r->n_todo++] = k; /* each definition once: todo holds m->n */
+    }
+}
+
+/* An identifier of the expansion: a piece, maybe a macro to follow. */
+static void reach_ident(struct reach *r, const char *s, size_t n)
+{
+    char buf[256];
+    if (n >= sizeof(buf)) {
+        r->named = 1; /* not a name kcache follows: keyed */
+        return;
+    }
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    if (strstr(buf, "FILE"))
+        r->named = 1;
+    if (kc_smap_find(&r->pieces, buf, NULL))
+        return;
+    if (kc_smap_put(&r->pieces, buf, 0)) {
+        r->rc = KCACHE_ENOMEM;
+        return;
+    }
+    reach_name(r, buf);
+}
+
+static int is_param(const struct macro *d, const char *s, size_t n)
+{
+    for (const char *p = d->params; p && *p; p += strlen(p) + 1)
+        if (strlen(p) == n && !memcmp(p, s, n))
+            return 1;
+    return 0;
+}
+
+/* The identifiers of text, or of d's replacement list but its parameters. */
+static void reach_text(struct reach *r, const struct macro *d, const char *t, size_t n)
+{
+    for (size_t i = 0; i < n && !r->named && !r->rc;) {
+        size_t len = ident_at(t, n, i);
+        if (len) {
+            if (!d || !is_param(d, t + i, len))
+                reach_ident(r, t + i, len);
+            i += len;
+        } else {
+            i++;
+        }
+    }
+}
+
+/* Follows what is to do; then, when something pastes, the names a run of pieces makes. */
+static void reach_close(struct reach *r)
+{
+    for (int more = 1; more && !r->named && !r->rc;) {
+        while (r->n_todo && !r->named && !r->rc) {
+            const struct macro *d = &r->m->v[r->todo[--r->n_todo]];
+            r->pastes |= d->pastes;
+            reach_text(r, d, d->body + d->repl, strlen(d->body + d->repl));
+        }
+        more = 0;
+        if (!r->pastes || r->named || r->rc)
+            break;
+        for (size_t i = 0; i < sizeof(pasted_names) / sizeof(*pasted_names); i++)
+            if (runs_of_pieces(r, pasted_names[i], strlen(pasted_names[i])))
+                r->named = 1;
+        for (size_t i = 0; i < r->m->n && !r->named; i++) {
+            const char *name = r->m->v[i].name;
+            if (!r->seen[i] && (i == 0 || strcmp(name, r->m->v[i - 1].name)) &&
+                runs_of_pieces(r, name, strlen(name))) {
+                reach_name(r, name);
+                more = 1;
+            }
+        }
+    }
+}
+
+/* 1 if a ## in the expansion of the program's texts can make the program's name. */
+static int pastes_name_it(const struct macros *m, const kcache_request *req, const struct work *w)
+{
+    struct reach r = {.m = m};
+    r.seen = kc_calloc(m->n + 1, 1);
+    r.todo = kc_calloc(m->n + 1, sizeof(*r.todo));
+    if (!r.seen || !r.todo)
+        r.rc = KCACHE_ENOMEM;
+    reach_text(&r, NULL, w->source, w->source_size);
+    for (size_t i = 0; i < req->n_options; i++)
+        if (req->options[i])
+            reach_text(&r, NULL, req->options[i], strlen(req->options[i]));
+    for (size_t i = 0; i < req->n_name_exprs; i++)
+        reach_text(&r, NULL, req->name_exprs[i], strlen(req->name_exprs[i]));
+    size_t n_mem = req->version >= 2 ? req->n_headers : 0;
+    for (size_t i = 0; i < n_mem; i++)
+        if (req->header_contents[i])
+            reach_text(&r, NULL, req->header_contents[i], strlen(req->header_contents[i]));
+    reach_close(&r);
+    int named = r.named || r.rc;
+    free(r.seen);
+    free(r.todo);
+    kc_smap_free(&r.pieces);
+    return named;
+}
+
 /*
  * 1 if the user headers can put the program's name in the bytes of this source: a
  * macro of theirs that the source (or an option, a name expression) names expands
- * __FILE__, __BASE_FILE__ or __builtin_FILE, or pastes tokens (##), itself or through
- * other macros; or their code names __BASE_FILE__ or __builtin_FILE (a default
- * argument is the caller's file). A macro that only a header expands carries that
- * header's name, not the program's.
+ * __FILE__, __BASE_FILE__ or __builtin_FILE, itself or through other macros, or
+ * pastes (##) one of those names or such a macro's; or their code names __BASE_FILE__
+ * or __builtin_FILE (a default argument is the caller's file). A macro that only a
+ * header expands carries that header's name, not the program's.
  */
 static int headers_name_it(const kcache_request *req, const struct work *w)
 {
@@ -471,6 +698,8 @@ static int headers_name_it(const kcache_request *req, const struct work *w)
         named = req->options[i] && text_taint(&c->m, req->options[i], strlen(req->options[i]));
     for (size_t i = 0; !named && i < req->n_name_exprs; i++)
         named = text_taint(&c->m, req->name_exprs[i], strlen(req->name_exprs[i])) != 0;
+    if (!named)
+        named = pastes_name_it(&c->m, req, w);
     if (own) {
         macros_free(&own->m);
         free(own);
