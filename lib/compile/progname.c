@@ -249,10 +249,42 @@ static int add_macro(struct macros *m, const char *line, size_t n)
     return 0;
 }
 
-/* Every #define of text into m. */
+/* 1 if a directive's text l ends inside a comment: its body goes on past the line's end. */
+static int ends_in_comment(const char *l, size_t n)
+{
+    char quote = 0;
+    int comment = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (comment) {
+            if (l[i] == '*' && i + 1 < n && l[i + 1] == '/') {
+                comment = 0;
+                i++;
+            }
+        } else if (quote) {
+            if (l[i] == '\\')
+                i++;
+            else if (l[i] == quote)
+                quote = 0;
+        } else if (l[i] == '"' || l[i] == '\'') {
+            quote = l[i];
+        } else if (l[i] == '/' && i + 1 < n && (l[i + 1] == '*' || l[i + 1] == '/')) {
+            if (l[i + 1] == '/')
+                return 0;
+            comment = 1;
+            i++;
+        }
+    }
+    return comment;
+}
+
+/*
+ * Every #define of text into m. A comment that spans lines is one space, so a
+ * definition goes on after it: the lines up to the comment's end join its body
+ * (and are still read as lines of their own, which can only add definitions).
+ */
 static int collect(struct macros *m, const char *t, size_t n)
 {
-    kc_buf line = {0};
+    kc_buf line = {0}, more = {0};
     int rc = 0;
     for (size_t i = 0; !rc && i < n;) {
         size_t j = i;
@@ -260,7 +292,13 @@ static int collect(struct macros *m, const char *t, size_t n)
             j++;
         int directive = j < n && t[j] == '#';
         size_t end = logical_line(t, n, i, directive ? &line : NULL);
-        if (end == (size_t)-1) {
+        for (size_t next = end; !rc && directive && end != (size_t)-1 && next < n &&
+                                ends_in_comment((const char *)line.data, line.size);) {
+            next = logical_line(t, n, next + 1, &more);
+            rc = next == (size_t)-1 || kc_buf_append(&line, " ", 1) ||
+                 kc_buf_append(&line, more.data, more.size);
+        }
+        if (end == (size_t)-1 || rc) {
             rc = KCACHE_ENOMEM;
             break;
         }
@@ -278,6 +316,7 @@ static int collect(struct macros *m, const char *t, size_t n)
         i = end + 1;
     }
     kc_buf_free(&line);
+    kc_buf_free(&more);
     return rc;
 }
 

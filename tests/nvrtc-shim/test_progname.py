@@ -154,6 +154,11 @@ SENSITIVE = {
                          {}, ["-I{inc}"]),
     "paste-in-header": ('#include "paste.h"\n' + KERNEL % (LENGTH % "KC_PASTED_WHERE"),
                         {}, ["-I{inc}"]),
+    # A comment that spans lines inside a #define: the body goes on after it.
+    "comment-in-define": ('#include "paste.h"\n' + KERNEL % (LENGTH % "KC_CWHERE"),
+                          {}, ["-I{inc}"]),
+    "comment-in-paste": ('#include "paste.h"\n' + KERNEL % (LENGTH % "KC_CPASTED"),
+                         {}, ["-I{inc}"]),
     "beside-name": ('#include "val.h"\n' + KERNEL % "v[0] = VAL;",
                     {"val.h": "#define VAL 7\n"}, ["-I{inc}"]),
 }
@@ -165,6 +170,10 @@ PASTE_HEADER = """#define KC_CAT(a, b) a##b
 #define KC_TAIL LE__
 #define KC_WHERE __FILE__
 #define KC_PASTED_WHERE KC_XCAT(__BASE_, KC_XCAT(FI, LE__))
+#define KC_CWHERE /* a comment
+  that ends here */ __FILE__
+#define KC_CPASTED KC_XCAT(__FI, /* "a comment
+  */ LE__)
 """
 
 
