@@ -571,6 +571,10 @@ struct reach {
     size_t *todo;
     size_t n_todo;
     kc_smap pieces;
+    /* The pieces' FNV-1a hashes, for runs_of_pieces: a run's every substring is
+     * hashed in one pass; a collision can only make a name look buildable. */
+    uint64_t *hashes;
+    size_t n_hashes, cap_hashes; /* cap: a power of two, or 0 */
     int pastes;  /* a reached definition pastes */
     int named;   /* a reached identifier can carry the name (or kcache cannot tell) */
     int rc;
@@ -579,32 +583,83 @@ struct reach {
 static const char *const pasted_names[] = {"__FILE__", "__BASE_FILE__", "__builtin_FILE",
                                            "__FILE_NAME__"};
 
-static int is_piece(const struct reach *r, const char *s, size_t n)
+#define FNV_OFFSET 0xcbf29ce484222325ULL
+#define FNV_PRIME 0x100000001b3ULL
+
+/* FNV-1a, computed here as runs_of_pieces computes it a byte at a time. */
+static uint64_t piece_hash(const char *s, size_t n)
 {
-    char buf[256];
-    if (isdigit((unsigned char)s[0]))
-        return 1;
-    if (n >= sizeof(buf))
-        return 0;
-    memcpy(buf, s, n);
-    buf[n] = '\0';
-    return kc_smap_find(&r->pieces, buf, NULL);
+    uint64_t h = FNV_OFFSET;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * FNV_PRIME;
+    return h;
 }
 
-/* 1 if s is a run of two or more pieces. */
+static int hash_has(const struct reach *r, uint64_t h)
+{
+    if (!r->cap_hashes)
+        return 0;
+    h |= 1; /* 0 marks a free slot */
+    for (size_t i = (size_t)h & (r->cap_hashes - 1);; i = (i + 1) & (r->cap_hashes - 1)) {
+        if (r->hashes[i] == h)
+            return 1;
+        if (!r->hashes[i])
+            return 0;
+    }
+}
+
+static int hash_put(struct reach *r, uint64_t h)
+{
+    if (2 * (r->n_hashes + 1) > r->cap_hashes) {
+        size_t cap = r->cap_hashes ? 2 * r->cap_hashes : 1024;
+        uint64_t *v = kc_calloc(cap, sizeof(*v)), *old = r->hashes;
+        if (!v)
+            return KCACHE_ENOMEM;
+        size_t old_cap = r->cap_hashes;
+        r->hashes = v;
+        r->cap_hashes = cap;
+        r->n_hashes = 0;
+        for (size_t i = 0; i < old_cap; i++)
+            if (old[i])
+                hash_put(r, old[i]); /* room is there: cannot fail */
+        free(old);
+    }
+    h |= 1;
+    size_t i = (size_t)h & (r->cap_hashes - 1);
+    while (r->hashes[i] && r->hashes[i] != h)
+        i = (i + 1) & (r->cap_hashes - 1);
+    r->n_hashes += !r->hashes[i];
+    r->hashes[i] = h;
+    return 0;
+}
+
+/* 1 if s (n bytes) is a run of two or more pieces; a piece that starts with a digit is any. */
 static int runs_of_pieces(const struct reach *r, const char *s, size_t n)
 {
-    unsigned char can[256];
+    unsigned char can[256], first[256];
     if (n < 2 || n >= sizeof(can))
         return n >= sizeof(can);
+    /* The first piece: a proper prefix. A name without one ends here. */
+    int any = 0;
+    uint64_t h = FNV_OFFSET;
+    for (size_t q = 1; q < n; q++) {
+        h = (h ^ (unsigned char)s[q - 1]) * FNV_PRIME;
+        first[q] = isdigit((unsigned char)s[0]) || hash_has(r, h);
+        any |= first[q];
+    }
+    if (!any)
+        return 0;
     can[n] = 1;
     for (size_t p = n; p-- > 1;) {
         can[p] = 0;
-        for (size_t q = p + 1; !can[p] && q <= n; q++)
-            can[p] = can[q] && is_piece(r, s + p, q - p);
+        h = FNV_OFFSET;
+        for (size_t q = p + 1; !can[p] && q <= n; q++) {
+            h = (h ^ (unsigned char)s[q - 1]) * FNV_PRIME;
+            can[p] = can[q] && (isdigit((unsigned char)s[p]) || hash_has(r, h));
+        }
     }
     for (size_t q = 1; q < n; q++)
-        if (can[q] && is_piece(r, s, q))
+        if (first[q] && can[q])
             return 1;
     return 0;
 }
@@ -636,7 +691,7 @@ static void reach_ident(struct reach *r, const char *s, size_t n)
         r->named = 1;
     if (kc_smap_find(&r->pieces, buf, NULL))
         return;
-    if (kc_smap_put(&r->pieces, buf, 0)) {
+    if (kc_smap_put(&r->pieces, buf, 0) || hash_put(r, piece_hash(buf, n))) {
         r->rc = KCACHE_ENOMEM;
         return;
     }
@@ -714,6 +769,7 @@ static int pastes_name_it(const struct macros *m, const kcache_request *req, con
     int named = r.named || r.rc;
     free(r.seen);
     free(r.todo);
+    free(r.hashes);
     kc_smap_free(&r.pieces);
     return named;
 }
