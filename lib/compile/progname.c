@@ -23,9 +23,11 @@
  * line information or LTO-IR; the source, the options, the name expressions
  * and the in-memory headers hold no identifier with FILE in it, no #line
  * and no ## (splices undone); none of them names a macro of the user
- * headers that expands __FILE__, __BASE_FILE__ or __builtin_FILE or pastes
- * tokens, itself or through other macros; and no user header's code names
- * __BASE_FILE__ or __builtin_FILE (a default argument is the caller's file).
+ * headers that expands __FILE__, __BASE_FILE__ or __builtin_FILE, itself or
+ * through other macros, nor one whose ## can make such a name of the pieces
+ * that reach it (pastes_name_it: CCCL's _CUDA_VSTD pastes a namespace's
+ * name, never __FILE__); and no user header's code names __BASE_FILE__ or
+ * __builtin_FILE (a default argument is the caller's file).
  * A header's own __FILE__ is that header's name, not the program's: CuPy's
  * bundled CCCL is full of them. After the compile (kc_name_shows), the
  * result is filed under the key without the name only when its log is empty
@@ -129,6 +131,9 @@ struct macro {
     char *name;
     char *body;     /* splices undone */
     unsigned taint;
+    size_t repl;    /* where the replacement list starts in body */
+    char *params;   /* a function-like macro's parameters, each NUL-ended, then "" (else NULL) */
+    int pastes;     /* its replacement list holds ## */
 };
 
 struct macros {
@@ -172,6 +177,47 @@ static size_t logical_line(const char *t, size_t n, size_t i, kc_buf *joined)
     return n;
 }
 
+/*
+ * d's parameters and where its replacement list starts. A list kcache cannot
+ * read leaves the macro without parameters: each identifier of its body then
+ * counts as spelled there, which only adds pieces.
+ */
+static int parse_params(struct macro *d)
+{
+    const char *b = d->body;
+    size_t n = strlen(b), i = 1;
+    kc_buf list = {0};
+    int rc = 0;
+    d->repl = 0;
+    while (b[0] == '(' && !rc) {
+        while (i < n && (b[i] == ' ' || b[i] == '\t'))
+            i++;
+        size_t len = ident_at(b, n, i);
+        if (len) {
+            rc = kc_buf_append(&list, b + i, len) || kc_buf_append(&list, "", 1);
+            i += len;
+        } else if (i + 3 <= n && !memcmp(b + i, "...", 3)) {
+            rc = kc_buf_append(&list, "__VA_ARGS__", sizeof("__VA_ARGS__"));
+            i += 3;
+        } else if (i < n && b[i] == ')') {
+            rc = kc_buf_append(&list, "", 1);
+            if (!rc) {
+                d->params = (char *)list.data;
+                list.data = NULL;
+                d->repl = i + 1;
+            }
+            break;
+        } else if (i < n && b[i] == ',') {
+            i++;
+        } else {
+            break;
+        }
+    }
+    kc_buf_free(&list);
+    d->pastes = strstr(b + d->repl, "##") || strstr(b + d->repl, "%:%:");
+    return rc ? KCACHE_ENOMEM : 0;
+}
+
 static int add_macro(struct macros *m, const char *line, size_t n)
 {
     size_t i = 0;
@@ -192,19 +238,53 @@ static int add_macro(struct macros *m, const char *line, size_t n)
     d->name = kc_memdup(line + i, len);
     d->body = kc_memdup(line + i + len, n - i - len);
     d->taint = 0;
-    if (!d->name || !d->body) {
+    d->params = NULL;
+    if (!d->name || !d->body || parse_params(d)) {
         free(d->name);
         free(d->body);
+        free(d->params);
         return KCACHE_ENOMEM;
     }
     m->n++;
     return 0;
 }
 
-/* Every #define of text into m. */
+/* 1 if a directive's text l ends inside a comment: its body goes on past the line's end. */
+static int ends_in_comment(const char *l, size_t n)
+{
+    char quote = 0;
+    int comment = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (comment) {
+            if (l[i] == '*' && i + 1 < n && l[i + 1] == '/') {
+                comment = 0;
+                i++;
+            }
+        } else if (quote) {
+            if (l[i] == '\\')
+                i++;
+            else if (l[i] == quote)
+                quote = 0;
+        } else if (l[i] == '"' || l[i] == '\'') {
+            quote = l[i];
+        } else if (l[i] == '/' && i + 1 < n && (l[i + 1] == '*' || l[i + 1] == '/')) {
+            if (l[i + 1] == '/')
+                return 0;
+            comment = 1;
+            i++;
+        }
+    }
+    return comment;
+}
+
+/*
+ * Every #define of text into m. A comment that spans lines is one space, so a
+ * definition goes on after it: the lines up to the comment's end join its body
+ * (and are still read as lines of their own, which can only add definitions).
+ */
 static int collect(struct macros *m, const char *t, size_t n)
 {
-    kc_buf line = {0};
+    kc_buf line = {0}, more = {0};
     int rc = 0;
     for (size_t i = 0; !rc && i < n;) {
         size_t j = i;
@@ -212,7 +292,13 @@ static int collect(struct macros *m, const char *t, size_t n)
             j++;
         int directive = j < n && t[j] == '#';
         size_t end = logical_line(t, n, i, directive ? &line : NULL);
-        if (end == (size_t)-1) {
+        for (size_t next = end; !rc && directive && end != (size_t)-1 && next < n &&
+                                ends_in_comment((const char *)line.data, line.size);) {
+            next = logical_line(t, n, next + 1, &more);
+            rc = next == (size_t)-1 || kc_buf_append(&line, " ", 1) ||
+                 kc_buf_append(&line, more.data, more.size);
+        }
+        if (end == (size_t)-1 || rc) {
             rc = KCACHE_ENOMEM;
             break;
         }
@@ -230,6 +316,7 @@ static int collect(struct macros *m, const char *t, size_t n)
         i = end + 1;
     }
     kc_buf_free(&line);
+    kc_buf_free(&more);
     return rc;
 }
 
@@ -259,7 +346,10 @@ static unsigned ident_taint(const struct macros *m, const char *t, size_t len)
     return taint;
 }
 
-/* The taint of a text: the identifiers it names, and ## (which can make __FILE__). */
+/*
+ * The taint of a text: the identifiers it names. What ## makes is judged
+ * where the pieces are known (pastes_name_it).
+ */
 static unsigned text_taint(const struct macros *m, const char *t, size_t n)
 {
     unsigned taint = 0;
@@ -269,8 +359,6 @@ static unsigned text_taint(const struct macros *m, const char *t, size_t n)
             taint |= ident_taint(m, t + i, len);
             i += len;
         } else {
-            if (t[i] == '#' && i + 1 < n && t[i + 1] == '#')
-                taint |= TAINT_HERE;
             i++;
         }
     }
@@ -347,6 +435,7 @@ static void macros_free(struct macros *m)
     for (size_t i = 0; i < m->n; i++) {
         free(m->v[i].name);
         free(m->v[i].body);
+        free(m->v[i].params);
     }
     free(m->v);
     kc_smap_free(&m->index);
@@ -452,13 +541,246 @@ static const struct closure_names *closure_names(const struct work *w, struct cl
     return c;
 }
 
+/* ---- what ## can make --------------------------------------------------- */
+
+/*
+ * A paste makes one token of its operands' spellings, and the pieces it
+ * joins came into the expansion from somewhere: the program's own text (its
+ * source, options, name expressions, in-memory headers) or the replacement
+ * list of a macro the expansion reached; a paste's result can be pasted
+ * again, so what a paste makes is a run of two or more such pieces (a piece
+ * alone is spelled where it came from, and judged there). A piece that
+ * starts with a digit can be anything (__LINE__ and __COUNTER__ make
+ * numbers). A header's code expands under the header's own name, and no
+ * invocation spans files (NVRTC does not finish one left open at a header's
+ * end from the file that includes it): what only a header's code spells
+ * never reaches the program's expansions. What a toolkit macro or a
+ * predefined one expands to is left to the check after the compile, as a
+ * toolkit macro that expands __FILE__ is (kc_name_shows).
+ *
+ * So the program's name can come out of a ## only when one of its
+ * expansion's macros pastes and a run of its pieces spells __FILE__, its
+ * kin, or a macro that reaches them; the reach is followed to a fixed point
+ * over the macros a run of pieces can name. CuPy's NAN leads through
+ * _CUDA_VSTD to _LIBCUDACXX_CONCAT(__, _LIBCUDACXX_CUDA_ABI_VERSION): no
+ * run of its pieces spells a name that carries FILE.
+ */
+struct reach {
+    const struct macros *m;
+    unsigned char *seen; /* per definition */
+    size_t *todo;
+    size_t n_todo;
+    kc_smap pieces;
+    /* The pieces' FNV-1a hashes, for runs_of_pieces: a run's every substring is
+     * hashed in one pass; a collision can only make a name look buildable. */
+    uint64_t *hashes;
+    size_t n_hashes, cap_hashes; /* cap: a power of two, or 0 */
+    int pastes;  /* a reached definition pastes */
+    int named;   /* a reached identifier can carry the name (or kcache cannot tell) */
+    int rc;
+};
+
+static const char *const pasted_names[] = {"__FILE__", "__BASE_FILE__", "__builtin_FILE",
+                                           "__FILE_NAME__"};
+
+#define FNV_OFFSET 0xcbf29ce484222325ULL
+#define FNV_PRIME 0x100000001b3ULL
+
+/* FNV-1a, computed here as runs_of_pieces computes it a byte at a time. */
+static uint64_t piece_hash(const char *s, size_t n)
+{
+    uint64_t h = FNV_OFFSET;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * FNV_PRIME;
+    return h;
+}
+
+static int hash_has(const struct reach *r, uint64_t h)
+{
+    if (!r->cap_hashes)
+        return 0;
+    h |= 1; /* 0 marks a free slot */
+    for (size_t i = (size_t)h & (r->cap_hashes - 1);; i = (i + 1) & (r->cap_hashes - 1)) {
+        if (r->hashes[i] == h)
+            return 1;
+        if (!r->hashes[i])
+            return 0;
+    }
+}
+
+static int hash_put(struct reach *r, uint64_t h)
+{
+    if (2 * (r->n_hashes + 1) > r->cap_hashes) {
+        size_t cap = r->cap_hashes ? 2 * r->cap_hashes : 1024;
+        uint64_t *v = kc_calloc(cap, sizeof(*v)), *old = r->hashes;
+        if (!v)
+            return KCACHE_ENOMEM;
+        size_t old_cap = r->cap_hashes;
+        r->hashes = v;
+        r->cap_hashes = cap;
+        r->n_hashes = 0;
+        for (size_t i = 0; i < old_cap; i++)
+            if (old[i])
+                hash_put(r, old[i]); /* room is there: cannot fail */
+        free(old);
+    }
+    h |= 1;
+    size_t i = (size_t)h & (r->cap_hashes - 1);
+    while (r->hashes[i] && r->hashes[i] != h)
+        i = (i + 1) & (r->cap_hashes - 1);
+    r->n_hashes += !r->hashes[i];
+    r->hashes[i] = h;
+    return 0;
+}
+
+/* 1 if s (n bytes) is a run of two or more pieces; a piece that starts with a digit is any. */
+static int runs_of_pieces(const struct reach *r, const char *s, size_t n)
+{
+    unsigned char can[256], first[256];
+    if (n < 2 || n >= sizeof(can))
+        return n >= sizeof(can);
+    /* The first piece: a proper prefix. A name without one ends here. */
+    int any = 0;
+    uint64_t h = FNV_OFFSET;
+    for (size_t q = 1; q < n; q++) {
+        h = (h ^ (unsigned char)s[q - 1]) * FNV_PRIME;
+        first[q] = isdigit((unsigned char)s[0]) || hash_has(r, h);
+        any |= first[q];
+    }
+    if (!any)
+        return 0;
+    can[n] = 1;
+    for (size_t p = n; p-- > 1;) {
+        can[p] = 0;
+        h = FNV_OFFSET;
+        for (size_t q = p + 1; !can[p] && q <= n; q++) {
+            h = (h ^ (unsigned char)s[q - 1]) * FNV_PRIME;
+            can[p] = can[q] && (isdigit((unsigned char)s[p]) || hash_has(r, h));
+        }
+    }
+    for (size_t q = 1; q < n; q++)
+        if (first[q] && can[q])
+            return 1;
+    return 0;
+}
+
+static void reach_name(struct reach *r, const char *name)
+{
+    size_t k;
+    if (!kc_smap_find(&r->m->index, name, &k))
+        return;
+    for (; k < r->m->n && !strcmp(r->m->v[k].name, name); k++) {
+        if (r->seen[k])
+            continue;
+        r->seen[k] = 1;
+        r->todo[r->n_todo++] = k; /* each definition once: todo holds m->n */
+    }
+}
+
+/* An identifier of the expansion: a piece, maybe a macro to follow. */
+static void reach_ident(struct reach *r, const char *s, size_t n)
+{
+    char buf[256];
+    if (n >= sizeof(buf)) {
+        r->named = 1; /* not a name kcache follows: keyed */
+        return;
+    }
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    if (strstr(buf, "FILE"))
+        r->named = 1;
+    if (kc_smap_find(&r->pieces, buf, NULL))
+        return;
+    if (kc_smap_put(&r->pieces, buf, 0) || hash_put(r, piece_hash(buf, n))) {
+        r->rc = KCACHE_ENOMEM;
+        return;
+    }
+    reach_name(r, buf);
+}
+
+static int is_param(const struct macro *d, const char *s, size_t n)
+{
+    for (const char *p = d->params; p && *p; p += strlen(p) + 1)
+        if (strlen(p) == n && !memcmp(p, s, n))
+            return 1;
+    return 0;
+}
+
+/* The identifiers of text, or of d's replacement list but its parameters. */
+static void reach_text(struct reach *r, const struct macro *d, const char *t, size_t n)
+{
+    for (size_t i = 0; i < n && !r->named && !r->rc;) {
+        size_t len = ident_at(t, n, i);
+        if (len) {
+            if (!d || !is_param(d, t + i, len))
+                reach_ident(r, t + i, len);
+            i += len;
+        } else {
+            i++;
+        }
+    }
+}
+
+/* Follows what is to do; then, when something pastes, the names a run of pieces makes. */
+static void reach_close(struct reach *r)
+{
+    for (int more = 1; more && !r->named && !r->rc;) {
+        while (r->n_todo && !r->named && !r->rc) {
+            const struct macro *d = &r->m->v[r->todo[--r->n_todo]];
+            r->pastes |= d->pastes;
+            reach_text(r, d, d->body + d->repl, strlen(d->body + d->repl));
+        }
+        more = 0;
+        if (!r->pastes || r->named || r->rc)
+            break;
+        for (size_t i = 0; i < sizeof(pasted_names) / sizeof(*pasted_names); i++)
+            if (runs_of_pieces(r, pasted_names[i], strlen(pasted_names[i])))
+                r->named = 1;
+        for (size_t i = 0; i < r->m->n && !r->named; i++) {
+            const char *name = r->m->v[i].name;
+            if (!r->seen[i] && (i == 0 || strcmp(name, r->m->v[i - 1].name)) &&
+                runs_of_pieces(r, name, strlen(name))) {
+                reach_name(r, name);
+                more = 1;
+            }
+        }
+    }
+}
+
+/* 1 if a ## in the expansion of the program's texts can make the program's name. */
+static int pastes_name_it(const struct macros *m, const kcache_request *req, const struct work *w)
+{
+    struct reach r = {.m = m};
+    r.seen = kc_calloc(m->n + 1, 1);
+    r.todo = kc_calloc(m->n + 1, sizeof(*r.todo));
+    if (!r.seen || !r.todo)
+        r.rc = KCACHE_ENOMEM;
+    reach_text(&r, NULL, w->source, w->source_size);
+    for (size_t i = 0; i < req->n_options; i++)
+        if (req->options[i])
+            reach_text(&r, NULL, req->options[i], strlen(req->options[i]));
+    for (size_t i = 0; i < req->n_name_exprs; i++)
+        reach_text(&r, NULL, req->name_exprs[i], strlen(req->name_exprs[i]));
+    size_t n_mem = req->version >= 2 ? req->n_headers : 0;
+    for (size_t i = 0; i < n_mem; i++)
+        if (req->header_contents[i])
+            reach_text(&r, NULL, req->header_contents[i], strlen(req->header_contents[i]));
+    reach_close(&r);
+    int named = r.named || r.rc;
+    free(r.seen);
+    free(r.todo);
+    free(r.hashes);
+    kc_smap_free(&r.pieces);
+    return named;
+}
+
 /*
  * 1 if the user headers can put the program's name in the bytes of this source: a
  * macro of theirs that the source (or an option, a name expression) names expands
- * __FILE__, __BASE_FILE__ or __builtin_FILE, or pastes tokens (##), itself or through
- * other macros; or their code names __BASE_FILE__ or __builtin_FILE (a default
- * argument is the caller's file). A macro that only a header expands carries that
- * header's name, not the program's.
+ * __FILE__, __BASE_FILE__ or __builtin_FILE, itself or through other macros, or
+ * pastes (##) one of those names or such a macro's; or their code names __BASE_FILE__
+ * or __builtin_FILE (a default argument is the caller's file). A macro that only a
+ * header expands carries that header's name, not the program's.
  */
 static int headers_name_it(const kcache_request *req, const struct work *w)
 {
@@ -471,6 +793,8 @@ static int headers_name_it(const kcache_request *req, const struct work *w)
         named = req->options[i] && text_taint(&c->m, req->options[i], strlen(req->options[i]));
     for (size_t i = 0; !named && i < req->n_name_exprs; i++)
         named = text_taint(&c->m, req->name_exprs[i], strlen(req->name_exprs[i])) != 0;
+    if (!named)
+        named = pastes_name_it(&c->m, req, w);
     if (own) {
         macros_free(&own->m);
         free(own);

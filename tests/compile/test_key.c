@@ -475,11 +475,19 @@ static void test_program_name(void)
                     "#define INNER __FILE__\n#define WHERE (sizeof(INNER))\n");
     test_write_text(test_path("progname-inc/caller.h"),
                     "__device__ int at(const char *f = __builtin_FILE()) { return f[0]; }\n");
+    /* ## keys the name only where its pieces can spell __FILE__ (CCCL's NAN, reduced). */
+    test_write_text(test_path("progname-inc/paste.h"),
+                    "#define CAT1(X, Y) X##Y\n#define CAT(X, Y) CAT1(X, Y)\n#define ABI 4\n"
+                    "#define NS CAT(__, ABI)\nnamespace NS { __device__ const int v = 1; }\n"
+                    "#define KC_NAN ::NS::v\n#define CWHERE /* a comment\n  */ __FILE__\n");
     snprintf(opt, sizeof(opt), "-I%s", inc);
     static const char *const with_headers[][2] = {
         {"#include \"own.h\"\n", "same"},
         {"#include \"where.h\"\n__device__ int n = WHERE;\n", "different"},
         {"#include \"caller.h\"\n", "different"},
+        {"#include \"paste.h\"\n__device__ int n = KC_NAN;\n", "same"},
+        {"#include \"paste.h\"\n__device__ int n = sizeof(CAT(__FI, LE__));\n", "different"},
+        {"#include \"paste.h\"\n__device__ int n = sizeof(CWHERE);\n", "different"},
     };
     for (size_t i = 0; i < sizeof(with_headers) / sizeof(with_headers[0]); i++) {
         char text[512], a[KCACHE_KEY_HEX_SIZE], b[KCACHE_KEY_HEX_SIZE];

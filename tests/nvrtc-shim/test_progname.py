@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The program's name is keyed only where it can change NVIDIA's bytes or log.
 
-test_progname.py NVRTC_ONE
+test_progname.py NVRTC_ONE [CASE...]   (CASE: cupy-like, cupy-nan, or a key of SENSITIVE)
 
 CuPy names every program `<a new temporary directory>/kern.cu`: a second
 process compiling the same source under a name in another fresh directory
@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import kctest  # noqa: E402
 
 ONE = os.path.abspath(sys.argv[1])
+ONLY = set(sys.argv[2:])
 KCACHE = os.environ["KCACHE_EXE"]
 REAL = os.environ["NVRTC_REAL"]
 TOOLKIT = os.path.dirname(os.path.dirname(os.path.realpath(REAL)))
@@ -64,13 +65,42 @@ def fresh_name(tmp, prefix="tmp", base="kern.cu"):
     return os.path.join(tempfile.mkdtemp(dir=tmp, prefix=prefix), base)
 
 
+# CuPy's max/min preamble names NAN, which CCCL defines through _CUDA_VSTD, a namespace
+# that _LIBCUDACXX_CONCAT pastes of pieces that cannot spell __FILE__: reduced.
+NAN_HEADER = """#pragma once
+#define KC_CONCAT1(X, Y) X##Y
+#define KC_CONCAT(X, Y) KC_CONCAT1(X, Y)
+#define KC_ABI_VERSION 4
+#define KC_ABI_NAMESPACE KC_CONCAT(__, KC_ABI_VERSION)
+#define KC_VSTD ::kc::KC_ABI_NAMESPACE
+namespace kc { namespace KC_ABI_NAMESPACE {
+__device__ inline float quiet_nan() { return __int_as_float(0x7fffffff); } } }
+#define NAN KC_VSTD::quiet_nan()
+"""
+NAN_SOURCE = """#include "cupy/cmath.cuh"
+#ifndef NAN
+#define NAN __int_as_float(0x7fffffff)
+#endif
+extern "C" __global__ void k(float *v) { v[threadIdx.x] = v[0] != v[0] ? NAN : v[1]; }
+"""
+
+
 def cupy_like(run, tmp):
     inc = os.path.join(tmp, "cupy-include")
     write(os.path.join(inc, "cupy", "carray.cuh"), "#pragma once\ntemplate <class T> "
           "__device__ T twice(T x) { return x + x; }\n")
-    src = os.path.join(tmp, "cupy-src.cu")
-    write(src, '#include "cupy/carray.cuh"\nextern "C" __global__ void k(float *v) '
+    write(os.path.join(inc, "cupy", "cmath.cuh"), NAN_HEADER)
+    plain = os.path.join(tmp, "cupy-src.cu")
+    write(plain, '#include "cupy/carray.cuh"\nextern "C" __global__ void k(float *v) '
           "{ v[threadIdx.x] = twice(v[threadIdx.x]); }\n")
+    nan = os.path.join(tmp, "cupy-nan.cu")
+    write(nan, NAN_SOURCE)
+    for case, src in (("cupy-like", plain), ("cupy-nan", nan)):
+        if not ONLY or case in ONLY:
+            cupy_like_source(run, tmp, inc, case, src)
+
+
+def cupy_like_source(run, tmp, inc, case, src):
     for arch in ("-arch=sm_90", "-arch=compute_90"):
         argv = [arch, "-I" + inc, "-std=c++17"]
         first = fresh_name(tmp)
@@ -80,14 +110,15 @@ def cupy_like(run, tmp):
         ref2, _ = run.one(src, second, argv, False)
         got2, r2 = run.one(src, second, argv, True)
         check(ref1.startswith(b"rc 0") and got1 == ref1 and r1.get("misses") == 1,
-              f"cupy-like {arch}: first process, a miss with NVIDIA's bytes ({r1})")
-        check(got2 == ref2, f"cupy-like {arch}: second process, NVIDIA's bytes")
+              f"{case} {arch}: first process, a miss with NVIDIA's bytes ({r1})")
+        check(got2 == ref2, f"{case} {arch}: second process, NVIDIA's bytes")
         check(r2.get("hits") == 1 and not r2.get("misses"),
-              f"cupy-like {arch}: a name in another fresh directory hits ({r2})")
+              f"{case} {arch}: a name in another fresh directory hits ({r2})")
 
 
 KERNEL = 'extern "C" __global__ void k(char *v) { %s }\n'
 COPY = "const char *f = %s; v[threadIdx.x] = f[threadIdx.x];"
+LENGTH = "v[0] = sizeof(%s);"
 
 # name: (source, files beside the first name only {rel: text}, options)
 SENSITIVE = {
@@ -110,16 +141,50 @@ SENSITIVE = {
     "ltoir": (KERNEL % "v[0] = 1;", {}, ["-dlto"]),
     "anonymous-namespace": ("namespace { __device__ char kc_anon = 11; }\n" +
                             KERNEL % "v[0] = kc_anon + v[1];", {}, []),
+    # ## whose pieces can spell __FILE__ or its kin: through parameters, other
+    # macros, -D values, a macro's name that expands __FILE__; only its length in
+    # the bytes, which the check after the compile cannot see.
+    "paste-params": ('#include "paste.h"\n' + KERNEL % (LENGTH % "KC_CAT(__FI, LE__)"),
+                     {}, ["-I{inc}"]),
+    "paste-macros": ('#include "paste.h"\n' + KERNEL % (LENGTH % "KC_XCAT(KC_HEAD, KC_TAIL)"),
+                     {}, ["-I{inc}"]),
+    "paste-defines": ('#include "paste.h"\n' + KERNEL % (LENGTH % "KC_XCAT(KC_DHEAD, KC_DTAIL)"),
+                      {}, ["-I{inc}", "-DKC_DHEAD=__BASE_FI", "-DKC_DTAIL=LE__"]),
+    "paste-macro-name": ('#include "paste.h"\n' + KERNEL % (LENGTH % "KC_CAT(KC_WH, ERE)"),
+                         {}, ["-I{inc}"]),
+    "paste-in-header": ('#include "paste.h"\n' + KERNEL % (LENGTH % "KC_PASTED_WHERE"),
+                        {}, ["-I{inc}"]),
+    # A comment that spans lines inside a #define: the body goes on after it.
+    "comment-in-define": ('#include "paste.h"\n' + KERNEL % (LENGTH % "KC_CWHERE"),
+                          {}, ["-I{inc}"]),
+    "comment-in-paste": ('#include "paste.h"\n' + KERNEL % (LENGTH % "KC_CPASTED"),
+                         {}, ["-I{inc}"]),
     "beside-name": ('#include "val.h"\n' + KERNEL % "v[0] = VAL;",
                     {"val.h": "#define VAL 7\n"}, ["-I{inc}"]),
 }
+
+
+PASTE_HEADER = """#define KC_CAT(a, b) a##b
+#define KC_XCAT(a, b) KC_CAT(a, b)
+#define KC_HEAD __FI
+#define KC_TAIL LE__
+#define KC_WHERE __FILE__
+#define KC_PASTED_WHERE KC_XCAT(__BASE_, KC_XCAT(FI, LE__))
+#define KC_CWHERE /* a comment
+  that ends here */ __FILE__
+#define KC_CPASTED KC_XCAT(__FI, /* "a comment
+  */ LE__)
+"""
 
 
 def sensitive(run, tmp):
     inc = os.path.join(tmp, "sens-include")
     write(os.path.join(inc, "where.h"), "#define WHERE __FILE__\n")
     write(os.path.join(inc, "val.h"), "#define VAL 3\n")
+    write(os.path.join(inc, "paste.h"), PASTE_HEADER)
     for case, (text, beside, opts) in SENSITIVE.items():
+        if ONLY and case not in ONLY:
+            continue
         src = os.path.join(tmp, case + ".cu")
         write(src, text)
         for arch in ("-arch=sm_90", "-arch=compute_90"):

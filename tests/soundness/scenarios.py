@@ -899,21 +899,90 @@ NAME_USES = {
 }
 
 
-def gen_progname(rng):
+# Names a ## can build (compile/progname.c): the program's name through __FILE__,
+# __BASE_FILE__ or a header's macro that expands __FILE__; __LINE__ and a namespace
+# that carry no name (CCCL's _LIBCUDACXX_CONCAT(__, _LIBCUDACXX_CUDA_ABI_VERSION)).
+PASTED = {"__FILE__": "(int)sizeof(%s)", "__BASE_FILE__": "%s[sizeof(%s) - 7]",
+          "KC_WHERE": "(int)sizeof(%s)", "__LINE__": "%s", "kc_ns_value": "%s"}
+PASTE_HEADER = """#define KC_CAT(a, b) a##b
+#define KC_XCAT(a, b) KC_CAT(a, b)
+#define KC_ABI 4
+namespace KC_XCAT(__, KC_ABI) { __device__ const int kc_ns_value = 5; }
+"""
+
+
+def paste_use(rng):
+    """A name built by ## of random pieces, each handed in its own way: spelled in
+    the call, an object-like macro of the header, a -D value, or pasted itself.
+    Returns (prelude, exprs, options, the header's text, the shape)."""
+    target = rng.choice(sorted(PASTED))
+    if target == "kc_ns_value":
+        head = "KC_XCAT(__, KC_ABI)" if rng.random() < 0.5 else "KC_CAT(__, 4)"
+        expr = "::%s::kc_ns_value" % head
+        return '#include "kcpaste.h"\n', [(expr, None)], [], PASTE_HEADER, "paste namespace"
+    # One cut inside FILE: a piece that spelled it whole would be judged where it is
+    # spelled, and the paste would not be what decides.
+    at = target.find("FILE")
+    first = rng.randint(at + 1, at + 3) if at >= 0 else rng.randrange(1, len(target))
+    cuts = {first}
+    if rng.random() < 0.5:
+        cuts.add(rng.randrange(1, len(target)))
+    cuts = sorted(cuts)
+    pieces = [target[i:j] for i, j in zip([0] + cuts, cuts + [len(target)])]
+    header, opts, args, ways = PASTE_HEADER, [], [], []
+    for n, piece in enumerate(pieces):
+        way = rng.choice(["call", "macro", "define", "pasted"] if len(piece) > 1 else
+                         ["call", "macro", "define"])
+        ways.append(way)
+        if way == "call":
+            args.append(piece)
+        elif way == "macro":
+            header += "#define KC_P%d %s\n" % (n, piece)
+            args.append("KC_P%d" % n)
+        elif way == "define":
+            opts.append("-DKC_D%d=%s" % (n, piece))
+            args.append("KC_D%d" % n)
+        else:
+            cut = rng.randrange(1, len(piece))
+            args.append("KC_CAT(%s, %s)" % (piece[:cut], piece[cut:]))
+    through = rng.random() < 0.5
+    if len(args) == 3:
+        call = "KC_XCAT(KC_XCAT(%s, %s), %s)" % tuple(args)
+    elif any(w != "call" for w in ways) or through:
+        call = "KC_XCAT(%s, %s)" % tuple(args)
+    else:
+        call = "KC_CAT(%s, %s)" % tuple(args)
+    if target == "KC_WHERE":
+        header = '#include "where.h"\n' + header
+    if rng.random() < 0.3:
+        header += "#define KC_PASTED %s\n" % call  # the paste in the header's macro
+        call = "KC_PASTED"
+    form = PASTED[target]
+    expr = form % ((call,) * form.count("%s"))
+    return ('#include "kcpaste.h"\n', [(expr, None)], opts, header,
+            "paste %s (%s)" % (target, ", ".join(ways)))
+
+
+def gen_progname(rng, paste=False):
     """Programs named <a new temporary directory>/kern.cu, the source's text the same.
 
     The names are drawn from a few directories under the tree (so that a name
     comes back and hits what it made) and from /tmp; the source uses the name
     one way of NAME_USES (or none), so that a result made under one name and
     served under another shows: __FILE__ in the program and through a header's
-    macro, #line, assert, line information, a warning in the log, and a
-    "quoted" include that some names' directories hold beside the name.
+    macro, #line, assert, line information, a warning in the log, a
+    "quoted" include that some names' directories hold beside the name, and
+    names built by ## of random pieces (paste_use; with paste, only those).
     """
     f = Files(rng)
-    use = rng.choice(list(NAME_USES))
-    prelude, extra, opts = NAME_USES[use]
+    use = "paste" if paste else rng.choice(list(NAME_USES) + ["paste"] * 4)
     setup = [f.add("inc1/a.h", 0), f.add("inc1/b.h", 1), f.add("inc1/pn.h", 2),
              ("write", "inc1/where.h", "#define KC_WHERE __FILE__\n")]
+    if use == "paste":
+        prelude, extra, opts, text, use = paste_use(rng)
+        setup.append(("write", "inc1/kcpaste.h", text))
+    else:
+        prelude, extra, opts = NAME_USES[use]
     setup.append(("write", "src/k.cu", kernel(prelude + '#include "a.h"\n#include <b.h>\n', 3,
                                               extra)))
     pool = [program_name(rng, "{R}/names") for _ in range(3)]
@@ -1054,9 +1123,10 @@ def gen_macroarg(rng):
 
 GENERATORS.update({"options": gen_options, "env": gen_env, "dvalue": gen_dvalue,
                    "shm": gen_shm, "proccwd": gen_proccwd, "arch": gen_arch,
-                   "progname": gen_progname, "macroarg": gen_macroarg})
+                   "progname": gen_progname, "macroarg": gen_macroarg,
+                   "progpaste": lambda rng: gen_progname(rng, paste=True)})
 WEIGHTS.update({"options": 2, "env": 1, "dvalue": 2, "shm": 1, "proccwd": 1, "arch": 1,
-                "progname": 3, "macroarg": 2})
+                "progname": 3, "macroarg": 2, "progpaste": 1})
 # Issue 32's kinds: the bounded run (meson test) runs each once, first, with few steps.
 NEW_KINDS = ["options", "env", "dvalue", "shm", "proccwd", "arch", "progname", "macroarg"]
 REJECTED_SPELLINGS = {tuple(o) for o in NVRTC_REJECTED}
