@@ -149,6 +149,9 @@ int kc_db_same_objects(sqlite3 *db, sqlite3 *ref, char *what, size_t what_size);
 /* recovery.c */
 /* SQLite's quick_check: 1 sound, 0 damaged, -1 could not tell; why says what it found. */
 int kc_db_quick_check(struct kc_db *db, char *why, size_t why_size);
+/* The full check, which also sees an index that disagrees with its table: 1, 0 or -1 as
+ * kc_db_quick_check(). */
+int kc_db_integrity_check(struct kc_db *db);
 /* Sets the file aside after SQLite reported it corrupt and starts a new one. */
 int kc_db_recover(struct kc_db *db, const char *why);
 /*
