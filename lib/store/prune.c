@@ -659,6 +659,10 @@ static const char *const clear_rest_sql[] = {
     "DELETE FROM manifest WHERE (base, key) IN (SELECT base, key FROM manifest LIMIT ?1)",
     "DELETE FROM closure WHERE id IN (SELECT id FROM closure c WHERE NOT EXISTS"
     " (SELECT 1 FROM manifest m WHERE m.closure_id = c.id) LIMIT ?1)",
+    "DELETE FROM closure_part WHERE (closure_id, seq) IN (SELECT closure_id, seq FROM"
+    " closure_part WHERE closure_id NOT IN (SELECT id FROM closure) LIMIT ?1)",
+    "DELETE FROM closure_chunk WHERE id IN (SELECT id FROM closure_chunk WHERE id NOT IN"
+    " (SELECT chunk_id FROM closure_part) LIMIT ?1)",
     "DELETE FROM input_list WHERE id IN (SELECT id FROM input_list WHERE id NOT IN"
     " (SELECT inputs_id FROM entry_info WHERE inputs_id NOT NULL) LIMIT ?1)",
     "DELETE FROM input_list_item WHERE (list_id, seq) IN (SELECT list_id, seq FROM"

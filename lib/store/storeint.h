@@ -46,7 +46,12 @@ enum kc_stmt {
     KC_STMT_MANIFEST_PUT,
     KC_STMT_MANIFEST_TRIM,
     KC_STMT_CLOSURE_FIND,
-    KC_STMT_CLOSURE_PUT,
+    KC_STMT_MANIFEST_GET_V8,
+    KC_STMT_CLOSURE_PUT_PARTS,
+    KC_STMT_CLOSURE_PART_PUT,
+    KC_STMT_CLOSURE_PARTS,
+    KC_STMT_CHUNK_FIND,
+    KC_STMT_CHUNK_PUT,
     KC_STMT_GET_V7,
     KC_STMT_GET_INPUTS_V7,
     KC_STMT_HEADERS_FIND,
@@ -326,7 +331,7 @@ int kc_usage_merge(kcache_usage **v, size_t *n, size_t *cap, const char *arch, i
 int kc_keyed_check(const kcache_entry *e, char *what, size_t what_size);
 
 /* cascade.c: deleting entries with what goes with them, and the totals (no triggers). */
-#define KC_CASCADE_STEPS 12
+#define KC_CASCADE_STEPS 14
 struct kc_cascade {
     sqlite3_stmt *st[KC_CASCADE_STEPS];
 };
