@@ -119,6 +119,21 @@ static uint64_t spill_read(int fd)
     return v > (UINT64_C(1) << 40) ? 0 : v; /* not a count we wrote */
 }
 
+/* The reserve for the file as it is now (db.h): a quarter of it and its WAL, within bounds. */
+static uint64_t reserve_size(const struct kc_db *db)
+{
+    struct stat st;
+    uint64_t bytes = 0;
+    if (stat(db->path, &st) == 0)
+        bytes += (uint64_t)st.st_size;
+    if (db->wal_path && stat(db->wal_path, &st) == 0)
+        bytes += (uint64_t)st.st_size;
+    bytes /= 4;
+    return bytes < KC_DB_RESERVE_MIN ? KC_DB_RESERVE_MIN
+           : bytes > KC_DB_RESERVE   ? KC_DB_RESERVE
+                                     : bytes;
+}
+
 void kc_alone_reserve(struct kc_db *db)
 {
     struct stat st;
@@ -127,17 +142,24 @@ void kc_alone_reserve(struct kc_db *db)
         return;
     if (st.st_size < (off_t)sizeof(zero) && pwrite(db->lock_fd, zero, sizeof(zero), 0) < 0)
         return; /* no room now: failures then go uncounted, as with no reserve */
+    uint64_t want = reserve_size(db), held = (uint64_t)st.st_blocks * 512u;
+    /* A file pruned small gives back what its reserve no longer needs (twice: not each open). */
+    if (held > 2 * want && (uint64_t)st.st_size > want) {
+        if (ftruncate(db->lock_fd, (off_t)want) != 0)
+            return;
+        held = want;
+    }
     /*
      * Blocks, not a hole: a file system that cannot allocate ahead gives no
      * reserve. Taken only from plenty, so that taking it never fills a disk.
      */
     struct statvfs vfs;
-    if ((uint64_t)st.st_blocks * 512u >= KC_DB_RESERVE || fstatvfs(db->lock_fd, &vfs) != 0 ||
-        (uint64_t)vfs.f_bavail * vfs.f_frsize < 2 * KC_DB_RESERVE)
+    if (held >= want || fstatvfs(db->lock_fd, &vfs) != 0 ||
+        (uint64_t)vfs.f_bavail * vfs.f_frsize < 2 * want)
         return;
     /* fallocate(), not posix_fallocate(): where the file system cannot, no block-by-block
      * emulation on every open, only a failure. */
-    if (fallocate(db->lock_fd, 0, 0, (off_t)KC_DB_RESERVE) != 0 &&
+    if (fallocate(db->lock_fd, 0, 0, (off_t)want) != 0 &&
         ftruncate(db->lock_fd, KC_SPILL_AT + 8) != 0)
         return; /* what a failed allocation kept stays until the next prune needs it */
 }

@@ -149,6 +149,9 @@ int kc_db_same_objects(sqlite3 *db, sqlite3 *ref, char *what, size_t what_size);
 /* recovery.c */
 /* SQLite's quick_check: 1 sound, 0 damaged, -1 could not tell; why says what it found. */
 int kc_db_quick_check(struct kc_db *db, char *why, size_t why_size);
+/* The full check, which also sees an index that disagrees with its table: 1, 0 or -1 as
+ * kc_db_quick_check(). */
+int kc_db_integrity_check(struct kc_db *db);
 /* Sets the file aside after SQLite reported it corrupt and starts a new one. */
 int kc_db_recover(struct kc_db *db, const char *why);
 /*
@@ -173,9 +176,14 @@ int kc_db_classify_failure(struct kc_db *db, int rc);
  * measured on a full 6 MiB tmpfs: the checkpoint of the frames the WAL holds
  * (the file grows by at most KC_WAL_AUTOCHECKPOINT pages, db.c: 512 KiB),
  * then one step of a tight prune (store/prune.c): 73 KiB for 32 evicted
- * entries of 64 KiB, 209 KiB for 64 pages handed back.
+ * entries of 64 KiB, 209 KiB for 64 pages handed back. A small file needs
+ * less: a checkpoint and a prune write no more pages than the file and its
+ * WAL hold. So the reserve is a quarter of them when the handle opens,
+ * within [KC_DB_RESERVE_MIN, KC_DB_RESERVE]: a fixed 1 MiB was 30% of the
+ * cache directory of CuPy's 295 kernels.
  */
 #define KC_DB_RESERVE (UINT64_C(1) << 20)
+#define KC_DB_RESERVE_MIN (UINT64_C(256) << 10)
 int kc_db_reserve_release(struct kc_db *db);
 
 /* alone.c: store failures kept in PATH-lock when the database had no room. */

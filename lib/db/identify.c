@@ -12,7 +12,8 @@
 #include "db/schema.h"
 
 static uint32_t read_be32(const uint8_t *p);
-static int quick_check(sqlite3 *conn, char *why, size_t why_size);
+static int run_check(sqlite3 *conn, const char *pragma, char *why, size_t why_size);
+#define quick_check(conn, why, why_size) run_check(conn, "PRAGMA quick_check(1)", why, why_size)
 
 static sqlite3 *open_untouched(const char *path)
 {
@@ -500,11 +501,16 @@ int kc_db_quick_check(struct kc_db *db, char *why, size_t why_size)
     return quick_check(db->conn, why, why_size);
 }
 
-/* kc_db_quick_check() on any connection: 1 sound, 0 damaged, -1 cannot tell. */
-static int quick_check(sqlite3 *conn, char *why, size_t why_size)
+int kc_db_integrity_check(struct kc_db *db)
+{
+    return run_check(db->conn, "PRAGMA integrity_check(1)", NULL, 0);
+}
+
+/* A check pragma on any connection: 1 sound, 0 damaged, -1 cannot tell. */
+static int run_check(sqlite3 *conn, const char *pragma, char *why, size_t why_size)
 {
     sqlite3_stmt *st = NULL;
-    int src = sqlite3_prepare_v2(conn, "PRAGMA quick_check(1)", -1, &st, NULL);
+    int src = sqlite3_prepare_v2(conn, pragma, -1, &st, NULL);
     if (src == SQLITE_OK)
         src = sqlite3_step(st);
     const unsigned char *verdict = src == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;

@@ -168,7 +168,9 @@ static int recover_alone(struct kc_db *db, const char *reason)
     int damaged;
     int rc = kc_db_open_once(db, &damaged);
     if (!rc) {
-        if (kc_db_quick_check(db, NULL, 0) == 1) {
+        /* The full check: SQLite said damaged, and an index that disagrees with its
+         * table is damage quick_check does not see (each retry would meet it again). */
+        if (kc_db_integrity_check(db) == 1) {
             kc_db_log(db, KCACHE_LOG_WARNING,
                       "%s looked damaged through its shared-memory index; "
                       "rebuilt the index (nothing else used the cache)",

@@ -57,8 +57,9 @@ static void sig_add_closure(kc_bundle_sig *sig, const struct carried *c)
 /*
  * Runs sql (binding ?1 to key when given) on s's connection, s->lock held,
  * and hands each closure row, decoded, to fn; a row out of bounds or that
- * does not decode is passed over. Columns: base, key, recorded_at, codec,
- * raw_size, data. Returns 0, fn's code, or an error.
+ * does not decode is passed over. Columns: base, key, recorded_at, raw_size,
+ * then codec, data, id, parts as kc_closure_decode() reads them (a closure
+ * may be stored in chunks). Returns 0, fn's code, or an error.
  */
 static int each_row(kcache_store *s, const char *sql, const kcache_key *key, size_t most,
                     int (*fn)(void *, const struct carried *), void *userdata)
@@ -74,17 +75,13 @@ static int each_row(kcache_store *s, const char *sql, const kcache_key *key, siz
         n++;
         struct carried c = {.recorded_at = sqlite3_column_int64(st, 2)};
         const void *base = sqlite3_column_blob(st, 0), *k = sqlite3_column_blob(st, 1);
-        const void *blob = sqlite3_column_blob(st, 5);
-        int stored = sqlite3_column_bytes(st, 5);
-        int64_t raw = sqlite3_column_int64(st, 4);
+        int64_t raw = sqlite3_column_int64(st, 3);
         if (!base || !k || sqlite3_column_bytes(st, 0) != KCACHE_KEY_SIZE ||
-            sqlite3_column_bytes(st, 1) != KCACHE_KEY_SIZE || !blob || stored <= 0 || raw <= 0 ||
-            raw > KC_CARRIED_MAX)
+            sqlite3_column_bytes(st, 1) != KCACHE_KEY_SIZE || raw <= 0 || raw > KC_CARRIED_MAX)
             continue;
         memcpy(c.base.bytes, base, KCACHE_KEY_SIZE);
         memcpy(c.key.bytes, k, KCACHE_KEY_SIZE);
-        int drc = kc_decode(s->codec, &c.data, sqlite3_column_int(st, 3), blob, (size_t)stored,
-                            (size_t)raw);
+        int drc = kc_closure_decode(s, &c.data, st, 4, 5, (size_t)raw);
         if (drc == KCACHE_ENOMEM)
             rc = KCACHE_ENOMEM;
         if (drc)
@@ -125,8 +122,8 @@ int kc_carried_export(kcache_store *store, kcache_store *dst, const kcache_key *
                       kc_bundle_sig *sig)
 {
     static const char sql[] =
-        "SELECT m.base, m.key, m.recorded_at, c.codec, c.raw_size, c.data FROM manifest m"
-        " JOIN closure c ON c.id = m.closure_id WHERE m.key = ?1 AND m.base <> m.key"
+        "SELECT m.base, m.key, m.recorded_at, c.raw_size, c.codec, c.data, c.id, c.parts"
+        " FROM manifest m JOIN closure c ON c.id = m.closure_id WHERE m.key = ?1 AND m.base <> m.key"
         " ORDER BY m.created_at DESC";
     struct rows l = {0};
     int rc = each_row(store, sql, key, KC_MANIFEST_PER_BASE, keep_row, &l);
@@ -154,8 +151,8 @@ int kc_carried_sig_write(sqlite3 *db, kc_bundle_sig *sig, const kc_secret *secre
 
 /* A bundle's closures, leading to the entries it carries; never NVRTC's record. */
 static const char import_sql[] =
-    "SELECT m.base, m.key, m.recorded_at, c.codec, c.raw_size, c.data FROM manifest m"
-    " JOIN closure c ON c.id = m.closure_id WHERE m.base <> m.key"
+    "SELECT m.base, m.key, m.recorded_at, c.raw_size, c.codec, c.data, c.id, c.parts"
+    " FROM manifest m JOIN closure c ON c.id = m.closure_id WHERE m.base <> m.key"
     " AND m.key IN (SELECT key FROM entry) ORDER BY m.base, m.key";
 
 struct take {

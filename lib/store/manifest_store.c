@@ -3,6 +3,7 @@
  * without the cache. A closure only saves work: every failure here is
  * returned for the caller to ignore, never turned into a failed compile.
  */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,11 +18,78 @@ void kc_manifest_rows_free(kc_manifest_row *rows, size_t n)
     free(rows);
 }
 
+/* A closure stored in parts (schema/009_closure_chunks.sql): its chunks decoded in order into
+ * out, which holds exactly size bytes. 0, or KCACHE_ECORRUPT where they do not add up. */
+static int closure_parts(kcache_store *s, void *out, size_t size, int64_t id, int64_t parts)
+{
+    sqlite3_stmt *q;
+    int rc = kc_db_stmt(&s->db, &q, KC_STMT_CLOSURE_PARTS);
+    if (rc)
+        return rc;
+    sqlite3_bind_int64(q, 1, id);
+    size_t at = 0;
+    int64_t n = 0;
+    int src = SQLITE_DONE;
+    while (!rc && (src = sqlite3_step(q)) == SQLITE_ROW) {
+        int codec = sqlite3_column_int(q, 0);
+        sqlite3_int64 len = sqlite3_column_int64(q, 1);
+        const void *blob = sqlite3_column_blob(q, 2);
+        int stored = sqlite3_column_bytes(q, 2);
+        if (len <= 0 || (uint64_t)len > size - at || (!blob && stored))
+            rc = KCACHE_ECORRUPT;
+        else
+            rc = kc_decode_into(s->codec, (uint8_t *)out + at, codec, blob, (size_t)stored,
+                                (size_t)len);
+        at += rc ? 0 : (size_t)len;
+        n++;
+    }
+    if (!rc && src != SQLITE_DONE)
+        rc = kc_sqlerr(&s->db, src, "reading include closures");
+    sqlite3_reset(q);
+    if (!rc && (at != size || n != parts))
+        rc = KCACHE_ECORRUPT;
+    return rc;
+}
+
+int kc_closure_decode(kcache_store *s, void **out, sqlite3_stmt *q, int codec_col, int col,
+                      size_t raw_size)
+{
+    int codec = sqlite3_column_int(q, codec_col);
+    const void *blob = sqlite3_column_blob(q, col);
+    int size = sqlite3_column_bytes(q, col);
+    if (sqlite3_column_type(q, col + 2) == SQLITE_NULL) {
+        if (!blob || size <= 0)
+            return KCACHE_ECORRUPT;
+        return kc_decode(s->codec, out, codec, blob, (size_t)size, raw_size);
+    }
+    int64_t parts = sqlite3_column_int64(q, col + 2);
+    if (size != 0 || parts <= 0 || (uint64_t)parts > raw_size)
+        return KCACHE_ECORRUPT;
+    if (!(*out = kc_malloc(raw_size)))
+        return KCACHE_ENOMEM;
+    int rc = closure_parts(s, *out, raw_size, sqlite3_column_int64(q, col + 1), parts);
+    if (rc) {
+        free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+/* One closure of a KC_STMT_MANIFEST_GET row into *out, decoded: KCACHE_ECORRUPT where it
+ * cannot be (a damaged closure is no closure: the long way finds the key). */
+static int closure_row(kcache_store *s, void **out, sqlite3_stmt *q, size_t raw_size)
+{
+    /* Columns: key, recorded_at, codec, raw_size, data, id, parts. */
+    assert(sqlite3_column_count(q) == 7);
+    return kc_closure_decode(s, out, q, 2, 4, raw_size);
+}
+
 static int manifest_get_locked(kc_manifest_row **out, size_t *n, kcache_store *s,
                                const kcache_key *base)
 {
     sqlite3_stmt *q;
-    int rc = kc_db_stmt(&s->db, &q, KC_STMT_MANIFEST_GET);
+    int rc = kc_db_stmt(&s->db, &q,
+                        s->db.schema_version >= 9 ? KC_STMT_MANIFEST_GET : KC_STMT_MANIFEST_GET_V8);
     if (rc)
         return rc;
     kc_manifest_row *rows = kc_calloc(KC_MANIFEST_PER_BASE, sizeof(*rows));
@@ -33,24 +101,19 @@ static int manifest_get_locked(kc_manifest_row **out, size_t *n, kcache_store *s
     int src = SQLITE_DONE;
     while (k < KC_MANIFEST_PER_BASE && (src = sqlite3_step(q)) == SQLITE_ROW) {
         const void *key = sqlite3_column_blob(q, 0);
-        int64_t recorded_at = sqlite3_column_int64(q, 1);
-        int codec = sqlite3_column_int(q, 2);
         sqlite3_int64 raw_size = sqlite3_column_int64(q, 3);
-        const void *blob = sqlite3_column_blob(q, 4);
-        int size = sqlite3_column_bytes(q, 4);
-        if (!key || sqlite3_column_bytes(q, 0) != KCACHE_KEY_SIZE || !blob || size <= 0 ||
-            raw_size <= 0 || raw_size > (64 << 20))
+        if (!key || sqlite3_column_bytes(q, 0) != KCACHE_KEY_SIZE || raw_size <= 0 ||
+            raw_size > (64 << 20))
             continue;
         memcpy(rows[k].key.bytes, key, KCACHE_KEY_SIZE);
-        int drc = kc_decode(s->codec, &rows[k].closure, codec, blob, (size_t)size,
-                            (size_t)raw_size);
+        int drc = closure_row(s, &rows[k].closure, q, (size_t)raw_size);
         if (drc == KCACHE_ENOMEM) {
             rc = kc_err(s, KCACHE_ENOMEM, "out of memory");
             break;
         }
         if (drc)
             continue; /* a damaged closure is no closure: the long way finds the key */
-        rows[k].recorded_at = recorded_at;
+        rows[k].recorded_at = sqlite3_column_int64(q, 1);
         rows[k++].size = (size_t)raw_size;
     }
     if (!rc && k < KC_MANIFEST_PER_BASE && src != SQLITE_DONE)
@@ -76,12 +139,67 @@ int kc_store_manifest_get(kc_manifest_row **out, size_t *n, kcache_store *s,
     return rc;
 }
 
-/* The id of the closure with these bytes, stored now if it was not. */
+/* Runs a statement of three integers to its end. */
+static int step_ints(kcache_store *s, enum kc_stmt which, int64_t a, int64_t b, int64_t c,
+                     const char *what)
+{
+    sqlite3_stmt *q;
+    int rc = kc_db_stmt(&s->db, &q, which);
+    if (rc)
+        return rc;
+    sqlite3_bind_int64(q, 1, a);
+    sqlite3_bind_int64(q, 2, b);
+    sqlite3_bind_int64(q, 3, c);
+    int src = sqlite3_step(q);
+    sqlite3_reset(q);
+    return src == SQLITE_DONE ? 0 : kc_sqlerr(&s->db, src, what);
+}
+
+/*
+ * The id of the closure with these bytes, stored now if it was not: in
+ * chunks (kc_chunk_size()), each stored once by its digest and compressed (a
+ * closure is mostly paths and identities, about 2.4x with LZ4).
+ */
 static int closure_id(int64_t *id, kcache_store *s, const void *closure, size_t size)
 {
-    /* Compressed: a closure is mostly paths (about 5x). */
-    return kc_blob_id(id, s, KC_STMT_CLOSURE_FIND, KC_STMT_CLOSURE_PUT, &s->scratch, closure, size,
-                      "finding an include closure", "storing an include closure");
+    static const char *const storing = "storing an include closure";
+    uint8_t digest[KC_DIGEST_SIZE];
+    kc_digest(digest, closure, size);
+    sqlite3_stmt *q;
+    int rc = kc_db_stmt(&s->db, &q, KC_STMT_CLOSURE_FIND);
+    if (rc)
+        return rc;
+    sqlite3_bind_blob(q, 1, digest, KC_DIGEST_SIZE, SQLITE_STATIC);
+    int src = sqlite3_step(q);
+    if (src == SQLITE_ROW)
+        *id = sqlite3_column_int64(q, 0);
+    sqlite3_reset(q);
+    if (src != SQLITE_DONE)
+        return src == SQLITE_ROW ? 0 : kc_sqlerr(&s->db, src, "finding an include closure");
+    int64_t parts = 0;
+    for (size_t at = 0; at < size; parts++)
+        at += kc_chunk_size((const uint8_t *)closure + at, size - at);
+    if ((rc = kc_db_stmt(&s->db, &q, KC_STMT_CLOSURE_PUT_PARTS)))
+        return rc;
+    sqlite3_bind_blob(q, 1, digest, KC_DIGEST_SIZE, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 2, (sqlite3_int64)size);
+    sqlite3_bind_int64(q, 3, parts);
+    src = sqlite3_step(q);
+    sqlite3_reset(q);
+    if (src != SQLITE_DONE)
+        return kc_sqlerr(&s->db, src, storing);
+    *id = sqlite3_last_insert_rowid(s->db.conn);
+    size_t at = 0;
+    for (int64_t seq = 0; !rc && seq < parts; seq++) {
+        size_t len = kc_chunk_size((const uint8_t *)closure + at, size - at);
+        int64_t chunk = 0;
+        rc = kc_blob_id(&chunk, s, KC_STMT_CHUNK_FIND, KC_STMT_CHUNK_PUT, &s->scratch,
+                        (const uint8_t *)closure + at, len, "finding an include closure", storing);
+        if (!rc)
+            rc = step_ints(s, KC_STMT_CLOSURE_PART_PUT, *id, seq, chunk, storing);
+        at += len;
+    }
+    return rc;
 }
 
 /* Runs a statement bound to base and either key or an integer limit, to its end. */

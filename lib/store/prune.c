@@ -660,6 +660,10 @@ static const char *const clear_rest_sql[] = {
     "DELETE FROM manifest WHERE (base, key) IN (SELECT base, key FROM manifest LIMIT ?1)",
     "DELETE FROM closure WHERE id IN (SELECT id FROM closure c WHERE NOT EXISTS"
     " (SELECT 1 FROM manifest m WHERE m.closure_id = c.id) LIMIT ?1)",
+    "DELETE FROM closure_part WHERE (closure_id, seq) IN (SELECT closure_id, seq FROM"
+    " closure_part WHERE closure_id NOT IN (SELECT id FROM closure) LIMIT ?1)",
+    "DELETE FROM closure_chunk WHERE id IN (SELECT id FROM closure_chunk WHERE id NOT IN"
+    " (SELECT chunk_id FROM closure_part) LIMIT ?1)",
     "DELETE FROM input_list WHERE id IN (SELECT id FROM input_list WHERE id NOT IN"
     " (SELECT inputs_id FROM entry_info WHERE inputs_id NOT NULL) LIMIT ?1)",
     "DELETE FROM input_list_item WHERE (list_id, seq) IN (SELECT list_id, seq FROM"
@@ -822,6 +826,12 @@ KCACHE_API int kcache_store_clear(kcache_store *store)
     " AND NOT EXISTS (SELECT 1 FROM entry_info g WHERE g.inputs_id = f.inputs_id"                \
     " AND g.id NOT IN (@V))"
 
+/* The closures only the victims' manifests refer to. */
+#define GOING_CLOSURES                                                                             \
+    "SELECT m.closure_id FROM manifest m WHERE m.key IN (SELECT key FROM entry WHERE id IN (@V))" \
+    " AND NOT EXISTS (SELECT 1 FROM manifest x WHERE x.closure_id = m.closure_id"                \
+    " AND x.key NOT IN (SELECT key FROM entry WHERE id IN (@V)))"
+
 static const char *const cascade_sql[KC_CASCADE_STEPS] = {
     "UPDATE totals SET entries = entries - (SELECT count(*) FROM entry WHERE id IN (@V)),"
     " raw_bytes = raw_bytes - (SELECT coalesce(sum(raw_size), 0) FROM entry WHERE id IN (@V)),"
@@ -846,9 +856,12 @@ static const char *const cascade_sql[KC_CASCADE_STEPS] = {
     /* After the lists: they are found through the victims' rows. */
     "DELETE FROM entry_info WHERE id IN (@V)",
     "DELETE FROM entry_input WHERE entry_id IN (@V)",
-    "DELETE FROM closure WHERE id IN (SELECT closure_id FROM manifest WHERE key IN"
-    " (SELECT key FROM entry WHERE id IN (@V))) AND NOT EXISTS (SELECT 1 FROM manifest x"
-    " WHERE x.closure_id = closure.id AND x.key NOT IN (SELECT key FROM entry WHERE id IN (@V)))",
+    /* A closure's chunks no other closure holds, its parts, then the closure itself. */
+    "DELETE FROM closure_chunk WHERE id IN (SELECT chunk_id FROM closure_part WHERE closure_id IN"
+    " (" GOING_CLOSURES ")) AND NOT EXISTS (SELECT 1 FROM closure_part p WHERE"
+    " p.chunk_id = closure_chunk.id AND p.closure_id NOT IN (" GOING_CLOSURES "))",
+    "DELETE FROM closure_part WHERE closure_id IN (" GOING_CLOSURES ")",
+    "DELETE FROM closure WHERE id IN (" GOING_CLOSURES ")",
     "DELETE FROM manifest WHERE key IN (SELECT key FROM entry WHERE id IN (@V))",
     "DELETE FROM entry WHERE @D",
 };
@@ -993,18 +1006,31 @@ int kc_closures_drop_unused(kcache_store *s, const int64_t *ids, size_t n)
 {
     if (!n)
         return 0;
-    sqlite3_stmt *q = NULL;
-    int src = sqlite3_prepare_v2(s->db.conn,
-                                 "DELETE FROM closure WHERE id = ?1 AND NOT EXISTS"
-                                 " (SELECT 1 FROM manifest WHERE closure_id = ?1)",
-                                 -1, &q, NULL);
+    /* The closure if unused; then, if it went, its chunks no other closure holds, its parts. */
+    static const char *const sql[] = {
+        "DELETE FROM closure WHERE id = ?1 AND NOT EXISTS"
+        " (SELECT 1 FROM manifest WHERE closure_id = ?1)",
+        "DELETE FROM closure_chunk WHERE id IN (SELECT chunk_id FROM closure_part"
+        " WHERE closure_id = ?1) AND NOT EXISTS (SELECT 1 FROM closure_part p"
+        " WHERE p.chunk_id = closure_chunk.id AND p.closure_id <> ?1)",
+        "DELETE FROM closure_part WHERE closure_id = ?1",
+    };
+    sqlite3_stmt *q[KC_ARRAY_SIZE(sql)] = {NULL};
+    int src = SQLITE_OK;
+    for (size_t k = 0; src == SQLITE_OK && k < KC_ARRAY_SIZE(sql); k++)
+        src = sqlite3_prepare_v2(s->db.conn, sql[k], -1, &q[k], NULL);
     for (size_t i = 0; src == SQLITE_OK && i < n; i++) {
-        sqlite3_bind_int64(q, 1, ids[i]);
-        src = sqlite3_step(q);
-        sqlite3_reset(q);
-        if (src == SQLITE_DONE)
+        for (size_t k = 0; src == SQLITE_OK && k < KC_ARRAY_SIZE(sql); k++) {
+            sqlite3_bind_int64(q[k], 1, ids[i]);
+            src = sqlite3_step(q[k]);
+            sqlite3_reset(q[k]);
+            if (src == SQLITE_DONE)
+                src = k == 0 && sqlite3_changes(s->db.conn) == 0 ? SQLITE_DONE : SQLITE_OK;
+        }
+        if (src == SQLITE_DONE) /* still in use */
             src = SQLITE_OK;
     }
-    sqlite3_finalize(q);
+    for (size_t k = 0; k < KC_ARRAY_SIZE(sql); k++)
+        sqlite3_finalize(q[k]);
     return src == SQLITE_OK ? 0 : kc_sqlerr(&s->db, src, "dropping include closures");
 }

@@ -654,7 +654,12 @@ const char *const kc_stmt_sql[KC_STMT_COUNT] = {
     [KC_STMT_COUNTER_GET] = "SELECT value FROM counter WHERE name = ?1",
     [KC_STMT_USAGE] = "SELECT arch, kind, hits, misses, saved_ns FROM usage",
     [KC_STMT_MANIFEST_GET] =
-        "SELECT m.key, m.recorded_at, c.codec, c.raw_size, c.data FROM manifest m"
+        "SELECT m.key, m.recorded_at, c.codec, c.raw_size, c.data, c.id, c.parts FROM manifest m"
+        " JOIN closure c ON c.id = m.closure_id WHERE m.base = ?1"
+        " ORDER BY m.created_at DESC LIMIT ?2",
+    /* A file of schema 8 opened to read: every closure whole. */
+    [KC_STMT_MANIFEST_GET_V8] =
+        "SELECT m.key, m.recorded_at, c.codec, c.raw_size, c.data, c.id, NULL FROM manifest m"
         " JOIN closure c ON c.id = m.closure_id WHERE m.base = ?1"
         " ORDER BY m.created_at DESC LIMIT ?2",
     /* A delete, then an insert: a REPLACE would not fire manifest_removed. */
@@ -666,8 +671,16 @@ const char *const kc_stmt_sql[KC_STMT_COUNT] = {
         "DELETE FROM manifest WHERE base = ?1 AND key NOT IN"
         " (SELECT key FROM manifest WHERE base = ?1 ORDER BY created_at DESC LIMIT ?2)",
     [KC_STMT_CLOSURE_FIND] = "SELECT id FROM closure WHERE digest = ?1",
-    [KC_STMT_CLOSURE_PUT] =
-        "INSERT INTO closure (digest, raw_size, codec, data) VALUES (?1, ?2, ?3, ?4)",
+    [KC_STMT_CLOSURE_PUT_PARTS] =
+        "INSERT INTO closure (digest, raw_size, codec, data, parts) VALUES (?1, ?2, 0, x'', ?3)",
+    [KC_STMT_CLOSURE_PART_PUT] =
+        "INSERT INTO closure_part (closure_id, seq, chunk_id) VALUES (?1, ?2, ?3)",
+    [KC_STMT_CLOSURE_PARTS] =
+        "SELECT k.codec, k.size, k.data FROM closure_part p JOIN closure_chunk k"
+        " ON k.id = p.chunk_id WHERE p.closure_id = ?1 ORDER BY p.seq",
+    [KC_STMT_CHUNK_FIND] = "SELECT id FROM closure_chunk WHERE digest = ?1",
+    [KC_STMT_CHUNK_PUT] =
+        "INSERT INTO closure_chunk (digest, size, codec, data) VALUES (?1, ?2, ?3, ?4)",
     /* A file of schema 6 or 7 opened to read (a bundle, a read-only cache): nothing shared. */
     [KC_STMT_GET_V7] =
         "SELECT +e.id, +e.kind, +e.arch, +e.name, +e.raw_size, +e.stored_size, +e.codec,"

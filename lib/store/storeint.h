@@ -46,7 +46,12 @@ enum kc_stmt {
     KC_STMT_MANIFEST_PUT,
     KC_STMT_MANIFEST_TRIM,
     KC_STMT_CLOSURE_FIND,
-    KC_STMT_CLOSURE_PUT,
+    KC_STMT_MANIFEST_GET_V8,
+    KC_STMT_CLOSURE_PUT_PARTS,
+    KC_STMT_CLOSURE_PART_PUT,
+    KC_STMT_CLOSURE_PARTS,
+    KC_STMT_CHUNK_FIND,
+    KC_STMT_CHUNK_PUT,
     KC_STMT_GET_V7,
     KC_STMT_GET_INPUTS_V7,
     KC_STMT_HEADERS_FIND,
@@ -325,8 +330,17 @@ int kc_usage_merge(kcache_usage **v, size_t *n, size_t *cap, const char *arch, i
  * what its key material says (a caller's entry of that namespace, or not a caller's). */
 int kc_keyed_check(const kcache_entry *e, char *what, size_t what_size);
 
+/*
+ * manifest_store.c: the closure of q's row, decoded into *out of raw_size
+ * bytes: its codec in column codec_col, its data in col, its id in col + 1
+ * and its parts in col + 2 (NULL for one stored whole). KCACHE_ECORRUPT
+ * where it cannot be.
+ */
+int kc_closure_decode(kcache_store *s, void **out, sqlite3_stmt *q, int codec_col, int col,
+                      size_t raw_size);
+
 /* prune.c: deleting entries with what goes with them, and the totals (no triggers). */
-#define KC_CASCADE_STEPS 12
+#define KC_CASCADE_STEPS 14
 struct kc_cascade {
     sqlite3_stmt *st[KC_CASCADE_STEPS];
 };

@@ -133,6 +133,32 @@ int kc_stored_digest_ok(const uint8_t digest[KC_DIGEST_SIZE], const void *data, 
     return memcmp(check, digest, KC_DIGEST_SIZE) == 0;
 }
 
+/* The gear of a byte: one fixed 64-bit value per byte value (splitmix64's finaliser). */
+static uint64_t gear(uint8_t b)
+{
+    uint64_t z = (b + UINT64_C(1)) * UINT64_C(0x9e3779b97f4a7c15);
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+size_t kc_chunk_size(const void *data, size_t size)
+{
+    const uint8_t *p = data;
+    size_t end = size < KC_CHUNK_MAX ? size : KC_CHUNK_MAX;
+    if (end <= KC_CHUNK_MIN)
+        return end;
+    /* Shifted a bit a byte, the hash holds the last 64 bytes: hashed from 64 before the least
+     * cut, so that where it cuts depends on those bytes only. */
+    uint64_t h = 0;
+    for (size_t i = KC_CHUNK_MIN - 64; i < end; i++) {
+        h = (h << 1) + gear(p[i]);
+        if (i + 1 >= KC_CHUNK_MIN && h >> (64 - KC_CHUNK_BITS) == 0)
+            return i + 1;
+    }
+    return end;
+}
+
 /* A zstd frame into out, or 0 bytes when it does not pay (out->size says). */
 static int encode_zstd(kc_codec_ctx *ctx, kc_buf *out, const void *raw, size_t size)
 {

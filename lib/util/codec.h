@@ -68,6 +68,19 @@ void kc_codec_free(kc_codec_ctx *ctx);
 void kc_digest(uint8_t out[KC_DIGEST_SIZE], const void *data, size_t size);
 
 /*
+ * The length of the first content-defined chunk of data: where a gear hash
+ * of the last 64 bytes has its top KC_CHUNK_BITS bits clear, at least
+ * KC_CHUNK_MIN bytes in and at most KC_CHUNK_MAX (or size, when less).
+ * Cut where the content says rather than at fixed offsets, two blobs that
+ * differ in a few bytes, or by an insertion, share every chunk but the ones
+ * around the change (learnt from FastCDC, USENIX ATC '16).
+ */
+#define KC_CHUNK_MIN 2048
+#define KC_CHUNK_BITS 12
+#define KC_CHUNK_MAX 16384
+size_t kc_chunk_size(const void *data, size_t size);
+
+/*
  * The check of an artifact's bytes as stored, which every hit runs: it guards
  * against damage, not tampering (it sits beside the bytes; keys, and what
  * bundles and the remote carry, are BLAKE2b's), so it is XXH3-128, many

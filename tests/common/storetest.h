@@ -246,6 +246,9 @@ static inline void st_check_books(const char *path, const char *after)
         "SELECT count(*) FROM closure WHERE id NOT IN (SELECT closure_id FROM manifest)",
         "SELECT count(*) FROM entry_input WHERE input_id NOT IN (SELECT id FROM input)",
         "SELECT count(*) FROM manifest WHERE closure_id NOT IN (SELECT id FROM closure)",
+        "SELECT count(*) FROM closure_part WHERE closure_id NOT IN (SELECT id FROM closure)",
+        "SELECT count(*) FROM closure_part WHERE chunk_id NOT IN (SELECT id FROM closure_chunk)",
+        "SELECT count(*) FROM closure_chunk WHERE id NOT IN (SELECT chunk_id FROM closure_part)",
     };
     sqlite3 *db = NULL;
     REQUIRE(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK);

@@ -14,17 +14,46 @@
 
 static uint8_t scratch[ART_MAX];
 
+/* The blocks PATH-lock holds: the reserve for a prune on a full disk (lib/db/alone.c). */
+static uint64_t reserve_of(const char *path)
+{
+    char lock[600];
+    struct stat st;
+    snprintf(lock, sizeof(lock), "%s-lock", path);
+    return stat(lock, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
+}
+
+/* The reserve is a quarter of the file, at least 256 KiB, at most 1 MiB: taken when a handle
+ * opens, given back when the file was pruned small. */
+static void check_reserve(const char *path, uint64_t least, uint64_t most, const char *when)
+{
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    kcache_store_close(s);
+    uint64_t r = reserve_of(path);
+    printf("reserve %s: %llu bytes beside %llu\n", when, (unsigned long long)r,
+           (unsigned long long)st_disk(path));
+    CHECK(r >= least && r <= most);
+}
+
 static void test_prune_to_cap(void)
 {
     char path[512];
     snprintf(path, sizeof(path), "%s", test_path("prune.db"));
     kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    kcache_store_close(s);
+    check_reserve(path, 256 << 10, (256 << 10) + 4096, "of an empty cache");
+    s = st_open(path, UINT64_MAX, NULL, NULL);
     unsigned n = 0;
+    while (st_disk(path) < (UINT64_C(2) << 20))
+        CHECK_RC(st_put(s, n++, ART_MAX, scratch), 0);
+    check_reserve(path, st_disk(path) / 4 - 4096, st_disk(path) / 4 + 4096, "at 2 MiB");
     while (st_disk(path) < (UINT64_C(12) << 20))
         CHECK_RC(st_put(s, n++, ART_MAX, scratch), 0);
+    check_reserve(path, 1 << 20, 1 << 20, "at 12 MiB");
     uint64_t full = st_disk(path);
+    /* The last one a little over an empty file (35 pages of schema 9). */
     static const uint64_t caps[] = {UINT64_C(8) << 20, UINT64_C(4) << 20, UINT64_C(1) << 20,
-                                    UINT64_C(256) << 10, UINT64_C(128) << 10};
+                                    UINT64_C(256) << 10, UINT64_C(160) << 10};
     uint64_t entries_before = n;
     for (size_t i = 0; i < KC_ARRAY_SIZE(caps); i++) {
         kcache_prune_options o = KCACHE_PRUNE_OPTIONS_INIT;
@@ -61,6 +90,7 @@ static void test_prune_to_cap(void)
     kcache_store_close(s);
     CHECK(st_disk(path) <= caps[KC_ARRAY_SIZE(caps) - 1]);
     CHECK(st_integrity_ok(path));
+    check_reserve(path, 256 << 10, (256 << 10) + 4096, "pruned small");
     printf("filled to %llu bytes with %u entries\n", (unsigned long long)full, n);
 }
 

@@ -5,12 +5,14 @@
  * reference's, short; the guard leaves a file whose objects are not kcache's
  * with its old text, and still usable; bundles of schema 6 still import.
  * Schema 8 moves the header lists of a file's entries into shared rows.
+ * Schema 9 stores closures in shared chunks, and reads those stored whole.
  */
 #include <kcache/bundle.h>
 #include <kcache/store.h>
 
 #include "db/db.h"
 #include "db/dbint.h"
+#include "store/storelib.h"
 #include "storetest.h"
 
 #define N_ENTRIES 40
@@ -58,10 +60,15 @@ static int64_t texts_with(const char *path, const char *needle)
     return n;
 }
 
+/* Schema 9's objects gone: closures whole, as schema 8 keeps them. */
+#define TAKE_BACK_TO_8                                                                             \
+    "DROP INDEX closure_part_by_chunk; DROP TABLE closure_part; DROP TABLE closure_chunk;"        \
+    "ALTER TABLE closure DROP COLUMN parts;"
+
 /*
  * Takes a file of this build back to schema 7: each entry's whole key
  * material and every input row its own again (as the store hands them out),
- * schema 8's objects gone. What a kcache of schema 7 left, row for row.
+ * schema 8's and 9's objects gone. What a kcache of schema 7 left, row for row.
  */
 static void take_back_to_7(const char *path)
 {
@@ -109,7 +116,7 @@ static void take_back_to_7(const char *path)
         "ALTER TABLE entry_info DROP COLUMN inputs_id;"
         "ALTER TABLE entry_info DROP COLUMN inputs_at;"
         "DROP TABLE input_list_item; DROP TABLE input_list; DROP TABLE header_list;"
-        "PRAGMA user_version = 7; COMMIT";
+        TAKE_BACK_TO_8 "PRAGMA user_version = 7; COMMIT";
     REQUIRE(sqlite3_exec(db, drop, NULL, NULL, NULL) == SQLITE_OK);
     sqlite3_close(db);
 }
@@ -483,6 +490,92 @@ static void test_header_lists_bundle_of_schema_7(void)
     CHECK(st_path_int(to, "SELECT count(*) FROM header_list") == 2);
 }
 
+/* The closure under base n: 64 KiB, n in its first bytes. */
+static void closure_of(uint8_t *p, size_t size, unsigned n)
+{
+    for (size_t i = 0; i < size; i++)
+        p[i] = (uint8_t)(i * 131 % 251 ^ i >> 9);
+    memcpy(p, &n, sizeof(n));
+}
+
+static int closure_is(kcache_store *s, unsigned n, const uint8_t *want, size_t size)
+{
+    kcache_key base = st_key(5000 + n);
+    kc_manifest_row *rows = NULL;
+    size_t k = 0;
+    int ok = kc_store_manifest_get(&rows, &k, s, &base) == 0 && k == 1 && rows[0].size == size &&
+             memcmp(rows[0].closure, want, size) == 0;
+    kc_manifest_rows_free(rows, k);
+    return ok;
+}
+
+/*
+ * A file of schema 8, its closures whole: after the migration to 9 they are
+ * served as they were, a new closure is stored in chunks beside them, and
+ * each goes with its entry.
+ */
+static void test_closures_from_schema_8(void)
+{
+    const char *path = test_path("eight.db");
+    static uint8_t closure[64 << 10];
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    for (unsigned i = 0; i < 2; i++)
+        CHECK_RC(put_entry(s, i), 0);
+    kcache_store_close(s);
+    /* Closure 0 as schema 8 stored it: whole, raw. */
+    closure_of(closure, sizeof(closure), 0);
+    sqlite3 *db = NULL;
+    REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
+    REQUIRE(sqlite3_exec(db, "BEGIN IMMEDIATE;" TAKE_BACK_TO_8 "PRAGMA user_version = 8", NULL,
+                         NULL, NULL) == SQLITE_OK);
+    sqlite3_stmt *q = NULL;
+    REQUIRE(sqlite3_prepare_v2(db,
+                               "INSERT INTO closure (id, digest, codec, raw_size, data)"
+                               " VALUES (1, zeroblob(32), 0, ?1, ?2)",
+                               -1, &q, NULL) == SQLITE_OK);
+    sqlite3_bind_int(q, 1, (int)sizeof(closure));
+    sqlite3_bind_blob(q, 2, closure, (int)sizeof(closure), SQLITE_STATIC);
+    CHECK(sqlite3_step(q) == SQLITE_DONE);
+    sqlite3_finalize(q);
+    kcache_key base = st_key(5000), key;
+    char material[32];
+    key = st_material_key(material, 0);
+    REQUIRE(sqlite3_prepare_v2(db,
+                               "INSERT INTO manifest (base, key, closure_id, recorded_at, created_at)"
+                               " VALUES (?1, ?2, 1, 1, 1)",
+                               -1, &q, NULL) == SQLITE_OK);
+    sqlite3_bind_blob(q, 1, base.bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
+    sqlite3_bind_blob(q, 2, key.bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
+    CHECK(sqlite3_step(q) == SQLITE_DONE);
+    sqlite3_finalize(q);
+    REQUIRE(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_close(db);
+
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    CHECK(kcache_store_schema_version(s) == kc_schema_version);
+    CHECK(closure_is(s, 0, closure, sizeof(closure)));
+    closure_of(closure, sizeof(closure), 1);
+    base = st_key(5001);
+    key = st_material_key(material, 1);
+    CHECK_RC(kc_store_manifest_put(s, &base, &key, 1, closure, sizeof(closure)), 0);
+    CHECK(closure_is(s, 1, closure, sizeof(closure)));
+    closure_of(closure, sizeof(closure), 0);
+    CHECK(closure_is(s, 0, closure, sizeof(closure)));
+    kcache_store_close(s);
+    CHECK(st_path_int(path, "SELECT count(*) FROM closure WHERE parts IS NULL") == 1);
+    CHECK(st_path_int(path, "SELECT count(*) FROM closure_chunk") > 1);
+    st_check_books(path, "closures whole and in chunks");
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    for (unsigned i = 0; i < 2; i++) {
+        key = st_material_key(material, i);
+        CHECK_RC(kcache_store_delete(s, &key), 0);
+    }
+    kcache_store_close(s);
+    CHECK(st_path_int(path, "SELECT count(*) FROM closure") == 0);
+    st_check_books(path, "closures whole and in chunks, deleted");
+    CHECK(st_integrity_ok(path));
+}
+
 int main(void)
 {
     for (unsigned i = 0; i < N_KERNELS; i++)
@@ -495,6 +588,7 @@ int main(void)
     test_bundle_of_schema_6();
     test_header_lists_from_schema_7();
     test_header_lists_bundle_of_schema_7();
+    test_closures_from_schema_8();
     for (unsigned i = 0; i < N_KERNELS; i++)
         st_kernel_free(&kernels[i]);
     return test_done();

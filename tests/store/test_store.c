@@ -123,7 +123,7 @@ static void test_put_get(void)
     CHECK(st->entries == 1);
     CHECK(st->raw_bytes == 5000);
     CHECK(st->hits == 2);
-    CHECK(st->schema_version == 8);
+    CHECK(st->schema_version == 9);
     kcache_stats_free(st);
 
     CHECK_RC(kcache_store_delete(s, &e.key), 0);
@@ -302,11 +302,76 @@ static void test_books(void)
     kcache_store_close(s);
 }
 
+/* A closure of size bytes like CuPy's: mostly one tree's probes; near holds the times of one
+ * directory, which differ from one closure to the next. */
+static void closure_like(uint8_t *p, size_t size, uint64_t near)
+{
+    uint64_t x = 0x6b63616368650001u;
+    for (size_t i = 0; i < size; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        p[i] = (uint8_t)(i % 48 < 24 ? i % 7 : x); /* half compressible, as paths and digests */
+    }
+    memcpy(p + size / 3, &near, sizeof(near));
+}
+
+/*
+ * Closures that differ in a few bytes share the chunks around the change
+ * (schema/009_closure_chunks.sql): the file grows by a little per closure,
+ * not by a whole one; each comes back byte for byte; a closure's own chunks
+ * go with it, the shared ones stay while another holds them.
+ */
+static void test_closure_chunks(void)
+{
+    const char *path = test_path("chunks.db");
+    kcache_store *s = open_at(path, UINT64_MAX);
+    static uint8_t data[4000], closure[192 << 10], got[192 << 10];
+    enum { N = 16 };
+    for (unsigned n = 0; n < N; n++) {
+        CHECK_RC(put_booked(s, n, data, sizeof(data)), 0);
+        kcache_key base = key_of(2000 + n), key = key_of(n);
+        closure_like(closure, sizeof(closure), 1000003u * n);
+        CHECK_RC(kc_store_manifest_put(s, &base, &key, 1, closure, sizeof(closure)), 0);
+    }
+    kcache_store_close(s);
+    /* LZ4 makes one closure about 110 KiB; whole, the sixteen were 1.7 MiB. */
+    int64_t pages = sql_int(path, "SELECT count(*) FROM dbstat WHERE name IN"
+                                  " ('closure', 'closure_chunk', 'closure_part')");
+    printf("16 closures of 192 KiB, a few bytes apart: %lld KiB of pages\n",
+           (long long)(pages * 4));
+    CHECK(pages > 0 && pages * 4096 < 3 * (int64_t)sizeof(closure));
+    s = open_at(path, UINT64_MAX);
+    for (unsigned n = 0; n < N; n++) {
+        kcache_key base = key_of(2000 + n);
+        kc_manifest_row *rows = NULL;
+        size_t k = 0;
+        CHECK_RC(kc_store_manifest_get(&rows, &k, s, &base), 0);
+        closure_like(got, sizeof(got), 1000003u * n);
+        CHECK(k == 1 && rows[0].size == sizeof(got) && memcmp(rows[0].closure, got, sizeof(got)) == 0);
+        kc_manifest_rows_free(rows, k);
+    }
+    /* One goes with its entry: the others are whole still. */
+    kcache_key k3 = key_of(3);
+    CHECK_RC(kcache_store_delete(s, &k3), 0);
+    st_check_books(path, "a closure's entry deleted");
+    kcache_key base0 = key_of(2000);
+    kc_manifest_row *rows = NULL;
+    size_t k = 0;
+    CHECK_RC(kc_store_manifest_get(&rows, &k, s, &base0), 0);
+    closure_like(got, sizeof(got), 0);
+    CHECK(k == 1 && memcmp(rows[0].closure, got, sizeof(got)) == 0);
+    kc_manifest_rows_free(rows, k);
+    CHECK_RC(kcache_store_clear(s), 0);
+    st_check_books(path, "clear");
+    CHECK(sql_int(path, "SELECT count(*) FROM closure_chunk") == 0);
+    kcache_store_close(s);
+}
+
 int main(void)
 {
     test_put_get();
     test_list_and_prune();
     test_find_ambiguous();
     test_books();
+    test_closure_chunks();
     return test_done();
 }
