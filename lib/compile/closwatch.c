@@ -31,9 +31,17 @@
  * without hashing any file (a file too recent to trust its timestamps is
  * hashed on every check: compile/manifest.c), the closure's digest is
  * remembered with those generations and the probes they cover. A later
- * check of the same closure (same bytes, same time read, same directory of
- * the name) reads the queue, bumps the generation of each watch an event
- * names, and skips the probes covered when no generation it noted moved.
+ * check of the same closure (the same bytes, for the same directory of the
+ * name) reads the queue, bumps the generation of each watch an event names,
+ * and skips the probes covered when no generation it noted moved.
+ *
+ * When the closure was read is not part of what is remembered: many
+ * kernels share one closure, each recorded at its own time, and CuPy hits
+ * each kernel once. It need not be: a full check that hashed nothing found
+ * every file's identity (size, times, inode) as recorded with its digest
+ * and old enough to trust, so from then on, whichever entry names the
+ * closure, that identity stands for those bytes; any change to it raises an
+ * event.
  *
  * Not covered, and stat()ed on every check as before: names relative to the
  * working directory or to the program name's directory (CuPy names each
@@ -75,7 +83,7 @@
 #define MAX_NAMES 32   /* names an ancestor's watch tells apart; past it every event counts */
 #define MAX_MEMOS 256  /* closures remembered; a new one past it replaces the oldest */
 #define MAX_SEEN 1024  /* closures checked once, not yet watched */
-#define MAX_WD (1 << 20)
+#define MAX_WD (1 << 16) /* watch descriptors; the kernel hands them out cyclically */
 #define MAX_LINKS 40   /* symbolic links followed in one walk, as the kernel's own limit */
 
 /* One watch: its generation, and which of its events count. */
@@ -94,7 +102,6 @@ struct seen {
 
 struct memo {
     uint8_t digest[KC_DIGEST_SIZE];
-    int64_t recorded_at;
     char *name_dir;
     uint32_t n_probes;
     uint8_t *skip; /* a bit per probe: covered */
@@ -185,13 +192,18 @@ static void forget_locked(int keep_slots)
     cw.epoch++;
 }
 
-/* Whether the instance is there (made when make is set). A forked child drops its parent's. */
+/*
+ * Whether the instance is there (made when make is set). A forked child
+ * drops its parent's. One whose descriptors have climbed half way to MAX_WD
+ * (watches removed and added as trees come and go) is replaced before it
+ * runs out, with all it remembered.
+ */
 static int ready_locked(int make)
 {
     pid_t pid = getpid();
-    if (cw.fd != -1 && cw.pid != pid) {
+    if ((cw.fd != -1 && cw.pid != pid) || (make && cw.fd >= 0 && cw.n_slots > MAX_WD / 2)) {
         if (cw.fd >= 0)
-            close(cw.fd); /* this process's copy: the parent's stays open */
+            close(cw.fd); /* this process's copy: a parent's stays open */
         cw.fd = -1;
         forget_locked(0);
     }
@@ -454,12 +466,12 @@ static int cover_probe_locked(kc_closwatch *w, int dirfd, const kc_closwatch_pro
 
 /* ---- the memo ------------------------------------------------------------- */
 
-static struct memo **find_locked(const uint8_t digest[KC_DIGEST_SIZE], int64_t recorded_at,
-                                 const char *name_dir, uint32_t n_probes)
+static struct memo **find_locked(const uint8_t digest[KC_DIGEST_SIZE], const char *name_dir,
+                                 uint32_t n_probes)
 {
     for (size_t i = 0; i < MAX_MEMOS; i++) {
         struct memo *m = cw.memos[i];
-        if (m && m->recorded_at == recorded_at && m->n_probes == n_probes &&
+        if (m && m->n_probes == n_probes &&
             !memcmp(m->digest, digest, KC_DIGEST_SIZE) &&
             (m->name_dir && name_dir ? !strcmp(m->name_dir, name_dir) : m->name_dir == name_dir))
             return &cw.memos[i];
@@ -494,7 +506,7 @@ static int seen_before_locked(const uint8_t digest[KC_DIGEST_SIZE])
 }
 
 int kc_closwatch_lookup(uint8_t **skip, int *watch, const uint8_t digest[KC_DIGEST_SIZE],
-                        int64_t recorded_at, const char *name_dir, uint32_t n_probes)
+                        const char *name_dir, uint32_t n_probes)
 {
     *skip = NULL;
     pthread_once(&cw.once, at_fork);
@@ -503,7 +515,7 @@ int kc_closwatch_lookup(uint8_t **skip, int *watch, const uint8_t digest[KC_DIGE
     *watch = seen_before_locked(digest);
     if (ready_locked(0)) {
         drain_locked();
-        struct memo **slot = find_locked(digest, recorded_at, name_dir, n_probes);
+        struct memo **slot = find_locked(digest, name_dir, n_probes);
         if (slot && unchanged_locked(*slot)) {
             *skip = (uint8_t *)kc_memdup((*slot)->skip, ((size_t)n_probes + 7) / 8 + 1);
             rc = *skip ? 1 : KCACHE_ENOMEM;
@@ -590,8 +602,7 @@ int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
     return 0;
 }
 
-void kc_closwatch_keep(kc_closwatch *w, const uint8_t digest[KC_DIGEST_SIZE], int64_t recorded_at,
-                       const char *name_dir)
+void kc_closwatch_keep(kc_closwatch *w, const uint8_t digest[KC_DIGEST_SIZE], const char *name_dir)
 {
     struct memo *m = kc_calloc(1, sizeof(*m));
     if (!m || (name_dir && !(m->name_dir = kc_strdup(name_dir)))) {
@@ -599,7 +610,6 @@ void kc_closwatch_keep(kc_closwatch *w, const uint8_t digest[KC_DIGEST_SIZE], in
         return;
     }
     memcpy(m->digest, digest, KC_DIGEST_SIZE);
-    m->recorded_at = recorded_at;
     m->n_probes = w->n_probes;
     m->n_watch = w->n_watch;
     m->skip = w->skip;
@@ -609,7 +619,7 @@ void kc_closwatch_keep(kc_closwatch *w, const uint8_t digest[KC_DIGEST_SIZE], in
     pthread_mutex_lock(&cw.lock);
     /* Made by this process's instance as it still is (not a parent's, not one overflowed). */
     if (cw.fd >= 0 && cw.pid == getpid() && cw.epoch == w->epoch) {
-        struct memo **slot = find_locked(digest, recorded_at, name_dir, w->n_probes);
+        struct memo **slot = find_locked(digest, name_dir, w->n_probes);
         if (!slot) {
             for (size_t i = 0; !slot && i < MAX_MEMOS; i++)
                 slot = cw.memos[i] ? NULL : &cw.memos[i];

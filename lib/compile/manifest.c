@@ -469,8 +469,8 @@ static int plan_watch(const struct dirs *d, const uint8_t *p, size_t size, size_
  * in *skip, or, when there is none, the watches for one in *rec.
  */
 static int watch_setup(int watched, const struct dirs *d, const uint8_t *p, size_t size,
-                       size_t start, uint32_t n, int64_t recorded_at, uint8_t *digest,
-                       uint8_t **skip, kc_closwatch **rec)
+                       size_t start, uint32_t n, uint8_t *digest, uint8_t **skip,
+                       kc_closwatch **rec)
 {
     *skip = NULL;
     *rec = NULL;
@@ -478,7 +478,7 @@ static int watch_setup(int watched, const struct dirs *d, const uint8_t *p, size
         return 0;
     kc_stored_digest(digest, p, size);
     int watch = 0;
-    int rc = kc_closwatch_lookup(skip, &watch, digest, recorded_at, d->name_dir, n);
+    int rc = kc_closwatch_lookup(skip, &watch, digest, d->name_dir, n);
     return rc ? (rc < 0 ? rc : 0) : watch ? plan_watch(d, p, size, start, n, rec) : 0;
 }
 
@@ -511,7 +511,7 @@ static int check(const void *blob, size_t size, int64_t recorded_at, const char 
     uint8_t digest[KC_DIGEST_SIZE], *skip = NULL;
     kc_closwatch *rec = NULL;
     if (!vouched || !a ||
-        watch_setup(watched, &d, p, size, start, n, recorded_at, digest, &skip, &rec)) {
+        watch_setup(watched, &d, p, size, start, n, digest, &skip, &rec)) {
         free(vouched);
         free(a);
         dirs_close(&d);
@@ -555,7 +555,7 @@ static int check(const void *blob, size_t size, int64_t recorded_at, const char 
             break;
     }
     if (rec && holds == 1 && !hashed)
-        kc_closwatch_keep(rec, digest, recorded_at, name_dir);
+        kc_closwatch_keep(rec, digest, name_dir);
     kc_closwatch_free(rec);
     free(skip);
     if (fresh)

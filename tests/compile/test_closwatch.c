@@ -5,7 +5,8 @@
  * disk gives: an edit that keeps size and mtime, a replacement by rename, a
  * header made earlier on the -I path, an edit through a hard link made in
  * another directory, a symlinked -I directory retargeted, an edit in a
- * forked child's lifetime (the child must not take the parent's events).
+ * forked child's lifetime (the child must not take the parent's events);
+ * and a second kernel over the same closure is served by the memo at once.
  *
  *   test_closwatch [CASE...]          the cases (all without arguments)
  *   test_closwatch netfs DIR SERVER   DIR: a network mount of SERVER (sshfs,
@@ -285,6 +286,37 @@ static void case_fork(void)
 }
 
 /*
+ * Kernels that share a closure share the memo (CuPy's hits are of many
+ * kernels over a few closures, each hit once): a second kernel including
+ * what the first does is served by the memo on its first hit, though its
+ * closure was recorded at another time; and still sees an edit.
+ */
+static void case_shared(void)
+{
+    struct tree t;
+    tree_init(&t, test_dir(), "shared");
+    warm("shared", &t, 1);
+    struct tree other = t;
+    other.opts[0] = other.inc[0];
+    other.opts[1] = other.inc[1];
+    snprintf(other.src, sizeof(other.src), "%s/src/other.cu", t.root);
+    test_write_text(other.src, "#include <val.h>\n"
+                               "extern \"C\" __global__ void k2(int *o) { o[1] = VAL; }\n");
+    kcache_result *r = compile(&other);
+    CHECK(r->status == 0 && !r->hit);
+    kcache_result_free(r);
+    uint64_t before = memo_hits();
+    r = compile(&other);
+    CHECK(r->status == 0 && r->hit);
+    kcache_result_free(r);
+    if (memo_hits() == before)
+        fprintf(stderr, "shared: the other kernel's first hit was not served by the memo\n");
+    CHECK(memo_hits() > before);
+    edit_keeping_times(t.val, t.new_text);
+    CHECK(sees_change("shared", &other, 1));
+}
+
+/*
  * A tree on a network mount, edited at the server as another host would:
  * inotify on this host hears nothing, so the directory must not be covered
  * and the edit (size kept, mtime moved) is seen by stat().
@@ -332,6 +364,7 @@ int main(int argc, char **argv)
         {"hard_link", case_hard_link},
         {"symlink_dir", case_symlink_dir},
         {"fork", case_fork},
+        {"shared", case_shared},
     };
     if (argc == 4 && !strcmp(argv[1], "netfs")) {
         case_netfs(argv[2], argv[3]);
