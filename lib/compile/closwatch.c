@@ -109,7 +109,21 @@ struct memo {
     struct seen *watch;
 };
 
+/* A directory the last walk passed: the name it was looked up by, and what it is. */
+struct step {
+    char name[NAME_MAX + 1];
+    int fd, wd;
+    dev_t dev;
+};
+
+#define MAX_DEPTH 64
+
 struct kc_closwatch {
+    /* The last walk without links: its directories, "/" first, so that the
+     * next walk (the table's directories share most of their prefixes)
+     * starts where their paths part. */
+    struct step chain[MAX_DEPTH];
+    int depth;
     uint32_t n_probes;
     uint8_t *skip;
     struct seen *watch;
@@ -291,12 +305,14 @@ static int local_fs(int fd)
     return 0;
 }
 
-/* Watches what fd was opened on; its descriptor, or -1. Listed in w. */
-static int watch_locked(kc_closwatch *w, int fd, uint32_t mask, int all)
+/*
+ * Watches what path names; its descriptor, or -1. Listed in w. Masks are
+ * only ever added to: an inode watched as a directory and then met under a
+ * file's name (or the other way) keeps every event either asked for.
+ */
+static int watch_path_locked(kc_closwatch *w, const char *path, uint32_t mask, int all)
 {
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-    int wd = inotify_add_watch(cw.fd, path, mask);
+    int wd = inotify_add_watch(cw.fd, path, mask | IN_MASK_ADD);
     if (wd < 0 || wd >= MAX_WD)
         return -1;
     if ((size_t)wd >= cw.n_slots) {
@@ -326,6 +342,14 @@ static int watch_locked(kc_closwatch *w, int fd, uint32_t mask, int all)
         w->watch[w->n_watch++].wd = wd;
     }
     return wd;
+}
+
+/* Watches what fd was opened on (through /proc: that very inode); as watch_path_locked(). */
+static int watch_locked(kc_closwatch *w, int fd, uint32_t mask, int all)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    return watch_path_locked(w, path, mask, all);
 }
 
 /* Makes an event naming name count on watch wd. 0, or -1 (no memory). */
@@ -370,7 +394,7 @@ static int root_locked(kc_closwatch *w, int *wd)
  * cannot be covered (absent, too long, a link loop, not a local file system,
  * no watch to be had).
  */
-static int walk_locked(kc_closwatch *w, const char *path)
+static int walk_locked(kc_closwatch *w, const char *path, dev_t *dev)
 {
     char todo[2 * PATH_MAX], tmp[2 * PATH_MAX], name[NAME_MAX + 1], target[PATH_MAX];
     if (path[0] != '/' || strlen(path) >= sizeof(todo))
@@ -428,8 +452,10 @@ static int walk_locked(kc_closwatch *w, const char *path)
         close(cur);
         cur = next;
     }
-    if (cur >= 0 && watch_locked(w, cur, DIR_MASK, 1) < 0)
+    struct stat st;
+    if (cur >= 0 && (fstat(cur, &st) || watch_locked(w, cur, DIR_MASK, 1) < 0))
         goto fail;
+    *dev = st.st_dev;
     return cur;
 fail:
     if (cur >= 0)
@@ -437,12 +463,85 @@ fail:
     return -1;
 }
 
+static void chain_cut(kc_closwatch *w, int depth)
+{
+    while (w->depth > depth)
+        close(w->chain[--w->depth].fd);
+}
+
+/*
+ * walk_locked() for a path without ".", ".." or symbolic links, from the
+ * directories of the last such walk it shares. The directory (a descriptor
+ * of the chain: not to be closed), -1 where it cannot be covered, -2 where
+ * only walk_locked() can tell (a link, a path too deep).
+ */
+static int walk_chain_locked(kc_closwatch *w, const char *path, dev_t *dev)
+{
+    char name[NAME_MAX + 1];
+    if (!w->depth) {
+        struct stat st;
+        int fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        int wd = fd < 0 || fstat(fd, &st) || !local_fs(fd) ? -1 : watch_locked(w, fd, DIR_MASK, 0);
+        if (wd < 0) {
+            if (fd >= 0)
+                close(fd);
+            return -1;
+        }
+        w->chain[0] = (struct step){"/", fd, wd, st.st_dev};
+        w->depth = 1;
+    }
+    int at = 1; /* chain[at - 1] is the directory reached */
+    for (const char *p = path;;) {
+        while (*p == '/')
+            p++;
+        size_t n = strcspn(p, "/");
+        if (n == 0)
+            break;
+        if (n > NAME_MAX || at == MAX_DEPTH)
+            return -2;
+        memcpy(name, p, n);
+        name[n] = '\0';
+        p += n;
+        if (!strcmp(name, ".") || !strcmp(name, ".."))
+            return -2;
+        if (at < w->depth && !strcmp(w->chain[at].name, name)) {
+            at++;
+            continue;
+        }
+        chain_cut(w, at);
+        const struct step *cur = &w->chain[at - 1];
+        if (count_name_locked(cur->wd, name))
+            return -1;
+        struct stat st;
+        int next = openat(cur->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        if (next < 0)
+            return -1;
+        int link = 0, wd = -1;
+        if (fstat(next, &st) || (link = S_ISLNK(st.st_mode)) || !S_ISDIR(st.st_mode) ||
+            (st.st_dev != cur->dev && !local_fs(next)) ||
+            (wd = watch_locked(w, next, DIR_MASK, 0)) < 0) {
+            close(next);
+            return link ? -2 : -1;
+        }
+        w->chain[at] = (struct step){"", next, wd, st.st_dev};
+        memcpy(w->chain[at].name, name, n + 1);
+        w->depth = ++at;
+    }
+    chain_cut(w, at);
+    const struct step *dir = &w->chain[at - 1];
+    if (watch_locked(w, dir->fd, DIR_MASK, 1) < 0)
+        return -1;
+    *dev = dir->dev;
+    return dir->fd;
+}
+
 /*
  * Whether probe pr, in directory dirfd (watched whole), can be skipped while
  * no event counts: absent and no symbolic link there (one could come to
  * point at a file made elsewhere), or a regular file, itself watched.
  */
-static int cover_probe_locked(kc_closwatch *w, int dirfd, const kc_closwatch_probe *pr)
+static int cover_probe_locked(kc_closwatch *w, int dirfd, dev_t dev,
+                              const kc_closwatch_probe *pr)
 {
     char base[NAME_MAX + 1];
     if (pr->base_len > NAME_MAX || pr->state == KC_PROBE_DIR)
@@ -455,13 +554,13 @@ static int cover_probe_locked(kc_closwatch *w, int dirfd, const kc_closwatch_pro
     if (pr->state == KC_PROBE_ABSENT)
         return fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) != 0 ? errno == ENOENT
                                                                      : !S_ISLNK(st.st_mode);
-    int fd = openat(dirfd, base, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && local_fs(fd) &&
-             watch_locked(w, fd, FILE_MASK, 1) >= 0;
-    close(fd);
-    return ok;
+    /* The inode at the name now, not followed; the stat after says it is a regular
+     * file of the directory's file system (replaced in between: an event). */
+    char path[64 + NAME_MAX];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d/%s", dirfd, base);
+    return watch_path_locked(w, path, FILE_MASK | IN_DONT_FOLLOW, 1) >= 0 &&
+           fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+           st.st_dev == dev;
 }
 
 /* ---- the memo ------------------------------------------------------------- */
@@ -575,17 +674,20 @@ int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
         w->mark = ++cw.mark;
         w->epoch = cw.epoch;
         for (uint32_t d = 0; d < n_dirs && !w->broken; d++) {
-            int fd = dirs[d] && first[d] < first[d + 1] ? walk_locked(w, dirs[d]) : -1;
+            dev_t dev = 0;
+            int fd = dirs[d] && first[d] < first[d + 1] ? walk_chain_locked(w, dirs[d], &dev) : -1;
+            int own = fd == -2 && (fd = walk_locked(w, dirs[d], &dev)) >= 0;
             for (uint32_t k = first[d]; fd >= 0 && k < first[d + 1] && !w->broken; k++) {
                 uint32_t i = order[k];
-                if (cover_probe_locked(w, fd, &probes[i])) {
+                if (cover_probe_locked(w, fd, dev, &probes[i])) {
                     w->skip[i / 8] |= (uint8_t)(1u << (i % 8));
                     covered++;
                 }
             }
-            if (fd >= 0)
+            if (own)
                 close(fd);
         }
+        chain_cut(w, 0);
         /* No event read since the watches were added: these are their generations then. */
         for (size_t i = 0; i < w->n_watch; i++)
             w->watch[i].gen = slot_of(w->watch[i].wd)->gen;
