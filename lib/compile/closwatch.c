@@ -19,15 +19,20 @@
  * Each regular file of the closure is watched as well, by its inode: a file
  * with another link elsewhere, or given one later, may be edited through
  * that link, which raises an event on the inode and on the other directory,
- * never on ours. Watches are added through /proc/self/fd/N of the very
- * descriptor the walk opened, so what is watched is what was walked.
+ * never on ours. A directory is watched through /proc/self/fd/N of the
+ * very descriptor the walk opened, so what is watched is what was walked;
+ * a file through /proc/self/fd/DIR/NAME without following a link, then
+ * stat()ed: a regular file on the directory's device, or not covered (one
+ * replaced in between raises an event in the directory). The directories
+ * of a closure share most of their path: a walk starts where it parts
+ * from the last one.
  *
  * Watching costs a few syscalls a file more than a check, so a closure is
  * watched on its second check in the process (a process that checks it
  * once, as the CLI does, never pays). The generation of every watch is
  * noted when the watches are in place, and only then does the full check
- * run: an edit after that point raises an
- * event, one before it is seen by the check itself. When the check held
+ * run: an edit after that point raises an event, one before it is seen by
+ * the check itself. When the check held
  * without hashing any file (a file too recent to trust its timestamps is
  * hashed on every check: compile/manifest.c), the closure's digest is
  * remembered with those generations and the probes they cover. A later
