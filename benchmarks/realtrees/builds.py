@@ -12,32 +12,64 @@ import zipfile
 
 from trees import *  # noqa: F401,F403  (the shared parts, by their names in run)
 
+def lz4_block(src, size):
+    """One LZ4 block decoded (util/codec.h's KC_CODEC_LZ4B: no frame for the lz4 tool)."""
+    out, i = bytearray(), 0
+
+    def length(n, i):
+        if n == 15:
+            while True:
+                n += src[i]
+                i += 1
+                if src[i - 1] != 255:
+                    break
+        return n, i
+    while i < len(src):
+        token = src[i]
+        n, i = length(token >> 4, i + 1)
+        out += src[i:i + n]
+        i += n
+        if i >= len(src):
+            break
+        back = src[i] | src[i + 1] << 8
+        m, i = length(token & 15, i + 2)
+        for _ in range(m + 4):
+            out.append(out[-back])
+    assert len(out) == size
+    return bytes(out)
+
+
 def closure_probes(db):
-    """The probes of the closure recorded last in db: {'file': n, 'toolkit': n, 'absent': n}."""
+    """The probes of the closure recorded last in db: {'file': n, 'toolkit': n, 'absent': n,
+    'dir': n}."""
     import sqlite3
     import struct
     con = sqlite3.connect(db)
     try:
-        row = con.execute('SELECT c.codec, c.data FROM manifest m JOIN closure c '
+        row = con.execute('SELECT c.codec, c.data, c.raw_size FROM manifest m JOIN closure c '
                           'ON c.id = m.closure_id ORDER BY m.created_at DESC LIMIT 1').fetchone()
     finally:
         con.close()
     if not row:
         return None
-    codec, data = row
+    codec, data, raw_size = row
     if codec in (1, 2):
         data = subprocess.run(['zstd' if codec == 1 else 'lz4', '-d', '-c', '-q'], input=data,
                               capture_output=True, check=True).stdout
-    assert data[:4] == b'KCM2'
-    n = struct.unpack_from('<I', data, 4)[0]
-    off, counts = 8, {'absent': 0, 'file': 0, 'toolkit': 0}
-    for _ in range(n):
+    elif codec == 3:
+        data = lz4_block(data, raw_size)
+    assert data[:4] in (b'KCM3', b'KCM4')  # lib/compile/manifest.c's encoding
+    off = 8
+    for _ in range(struct.unpack_from('<I', data, 4)[0]):  # the directory table
+        off += 1 if data[:4] == b'KCM4' else 0
+        off += 4 + struct.unpack_from('<I', data, off)[0]
+    off += 4
+    counts = {'absent': 0, 'file': 0, 'toolkit': 0, 'dir': 0}
+    for _ in range(struct.unpack_from('<I', data, off - 4)[0]):
         state = data[off]
-        plen = struct.unpack_from('<I', data, off + 1)[0]
-        off += 5 + plen
-        if state:
-            off += 40 + (32 if state == 1 else 0)
-        counts[('absent', 'file', 'toolkit')[state]] += 1
+        off += 9 + struct.unpack_from('<I', data, off + 5)[0]
+        off += 4 if state == 0 else 40 + (32 if state == 1 else 0)
+        counts[('absent', 'file', 'toolkit', 'dir')[state]] += 1
     return counts
 
 
@@ -156,8 +188,8 @@ def write_compare(path, rows, labels, load, cmd):
     b, af = labels
 
     def probes(p):
-        return '%d (%d files, %d toolkit, %d absent)' % (
-            sum(p.values()), p['file'], p['toolkit'], p['absent']) if p else 'n/a'
+        return '%d (%d files, %d toolkit, %d absent, %d directories)' % (
+            sum(p.values()), p['file'], p['toolkit'], p['absent'], p.get('dir', 0)) if p else 'n/a'
 
     def pair(r, key, fmt):
         x, y = r[b].get(key), r[af].get(key)

@@ -851,8 +851,8 @@ static int manifest_hit_under(kcache_compiler *c, const kcache_key *base, const 
     int found = 0, rc = 0;
     for (size_t i = 0; !found && !rc && i < n; i++) {
         kc_buf refreshed = {0};
-        int holds = kc_manifest_check(rows[i].closure, rows[i].size, rows[i].recorded_at, dir,
-                                      &refreshed);
+        int holds = kc_manifest_check_watched(rows[i].closure, rows[i].size,
+                                              rows[i].recorded_at, dir, &refreshed);
         kcache_entry *e = NULL;
         if (holds < 0) {
             rc = holds;

@@ -39,6 +39,11 @@
  * (an -I directory there: that look stays where it was), and no header is
  * the program's own file.
  *
+ * A hit's check is remembered for the process (kc_manifest_check_watched(),
+ * closwatch.c): while inotify reports no change to the directories and
+ * files a full check covered, a check of the same closure skips their
+ * stat()s and makes only the others.
+ *
  * Encoding (all little endian), compact so that a hit decodes little and
  * hashes no path: "KCM4", the directory table (count u32, then per directory
  * 1 if it is relative to the name's directory else 0 u8, its length u32 and
@@ -435,8 +440,60 @@ static int dir_holds(struct dirs *d, struct probe_at *a, int64_t recorded_at, in
     return 1;
 }
 
-int kc_manifest_check(const void *blob, size_t size, int64_t recorded_at, const char *name_dir,
-                      kc_buf *refreshed)
+/* The closure's probes as closwatch.c sees them, and each absolute directory's path. */
+static int plan_watch(const struct dirs *d, const uint8_t *p, size_t size, size_t start,
+                      uint32_t n, kc_closwatch **out)
+{
+    char **paths = kc_calloc((size_t)d->n + 1, sizeof(*paths));
+    kc_closwatch_probe *pr = kc_calloc((size_t)n + 1, sizeof(*pr));
+    struct probe_at *a = kc_malloc(sizeof(*a));
+    int rc = paths && pr && a ? 0 : KCACHE_ENOMEM;
+    for (uint32_t i = 0; !rc && i < d->n; i++) {
+        char path[PATH_MAX];
+        /* Relative to the name's or the working directory: stat()ed on every check. */
+        if (d->sym[i] || (d->lens[i] && d->names[i][0] != '/') ||
+            dir_path(d, i, path, sizeof(path)))
+            continue;
+        if (!(paths[i] = kc_strdup(path[0] ? path : "/")))
+            rc = KCACHE_ENOMEM;
+    }
+    size_t off = start;
+    for (uint32_t i = 0; !rc && i < n; i++) {
+        size_t at = off;
+        if (get_probe(p, size, &off, d, a) != 0)
+            break; /* the check says it does not hold */
+        pr[i] = (kc_closwatch_probe){a->dir, a->q.state, p + at + 9, kc_read_u32(p + at + 5)};
+    }
+    if (!rc && off == size)
+        rc = kc_closwatch_begin(out, paths, d->n, pr, n);
+    for (uint32_t i = 0; paths && i < d->n; i++)
+        free(paths[i]);
+    free(paths);
+    free(pr);
+    free(a);
+    return rc;
+}
+
+/*
+ * With watched: the probes a check remembered for this process vouches for
+ * in *skip, or, when there is none, the watches for one in *rec.
+ */
+static int watch_setup(int watched, const struct dirs *d, const uint8_t *p, size_t size,
+                       size_t start, uint32_t n, uint8_t *digest, uint8_t **skip,
+                       kc_closwatch **rec)
+{
+    *skip = NULL;
+    *rec = NULL;
+    if (!watched)
+        return 0;
+    kc_stored_digest(digest, p, size);
+    int watch = 0;
+    int rc = kc_closwatch_lookup(skip, &watch, digest, d->name_dir, n);
+    return rc ? (rc < 0 ? rc : 0) : watch ? plan_watch(d, p, size, start, n, rec) : 0;
+}
+
+static int check(const void *blob, size_t size, int64_t recorded_at, const char *name_dir,
+                 kc_buf *refreshed, int watched)
 {
     const uint8_t *p = blob;
     refreshed->size = 0;
@@ -461,7 +518,10 @@ int kc_manifest_check(const void *blob, size_t size, int64_t recorded_at, const 
     uint8_t *vouched = kc_calloc(n ? n : 1, 1); /* per DIR probe: it vouches */
     struct probe_at *a = kc_malloc(sizeof(*a));
     kc_probe *fresh = NULL; /* pass 1: what is there now, for the closure written back */
-    if (!vouched || !a) {
+    uint8_t digest[KC_DIGEST_SIZE], *skip = NULL;
+    kc_closwatch *rec = NULL;
+    if (!vouched || !a ||
+        watch_setup(watched, &d, p, size, start, n, digest, &skip, &rec)) {
         free(vouched);
         free(a);
         dirs_close(&d);
@@ -479,7 +539,9 @@ int kc_manifest_check(const void *blob, size_t size, int64_t recorded_at, const 
                 break;
             }
             int v = 0;
-            if (a->q.state == KC_PROBE_DIR) {
+            if (skip && (skip[i / 8] >> (i % 8) & 1)) {
+                holds = 1; /* nothing it covers changed since a check here found it (closwatch.c) */
+            } else if (a->q.state == KC_PROBE_DIR) {
                 holds = dir_holds(&d, a, recorded_at, &v);
                 vouched[i] = (uint8_t)v;
             } else if (a->q.state == KC_PROBE_ABSENT && a->q.vouch && a->q.vouch - 1 < i &&
@@ -502,6 +564,10 @@ int kc_manifest_check(const void *blob, size_t size, int64_t recorded_at, const 
         if (!hashed)
             break;
     }
+    if (rec && holds == 1 && !hashed)
+        kc_closwatch_keep(rec, digest, name_dir);
+    kc_closwatch_free(rec);
+    free(skip);
     if (fresh)
         for (uint32_t i = 0; i < n; i++)
             free(fresh[i].path);
@@ -512,4 +578,16 @@ int kc_manifest_check(const void *blob, size_t size, int64_t recorded_at, const 
     if (holds != 1)
         refreshed->size = 0;
     return holds;
+}
+
+int kc_manifest_check(const void *blob, size_t size, int64_t recorded_at, const char *name_dir,
+                      kc_buf *refreshed)
+{
+    return check(blob, size, recorded_at, name_dir, refreshed, 0);
+}
+
+int kc_manifest_check_watched(const void *blob, size_t size, int64_t recorded_at,
+                              const char *name_dir, kc_buf *refreshed)
+{
+    return check(blob, size, recorded_at, name_dir, refreshed, 1);
 }

@@ -42,4 +42,52 @@ int kc_manifest_any_dir(const kc_probe *probes, size_t n, int beside_mixed,
 int kc_manifest_check(const void *blob, size_t size, int64_t recorded_at, const char *name_dir,
                       kc_buf *refreshed);
 
+/*
+ * kc_manifest_check(), remembered for the process (closwatch.c): a closure
+ * checked again while inotify has seen no change to the directories and
+ * files it covers skips their stat()s. For the checks of a hit, where the
+ * same closures come back; the same answers as kc_manifest_check().
+ */
+int kc_manifest_check_watched(const void *blob, size_t size, int64_t recorded_at,
+                              const char *name_dir, kc_buf *refreshed);
+
+/* ---- the process's memo of closure checks (closwatch.c) ---------------- */
+
+typedef struct kc_closwatch kc_closwatch; /* the watches of one full check */
+
+/* One probe of a closure as closwatch.c sees it. */
+typedef struct kc_closwatch_probe {
+    uint32_t dir;         /* index into the directories, or UINT32_MAX: none */
+    int state;            /* enum kc_probe_state */
+    const uint8_t *base;  /* its name in the directory, not NUL-terminated */
+    uint32_t base_len;
+} kc_closwatch_probe;
+
+/*
+ * 1 when a closure (its digest, the directory of the name) was remembered and no event since touched what it covers: *skip gets a bit
+ * per probe, set for those that need no stat() (free() it). 0 when not, with
+ * *watch set when the process checked it before (worth watching now),
+ * KCACHE_ENOMEM.
+ */
+int kc_closwatch_lookup(uint8_t **skip, int *watch, const uint8_t digest[KC_DIGEST_SIZE],
+                        const char *name_dir, uint32_t n_probes);
+
+/*
+ * Watches, before a full check, what of a closure can be watched: dirs[d]
+ * the absolute path of directory d, or NULL where it is not to be covered.
+ * *out NULL (and 0) when nothing could be; else pass it to
+ * kc_closwatch_keep() if the check held without hashing a file, and free it.
+ * 0 or KCACHE_ENOMEM.
+ */
+int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
+                       const kc_closwatch_probe *probes, uint32_t n_probes);
+
+/* Remembers the closure begin() watched for: its check held, no file hashed. */
+void kc_closwatch_keep(kc_closwatch *w, const uint8_t digest[KC_DIGEST_SIZE], const char *name_dir);
+
+void kc_closwatch_free(kc_closwatch *w);
+
+/* For tests: checks served by the memo, closures remembered, in this process. */
+void kc_closwatch_counts(uint64_t *hits, uint64_t *kept);
+
 #endif

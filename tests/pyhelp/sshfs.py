@@ -1,8 +1,8 @@
 """A real network file system client for tests: sshfs over loopback.
 
-Mount(root) starts sshd on a free loopback port with keys it makes under
-root, mounts root/export at root/mnt with sshfs and, on close, unmounts it
-and stops sshd. Raises kctest.Skip, saying why, where that cannot be done
+Mount(root[, options]) starts sshd on a free loopback port with keys it makes
+under root, mounts root/export at root/mnt with sshfs (options: more -o
+options) and, on close, unmounts it and stops sshd. Raises kctest.Skip, saying why, where that cannot be done
 (not root, no /dev/fuse, no sshfs or sshd: apt-get install sshfs
 openssh-server). node(argv) runs a command as on another node of a cluster:
 in its own UTS namespace (its own hostname) and mount namespace, with a
@@ -26,7 +26,7 @@ def free_port():
 
 
 class Mount:
-    def __init__(self, root):
+    def __init__(self, root, options=""):
         if os.geteuid() != 0:
             raise Skip("sshd, FUSE mounts and namespaces need root")
         if not os.path.exists("/dev/fuse"):
@@ -57,6 +57,7 @@ class Mount:
         self.sshd = subprocess.Popen([SSHD, "-D", "-e", "-f", cfg],
                                      stderr=open(os.path.join(self.root, "sshd.log"), "w"))
         self.mounted = False
+        self.options = options
         try:
             self._mount(key)
         except Exception:
@@ -65,7 +66,7 @@ class Mount:
 
     def _mount(self, key):
         opts = ("IdentityFile=%s,StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null,"
-                "BatchMode=yes" % key)
+                "BatchMode=yes" % key) + ("," + self.options if self.options else "")
         for _ in range(50):  # sshd takes a moment to listen
             p = subprocess.run(["sshfs", "-p", str(self.port), "-o", opts,
                                 "root@127.0.0.1:" + self.export, self.mnt],

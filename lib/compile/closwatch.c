@@ -1,0 +1,762 @@
+/*
+ * The process's memo of closure checks: a program that hits many kernels
+ * sharing one include closure (CuPy: ~300 hits over a few closures of
+ * ~2,000 probes each) stats each probe of it once, not once per hit. The
+ * kernel's inotify says what changed since: while no event has named a
+ * watched directory or file, what a full check found there still holds.
+ *
+ * Before a full check of a closure (manifest.c), every absolute directory of
+ * its table is walked from "/" one component at a time, each directory on
+ * the way watched and told the name looked up in it next; a symbolic link
+ * met on the way is read and its target walked the same way. Every lookup
+ * the kernel makes to reach the directory is then a name in a watched
+ * directory: renaming, removing, creating or retargeting any of them raises
+ * an event that counts, and a watched directory moved or removed raises one
+ * of its own. Events naming other entries of an ancestor do not count (a
+ * checkout under /tmp is not forgotten whenever /tmp changes). In the
+ * directory itself every event counts: a file there created, removed,
+ * renamed, written or its attributes changed (utimensat, chmod: ctime).
+ * Each regular file of the closure is watched as well, by its inode: a file
+ * with another link elsewhere, or given one later, may be edited through
+ * that link, which raises an event on the inode and on the other directory,
+ * never on ours. A directory is watched through /proc/self/fd/N of the
+ * very descriptor the walk opened, so what is watched is what was walked;
+ * a file through /proc/self/fd/DIR/NAME without following a link, then
+ * stat()ed: a regular file on the directory's device, or not covered (one
+ * replaced in between raises an event in the directory). The directories
+ * of a closure share most of their path: a walk starts where it parts
+ * from the last one.
+ *
+ * Watching costs a few syscalls a file more than a check, so a closure is
+ * watched on its second check in the process (a process that checks it
+ * once, as the CLI does, never pays). The generation of every watch is
+ * noted when the watches are in place, and only then does the full check
+ * run: an edit after that point raises an event, one before it is seen by
+ * the check itself. When the check held
+ * without hashing any file (a file too recent to trust its timestamps is
+ * hashed on every check: compile/manifest.c), the closure's digest is
+ * remembered with those generations and the probes they cover. A later
+ * check of the same closure (the same bytes, for the same directory of the
+ * name) reads the queue, bumps the generation of each watch an event names,
+ * and skips the probes covered when no generation it noted moved.
+ *
+ * When the closure was read is not part of what is remembered: many
+ * kernels share one closure, each recorded at its own time, and CuPy hits
+ * each kernel once. It need not be: a full check that hashed nothing found
+ * every file's identity (size, times, inode) as recorded with its digest
+ * and old enough to trust, so from then on, whichever entry names the
+ * closure, that identity stands for those bytes; any change to it raises an
+ * event.
+ *
+ * Not covered, and stat()ed on every check as before: names relative to the
+ * working directory or to the program name's directory (CuPy names each
+ * program <a new temporary directory>/kern.cu), directory probes (they
+ * vouch for absent names below them), names that are symbolic links, and
+ * every directory whose walk meets a file system not on the list below.
+ * inotify sees only what this kernel does: a network or FUSE file system
+ * changed from another host, or behind the mount, raises nothing, so only
+ * local disk file systems, tmpfs and overlayfs (whose layers must not change
+ * under a mount) are trusted. Where inotify cannot be had (no instance:
+ * EMFILE, seccomp; no watch: ENOSPC) nothing is remembered and every check
+ * is a full one. A queue overflow forgets everything.
+ *
+ * Known limits, not covered: a write through a shared mmap raises no
+ * inotify event; nor does a mount placed over a watched directory.
+ *
+ * Threads share one instance under one lock. A forked child never reads
+ * the instance it inherited (it would take the parent's events): it drops
+ * the memo and makes one of its own.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include "compile/manifest.h"
+
+#define DIR_MASK                                                                                   \
+    (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_CREATE | IN_DELETE | IN_MOVED_FROM |             \
+     IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
+#define FILE_MASK (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF)
+#define MAX_NAMES 32   /* names an ancestor's watch tells apart; past it every event counts */
+#define MAX_MEMOS 256  /* closures remembered; a new one past it replaces the oldest */
+#define MAX_SEEN 1024  /* closures checked once, not yet watched */
+#define MAX_WD (1 << 16) /* watch descriptors; the kernel hands them out cyclically */
+#define MAX_LINKS 40   /* symbolic links followed in one walk, as the kernel's own limit */
+
+/* One watch: its generation, and which of its events count. */
+struct slot {
+    uint32_t gen;
+    uint32_t mark; /* the recording that last listed it */
+    uint8_t all;   /* every event counts: a closure's directory, or a file */
+    uint8_t n_names;
+    char **names;  /* else only those naming one of these (an ancestor's next component) */
+};
+
+struct seen {
+    int wd;
+    uint32_t gen;
+};
+
+struct memo {
+    uint8_t digest[KC_DIGEST_SIZE];
+    char *name_dir;
+    uint32_t n_probes;
+    uint8_t *skip; /* a bit per probe: covered */
+    size_t n_watch;
+    struct seen *watch;
+};
+
+/* A directory the last walk passed: the name it was looked up by, and what it is. */
+struct step {
+    char name[NAME_MAX + 1];
+    int fd, wd;
+    dev_t dev;
+};
+
+#define MAX_DEPTH 64
+
+struct kc_closwatch {
+    /* The last walk without links: its directories, "/" first, so that the
+     * next walk (the table's directories share most of their prefixes)
+     * starts where their paths part. */
+    struct step chain[MAX_DEPTH];
+    int depth;
+    uint32_t n_probes;
+    uint8_t *skip;
+    struct seen *watch;
+    size_t n_watch, cap;
+    uint32_t mark;
+    uint64_t epoch; /* the instance it was made with */
+    int broken;     /* out of memory: keep nothing */
+};
+
+static struct {
+    pthread_mutex_t lock;
+    int fd;        /* the instance; -1 none yet, -2 none to be had in this process */
+    pid_t pid;     /* the process it belongs to */
+    uint64_t epoch; /* instances made (or forgotten) so far */
+    struct slot *slots; /* by watch descriptor */
+    size_t n_slots;
+    struct memo *memos[MAX_MEMOS];
+    size_t next;
+    uint8_t seen[MAX_SEEN][16]; /* the digests' first bytes */
+    size_t n_seen;
+    uint32_t mark;
+    uint64_t hits, kept;
+    pthread_once_t once;
+} cw = {PTHREAD_MUTEX_INITIALIZER, -1, 0, 0, NULL, 0, {NULL}, 0, {{0}}, 0, 0, 0, 0,
+        PTHREAD_ONCE_INIT};
+
+/* ---- the instance -------------------------------------------------------- */
+
+static void before_fork(void)
+{
+    pthread_mutex_lock(&cw.lock);
+}
+
+static void after_fork(void)
+{
+    pthread_mutex_unlock(&cw.lock);
+}
+
+static void at_fork(void)
+{
+    pthread_atfork(before_fork, after_fork, after_fork);
+}
+
+static void memo_free(struct memo *m)
+{
+    if (!m)
+        return;
+    free(m->name_dir);
+    free(m->skip);
+    free(m->watch);
+    free(m);
+}
+
+static void slot_names_free(struct slot *s)
+{
+    for (int i = 0; i < s->n_names; i++)
+        free(s->names[i]);
+    free(s->names);
+    s->names = NULL;
+    s->n_names = 0;
+}
+
+/* Forgets every closure; keep_slots: the watches stay, each one's generation moved. */
+static void forget_locked(int keep_slots)
+{
+    for (size_t i = 0; i < MAX_MEMOS; i++) {
+        memo_free(cw.memos[i]);
+        cw.memos[i] = NULL;
+    }
+    for (size_t i = 0; i < cw.n_slots; i++) {
+        cw.slots[i].gen++;
+        if (!keep_slots)
+            slot_names_free(&cw.slots[i]);
+    }
+    if (!keep_slots) {
+        free(cw.slots);
+        cw.slots = NULL;
+        cw.n_slots = 0;
+    }
+    cw.epoch++;
+}
+
+/*
+ * Whether the instance is there (made when make is set). A forked child
+ * drops its parent's. One whose descriptors have climbed half way to MAX_WD
+ * (watches removed and added as trees come and go) is replaced before it
+ * runs out, with all it remembered.
+ */
+static int ready_locked(int make)
+{
+    pid_t pid = getpid();
+    if ((cw.fd != -1 && cw.pid != pid) || (make && cw.fd >= 0 && cw.n_slots > MAX_WD / 2)) {
+        if (cw.fd >= 0)
+            close(cw.fd); /* this process's copy: a parent's stays open */
+        cw.fd = -1;
+        forget_locked(0);
+    }
+    if (cw.fd == -1 && make) {
+        cw.fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+        cw.pid = pid;
+        if (cw.fd < 0)
+            cw.fd = -2;
+        cw.epoch++;
+    }
+    return cw.fd >= 0;
+}
+
+/* ---- events ---------------------------------------------------------------- */
+
+static struct slot *slot_of(int wd)
+{
+    return wd >= 0 && (size_t)wd < cw.n_slots ? &cw.slots[wd] : NULL;
+}
+
+static void event_locked(const struct inotify_event *ev)
+{
+    struct slot *s = slot_of(ev->wd);
+    if (!s)
+        return;
+    if (ev->mask & IN_IGNORED) {
+        s->gen++; /* the watch is gone: nothing it vouched for holds */
+        slot_names_free(s);
+        s->all = 0;
+        return;
+    }
+    int counts = s->all || !ev->len || !ev->name[0];
+    for (int i = 0; !counts && i < s->n_names; i++)
+        counts = !strcmp(s->names[i], ev->name);
+    if (counts)
+        s->gen++;
+}
+
+/* Reads every event queued, moving the generation of each watch one counts for. */
+static void drain_locked(void)
+{
+    _Alignas(struct inotify_event) char buf[16384];
+    for (;;) {
+        ssize_t n = read(cw.fd, buf, sizeof(buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno != EAGAIN) {
+            forget_locked(1); /* an event may have been lost */
+            return;
+        }
+        if (n <= 0)
+            return;
+        for (ssize_t off = 0; off + (ssize_t)sizeof(struct inotify_event) <= n;) {
+            const struct inotify_event *ev = (const void *)(buf + off);
+            if (ev->mask & IN_Q_OVERFLOW)
+                forget_locked(1);
+            else
+                event_locked(ev);
+            off += (ssize_t)(sizeof(*ev) + ev->len);
+        }
+    }
+}
+
+/* ---- watching ------------------------------------------------------------- */
+
+/* Whether a change to a file there is certain to raise an event in this kernel. */
+static int local_fs(int fd)
+{
+    static const long local[] = {
+        0xEF53,             /* ext2, ext3, ext4 */
+        0x58465342,         /* XFS */
+        (long)0x9123683E,   /* Btrfs */
+        0x01021994,         /* tmpfs */
+        0x794C7630,         /* overlayfs */
+        (long)0xF2F52010,   /* F2FS */
+        0x2FC12FC1,         /* ZFS */
+        (long)0x858458F6,   /* ramfs */
+    };
+    struct statfs sf;
+    if (fstatfs(fd, &sf) != 0)
+        return 0;
+    for (size_t i = 0; i < sizeof(local) / sizeof(local[0]); i++)
+        if ((long)sf.f_type == local[i])
+            return 1;
+    return 0;
+}
+
+/*
+ * Watches what path names; its descriptor, or -1. Listed in w. Masks are
+ * only ever added to: an inode watched as a directory and then met under a
+ * file's name (or the other way) keeps every event either asked for.
+ */
+static int watch_path_locked(kc_closwatch *w, const char *path, uint32_t mask, int all)
+{
+    int wd = inotify_add_watch(cw.fd, path, mask | IN_MASK_ADD);
+    if (wd < 0 || wd >= MAX_WD)
+        return -1;
+    if ((size_t)wd >= cw.n_slots) {
+        size_t n = (size_t)wd + 1 > 2 * cw.n_slots ? (size_t)wd + 1 : 2 * cw.n_slots;
+        struct slot *s = kc_realloc(cw.slots, n * sizeof(*s));
+        if (!s) {
+            w->broken = 1;
+            return -1;
+        }
+        memset(s + cw.n_slots, 0, (n - cw.n_slots) * sizeof(*s));
+        cw.slots = s;
+        cw.n_slots = n;
+    }
+    struct slot *s = &cw.slots[wd];
+    if (all) {
+        s->all = 1;
+        slot_names_free(s);
+    }
+    if (s->mark != w->mark) {
+        struct seen *v = kc_grow(w->watch, &w->cap, w->n_watch, sizeof(*v), 64);
+        if (!v) {
+            w->broken = 1;
+            return -1;
+        }
+        w->watch = v;
+        s->mark = w->mark;
+        w->watch[w->n_watch++].wd = wd;
+    }
+    return wd;
+}
+
+/* Watches what fd was opened on (through /proc: that very inode); as watch_path_locked(). */
+static int watch_locked(kc_closwatch *w, int fd, uint32_t mask, int all)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    return watch_path_locked(w, path, mask, all);
+}
+
+/* Makes an event naming name count on watch wd. 0, or -1 (no memory). */
+static int count_name_locked(int wd, const char *name)
+{
+    struct slot *s = slot_of(wd);
+    if (s->all)
+        return 0;
+    for (int i = 0; i < s->n_names; i++)
+        if (!strcmp(s->names[i], name))
+            return 0;
+    if (s->n_names == MAX_NAMES) {
+        slot_names_free(s);
+        s->all = 1;
+        return 0;
+    }
+    char **v = kc_realloc(s->names, (s->n_names + 1u) * sizeof(*v));
+    if (!v)
+        return -1;
+    s->names = v;
+    if (!(v[s->n_names] = kc_strdup(name)))
+        return -1;
+    s->n_names++;
+    return 0;
+}
+
+/* "/" opened and watched, its descriptor in *wd: an fd, or -1. */
+static int root_locked(kc_closwatch *w, int *wd)
+{
+    int fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0 && (!local_fs(fd) || (*wd = watch_locked(w, fd, DIR_MASK, 0)) < 0)) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/*
+ * Walks path from "/", watching every directory it passes and telling each
+ * the name looked up in it next, following symbolic links as the kernel
+ * would. The directory, opened O_PATH and watched whole, or -1 where it
+ * cannot be covered (absent, too long, a link loop, not a local file system,
+ * no watch to be had).
+ */
+static int walk_locked(kc_closwatch *w, const char *path, dev_t *dev)
+{
+    char todo[2 * PATH_MAX], tmp[2 * PATH_MAX], name[NAME_MAX + 1], target[PATH_MAX];
+    if (path[0] != '/' || strlen(path) >= sizeof(todo))
+        return -1;
+    strcpy(todo, path);
+    const char *p = todo;
+    int links = 0, wd = -1;
+    int cur = root_locked(w, &wd);
+    while (cur >= 0) {
+        while (*p == '/')
+            p++;
+        size_t n = strcspn(p, "/");
+        if (n == 0)
+            break;
+        if (n > NAME_MAX)
+            goto fail;
+        memcpy(name, p, n);
+        name[n] = '\0';
+        p += n;
+        if (!strcmp(name, "."))
+            continue;
+        /* ".." of a watched directory changes only when it moves, an event of its own. */
+        if (strcmp(name, "..") && count_name_locked(wd, name))
+            goto fail;
+        int next = openat(cur, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st;
+        if (next < 0)
+            goto fail;
+        if (fstat(next, &st) != 0) {
+            close(next);
+            goto fail;
+        }
+        if (S_ISLNK(st.st_mode)) {
+            ssize_t t = readlinkat(next, "", target, sizeof(target) - 1);
+            close(next);
+            if (t <= 0 || ++links > MAX_LINKS)
+                goto fail;
+            target[t] = '\0';
+            int k = snprintf(tmp, sizeof(tmp), "%s/%s", target, p);
+            if (k < 0 || (size_t)k >= sizeof(tmp))
+                goto fail;
+            memcpy(todo, tmp, (size_t)k + 1);
+            p = todo;
+            if (target[0] == '/') {
+                close(cur);
+                cur = root_locked(w, &wd);
+            }
+            continue;
+        }
+        if (!S_ISDIR(st.st_mode) || !local_fs(next) ||
+            (wd = watch_locked(w, next, DIR_MASK, 0)) < 0) {
+            close(next);
+            goto fail;
+        }
+        close(cur);
+        cur = next;
+    }
+    struct stat st;
+    if (cur >= 0 && (fstat(cur, &st) || watch_locked(w, cur, DIR_MASK, 1) < 0))
+        goto fail;
+    *dev = st.st_dev;
+    return cur;
+fail:
+    if (cur >= 0)
+        close(cur);
+    return -1;
+}
+
+static void chain_cut(kc_closwatch *w, int depth)
+{
+    while (w->depth > depth)
+        close(w->chain[--w->depth].fd);
+}
+
+/*
+ * walk_locked() for a path without ".", ".." or symbolic links, from the
+ * directories of the last such walk it shares. The directory (a descriptor
+ * of the chain: not to be closed), -1 where it cannot be covered, -2 where
+ * only walk_locked() can tell (a link, a path too deep).
+ */
+static int walk_chain_locked(kc_closwatch *w, const char *path, dev_t *dev)
+{
+    char name[NAME_MAX + 1];
+    if (!w->depth) {
+        struct stat st;
+        int fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        int wd = fd < 0 || fstat(fd, &st) || !local_fs(fd) ? -1 : watch_locked(w, fd, DIR_MASK, 0);
+        if (wd < 0) {
+            if (fd >= 0)
+                close(fd);
+            return -1;
+        }
+        w->chain[0] = (struct step){"/", fd, wd, st.st_dev};
+        w->depth = 1;
+    }
+    int at = 1; /* chain[at - 1] is the directory reached */
+    for (const char *p = path;;) {
+        while (*p == '/')
+            p++;
+        size_t n = strcspn(p, "/");
+        if (n == 0)
+            break;
+        if (n > NAME_MAX || at == MAX_DEPTH)
+            return -2;
+        memcpy(name, p, n);
+        name[n] = '\0';
+        p += n;
+        if (!strcmp(name, ".") || !strcmp(name, ".."))
+            return -2;
+        if (at < w->depth && !strcmp(w->chain[at].name, name)) {
+            at++;
+            continue;
+        }
+        chain_cut(w, at);
+        const struct step *cur = &w->chain[at - 1];
+        if (count_name_locked(cur->wd, name))
+            return -1;
+        struct stat st;
+        int next = openat(cur->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        if (next < 0)
+            return -1;
+        int link = 0, wd = -1;
+        if (fstat(next, &st) || (link = S_ISLNK(st.st_mode)) || !S_ISDIR(st.st_mode) ||
+            (st.st_dev != cur->dev && !local_fs(next)) ||
+            (wd = watch_locked(w, next, DIR_MASK, 0)) < 0) {
+            close(next);
+            return link ? -2 : -1;
+        }
+        w->chain[at] = (struct step){"", next, wd, st.st_dev};
+        memcpy(w->chain[at].name, name, n + 1);
+        w->depth = ++at;
+    }
+    chain_cut(w, at);
+    const struct step *dir = &w->chain[at - 1];
+    if (watch_locked(w, dir->fd, DIR_MASK, 1) < 0)
+        return -1;
+    *dev = dir->dev;
+    return dir->fd;
+}
+
+/*
+ * Whether probe pr, in directory dirfd (watched whole), can be skipped while
+ * no event counts: absent and no symbolic link there (one could come to
+ * point at a file made elsewhere), or a regular file, itself watched.
+ */
+static int cover_probe_locked(kc_closwatch *w, int dirfd, dev_t dev,
+                              const kc_closwatch_probe *pr)
+{
+    char base[NAME_MAX + 1];
+    if (pr->base_len > NAME_MAX || pr->state == KC_PROBE_DIR)
+        return 0;
+    memcpy(base, pr->base, pr->base_len);
+    base[pr->base_len] = '\0';
+    if (!base[0] || !strcmp(base, ".") || !strcmp(base, ".."))
+        return 0;
+    struct stat st;
+    if (pr->state == KC_PROBE_ABSENT)
+        return fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) != 0 ? errno == ENOENT
+                                                                     : !S_ISLNK(st.st_mode);
+    /* The inode at the name now, not followed; the stat after says it is a regular
+     * file of the directory's file system (replaced in between: an event). */
+    char path[64 + NAME_MAX];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d/%s", dirfd, base);
+    return watch_path_locked(w, path, FILE_MASK | IN_DONT_FOLLOW, 1) >= 0 &&
+           fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+           st.st_dev == dev;
+}
+
+/* ---- the memo ------------------------------------------------------------- */
+
+static struct memo **find_locked(const uint8_t digest[KC_DIGEST_SIZE], const char *name_dir,
+                                 uint32_t n_probes)
+{
+    for (size_t i = 0; i < MAX_MEMOS; i++) {
+        struct memo *m = cw.memos[i];
+        if (m && m->n_probes == n_probes &&
+            !memcmp(m->digest, digest, KC_DIGEST_SIZE) &&
+            (m->name_dir && name_dir ? !strcmp(m->name_dir, name_dir) : m->name_dir == name_dir))
+            return &cw.memos[i];
+    }
+    return NULL;
+}
+
+/* Whether no event has counted on any watch m relies on. */
+static int unchanged_locked(const struct memo *m)
+{
+    for (size_t i = 0; i < m->n_watch; i++) {
+        const struct slot *s = slot_of(m->watch[i].wd);
+        if (!s || s->gen != m->watch[i].gen)
+            return 0;
+    }
+    return 1;
+}
+
+/*
+ * Whether a closure was checked before in this process (noted now if not).
+ * Watching costs a few syscalls a file more than a check: a process that
+ * checks a closure once (the CLI's) never pays it.
+ */
+static int seen_before_locked(const uint8_t digest[KC_DIGEST_SIZE])
+{
+    size_t n = cw.n_seen < MAX_SEEN ? cw.n_seen : MAX_SEEN;
+    for (size_t i = 0; i < n; i++)
+        if (!memcmp(cw.seen[i], digest, sizeof(cw.seen[i])))
+            return 1;
+    memcpy(cw.seen[cw.n_seen++ % MAX_SEEN], digest, sizeof(cw.seen[0]));
+    return 0;
+}
+
+int kc_closwatch_lookup(uint8_t **skip, int *watch, const uint8_t digest[KC_DIGEST_SIZE],
+                        const char *name_dir, uint32_t n_probes)
+{
+    *skip = NULL;
+    pthread_once(&cw.once, at_fork);
+    pthread_mutex_lock(&cw.lock);
+    int rc = 0;
+    *watch = seen_before_locked(digest);
+    if (ready_locked(0)) {
+        drain_locked();
+        struct memo **slot = find_locked(digest, name_dir, n_probes);
+        if (slot && unchanged_locked(*slot)) {
+            *skip = (uint8_t *)kc_memdup((*slot)->skip, ((size_t)n_probes + 7) / 8 + 1);
+            rc = *skip ? 1 : KCACHE_ENOMEM;
+            cw.hits += rc == 1;
+        } else if (slot) {
+            memo_free(*slot);
+            *slot = NULL;
+        }
+    }
+    pthread_mutex_unlock(&cw.lock);
+    return rc;
+}
+
+/* The probes a directory's watch can cover, by directory: order[first[d] .. first[d + 1]). */
+static int by_dir(const kc_closwatch_probe *probes, uint32_t n, uint32_t n_dirs, uint32_t **order,
+                  uint32_t **first)
+{
+    *order = kc_malloc(((size_t)n + 1) * sizeof(**order));
+    *first = kc_calloc((size_t)n_dirs + 2, sizeof(**first));
+    if (!*order || !*first)
+        return KCACHE_ENOMEM;
+    for (uint32_t i = 0; i < n; i++)
+        if (probes[i].dir < n_dirs && probes[i].state != KC_PROBE_DIR)
+            (*first)[probes[i].dir + 1]++;
+    for (uint32_t d = 0; d < n_dirs; d++)
+        (*first)[d + 1] += (*first)[d];
+    uint32_t *at = kc_malloc(((size_t)n_dirs + 1) * sizeof(*at));
+    if (!at)
+        return KCACHE_ENOMEM;
+    memcpy(at, *first, ((size_t)n_dirs + 1) * sizeof(*at));
+    for (uint32_t i = 0; i < n; i++)
+        if (probes[i].dir < n_dirs && probes[i].state != KC_PROBE_DIR)
+            (*order)[at[probes[i].dir]++] = i;
+    free(at);
+    return 0;
+}
+
+int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
+                       const kc_closwatch_probe *probes, uint32_t n_probes)
+{
+    *out = NULL;
+    kc_closwatch *w = kc_calloc(1, sizeof(*w));
+    uint32_t *order = NULL, *first = NULL;
+    if (!w || !(w->skip = kc_calloc(((size_t)n_probes + 7) / 8 + 1, 1)) ||
+        by_dir(probes, n_probes, n_dirs, &order, &first)) {
+        kc_closwatch_free(w);
+        free(order);
+        free(first);
+        return KCACHE_ENOMEM;
+    }
+    w->n_probes = n_probes;
+    pthread_once(&cw.once, at_fork);
+    pthread_mutex_lock(&cw.lock);
+    int covered = 0;
+    if (ready_locked(1)) {
+        drain_locked();
+        w->mark = ++cw.mark;
+        w->epoch = cw.epoch;
+        for (uint32_t d = 0; d < n_dirs && !w->broken; d++) {
+            dev_t dev = 0;
+            int fd = dirs[d] && first[d] < first[d + 1] ? walk_chain_locked(w, dirs[d], &dev) : -1;
+            int own = fd == -2 && (fd = walk_locked(w, dirs[d], &dev)) >= 0;
+            for (uint32_t k = first[d]; fd >= 0 && k < first[d + 1] && !w->broken; k++) {
+                uint32_t i = order[k];
+                if (cover_probe_locked(w, fd, dev, &probes[i])) {
+                    w->skip[i / 8] |= (uint8_t)(1u << (i % 8));
+                    covered++;
+                }
+            }
+            if (own)
+                close(fd);
+        }
+        chain_cut(w, 0);
+        /* No event read since the watches were added: these are their generations then. */
+        for (size_t i = 0; i < w->n_watch; i++)
+            w->watch[i].gen = slot_of(w->watch[i].wd)->gen;
+    }
+    pthread_mutex_unlock(&cw.lock);
+    free(order);
+    free(first);
+    if (!covered || w->broken) {
+        int broken = w->broken;
+        kc_closwatch_free(w);
+        return broken ? KCACHE_ENOMEM : 0;
+    }
+    *out = w;
+    return 0;
+}
+
+void kc_closwatch_keep(kc_closwatch *w, const uint8_t digest[KC_DIGEST_SIZE], const char *name_dir)
+{
+    struct memo *m = kc_calloc(1, sizeof(*m));
+    if (!m || (name_dir && !(m->name_dir = kc_strdup(name_dir)))) {
+        memo_free(m);
+        return;
+    }
+    memcpy(m->digest, digest, KC_DIGEST_SIZE);
+    m->n_probes = w->n_probes;
+    m->n_watch = w->n_watch;
+    m->skip = w->skip;
+    m->watch = w->watch;
+    w->skip = NULL;
+    w->watch = NULL;
+    pthread_mutex_lock(&cw.lock);
+    /* Made by this process's instance as it still is (not a parent's, not one overflowed). */
+    if (cw.fd >= 0 && cw.pid == getpid() && cw.epoch == w->epoch) {
+        struct memo **slot = find_locked(digest, name_dir, w->n_probes);
+        if (!slot) {
+            for (size_t i = 0; !slot && i < MAX_MEMOS; i++)
+                slot = cw.memos[i] ? NULL : &cw.memos[i];
+            if (!slot) {
+                slot = &cw.memos[cw.next];
+                cw.next = (cw.next + 1) % MAX_MEMOS;
+            }
+        }
+        memo_free(*slot);
+        *slot = m;
+        m = NULL;
+        cw.kept++;
+    }
+    pthread_mutex_unlock(&cw.lock);
+    memo_free(m);
+}
+
+void kc_closwatch_free(kc_closwatch *w)
+{
+    if (!w)
+        return;
+    free(w->skip);
+    free(w->watch);
+    free(w);
+}
+
+void kc_closwatch_counts(uint64_t *hits, uint64_t *kept)
+{
+    pthread_mutex_lock(&cw.lock);
+    *hits = cw.hits;
+    *kept = cw.kept;
+    pthread_mutex_unlock(&cw.lock);
+}

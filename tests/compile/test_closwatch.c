@@ -1,0 +1,384 @@
+/*
+ * The process's memo of closure checks (lib/compile/closwatch.c) in one
+ * long-lived process: after a hit the memo serves, each way a header can
+ * change between two compiles is a miss giving what plain NVRTC reading the
+ * disk gives: an edit that keeps size and mtime, a replacement by rename, a
+ * header made earlier on the -I path, an edit through a hard link made in
+ * another directory, a symlinked -I directory retargeted, an edit in a
+ * forked child's lifetime (the child must not take the parent's events);
+ * and a second kernel over the same closure is served by the memo at once.
+ *
+ *   test_closwatch [CASE...]          the cases (all without arguments)
+ *   test_closwatch netfs DIR SERVER   DIR: a network mount of SERVER (sshfs,
+ *                                     tests/compile/test_closwatch_netfs.py);
+ *                                     edits made at SERVER, as another host
+ *                                     would, are seen through DIR
+ *
+ * Files look 10 s old to kcache (KCACHE_TEST_CLOCK_SHIFT_NS), so a check
+ * trusts them and the memo is used; every edit here changes ctime. Skips
+ * (77) without a toolkit.
+ */
+#include <fcntl.h>
+#include <kcache/compile.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "compile/manifest.h"
+#include "compiletest.h"
+#include "cuda/toolkit.h"
+
+#define SEED "--frandom-seed=0x6b63"
+
+static const kc_nvrtc *api;
+static kcache_compiler *comp;
+
+/* One case's tree: root/src/kern.cu includes <val.h>, looked for in -I first then -I second. */
+struct tree {
+    char root[600], src[700], first[700], second[700], val[800];
+    char inc[2][720];
+    const char *opts[3];
+    char old_text[32], new_text[32]; /* val.h before and after, of one size; a case's own */
+    char new_val[16];
+};
+
+static void tree_init(struct tree *t, const char *base, const char *name)
+{
+    static int cases;
+    cases++;
+    snprintf(t->new_val, sizeof(t->new_val), "%d", 54300 + cases);
+    snprintf(t->old_text, sizeof(t->old_text), "#define VAL %d\n", 12300 + cases);
+    snprintf(t->new_text, sizeof(t->new_text), "#define VAL %s\n", t->new_val);
+    snprintf(t->root, sizeof(t->root), "%s/%s", base, name);
+    snprintf(t->src, sizeof(t->src), "%s/src/kern.cu", t->root);
+    snprintf(t->first, sizeof(t->first), "%s/first", t->root);
+    snprintf(t->second, sizeof(t->second), "%s/second", t->root);
+    snprintf(t->val, sizeof(t->val), "%s/val.h", t->second);
+    test_sh("mkdir -p '%s/src' '%s' '%s'", t->root, t->first, t->second);
+    test_write_text(t->src, "#include <val.h>\n"
+                            "extern \"C\" __global__ void k(int *o) { *o = VAL; }\n");
+    test_write_text(t->val, t->old_text);
+    snprintf(t->inc[0], sizeof(t->inc[0]), "-I%s", t->first);
+    snprintf(t->inc[1], sizeof(t->inc[1]), "-I%s", t->second);
+    t->opts[0] = t->inc[0];
+    t->opts[1] = t->inc[1];
+    t->opts[2] = SEED;
+}
+
+static kcache_result *compile_flags(const struct tree *t, unsigned flags)
+{
+    kcache_request q = KCACHE_REQUEST_INIT;
+    q.flags = flags;
+    q.source_path = t->src;
+    q.arch = "compute_90";
+    q.output = KCACHE_KIND_PTX;
+    q.options = t->opts;
+    q.n_options = 3;
+    kcache_result *r = NULL;
+    kcache_compiler_compile(&r, comp, &q);
+    REQUIRE(r);
+    return r;
+}
+
+static kcache_result *compile(const struct tree *t)
+{
+    return compile_flags(t, 0);
+}
+
+/* Plain NVRTC reading the disk: PTX without its NUL, or NULL. */
+static char *plain(const struct tree *t, size_t *size)
+{
+    size_t n;
+    uint8_t *src = test_slurp(t->src, &n);
+    REQUIRE(src);
+    src[n] = '\0';
+    const char *argv[] = {"-arch=compute_90", t->opts[0], t->opts[1], t->opts[2]};
+    nvrtcProgram p;
+    REQUIRE(api->CreateProgram(&p, (const char *)src, t->src, 0, NULL, NULL) == NVRTC_SUCCESS);
+    char *ptx = NULL;
+    if (api->CompileProgram(p, 4, argv) == NVRTC_SUCCESS) {
+        REQUIRE(api->GetPTXSize(p, size) == NVRTC_SUCCESS);
+        REQUIRE((ptx = malloc(*size)) != NULL);
+        REQUIRE(api->GetPTX(p, ptx) == NVRTC_SUCCESS);
+        if (*size && ptx[*size - 1] == '\0')
+            (*size)--;
+    }
+    api->DestroyProgram(&p);
+    free(src);
+    return ptx;
+}
+
+static uint64_t memo_hits(void)
+{
+    uint64_t hits, kept;
+    kc_closwatch_counts(&hits, &kept);
+    return hits;
+}
+
+/*
+ * A miss, a hit (the closure's first check in the process), a hit that
+ * watches and remembers it, a hit (with memo: one the memo serves).
+ */
+static void warm(const char *what, const struct tree *t, int memo)
+{
+    kcache_result *r = compile(t);
+    CHECK(r->status == 0 && !r->hit);
+    kcache_result_free(r);
+    for (int i = 0; i < 2; i++) {
+        r = compile(t);
+        CHECK(r->status == 0 && r->hit);
+        kcache_result_free(r);
+    }
+    uint64_t before = memo_hits();
+    r = compile(t);
+    CHECK(r->status == 0 && r->hit);
+    if (memo && memo_hits() == before)
+        fprintf(stderr, "%s: the memo did not serve the fourth compile\n", what);
+    CHECK(!memo || memo_hits() > before);
+    kcache_result_free(r);
+}
+
+/* After the change: NVRTC's bytes, which hold the new value; want_miss: not from the cache. */
+static int sees_change(const char *what, const struct tree *t, int want_miss)
+{
+    kcache_result *r = compile(t);
+    size_t n = 0;
+    char *want = plain(t, &n);
+    int ok = want && memmem(want, n, t->new_val, 5) && r->status == 0 && r->size == n &&
+             !memcmp(r->data, want, n) && !(want_miss && r->hit);
+    if (!ok)
+        fprintf(stderr, "%s: kcache gave %s (%s, status %d), NVRTC %s\n", what,
+                r->status == 0 && !memmem(r->data, r->size, t->new_val, 5) ? "the old kernel"
+                                                                              : "the new one",
+                r->hit ? "a hit" : "a miss", r->status, want ? "the new one" : "nothing");
+    free(want);
+    kcache_result_free(r);
+    return ok;
+}
+
+/* path's bytes replaced by text of the same size, its mtime (and atime) put back. */
+static void edit_keeping_times(const char *path, const char *text)
+{
+    struct stat st;
+    REQUIRE(stat(path, &st) == 0);
+    int fd = open(path, O_WRONLY);
+    REQUIRE(fd >= 0);
+    REQUIRE(pwrite(fd, text, strlen(text), 0) == (ssize_t)strlen(text));
+    close(fd);
+    struct timespec ts[2] = {st.st_atim, st.st_mtim};
+    REQUIRE(utimensat(AT_FDCWD, path, ts, 0) == 0);
+    struct stat now;
+    REQUIRE(stat(path, &now) == 0 && now.st_size == st.st_size);
+}
+
+static void case_same_size_mtime(void)
+{
+    struct tree t;
+    tree_init(&t, test_dir(), "same_size_mtime");
+    warm("same_size_mtime", &t, 1);
+    edit_keeping_times(t.val, t.new_text);
+    CHECK(sees_change("same_size_mtime", &t, 1));
+}
+
+static void case_rename(void)
+{
+    struct tree t;
+    char tmp[900];
+    tree_init(&t, test_dir(), "rename");
+    warm("rename", &t, 1);
+    /* Made elsewhere: in the -I directory only its arrival is seen. */
+    snprintf(tmp, sizeof(tmp), "%s/rename-staging.h", test_dir());
+    struct stat st;
+    REQUIRE(stat(t.val, &st) == 0);
+    test_write_text(tmp, t.new_text);
+    struct timespec ts[2] = {st.st_atim, st.st_mtim};
+    REQUIRE(utimensat(AT_FDCWD, tmp, ts, 0) == 0);
+    REQUIRE(rename(tmp, t.val) == 0);
+    CHECK(sees_change("rename", &t, 1));
+}
+
+static void case_earlier_on_path(void)
+{
+    struct tree t;
+    char earlier[800];
+    tree_init(&t, test_dir(), "earlier");
+    warm("earlier", &t, 1);
+    snprintf(earlier, sizeof(earlier), "%s/val.h", t.first);
+    test_write_text(earlier, t.new_text);
+    CHECK(sees_change("earlier", &t, 1));
+}
+
+/* A link made after the memo, in a directory kcache knows nothing of, edited through. */
+static void case_hard_link(void)
+{
+    struct tree t;
+    char other[700], link_path[800];
+    tree_init(&t, test_dir(), "hard_link");
+    warm("hard_link", &t, 1);
+    snprintf(other, sizeof(other), "%s/hard_link-elsewhere", test_dir());
+    snprintf(link_path, sizeof(link_path), "%s/alias.h", other);
+    REQUIRE(mkdir(other, 0700) == 0);
+    REQUIRE(link(t.val, link_path) == 0);
+    edit_keeping_times(link_path, t.new_text);
+    CHECK(sees_change("hard_link", &t, 1));
+}
+
+/* -I root/link, link -> v1, retargeted to v2: val.h of the same size and mtime in both. */
+static void case_symlink_dir(void)
+{
+    struct tree t;
+    char v1[700], v2[700], link_path[700], tmp[700], f1[800], f2[800];
+    tree_init(&t, test_dir(), "symlink_dir");
+    snprintf(v1, sizeof(v1), "%s/v1", t.root);
+    snprintf(v2, sizeof(v2), "%s/v2", t.root);
+    snprintf(link_path, sizeof(link_path), "%s/link", t.root);
+    snprintf(tmp, sizeof(tmp), "%s/link.new", t.root);
+    snprintf(f1, sizeof(f1), "%s/val.h", v1);
+    snprintf(f2, sizeof(f2), "%s/val.h", v2);
+    REQUIRE(mkdir(v1, 0700) == 0 && mkdir(v2, 0700) == 0);
+    test_write_text(f1, t.old_text);
+    test_write_text(f2, t.new_text);
+    struct stat st;
+    REQUIRE(stat(f1, &st) == 0);
+    struct timespec ts[2] = {st.st_atim, st.st_mtim};
+    REQUIRE(utimensat(AT_FDCWD, f2, ts, 0) == 0);
+    REQUIRE(symlink("v1", link_path) == 0);
+    REQUIRE(unlink(t.val) == 0);
+    snprintf(t.inc[1], sizeof(t.inc[1]), "-I%s", link_path);
+    warm("symlink_dir", &t, 1);
+    REQUIRE(symlink("v2", tmp) == 0);
+    REQUIRE(rename(tmp, link_path) == 0);
+    CHECK(sees_change("symlink_dir", &t, 1));
+}
+
+/*
+ * The parent remembers the closure and forks; the child hits, edits the
+ * header and asks for the key alone (a check of the closure, nothing
+ * stored): it must be another. The parent, whose watches saw the edit only
+ * if the child left the events of the instance they share alone, must miss.
+ */
+static void case_fork(void)
+{
+    struct tree t;
+    tree_init(&t, test_dir(), "fork");
+    warm("fork", &t, 1);
+    kcache_result *r = compile(&t);
+    kcache_key old_key = r->key;
+    kcache_result_free(r);
+    fflush(NULL);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        r = compile(&t);
+        int ok = r->status == 0 && r->hit;
+        kcache_result_free(r);
+        edit_keeping_times(t.val, t.new_text);
+        r = compile_flags(&t, KCACHE_COMPILE_KEY_ONLY | KCACHE_COMPILE_KEY_REMEMBERED);
+        ok = ok && r->status == 0 && memcmp(r->key.bytes, old_key.bytes, KCACHE_KEY_SIZE) != 0;
+        if (!ok)
+            fprintf(stderr, "fork: the child did not see its edit\n");
+        kcache_result_free(r);
+        _exit(ok ? 0 : 1);
+    }
+    int st;
+    REQUIRE(waitpid(pid, &st, 0) == pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(sees_change("fork (parent)", &t, 1));
+}
+
+/*
+ * Kernels that share a closure share the memo (CuPy's hits are of many
+ * kernels over a few closures, each hit once): a second kernel including
+ * what the first does is served by the memo on its first hit, though its
+ * closure was recorded at another time; and still sees an edit.
+ */
+static void case_shared(void)
+{
+    struct tree t;
+    tree_init(&t, test_dir(), "shared");
+    warm("shared", &t, 1);
+    struct tree other = t;
+    other.opts[0] = other.inc[0];
+    other.opts[1] = other.inc[1];
+    snprintf(other.src, sizeof(other.src), "%s/src/other.cu", t.root);
+    test_write_text(other.src, "#include <val.h>\n"
+                               "extern \"C\" __global__ void k2(int *o) { o[1] = VAL; }\n");
+    kcache_result *r = compile(&other);
+    CHECK(r->status == 0 && !r->hit);
+    kcache_result_free(r);
+    uint64_t before = memo_hits();
+    r = compile(&other);
+    CHECK(r->status == 0 && r->hit);
+    kcache_result_free(r);
+    if (memo_hits() == before)
+        fprintf(stderr, "shared: the other kernel's first hit was not served by the memo\n");
+    CHECK(memo_hits() > before);
+    edit_keeping_times(t.val, t.new_text);
+    CHECK(sees_change("shared", &other, 1));
+}
+
+/*
+ * A tree on a network mount, edited at the server as another host would:
+ * inotify on this host hears nothing, so the directory must not be covered
+ * and the edit (size kept, mtime moved) is seen by stat().
+ */
+static void case_netfs(const char *mnt, const char *server)
+{
+    struct tree t;
+    char val[800];
+    tree_init(&t, mnt, "netfs");
+    warm("netfs", &t, 0);
+    snprintf(val, sizeof(val), "%s/netfs/second/val.h", server);
+    int fd = open(val, O_WRONLY);
+    REQUIRE(fd >= 0);
+    REQUIRE(pwrite(fd, t.new_text, strlen(t.new_text), 0) == (ssize_t)strlen(t.new_text));
+    close(fd);
+    struct timespec ts[2] = {{0, UTIME_OMIT}, {1000000000, 0}};
+    REQUIRE(utimensat(AT_FDCWD, val, ts, 0) == 0);
+    CHECK(sees_change("netfs", &t, 1));
+}
+
+int main(int argc, char **argv)
+{
+    kc_toolkit tk;
+    char msg[512];
+    if (kc_toolkit_find(&tk, NULL, msg, sizeof(msg)) != 0 ||
+        kc_nvrtc_get(&tk, &api, msg, sizeof(msg)) != 0) {
+        fprintf(stderr, "skipped: %s\n", msg);
+        return TEST_SKIP;
+    }
+    setenv("KCACHE_TEST_CLOCK_SHIFT_NS", "10000000000", 1);
+    char db[700];
+    snprintf(db, sizeof(db), "%s/cache.db", test_dir());
+    kcache_store_options so = KCACHE_STORE_OPTIONS_INIT;
+    so.path = db;
+    kcache_store *s = NULL;
+    REQUIRE(kcache_store_open(&s, &so, msg, sizeof(msg)) == 0);
+    comp = ct_compiler(s, NULL);
+    static const struct {
+        const char *name;
+        void (*fn)(void);
+    } cases[] = {
+        {"same_size_mtime", case_same_size_mtime},
+        {"rename", case_rename},
+        {"earlier", case_earlier_on_path},
+        {"hard_link", case_hard_link},
+        {"symlink_dir", case_symlink_dir},
+        {"fork", case_fork},
+        {"shared", case_shared},
+    };
+    if (argc == 4 && !strcmp(argv[1], "netfs")) {
+        case_netfs(argv[2], argv[3]);
+    } else {
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+            int wanted = argc < 2;
+            for (int a = 1; a < argc; a++)
+                wanted |= !strcmp(argv[a], cases[i].name);
+            if (wanted)
+                cases[i].fn();
+        }
+    }
+    kcache_compiler_free(comp);
+    kcache_store_close(s);
+    kc_toolkit_free(&tk);
+    return test_done();
+}
