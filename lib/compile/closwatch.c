@@ -58,7 +58,9 @@
  * local disk file systems, tmpfs and overlayfs (whose layers must not change
  * under a mount) are trusted. Where inotify cannot be had (no instance:
  * EMFILE, seccomp; no watch: ENOSPC) nothing is remembered and every check
- * is a full one. A queue overflow forgets everything.
+ * is a full one. A queue overflow forgets everything. A process holds at
+ * most an eighth of the user's watches (the limit is shared by every process
+ * of the user, an editor's among them): past that, full checks.
  *
  * Known limits, not covered: a write through a shared mmap raises no
  * inotify event; nor does a mount placed over a watched directory.
@@ -152,8 +154,10 @@ static struct {
     uint32_t mark;
     uint64_t hits, kept;
     pthread_once_t once;
+    int top_wd;    /* the highest watch descriptor the instance handed out */
+    int budget;    /* and the most it may: a share of the user's limit */
 } cw = {PTHREAD_MUTEX_INITIALIZER, -1, 0, 0, NULL, 0, {NULL}, 0, {{0}}, 0, 0, 0, 0,
-        PTHREAD_ONCE_INIT};
+        PTHREAD_ONCE_INIT, 0, 0};
 
 /* ---- the instance -------------------------------------------------------- */
 
@@ -217,6 +221,29 @@ static void forget_locked(int keep_slots)
  * (watches removed and added as trees come and go) is replaced before it
  * runs out, with all it remembered.
  */
+/*
+ * How many watches one process may hold: an eighth of the user's limit
+ * (fs.inotify.max_user_watches, shared by every process of the user: an
+ * editor, a build tool, other ranks of the job). Where the limit is the old
+ * default of 8,192, that is 1,024, fewer than a CuPy closure needs (~1,850):
+ * such a process does full checks rather than take the watches others need.
+ */
+static int watch_budget(void)
+{
+    long limit = 8192;
+    const char *test = getenv("KCACHE_TEST_INOTIFY_LIMIT"); /* the tests' stand-in for the file */
+    FILE *f = test ? NULL : fopen("/proc/sys/fs/inotify/max_user_watches", "re");
+    if (test)
+        limit = strtol(test, NULL, 10);
+    if (f) {
+        if (fscanf(f, "%ld", &limit) != 1)
+            limit = 8192;
+        fclose(f);
+    }
+    limit /= 8;
+    return limit < 0 ? 0 : limit > INT32_MAX ? INT32_MAX : (int)limit;
+}
+
 static int ready_locked(int make)
 {
     pid_t pid = getpid();
@@ -229,6 +256,8 @@ static int ready_locked(int make)
     if (cw.fd == -1 && make) {
         cw.fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
         cw.pid = pid;
+        cw.top_wd = 0;
+        cw.budget = watch_budget();
         if (cw.fd < 0)
             cw.fd = -2;
         cw.epoch++;
@@ -317,9 +346,13 @@ static int local_fs(int fd)
  */
 static int watch_path_locked(kc_closwatch *w, const char *path, uint32_t mask, int all)
 {
+    if (cw.top_wd >= cw.budget)
+        return -1; /* descriptors count up: top_wd bounds the watches held */
     int wd = inotify_add_watch(cw.fd, path, mask | IN_MASK_ADD);
     if (wd < 0 || wd >= MAX_WD)
         return -1;
+    if (wd > cw.top_wd)
+        cw.top_wd = wd;
     if ((size_t)wd >= cw.n_slots) {
         size_t n = (size_t)wd + 1 > 2 * cw.n_slots ? (size_t)wd + 1 : 2 * cw.n_slots;
         struct slot *s = kc_realloc(cw.slots, n * sizeof(*s));

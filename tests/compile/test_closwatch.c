@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <kcache/compile.h>
 #include <sys/stat.h>
+#include <errno.h>
 #include <sys/wait.h>
 
 #include "compile/manifest.h"
@@ -337,6 +338,41 @@ static void case_netfs(const char *mnt, const char *server)
     CHECK(sees_change("netfs", &t, 1));
 }
 
+/*
+ * A process holds at most an eighth of the user's inotify watches
+ * (closwatch.c, watch_budget()): under a limit too small for the closure,
+ * nothing is watched and every hit is a full check, still a hit. In a child:
+ * its instance is its own, made under the limit it sets.
+ */
+static void case_budget(void)
+{
+    struct tree t;
+    tree_init(&t, test_dir(), "budget");
+    fflush(NULL);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        setenv("KCACHE_TEST_INOTIFY_LIMIT", "16", 1); /* a budget of 2 watches */
+        int ok = 1;
+        kcache_result *r = compile(&t);
+        ok &= r->status == 0 && !r->hit;
+        kcache_result_free(r);
+        uint64_t before = memo_hits();
+        for (int i = 0; i < 4; i++) {
+            r = compile(&t);
+            ok &= r->status == 0 && r->hit;
+            kcache_result_free(r);
+        }
+        if (memo_hits() != before)
+            fprintf(stderr, "budget: the memo served hits beyond the watch budget\n");
+        _exit(ok && memo_hits() == before ? 0 : 1);
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 int main(int argc, char **argv)
 {
     kc_toolkit tk;
@@ -365,6 +401,7 @@ int main(int argc, char **argv)
         {"symlink_dir", case_symlink_dir},
         {"fork", case_fork},
         {"shared", case_shared},
+        {"budget", case_budget},
     };
     if (argc == 4 && !strcmp(argv[1], "netfs")) {
         case_netfs(argv[2], argv[3]);
