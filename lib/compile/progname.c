@@ -60,6 +60,14 @@ static int ident_char(unsigned char c)
     return isalnum(c) || c == '_';
 }
 
+/* The length of the # at t[i]: 1, 2 for its digraph %: (so %:%: is ##), or 0 if none. */
+static size_t hash_at(const char *t, size_t n, size_t i)
+{
+    if (t[i] == '#')
+        return 1;
+    return t[i] == '%' && i + 1 < n && t[i + 1] == ':' ? 2 : 0;
+}
+
 /*
  * 1 if text holds an identifier containing "FILE", a #line directive or a
  * token paste (## can make __FILE__ of two identifiers that are not).
@@ -68,16 +76,17 @@ static int scan_names_the_file(const char *text, size_t n)
 {
     for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)text[i];
-        if (c == '#') {
-            size_t j = i + 1;
+        size_t hash = hash_at(text, n, i);
+        if (hash) {
+            size_t j = i + hash;
             while (j < n && (text[j] == ' ' || text[j] == '\t'))
                 j++;
-            if (j < n && text[j] == '#')
+            if (j < n && hash_at(text, n, j))
                 return 1;
             if (j + 4 <= n && !memcmp(text + j, "line", 4) &&
                 (j + 4 == n || !ident_char((unsigned char)text[j + 4])))
                 return 1;
-            i++;
+            i += hash;
         } else if (isalpha(c) || c == '_') {
             size_t start = i;
             while (i < n && ident_char((unsigned char)text[i]))

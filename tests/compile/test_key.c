@@ -446,6 +446,9 @@ static void test_program_name(void)
         "__device__ const char *w = __builtin_FILE();\n",
         "#line 40\n",
         "#define WHERE_FILE 1\n",                      /* an identifier with FILE in it */
+        /* %:%: is ## (a digraph): its pieces spell __FILE__. */
+        "#define C(a, b) a %:%: b\n#define X(a, b) C(a, b)\n"
+        "__device__ int n = sizeof(X(__FI, LE__));\n",
     };
     for (size_t i = 0; i < sizeof(uses) / sizeof(uses[0]); i++) {
         char text[512], a[KCACHE_KEY_HEX_SIZE], b[KCACHE_KEY_HEX_SIZE];

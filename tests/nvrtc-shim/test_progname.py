@@ -154,6 +154,11 @@ SENSITIVE = {
                          {}, ["-I{inc}"]),
     "paste-in-header": ('#include "paste.h"\n' + KERNEL % (LENGTH % "KC_PASTED_WHERE"),
                         {}, ["-I{inc}"]),
+    # %:%: is ## (a digraph), in the program's own #define and in a -D value.
+    "paste-digraph": ("#define KC_DCAT(a, b) a %:%: b\n#define KC_DXCAT(a, b) KC_DCAT(a, b)\n" +
+                      KERNEL % (LENGTH % "KC_DXCAT(__FI, LE__)"), {}, []),
+    "paste-digraph-define": (KERNEL % (LENGTH % "KC_DXCAT(__FI, LE__)"), {},
+                             ["-DKC_DCAT(a,b)=a%:%:b", "-DKC_DXCAT(a,b)=KC_DCAT(a,b)"]),
     # A comment that spans lines inside a #define: the body goes on after it.
     "comment-in-define": ('#include "paste.h"\n' + KERNEL % (LENGTH % "KC_CWHERE"),
                           {}, ["-I{inc}"]),
