@@ -286,6 +286,22 @@ static int ends_in_comment(const char *l, size_t n)
     return comment;
 }
 
+/* The first byte at or after t[i] that is neither a blank nor in a comment (a comment is a space). */
+static size_t skip_blank(const char *t, size_t n, size_t i)
+{
+    while (i < n) {
+        if (t[i] == ' ' || t[i] == '\t' || t[i] == '\f' || t[i] == '\v' || t[i] == '\r') {
+            i++;
+        } else if (t[i] == '/' && i + 1 < n && t[i + 1] == '*') {
+            const char *end = i + 2 < n ? memmem(t + i + 2, n - i - 2, "*/", 2) : NULL;
+            i = end ? (size_t)(end - t) + 2 : n;
+        } else {
+            break;
+        }
+    }
+    return i;
+}
+
 /*
  * Every #define of text into m. A comment that spans lines is one space, so a
  * definition goes on after it: the lines up to the comment's end join its body
@@ -296,10 +312,8 @@ static int collect(struct macros *m, const char *t, size_t n)
     kc_buf line = {0}, more = {0};
     int rc = 0;
     for (size_t i = 0; !rc && i < n;) {
-        size_t j = i;
-        while (j < n && (t[j] == ' ' || t[j] == '\t'))
-            j++;
-        int directive = j < n && t[j] == '#';
+        size_t j = skip_blank(t, n, i);
+        int directive = j < n && hash_at(t, n, j);
         size_t end = logical_line(t, n, i, directive ? &line : NULL);
         for (size_t next = end; !rc && directive && end != (size_t)-1 && next < n &&
                                 ends_in_comment((const char *)line.data, line.size);) {
@@ -313,12 +327,8 @@ static int collect(struct macros *m, const char *t, size_t n)
         }
         if (directive) {
             const char *l = (const char *)line.data;
-            size_t k = 0, ln = line.size;
-            while (k < ln && (l[k] == ' ' || l[k] == '\t'))
-                k++;
-            k++; /* '#' */
-            while (k < ln && (l[k] == ' ' || l[k] == '\t'))
-                k++;
+            size_t ln = line.size, k = skip_blank(l, ln, 0);
+            k = k < ln ? skip_blank(l, ln, k + hash_at(l, ln, k)) : ln;
             if (k + 6 <= ln && !memcmp(l + k, "define", 6) && ident_at(l, ln, k) == 6)
                 rc = add_macro(m, l + k + 6, ln - k - 6);
         }
@@ -337,21 +347,22 @@ static int cmp_macro(const void *a, const void *b)
 /* The taint of the identifier at t (len bytes): its own, or its macro's definitions'. */
 static unsigned ident_taint(const struct macros *m, const char *t, size_t len)
 {
-    char name[256];
-    if (len >= sizeof(name))
-        return 0;
+    char buf[256], *name = len < sizeof(buf) ? buf : kc_malloc(len + 1);
+    if (!name)
+        return TAINT_HERE | TAINT_CALLER; /* not known: as if it carried the name */
     memcpy(name, t, len);
     name[len] = '\0';
-    if (!strcmp(name, "__builtin_FILE") || !strcmp(name, "__BASE_FILE__"))
-        return TAINT_CALLER;
-    if (strstr(name, "FILE"))
-        return TAINT_HERE;
     size_t k;
     unsigned taint = 0;
-    if (!kc_smap_find(&m->index, name, &k))
-        return 0;
-    for (; k < m->n && !strcmp(m->v[k].name, name); k++)
-        taint |= m->v[k].taint;
+    if (!strcmp(name, "__builtin_FILE") || !strcmp(name, "__BASE_FILE__"))
+        taint = TAINT_CALLER;
+    else if (strstr(name, "FILE"))
+        taint = TAINT_HERE;
+    else if (kc_smap_find(&m->index, name, &k))
+        for (; k < m->n && !strcmp(m->v[k].name, name); k++)
+            taint |= m->v[k].taint;
+    if (name != buf)
+        free(name);
     return taint;
 }
 
