@@ -22,7 +22,7 @@
  * request may leave the name out of its key only when no option asks for
  * line information or LTO-IR; the source, the options, the name expressions
  * and the in-memory headers hold no identifier with FILE in it, no #line
- * and no ## (splices undone); none of them names a macro of the user
+ * and no ## or %:%: (splices undone); none of them names a macro of the user
  * headers that expands __FILE__, __BASE_FILE__ or __builtin_FILE, itself or
  * through other macros, nor one whose ## can make such a name of the pieces
  * that reach it (pastes_name_it: CCCL's _CUDA_VSTD pastes a namespace's
