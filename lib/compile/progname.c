@@ -22,7 +22,7 @@
  * request may leave the name out of its key only when no option asks for
  * line information or LTO-IR; the source, the options, the name expressions
  * and the in-memory headers hold no identifier with FILE in it, no #line
- * and no ## (splices undone); none of them names a macro of the user
+ * and no ## or %:%: (splices undone); none of them names a macro of the user
  * headers that expands __FILE__, __BASE_FILE__ or __builtin_FILE, itself or
  * through other macros, nor one whose ## can make such a name of the pieces
  * that reach it (pastes_name_it: CCCL's _CUDA_VSTD pastes a namespace's
@@ -60,6 +60,14 @@ static int ident_char(unsigned char c)
     return isalnum(c) || c == '_';
 }
 
+/* The length of the # at t[i]: 1, 2 for its digraph %: (so %:%: is ##), or 0 if none. */
+static size_t hash_at(const char *t, size_t n, size_t i)
+{
+    if (t[i] == '#')
+        return 1;
+    return t[i] == '%' && i + 1 < n && t[i + 1] == ':' ? 2 : 0;
+}
+
 /*
  * 1 if text holds an identifier containing "FILE", a #line directive or a
  * token paste (## can make __FILE__ of two identifiers that are not).
@@ -68,16 +76,17 @@ static int scan_names_the_file(const char *text, size_t n)
 {
     for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)text[i];
-        if (c == '#') {
-            size_t j = i + 1;
+        size_t hash = hash_at(text, n, i);
+        if (hash) {
+            size_t j = i + hash;
             while (j < n && (text[j] == ' ' || text[j] == '\t'))
                 j++;
-            if (j < n && text[j] == '#')
+            if (j < n && hash_at(text, n, j))
                 return 1;
             if (j + 4 <= n && !memcmp(text + j, "line", 4) &&
                 (j + 4 == n || !ident_char((unsigned char)text[j + 4])))
                 return 1;
-            i++;
+            i += hash;
         } else if (isalpha(c) || c == '_') {
             size_t start = i;
             while (i < n && ident_char((unsigned char)text[i]))
@@ -277,6 +286,22 @@ static int ends_in_comment(const char *l, size_t n)
     return comment;
 }
 
+/* The first byte at or after t[i] that is neither a blank nor in a comment (a comment is a space). */
+static size_t skip_blank(const char *t, size_t n, size_t i)
+{
+    while (i < n) {
+        if (t[i] == ' ' || t[i] == '\t' || t[i] == '\f' || t[i] == '\v' || t[i] == '\r') {
+            i++;
+        } else if (t[i] == '/' && i + 1 < n && t[i + 1] == '*') {
+            const char *end = i + 2 < n ? memmem(t + i + 2, n - i - 2, "*/", 2) : NULL;
+            i = end ? (size_t)(end - t) + 2 : n;
+        } else {
+            break;
+        }
+    }
+    return i;
+}
+
 /*
  * Every #define of text into m. A comment that spans lines is one space, so a
  * definition goes on after it: the lines up to the comment's end join its body
@@ -287,10 +312,8 @@ static int collect(struct macros *m, const char *t, size_t n)
     kc_buf line = {0}, more = {0};
     int rc = 0;
     for (size_t i = 0; !rc && i < n;) {
-        size_t j = i;
-        while (j < n && (t[j] == ' ' || t[j] == '\t'))
-            j++;
-        int directive = j < n && t[j] == '#';
+        size_t j = skip_blank(t, n, i);
+        int directive = j < n && hash_at(t, n, j);
         size_t end = logical_line(t, n, i, directive ? &line : NULL);
         for (size_t next = end; !rc && directive && end != (size_t)-1 && next < n &&
                                 ends_in_comment((const char *)line.data, line.size);) {
@@ -304,12 +327,8 @@ static int collect(struct macros *m, const char *t, size_t n)
         }
         if (directive) {
             const char *l = (const char *)line.data;
-            size_t k = 0, ln = line.size;
-            while (k < ln && (l[k] == ' ' || l[k] == '\t'))
-                k++;
-            k++; /* '#' */
-            while (k < ln && (l[k] == ' ' || l[k] == '\t'))
-                k++;
+            size_t ln = line.size, k = skip_blank(l, ln, 0);
+            k = k < ln ? skip_blank(l, ln, k + hash_at(l, ln, k)) : ln;
             if (k + 6 <= ln && !memcmp(l + k, "define", 6) && ident_at(l, ln, k) == 6)
                 rc = add_macro(m, l + k + 6, ln - k - 6);
         }
@@ -328,21 +347,22 @@ static int cmp_macro(const void *a, const void *b)
 /* The taint of the identifier at t (len bytes): its own, or its macro's definitions'. */
 static unsigned ident_taint(const struct macros *m, const char *t, size_t len)
 {
-    char name[256];
-    if (len >= sizeof(name))
-        return 0;
+    char buf[256], *name = len < sizeof(buf) ? buf : kc_malloc(len + 1);
+    if (!name)
+        return TAINT_HERE | TAINT_CALLER; /* not known: as if it carried the name */
     memcpy(name, t, len);
     name[len] = '\0';
-    if (!strcmp(name, "__builtin_FILE") || !strcmp(name, "__BASE_FILE__"))
-        return TAINT_CALLER;
-    if (strstr(name, "FILE"))
-        return TAINT_HERE;
     size_t k;
     unsigned taint = 0;
-    if (!kc_smap_find(&m->index, name, &k))
-        return 0;
-    for (; k < m->n && !strcmp(m->v[k].name, name); k++)
-        taint |= m->v[k].taint;
+    if (!strcmp(name, "__builtin_FILE") || !strcmp(name, "__BASE_FILE__"))
+        taint = TAINT_CALLER;
+    else if (strstr(name, "FILE"))
+        taint = TAINT_HERE;
+    else if (kc_smap_find(&m->index, name, &k))
+        for (; k < m->n && !strcmp(m->v[k].name, name); k++)
+            taint |= m->v[k].taint;
+    if (name != buf)
+        free(name);
     return taint;
 }
 

@@ -302,19 +302,24 @@ static int named_for(const char *name, const char *tag)
  * (0.2-0.7 ms each with the machine idle, milliseconds each under load);
  * now an open and a read or two. The copy is what is checked and imported,
  * so the checks see one version of the file throughout. Returns 0, 1 when
- * the segment is larger than KC_SHARED_COPY_MAX (imported in place), or -1
- * when it cannot be read or copied.
+ * the segment is larger than KC_SHARED_COPY_MAX or not a regular file
+ * (imported in place), or -1 when it cannot be read or copied.
  */
 static int copy_in(kc_shared *sh, const char *path, char *copy, size_t copy_size)
 {
     struct stat st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO planted under a segment's name must not hang the reader in open(). */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return -1;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > KC_SHARED_COPY_MAX) {
-        int regular = S_ISREG(st.st_mode);
+    if (fstat(fd, &st) != 0) {
         close(fd);
-        return regular ? 1 : -1;
+        return -1;
+    }
+    /* Not a file: imported in place, where the import's own check refuses it. */
+    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size > KC_SHARED_COPY_MAX) {
+        close(fd);
+        return 1;
     }
     size_t size = (size_t)st.st_size, got = 0;
     char *data = kc_malloc(size ? size : 1);

@@ -446,6 +446,9 @@ static void test_program_name(void)
         "__device__ const char *w = __builtin_FILE();\n",
         "#line 40\n",
         "#define WHERE_FILE 1\n",                      /* an identifier with FILE in it */
+        /* %:%: is ## (a digraph): its pieces spell __FILE__. */
+        "#define C(a, b) a %:%: b\n#define X(a, b) C(a, b)\n"
+        "__device__ int n = sizeof(X(__FI, LE__));\n",
     };
     for (size_t i = 0; i < sizeof(uses) / sizeof(uses[0]); i++) {
         char text[512], a[KCACHE_KEY_HEX_SIZE], b[KCACHE_KEY_HEX_SIZE];
@@ -480,6 +483,13 @@ static void test_program_name(void)
                     "#define CAT1(X, Y) X##Y\n#define CAT(X, Y) CAT1(X, Y)\n#define ABI 4\n"
                     "#define NS CAT(__, ABI)\nnamespace NS { __device__ const int v = 1; }\n"
                     "#define KC_NAN ::NS::v\n#define CWHERE /* a comment\n  */ __FILE__\n");
+    /* A comment before a #define's name or its #; a macro's name past 255 bytes. */
+    char long_name[1024];
+    snprintf(long_name, sizeof(long_name),
+             "#define L%0300d __BASE_FILE__\n__device__ int l = sizeof(L%0300d);\n", 0, 0);
+    test_write_text(test_path("progname-inc/long.h"), long_name);
+    test_write_text(test_path("progname-inc/hidden.h"),
+                    "/* c */ #define HID1 __FILE__\n#/* c */define HID2 __FILE__\n");
     snprintf(opt, sizeof(opt), "-I%s", inc);
     static const char *const with_headers[][2] = {
         {"#include \"own.h\"\n", "same"},
@@ -488,6 +498,9 @@ static void test_program_name(void)
         {"#include \"paste.h\"\n__device__ int n = KC_NAN;\n", "same"},
         {"#include \"paste.h\"\n__device__ int n = sizeof(CAT(__FI, LE__));\n", "different"},
         {"#include \"paste.h\"\n__device__ int n = sizeof(CWHERE);\n", "different"},
+        {"#include \"hidden.h\"\n__device__ int n = sizeof(HID1);\n", "different"},
+        {"#include \"hidden.h\"\n__device__ int n = sizeof(HID2);\n", "different"},
+        {"#include \"long.h\"\n", "different"},
     };
     for (size_t i = 0; i < sizeof(with_headers) / sizeof(with_headers[0]); i++) {
         char text[512], a[KCACHE_KEY_HEX_SIZE], b[KCACHE_KEY_HEX_SIZE];

@@ -154,6 +154,17 @@ SENSITIVE = {
                          {}, ["-I{inc}"]),
     "paste-in-header": ('#include "paste.h"\n' + KERNEL % (LENGTH % "KC_PASTED_WHERE"),
                         {}, ["-I{inc}"]),
+    # %:%: is ## (a digraph), in the program's own #define and in a -D value.
+    "paste-digraph": ("#define KC_DCAT(a, b) a %:%: b\n#define KC_DXCAT(a, b) KC_DCAT(a, b)\n" +
+                      KERNEL % (LENGTH % "KC_DXCAT(__FI, LE__)"), {}, []),
+    "paste-digraph-define": (KERNEL % (LENGTH % "KC_DXCAT(__FI, LE__)"), {},
+                             ["-DKC_DCAT(a,b)=a%:%:b", "-DKC_DXCAT(a,b)=KC_DCAT(a,b)"]),
+    # A comment before a #define's name or its #, and a macro's name past 255 bytes.
+    "comment-before-define": ('#include "hidden.h"\n' + KERNEL % (LENGTH % "KC_HID1"),
+                              {}, ["-I{inc}"]),
+    "comment-inside-define": ('#include "hidden.h"\n' + KERNEL % (LENGTH % "KC_HID2"),
+                              {}, ["-I{inc}"]),
+    "long-macro-name": ('#include "long.h"\n' + KERNEL % "v[0] = kc_long;", {}, ["-I{inc}"]),
     # A comment that spans lines inside a #define: the body goes on after it.
     "comment-in-define": ('#include "paste.h"\n' + KERNEL % (LENGTH % "KC_CWHERE"),
                           {}, ["-I{inc}"]),
@@ -176,12 +187,21 @@ PASTE_HEADER = """#define KC_CAT(a, b) a##b
   */ LE__)
 """
 
+HIDDEN_HEADER = """/* a comment */ #define KC_HID1 __FILE__
+#/* a comment */define KC_HID2 __FILE__
+"""
+LONG_HEADER = """#define KC_%s __BASE_FILE__
+__device__ const char kc_long = sizeof(KC_%s);
+""" % ("L" * 300, "L" * 300)
+
 
 def sensitive(run, tmp):
     inc = os.path.join(tmp, "sens-include")
     write(os.path.join(inc, "where.h"), "#define WHERE __FILE__\n")
     write(os.path.join(inc, "val.h"), "#define VAL 3\n")
     write(os.path.join(inc, "paste.h"), PASTE_HEADER)
+    write(os.path.join(inc, "hidden.h"), HIDDEN_HEADER)
+    write(os.path.join(inc, "long.h"), LONG_HEADER)
     for case, (text, beside, opts) in SENSITIVE.items():
         if ONLY and case not in ONLY:
             continue

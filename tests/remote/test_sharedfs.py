@@ -267,6 +267,35 @@ def test_one_read(root):
         check("shared-in-" not in p.stdout, "no copy left behind: %s" % p.stdout)
 
 
+def test_fifo_segment(root):
+    """A FIFO planted in the shared directory under a segment's name (newest, named for the
+    key) is refused, and the real segment then serves the hit: the reader does not hang
+    opening it. A local directory: no sshfs needed."""
+    if not os.path.isdir("/usr/local/cuda/include"):
+        raise Skip("no CUDA toolkit")
+    shared, src = os.path.join(root, "shared"), os.path.join(root, "k.cu")
+    os.makedirs(shared)
+    with open(src, "w") as f:
+        f.write(KERNEL % (96, 7))
+    env = env_for(shared)
+    p = subprocess.run([KCACHE, "compile", src, "--arch", "sm_90", "-o", src + ".pub"],
+                       env=dict(env, KCACHE_DIR=os.path.join(root, "pub")),
+                       capture_output=True, text=True)
+    check(p.returncode == 0, "the publisher's compile: %s" % p.stderr)
+    seg = os.listdir(os.path.join(shared, "segments"))
+    check(len(seg) == 1, "one segment published: %s" % seg)
+    os.mkfifo(os.path.join(shared, "segments", "9999999999999-evil-1-1" + seg[0][seg[0].rindex("-"):]))
+    try:
+        p = subprocess.run([KCACHE, "compile", src, "--arch", "sm_90", "-o", src + ".got"],
+                           env=dict(env, KCACHE_DIR=os.path.join(root, "reader")),
+                           capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        check(False, "the reader hung on the FIFO")
+        return
+    check(p.stdout.startswith("hit") and "is not a file" in p.stderr,
+          "the FIFO refused, the segment's hit: %s %s" % (p.stdout, p.stderr))
+
+
 def tier_files(shared):
     """Every file of the shared directory (its folders not counted)."""
     return [os.path.join(d, f) for d, _, fs in os.walk(shared) for f in fs]
