@@ -302,18 +302,21 @@ static void print_row(const struct job *job, const struct item *it)
     /* A failed compile's key names nothing in the cache: not shown. */
     if (r && r->keyed && o != OUT_ERROR)
         kcache_key_hex(hex, &r->key);
+    /* No warning says why for a cache that is off: the row does, after the output if any. */
+    const char *off =
+        o != OUT_ERROR && r && r->store_status == KCACHE_EDISABLED && r->store_message[0]
+            ? r->store_message
+            : NULL;
     const char *where = o == OUT_ERROR ? reason(it)
                         : it->output[0] ? it->output
                         : r && r->remote_hit ? "cache (from the remote)"
                         : cached(it) ? "cache"
-                        /* No warning says why for a cache that is off: the row does. */
-                        : r && r->store_status == KCACHE_EDISABLED && r->store_message[0]
-                            ? r->store_message
-                            : "-";
-    printf("%-8s  %-*s  %-*s  %-12.12s  %10s  %s\n", outcome_names[o], job->arch_w,
+                        : off ? off : "-";
+    int off_after = off && where != off;
+    printf("%-8s  %-*s  %-*s  %-12.12s  %10s  %s%s%s%s\n", outcome_names[o], job->arch_w,
            r && r->arch && r->arch[0] ? r->arch : it->arch, job->file_w, it->unit->source,
            hex, r ? cli_format_duration(t, sizeof(t), r->elapsed_ns) : "-",
-           where);
+           where, off_after ? " (" : "", off_after ? off : "", off_after ? ")" : "");
 }
 
 /* Whether the log says nothing more than the row's reason (its one line, at its end). */

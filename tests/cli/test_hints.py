@@ -111,7 +111,8 @@ def test_compile_error_is_the_first_error_line(root):
 
 
 def test_cache_off_says_so_in_the_row(root):
-    """KCACHE_DISABLE=1: the uncached row says the cache is off, and by what."""
+    """KCACHE_DISABLE=1: the uncached row says the cache is off, and by what,
+    also after the output path (-o) it names."""
     c = Cache(root)
     if not have_nvrtc(c, root):
         return
@@ -120,6 +121,10 @@ def test_cache_off_says_so_in_the_row(root):
         f.write("__global__ void k(int *x) { x[0] = 1; }\n")
     out, _ = c.run("compile", path, "--arch", "sm_90", env={"KCACHE_DISABLE": "1"})
     check(out.startswith("uncached") and "KCACHE_DISABLE" in out, out)
+    out_path = os.path.join(root, "ok.cubin")
+    out, _ = c.run("compile", path, "--arch", "sm_90", "-o", out_path,
+                   env={"KCACHE_DISABLE": "1"})
+    check(out.startswith("uncached") and out_path in out and "KCACHE_DISABLE" in out, out)
 
 
 def test_require_hit_fails_a_cold_start(root):
