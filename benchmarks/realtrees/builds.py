@@ -46,18 +46,27 @@ def closure_probes(db):
     import struct
     con = sqlite3.connect(db)
     try:
-        row = con.execute('SELECT c.codec, c.data, c.raw_size FROM manifest m JOIN closure c '
-                          'ON c.id = m.closure_id ORDER BY m.created_at DESC LIMIT 1').fetchone()
+        cols = [r[1] for r in con.execute('PRAGMA table_info(closure)')]
+        parts = 'c.parts' if 'parts' in cols else 'NULL'
+        row = con.execute('SELECT c.codec, c.data, c.raw_size, c.id, %s FROM manifest m JOIN '
+                          'closure c ON c.id = m.closure_id ORDER BY m.created_at DESC LIMIT 1'
+                          % parts).fetchone()
+        chunks = [] if not row or row[4] is None else con.execute(
+            'SELECT k.codec, k.data, k.size FROM closure_part p JOIN closure_chunk k'
+            ' ON k.id = p.chunk_id WHERE p.closure_id = ? ORDER BY p.seq', (row[3],)).fetchall()
     finally:
         con.close()
     if not row:
         return None
-    codec, data, raw_size = row
-    if codec in (1, 2):
-        data = subprocess.run(['zstd' if codec == 1 else 'lz4', '-d', '-c', '-q'], input=data,
-                              capture_output=True, check=True).stdout
-    elif codec == 3:
-        data = lz4_block(data, raw_size)
+
+    def decode(codec, data, raw_size):
+        if codec in (1, 2):
+            return subprocess.run(['zstd' if codec == 1 else 'lz4', '-d', '-c', '-q'], input=data,
+                                  capture_output=True, check=True).stdout
+        return lz4_block(data, raw_size) if codec == 3 else data
+    # Schema 9 keeps a closure in chunks (schema/009_closure_chunks.sql), each coded alone.
+    data = (b''.join(decode(*c) for c in chunks) if row[4] is not None
+            else decode(row[0], row[1], row[2]))
     assert data[:4] in (b'KCM3', b'KCM4')  # lib/compile/manifest.c's encoding
     off = 8
     for _ in range(struct.unpack_from('<I', data, 4)[0]):  # the directory table
