@@ -785,6 +785,15 @@ static int pastes_name_it(const struct macros *m, const kcache_request *req, con
     for (size_t i = 0; i < n_mem; i++)
         if (req->header_contents[i])
             reach_text(&r, NULL, req->header_contents[i], strlen(req->header_contents[i]));
+    /*
+     * A toolkit or predefined macro that pastes is not read here (only the user
+     * headers' macros are collected), so a run of the program's own pieces that
+     * spells a name carrying the file keys it, whatever pastes them
+     * (_CCCL_PP_CAT(__FI, LE__) with CCCL from the toolkit).
+     */
+    for (size_t i = 0; i < sizeof(pasted_names) / sizeof(*pasted_names) && !r.rc; i++)
+        if (runs_of_pieces(&r, pasted_names[i], strlen(pasted_names[i])))
+            r.named = 1;
     reach_close(&r);
     int named = r.named || r.rc;
     free(r.seen);

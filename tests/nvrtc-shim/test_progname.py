@@ -159,6 +159,9 @@ SENSITIVE = {
                       KERNEL % (LENGTH % "KC_DXCAT(__FI, LE__)"), {}, []),
     "paste-digraph-define": (KERNEL % (LENGTH % "KC_DXCAT(__FI, LE__)"), {},
                              ["-DKC_DCAT(a,b)=a%:%:b", "-DKC_DXCAT(a,b)=KC_DCAT(a,b)"]),
+    # A toolkit macro that pastes: only the user headers' macros are read.
+    "toolkit-paste": ("#include <cuda/std/__cccl/preprocessor.h>\n" +
+                      KERNEL % (LENGTH % "_CCCL_PP_CAT(__FI, LE__)"), {}, ["-I" + CCCL]),
     # A comment before a #define's name or its #, and a macro's name past 255 bytes.
     "comment-before-define": ('#include "hidden.h"\n' + KERNEL % (LENGTH % "KC_HID1"),
                               {}, ["-I{inc}"]),
