@@ -201,9 +201,15 @@ int kc_toolkit_find(kc_toolkit *tk, const char *explicit_root, char *msg, size_t
     /* None there, none given by the caller: pip's, where a Python user has it. */
     if (!tk->root && !(explicit_root && *explicit_root) && (tk->root = pip_cuda_root()))
         root = tk->root;
-    if (!tk->root)
+    if (!tk->root && explicit_root && *explicit_root)
         return kc_fmt(msg, msg_size, KCACHE_ENOTSUP,
                       "no CUDA toolkit at %s: set CUDA_HOME to the toolkit's directory", root);
+    if (!tk->root)
+        return kc_fmt(msg, msg_size, KCACHE_ENOTSUP,
+                      "no CUDA toolkit at %s: set CUDA_HOME to the toolkit's directory, or "
+                      "activate a Python environment with pip's nvidia-cuda-nvrtc "
+                      "(nvidia/cu%d)",
+                      root, KC_CUDA_MAJOR);
     char name[64];
     snprintf(name, sizeof(name), "libnvrtc.so.%d", KC_CUDA_MAJOR);
     tk->nvrtc_path = find_lib(tk->root, name);
