@@ -111,6 +111,53 @@ def test_install_puts_things_where_the_readme_says(root):
                          env=dict(os.environ, ASAN_OPTIONS="verify_asan_link_order=0"))
     check(out.stdout.decode().strip() == os.path.realpath(want["the drop-in"]),
           "run --print-shim from the install: %r" % out)
+    readme_c_example(root, dest, top, libdir, opt)
+
+
+def readme_c_example(root, dest, top, libdir, opt):
+    """The README's C example, built as it says (pkg-config, an rpath to the libdir) against the
+    install in dest and run twice in a fresh cache: a miss, then a hit."""
+    with open(os.path.join(SOURCE_ROOT, "README.md")) as f:
+        text = f.read()
+    snippet = re.search(r"```c\n(.*?)```", text, re.S)
+    check(snippet is not None, "the README has a C example")
+    build = re.search(r"^(cc app\.c .*)$", text, re.M)
+    check(build is not None and "pkg-config --cflags --libs kcache" in build.group(1),
+          "the README builds it with pkg-config")
+    c = new_cache(root)
+    if not can_compile(c):
+        return
+    work = os.path.join(root, "capp")
+    os.makedirs(work)
+    with open(os.path.join(work, "app.c"), "w") as f:
+        f.write("#include <stdio.h>\n"
+                "static void use(const void *data, size_t size, int hit)\n"
+                "{\n    (void)data;\n    printf(\"%s %zu\\n\", hit ? \"hit\" : \"miss\", size);\n}\n"
+                "int main(void)\n{\n" + snippet.group(1) + "    return 0;\n}\n")
+    with open(os.path.join(SOURCE_ROOT, "examples", "block_sort.cu")) as f, \
+            open(os.path.join(work, "block_sort.cu"), "w") as g:
+        g.write(f.read())
+    # The .pc file names the real prefix; PKG_CONFIG_SYSROOT_DIR puts dest before it.
+    env = dict(os.environ, PKG_CONFIG_PATH=os.path.join(libdir, "pkgconfig"),
+               PKG_CONFIG_SYSROOT_DIR=dest)
+    flags = subprocess.run(["pkg-config", "--cflags", "--libs", "kcache"], env=env,
+                           capture_output=True, text=True)
+    check(flags.returncode == 0, "pkg-config finds kcache: %s" % flags.stderr)
+    sanitize = [] if opt.get("b_sanitize", "none") in ("none", "") else \
+        ["-fsanitize=" + opt["b_sanitize"]]
+    cc = subprocess.run(["cc", "app.c", "-o", "app"] + shlex.split(flags.stdout) + sanitize +
+                        ["-Wl,-rpath," + libdir], cwd=work, capture_output=True, text=True)
+    check(cc.returncode == 0, "the README's C example builds: %s" % cc.stderr[-2000:])
+    runs = []
+    for _ in range(2):
+        # The rpath, not the tests' LD_LIBRARY_PATH, must find the installed library.
+        run_env = {k: v for k, v in c.env.items() if k != "LD_LIBRARY_PATH"}
+        run_env["ASAN_OPTIONS"] = "verify_asan_link_order=0:detect_leaks=0"
+        p = subprocess.run(["./app"], cwd=work, capture_output=True, text=True, timeout=300,
+                           env=run_env)
+        runs.append(p.stdout.split(" ")[0] if p.returncode == 0 else p.stderr[-500:])
+    check(runs == ["miss", "hit"], "the README's C example: a miss, then a hit: %r" % runs)
+    print("the README's C example, built with pkg-config against the install: %s" % runs)
 
 
 def test_quick_start(root):
