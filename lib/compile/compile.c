@@ -841,12 +841,13 @@ static int header_of(void *ud, int tag, const uint8_t *data, size_t n)
  * 1 (r filled), 0 (nothing holds, or the entry is gone), or KCACHE_ENOMEM.
  */
 static int manifest_hit_under(kcache_compiler *c, const kcache_key *base, const char *dir,
-                              unsigned flags, struct kc_result *r)
+                              unsigned flags, struct kc_result *r, int *seen, int *held)
 {
     kc_manifest_row *rows = NULL;
     size_t n = 0;
     if (kc_store_manifest_get(&rows, &n, c->store, base) != 0)
         return 0;
+    *seen += n > 0;
     int64_t now = kc_identity_now_ns();
     int found = 0, rc = 0;
     for (size_t i = 0; !found && !rc && i < n; i++) {
@@ -854,6 +855,7 @@ static int manifest_hit_under(kcache_compiler *c, const kcache_key *base, const 
         int holds = kc_manifest_check_watched(rows[i].closure, rows[i].size,
                                               rows[i].recorded_at, dir, &refreshed);
         kcache_entry *e = NULL;
+        *held += holds == 1;
         if (holds < 0) {
             rc = holds;
         } else if (holds == 1 && (flags & KCACHE_COMPILE_KEY_ONLY)) {
@@ -892,8 +894,16 @@ static int manifest_hit_under(kcache_compiler *c, const kcache_key *base, const 
 static int manifest_hit(kcache_compiler *c, const struct work *w, unsigned flags,
                         struct kc_result *r)
 {
-    int hit = manifest_hit_under(c, &w->base_any, name_dir(w), flags, r);
-    return hit ? hit : manifest_hit_under(c, &w->base, NULL, flags, r);
+    int seen = 0, held = 0;
+    int hit = manifest_hit_under(c, &w->base_any, name_dir(w), flags, r, &seen, &held);
+    if (!hit)
+        hit = manifest_hit_under(c, &w->base, NULL, flags, r, &seen, &held);
+    /* Why it missed, for the request log (KCACHE_LOG): said only if it does miss. */
+    r->miss_why = held ? "its entry left the cache (pruned or evicted)"
+                  : seen ? "a header changed since it was remembered (edited, added or removed "
+                           "on the search path)"
+                         : "nothing remembered for this source and options";
+    return hit;
 }
 
 /*

@@ -58,6 +58,7 @@ struct kc_result {
     char arch[32];
     char message[512];
     char store_message[512];
+    const char *miss_why;   /* a miss: what the remembered closures said (a static string) */
     struct kc_kept_resolution *kept;  /* NULL unless kept */
 };
 

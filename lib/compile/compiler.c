@@ -406,8 +406,10 @@ static const char *outcome(const struct kc_result *r, int rc, const char **why)
     }
     if (r->pub.hit)
         return r->pub.remote_hit ? "remote-hit" : "hit";
-    if (r->pub.keyed && !r->pub.store_status)
+    if (r->pub.keyed && !r->pub.store_status) {
+        *why = r->miss_why ? r->miss_why : "";
         return "miss";
+    }
     *why = r->store_message;
     return "uncached";
 }

@@ -172,6 +172,24 @@ def test_request_log_explains_after_the_fact(root):
     check("source=" in lines[0] and "logged.cu" in lines[0], lines[0])
     check("reason=the cache is off" in lines[2] and 'identifier "y"' in lines[3], lines)
     check(os.stat(log).st_mode & 0o777 == 0o600, "the log is the user's alone")
+    # Why a miss missed: nothing remembered for it, or what was remembered no longer holds.
+    check("reason=nothing remembered for this source and options" in lines[0], lines[0])
+    hdr = os.path.join(root, "inc", "v.h")
+    os.makedirs(os.path.dirname(hdr))
+    with open(hdr, "w") as f:
+        f.write("#define V 1\n")
+    os.utime(hdr, (1, 1))
+    with open(os.path.join(root, "uses.cu"), "w") as f:
+        f.write('#include "v.h"\n__global__ void k(int *x) { x[0] = V; }\n')
+    uses = [os.path.join(root, "uses.cu"), "--arch", "sm_90", "--", "-I" + os.path.dirname(hdr)]
+    c.run("compile", *uses, env=env)
+    with open(hdr, "w") as f:
+        f.write("#define V 2\n")
+    c.run("compile", *uses, env=env)
+    with open(log) as f:
+        last = f.read().splitlines()[-1]
+    check(" outcome=miss " in last and "reason=a header changed since it was remembered" in last,
+          last)
     # Never through a link another user could have planted.
     os.symlink(os.path.join(root, "elsewhere"), os.path.join(root, "linked.log"))
     out, err = c.run("compile", path, "--arch", "sm_90", env={"KCACHE_LOG":
