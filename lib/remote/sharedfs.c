@@ -39,6 +39,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,7 +69,7 @@ struct kc_shared {
     int read_only;
     int dirs_made; /* make_dirs() */
     uint64_t max_size;
-    unsigned seq;
+    atomic_uint seq; /* threads of one process share the tier: no two names alike */
     kcache_log_fn log;
     void *log_userdata;
 };
@@ -115,6 +116,7 @@ int kc_shared_open(kc_shared **out, kcache_store *store, char *msg, size_t msg_s
     kc_shared *sh = kc_calloc(1, sizeof(*sh));
     if (!sh)
         return kc_fmt(msg, msg_size, KCACHE_ENOMEM, "out of memory");
+    atomic_init(&sh->seq, 0);
     sh->store = store;
     snprintf(sh->dir, sizeof(sh->dir), "%s", dir);
     snprintf(sh->local, sizeof(sh->local), "%s", db);
@@ -236,7 +238,7 @@ static int list_all(struct names *out, const kc_shared *sh, const char *sub)
 static void fresh_name(char *out, size_t size, kc_shared *sh, const char *what)
 {
     snprintf(out, size, "%013lld-%s-%ld-%u%s.kcb", (long long)kc_now_ms(), sh->host,
-             (long)getpid(), ++sh->seq, what);
+             (long)getpid(), atomic_fetch_add(&sh->seq, 1) + 1, what);
 }
 
 static void remove_local_store(const char *path)
