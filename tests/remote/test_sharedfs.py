@@ -45,6 +45,15 @@ def env_for(shared):
     return env
 
 
+def tier_dirs(root, m):
+    """The shared tier's directory on the mount m, and the sources' and outputs' here, made."""
+    shared = os.path.join(m.mnt, "kcache-shared")
+    src, out = os.path.join(root, "src"), os.path.join(root, "out")
+    for d in (shared, src, out):
+        os.makedirs(d)
+    return shared, src, out
+
+
 def rank_script(srcdir, outdir, node, rank, n):
     """One rank: every kernel in turn (its own order), one kcache process each."""
     order = [(i + rank * 3) % n for i in range(n)]
@@ -83,12 +92,7 @@ def test_cluster(root):
         raise Skip("no CUDA toolkit")
     n, nodes, ranks = ARGS.kernels, ARGS.nodes, ARGS.ranks
     with sshfs.Mount(os.path.join(root, "fs")) as m:
-        shared = os.path.join(m.mnt, "kcache-shared")
-        os.makedirs(shared)
-        src = os.path.join(root, "src")
-        out = os.path.join(root, "out")
-        os.makedirs(src)
-        os.makedirs(out)
+        shared, src, out = tier_dirs(root, m)
         for i in range(n):
             with open(os.path.join(src, "k%d.cu" % i), "w") as f:
                 f.write(KERNEL % (i, i + 2))
@@ -169,11 +173,7 @@ def test_compaction(root):
         raise Skip("no CUDA toolkit")
     n = 5
     with sshfs.Mount(os.path.join(root, "fs")) as m:
-        shared = os.path.join(m.mnt, "kcache-shared")
-        os.makedirs(shared)
-        src, out = os.path.join(root, "src"), os.path.join(root, "out")
-        os.makedirs(src)
-        os.makedirs(out)
+        shared, src, out = tier_dirs(root, m)
         for i in range(n):
             with open(os.path.join(src, "c%d.cu" % i), "w") as f:
                 f.write(KERNEL % (100 + i, i + 3))
@@ -229,11 +229,7 @@ def test_one_read(root):
     if not shutil.which("strace"):
         raise Skip("strace is not installed")
     with sshfs.Mount(os.path.join(root, "fs")) as m:
-        shared = os.path.join(m.mnt, "kcache-shared")
-        os.makedirs(shared)
-        src, out = os.path.join(root, "src"), os.path.join(root, "out")
-        os.makedirs(src)
-        os.makedirs(out)
+        shared, src, out = tier_dirs(root, m)
         for name, text in (("warm.cu", KERNEL % (98, 2)), ("one.cu", KERNEL % (97, 5))):
             with open(os.path.join(src, name), "w") as f:
                 f.write(text)
@@ -314,12 +310,8 @@ def test_kills(root):
     import signal
     rnd = random.Random(36)
     with sshfs.Mount(os.path.join(root, "fs")) as m:
-        shared = os.path.join(m.mnt, "kcache-shared")
-        os.makedirs(shared)
-        src, out = os.path.join(root, "src"), os.path.join(root, "out")
+        shared, src, out = tier_dirs(root, m)
         local = os.path.join(root, "local")
-        os.makedirs(src)
-        os.makedirs(out)
         env = dict(env_for(shared), KCACHE_TEST_SHARED_COMPACT_AT="3",
                    KCACHE_TEST_SHARED_GRACE_S="1", KCACHE_DIR=local)
 

@@ -27,14 +27,8 @@ static char last_db[700];
 
 static kcache_store *new_store(void)
 {
-    char *path = last_db;
     snprintf(last_db, sizeof(last_db), "%s/cache%d.db", test_dir(), dbs++);
-    kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
-    o.path = path;
-    kcache_store *s = NULL;
-    char err[512];
-    if (kcache_store_open(&s, &o, err, sizeof(err)) != 0)
-        fprintf(stderr, "open %s: %s\n", path, err);
+    kcache_store *s = ct_store_open(last_db);
     REQUIRE(s);
     return s;
 }
