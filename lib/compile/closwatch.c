@@ -36,8 +36,8 @@
  * without hashing any file (a file too recent to trust its timestamps is
  * hashed on every check: compile/manifest.c), the closure's digest is
  * remembered with those generations and the probes they cover. A later
- * check of the same closure (the same bytes, for the same directory of the
- * name) reads the queue, bumps the generation of each watch an event names,
+ * check of the same closure (the same bytes, whatever the directory of the
+ * name: what is relative to it is never covered) reads the queue, bumps the generation of each watch an event names,
  * and skips the probes covered when no generation it noted moved.
  *
  * When the closure was read is not part of what is remembered: many
@@ -109,7 +109,6 @@ struct seen {
 
 struct memo {
     uint8_t digest[KC_DIGEST_SIZE];
-    char *name_dir;
     uint32_t n_probes;
     uint8_t *skip; /* a bit per probe: covered */
     size_t n_watch;
@@ -180,7 +179,6 @@ static void memo_free(struct memo *m)
 {
     if (!m)
         return;
-    free(m->name_dir);
     free(m->skip);
     free(m->watch);
     free(m);
@@ -603,14 +601,11 @@ static int cover_probe_locked(kc_closwatch *w, int dirfd, dev_t dev,
 
 /* ---- the memo ------------------------------------------------------------- */
 
-static struct memo **find_locked(const uint8_t digest[KC_DIGEST_SIZE], const char *name_dir,
-                                 uint32_t n_probes)
+static struct memo **find_locked(const uint8_t digest[KC_DIGEST_SIZE], uint32_t n_probes)
 {
     for (size_t i = 0; i < MAX_MEMOS; i++) {
         struct memo *m = cw.memos[i];
-        if (m && m->n_probes == n_probes &&
-            !memcmp(m->digest, digest, KC_DIGEST_SIZE) &&
-            (m->name_dir && name_dir ? !strcmp(m->name_dir, name_dir) : m->name_dir == name_dir))
+        if (m && m->n_probes == n_probes && !memcmp(m->digest, digest, KC_DIGEST_SIZE))
             return &cw.memos[i];
     }
     return NULL;
@@ -643,7 +638,7 @@ static int seen_before_locked(const uint8_t digest[KC_DIGEST_SIZE])
 }
 
 int kc_closwatch_lookup(uint8_t **skip, int *watch, const uint8_t digest[KC_DIGEST_SIZE],
-                        const char *name_dir, uint32_t n_probes)
+                        uint32_t n_probes)
 {
     *skip = NULL;
     pthread_once(&cw.once, at_fork);
@@ -652,7 +647,7 @@ int kc_closwatch_lookup(uint8_t **skip, int *watch, const uint8_t digest[KC_DIGE
     *watch = seen_before_locked(digest);
     if (ready_locked(0)) {
         drain_locked();
-        struct memo **slot = find_locked(digest, name_dir, n_probes);
+        struct memo **slot = find_locked(digest, n_probes);
         if (slot && unchanged_locked(*slot)) {
             *skip = (uint8_t *)kc_memdup((*slot)->skip, ((size_t)n_probes + 7) / 8 + 1);
             rc = *skip ? 1 : KCACHE_ENOMEM;
@@ -742,13 +737,11 @@ int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
     return 0;
 }
 
-void kc_closwatch_keep(kc_closwatch *w, const uint8_t digest[KC_DIGEST_SIZE], const char *name_dir)
+void kc_closwatch_keep(kc_closwatch *w, const uint8_t digest[KC_DIGEST_SIZE])
 {
     struct memo *m = kc_calloc(1, sizeof(*m));
-    if (!m || (name_dir && !(m->name_dir = kc_strdup(name_dir)))) {
-        memo_free(m);
+    if (!m)
         return;
-    }
     memcpy(m->digest, digest, KC_DIGEST_SIZE);
     m->n_probes = w->n_probes;
     m->n_watch = w->n_watch;
@@ -759,7 +752,7 @@ void kc_closwatch_keep(kc_closwatch *w, const uint8_t digest[KC_DIGEST_SIZE], co
     pthread_mutex_lock(&cw.lock);
     /* Made by this process's instance as it still is (not a parent's, not one overflowed). */
     if (cw.fd >= 0 && cw.pid == getpid() && cw.epoch == w->epoch) {
-        struct memo **slot = find_locked(digest, name_dir, w->n_probes);
+        struct memo **slot = find_locked(digest, w->n_probes);
         if (!slot) {
             for (size_t i = 0; !slot && i < MAX_MEMOS; i++)
                 slot = cw.memos[i] ? NULL : &cw.memos[i];

@@ -488,7 +488,7 @@ static int watch_setup(int watched, const struct dirs *d, const uint8_t *p, size
         return 0;
     kc_stored_digest(digest, p, size);
     int watch = 0;
-    int rc = kc_closwatch_lookup(skip, &watch, digest, d->name_dir, n);
+    int rc = kc_closwatch_lookup(skip, &watch, digest, n);
     return rc ? (rc < 0 ? rc : 0) : watch ? plan_watch(d, p, size, start, n, rec) : 0;
 }
 
@@ -565,7 +565,7 @@ static int check(const void *blob, size_t size, int64_t recorded_at, const char 
             break;
     }
     if (rec && holds == 1 && !hashed)
-        kc_closwatch_keep(rec, digest, name_dir);
+        kc_closwatch_keep(rec, digest);
     kc_closwatch_free(rec);
     free(skip);
     if (fresh)

@@ -64,13 +64,15 @@ typedef struct kc_closwatch_probe {
 } kc_closwatch_probe;
 
 /*
- * 1 when a closure (its digest, the directory of the name) was remembered and no event since touched what it covers: *skip gets a bit
- * per probe, set for those that need no stat() (free() it). 0 when not, with
+ * 1 when a closure (its digest) was remembered and no event since touched
+ * what it covers: *skip gets a bit per probe, set for those that need no
+ * stat() (free() it); only probes in absolute directories are ever set, so
+ * the directory of the name checked for plays no part. 0 when not, with
  * *watch set when the process checked it before (worth watching now),
  * KCACHE_ENOMEM.
  */
 int kc_closwatch_lookup(uint8_t **skip, int *watch, const uint8_t digest[KC_DIGEST_SIZE],
-                        const char *name_dir, uint32_t n_probes);
+                        uint32_t n_probes);
 
 /*
  * Watches, before a full check, what of a closure can be watched: dirs[d]
@@ -83,7 +85,7 @@ int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
                        const kc_closwatch_probe *probes, uint32_t n_probes);
 
 /* Remembers the closure begin() watched for: its check held, no file hashed. */
-void kc_closwatch_keep(kc_closwatch *w, const uint8_t digest[KC_DIGEST_SIZE], const char *name_dir);
+void kc_closwatch_keep(kc_closwatch *w, const uint8_t digest[KC_DIGEST_SIZE]);
 
 void kc_closwatch_free(kc_closwatch *w);
 

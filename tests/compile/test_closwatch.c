@@ -6,7 +6,8 @@
  * header made earlier on the -I path, an edit through a hard link made in
  * another directory, a symlinked -I directory retargeted, an edit in a
  * forked child's lifetime (the child must not take the parent's events);
- * and a second kernel over the same closure is served by the memo at once.
+ * and a second kernel over the same closure, or the same kernel named in
+ * another directory, is served by the memo at once.
  *
  *   test_closwatch [CASE...]          the cases (all without arguments)
  *   test_closwatch netfs DIR SERVER   DIR: a network mount of SERVER (sshfs,
@@ -318,6 +319,33 @@ static void case_shared(void)
 }
 
 /*
+ * CuPy names each program <a new temporary directory>/kern.cu: the same
+ * kernel in another directory has the same closure (its name's directory
+ * is only ever stat()ed, never covered), so the memo a first directory's
+ * hits made serves the first hit in a second; an edit is still seen.
+ */
+static void case_new_dir(void)
+{
+    struct tree t;
+    tree_init(&t, test_dir(), "new_dir");
+    warm("new_dir", &t, 1);
+    struct tree other = t;
+    other.opts[0] = other.inc[0];
+    other.opts[1] = other.inc[1];
+    snprintf(other.src, sizeof(other.src), "%s/elsewhere/kern.cu", t.root);
+    test_sh("mkdir -p '%s/elsewhere' && cp '%s' '%s'", t.root, t.src, other.src);
+    uint64_t before = memo_hits();
+    kcache_result *r = compile(&other);
+    CHECK(r->status == 0 && r->hit);
+    kcache_result_free(r);
+    if (memo_hits() == before)
+        fprintf(stderr, "new_dir: the first hit in another directory was not served by the memo\n");
+    CHECK(memo_hits() > before);
+    edit_keeping_times(t.val, t.new_text);
+    CHECK(sees_change("new_dir", &other, 1));
+}
+
+/*
  * A tree on a network mount, edited at the server as another host would:
  * inotify on this host hears nothing, so the directory must not be covered
  * and the edit (size kept, mtime moved) is seen by stat().
@@ -401,6 +429,7 @@ int main(int argc, char **argv)
         {"symlink_dir", case_symlink_dir},
         {"fork", case_fork},
         {"shared", case_shared},
+        {"new_dir", case_new_dir},
         {"budget", case_budget},
     };
     if (argc == 4 && !strcmp(argv[1], "netfs")) {
