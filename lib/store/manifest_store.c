@@ -75,13 +75,26 @@ int kc_closure_decode(kcache_store *s, void **out, sqlite3_stmt *q, int codec_co
     return rc;
 }
 
-/* One closure of a KC_STMT_MANIFEST_GET row into *out, decoded: KCACHE_ECORRUPT where it
- * cannot be (a damaged closure is no closure: the long way finds the key). */
+/*
+ * One closure of a KC_STMT_MANIFEST_GET row into *out, decoded, or as this
+ * handle decoded the same bytes before (shared.c: CuPy's kernels share a
+ * few closures): KCACHE_ECORRUPT where it cannot be (a damaged closure is
+ * no closure: the long way finds the key).
+ */
 static int closure_row(kcache_store *s, void **out, sqlite3_stmt *q, size_t raw_size)
 {
-    /* Columns: key, recorded_at, codec, raw_size, data, id, parts. */
-    assert(sqlite3_column_count(q) == 7);
-    return kc_closure_decode(s, out, q, 2, 4, raw_size);
+    /* Columns: key, recorded_at, codec, raw_size, data, id, parts, digest. */
+    assert(sqlite3_column_count(q) == 8);
+    const uint8_t *digest = sqlite3_column_blob(q, 7);
+    if (sqlite3_column_bytes(q, 7) != KC_DIGEST_SIZE)
+        digest = NULL;
+    const uint8_t *known = digest ? kc_decoded_find(s, digest, raw_size) : NULL;
+    if (known)
+        return (*out = kc_memdup(known, raw_size)) ? 0 : KCACHE_ENOMEM;
+    int rc = kc_closure_decode(s, out, q, 2, 4, raw_size);
+    if (!rc && digest)
+        kc_decoded_keep(s, digest, *out, raw_size, 0);
+    return rc;
 }
 
 static int manifest_get_locked(kc_manifest_row **out, size_t *n, kcache_store *s,

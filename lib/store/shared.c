@@ -160,7 +160,7 @@ out:
     return rc;
 }
 
-int kc_shared_material(struct kc_row *r, sqlite3_stmt *st, kc_codec_ctx *codec, int check)
+int kc_shared_material(kcache_store *s, struct kc_row *r, sqlite3_stmt *st, int check)
 {
     if (sqlite3_column_type(st, 19) == SQLITE_NULL)
         return 0; /* nothing shared: the row's material is whole */
@@ -168,7 +168,7 @@ int kc_shared_material(struct kc_row *r, sqlite3_stmt *st, kc_codec_ctx *codec, 
     int list_codec = sqlite3_column_int(st, 22);
     const void *stored = sqlite3_column_blob(st, 23);
     size_t stored_n = (size_t)sqlite3_column_bytes(st, 23);
-    const void *digest = sqlite3_column_blob(st, 24);
+    const uint8_t *digest = sqlite3_column_blob(st, 24);
     /* A list that is gone, or a row that does not fit it: damage. */
     if (sqlite3_column_type(st, 21) == SQLITE_NULL || at < 0 ||
         (uint64_t)at > r->key_material_size || size <= 0 ||
@@ -182,23 +182,30 @@ int kc_shared_material(struct kc_row *r, sqlite3_stmt *st, kc_codec_ctx *codec, 
     uint8_t *m = kc_malloc(total + 1);
     if (!m)
         return KCACHE_ENOMEM;
-    int rc = kc_decode_into(codec, m + at, list_codec, stored, stored_n, (size_t)size);
-    if (rc) {
-        free(m);
-        return rc == KCACHE_ENOMEM ? rc : KCACHE_ECORRUPT;
-    }
-    /*
-     * Checked whole where it is asked for (verify, export, a recompile):
-     * a hit needs only the artifact, which has its own check, and zstd's
-     * frame checksum already guards the list in most rows.
-     */
-    uint8_t d[KC_DIGEST_SIZE];
-    if (check) {
-        kc_digest(d, m + at, (size_t)size);
-        if (memcmp(d, digest, KC_DIGEST_SIZE) != 0) {
+    /* Read whole (verify, export), the row itself is checked: no memo. */
+    const uint8_t *known = check ? NULL : kc_decoded_find(s, digest, (size_t)size);
+    if (known) {
+        memcpy(m + at, known, (size_t)size);
+    } else {
+        int rc = kc_decode_into(s->codec, m + at, list_codec, stored, stored_n, (size_t)size);
+        if (rc) {
             free(m);
-            return KCACHE_ECORRUPT;
+            return rc == KCACHE_ENOMEM ? rc : KCACHE_ECORRUPT;
         }
+        /*
+         * Checked whole where it is asked for (verify, export, a recompile):
+         * a hit needs only the artifact, which has its own check, and zstd's
+         * frame checksum already guards the list in most rows.
+         */
+        uint8_t d[KC_DIGEST_SIZE];
+        if (check) {
+            kc_digest(d, m + at, (size_t)size);
+            if (memcmp(d, digest, KC_DIGEST_SIZE) != 0) {
+                free(m);
+                return KCACHE_ECORRUPT;
+            }
+        }
+        kc_decoded_keep(s, digest, m + at, (size_t)size, check);
     }
     memcpy(m, r->key_material, (size_t)at);
     memcpy(m + at + size, (const uint8_t *)r->key_material + at, r->key_material_size - (size_t)at);
@@ -206,6 +213,68 @@ int kc_shared_material(struct kc_row *r, sqlite3_stmt *st, kc_codec_ctx *codec, 
     r->key_material = m;
     r->key_material_size = total;
     return 0;
+}
+
+const uint8_t *kc_decoded_find(kcache_store *s, const uint8_t digest[KC_DIGEST_SIZE], size_t size)
+{
+    for (size_t i = 0; i < KC_DECODED_MAX; i++) {
+        struct kc_decoded *d = &s->decoded[i];
+        if (!d->data || d->size != size || memcmp(d->digest, digest, KC_DIGEST_SIZE) != 0)
+            continue;
+        if (!d->checked) {
+            uint8_t now[KC_DIGEST_SIZE];
+            kc_digest(now, d->data, d->size);
+            if (memcmp(now, digest, KC_DIGEST_SIZE) != 0)
+                return NULL; /* the row that gave it was damaged: decoded again, as it comes */
+            d->checked = 1;
+        }
+        d->used = ++s->decoded_tick;
+        return d->data;
+    }
+    return NULL;
+}
+
+static void decoded_drop(kcache_store *s, struct kc_decoded *d)
+{
+    s->decoded_bytes -= d->size;
+    free(d->data);
+    memset(d, 0, sizeof(*d));
+}
+
+void kc_decoded_keep(kcache_store *s, const uint8_t digest[KC_DIGEST_SIZE], const void *data,
+                     size_t size, int checked)
+{
+    if (size > KC_DECODED_BYTES / 4)
+        return;
+    /* The least recently read go first, until the copy fits in a free slot. */
+    for (;;) {
+        struct kc_decoded *free_slot = NULL, *oldest = NULL;
+        for (size_t i = 0; i < KC_DECODED_MAX; i++) {
+            struct kc_decoded *d = &s->decoded[i];
+            if (!d->data)
+                free_slot = free_slot ? free_slot : d;
+            else if (!oldest || d->used < oldest->used)
+                oldest = d;
+        }
+        if (free_slot && s->decoded_bytes + size <= KC_DECODED_BYTES) {
+            if (!(free_slot->data = (uint8_t *)kc_memdup(data, size)))
+                return;
+            memcpy(free_slot->digest, digest, KC_DIGEST_SIZE);
+            free_slot->size = size;
+            free_slot->used = ++s->decoded_tick;
+            free_slot->checked = checked;
+            s->decoded_bytes += size;
+            return;
+        }
+        decoded_drop(s, oldest);
+    }
+}
+
+void kc_decoded_free(kcache_store *s)
+{
+    for (size_t i = 0; i < KC_DECODED_MAX; i++)
+        if (s->decoded[i].data)
+            decoded_drop(s, &s->decoded[i]);
 }
 
 int kc_shared_sweep(kcache_store *s)

@@ -21,6 +21,7 @@
 
 static void store_free(kcache_store *s)
 {
+    kc_decoded_free(s);
     kc_db_free(&s->db);
     kc_codec_free(s->codec);
     kc_buf_free(&s->scratch);
@@ -427,7 +428,7 @@ static int get_locked(kcache_store *s, kcache_entry **out, const kcache_key *key
         return unreadable(s, key, r.codec);
     }
     /* A list is shared, so its row is checked where the entry is read whole (shared.c). */
-    int shared = damaged ? 0 : kc_shared_material(&r, st, s->codec, flags & KCACHE_GET_INPUTS);
+    int shared = damaged ? 0 : kc_shared_material(s, &r, st, flags & KCACHE_GET_INPUTS);
     if (shared == KCACHE_ENOTSUP) {
         sqlite3_reset(st);
         free_inputs(&r);
@@ -654,12 +655,14 @@ const char *const kc_stmt_sql[KC_STMT_COUNT] = {
     [KC_STMT_COUNTER_GET] = "SELECT value FROM counter WHERE name = ?1",
     [KC_STMT_USAGE] = "SELECT arch, kind, hits, misses, saved_ns FROM usage",
     [KC_STMT_MANIFEST_GET] =
-        "SELECT m.key, m.recorded_at, c.codec, c.raw_size, c.data, c.id, c.parts FROM manifest m"
+        "SELECT m.key, m.recorded_at, c.codec, c.raw_size, c.data, c.id, c.parts, c.digest"
+        " FROM manifest m"
         " JOIN closure c ON c.id = m.closure_id WHERE m.base = ?1"
         " ORDER BY m.created_at DESC LIMIT ?2",
     /* A file of schema 8 opened to read: every closure whole. */
     [KC_STMT_MANIFEST_GET_V8] =
-        "SELECT m.key, m.recorded_at, c.codec, c.raw_size, c.data, c.id, NULL FROM manifest m"
+        "SELECT m.key, m.recorded_at, c.codec, c.raw_size, c.data, c.id, NULL, c.digest"
+        " FROM manifest m"
         " JOIN closure c ON c.id = m.closure_id WHERE m.base = ?1"
         " ORDER BY m.created_at DESC LIMIT ?2",
     /* A delete, then an insert: a REPLACE would not fire manifest_removed. */

@@ -78,6 +78,23 @@ struct kc_touch {
 /* The SQL of each named statement (store.c), prepared once per connection. */
 extern const char *const kc_stmt_sql[KC_STMT_COUNT];
 
+/*
+ * A blob that entries share (an include closure, a header list), decoded,
+ * by the digest of its bytes: a process that hits many kernels over a few
+ * closures (CuPy: ~300 over ~40) decodes each once. The digest names the
+ * bytes, so what is kept never goes stale; it is checked against them once,
+ * before it first serves a second read (shared.c).
+ */
+#define KC_DECODED_MAX 64
+#define KC_DECODED_BYTES ((size_t)16 << 20)
+struct kc_decoded {
+    uint8_t digest[KC_DIGEST_SIZE];
+    uint8_t *data; /* NULL: a free slot */
+    size_t size;
+    uint64_t used; /* the store's decoded_tick when last read */
+    int checked;   /* the digest was found to be the bytes' */
+};
+
 struct kcache_store {
     pthread_mutex_t lock;
     struct kc_db db; /* the file: connection, path, options, message (db/db.h) */
@@ -102,6 +119,9 @@ struct kcache_store {
     int tight;                     /* a prune on a full disk: small steps (prune.c) */
     kcache_key other_host_key;     /* the lease of another host this handle waits for, */
     uint64_t other_host_since_ns;  /* and since when (lease.c) */
+    struct kc_decoded decoded[KC_DECODED_MAX]; /* shared.c: what entries share, decoded */
+    size_t decoded_bytes;
+    uint64_t decoded_tick;
 };
 
 /*
@@ -297,7 +317,18 @@ int kc_shared_headers_put(kcache_store *s, const kcache_entry *e, int64_t *id, s
                           size_t *len);
 int kc_shared_inputs_put(kcache_store *s, const kcache_entry *e, int64_t *id, size_t *at,
                          size_t *n);
-int kc_shared_material(struct kc_row *r, sqlite3_stmt *st, kc_codec_ctx *codec, int check);
+int kc_shared_material(kcache_store *s, struct kc_row *r, sqlite3_stmt *st, int check);
+/*
+ * Under s->lock. kc_decoded_find(): the bytes of this digest and size as
+ * decoded before, or NULL (also when they do not match their digest).
+ * kc_decoded_keep(): keeps a copy of data, decoded now, for the next read
+ * (best effort: nothing kept when out of memory or too large).
+ * kc_decoded_free(): at close.
+ */
+const uint8_t *kc_decoded_find(kcache_store *s, const uint8_t digest[KC_DIGEST_SIZE], size_t size);
+void kc_decoded_keep(kcache_store *s, const uint8_t digest[KC_DIGEST_SIZE], const void *data,
+                     size_t size, int checked);
+void kc_decoded_free(kcache_store *s);
 /*
  * Drops the shared rows no entry refers to: what damage leaves behind once
  * the entries it hit are deleted (verify --fix). Nothing on a store that
