@@ -54,6 +54,7 @@ struct kc_result {
     size_t n_names;
     char **headers;
     size_t n_headers;
+    int headers_block; /* headers and their names are one allocation (a hit's) */
     kc_buf material;
     char arch[32];
     char message[512];
@@ -73,6 +74,8 @@ int kc_result_compile_failed(struct kc_result *r, const char *source_name,
                              const char *toolkit_root);
 void kc_result_store_problem(struct kc_result *r, int status, const char *msg);
 void kc_result_from_entry(struct kc_result *r, kcache_entry *e);
+/* Drops r's list of headers, however it was made (headers_block). */
+void kc_result_headers_reset(struct kc_result *r);
 /* Room for n name expressions in r's fresh result. 0 or KCACHE_ENOMEM. */
 int kc_result_names_begin(struct kc_result *r, size_t n);
 /* The next name expression and its lowered name, copied into r. 0 or KCACHE_ENOMEM. */

@@ -26,6 +26,17 @@ struct kc_result *kc_result_new(void)
     return r;
 }
 
+void kc_result_headers_reset(struct kc_result *r)
+{
+    if (r->headers_block)
+        free(r->headers);
+    else
+        kc_strv_free(r->headers, r->n_headers);
+    r->headers = NULL;
+    r->n_headers = 0;
+    r->headers_block = 0;
+}
+
 KCACHE_API void kcache_result_free(kcache_result *result)
 {
     if (!result)
@@ -36,7 +47,7 @@ KCACHE_API void kcache_result_free(kcache_result *result)
     free(r->log);
     kc_strv_free(r->exprs, r->n_names);
     kc_strv_free(r->lowered, r->n_names);
-    kc_strv_free(r->headers, r->n_headers);
+    kc_result_headers_reset(r);
     kc_buf_free(&r->material);
     if (r->kept)
         kc_deps_free(&r->kept->deps);
