@@ -62,8 +62,15 @@
  * most an eighth of the user's watches (the limit is shared by every process
  * of the user, an editor's among them): past that, full checks.
  *
+ * A mount or unmount raises no inotify event, though it changes what a
+ * path names (an sshfs mounted over an -I directory, by any user through
+ * fusermount): the process's mount table is polled on every read of the
+ * queue (/proc/self/mountinfo reports each change once), and a change
+ * forgets everything.
+ *
  * Known limits, not covered: a write through a shared mmap raises no
- * inotify event; nor does a mount placed over a watched directory.
+ * inotify event; a process that moves to another mount namespace after
+ * its first watch polls the table of the one it left.
  *
  * Threads share one instance under one lock. A forked child never reads
  * the instance it inherited (it would take the parent's events): it drops
@@ -72,6 +79,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,6 +151,7 @@ struct kc_closwatch {
 static struct {
     pthread_mutex_t lock;
     int fd;        /* the instance; -1 none yet, -2 none to be had in this process */
+    int mnt_fd;    /* the process's mount table, polled with it; -1 with no instance */
     pid_t pid;     /* the process it belongs to */
     uint64_t epoch; /* instances made (or forgotten) so far */
     struct slot *slots; /* by watch descriptor */
@@ -156,7 +165,7 @@ static struct {
     pthread_once_t once;
     int top_wd;    /* the highest watch descriptor the instance handed out */
     int budget;    /* and the most it may: a share of the user's limit */
-} cw = {PTHREAD_MUTEX_INITIALIZER, -1, 0, 0, NULL, 0, {NULL}, 0, {{0}}, 0, 0, 0, 0,
+} cw = {PTHREAD_MUTEX_INITIALIZER, -1, -1, 0, 0, NULL, 0, {NULL}, 0, {{0}}, 0, 0, 0, 0,
         PTHREAD_ONCE_INIT, 0, 0};
 
 /* ---- the instance -------------------------------------------------------- */
@@ -249,17 +258,26 @@ static int ready_locked(int make)
     pid_t pid = getpid();
     if ((cw.fd != -1 && cw.pid != pid) || (make && cw.fd >= 0 && cw.n_slots > MAX_WD / 2)) {
         if (cw.fd >= 0)
-            close(cw.fd); /* this process's copy: a parent's stays open */
-        cw.fd = -1;
+            close(cw.fd); /* this process's copies: a parent's stay open */
+        if (cw.mnt_fd >= 0)
+            close(cw.mnt_fd);
+        cw.fd = cw.mnt_fd = -1;
         forget_locked(0);
     }
     if (cw.fd == -1 && make) {
         cw.fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+        cw.mnt_fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
         cw.pid = pid;
         cw.top_wd = 0;
         cw.budget = watch_budget();
-        if (cw.fd < 0)
+        if (cw.fd < 0 || cw.mnt_fd < 0) { /* no mount seen: nothing can be trusted */
+            if (cw.fd >= 0)
+                close(cw.fd);
+            if (cw.mnt_fd >= 0)
+                close(cw.mnt_fd);
             cw.fd = -2;
+            cw.mnt_fd = -1;
+        }
         cw.epoch++;
     }
     return cw.fd >= 0;
@@ -290,10 +308,16 @@ static void event_locked(const struct inotify_event *ev)
         s->gen++;
 }
 
-/* Reads every event queued, moving the generation of each watch one counts for. */
+/*
+ * Reads every event queued, moving the generation of each watch one counts
+ * for; a change to the mount table since the last read forgets everything.
+ */
 static void drain_locked(void)
 {
     _Alignas(struct inotify_event) char buf[16384];
+    struct pollfd mnt = {cw.mnt_fd, POLLPRI, 0};
+    if (poll(&mnt, 1, 0) != 0)
+        forget_locked(1); /* mounted or unmounted (POLLPRI, POLLERR), or not known */
     for (;;) {
         ssize_t n = read(cw.fd, buf, sizeof(buf));
         if (n < 0 && errno == EINTR)
