@@ -133,6 +133,14 @@ struct step {
 
 #define MAX_DEPTH 64
 
+/* A descriptor's file, and its flags (fcntl F_GETFL; -1: none to be had). */
+struct fd_id {
+    dev_t dev;
+    ino_t ino;
+    mode_t mode;
+    int flags;
+};
+
 struct kc_closwatch {
     /* The last walk without links: its directories, "/" first, so that the
      * next walk (the table's directories share most of their prefixes)
@@ -165,6 +173,7 @@ static struct {
     pthread_once_t once;
     int top_wd;    /* the highest watch descriptor the instance handed out */
     int budget;    /* and the most it may: a share of the user's limit */
+    struct fd_id fd_was, mnt_was; /* what fd and mnt_fd were when made */
 } cw = {PTHREAD_MUTEX_INITIALIZER, -1, -1, 0, 0, NULL, 0, {NULL}, 0, {{0}}, 0, 0, 0, 0,
         PTHREAD_ONCE_INIT, 0, 0};
 
@@ -225,12 +234,6 @@ static void forget_locked(int keep_slots)
 }
 
 /*
- * Whether the instance is there (made when make is set). A forked child
- * drops its parent's. One whose descriptors have climbed half way to MAX_WD
- * (watches removed and added as trees come and go) is replaced before it
- * runs out, with all it remembered.
- */
-/*
  * How many watches one process may hold: an eighth of the user's limit
  * (fs.inotify.max_user_watches, shared by every process of the user: an
  * editor, a build tool, other ranks of the job). Where the limit is the old
@@ -253,9 +256,52 @@ static int watch_budget(void)
     return limit < 0 ? 0 : limit > INT32_MAX ? INT32_MAX : (int)limit;
 }
 
+/* What one of the instance's descriptors is: its file's identity, and its flags. */
+static void fd_id(int fd, struct fd_id *id)
+{
+    struct stat st;
+    memset(id, 0, sizeof(*id));
+    id->flags = fcntl(fd, F_GETFL);
+    if (id->flags >= 0 && fstat(fd, &st) == 0) {
+        id->dev = st.st_dev;
+        id->ino = st.st_ino;
+        id->mode = st.st_mode;
+    } else {
+        id->flags = -1;
+    }
+}
+
+/*
+ * Whether the instance's descriptors are still those it opened. A program
+ * may close descriptors it did not open (closefrom(), a daemon's loop over
+ * every number) and open others that take their numbers: no event would
+ * then come again, and no event would no longer mean no change. Another
+ * inotify instance of the program's own, non-blocking, at the very number
+ * is the one reuse this cannot tell.
+ */
+static int ours_locked(void)
+{
+    struct fd_id a, b;
+    fd_id(cw.fd, &a);
+    fd_id(cw.mnt_fd, &b);
+    return a.flags >= 0 && b.flags >= 0 && !memcmp(&a, &cw.fd_was, sizeof(a)) &&
+           !memcmp(&b, &cw.mnt_was, sizeof(b));
+}
+
+/*
+ * Whether the instance is there (made when make is set). A forked child
+ * drops its parent's. One whose descriptors have climbed half way to MAX_WD
+ * (watches removed and added as trees come and go) is replaced before it
+ * runs out, with all it remembered. One whose descriptors the program took
+ * (ours_locked()) is left to it, not closed, with all it remembered.
+ */
 static int ready_locked(int make)
 {
     pid_t pid = getpid();
+    if (cw.fd >= 0 && cw.pid == pid && !ours_locked()) {
+        cw.fd = cw.mnt_fd = -1;
+        forget_locked(0);
+    }
     if ((cw.fd != -1 && cw.pid != pid) || (make && cw.fd >= 0 && cw.n_slots > MAX_WD / 2)) {
         if (cw.fd >= 0)
             close(cw.fd); /* this process's copies: a parent's stay open */
@@ -277,6 +323,9 @@ static int ready_locked(int make)
                 close(cw.mnt_fd);
             cw.fd = -2;
             cw.mnt_fd = -1;
+        } else {
+            fd_id(cw.fd, &cw.fd_was);
+            fd_id(cw.mnt_fd, &cw.mnt_was);
         }
         cw.epoch++;
     }

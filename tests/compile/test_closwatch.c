@@ -6,7 +6,8 @@
  * header made earlier on the -I path, an edit through a hard link made in
  * another directory, a symlinked -I directory retargeted, an edit in a
  * forked child's lifetime (the child must not take the parent's events),
- * a directory of the -I path mounted over;
+ * a directory of the -I path mounted over, the memo's inotify descriptor
+ * closed by the program and its number taken by a file;
  * and a second kernel over the same closure is served by the memo at once.
  *
  *   test_closwatch [CASE...]          the cases (all without arguments)
@@ -19,6 +20,7 @@
  * trusts them and the memo is used; every edit here changes ctime. Skips
  * (77) without a toolkit.
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <kcache/compile.h>
 #include <sys/stat.h>
@@ -414,6 +416,44 @@ static void case_mount_over(void)
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/*
+ * A program that closes descriptors it did not open (closefrom(), a
+ * daemon's loop over every fd) and opens a file that takes the number of
+ * the memo's inotify instance: the memo must not go on believing that no
+ * event means no change.
+ */
+static void case_fd_reused(void)
+{
+    struct tree t;
+    tree_init(&t, test_dir(), "fd_reused");
+    warm("fd_reused", &t, 1);
+    DIR *d = opendir("/proc/self/fd");
+    REQUIRE(d);
+    int fds[16], n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 16) {
+        char link[300], target[256];
+        snprintf(link, sizeof(link), "/proc/self/fd/%s", e->d_name);
+        ssize_t k = readlink(link, target, sizeof(target) - 1);
+        if (k > 0) {
+            target[k] = '\0';
+            if (strstr(target, "inotify"))
+                fds[n++] = atoi(e->d_name);
+        }
+    }
+    closedir(d);
+    REQUIRE(n > 0);
+    for (int i = 0; i < n; i++) {
+        int f = open(t.src, O_RDONLY);
+        REQUIRE(f >= 0);
+        lseek(f, 0, SEEK_END);
+        REQUIRE(dup2(f, fds[i]) == fds[i]); /* the instance closed, its number a file at EOF */
+        close(f);
+    }
+    edit_keeping_times(t.val, t.new_text);
+    CHECK(sees_change("fd_reused", &t, 1));
+}
+
 int main(int argc, char **argv)
 {
     kc_toolkit tk;
@@ -444,6 +484,7 @@ int main(int argc, char **argv)
         {"shared", case_shared},
         {"budget", case_budget},
         {"mount_over", case_mount_over},
+        {"fd_reused", case_fd_reused},
     };
     if (argc == 4 && !strcmp(argv[1], "netfs")) {
         case_netfs(argv[2], argv[3]);
