@@ -62,8 +62,15 @@
  * most an eighth of the user's watches (the limit is shared by every process
  * of the user, an editor's among them): past that, full checks.
  *
+ * A mount or unmount raises no inotify event, though it changes what a
+ * path names (an sshfs mounted over an -I directory, by any user through
+ * fusermount): the process's mount table is polled on every read of the
+ * queue (/proc/self/mountinfo reports each change once), and a change
+ * forgets everything.
+ *
  * Known limits, not covered: a write through a shared mmap raises no
- * inotify event; nor does a mount placed over a watched directory.
+ * inotify event; a process that moves to another mount namespace after
+ * its first watch polls the table of the one it left.
  *
  * Threads share one instance under one lock. A forked child never reads
  * the instance it inherited (it would take the parent's events): it drops
@@ -72,6 +79,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,6 +132,14 @@ struct step {
 
 #define MAX_DEPTH 64
 
+/* A descriptor's file, and its flags (fcntl F_GETFL; -1: none to be had). */
+struct fd_id {
+    dev_t dev;
+    ino_t ino;
+    mode_t mode;
+    int flags;
+};
+
 struct kc_closwatch {
     /* The last walk without links: its directories, "/" first, so that the
      * next walk (the table's directories share most of their prefixes)
@@ -142,6 +158,7 @@ struct kc_closwatch {
 static struct {
     pthread_mutex_t lock;
     int fd;        /* the instance; -1 none yet, -2 none to be had in this process */
+    int mnt_fd;    /* the process's mount table, polled with it; -1 with no instance */
     pid_t pid;     /* the process it belongs to */
     uint64_t epoch; /* instances made (or forgotten) so far */
     struct slot *slots; /* by watch descriptor */
@@ -155,7 +172,8 @@ static struct {
     pthread_once_t once;
     int top_wd;    /* the highest watch descriptor the instance handed out */
     int budget;    /* and the most it may: a share of the user's limit */
-} cw = {PTHREAD_MUTEX_INITIALIZER, -1, 0, 0, NULL, 0, {NULL}, 0, {{0}}, 0, 0, 0, 0,
+    struct fd_id fd_was, mnt_was; /* what fd and mnt_fd were when made */
+} cw = {PTHREAD_MUTEX_INITIALIZER, -1, -1, 0, 0, NULL, 0, {NULL}, 0, {{0}}, 0, 0, 0, 0,
         PTHREAD_ONCE_INIT, 0, 0};
 
 /* ---- the instance -------------------------------------------------------- */
@@ -214,12 +232,6 @@ static void forget_locked(int keep_slots)
 }
 
 /*
- * Whether the instance is there (made when make is set). A forked child
- * drops its parent's. One whose descriptors have climbed half way to MAX_WD
- * (watches removed and added as trees come and go) is replaced before it
- * runs out, with all it remembered.
- */
-/*
  * How many watches one process may hold: an eighth of the user's limit
  * (fs.inotify.max_user_watches, shared by every process of the user: an
  * editor, a build tool, other ranks of the job). Where the limit is the old
@@ -242,22 +254,77 @@ static int watch_budget(void)
     return limit < 0 ? 0 : limit > INT32_MAX ? INT32_MAX : (int)limit;
 }
 
+/* What one of the instance's descriptors is: its file's identity, and its flags. */
+static void fd_id(int fd, struct fd_id *id)
+{
+    struct stat st;
+    memset(id, 0, sizeof(*id));
+    id->flags = fcntl(fd, F_GETFL);
+    if (id->flags >= 0 && fstat(fd, &st) == 0) {
+        id->dev = st.st_dev;
+        id->ino = st.st_ino;
+        id->mode = st.st_mode;
+    } else {
+        id->flags = -1;
+    }
+}
+
+/*
+ * Whether the instance's descriptors are still those it opened. A program
+ * may close descriptors it did not open (closefrom(), a daemon's loop over
+ * every number) and open others that take their numbers: no event would
+ * then come again, and no event would no longer mean no change. Another
+ * inotify instance of the program's own, non-blocking, at the very number
+ * is the one reuse this cannot tell.
+ */
+static int ours_locked(void)
+{
+    struct fd_id a, b;
+    fd_id(cw.fd, &a);
+    fd_id(cw.mnt_fd, &b);
+    return a.flags >= 0 && b.flags >= 0 && !memcmp(&a, &cw.fd_was, sizeof(a)) &&
+           !memcmp(&b, &cw.mnt_was, sizeof(b));
+}
+
+/*
+ * Whether the instance is there (made when make is set). A forked child
+ * drops its parent's. One whose descriptors have climbed half way to MAX_WD
+ * (watches removed and added as trees come and go) is replaced before it
+ * runs out, with all it remembered. One whose descriptors the program took
+ * (ours_locked()) is left to it, not closed, with all it remembered.
+ */
 static int ready_locked(int make)
 {
     pid_t pid = getpid();
+    if (cw.fd >= 0 && cw.pid == pid && !ours_locked()) {
+        cw.fd = cw.mnt_fd = -1;
+        forget_locked(0);
+    }
     if ((cw.fd != -1 && cw.pid != pid) || (make && cw.fd >= 0 && cw.n_slots > MAX_WD / 2)) {
         if (cw.fd >= 0)
-            close(cw.fd); /* this process's copy: a parent's stays open */
-        cw.fd = -1;
+            close(cw.fd); /* this process's copies: a parent's stay open */
+        if (cw.mnt_fd >= 0)
+            close(cw.mnt_fd);
+        cw.fd = cw.mnt_fd = -1;
         forget_locked(0);
     }
     if (cw.fd == -1 && make) {
         cw.fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+        cw.mnt_fd = open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC);
         cw.pid = pid;
         cw.top_wd = 0;
         cw.budget = watch_budget();
-        if (cw.fd < 0)
+        if (cw.fd < 0 || cw.mnt_fd < 0) { /* no mount seen: nothing can be trusted */
+            if (cw.fd >= 0)
+                close(cw.fd);
+            if (cw.mnt_fd >= 0)
+                close(cw.mnt_fd);
             cw.fd = -2;
+            cw.mnt_fd = -1;
+        } else {
+            fd_id(cw.fd, &cw.fd_was);
+            fd_id(cw.mnt_fd, &cw.mnt_was);
+        }
         cw.epoch++;
     }
     return cw.fd >= 0;
@@ -288,10 +355,16 @@ static void event_locked(const struct inotify_event *ev)
         s->gen++;
 }
 
-/* Reads every event queued, moving the generation of each watch one counts for. */
+/*
+ * Reads every event queued, moving the generation of each watch one counts
+ * for; a change to the mount table since the last read forgets everything.
+ */
 static void drain_locked(void)
 {
     _Alignas(struct inotify_event) char buf[16384];
+    struct pollfd mnt = {cw.mnt_fd, POLLPRI, 0};
+    if (poll(&mnt, 1, 0) != 0)
+        forget_locked(1); /* mounted or unmounted (POLLPRI, POLLERR), or not known */
     for (;;) {
         ssize_t n = read(cw.fd, buf, sizeof(buf));
         if (n < 0 && errno == EINTR)

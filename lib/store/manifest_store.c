@@ -18,8 +18,59 @@ void kc_manifest_rows_free(kc_manifest_row *rows, size_t n)
     free(rows);
 }
 
+/*
+ * Whether a chunk decoded to the bytes it is stored by (its digest): an LZ4
+ * block or raw bytes carry no checksum, and a damaged closure may name other
+ * paths than the compile looked at, so that it holds where the one recorded
+ * would not (a stale kernel, not a miss). The digest (BLAKE2b) costs 30-45
+ * times the fast one (xxh3, 192 KiB), so a chunk that held is remembered on
+ * the handle by it, with the fast digest of its bytes: read again, the same
+ * bytes cost only the fast one.
+ */
+#define CHUNKS_CHECKED 1024
+
+static int chunk_holds(kcache_store *s, const void *digest, const void *data, size_t size)
+{
+    uint8_t fast[KC_DIGEST_SIZE], d[KC_DIGEST_SIZE];
+    kc_stored_digest(fast, data, size);
+    if (!s->chunks_checked &&
+        !(s->chunks_checked = kc_calloc(CHUNKS_CHECKED, sizeof(*s->chunks_checked))))
+        return KCACHE_ENOMEM;
+    uint8_t(*slot)[KC_DIGEST_SIZE] =
+        s->chunks_checked[(((const uint8_t *)digest)[0] | ((const uint8_t *)digest)[1] << 8) %
+                          CHUNKS_CHECKED];
+    if (!memcmp(slot[0], digest, KC_DIGEST_SIZE) && !memcmp(slot[1], fast, KC_DIGEST_SIZE))
+        return 0;
+    kc_digest(d, data, size);
+    if (memcmp(d, digest, KC_DIGEST_SIZE) != 0)
+        return KCACHE_ECORRUPT;
+    memcpy(slot[0], d, KC_DIGEST_SIZE);
+    memcpy(slot[1], fast, KC_DIGEST_SIZE);
+    return 0;
+}
+
+/* A closure stored whole (before schema 9), decoded: chunk_holds() by the closure's digest. */
+static int whole_holds(kcache_store *s, int64_t id, const void *data, size_t size)
+{
+    sqlite3_stmt *q;
+    int rc = kc_db_stmt(&s->db, &q, KC_STMT_CLOSURE_DIGEST);
+    if (rc)
+        return rc;
+    sqlite3_bind_int64(q, 1, id);
+    int src = sqlite3_step(q);
+    if (src == SQLITE_ROW && sqlite3_column_bytes(q, 0) == KC_DIGEST_SIZE)
+        rc = chunk_holds(s, sqlite3_column_blob(q, 0), data, size);
+    else
+        rc = src == SQLITE_ROW || src == SQLITE_DONE
+                 ? KCACHE_ECORRUPT
+                 : kc_sqlerr(&s->db, src, "reading include closures");
+    sqlite3_reset(q);
+    return rc;
+}
+
 /* A closure stored in parts (schema/009_closure_chunks.sql): its chunks decoded in order into
- * out, which holds exactly size bytes. 0, or KCACHE_ECORRUPT where they do not add up. */
+ * out, which holds exactly size bytes, each checked against its digest. 0, or KCACHE_ECORRUPT
+ * where they do not add up. */
 static int closure_parts(kcache_store *s, void *out, size_t size, int64_t id, int64_t parts)
 {
     sqlite3_stmt *q;
@@ -35,11 +86,15 @@ static int closure_parts(kcache_store *s, void *out, size_t size, int64_t id, in
         sqlite3_int64 len = sqlite3_column_int64(q, 1);
         const void *blob = sqlite3_column_blob(q, 2);
         int stored = sqlite3_column_bytes(q, 2);
-        if (len <= 0 || (uint64_t)len > size - at || (!blob && stored))
+        const void *digest = sqlite3_column_blob(q, 3);
+        if (len <= 0 || (uint64_t)len > size - at || (!blob && stored) || !digest ||
+            sqlite3_column_bytes(q, 3) != KC_DIGEST_SIZE)
             rc = KCACHE_ECORRUPT;
         else
             rc = kc_decode_into(s->codec, (uint8_t *)out + at, codec, blob, (size_t)stored,
                                 (size_t)len);
+        if (!rc)
+            rc = chunk_holds(s, digest, (uint8_t *)out + at, (size_t)len);
         at += rc ? 0 : (size_t)len;
         n++;
     }
@@ -60,7 +115,14 @@ int kc_closure_decode(kcache_store *s, void **out, sqlite3_stmt *q, int codec_co
     if (sqlite3_column_type(q, col + 2) == SQLITE_NULL) {
         if (!blob || size <= 0)
             return KCACHE_ECORRUPT;
-        return kc_decode(s->codec, out, codec, blob, (size_t)size, raw_size);
+        int rc = kc_decode(s->codec, out, codec, blob, (size_t)size, raw_size);
+        if (!rc)
+            rc = whole_holds(s, sqlite3_column_int64(q, col + 1), *out, raw_size);
+        if (rc) {
+            free(*out);
+            *out = NULL;
+        }
+        return rc;
     }
     int64_t parts = sqlite3_column_int64(q, col + 2);
     if (size != 0 || parts <= 0 || (uint64_t)parts > raw_size)

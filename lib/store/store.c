@@ -25,6 +25,7 @@ static void store_free(kcache_store *s)
     kc_db_free(&s->db);
     kc_codec_free(s->codec);
     kc_buf_free(&s->scratch);
+    free(s->chunks_checked);
     free(s->touches);
     free(s->usage);
     free(s->counters);
@@ -679,8 +680,9 @@ const char *const kc_stmt_sql[KC_STMT_COUNT] = {
     [KC_STMT_CLOSURE_PART_PUT] =
         "INSERT INTO closure_part (closure_id, seq, chunk_id) VALUES (?1, ?2, ?3)",
     [KC_STMT_CLOSURE_PARTS] =
-        "SELECT k.codec, k.size, k.data FROM closure_part p JOIN closure_chunk k"
+        "SELECT k.codec, k.size, k.data, k.digest FROM closure_part p JOIN closure_chunk k"
         " ON k.id = p.chunk_id WHERE p.closure_id = ?1 ORDER BY p.seq",
+    [KC_STMT_CLOSURE_DIGEST] = "SELECT digest FROM closure WHERE id = ?1",
     [KC_STMT_CHUNK_FIND] = "SELECT id FROM closure_chunk WHERE digest = ?1",
     [KC_STMT_CHUNK_PUT] =
         "INSERT INTO closure_chunk (digest, size, codec, data) VALUES (?1, ?2, ?3, ?4)",

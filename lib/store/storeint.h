@@ -50,6 +50,7 @@ enum kc_stmt {
     KC_STMT_CLOSURE_PUT_PARTS,
     KC_STMT_CLOSURE_PART_PUT,
     KC_STMT_CLOSURE_PARTS,
+    KC_STMT_CLOSURE_DIGEST,
     KC_STMT_CHUNK_FIND,
     KC_STMT_CHUNK_PUT,
     KC_STMT_GET_V7,
@@ -104,6 +105,7 @@ struct kcache_store {
     kc_codec_ctx *codec;
     int compression;    /* what puts encode with (util/codec.h); rows say what they hold */
     kc_buf scratch;
+    uint8_t (*chunks_checked)[2][KC_DIGEST_SIZE]; /* closure chunks that held (manifest_store.c) */
 
     struct kc_touch *touches;
     size_t n_touches, cap_touches;

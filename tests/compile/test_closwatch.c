@@ -5,9 +5,11 @@
  * disk gives: an edit that keeps size and mtime, a replacement by rename, a
  * header made earlier on the -I path, an edit through a hard link made in
  * another directory, a symlinked -I directory retargeted, an edit in a
- * forked child's lifetime (the child must not take the parent's events);
- * and a second kernel over the same closure, or the same kernel named in
- * another directory, is served by the memo at once.
+ * forked child's lifetime (the child must not take the parent's events),
+ * a directory of the -I path mounted over, the memo's inotify descriptor
+ * closed by the program and its number taken by a file; and a second
+ * kernel over the same closure, or the same kernel named in another
+ * directory, is served by the memo at once.
  *
  *   test_closwatch [CASE...]          the cases (all without arguments)
  *   test_closwatch netfs DIR SERVER   DIR: a network mount of SERVER (sshfs,
@@ -19,11 +21,14 @@
  * trusts them and the memo is used; every edit here changes ctime. Skips
  * (77) without a toolkit.
  */
+#include <dirent.h>
 #include <fcntl.h>
 #include <kcache/compile.h>
 #include <sys/stat.h>
 #include <errno.h>
 #include <sys/wait.h>
+#include <sched.h>
+#include <sys/mount.h>
 
 #include "compile/manifest.h"
 #include "compiletest.h"
@@ -43,12 +48,13 @@ struct tree {
     char new_val[16];
 };
 
+static int n_trees; /* trees made: each case's values its own */
+
 static void tree_init(struct tree *t, const char *base, const char *name)
 {
-    static int cases;
-    cases++;
-    snprintf(t->new_val, sizeof(t->new_val), "%d", 54300 + cases);
-    snprintf(t->old_text, sizeof(t->old_text), "#define VAL %d\n", 12300 + cases);
+    n_trees++;
+    snprintf(t->new_val, sizeof(t->new_val), "%d", 54300 + n_trees);
+    snprintf(t->old_text, sizeof(t->old_text), "#define VAL %d\n", 12300 + n_trees);
     snprintf(t->new_text, sizeof(t->new_text), "#define VAL %s\n", t->new_val);
     snprintf(t->root, sizeof(t->root), "%s/%s", base, name);
     snprintf(t->src, sizeof(t->src), "%s/src/kern.cu", t->root);
@@ -401,6 +407,81 @@ static void case_budget(void)
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+
+/*
+ * A directory of the -I path mounted over (an sshfs or a bind mount, which a
+ * user may make with fusermount) raises no inotify event, yet the path now
+ * names another directory: the memo must not serve the old closure. In a
+ * child with a mount namespace of its own (skipped where none can be had).
+ */
+static void case_mount_over(void)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
+            fprintf(stderr, "mount_over: skipped: no mount namespace (%s)\n", strerror(errno));
+            _exit(0);
+        }
+        struct tree t;
+        char other[700], val[800];
+        tree_init(&t, test_dir(), "mount_over");
+        warm("mount_over", &t, 1);
+        snprintf(other, sizeof(other), "%s/other", t.root);
+        snprintf(val, sizeof(val), "%s/val.h", other);
+        REQUIRE(mkdir(other, 0700) == 0);
+        test_write_text(val, t.new_text);
+        REQUIRE(mount(other, t.second, NULL, MS_BIND, NULL) == 0);
+        CHECK(sees_change("mount_over", &t, 1));
+        umount2(t.second, MNT_DETACH);
+        _exit(test_done());
+    }
+    n_trees++; /* the child's tree is not the one the next case makes */
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/*
+ * A program that closes descriptors it did not open (closefrom(), a
+ * daemon's loop over every fd) and opens a file that takes the number of
+ * the memo's inotify instance: the memo must not go on believing that no
+ * event means no change.
+ */
+static void case_fd_reused(void)
+{
+    struct tree t;
+    tree_init(&t, test_dir(), "fd_reused");
+    warm("fd_reused", &t, 1);
+    DIR *d = opendir("/proc/self/fd");
+    REQUIRE(d);
+    int fds[16], n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 16) {
+        char link[300], target[256];
+        snprintf(link, sizeof(link), "/proc/self/fd/%s", e->d_name);
+        ssize_t k = readlink(link, target, sizeof(target) - 1);
+        if (k > 0) {
+            target[k] = '\0';
+            if (strstr(target, "inotify"))
+                fds[n++] = atoi(e->d_name);
+        }
+    }
+    closedir(d);
+    REQUIRE(n > 0);
+    for (int i = 0; i < n; i++) {
+        int f = open(t.src, O_RDONLY);
+        REQUIRE(f >= 0);
+        lseek(f, 0, SEEK_END);
+        REQUIRE(dup2(f, fds[i]) == fds[i]); /* the instance closed, its number a file at EOF */
+        close(f);
+    }
+    edit_keeping_times(t.val, t.new_text);
+    CHECK(sees_change("fd_reused", &t, 1));
+}
+
 int main(int argc, char **argv)
 {
     kc_toolkit tk;
@@ -431,6 +512,8 @@ int main(int argc, char **argv)
         {"shared", case_shared},
         {"new_dir", case_new_dir},
         {"budget", case_budget},
+        {"mount_over", case_mount_over},
+        {"fd_reused", case_fd_reused},
     };
     if (argc == 4 && !strcmp(argv[1], "netfs")) {
         case_netfs(argv[2], argv[3]);

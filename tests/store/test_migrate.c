@@ -13,6 +13,7 @@
 #include "db/db.h"
 #include "db/dbint.h"
 #include "store/storelib.h"
+#include "util/codec.h"
 #include "storetest.h"
 
 #define N_ENTRIES 40
@@ -531,10 +532,13 @@ static void test_closures_from_schema_8(void)
     sqlite3_stmt *q = NULL;
     REQUIRE(sqlite3_prepare_v2(db,
                                "INSERT INTO closure (id, digest, codec, raw_size, data)"
-                               " VALUES (1, zeroblob(32), 0, ?1, ?2)",
+                               " VALUES (1, ?3, 0, ?1, ?2)",
                                -1, &q, NULL) == SQLITE_OK);
+    uint8_t digest[KC_DIGEST_SIZE]; /* by which schema 4-8 stored it, and a read checks it */
+    kc_digest(digest, closure, sizeof(closure));
     sqlite3_bind_int(q, 1, (int)sizeof(closure));
     sqlite3_bind_blob(q, 2, closure, (int)sizeof(closure), SQLITE_STATIC);
+    sqlite3_bind_blob(q, 3, digest, KC_DIGEST_SIZE, SQLITE_STATIC);
     CHECK(sqlite3_step(q) == SQLITE_DONE);
     sqlite3_finalize(q);
     kcache_key base = st_key(5000), key;

@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include "store/storelib.h"
+#include "util/codec.h"
 #include "storetest.h"
 
 static kcache_key key_of(unsigned n)
@@ -366,6 +367,140 @@ static void test_closure_chunks(void)
     kcache_store_close(s);
 }
 
+/* Flips the last byte of each closure chunk of size bytes stored raw in the file at path; how
+ * many. */
+static int damage_raw_chunks(const char *path, int size)
+{
+    sqlite3 *db = NULL;
+    sqlite3_stmt *q = NULL, *u = NULL;
+    REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
+    REQUIRE(sqlite3_prepare_v2(db, "SELECT id, data FROM closure_chunk WHERE codec = 0"
+                                   " AND length(data) = ?1", -1, &q, NULL) == SQLITE_OK);
+    sqlite3_bind_int(q, 1, size);
+    REQUIRE(sqlite3_prepare_v2(db, "UPDATE closure_chunk SET data = ?2 WHERE id = ?1", -1, &u,
+                               NULL) == SQLITE_OK);
+    int n = 0;
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        static uint8_t buf[1 << 16];
+        REQUIRE(sqlite3_column_bytes(q, 1) == size && size > 0 && size <= (int)sizeof(buf));
+        memcpy(buf, sqlite3_column_blob(q, 1), (size_t)size);
+        buf[size - 1] ^= 0x20; /* as "first" becomes "firsu": the same length, another path */
+        sqlite3_bind_int64(u, 1, sqlite3_column_int64(q, 0));
+        sqlite3_bind_blob(u, 2, buf, size, SQLITE_STATIC);
+        REQUIRE(sqlite3_step(u) == SQLITE_DONE);
+        sqlite3_reset(u);
+        n++;
+    }
+    sqlite3_finalize(q);
+    sqlite3_finalize(u);
+    sqlite3_close(db);
+    return n;
+}
+
+/* A closure stored whole and raw, as before schema 9, under base for key; its row's id. */
+static int64_t put_whole_closure(const char *path, const kcache_key *base, const kcache_key *key,
+                                 const uint8_t *closure, size_t size)
+{
+    uint8_t digest[KC_DIGEST_SIZE];
+    kc_digest(digest, closure, size);
+    sqlite3 *db = NULL;
+    sqlite3_stmt *q = NULL;
+    REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
+    REQUIRE(sqlite3_prepare_v2(db, "INSERT INTO closure (digest, raw_size, codec, data)"
+                                   " VALUES (?1, ?2, 0, ?3)", -1, &q, NULL) == SQLITE_OK);
+    sqlite3_bind_blob(q, 1, digest, KC_DIGEST_SIZE, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 2, (sqlite3_int64)size);
+    sqlite3_bind_blob(q, 3, closure, (int)size, SQLITE_STATIC);
+    REQUIRE(sqlite3_step(q) == SQLITE_DONE);
+    sqlite3_finalize(q);
+    int64_t id = sqlite3_last_insert_rowid(db);
+    REQUIRE(sqlite3_prepare_v2(db, "INSERT INTO manifest (base, key, closure_id, recorded_at,"
+                                   " created_at) VALUES (?1, ?2, ?3, 1, 1)", -1, &q, NULL) ==
+            SQLITE_OK);
+    sqlite3_bind_blob(q, 1, base->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
+    sqlite3_bind_blob(q, 2, key->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 3, id);
+    REQUIRE(sqlite3_step(q) == SQLITE_DONE);
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+    return id;
+}
+
+/* How many closures the store hands back under base. */
+static size_t closures_under(kcache_store *s, const kcache_key *base)
+{
+    kc_manifest_row *rows = NULL;
+    size_t k = 0;
+    CHECK_RC(kc_store_manifest_get(&rows, &k, s, base), 0);
+    kc_manifest_rows_free(rows, k);
+    return k;
+}
+
+/* How many closures the store hands back under base with other bytes than want's. */
+static size_t others_under(kcache_store *s, const kcache_key *base, const void *want, size_t n)
+{
+    kc_manifest_row *rows = NULL;
+    size_t k = 0, other = 0;
+    CHECK_RC(kc_store_manifest_get(&rows, &k, s, base), 0);
+    for (size_t i = 0; i < k; i++)
+        other += rows[i].size != n || memcmp(rows[i].closure, want, n) != 0;
+    kc_manifest_rows_free(rows, k);
+    return other;
+}
+
+/*
+ * A closure chunk damaged on disk, of its own length, in a codec with no
+ * checksum of its own (raw; LZ4 blocks, the default, neither): read back it
+ * would name other paths than the compile looked at and could hold where
+ * the one recorded would not (a stale kernel). A new handle finds no
+ * closure; a handle that read it before hands back at most the bytes it
+ * read then, kept by their digest (shared.c), never other bytes. Likewise
+ * a closure stored whole, as before schema 9, damaged.
+ */
+static void test_damaged_chunk(void)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s", test_path("damaged_chunk.db"));
+    kcache_store *s = open_at(path, UINT64_MAX);
+    static uint8_t data[4000], closure[1500];
+    uint64_t x = 0x6b63616368650002u;
+    for (size_t i = 0; i < sizeof(closure); i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        closure[i] = (uint8_t)x; /* LZ4 does not pay: stored raw */
+    }
+    CHECK_RC(put_booked(s, 7, data, sizeof(data)), 0);
+    kcache_key base = key_of(3007), key = key_of(7);
+    CHECK_RC(kc_store_manifest_put(s, &base, &key, 1, closure, sizeof(closure)), 0);
+    CHECK(closures_under(s, &base) == 1);
+    CHECK(damage_raw_chunks(path, (int)sizeof(closure)) == 1);
+    if (others_under(s, &base, closure, sizeof(closure)) != 0)
+        fprintf(stderr, "damaged chunk: the handle that read it handed back other bytes\n");
+    CHECK(others_under(s, &base, closure, sizeof(closure)) == 0);
+    kcache_store_close(s);
+    s = open_at(path, UINT64_MAX);
+    if (closures_under(s, &base) != 0)
+        fprintf(stderr, "damaged chunk: a new handle handed back other bytes\n");
+    CHECK(closures_under(s, &base) == 0);
+    /* A closure stored whole (a file migrated from schema 8, an old bundle) likewise. */
+    kcache_key whole = key_of(3008);
+    closure[0] ^= 1; /* not the bytes of the first: a closure row of its own */
+    int64_t id = put_whole_closure(path, &whole, &key, closure, sizeof(closure));
+    CHECK(closures_under(s, &whole) == 1);
+    char sql[160];
+    snprintf(sql, sizeof(sql), "UPDATE closure SET data = zeroblob(%zu) WHERE id = %lld",
+             sizeof(closure), (long long)id);
+    st_sql(path, sql);
+    if (others_under(s, &whole, closure, sizeof(closure)) != 0)
+        fprintf(stderr, "damaged whole closure: handed back other bytes\n");
+    CHECK(others_under(s, &whole, closure, sizeof(closure)) == 0);
+    kcache_store_close(s);
+    s = open_at(path, UINT64_MAX);
+    if (closures_under(s, &whole) != 0)
+        fprintf(stderr, "damaged whole closure: a new handle handed back other bytes\n");
+    CHECK(closures_under(s, &whole) == 0);
+    kcache_store_close(s);
+}
+
 int main(void)
 {
     test_put_get();
@@ -373,5 +508,6 @@ int main(void)
     test_find_ambiguous();
     test_books();
     test_closure_chunks();
+    test_damaged_chunk();
     return test_done();
 }
