@@ -7,6 +7,7 @@
 #define KC_STORETEST_H
 
 #include <blake2.h>
+#include <kcache/bundle.h>
 #include <kcache/store.h>
 #include <sqlite3.h>
 #include <stdint.h>
@@ -289,6 +290,20 @@ static inline int st_integrity_ok(const char *path)
     }
     sqlite3_close(db);
     return ok;
+}
+
+/*
+ * Imports the bundle at path into s with the default options: the entries it
+ * added. A failure fails the test, said on stderr with the store's message.
+ */
+static inline uint64_t st_import(kcache_store *s, const char *path)
+{
+    kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
+    int rc = kcache_bundle_import(&r, s, path, NULL);
+    CHECK_RC(rc, 0);
+    if (rc)
+        fprintf(stderr, "  import: %s\n", kcache_store_errmsg(s));
+    return r.added;
 }
 
 static inline uint64_t st_file_size(const char *path)
