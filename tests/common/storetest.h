@@ -175,6 +175,22 @@ static inline int st_open_logged(kcache_store **s, const char *path, struct st_l
     return kcache_store_open(s, &o, err, err_size);
 }
 
+/*
+ * st_open_logged(), a failure counted and said on stderr with what (the
+ * case) and the store's message: the store, or NULL.
+ */
+static inline kcache_store *st_open_counted(const char *path, struct st_log *l, const char *what)
+{
+    kcache_store *s = NULL;
+    char err[512];
+    int rc = st_open_logged(&s, path, l, err, sizeof(err));
+    if (rc) {
+        fprintf(stderr, "%s: open %s: %d %s\n", what, path, rc, err);
+        test_failures++;
+    }
+    return s;
+}
+
 /* Opens with the options given, or fails the test saying why. */
 static inline kcache_store *st_open_with(const kcache_store_options *o)
 {
