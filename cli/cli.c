@@ -300,6 +300,19 @@ void cli_json_null(cli_json *j, const char *key)
     fputs("null", j->out);
 }
 
+void cli_json_pairs(cli_json *j, const char *key, const char *first, const char *const *a,
+                    const char *second, const char *const *b, size_t n)
+{
+    cli_json_array_begin(j, key);
+    for (size_t i = 0; i < n; i++) {
+        cli_json_object_begin(j, NULL);
+        cli_json_string(j, first, a[i]);
+        cli_json_string(j, second, b[i]);
+        cli_json_object_end(j);
+    }
+    cli_json_array_end(j);
+}
+
 void cli_json_finish(cli_json *j)
 {
     fputc('\n', j->out);

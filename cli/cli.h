@@ -73,6 +73,9 @@ void cli_json_int(cli_json *j, const char *key, int64_t value);
 void cli_json_double(cli_json *j, const char *key, double value);
 void cli_json_bool(cli_json *j, const char *key, int value);
 void cli_json_null(cli_json *j, const char *key);
+/* An array named key of n objects {first: a[i], second: b[i]}: name expressions, say. */
+void cli_json_pairs(cli_json *j, const char *key, const char *first, const char *const *a,
+                    const char *second, const char *const *b, size_t n);
 /* Ends the document with a newline. */
 void cli_json_finish(cli_json *j);
 

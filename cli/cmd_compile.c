@@ -489,14 +489,8 @@ static void print_json(const struct job *job, const size_t counts[4], size_t evi
             cli_json_double(&j, "compile_ms", (double)r->compile_ns / 1e6);
             cli_json_string(&j, "store_message", r->store_message);
             cli_json_string(&j, "log", r->log);
-            cli_json_array_begin(&j, "lowered_names");
-            for (size_t k = 0; k < r->n_names; k++) {
-                cli_json_object_begin(&j, NULL);
-                cli_json_string(&j, "name_expr", r->name_exprs[k]);
-                cli_json_string(&j, "lowered", r->lowered_names[k]);
-                cli_json_object_end(&j);
-            }
-            cli_json_array_end(&j);
+            cli_json_pairs(&j, "lowered_names", "name_expr", r->name_exprs, "lowered",
+                           r->lowered_names, r->n_names);
         }
         cli_json_object_end(&j);
     }

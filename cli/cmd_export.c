@@ -103,14 +103,8 @@ static int export_one(cli_json *j, const kcache_entry *e, const char *dir, char 
         cli_json_string(j, "blake2b", digest);
         cli_json_int(j, "created_ms", e->created_at);
         cli_json_string(j, "toolchain", e->toolchain);
-        cli_json_array_begin(j, "names");
-        for (size_t n = 0; n < e->n_names; n++) {
-            cli_json_object_begin(j, NULL);
-            cli_json_string(j, "expression", e->name_exprs[n]);
-            cli_json_string(j, "lowered", e->lowered_names[n]);
-            cli_json_object_end(j);
-        }
-        cli_json_array_end(j);
+        cli_json_pairs(j, "names", "expression", e->name_exprs, "lowered", e->lowered_names,
+                       e->n_names);
         cli_json_object_end(j);
     }
     return ret;

@@ -140,14 +140,8 @@ static void print_json(const kcache_entry *e, const kcache_cubin_info *cubin,
     cli_json_uint(&j, "compile_ns", e->compile_ns);
     cli_json_string(&j, "toolchain", e->toolchain);
     print_key_components(e, &j);
-    cli_json_array_begin(&j, "names");
-    for (size_t i = 0; i < e->n_names; i++) {
-        cli_json_object_begin(&j, NULL);
-        cli_json_string(&j, "expression", e->name_exprs[i]);
-        cli_json_string(&j, "lowered", e->lowered_names[i]);
-        cli_json_object_end(&j);
-    }
-    cli_json_array_end(&j);
+    cli_json_pairs(&j, "names", "expression", e->name_exprs, "lowered", e->lowered_names,
+                   e->n_names);
     cli_json_array_begin(&j, "inputs");
     for (size_t i = 0; i < e->n_inputs; i++) {
         const kcache_input *in = &e->inputs[i];

@@ -161,22 +161,35 @@ static uint64_t median(uint64_t *v, int n)
     return v[n / 2];
 }
 
-static int run_launch(const struct args *a, uint64_t t_main)
+/*
+ * A compiler (without a store when no_store) and a GPU over it, with the
+ * driver's entry points loaded: 0, or 77, said, where there is no GPU.
+ */
+static int open_gpu(kcache_compiler **c, kcache_gpu **gpu, int no_store)
 {
     char err[512];
-    kcache_compiler *c = NULL;
-    kcache_gpu *gpu = NULL;
     kcache_compiler_options co = KCACHE_COMPILER_OPTIONS_INIT;
-    co.no_store = a->cubin != NULL;
-    if (kcache_compiler_new(&c, &co, err, sizeof(err)))
+    co.no_store = no_store;
+    *c = NULL;
+    *gpu = NULL;
+    if (kcache_compiler_new(c, &co, err, sizeof(err)))
         die("kcache_compiler_new", err);
-    if (kcache_gpu_new(&gpu, c, NULL, err, sizeof(err)))
+    if (kcache_gpu_new(gpu, *c, NULL, err, sizeof(err)))
         die("kcache_gpu_new", err);
-    if (!kcache_gpu_available(gpu)) {
-        fprintf(stderr, "bench_gpu_start: %s\n", kcache_gpu_errmsg(gpu));
+    if (!kcache_gpu_available(*gpu)) {
+        fprintf(stderr, "bench_gpu_start: %s\n", kcache_gpu_errmsg(*gpu));
         return 77;
     }
-    load_api(gpu);
+    load_api(*gpu);
+    return 0;
+}
+
+static int run_launch(const struct args *a, uint64_t t_main)
+{
+    kcache_compiler *c;
+    kcache_gpu *gpu;
+    if (open_gpu(&c, &gpu, a->cubin != NULL))
+        return 77;
     kcache_store *store = kcache_compiler_store(c);
     kcache_stats *before = NULL, *after = NULL;
     CUfunction fn = NULL;
@@ -235,19 +248,10 @@ static int run_launch(const struct args *a, uint64_t t_main)
 
 static int run_memo(const struct args *a)
 {
-    char err[512];
-    kcache_compiler *c = NULL;
-    kcache_gpu *gpu = NULL;
-    kcache_compiler_options co = KCACHE_COMPILER_OPTIONS_INIT;
-    if (kcache_compiler_new(&c, &co, err, sizeof(err)))
-        die("kcache_compiler_new", err);
-    if (kcache_gpu_new(&gpu, c, NULL, err, sizeof(err)))
-        die("kcache_gpu_new", err);
-    if (!kcache_gpu_available(gpu)) {
-        fprintf(stderr, "bench_gpu_start: %s\n", kcache_gpu_errmsg(gpu));
+    kcache_compiler *c;
+    kcache_gpu *gpu;
+    if (open_gpu(&c, &gpu, 0))
         return 77;
-    }
-    load_api(gpu);
     char arch[16];
     if (kcache_gpu_arch(arch, sizeof(arch), gpu, 0, 0))
         die("kcache_gpu_arch", kcache_gpu_errmsg(gpu));

@@ -63,12 +63,11 @@ static int parse(kc_facts *out, const char *text)
     return strcmp(text, "\n") == 0 ? 0 : -1;
 }
 
-int kc_facts_get(kc_facts *out)
+int kc_facts_get(kc_facts *out, kcache_compiler *c)
 {
     pthread_mutex_lock(&facts_lock);
     if (!looked_up) {
         looked_up = 1;
-        kcache_compiler *c = kc_shim_compiler();
         kcache_store *s = kcache_compiler_store(c);
         const char *id = kcache_compiler_nvrtc_id(c);
         kcache_entry *e = NULL;
@@ -86,7 +85,7 @@ int kc_facts_get(kc_facts *out)
     return rc;
 }
 
-void kc_facts_note(const kc_real_nvrtc *api)
+void kc_facts_note(kcache_compiler *c, const kc_real_nvrtc *api)
 {
     pthread_mutex_lock(&facts_lock);
     if (noted || !api) {
@@ -94,7 +93,6 @@ void kc_facts_note(const kc_real_nvrtc *api)
         return;
     }
     noted = 1;
-    kcache_compiler *c = kc_shim_compiler();
     kcache_store *s = kcache_compiler_store(c);
     const char *id = kcache_compiler_nvrtc_id(c);
     const char *loaded = kc_real_build_id();

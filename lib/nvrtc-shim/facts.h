@@ -5,7 +5,9 @@
 #ifndef KC_FACTS_H
 #define KC_FACTS_H
 
-#include "nvrtc-shim/shim.h"
+#include <kcache/compile.h>
+
+#include "nvrtc-shim/real.h"
 
 /* More than any NVRTC lists (CUDA 13.0: 12); a longer list is not recorded. */
 #define KC_FACTS_MAX_ARCHS 64
@@ -19,15 +21,20 @@ typedef struct kc_facts {
 /*
  * What the library the drop-in would load said about itself when a process
  * loaded it, without loading it: 0 with *out, or -1 (no record: ask NVRTC).
+ * The record is looked up once per process, in the store of compiler (the
+ * process's, kc_shim_compiler(); NULL: no store, no record).
  */
-int kc_facts_get(kc_facts *out);
+int kc_facts_get(kc_facts *out, kcache_compiler *compiler);
 
-/* Records what api (the loaded library) says, once per process. Best effort. */
-void kc_facts_note(const kc_real_nvrtc *api);
+/*
+ * Records what api (the loaded library) says in the store of compiler (as
+ * kc_facts_get()), once per process. Best effort.
+ */
+void kc_facts_note(kcache_compiler *compiler, const kc_real_nvrtc *api);
 
 /*
  * For fork, from shim.c's handlers: this lock is taken before the shim's
- * own (kc_facts_get() takes them in that order).
+ * own and real.c's (kc_facts_note() takes real.c's under it).
  */
 void kc_facts_fork_prepare(void);
 void kc_facts_fork_parent(void);

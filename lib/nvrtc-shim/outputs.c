@@ -167,7 +167,7 @@ SHIM_API const char *nvrtcGetErrorString(nvrtcResult result)
         if (!api_)                                                                                 \
             return NVRTC_ERROR_INTERNAL_ERROR;                                                     \
         nvrtcResult rc_ = api_->call;                                                              \
-        kc_facts_note(api_);                                                                       \
+        kc_facts_note(kc_shim_compiler(), api_);                                                   \
         return rc_;                                                                                \
     } while (0)
 
@@ -187,7 +187,7 @@ SHIM_API nvrtcResult nvrtcVersion(int *major, int *minor)
         *minor = mi;
         return NVRTC_SUCCESS;
     }
-    if (major && minor && !kc_real_loaded() && kc_facts_get(&f) == 0) {
+    if (major && minor && !kc_real_loaded() && kc_facts_get(&f, kc_shim_compiler()) == 0) {
         *major = f.major;
         *minor = f.minor;
         return NVRTC_SUCCESS;
@@ -200,7 +200,7 @@ SHIM_API nvrtcResult nvrtcVersion(int *major, int *minor)
 SHIM_API nvrtcResult nvrtcGetNumSupportedArchs(int *numArchs)
 {
     kc_facts f;
-    if (numArchs && !kc_real_loaded() && kc_facts_get(&f) == 0) {
+    if (numArchs && !kc_real_loaded() && kc_facts_get(&f, kc_shim_compiler()) == 0) {
         *numArchs = f.n_archs;
         return NVRTC_SUCCESS;
     }
@@ -210,7 +210,7 @@ SHIM_API nvrtcResult nvrtcGetNumSupportedArchs(int *numArchs)
 SHIM_API nvrtcResult nvrtcGetSupportedArchs(int *supportedArchs)
 {
     kc_facts f;
-    if (supportedArchs && !kc_real_loaded() && kc_facts_get(&f) == 0) {
+    if (supportedArchs && !kc_real_loaded() && kc_facts_get(&f, kc_shim_compiler()) == 0) {
         memcpy(supportedArchs, f.archs, (size_t)f.n_archs * sizeof(*f.archs));
         return NVRTC_SUCCESS;
     }

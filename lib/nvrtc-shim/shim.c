@@ -1086,7 +1086,7 @@ SHIM_API nvrtcResult nvrtcCompileProgram(nvrtcProgram prog, int numOptions,
     kcache_result_free(res);
     /* NVIDIA's library is loaded now: what it says of itself, for processes that only hit. */
     if (m.ran)
-        kc_facts_note(kc_real());
+        kc_facts_note(kc_shim_compiler(), kc_real());
     return nrc;
 }
 

@@ -1,7 +1,8 @@
 /*
  * The drop-in NVRTC: a libnvrtc.so.N of kcache's own (see doc/design.md, "The
- * drop-in NVRTC"). real.c finds and loads NVIDIA's library and redirects a
- * program's dlopen of NVRTC to this one; shim.c serves the API.
+ * drop-in NVRTC"). shim.c serves the API: the process's compiler and the
+ * program handles the drop-in's other files share; NVIDIA's library is
+ * real.h's.
  */
 #ifndef KC_SHIM_H
 #define KC_SHIM_H
@@ -10,44 +11,7 @@
 
 #include <kcache/compile.h>
 
-#include "cuda/nvrtc_points.h"
-
-/*
- * What the drop-in forwards beyond what a compile calls (KC_NVRTC_POINTS):
- * X(Name) for each nvrtcName, so that the table and its loading in real.c
- * come from one list.
- */
-#define KC_SHIM_MORE_POINTS(X)                                                                     \
-    X(GetOptiXIRSize)                                                                              \
-    X(GetOptiXIR)                                                                                  \
-    X(GetPCHHeapSize)                                                                              \
-    X(SetPCHHeapSize)                                                                              \
-    X(GetPCHCreateStatus)                                                                          \
-    X(GetPCHHeapSizeRequired)                                                                      \
-    X(SetFlowCallback)
-
-/* NVIDIA's entry points, as loaded from the real library. */
-typedef struct kc_real_nvrtc {
-    KC_NVRTC_POINTS(KC_NVRTC_FIELD)
-    KC_SHIM_MORE_POINTS(KC_NVRTC_FIELD)
-    /* Undocumented (a program constructor with three more arguments): forwarded as is. */
-    nvrtcResult (*CPEx)(nvrtcProgram *, const char *, const char *, int, const char *const *,
-                        const char *const *, int, void *, void *);
-} kc_real_nvrtc;
-
-/* NVIDIA's library, loaded on first call; NULL if it cannot be (see kc_real_error()). */
-const kc_real_nvrtc *kc_real(void);
-/* 1 once NVIDIA's library has been loaded in this process. */
-int kc_real_loaded(void);
-/*
- * The GNU build-id (hex) of the NVIDIA library loaded, read from the loaded
- * copy's own notes: the build that answers. NULL if not loaded or it has none.
- */
-const char *kc_real_build_id(void);
-/* Why kc_real() failed: one line. */
-const char *kc_real_error(void);
-/* The real library's file (realpath), or NULL if none was found. Never loads it. */
-const char *kc_real_path(void);
+#include "nvrtc-shim/real.h"
 
 /*
  * nvrtcVersion without loading NVIDIA's library, once this process has
@@ -57,17 +21,6 @@ int kc_shim_hit_version(int *major, int *minor);
 
 /* The process's compiler (opened on first need); NULL when the cache is off or has no store. */
 kcache_compiler *kc_shim_compiler(void);
-
-/* For fork: shim.c takes its own lock, then this one, and releases both after. */
-void kc_real_lock(void);
-void kc_real_unlock(void);
-
-/*
- * Calls the shim makes into libkcache run with this set, so that a dlopen of
- * NVRTC from there reaches NVIDIA's library, never this one.
- */
-void kc_shim_enter(void);
-void kc_shim_leave(void);
 
 /* A program handle of the drop-in's (what nvrtcProgram points to). */
 struct prog {

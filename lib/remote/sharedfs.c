@@ -176,11 +176,8 @@ struct names {
 
 static void names_free(struct names *l)
 {
-    for (size_t i = 0; i < l->n; i++)
-        free(l->v[i]);
-    free(l->v);
-    l->v = NULL;
-    l->n = l->cap = 0;
+    kc_strv_free(l->v, l->n);
+    memset(l, 0, sizeof(*l));
 }
 
 static int newest_first(const void *a, const void *b)

@@ -214,22 +214,16 @@ int kc_ingest_local_only(const kcache_entry *e)
 int kc_ingest_existing(kcache_store *s, const kcache_key *key, int64_t *created_at,
                        uint8_t digest[KC_DIGEST_SIZE])
 {
-    sqlite3_stmt *st = NULL;
-    int src = sqlite3_prepare_v2(s->db.conn, "SELECT created_at, digest FROM entry WHERE key = ?1",
-                                 -1, &st, NULL);
-    int found = 0;
-    if (src == SQLITE_OK) {
-        sqlite3_bind_blob(st, 1, key->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
-        src = sqlite3_step(st);
-        if (src == SQLITE_ROW) {
-            *created_at = sqlite3_column_int64(st, 0);
-            const void *d = sqlite3_column_blob(st, 1);
-            memset(digest, 0, KC_DIGEST_SIZE);
-            if (d && sqlite3_column_bytes(st, 1) == KC_DIGEST_SIZE)
-                memcpy(digest, d, KC_DIGEST_SIZE);
-            found = 1;
-            src = SQLITE_DONE;
-        }
+    sqlite3_stmt *st;
+    int src = kc_step_by_key(&st, s, "SELECT created_at, digest FROM entry WHERE key = ?1", key);
+    int found = src == SQLITE_ROW;
+    if (found) {
+        *created_at = sqlite3_column_int64(st, 0);
+        const void *d = sqlite3_column_blob(st, 1);
+        memset(digest, 0, KC_DIGEST_SIZE);
+        if (d && sqlite3_column_bytes(st, 1) == KC_DIGEST_SIZE)
+            memcpy(digest, d, KC_DIGEST_SIZE);
+        src = SQLITE_DONE;
     }
     sqlite3_finalize(st);
     return src == SQLITE_DONE ? found : kc_sqlerr(&s->db, src, "reading an entry");

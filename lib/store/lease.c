@@ -89,33 +89,26 @@ static int acquire_locked(kcache_store *s, const kcache_key *key, unsigned stale
     if (rc)
         return rc;
     int64_t now = kc_now_ms();
-    sqlite3_stmt *st = NULL;
-    int src = sqlite3_prepare_v2(s->db.conn,
-                                 "SELECT pid, host, heartbeat FROM lease WHERE key = ?1",
-                                 -1, &st, NULL);
+    sqlite3_stmt *st;
+    int src = kc_step_by_key(&st, s, "SELECT pid, host, heartbeat FROM lease WHERE key = ?1", key);
     int held = 0;
-    if (src == SQLITE_OK) {
-        sqlite3_bind_blob(st, 1, key->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
-        src = sqlite3_step(st);
-        if (src == SQLITE_ROW) {
-            /* Types first: reading a column may convert it. */
-            int typed = sqlite3_column_type(st, 0) == SQLITE_INTEGER &&
-                        sqlite3_column_type(st, 2) == SQLITE_INTEGER;
-            const unsigned char *host = sqlite3_column_text(st, 1);
-            long long pid = sqlite3_column_int64(st, 0);
-            int64_t beat = sqlite3_column_int64(st, 2);
-            /*
-             * A row that breaks the schema (a NULL a lost -shm left), or whose
-             * heartbeat is further ahead than a stale one is behind, is no
-             * lease: it is replaced below, never waited for.
-             */
-            int valid = typed && host && *host && beat <= now + (int64_t)stale_ms;
-            held = valid && owner_alive(pid, (const char *)host) &&
-                   now - beat < (int64_t)stale_ms;
-            if (held && strcmp((const char *)host, host_name()) != 0)
-                held = other_host_holds(s, key, (const char *)host);
-            src = SQLITE_DONE;
-        }
+    if (src == SQLITE_ROW) {
+        /* Types first: reading a column may convert it. */
+        int typed = sqlite3_column_type(st, 0) == SQLITE_INTEGER &&
+                    sqlite3_column_type(st, 2) == SQLITE_INTEGER;
+        const unsigned char *host = sqlite3_column_text(st, 1);
+        long long pid = sqlite3_column_int64(st, 0);
+        int64_t beat = sqlite3_column_int64(st, 2);
+        /*
+         * A row that breaks the schema (a NULL a lost -shm left), or whose
+         * heartbeat is further ahead than a stale one is behind, is no
+         * lease: it is replaced below, never waited for.
+         */
+        int valid = typed && host && *host && beat <= now + (int64_t)stale_ms;
+        held = valid && owner_alive(pid, (const char *)host) && now - beat < (int64_t)stale_ms;
+        if (held && strcmp((const char *)host, host_name()) != 0)
+            held = other_host_holds(s, key, (const char *)host);
+        src = SQLITE_DONE;
     }
     sqlite3_finalize(st);
     if (src != SQLITE_DONE) {

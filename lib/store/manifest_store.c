@@ -240,26 +240,19 @@ static int closure_id(int64_t *id, kcache_store *s, const void *closure, size_t 
     static const char *const storing = "storing an include closure";
     uint8_t digest[KC_DIGEST_SIZE];
     kc_digest(digest, closure, size);
-    sqlite3_stmt *q;
-    int rc = kc_db_stmt(&s->db, &q, KC_STMT_CLOSURE_FIND);
+    int rc = kc_id_by_digest(id, s, KC_STMT_CLOSURE_FIND, digest, "finding an include closure");
     if (rc)
-        return rc;
-    sqlite3_bind_blob(q, 1, digest, KC_DIGEST_SIZE, SQLITE_STATIC);
-    int src = sqlite3_step(q);
-    if (src == SQLITE_ROW)
-        *id = sqlite3_column_int64(q, 0);
-    sqlite3_reset(q);
-    if (src != SQLITE_DONE)
-        return src == SQLITE_ROW ? 0 : kc_sqlerr(&s->db, src, "finding an include closure");
+        return rc > 0 ? 0 : rc;
     int64_t parts = 0;
     for (size_t at = 0; at < size; parts++)
         at += kc_chunk_size((const uint8_t *)closure + at, size - at);
+    sqlite3_stmt *q;
     if ((rc = kc_db_stmt(&s->db, &q, KC_STMT_CLOSURE_PUT_PARTS)))
         return rc;
     sqlite3_bind_blob(q, 1, digest, KC_DIGEST_SIZE, SQLITE_STATIC);
     sqlite3_bind_int64(q, 2, (sqlite3_int64)size);
     sqlite3_bind_int64(q, 3, parts);
-    src = sqlite3_step(q);
+    int src = sqlite3_step(q);
     sqlite3_reset(q);
     if (src != SQLITE_DONE)
         return kc_sqlerr(&s->db, src, storing);

@@ -961,12 +961,8 @@ int kc_delete_key(kcache_store *s, const kcache_key *key, int64_t *deleted)
 {
     *deleted = 0;
     /* Most puts replace nothing: one lookup before preparing the whole cascade. */
-    sqlite3_stmt *q = NULL;
-    int src = sqlite3_prepare_v2(s->db.conn, "SELECT 1 FROM entry WHERE key = ?1", -1, &q, NULL);
-    if (src == SQLITE_OK) {
-        sqlite3_bind_blob(q, 1, key->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
-        src = sqlite3_step(q);
-    }
+    sqlite3_stmt *q;
+    int src = kc_step_by_key(&q, s, "SELECT 1 FROM entry WHERE key = ?1", key);
     sqlite3_finalize(q);
     if (src == SQLITE_DONE)
         return 0;

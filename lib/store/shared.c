@@ -21,9 +21,8 @@ int kc_blob_id(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt put
     return kc_blob_id_of(id, s, find, put, enc, digest, data, size, finding, storing);
 }
 
-int kc_blob_id_of(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt put, kc_buf *enc,
-                  const uint8_t digest[KC_DIGEST_SIZE], const void *data, size_t size,
-                  const char *finding, const char *storing)
+int kc_id_by_digest(int64_t *id, kcache_store *s, enum kc_stmt find,
+                    const uint8_t digest[KC_DIGEST_SIZE], const char *finding)
 {
     sqlite3_stmt *st;
     int rc = kc_db_stmt(&s->db, &st, find);
@@ -35,11 +34,20 @@ int kc_blob_id_of(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt 
         *id = sqlite3_column_int64(st, 0);
     sqlite3_reset(st);
     if (src == SQLITE_ROW)
-        return 0;
-    if (src != SQLITE_DONE)
-        return kc_sqlerr(&s->db, src, finding);
+        return 1;
+    return src == SQLITE_DONE ? 0 : kc_sqlerr(&s->db, src, finding);
+}
+
+int kc_blob_id_of(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt put, kc_buf *enc,
+                  const uint8_t digest[KC_DIGEST_SIZE], const void *data, size_t size,
+                  const char *finding, const char *storing)
+{
+    int rc = kc_id_by_digest(id, s, find, digest, finding);
+    if (rc)
+        return rc > 0 ? 0 : rc;
     /* Compressed only when new. */
     int codec;
+    sqlite3_stmt *st;
     if ((rc = kc_encode(s->codec, enc, &codec, s->compression, data, size)))
         return kc_err(s, rc, "out of memory");
     if ((rc = kc_db_stmt(&s->db, &st, put)))
@@ -48,7 +56,7 @@ int kc_blob_id_of(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt 
     sqlite3_bind_int64(st, 2, (sqlite3_int64)size);
     sqlite3_bind_int(st, 3, codec);
     sqlite3_bind_blob64(st, 4, enc->data ? (const void *)enc->data : "", enc->size, SQLITE_STATIC);
-    src = sqlite3_step(st);
+    int src = sqlite3_step(st);
     sqlite3_reset(st);
     if (src != SQLITE_DONE)
         return kc_sqlerr(&s->db, src, storing);
@@ -142,18 +150,11 @@ int kc_shared_inputs_put(kcache_store *s, const kcache_entry *e, int64_t *id, si
         goto out;
     }
     kc_digest(list_digest, rec.data, rec.size);
-    sqlite3_stmt *st;
-    if ((rc = kc_db_stmt(&s->db, &st, KC_STMT_INPUTS_FIND)))
-        goto out;
-    sqlite3_bind_blob(st, 1, list_digest, KC_DIGEST_SIZE, SQLITE_STATIC);
-    int src = sqlite3_step(st);
-    if (src == SQLITE_ROW)
-        *id = sqlite3_column_int64(st, 0);
-    sqlite3_reset(st);
-    if (src == SQLITE_DONE)
+    rc = kc_id_by_digest(id, s, KC_STMT_INPUTS_FIND, list_digest, "finding an input list");
+    if (rc == 0)
         rc = put_list(s, id, e, *at, *n, digests, list_digest);
-    else if (src != SQLITE_ROW)
-        rc = kc_sqlerr(&s->db, src, "finding an input list");
+    else if (rc > 0)
+        rc = 0;
 out:
     free(digests);
     kc_buf_free(&rec);

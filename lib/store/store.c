@@ -534,6 +534,16 @@ int kc_check_versions(kcache_store *s, const char *options_name, unsigned option
     return 0;
 }
 
+int kc_step_by_key(sqlite3_stmt **out, kcache_store *s, const char *sql, const kcache_key *key)
+{
+    *out = NULL;
+    int src = sqlite3_prepare_v2(s->db.conn, sql, -1, out, NULL);
+    if (src != SQLITE_OK)
+        return src;
+    sqlite3_bind_blob(*out, 1, key->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
+    return sqlite3_step(*out);
+}
+
 /*
  * Letting go of the store's lock, and the messages said under it: every file
  * of the store unlocks through here.

@@ -141,6 +141,13 @@ void kc_log_unlocked(kcache_store *s, int level, const char *msg);
  * this one.
  */
 void kc_unlock(kcache_store *s);
+/*
+ * store.c: prepares sql, binds key to ?1 and steps once, for a statement
+ * that reads one row by key. Returns SQLite's code: SQLITE_ROW with the row
+ * in *out, SQLITE_DONE when there is none, else the failure (of the prepare
+ * or the step). The caller finalizes *out, whatever the code.
+ */
+int kc_step_by_key(sqlite3_stmt **out, kcache_store *s, const char *sql, const kcache_key *key);
 /* kc_err() from a caller that does not hold s->lock: takes it around the write. */
 int kc_err_locking(kcache_store *s, int code, const char *fmt, ...) KC_PRINTF(3, 4);
 /*
@@ -153,7 +160,15 @@ int kc_check_versions(kcache_store *s, const char *options_name, unsigned option
                       const unsigned *result_version, unsigned result_known);
 
 /*
- * shared.c: the id of the row holding these bytes in a table addressed by
+ * shared.c: the id of the row that find (binding ?1 digest, selecting the id)
+ * gives for digest: 1 with *id, 0 when there is none, or a negative code,
+ * with finding naming what failed.
+ */
+int kc_id_by_digest(int64_t *id, kcache_store *s, enum kc_stmt find,
+                    const uint8_t digest[KC_DIGEST_SIZE], const char *finding);
+
+/*
+ * The id of the row holding these bytes in a table addressed by
  * their digest (input, closure), inserted compressed (through enc) if there
  * was none. find binds ?1 digest; put ?1 digest, ?2 size, ?3 codec, ?4 data.
  * finding and storing name what failed, for the message.

@@ -28,17 +28,28 @@ static inline kcache_compiler *ct_compiler(kcache_store *s, const char *root)
     return c;
 }
 
+/*
+ * The toolkit found and its NVRTC: 0 with *tk (the caller frees it) and
+ * *api, or 1, said on stderr, where there is none (the test skips).
+ */
+static inline int ct_nvrtc_find(kc_toolkit *tk, const kc_nvrtc **api)
+{
+    char msg[512];
+    if (kc_toolkit_find(tk, NULL, msg, sizeof(msg)) != 0 ||
+        kc_nvrtc_get(tk, api, msg, sizeof(msg)) != 0) {
+        fprintf(stderr, "skipped: %s\n", msg);
+        return 1;
+    }
+    return 0;
+}
+
 /* 1, said on stderr, where no toolkit with an NVRTC is found (the test skips), else 0. */
 static inline int ct_no_nvrtc(void)
 {
     kc_toolkit tk;
-    char msg[512];
     const kc_nvrtc *api;
-    if (kc_toolkit_find(&tk, NULL, msg, sizeof(msg)) != 0 ||
-        kc_nvrtc_get(&tk, &api, msg, sizeof(msg)) != 0) {
-        fprintf(stderr, "skipped: %s\n", msg);
+    if (ct_nvrtc_find(&tk, &api))
         return 1;
-    }
     kc_toolkit_free(&tk);
     return 0;
 }

@@ -7,6 +7,7 @@
 #define KC_STORETEST_H
 
 #include <blake2.h>
+#include <kcache/bundle.h>
 #include <kcache/store.h>
 #include <sqlite3.h>
 #include <stdint.h>
@@ -174,6 +175,22 @@ static inline int st_open_logged(kcache_store **s, const char *path, struct st_l
     return kcache_store_open(s, &o, err, err_size);
 }
 
+/*
+ * st_open_logged(), a failure counted and said on stderr with what (the
+ * case) and the store's message: the store, or NULL.
+ */
+static inline kcache_store *st_open_counted(const char *path, struct st_log *l, const char *what)
+{
+    kcache_store *s = NULL;
+    char err[512];
+    int rc = st_open_logged(&s, path, l, err, sizeof(err));
+    if (rc) {
+        fprintf(stderr, "%s: open %s: %d %s\n", what, path, rc, err);
+        test_failures++;
+    }
+    return s;
+}
+
 /* Opens with the options given, or fails the test saying why. */
 static inline kcache_store *st_open_with(const kcache_store_options *o)
 {
@@ -289,6 +306,20 @@ static inline int st_integrity_ok(const char *path)
     }
     sqlite3_close(db);
     return ok;
+}
+
+/*
+ * Imports the bundle at path into s with the default options: the entries it
+ * added. A failure fails the test, said on stderr with the store's message.
+ */
+static inline uint64_t st_import(kcache_store *s, const char *path)
+{
+    kcache_bundle_result r = KCACHE_BUNDLE_RESULT_INIT;
+    int rc = kcache_bundle_import(&r, s, path, NULL);
+    CHECK_RC(rc, 0);
+    if (rc)
+        fprintf(stderr, "  import: %s\n", kcache_store_errmsg(s));
+    return r.added;
 }
 
 static inline uint64_t st_file_size(const char *path)

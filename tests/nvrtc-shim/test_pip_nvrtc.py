@@ -78,23 +78,8 @@ check = kctest.Tally()  # every check printed; the run goes on after a failure
 
 
 def venv_python():
-    venv = os.environ["PIP_VENV"]
-    py = os.path.join(venv, "bin", "python")
-    probe = [py, "-c", "import cuda.bindings.nvrtc, nvidia.cu13"]
-    if os.path.exists(py) and subprocess.run(probe, capture_output=True).returncode == 0:
-        return py
-    shutil.rmtree(venv, ignore_errors=True)
-    made = subprocess.run([sys.executable, "-m", "venv", venv], capture_output=True, text=True)
-    if made.returncode != 0:
-        print("SKIP: cannot create a virtual environment (python3-venv):", made.stderr.strip())
-        sys.exit(77)
-    pip = subprocess.run([py, "-m", "pip", "install", "-q"] + PACKAGES,
-                         capture_output=True, text=True)
-    if pip.returncode != 0 or subprocess.run(probe, capture_output=True).returncode != 0:
-        print("SKIP: pip cannot install %s (no network?): %s" % (
-            " ".join(PACKAGES), (pip.stderr.strip().splitlines() or [""])[-1]))
-        sys.exit(77)
-    return py
+    return kctest.venv_python(os.environ["PIP_VENV"], PACKAGES,
+                              ["cuda.bindings.nvrtc", "nvidia.cu13"])
 
 
 def report_of(stderr, tmp):

@@ -11,7 +11,6 @@ test_shim_python.py --calls OUT INCLUDE run the cases (inside the venv)
 """
 import filecmp
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -113,23 +112,8 @@ check = kctest.Tally()  # every check printed; the run goes on after a failure
 
 
 def venv_python():
-    venv = os.environ["SHIM_VENV"]
-    py = os.path.join(venv, "bin", "python")
-    probe = [py, "-c", "import cuda.bindings.nvrtc"]
-    if os.path.exists(py) and subprocess.run(probe, capture_output=True).returncode == 0:
-        return py
-    shutil.rmtree(venv, ignore_errors=True)
-    made = subprocess.run([sys.executable, "-m", "venv", venv], capture_output=True, text=True)
-    if made.returncode != 0:
-        print("SKIP: cannot create a virtual environment (python3-venv):", made.stderr.strip())
-        sys.exit(77)
-    pip = subprocess.run([py, "-m", "pip", "install", "-q", "cuda-bindings>=13,<14"],
-                         capture_output=True, text=True)
-    if pip.returncode != 0 or subprocess.run(probe, capture_output=True).returncode != 0:
-        print("SKIP: pip cannot install cuda-bindings (no network?):",
-              (pip.stderr.strip().splitlines() or [""])[-1])
-        sys.exit(77)
-    return py
+    return kctest.venv_python(os.environ["SHIM_VENV"], ["cuda-bindings>=13,<14"],
+                              ["cuda.bindings.nvrtc"])
 
 
 

@@ -12,12 +12,35 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import traceback
 
 KCACHE = None  # the kcache executable (setup)
 FILL = None  # kcache-fill, for scripts that fill caches without a compiler (setup)
+
+
+def venv_python(venv, packages, modules):
+    """The python of the virtual environment venv, made and given packages (pip)
+    unless it imports modules already; exits 77, saying why, where no virtual
+    environment can be made or pip cannot install them (no network)."""
+    py = os.path.join(venv, "bin", "python")
+    probe = [py, "-c", "import " + ", ".join(modules)]
+    if os.path.exists(py) and subprocess.run(probe, capture_output=True).returncode == 0:
+        return py
+    shutil.rmtree(venv, ignore_errors=True)
+    made = subprocess.run([sys.executable, "-m", "venv", venv], capture_output=True, text=True)
+    if made.returncode != 0:
+        print("SKIP: cannot create a virtual environment (python3-venv):", made.stderr.strip())
+        sys.exit(77)
+    pip = subprocess.run([py, "-m", "pip", "install", "-q"] + packages,
+                         capture_output=True, text=True)
+    if pip.returncode != 0 or subprocess.run(probe, capture_output=True).returncode != 0:
+        print("SKIP: pip cannot install %s (no network?): %s" % (
+            " ".join(packages), (pip.stderr.strip().splitlines() or [""])[-1]))
+        sys.exit(77)
+    return py
 
 
 class Failure(Exception):

@@ -53,6 +53,18 @@ def asan_runtime(module_dir):
     return None
 
 
+def preload_asan(env, module_dir):
+    """Where the module links AddressSanitizer, env loads its runtime first.
+
+    Python itself is not built with the sanitizer: its runtime goes first, and
+    the interpreter's own allocations are not ours to report as leaks."""
+    asan = asan_runtime(module_dir)
+    if asan:
+        env["LD_PRELOAD"] = asan
+        env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") +
+                               ":verify_asan_link_order=0:detect_leaks=0")
+
+
 def main():
     if len(sys.argv) < 6:
         print(__doc__)
@@ -75,13 +87,7 @@ def main():
         "KCACHE_SOURCE_ROOT": os.path.dirname(os.path.dirname(here)),
         "PYTHONDONTWRITEBYTECODE": "1",
     })
-    asan = asan_runtime(module_dir)
-    if asan:
-        # Python itself is not built with the sanitizer: its runtime goes first, and
-        # the interpreter's own allocations are not ours to report as leaks.
-        env["LD_PRELOAD"] = asan
-        env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") +
-                               ":verify_asan_link_order=0:detect_leaks=0")
+    preload_asan(env, module_dir)
     cmd = [vpy, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", here] + sys.argv[6:]
     p = subprocess.run(cmd, env=env, cwd=here)
     if p.returncode == 5:  # no tests collected

@@ -250,6 +250,17 @@ class Files:
             s["pad"] = self.rng.randint(0, 40)
         return (how, rel, self.text(rel))
 
+    def step(self, rel, present, remove):
+        """The next edit of rel, present the set of files there now: rel removed
+        (when remove), else edited where it is there, else written anew."""
+        if rel in present and remove:
+            present.discard(rel)
+            return ("rm", rel)
+        if rel in present:
+            return self.edit(rel)
+        present.add(rel)
+        return ("write", rel, self.text(rel))
+
 
 def gen_tree(rng):
     """Depth, twins, guards, several spellings of one file, symlinks, -I orders, -D."""
@@ -825,14 +836,8 @@ def gen_dvalue(rng, root_kind=None):
         elif r < 0.3:
             edits.append([("set", "extra", rng.choice([[], ["-UKC_DHAS"],
                                                       ["-UKC_DHAS", "-DKC_DHAS=0"]]))])
-        elif rel in present and r < 0.55:
-            edits.append([("rm", rel)])
-            present.discard(rel)
-        elif rel in present:
-            edits.append([f.edit(rel)])
         else:
-            edits.append([("write", rel, f.text(rel))])
-            present.add(rel)
+            edits.append([f.step(rel, present, r < 0.55)])
     return setup, cfg, edits
 
 
@@ -1110,14 +1115,8 @@ def gen_macroarg(rng):
         rel = rng.choice(list(f.specs))
         if r < 0.15:
             edits.append([("set", "extra", extra())])
-        elif rel in present and r < 0.5:
-            edits.append([("rm", rel)])
-            present.discard(rel)
-        elif rel in present:
-            edits.append([f.edit(rel)])
         else:
-            edits.append([("write", rel, f.text(rel))])
-            present.add(rel)
+            edits.append([f.step(rel, present, r < 0.5)])
     return setup, cfg, edits
 
 

@@ -65,18 +65,6 @@ static void keep_check(const char *after)
 
 /* ---- stores ------------------------------------------------------------- */
 
-static kcache_store *open_logged(const char *path, struct st_log *l)
-{
-    kcache_store *s = NULL;
-    char err[512];
-    int rc = st_open_logged(&s, path, l, err, sizeof(err));
-    if (rc) {
-        fprintf(stderr, "open %s: %d %s\n", path, rc, err);
-        test_failures++;
-    }
-    return s;
-}
-
 static const char header_text[] = "#pragma once\n// a header every entry includes\n";
 
 static void source_of(char *buf, size_t size, unsigned n)
@@ -248,7 +236,7 @@ static void test_zeroed_header(void)
     memset(bytes, 0, 100);
     test_spit(path, bytes, n);
     struct st_log l;
-    kcache_store *s = open_logged(path, &l);
+    kcache_store *s = st_open_counted(path, &l, "corruption");
     fig.cases++;
     if (s) {
         CHECK(l.set_aside == 1);
@@ -264,7 +252,7 @@ static void test_zeroed_header(void)
     }
     CHECK(st_integrity_ok(path));
     /* The next open finds a healthy cache. */
-    s = open_logged(path, &l);
+    s = st_open_counted(path, &l, "corruption");
     CHECK(l.warnings == 0);
     kcache_store_close(s);
     free(bytes);
@@ -308,7 +296,7 @@ static void test_wal_garbage(void)
         char what[64];
         snprintf(what, sizeof(what), "WAL garbage, seed %u", seed);
         struct st_log l;
-        kcache_store *s = open_logged(path, &l);
+        kcache_store *s = st_open_counted(path, &l, "corruption");
         fig.cases++;
         if (!s)
             continue;
@@ -387,7 +375,7 @@ static void test_shm_garbage(void)
         test_spit(wal, wal_bytes, wn);
         scribble(shm, seed, 0);
         struct st_log l;
-        kcache_store *s = open_logged(path, &l);
+        kcache_store *s = st_open_counted(path, &l, "corruption");
         fig.cases++;
         if (!s)
             continue;
@@ -415,7 +403,7 @@ static void test_shm_garbage(void)
         test_spit(path, db_bytes, dn);
         test_spit(wal, wal_bytes, wn);
         unlink(shm);
-        kcache_store *a = open_logged(path, &l1);
+        kcache_store *a = st_open_counted(path, &l1, "corruption");
         REQUIRE(a);
         CHECK(read_all(a, 0, 1, what) == 1);
         /* Past the two copies of the header, which SQLite checks itself. */
@@ -448,7 +436,7 @@ static void test_shm_garbage(void)
         /* Nothing set aside that was not damaged: the file itself is sound. */
         CHECK(count_set_aside("shm.db") == 0);
         struct st_log l3;
-        kcache_store *c = open_logged(path, &l3);
+        kcache_store *c = st_open_counted(path, &l3, "corruption");
         REQUIRE(c);
         /* Writes made through a garbage index (a's touches) may have lost entries of
          * the WAL; SQLite promises nothing then. The file's own must all be there. */
@@ -544,7 +532,7 @@ static void test_altered_in_file(void)
     CHECK(altered >= 4);
     CHECK(st_integrity_ok(path)); /* SQLite cannot see it: only kcache's digests can */
     struct st_log l;
-    kcache_store *s = open_logged(path, &l);
+    kcache_store *s = st_open_counted(path, &l, "corruption");
     REQUIRE(s);
     for (size_t i = 0; i < KC_ARRAY_SIZE(cases); i++) {
         if (!done[i])

@@ -395,12 +395,7 @@ static void test_bundle_of_schema_6(void)
     st_sql(bundle, "PRAGMA journal_mode = DELETE"); /* as export leaves it */
 
     kcache_store *t = st_open(test_path("bundle-dst.db"), UINT64_MAX, NULL, NULL);
-    kcache_bundle_result ir = KCACHE_BUNDLE_RESULT_INIT;
-    int rc = kcache_bundle_import(&ir, t, bundle, NULL);
-    CHECK_RC(rc, 0);
-    if (rc)
-        fprintf(stderr, "  import: %s\n", kcache_store_errmsg(t));
-    CHECK(ir.added == N_ENTRIES + 1);
+    CHECK(st_import(t, bundle) == N_ENTRIES + 1);
     check_entries(t);
     kcache_store_close(t);
 }
@@ -480,12 +475,7 @@ static void test_header_lists_bundle_of_schema_7(void)
     st_sql(bundle, "PRAGMA journal_mode = DELETE");
     const char *to = test_path("b7-dst.db");
     kcache_store *t = st_open(to, UINT64_MAX, NULL, NULL);
-    kcache_bundle_result ir = KCACHE_BUNDLE_RESULT_INIT;
-    int rc = kcache_bundle_import(&ir, t, bundle, NULL);
-    CHECK_RC(rc, 0);
-    if (rc)
-        fprintf(stderr, "  import: %s\n", kcache_store_errmsg(t));
-    CHECK(ir.added == N_KERNELS);
+    CHECK(st_import(t, bundle) == N_KERNELS);
     check_kernels(t);
     kcache_store_close(t);
     CHECK(st_path_int(to, "SELECT count(*) FROM header_list") == 2);

@@ -179,14 +179,9 @@ static void expect_set_aside(const char *name, const uint8_t *bytes, size_t n, c
     char before[8][256], after[8][256];
     size_t n_before = quarantined(name, before, 8);
     struct st_log l;
-    kcache_store *s = NULL;
-    char err[512];
-    int rc = st_open_logged(&s, path, &l, err, sizeof(err));
-    if (rc) {
-        fprintf(stderr, "%s: open: %d %s\n", what, rc, err);
-        test_failures++;
+    kcache_store *s = st_open_counted(path, &l, what);
+    if (!s)
         return;
-    }
     CHECK(l.warnings == 1);
     CHECK(strstr(l.last, path) && strstr(l.last, ".corrupt-"));
     size_t n_after = quarantined(name, after, 8);
@@ -202,8 +197,8 @@ static void expect_set_aside(const char *name, const uint8_t *bytes, size_t n, c
     kcache_store_close(s);
     CHECK(st_integrity_ok(path));
     /* Reopening finds a healthy cache: nothing more is set aside. */
-    rc = st_open_logged(&s, path, &l, err, sizeof(err));
-    CHECK_RC(rc, 0);
+    char err[512];
+    CHECK_RC(st_open_logged(&s, path, &l, err, sizeof(err)), 0);
     CHECK(l.warnings == 0);
     kcache_store_close(s);
     CHECK(quarantined(name, after, 8) == n_after);
@@ -345,21 +340,16 @@ static void test_random_pages(void)
         char what[64];
         snprintf(what, sizeof(what), "random bytes into pages, seed %u", seed);
         struct st_log l;
-        kcache_store *s = NULL;
-        char err[512];
-        int rc = st_open_logged(&s, path, &l, err, sizeof(err));
-        if (rc) {
-            fprintf(stderr, "%s: open: %d %s\n", what, rc, err);
-            test_failures++;
+        kcache_store *s = st_open_counted(path, &l, what);
+        if (!s)
             continue;
-        }
         unsigned present = check_no_wrong_bytes(s, 0, 60, what);
         damaged_entries += 60 - present;
         /* Writes go on working, and so does a prune that walks every entry. */
         check_usable(s, 2000 + seed, what);
         kcache_prune_options o = KCACHE_PRUNE_OPTIONS_INIT;
         o.max_entries = 5;
-        rc = kcache_store_prune(NULL, s, &o);
+        int rc = kcache_store_prune(NULL, s, &o);
         if (rc) {
             fprintf(stderr, "%s: prune: %d %s\n", what, rc, kcache_store_errmsg(s));
             test_failures++;
@@ -371,7 +361,7 @@ static void test_random_pages(void)
          * session meets it under the same contract, and still works. */
         if (!st_integrity_ok(path)) {
             still_damaged++;
-            REQUIRE(st_open_logged(&s, path, &l, err, sizeof(err)) == 0);
+            REQUIRE((s = st_open_counted(path, &l, what)));
             check_no_wrong_bytes(s, 0, 60, what);
             check_usable(s, 4000 + seed, what);
             kcache_store_close(s);

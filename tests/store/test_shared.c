@@ -137,12 +137,7 @@ static void test_bundle_round_trip(void)
     CHECK(st_path_int(bundle, "SELECT count(*) FROM header_list") == 2);
 
     kcache_store *t = st_open(to, UINT64_MAX, NULL, NULL);
-    kcache_bundle_result ir = KCACHE_BUNDLE_RESULT_INIT;
-    int rc = kcache_bundle_import(&ir, t, bundle, NULL);
-    CHECK_RC(rc, 0);
-    if (rc)
-        fprintf(stderr, "  import: %s\n", kcache_store_errmsg(t));
-    CHECK(ir.added == N_KERNELS + 1);
+    CHECK(st_import(t, bundle) == N_KERNELS + 1);
     CHECK(all_whole(t, 0, N_KERNELS + 1));
     kcache_store_close(t);
     CHECK(st_path_int(to, "SELECT count(*) FROM header_list") == 2);

@@ -33,7 +33,7 @@ def candidates(python, root):
 
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from run_pytest import asan_runtime  # noqa: E402  (one way to find the module's ASan runtime)
+from run_pytest import preload_asan  # noqa: E402  (one way to load the module's ASan runtime)
 
 def usable(py):
     if not os.path.exists(py):
@@ -66,11 +66,7 @@ def main():
         "KCACHE_EXE": os.path.abspath(kcache),
         "PYTHONDONTWRITEBYTECODE": "1",
     })
-    asan = asan_runtime(module_dir)
-    if asan:
-        env["LD_PRELOAD"] = asan
-        env["ASAN_OPTIONS"] = (env.get("ASAN_OPTIONS", "") +
-                               ":verify_asan_link_order=0:detect_leaks=0")
+    preload_asan(env, module_dir)
     print("triton tests with %s" % py, flush=True)
     cmd = [py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", here] + sys.argv[5:]
     p = subprocess.run(cmd, env=env, cwd=here)
