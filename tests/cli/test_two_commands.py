@@ -8,9 +8,15 @@ usage: test_two_commands.py SOURCE_ROOT
   ("Debian's `bash-completion` package loads it").
 - .ci/run sets up and runs the suite with the README's second command, word
   for word.
+- That test command, run as the README spells it on a small meson project
+  whose one test skips, prints the reason the test gave on the console
+  (`meson test` alone prints "exit status 77").
 """
 import os
 import re
+import shlex
+import shutil
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pyhelp"))
@@ -73,5 +79,37 @@ def test_ci_runs_the_readme(root):
               ".ci/run runs the README's %r" % step)
 
 
+def test_skip_reason_on_console(root):
+    """The README's test command on a project with a test that skips: the reason is shown."""
+    step = readme_command(2).split("&&")[-1].strip()
+    proj = os.path.join(root, "proj")
+    os.makedirs(proj)
+    with open(os.path.join(proj, "meson.build"), "w") as f:
+        f.write("project('skips')\n"
+                "sh = find_program('sh')\n"
+                "test('passes', sh, args: ['-c', 'true'])\n"
+                "test('needs-frob', sh, args: ['-c', 'echo checking; "
+                "echo \"skip: no frobnicator here (apt-get install frob)\"; exit 77'])\n")
+    build = os.path.join(root, "proj", "build-check")
+    p = subprocess.run(["meson", "setup", build, proj], capture_output=True, text=True,
+                       timeout=300)
+    check(p.returncode == 0, "meson setup of the small project: %s" % p.stdout[-1000:])
+    words = [build if w == "build-check" else w for w in shlex.split(step)]
+    check(build in words, "the README's test command names build-check: %r" % step)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MESON_")}
+    p = subprocess.run(words, cwd=SOURCE_ROOT, env=env, capture_output=True, text=True,
+                       timeout=300)
+    print("     %s -> exit %d" % (step, p.returncode))
+    out = p.stdout + p.stderr
+    check(p.returncode == 0, "a skip is not a failure: exit %d: %s" % (p.returncode, out[-1000:]))
+    check("no frobnicator here (apt-get install frob)" in out,
+          "the skipped test's reason is on the console: %s" % out[-1500:])
+    shown = [l for l in out.splitlines() if "frobnicator" in l]
+    print("     the console says: %s" % shown)
+
+
 if __name__ == "__main__":
+    if not shutil.which("meson"):
+        print("skip: meson is not on PATH")
+        sys.exit(77)
     sys.exit(run_tests(globals(), only=sys.argv[2:], prefix="kcache-two-commands-"))
