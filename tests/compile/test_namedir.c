@@ -9,6 +9,8 @@
  */
 #include <kcache/compile.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "compiletest.h"
 
@@ -43,6 +45,38 @@ static int ptx_says(const char *path, const char *what)
     char out[700];
     snprintf(out, sizeof(out), "%s.ptx", path);
     return ct_file_says(out, what);
+}
+
+/*
+ * Compiles the file at path in a new process under name (a name with a
+ * directory, as a program names itself through NVRTC). Returns 1 for a hit,
+ * 0 for a miss, 2 for a failure.
+ */
+static int hit_as_named(const char *path, const char *name)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        kcache_store *s = ct_store_open(db);
+        kcache_compiler *c = s ? ct_compiler(s, NULL) : NULL;
+        kcache_request r = KCACHE_REQUEST_INIT;
+        r.source_path = path;
+        r.source_name = name;
+        r.arch = "compute_90";
+        r.output = KCACHE_KIND_PTX;
+        r.options = opts;
+        r.n_options = 2;
+        kcache_result *res = NULL;
+        int seen = c && kcache_compiler_compile(&res, c, &r) == 0 && res->keyed ? res->hit : 2;
+        kcache_result_free(res);
+        kcache_compiler_free(c);
+        kcache_store_close(s);
+        _exit(seen);
+    }
+    int st;
+    REQUIRE(waitpid(pid, &st, 0) == pid && WIFEXITED(st));
+    return WEXITSTATUS(st);
 }
 
 int main(void)
@@ -81,5 +115,25 @@ int main(void)
     CHECK(!(third & (CT_HIT | CT_BY_CLOSURE | CT_FAILED)));
     CHECK(ptx_says(c, "7654321"));
     CHECK(closure_hits() == 1);
+
+    /*
+     * A program that names its file (__FILE__) is keyed with its name. Named
+     * by the file's name alone (kcache compile), its closure stands for any
+     * directory; a program named with a directory, the same last component,
+     * is another key and never reaches that kernel through it.
+     */
+    const char *named = "#include <val.h>\n"
+                        "__device__ const char where[] = __FILE__;\n"
+                        "extern \"C\" __global__ void k(int *v) { v[0] = KC_VAL + where[1]; }\n";
+    char d[700], e[700], f[700];
+    program(d, sizeof(d), "tmpD", named);
+    program(e, sizeof(e), "tmpE", named);
+    program(f, sizeof(f), "tmpF", named);
+    CHECK(compile_in_child(d, 0) == 0);
+    CHECK(compile_in_child(e, 1) == (CT_HIT | CT_BY_CLOSURE));
+    int other = hit_as_named(f, "tmpF/kern.cu");
+    if (other == 1)
+        fprintf(stderr, "tmpF/kern.cu was served the kernel of kern.cu\n");
+    CHECK(other == 0);
     return test_done();
 }
