@@ -9,8 +9,6 @@
  */
 #include <kcache/compile.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "compiletest.h"
 
@@ -45,38 +43,6 @@ static int ptx_says(const char *path, const char *what)
     char out[700];
     snprintf(out, sizeof(out), "%s.ptx", path);
     return ct_file_says(out, what);
-}
-
-/*
- * Compiles the file at path in a new process under name (a name with a
- * directory, as a program names itself through NVRTC). Returns 1 for a hit,
- * 0 for a miss, 2 for a failure.
- */
-static int hit_as_named(const char *path, const char *name)
-{
-    fflush(NULL);
-    pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-        kcache_store *s = ct_store_open(db);
-        kcache_compiler *c = s ? ct_compiler(s, NULL) : NULL;
-        kcache_request r = KCACHE_REQUEST_INIT;
-        r.source_path = path;
-        r.source_name = name;
-        r.arch = "compute_90";
-        r.output = KCACHE_KIND_PTX;
-        r.options = opts;
-        r.n_options = 2;
-        kcache_result *res = NULL;
-        int seen = c && kcache_compiler_compile(&res, c, &r) == 0 && res->keyed ? res->hit : 2;
-        kcache_result_free(res);
-        kcache_compiler_free(c);
-        kcache_store_close(s);
-        _exit(seen);
-    }
-    int st;
-    REQUIRE(waitpid(pid, &st, 0) == pid && WIFEXITED(st));
-    return WEXITSTATUS(st);
 }
 
 int main(void)
@@ -131,8 +97,10 @@ int main(void)
     program(f, sizeof(f), "tmpF", named);
     CHECK(compile_in_child(d, 0) == 0);
     CHECK(compile_in_child(e, 1) == (CT_HIT | CT_BY_CLOSURE));
-    int other = hit_as_named(f, "tmpF/kern.cu");
-    if (other == 1)
+    char out[720];
+    snprintf(out, sizeof(out), "%s.ptx", f);
+    int other = ct_compile_named_in_child(db, f, "tmpF/kern.cu", opts, 2, 0, out, NULL);
+    if (other & CT_HIT)
         fprintf(stderr, "tmpF/kern.cu was served the kernel of kern.cu\n");
     CHECK(other == 0);
     return test_done();
