@@ -574,9 +574,11 @@ static int derive_base_as(kcache_compiler *c, const kcache_request *req, struct 
             off += sizes[i];
         }
         kc_key_compile in = key_inputs(c, req, w);
+        /* A name without a directory stays a source name: its closures may lead to the key
+         * with the name (record_manifest()), which a name with a directory must not reach. */
         const char *slash = strrchr(w->source_name, '/');
-        if (any)
-            in.base_name = slash ? slash + 1 : w->source_name;
+        if (any && slash)
+            in.base_name = slash + 1;
         rc = kc_key_encode_base(out, &in, search, sizes, n_search);
     }
     kc_buf_free(&b);
@@ -926,7 +928,8 @@ static int manifest_hit(kcache_compiler *c, const struct work *w, unsigned flags
 {
     int seen = 0, held = 0;
     int hit = manifest_hit_under(c, &w->base_any, name_dir(w), flags, r, &seen, &held);
-    if (!hit)
+    /* One key for both where the name has no directory and no place (derive_base_as()). */
+    if (!hit && memcmp(w->base.bytes, w->base_any.bytes, KCACHE_KEY_SIZE) != 0)
         hit = manifest_hit_under(c, &w->base, NULL, flags, r, &seen, &held);
     /* Why it missed, for the request log (KCACHE_LOG): said only if it does miss. */
     r->miss_why = held ? "its entry left the cache (pruned or evicted)"
@@ -939,15 +942,18 @@ static int manifest_hit(kcache_compiler *c, const struct work *w, unsigned flags
 /*
  * Remembers the closure of a resolution that led to r's key. Keyed without
  * the name, for any directory of it, where neither can change what the key
- * finds (kc_manifest_any_dir()); else under the name. A failure only costs
- * time later.
+ * finds (kc_manifest_any_dir()); else under the name. A key that holds the
+ * whole name holds no directory when the name has none (kcache compile names
+ * a program by its file's name): its closure too stands for any directory,
+ * so a checkout at another path hits by it. A failure only costs time later.
  */
 static void record_manifest(kcache_compiler *c, const kcache_request *req, const struct work *w,
                             const struct kc_result *r)
 {
     kc_buf blob = {0};
-    int any = (w->key_free || w->key_based) && kc_manifest_any_dir(w->deps.probes, w->deps.n_probes,
-                                                 w->deps.beside_mixed, req->source_path);
+    int dirless = w->key_free || w->key_based || !strchr(w->source_name, '/');
+    int any = dirless && kc_manifest_any_dir(w->deps.probes, w->deps.n_probes, w->deps.beside_mixed,
+                                             req->source_path);
     if (kc_manifest_encode(&blob, w->deps.probes, w->deps.n_probes, any ? name_dir(w) : NULL) == 0)
         kc_store_manifest_put(c->store, any ? &w->base_any : &w->base, &r->pub.key,
                               w->resolved_at, blob.data, blob.size);

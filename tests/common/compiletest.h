@@ -71,15 +71,15 @@ enum { CT_HIT = 1, CT_BY_CLOSURE = 2, CT_FAILED = 4 };
 
 /*
  * Compiles source to PTX for compute_90 with options on the cache at db in a
- * new process, as a program's first compile: with key_first, the process
- * first asks for the key as a hit finds it (KCACHE_COMPILE_KEY_REMEMBERED:
- * from a kept closure it comes without key material, from a resolution
- * with it). The PTX goes to out. Returns what it saw (CT_*); says the
- * compile's time as `what`, when given.
+ * new process, as a program's first compile, the program named name (NULL:
+ * its file's name): with key_first, the process first asks for the key as a
+ * hit finds it (KCACHE_COMPILE_KEY_REMEMBERED: from a kept closure it comes
+ * without key material, from a resolution with it). The PTX goes to out.
+ * Returns what it saw (CT_*); says the compile's time as `what`, when given.
  */
-static inline int ct_compile_in_child(const char *db, const char *source,
-                                      const char *const *options, size_t n_options, int key_first,
-                                      const char *out, const char *what)
+static inline int ct_compile_named_in_child(const char *db, const char *source, const char *name,
+                                            const char *const *options, size_t n_options,
+                                            int key_first, const char *out, const char *what)
 {
     fflush(NULL);
     pid_t pid = fork();
@@ -91,6 +91,7 @@ static inline int ct_compile_in_child(const char *db, const char *source,
         kcache_compiler *c = ct_compiler(s, NULL);
         kcache_request r = KCACHE_REQUEST_INIT;
         r.source_path = source;
+        r.source_name = name;
         r.arch = "compute_90";
         r.output = KCACHE_KIND_PTX;
         r.options = options;
@@ -125,6 +126,14 @@ static inline int ct_compile_in_child(const char *db, const char *source,
     int st;
     REQUIRE(waitpid(pid, &st, 0) == pid && WIFEXITED(st));
     return WEXITSTATUS(st);
+}
+
+/* ct_compile_named_in_child() with the program named by its file's name. */
+static inline int ct_compile_in_child(const char *db, const char *source,
+                                      const char *const *options, size_t n_options, int key_first,
+                                      const char *out, const char *what)
+{
+    return ct_compile_named_in_child(db, source, NULL, options, n_options, key_first, out, what);
 }
 
 /* The counter called name of the store at db (0 when it has none). */

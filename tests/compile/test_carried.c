@@ -2,7 +2,9 @@
  * Include closures carried by bundles (lib/store/carried.c): a cache
  * exported and imported into a fresh cache at another path serves the first
  * compile there as a hit found by the closure, without resolving the
- * includes again (issue 38, row 7: 136-155 ms of resolution before). The
+ * includes again (issue 38, row 7: 136-155 ms of resolution before), also
+ * from a checkout at another path for a program named by its file's name
+ * and keyed with it (kcache compile's; 460-546 ms for CUB's before). The
  * closure stays a shortcut checked against the files: a header edited after
  * the import is never served the old kernel; a signed bundle whose closures'
  * signature does not match gives its entries and no closure. Each compile is
@@ -31,6 +33,20 @@ static int ptx_says(const char *db, const char *what)
     char out[700];
     snprintf(out, sizeof(out), "%s.ptx", db);
     return ct_file_says(out, what);
+}
+
+/* 1 if the caches at a and b handed out the same PTX (compile_in_child()'s files). */
+static int same_ptx(const char *a, const char *b)
+{
+    char pa[720], pb[720];
+    snprintf(pa, sizeof(pa), "%s.ptx", a);
+    snprintf(pb, sizeof(pb), "%s.ptx", b);
+    size_t na = 0, nb = 0;
+    uint8_t *da = test_slurp(pa, &na), *db = test_slurp(pb, &nb);
+    int same = da && db && na == nb && memcmp(da, db, na) == 0;
+    free(da);
+    free(db);
+    return same;
 }
 
 static void export_to(const char *db, const char *bundle)
@@ -105,6 +121,36 @@ int main(void)
     CHECK(!(edited & (CT_HIT | CT_BY_CLOSURE | CT_FAILED)));
     CHECK(ptx_says(c, "1234999"));
     test_write_text(test_path("include/more.h"), "#define KC_MORE 567\n");
+
+    /*
+     * A checkout at another path (a CI test job's workspace), its program
+     * named in the key (the source says __FILE__, as CUB's asserts do): the
+     * closure stands for any directory of a name without one, so the first
+     * compile there is a hit by it too, with the kernel compiled for the
+     * same name.
+     */
+    char named[600], moved[600], f[700], g[700];
+    snprintf(named, sizeof(named), "%s/named.cu", test_dir());
+    snprintf(moved, sizeof(moved), "%s/moved", test_dir());
+    REQUIRE(mkdir(moved, 0700) == 0);
+    snprintf(moved, sizeof(moved), "%s/moved/named.cu", test_dir());
+    static const char named_src[] = "#include <val.h>\n"
+                                    "__device__ const char where[] = __FILE__;\n"
+                                    "extern \"C\" __global__ void k(int *v) { v[0] = KC_VAL + where[0]; }\n";
+    test_write_text(named, named_src);
+    test_write_text(moved, named_src);
+    snprintf(f, sizeof(f), "%s/named.db", test_dir());
+    snprintf(src, sizeof(src), "%s", named);
+    CHECK(compile_in_child(f, "a program that names its file") == 0);
+    export_to(f, bundle);
+    import_into(g, sizeof(g), "workspace", bundle);
+    snprintf(src, sizeof(src), "%s", moved);
+    int there = compile_in_child(g, "first compile at another path after the import");
+    if (!(there & CT_BY_CLOSURE))
+        fprintf(stderr, "at another path the first compile resolved the includes again\n");
+    CHECK(there == (CT_HIT | CT_BY_CLOSURE));
+    CHECK(same_ptx(f, g));
+    snprintf(src, sizeof(src), "%s", test_path("kern.cu"));
 
     /* Signed: the closures under their own signature; one that does not match gives none. */
     REQUIRE(setenv("KCACHE_REMOTE_SECRET", "carried-closures", 1) == 0);

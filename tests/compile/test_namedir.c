@@ -81,5 +81,27 @@ int main(void)
     CHECK(!(third & (CT_HIT | CT_BY_CLOSURE | CT_FAILED)));
     CHECK(ptx_says(c, "7654321"));
     CHECK(closure_hits() == 1);
+
+    /*
+     * A program that names its file (__FILE__) is keyed with its name. Named
+     * by the file's name alone (kcache compile), its closure stands for any
+     * directory; a program named with a directory, the same last component,
+     * is another key and never reaches that kernel through it.
+     */
+    const char *named = "#include <val.h>\n"
+                        "__device__ const char where[] = __FILE__;\n"
+                        "extern \"C\" __global__ void k(int *v) { v[0] = KC_VAL + where[1]; }\n";
+    char d[700], e[700], f[700];
+    program(d, sizeof(d), "tmpD", named);
+    program(e, sizeof(e), "tmpE", named);
+    program(f, sizeof(f), "tmpF", named);
+    CHECK(compile_in_child(d, 0) == 0);
+    CHECK(compile_in_child(e, 1) == (CT_HIT | CT_BY_CLOSURE));
+    char out[720];
+    snprintf(out, sizeof(out), "%s.ptx", f);
+    int other = ct_compile_named_in_child(db, f, "tmpF/kern.cu", opts, 2, 0, out, NULL);
+    if (other & CT_HIT)
+        fprintf(stderr, "tmpF/kern.cu was served the kernel of kern.cu\n");
+    CHECK(other == 0);
     return test_done();
 }

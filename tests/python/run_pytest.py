@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 
+# pyproject.toml's cuda and test extras ask for the same (test_install.py checks).
 PACKAGES = ["pytest", "cuda-core>=1.2", "cuda-bindings>=13,<14"]
 
 

@@ -1,20 +1,35 @@
 #!/usr/bin/env python3
-"""`pip install .` from the repository, as a user does it, and what it gives.
+"""`pip install '.[cuda]'` from the repository, as the README says, and what it gives.
 
 usage: test_install.py SOURCE_ROOT WORK_DIR PYTHON
 
-In a fresh venv (WORK_DIR/venv, made by PYTHON): `pip install SOURCE_ROOT`
-(meson-python from the package index), then, from another directory: the
-`kcache` command on the venv's PATH, `import kcache`, a compile miss then hit
-with the installed command, `kcache run --print-shim` naming the drop-in
-inside the venv, and `kcache run` serving a program's NVRTC compile from the
-cache the second time. Skips (77) when the package index cannot be reached.
+Always, from pyproject.toml: the `cuda` extra names cuda-core and
+cuda-bindings pinned as the python suite installs them (run_pytest.py's
+PACKAGES: the versions kcache's tests import together; cuda-bindings within
+the major of the NVRTC kcache is built for), and the `test` extra the same
+with pytest. `pip install cuda-core` alone leaves out cuda.bindings
+(`cannot import name 'bindings'`), and unpinned names let pip pair a
+cuda-core with a cuda-bindings of another CUDA major.
+
+Then, in a fresh venv (WORK_DIR/venv, made by PYTHON): `pip install
+'SOURCE_ROOT[cuda]'` (meson-python from the package index), the installed
+metadata's `cuda` extra, and, from another directory: `import cuda.core`
+and `from cuda import bindings` beside `kcache.ProgramCache`, the `kcache`
+command on the venv's PATH, `import kcache`, a compile miss then hit with
+the installed command, `kcache run --print-shim` naming the drop-in inside
+the venv, and `kcache run` serving a program's NVRTC compile from the cache
+the second time. That part skips (77) when the package index cannot be
+reached, after the pyproject check has run.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run_pytest import PACKAGES  # noqa: E402
 
 TOOLKIT = os.environ.get("CUDA_HOME", "/usr/local/cuda")
 
@@ -34,6 +49,24 @@ print(size.value)
 '''
 
 
+# What `.[cuda]` must give: cuda.core importing with its bindings, so that
+# kcache.ProgramCache is cuda.core's ProgramCacheResource; and the extra in the
+# installed metadata.
+CUDA_EXTRA_PROGRAM = r'''
+import importlib.metadata, re, sys
+import cuda.core
+from cuda import bindings
+from cuda.core.utils import ProgramCacheResource
+import kcache
+assert issubclass(kcache.ProgramCache, ProgramCacheResource), kcache.ProgramCache.__mro__
+kcache.ProgramCache(sys.argv[1])[b"k"] = b"v"
+extra = sorted(r for r in importlib.metadata.requires("kcache-cuda") or () if 'extra == "cuda"' in r)
+assert [re.split(r"[<>=!~;\[ ]", r)[0] for r in extra] == ["cuda-bindings", "cuda-core"], extra
+print("cuda-core %s, cuda-bindings %s; kcache-cuda's cuda extra: %s"
+      % (importlib.metadata.version("cuda-core"), importlib.metadata.version("cuda-bindings"), extra))
+'''
+
+
 def run(cmd, **kw):
     kw.setdefault("capture_output", True)
     kw.setdefault("text", True)
@@ -48,34 +81,81 @@ def fail(what, p=None):
     return 1
 
 
+def pyproject_extras(src):
+    """[project.optional-dependencies] of SOURCE_ROOT/pyproject.toml: {extra: [requirement]}."""
+    path = os.path.join(src, "pyproject.toml")
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10: the table's lines read as the file writes them
+        with open(path) as f:
+            m = re.search(r"^\[project\.optional-dependencies\]\n(.*?)(?=^\[|\Z)", f.read(),
+                          re.M | re.S)
+        return {k: re.findall(r'"([^"]+)"', v)
+                for k, v in re.findall(r"^(\w+)\s*=\s*\[(.*?)\]", m.group(1) if m else "",
+                                       re.M | re.S)}
+    with open(path, "rb") as f:
+        return tomllib.load(f).get("project", {}).get("optional-dependencies", {})
+
+
+def req_name(req):
+    return re.match(r"[A-Za-z0-9._-]+", req).group(0).lower().replace("_", "-")
+
+
+def check_extras(src):
+    """The failures of pyproject.toml's cuda and test extras (see the docstring)."""
+    extras = pyproject_extras(src)
+    tested = {req_name(r): r.replace(" ", "") for r in PACKAGES if req_name(r) != "pytest"}
+    failures = []
+    for extra, also in (("cuda", set()), ("test", {"pytest"})):
+        have = {req_name(r): r.replace(" ", "") for r in extras.get(extra, [])}
+        if set(have) != set(tested) | also:
+            failures.append("the %s extra names %s, not %s" % (extra, sorted(have),
+                                                                sorted(set(tested) | also)))
+            continue
+        for name, req in tested.items():
+            if have[name] != req:
+                failures.append("the %s extra asks for %s; the python suite tests %s"
+                                % (extra, have[name], req))
+    bindings = tested.get("cuda-bindings", "")
+    m = re.fullmatch(r"cuda-bindings>=(\d+)(?:\.\d+)*,<(\d+)", bindings)
+    if not m or int(m.group(2)) != int(m.group(1)) + 1:
+        failures.append("cuda-bindings is not held to one CUDA major: %r" % bindings)
+    return failures
+
+
 def main():
     if len(sys.argv) != 4:
         print(__doc__)
         return 2
     src, work, python = sys.argv[1:4]
+    bad = check_extras(src)
+    for what in bad:
+        fail("pyproject.toml: " + what)
+    if not bad:
+        print("ok: pyproject.toml's cuda extra: %s" % ", ".join(pyproject_extras(src)["cuda"]))
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     venv = os.path.join(work, "venv")
     p = run([python, "-m", "venv", venv])
     if p.returncode:
         print("skip: cannot make a venv (apt-get install python3-venv): " + p.stderr[-300:])
-        return 77
+        return 1 if bad else 77
     vbin = os.path.join(venv, "bin")
     probe = run([os.path.join(vbin, "pip"), "download", "-q", "--no-deps", "--timeout", "15",
                  "-d", os.path.join(work, "probe"), "meson-python"])
     if probe.returncode:
         print("skip: the package index cannot be reached: " + probe.stderr.strip()[-300:])
-        return 77
-    p = run([os.path.join(vbin, "pip"), "install", "-q", src], cwd=work)
+        return 1 if bad else 77
+    p = run([os.path.join(vbin, "pip"), "install", "-q", src + "[cuda]"], cwd=work)
     if p.returncode:
-        return fail("pip install . failed", p)
+        return fail("pip install '.[cuda]' failed", p)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("KCACHE_", "LD_PRELOAD", "ASAN_", "UBSAN_", "PYTHON"))}
     env["KCACHE_DIR"] = os.path.join(work, "cache dir")
     env["PATH"] = vbin + os.pathsep + env.get("PATH", "")
     elsewhere = os.path.join(work, "elsewhere")
     os.makedirs(elsewhere)
-    failures = 0
+    failures = len(bad)
 
     p = run(["kcache", "version"], env=env, cwd=elsewhere)
     if p.returncode or not p.stdout.startswith("kcache "):
@@ -88,6 +168,12 @@ def main():
              os.path.join(work, "py cache")], env=env, cwd=elsewhere)
     if p.returncode or not p.stdout.strip().startswith(venv):
         failures += fail("import kcache from the venv", p)
+    p = run([os.path.join(vbin, "python"), "-c", CUDA_EXTRA_PROGRAM,
+             os.path.join(work, "program cache")], env=env, cwd=elsewhere)
+    if p.returncode or "cuda-core" not in p.stdout:
+        failures += fail("cuda.core from '.[cuda]' beside kcache.ProgramCache", p)
+    else:
+        print("ok: " + p.stdout.strip())
     p = run(["kcache", "run", "--print-shim"], env=env, cwd=elsewhere)
     shim = p.stdout.strip()
     if p.returncode or not shim.startswith(os.path.realpath(venv)) or not os.path.isfile(shim):
@@ -122,7 +208,7 @@ def main():
     # saxpy's hit above, then the program's second compile.
     if len(sizes) == 2 and (sizes[0] != sizes[1] or hits < 2):
         failures += fail("kcache run from the install: sizes %r, %d hits" % (sizes, hits))
-    print("ok: pip install . gives kcache %s, the module, the drop-in at %s; run: %r, hits %d"
+    print("ok: pip install '.[cuda]' gives kcache %s, the module, the drop-in at %s; run: %r, hits %d"
           % (outcomes, shim, sizes, hits))
     return 1 if failures else 0
 
