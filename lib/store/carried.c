@@ -22,7 +22,13 @@
  *     the entries' signature (an older kcache ignores it and imports the
  *     entries). When an import checks a signature, closures are taken only
  *     under a matching one of theirs;
- *   - a closure the store already has (same base and key) stays as it is;
+ *   - a closure the store already has (same base and key) stays as it is,
+ *     and every closure this machine recorded is tried before a carried
+ *     one: a bundle whose closure, copied from another entry's, leads a
+ *     request to an entry of the bundle's would otherwise displace the
+ *     entry a local closure leads to, past the rule that the store keeps
+ *     its own (doc/trust.md, "Conflicts"). Where no local closure holds,
+ *     a carried one is trusted as the bundle's entries are;
  *   - NVRTC's environment record (compile/nvenv.c keeps it as a closure whose
  *     base is its key) is this machine's answer, never exported;
  *   - whatever is wrong with closures drops them, never the import: they
@@ -192,7 +198,7 @@ static int take_row(void *userdata, const struct carried *c)
     if (!wanted(t->store, c))
         return 0;
     int64_t at = c->recorded_at < 0 ? 0 : c->recorded_at > t->now_ns ? t->now_ns : c->recorded_at;
-    if (kc_store_manifest_put(t->store, &c->base, &c->key, at, c->data, c->size) == 0)
+    if (kc_store_manifest_put_carried(t->store, &c->base, &c->key, at, c->data, c->size) == 0)
         t->taken++;
     return 0;
 }

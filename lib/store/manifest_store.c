@@ -289,7 +289,8 @@ static int step_base_key(kcache_store *s, enum kc_stmt which, const kcache_key *
 }
 
 static int manifest_put_locked(kcache_store *s, const kcache_key *base, const kcache_key *key,
-                               int64_t recorded_at, const void *closure, size_t size)
+                               int64_t recorded_at, int64_t created_at, const void *closure,
+                               size_t size)
 {
     int rc = kc_db_begin_write(&s->db);
     if (rc)
@@ -312,7 +313,7 @@ static int manifest_put_locked(kcache_store *s, const kcache_key *base, const kc
         sqlite3_bind_blob(q, 2, key->bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
         sqlite3_bind_int64(q, 3, id);
         sqlite3_bind_int64(q, 4, recorded_at);
-        sqlite3_bind_int64(q, 5, kc_now_ms());
+        sqlite3_bind_int64(q, 5, created_at);
         int src = sqlite3_step(q);
         sqlite3_reset(q);
         if (src != SQLITE_DONE)
@@ -336,7 +337,19 @@ int kc_store_manifest_put(kcache_store *s, const kcache_key *base, const kcache_
                           int64_t recorded_at, const void *closure, size_t size)
 {
     pthread_mutex_lock(&s->lock);
-    int rc = s->db.conn ? manifest_put_locked(s, base, key, recorded_at, closure, size)
+    int rc = s->db.conn
+                 ? manifest_put_locked(s, base, key, recorded_at, kc_now_ms(), closure, size)
+                 : KCACHE_EIO;
+    kc_unlock(s);
+    return rc;
+}
+
+int kc_store_manifest_put_carried(kcache_store *s, const kcache_key *base, const kcache_key *key,
+                                  int64_t recorded_at, const void *closure, size_t size)
+{
+    pthread_mutex_lock(&s->lock);
+    /* Made at time 0: read after every closure made here (KC_STMT_MANIFEST_GET's order). */
+    int rc = s->db.conn ? manifest_put_locked(s, base, key, recorded_at, 0, closure, size)
                         : KCACHE_EIO;
     kc_unlock(s);
     return rc;

@@ -88,6 +88,14 @@ int kc_store_manifest_get(kc_manifest_row **out, size_t *n, kcache_store *store,
 void kc_manifest_rows_free(kc_manifest_row *rows, size_t n);
 int kc_store_manifest_put(kcache_store *store, const kcache_key *base, const kcache_key *key,
                           int64_t recorded_at, const void *closure, size_t size);
+/*
+ * A closure from a bundle (carried.c): tried after every closure this
+ * machine recorded under base, so that it never leads a request away from
+ * an entry a closure of this machine's leads to.
+ */
+int kc_store_manifest_put_carried(kcache_store *store, const kcache_key *base,
+                                  const kcache_key *key, int64_t recorded_at, const void *closure,
+                                  size_t size);
 
 /* Counts a compile served without the cache, under "uncacheable.<reason>". Best effort. */
 void kc_store_count_uncacheable(kcache_store *store, const char *reason);

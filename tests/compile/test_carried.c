@@ -152,6 +152,52 @@ int main(void)
     CHECK(same_ptx(f, g));
     snprintf(src, sizeof(src), "%s", test_path("kern.cu"));
 
+    /*
+     * A bundle whose closure was copied onto another entry of its own (the
+     * closure of KC_MORE 567 made to lead to the kernel of KC_MORE 999) must
+     * not lead a cache away from the entry its own closure leads to: the
+     * store keeps its own (doc/trust.md). The cache compiled the 567 kernel
+     * before the import; its compile after the import must still be that.
+     */
+    char h[700], v[700], sql[600];
+    snprintf(h, sizeof(h), "%s/home.db", test_dir());
+    CHECK(compile_in_child(h, "home, KC_MORE 567") == 0);
+    char k1[2 * KCACHE_KEY_SIZE + 1];
+    {
+        sqlite3 *db = NULL;
+        sqlite3_stmt *st = NULL;
+        REQUIRE(sqlite3_open(h, &db) == SQLITE_OK);
+        REQUIRE(sqlite3_prepare_v2(db, "SELECT hex(key) FROM entry", -1, &st, NULL) == SQLITE_OK);
+        REQUIRE(sqlite3_step(st) == SQLITE_ROW);
+        snprintf(k1, sizeof(k1), "%s", (const char *)sqlite3_column_text(st, 0));
+        sqlite3_finalize(st);
+        sqlite3_close(db);
+    }
+    test_write_text(test_path("include/more.h"), "#define KC_MORE 999\n");
+    CHECK(compile_in_child(h, "home, KC_MORE 999") == 0);
+    test_write_text(test_path("include/more.h"), "#define KC_MORE 567\n");
+    export_to(h, bundle);
+    snprintf(sql, sizeof(sql), "DELETE FROM manifest WHERE key <> X'%s' AND base <> key", k1);
+    alter(bundle, sql);
+    snprintf(sql, sizeof(sql),
+             "UPDATE manifest SET key = (SELECT key FROM entry WHERE key <> X'%s') WHERE key = X'%s'",
+             k1, k1);
+    alter(bundle, sql);
+    snprintf(v, sizeof(v), "%s/victim.db", test_dir());
+    CHECK(compile_in_child(v, "victim, KC_MORE 567") == 0);
+    CHECK(ptx_says(v, "1234567"));
+    kcache_store *vs = ct_store_open(v);
+    REQUIRE(vs);
+    kcache_bundle_result br = KCACHE_BUNDLE_RESULT_INIT;
+    if (kcache_bundle_import(&br, vs, bundle, NULL) != 0)
+        fprintf(stderr, "import: %s\n", kcache_store_errmsg(vs));
+    CHECK(br.added == 1);
+    kcache_store_close(vs);
+    CHECK(compile_in_child(v, "victim after the import") == (CT_HIT | CT_BY_CLOSURE));
+    if (!ptx_says(v, "1234567"))
+        fprintf(stderr, "a carried closure led the victim's compile to another entry\n");
+    CHECK(ptx_says(v, "1234567"));
+
     /* Signed: the closures under their own signature; one that does not match gives none. */
     REQUIRE(setenv("KCACHE_REMOTE_SECRET", "carried-closures", 1) == 0);
     export_to(a, bundle);
