@@ -5,6 +5,8 @@
  * first one remembered, without resolving the tree again; a header placed
  * beside the new name, which NVRTC would find first, is never served the
  * first name's kernel. Each compile is a process of its own, as CuPy's are.
+ * A hit through a closure writes nothing to the database, its count
+ * included (doc/design.md, "A hit writes nothing to the database").
  * Skips (77) where the toolkit is missing.
  */
 #include <kcache/compile.h>
@@ -36,6 +38,23 @@ static int compile_in_child(const char *path, int key_first)
 static uint64_t closure_hits(void)
 {
     return ct_counter(db, "closure_hits");
+}
+
+/* The bytes of the database and of its WAL (empty when there is none), one after the other. */
+static uint8_t *db_bytes(size_t *size)
+{
+    char wal[700];
+    snprintf(wal, sizeof(wal), "%s-wal", db);
+    size_t n = 0, w = 0;
+    uint8_t *a = test_slurp(db, &n), *b = test_slurp(wal, &w);
+    REQUIRE(a);
+    uint8_t *all = realloc(a, n + w + 1);
+    REQUIRE(all);
+    if (b)
+        memcpy(all + n, b, w);
+    free(b);
+    *size = n + (b ? w : 0);
+    return all;
 }
 
 static int ptx_says(const char *path, const char *what)
@@ -81,5 +100,20 @@ int main(void)
     CHECK(!(third & (CT_HIT | CT_BY_CLOSURE | CT_FAILED)));
     CHECK(ptx_says(c, "7654321"));
     CHECK(closure_hits() == 1);
+
+    /* Files old enough to trust: a closure hit checks by stat() alone, writes back nothing. */
+    setenv("KCACHE_TEST_CLOCK_SHIFT_NS", "10000000000", 1);
+    CHECK(compile_in_child(b, 1) == (CT_HIT | CT_BY_CLOSURE));
+    size_t before_n, after_n;
+    uint8_t *before = db_bytes(&before_n);
+    CHECK(compile_in_child(b, 1) == (CT_HIT | CT_BY_CLOSURE));
+    uint8_t *after = db_bytes(&after_n);
+    if (before_n != after_n || memcmp(before, after, before_n) != 0)
+        fprintf(stderr, "a closure hit wrote to the database (%zu bytes, then %zu)\n", before_n,
+                after_n);
+    CHECK(before_n == after_n && memcmp(before, after, before_n) == 0);
+    CHECK(closure_hits() == 3);
+    free(before);
+    free(after);
     return test_done();
 }
