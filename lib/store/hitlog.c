@@ -309,7 +309,8 @@ int kc_hitlog_take(kcache_store *s)
     return rc;
 }
 
-int kc_hitlog_usage(kcache_store *s, kcache_usage **v, size_t *n, size_t *cap)
+/* The log's records added to t's lists, the log left as it is. */
+static int peek(kcache_store *s, const struct taken *t)
 {
     uint8_t *buf;
     size_t size;
@@ -317,34 +318,32 @@ int kc_hitlog_usage(kcache_store *s, kcache_usage **v, size_t *n, size_t *cap)
     int rc = read_log(s, 0, &buf, &size, &fd);
     if (fd >= 0)
         close(fd);
-    struct taken t = {v, n, cap, NULL, NULL, NULL};
     if (!rc && size)
-        rc = parse(buf, size, NULL, &t);
+        rc = parse(buf, size, NULL, t);
     free(buf);
+    return rc;
+}
+
+int kc_hitlog_usage(kcache_store *s, kcache_usage **v, size_t *n, size_t *cap)
+{
+    struct taken t = {v, n, cap, NULL, NULL, NULL};
+    int rc = peek(s, &t);
     return rc == KCACHE_ENOMEM ? rc : 0;
 }
 
 uint64_t kc_hitlog_counter(kcache_store *s, const char *name)
 {
-    uint8_t *buf;
-    size_t size;
-    int fd;
-    int rc = read_log(s, 0, &buf, &size, &fd);
-    if (fd >= 0)
-        close(fd);
     kcache_usage *v = NULL;
     struct kc_counter_delta *c = NULL;
     size_t n = 0, cap = 0, n_c = 0, cap_c = 0;
     struct taken t = {&v, &n, &cap, &c, &n_c, &cap_c};
-    if (!rc && size)
-        rc = parse(buf, size, NULL, &t);
+    int rc = peek(s, &t);
     uint64_t value = 0;
     for (size_t i = 0; !rc && i < n_c; i++)
         if (!strcmp(c[i].name, name))
             value = c[i].value;
     free(v);
     free(c);
-    free(buf);
     return value;
 }
 
