@@ -151,15 +151,25 @@ struct macros {
     kc_smap index;  /* name -> the first of its definitions; v is sorted by name */
 };
 
-static size_t ident_at(const char *t, size_t n, size_t i)
+/* ident_at() past its first byte's test. */
+static size_t ident_from(const char *t, size_t n, size_t i)
 {
-    if (i >= n || !(isalpha((unsigned char)t[i]) || t[i] == '_') ||
-        (i > 0 && ident_char((unsigned char)t[i - 1])))
+    if (i > 0 && ident_char((unsigned char)t[i - 1]))
         return 0;
     size_t j = i;
     while (j < n && ident_char((unsigned char)t[j]))
         j++;
     return j - i;
+}
+
+/*
+ * The length of the identifier that starts at t[i], or 0. The scans ask at
+ * nearly every byte of every user header, and most bytes start none: that
+ * test is inline, the call made only for a letter or '_'.
+ */
+static inline size_t ident_at(const char *t, size_t n, size_t i)
+{
+    return i < n && (isalpha((unsigned char)t[i]) || t[i] == '_') ? ident_from(t, n, i) : 0;
 }
 
 /*

@@ -8,8 +8,9 @@
  * A process that opens the cache, hits and closes used to end with a write
  * transaction for its one touch: a WAL frame per page it changed, the write
  * lock, and a WAL index the next process rebuilt. Now a handle whose pending
- * work is only hits (touches and hit/miss counts) appends them, as fixed-size
- * records, to PATH-hits, and the next write transaction of any handle on the
+ * work is only hits (touches, hit/miss counts and the named counts of the
+ * layers above, such as a hit through a remembered closure) appends them, as
+ * fixed-size records, to PATH-hits, and the next write transaction of any handle on the
  * cache (a put, a delete, a flush, a prune, a listing) takes them into the
  * database (kc_pending_write). So the LRU order in the database lags the
  * accesses by at most:
@@ -52,6 +53,7 @@
 #define KC_HITLOG_MAGIC UINT32_C(0x3148434b) /* "KCH1" */
 #define KC_HITLOG_TOUCH 1
 #define KC_HITLOG_USAGE 2
+#define KC_HITLOG_COUNTER 3
 /* The log is written into the database by the appender past this size ... */
 #define KC_HITLOG_FOLD_AT (64u * 1024u)
 /* ... and appends are dropped past this one. */
@@ -69,9 +71,9 @@ static uint32_t rec_check(const uint8_t *r)
 }
 
 /*
- * A record: magic, type, key or architecture (32 bytes), three integers
- * (touch: accessed_at, hits; usage: hits, misses, saved_ns), the kind, the
- * check. Native byte order: the file never leaves this machine.
+ * A record: magic, type, key, architecture or counter name (32 bytes), three
+ * integers (touch: accessed_at, hits; usage: hits, misses, saved_ns; counter:
+ * the delta), the kind, the check. Native byte order: the file never leaves this machine.
  */
 static void rec_seal(uint8_t r[KC_HITLOG_REC], uint32_t type)
 {
@@ -132,7 +134,8 @@ static int open_log(const char *path, int flags, struct stat *st)
  */
 static void forget_written(kcache_store *s, size_t whole)
 {
-    size_t t = KC_MIN(whole, s->n_touches), u = KC_MIN(whole - t, s->n_usage);
+    size_t t = KC_MIN(whole, s->n_touches), u = KC_MIN(whole - t, s->n_usage),
+           c = KC_MIN(whole - t - u, s->n_counters);
     if (t) {
         memmove(s->touches, s->touches + t, (s->n_touches - t) * sizeof(*s->touches));
         s->n_touches -= t;
@@ -141,12 +144,16 @@ static void forget_written(kcache_store *s, size_t whole)
         memmove(s->usage, s->usage + u, (s->n_usage - u) * sizeof(*s->usage));
         s->n_usage -= u;
     }
+    if (c) {
+        memmove(s->counters, s->counters + c, (s->n_counters - c) * sizeof(*s->counters));
+        s->n_counters -= c;
+    }
 }
 
 int kc_hitlog_append(kcache_store *s, uint64_t *log_size)
 {
     *log_size = 0;
-    size_t n = s->n_touches + s->n_usage;
+    size_t n = s->n_touches + s->n_usage + s->n_counters;
     if (!n)
         return 0;
     uint8_t *buf = kc_calloc(n, KC_HITLOG_REC);
@@ -167,6 +174,11 @@ int kc_hitlog_append(kcache_store *s, uint64_t *log_size)
         put64(r + 56, u->saved_ns);
         put32(r + 64, (uint32_t)u->kind);
         rec_seal(r, KC_HITLOG_USAGE);
+    }
+    for (size_t i = 0; i < s->n_counters; i++, r += KC_HITLOG_REC) {
+        memcpy(r + 8, s->counters[i].name, strnlen(s->counters[i].name, 31));
+        put64(r + 40, s->counters[i].value);
+        rec_seal(r, KC_HITLOG_COUNTER);
     }
     char path[4200];
     path_of(path, sizeof(path), s);
@@ -195,16 +207,23 @@ int kc_hitlog_append(kcache_store *s, uint64_t *log_size)
     return rc;
 }
 
-/* Calls one of the two for every sound record in buf. */
-static int parse(const uint8_t *buf, size_t size, kcache_store *s, kcache_usage **v, size_t *n,
-                 size_t *cap)
+/* Where parse() puts the records: usage (v), named counts (c, when not NULL), touches (into s). */
+struct taken {
+    kcache_usage **v;
+    size_t *n, *cap;
+    struct kc_counter_delta **c;
+    size_t *n_c, *cap_c;
+};
+
+/* Adds every sound record in buf to its list in to; touches only when s is not NULL. */
+static int parse(const uint8_t *buf, size_t size, kcache_store *s, const struct taken *to)
 {
     size_t i = 0;
     while (i + KC_HITLOG_REC <= size) {
         const uint8_t *r = buf + i;
         uint32_t type = get32(r + 4);
         if (get32(r) != KC_HITLOG_MAGIC || get32(r + 72) != rec_check(r) ||
-            (type != KC_HITLOG_TOUCH && type != KC_HITLOG_USAGE)) {
+            (type != KC_HITLOG_TOUCH && type != KC_HITLOG_USAGE && type != KC_HITLOG_COUNTER)) {
             i++; /* a torn record, of any length: look for the next one */
             continue;
         }
@@ -213,8 +232,17 @@ static int parse(const uint8_t *buf, size_t size, kcache_store *s, kcache_usage 
             char arch[33];
             memcpy(arch, r + 8, 32);
             arch[32] = '\0';
-            int rc = kc_usage_merge(v, n, cap, arch, (int)get32(r + 64), get64(r + 40),
+            int rc = kc_usage_merge(to->v, to->n, to->cap, arch, (int)get32(r + 64), get64(r + 40),
                                     get64(r + 48), get64(r + 56));
+            if (rc)
+                return rc;
+        } else if (type == KC_HITLOG_COUNTER) {
+            char name[32];
+            memcpy(name, r + 8, 31);
+            name[31] = '\0';
+            int rc = to->c && name[0]
+                         ? kc_counter_merge(to->c, to->n_c, to->cap_c, name, get64(r + 40))
+                         : 0;
             if (rc)
                 return rc;
         } else if (s) {
@@ -269,8 +297,10 @@ int kc_hitlog_take(kcache_store *s)
     int rc = read_log(s, 1, &buf, &size, &fd);
     if (rc || fd < 0)
         return rc == KCACHE_ENOMEM ? rc : 0; /* no log, or one we may not write: nothing taken */
+    struct taken t = {&s->usage, &s->n_usage, &s->cap_usage,
+                      &s->counters, &s->n_counters, &s->cap_counters};
     if (size)
-        rc = parse(buf, size, s, &s->usage, &s->n_usage, &s->cap_usage);
+        rc = parse(buf, size, s, &t);
     /* Taken (or not sound at all): emptied either way, so it cannot grow past its bound. */
     if (!rc && size && ftruncate(fd, 0) != 0)
         rc = KCACHE_EIO;
@@ -279,7 +309,8 @@ int kc_hitlog_take(kcache_store *s)
     return rc;
 }
 
-int kc_hitlog_usage(kcache_store *s, kcache_usage **v, size_t *n, size_t *cap)
+/* The log's records added to t's lists, the log left as it is. */
+static int peek(kcache_store *s, const struct taken *t)
 {
     uint8_t *buf;
     size_t size;
@@ -288,9 +319,32 @@ int kc_hitlog_usage(kcache_store *s, kcache_usage **v, size_t *n, size_t *cap)
     if (fd >= 0)
         close(fd);
     if (!rc && size)
-        rc = parse(buf, size, NULL, v, n, cap);
+        rc = parse(buf, size, NULL, t);
     free(buf);
+    return rc;
+}
+
+int kc_hitlog_usage(kcache_store *s, kcache_usage **v, size_t *n, size_t *cap)
+{
+    struct taken t = {v, n, cap, NULL, NULL, NULL};
+    int rc = peek(s, &t);
     return rc == KCACHE_ENOMEM ? rc : 0;
+}
+
+uint64_t kc_hitlog_counter(kcache_store *s, const char *name)
+{
+    kcache_usage *v = NULL;
+    struct kc_counter_delta *c = NULL;
+    size_t n = 0, cap = 0, n_c = 0, cap_c = 0;
+    struct taken t = {&v, &n, &cap, &c, &n_c, &cap_c};
+    int rc = peek(s, &t);
+    uint64_t value = 0;
+    for (size_t i = 0; !rc && i < n_c; i++)
+        if (!strcmp(c[i].name, name))
+            value = c[i].value;
+    free(v);
+    free(c);
+    return value;
 }
 
 int kc_hitlog_waiting(const kcache_store *s)
@@ -505,11 +559,11 @@ int kc_flush_locked(kcache_store *s, int wait)
 
 static int hits_only(const kcache_store *s)
 {
-    return !s->pending_corrupt && !s->pending_failures && !s->n_counters;
+    return !s->pending_corrupt && !s->pending_failures;
 }
 
 /*
- * Records what is pending: hits alone are appended to PATH-hits (no write
+ * Records what is pending: hits and counts alone are appended to PATH-hits (no write
  * lock, nothing in the WAL), anything else, or hits the log could not take,
  * in a write transaction (waiting for the lock or not, as kc_flush_locked).
  */

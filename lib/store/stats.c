@@ -207,24 +207,29 @@ void kc_store_count(kcache_store *store, const char *name, uint64_t delta)
     if (!store || !delta || strlen(name) >= sizeof(store->counters[0].name))
         return;
     pthread_mutex_lock(&store->lock);
-    struct kc_counter_delta *c = NULL;
-    for (size_t i = 0; i < store->n_counters; i++)
-        if (!strcmp(store->counters[i].name, name))
-            c = &store->counters[i];
-    if (!c) {
-        struct kc_counter_delta *grown = kc_grow(store->counters, &store->cap_counters,
-                                                 store->n_counters, sizeof(*grown), 8);
-        if (grown) {
-            store->counters = grown;
-            c = &store->counters[store->n_counters++];
-            snprintf(c->name, sizeof(c->name), "%s", name);
-            c->value = 0;
-        }
-    }
-    if (c) /* out of memory: one count lost, nothing else */
-        c->value += delta;
+    /* out of memory: one count lost, nothing else */
+    (void)kc_counter_merge(&store->counters, &store->n_counters, &store->cap_counters, name, delta);
     kc_maybe_flush_locked(store);
     kc_unlock(store);
+}
+
+int kc_counter_merge(struct kc_counter_delta **v, size_t *n, size_t *cap, const char *name,
+                     uint64_t delta)
+{
+    for (size_t i = 0; i < *n; i++) {
+        if (!strcmp((*v)[i].name, name)) {
+            (*v)[i].value += delta;
+            return 0;
+        }
+    }
+    struct kc_counter_delta *grown = kc_grow(*v, cap, *n, sizeof(*grown), 8);
+    if (!grown)
+        return KCACHE_ENOMEM;
+    *v = grown;
+    struct kc_counter_delta *c = &grown[(*n)++];
+    snprintf(c->name, sizeof(c->name), "%s", name);
+    c->value = delta;
+    return 0;
 }
 
 static int read_counter(kcache_store *s, const char *name, uint64_t *out)
@@ -249,7 +254,7 @@ KCACHE_API int kcache_store_counter(uint64_t *out, kcache_store *store, const ch
     int rc;
     KC_WITH_RECOVERY(store, rc, read_counter(store, name, &v));
     if (!rc)
-        *out = v + kc_counter_pending(store, name);
+        *out = v + kc_counter_pending(store, name) + kc_hitlog_counter(store, name);
     kc_unlock(store);
     return rc;
 }

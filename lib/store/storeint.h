@@ -232,12 +232,14 @@ void kc_maybe_flush_locked(kcache_store *s);
 int kc_record_locked(kcache_store *s, int wait);
 
 /* hitlog.c: hits kept in PATH-hits until the next write transaction takes them in. */
-/* Appends the pending touches and usage; *log_size: the log's size after. */
+/* Appends the pending touches, usage and named counts; *log_size: the log's size after. */
 int kc_hitlog_append(kcache_store *s, uint64_t *log_size);
 /* Moves the log's records into s's pending lists and empties it (in a write transaction). */
 int kc_hitlog_take(kcache_store *s);
 /* Adds the log's hit and miss counts to a usage list, leaving the log as it is. */
 int kc_hitlog_usage(kcache_store *s, kcache_usage **v, size_t *n, size_t *cap);
+/* What the log holds of the named counter (0 when nothing, or when it cannot be read). */
+uint64_t kc_hitlog_counter(kcache_store *s, const char *name);
 /* Whether the log holds anything. */
 int kc_hitlog_waiting(const kcache_store *s);
 /* Whether a log of this size should be taken in now. */
@@ -289,6 +291,9 @@ int kc_counters_write(kcache_store *s);
 int kc_counter_write(kcache_store *s, const char *name, uint64_t value);
 /* The pending delta of a named counter (0 when none). */
 uint64_t kc_counter_pending(const kcache_store *s, const char *name);
+/* Adds delta to the counter name of a list of deltas (a new one when it has none). */
+int kc_counter_merge(struct kc_counter_delta **v, size_t *n, size_t *cap, const char *name,
+                     uint64_t delta);
 
 /* store.c (damage found by a get), hitlog.c (counting now), put.c (the rest below) */
 /* After a write failed for a full disk: the pending counters written alone, at once. */

@@ -5,6 +5,8 @@
  * first one remembered, without resolving the tree again; a header placed
  * beside the new name, which NVRTC would find first, is never served the
  * first name's kernel. Each compile is a process of its own, as CuPy's are.
+ * A hit through a closure writes nothing to the database, its count
+ * included (doc/design.md, "A hit writes nothing to the database").
  * Skips (77) where the toolkit is missing.
  */
 #include <kcache/compile.h>
@@ -38,6 +40,52 @@ static uint64_t closure_hits(void)
     return ct_counter(db, "closure_hits");
 }
 
+/* The bytes of the database at path and of its WAL (none when there is none), one after the other. */
+static uint8_t *db_bytes(const char *path, size_t *size)
+{
+    char wal[700];
+    snprintf(wal, sizeof(wal), "%s-wal", path);
+    size_t n = 0, w = 0;
+    uint8_t *a = test_slurp(path, &n), *b = test_slurp(wal, &w);
+    REQUIRE(a);
+    uint8_t *all = realloc(a, n + w + 1);
+    REQUIRE(all);
+    if (b)
+        memcpy(all + n, b, w);
+    free(b);
+    *size = n + (b ? w : 0);
+    return all;
+}
+
+/*
+ * A hit through a closure, files old enough to trust (checked by stat() alone,
+ * nothing written back), leaves the database and its WAL as they were, its
+ * count included; the count is still kept. A cache of its own, a and b named
+ * in two directories.
+ */
+static void closure_hit_writes_nothing(const char *a, const char *b)
+{
+    char quiet[700], out[700];
+    snprintf(quiet, sizeof(quiet), "%s/quiet.db", test_dir());
+    snprintf(out, sizeof(out), "%s/quiet.ptx", test_dir());
+    setenv("KCACHE_TEST_CLOCK_SHIFT_NS", "10000000000", 1);
+    CHECK(ct_compile_in_child(quiet, a, opts, 2, 0, out, NULL) == 0);
+    CHECK(ct_compile_in_child(quiet, b, opts, 2, 1, out, NULL) == (CT_HIT | CT_BY_CLOSURE));
+    size_t before_n, after_n;
+    uint8_t *before = db_bytes(quiet, &before_n);
+    CHECK(ct_compile_in_child(quiet, b, opts, 2, 1, out, NULL) == (CT_HIT | CT_BY_CLOSURE));
+    uint8_t *after = db_bytes(quiet, &after_n);
+    int same = before_n == after_n && memcmp(before, after, before_n) == 0;
+    if (!same)
+        fprintf(stderr, "a closure hit wrote to the database (%zu bytes, then %zu)\n", before_n,
+                after_n);
+    CHECK(same);
+    CHECK(ct_counter(quiet, "closure_hits") == 2);
+    free(before);
+    free(after);
+    unsetenv("KCACHE_TEST_CLOCK_SHIFT_NS");
+}
+
 static int ptx_says(const char *path, const char *what)
 {
     char out[700];
@@ -62,6 +110,8 @@ int main(void)
     program(a, sizeof(a), "tmpA", text);
     program(b, sizeof(b), "tmpB", text);
     program(c, sizeof(c), "tmpC", text);
+
+    closure_hit_writes_nothing(a, b);
 
     int first = compile_in_child(a, 0);
     CHECK(first == 0); /* a miss, stored */
