@@ -330,6 +330,25 @@ static int get_probe(const uint8_t *p, size_t size, size_t *off, const struct di
     return 0;
 }
 
+/*
+ * Steps over the probe at *off without reading it: one the memo of closure
+ * checks vouches for, in bytes a full check parsed before (the memo is
+ * keyed by their digest). 0, or -1 if it runs past the end.
+ */
+static int skip_probe(const uint8_t *p, size_t size, size_t *off)
+{
+    size_t o = *off;
+    if (size - o < 9)
+        return -1;
+    int state = p[o];
+    size_t n = 9 + (size_t)kc_read_u32(p + o + 5);
+    n += state == KC_PROBE_ABSENT ? 4 : state == KC_PROBE_FILE ? 40 + KC_DIGEST_SIZE : 40;
+    if (size - o < n)
+        return -1;
+    *off = o + n;
+    return 0;
+}
+
 /* The probe's full path into buf (for a read, or a closure written back). 0, or -1 if too long. */
 static int full_path(const struct dirs *d, const struct probe_at *a, char *buf, size_t size)
 {
@@ -534,13 +553,20 @@ static int check(const void *blob, size_t size, int64_t recorded_at, const char 
         if (pass == 1 && !(fresh = kc_calloc(n ? n : 1, sizeof(*fresh))))
             holds = KCACHE_ENOMEM;
         for (uint32_t i = 0; holds == 1 && i < n; i++) {
+            int covered = skip && (skip[i / 8] >> (i % 8) & 1);
+            if (covered && pass == 0) {
+                /* Nothing it covers changed since a check here found it (closwatch.c). */
+                if (skip_probe(p, size, &off) != 0)
+                    holds = 0;
+                continue;
+            }
             if (get_probe(p, size, &off, &d, a) != 0) {
                 holds = 0;
                 break;
             }
             int v = 0;
-            if (skip && (skip[i / 8] >> (i % 8) & 1)) {
-                holds = 1; /* nothing it covers changed since a check here found it (closwatch.c) */
+            if (covered) {
+                holds = 1; /* as above; read whole for the closure written back */
             } else if (a->q.state == KC_PROBE_DIR) {
                 holds = dir_holds(&d, a, recorded_at, &v);
                 vouched[i] = (uint8_t)v;
