@@ -33,7 +33,7 @@
  * file); and no invocation in a user header's code (an -include file's
  * included) of a macro that pastes can make one of those, or a macro that
  * expands them, of its own pieces and those of the macros it reaches
- * (code_pastes_caller).
+ * (spans_paste_caller).
  * A header's own __FILE__ is that header's name, not the program's: CuPy's
  * bundled CCCL is full of them. A toolkit macro's own __FILE__ (and its
  * __BASE_FILE__, __builtin_FILE) is left to the check after the compile, as
@@ -542,7 +542,20 @@ struct closure_names {
 static pthread_mutex_t memo_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct closure_names *memo[MEMO_SLOTS];
 
-static int code_pastes_caller(const struct macros *m, const char *t, size_t n, kc_smap *judged);
+/*
+ * The invocations, in the user headers' code (not their directives), of macros that paste:
+ * each text once, one after another with a newline between (text), where each ends (ends),
+ * and how many there are up to each header's end (upto).
+ */
+struct spans {
+    kc_buf text;
+    size_t *ends, *upto;
+    size_t n, cap, n_upto, cap_upto;
+    kc_smap judged;
+};
+
+static int code_spans(struct spans *s, const struct macros *m, const char *t, size_t n);
+static int spans_paste_caller(const struct macros *m, const struct spans *s);
 
 /* A toolkit header's definitions, read where the resolution found it. */
 static int collect_toolkit(struct macros *m, const char *path)
@@ -593,14 +606,20 @@ static void closure_names_build(struct closure_names *c, const struct work *w)
     if (!rc)
         rc = taint_all(&c->m);
     c->failed = rc != 0;
-    kc_smap judged = {0};
+    struct spans sp = {0};
     for (size_t i = 0; !c->failed && !c->caller && i < w->deps.n_deps; i++) {
         const kc_dep *d = &w->deps.deps[i];
-        c->caller = d->state == KC_DEP_USER && d->size &&
-                    (code_names_caller(&c->m, d->content, d->size) ||
-                     code_pastes_caller(&c->m, d->content, d->size, &judged));
+        if (d->state != KC_DEP_USER || !d->size)
+            continue;
+        c->caller = code_names_caller(&c->m, d->content, d->size);
+        c->failed = code_spans(&sp, &c->m, d->content, d->size) != 0;
     }
-    kc_smap_free(&judged);
+    if (!c->failed && !c->caller)
+        c->caller = spans_paste_caller(&c->m, &sp);
+    kc_buf_free(&sp.text);
+    free(sp.ends);
+    free(sp.upto);
+    kc_smap_free(&sp.judged);
 }
 
 /*
@@ -684,7 +703,7 @@ static const struct closure_names *closure_names(const struct work *w, struct cl
  * invocation spans files (NVRTC does not finish one left open at a header's
  * end from the file that includes it): what only a header's code spells
  * never reaches the program's expansions, except as what it made of them
- * (code_pastes_caller judges those). The toolkit headers the resolution
+ * (spans_paste_caller judges those). The toolkit headers the resolution
  * followed are read for their macros: what their replacement lists spell
  * are pieces, and their pastes paste; a toolkit macro's own FILE is left
  * to the check after the compile, as a toolkit macro that expands __FILE__
@@ -1026,16 +1045,41 @@ static int span_pastes_caller(const struct macros *m, const char *t, size_t n)
     return reach_done(&r);
 }
 
-/*
- * 1 if a header's code (not its directives) invokes a macro that pastes, and the pieces of
- * that invocation (its own, and those of the macros it reaches) can spell __BASE_FILE__,
- * __builtin_FILE or a macro that expands them: its expansion is then the program's name
- * (a default argument is the caller's). Each invocation text is judged once (judged).
- */
-static int code_pastes_caller(const struct macros *m, const char *t, size_t n, kc_smap *judged)
+static int grow(size_t **v, size_t *cap, size_t n)
 {
-    int at_start = 1;
-    for (size_t i = 0; i < n;) {
+    if (n < *cap)
+        return 0;
+    size_t c = *cap ? 2 * *cap : 64;
+    size_t *w = kc_realloc(*v, c * sizeof(*w));
+    if (!w)
+        return KCACHE_ENOMEM;
+    *v = w;
+    *cap = c;
+    return 0;
+}
+
+/* Adds an invocation's text to s, unless s has it (a text with a NUL in it is always added). */
+static int add_span(struct spans *s, const char *t, size_t n)
+{
+    char *span = kc_memdup(t, n);
+    if (!span)
+        return KCACHE_ENOMEM;
+    int rc = 0;
+    if (memchr(t, '\0', n) || !kc_smap_find(&s->judged, span, NULL)) {
+        rc = kc_smap_put(&s->judged, span, 0) || grow(&s->ends, &s->cap, s->n) ||
+             kc_buf_append(&s->text, t, n) || kc_buf_append(&s->text, "\n", 1);
+        if (!rc)
+            s->ends[s->n++] = s->text.size - 1;
+    }
+    free(span);
+    return rc ? KCACHE_ENOMEM : 0;
+}
+
+/* Adds the pasting invocations of a header's code t (n bytes) to s. */
+static int code_spans(struct spans *s, const struct macros *m, const char *t, size_t n)
+{
+    int at_start = 1, rc = 0;
+    for (size_t i = 0; i < n && !rc;) {
         size_t len, k = comment_end(t, n, i);
         if (k != i) {
             i = k;
@@ -1052,20 +1096,42 @@ static int code_pastes_caller(const struct macros *m, const char *t, size_t n, k
         } else if ((len = ident_at(t, n, i)) && name_pastes(m, t + i, len)) {
             at_start = 0;
             size_t end = invocation_end(t, n, i + len);
-            char *span = kc_memdup(t + i, end - i);
-            if (!span)
-                return 1;
-            int seen = kc_smap_find(judged, span, NULL);
-            int named = !seen && (kc_smap_put(judged, span, 0) ||
-                                  span_pastes_caller(m, span, end - i));
-            free(span);
-            if (named)
-                return 1;
+            rc = add_span(s, t + i, end - i);
             i = end;
         } else {
             at_start = 0;
             i += len ? len : 1;
         }
+    }
+    if (!rc && !(rc = grow(&s->upto, &s->cap_upto, s->n_upto)))
+        s->upto[s->n_upto++] = s->n;
+    return rc;
+}
+
+/* span_pastes_caller() of invocations [a, b) of s, reached together. */
+static int spans_reach(const struct macros *m, const struct spans *s, size_t a, size_t b)
+{
+    size_t start = a ? s->ends[a - 1] + 1 : 0;
+    return span_pastes_caller(m, (const char *)s->text.data + start, s->ends[b - 1] - start);
+}
+
+/*
+ * 1 if an invocation of s can paste __BASE_FILE__, __builtin_FILE or a macro that expands
+ * them of its pieces (its own, and those of the macros it reaches): its expansion is then
+ * the program's name (a default argument is the caller's). What a reach finds only grows
+ * with what it starts from, so all invocations are reached at once first, then each
+ * header's, then each one alone: CuPy's ~1,000 headers cost one reach.
+ */
+static int spans_paste_caller(const struct macros *m, const struct spans *s)
+{
+    if (!s->n || !spans_reach(m, s, 0, s->n))
+        return 0;
+    for (size_t h = 0, first = 0; h < s->n_upto; first = s->upto[h++]) {
+        if (s->upto[h] == first || !spans_reach(m, s, first, s->upto[h]))
+            continue;
+        for (size_t k = first; k < s->upto[h]; k++)
+            if (spans_reach(m, s, k, k + 1))
+                return 1;
     }
     return 0;
 }
