@@ -178,6 +178,9 @@ SENSITIVE = {
     # expanded): the program only reads what the header made of it.
     "header-paste-base-file": ('#include "hpaste.h"\n' + KERNEL % "v[0] = kc_len;",
                                {}, ["-I{inc}"]),
+    # ... and through a toolkit macro that pastes (CCCL's _CCCL_PP_CAT).
+    "header-toolkit-paste": ('#include "htkpaste.h"\n' + KERNEL % "v[0] = kc_tklen;",
+                             {}, ["-I{inc}", "-I" + CCCL]),
     # A piece only a toolkit macro's body supplies: libcu++'s _LIBCUDACXX_ABI_NAMESPACE
     # is __4 (pasted of __ and the ABI version), which completes a user macro's name.
     "toolkit-piece": ("#include <cuda/std/cstddef>\n" + '#include "paste.h"\n' +
@@ -206,6 +209,10 @@ HPASTE_HEADER = """#define KC_CAT(a, b) a##b
 static const int kc_len = sizeof(KC_XCAT(__BASE_, KC_XCAT(FI, LE__)));
 """
 
+HTKPASTE_HEADER = """#include <cuda/std/__cccl/preprocessor.h>
+static const int kc_tklen = sizeof(_CCCL_PP_CAT(__BASE_, FILE__));
+"""
+
 HIDDEN_HEADER = """/* a comment */ #define KC_HID1 __FILE__
 #/* a comment */define KC_HID2 __FILE__
 """
@@ -222,6 +229,7 @@ def sensitive(run, tmp):
     write(os.path.join(inc, "hidden.h"), HIDDEN_HEADER)
     write(os.path.join(inc, "long.h"), LONG_HEADER)
     write(os.path.join(inc, "hpaste.h"), HPASTE_HEADER)
+    write(os.path.join(inc, "htkpaste.h"), HTKPASTE_HEADER)
     for case, (text, beside, opts) in SENSITIVE.items():
         if ONLY and case not in ONLY:
             continue
