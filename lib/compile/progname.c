@@ -23,13 +23,21 @@
  * line information or LTO-IR; the source, the options, the name expressions
  * and the in-memory headers hold no identifier with FILE in it, no #line
  * and no ## or %:%: (splices undone); none of them names a macro of the user
- * headers that expands __FILE__, __BASE_FILE__ or __builtin_FILE, itself or
- * through other macros, nor one whose ## can make such a name of the pieces
- * that reach it (pastes_name_it: CCCL's _CUDA_VSTD pastes a namespace's
- * name, never __FILE__); and no user header's code names __BASE_FILE__ or
- * __builtin_FILE (a default argument is the caller's file).
+ * headers or of the -D operands that expands __FILE__, __BASE_FILE__ or
+ * __builtin_FILE, itself or through other macros, nor one whose ## can make
+ * such a name of the pieces that reach it (pastes_name_it), the pieces of
+ * the toolkit headers' macros it reaches included (libcu++'s
+ * _LIBCUDACXX_ABI_NAMESPACE is the piece __4; CCCL's _CUDA_VSTD pastes a
+ * namespace's name, never __FILE__); no user header's code names
+ * __BASE_FILE__ or __builtin_FILE (a default argument is the caller's
+ * file); and no invocation in a user header's code (an -include file's
+ * included) of a macro that pastes can make one of those, or a macro that
+ * expands them, of its own pieces and those of the macros it reaches
+ * (spans_paste_caller).
  * A header's own __FILE__ is that header's name, not the program's: CuPy's
- * bundled CCCL is full of them. After the compile (kc_name_shows), the
+ * bundled CCCL is full of them. A toolkit macro's own __FILE__ (and its
+ * __BASE_FILE__, __builtin_FILE) is left to the check after the compile, as
+ * are NVRTC's built-in headers' macros, which no file holds. After the compile (kc_name_shows), the
  * result is filed under the key without the name only when its log is empty
  * and its artifact does not hold the name's last component, as bytes
  * (CUBIN), as PTX's decimal byte lists, or as an identifier (an anonymous
@@ -143,6 +151,8 @@ struct macro {
     size_t repl;    /* where the replacement list starts in body */
     char *params;   /* a function-like macro's parameters, each NUL-ended, then "" (else NULL) */
     int pastes;     /* its replacement list holds ## */
+    int toolkit;    /* defined in a toolkit header: read for pastes and pieces, never tainted */
+    int paste_reach; /* it pastes, or its replacement list names a macro that does */
 };
 
 struct macros {
@@ -237,7 +247,7 @@ static int parse_params(struct macro *d)
     return rc ? KCACHE_ENOMEM : 0;
 }
 
-static int add_macro(struct macros *m, const char *line, size_t n)
+static int add_macro(struct macros *m, const char *line, size_t n, int toolkit)
 {
     size_t i = 0;
     while (i < n && (line[i] == ' ' || line[i] == '\t'))
@@ -258,6 +268,8 @@ static int add_macro(struct macros *m, const char *line, size_t n)
     d->body = kc_memdup(line + i + len, n - i - len);
     d->taint = 0;
     d->params = NULL;
+    d->toolkit = toolkit;
+    d->paste_reach = 0;
     if (!d->name || !d->body || parse_params(d)) {
         free(d->name);
         free(d->body);
@@ -317,7 +329,7 @@ static size_t skip_blank(const char *t, size_t n, size_t i)
  * definition goes on after it: the lines up to the comment's end join its body
  * (and are still read as lines of their own, which can only add definitions).
  */
-static int collect(struct macros *m, const char *t, size_t n)
+static int collect(struct macros *m, const char *t, size_t n, int toolkit)
 {
     kc_buf line = {0}, more = {0};
     int rc = 0;
@@ -340,7 +352,7 @@ static int collect(struct macros *m, const char *t, size_t n)
             size_t ln = line.size, k = skip_blank(l, ln, 0);
             k = k < ln ? skip_blank(l, ln, k + hash_at(l, ln, k)) : ln;
             if (k + 6 <= ln && !memcmp(l + k, "define", 6) && ident_at(l, ln, k) == 6)
-                rc = add_macro(m, l + k + 6, ln - k - 6);
+                rc = add_macro(m, l + k + 6, ln - k - 6, toolkit);
         }
         i = end + 1;
     }
@@ -370,7 +382,7 @@ static unsigned ident_taint(const struct macros *m, const char *t, size_t len)
         taint = TAINT_HERE;
     else if (kc_smap_find(&m->index, name, &k))
         for (; k < m->n && !strcmp(m->v[k].name, name); k++)
-            taint |= m->v[k].taint;
+            taint |= m->v[k].toolkit ? 0 : m->v[k].taint;
     if (name != buf)
         free(name);
     return taint;
@@ -395,6 +407,45 @@ static unsigned text_taint(const struct macros *m, const char *t, size_t n)
     return taint;
 }
 
+static int is_param(const struct macro *d, const char *s, size_t n)
+{
+    for (const char *p = d->params; p && *p; p += strlen(p) + 1)
+        if (strlen(p) == n && !memcmp(p, s, n))
+            return 1;
+    return 0;
+}
+
+/* 1 if a definition of the identifier at t (len bytes) pastes or names one that does. */
+static int name_pastes(const struct macros *m, const char *t, size_t len)
+{
+    char buf[256];
+    size_t k;
+    if (len >= sizeof(buf))
+        return 1; /* not a name kcache follows: as if it pasted */
+    memcpy(buf, t, len);
+    buf[len] = '\0';
+    if (!kc_smap_find(&m->index, buf, &k))
+        return 0;
+    for (; k < m->n && !strcmp(m->v[k].name, buf); k++)
+        if (m->v[k].paste_reach)
+            return 1;
+    return 0;
+}
+
+/* 1 if d's replacement list names (not as a parameter) a macro that pastes, as marked so far. */
+static int body_names_pasting(const struct macros *m, const struct macro *d)
+{
+    const char *t = d->body + d->repl;
+    size_t n = strlen(t);
+    for (size_t i = 0; i < n;) {
+        size_t len = ident_at(t, n, i);
+        if (len && !is_param(d, t + i, len) && name_pastes(m, t + i, len))
+            return 1;
+        i += len ? len : 1;
+    }
+    return 0;
+}
+
 /* Each macro's taint, to a fixed point (a macro is as tainted as what its body names). */
 static int taint_all(struct macros *m)
 {
@@ -407,10 +458,20 @@ static int taint_all(struct macros *m)
     for (int changed = 1; changed;) {
         changed = 0;
         for (size_t i = 0; i < m->n; i++) {
+            if (m->v[i].toolkit)
+                continue; /* a toolkit macro's own FILE is judged after the compile */
             unsigned t = m->v[i].taint | text_taint(m, m->v[i].body, strlen(m->v[i].body));
             changed |= t != m->v[i].taint;
             m->v[i].taint = t;
         }
+    }
+    for (size_t i = 0; i < m->n; i++)
+        m->v[i].paste_reach = m->v[i].pastes;
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (size_t i = 0; i < m->n; i++)
+            if (!m->v[i].paste_reach && body_names_pasting(m, &m->v[i]))
+                changed = m->v[i].paste_reach = 1;
     }
     return 0;
 }
@@ -491,6 +552,47 @@ struct closure_names {
 static pthread_mutex_t memo_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct closure_names *memo[MEMO_SLOTS];
 
+/*
+ * The invocations, in the user headers' code (not their directives), of macros that paste:
+ * each text once, one after another with a newline between (text), where each ends (ends),
+ * and how many there are up to each header's end (upto).
+ */
+struct spans {
+    kc_buf text;
+    size_t *ends, *upto;
+    size_t n, cap, n_upto, cap_upto;
+    kc_smap judged;
+};
+
+static int code_spans(struct spans *s, const struct macros *m, const char *t, size_t n);
+static int spans_paste_caller(const struct macros *m, const struct spans *s);
+
+/* A toolkit header's definitions, read where the resolution found it. */
+static int collect_toolkit(struct macros *m, const char *path)
+{
+    char *text;
+    size_t size;
+    if (kc_read_file(path, (uint64_t)1 << 28, &text, &size))
+        return 1; /* as a failure: named */
+    int rc = collect(m, text, size, 1);
+    free(text);
+    return rc;
+}
+
+/* A -D operand ("NAME", "NAME=VALUE", "NAME(ARGS)=VALUE") as the #define NVRTC makes of it. */
+static int collect_define(struct macros *m, const char *def)
+{
+    const char *eq = strchr(def, '=');
+    kc_buf line = {0};
+    int rc = eq ? kc_buf_append(&line, def, (size_t)(eq - def)) || kc_buf_append(&line, " ", 1) ||
+                      kc_buf_append(&line, eq + 1, strlen(eq + 1))
+                : kc_buf_append(&line, def, strlen(def)) || kc_buf_append(&line, " 1", 2);
+    if (!rc)
+        rc = add_macro(m, (const char *)line.data, line.size, 0);
+    kc_buf_free(&line);
+    return rc ? KCACHE_ENOMEM : 0;
+}
+
 static void closure_names_build(struct closure_names *c, const struct work *w)
 {
     int rc = 0;
@@ -501,32 +603,58 @@ static void closure_names_build(struct closure_names *c, const struct work *w)
         if (d->state == KC_DEP_USER && d->size && !d->content)
             rc = 1; /* as a failure: named */
         else if (d->state == KC_DEP_USER && d->size)
-            rc = collect(&c->m, d->content, d->size);
+            rc = collect(&c->m, d->content, d->size, 0);
+        /* A toolkit header whose own includes were not listed: what they define is
+         * not known. */
+        else if (d->state == KC_DEP_TOOLKIT && !w->deps.n_tk_read)
+            rc = 1;
     }
+    for (size_t i = 0; !rc && i < w->deps.n_tk_read; i++)
+        rc = collect_toolkit(&c->m, w->deps.tk_read[i]);
+    for (size_t i = 0; !rc && i < w->opts.n_defines; i++)
+        rc = collect_define(&c->m, w->opts.defines[i]);
     if (!rc)
         rc = taint_all(&c->m);
     c->failed = rc != 0;
+    struct spans sp = {0};
     for (size_t i = 0; !c->failed && !c->caller && i < w->deps.n_deps; i++) {
         const kc_dep *d = &w->deps.deps[i];
-        c->caller = d->state == KC_DEP_USER && d->size &&
-                    code_names_caller(&c->m, d->content, d->size);
+        if (d->state != KC_DEP_USER || !d->size)
+            continue;
+        c->caller = code_names_caller(&c->m, d->content, d->size);
+        c->failed = code_spans(&sp, &c->m, d->content, d->size) != 0;
     }
+    if (!c->failed && !c->caller)
+        c->caller = spans_paste_caller(&c->m, &sp);
+    kc_buf_free(&sp.text);
+    free(sp.ends);
+    free(sp.upto);
+    kc_smap_free(&sp.judged);
 }
 
-/* The identity of w's user headers: their digests and sizes, in order. 0, or -1 (none). */
+/*
+ * The identity of what defines w's macros: its user headers' digests and sizes, its toolkit
+ * headers' paths (the toolkit does not change under a process), its -D operands, in order.
+ * 0, or -1 (none).
+ */
 static int closure_id(uint8_t out[KC_DIGEST_SIZE], const struct work *w)
 {
     kc_buf b = {0};
     int rc = 0;
     for (size_t i = 0; !rc && i < w->deps.n_deps; i++) {
         const kc_dep *d = &w->deps.deps[i];
-        if (d->state != KC_DEP_USER)
-            continue;
         uint64_t size = d->size;
-        rc = kc_buf_append(&b, d->digest, KC_DIGEST_SIZE) ||
-             kc_buf_append(&b, &size, sizeof(size)) ||
-             kc_buf_append(&b, d->content ? "t" : "-", 1);
+        if (d->state == KC_DEP_USER)
+            rc = kc_buf_append(&b, d->digest, KC_DIGEST_SIZE) ||
+                 kc_buf_append(&b, &size, sizeof(size)) ||
+                 kc_buf_append(&b, d->content ? "t" : "-", 1);
     }
+    for (size_t i = 0; !rc && i < w->deps.n_tk_read; i++)
+        rc = kc_buf_append(&b, "k", 1) ||
+             kc_buf_append(&b, w->deps.tk_read[i], strlen(w->deps.tk_read[i]) + 1);
+    for (size_t i = 0; !rc && i < w->opts.n_defines; i++)
+        rc = kc_buf_append(&b, "D", 1) ||
+             kc_buf_append(&b, w->opts.defines[i], strlen(w->opts.defines[i]) + 1);
     if (!rc)
         kc_digest(out, b.data ? b.data : (const void *)"", b.size);
     kc_buf_free(&b);
@@ -584,16 +712,23 @@ static const struct closure_names *closure_names(const struct work *w, struct cl
  * numbers). A header's code expands under the header's own name, and no
  * invocation spans files (NVRTC does not finish one left open at a header's
  * end from the file that includes it): what only a header's code spells
- * never reaches the program's expansions. What a toolkit macro or a
- * predefined one expands to is left to the check after the compile, as a
- * toolkit macro that expands __FILE__ is (kc_name_shows).
+ * never reaches the program's expansions, except as what it made of them
+ * (spans_paste_caller judges those). The toolkit headers the resolution
+ * followed are read for their macros: what their replacement lists spell
+ * are pieces, and their pastes paste; a toolkit macro's own FILE is left
+ * to the check after the compile, as a toolkit macro that expands __FILE__
+ * is (kc_name_shows). What NVRTC's built-in headers define (no file holds
+ * them) is left there too.
  *
  * So the program's name can come out of a ## only when one of its
  * expansion's macros pastes and a run of its pieces spells __FILE__, its
  * kin, or a macro that reaches them; the reach is followed to a fixed point
  * over the macros a run of pieces can name. CuPy's NAN leads through
  * _CUDA_VSTD to _LIBCUDACXX_CONCAT(__, _LIBCUDACXX_CUDA_ABI_VERSION): no
- * run of its pieces spells a name that carries FILE.
+ * run of its pieces spells a name that carries FILE. An invocation in a
+ * header's code is reached the same way from its own text (the macro's
+ * name and the parenthesised groups after it), and only __BASE_FILE__,
+ * __builtin_FILE and the macros that expand them count there.
  */
 struct reach {
     const struct macros *m;
@@ -607,11 +742,14 @@ struct reach {
     size_t n_hashes, cap_hashes; /* cap: a power of two, or 0 */
     int pastes;  /* a reached definition pastes */
     int named;   /* a reached identifier can carry the name (or kcache cannot tell) */
+    int header;  /* the expansion is a header's code: only the caller's name counts */
     int rc;
 };
 
 static const char *const pasted_names[] = {"__FILE__", "__BASE_FILE__", "__builtin_FILE",
                                            "__FILE_NAME__"};
+/* What names the program's file in a header's code (its own __FILE__ is its own name). */
+static const char *const caller_names[] = {"__BASE_FILE__", "__builtin_FILE"};
 
 #define FNV_OFFSET 0xcbf29ce484222325ULL
 #define FNV_PRIME 0x100000001b3ULL
@@ -707,8 +845,12 @@ static void reach_name(struct reach *r, const char *name)
     }
 }
 
-/* An identifier of the expansion: a piece, maybe a macro to follow. */
-static void reach_ident(struct reach *r, const char *s, size_t n)
+/*
+ * An identifier of the expansion: a piece, maybe a macro to follow. One a toolkit macro
+ * spells is judged as the toolkit's own __FILE__ is, after the compile, unless it is a
+ * user macro that carries the name.
+ */
+static void reach_ident(struct reach *r, const char *s, size_t n, int toolkit)
 {
     char buf[256];
     if (n >= sizeof(buf)) {
@@ -717,7 +859,10 @@ static void reach_ident(struct reach *r, const char *s, size_t n)
     }
     memcpy(buf, s, n);
     buf[n] = '\0';
-    if (strstr(buf, "FILE"))
+    unsigned taint = ident_taint(r->m, s, n);
+    if (toolkit && strstr(buf, "FILE"))
+        taint = 0;
+    if (r->header ? (taint & TAINT_CALLER) : taint)
         r->named = 1;
     if (kc_smap_find(&r->pieces, buf, NULL))
         return;
@@ -728,14 +873,6 @@ static void reach_ident(struct reach *r, const char *s, size_t n)
     reach_name(r, buf);
 }
 
-static int is_param(const struct macro *d, const char *s, size_t n)
-{
-    for (const char *p = d->params; p && *p; p += strlen(p) + 1)
-        if (strlen(p) == n && !memcmp(p, s, n))
-            return 1;
-    return 0;
-}
-
 /* The identifiers of text, or of d's replacement list but its parameters. */
 static void reach_text(struct reach *r, const struct macro *d, const char *t, size_t n)
 {
@@ -743,12 +880,44 @@ static void reach_text(struct reach *r, const struct macro *d, const char *t, si
         size_t len = ident_at(t, n, i);
         if (len) {
             if (!d || !is_param(d, t + i, len))
-                reach_ident(r, t + i, len);
+                reach_ident(r, t + i, len, d && d->toolkit);
             i += len;
         } else {
             i++;
         }
     }
+}
+
+/* Marks r named when a run of its pieces spells a name that carries the file. */
+static void reach_targets(struct reach *r)
+{
+    const char *const *names = r->header ? caller_names : pasted_names;
+    size_t n = r->header ? sizeof(caller_names) / sizeof(*caller_names)
+                         : sizeof(pasted_names) / sizeof(*pasted_names);
+    for (size_t i = 0; i < n && !r->named; i++)
+        if (runs_of_pieces(r, names[i], strlen(names[i])))
+            r->named = 1;
+}
+
+static int reach_init(struct reach *r, const struct macros *m, int header)
+{
+    *r = (struct reach){.m = m, .header = header};
+    r->seen = kc_calloc(m->n + 1, 1);
+    r->todo = kc_calloc(m->n + 1, sizeof(*r->todo));
+    if (!r->seen || !r->todo)
+        r->rc = KCACHE_ENOMEM;
+    return r->rc;
+}
+
+/* 1 if r found the name (or could not tell), and frees it. */
+static int reach_done(struct reach *r)
+{
+    int named = r->named || r->rc;
+    free(r->seen);
+    free(r->todo);
+    free(r->hashes);
+    kc_smap_free(&r->pieces);
+    return named;
 }
 
 /* Follows what is to do; then, when something pastes, the names a run of pieces makes. */
@@ -763,9 +932,7 @@ static void reach_close(struct reach *r)
         more = 0;
         if (!r->pastes || r->named || r->rc)
             break;
-        for (size_t i = 0; i < sizeof(pasted_names) / sizeof(*pasted_names); i++)
-            if (runs_of_pieces(r, pasted_names[i], strlen(pasted_names[i])))
-                r->named = 1;
+        reach_targets(r);
         for (size_t i = 0; i < r->m->n && !r->named; i++) {
             const char *name = r->m->v[i].name;
             if (!r->seen[i] && (i == 0 || strcmp(name, r->m->v[i - 1].name)) &&
@@ -780,11 +947,8 @@ static void reach_close(struct reach *r)
 /* 1 if a ## in the expansion of the program's texts can make the program's name. */
 static int pastes_name_it(const struct macros *m, const kcache_request *req, const struct work *w)
 {
-    struct reach r = {.m = m};
-    r.seen = kc_calloc(m->n + 1, 1);
-    r.todo = kc_calloc(m->n + 1, sizeof(*r.todo));
-    if (!r.seen || !r.todo)
-        r.rc = KCACHE_ENOMEM;
+    struct reach r;
+    reach_init(&r, m, 0);
     reach_text(&r, NULL, w->source, w->source_size);
     for (size_t i = 0; i < req->n_options; i++)
         if (req->options[i])
@@ -801,16 +965,185 @@ static int pastes_name_it(const struct macros *m, const kcache_request *req, con
      * spells a name carrying the file keys it, whatever pastes them
      * (_CCCL_PP_CAT(__FI, LE__) with CCCL from the toolkit).
      */
-    for (size_t i = 0; i < sizeof(pasted_names) / sizeof(*pasted_names) && !r.rc; i++)
-        if (runs_of_pieces(&r, pasted_names[i], strlen(pasted_names[i])))
-            r.named = 1;
+    if (!r.rc)
+        reach_targets(&r);
     reach_close(&r);
-    int named = r.named || r.rc;
-    free(r.seen);
-    free(r.todo);
-    free(r.hashes);
-    kc_smap_free(&r.pieces);
-    return named;
+    return reach_done(&r);
+}
+
+/* ---- what a header's code pastes ---------------------------------------- */
+
+/* The end of the string or character literal that starts at t[i] (a line ends it). */
+static size_t literal_end(const char *t, size_t n, size_t i)
+{
+    char q = t[i];
+    for (i++; i < n && t[i] != q && t[i] != '\n'; i++)
+        if (t[i] == '\\')
+            i++;
+    return i < n ? i + 1 : n;
+}
+
+/* The end of the comment that starts at t[i], or i when none does. */
+static size_t comment_end(const char *t, size_t n, size_t i)
+{
+    if (t[i] != '/' || i + 1 >= n || (t[i + 1] != '/' && t[i + 1] != '*'))
+        return i;
+    if (t[i + 1] == '/') {
+        const char *nl = memchr(t + i, '\n', n - i);
+        return nl ? (size_t)(nl - t) : n;
+    }
+    const char *end = i + 2 < n ? memmem(t + i + 2, n - i - 2, "*/", 2) : NULL;
+    return end ? (size_t)(end - t) + 2 : n;
+}
+
+/* The first byte at or after t[i] that is no blank, line end, comment or directive line. */
+static size_t skip_gap(const char *t, size_t n, size_t i)
+{
+    while (i < n) {
+        size_t j = comment_end(t, n, i);
+        if (j != i) {
+            i = j;
+        } else if (isspace((unsigned char)t[i])) {
+            i++;
+        } else if (hash_at(t, n, i)) {
+            size_t k = i;
+            while (k > 0 && (t[k - 1] == ' ' || t[k - 1] == '\t'))
+                k--;
+            if (k > 0 && t[k - 1] != '\n')
+                break;
+            i = logical_line(t, n, i, NULL);
+        } else {
+            break;
+        }
+    }
+    return i;
+}
+
+/*
+ * The end of an invocation whose macro's name ends at t[i]: each parenthesised group that
+ * follows (an expansion that ends in a function-like macro's name takes the next one).
+ */
+static size_t invocation_end(const char *t, size_t n, size_t i)
+{
+    for (size_t j = skip_gap(t, n, i); j < n && t[j] == '('; j = skip_gap(t, n, i)) {
+        size_t depth = 0;
+        for (i = j; i < n;) {
+            size_t k = comment_end(t, n, i);
+            if (k != i) {
+                i = k;
+            } else if (t[i] == '"' || (t[i] == '\'' && !(i > 0 && isalnum((unsigned char)t[i - 1])))) {
+                i = literal_end(t, n, i);
+            } else {
+                depth += t[i] == '(';
+                depth -= t[i] == ')';
+                if (t[i++] == ')' && !depth)
+                    break;
+            }
+        }
+    }
+    return i;
+}
+
+/* 1 if the invocation t (n bytes) of a header's code can paste the caller's name. */
+static int span_pastes_caller(const struct macros *m, const char *t, size_t n)
+{
+    struct reach r;
+    if (!reach_init(&r, m, 1)) {
+        reach_text(&r, NULL, t, n);
+        reach_close(&r);
+    }
+    return reach_done(&r);
+}
+
+static int grow(size_t **v, size_t *cap, size_t n)
+{
+    if (n < *cap)
+        return 0;
+    size_t c = *cap ? 2 * *cap : 64;
+    size_t *w = kc_realloc(*v, c * sizeof(*w));
+    if (!w)
+        return KCACHE_ENOMEM;
+    *v = w;
+    *cap = c;
+    return 0;
+}
+
+/* Adds an invocation's text to s, unless s has it (a text with a NUL in it is always added). */
+static int add_span(struct spans *s, const char *t, size_t n)
+{
+    char *span = kc_memdup(t, n);
+    if (!span)
+        return KCACHE_ENOMEM;
+    int rc = 0;
+    if (memchr(t, '\0', n) || !kc_smap_find(&s->judged, span, NULL)) {
+        rc = kc_smap_put(&s->judged, span, 0) || grow(&s->ends, &s->cap, s->n) ||
+             kc_buf_append(&s->text, t, n) || kc_buf_append(&s->text, "\n", 1);
+        if (!rc)
+            s->ends[s->n++] = s->text.size - 1;
+    }
+    free(span);
+    return rc ? KCACHE_ENOMEM : 0;
+}
+
+/* Adds the pasting invocations of a header's code t (n bytes) to s. */
+static int code_spans(struct spans *s, const struct macros *m, const char *t, size_t n)
+{
+    int at_start = 1, rc = 0;
+    for (size_t i = 0; i < n && !rc;) {
+        size_t len, k = comment_end(t, n, i);
+        if (k != i) {
+            i = k;
+        } else if (t[i] == '\n') {
+            at_start = 1;
+            i++;
+        } else if (isspace((unsigned char)t[i])) {
+            i++;
+        } else if (at_start && hash_at(t, n, i)) {
+            i = logical_line(t, n, i, NULL);
+        } else if (t[i] == '"' || (t[i] == '\'' && !(i > 0 && isalnum((unsigned char)t[i - 1])))) {
+            at_start = 0;
+            i = literal_end(t, n, i);
+        } else if ((len = ident_at(t, n, i)) && name_pastes(m, t + i, len)) {
+            at_start = 0;
+            size_t end = invocation_end(t, n, i + len);
+            rc = add_span(s, t + i, end - i);
+            i = end;
+        } else {
+            at_start = 0;
+            i += len ? len : 1;
+        }
+    }
+    if (!rc && !(rc = grow(&s->upto, &s->cap_upto, s->n_upto)))
+        s->upto[s->n_upto++] = s->n;
+    return rc;
+}
+
+/* span_pastes_caller() of invocations [a, b) of s, reached together. */
+static int spans_reach(const struct macros *m, const struct spans *s, size_t a, size_t b)
+{
+    size_t start = a ? s->ends[a - 1] + 1 : 0;
+    return span_pastes_caller(m, (const char *)s->text.data + start, s->ends[b - 1] - start);
+}
+
+/*
+ * 1 if an invocation of s can paste __BASE_FILE__, __builtin_FILE or a macro that expands
+ * them of its pieces (its own, and those of the macros it reaches): its expansion is then
+ * the program's name (a default argument is the caller's). What a reach finds only grows
+ * with what it starts from, so all invocations are reached at once first, then each
+ * header's, then each one alone: CuPy's ~1,000 headers cost one reach.
+ */
+static int spans_paste_caller(const struct macros *m, const struct spans *s)
+{
+    if (!s->n || !spans_reach(m, s, 0, s->n))
+        return 0;
+    for (size_t h = 0, first = 0; h < s->n_upto; first = s->upto[h++]) {
+        if (s->upto[h] == first || !spans_reach(m, s, first, s->upto[h]))
+            continue;
+        for (size_t k = first; k < s->upto[h]; k++)
+            if (spans_reach(m, s, k, k + 1))
+                return 1;
+    }
+    return 0;
 }
 
 /*

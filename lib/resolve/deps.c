@@ -437,5 +437,6 @@ void kc_deps_free(kc_deps *deps)
         free(deps->probes[i].path);
     free(deps->probes);
     kc_strv_free(deps->handed, deps->n_handed);
+    kc_strv_free(deps->tk_read, deps->n_tk_read);
     memset(deps, 0, sizeof(*deps));
 }

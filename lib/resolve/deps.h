@@ -184,6 +184,10 @@ typedef struct kc_deps {
      */
     char **handed;
     size_t n_handed;
+    /* Where every toolkit header the resolution followed was read (for the
+     * macros they define: compile/progname.c). */
+    char **tk_read;
+    size_t n_tk_read;
     kc_probe *probes;         /* every path looked at, in order */
     size_t n_probes;
     /* A path under the name's directory was looked at both beside the name and

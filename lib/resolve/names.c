@@ -154,7 +154,9 @@ int kc_res_emit(struct resolver *r)
         struct node *nd = &r->nodes[k];
         char *text = NULL;
         size_t size = 0;
-        if (nd->toolkit || nd->cmdline)
+        if (nd->toolkit && nd->path)
+            rc = kc_strv_push(&o->tk_read, &o->n_tk_read, nd->path);
+        if (rc || nd->toolkit || nd->cmdline)
             continue;
         if ((rc = rewrite(r, k, &text, &size)) || (rc = push_dep(o, &cap, &d))) {
             free(text);

@@ -9,7 +9,8 @@ must hit. Where the name does reach the bytes or the log (__FILE__ and its
 kin in the program or through a header's macro, #line, line information,
 assert, source_location, a warning in the log, LTO-IR, an anonymous
 namespace (its members are named after the base name), a "quoted" include
-found beside the name), another name must get NVIDIA's answer for that
+found beside the name, a ## in a header's own code or one that a toolkit
+macro hands a piece), another name must get NVIDIA's answer for that
 name, never the first name's: every run under the drop-in is compared with
 NVIDIA's library alone, for the name it was given. An anonymous namespace's
 kernel hits under a name with the same base name in another directory.
@@ -173,6 +174,18 @@ SENSITIVE = {
                           {}, ["-I{inc}"]),
     "comment-in-paste": ('#include "paste.h"\n' + KERNEL % (LENGTH % "KC_CPASTED"),
                          {}, ["-I{inc}"]),
+    # A user header's own code pastes __BASE_FILE__ (the program's name wherever it is
+    # expanded): the program only reads what the header made of it.
+    "header-paste-base-file": ('#include "hpaste.h"\n' + KERNEL % "v[0] = kc_len;",
+                               {}, ["-I{inc}"]),
+    # ... and through a toolkit macro that pastes (CCCL's _CCCL_PP_CAT).
+    "header-toolkit-paste": ('#include "htkpaste.h"\n' + KERNEL % "v[0] = kc_tklen;",
+                             {}, ["-I{inc}", "-I" + CCCL]),
+    # A piece only a toolkit macro's body supplies: libcu++'s _LIBCUDACXX_ABI_NAMESPACE
+    # is __4 (pasted of __ and the ABI version), which completes a user macro's name.
+    "toolkit-piece": ("#include <cuda/std/cstddef>\n" + '#include "paste.h"\n' +
+                      KERNEL % (LENGTH % "KC_XCAT(KC_AT, _LIBCUDACXX_ABI_NAMESPACE)"),
+                      {}, ["-I{inc}", "-I" + CCCL]),
     "beside-name": ('#include "val.h"\n' + KERNEL % "v[0] = VAL;",
                     {"val.h": "#define VAL 7\n"}, ["-I{inc}"]),
 }
@@ -188,6 +201,16 @@ PASTE_HEADER = """#define KC_CAT(a, b) a##b
   that ends here */ __FILE__
 #define KC_CPASTED KC_XCAT(__FI, /* "a comment
   */ LE__)
+#define KC_AT__4 __BASE_FILE__
+"""
+
+HPASTE_HEADER = """#define KC_CAT(a, b) a##b
+#define KC_XCAT(a, b) KC_CAT(a, b)
+static const int kc_len = sizeof(KC_XCAT(__BASE_, KC_XCAT(FI, LE__)));
+"""
+
+HTKPASTE_HEADER = """#include <cuda/std/__cccl/preprocessor.h>
+static const int kc_tklen = sizeof(_CCCL_PP_CAT(__BASE_, FILE__));
 """
 
 HIDDEN_HEADER = """/* a comment */ #define KC_HID1 __FILE__
@@ -205,6 +228,8 @@ def sensitive(run, tmp):
     write(os.path.join(inc, "paste.h"), PASTE_HEADER)
     write(os.path.join(inc, "hidden.h"), HIDDEN_HEADER)
     write(os.path.join(inc, "long.h"), LONG_HEADER)
+    write(os.path.join(inc, "hpaste.h"), HPASTE_HEADER)
+    write(os.path.join(inc, "htkpaste.h"), HTKPASTE_HEADER)
     for case, (text, beside, opts) in SENSITIVE.items():
         if ONLY and case not in ONLY:
             continue

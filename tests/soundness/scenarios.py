@@ -916,6 +916,29 @@ namespace KC_XCAT(__, KC_ABI) { __device__ const int kc_ns_value = 5; }
 """
 
 
+def paste_pieces(rng, pieces, tag):
+    """Each piece handed to a paste its own way: spelled in the call, an object-like
+    macro of the header (KC_<tag>P<n>), a -D value (KC_<tag>D<n>), or pasted itself.
+    Returns (the header's #defines, options, the paste's arguments, the ways)."""
+    defs, opts, args, ways = "", [], [], []
+    for n, piece in enumerate(pieces):
+        way = rng.choice(["call", "macro", "define", "pasted"] if len(piece) > 1 else
+                         ["call", "macro", "define"])
+        ways.append(way)
+        if way == "call":
+            args.append(piece)
+        elif way == "macro":
+            defs += "#define KC_%sP%d %s\n" % (tag, n, piece)
+            args.append("KC_%sP%d" % (tag, n))
+        elif way == "define":
+            opts.append("-DKC_%sD%d=%s" % (tag, n, piece))
+            args.append("KC_%sD%d" % (tag, n))
+        else:
+            cut = rng.randrange(1, len(piece))
+            args.append("KC_CAT(%s, %s)" % (piece[:cut], piece[cut:]))
+    return defs, opts, args, ways
+
+
 def paste_use(rng):
     """A name built by ## of random pieces, each handed in its own way: spelled in
     the call, an object-like macro of the header, a -D value, or pasted itself.
@@ -934,22 +957,8 @@ def paste_use(rng):
         cuts.add(rng.randrange(1, len(target)))
     cuts = sorted(cuts)
     pieces = [target[i:j] for i, j in zip([0] + cuts, cuts + [len(target)])]
-    header, opts, args, ways = PASTE_HEADER, [], [], []
-    for n, piece in enumerate(pieces):
-        way = rng.choice(["call", "macro", "define", "pasted"] if len(piece) > 1 else
-                         ["call", "macro", "define"])
-        ways.append(way)
-        if way == "call":
-            args.append(piece)
-        elif way == "macro":
-            header += "#define KC_P%d %s\n" % (n, piece)
-            args.append("KC_P%d" % n)
-        elif way == "define":
-            opts.append("-DKC_D%d=%s" % (n, piece))
-            args.append("KC_D%d" % n)
-        else:
-            cut = rng.randrange(1, len(piece))
-            args.append("KC_CAT(%s, %s)" % (piece[:cut], piece[cut:]))
+    defs, opts, args, ways = paste_pieces(rng, pieces, "")
+    header = PASTE_HEADER + defs
     through = rng.random() < 0.5
     if len(args) == 3:
         call = "KC_XCAT(KC_XCAT(%s, %s), %s)" % tuple(args)
@@ -968,7 +977,60 @@ def paste_use(rng):
             "paste %s (%s)" % (target, ", ".join(ways)))
 
 
-def gen_progname(rng, paste=False):
+# What a header's own code can paste (compile/progname.c): __BASE_FILE__, and
+# __builtin_FILE as a default argument, are the program's name there; a header
+# macro that expands __BASE_FILE__ too; __LINE__ carries no name, and must not
+# keep a program from hitting. (A header's own __FILE__ is its include spelling
+# in kcache's compile, its path in NVRTC's: the one documented difference.)
+HEADER_PASTED = {
+    "__BASE_FILE__": "__device__ const int kc_hlen = sizeof(%s);\n",
+    "__builtin_FILE": "__device__ inline int kc_hlen_f(const char *f = %s()) "
+                      "{ int n = 0; while (f[n]) n++; return n; }\n"
+                      "#define kc_hlen kc_hlen_f()\n",
+    "KC_WHERE_B": "__device__ const int kc_hlen = sizeof(%s);\n",
+    "__LINE__": "__device__ const int kc_hlen = %s;\n",
+}
+
+
+def header_paste_use(rng):
+    """A header's code (a header, or an -include file) pastes a name of HEADER_PASTED
+    of random pieces (any cuts), through one or two macro levels, each piece handed
+    in its own way (as paste_use's). Returns (prelude, exprs, options, the header's
+    text, the pre-included file's text or None, the shape)."""
+    target = rng.choice(sorted(HEADER_PASTED))
+    cuts = sorted(rng.sample(range(1, len(target)), rng.choice([1, 1, 2])))
+    pieces = [target[i:j] for i, j in zip([0] + cuts, cuts + [len(target)])]
+    defs, opts, args, ways = paste_pieces(rng, pieces, "H")
+    defs = PASTE_HEADER + "#define KC_WHERE_B __BASE_FILE__\n" + defs
+    if len(args) == 3:
+        call = "KC_XCAT(KC_XCAT(%s, %s), %s)" % tuple(args)
+    elif any(w != "call" for w in ways) or rng.random() < 0.5:
+        call = "KC_XCAT(%s, %s)" % tuple(args)
+    else:
+        call = "KC_CAT(%s, %s)" % tuple(args)
+    # One more macro level, or none: a function-like macro handed the paste, or an
+    # object-like one that holds it.
+    level = rng.choice(["direct", "wrapped", "object"])
+    if level == "wrapped":
+        defs += "#define KC_HWRAP(x) x\n"
+        call = "KC_HWRAP(%s)" % call
+    elif level == "object":
+        defs += "#define KC_HOBJ %s\n" % call
+        call = "KC_HOBJ"
+    code = HEADER_PASTED[target] % call
+    pre = rng.random() < 0.4
+    where = "pre-include" if pre else "header"
+    if pre:
+        opts += ["-include", "{R}/inc1/kcpre.h"]
+        header, pre_text = defs, code
+    else:
+        header, pre_text = defs + code, None
+    return ('#include "kcpaste.h"\n' if not pre else "", [("kc_hlen", None)], opts,
+            header, pre_text, "header paste %s (%s; %s; %s)" %
+            (target, ", ".join(ways), level, where))
+
+
+def gen_progname(rng, paste=False, header_paste=False):
     """Programs named <a new temporary directory>/kern.cu, the source's text the same.
 
     The names are drawn from a few directories under the tree (so that a name
@@ -977,13 +1039,20 @@ def gen_progname(rng, paste=False):
     served under another shows: __FILE__ in the program and through a header's
     macro, #line, assert, line information, a warning in the log, a
     "quoted" include that some names' directories hold beside the name, and
-    names built by ## of random pieces (paste_use; with paste, only those).
+    names built by ## of random pieces (paste_use; with paste, only those), and
+    by ## in a header's own code (header_paste_use; with header_paste, only those).
     """
     f = Files(rng)
-    use = "paste" if paste else rng.choice(list(NAME_USES) + ["paste"] * 4)
+    use = ("header-paste" if header_paste else "paste" if paste else
+           rng.choice(list(NAME_USES) + ["paste"] * 4 + ["header-paste"] * 2))
     setup = [f.add("inc1/a.h", 0), f.add("inc1/b.h", 1), f.add("inc1/pn.h", 2),
              ("write", "inc1/where.h", "#define KC_WHERE __FILE__\n")]
-    if use == "paste":
+    if use == "header-paste":
+        prelude, extra, opts, text, pre, use = header_paste_use(rng)
+        setup.append(("write", "inc1/kcpaste.h", text))
+        if pre is not None:  # the -include file includes the definitions first
+            setup.append(("write", "inc1/kcpre.h", '#include "kcpaste.h"\n' + pre))
+    elif use == "paste":
         prelude, extra, opts, text, use = paste_use(rng)
         setup.append(("write", "inc1/kcpaste.h", text))
     else:
@@ -1123,11 +1192,13 @@ def gen_macroarg(rng):
 GENERATORS.update({"options": gen_options, "env": gen_env, "dvalue": gen_dvalue,
                    "shm": gen_shm, "proccwd": gen_proccwd, "arch": gen_arch,
                    "progname": gen_progname, "macroarg": gen_macroarg,
-                   "progpaste": lambda rng: gen_progname(rng, paste=True)})
+                   "progpaste": lambda rng: gen_progname(rng, paste=True),
+                   "hdrpaste": lambda rng: gen_progname(rng, header_paste=True)})
 WEIGHTS.update({"options": 2, "env": 1, "dvalue": 2, "shm": 1, "proccwd": 1, "arch": 1,
-                "progname": 3, "macroarg": 2, "progpaste": 1})
+                "progname": 3, "macroarg": 2, "progpaste": 1, "hdrpaste": 1})
 # Issue 32's kinds: the bounded run (meson test) runs each once, first, with few steps.
-NEW_KINDS = ["options", "env", "dvalue", "shm", "proccwd", "arch", "progname", "macroarg"]
+NEW_KINDS = ["options", "env", "dvalue", "shm", "proccwd", "arch", "progname", "macroarg",
+             "hdrpaste"]
 REJECTED_SPELLINGS = {tuple(o) for o in NVRTC_REJECTED}
 
 
