@@ -22,15 +22,19 @@ void kc_manifest_rows_free(kc_manifest_row *rows, size_t n)
  * Whether a chunk decoded to the bytes it is stored by (its digest): an LZ4
  * block or raw bytes carry no checksum, and a damaged closure may name other
  * paths than the compile looked at, so that it holds where the one recorded
- * would not (a stale kernel, not a miss). The digest (BLAKE2b) costs 30-45
+ * would not (a stale kernel, not a miss). A zstd frame with a checksum (what
+ * chunks are written as) checked it as it decoded: nothing more to do. The digest (BLAKE2b) costs 30-45
  * times the fast one (xxh3, 192 KiB), so a chunk that held is remembered on
  * the handle by it, with the fast digest of its bytes: read again, the same
  * bytes cost only the fast one.
  */
 #define CHUNKS_CHECKED 1024
 
-static int chunk_holds(kcache_store *s, const void *digest, const void *data, size_t size)
+static int chunk_holds(kcache_store *s, int checked, const void *digest, const void *data,
+                       size_t size)
 {
+    if (checked)
+        return 0;
     uint8_t fast[KC_DIGEST_SIZE], d[KC_DIGEST_SIZE];
     kc_stored_digest(fast, data, size);
     if (!s->chunks_checked &&
@@ -59,7 +63,7 @@ static int whole_holds(kcache_store *s, int64_t id, const void *data, size_t siz
     sqlite3_bind_int64(q, 1, id);
     int src = sqlite3_step(q);
     if (src == SQLITE_ROW && sqlite3_column_bytes(q, 0) == KC_DIGEST_SIZE)
-        rc = chunk_holds(s, sqlite3_column_blob(q, 0), data, size);
+        rc = chunk_holds(s, 0, sqlite3_column_blob(q, 0), data, size);
     else
         rc = src == SQLITE_ROW || src == SQLITE_DONE
                  ? KCACHE_ECORRUPT
@@ -94,7 +98,8 @@ static int closure_parts(kcache_store *s, void *out, size_t size, int64_t id, in
             rc = kc_decode_into(s->codec, (uint8_t *)out + at, codec, blob, (size_t)stored,
                                 (size_t)len);
         if (!rc)
-            rc = chunk_holds(s, digest, (uint8_t *)out + at, (size_t)len);
+            rc = chunk_holds(s, kc_stored_checks_itself(codec, blob, (size_t)stored), digest,
+                             (uint8_t *)out + at, (size_t)len);
         at += rc ? 0 : (size_t)len;
         n++;
     }
@@ -232,8 +237,9 @@ static int step_ints(kcache_store *s, enum kc_stmt which, int64_t a, int64_t b, 
 
 /*
  * The id of the closure with these bytes, stored now if it was not: in
- * chunks (kc_chunk_size()), each stored once by its digest and compressed (a
- * closure is mostly paths and identities, about 2.4x with LZ4).
+ * chunks (kc_chunk_size()), each stored once by its digest as a zstd frame
+ * (a closure is mostly paths and identities; the frame's checksum is the
+ * chunk's check on every read: chunk_holds()).
  */
 static int closure_id(int64_t *id, kcache_store *s, const void *closure, size_t size)
 {
@@ -261,8 +267,9 @@ static int closure_id(int64_t *id, kcache_store *s, const void *closure, size_t 
     for (int64_t seq = 0; !rc && seq < parts; seq++) {
         size_t len = kc_chunk_size((const uint8_t *)closure + at, size - at);
         int64_t chunk = 0;
-        rc = kc_blob_id(&chunk, s, KC_STMT_CHUNK_FIND, KC_STMT_CHUNK_PUT, &s->scratch,
-                        (const uint8_t *)closure + at, len, "finding an include closure", storing);
+        rc = kc_blob_id_checked(&chunk, s, KC_STMT_CHUNK_FIND, KC_STMT_CHUNK_PUT, &s->scratch,
+                                (const uint8_t *)closure + at, len, "finding an include closure",
+                                storing);
         if (!rc)
             rc = step_ints(s, KC_STMT_CLOSURE_PART_PUT, *id, seq, chunk, storing);
         at += len;

@@ -13,13 +13,6 @@
 #include "store/storeint.h"
 #include "format/keyfmt.h"
 
-int kc_blob_id(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt put, kc_buf *enc,
-               const void *data, size_t size, const char *finding, const char *storing)
-{
-    uint8_t digest[KC_DIGEST_SIZE];
-    kc_digest(digest, data, size);
-    return kc_blob_id_of(id, s, find, put, enc, digest, data, size, finding, storing);
-}
 
 int kc_id_by_digest(int64_t *id, kcache_store *s, enum kc_stmt find,
                     const uint8_t digest[KC_DIGEST_SIZE], const char *finding)
@@ -38,9 +31,9 @@ int kc_id_by_digest(int64_t *id, kcache_store *s, enum kc_stmt find,
     return src == SQLITE_DONE ? 0 : kc_sqlerr(&s->db, src, finding);
 }
 
-int kc_blob_id_of(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt put, kc_buf *enc,
-                  const uint8_t digest[KC_DIGEST_SIZE], const void *data, size_t size,
-                  const char *finding, const char *storing)
+static int blob_id(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt put, kc_buf *enc,
+                   int method, const uint8_t digest[KC_DIGEST_SIZE], const void *data,
+                   size_t size, const char *finding, const char *storing)
 {
     int rc = kc_id_by_digest(id, s, find, digest, finding);
     if (rc)
@@ -48,7 +41,7 @@ int kc_blob_id_of(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt 
     /* Compressed only when new. */
     int codec;
     sqlite3_stmt *st;
-    if ((rc = kc_encode(s->codec, enc, &codec, s->compression, data, size)))
+    if ((rc = kc_encode(s->codec, enc, &codec, method, data, size)))
         return kc_err(s, rc, "out of memory");
     if ((rc = kc_db_stmt(&s->db, &st, put)))
         return rc;
@@ -62,6 +55,30 @@ int kc_blob_id_of(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt 
         return kc_sqlerr(&s->db, src, storing);
     *id = sqlite3_last_insert_rowid(s->db.conn);
     return 0;
+}
+
+int kc_blob_id_of(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt put, kc_buf *enc,
+                  const uint8_t digest[KC_DIGEST_SIZE], const void *data, size_t size,
+                  const char *finding, const char *storing)
+{
+    return blob_id(id, s, find, put, enc, s->compression, digest, data, size, finding, storing);
+}
+
+int kc_blob_id(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt put, kc_buf *enc,
+               const void *data, size_t size, const char *finding, const char *storing)
+{
+    uint8_t digest[KC_DIGEST_SIZE];
+    kc_digest(digest, data, size);
+    return blob_id(id, s, find, put, enc, s->compression, digest, data, size, finding, storing);
+}
+
+int kc_blob_id_checked(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt put,
+                       kc_buf *enc, const void *data, size_t size, const char *finding,
+                       const char *storing)
+{
+    uint8_t digest[KC_DIGEST_SIZE];
+    kc_digest(digest, data, size);
+    return blob_id(id, s, find, put, enc, KC_CODEC_ZSTD, digest, data, size, finding, storing);
 }
 
 int kc_shared_headers_put(kcache_store *s, const kcache_entry *e, int64_t *id, size_t *at,

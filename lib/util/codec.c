@@ -304,6 +304,15 @@ int kc_decode_into(kc_codec_ctx *ctx, void *dst, int codec, const void *stored, 
     return KCACHE_ECORRUPT; /* a codec this build does not know */
 }
 
+int kc_stored_checks_itself(int codec, const void *stored, size_t stored_size)
+{
+    /* RFC 8878: the magic number, then the frame header descriptor, whose bit 2 says that
+     * the frame ends with a checksum of its content. */
+    const uint8_t *p = stored;
+    return codec == KC_CODEC_ZSTD && stored_size >= 5 && p[0] == 0x28 && p[1] == 0xb5 &&
+           p[2] == 0x2f && p[3] == 0xfd && (p[4] >> 2 & 1);
+}
+
 /*
  * Whether the stored bytes' own header agrees with raw_size, read before a
  * buffer of raw_size is allocated: a damaged row claiming terabytes is then

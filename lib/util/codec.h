@@ -123,6 +123,12 @@ int kc_decode_into(kc_codec_ctx *ctx, void *dst, int codec, const void *stored, 
  * bytes do not decode to raw_size bytes with a valid checksum or the codec is
  * unknown, or ENOMEM.
  */
+/*
+ * 1 when the stored bytes carry a checksum of what they decode to, which a
+ * decode checks: a zstd frame whose header says it has one. 0 otherwise
+ * (raw bytes, an LZ4 block, any other frame).
+ */
+int kc_stored_checks_itself(int codec, const void *stored, size_t stored_size);
 /* Whether the stored bytes' header agrees with raw_size (checked before allocating). */
 int kc_decode_plausible(int codec, const void *stored, size_t stored_size, size_t raw_size);
 int kc_decode(kc_codec_ctx *ctx, void **out, int codec, const void *stored, size_t stored_size,

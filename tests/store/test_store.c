@@ -501,6 +501,73 @@ static void test_damaged_chunk(void)
     kcache_store_close(s);
 }
 
+
+/* Every zstd closure chunk of path with byte at (from the start) xor-ed with mask; how many. */
+static int damage_zstd_chunks(const char *path, int at, int mask)
+{
+    sqlite3 *db = NULL;
+    sqlite3_stmt *q = NULL, *u = NULL;
+    REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
+    REQUIRE(sqlite3_prepare_v2(db, "SELECT id, data FROM closure_chunk WHERE codec = 1", -1, &q,
+                               NULL) == SQLITE_OK);
+    REQUIRE(sqlite3_prepare_v2(db, "UPDATE closure_chunk SET data = ?2 WHERE id = ?1", -1, &u,
+                               NULL) == SQLITE_OK);
+    int n = 0;
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        static uint8_t buf[1 << 16];
+        int size = sqlite3_column_bytes(q, 1);
+        REQUIRE(size > at && size <= (int)sizeof(buf));
+        memcpy(buf, sqlite3_column_blob(q, 1), (size_t)size);
+        buf[at] ^= (uint8_t)mask;
+        sqlite3_bind_int64(u, 1, sqlite3_column_int64(q, 0));
+        sqlite3_bind_blob(u, 2, buf, size, SQLITE_STATIC);
+        REQUIRE(sqlite3_step(u) == SQLITE_DONE);
+        sqlite3_reset(u);
+        n++;
+    }
+    sqlite3_finalize(q);
+    sqlite3_finalize(u);
+    sqlite3_close(db);
+    return n;
+}
+
+/*
+ * Closure chunks are written as zstd frames with a checksum (whatever the
+ * store's compression), which a read checks instead of the chunk's digest:
+ * a byte changed in one, or its checksum flag cleared, is no closure.
+ */
+static void test_damaged_zstd_chunk(void)
+{
+    static const int damage[][2] = {{30, 0x10}, {4, 0x04}};
+    for (size_t d = 0; d < sizeof(damage) / sizeof(damage[0]); d++) {
+        char path[512], name[64];
+        snprintf(name, sizeof(name), "zstd_chunk_%zu.db", d);
+        snprintf(path, sizeof(path), "%s", test_path(name));
+        kcache_store *s = open_at(path, UINT64_MAX);
+        static uint8_t data[4000];
+        char closure[3000];
+        size_t n = 0;
+        while (n + 40 < sizeof(closure))
+            n += (size_t)snprintf(closure + n, sizeof(closure) - n, "/usr/include/kc/dir%03zu/h.h;",
+                                  n / 29);
+        CHECK_RC(put_booked(s, 9, data, sizeof(data)), 0);
+        kcache_key base = key_of(3009), key = key_of(9);
+        CHECK_RC(kc_store_manifest_put(s, &base, &key, 1, closure, n), 0);
+        CHECK(closures_under(s, &base) == 1);
+        kcache_store_close(s);
+        /* Compressed chunks are zstd; a tail too small to compress stays raw (its digest). */
+        CHECK(st_path_int(path, "SELECT count(*) FROM closure_chunk WHERE codec NOT IN (0, 1)") ==
+              0);
+        CHECK(damage_zstd_chunks(path, damage[d][0], damage[d][1]) >= 1);
+        s = open_at(path, UINT64_MAX);
+        if (closures_under(s, &base) != 0)
+            fprintf(stderr, "damaged zstd chunk (byte %d): handed back other bytes\n",
+                    damage[d][0]);
+        CHECK(closures_under(s, &base) == 0);
+        kcache_store_close(s);
+    }
+}
+
 int main(void)
 {
     test_put_get();
@@ -509,5 +576,6 @@ int main(void)
     test_books();
     test_closure_chunks();
     test_damaged_chunk();
+    test_damaged_zstd_chunk();
     return test_done();
 }
