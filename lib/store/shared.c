@@ -264,6 +264,15 @@ void kc_decoded_keep(kcache_store *s, const uint8_t digest[KC_DIGEST_SIZE], cons
 {
     if (size > KC_DECODED_BYTES / 4)
         return;
+    uint64_t prefix;
+    memcpy(&prefix, digest, sizeof(prefix));
+    size_t n = KC_MIN(s->n_decoded_seen, (size_t)KC_DECODED_MAX), seen = 0;
+    while (seen < n && s->decoded_seen[seen] != prefix)
+        seen++;
+    if (seen == n) {
+        s->decoded_seen[s->n_decoded_seen++ % KC_DECODED_MAX] = prefix;
+        return; /* the first decode of these bytes: kept when they come again */
+    }
     /* The least recently read go first, until the copy fits in a free slot. */
     for (;;) {
         struct kc_decoded *free_slot = NULL, *oldest = NULL;

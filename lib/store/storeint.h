@@ -124,6 +124,8 @@ struct kcache_store {
     struct kc_decoded decoded[KC_DECODED_MAX]; /* shared.c: what entries share, decoded */
     size_t decoded_bytes;
     uint64_t decoded_tick;
+    uint64_t decoded_seen[KC_DECODED_MAX]; /* digests decoded once, not kept (a prefix) */
+    size_t n_decoded_seen; /* ever noted: the ring's next slot, modulo */
 };
 
 /*
@@ -352,7 +354,9 @@ int kc_shared_material(kcache_store *s, struct kc_row *r, sqlite3_stmt *st, int 
  * Under s->lock. kc_decoded_find(): the bytes of this digest and size as
  * decoded before, or NULL (also when they do not match their digest).
  * kc_decoded_keep(): keeps a copy of data, decoded now, for the next read
- * (best effort: nothing kept when out of memory or too large).
+ * once the same digest is decoded a second time (a process that reads it
+ * once, as the CLI does, copies nothing); best effort: nothing kept when out
+ * of memory or too large.
  * kc_decoded_free(): at close.
  */
 const uint8_t *kc_decoded_find(kcache_store *s, const uint8_t digest[KC_DIGEST_SIZE], size_t size);
