@@ -180,7 +180,8 @@ int main(void)
     snprintf(sql, sizeof(sql), "DELETE FROM manifest WHERE key <> X'%s' AND base <> key", k1);
     alter(bundle, sql);
     snprintf(sql, sizeof(sql),
-             "UPDATE manifest SET key = (SELECT key FROM entry WHERE key <> X'%s') WHERE key = X'%s'",
+             "UPDATE manifest SET key = (SELECT key FROM entry WHERE key <> X'%s')"
+             " WHERE key = X'%s'",
              k1, k1);
     alter(bundle, sql);
     snprintf(v, sizeof(v), "%s/victim.db", test_dir());

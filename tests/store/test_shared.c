@@ -234,9 +234,10 @@ static int hit_whole(kcache_store *s, unsigned i)
 
 /*
  * A handle decodes a list its hits share twice at most (shared.c,
- * kc_decoded_keep: kept from the second): what it keeps are the bytes of the list's digest, so its later hits read
- * no row, not even one damaged since; a new handle reads the row, and
- * verify, in any handle, checks the row itself.
+ * kc_decoded_keep: kept from the second): what it keeps are the bytes of
+ * the list's digest, so its later hits read no row, not even one damaged
+ * since; a new handle reads the row, and verify, in any handle, checks the
+ * row itself.
  */
 static void test_decoded_once(void)
 {

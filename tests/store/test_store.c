@@ -367,24 +367,29 @@ static void test_closure_chunks(void)
     kcache_store_close(s);
 }
 
-/* Flips the last byte of each closure chunk of size bytes stored raw in the file at path; how
- * many. */
-static int damage_raw_chunks(const char *path, int size)
+/*
+ * Xors the byte at `at` (from the end when negative) of each closure chunk
+ * of path that `where` selects (SQL on closure_chunk, ?1 bound to arg) with
+ * mask; how many.
+ */
+static int damage_chunks(const char *path, const char *where, int arg, int at, int mask)
 {
     sqlite3 *db = NULL;
     sqlite3_stmt *q = NULL, *u = NULL;
+    char sql[200];
+    snprintf(sql, sizeof(sql), "SELECT id, data FROM closure_chunk WHERE %s", where);
     REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
-    REQUIRE(sqlite3_prepare_v2(db, "SELECT id, data FROM closure_chunk WHERE codec = 0"
-                                   " AND length(data) = ?1", -1, &q, NULL) == SQLITE_OK);
-    sqlite3_bind_int(q, 1, size);
+    REQUIRE(sqlite3_prepare_v2(db, sql, -1, &q, NULL) == SQLITE_OK);
+    sqlite3_bind_int(q, 1, arg);
     REQUIRE(sqlite3_prepare_v2(db, "UPDATE closure_chunk SET data = ?2 WHERE id = ?1", -1, &u,
                                NULL) == SQLITE_OK);
     int n = 0;
     while (sqlite3_step(q) == SQLITE_ROW) {
         static uint8_t buf[1 << 16];
-        REQUIRE(sqlite3_column_bytes(q, 1) == size && size > 0 && size <= (int)sizeof(buf));
+        int size = sqlite3_column_bytes(q, 1), i = at < 0 ? size + at : at;
+        REQUIRE(size > 0 && size <= (int)sizeof(buf) && i >= 0 && i < size);
         memcpy(buf, sqlite3_column_blob(q, 1), (size_t)size);
-        buf[size - 1] ^= 0x20; /* as "first" becomes "firsu": the same length, another path */
+        buf[i] ^= (uint8_t)mask;
         sqlite3_bind_int64(u, 1, sqlite3_column_int64(q, 0));
         sqlite3_bind_blob(u, 2, buf, size, SQLITE_STATIC);
         REQUIRE(sqlite3_step(u) == SQLITE_DONE);
@@ -472,7 +477,9 @@ static void test_damaged_chunk(void)
     kcache_key base = key_of(3007), key = key_of(7);
     CHECK_RC(kc_store_manifest_put(s, &base, &key, 1, closure, sizeof(closure)), 0);
     CHECK(closures_under(s, &base) == 1);
-    CHECK(damage_raw_chunks(path, (int)sizeof(closure)) == 1);
+    /* The last byte, as "first" becomes "firsu": the same length, another path. */
+    CHECK(damage_chunks(path, "codec = 0 AND length(data) = ?1", (int)sizeof(closure), -1,
+                        0x20) == 1);
     if (others_under(s, &base, closure, sizeof(closure)) != 0)
         fprintf(stderr, "damaged chunk: the handle that read it handed back other bytes\n");
     CHECK(others_under(s, &base, closure, sizeof(closure)) == 0);
@@ -502,35 +509,6 @@ static void test_damaged_chunk(void)
 }
 
 
-/* Every zstd closure chunk of path with byte at (from the start) xor-ed with mask; how many. */
-static int damage_zstd_chunks(const char *path, int at, int mask)
-{
-    sqlite3 *db = NULL;
-    sqlite3_stmt *q = NULL, *u = NULL;
-    REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
-    REQUIRE(sqlite3_prepare_v2(db, "SELECT id, data FROM closure_chunk WHERE codec = 1", -1, &q,
-                               NULL) == SQLITE_OK);
-    REQUIRE(sqlite3_prepare_v2(db, "UPDATE closure_chunk SET data = ?2 WHERE id = ?1", -1, &u,
-                               NULL) == SQLITE_OK);
-    int n = 0;
-    while (sqlite3_step(q) == SQLITE_ROW) {
-        static uint8_t buf[1 << 16];
-        int size = sqlite3_column_bytes(q, 1);
-        REQUIRE(size > at && size <= (int)sizeof(buf));
-        memcpy(buf, sqlite3_column_blob(q, 1), (size_t)size);
-        buf[at] ^= (uint8_t)mask;
-        sqlite3_bind_int64(u, 1, sqlite3_column_int64(q, 0));
-        sqlite3_bind_blob(u, 2, buf, size, SQLITE_STATIC);
-        REQUIRE(sqlite3_step(u) == SQLITE_DONE);
-        sqlite3_reset(u);
-        n++;
-    }
-    sqlite3_finalize(q);
-    sqlite3_finalize(u);
-    sqlite3_close(db);
-    return n;
-}
-
 /*
  * Closure chunks are written as zstd frames with a checksum (whatever the
  * store's compression), which a read checks instead of the chunk's digest:
@@ -558,7 +536,7 @@ static void test_damaged_zstd_chunk(void)
         /* Compressed chunks are zstd; a tail too small to compress stays raw (its digest). */
         CHECK(st_path_int(path, "SELECT count(*) FROM closure_chunk WHERE codec NOT IN (0, 1)") ==
               0);
-        CHECK(damage_zstd_chunks(path, damage[d][0], damage[d][1]) >= 1);
+        CHECK(damage_chunks(path, "codec = ?1", 1, damage[d][0], damage[d][1]) >= 1);
         s = open_at(path, UINT64_MAX);
         if (closures_under(s, &base) != 0)
             fprintf(stderr, "damaged zstd chunk (byte %d): handed back other bytes\n",
