@@ -19,14 +19,14 @@ void kc_manifest_rows_free(kc_manifest_row *rows, size_t n)
 }
 
 /*
- * Whether a chunk decoded to the bytes it is stored by (its digest): an LZ4
- * block or raw bytes carry no checksum, and a damaged closure may name other
- * paths than the compile looked at, so that it holds where the one recorded
- * would not (a stale kernel, not a miss). A zstd frame with a checksum (what
- * chunks are written as) checked it as it decoded: nothing more to do. The digest (BLAKE2b) costs 30-45
- * times the fast one (xxh3, 192 KiB), so a chunk that held is remembered on
- * the handle by it, with the fast digest of its bytes: read again, the same
- * bytes cost only the fast one.
+ * Whether a chunk decoded to the bytes it is stored by (its digest): a
+ * damaged closure may name other paths than the compile looked at, so that
+ * it holds where the one recorded would not (a stale kernel, not a miss). A
+ * zstd frame with a checksum (what chunks are written as) checked it as it
+ * decoded (checked: nothing more to do); an LZ4 block or raw bytes carry
+ * none. The digest (BLAKE2b) costs 30-45 times the fast one (xxh3, 192 KiB),
+ * so a chunk that held is remembered on the handle by it, with the fast
+ * digest of its bytes: read again, the same bytes cost only the fast one.
  */
 #define CHUNKS_CHECKED 1024
 
@@ -340,26 +340,28 @@ static int manifest_put_locked(kcache_store *s, const kcache_key *base, const kc
     return kc_db_commit(&s->db);
 }
 
-int kc_store_manifest_put(kcache_store *s, const kcache_key *base, const kcache_key *key,
-                          int64_t recorded_at, const void *closure, size_t size)
+static int manifest_put(kcache_store *s, const kcache_key *base, const kcache_key *key,
+                        int64_t recorded_at, int64_t created_at, const void *closure, size_t size)
 {
     pthread_mutex_lock(&s->lock);
     int rc = s->db.conn
-                 ? manifest_put_locked(s, base, key, recorded_at, kc_now_ms(), closure, size)
+                 ? manifest_put_locked(s, base, key, recorded_at, created_at, closure, size)
                  : KCACHE_EIO;
     kc_unlock(s);
     return rc;
 }
 
+int kc_store_manifest_put(kcache_store *s, const kcache_key *base, const kcache_key *key,
+                          int64_t recorded_at, const void *closure, size_t size)
+{
+    return manifest_put(s, base, key, recorded_at, kc_now_ms(), closure, size);
+}
+
 int kc_store_manifest_put_carried(kcache_store *s, const kcache_key *base, const kcache_key *key,
                                   int64_t recorded_at, const void *closure, size_t size)
 {
-    pthread_mutex_lock(&s->lock);
     /* Made at time 0: read after every closure made here (KC_STMT_MANIFEST_GET's order). */
-    int rc = s->db.conn ? manifest_put_locked(s, base, key, recorded_at, 0, closure, size)
-                        : KCACHE_EIO;
-    kc_unlock(s);
-    return rc;
+    return manifest_put(s, base, key, recorded_at, 0, closure, size);
 }
 
 void kc_store_count_uncacheable(kcache_store *s, const char *reason)
