@@ -7,6 +7,7 @@ out=${OUT:-.dev/gpu/out}; mkdir -p "$out"
 OUT=/tmp/triton benchmarks/triton/gpu-batch.sh > /tmp/triton.log 2>&1
 cp /tmp/triton/gpu_check.txt "$out/triton.txt" 2>/dev/null || cp /tmp/triton.log "$out/triton.txt"
 cp /tmp/triton/gpu_check.json "$out/triton.json" 2>/dev/null
+cp /tmp/triton/warm_pairs.txt "$out/triton-warm-pairs.txt" 2>/dev/null
 tail -30 "$out/triton.txt"
 export LD_LIBRARY_PATH=$PWD/.dev/gpu/lib
 tests/soundness/soak.sh .dev/gpu/bin/kcache .dev/gpu/bin/soundness-driver \

@@ -16,7 +16,7 @@
 # interpreter, $PYTHON or python3, imports kcache.triton already), then runs
 # gpu_check.py --kernels 20 --bench: the short table (Triton warm vs kcache
 # warm, what the warm processes compiled, results the same) and bench.py's
-# hit medians on that machine. Exit status: gpu_check.py's (1: a check failed).
+# hit medians on that machine, then warm_pairs.py (the warm rows in turns). Exit status: gpu_check.py's (1: a check failed).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -53,5 +53,10 @@ set +e
 "$py" benchmarks/triton/gpu_check.py --kernels 20 --json "$out/gpu_check.json" --bench \
     2>&1 | tee "$out/gpu_check.txt"
 rc=${PIPESTATUS[0]}
+# The warm rows again, the two caches in turns: one process against the next
+# moves by more than the difference (warm_pairs.py says why).
+"$py" benchmarks/triton/warm_pairs.py --kernels 20 --pairs "${PAIRS:-7}" \
+    2>&1 | tee "$out/warm_pairs.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || rc=1
 echo "gpu-batch: exit $rc; output in $out"
 exit "$rc"
