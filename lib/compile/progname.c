@@ -216,6 +216,14 @@ static int parse_params(struct macro *d)
     return rc ? KCACHE_ENOMEM : 0;
 }
 
+/* Frees what d holds, not d. */
+static void macro_clear(struct macro *d)
+{
+    free(d->name);
+    free(d->body);
+    free(d->params);
+}
+
 static int add_macro(struct macros *m, const char *line, size_t n, int toolkit)
 {
     size_t i = 0;
@@ -240,9 +248,7 @@ static int add_macro(struct macros *m, const char *line, size_t n, int toolkit)
     d->toolkit = toolkit;
     d->paste_reach = 0;
     if (!d->name || !d->body || parse_params(d)) {
-        free(d->name);
-        free(d->body);
-        free(d->params);
+        macro_clear(d);
         return KCACHE_ENOMEM;
     }
     m->n++;
@@ -492,11 +498,8 @@ static int code_names_caller(const struct macros *m, const char *t, size_t n)
 
 static void macros_free(struct macros *m)
 {
-    for (size_t i = 0; i < m->n; i++) {
-        free(m->v[i].name);
-        free(m->v[i].body);
-        free(m->v[i].params);
-    }
+    for (size_t i = 0; i < m->n; i++)
+        macro_clear(&m->v[i]);
     free(m->v);
     kc_smap_free(&m->index);
 }
