@@ -2,11 +2,13 @@
 #ifndef KC_COMPILEINT_H
 #define KC_COMPILEINT_H
 
+#include <ctype.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 
 #include "util/common.h"
+#include "util/strmap.h"
 #include "resolve/deps.h"
 #include "kcache/compile.h"
 #include "compile/key.h"
@@ -241,6 +243,81 @@ int kc_name_free_request(const kcache_request *req, const struct work *w);
  */
 enum { KC_NAME_NONE = 0, KC_NAME_BASE, KC_NAME_FULL };
 int kc_name_shows(const struct kc_result *r, const char *name);
+
+/*
+ * Between progname.c (the macros of a closure's headers and -D operands, and
+ * what they carry) and paste.c (what their ## can make of the pieces that
+ * reach them).
+ *
+ * What a macro's expansion can carry: the place it is expanded (__FILE__), or its caller's or
+ * the program's name wherever it is expanded (__builtin_FILE, __BASE_FILE__).
+ */
+enum { KC_TAINT_HERE = 1, KC_TAINT_CALLER = 2 };
+
+struct macro {
+    char *name;
+    char *body;     /* splices undone */
+    unsigned taint;
+    size_t repl;    /* where the replacement list starts in body */
+    char *params;   /* a function-like macro's parameters, each NUL-ended, then "" (else NULL) */
+    int pastes;     /* its replacement list holds ## */
+    int toolkit;    /* defined in a toolkit header: read for pastes and pieces, never tainted */
+    int paste_reach; /* it pastes, or its replacement list names a macro that does */
+};
+
+struct macros {
+    struct macro *v;
+    size_t n, cap;
+    kc_smap index;  /* name -> the first of its definitions; v is sorted by name */
+};
+
+/* The length of the # at t[i]: 1, 2 for its digraph %: (so %:%: is ##), or 0 if none. */
+size_t kc_hash_at(const char *t, size_t n, size_t i);
+/* The length of the identifier that starts at t[i] with no identifier byte before it, or 0. */
+size_t kc_ident_from(const char *t, size_t n, size_t i);
+/*
+ * The length of the identifier that starts at t[i], or 0. The scans ask at
+ * nearly every byte of every user header, and most bytes start none: that
+ * test is inline, the call made only for a letter or '_'.
+ */
+static inline size_t kc_ident_at(const char *t, size_t n, size_t i)
+{
+    return i < n && (isalpha((unsigned char)t[i]) || t[i] == '_') ? kc_ident_from(t, n, i) : 0;
+}
+
+/*
+ * The end of the logical line that starts at i (splices followed); with joined, its text
+ * spliced into it. (size_t)-1: out of memory.
+ */
+size_t kc_logical_line(const char *t, size_t n, size_t i, kc_buf *joined);
+/* The taint of the identifier at t (len bytes): its own, or its macro's definitions'. */
+unsigned kc_ident_taint(const struct macros *m, const char *t, size_t len);
+/* 1 if s (n bytes) is one of d's parameters. */
+int kc_is_param(const struct macro *d, const char *s, size_t n);
+/* 1 if a definition of the identifier at t (len bytes) pastes or names one that does. */
+int kc_name_pastes(const struct macros *m, const char *t, size_t len);
+
+/* 1 if a ## in the expansion of the program's texts can make the program's name (paste.c). */
+int kc_pastes_name_it(const struct macros *m, const kcache_request *req, const struct work *w);
+/*
+ * The invocations, in the user headers' code (not their directives), of macros that paste:
+ * each text once, one after another with a newline between (text), where each ends (ends),
+ * and how many there are up to each header's end (upto).
+ */
+struct spans {
+    kc_buf text;
+    size_t *ends, *upto;
+    size_t n, cap, n_upto, cap_upto;
+    kc_smap judged;
+};
+
+/* Adds the pasting invocations of a header's code t (n bytes) to s. 0 or KCACHE_ENOMEM. */
+int kc_code_spans(struct spans *s, const struct macros *m, const char *t, size_t n);
+/*
+ * 1 if an invocation of s can paste __BASE_FILE__, __builtin_FILE or a macro that expands
+ * them of its pieces (its own, and those of the macros it reaches), or kcache cannot tell.
+ */
+int kc_spans_paste_caller(const struct macros *m, const struct spans *s);
 
 /* Sets w's target (nvrtc_arch) and kind, and r's arch and kind, from the request. */
 int kc_resolve_arch(kcache_compiler *c, const kcache_request *req, struct work *w,

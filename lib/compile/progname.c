@@ -25,7 +25,7 @@
  * and no ## or %:%: (splices undone); none of them names a macro of the user
  * headers or of the -D operands that expands __FILE__, __BASE_FILE__ or
  * __builtin_FILE, itself or through other macros, nor one whose ## can make
- * such a name of the pieces that reach it (pastes_name_it), the pieces of
+ * such a name of the pieces that reach it (kc_pastes_name_it, paste.c), the pieces of
  * the toolkit headers' macros it reaches included (libcu++'s
  * _LIBCUDACXX_ABI_NAMESPACE is the piece __4; CCCL's _CUDA_VSTD pastes a
  * namespace's name, never __FILE__); no user header's code names
@@ -33,7 +33,7 @@
  * file); and no invocation in a user header's code (an -include file's
  * included) of a macro that pastes can make one of those, or a macro that
  * expands them, of its own pieces and those of the macros it reaches
- * (spans_paste_caller).
+ * (kc_spans_paste_caller, paste.c).
  * A header's own __FILE__ is that header's name, not the program's: CuPy's
  * bundled CCCL is full of them. A toolkit macro's own __FILE__ (and its
  * __BASE_FILE__, __builtin_FILE) is left to the check after the compile, as
@@ -69,7 +69,7 @@ static int ident_char(unsigned char c)
 }
 
 /* The length of the # at t[i]: 1, 2 for its digraph %: (so %:%: is ##), or 0 if none. */
-static size_t hash_at(const char *t, size_t n, size_t i)
+size_t kc_hash_at(const char *t, size_t n, size_t i)
 {
     if (t[i] == '#')
         return 1;
@@ -84,12 +84,12 @@ static int scan_names_the_file(const char *text, size_t n)
 {
     for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)text[i];
-        size_t hash = hash_at(text, n, i);
+        size_t hash = kc_hash_at(text, n, i);
         if (hash) {
             size_t j = i + hash;
             while (j < n && (text[j] == ' ' || text[j] == '\t'))
                 j++;
-            if (j < n && hash_at(text, n, j))
+            if (j < n && kc_hash_at(text, n, j))
                 return 1;
             if (j + 4 <= n && !memcmp(text + j, "line", 4) &&
                 (j + 4 == n || !ident_char((unsigned char)text[j + 4])))
@@ -140,29 +140,8 @@ static int str_names_the_file(const char *s)
 
 /* ---- macros of the user headers that can carry the name ----------------- */
 
-/* What a macro's expansion can carry: the place it is expanded (__FILE__), or its caller's or
- * the program's name wherever it is expanded (__builtin_FILE, __BASE_FILE__). */
-enum { TAINT_HERE = 1, TAINT_CALLER = 2 };
-
-struct macro {
-    char *name;
-    char *body;     /* splices undone */
-    unsigned taint;
-    size_t repl;    /* where the replacement list starts in body */
-    char *params;   /* a function-like macro's parameters, each NUL-ended, then "" (else NULL) */
-    int pastes;     /* its replacement list holds ## */
-    int toolkit;    /* defined in a toolkit header: read for pastes and pieces, never tainted */
-    int paste_reach; /* it pastes, or its replacement list names a macro that does */
-};
-
-struct macros {
-    struct macro *v;
-    size_t n, cap;
-    kc_smap index;  /* name -> the first of its definitions; v is sorted by name */
-};
-
-/* ident_at() past its first byte's test. */
-static size_t ident_from(const char *t, size_t n, size_t i)
+/* kc_ident_at() past its first byte's test. */
+size_t kc_ident_from(const char *t, size_t n, size_t i)
 {
     if (i > 0 && ident_char((unsigned char)t[i - 1]))
         return 0;
@@ -173,20 +152,10 @@ static size_t ident_from(const char *t, size_t n, size_t i)
 }
 
 /*
- * The length of the identifier that starts at t[i], or 0. The scans ask at
- * nearly every byte of every user header, and most bytes start none: that
- * test is inline, the call made only for a letter or '_'.
- */
-static inline size_t ident_at(const char *t, size_t n, size_t i)
-{
-    return i < n && (isalpha((unsigned char)t[i]) || t[i] == '_') ? ident_from(t, n, i) : 0;
-}
-
-/*
  * The end of the logical line that starts at i (splices followed). With joined,
  * its text spliced into it; without, only its end (most lines are no directive).
  */
-static size_t logical_line(const char *t, size_t n, size_t i, kc_buf *joined)
+size_t kc_logical_line(const char *t, size_t n, size_t i, kc_buf *joined)
 {
     if (joined)
         joined->size = 0;
@@ -221,7 +190,7 @@ static int parse_params(struct macro *d)
     while (b[0] == '(' && !rc) {
         while (i < n && (b[i] == ' ' || b[i] == '\t'))
             i++;
-        size_t len = ident_at(b, n, i);
+        size_t len = kc_ident_at(b, n, i);
         if (len) {
             rc = kc_buf_append(&list, b + i, len) || kc_buf_append(&list, "", 1);
             i += len;
@@ -247,12 +216,20 @@ static int parse_params(struct macro *d)
     return rc ? KCACHE_ENOMEM : 0;
 }
 
+/* Frees what d holds, not d. */
+static void macro_clear(struct macro *d)
+{
+    free(d->name);
+    free(d->body);
+    free(d->params);
+}
+
 static int add_macro(struct macros *m, const char *line, size_t n, int toolkit)
 {
     size_t i = 0;
     while (i < n && (line[i] == ' ' || line[i] == '\t'))
         i++;
-    size_t len = ident_at(line, n, i);
+    size_t len = kc_ident_at(line, n, i);
     if (!len)
         return 0;
     if (m->n == m->cap) {
@@ -271,9 +248,7 @@ static int add_macro(struct macros *m, const char *line, size_t n, int toolkit)
     d->toolkit = toolkit;
     d->paste_reach = 0;
     if (!d->name || !d->body || parse_params(d)) {
-        free(d->name);
-        free(d->body);
-        free(d->params);
+        macro_clear(d);
         return KCACHE_ENOMEM;
     }
     m->n++;
@@ -335,11 +310,11 @@ static int collect(struct macros *m, const char *t, size_t n, int toolkit)
     int rc = 0;
     for (size_t i = 0; !rc && i < n;) {
         size_t j = skip_blank(t, n, i);
-        int directive = j < n && hash_at(t, n, j);
-        size_t end = logical_line(t, n, i, directive ? &line : NULL);
+        int directive = j < n && kc_hash_at(t, n, j);
+        size_t end = kc_logical_line(t, n, i, directive ? &line : NULL);
         for (size_t next = end; !rc && directive && end != (size_t)-1 && next < n &&
                                 ends_in_comment((const char *)line.data, line.size);) {
-            next = logical_line(t, n, next + 1, &more);
+            next = kc_logical_line(t, n, next + 1, &more);
             rc = next == (size_t)-1 || kc_buf_append(&line, " ", 1) ||
                  kc_buf_append(&line, more.data, more.size);
         }
@@ -350,8 +325,8 @@ static int collect(struct macros *m, const char *t, size_t n, int toolkit)
         if (directive) {
             const char *l = (const char *)line.data;
             size_t ln = line.size, k = skip_blank(l, ln, 0);
-            k = k < ln ? skip_blank(l, ln, k + hash_at(l, ln, k)) : ln;
-            if (k + 6 <= ln && !memcmp(l + k, "define", 6) && ident_at(l, ln, k) == 6)
+            k = k < ln ? skip_blank(l, ln, k + kc_hash_at(l, ln, k)) : ln;
+            if (k + 6 <= ln && !memcmp(l + k, "define", 6) && kc_ident_at(l, ln, k) == 6)
                 rc = add_macro(m, l + k + 6, ln - k - 6, toolkit);
         }
         i = end + 1;
@@ -367,19 +342,19 @@ static int cmp_macro(const void *a, const void *b)
 }
 
 /* The taint of the identifier at t (len bytes): its own, or its macro's definitions'. */
-static unsigned ident_taint(const struct macros *m, const char *t, size_t len)
+unsigned kc_ident_taint(const struct macros *m, const char *t, size_t len)
 {
     char buf[256], *name = len < sizeof(buf) ? buf : kc_malloc(len + 1);
     if (!name)
-        return TAINT_HERE | TAINT_CALLER; /* not known: as if it carried the name */
+        return KC_TAINT_HERE | KC_TAINT_CALLER; /* not known: as if it carried the name */
     memcpy(name, t, len);
     name[len] = '\0';
     size_t k;
     unsigned taint = 0;
     if (!strcmp(name, "__builtin_FILE") || !strcmp(name, "__BASE_FILE__"))
-        taint = TAINT_CALLER;
+        taint = KC_TAINT_CALLER;
     else if (strstr(name, "FILE"))
-        taint = TAINT_HERE;
+        taint = KC_TAINT_HERE;
     else if (kc_smap_find(&m->index, name, &k))
         for (; k < m->n && !strcmp(m->v[k].name, name); k++)
             taint |= m->v[k].toolkit ? 0 : m->v[k].taint;
@@ -390,15 +365,15 @@ static unsigned ident_taint(const struct macros *m, const char *t, size_t len)
 
 /*
  * The taint of a text: the identifiers it names. What ## makes is judged
- * where the pieces are known (pastes_name_it).
+ * where the pieces are known (kc_pastes_name_it).
  */
 static unsigned text_taint(const struct macros *m, const char *t, size_t n)
 {
     unsigned taint = 0;
     for (size_t i = 0; i < n;) {
-        size_t len = ident_at(t, n, i);
+        size_t len = kc_ident_at(t, n, i);
         if (len) {
-            taint |= ident_taint(m, t + i, len);
+            taint |= kc_ident_taint(m, t + i, len);
             i += len;
         } else {
             i++;
@@ -407,7 +382,7 @@ static unsigned text_taint(const struct macros *m, const char *t, size_t n)
     return taint;
 }
 
-static int is_param(const struct macro *d, const char *s, size_t n)
+int kc_is_param(const struct macro *d, const char *s, size_t n)
 {
     for (const char *p = d->params; p && *p; p += strlen(p) + 1)
         if (strlen(p) == n && !memcmp(p, s, n))
@@ -416,7 +391,7 @@ static int is_param(const struct macro *d, const char *s, size_t n)
 }
 
 /* 1 if a definition of the identifier at t (len bytes) pastes or names one that does. */
-static int name_pastes(const struct macros *m, const char *t, size_t len)
+int kc_name_pastes(const struct macros *m, const char *t, size_t len)
 {
     char buf[256];
     size_t k;
@@ -438,8 +413,8 @@ static int body_names_pasting(const struct macros *m, const struct macro *d)
     const char *t = d->body + d->repl;
     size_t n = strlen(t);
     for (size_t i = 0; i < n;) {
-        size_t len = ident_at(t, n, i);
-        if (len && !is_param(d, t + i, len) && name_pastes(m, t + i, len))
+        size_t len = kc_ident_at(t, n, i);
+        if (len && !kc_is_param(d, t + i, len) && kc_name_pastes(m, t + i, len))
             return 1;
         i += len ? len : 1;
     }
@@ -486,7 +461,7 @@ static int code_names_caller(const struct macros *m, const char *t, size_t n)
         /* Only a macro can then carry it: look for the tainted ones' names. */
         int any = 0;
         for (size_t i = 0; i < m->n && !any; i++)
-            any = (m->v[i].taint & TAINT_CALLER) && memmem(t, n, m->v[i].name,
+            any = (m->v[i].taint & KC_TAINT_CALLER) && memmem(t, n, m->v[i].name,
                                                             strlen(m->v[i].name));
         if (!any)
             return 0;
@@ -509,9 +484,9 @@ static int code_names_caller(const struct macros *m, const char *t, size_t n)
             directive = 1;
         if (c != ' ' && c != '\t')
             at_start = 0;
-        size_t len = ident_at(t, n, i);
+        size_t len = kc_ident_at(t, n, i);
         if (len) {
-            if (!directive && (ident_taint(m, t + i, len) & TAINT_CALLER))
+            if (!directive && (kc_ident_taint(m, t + i, len) & KC_TAINT_CALLER))
                 return 1;
             i += len;
         } else {
@@ -523,11 +498,8 @@ static int code_names_caller(const struct macros *m, const char *t, size_t n)
 
 static void macros_free(struct macros *m)
 {
-    for (size_t i = 0; i < m->n; i++) {
-        free(m->v[i].name);
-        free(m->v[i].body);
-        free(m->v[i].params);
-    }
+    for (size_t i = 0; i < m->n; i++)
+        macro_clear(&m->v[i]);
     free(m->v);
     kc_smap_free(&m->index);
 }
@@ -551,21 +523,6 @@ struct closure_names {
 #define MEMO_SLOTS 8
 static pthread_mutex_t memo_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct closure_names *memo[MEMO_SLOTS];
-
-/*
- * The invocations, in the user headers' code (not their directives), of macros that paste:
- * each text once, one after another with a newline between (text), where each ends (ends),
- * and how many there are up to each header's end (upto).
- */
-struct spans {
-    kc_buf text;
-    size_t *ends, *upto;
-    size_t n, cap, n_upto, cap_upto;
-    kc_smap judged;
-};
-
-static int code_spans(struct spans *s, const struct macros *m, const char *t, size_t n);
-static int spans_paste_caller(const struct macros *m, const struct spans *s);
 
 /* A toolkit header's definitions, read where the resolution found it. */
 static int collect_toolkit(struct macros *m, const char *path)
@@ -622,10 +579,10 @@ static void closure_names_build(struct closure_names *c, const struct work *w)
         if (d->state != KC_DEP_USER || !d->size)
             continue;
         c->caller = code_names_caller(&c->m, d->content, d->size);
-        c->failed = code_spans(&sp, &c->m, d->content, d->size) != 0;
+        c->failed = kc_code_spans(&sp, &c->m, d->content, d->size) != 0;
     }
     if (!c->failed && !c->caller)
-        c->caller = spans_paste_caller(&c->m, &sp);
+        c->caller = kc_spans_paste_caller(&c->m, &sp);
     kc_buf_free(&sp.text);
     free(sp.ends);
     free(sp.upto);
@@ -699,453 +656,6 @@ static const struct closure_names *closure_names(const struct work *w, struct cl
     return c;
 }
 
-/* ---- what ## can make --------------------------------------------------- */
-
-/*
- * A paste makes one token of its operands' spellings, and the pieces it
- * joins came into the expansion from somewhere: the program's own text (its
- * source, options, name expressions, in-memory headers) or the replacement
- * list of a macro the expansion reached; a paste's result can be pasted
- * again, so what a paste makes is a run of two or more such pieces (a piece
- * alone is spelled where it came from, and judged there). A piece that
- * starts with a digit can be anything (__LINE__ and __COUNTER__ make
- * numbers). A header's code expands under the header's own name, and no
- * invocation spans files (NVRTC does not finish one left open at a header's
- * end from the file that includes it): what only a header's code spells
- * never reaches the program's expansions, except as what it made of them
- * (spans_paste_caller judges those). The toolkit headers the resolution
- * followed are read for their macros: what their replacement lists spell
- * are pieces, and their pastes paste; a toolkit macro's own FILE is left
- * to the check after the compile, as a toolkit macro that expands __FILE__
- * is (kc_name_shows). What NVRTC's built-in headers define (no file holds
- * them) is left there too.
- *
- * So the program's name can come out of a ## only when one of its
- * expansion's macros pastes and a run of its pieces spells __FILE__, its
- * kin, or a macro that reaches them; the reach is followed to a fixed point
- * over the macros a run of pieces can name. CuPy's NAN leads through
- * _CUDA_VSTD to _LIBCUDACXX_CONCAT(__, _LIBCUDACXX_CUDA_ABI_VERSION): no
- * run of its pieces spells a name that carries FILE. An invocation in a
- * header's code is reached the same way from its own text (the macro's
- * name and the parenthesised groups after it), and only __BASE_FILE__,
- * __builtin_FILE and the macros that expand them count there.
- */
-struct reach {
-    const struct macros *m;
-    unsigned char *seen; /* per definition */
-    size_t *todo;
-    size_t n_todo;
-    kc_smap pieces;
-    /* The pieces' FNV-1a hashes, for runs_of_pieces: a run's every substring is
-     * hashed in one pass; a collision can only make a name look buildable. */
-    uint64_t *hashes;
-    size_t n_hashes, cap_hashes; /* cap: a power of two, or 0 */
-    int pastes;  /* a reached definition pastes */
-    int named;   /* a reached identifier can carry the name (or kcache cannot tell) */
-    int header;  /* the expansion is a header's code: only the caller's name counts */
-    int rc;
-};
-
-static const char *const pasted_names[] = {"__FILE__", "__BASE_FILE__", "__builtin_FILE",
-                                           "__FILE_NAME__"};
-/* What names the program's file in a header's code (its own __FILE__ is its own name). */
-static const char *const caller_names[] = {"__BASE_FILE__", "__builtin_FILE"};
-
-#define FNV_OFFSET 0xcbf29ce484222325ULL
-#define FNV_PRIME 0x100000001b3ULL
-
-/* FNV-1a, computed here as runs_of_pieces computes it a byte at a time. */
-static uint64_t piece_hash(const char *s, size_t n)
-{
-    uint64_t h = FNV_OFFSET;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * FNV_PRIME;
-    return h;
-}
-
-static int hash_has(const struct reach *r, uint64_t h)
-{
-    if (!r->cap_hashes)
-        return 0;
-    h |= 1; /* 0 marks a free slot */
-    for (size_t i = (size_t)h & (r->cap_hashes - 1);; i = (i + 1) & (r->cap_hashes - 1)) {
-        if (r->hashes[i] == h)
-            return 1;
-        if (!r->hashes[i])
-            return 0;
-    }
-}
-
-static int hash_put(struct reach *r, uint64_t h)
-{
-    if (2 * (r->n_hashes + 1) > r->cap_hashes) {
-        size_t cap = r->cap_hashes ? 2 * r->cap_hashes : 1024;
-        uint64_t *v = kc_calloc(cap, sizeof(*v)), *old = r->hashes;
-        if (!v)
-            return KCACHE_ENOMEM;
-        size_t old_cap = r->cap_hashes;
-        r->hashes = v;
-        r->cap_hashes = cap;
-        r->n_hashes = 0;
-        for (size_t i = 0; i < old_cap; i++)
-            if (old[i])
-                hash_put(r, old[i]); /* room is there: cannot fail */
-        free(old);
-    }
-    h |= 1;
-    size_t i = (size_t)h & (r->cap_hashes - 1);
-    while (r->hashes[i] && r->hashes[i] != h)
-        i = (i + 1) & (r->cap_hashes - 1);
-    r->n_hashes += !r->hashes[i];
-    r->hashes[i] = h;
-    return 0;
-}
-
-/* 1 if s (n bytes) is a run of two or more pieces; a piece that starts with a digit is any. */
-static int runs_of_pieces(const struct reach *r, const char *s, size_t n)
-{
-    unsigned char can[256], first[256];
-    if (n < 2 || n >= sizeof(can))
-        return n >= sizeof(can);
-    /* The first piece: a proper prefix. A name without one ends here. */
-    int any = 0;
-    uint64_t h = FNV_OFFSET;
-    for (size_t q = 1; q < n; q++) {
-        h = (h ^ (unsigned char)s[q - 1]) * FNV_PRIME;
-        first[q] = isdigit((unsigned char)s[0]) || hash_has(r, h);
-        any |= first[q];
-    }
-    if (!any)
-        return 0;
-    can[n] = 1;
-    for (size_t p = n; p-- > 1;) {
-        can[p] = 0;
-        h = FNV_OFFSET;
-        for (size_t q = p + 1; !can[p] && q <= n; q++) {
-            h = (h ^ (unsigned char)s[q - 1]) * FNV_PRIME;
-            can[p] = can[q] && (isdigit((unsigned char)s[p]) || hash_has(r, h));
-        }
-    }
-    for (size_t q = 1; q < n; q++)
-        if (first[q] && can[q])
-            return 1;
-    return 0;
-}
-
-static void reach_name(struct reach *r, const char *name)
-{
-    size_t k;
-    if (!kc_smap_find(&r->m->index, name, &k))
-        return;
-    for (; k < r->m->n && !strcmp(r->m->v[k].name, name); k++) {
-        if (r->seen[k])
-            continue;
-        r->seen[k] = 1;
-        r->todo[r->n_todo++] = k; /* each definition once: todo holds m->n */
-    }
-}
-
-/*
- * An identifier of the expansion: a piece, maybe a macro to follow. One a toolkit macro
- * spells is judged as the toolkit's own __FILE__ is, after the compile, unless it is a
- * user macro that carries the name.
- */
-static void reach_ident(struct reach *r, const char *s, size_t n, int toolkit)
-{
-    char buf[256];
-    if (n >= sizeof(buf)) {
-        r->named = 1; /* not a name kcache follows: keyed */
-        return;
-    }
-    memcpy(buf, s, n);
-    buf[n] = '\0';
-    unsigned taint = ident_taint(r->m, s, n);
-    if (toolkit && strstr(buf, "FILE"))
-        taint = 0;
-    if (r->header ? (taint & TAINT_CALLER) : taint)
-        r->named = 1;
-    if (kc_smap_find(&r->pieces, buf, NULL))
-        return;
-    if (kc_smap_put(&r->pieces, buf, 0) || hash_put(r, piece_hash(buf, n))) {
-        r->rc = KCACHE_ENOMEM;
-        return;
-    }
-    reach_name(r, buf);
-}
-
-/* The identifiers of text, or of d's replacement list but its parameters. */
-static void reach_text(struct reach *r, const struct macro *d, const char *t, size_t n)
-{
-    for (size_t i = 0; i < n && !r->named && !r->rc;) {
-        size_t len = ident_at(t, n, i);
-        if (len) {
-            if (!d || !is_param(d, t + i, len))
-                reach_ident(r, t + i, len, d && d->toolkit);
-            i += len;
-        } else {
-            i++;
-        }
-    }
-}
-
-/* Marks r named when a run of its pieces spells a name that carries the file. */
-static void reach_targets(struct reach *r)
-{
-    const char *const *names = r->header ? caller_names : pasted_names;
-    size_t n = r->header ? sizeof(caller_names) / sizeof(*caller_names)
-                         : sizeof(pasted_names) / sizeof(*pasted_names);
-    for (size_t i = 0; i < n && !r->named; i++)
-        if (runs_of_pieces(r, names[i], strlen(names[i])))
-            r->named = 1;
-}
-
-static int reach_init(struct reach *r, const struct macros *m, int header)
-{
-    *r = (struct reach){.m = m, .header = header};
-    r->seen = kc_calloc(m->n + 1, 1);
-    r->todo = kc_calloc(m->n + 1, sizeof(*r->todo));
-    if (!r->seen || !r->todo)
-        r->rc = KCACHE_ENOMEM;
-    return r->rc;
-}
-
-/* 1 if r found the name (or could not tell), and frees it. */
-static int reach_done(struct reach *r)
-{
-    int named = r->named || r->rc;
-    free(r->seen);
-    free(r->todo);
-    free(r->hashes);
-    kc_smap_free(&r->pieces);
-    return named;
-}
-
-/* Follows what is to do; then, when something pastes, the names a run of pieces makes. */
-static void reach_close(struct reach *r)
-{
-    for (int more = 1; more && !r->named && !r->rc;) {
-        while (r->n_todo && !r->named && !r->rc) {
-            const struct macro *d = &r->m->v[r->todo[--r->n_todo]];
-            r->pastes |= d->pastes;
-            reach_text(r, d, d->body + d->repl, strlen(d->body + d->repl));
-        }
-        more = 0;
-        if (!r->pastes || r->named || r->rc)
-            break;
-        reach_targets(r);
-        for (size_t i = 0; i < r->m->n && !r->named; i++) {
-            const char *name = r->m->v[i].name;
-            if (!r->seen[i] && (i == 0 || strcmp(name, r->m->v[i - 1].name)) &&
-                runs_of_pieces(r, name, strlen(name))) {
-                reach_name(r, name);
-                more = 1;
-            }
-        }
-    }
-}
-
-/* 1 if a ## in the expansion of the program's texts can make the program's name. */
-static int pastes_name_it(const struct macros *m, const kcache_request *req, const struct work *w)
-{
-    struct reach r;
-    reach_init(&r, m, 0);
-    reach_text(&r, NULL, w->source, w->source_size);
-    for (size_t i = 0; i < req->n_options; i++)
-        if (req->options[i])
-            reach_text(&r, NULL, req->options[i], strlen(req->options[i]));
-    for (size_t i = 0; i < req->n_name_exprs; i++)
-        reach_text(&r, NULL, req->name_exprs[i], strlen(req->name_exprs[i]));
-    size_t n_mem = req->version >= 2 ? req->n_headers : 0;
-    for (size_t i = 0; i < n_mem; i++)
-        if (req->header_contents[i])
-            reach_text(&r, NULL, req->header_contents[i], strlen(req->header_contents[i]));
-    /*
-     * A toolkit or predefined macro that pastes is not read here (only the user
-     * headers' macros are collected), so a run of the program's own pieces that
-     * spells a name carrying the file keys it, whatever pastes them
-     * (_CCCL_PP_CAT(__FI, LE__) with CCCL from the toolkit).
-     */
-    if (!r.rc)
-        reach_targets(&r);
-    reach_close(&r);
-    return reach_done(&r);
-}
-
-/* ---- what a header's code pastes ---------------------------------------- */
-
-/* The end of the string or character literal that starts at t[i] (a line ends it). */
-static size_t literal_end(const char *t, size_t n, size_t i)
-{
-    char q = t[i];
-    for (i++; i < n && t[i] != q && t[i] != '\n'; i++)
-        if (t[i] == '\\')
-            i++;
-    return i < n ? i + 1 : n;
-}
-
-/* The end of the comment that starts at t[i], or i when none does. */
-static size_t comment_end(const char *t, size_t n, size_t i)
-{
-    if (t[i] != '/' || i + 1 >= n || (t[i + 1] != '/' && t[i + 1] != '*'))
-        return i;
-    if (t[i + 1] == '/') {
-        const char *nl = memchr(t + i, '\n', n - i);
-        return nl ? (size_t)(nl - t) : n;
-    }
-    const char *end = i + 2 < n ? memmem(t + i + 2, n - i - 2, "*/", 2) : NULL;
-    return end ? (size_t)(end - t) + 2 : n;
-}
-
-/* The first byte at or after t[i] that is no blank, line end, comment or directive line. */
-static size_t skip_gap(const char *t, size_t n, size_t i)
-{
-    while (i < n) {
-        size_t j = comment_end(t, n, i);
-        if (j != i) {
-            i = j;
-        } else if (isspace((unsigned char)t[i])) {
-            i++;
-        } else if (hash_at(t, n, i)) {
-            size_t k = i;
-            while (k > 0 && (t[k - 1] == ' ' || t[k - 1] == '\t'))
-                k--;
-            if (k > 0 && t[k - 1] != '\n')
-                break;
-            i = logical_line(t, n, i, NULL);
-        } else {
-            break;
-        }
-    }
-    return i;
-}
-
-/*
- * The end of an invocation whose macro's name ends at t[i]: each parenthesised group that
- * follows (an expansion that ends in a function-like macro's name takes the next one).
- */
-static size_t invocation_end(const char *t, size_t n, size_t i)
-{
-    for (size_t j = skip_gap(t, n, i); j < n && t[j] == '('; j = skip_gap(t, n, i)) {
-        size_t depth = 0;
-        for (i = j; i < n;) {
-            size_t k = comment_end(t, n, i);
-            if (k != i) {
-                i = k;
-            } else if (t[i] == '"' || (t[i] == '\'' && !(i > 0 && isalnum((unsigned char)t[i - 1])))) {
-                i = literal_end(t, n, i);
-            } else {
-                depth += t[i] == '(';
-                depth -= t[i] == ')';
-                if (t[i++] == ')' && !depth)
-                    break;
-            }
-        }
-    }
-    return i;
-}
-
-/* 1 if the invocation t (n bytes) of a header's code can paste the caller's name. */
-static int span_pastes_caller(const struct macros *m, const char *t, size_t n)
-{
-    struct reach r;
-    if (!reach_init(&r, m, 1)) {
-        reach_text(&r, NULL, t, n);
-        reach_close(&r);
-    }
-    return reach_done(&r);
-}
-
-static int grow(size_t **v, size_t *cap, size_t n)
-{
-    if (n < *cap)
-        return 0;
-    size_t c = *cap ? 2 * *cap : 64;
-    size_t *w = kc_realloc(*v, c * sizeof(*w));
-    if (!w)
-        return KCACHE_ENOMEM;
-    *v = w;
-    *cap = c;
-    return 0;
-}
-
-/* Adds an invocation's text to s, unless s has it (a text with a NUL in it is always added). */
-static int add_span(struct spans *s, const char *t, size_t n)
-{
-    char *span = kc_memdup(t, n);
-    if (!span)
-        return KCACHE_ENOMEM;
-    int rc = 0;
-    if (memchr(t, '\0', n) || !kc_smap_find(&s->judged, span, NULL)) {
-        rc = kc_smap_put(&s->judged, span, 0) || grow(&s->ends, &s->cap, s->n) ||
-             kc_buf_append(&s->text, t, n) || kc_buf_append(&s->text, "\n", 1);
-        if (!rc)
-            s->ends[s->n++] = s->text.size - 1;
-    }
-    free(span);
-    return rc ? KCACHE_ENOMEM : 0;
-}
-
-/* Adds the pasting invocations of a header's code t (n bytes) to s. */
-static int code_spans(struct spans *s, const struct macros *m, const char *t, size_t n)
-{
-    int at_start = 1, rc = 0;
-    for (size_t i = 0; i < n && !rc;) {
-        size_t len, k = comment_end(t, n, i);
-        if (k != i) {
-            i = k;
-        } else if (t[i] == '\n') {
-            at_start = 1;
-            i++;
-        } else if (isspace((unsigned char)t[i])) {
-            i++;
-        } else if (at_start && hash_at(t, n, i)) {
-            i = logical_line(t, n, i, NULL);
-        } else if (t[i] == '"' || (t[i] == '\'' && !(i > 0 && isalnum((unsigned char)t[i - 1])))) {
-            at_start = 0;
-            i = literal_end(t, n, i);
-        } else if ((len = ident_at(t, n, i)) && name_pastes(m, t + i, len)) {
-            at_start = 0;
-            size_t end = invocation_end(t, n, i + len);
-            rc = add_span(s, t + i, end - i);
-            i = end;
-        } else {
-            at_start = 0;
-            i += len ? len : 1;
-        }
-    }
-    if (!rc && !(rc = grow(&s->upto, &s->cap_upto, s->n_upto)))
-        s->upto[s->n_upto++] = s->n;
-    return rc;
-}
-
-/* span_pastes_caller() of invocations [a, b) of s, reached together. */
-static int spans_reach(const struct macros *m, const struct spans *s, size_t a, size_t b)
-{
-    size_t start = a ? s->ends[a - 1] + 1 : 0;
-    return span_pastes_caller(m, (const char *)s->text.data + start, s->ends[b - 1] - start);
-}
-
-/*
- * 1 if an invocation of s can paste __BASE_FILE__, __builtin_FILE or a macro that expands
- * them of its pieces (its own, and those of the macros it reaches): its expansion is then
- * the program's name (a default argument is the caller's). What a reach finds only grows
- * with what it starts from, so all invocations are reached at once first, then each
- * header's, then each one alone: CuPy's ~1,000 headers cost one reach.
- */
-static int spans_paste_caller(const struct macros *m, const struct spans *s)
-{
-    if (!s->n || !spans_reach(m, s, 0, s->n))
-        return 0;
-    for (size_t h = 0, first = 0; h < s->n_upto; first = s->upto[h++]) {
-        if (s->upto[h] == first || !spans_reach(m, s, first, s->upto[h]))
-            continue;
-        for (size_t k = first; k < s->upto[h]; k++)
-            if (spans_reach(m, s, k, k + 1))
-                return 1;
-    }
-    return 0;
-}
-
 /*
  * 1 if the user headers can put the program's name in the bytes of this source: a
  * macro of theirs that the source (or an option, a name expression) names expands
@@ -1166,7 +676,7 @@ static int headers_name_it(const kcache_request *req, const struct work *w)
     for (size_t i = 0; !named && i < req->n_name_exprs; i++)
         named = text_taint(&c->m, req->name_exprs[i], strlen(req->name_exprs[i])) != 0;
     if (!named)
-        named = pastes_name_it(&c->m, req, w);
+        named = kc_pastes_name_it(&c->m, req, w);
     if (own) {
         macros_free(&own->m);
         free(own);

@@ -272,11 +272,8 @@ static void resolver_free(struct resolver *r)
     kc_smap_free(&r->toolkit_dirs);
     kc_strv_free(r->dir_reals, r->n_dir_reals);
     kc_strv_free(r->tk_rels, r->n_tk_rels);
-    for (size_t i = 0; i < r->n_left; i++) {
-        free(r->left[i].name);
-        free(r->left[i].rel);
-        free(r->left[i].path);
-    }
+    for (size_t i = 0; i < r->n_left; i++)
+        kc_res_left_clear(&r->left[i]);
     free(r->left);
     kc_smap_free(&r->by_left);
     for (size_t i = 0; i < r->n_aliases; i++)
@@ -303,11 +300,8 @@ static void resolver_free(struct resolver *r)
         free(r->macros[i].values);
     }
     free(r->macros);
-    for (size_t i = 0; i < r->n_looks; i++) {
-        free(r->looks[i].spelling);
-        free(r->looks[i].rel);
-        free(r->looks[i].beside);
-    }
+    for (size_t i = 0; i < r->n_looks; i++)
+        kc_res_look_clear(&r->looks[i]);
     free(r->looks);
     kc_smap_free(&r->by_look);
 }

@@ -61,6 +61,13 @@
 
 #include "resolve/resolveint.h"
 
+void kc_res_look_clear(struct tklook *l)
+{
+    free(l->spelling);
+    free(l->rel);
+    free(l->beside);
+}
+
 int kc_res_record_look(struct resolver *r, const char *spelling, const char *rel,
                        const char *beside, size_t from)
 {
@@ -90,9 +97,7 @@ int kc_res_record_look(struct resolver *r, const char *spelling, const char *rel
             if (!(l->spelling = kc_strdup(spelling)) || (rel && !(l->rel = kc_strdup(rel))) ||
                 (beside && !(l->beside = kc_strdup(beside))) ||
                 (unique && kc_smap_put(&r->by_look, (const char *)id.data, r->n_looks))) {
-                free(l->spelling);
-                free(l->rel);
-                free(l->beside);
+                kc_res_look_clear(l);
                 rc = KCACHE_ENOMEM;
             } else {
                 r->n_looks++;

@@ -395,6 +395,13 @@ int kc_res_look(struct resolver *r, const char *path, int in_toolkit, int from_t
 
 /* ---- the search, in NVRTC's order -------------------------------------- */
 
+void kc_res_left_clear(struct leftname *l)
+{
+    free(l->name);
+    free(l->rel);
+    free(l->path);
+}
+
 static int add_left(struct resolver *r, const char *name, int state, char *rel, const char *path)
 {
     size_t v;
@@ -419,9 +426,7 @@ static int add_left(struct resolver *r, const char *name, int state, char *rel, 
     l->rel = rel;
     if (!(l->name = kc_strdup(name)) || (path && !(l->path = kc_strdup(path))) ||
         kc_smap_put(&r->by_left, name, r->n_left)) {
-        free(l->name);
-        free(l->path);
-        free(l->rel);
+        kc_res_left_clear(l);
         return KCACHE_ENOMEM;
     }
     r->n_left++;

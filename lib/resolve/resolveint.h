@@ -181,6 +181,8 @@ int kc_res_look(struct resolver *r, const char *path, int in_toolkit, int from_t
 int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t from,
                    size_t *found);
 int kc_res_add_alias(struct resolver *r, const char *name, size_t node);
+/* Frees the strings l holds (lookup.c), not l. */
+void kc_res_left_clear(struct leftname *l);
 
 /* hermetic.c */
 /* Remembers a lookup left to NVRTC's search of the toolkit (see struct tklook). */
@@ -192,6 +194,8 @@ int kc_res_record_look(struct resolver *r, const char *spelling, const char *rel
  * found; otherwise the resolution is not hermetic.
  */
 int kc_res_hermetic_handed(struct resolver *r);
+/* Frees the strings l holds (hermetic.c), not l. */
+void kc_res_look_clear(struct tklook *l);
 
 /* expand.c */
 int kc_res_is_ident_char(int c);

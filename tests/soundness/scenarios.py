@@ -904,7 +904,7 @@ NAME_USES = {
 }
 
 
-# Names a ## can build (compile/progname.c): the program's name through __FILE__,
+# Names a ## can build (compile/paste.c): the program's name through __FILE__,
 # __BASE_FILE__ or a header's macro that expands __FILE__; __LINE__ and a namespace
 # that carry no name (CCCL's _LIBCUDACXX_CONCAT(__, _LIBCUDACXX_CUDA_ABI_VERSION)).
 PASTED = {"__FILE__": "(int)sizeof(%s)", "__BASE_FILE__": "%s[sizeof(%s) - 7]",
@@ -977,7 +977,7 @@ def paste_use(rng):
             "paste %s (%s)" % (target, ", ".join(ways)))
 
 
-# What a header's own code can paste (compile/progname.c): __BASE_FILE__, and
+# What a header's own code can paste (compile/paste.c): __BASE_FILE__, and
 # __builtin_FILE as a default argument, are the program's name there; a header
 # macro that expands __BASE_FILE__ too; __LINE__ carries no name, and must not
 # keep a program from hitting. (A header's own __FILE__ is its include spelling
