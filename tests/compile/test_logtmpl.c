@@ -123,6 +123,8 @@ int main(void)
     snprintf(path, sizeof(path), "%s/warns.h", inc);
     test_write_text(path, "#pragma once\n#warning a user header warns\n"
                           "__device__ inline int kc_twice(int x) { int kc_h; return 2 * x; }\n");
+    snprintf(path, sizeof(path), "%s/tw.h", inc);
+    test_write_text(path, "template <class T> __device__ T kc_tw(T t) { return t << 40; }\n");
     snprintf(path, sizeof(path), "%s/kern.cu.h", inc);
     test_write_text(path, "#pragma once\n#warning its path holds the name's last component\n");
 
@@ -146,6 +148,12 @@ int main(void)
             a, b, 0);
     case_of(api, "#pragma message naming the directory",
             "#pragma message(\"tmpCharlie\")\n" KERNEL "int kc_w; v[0] = 6; }\n", c, d, 0);
+    /* An instantiation's context: "at line 1" in the program... */
+    case_of(api, "an instantiation in the program", "template <class T> __device__ T "
+            "kc_tw(T t) { return t << 40; }\n" KERNEL "v[0] = kc_tw(11); }\n", a, b, 1);
+    /* ... "at line 2 of NAME" from a header, past the prefix. */
+    case_of(api, "an instantiation from a header",
+            "#include \"tw.h\"\n" KERNEL "v[0] = kc_tw(12); }\n", a, b, 0);
     /* A header whose path holds the name's last component. */
     case_of(api, "a header named after it", "#include \"kern.cu.h\"\n" KERNEL "v[0] = 7; }\n", a,
             b, 0);

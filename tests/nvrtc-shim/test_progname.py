@@ -268,6 +268,7 @@ def sensitive(run, tmp):
                   f"{case} {arch}: the first name, NVIDIA's answer, then a hit ({r1}, {r2})")
 
 
+TW = "template <class T> __device__ T kc_tw(T t) { return t << 40; }"
 # name: (source, options, a header beside each name, whether another directory hits)
 TEMPLATES = {
     "template-unused": (KERNEL % "int kc_unused; v[0] = 1;", [], None, True),
@@ -278,6 +279,11 @@ TEMPLATES = {
     "template-lineinfo": (KERNEL % "int kc_li; v[0] = 3;", ["-lineinfo"], None, False),
     "template-quoted": ("#warning kern.cu is named here\n" + KERNEL % "v[0] = 4;", [], None,
                         False),
+    # "detected during instantiation of ... at line 2": in the program, no name...
+    "template-instantiated": (TW + "\n" + KERNEL % "v[0] = kc_tw(1);", [], None, True),
+    # ... from a header, "at line 2 of NAME": the name past the prefix.
+    "template-instantiated-header": ('#include "tw.h"\n' + KERNEL % "v[0] = kc_tw(2);",
+                                     ["-I{inc}"], None, False),
     "template-header-named": ('#include "kern.cu.h"\n' + KERNEL % "v[0] = 5;", ["-I{inc}"], None,
                               False),
     "template-header-beside": ('#include "beside.h"\n' + KERNEL % "v[0] = 6;", [],
@@ -295,6 +301,7 @@ def templates(run, tmp):
     inc = os.path.join(tmp, "tmpl-include")
     write(os.path.join(inc, "warns.h"), WARNS_HEADER)
     write(os.path.join(inc, "kern.cu.h"), "#warning its path holds the name's last component\n")
+    write(os.path.join(inc, "tw.h"), TW + "\n")
     for case, (text, opts, beside, hits) in TEMPLATES.items():
         if ONLY and case not in ONLY:
             continue

@@ -904,6 +904,16 @@ NAME_USES = {
 }
 
 
+# Warnings besides the name's use, each a prelude and expressions it stores: NVRTC
+# starts every diagnostic with the name, and a log that shows it only there is kept
+# as a template (compile/progname.c); one that quotes the name must not be.
+WARNINGS = {
+    "unused": ("__device__ int kc_w2() { int kc_unused2; return 5; }\n", [("kc_w2()", None)]),
+    "directive": ("#warning the program warns\n", []),
+    "quoted": ("#warning kern.cu is quoted\n", []),
+}
+
+
 # Names a ## can build (compile/progname.c): the program's name through __FILE__,
 # __BASE_FILE__ or a header's macro that expands __FILE__; __LINE__ and a namespace
 # that carry no name (CCCL's _LIBCUDACXX_CONCAT(__, _LIBCUDACXX_CUDA_ABI_VERSION)).
@@ -1045,7 +1055,11 @@ def gen_progname(rng, paste=False, header_paste=False):
     f = Files(rng)
     use = ("header-paste" if header_paste else "paste" if paste else
            rng.choice(list(NAME_USES) + ["paste"] * 4 + ["header-paste"] * 2))
-    setup = [f.add("inc1/a.h", 0), f.add("inc1/b.h", 1), f.add("inc1/pn.h", 2),
+    # At times a warning too (WARNINGS, or a #warning in a header), so that logs with
+    # the name in them are served under other names.
+    warn = rng.choice([None, None, None, "header"] + list(WARNINGS))
+    a_extra = "#warning a.h warns" if warn == "header" else ""
+    setup = [f.add("inc1/a.h", 0, extra=a_extra), f.add("inc1/b.h", 1), f.add("inc1/pn.h", 2),
              ("write", "inc1/where.h", "#define KC_WHERE __FILE__\n")]
     if use == "header-paste":
         prelude, extra, opts, text, pre, use = header_paste_use(rng)
@@ -1057,6 +1071,8 @@ def gen_progname(rng, paste=False, header_paste=False):
         setup.append(("write", "inc1/kcpaste.h", text))
     else:
         prelude, extra, opts = NAME_USES[use]
+    if warn in WARNINGS:
+        prelude, extra = WARNINGS[warn][0] + prelude, list(WARNINGS[warn][1]) + list(extra)
     setup.append(("write", "src/k.cu", kernel(prelude + '#include "a.h"\n#include <b.h>\n', 3,
                                               extra)))
     pool = [program_name(rng, "{R}/names") for _ in range(3)]
