@@ -143,6 +143,10 @@ int main(void)
     case_of(api, "another last component", KERNEL "int kc_other; v[0] = 4; }\n", c, "tmpEcho5/k2.cu",
             1);
 
+    /* A name without a directory, then the empty name, which NVRTC prints as
+     * "default_program". */
+    case_of(api, "an empty name", KERNEL "int kc_empty; v[0] = 11; }\n", "kern.cu", "", 1);
+
     /* The name quoted in a message: never another name's log. */
     case_of(api, "#warning naming kern.cu", "#warning kern.cu is named here\n" KERNEL "v[0] = 5; }\n",
             a, b, 0);
