@@ -113,7 +113,8 @@ static void compare(const struct parts *req, const struct parts *ent, struct dif
     /* Components with one value: compare them directly. */
     static const char *const singles[] = {"format", "input", "output", "arch", "nvrtc",
                                           "nvjitlink", "toolkit", "source-name",
-                                          "any-source-name", "source-base-name", "source",
+                                          "any-source-name", "source-base-name",
+                                          "any-source-name-log-template", "source",
                                           "extra-digest", "working-directory"};
     for (size_t i = 0; i < sizeof(singles) / sizeof(singles[0]); i++) {
         const char *a = single(req, singles[i]), *b = single(ent, singles[i]);

@@ -60,6 +60,7 @@ void kc_work_free(struct work *w)
     kc_nvenv_free(&w->env);
     kc_buf_free(&w->named_material);
     kc_buf_free(&w->based_material);
+    kc_buf_free(&w->tmpl_material);
 }
 
 static const char *base_name(const char *path)
@@ -412,6 +413,11 @@ static int derive_key(kcache_compiler *c, const kcache_request *req, struct work
         rc = kc_key_encode_compile(&w->based_material, &w->based_key, &in);
         in.base_name = NULL;
     }
+    if (!rc && w->name_free) {
+        in.log_template = slash ? "/" : "";
+        rc = kc_key_encode_compile(&w->tmpl_material, &w->tmpl_key, &in);
+        in.log_template = NULL;
+    }
     in.any_name = w->name_free;
     w->key_free = w->name_free;
     if (!rc)
@@ -451,23 +457,41 @@ static void use_based_key(struct work *w, struct kc_result *r)
     w->key_based = 1;
 }
 
-/* Files a fresh result under the key for what it shows of the name (kc_name_shows()). */
-static void key_as_shown(struct work *w, struct kc_result *r)
+/* Puts the key of a log template in r's place (w then holds the one without). */
+static void use_template_key(struct work *w, struct kc_result *r)
+{
+    swap_key(r, &w->tmpl_key, &w->tmpl_material);
+    w->name_free = 0;
+    w->key_free = 0;
+    w->key_template = 1;
+}
+
+/*
+ * Files a fresh result under the key for what it shows of the name
+ * (kc_name_shows()). Returns the log to store in place of r's (a template),
+ * for the caller to free, or NULL: r's own.
+ */
+static char *key_as_shown(struct work *w, struct kc_result *r)
 {
     if (!w->name_free)
-        return;
-    int shows = kc_name_shows(r, w->source_name);
+        return NULL;
+    char *tmpl = NULL;
+    int shows = kc_name_shows(r, w->source_name, &tmpl);
     if (shows == KC_NAME_FULL || (shows == KC_NAME_BASE && !w->has_based))
         kc_use_named_key(w, r);
     else if (shows == KC_NAME_BASE)
         use_based_key(w, r);
+    else if (shows == KC_NAME_TEMPLATE)
+        use_template_key(w, r);
+    return tmpl;
 }
 
 /*
  * A hit of a request keyed without its name: under that key, or else under
- * the key with its last component, or with it whole (an entry whose result
- * showed that much of the name). 1 (r filled) or 0 (compile, r's key the
- * one without the name).
+ * a log template's, the key with its last component, or with it whole (an
+ * entry whose result showed that much of the name). 1 (r filled, a
+ * template's log filled with the name) or 0 (compile, r's key the one
+ * without the name).
  */
 int kc_name_free_hit(kcache_compiler *c, struct work *w, unsigned flags, struct kc_result *r)
 {
@@ -475,6 +499,10 @@ int kc_name_free_hit(kcache_compiler *c, struct work *w, unsigned flags, struct 
     kcache_entry *e = NULL;
     int as = KC_NAME_NONE;
     int rc = kcache_store_get(&e, c->store, &r->pub.key, get_flags);
+    if (rc == KCACHE_ENOTFOUND) {
+        as = KC_NAME_TEMPLATE;
+        rc = kcache_store_get(&e, c->store, &w->tmpl_key, get_flags);
+    }
     if (rc == KCACHE_ENOTFOUND && w->has_based) {
         as = KC_NAME_BASE;
         rc = kcache_store_get(&e, c->store, &w->based_key, get_flags);
@@ -489,6 +517,8 @@ int kc_name_free_hit(kcache_compiler *c, struct work *w, unsigned flags, struct 
         kc_use_named_key(w, r);
     else if (as == KC_NAME_BASE)
         use_based_key(w, r);
+    else if (as == KC_NAME_TEMPLATE)
+        use_template_key(w, r);
     else
         w->name_free = 0;
     kc_result_from_entry(r, e);
@@ -520,10 +550,12 @@ static const char *name_dir(const struct work *w)
  * plus where headers are searched (a closure names paths, so it must not
  * answer for another search path). compile/key.c encodes it. any: with the
  * name's last component alone and its directory as a place, not a path
- * (w->base_any), for closures recorded relative to it.
+ * (w->base_any), for closures recorded relative to it. tmpl: as any, but
+ * for the entries of log templates, with no name at all (w->base_tmpl): a
+ * kcache that does not know templates never finds a closure that leads to one.
  */
 static int derive_base_as(kcache_compiler *c, const kcache_request *req, struct work *w,
-                          int any, kcache_key *out)
+                          int any, int tmpl, kcache_key *out)
 {
     char cwd[4096];
     if (req->extra_digest_size && !req->extra_digest)
@@ -577,7 +609,9 @@ static int derive_base_as(kcache_compiler *c, const kcache_request *req, struct 
         /* A name without a directory stays a source name: its closures may lead to the key
          * with the name (record_manifest()), which a name with a directory must not reach. */
         const char *slash = strrchr(w->source_name, '/');
-        if (any && slash)
+        if (tmpl)
+            in.log_template = slash ? "/" : "";
+        else if (any && slash)
             in.base_name = slash + 1;
         rc = kc_key_encode_base(out, &in, search, sizes, n_search);
     }
@@ -589,8 +623,10 @@ static int derive_base_as(kcache_compiler *c, const kcache_request *req, struct 
 
 static int derive_base(kcache_compiler *c, const kcache_request *req, struct work *w)
 {
-    int rc = derive_base_as(c, req, w, 0, &w->base);
-    return rc ? rc : derive_base_as(c, req, w, 1, &w->base_any);
+    int rc = derive_base_as(c, req, w, 0, 0, &w->base);
+    if (!rc)
+        rc = derive_base_as(c, req, w, 1, 0, &w->base_any);
+    return rc ? rc : derive_base_as(c, req, w, 1, 1, &w->base_tmpl);
 }
 
 /* Stores a fresh artifact with its inputs, so that verify can recompile it. */
@@ -690,8 +726,13 @@ static void store_compile_step(void *ctx, struct kc_result *r)
         r->pub.keyed = 0;
         return;
     }
-    key_as_shown(s->w, r);
+    char *tmpl = key_as_shown(s->w, r);
+    const char *log = r->pub.log;
+    if (tmpl)
+        r->pub.log = tmpl;
     store_result(s->c, s->w, r);
+    r->pub.log = log;
+    free(tmpl);
 }
 
 /* A miss compiled by the caller's own compiler (kcache_request.compile). */
@@ -819,8 +860,13 @@ void kc_caller_store(void *ctx, struct kc_result *r)
             in[n_in++] = (kcache_input){KCACHE_INPUT_HEADER, req->header_names[i],
                                         req->header_contents[i], strlen(req->header_contents[i])};
     }
-    key_as_shown(s->w, r);
+    char *tmpl = key_as_shown(s->w, r);
+    const char *log = r->pub.log;
+    if (tmpl)
+        r->pub.log = tmpl;
     kc_store_result(s->c, r, s->w->source_name, s->toolchain, in, n_in);
+    r->pub.log = log;
+    free(tmpl);
     free(in);
 }
 
@@ -931,6 +977,9 @@ static int manifest_hit(kcache_compiler *c, const struct work *w, unsigned flags
     /* One key for both where the name has no directory and no place (derive_base_as()). */
     if (!hit && memcmp(w->base.bytes, w->base_any.bytes, KCACHE_KEY_SIZE) != 0)
         hit = manifest_hit_under(c, &w->base, NULL, flags, r, &seen, &held);
+    /* A log template's, last: its log is filled with this name (kc_name_fill()). */
+    if (!hit)
+        hit = manifest_hit_under(c, &w->base_tmpl, name_dir(w), flags, r, &seen, &held);
     /* Why it missed, for the request log (KCACHE_LOG): said only if it does miss. */
     r->miss_why = held ? "its entry left the cache (pruned or evicted)"
                   : seen ? "a header changed since it was remembered (edited, added or removed "
@@ -951,12 +1000,16 @@ static void record_manifest(kcache_compiler *c, const kcache_request *req, const
                             const struct kc_result *r)
 {
     kc_buf blob = {0};
-    int dirless = w->key_free || w->key_based || !strchr(w->source_name, '/');
+    int dirless = w->key_free || w->key_based || w->key_template || !strchr(w->source_name, '/');
     int any = dirless && kc_manifest_any_dir(w->deps.probes, w->deps.n_probes, w->deps.beside_mixed,
                                              req->source_path);
+    /* A log template's closure stands for any name, or is not kept: under the key with the
+     * name, a kcache that does not know templates would find it. */
+    if (w->key_template && !any)
+        return;
+    const kcache_key *base = w->key_template ? &w->base_tmpl : any ? &w->base_any : &w->base;
     if (kc_manifest_encode(&blob, w->deps.probes, w->deps.n_probes, any ? name_dir(w) : NULL) == 0)
-        kc_store_manifest_put(c->store, any ? &w->base_any : &w->base, &r->pub.key,
-                              w->resolved_at, blob.data, blob.size);
+        kc_store_manifest_put(c->store, base, &r->pub.key, w->resolved_at, blob.data, blob.size);
     kc_buf_free(&blob);
 }
 
@@ -1151,6 +1204,9 @@ unkeyed:
     if (c->store && !(req->flags & (KCACHE_COMPILE_KEY_ONLY | KCACHE_COMPILE_NO_CACHE)))
         kc_store_count(c->store, bad_request ? "request_errors" : "errors", 1);
 out:
+    /* A log template's entry, however it was found: its log under this name. */
+    if (!rc && r->pub.hit)
+        rc = kc_name_fill(r, w.source_name);
     kc_work_free(&w);
     return rc;
 }

@@ -179,6 +179,12 @@ struct work {
     int has_based, key_based;
     kcache_key based_key;
     kc_buf based_material;
+    /* The key of a log template (progname.c): for a result whose log shows the
+     * name only as its diagnostics' prefix. */
+    int key_template;
+    kcache_key tmpl_key;
+    kc_buf tmpl_material;
+    kcache_key base_tmpl;    /* the closures of the entries under it */
 };
 
 void kc_work_free(struct work *w);
@@ -236,13 +242,23 @@ int kc_overlap_miss(struct caller_step *s, struct kc_result *r);
  */
 int kc_name_free_request(const kcache_request *req, const struct work *w);
 /*
- * What r's fresh result shows of the name: KC_NAME_FULL (its log is not
- * empty, or its artifact holds the name or its directory), KC_NAME_BASE (the
- * artifact holds the name's last component and nothing else of it), or
- * KC_NAME_NONE.
+ * What r's fresh result shows of the name: KC_NAME_FULL (its artifact holds
+ * the name or its directory, or its log shows the name otherwise than as
+ * its diagnostics' prefix), KC_NAME_BASE (the artifact holds the name's last
+ * component and nothing else of it, and the log is empty), KC_NAME_TEMPLATE
+ * (the artifact holds nothing of it, the log shows it only as that prefix:
+ * *tmpl is the log to store, the name replaced by KC_NAME_PLACEHOLDER; the
+ * caller frees it), or KC_NAME_NONE.
  */
-enum { KC_NAME_NONE = 0, KC_NAME_BASE, KC_NAME_FULL };
-int kc_name_shows(const struct kc_result *r, const char *name);
+enum { KC_NAME_NONE = 0, KC_NAME_TEMPLATE, KC_NAME_BASE, KC_NAME_FULL };
+int kc_name_shows(const struct kc_result *r, const char *name, char **tmpl);
+/* What stands for the name in a stored template: bytes NVRTC's text never holds. */
+#define KC_NAME_PLACEHOLDER "\x01kcache-program-name\x02"
+/*
+ * Where r is a hit of a log template's key (KC_TAG_LOG_TEMPLATE), puts name
+ * in the placeholder's place in its log. 0 or KCACHE_ENOMEM.
+ */
+int kc_name_fill(struct kc_result *r, const char *name);
 
 /*
  * Between progname.c (the macros of a closure's headers and -D operands, and

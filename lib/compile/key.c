@@ -41,6 +41,7 @@ const char *kc_key_tag_name(int tag)
         [KC_TAG_WORKDIR] = "working-directory", [KC_TAG_TOOLKIT_HANDED] = "toolkit-handed",
         [KC_TAG_TOOLKIT_DIR] = "toolkit-include-dir", [KC_TAG_ENVIRONMENT] = "environment",
         [KC_TAG_ANY_NAME] = "any-source-name", [KC_TAG_BASE_NAME] = "source-base-name",
+        [KC_TAG_LOG_TEMPLATE] = "any-source-name-log-template",
     };
     if (tag <= 0 || (size_t)tag >= sizeof(names) / sizeof(names[0]))
         return NULL;
@@ -140,7 +141,9 @@ static int add_compile(kc_keybuf *k, const kc_key_compile *in)
         }
         free(exprs);
     }
-    if (in->any_name)
+    if (in->log_template)
+        kc_key_add_str(k, KC_TAG_LOG_TEMPLATE, in->log_template);
+    else if (in->any_name)
         kc_key_add(k, KC_TAG_ANY_NAME, "", 0);
     else if (in->base_name)
         kc_key_add_str(k, KC_TAG_BASE_NAME, in->base_name);

@@ -36,6 +36,9 @@ typedef struct kc_key_compile {
     const char *source_name;
     int any_name;                 /* KC_TAG_ANY_NAME instead of the name (compile keys only) */
     const char *base_name;        /* else KC_TAG_BASE_NAME with this instead of the name */
+    /* Else KC_TAG_LOG_TEMPLATE with this: "/" for a name in a directory, "" for one
+     * without (a header found beside it is printed with the name's directory). */
+    const char *log_template;
     const void *source;
     size_t source_size;
     const kc_dep *deps;           /* every header read or looked for */

@@ -50,9 +50,30 @@
  * an anonymous namespace's members are named after it, and NVIDIA's NVRTC
  * gives the same bytes for it in any directory (CCCL's CUB kernels, under
  * CuPy's <a new temporary directory>/kern.cu, measured with NVRTC 13.0).
- * Anything else is filed under the key with the name, as before. Misses
- * cost nothing more; a request whose result needs its name costs one or two
- * more lookups on a hit.
+ * A result whose artifact holds no form of the last component and whose
+ * log shows the name only as its diagnostics' prefix is filed under a log
+ * template's key (KC_TAG_LOG_TEMPLATE), its log stored with each prefix's
+ * name replaced by KC_NAME_PLACEHOLDER, which a hit fills with its own name
+ * (kc_name_fill()). Measured with NVRTC 13.0 (an unused variable, #warning,
+ * #pragma message, a warning in a user header, an error; names in two
+ * directories, "a" and "b", "k.cu" and "z/k.cu"; -lineinfo): NVRTC prints
+ * the name verbatim ("./x/../kern.cu", spaces, tabs, UTF-8), a NULL or ""
+ * name as "default_program" (the drop-in passes that as the name); each of
+ * the program's diagnostics starts a line with "NAME(LINE): "; a header's
+ * starts with its path (beside the name: the name's directory); an error's
+ * log ends with 'detected in the compilation of "NAME".' (never stored); no
+ * other byte of the log depends on the name. A log is a template only when
+ * every occurrence of the name is such a prefix at the start of a line, and
+ * what is left holds no trace of it: not the whole name, its last component,
+ * its directory nor the directory's last component, as text or made an
+ * identifier (a directory or its last component under 4 bytes keeps the
+ * name, as for KC_NAME_BASE); the log does not hold the placeholder, the
+ * name no newline. The key says whether the name has a directory: a header
+ * found beside a name without one prints without it.
+ * Anything else is filed under the key with the name, as before. A miss
+ * costs one more entry lookup and one more closure lookup (the template's);
+ * a request whose result needs its name costs one to three more lookups on
+ * a hit.
  */
 #include <ctype.h>
 #include <pthread.h>
@@ -752,8 +773,8 @@ static int holds(const void *bytes, size_t n, const char *needle)
     return 0;
 }
 
-/* 1 if the artifact holds text, as bytes, as PTX's byte lists, or made an identifier. */
-static int holds_any_form(const struct kc_result *r, const char *text, size_t n)
+/* 1 if data holds text, as bytes, as PTX's byte lists, or made an identifier. */
+static int holds_form(const void *data, size_t size, const char *text, size_t n)
 {
     /* As EDG names what an anonymous namespace holds: "_INTERNAL_00000000_7_kern_cu_..."
      * (every byte that cannot be in an identifier becomes '_'). */
@@ -763,26 +784,108 @@ static int holds_any_form(const struct kc_result *r, const char *text, size_t n)
         for (char *p = ident; *p; p++)
             if (!ident_char((unsigned char)*p) || (unsigned char)*p >= 0x80)
                 *p = '_';
-        shows = holds(r->pub.data, r->pub.size, plain) || holds(r->pub.data, r->pub.size, ident);
+        shows = holds(data, size, plain) || holds(data, size, ident);
     }
     free(plain);
     free(ident);
     return shows;
 }
 
-int kc_name_shows(const struct kc_result *r, const char *name)
+static int holds_any_form(const struct kc_result *r, const char *text, size_t n)
 {
-    if (r->pub.log && r->pub.log[0])
-        return KC_NAME_FULL;
+    return holds_form(r->pub.data, r->pub.size, text, n);
+}
+
+/*
+ * The parts of a name that must not show: its last component (*last), and
+ * for a name in a directory the directory (*dir_n bytes of name) and its own
+ * last component (*dir_last, *dir_last_n bytes). Returns 0 when the name has
+ * no last component, or a directory too short to tell from other bytes.
+ */
+static int name_parts(const char *name, const char **last, size_t *dir_n, const char **dir_last,
+                      size_t *dir_last_n)
+{
     const char *slash = strrchr(name, '/');
-    const char *last = slash ? slash + 1 : name;
+    *last = slash ? slash + 1 : name;
+    *dir_n = *dir_last_n = 0;
+    *dir_last = slash ? slash : name;
+    if (!**last)
+        return 0;
+    if (!slash)
+        return 1;
+    while (*dir_last > name && (*dir_last)[-1] != '/')
+        (*dir_last)--;
+    *dir_n = (size_t)(slash - name);
+    *dir_last_n = (size_t)(slash - *dir_last);
+    return *dir_n >= 4 && *dir_last_n >= 4;
+}
+
+/*
+ * The length of the prefix NVRTC starts a diagnostic of the program with,
+ * "NAME(LINE)", at line (n bytes, no newline), or 0.
+ */
+static size_t diagnostic_prefix(const char *line, size_t n, const char *name, size_t len)
+{
+    if (n < len + 3 || memcmp(line, name, len) != 0 || line[len] != '(')
+        return 0;
+    size_t i = len + 1;
+    while (i < n && isdigit((unsigned char)line[i]))
+        i++;
+    return i > len + 1 && i < n && line[i] == ')' ? len : 0;
+}
+
+/*
+ * log as a template for name (see the head comment), or NULL: the log shows
+ * the name in another way, or memory ran out (the name is then keyed).
+ */
+static char *log_template(const char *log, const char *name)
+{
+    const char *last, *dir_last;
+    size_t dir_n, dir_last_n, len = strlen(name);
+    if (!name_parts(name, &last, &dir_n, &dir_last, &dir_last_n) || strchr(name, '\n') ||
+        strstr(name, KC_NAME_PLACEHOLDER) || strstr(log, KC_NAME_PLACEHOLDER))
+        return NULL;
+    kc_buf tmpl = {0}, rest = {0}; /* the template, and the log less the prefixes */
+    int failed = 0;
+    for (const char *p = log; *p && !failed;) {
+        size_t n = strcspn(p, "\n"), eol = n + (p[n] == '\n');
+        size_t prefix = diagnostic_prefix(p, n, name, len);
+        if (prefix)
+            failed = kc_buf_append(&tmpl, KC_NAME_PLACEHOLDER, strlen(KC_NAME_PLACEHOLDER));
+        failed = failed || kc_buf_append(&tmpl, p + prefix, eol - prefix) ||
+                 kc_buf_append(&rest, p + prefix, eol - prefix);
+        p += eol;
+    }
+    failed = failed || kc_buf_append(&tmpl, "", 1);
+    if (!failed && rest.size)
+        failed = holds_form(rest.data, rest.size, name, len) ||
+                 holds_form(rest.data, rest.size, last, strlen(last)) ||
+                 (dir_n && (holds_form(rest.data, rest.size, name, dir_n) ||
+                            holds_form(rest.data, rest.size, dir_last, dir_last_n)));
+    kc_buf_free(&rest);
+    if (failed) {
+        kc_buf_free(&tmpl);
+        return NULL;
+    }
+    return (char *)tmpl.data;
+}
+
+int kc_name_shows(const struct kc_result *r, const char *name, char **tmpl)
+{
+    *tmpl = NULL;
+    const char *last, *dir_last;
+    size_t dir_n, dir_last_n;
+    int parts = name_parts(name, &last, &dir_n, &dir_last, &dir_last_n);
     /* A name with no last component: nothing to look for, so it is kept. */
     if (!*last)
         return KC_NAME_FULL;
-    if (!holds_any_form(r, last, strlen(last)))
-        return KC_NAME_NONE;
-    if (!slash)
-        return KC_NAME_FULL;
+    int log = r->pub.log && r->pub.log[0];
+    if (!holds_any_form(r, last, strlen(last))) {
+        if (!log)
+            return KC_NAME_NONE;
+        *tmpl = log_template(r->pub.log, name);
+        return *tmpl ? KC_NAME_TEMPLATE : KC_NAME_FULL;
+    }
     /*
      * The last component shows (an anonymous namespace's members are named
      * after it; NVRTC 13 gives the same bytes for it in any directory). Its
@@ -790,12 +893,43 @@ int kc_name_shows(const struct kc_result *r, const char *name)
      * last component (a temporary directory's name). A directory too short
      * to tell from other bytes keeps the whole name.
      */
-    const char *dir_last = slash;
-    while (dir_last > name && dir_last[-1] != '/')
-        dir_last--;
-    size_t dir_n = (size_t)(slash - name), dir_last_n = (size_t)(slash - dir_last);
-    if (dir_n < 4 || dir_last_n < 4 || holds_any_form(r, name, strlen(name)) ||
+    if (log || !dir_n || !parts || holds_any_form(r, name, strlen(name)) ||
         holds_any_form(r, name, dir_n) || holds_any_form(r, dir_last, dir_last_n))
         return KC_NAME_FULL;
     return KC_NAME_BASE;
+}
+
+/* 1 if key material is a log template's (KC_TAG_LOG_TEMPLATE). */
+static int is_template(void *ud, int tag, const uint8_t *data, size_t n)
+{
+    (void)ud, (void)data, (void)n;
+    return tag == KC_TAG_LOG_TEMPLATE;
+}
+
+int kc_name_fill(struct kc_result *r, const char *name)
+{
+    const kcache_entry *e = r->entry;
+    if (!e || !r->pub.log || !strstr(r->pub.log, KC_NAME_PLACEHOLDER) ||
+        kc_key_walk(e->key_material, e->key_material_size, is_template, NULL) != 1)
+        return 0;
+    /* NVRTC prints an empty name as it prints NULL (measured with 13.0). */
+    if (!*name)
+        name = "default_program";
+    kc_buf b = {0};
+    size_t len = strlen(KC_NAME_PLACEHOLDER);
+    int failed = 0;
+    for (const char *p = r->pub.log; *p && !failed;) {
+        const char *at = strstr(p, KC_NAME_PLACEHOLDER);
+        size_t n = at ? (size_t)(at - p) : strlen(p);
+        failed = kc_buf_append(&b, p, n) || (at && kc_buf_append(&b, name, strlen(name)));
+        p += n + (at ? len : 0);
+    }
+    if (failed || kc_buf_append(&b, "", 1)) {
+        kc_buf_free(&b);
+        return KCACHE_ENOMEM;
+    }
+    free(r->log);
+    r->log = (char *)b.data;
+    r->pub.log = r->log;
+    return 0;
 }

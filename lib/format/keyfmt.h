@@ -69,6 +69,12 @@ enum kc_key_tag {
      * after it) and nothing else of the name, and its log was empty
      * (compile/progname.c). */
     KC_TAG_BASE_NAME = 22,
+    /* In place of KC_TAG_SOURCE_NAME: as KC_TAG_ANY_NAME, but the entry's log
+     * is a template, each occurrence of the source's name in it replaced by
+     * a placeholder that a hit fills with its own name (compile/progname.c).
+     * "/" for a name in a directory, "" for one without. A key of its own,
+     * so that a kcache that does not know templates never serves one as a log. */
+    KC_TAG_LOG_TEMPLATE = 23,
 };
 
 /* Walks an encoding; fn gets the tag and its bytes. Returns 0, fn's value or KCACHE_ECORRUPT. */

@@ -14,6 +14,9 @@ macro hands a piece), another name must get NVIDIA's answer for that
 name, never the first name's: every run under the drop-in is compared with
 NVIDIA's library alone, for the name it was given. An anonymous namespace's
 kernel hits under a name with the same base name in another directory.
+A log whose diagnostics start with the name, and show it nowhere else, is
+kept as a template: another directory hits and gets NVIDIA's log for its
+own name; a log that shows the name otherwise misses (TEMPLATES).
 """
 import os
 import sys
@@ -265,11 +268,72 @@ def sensitive(run, tmp):
                   f"{case} {arch}: the first name, NVIDIA's answer, then a hit ({r1}, {r2})")
 
 
+TW = "template <class T> __device__ T kc_tw(T t) { return t << 40; }"
+# name: (source, options, a header beside each name, whether another directory hits)
+TEMPLATES = {
+    "template-unused": (KERNEL % "int kc_unused; v[0] = 1;", [], None, True),
+    "template-directive": ("#warning the program warns\n" + KERNEL % "v[0] = 2;", [], None, True),
+    "template-header": ('#include "warns.h"\n' + KERNEL % "int kc_u; v[0] = kc_twice(3);",
+                        ["-I{inc}"], None, True),
+    # Line information holds the name: keyed with it, warning or not.
+    "template-lineinfo": (KERNEL % "int kc_li; v[0] = 3;", ["-lineinfo"], None, False),
+    "template-quoted": ("#warning kern.cu is named here\n" + KERNEL % "v[0] = 4;", [], None,
+                        False),
+    # "detected during instantiation of ... at line 2": in the program, no name...
+    "template-instantiated": (TW + "\n" + KERNEL % "v[0] = kc_tw(1);", [], None, True),
+    # ... from a header, "at line 2 of NAME": the name past the prefix.
+    "template-instantiated-header": ('#include "tw.h"\n' + KERNEL % "v[0] = kc_tw(2);",
+                                     ["-I{inc}"], None, False),
+    "template-header-named": ('#include "kern.cu.h"\n' + KERNEL % "v[0] = 5;", ["-I{inc}"], None,
+                              False),
+    "template-header-beside": ('#include "beside.h"\n' + KERNEL % "v[0] = 6;", [],
+                               "#warning beside the name\n", False),
+    # A name so short that other words of the log hold it.
+    "template-short": (KERNEL % "int kc_short; v[0] = 7;", [], None, False),
+}
+WARNS_HEADER = """#pragma once
+#warning a user header warns
+__device__ inline int kc_twice(int x) { int kc_h; return 2 * x; }
+"""
+
+
+def templates(run, tmp):
+    inc = os.path.join(tmp, "tmpl-include")
+    write(os.path.join(inc, "warns.h"), WARNS_HEADER)
+    write(os.path.join(inc, "kern.cu.h"), "#warning its path holds the name's last component\n")
+    write(os.path.join(inc, "tw.h"), TW + "\n")
+    for case, (text, opts, beside, hits) in TEMPLATES.items():
+        if ONLY and case not in ONLY:
+            continue
+        src = os.path.join(tmp, case + ".cu")
+        write(src, text)
+        argv = ["-arch=sm_90"] + [o.format(inc=inc) for o in opts]
+        if case == "template-short":
+            first, second = "a", "b"
+        else:
+            first, second = fresh_name(tmp), fresh_name(tmp)
+        for name in (first, second):
+            if beside:
+                write(os.path.join(os.path.dirname(name), "beside.h"), beside)
+        ref1, _ = run.one(src, first, argv, False)
+        got1, r1 = run.one(src, first, argv, True)
+        ref2, _ = run.one(src, second, argv, False)
+        got2, r2 = run.one(src, second, argv, True)
+        check(ref1.startswith(b"rc 0") and b"warning" in ref1,
+              f"{case}: NVIDIA's log warns ({ref1[:120]!r})")
+        check(got1 == ref1 and r1.get("misses") == 1,
+              f"{case}: first process, a miss with NVIDIA's log and bytes ({r1})")
+        check(got2 == ref2, f"{case}: {second} gets NVIDIA's log and bytes for its name ({r2})")
+        got = "hit" if r2.get("hits") == 1 and not r2.get("misses") else "miss"
+        check(got == ("hit" if hits else "miss"), f"{case}: another name, a {got} ({r2})")
+
+
 def main():
     with tempfile.TemporaryDirectory(prefix="kcache progname ") as tmp:
         run = Run(tmp)
         cupy_like(run, tmp)
         sensitive(run, tmp)
+        templates(run, tmp)
     return check.status()
 
 

@@ -904,6 +904,25 @@ NAME_USES = {
 }
 
 
+# Warnings besides the name's use, each a prelude, expressions it stores and what the
+# headers add: NVRTC starts every diagnostic with the name, and a log that shows it
+# only there is kept as a template (compile/progname.c); one that shows it
+# elsewhere must not be.
+KC_TW = "template <class T> __device__ T kc_tw(T t) { return t << 40; }"
+WARNINGS = {
+    "unused": ("__device__ int kc_w2() { int kc_unused2; return 5; }\n", [("kc_w2()", None)],
+               ""),
+    "directive": ("#warning the program warns\n", [], ""),
+    "quoted": ("#warning kern.cu is quoted\n", [], ""),
+    # "... detected during instantiation of ... at line 7": in the program, no name...
+    "instantiated": (KC_TW + "\n", [("kc_tw(1)", None)], ""),
+    # ... from a header, "at line 7 of NAME": the name past the prefix.
+    "instantiated-header": ("", [("kc_tw(2)", None)], KC_TW),
+    # In a header (pn.h beside some names too: its path holds the name's directory).
+    "header": ("", [], "#warning the header warns"),
+}
+
+
 # Names a ## can build (compile/paste.c): the program's name through __FILE__,
 # __BASE_FILE__ or a header's macro that expands __FILE__; __LINE__ and a namespace
 # that carry no name (CCCL's _LIBCUDACXX_CONCAT(__, _LIBCUDACXX_CUDA_ABI_VERSION)).
@@ -1045,7 +1064,14 @@ def gen_progname(rng, paste=False, header_paste=False):
     f = Files(rng)
     use = ("header-paste" if header_paste else "paste" if paste else
            rng.choice(list(NAME_USES) + ["paste"] * 4 + ["header-paste"] * 2))
-    setup = [f.add("inc1/a.h", 0), f.add("inc1/b.h", 1), f.add("inc1/pn.h", 2),
+    # At times a warning too (WARNINGS, or a #warning in a header), so that logs with
+    # the name in them are served under other names.
+    warn = rng.choice([None] * 4 + list(WARNINGS))
+    if use == "beside-name" and rng.random() < 0.5:
+        warn = "header"
+    w_prelude, w_extra, h_extra = WARNINGS.get(warn, ("", [], ""))
+    setup = [f.add("inc1/a.h", 0, extra=h_extra), f.add("inc1/b.h", 1),
+             f.add("inc1/pn.h", 2, extra=h_extra if warn == "header" else ""),
              ("write", "inc1/where.h", "#define KC_WHERE __FILE__\n")]
     if use == "header-paste":
         prelude, extra, opts, text, pre, use = header_paste_use(rng)
@@ -1057,6 +1083,7 @@ def gen_progname(rng, paste=False, header_paste=False):
         setup.append(("write", "inc1/kcpaste.h", text))
     else:
         prelude, extra, opts = NAME_USES[use]
+    prelude, extra = w_prelude + prelude, list(w_extra) + list(extra)
     setup.append(("write", "src/k.cu", kernel(prelude + '#include "a.h"\n#include <b.h>\n', 3,
                                               extra)))
     pool = [program_name(rng, "{R}/names") for _ in range(3)]
@@ -1071,7 +1098,8 @@ def gen_progname(rng, paste=False, header_paste=False):
         rel = os.path.join(os.path.dirname(n[len("{R}/"):]), "pn.h")
         if rng.random() < 0.5:
             return [("rm", rel)]
-        return [f.add(rel, 2) if rel not in f.specs else f.edit(rel)]
+        return [f.add(rel, 2, extra=h_extra if warn == "header" else "") if rel not in f.specs
+                else f.edit(rel)]
 
     first = name()
     setup += beside(first)

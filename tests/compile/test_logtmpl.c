@@ -1,0 +1,172 @@
+/*
+ * A log with the program's name in it (every NVRTC diagnostic starts with
+ * "NAME(LINE): "), under CuPy's names, <a new temporary directory>/kern.cu:
+ * a warning's log is kept as a template, so a second store handle compiling
+ * the same source under a name in another directory hits, and its log is
+ * byte for byte what NVIDIA's NVRTC alone gives under that name
+ * (compile/progname.c). A log that shows the name any other way (quoted in
+ * a message, a header's path, a short name found inside other words) is
+ * never served to another name: that compile misses, and its log too is
+ * NVRTC's own. A header's warning is compared with kcache's own miss under
+ * that name in another cache: a hermetic compile hands NVRTC the header by
+ * its spelling, which its log shows in place of the path NVRTC alone would
+ * print. Skips (77) where the toolkit is missing.
+ */
+#include <kcache/compile.h>
+#include <sys/stat.h>
+
+#include "compiletest.h"
+
+static char db[600], inc[600], inc_opt[620];
+static const char *opts[] = {"-arch=compute_90", inc_opt};
+
+/* The log NVIDIA's NVRTC alone gives for text named name (the caller frees it). */
+static char *nvrtc_log(const kc_nvrtc *api, const char *text, const char *name)
+{
+    nvrtcProgram p;
+    size_t n = 0;
+    REQUIRE(api->CreateProgram(&p, text, name, 0, NULL, NULL) == NVRTC_SUCCESS);
+    REQUIRE(api->CompileProgram(p, 2, opts) == NVRTC_SUCCESS);
+    REQUIRE(api->GetProgramLogSize(p, &n) == NVRTC_SUCCESS && n > 0);
+    char *log = malloc(n);
+    REQUIRE(log && api->GetProgramLog(p, log) == NVRTC_SUCCESS);
+    REQUIRE(api->DestroyProgram(&p) == NVRTC_SUCCESS);
+    return log;
+}
+
+/*
+ * Compiles text named name through a new handle on the store at path, its log
+ * into *log (the caller frees it) where log is not NULL: 1 on a hit, 0 on a miss.
+ */
+static int compile_at(const char *path, const char *text, const char *name, char **log)
+{
+    kcache_store *s = ct_store_open(path);
+    REQUIRE(s);
+    kcache_compiler *c = ct_compiler(s, NULL);
+    kcache_request r = KCACHE_REQUEST_INIT;
+    r.source = text;
+    r.source_name = name;
+    r.arch = "compute_90";
+    r.output = KCACHE_KIND_PTX;
+    r.options = opts + 1;
+    r.n_options = 1;
+    kcache_result *res = NULL;
+    REQUIRE(kcache_compiler_compile(&res, c, &r) == 0 && res->keyed);
+    REQUIRE(!log || (*log = strdup(res->log)));
+    int hit = res->hit;
+    kcache_result_free(res);
+    kcache_compiler_free(c);
+    kcache_store_close(s);
+    return hit;
+}
+
+/*
+ * compile_at() on the test's store: 1 on a hit, 0 on a miss. The log must be
+ * NVRTC's alone for name, or with header, kcache's miss in a new cache.
+ */
+static int compile(const kc_nvrtc *api, const char *text, const char *name, int header)
+{
+    static int n_cold;
+    char *got = NULL, *want = NULL, cold[700];
+    int hit = compile_at(db, text, name, &got);
+    snprintf(cold, sizeof(cold), "%s/cold-%d.db", test_dir(), n_cold++);
+    if (header)
+        CHECK(compile_at(cold, text, name, &want) == 0);
+    else
+        want = nvrtc_log(api, text, name);
+    if (strcmp(got, want) != 0) {
+        fprintf(stderr, "%s (%s): the log is not %s:\n--- kcache\n%s--- wanted\n%s", name,
+                hit ? "hit" : "miss", header ? "a miss's" : "NVRTC's", got, want);
+        CHECK(0);
+    }
+    CHECK(strlen(got) > 0);
+    free(got);
+    free(want);
+    return hit;
+}
+
+/* A new directory under the test's, and the program name in it. */
+static void name_in(char *name, size_t size, const char *dir, const char *last)
+{
+    char d[600];
+    snprintf(d, sizeof(d), "%s/%s", test_dir(), dir);
+    REQUIRE(mkdir(d, 0700) == 0);
+    snprintf(name, size, "%s/%s", d, last);
+}
+
+/* text under two names: the second hits (want_hit) or misses, each with NVRTC's log. */
+static void case_of(const kc_nvrtc *api, const char *what, const char *text, const char *first,
+                    const char *second, int want_hit)
+{
+    int header = strstr(text, "#include") != NULL;
+    CHECK(compile(api, text, first, header) == 0);
+    int hit = compile(api, text, second, header);
+    if (hit != want_hit)
+        fprintf(stderr, "%s: %s under %s\n", what, hit ? "a hit" : "a miss", second);
+    CHECK(hit == want_hit);
+    CHECK(compile(api, text, first, header) == 1); /* the first name again: its own log */
+}
+
+#define KERNEL "extern \"C\" __global__ void k(int *v) { "
+
+int main(void)
+{
+    kc_toolkit tk;
+    const kc_nvrtc *api = NULL;
+    if (ct_nvrtc_find(&tk, &api))
+        return TEST_SKIP;
+    snprintf(db, sizeof(db), "%s/cache.db", test_dir());
+    snprintf(inc, sizeof(inc), "%s/include", test_dir());
+    snprintf(inc_opt, sizeof(inc_opt), "-I%s", inc);
+    REQUIRE(mkdir(inc, 0700) == 0);
+    char path[700];
+    snprintf(path, sizeof(path), "%s/warns.h", inc);
+    test_write_text(path, "#pragma once\n#warning a user header warns\n"
+                          "__device__ inline int kc_twice(int x) { int kc_h; return 2 * x; }\n");
+    snprintf(path, sizeof(path), "%s/tw.h", inc);
+    test_write_text(path, "template <class T> __device__ T kc_tw(T t) { return t << 40; }\n");
+    snprintf(path, sizeof(path), "%s/kern.cu.h", inc);
+    test_write_text(path, "#pragma once\n#warning its path holds the name's last component\n");
+
+    char a[700], b[700], c[700], d[700], f[720];
+    name_in(a, sizeof(a), "tmpAlpha1", "kern.cu");
+    name_in(b, sizeof(b), "tmpBravo22", "kern.cu");
+    name_in(c, sizeof(c), "tmpCharlie", "kern.cu");
+    name_in(d, sizeof(d), "tmpDelta4", "kern.cu");
+
+    /* Warnings of the program, of a #warning, of a user header: templates. */
+    case_of(api, "unused variable", KERNEL "int kc_unused; v[0] = 1; }\n", a, b, 1);
+    case_of(api, "#warning", "#warning the program warns\n" KERNEL "v[0] = 2; }\n", a, b, 1);
+    case_of(api, "a header's warning",
+            "#include \"warns.h\"\n" KERNEL "int kc_u; v[0] = kc_twice(3); }\n", a, b, 1);
+    /* Another last component, with a directory or none: the same template. */
+    case_of(api, "another last component", KERNEL "int kc_other; v[0] = 4; }\n", c, "tmpEcho5/k2.cu",
+            1);
+
+    /* A name without a directory, then the empty name, which NVRTC prints as
+     * "default_program". */
+    case_of(api, "an empty name", KERNEL "int kc_empty; v[0] = 11; }\n", "kern.cu", "", 1);
+
+    /* The name quoted in a message: never another name's log. */
+    case_of(api, "#warning naming kern.cu", "#warning kern.cu is named here\n" KERNEL "v[0] = 5; }\n",
+            a, b, 0);
+    case_of(api, "#pragma message naming the directory",
+            "#pragma message(\"tmpCharlie\")\n" KERNEL "int kc_w; v[0] = 6; }\n", c, d, 0);
+    /* An instantiation's context: "at line 1" in the program... */
+    case_of(api, "an instantiation in the program", "template <class T> __device__ T "
+            "kc_tw(T t) { return t << 40; }\n" KERNEL "v[0] = kc_tw(11); }\n", a, b, 1);
+    /* ... "at line 2 of NAME" from a header, past the prefix. */
+    case_of(api, "an instantiation from a header",
+            "#include \"tw.h\"\n" KERNEL "v[0] = kc_tw(12); }\n", a, b, 0);
+    /* A header whose path holds the name's last component. */
+    case_of(api, "a header named after it", "#include \"kern.cu.h\"\n" KERNEL "v[0] = 7; }\n", a,
+            b, 0);
+    /* A name so short that other words hold it. */
+    case_of(api, "a short name", KERNEL "int kc_short; v[0] = 9; }\n", "a", "b", 0);
+    /* A directory too short to tell from other text ("tmp"). */
+    snprintf(f, sizeof(f), "%s/kern.cu", a);
+    case_of(api, "a short directory", KERNEL "int kc_shortdir; v[0] = 10; }\n", "tmp/kern.cu", f,
+            0);
+    kc_toolkit_free(&tk);
+    return test_done();
+}
