@@ -1013,11 +1013,55 @@ static void record_manifest(kcache_compiler *c, const kcache_request *req, const
     kc_buf_free(&blob);
 }
 
+/*
+ * Whether the bytes hold the path NVRTC opened each header by: -G's debug
+ * information names every file that gave code, and so does LTO-IR, where
+ * kcache's own compile hands user headers over in memory under names of its
+ * own (deps.c). Measured with NVRTC 13.0: a template of a header found
+ * through -I gave ".file 2 \"<the source's directory>/a.h\"" under -G where
+ * NVRTC reading the disk says "<the -I directory>/a.h", and LTO-IR 28 bytes
+ * shorter. -lineinfo gave NVRTC's own bytes (tests/compile/test_debugpaths.c).
+ */
+static int bytes_name_paths(const struct work *w)
+{
+    if (w->opts.dlto)
+        return 1;
+    for (size_t i = 0; i < w->opts.n_canonical; i++)
+        if (!strcmp(w->opts.canonical[i], "--device-debug"))
+            return 1;
+    return 0;
+}
+
+/*
+ * A compile of kcache's own whose bytes hold headers' paths, with a user
+ * header among its inputs: only NVRTC reading the disk gives NVRTC's bytes,
+ * so it compiles so, uncached. A caller's own compiler (the drop-in's NVIDIA
+ * NVRTC) reads the disk itself, and toolkit headers are handed by their
+ * real paths (resolve/hermetic.c): those stay cached.
+ */
+static void judge_paths(const kcache_request *req, struct work *w)
+{
+    if (w->deps.not_hermetic || (req->version >= 2 && req->compile) || !bytes_name_paths(w))
+        return;
+    for (size_t i = 0; i < w->deps.n_deps; i++) {
+        if (w->deps.deps[i].state != KC_DEP_USER)
+            continue;
+        w->deps.not_hermetic = 1;
+        snprintf(w->deps.reason, sizeof(w->deps.reason), "header_paths_in_bytes");
+        snprintf(w->deps.problem, sizeof(w->deps.problem),
+                 "-G and -dlto write the path NVRTC opens each header by into the kernel, and "
+                 "%s would be handed over under another name", w->deps.deps[i].name);
+        return;
+    }
+}
+
 int kc_resolve_and_key(kcache_compiler *c, const kcache_request *req, struct work *w,
                        struct kc_result *r)
 {
     int borrowed = borrow_resolution(c, req, w);
     int rc = borrowed < 0 ? borrowed : borrowed ? 0 : resolve_deps(c, req, w, r);
+    if (!rc)
+        judge_paths(req, w);
     if (!rc)
         rc = derive_key(c, req, w, r);
     if (!rc && w->env.reason[0] && !w->deps.not_hermetic) {
@@ -1131,6 +1175,10 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     unsigned key_only = req->flags & KCACHE_COMPILE_KEY_ONLY;
     /* Options NVRTC is left to read are not all in the base key: no closure is tried. */
     int opts_uncached = w.opts.uncached_reason || w.opts.several_archs;
+    /* Bytes that name headers' paths: a closure cannot say whether a user header is
+     * among the inputs before the resolution does (judge_paths()). */
+    if (bytes_name_paths(&w) && !(req->version >= 2 && req->compile))
+        opts_uncached = 1;
     int try_manifest = c->store && !kc_toolkit_id_unknown(c->tk.nvrtc_id) && !opts_uncached &&
                        !w.env.reason[0] &&
                        !(req->flags & (KCACHE_COMPILE_NO_CACHE | KCACHE_COMPILE_REFRESH)) &&

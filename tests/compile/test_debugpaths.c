@@ -1,0 +1,112 @@
+/*
+ * -G and -dlto write the path NVRTC opened each header by into the bytes (the
+ * debug information's file table; LTO-IR), and kcache's hermetic compile
+ * hands user headers to NVRTC in memory under names of its own: a template of
+ * a user header found through -I gave ".file 2 \"<the source's directory>/a.h\""
+ * under -G where NVRTC reading the disk says "<the -I directory>/a.h". Such a
+ * compile must give NVRTC's own bytes: with any user header (whether it gives
+ * code cannot be told before the compile) it compiles reading the disk,
+ * uncached. Without a user header, or with -lineinfo, the hermetic compile's
+ * bytes are NVRTC's and the result is cached. Skips (77) where the toolkit is
+ * missing.
+ */
+#include <kcache/compile.h>
+#include <sys/stat.h>
+
+#include "compiletest.h"
+
+static char db[600], inc_opt[620], src_path[620];
+
+/* What NVIDIA's NVRTC alone gives for text (its PTX, or LTO-IR with -dlto); *size set. */
+static char *nvrtc_bytes(const kc_nvrtc *api, const char *text, const char *const *opts,
+                         int n_opts, int ltoir, size_t *size)
+{
+    nvrtcProgram p;
+    REQUIRE(api->CreateProgram(&p, text, src_path, 0, NULL, NULL) == NVRTC_SUCCESS);
+    REQUIRE(api->CompileProgram(p, n_opts, opts) == NVRTC_SUCCESS);
+    REQUIRE((ltoir ? api->GetLTOIRSize(p, size) : api->GetPTXSize(p, size)) == NVRTC_SUCCESS);
+    char *out = malloc(*size);
+    REQUIRE(out && (ltoir ? api->GetLTOIR(p, out) : api->GetPTX(p, out)) == NVRTC_SUCCESS);
+    REQUIRE(api->DestroyProgram(&p) == NVRTC_SUCCESS);
+    return out;
+}
+
+/* text compiled by kcache with opts and by NVRTC alone: the same bytes; *keyed, *hit set. */
+static int same_as_nvrtc(const kc_nvrtc *api, const char *what, const char *text,
+                         const char *flag, int *keyed, int *hit)
+{
+    int ltoir = !strcmp(flag, "-dlto");
+    const char *opts[] = {"-arch=sm_90", inc_opt, flag};
+    size_t want_size = 0;
+    char *want = nvrtc_bytes(api, text, opts, 3, ltoir, &want_size);
+    kcache_store *s = ct_store_open(db);
+    REQUIRE(s);
+    kcache_compiler *c = ct_compiler(s, NULL);
+    kcache_request r = KCACHE_REQUEST_INIT;
+    r.source = text;
+    r.source_name = src_path;
+    r.arch = "sm_90";
+    r.output = ltoir ? KCACHE_KIND_LTOIR : KCACHE_KIND_PTX;
+    r.options = opts + 1;
+    r.n_options = 2;
+    kcache_result *res = NULL;
+    REQUIRE(kcache_compiler_compile(&res, c, &r) == 0);
+    if (!ltoir && want_size && !want[want_size - 1])
+        want_size--; /* NVRTC counts PTX's terminating NUL; kcache's size does not */
+    int same = res->size == want_size && !memcmp(res->data, want, want_size);
+    if (!same)
+        fprintf(stderr, "%s %s: kcache's %zu bytes are not NVRTC's %zu\n", what, flag,
+                res->size, want_size);
+    *keyed = res->keyed;
+    *hit = res->hit;
+    kcache_result_free(res);
+    kcache_compiler_free(c);
+    kcache_store_close(s);
+    free(want);
+    return same;
+}
+
+int main(void)
+{
+    kc_toolkit tk;
+    const kc_nvrtc *api = NULL;
+    if (ct_nvrtc_find(&tk, &api))
+        return TEST_SKIP;
+    char inc[600], src[600], header[700];
+    snprintf(db, sizeof(db), "%s/cache.db", test_dir());
+    snprintf(inc, sizeof(inc), "%s/inc", test_dir());
+    snprintf(src, sizeof(src), "%s/src", test_dir());
+    snprintf(inc_opt, sizeof(inc_opt), "-I%s", inc);
+    snprintf(src_path, sizeof(src_path), "%s/k.cu", src);
+    REQUIRE(mkdir(inc, 0700) == 0 && mkdir(src, 0700) == 0);
+    snprintf(header, sizeof(header), "%s/a.h", inc);
+    test_write_text(header, "#pragma once\n#define KC_SIX 6\n"
+                            "template <class T> __device__ T kc_tw(T t) { return t << 4; }\n");
+    snprintf(header, sizeof(header), "%s/m.h", inc);
+    test_write_text(header, "#pragma once\n#define KC_SEVEN 7\n");
+    static const char code[] = "#include \"a.h\"\n"
+                               "extern \"C\" __global__ void k(int *o) { o[0] = kc_tw(KC_SIX); }\n";
+    static const char macros[] = "#include \"m.h\"\n"
+                                 "extern \"C\" __global__ void k(int *o) { o[0] = KC_SEVEN; }\n";
+    static const char alone[] = "extern \"C\" __global__ void k(int *o) { o[0] = 8; }\n";
+    int keyed, hit;
+    /* A user header under -G and -dlto: NVRTC's bytes, twice, never from the cache. */
+    static const char *const paths[] = {"-G", "-dlto"};
+    for (int i = 0; i < 2; i++)
+        for (int round = 0; round < 2; round++) {
+            CHECK(same_as_nvrtc(api, "a user header's code", code, paths[i], &keyed, &hit));
+            CHECK(!keyed && !hit);
+            CHECK(same_as_nvrtc(api, "a user header's macros", macros, paths[i], &keyed, &hit));
+            CHECK(!keyed && !hit);
+        }
+    /* No user header, or -lineinfo: the hermetic bytes are NVRTC's, and cached. */
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < 2; i++) {
+            CHECK(same_as_nvrtc(api, "no user header", alone, paths[i], &keyed, &hit));
+            CHECK(keyed && hit == round);
+        }
+        CHECK(same_as_nvrtc(api, "a user header's code", code, "-lineinfo", &keyed, &hit));
+        CHECK(keyed && hit == round);
+    }
+    return test_done();
+}
