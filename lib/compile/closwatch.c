@@ -27,6 +27,30 @@
  * of a closure share most of their path: a walk starts where it parts
  * from the last one.
  *
+ * Closures of one process share most of their files (CuPy's share most
+ * of CCCL), and a closure's watch takes what another's found without a
+ * syscall: on the watch of a directory watched whole, each name looked up
+ * there is noted with what it named (a regular file of the directory's
+ * file system, with that file's watch; or no symbolic link), valid while
+ * the directory's generation is the one it was noted at. That is the
+ * answer the syscalls would give. Every event in such a directory counts,
+ * and a name comes to name another inode, a link or nothing only by an
+ * entry created, removed or renamed there (IN_CREATE, IN_DELETE,
+ * IN_MOVED_FROM, IN_MOVED_TO), each an event. A file that keeps its name
+ * there is not freed, so its watch stays (its slot is still checked:
+ * IN_IGNORED clears it), and asked for that inode again the kernel would
+ * hand back that very descriptor; it is listed with its generation when the
+ * watches are in place, so an edit made before that (through another link:
+ * no event in the directory) is seen by the check, one after by the memo.
+ * A note made before an event that is read later carries the generation
+ * that event moves on from, so it is never taken after it. Descriptors are
+ * not handed out again within an instance before it is replaced (they
+ * count up, and it is replaced half way to MAX_WD); an overflow or a mount
+ * moves every generation and drops the notes; a forked child starts
+ * without them; a name taken this way takes no watch, so the budget is as
+ * it was. The walk to a directory is not shared: it costs a few syscalls a
+ * component, ~10 directories a closure against ~2,000 probes.
+ *
  * Watching costs a few syscalls a file more than a check, so a closure is
  * watched on its second check in the process (a process that checks it
  * once, as the CLI does, never pays). The generation of every watch is
@@ -90,6 +114,7 @@
 #include <unistd.h>
 
 #include "compile/manifest.h"
+#include "util/strmap.h"
 
 #define DIR_MASK                                                                                   \
     (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_CREATE | IN_DELETE | IN_MOVED_FROM |             \
@@ -108,6 +133,11 @@ struct slot {
     uint8_t all;   /* every event counts: a closure's directory, or a file */
     uint8_t n_names;
     char **names;  /* else only those naming one of these (an ancestor's next component) */
+    /* A closure's directory: what its names were found to be while the generation was
+     * known_gen (cover_probe_locked()): 1 + the wd of the regular file there, or 0: no
+     * symbolic link there. */
+    kc_smap known;
+    uint32_t known_gen;
 };
 
 struct seen {
@@ -168,12 +198,12 @@ static struct {
     uint8_t seen[MAX_SEEN][16]; /* the digests' first bytes */
     size_t n_seen;
     uint32_t mark;
-    uint64_t hits, kept;
+    uint64_t hits, kept, reused;
     pthread_once_t once;
     int top_wd;    /* the highest watch descriptor the instance handed out */
     int budget;    /* and the most it may: a share of the user's limit */
     struct fd_id fd_was, mnt_was; /* what fd and mnt_fd were when made */
-} cw = {PTHREAD_MUTEX_INITIALIZER, -1, -1, 0, 0, NULL, 0, {NULL}, 0, {{0}}, 0, 0, 0, 0,
+} cw = {PTHREAD_MUTEX_INITIALIZER, -1, -1, 0, 0, NULL, 0, {NULL}, 0, {{0}}, 0, 0, 0, 0, 0,
         PTHREAD_ONCE_INIT, 0, 0};
 
 /* ---- the instance -------------------------------------------------------- */
@@ -220,6 +250,7 @@ static void forget_locked(int keep_slots)
     }
     for (size_t i = 0; i < cw.n_slots; i++) {
         cw.slots[i].gen++;
+        kc_smap_free(&cw.slots[i].known);
         if (!keep_slots)
             slot_names_free(&cw.slots[i]);
     }
@@ -345,6 +376,7 @@ static void event_locked(const struct inotify_event *ev)
     if (ev->mask & IN_IGNORED) {
         s->gen++; /* the watch is gone: nothing it vouched for holds */
         slot_names_free(s);
+        kc_smap_free(&s->known);
         s->all = 0;
         return;
     }
@@ -410,6 +442,23 @@ static int local_fs(int fd)
     return 0;
 }
 
+/* Lists watch wd in w (once: its generation is noted when begin() ends). wd, or -1. */
+static int list_locked(kc_closwatch *w, int wd)
+{
+    struct slot *s = &cw.slots[wd];
+    if (s->mark != w->mark) {
+        struct seen *v = kc_grow(w->watch, &w->cap, w->n_watch, sizeof(*v), 64);
+        if (!v) {
+            w->broken = 1;
+            return -1;
+        }
+        w->watch = v;
+        s->mark = w->mark;
+        w->watch[w->n_watch++].wd = wd;
+    }
+    return wd;
+}
+
 /*
  * Watches what path names; its descriptor, or -1. Listed in w. Masks are
  * only ever added to: an inode watched as a directory and then met under a
@@ -440,17 +489,7 @@ static int watch_path_locked(kc_closwatch *w, const char *path, uint32_t mask, i
         s->all = 1;
         slot_names_free(s);
     }
-    if (s->mark != w->mark) {
-        struct seen *v = kc_grow(w->watch, &w->cap, w->n_watch, sizeof(*v), 64);
-        if (!v) {
-            w->broken = 1;
-            return -1;
-        }
-        w->watch = v;
-        s->mark = w->mark;
-        w->watch[w->n_watch++].wd = wd;
-    }
-    return wd;
+    return list_locked(w, wd);
 }
 
 /* Watches what fd was opened on (through /proc: that very inode); as watch_path_locked(). */
@@ -503,7 +542,7 @@ static int root_locked(kc_closwatch *w, int *wd)
  * cannot be covered (absent, too long, a link loop, not a local file system,
  * no watch to be had).
  */
-static int walk_locked(kc_closwatch *w, const char *path, dev_t *dev)
+static int walk_locked(kc_closwatch *w, const char *path, dev_t *dev, int *dir_wd)
 {
     char todo[2 * PATH_MAX], tmp[2 * PATH_MAX], name[NAME_MAX + 1], target[PATH_MAX];
     if (path[0] != '/' || strlen(path) >= sizeof(todo))
@@ -562,7 +601,7 @@ static int walk_locked(kc_closwatch *w, const char *path, dev_t *dev)
         cur = next;
     }
     struct stat st;
-    if (cur >= 0 && (fstat(cur, &st) || watch_locked(w, cur, DIR_MASK, 1) < 0))
+    if (cur >= 0 && (fstat(cur, &st) || (*dir_wd = watch_locked(w, cur, DIR_MASK, 1)) < 0))
         goto fail;
     *dev = st.st_dev;
     return cur;
@@ -584,7 +623,7 @@ static void chain_cut(kc_closwatch *w, int depth)
  * of the chain: not to be closed), -1 where it cannot be covered, -2 where
  * only walk_locked() can tell (a link, a path too deep).
  */
-static int walk_chain_locked(kc_closwatch *w, const char *path, dev_t *dev)
+static int walk_chain_locked(kc_closwatch *w, const char *path, dev_t *dev, int *dir_wd)
 {
     char name[NAME_MAX + 1];
     if (!w->depth) {
@@ -638,18 +677,44 @@ static int walk_chain_locked(kc_closwatch *w, const char *path, dev_t *dev)
     }
     chain_cut(w, at);
     const struct step *dir = &w->chain[at - 1];
-    if (watch_locked(w, dir->fd, DIR_MASK, 1) < 0)
+    if ((*dir_wd = watch_locked(w, dir->fd, DIR_MASK, 1)) < 0)
         return -1;
     *dev = dir->dev;
     return dir->fd;
 }
 
 /*
- * Whether probe pr, in directory dirfd (watched whole), can be skipped while
- * no event counts: absent and no symbolic link there (one could come to
- * point at a file made elsewhere), or a regular file, itself watched.
+ * What directory watch wd (watched whole) knows of name: 1 with *what
+ * (1 + a file's wd, or 0) while no event has counted on it since it was
+ * found, else 0.
  */
-static int cover_probe_locked(kc_closwatch *w, int dirfd, dev_t dev,
+static int known_locked(int wd, const char *name, size_t *what)
+{
+    const struct slot *s = slot_of(wd);
+    return s && s->all && s->known_gen == s->gen && kc_smap_find(&s->known, name, what);
+}
+
+/* Notes what name is in directory wd now (forgetting what it knew at another generation). */
+static void know_locked(int wd, const char *name, size_t what)
+{
+    struct slot *s = slot_of(wd);
+    if (s->known_gen != s->gen) {
+        kc_smap_free(&s->known);
+        s->known_gen = s->gen;
+    }
+    if (kc_smap_put(&s->known, name, what))
+        kc_smap_free(&s->known); /* no memory: it only saves syscalls */
+}
+
+/*
+ * Whether probe pr, in directory dirfd (watched whole as dir_wd), can be
+ * skipped while no event counts: absent and no symbolic link there (one
+ * could come to point at a file made elsewhere), or a regular file, itself
+ * watched. What a closure's watch found of a name, another closure of the
+ * directory takes without a syscall while the directory's generation
+ * holds (the head comment says why that is the same answer).
+ */
+static int cover_probe_locked(kc_closwatch *w, int dirfd, int dir_wd, dev_t dev,
                               const kc_closwatch_probe *pr)
 {
     char base[NAME_MAX + 1];
@@ -659,17 +724,32 @@ static int cover_probe_locked(kc_closwatch *w, int dirfd, dev_t dev,
     base[pr->base_len] = '\0';
     if (!base[0] || !strcmp(base, ".") || !strcmp(base, ".."))
         return 0;
+    size_t what;
+    if (known_locked(dir_wd, base, &what)) {
+        const struct slot *f = what ? slot_of((int)what - 1) : NULL;
+        if (pr->state == KC_PROBE_ABSENT || (f && f->all && list_locked(w, (int)what - 1) >= 0)) {
+            cw.reused++;
+            return 1;
+        }
+    }
     struct stat st;
-    if (pr->state == KC_PROBE_ABSENT)
-        return fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) != 0 ? errno == ENOENT
-                                                                     : !S_ISLNK(st.st_mode);
+    if (pr->state == KC_PROBE_ABSENT) {
+        int no_link = fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) != 0 ? errno == ENOENT
+                                                                           : !S_ISLNK(st.st_mode);
+        if (no_link)
+            know_locked(dir_wd, base, 0);
+        return no_link;
+    }
     /* The inode at the name now, not followed; the stat after says it is a regular
      * file of the directory's file system (replaced in between: an event). */
     char path[64 + NAME_MAX];
     snprintf(path, sizeof(path), "/proc/self/fd/%d/%s", dirfd, base);
-    return watch_path_locked(w, path, FILE_MASK | IN_DONT_FOLLOW, 1) >= 0 &&
-           fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-           st.st_dev == dev;
+    int wd = watch_path_locked(w, path, FILE_MASK | IN_DONT_FOLLOW, 1);
+    if (wd < 0 || fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_dev != dev)
+        return 0;
+    know_locked(dir_wd, base, (size_t)wd + 1);
+    return 1;
 }
 
 /* ---- the memo ------------------------------------------------------------- */
@@ -781,11 +861,13 @@ int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
         w->epoch = cw.epoch;
         for (uint32_t d = 0; d < n_dirs && !w->broken; d++) {
             dev_t dev = 0;
-            int fd = dirs[d] && first[d] < first[d + 1] ? walk_chain_locked(w, dirs[d], &dev) : -1;
-            int own = fd == -2 && (fd = walk_locked(w, dirs[d], &dev)) >= 0;
+            int wd = -1;
+            int fd = dirs[d] && first[d] < first[d + 1] ? walk_chain_locked(w, dirs[d], &dev, &wd)
+                                                        : -1;
+            int own = fd == -2 && (fd = walk_locked(w, dirs[d], &dev, &wd)) >= 0;
             for (uint32_t k = first[d]; fd >= 0 && k < first[d + 1] && !w->broken; k++) {
                 uint32_t i = order[k];
-                if (cover_probe_locked(w, fd, dev, &probes[i])) {
+                if (cover_probe_locked(w, fd, wd, dev, &probes[i])) {
                     w->skip[i / 8] |= (uint8_t)(1u << (i % 8));
                     covered++;
                 }
@@ -852,10 +934,11 @@ void kc_closwatch_free(kc_closwatch *w)
     free(w);
 }
 
-void kc_closwatch_counts(uint64_t *hits, uint64_t *kept)
+void kc_closwatch_counts(uint64_t *hits, uint64_t *kept, uint64_t *reused)
 {
     pthread_mutex_lock(&cw.lock);
     *hits = cw.hits;
     *kept = cw.kept;
+    *reused = cw.reused;
     pthread_mutex_unlock(&cw.lock);
 }
