@@ -27,6 +27,19 @@
  * of a closure share most of their path: a walk starts where it parts
  * from the last one.
  *
+ * Watching costs a few syscalls a file more than a check, so a closure is
+ * watched on its second check in the process (a process that checks it
+ * once, as the CLI does, never pays). The generation of every watch is
+ * noted when the watches are in place, and only then does the full check
+ * run: an edit after that point raises an event, one before it is seen by
+ * the check itself. When the check held
+ * without hashing any file (a file too recent to trust its timestamps is
+ * hashed on every check: compile/manifest.c), the closure's digest is
+ * remembered with those generations and the probes they cover. A later
+ * check of the same closure (the same bytes, whatever the directory of the
+ * name: what is relative to it is never covered) reads the queue, bumps the generation of each watch an event names,
+ * and skips the probes covered when no generation it noted moved.
+ *
  * Closures of one process share most of their files (CuPy's share most
  * of CCCL), and a closure's watch takes what another's found without a
  * syscall: on the watch of a directory watched whole, each name looked up
@@ -48,21 +61,25 @@
  * count up, and it is replaced half way to MAX_WD); an overflow or a mount
  * moves every generation and drops the notes; a forked child starts
  * without them; a name taken this way takes no watch, so the budget is as
- * it was. The walk to a directory is not shared: it costs a few syscalls a
- * component, ~10 directories a closure against ~2,000 probes.
+ * it was. The walk to the directories (~250 of them for a CuPy kernel's
+ * closure: CCCL's tree) is shared the same way: a directory notes each
+ * subdirectory a walk met in it under the name it told its watch (events
+ * naming it count from then on), and a later walk takes the subdirectory's
+ * watch from the note while the generation holds, opening it (O_PATH) only
+ * when a name in it is to be looked up, and then only if it is still the
+ * directory that watch is on (device and inode): no other is watched for it.
+ * Every directory met is watched with DIR_MASK, so watching the last one
+ * whole only makes every event on it count: no syscall.
  *
- * Watching costs a few syscalls a file more than a check, so a closure is
- * watched on its second check in the process (a process that checks it
- * once, as the CLI does, never pays). The generation of every watch is
- * noted when the watches are in place, and only then does the full check
- * run: an edit after that point raises an event, one before it is seen by
- * the check itself. When the check held
- * without hashing any file (a file too recent to trust its timestamps is
- * hashed on every check: compile/manifest.c), the closure's digest is
- * remembered with those generations and the probes they cover. A later
- * check of the same closure (the same bytes, whatever the directory of the
- * name: what is relative to it is never covered) reads the queue, bumps the generation of each watch an event names,
- * and skips the probes covered when no generation it noted moved.
+ * A closure's first check in the process still stat()s every probe, even
+ * those another closure's watches vouch for. Taking them would be sound on
+ * the same argument only with more noted than is: the check compares each
+ * file's identity (inode, size, times) with the one recorded, so the note
+ * would have to keep the identity the watch's stat() found and the file's
+ * own generation then, and the check would have to reach each directory's
+ * watch from its path (the check opens it; its device and inode would
+ * name the watch). Not done: the first check costs what a CLI hit costs,
+ * once per closure and process.
  *
  * When the closure was read is not part of what is remembered: many
  * kernels share one closure, each recorded at its own time, and CuPy hits
@@ -124,6 +141,7 @@
 #define MAX_MEMOS 256  /* closures remembered; a new one past it replaces the oldest */
 #define MAX_SEEN 1024  /* closures checked once, not yet watched */
 #define MAX_WD (1 << 16) /* watch descriptors; the kernel hands them out cyclically */
+#define KNOWN_DIR ((size_t)1 << 32) /* a note of a directory's watch: a directory there */
 #define MAX_LINKS 40   /* symbolic links followed in one walk, as the kernel's own limit */
 
 /* One watch: its generation, and which of its events count. */
@@ -133,11 +151,12 @@ struct slot {
     uint8_t all;   /* every event counts: a closure's directory, or a file */
     uint8_t n_names;
     char **names;  /* else only those naming one of these (an ancestor's next component) */
-    /* A closure's directory: what its names were found to be while the generation was
-     * known_gen (cover_probe_locked()): 1 + the wd of the regular file there, or 0: no
-     * symbolic link there. */
+    /* A directory: what names whose events count on it were found to be while the
+     * generation was known_gen (known_locked()). */
     kc_smap known;
     uint32_t known_gen;
+    dev_t dev; /* a directory a walk met: what it is */
+    ino_t ino;
 };
 
 struct seen {
@@ -156,7 +175,8 @@ struct memo {
 /* A directory the last walk passed: the name it was looked up by, and what it is. */
 struct step {
     char name[NAME_MAX + 1];
-    int fd, wd;
+    int fd; /* O_PATH; -1 not opened yet (step_fd_locked()), -2 not to be had */
+    int wd;
     dev_t dev;
 };
 
@@ -614,16 +634,110 @@ fail:
 static void chain_cut(kc_closwatch *w, int depth)
 {
     while (w->depth > depth)
-        close(w->chain[--w->depth].fd);
+        if (w->chain[--w->depth].fd >= 0)
+            close(w->chain[w->depth].fd);
+}
+
+/*
+ * What watch wd knows of name: 1 with *what (KNOWN_DIR | the wd of the
+ * directory there, 1 + the wd of the regular file there, or 0: no symbolic
+ * link there) while no event has counted on it since it was found, else 0.
+ * A name is only noted where its events count (a directory watched whole,
+ * or the name told to an ancestor's watch), and what counts only grows
+ * until the watch ends (IN_IGNORED: another generation).
+ */
+static int known_locked(int wd, const char *name, size_t *what)
+{
+    const struct slot *s = slot_of(wd);
+    return s && s->known_gen == s->gen && kc_smap_find(&s->known, name, what);
+}
+
+/* Notes what name is in directory wd now (forgetting what it knew at another generation). */
+static void know_locked(int wd, const char *name, size_t what)
+{
+    struct slot *s = slot_of(wd);
+    if (s->known_gen != s->gen) {
+        kc_smap_free(&s->known);
+        s->known_gen = s->gen;
+    }
+    if (kc_smap_put(&s->known, name, what))
+        kc_smap_free(&s->known); /* no memory: it only saves syscalls */
+}
+
+/*
+ * The descriptor of the chain's directory i, opened (O_PATH) from its
+ * parent's when the walk took it from a note (fd -1): the directory its
+ * watch is on, or -2 (another is there now: its probes are not covered).
+ */
+static int step_fd_locked(kc_closwatch *w, int i)
+{
+    struct step *st = &w->chain[i];
+    if (st->fd != -1 || i == 0)
+        return st->fd;
+    int parent = step_fd_locked(w, i - 1);
+    int fd = parent < 0 ? -1
+                        : openat(parent, st->name, O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+    const struct slot *s = slot_of(st->wd);
+    struct stat sb;
+    if (fd >= 0 && (fstat(fd, &sb) || sb.st_dev != s->dev || sb.st_ino != s->ino)) {
+        close(fd);
+        fd = -1;
+    }
+    return st->fd = fd < 0 ? -2 : fd;
+}
+
+/* A directory a walk reached: the chain's step (-1: fd is its own), its watch, its device. */
+struct dir_at {
+    int fd, step, wd;
+    dev_t dev;
+};
+
+/* One step of walk_chain_locked() from chain[at - 1] to name. 0, -1 or -2 as it says. */
+static int chain_step_locked(kc_closwatch *w, int at, const char *name)
+{
+    const struct step *cur = &w->chain[at - 1];
+    if (count_name_locked(cur->wd, name))
+        return -1;
+    size_t what;
+    const struct slot *s;
+    if (known_locked(cur->wd, name, &what) && (what & KNOWN_DIR) &&
+        (s = slot_of((int)(what & ~KNOWN_DIR))) && (s->all || s->n_names) &&
+        list_locked(w, (int)(what & ~KNOWN_DIR)) >= 0) {
+        w->chain[at] = (struct step){"", -1, (int)(what & ~KNOWN_DIR), s->dev};
+        strcpy(w->chain[at].name, name);
+        return 0;
+    }
+    int fd = step_fd_locked(w, at - 1);
+    struct stat st;
+    int next = fd < 0 ? -1 : openat(fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0)
+        return -1;
+    int link = 0, wd = -1;
+    if (fstat(next, &st) || (link = S_ISLNK(st.st_mode)) || !S_ISDIR(st.st_mode) ||
+        (st.st_dev != cur->dev && !local_fs(next)) ||
+        (wd = watch_locked(w, next, DIR_MASK, 0)) < 0) {
+        close(next);
+        return link ? -2 : -1;
+    }
+    cw.slots[wd].dev = st.st_dev;
+    cw.slots[wd].ino = st.st_ino;
+    know_locked(cur->wd, name, KNOWN_DIR | (size_t)wd);
+    w->chain[at] = (struct step){"", next, wd, st.st_dev};
+    strcpy(w->chain[at].name, name);
+    return 0;
 }
 
 /*
  * walk_locked() for a path without ".", ".." or symbolic links, from the
- * directories of the last such walk it shares. The directory (a descriptor
- * of the chain: not to be closed), -1 where it cannot be covered, -2 where
- * only walk_locked() can tell (a link, a path too deep).
+ * directories of the last such walk it shares; a directory noted in its
+ * parent (chain_step_locked()) is taken from the note, and opened only when
+ * a name in it must be looked up (step_fd_locked()). Every directory on the
+ * way is watched with DIR_MASK when first met, so watching the last whole
+ * only makes every event on it count. 0 with *at filled, -1 where it cannot
+ * be covered, -2 where only walk_locked() can tell (a link, a path too
+ * deep).
  */
-static int walk_chain_locked(kc_closwatch *w, const char *path, dev_t *dev, int *dir_wd)
+static int walk_chain_locked(kc_closwatch *w, const char *path, struct dir_at *at_out)
 {
     char name[NAME_MAX + 1];
     if (!w->depth) {
@@ -657,64 +771,29 @@ static int walk_chain_locked(kc_closwatch *w, const char *path, dev_t *dev, int 
             continue;
         }
         chain_cut(w, at);
-        const struct step *cur = &w->chain[at - 1];
-        if (count_name_locked(cur->wd, name))
-            return -1;
-        struct stat st;
-        int next = openat(cur->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-        if (next < 0)
-            return -1;
-        int link = 0, wd = -1;
-        if (fstat(next, &st) || (link = S_ISLNK(st.st_mode)) || !S_ISDIR(st.st_mode) ||
-            (st.st_dev != cur->dev && !local_fs(next)) ||
-            (wd = watch_locked(w, next, DIR_MASK, 0)) < 0) {
-            close(next);
-            return link ? -2 : -1;
-        }
-        w->chain[at] = (struct step){"", next, wd, st.st_dev};
-        memcpy(w->chain[at].name, name, n + 1);
+        int rc = chain_step_locked(w, at, name);
+        if (rc)
+            return rc;
         w->depth = ++at;
     }
     chain_cut(w, at);
     const struct step *dir = &w->chain[at - 1];
-    if ((*dir_wd = watch_locked(w, dir->fd, DIR_MASK, 1)) < 0)
-        return -1;
-    *dev = dir->dev;
-    return dir->fd;
+    struct slot *s = slot_of(dir->wd);
+    s->all = 1;
+    slot_names_free(s);
+    *at_out = (struct dir_at){-1, at - 1, dir->wd, dir->dev};
+    return list_locked(w, dir->wd) < 0 ? -1 : 0;
 }
 
 /*
- * What directory watch wd (watched whole) knows of name: 1 with *what
- * (1 + a file's wd, or 0) while no event has counted on it since it was
- * found, else 0.
+ * Whether probe pr, in directory d (watched whole), can be skipped while
+ * no event counts: absent and no symbolic link there (one could come to
+ * point at a file made elsewhere), or a regular file, itself watched. What
+ * a closure's watch found of a name, another closure of the directory
+ * takes without a syscall while the directory's generation holds (the head
+ * comment says why that is the same answer).
  */
-static int known_locked(int wd, const char *name, size_t *what)
-{
-    const struct slot *s = slot_of(wd);
-    return s && s->all && s->known_gen == s->gen && kc_smap_find(&s->known, name, what);
-}
-
-/* Notes what name is in directory wd now (forgetting what it knew at another generation). */
-static void know_locked(int wd, const char *name, size_t what)
-{
-    struct slot *s = slot_of(wd);
-    if (s->known_gen != s->gen) {
-        kc_smap_free(&s->known);
-        s->known_gen = s->gen;
-    }
-    if (kc_smap_put(&s->known, name, what))
-        kc_smap_free(&s->known); /* no memory: it only saves syscalls */
-}
-
-/*
- * Whether probe pr, in directory dirfd (watched whole as dir_wd), can be
- * skipped while no event counts: absent and no symbolic link there (one
- * could come to point at a file made elsewhere), or a regular file, itself
- * watched. What a closure's watch found of a name, another closure of the
- * directory takes without a syscall while the directory's generation
- * holds (the head comment says why that is the same answer).
- */
-static int cover_probe_locked(kc_closwatch *w, int dirfd, int dir_wd, dev_t dev,
+static int cover_probe_locked(kc_closwatch *w, const struct dir_at *d,
                               const kc_closwatch_probe *pr)
 {
     char base[NAME_MAX + 1];
@@ -725,19 +804,22 @@ static int cover_probe_locked(kc_closwatch *w, int dirfd, int dir_wd, dev_t dev,
     if (!base[0] || !strcmp(base, ".") || !strcmp(base, ".."))
         return 0;
     size_t what;
-    if (known_locked(dir_wd, base, &what)) {
-        const struct slot *f = what ? slot_of((int)what - 1) : NULL;
+    if (known_locked(d->wd, base, &what)) {
+        const struct slot *f = what && !(what & KNOWN_DIR) ? slot_of((int)what - 1) : NULL;
         if (pr->state == KC_PROBE_ABSENT || (f && f->all && list_locked(w, (int)what - 1) >= 0)) {
             cw.reused++;
             return 1;
         }
     }
+    int dirfd = d->fd >= 0 ? d->fd : step_fd_locked(w, d->step);
     struct stat st;
+    if (dirfd < 0)
+        return 0;
     if (pr->state == KC_PROBE_ABSENT) {
         int no_link = fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) != 0 ? errno == ENOENT
                                                                            : !S_ISLNK(st.st_mode);
         if (no_link)
-            know_locked(dir_wd, base, 0);
+            know_locked(d->wd, base, 0);
         return no_link;
     }
     /* The inode at the name now, not followed; the stat after says it is a regular
@@ -746,9 +828,9 @@ static int cover_probe_locked(kc_closwatch *w, int dirfd, int dir_wd, dev_t dev,
     snprintf(path, sizeof(path), "/proc/self/fd/%d/%s", dirfd, base);
     int wd = watch_path_locked(w, path, FILE_MASK | IN_DONT_FOLLOW, 1);
     if (wd < 0 || fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
-        st.st_dev != dev)
+        st.st_dev != d->dev)
         return 0;
-    know_locked(dir_wd, base, (size_t)wd + 1);
+    know_locked(d->wd, base, (size_t)wd + 1);
     return 1;
 }
 
@@ -860,20 +942,19 @@ int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
         w->mark = ++cw.mark;
         w->epoch = cw.epoch;
         for (uint32_t d = 0; d < n_dirs && !w->broken; d++) {
-            dev_t dev = 0;
-            int wd = -1;
-            int fd = dirs[d] && first[d] < first[d + 1] ? walk_chain_locked(w, dirs[d], &dev, &wd)
-                                                        : -1;
-            int own = fd == -2 && (fd = walk_locked(w, dirs[d], &dev, &wd)) >= 0;
-            for (uint32_t k = first[d]; fd >= 0 && k < first[d + 1] && !w->broken; k++) {
+            struct dir_at at = {-1, -1, -1, 0};
+            int rc = dirs[d] && first[d] < first[d + 1] ? walk_chain_locked(w, dirs[d], &at) : -1;
+            if (rc == -2 && (at.fd = walk_locked(w, dirs[d], &at.dev, &at.wd)) >= 0)
+                rc = 0;
+            for (uint32_t k = first[d]; !rc && k < first[d + 1] && !w->broken; k++) {
                 uint32_t i = order[k];
-                if (cover_probe_locked(w, fd, wd, dev, &probes[i])) {
+                if (cover_probe_locked(w, &at, &probes[i])) {
                     w->skip[i / 8] |= (uint8_t)(1u << (i % 8));
                     covered++;
                 }
             }
-            if (own)
-                close(fd);
+            if (at.fd >= 0)
+                close(at.fd); /* walk_locked()'s own */
         }
         chain_cut(w, 0);
         /* No event read since the watches were added: these are their generations then. */

@@ -12,7 +12,8 @@
  * directory, is served by the memo at once. A second closure sharing a
  * header takes what the first's watch found of it (reuse_*): the header
  * edited, renamed away, replaced or its entry re-pointed between the two
- * watches, then edited through a link elsewhere, is still seen.
+ * watches, then edited through a link elsewhere, is still seen, and so is
+ * a header made in an -I directory replaced between them.
  *
  *   test_closwatch [CASE...]          the cases (all without arguments)
  *   test_closwatch netfs DIR SERVER   DIR: a network mount of SERVER (sshfs,
@@ -522,11 +523,12 @@ static void mid_text(const struct tree *t, char *buf, size_t size)
  * kern.cu's closure watched; then how (if any) changes val.h's entry or
  * bytes; then other.cu's closure watched (its second check) and remembered;
  * then the file val.h names now is edited through a link made in a
- * directory kcache knows nothing of (no event in second/): other.cu must
- * see it. A watch that took a stale wd for val.h (an inode the name no
- * longer names), or did not list the wd it took, would serve a stale hit.
+ * directory kcache knows nothing of (no event in second/), or (earlier) a
+ * val.h made in first/: other.cu must see it. A watch that took a stale wd
+ * for val.h or first/ (an inode the name no longer names), or did not list
+ * the wd it took, would serve a stale hit.
  */
-static void reuse_case(const char *what, void (*how)(const struct tree *t))
+static void reuse_case_then(const char *what, void (*how)(const struct tree *t), int earlier)
 {
     struct tree t, b;
     char other[700], alias[800];
@@ -540,12 +542,22 @@ static void reuse_case(const char *what, void (*how)(const struct tree *t))
     if (!how && memo_reused() == before)
         fprintf(stderr, "%s: the second closure's watch took nothing from the first's\n", what);
     CHECK(how || memo_reused() > before);
-    snprintf(other, sizeof(other), "%s/%s-elsewhere", test_dir(), what);
-    snprintf(alias, sizeof(alias), "%s/alias.h", other);
-    REQUIRE(mkdir(other, 0700) == 0);
-    REQUIRE(link(b.val, alias) == 0);
-    edit_keeping_times(alias, b.new_text);
+    if (earlier) {
+        snprintf(alias, sizeof(alias), "%s/val.h", b.first);
+        test_write_text(alias, b.new_text);
+    } else {
+        snprintf(other, sizeof(other), "%s/%s-elsewhere", test_dir(), what);
+        snprintf(alias, sizeof(alias), "%s/alias.h", other);
+        REQUIRE(mkdir(other, 0700) == 0);
+        REQUIRE(link(b.val, alias) == 0);
+        edit_keeping_times(alias, b.new_text);
+    }
     CHECK(sees_change(what, &b, 1));
+}
+
+static void reuse_case(const char *what, void (*how)(const struct tree *t))
+{
+    reuse_case_then(what, how, 0);
 }
 
 /* val.h edited in place (the same inode): its wd is the one to take, at its generation now. */
@@ -616,6 +628,20 @@ static void repoint(const struct tree *t)
     REQUIRE(rename(tmp, t->val) == 0);
 }
 
+/*
+ * The -I directory first/ (val.h absent there) moved aside and a new one
+ * made in its place: a walk that took the old one from its parent's note
+ * would watch a directory no longer on the path, and miss val.h made in
+ * the new one, earlier on the path than second/val.h.
+ */
+static void replace_dir(const struct tree *t)
+{
+    char old[800];
+    snprintf(old, sizeof(old), "%s.old", t->first);
+    REQUIRE(rename(t->first, old) == 0);
+    REQUIRE(mkdir(t->first, 0700) == 0);
+}
+
 static void case_reuse_kept(void)
 {
     reuse_case("reuse_kept", NULL);
@@ -629,6 +655,11 @@ static void case_reuse_edited(void)
 static void case_reuse_edited_elsewhere(void)
 {
     reuse_case("reuse_edited_elsewhere", edit_elsewhere);
+}
+
+static void case_reuse_dir_replaced(void)
+{
+    reuse_case_then("reuse_dir_replaced", replace_dir, 1);
 }
 
 static void case_reuse_renamed(void)
@@ -684,6 +715,7 @@ int main(int argc, char **argv)
         {"reuse_renamed", case_reuse_renamed},
         {"reuse_replaced", case_reuse_replaced},
         {"reuse_repointed", case_reuse_repointed},
+        {"reuse_dir_replaced", case_reuse_dir_replaced},
     };
     if (argc == 4 && !strcmp(argv[1], "netfs")) {
         case_netfs(argv[2], argv[3]);
