@@ -40,6 +40,47 @@
  * name: what is relative to it is never covered) reads the queue, bumps the generation of each watch an event names,
  * and skips the probes covered when no generation it noted moved.
  *
+ * Closures of one process share most of their files (CuPy's share most
+ * of CCCL), and a closure's watch takes what another's found without a
+ * syscall: on the watch of a directory watched whole, each name looked up
+ * there is noted with what it named (a regular file of the directory's
+ * file system, with that file's watch; or no symbolic link), valid while
+ * the directory's generation is the one it was noted at. That is the
+ * answer the syscalls would give. Every event in such a directory counts,
+ * and a name comes to name another inode, a link or nothing only by an
+ * entry created, removed or renamed there (IN_CREATE, IN_DELETE,
+ * IN_MOVED_FROM, IN_MOVED_TO), each an event. A file that keeps its name
+ * there is not freed, so its watch stays (its slot is still checked:
+ * IN_IGNORED clears it), and asked for that inode again the kernel would
+ * hand back that very descriptor; it is listed with its generation when the
+ * watches are in place, so an edit made before that (through another link:
+ * no event in the directory) is seen by the check, one after by the memo.
+ * A note made before an event that is read later carries the generation
+ * that event moves on from, so it is never taken after it. Descriptors are
+ * not handed out again within an instance before it is replaced (they
+ * count up, and it is replaced half way to MAX_WD); an overflow or a mount
+ * moves every generation and drops the notes; a forked child starts
+ * without them; a name taken this way takes no watch, so the budget is as
+ * it was. The walk to the directories (~250 of them for a CuPy kernel's
+ * closure: CCCL's tree) is shared the same way: a directory notes each
+ * subdirectory a walk met in it under the name it told its watch (events
+ * naming it count from then on), and a later walk takes the subdirectory's
+ * watch from the note while the generation holds, opening it (O_PATH) only
+ * when a name in it is to be looked up, and then only if it is still the
+ * directory that watch is on (device and inode): no other is watched for it.
+ * Every directory met is watched with DIR_MASK, so watching the last one
+ * whole only makes every event on it count: no syscall.
+ *
+ * A closure's first check in the process still stat()s every probe, even
+ * those another closure's watches vouch for. Taking them would be sound on
+ * the same argument only with more noted than is: the check compares each
+ * file's identity (inode, size, times) with the one recorded, so the note
+ * would have to keep the identity the watch's stat() found and the file's
+ * own generation then, and the check would have to reach each directory's
+ * watch from its path (the check opens it; its device and inode would
+ * name the watch). Not done: the first check costs what a CLI hit costs,
+ * once per closure and process.
+ *
  * When the closure was read is not part of what is remembered: many
  * kernels share one closure, each recorded at its own time, and CuPy hits
  * each kernel once. It need not be: a full check that hashed nothing found
@@ -90,6 +131,7 @@
 #include <unistd.h>
 
 #include "compile/manifest.h"
+#include "util/strmap.h"
 
 #define DIR_MASK                                                                                   \
     (IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_CREATE | IN_DELETE | IN_MOVED_FROM |             \
@@ -99,6 +141,7 @@
 #define MAX_MEMOS 256  /* closures remembered; a new one past it replaces the oldest */
 #define MAX_SEEN 1024  /* closures checked once, not yet watched */
 #define MAX_WD (1 << 16) /* watch descriptors; the kernel hands them out cyclically */
+#define KNOWN_DIR ((size_t)1 << 32) /* a note of a directory's watch: a directory there */
 #define MAX_LINKS 40   /* symbolic links followed in one walk, as the kernel's own limit */
 
 /* One watch: its generation, and which of its events count. */
@@ -108,6 +151,12 @@ struct slot {
     uint8_t all;   /* every event counts: a closure's directory, or a file */
     uint8_t n_names;
     char **names;  /* else only those naming one of these (an ancestor's next component) */
+    /* A directory: what names whose events count on it were found to be while the
+     * generation was known_gen (known_locked()). */
+    kc_smap known;
+    uint32_t known_gen;
+    dev_t dev; /* a directory a walk met: what it is */
+    ino_t ino;
 };
 
 struct seen {
@@ -126,7 +175,8 @@ struct memo {
 /* A directory the last walk passed: the name it was looked up by, and what it is. */
 struct step {
     char name[NAME_MAX + 1];
-    int fd, wd;
+    int fd; /* O_PATH; -1 not opened yet (step_fd_locked()), -2 not to be had */
+    int wd;
     dev_t dev;
 };
 
@@ -168,12 +218,12 @@ static struct {
     uint8_t seen[MAX_SEEN][16]; /* the digests' first bytes */
     size_t n_seen;
     uint32_t mark;
-    uint64_t hits, kept;
+    uint64_t hits, kept, reused;
     pthread_once_t once;
     int top_wd;    /* the highest watch descriptor the instance handed out */
     int budget;    /* and the most it may: a share of the user's limit */
     struct fd_id fd_was, mnt_was; /* what fd and mnt_fd were when made */
-} cw = {PTHREAD_MUTEX_INITIALIZER, -1, -1, 0, 0, NULL, 0, {NULL}, 0, {{0}}, 0, 0, 0, 0,
+} cw = {PTHREAD_MUTEX_INITIALIZER, -1, -1, 0, 0, NULL, 0, {NULL}, 0, {{0}}, 0, 0, 0, 0, 0,
         PTHREAD_ONCE_INIT, 0, 0};
 
 /* ---- the instance -------------------------------------------------------- */
@@ -220,6 +270,7 @@ static void forget_locked(int keep_slots)
     }
     for (size_t i = 0; i < cw.n_slots; i++) {
         cw.slots[i].gen++;
+        kc_smap_free(&cw.slots[i].known);
         if (!keep_slots)
             slot_names_free(&cw.slots[i]);
     }
@@ -345,6 +396,7 @@ static void event_locked(const struct inotify_event *ev)
     if (ev->mask & IN_IGNORED) {
         s->gen++; /* the watch is gone: nothing it vouched for holds */
         slot_names_free(s);
+        kc_smap_free(&s->known);
         s->all = 0;
         return;
     }
@@ -410,6 +462,23 @@ static int local_fs(int fd)
     return 0;
 }
 
+/* Lists watch wd in w (once: its generation is noted when begin() ends). wd, or -1. */
+static int list_locked(kc_closwatch *w, int wd)
+{
+    struct slot *s = &cw.slots[wd];
+    if (s->mark != w->mark) {
+        struct seen *v = kc_grow(w->watch, &w->cap, w->n_watch, sizeof(*v), 64);
+        if (!v) {
+            w->broken = 1;
+            return -1;
+        }
+        w->watch = v;
+        s->mark = w->mark;
+        w->watch[w->n_watch++].wd = wd;
+    }
+    return wd;
+}
+
 /*
  * Watches what path names; its descriptor, or -1. Listed in w. Masks are
  * only ever added to: an inode watched as a directory and then met under a
@@ -440,17 +509,7 @@ static int watch_path_locked(kc_closwatch *w, const char *path, uint32_t mask, i
         s->all = 1;
         slot_names_free(s);
     }
-    if (s->mark != w->mark) {
-        struct seen *v = kc_grow(w->watch, &w->cap, w->n_watch, sizeof(*v), 64);
-        if (!v) {
-            w->broken = 1;
-            return -1;
-        }
-        w->watch = v;
-        s->mark = w->mark;
-        w->watch[w->n_watch++].wd = wd;
-    }
-    return wd;
+    return list_locked(w, wd);
 }
 
 /* Watches what fd was opened on (through /proc: that very inode); as watch_path_locked(). */
@@ -503,7 +562,7 @@ static int root_locked(kc_closwatch *w, int *wd)
  * cannot be covered (absent, too long, a link loop, not a local file system,
  * no watch to be had).
  */
-static int walk_locked(kc_closwatch *w, const char *path, dev_t *dev)
+static int walk_locked(kc_closwatch *w, const char *path, dev_t *dev, int *dir_wd)
 {
     char todo[2 * PATH_MAX], tmp[2 * PATH_MAX], name[NAME_MAX + 1], target[PATH_MAX];
     if (path[0] != '/' || strlen(path) >= sizeof(todo))
@@ -562,7 +621,7 @@ static int walk_locked(kc_closwatch *w, const char *path, dev_t *dev)
         cur = next;
     }
     struct stat st;
-    if (cur >= 0 && (fstat(cur, &st) || watch_locked(w, cur, DIR_MASK, 1) < 0))
+    if (cur >= 0 && (fstat(cur, &st) || (*dir_wd = watch_locked(w, cur, DIR_MASK, 1)) < 0))
         goto fail;
     *dev = st.st_dev;
     return cur;
@@ -575,16 +634,110 @@ fail:
 static void chain_cut(kc_closwatch *w, int depth)
 {
     while (w->depth > depth)
-        close(w->chain[--w->depth].fd);
+        if (w->chain[--w->depth].fd >= 0)
+            close(w->chain[w->depth].fd);
+}
+
+/*
+ * What watch wd knows of name: 1 with *what (KNOWN_DIR | the wd of the
+ * directory there, 1 + the wd of the regular file there, or 0: no symbolic
+ * link there) while no event has counted on it since it was found, else 0.
+ * A name is only noted where its events count (a directory watched whole,
+ * or the name told to an ancestor's watch), and what counts only grows
+ * until the watch ends (IN_IGNORED: another generation).
+ */
+static int known_locked(int wd, const char *name, size_t *what)
+{
+    const struct slot *s = slot_of(wd);
+    return s && s->known_gen == s->gen && kc_smap_find(&s->known, name, what);
+}
+
+/* Notes what name is in directory wd now (forgetting what it knew at another generation). */
+static void know_locked(int wd, const char *name, size_t what)
+{
+    struct slot *s = slot_of(wd);
+    if (s->known_gen != s->gen) {
+        kc_smap_free(&s->known);
+        s->known_gen = s->gen;
+    }
+    if (kc_smap_put(&s->known, name, what))
+        kc_smap_free(&s->known); /* no memory: it only saves syscalls */
+}
+
+/*
+ * The descriptor of the chain's directory i, opened (O_PATH) from its
+ * parent's when the walk took it from a note (fd -1): the directory its
+ * watch is on, or -2 (another is there now: its probes are not covered).
+ */
+static int step_fd_locked(kc_closwatch *w, int i)
+{
+    struct step *st = &w->chain[i];
+    if (st->fd != -1 || i == 0)
+        return st->fd;
+    int parent = step_fd_locked(w, i - 1);
+    int fd = parent < 0 ? -1
+                        : openat(parent, st->name, O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+    const struct slot *s = slot_of(st->wd);
+    struct stat sb;
+    if (fd >= 0 && (fstat(fd, &sb) || sb.st_dev != s->dev || sb.st_ino != s->ino)) {
+        close(fd);
+        fd = -1;
+    }
+    return st->fd = fd < 0 ? -2 : fd;
+}
+
+/* A directory a walk reached: the chain's step (-1: fd is its own), its watch, its device. */
+struct dir_at {
+    int fd, step, wd;
+    dev_t dev;
+};
+
+/* One step of walk_chain_locked() from chain[at - 1] to name. 0, -1 or -2 as it says. */
+static int chain_step_locked(kc_closwatch *w, int at, const char *name)
+{
+    const struct step *cur = &w->chain[at - 1];
+    if (count_name_locked(cur->wd, name))
+        return -1;
+    size_t what;
+    const struct slot *s;
+    if (known_locked(cur->wd, name, &what) && (what & KNOWN_DIR) &&
+        (s = slot_of((int)(what & ~KNOWN_DIR))) && (s->all || s->n_names) &&
+        list_locked(w, (int)(what & ~KNOWN_DIR)) >= 0) {
+        w->chain[at] = (struct step){"", -1, (int)(what & ~KNOWN_DIR), s->dev};
+        strcpy(w->chain[at].name, name);
+        return 0;
+    }
+    int fd = step_fd_locked(w, at - 1);
+    struct stat st;
+    int next = fd < 0 ? -1 : openat(fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0)
+        return -1;
+    int link = 0, wd = -1;
+    if (fstat(next, &st) || (link = S_ISLNK(st.st_mode)) || !S_ISDIR(st.st_mode) ||
+        (st.st_dev != cur->dev && !local_fs(next)) ||
+        (wd = watch_locked(w, next, DIR_MASK, 0)) < 0) {
+        close(next);
+        return link ? -2 : -1;
+    }
+    cw.slots[wd].dev = st.st_dev;
+    cw.slots[wd].ino = st.st_ino;
+    know_locked(cur->wd, name, KNOWN_DIR | (size_t)wd);
+    w->chain[at] = (struct step){"", next, wd, st.st_dev};
+    strcpy(w->chain[at].name, name);
+    return 0;
 }
 
 /*
  * walk_locked() for a path without ".", ".." or symbolic links, from the
- * directories of the last such walk it shares. The directory (a descriptor
- * of the chain: not to be closed), -1 where it cannot be covered, -2 where
- * only walk_locked() can tell (a link, a path too deep).
+ * directories of the last such walk it shares; a directory noted in its
+ * parent (chain_step_locked()) is taken from the note, and opened only when
+ * a name in it must be looked up (step_fd_locked()). Every directory on the
+ * way is watched with DIR_MASK when first met, so watching the last whole
+ * only makes every event on it count. 0 with *at filled, -1 where it cannot
+ * be covered, -2 where only walk_locked() can tell (a link, a path too
+ * deep).
  */
-static int walk_chain_locked(kc_closwatch *w, const char *path, dev_t *dev)
+static int walk_chain_locked(kc_closwatch *w, const char *path, struct dir_at *at_out)
 {
     char name[NAME_MAX + 1];
     if (!w->depth) {
@@ -618,38 +771,29 @@ static int walk_chain_locked(kc_closwatch *w, const char *path, dev_t *dev)
             continue;
         }
         chain_cut(w, at);
-        const struct step *cur = &w->chain[at - 1];
-        if (count_name_locked(cur->wd, name))
-            return -1;
-        struct stat st;
-        int next = openat(cur->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-        if (next < 0)
-            return -1;
-        int link = 0, wd = -1;
-        if (fstat(next, &st) || (link = S_ISLNK(st.st_mode)) || !S_ISDIR(st.st_mode) ||
-            (st.st_dev != cur->dev && !local_fs(next)) ||
-            (wd = watch_locked(w, next, DIR_MASK, 0)) < 0) {
-            close(next);
-            return link ? -2 : -1;
-        }
-        w->chain[at] = (struct step){"", next, wd, st.st_dev};
-        memcpy(w->chain[at].name, name, n + 1);
+        int rc = chain_step_locked(w, at, name);
+        if (rc)
+            return rc;
         w->depth = ++at;
     }
     chain_cut(w, at);
     const struct step *dir = &w->chain[at - 1];
-    if (watch_locked(w, dir->fd, DIR_MASK, 1) < 0)
-        return -1;
-    *dev = dir->dev;
-    return dir->fd;
+    struct slot *s = slot_of(dir->wd);
+    s->all = 1;
+    slot_names_free(s);
+    *at_out = (struct dir_at){-1, at - 1, dir->wd, dir->dev};
+    return list_locked(w, dir->wd) < 0 ? -1 : 0;
 }
 
 /*
- * Whether probe pr, in directory dirfd (watched whole), can be skipped while
+ * Whether probe pr, in directory d (watched whole), can be skipped while
  * no event counts: absent and no symbolic link there (one could come to
- * point at a file made elsewhere), or a regular file, itself watched.
+ * point at a file made elsewhere), or a regular file, itself watched. What
+ * a closure's watch found of a name, another closure of the directory
+ * takes without a syscall while the directory's generation holds (the head
+ * comment says why that is the same answer).
  */
-static int cover_probe_locked(kc_closwatch *w, int dirfd, dev_t dev,
+static int cover_probe_locked(kc_closwatch *w, const struct dir_at *d,
                               const kc_closwatch_probe *pr)
 {
     char base[NAME_MAX + 1];
@@ -659,17 +803,35 @@ static int cover_probe_locked(kc_closwatch *w, int dirfd, dev_t dev,
     base[pr->base_len] = '\0';
     if (!base[0] || !strcmp(base, ".") || !strcmp(base, ".."))
         return 0;
+    size_t what;
+    if (known_locked(d->wd, base, &what)) {
+        const struct slot *f = what && !(what & KNOWN_DIR) ? slot_of((int)what - 1) : NULL;
+        if (pr->state == KC_PROBE_ABSENT || (f && f->all && list_locked(w, (int)what - 1) >= 0)) {
+            cw.reused++;
+            return 1;
+        }
+    }
+    int dirfd = d->fd >= 0 ? d->fd : step_fd_locked(w, d->step);
     struct stat st;
-    if (pr->state == KC_PROBE_ABSENT)
-        return fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) != 0 ? errno == ENOENT
-                                                                     : !S_ISLNK(st.st_mode);
+    if (dirfd < 0)
+        return 0;
+    if (pr->state == KC_PROBE_ABSENT) {
+        int no_link = fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) != 0 ? errno == ENOENT
+                                                                           : !S_ISLNK(st.st_mode);
+        if (no_link)
+            know_locked(d->wd, base, 0);
+        return no_link;
+    }
     /* The inode at the name now, not followed; the stat after says it is a regular
      * file of the directory's file system (replaced in between: an event). */
     char path[64 + NAME_MAX];
     snprintf(path, sizeof(path), "/proc/self/fd/%d/%s", dirfd, base);
-    return watch_path_locked(w, path, FILE_MASK | IN_DONT_FOLLOW, 1) >= 0 &&
-           fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-           st.st_dev == dev;
+    int wd = watch_path_locked(w, path, FILE_MASK | IN_DONT_FOLLOW, 1);
+    if (wd < 0 || fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
+        st.st_dev != d->dev)
+        return 0;
+    know_locked(d->wd, base, (size_t)wd + 1);
+    return 1;
 }
 
 /* ---- the memo ------------------------------------------------------------- */
@@ -780,18 +942,19 @@ int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
         w->mark = ++cw.mark;
         w->epoch = cw.epoch;
         for (uint32_t d = 0; d < n_dirs && !w->broken; d++) {
-            dev_t dev = 0;
-            int fd = dirs[d] && first[d] < first[d + 1] ? walk_chain_locked(w, dirs[d], &dev) : -1;
-            int own = fd == -2 && (fd = walk_locked(w, dirs[d], &dev)) >= 0;
-            for (uint32_t k = first[d]; fd >= 0 && k < first[d + 1] && !w->broken; k++) {
+            struct dir_at at = {-1, -1, -1, 0};
+            int rc = dirs[d] && first[d] < first[d + 1] ? walk_chain_locked(w, dirs[d], &at) : -1;
+            if (rc == -2 && (at.fd = walk_locked(w, dirs[d], &at.dev, &at.wd)) >= 0)
+                rc = 0;
+            for (uint32_t k = first[d]; !rc && k < first[d + 1] && !w->broken; k++) {
                 uint32_t i = order[k];
-                if (cover_probe_locked(w, fd, dev, &probes[i])) {
+                if (cover_probe_locked(w, &at, &probes[i])) {
                     w->skip[i / 8] |= (uint8_t)(1u << (i % 8));
                     covered++;
                 }
             }
-            if (own)
-                close(fd);
+            if (at.fd >= 0)
+                close(at.fd); /* walk_locked()'s own */
         }
         chain_cut(w, 0);
         /* No event read since the watches were added: these are their generations then. */
@@ -852,10 +1015,11 @@ void kc_closwatch_free(kc_closwatch *w)
     free(w);
 }
 
-void kc_closwatch_counts(uint64_t *hits, uint64_t *kept)
+void kc_closwatch_counts(uint64_t *hits, uint64_t *kept, uint64_t *reused)
 {
     pthread_mutex_lock(&cw.lock);
     *hits = cw.hits;
     *kept = cw.kept;
+    *reused = cw.reused;
     pthread_mutex_unlock(&cw.lock);
 }

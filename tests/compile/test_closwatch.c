@@ -9,7 +9,11 @@
  * a directory of the -I path mounted over, the memo's inotify descriptor
  * closed by the program and its number taken by a file; and a second
  * kernel over the same closure, or the same kernel named in another
- * directory, is served by the memo at once.
+ * directory, is served by the memo at once. A second closure sharing a
+ * header takes what the first's watch found of it (reuse_*): the header
+ * edited, renamed away, replaced or its entry re-pointed between the two
+ * watches, then edited through a link elsewhere, is still seen, and so is
+ * a header made in an -I directory replaced between them.
  *
  *   test_closwatch [CASE...]          the cases (all without arguments)
  *   test_closwatch netfs DIR SERVER   DIR: a network mount of SERVER (sshfs,
@@ -117,9 +121,16 @@ static char *plain(const struct tree *t, size_t *size)
 
 static uint64_t memo_hits(void)
 {
-    uint64_t hits, kept;
-    kc_closwatch_counts(&hits, &kept);
+    uint64_t hits, kept, reused;
+    kc_closwatch_counts(&hits, &kept, &reused);
     return hits;
+}
+
+static uint64_t memo_reused(void)
+{
+    uint64_t hits, kept, reused;
+    kc_closwatch_counts(&hits, &kept, &reused);
+    return reused;
 }
 
 /*
@@ -482,6 +493,190 @@ static void case_fd_reused(void)
     CHECK(sees_change("fd_reused", &t, 1));
 }
 
+/*
+ * A second closure of the directory: other.cu includes val.h and extra.h,
+ * so its closure is not kern.cu's, yet shares second/val.h (CuPy's closures
+ * share most of CCCL). Its watch takes what kern.cu's found of the names
+ * both look up, without a syscall, only while the directory's generation
+ * holds (closwatch.c, cover_probe_locked()).
+ */
+static void other_kernel(struct tree *b, const struct tree *t)
+{
+    char extra[800];
+    *b = *t;
+    b->opts[0] = b->inc[0];
+    b->opts[1] = b->inc[1];
+    snprintf(b->src, sizeof(b->src), "%s/src/other.cu", t->root);
+    snprintf(extra, sizeof(extra), "%s/extra.h", t->second);
+    test_write_text(extra, "#define EXTRA 1\n");
+    test_write_text(b->src, "#include <val.h>\n#include <extra.h>\n"
+                            "extern \"C\" __global__ void k2(int *o) { o[EXTRA] = VAL; }\n");
+}
+
+/* A value of val.h's size that neither the old nor the new text holds. */
+static void mid_text(const struct tree *t, char *buf, size_t size)
+{
+    snprintf(buf, size, "#define VAL 6%s\n", t->new_val + 1);
+}
+
+/*
+ * kern.cu's closure watched; then how (if any) changes val.h's entry or
+ * bytes; then other.cu's closure watched (its second check) and remembered;
+ * then the file val.h names now is edited through a link made in a
+ * directory kcache knows nothing of (no event in second/), or (earlier) a
+ * val.h made in first/: other.cu must see it. A watch that took a stale wd
+ * for val.h or first/ (an inode the name no longer names), or did not list
+ * the wd it took, would serve a stale hit.
+ */
+static void reuse_case_then(const char *what, void (*how)(const struct tree *t), int earlier)
+{
+    struct tree t, b;
+    char other[700], alias[800];
+    tree_init(&t, test_dir(), what);
+    other_kernel(&b, &t); /* extra.h made now: an entry made in second/ later would be an event */
+    warm(what, &t, 1);
+    if (how)
+        how(&t);
+    uint64_t before = memo_reused();
+    warm(what, &b, 1);
+    if (!how && memo_reused() == before)
+        fprintf(stderr, "%s: the second closure's watch took nothing from the first's\n", what);
+    CHECK(how || memo_reused() > before);
+    if (earlier) {
+        snprintf(alias, sizeof(alias), "%s/val.h", b.first);
+        test_write_text(alias, b.new_text);
+    } else {
+        snprintf(other, sizeof(other), "%s/%s-elsewhere", test_dir(), what);
+        snprintf(alias, sizeof(alias), "%s/alias.h", other);
+        REQUIRE(mkdir(other, 0700) == 0);
+        REQUIRE(link(b.val, alias) == 0);
+        edit_keeping_times(alias, b.new_text);
+    }
+    CHECK(sees_change(what, &b, 1));
+}
+
+static void reuse_case(const char *what, void (*how)(const struct tree *t))
+{
+    reuse_case_then(what, how, 0);
+}
+
+/* val.h edited in place (the same inode): its wd is the one to take, at its generation now. */
+static void edit_in_place(const struct tree *t)
+{
+    char mid[32];
+    mid_text(t, mid, sizeof(mid));
+    edit_keeping_times(t->val, mid);
+}
+
+/*
+ * val.h edited through a link in a directory kcache knows nothing of: no
+ * event in second/, so the name's wd is taken as found, and must be listed.
+ */
+static void edit_elsewhere(const struct tree *t)
+{
+    char other[700], alias[800], mid[32];
+    snprintf(other, sizeof(other), "%s/%s-before", test_dir(), strrchr(t->root, '/') + 1);
+    snprintf(alias, sizeof(alias), "%s/alias.h", other);
+    REQUIRE(mkdir(other, 0700) == 0);
+    REQUIRE(link(t->val, alias) == 0);
+    mid_text(t, mid, sizeof(mid));
+    edit_keeping_times(alias, mid);
+}
+
+/* val.h renamed away in its directory, a new val.h written: the name, another inode. */
+static void rename_away(const struct tree *t)
+{
+    char old[900], mid[32];
+    snprintf(old, sizeof(old), "%s/val.old", t->second);
+    mid_text(t, mid, sizeof(mid));
+    REQUIRE(rename(t->val, old) == 0);
+    test_write_text(t->val, mid);
+}
+
+/*
+ * val.h's old inode kept alive under a name elsewhere, so that its watch
+ * stays (a file removed for good ends its watch: IN_IGNORED).
+ */
+static void keep_old(const struct tree *t)
+{
+    char kept[900];
+    snprintf(kept, sizeof(kept), "%s/%s-old.h", test_dir(), strrchr(t->root, '/') + 1);
+    REQUIRE(link(t->val, kept) == 0);
+}
+
+/* A new file written elsewhere and renamed over val.h. */
+static void replace(const struct tree *t)
+{
+    char tmp[900], mid[32];
+    keep_old(t);
+    snprintf(tmp, sizeof(tmp), "%s/%s-staging.h", test_dir(), strrchr(t->root, '/') + 1);
+    mid_text(t, mid, sizeof(mid));
+    test_write_text(tmp, mid);
+    REQUIRE(rename(tmp, t->val) == 0);
+}
+
+/* val.h's entry re-pointed at a file that already has a name elsewhere (link, then rename). */
+static void repoint(const struct tree *t)
+{
+    char src[900], tmp[900], mid[32];
+    keep_old(t);
+    snprintf(src, sizeof(src), "%s/%s-existing.h", test_dir(), strrchr(t->root, '/') + 1);
+    snprintf(tmp, sizeof(tmp), "%s/val.h.tmp", t->second);
+    mid_text(t, mid, sizeof(mid));
+    test_write_text(src, mid);
+    REQUIRE(link(src, tmp) == 0);
+    REQUIRE(rename(tmp, t->val) == 0);
+}
+
+/*
+ * The -I directory first/ (val.h absent there) moved aside and a new one
+ * made in its place: a walk that took the old one from its parent's note
+ * would watch a directory no longer on the path, and miss val.h made in
+ * the new one, earlier on the path than second/val.h.
+ */
+static void replace_dir(const struct tree *t)
+{
+    char old[800];
+    snprintf(old, sizeof(old), "%s.old", t->first);
+    REQUIRE(rename(t->first, old) == 0);
+    REQUIRE(mkdir(t->first, 0700) == 0);
+}
+
+static void case_reuse_kept(void)
+{
+    reuse_case("reuse_kept", NULL);
+}
+
+static void case_reuse_edited(void)
+{
+    reuse_case("reuse_edited", edit_in_place);
+}
+
+static void case_reuse_edited_elsewhere(void)
+{
+    reuse_case("reuse_edited_elsewhere", edit_elsewhere);
+}
+
+static void case_reuse_dir_replaced(void)
+{
+    reuse_case_then("reuse_dir_replaced", replace_dir, 1);
+}
+
+static void case_reuse_renamed(void)
+{
+    reuse_case("reuse_renamed", rename_away);
+}
+
+static void case_reuse_replaced(void)
+{
+    reuse_case("reuse_replaced", replace);
+}
+
+static void case_reuse_repointed(void)
+{
+    reuse_case("reuse_repointed", repoint);
+}
+
 int main(int argc, char **argv)
 {
     kc_toolkit tk;
@@ -514,6 +709,13 @@ int main(int argc, char **argv)
         {"budget", case_budget},
         {"mount_over", case_mount_over},
         {"fd_reused", case_fd_reused},
+        {"reuse_kept", case_reuse_kept},
+        {"reuse_edited", case_reuse_edited},
+        {"reuse_edited_elsewhere", case_reuse_edited_elsewhere},
+        {"reuse_renamed", case_reuse_renamed},
+        {"reuse_replaced", case_reuse_replaced},
+        {"reuse_repointed", case_reuse_repointed},
+        {"reuse_dir_replaced", case_reuse_dir_replaced},
     };
     if (argc == 4 && !strcmp(argv[1], "netfs")) {
         case_netfs(argv[2], argv[3]);
