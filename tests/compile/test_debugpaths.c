@@ -119,5 +119,6 @@ int main(void)
             CHECK(same_as_nvrtc(api, "no user header", alone, paths[i], &keyed, &hit));
             CHECK(keyed && hit == round);
         }
+    kc_toolkit_free(&tk);
     return test_done();
 }
