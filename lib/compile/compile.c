@@ -1020,14 +1020,18 @@ static void record_manifest(kcache_compiler *c, const kcache_request *req, const
  * own (deps.c). Measured with NVRTC 13.0: a template of a header found
  * through -I gave ".file 2 \"<the source's directory>/a.h\"" under -G where
  * NVRTC reading the disk says "<the -I directory>/a.h", and LTO-IR 28 bytes
- * shorter. -lineinfo gave NVRTC's own bytes (tests/compile/test_debugpaths.c).
+ * shorter. -lineinfo names the file of every function left a call: a
+ * header's __noinline__ function gave ".file 1 \"<the source's
+ * directory>/sub/a.h\"" where NVRTC says "<the -I directory>/sub/a.h"
+ * (tests/compile/test_debugpaths.c).
  */
 static int bytes_name_paths(const struct work *w)
 {
     if (w->opts.dlto)
         return 1;
     for (size_t i = 0; i < w->opts.n_canonical; i++)
-        if (!strcmp(w->opts.canonical[i], "--device-debug"))
+        if (!strcmp(w->opts.canonical[i], "--device-debug") ||
+            !strcmp(w->opts.canonical[i], "--generate-line-info"))
             return 1;
     return 0;
 }
@@ -1049,7 +1053,8 @@ static void judge_paths(const kcache_request *req, struct work *w)
         w->deps.not_hermetic = 1;
         snprintf(w->deps.reason, sizeof(w->deps.reason), "header_paths_in_bytes");
         snprintf(w->deps.problem, sizeof(w->deps.problem),
-                 "-G and -dlto write the path NVRTC opens each header by into the kernel, and "
+                 "-G, -lineinfo and -dlto write the path NVRTC opens each header by into the "
+                 "kernel, and "
                  "%s would be handed over under another name", w->deps.deps[i].name);
         return;
     }

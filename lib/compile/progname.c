@@ -822,16 +822,19 @@ static int name_parts(const char *name, const char **last, size_t *dir_n, const 
 
 /*
  * The length of the prefix NVRTC starts a diagnostic of the program with,
- * "NAME(LINE)", at line (n bytes, no newline), or 0.
+ * "NAME(LINE): ", at line (n bytes, no newline), or 0. The ": " tells it
+ * from a header's diagnostic whose path only starts so ("NAME(1).h(2): ",
+ * a header beside a name without a directory), which names that header
+ * under any name.
  */
 static size_t diagnostic_prefix(const char *line, size_t n, const char *name, size_t len)
 {
-    if (n < len + 3 || memcmp(line, name, len) != 0 || line[len] != '(')
+    if (n < len + 5 || memcmp(line, name, len) != 0 || line[len] != '(')
         return 0;
     size_t i = len + 1;
     while (i < n && isdigit((unsigned char)line[i]))
         i++;
-    return i > len + 1 && i < n && line[i] == ')' ? len : 0;
+    return i > len + 1 && i + 2 < n && !memcmp(line + i, "): ", 3) ? len : 0;
 }
 
 /*

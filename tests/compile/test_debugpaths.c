@@ -6,7 +6,9 @@
  * under -G where NVRTC reading the disk says "<the -I directory>/a.h". Such a
  * compile must give NVRTC's own bytes: with any user header (whether it gives
  * code cannot be told before the compile) it compiles reading the disk,
- * uncached. Without a user header, or with -lineinfo, the hermetic compile's
+ * uncached. -lineinfo names the file of every function left a call (a
+ * __noinline__ function of a header's: ".file 1 \"<the -I directory>/a.h\""),
+ * so it is judged the same way. Without a user header the hermetic compile's
  * bytes are NVRTC's and the result is cached. Skips (77) where the toolkit is
  * missing.
  */
@@ -89,24 +91,34 @@ int main(void)
     static const char macros[] = "#include \"m.h\"\n"
                                  "extern \"C\" __global__ void k(int *o) { o[0] = KC_SEVEN; }\n";
     static const char alone[] = "extern \"C\" __global__ void k(int *o) { o[0] = 8; }\n";
+    static const char called[] = "#include \"f.h\"\n"
+                                 "extern \"C\" __global__ void k(int *o) { o[0] = kc_f(o[1]); }\n";
+    snprintf(header, sizeof(header), "%s/f.h", inc);
+    test_write_text(header, "#pragma once\n__device__ __noinline__ int kc_f(int t) {\n"
+                            "    int s = 0;\n    for (int i = 0; i < t; i++) s += i * t;\n"
+                            "    return s;\n}\n");
     int keyed, hit;
-    /* A user header under -G and -dlto: NVRTC's bytes, twice, never from the cache. */
-    static const char *const paths[] = {"-G", "-dlto"};
-    for (int i = 0; i < 2; i++)
+    /* A user header under -G, -dlto and -lineinfo: NVRTC's bytes, twice, never from the
+     * cache. */
+    static const char *const paths[] = {"-G", "-dlto", "-lineinfo"};
+    for (int round = 0; round < 2; round++) {
+        CHECK(same_as_nvrtc(api, "a header's function left a call", called, "-lineinfo", &keyed,
+                            &hit));
+        CHECK(!keyed && !hit);
+    }
+    for (int i = 0; i < 3; i++)
         for (int round = 0; round < 2; round++) {
             CHECK(same_as_nvrtc(api, "a user header's code", code, paths[i], &keyed, &hit));
             CHECK(!keyed && !hit);
             CHECK(same_as_nvrtc(api, "a user header's macros", macros, paths[i], &keyed, &hit));
             CHECK(!keyed && !hit);
         }
-    /* No user header, or -lineinfo: the hermetic bytes are NVRTC's, and cached. */
-    for (int round = 0; round < 2; round++) {
-        for (int i = 0; i < 2; i++) {
+    /* No user header: the hermetic bytes are NVRTC's, and cached. */
+    for (int round = 0; round < 2; round++)
+        for (int i = 0; i < 3; i++) {
             CHECK(same_as_nvrtc(api, "no user header", alone, paths[i], &keyed, &hit));
             CHECK(keyed && hit == round);
         }
-        CHECK(same_as_nvrtc(api, "a user header's code", code, "-lineinfo", &keyed, &hit));
-        CHECK(keyed && hit == round);
-    }
+    kc_toolkit_free(&tk);
     return test_done();
 }

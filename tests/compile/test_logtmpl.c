@@ -127,6 +127,8 @@ int main(void)
     test_write_text(path, "template <class T> __device__ T kc_tw(T t) { return t << 40; }\n");
     snprintf(path, sizeof(path), "%s/kern.cu.h", inc);
     test_write_text(path, "#pragma once\n#warning its path holds the name's last component\n");
+    snprintf(path, sizeof(path), "%s/kcq(1).h", inc);
+    test_write_text(path, "#pragma once\n__device__ inline int kc_q(int x) { int kc_qu; return x; }\n");
 
     char a[700], b[700], c[700], d[700], f[720];
     name_in(a, sizeof(a), "tmpAlpha1", "kern.cu");
@@ -161,6 +163,10 @@ int main(void)
     /* A header whose path holds the name's last component. */
     case_of(api, "a header named after it", "#include \"kern.cu.h\"\n" KERNEL "v[0] = 7; }\n", a,
             b, 0);
+    /* A header whose path starts as the name's diagnostics do, "NAME(LINE)": its
+     * lines are not the program's, and name the header under any name. */
+    case_of(api, "a header's path in the name's prefix",
+            "#include \"kcq(1).h\"\n" KERNEL "v[0] = kc_q(13); }\n", "kcq", "kcr", 0);
     /* A name so short that other words hold it. */
     case_of(api, "a short name", KERNEL "int kc_short; v[0] = 9; }\n", "a", "b", 0);
     /* A directory too short to tell from other text ("tmp"). */
