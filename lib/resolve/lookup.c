@@ -448,6 +448,21 @@ static int add_tk_name(struct resolver *r, const char *spelling)
  * those come first, exactly as NVRTC would, and a user file found so is
  * handed over under the spelling the toolkit header uses.
  */
+/*
+ * Whether an #include of spelling may name the program: NVRTC resolves the
+ * program's own name (NULL: "default_program") to the program, ahead of
+ * every directory (NVRTC 13.0: a program named kq.h whose header includes
+ * "kq.h" reads itself again; under another name the include fails). Judged
+ * by the last component, a superset of what NVRTC matches.
+ */
+static int names_program(const char *name, const char *spelling)
+{
+    if (!name || !*name)
+        name = "default_program";
+    const char *a = strrchr(name, '/'), *b = strrchr(spelling, '/');
+    return !strcmp(a ? a + 1 : name, b ? b + 1 : spelling);
+}
+
 int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t from,
                    size_t *found)
 {
@@ -456,6 +471,12 @@ int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t f
     *found = 0;
     if (!*spelling)
         return 0;
+    if (names_program(q->source_name, spelling)) {
+        kc_res_not_hermetic(r, "include_names_program",
+                            "#include \"%s\" (in %s) names the program itself, which NVRTC "
+                            "reads again in its place", spelling, kc_res_where(&r->nodes[from]));
+        return 0;
+    }
     size_t v;
     if (kc_smap_find(&r->by_memory, spelling, &v)) {
         /* Headers handed over in memory come first, by exact spelling, as in NVRTC. */
