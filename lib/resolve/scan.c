@@ -180,7 +180,7 @@ static int skip_pp_number(struct scanner *s, kc_buf *b)
             if ((c == 'e' || c == 'E' || c == 'p' || c == 'P')) {
                 int n = peek2(s);
                 if (n == '+' || n == '-') {
-                    if (b && kc_buf_append(b, (char[]){(char)c}, 1))
+                    if (b && kc_buf_put(b, (char)c))
                         return KCACHE_ENOMEM;
                     advance(s);
                     c = peek(s);
@@ -198,7 +198,7 @@ static int skip_pp_number(struct scanner *s, kc_buf *b)
         }
         if (!take)
             break;
-        if (b && kc_buf_append(b, (char[]){(char)c}, 1))
+        if (b && kc_buf_put(b, (char)c))
             return KCACHE_ENOMEM;
         advance(s);
     }
@@ -291,8 +291,7 @@ static int logical_line(struct scanner *s, kc_buf *b)
         } else {
             advance(s);
         }
-        char ch = (char)c;
-        if (kc_buf_append(b, &ch, 1))
+        if (kc_buf_put(b, (char)c))
             return KCACHE_ENOMEM;
     }
     return 0;
