@@ -63,6 +63,8 @@ def closure_probes(db):
         if codec in (1, 2):
             return subprocess.run(['zstd' if codec == 1 else 'lz4', '-d', '-c', '-q'], input=data,
                                   capture_output=True, check=True).stdout
+        if codec == 4:  # util/codec.h KC_CODEC_LZ4C: the block's XXH3-128, then the block
+            return lz4_block(data[16:], raw_size)
         return lz4_block(data, raw_size) if codec == 3 else data
     # Schema 9 keeps a closure in chunks (schema/009_closure_chunks.sql), each coded alone.
     data = (b''.join(decode(*c) for c in chunks) if row[4] is not None

@@ -78,11 +78,14 @@ static int put_u64(kc_buf *b, uint64_t v)
     return kc_buf_append(b, x, 8);
 }
 
+/* Little-endian, in one load: a hit reads five of these for each of ~1,000 files. */
 static uint64_t get_u64(const uint8_t *p)
 {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
+    uint64_t v;
+    memcpy(&v, p, sizeof(v));
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    v = __builtin_bswap64(v);
+#endif
     return v;
 }
 

@@ -44,8 +44,8 @@ struct reach {
     size_t *todo;
     size_t n_todo;
     kc_smap pieces;
-    /* The pieces' FNV-1a hashes, for runs_of_pieces: a run's every substring is
-     * hashed in one pass; a collision can only make a name look buildable. */
+    /* The pieces' hashes (piece_hash()), for runs_of_pieces: a substring's is
+     * taken from the prefixes'; a collision can only make a name look buildable. */
     uint64_t *hashes;
     size_t n_hashes, cap_hashes; /* cap: a power of two, or 0 */
     int pastes;  /* a reached definition pastes */
@@ -59,15 +59,17 @@ static const char *const pasted_names[] = {"__FILE__", "__BASE_FILE__", "__built
 /* What names the program's file in a header's code (its own __FILE__ is its own name). */
 static const char *const caller_names[] = {"__BASE_FILE__", "__builtin_FILE"};
 
-#define FNV_OFFSET 0xcbf29ce484222325ULL
 #define FNV_PRIME 0x100000001b3ULL
 
-/* FNV-1a, computed here as runs_of_pieces computes it a byte at a time. */
+/*
+ * A piece's hash, polynomial (h = h * FNV_PRIME + byte, from 0) so that
+ * runs_of_pieces can take any substring's from the prefixes' in one step.
+ */
 static uint64_t piece_hash(const char *s, size_t n)
 {
-    uint64_t h = FNV_OFFSET;
+    uint64_t h = 0;
     for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * FNV_PRIME;
+        h = h * FNV_PRIME + (unsigned char)s[i];
     return h;
 }
 
@@ -109,30 +111,41 @@ static int hash_put(struct reach *r, uint64_t h)
     return 0;
 }
 
-/* 1 if s (n bytes) is a run of two or more pieces; a piece that starts with a digit is any. */
+/*
+ * 1 if s (n bytes) is a run of two or more pieces; a piece that starts with a
+ * digit is any. can[p]: s from p on is a run of pieces; it is one when a piece
+ * starting at p ends where such a run starts (ends[], or at n), so only those
+ * ends are tried, each substring's hash from the prefixes' (piece_hash()).
+ */
 static int runs_of_pieces(const struct reach *r, const char *s, size_t n)
 {
     unsigned char can[256], first[256];
+    uint64_t pre[256], mul[256]; /* prefixes' hashes; FNV_PRIME to the i */
+    size_t ends[256], n_ends = 0;
     if (n < 2 || n >= sizeof(can))
         return n >= sizeof(can);
+    pre[0] = 0;
+    mul[0] = 1;
+    for (size_t i = 0; i < n; i++) {
+        pre[i + 1] = pre[i] * FNV_PRIME + (unsigned char)s[i];
+        mul[i + 1] = mul[i] * FNV_PRIME;
+    }
     /* The first piece: a proper prefix. A name without one ends here. */
     int any = 0;
-    uint64_t h = FNV_OFFSET;
     for (size_t q = 1; q < n; q++) {
-        h = (h ^ (unsigned char)s[q - 1]) * FNV_PRIME;
-        first[q] = isdigit((unsigned char)s[0]) || hash_has(r, h);
+        first[q] = isdigit((unsigned char)s[0]) || hash_has(r, pre[q]);
         any |= first[q];
     }
     if (!any)
         return 0;
     can[n] = 1;
+    ends[n_ends++] = n;
     for (size_t p = n; p-- > 1;) {
-        can[p] = 0;
-        h = FNV_OFFSET;
-        for (size_t q = p + 1; !can[p] && q <= n; q++) {
-            h = (h ^ (unsigned char)s[q - 1]) * FNV_PRIME;
-            can[p] = can[q] && (isdigit((unsigned char)s[p]) || hash_has(r, h));
-        }
+        can[p] = isdigit((unsigned char)s[p]) != 0; /* any piece: up to n, where can[n] is */
+        for (size_t k = 0; !can[p] && k < n_ends; k++)
+            can[p] = hash_has(r, pre[ends[k]] - pre[p] * mul[ends[k] - p]);
+        if (can[p])
+            ends[n_ends++] = p;
     }
     for (size_t q = 1; q < n; q++)
         if (first[q] && can[q])

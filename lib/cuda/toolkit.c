@@ -34,33 +34,73 @@ static char *find_lib(const char *root, const char *name)
     return NULL;
 }
 
-/* The value of the first "#define NAME value" line of a file, or "" (at most size - 1 bytes). */
+/* The value in one line if it is "#define NAME value" (blanks around each), into out. */
+static int define_in_line(char *out, size_t size, const char *l, size_t n, const char *name)
+{
+    const char *end = l + n, *p = l;
+    size_t len = strlen(name);
+    while (p < end && (*p == ' ' || *p == '\t'))
+        p++;
+    if ((size_t)(end - p) < 7 || memcmp(p, "#define", 7) != 0)
+        return 0;
+    p += 7;
+    while (p < end && (*p == ' ' || *p == '\t'))
+        p++;
+    if ((size_t)(end - p) <= len || memcmp(p, name, len) != 0 || (p[len] != ' ' && p[len] != '\t'))
+        return 0;
+    p += len;
+    while (p < end && (*p == ' ' || *p == '\t'))
+        p++;
+    size_t v = 0;
+    while (p + v < end && p[v] != ' ' && p[v] != '\t' && p[v] != '\r')
+        v++;
+    snprintf(out, size, "%.*s", (int)v, p);
+    return 1;
+}
+
+/*
+ * The value of the first "#define NAME value" line of a file, or "" (at most
+ * size - 1 bytes). Read in blocks and split at newlines, not line by line
+ * through stdio: cuda.h defines CUDA_VERSION 263 lines in, and fgets() made
+ * this most of a CLI hit's toolkit lookup. A line longer than a block is
+ * stepped over.
+ */
 static void define_value(char *out, size_t size, const char *path, const char *name)
 {
     out[0] = '\0';
-    FILE *f = fopen(path, "re");
-    if (!f)
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
         return;
-    char line[512];
-    size_t n = strlen(name);
-    while (fgets(line, sizeof(line), f)) {
-        const char *p = line;
-        while (*p == ' ' || *p == '\t')
-            p++;
-        if (strncmp(p, "#define", 7) != 0)
-            continue;
-        p += 7;
-        while (*p == ' ' || *p == '\t')
-            p++;
-        if (strncmp(p, name, n) == 0 && (p[n] == ' ' || p[n] == '\t')) {
-            p += n;
-            while (*p == ' ' || *p == '\t')
-                p++;
-            snprintf(out, size, "%.*s", (int)strcspn(p, " \t\r\n"), p);
-            break;
+    char buf[16384];
+    size_t have = 0;
+    int eof = 0, overlong = 0;
+    while (!eof) {
+        ssize_t k = read(fd, buf + have, sizeof(buf) - have);
+        eof = k <= 0;
+        have += k > 0 ? (size_t)k : 0;
+        size_t start = 0;
+        for (;;) {
+            const char *nl = memchr(buf + start, '\n', have - start);
+            if (!nl && !eof)
+                break; /* the rest of this line comes with the next read */
+            size_t end = nl ? (size_t)(nl - buf) : have;
+            if (!overlong && define_in_line(out, size, buf + start, end - start, name)) {
+                close(fd);
+                return;
+            }
+            overlong = 0;
+            start = nl ? end + 1 : have;
+            if (!nl)
+                break;
+        }
+        memmove(buf, buf + start, have - start);
+        have -= start;
+        if (have == sizeof(buf)) {
+            overlong = 1; /* no newline in a whole block: not a line worth reading */
+            have = 0;
         }
     }
-    fclose(f);
+    close(fd);
 }
 
 static int cmp_str(const void *a, const void *b)

@@ -22,9 +22,9 @@ void kc_manifest_rows_free(kc_manifest_row *rows, size_t n)
  * Whether a chunk decoded to the bytes it is stored by (its digest): a
  * damaged closure may name other paths than the compile looked at, so that
  * it holds where the one recorded would not (a stale kernel, not a miss). A
- * zstd frame with a checksum (what chunks are written as) checked it as it
- * decoded (checked: nothing more to do); an LZ4 block or raw bytes carry
- * none. The digest (BLAKE2b) costs 30-45 times the fast one (xxh3, 192 KiB),
+ * hashed LZ4 block (what chunks are written as) or a zstd frame with a
+ * checksum (written before) was checked by its decode (checked: nothing
+ * more to do); an LZ4 block or raw bytes carry none. The digest (BLAKE2b) costs 30-45 times the fast one (xxh3, 192 KiB),
  * so a chunk that held is remembered on the handle by it, with the fast
  * digest of its bytes: read again, the same bytes cost only the fast one.
  */
@@ -237,9 +237,9 @@ static int step_ints(kcache_store *s, enum kc_stmt which, int64_t a, int64_t b, 
 
 /*
  * The id of the closure with these bytes, stored now if it was not: in
- * chunks (kc_chunk_size()), each stored once by its digest as a zstd frame
- * (a closure is mostly paths and identities; the frame's checksum is the
- * chunk's check on every read: chunk_holds()).
+ * chunks (kc_chunk_size()), each stored once by its digest as a hashed LZ4
+ * block (KC_CODEC_LZ4C: its hash is the chunk's check on every read,
+ * chunk_holds(); zstd's decode cost four times LZ4's on closures).
  */
 static int closure_id(int64_t *id, kcache_store *s, const void *closure, size_t size)
 {

@@ -78,7 +78,7 @@ int kc_blob_id_checked(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_
 {
     uint8_t digest[KC_DIGEST_SIZE];
     kc_digest(digest, data, size);
-    return blob_id(id, s, find, put, enc, KC_CODEC_ZSTD, digest, data, size, finding, storing);
+    return blob_id(id, s, find, put, enc, KC_CODEC_LZ4C, digest, data, size, finding, storing);
 }
 
 int kc_shared_headers_put(kcache_store *s, const kcache_entry *e, int64_t *id, size_t *at,

@@ -178,8 +178,8 @@ int kc_id_by_digest(int64_t *id, kcache_store *s, enum kc_stmt find,
 int kc_blob_id(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt put, kc_buf *enc,
                const void *data, size_t size, const char *finding, const char *storing);
 /*
- * kc_blob_id() stored as a zstd frame whatever the store's compression:
- * its checksum checks every read of the bytes, at a fraction of what their
+ * kc_blob_id() stored as KC_CODEC_LZ4C whatever the store's compression:
+ * its hash checks every read of the bytes, at a fraction of what their
  * digest costs (closure chunks: manifest_store.c).
  */
 int kc_blob_id_checked(int64_t *id, kcache_store *s, enum kc_stmt find, enum kc_stmt put,

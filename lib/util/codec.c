@@ -4,6 +4,7 @@
  */
 #include <blake2.h>
 #include <lz4.h>
+#include <lz4hc.h>
 #include <lz4frame.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -28,7 +29,7 @@ struct kc_codec_ctx {
 int kc_codec_known(int codec)
 {
     return codec == KC_CODEC_RAW || codec == KC_CODEC_ZSTD || codec == KC_CODEC_LZ4 ||
-           codec == KC_CODEC_LZ4B;
+           codec == KC_CODEC_LZ4B || codec == KC_CODEC_LZ4C;
 }
 
 int kc_compression_parse(int *out, const char *text)
@@ -51,6 +52,7 @@ const char *kc_compression_name(int method)
     case KC_CODEC_ZSTD: return "zstd";
     case KC_CODEC_LZ4: return "lz4";
     case KC_CODEC_LZ4B: return "lz4";
+    case KC_CODEC_LZ4C: return "lz4";
     case KC_CODEC_RAW: return "none";
     }
     return NULL;
@@ -257,6 +259,37 @@ static int decode_lz4_block(void *dst, const void *stored, size_t stored_size, s
     return n >= 0 && (size_t)n == raw_size ? 0 : KCACHE_ECORRUPT;
 }
 
+/* The XXH3-128 of an LZ4 block, then the block; or 0 bytes when it does not pay. */
+static int encode_lz4_checked(kc_buf *out, const void *raw, size_t size)
+{
+    if (size > LZ4_MAX_INPUT_SIZE)
+        return 0; /* stored raw */
+    int bound = LZ4_compressBound((int)size);
+    int rc = kc_buf_reserve(out, KC_LZ4C_HASH + (size_t)bound);
+    if (rc)
+        return rc;
+    uint8_t *block = out->data + KC_LZ4C_HASH;
+    int n = LZ4_compress_HC(raw, (char *)block, (int)size, bound, KC_LZ4HC_LEVEL);
+    if (n > 0 && KC_LZ4C_HASH + (size_t)n < size) {
+        xxh3_128(out->data, block, (size_t)n);
+        out->size = KC_LZ4C_HASH + (size_t)n;
+    }
+    return 0;
+}
+
+/* Checked before the block is decoded: intact stored bytes decode to what was stored. */
+static int decode_lz4_checked(void *dst, const void *stored, size_t stored_size, size_t raw_size)
+{
+    uint8_t hash[KC_LZ4C_HASH];
+    if (stored_size <= KC_LZ4C_HASH)
+        return KCACHE_ECORRUPT;
+    xxh3_128(hash, (const uint8_t *)stored + KC_LZ4C_HASH, stored_size - KC_LZ4C_HASH);
+    if (memcmp(hash, stored, KC_LZ4C_HASH) != 0)
+        return KCACHE_ECORRUPT;
+    return decode_lz4_block(dst, (const uint8_t *)stored + KC_LZ4C_HASH,
+                            stored_size - KC_LZ4C_HASH, raw_size);
+}
+
 int kc_encode(kc_codec_ctx *ctx, kc_buf *out, int *codec, int method, const void *raw,
               size_t size)
 {
@@ -264,11 +297,14 @@ int kc_encode(kc_codec_ctx *ctx, kc_buf *out, int *codec, int method, const void
     if (size >= KC_RAW_BELOW && method != KC_CODEC_RAW) {
         int rc = method == KC_CODEC_LZ4    ? encode_lz4(ctx, out, raw, size)
                  : method == KC_CODEC_LZ4B ? encode_lz4_block(out, raw, size)
+                 : method == KC_CODEC_LZ4C ? encode_lz4_checked(out, raw, size)
                                            : encode_zstd(ctx, out, raw, size);
         if (rc)
             return rc;
         if (out->size) {
-            *codec = method == KC_CODEC_LZ4 || method == KC_CODEC_LZ4B ? method : KC_CODEC_ZSTD;
+            *codec = method == KC_CODEC_LZ4 || method == KC_CODEC_LZ4B || method == KC_CODEC_LZ4C
+                         ? method
+                         : KC_CODEC_ZSTD;
             return 0;
         }
     }
@@ -300,6 +336,8 @@ int kc_decode_into(kc_codec_ctx *ctx, void *dst, int codec, const void *stored, 
         return decode_lz4(ctx, dst, stored, stored_size, raw_size);
     case KC_CODEC_LZ4B:
         return decode_lz4_block(dst, stored, stored_size, raw_size);
+    case KC_CODEC_LZ4C:
+        return decode_lz4_checked(dst, stored, stored_size, raw_size);
     }
     return KCACHE_ECORRUPT; /* a codec this build does not know */
 }
@@ -309,6 +347,8 @@ int kc_stored_checks_itself(int codec, const void *stored, size_t stored_size)
     /* RFC 8878: the magic number, then the frame header descriptor, whose bit 2 says that
      * the frame ends with a checksum of its content. */
     const uint8_t *p = stored;
+    if (codec == KC_CODEC_LZ4C)
+        return 1; /* kc_decode_into() refuses one too short to hold its hash */
     return codec == KC_CODEC_ZSTD && stored_size >= 5 && p[0] == 0x28 && p[1] == 0xb5 &&
            p[2] == 0x2f && p[3] == 0xfd && (p[4] >> 2 & 1);
 }
@@ -338,6 +378,10 @@ int kc_decode_plausible(int codec, const void *stored, size_t stored_size, size_
             n = n << 8 | p[6 + i];
         return n == (uint64_t)raw_size;
     }
+    case KC_CODEC_LZ4C: /* the block after its hash */
+        return stored_size > KC_LZ4C_HASH &&
+               kc_decode_plausible(KC_CODEC_LZ4B, p + KC_LZ4C_HASH, stored_size - KC_LZ4C_HASH,
+                                   raw_size);
     case KC_CODEC_LZ4B:
         /* A block has no header: LZ4 never expands more than 255 times, nor
          * does compressing grow past its bound, so a raw_size outside these

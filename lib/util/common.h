@@ -165,6 +165,15 @@ typedef struct kc_buf {
 
 int kc_buf_reserve(kc_buf *b, size_t extra);
 int kc_buf_append(kc_buf *b, const void *p, size_t n);
+/* kc_buf_append() of one byte, inline while there is room (scanners add a byte at a time). */
+static inline int kc_buf_put(kc_buf *b, char c)
+{
+    if (b->size < b->cap) {
+        b->data[b->size++] = (uint8_t)c;
+        return 0;
+    }
+    return kc_buf_append(b, &c, 1);
+}
 int kc_buf_append_u32(kc_buf *b, uint32_t v);
 void kc_buf_free(kc_buf *b);
 

@@ -510,16 +510,61 @@ static void test_damaged_chunk(void)
 
 
 /*
- * Closure chunks are written as zstd frames with a checksum (whatever the
- * store's compression), which a read checks instead of the chunk's digest:
- * a byte changed in one, or its checksum flag cleared, is no closure.
+ * Rewrites every closure chunk of path in codec (kc_encode()), as a kcache
+ * that wrote them so would have left them; how many.
  */
-static void test_damaged_zstd_chunk(void)
+static int chunks_as(const char *path, int codec)
 {
-    static const int damage[][2] = {{30, 0x10}, {4, 0x04}};
+    sqlite3 *db = NULL;
+    sqlite3_stmt *q = NULL, *u = NULL;
+    kc_codec_ctx *ctx = NULL;
+    REQUIRE(kc_codec_new(&ctx) == 0);
+    REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
+    REQUIRE(sqlite3_prepare_v2(db, "SELECT id, codec, data, size FROM closure_chunk", -1, &q,
+                               NULL) == SQLITE_OK);
+    REQUIRE(sqlite3_prepare_v2(db, "UPDATE closure_chunk SET codec = ?2, data = ?3 WHERE id = ?1",
+                               -1, &u, NULL) == SQLITE_OK);
+    int n = 0;
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        void *raw = NULL;
+        size_t size = (size_t)sqlite3_column_int64(q, 3);
+        REQUIRE(kc_decode(ctx, &raw, sqlite3_column_int(q, 1), sqlite3_column_blob(q, 2),
+                          (size_t)sqlite3_column_bytes(q, 2), size) == 0);
+        kc_buf enc = {0};
+        int got = 0;
+        REQUIRE(kc_encode(ctx, &enc, &got, codec, raw, size) == 0);
+        sqlite3_bind_int64(u, 1, sqlite3_column_int64(q, 0));
+        sqlite3_bind_int(u, 2, got);
+        sqlite3_bind_blob(u, 3, enc.data, (int)enc.size, SQLITE_STATIC);
+        REQUIRE(sqlite3_step(u) == SQLITE_DONE);
+        sqlite3_reset(u);
+        kc_buf_free(&enc);
+        free(raw);
+        n += got == codec;
+    }
+    sqlite3_finalize(q);
+    sqlite3_finalize(u);
+    sqlite3_close(db);
+    kc_codec_free(ctx);
+    return n;
+}
+
+/*
+ * Closure chunks are written as hashed LZ4 blocks (4, whatever
+ * the store's compression), whose hash a read checks instead of the chunk's
+ * digest: a byte changed in the block or in its hash is no closure. Chunks
+ * an earlier kcache wrote as zstd frames are checked by their checksum: a
+ * byte changed in one, or its checksum flag cleared, is no closure either.
+ */
+static void test_damaged_checked_chunk(void)
+{
+    static const int damage[][3] = {{KC_CODEC_LZ4C, 30, 0x10},
+                                    {KC_CODEC_LZ4C, 4, 0x04},
+                                    {KC_CODEC_ZSTD, 30, 0x10},
+                                    {KC_CODEC_ZSTD, 4, 0x04}};
     for (size_t d = 0; d < sizeof(damage) / sizeof(damage[0]); d++) {
         char path[512], name[64];
-        snprintf(name, sizeof(name), "zstd_chunk_%zu.db", d);
+        snprintf(name, sizeof(name), "checked_chunk_%zu.db", d);
         snprintf(path, sizeof(path), "%s", test_path(name));
         kcache_store *s = open_at(path, UINT64_MAX);
         static uint8_t data[4000];
@@ -533,14 +578,19 @@ static void test_damaged_zstd_chunk(void)
         CHECK_RC(kc_store_manifest_put(s, &base, &key, 1, closure, n), 0);
         CHECK(closures_under(s, &base) == 1);
         kcache_store_close(s);
-        /* Compressed chunks are zstd; a tail too small to compress stays raw (its digest). */
-        CHECK(st_path_int(path, "SELECT count(*) FROM closure_chunk WHERE codec NOT IN (0, 1)") ==
+        /* Compressed chunks are hashed LZ4 blocks; a tail too small to compress stays raw. */
+        CHECK(st_path_int(path, "SELECT count(*) FROM closure_chunk WHERE codec NOT IN (0, 4)") ==
               0);
-        CHECK(damage_chunks(path, "codec = ?1", 1, damage[d][0], damage[d][1]) >= 1);
+        if (damage[d][0] != KC_CODEC_LZ4C)
+            CHECK(chunks_as(path, damage[d][0]) >= 1);
+        s = open_at(path, UINT64_MAX);
+        CHECK(closures_under(s, &base) == 1);
+        kcache_store_close(s);
+        CHECK(damage_chunks(path, "codec = ?1", damage[d][0], damage[d][1], damage[d][2]) >= 1);
         s = open_at(path, UINT64_MAX);
         if (closures_under(s, &base) != 0)
-            fprintf(stderr, "damaged zstd chunk (byte %d): handed back other bytes\n",
-                    damage[d][0]);
+            fprintf(stderr, "damaged chunk (codec %d, byte %d): handed back other bytes\n",
+                    damage[d][0], damage[d][1]);
         CHECK(closures_under(s, &base) == 0);
         kcache_store_close(s);
     }
@@ -554,6 +604,6 @@ int main(void)
     test_books();
     test_closure_chunks();
     test_damaged_chunk();
-    test_damaged_zstd_chunk();
+    test_damaged_checked_chunk();
     return test_done();
 }

@@ -3,7 +3,8 @@
  * nothing (not even its directory) and says "no cache yet"; errors are a
  * counter of their own; a cap of 0/none/unlimited
  * is no cap, in kcache_parse_max_size and through KCACHE_MAX_SIZE; a
- * handle maps the file from its second hit, not its first.
+ * handle maps the file from its second hit, not its first; a SQLite this
+ * program shares with kcache keeps its memory statistics.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <sys/stat.h>
 
 #include <kcache/store.h>
+#include <sqlite3.h>
 
 #include "store/storelib.h"
 #include "storetest.h"
@@ -173,9 +175,29 @@ static void test_mapping(void)
     CHECK(mapped(path) == 0);
 }
 
+/*
+ * kcache turns SQLite's memory statistics off only in its own copy (a CLI
+ * linked statically, db/conn.c): this program's SQLite is a shared library
+ * it could use itself, and must still count what is allocated.
+ */
+static void test_program_sqlite(void)
+{
+    kcache_store_options o = KCACHE_STORE_OPTIONS_INIT;
+    kcache_store *s = NULL;
+    o.path = test_path("program_sqlite.db");
+    static uint8_t scratch[4096];
+    REQUIRE(kcache_store_open(&s, &o, NULL, 0) == 0);
+    CHECK_RC(st_put(s, 1, sizeof(scratch), scratch), 0);
+    if (sqlite3_memory_used() == 0)
+        fprintf(stderr, "a SQLite shared with the program lost its memory statistics\n");
+    CHECK(sqlite3_memory_used() > 0);
+    kcache_store_close(s);
+}
+
 int main(void)
 {
     unsetenv("KCACHE_MAX_SIZE");
+    test_program_sqlite();
     test_no_create();
     test_counters();
     test_no_cap();

@@ -115,7 +115,7 @@ static void test_methods(kc_codec_ctx *c)
         CHECK(method == 42);
     }
     CHECK(kc_compression_name(7) == NULL);
-    CHECK(!kc_codec_known(4) && !kc_codec_known(-1));
+    CHECK(!kc_codec_known(5) && !kc_codec_known(-1) && kc_codec_known(KC_CODEC_LZ4C));
     /* The frames an earlier `lz4` wrote still decode, and still count as lz4. */
     CHECK(kc_codec_known(KC_CODEC_LZ4) && !strcmp(kc_compression_name(KC_CODEC_LZ4), "lz4"));
     fill_compressible(buf, 65536, 6);
@@ -316,6 +316,43 @@ static void test_damage(kc_codec_ctx *c)
     kc_buf_free(&enc);
 }
 
+/*
+ * Hashed LZ4 blocks (closure chunks): every byte changed, in the hash or in
+ * the block, and every cut are refused, so a damaged chunk never decodes to
+ * other bytes of its length; they say they check themselves.
+ */
+static void test_checked_blocks(kc_codec_ctx *c)
+{
+    enum { N = 6000 };
+    static uint8_t raw[N];
+    fill_compressible(raw, N, 7);
+    kc_buf enc = {0};
+    int codec = -1;
+    REQUIRE(kc_encode(c, &enc, &codec, KC_CODEC_LZ4C, raw, N) == 0 && codec == KC_CODEC_LZ4C);
+    CHECK(kc_stored_checks_itself(KC_CODEC_LZ4C, enc.data, enc.size));
+    CHECK(!kc_stored_checks_itself(KC_CODEC_LZ4B, enc.data + KC_LZ4C_HASH,
+                                   enc.size - KC_LZ4C_HASH));
+    CHECK(kc_decode_plausible(KC_CODEC_LZ4C, enc.data, enc.size, N));
+    CHECK(!kc_decode_plausible(KC_CODEC_LZ4C, enc.data, KC_LZ4C_HASH, N));
+    CHECK_RC(decodes(c, KC_CODEC_LZ4C, enc.data, enc.size, N), 0);
+    uint8_t *copy = malloc(enc.size), *out = malloc(N);
+    REQUIRE(copy && out);
+    size_t refused = 0, tried = 0;
+    for (size_t pos = 0; pos < enc.size; pos++) {
+        memcpy(copy, enc.data, enc.size);
+        copy[pos] ^= 0x01;
+        refused += kc_decode_into(c, out, KC_CODEC_LZ4C, copy, enc.size, N) == KCACHE_ECORRUPT;
+        tried++;
+    }
+    CHECK(refused == tried);
+    for (size_t cut = 0; cut < enc.size; cut += 1 + enc.size / 50)
+        CHECK_RC(decodes(c, KC_CODEC_LZ4C, enc.data, cut, N), KCACHE_ECORRUPT);
+    CHECK_RC(decodes(c, KC_CODEC_LZ4B, enc.data, enc.size, N), KCACHE_ECORRUPT);
+    free(copy);
+    free(out);
+    kc_buf_free(&enc);
+}
+
 static void test_digest(void)
 {
     uint8_t a[KC_DIGEST_SIZE], b[KC_DIGEST_SIZE];
@@ -376,6 +413,7 @@ int main(void)
     test_round_trips(c);
     test_methods(c);
     test_damage(c);
+    test_checked_blocks(c);
     test_digest();
     test_stored_digest();
     kc_codec_free(c);
