@@ -1167,6 +1167,18 @@ static int compile_from_disk(kcache_compiler *c, const kcache_request *req, stru
     return rc;
 }
 
+/*
+ * Whether no remembered closure may answer: options NVRTC is left to read
+ * are not all in the base key, and for bytes that name headers' paths a
+ * closure cannot say whether a user header is among the inputs before the
+ * resolution does (judge_paths()).
+ */
+static int no_closure_tried(const kcache_request *req, const struct work *w)
+{
+    return w->opts.uncached_reason || w->opts.several_archs ||
+           (bytes_name_paths(w) && !(req->version >= 2 && req->compile));
+}
+
 static int compile_request(kcache_compiler *c, const void *request, struct kc_result *r)
 {
     const kcache_request *req = request;
@@ -1189,14 +1201,8 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
         (rc = kc_nvenv_get(&w.env, &c->tk, c->store)))
         goto unkeyed;
     unsigned key_only = req->flags & KCACHE_COMPILE_KEY_ONLY;
-    /* Options NVRTC is left to read are not all in the base key: no closure is tried. */
-    int opts_uncached = w.opts.uncached_reason || w.opts.several_archs;
-    /* Bytes that name headers' paths: a closure cannot say whether a user header is
-     * among the inputs before the resolution does (judge_paths()). */
-    if (bytes_name_paths(&w) && !(req->version >= 2 && req->compile))
-        opts_uncached = 1;
-    int try_manifest = c->store && !kc_toolkit_id_unknown(c->tk.nvrtc_id) && !opts_uncached &&
-                       !w.env.reason[0] &&
+    int try_manifest = c->store && !kc_toolkit_id_unknown(c->tk.nvrtc_id) &&
+                       !no_closure_tried(req, &w) && !w.env.reason[0] &&
                        !(req->flags & (KCACHE_COMPILE_NO_CACHE | KCACHE_COMPILE_REFRESH)) &&
                        (!key_only || (req->flags & KCACHE_COMPILE_KEY_REMEMBERED));
     int have_base = c->store && derive_base(c, req, &w) == 0;
