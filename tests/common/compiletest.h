@@ -69,6 +69,19 @@ static inline kcache_store *ct_store_open(const char *db)
 /* What one process saw of its compile (ct_compile_in_child()'s exit status). */
 enum { CT_HIT = 1, CT_BY_CLOSURE = 2, CT_FAILED = 4 };
 
+/* A request for name on arch, output kind, with options (the caller sets its source). */
+static inline kcache_request ct_request(const char *name, const char *arch, kcache_kind kind,
+                                        const char *const *options, size_t n_options)
+{
+    kcache_request r = KCACHE_REQUEST_INIT;
+    r.source_name = name;
+    r.arch = arch;
+    r.output = kind;
+    r.options = options;
+    r.n_options = n_options;
+    return r;
+}
+
 /*
  * Compiles source to PTX for compute_90 with options on the cache at db in a
  * new process, as a program's first compile, the program named name (NULL:
@@ -89,13 +102,8 @@ static inline int ct_compile_named_in_child(const char *db, const char *source, 
         if (!s)
             _exit(CT_FAILED);
         kcache_compiler *c = ct_compiler(s, NULL);
-        kcache_request r = KCACHE_REQUEST_INIT;
+        kcache_request r = ct_request(name, "compute_90", KCACHE_KIND_PTX, options, n_options);
         r.source_path = source;
-        r.source_name = name;
-        r.arch = "compute_90";
-        r.output = KCACHE_KIND_PTX;
-        r.options = options;
-        r.n_options = n_options;
         int seen = 0;
         kcache_result *res = NULL;
         if (key_first) {

@@ -44,13 +44,9 @@ static int same_as_nvrtc(const kc_nvrtc *api, const char *what, const char *text
     kcache_store *s = ct_store_open(db);
     REQUIRE(s);
     kcache_compiler *c = ct_compiler(s, NULL);
-    kcache_request r = KCACHE_REQUEST_INIT;
+    kcache_kind kind = ltoir ? KCACHE_KIND_LTOIR : KCACHE_KIND_PTX;
+    kcache_request r = ct_request(src_path, "sm_90", kind, opts + 1, 2);
     r.source = text;
-    r.source_name = src_path;
-    r.arch = "sm_90";
-    r.output = ltoir ? KCACHE_KIND_LTOIR : KCACHE_KIND_PTX;
-    r.options = opts + 1;
-    r.n_options = 2;
     kcache_result *res = NULL;
     REQUIRE(kcache_compiler_compile(&res, c, &r) == 0);
     if (!ltoir && want_size && !want[want_size - 1])
@@ -87,7 +83,8 @@ int main(void)
     snprintf(header, sizeof(header), "%s/m.h", inc);
     test_write_text(header, "#pragma once\n#define KC_SEVEN 7\n");
     static const char code[] = "#include \"a.h\"\n"
-                               "extern \"C\" __global__ void k(int *o) { o[0] = kc_tw(KC_SIX); }\n";
+                               "extern \"C\" __global__ void k(int *o) {\n"
+                               "    o[0] = kc_tw(KC_SIX);\n}\n";
     static const char macros[] = "#include \"m.h\"\n"
                                  "extern \"C\" __global__ void k(int *o) { o[0] = KC_SEVEN; }\n";
     static const char alone[] = "extern \"C\" __global__ void k(int *o) { o[0] = 8; }\n";

@@ -43,13 +43,8 @@ static int compile_at(const char *path, const char *text, const char *name, char
     kcache_store *s = ct_store_open(path);
     REQUIRE(s);
     kcache_compiler *c = ct_compiler(s, NULL);
-    kcache_request r = KCACHE_REQUEST_INIT;
+    kcache_request r = ct_request(name, "compute_90", KCACHE_KIND_PTX, opts + 1, 1);
     r.source = text;
-    r.source_name = name;
-    r.arch = "compute_90";
-    r.output = KCACHE_KIND_PTX;
-    r.options = opts + 1;
-    r.n_options = 1;
     kcache_result *res = NULL;
     REQUIRE(kcache_compiler_compile(&res, c, &r) == 0 && res->keyed);
     REQUIRE(!log || (*log = strdup(res->log)));

@@ -47,13 +47,8 @@ static void same_as_nvrtc(const kc_nvrtc *api, const char *name, int reads_itsel
     REQUIRE(s);
     kcache_compiler *c = ct_compiler(s, NULL);
     const char *opts[] = {inc_opt};
-    kcache_request r = KCACHE_REQUEST_INIT;
+    kcache_request r = ct_request(name, "compute_90", KCACHE_KIND_PTX, opts, 1);
     r.source = source;
-    r.source_name = name;
-    r.arch = "compute_90";
-    r.output = KCACHE_KIND_PTX;
-    r.options = opts;
-    r.n_options = 1;
     kcache_result *res = NULL;
     int rc = kcache_compiler_compile(&res, c, &r);
     int ok = rc == 0;
