@@ -624,9 +624,25 @@ static int derive_base_as(kcache_compiler *c, const kcache_request *req, struct 
 static int derive_base(kcache_compiler *c, const kcache_request *req, struct work *w)
 {
     int rc = derive_base_as(c, req, w, 0, 0, &w->base);
-    if (!rc)
-        rc = derive_base_as(c, req, w, 1, 0, &w->base_any);
-    return rc ? rc : derive_base_as(c, req, w, 1, 1, &w->base_tmpl);
+    return rc ? rc : derive_base_as(c, req, w, 1, 0, &w->base_any);
+}
+
+/*
+ * The base key of log templates' closures, or NULL: made when first asked
+ * for (a hit through the other two never needs it).
+ */
+static const kcache_key *template_base(kcache_compiler *c, const kcache_request *req,
+                                       struct work *w)
+{
+    if (!w->base_tmpl_made)
+        w->base_tmpl_made = derive_base_as(c, req, w, 1, 1, &w->base_tmpl) ? -1 : 1;
+    return w->base_tmpl_made > 0 ? &w->base_tmpl : NULL;
+}
+
+/* Whether the request brings its own compiler (kcache_request.compile): it reads the disk. */
+static int callers_compiler(const kcache_request *req)
+{
+    return req->version >= 2 && req->compile;
 }
 
 /* Stores a fresh artifact with its inputs, so that verify can recompile it. */
@@ -980,17 +996,18 @@ static int manifest_hit_under(kcache_compiler *c, const kcache_key *base, const 
 }
 
 /* A closure for any name's directory first (the one CuPy's programs hit), then for this name. */
-static int manifest_hit(kcache_compiler *c, const struct work *w, unsigned flags,
-                        struct kc_result *r)
+static int manifest_hit(kcache_compiler *c, const kcache_request *req, struct work *w,
+                        unsigned flags, struct kc_result *r)
 {
     int seen = 0, held = 0;
+    const kcache_key *tmpl;
     int hit = manifest_hit_under(c, &w->base_any, name_dir(w), flags, r, &seen, &held);
     /* One key for both where the name has no directory and no place (derive_base_as()). */
     if (!hit && memcmp(w->base.bytes, w->base_any.bytes, KCACHE_KEY_SIZE) != 0)
         hit = manifest_hit_under(c, &w->base, NULL, flags, r, &seen, &held);
     /* A log template's, last: its log is filled with this name (kc_name_fill()). */
-    if (!hit)
-        hit = manifest_hit_under(c, &w->base_tmpl, name_dir(w), flags, r, &seen, &held);
+    if (!hit && (tmpl = template_base(c, req, w)))
+        hit = manifest_hit_under(c, tmpl, name_dir(w), flags, r, &seen, &held);
     /* Why it missed, for the request log (KCACHE_LOG): said only if it does miss. */
     r->miss_why = held ? "its entry left the cache (pruned or evicted)"
                   : seen ? "a header changed since it was remembered (edited, added or removed "
@@ -1007,7 +1024,7 @@ static int manifest_hit(kcache_compiler *c, const struct work *w, unsigned flags
  * a program by its file's name): its closure too stands for any directory,
  * so a checkout at another path hits by it. A failure only costs time later.
  */
-static void record_manifest(kcache_compiler *c, const kcache_request *req, const struct work *w,
+static void record_manifest(kcache_compiler *c, const kcache_request *req, struct work *w,
                             const struct kc_result *r)
 {
     kc_buf blob = {0};
@@ -1018,8 +1035,10 @@ static void record_manifest(kcache_compiler *c, const kcache_request *req, const
      * name, a kcache that does not know templates would find it. */
     if (w->key_template && !any)
         return;
-    const kcache_key *base = w->key_template ? &w->base_tmpl : any ? &w->base_any : &w->base;
-    if (kc_manifest_encode(&blob, w->deps.probes, w->deps.n_probes, any ? name_dir(w) : NULL) == 0)
+    const kcache_key *base = w->key_template ? template_base(c, req, w)
+                             : any             ? &w->base_any
+                                               : &w->base;
+    if (base && kc_manifest_encode(&blob, w->deps.probes, w->deps.n_probes, any ? name_dir(w) : NULL) == 0)
         kc_store_manifest_put(c->store, base, &r->pub.key, w->resolved_at, blob.data, blob.size);
     kc_buf_free(&blob);
 }
@@ -1056,7 +1075,7 @@ static int bytes_name_paths(const struct work *w)
  */
 static void judge_paths(const kcache_request *req, struct work *w)
 {
-    if (w->deps.not_hermetic || (req->version >= 2 && req->compile) || !bytes_name_paths(w))
+    if (w->deps.not_hermetic || callers_compiler(req) || !bytes_name_paths(w))
         return;
     for (size_t i = 0; i < w->deps.n_deps; i++) {
         if (w->deps.deps[i].state != KC_DEP_USER)
@@ -1176,7 +1195,7 @@ static int compile_from_disk(kcache_compiler *c, const kcache_request *req, stru
 static int no_closure_tried(const kcache_request *req, const struct work *w)
 {
     return w->opts.uncached_reason || w->opts.several_archs ||
-           (bytes_name_paths(w) && !(req->version >= 2 && req->compile));
+           (bytes_name_paths(w) && !callers_compiler(req));
 }
 
 static int compile_request(kcache_compiler *c, const void *request, struct kc_result *r)
@@ -1207,7 +1226,7 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
                        (!key_only || (req->flags & KCACHE_COMPILE_KEY_REMEMBERED));
     int have_base = c->store && derive_base(c, req, &w) == 0;
     if (try_manifest && have_base) {
-        int hit = manifest_hit(c, &w, req->flags, r);
+        int hit = manifest_hit(c, req, &w, req->flags, r);
         if (hit < 0) {
             rc = hit;
             goto out;
@@ -1239,7 +1258,7 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     struct kc_step step = {run_compile_step, store_compile_step, &ctx, w.nvrtc_arch, w.kind,
                            NULL, NULL};
     struct caller_step caller = {c, req, &w, NULL, NULL};
-    if (req->version >= 2 && req->compile)
+    if (callers_compiler(req))
         step = (struct kc_step){run_caller_step, kc_caller_store, &caller, w.nvrtc_arch, w.kind,
                                 NULL, NULL};
     if (w.name_free) {

@@ -185,6 +185,7 @@ struct work {
     kcache_key tmpl_key;
     kc_buf tmpl_material;
     kcache_key base_tmpl;    /* the closures of the entries under it */
+    int base_tmpl_made;      /* 1: base_tmpl made; -1: it could not be (template_base()) */
 };
 
 void kc_work_free(struct work *w);
