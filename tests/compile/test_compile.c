@@ -36,12 +36,8 @@ static kcache_result *compile(kcache_compiler *c, const char *path, const char *
                               const char *const *opts, size_t n_opts, kcache_kind kind,
                               unsigned flags)
 {
-    kcache_request r = KCACHE_REQUEST_INIT;
+    kcache_request r = ct_request(NULL, arch, kind, opts, n_opts);
     r.source_path = path;
-    r.arch = arch;
-    r.options = opts;
-    r.n_options = n_opts;
-    r.output = kind;
     r.flags = flags;
     kcache_result *res = NULL;
     int rc = kcache_compiler_compile(&res, c, &r);
