@@ -98,6 +98,14 @@ TEST_UNUSED static const char *test_path(const char *name)
     return b;
 }
 
+/* Makes the directory test_dir()/dir; dir/last into out. */
+TEST_UNUSED static void test_in_new_dir(char *out, size_t size, const char *dir, const char *last)
+{
+    const char *d = test_path(dir);
+    REQUIRE(mkdir(d, 0700) == 0);
+    snprintf(out, size, "%s/%s", d, last);
+}
+
 /* Writes text to a file, replacing it. */
 TEST_UNUSED static void test_write_text(const char *path, const char *text)
 {

@@ -73,10 +73,7 @@ static void import_one(const char *db, const char *bundle)
 /* A fresh cache at dir/cache.db (dir made) with bundle imported; its path into db. */
 static void import_into(char *db, size_t size, const char *dir, const char *bundle)
 {
-    char d[600];
-    snprintf(d, sizeof(d), "%s/%s", test_dir(), dir);
-    REQUIRE(mkdir(d, 0700) == 0);
-    snprintf(db, size, "%s/cache.db", d);
+    test_in_new_dir(db, size, dir, "cache.db");
     import_one(db, bundle);
 }
 

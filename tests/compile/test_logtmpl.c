@@ -80,15 +80,6 @@ static int compile(const kc_nvrtc *api, const char *text, const char *name, int 
     return hit;
 }
 
-/* A new directory under the test's, and the program name in it. */
-static void name_in(char *name, size_t size, const char *dir, const char *last)
-{
-    char d[600];
-    snprintf(d, sizeof(d), "%s/%s", test_dir(), dir);
-    REQUIRE(mkdir(d, 0700) == 0);
-    snprintf(name, size, "%s/%s", d, last);
-}
-
 /* text under two names: the second hits (want_hit) or misses, each with NVRTC's log. */
 static void case_of(const kc_nvrtc *api, const char *what, const char *text, const char *first,
                     const char *second, int want_hit)
@@ -126,10 +117,10 @@ int main(void)
     test_write_text(path, "#pragma once\n__device__ inline int kc_q(int x) { int kc_qu; return x; }\n");
 
     char a[700], b[700], c[700], d[700], f[720];
-    name_in(a, sizeof(a), "tmpAlpha1", "kern.cu");
-    name_in(b, sizeof(b), "tmpBravo22", "kern.cu");
-    name_in(c, sizeof(c), "tmpCharlie", "kern.cu");
-    name_in(d, sizeof(d), "tmpDelta4", "kern.cu");
+    test_in_new_dir(a, sizeof(a), "tmpAlpha1", "kern.cu");
+    test_in_new_dir(b, sizeof(b), "tmpBravo22", "kern.cu");
+    test_in_new_dir(c, sizeof(c), "tmpCharlie", "kern.cu");
+    test_in_new_dir(d, sizeof(d), "tmpDelta4", "kern.cu");
 
     /* Warnings of the program, of a #warning, of a user header: templates. */
     case_of(api, "unused variable", KERNEL "int kc_unused; v[0] = 1; }\n", a, b, 1);

@@ -20,10 +20,7 @@ static const char *const opts[] = {"-I", inc};
 /* A program named DIR/kern.cu holding text, in a directory of its own. */
 static void program(char *path, size_t size, const char *dir, const char *text)
 {
-    char d[600];
-    snprintf(d, sizeof(d), "%s/%s", test_dir(), dir);
-    REQUIRE(mkdir(d, 0700) == 0);
-    snprintf(path, size, "%s/kern.cu", d);
+    test_in_new_dir(path, size, dir, "kern.cu");
     test_write_text(path, text);
 }
 
