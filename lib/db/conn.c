@@ -28,12 +28,6 @@
 #define KC_WAL_KEEP (256 << 10)
 
 /*
- * Every SQLite connection kcache opens goes through here, even one to a file
- * it just wrote: nothing in a file may make the connection run code (no
- * triggers or views that call functions, no writes to the schema from SQL,
- * no extensions). On failure *out is NULL. Returns SQLite's code.
- */
-/*
  * SQLite counts every allocation for its memory statistics under a global
  * mutex: 0.26 M of the 3.91 M instructions of a CLI hit of a CuPy kernel
  * (opening, preparing and closing allocate a few thousand times). kcache
@@ -57,6 +51,12 @@ static void stats_off_if_own(void)
         sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
 }
 
+/*
+ * Every SQLite connection kcache opens goes through here, even one to a file
+ * it just wrote: nothing in a file may make the connection run code (no
+ * triggers or views that call functions, no writes to the schema from SQL,
+ * no extensions). On failure *out is NULL. Returns SQLite's code.
+ */
 int kc_sqlite_open(sqlite3 **out, const char *path, int flags)
 {
     pthread_once(&stats_once, stats_off_if_own);
