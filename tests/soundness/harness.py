@@ -259,12 +259,12 @@ class Runner:
         opts = sc.options(cfg, root)
         memo_key = (snapshot(root), root, tuple(opts), cfg["cwd"], cfg["source"],
                     json.dumps(cfg["mem"]), json.dumps(cfg.get("env")), cfg.get("kind"),
-                    cfg.get("arch"), cfg.get("name"))
+                    cfg.get("arch"), cfg.get("name"), cfg.get("arg"))
         if memo_key in self.ref_memo:
             return lambda: self.ref_memo[memo_key]
         self.counts["ref_compiles"] += 1
         d = self.driver("ref", False, process_env(sc, cfg, root))
-        early = d.send("nvrtc", os.path.join(root, cfg["cwd"]), os.path.join(root, cfg["source"]),
+        early = d.send("nvrtc", os.path.join(root, cfg["cwd"]), source_arg(cfg, root),
                        opts, cfg["mem"], cfg)
 
         def get():
@@ -278,7 +278,7 @@ class Runner:
         if os.path.exists(out):
             os.unlink(out)
         kind = cfg.get("kind", "ptx")
-        argv = [self.args.kcache, "compile", os.path.join(root, cfg["source"]), "--arch", ARCH[0],
+        argv = [self.args.kcache, "compile", source_arg(cfg, root), "--arch", ARCH[0],
                 "--" + kind, "-o", out, "--json", "-q"]
         rest = []
         for o in sc.options(cfg, root):
@@ -302,21 +302,24 @@ class Runner:
             return Result(status=-1, message=item.get("message", ""), keyed=False)
         with open(out, "rb") as fh:
             ptx = fh.read()
+        # The log where the scenario compares it (paths: a header's path in a warning).
+        log = (item.get("log") or "").encode() if cfg.get("pathkind") else None
         return Result(status=0, hit=item["hit"], keyed=item["outcome"] != "uncached",
-                      store_status=0 if item["cached"] else 1, message=msg, ptx=ptx, kind=kind)
+                      store_status=0 if item["cached"] else 1, message=msg, ptx=ptx, kind=kind,
+                      log=log)
 
     def kcache(self, path, sc, cfg, root):
         if path == "cli":
             return self.cli(sc, cfg, root)
         mode = "lib" if path == "lib" else "nvrtc"
         return self.driver(path, sc.aged, process_env(sc, cfg, root)).compile(
-            mode, os.path.join(root, cfg["cwd"]), os.path.join(root, cfg["source"]),
+            mode, os.path.join(root, cfg["cwd"]), source_arg(cfg, root),
             sc.options(cfg, root), cfg["mem"], cfg)
 
     def cold(self, sc, cfg, root):
         self.counts["cold_checks"] += 1
         return self.driver("lib", sc.aged, process_env(sc, cfg, root)).compile(
-            "cold", os.path.join(root, cfg["cwd"]), os.path.join(root, cfg["source"]),
+            "cold", os.path.join(root, cfg["cwd"]), source_arg(cfg, root),
             sc.options(cfg, root), cfg["mem"], cfg)
 
     def count_uncached(self, path, r, classes=()):
@@ -366,9 +369,9 @@ class Runner:
             classes = step_classes(cfg, root)
             for c in classes:
                 self.counts["classes"][c] = self.counts["classes"].get(c, 0) + 1
-            now = live
-            if self.args.rotate and n > 0:
-                now = [live[(n + sc.seed) % len(live)]]
+            now = [p for p in live if p != "cli" or cli_takes(cfg)]
+            if self.args.rotate and n > 0 and now:
+                now = [now[(n + sc.seed) % len(now)]]
             got = {path: self.kcache(path, sc, cfg, root) for path in now}
             ref = pending()
             row = {"step": n, "ref": ref.constants(), "paths": {}}
@@ -386,6 +389,9 @@ class Runner:
                     cold = self.cold(sc, cfg, root)
                     if cold.ok() and cold.ptx != r.ptx:
                         verdict = "warm-differs-from-empty-cache"
+                if verdict is None and cfg.get("pathkind") and ref.ok() and r.ok() and \
+                        ref.ptx != r.ptx:
+                    verdict = "different-bytes"  # a header's path: anywhere in the output
                 if verdict is None and ref.ok() and r.ok() and log_differs(path, cfg, ref, r):
                     # The log is the program's too ("NAME(LINE): warning ..."): a hit
                     # made under another name must not bring that name's log.
@@ -421,10 +427,15 @@ class Runner:
                     cold = self.cold(sc, cfg, root)
                     why = ("stale-hit" if r.hit else "stale") if compare(ref, cold) is None \
                         else "differs-even-uncached"
+                detail = ""
+                if cfg.get("pathkind"):
+                    if other_place(cfg, root, r):
+                        why += "-with-the-other-place's-path"
+                    detail = first_difference(ref, r, root)
                 live.remove(path)
                 failures.append(dict(step=n, path=path, why=why, ref=ref.constants(),
                                      got=r.constants(), hit=r.hit, message=r.message,
-                                     classes=classes))
+                                     classes=classes, detail=detail))
             if log:
                 log(row)
         self.close_env_drivers()
@@ -443,6 +454,52 @@ def process_env(sc, cfg, root):
     if "-restrict" in opts or "--restrict" in opts:
         env = dict(env or {}, KCACHE_SOUND_RESTRICT="1")
     return env
+
+
+def source_arg(cfg, root):
+    """The source as the driver and the CLI are given it: cfg["arg"] (relative to the
+    working directory, or "{R}/..."), else the file's absolute path."""
+    if cfg.get("arg"):
+        return cfg["arg"].replace("{R}", root)
+    return os.path.join(root, cfg["source"])
+
+
+def cli_takes(cfg):
+    """Whether `kcache compile` can be asked for what NVRTC is (paths): it names a
+    program by its base name but searches beside the file as spelled, so only a
+    program named without a directory has one NVRTC to compare with."""
+    return not cfg.get("pathkind") or "/" not in cfg["name"]
+
+
+def other_place(cfg, root, r):
+    """Whether r (paths) holds the path of the tree's other place: a hit made there."""
+    other = os.path.join(root, "B" if cfg["pinfo"]["place"] == "A" else "A") + "/"
+    return other.encode() in r.ptx + (r.log or b"")
+
+
+def first_difference(ref, r, root):
+    """The first line of the PTX, else of the log, where r is not NVRTC's, strings
+    shown as text (a PTX string is a .b8 array of numbers), the tree's root as {R}."""
+    def lines(b):
+        out = []
+        for line in b.decode(errors="replace").split("\n"):
+            if ".b8" in line and "= {" in line:
+                nums = line.split("= {")[1].split("}")[0].split(",")
+                line = "%s \"%s\"" % (line.split("[")[0].strip(), "".join(
+                    chr(int(x)) for x in nums if x.strip().isdigit() and int(x)))
+            out.append(line.replace(root, "{R}").strip())
+        return out
+    strings = (lambda b: [x for x in lines(b) if x.startswith(".global") and '"' in x])
+    for what, a, b in (("PTX", ref.ptx, r.ptx), ("log", ref.log or b"", r.log or b"")):
+        if r.kind != "ptx" and what == "PTX":
+            continue
+        la, lb = lines(a), lines(b)
+        if what == "PTX" and strings(a) != strings(b):  # a path, most often
+            la, lb = strings(a), strings(b)
+        for x, y in zip(la + [""] * len(lb), lb + [""] * len(la)):
+            if x != y:
+                return "%s: NVRTC %r, kcache %r" % (what, x[:150], y[:150])
+    return ""
 
 
 def make_root(sc, work, name):
@@ -466,7 +523,7 @@ def log_differs(path, cfg, ref, r):
     its hermetic compile names headers by include spelling (doc/design.md)."""
     if r.log is None or ref.log is None:
         return False
-    if path == "dropin":
+    if path == "dropin" or cfg.get("pathkind"):
         return ref.log != r.log
     if path == "lib" and cfg.get("name") and b".h" not in ref.log and \
             "without the cache" not in (r.message or ""):
@@ -683,10 +740,11 @@ def main():
                 runner.counts["differ"] += 1
                 f.update(kind=sc.kind, seed=sc_seed, aged=sc.aged)
                 print("DIFFERS: scenario %s:%d:%s, step %d, %s path: %s; NVRTC %s, "
-                      "kcache %s (%s)%s; classes: %s" % (
+                      "kcache %s (%s)%s%s; classes: %s" % (
                           sc.kind, sc_seed, "aged" if sc.aged else "fresh", f["step"],
                           f["path"], f["why"], f["ref"], f["got"], "hit" if f["hit"] else "miss",
                           " (" + f["message"][:160] + ")" if f["message"] else "",
+                          "; first difference: " + f["detail"] if f.get("detail") else "",
                           ", ".join(f["classes"]) or "none"))
                 failures.append((sc, f))
             sys.stdout.flush()

@@ -144,7 +144,13 @@ def shell_op(op):
         if rel == "env":
             return "ENVS=(%s)" % " ".join(q("%s=%s" % kv) for kv in sorted(op[2].items()))
         if rel in ("kind", "name"):
-            return "%s=%s" % (rel.upper(), q(op[2]))
+            return "%s=%s" % (rel.upper(), qr(op[2]))
+        if rel == "cwd":
+            return 'CWD="$R"/%s' % q(op[2])
+        if rel == "arg":  # the source as given, from CWD (paths)
+            return "SRC=%s" % qr(op[2])
+        if rel in ("source", "pinfo"):  # the file arg names; what the step touches
+            return "# %s: %s" % (rel, op[2])
         assert rel == "defines", rel
         return "DEFS=(%s)" % " ".join(q(x) for x in op[2])
     if kind in ("write", "replace", "same"):
@@ -199,6 +205,8 @@ def write_repro(args, sc, steps, failure, out_dir):
         lines.append("ARCH=%s" % shlex.quote(cfg["arch"]))
     lines.append('CWD="$R"/%s; SRC="$R"/%s' % (shlex.quote(cfg["cwd"]),
                                                shlex.quote(cfg["source"])))
+    if cfg.get("arg"):
+        lines.append(shell_op(("set", "arg", cfg["arg"])))
     lines.append(shell_op(("set", "extra", cfg.get("extra", []))))
     lines.append('opts() { OPTS=(); local i d; for i in "${INCS[@]}"; do OPTS+=("-I$i"); done;'
                  ' for d in "${DEFS[@]}"; do OPTS+=("-D$d"); done; OPTS+=("${EXTRA[@]}"); }')

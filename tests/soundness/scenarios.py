@@ -1217,16 +1217,183 @@ def gen_macroarg(rng):
     return setup, cfg, edits
 
 
+# ---- the paths NVRTC writes: a header's own __FILE__ and the log's file names ---------------
+
+# How a header's own code reaches its path (plain NVRTC writes the path it opened
+# the header by: the -I operand as given joined with the spelling, unfolded).
+# Each a text with {i} for the header's id, and what the kernel stores from it.
+PATH_USES = {
+    "direct": ("__device__ inline const char *kc_f{i}() {{ return __FILE__; }}\n",
+               "kc_f{i}()[threadIdx.x]"),
+    "macro": ("#define KC_HWHERE{i} __FILE__\n"
+              "__device__ inline const char *kc_m{i}() {{ return KC_HWHERE{i}; }}\n",
+              "kc_m{i}()[threadIdx.x]"),
+    "assert": ("__device__ inline int kc_a{i}(const int *o) {{ assert(o != nullptr); "
+               "return {i}; }}\n", "kc_a{i}(o)"),
+    "sizeof": ("__device__ const int kc_s{i} = sizeof(__FILE__);\n", "kc_s{i}"),
+    "warn": ("__device__ inline int kc_w{i}() {{ int kc_unused{i}; return {i}; }}\n",
+             "kc_w{i}()"),
+    # The control: __FILE__ where nothing reaches the output.
+    "uncalled": ("template <class T> __device__ const char *kc_t{i}() {{ return __FILE__; }}\n"
+                 "__device__ inline const char *kc_u{i}() {{ return __FILE__; }}\n", None),
+}
+# A user header that includes the toolkit's: cuda::std::span's operator[] asserts
+# with CCCL's path under -DCCCL_ENABLE_ASSERTIONS, and a warning in a template
+# that cuda::std::invoke instantiates names the toolkit's file in the log.
+TK_HEADER = """#pragma once
+#include <cuda/std/span>
+#include <cuda/std/functional>
+template <class T> __device__ int kc_tw(T t) { return t << 40; }
+struct KcF { template <class T> __device__ int operator()(T t) const { return kc_tw(t); } };
+__device__ inline int kc_tk(int *o) {
+    cuda::std::span<int, 4> s(o, 4);
+    return s[threadIdx.x] + cuda::std::invoke(KcF{}, 1);
+}
+#define KC_TKX kc_tk(o)
+"""
+# The program's name, and the working directory (below the place): "p" holds it.
+PATH_NAMES = {"bare": ("p", "kern.cu"), "dot": ("p", "./kern.cu"), "dir": (".", "p/kern.cu"),
+              "dotdir": (".", "./p/kern.cu"), "abs": (None, "{R}/{P}/p/kern.cu")}
+PATH_SPELLINGS = ["plain", "slash", "slashes", "dot", "abs", "parent"]
+PATH_FORMS = ["-Idir", "-I dir", "--include-path=dir"]
+
+
+def toolkit_link():
+    """The toolkit's CCCL by its symbolic link and by its real path, or None (no CCCL
+    there, or no link on the way to it: nothing to tell apart)."""
+    if not os.path.isdir(CCCL) or os.path.realpath(CCCL) == os.path.abspath(CCCL):
+        return None
+    return CCCL, os.path.realpath(CCCL)
+
+
+def inc_spelling(how, cwd, place):
+    """The place's inc directory as an -I operand spelled how, from cwd (below the place)."""
+    rel = os.path.normpath(os.path.relpath("inc", cwd))
+    return {"plain": rel, "slash": rel + "/", "slashes": rel + "//", "dot": "./" + rel,
+            "abs": "{R}/%s/inc" % place,
+            "parent": "../%s/%s" % (place if cwd == "." else os.path.basename(cwd), rel)}[how]
+
+
+def gen_paths(rng):
+    """The paths NVRTC writes into its output: headers that expand their own __FILE__
+    in device code (a function, a macro of theirs, assert, sizeof) or warn (their
+    path in the log), __FILE__ nowhere used (the control); -I spelled every way
+    NVRTC keeps as given ("inc//", "./inc", "../p/inc", absolute; -Iinc, -I inc,
+    --include-path=), "sub/../b.h" found beside its includer, headers beside the
+    program, programs named with and without a directory; the tree in two places
+    compiled in turn through one cache (relocation); the toolkit's CCCL by its
+    symbolic link and by its real path (assertions, and a warning its template
+    instantiates). Every result, bytes and log, must be NVRTC's in that place."""
+    f = Files(rng)
+    control = rng.random() < 0.2
+    uses = ["uncalled"] if control else list(PATH_USES)
+    # Each header one to three uses (the control: only __FILE__ never used).
+    heads = {"inc/a.h": 0, "inc/b.h": 1, "inc/c.h": 2, "inc/d.h": 3, "inc/sub/s.h": 4,
+             "p/near.h": 5}
+    chosen, exprs = {}, []
+    for rel, i in heads.items():
+        chosen[rel] = sorted(set(rng.choice(uses) for _ in range(rng.randint(1, 3))))
+        for u in chosen[rel]:
+            if PATH_USES[u][1]:
+                exprs.append((PATH_USES[u][1].format(i=i), None))
+    includes = {"inc/a.h": ['#include "%s"' % rng.choice(["sub/../b.h", "sub/.././b.h"])]}
+    tk = toolkit_link()
+    texts = {}
+    for rel, i in heads.items():
+        extra = "".join(PATH_USES[u][0].format(i=i) for u in chosen[rel])
+        f.add("A/" + rel, i, includes.get(rel, ()), rng.choice(["once", "guard"]), extra)
+        f.specs["B/" + rel] = dict(f.specs["A/" + rel])
+        texts[rel] = f.text("A/" + rel)
+    pre = ['#include "near.h"' if rng.random() < 0.7 else '#include "./near.h"',
+           '#include "a.h"', "#include <c.h>", "#include <sub/s.h>",
+           '#include "%s"' % rng.choice(["../inc/d.h", "../inc/./d.h", "../inc//d.h"])]
+    if rng.random() < 0.5:
+        pre.insert(rng.randint(1, len(pre)), "#include <b.h>")  # b.h: first by which path?
+    pre.append('#ifdef KC_TK\n#include "tkw.h"\n#endif')
+    source = kernel("\n".join(pre), len(heads), exprs + [("KC_TKX", "0")])
+    setup = []
+    for place in ("A", "B"):
+        setup += [("write", "%s/%s" % (place, rel), texts[rel]) for rel in heads]
+        setup += [("write", place + "/inc/tkw.h", TK_HEADER),
+                  ("write", place + "/p/kern.cu", source)]
+    state = dict(place="A", name=rng.choice(list(PATH_NAMES)), incs=[], abs_cwd="p",
+                 tk=None)
+
+    def draw_spellings():
+        state["name"] = rng.choice(["bare"] * 3 + ["dot", "dir", "dir", "dotdir", "abs", "abs"])
+        state["abs_cwd"] = rng.choice([".", "p"])
+        state["incs"] = [(rng.choice(PATH_SPELLINGS), rng.choice(PATH_FORMS))
+                         for _ in range(rng.choice([1, 1, 1, 2]))]
+
+    def config(moved=False):
+        """The ops that set the compile for the state: where, the name, the options."""
+        place = state["place"]
+        cwd, name = PATH_NAMES[state["name"]]
+        cwd = cwd or state["abs_cwd"]
+        extra = []
+        for how, form in state["incs"]:
+            s = inc_spelling(how, cwd, place)
+            extra += (["-I" + s] if form == "-Idir" else ["-I", s] if form == "-I dir" else
+                      ["--include-path=" + s])
+        if state["tk"] is not None:
+            extra += ["-I" + tk[state["tk"]], "-DCCCL_ENABLE_ASSERTIONS", "-DKC_TK"]
+        name = name.replace("{P}", place)
+        info = dict(place=place, name=state["name"], incs=["%s %s" % i for i in state["incs"]],
+                    tk=["symlinked", "real"][state["tk"]] if state["tk"] is not None else None,
+                    moved=moved, control=control, uses=sorted(set(sum(chosen.values(), []))))
+        return [("set", "cwd", os.path.normpath(os.path.join(place, cwd))),
+                ("set", "source", place + "/p/kern.cu"),
+                ("set", "name", name), ("set", "arg", name), ("set", "extra", extra),
+                ("set", "pinfo", info)]
+
+    draw_spellings()
+    if tk is not None and rng.random() < 0.3:
+        state["tk"] = rng.randint(0, 1)
+    first = config()
+    cfg = dict(source="A/p/kern.cu", cwd=None, incs=[], defines=[], mem=[], extra=[],
+               name=None, paths=list(PATHS), pathkind=True)
+    for op in first:
+        cfg[op[1]] = op[2]
+    edits = []
+    for n in range(rng.randint(*EDITS)):
+        r = rng.random()
+        if n == 0 or r < 0.35:
+            # The same spellings in the other place, through the same cache.
+            state["place"] = "B" if state["place"] == "A" else "A"
+            edits.append(config(moved=True))
+        elif r < 0.55:
+            draw_spellings()
+            edits.append(config())
+        elif r < 0.8 or tk is None:
+            # New contents: in both places (mostly), or in one.
+            rel = rng.choice(list(heads))
+            how = rng.choice(["write", "same", "replace"])
+            step = []
+            for place in rng.choice([("A", "B"), ("A", "B"), ("A",), ("B",)]):
+                s = f.specs[place + "/" + rel]
+                old = s["value"]
+                while s["value"] == old:
+                    s["value"] = rng.randint(100, 999)
+                step.append((how, place + "/" + rel, f.text(place + "/" + rel)))
+            edits.append(step)
+        else:
+            state["tk"] = None if state["tk"] is not None and rng.random() < 0.4 else \
+                rng.randint(0, 1)
+            edits.append(config())
+    return setup, cfg, edits
+
+
 GENERATORS.update({"options": gen_options, "env": gen_env, "dvalue": gen_dvalue,
                    "shm": gen_shm, "proccwd": gen_proccwd, "arch": gen_arch,
                    "progname": gen_progname, "macroarg": gen_macroarg,
                    "progpaste": lambda rng: gen_progname(rng, paste=True),
-                   "hdrpaste": lambda rng: gen_progname(rng, header_paste=True)})
+                   "hdrpaste": lambda rng: gen_progname(rng, header_paste=True),
+                   "paths": gen_paths})
 WEIGHTS.update({"options": 2, "env": 1, "dvalue": 2, "shm": 1, "proccwd": 1, "arch": 1,
-                "progname": 3, "macroarg": 2, "progpaste": 1, "hdrpaste": 1})
+                "progname": 3, "macroarg": 2, "progpaste": 1, "hdrpaste": 1, "paths": 3})
 # Issue 32's kinds: the bounded run (meson test) runs each once, first, with few steps.
 NEW_KINDS = ["options", "env", "dvalue", "shm", "proccwd", "arch", "progname", "macroarg",
-             "hdrpaste"]
+             "hdrpaste", "paths"]
 REJECTED_SPELLINGS = {tuple(o) for o in NVRTC_REJECTED}
 
 
@@ -1256,10 +1423,25 @@ def step_classes(cfg, root):
         out.append("symlinked -I")
     if sum(1 for o in extra if o.startswith(("-arch", "--gpu-architecture"))) > 1:
         out.append("several -arch")
-    if "/tmp" in cfg.get("name", ""):
+    if "/tmp" in (cfg.get("name") or "") and not cfg.get("pathkind"):
         out.append("random program name")
     if cfg.get("name_use"):
         out.append("program name: " + cfg["name_use"])
     if cfg.get("kind", "ptx") != "ptx":
         out.append("output " + cfg["kind"])
+    info = cfg.get("pinfo")
+    if info:
+        out += ["paths: header __FILE__ " + u for u in info["uses"] if u != "uncalled"]
+        if "uncalled" in info["uses"]:
+            out.append("paths: __FILE__ uncalled" + (" only (control)" if info["control"]
+                                                     else ""))
+        out.append("paths: program named " + PATH_NAMES[info["name"]][1].replace("{R}/{P}",
+                                                                               "/abs"))
+        for how, form in (i.split(" ", 1) for i in info["incs"]):
+            out += ["paths: -I spelled " + how, "paths: -I given as " + form]
+        if len(info["incs"]) > 1:
+            out.append("paths: one -I directory by two spellings")
+        out.append("paths: place " + info["place"] + (" (relocated)" if info["moved"] else ""))
+        if info["tk"]:
+            out.append("paths: toolkit CCCL by its %s path" % info["tk"])
     return out
