@@ -12,12 +12,12 @@ uncached is allowed and counted by reason.
 Kernels take their output values from the headers (which file was included,
 its macros, how many header bodies were read, __has_include's answers), so
 a stale or wrong header shows in the PTX as a different constant. PTX is
-compared without its comment lines (NVRTC's banner); nothing else is dropped:
-the kernels use no __FILE__, no line information and no assert, the one place
-kcache's hermetic compile legitimately differs (it names headers by include
-spelling). Found empirically: for these kernels kcache's PTX is NVIDIA's byte
-for byte, comments included (the summary counts any step where only the
-comment lines differ). Warm results are also compared, byte for byte, with
+compared without its comment lines (NVRTC's banner); nothing else is dropped.
+Found empirically: for these kernels kcache's PTX is NVIDIA's byte for byte,
+comments included (the summary counts any step where only the comment lines
+differ). The paths kind is where a header's path reaches the output (its own
+__FILE__, assert, a warning in the log): there the PTX must be NVRTC's byte
+for byte and the log too, on every path (the CLI's log from its JSON). Warm results are also compared, byte for byte, with
 kcache's own compile on an empty cache (--cold-rate of the hits).
 
 Files are made "old" (past kcache's "too recent to trust" window) without
@@ -517,7 +517,8 @@ def fix(op, root):
 
 
 def log_differs(path, cfg, ref, r):
-    """Whether r's log is not NVRTC's. The drop-in's must be NVRTC's byte for byte. The
+    """Whether r's log is not NVRTC's. The drop-in's must be NVRTC's byte for byte, and
+    so must every path's in the paths kind (headers' paths are its subject). The
     library's is compared where the program has a name of the request's own (else
     NVRTC reading the disk names it by its path) and where the log names no header:
     its hermetic compile names headers by include spelling (doc/design.md)."""
