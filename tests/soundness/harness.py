@@ -189,7 +189,7 @@ class Runner:
         self.ref_memo = {}
         self.counts = dict(steps=0, compiles={p: 0 for p in PATHS}, hits={p: 0 for p in PATHS},
                            uncached={}, differ=0, ref_compiles=0, cold_checks=0,
-                           both_failed=0, classes={}, class_uncached={})
+                           both_failed=0, classes={}, class_uncached={}, class_hits={})
         self.report = os.path.join(work, "dropin-report")
         self.bad_exits = []
 
@@ -381,6 +381,8 @@ class Runner:
                 self.counts["hits"][path] += r.hit
                 if path != "dropin":  # the drop-in's reasons come from its report
                     self.count_uncached(path, r, classes)
+                    for c in classes if r.hit else ():
+                        self.counts["class_hits"][c] = self.counts["class_hits"].get(c, 0) + 1
                 row["paths"][path] = (r.hit, r.constants())
                 verdict = compare(ref, r)
                 if verdict is None and path != "dropin" and r.hit and \
@@ -820,9 +822,10 @@ def main():
     if os.path.exists(runner.report + ".ref"):
         print("FAIL: the reference NVRTC was the drop-in (LD_LIBRARY_PATH?): nothing above holds")
         return 1
-    print("  steps per class (uncached compiles of the CLI and library among them):")
+    print("  steps per class (uncached compiles and hits of the CLI and library among them):")
     for k, v in sorted(c["classes"].items()):
-        print("    %5d  %-28s %d uncached" % (v, k, c["class_uncached"].get(k, 0)))
+        print("    %5d  %-28s %d uncached, %d hits" % (v, k, c["class_uncached"].get(k, 0),
+                                                     c["class_hits"].get(k, 0)))
     print("  results that differed from NVRTC: %d" % c["differ"])
     print("  same kernel as NVRTC's but other bytes (comment lines): %d"
           % c.get("raw_differs", 0))

@@ -1407,7 +1407,7 @@ def step_classes(cfg, root):
     if any("\0".join(o).replace("{R}", root) in joined for o in REJECTED_SPELLINGS):
         out.append("rejected-spellings")
     names = [o.split("=")[0] for o in extra if o.startswith("-")]
-    if len(names) != len(set(names)):
+    if len(names) != len(set(names)) and not cfg.get("pathkind"):  # its -I: "paths: ..."
         out.append("repeated-options")
     out += ["env " + k for k in sorted(cfg.get("env", {}))]
     if any("__has_include" in d for d in cfg["defines"] + extra):
