@@ -718,7 +718,7 @@ def main():
     first = [] if args.long or args.kind or args.scenario or args.steps else list(NEW_KINDS)
     try:
         while (args.scenarios is None or n < args.scenarios) and \
-                (args.scenarios is not None or
+                (args.scenarios is not None or n < len(first) or
                  (runner.counts["steps"] < args.steps if args.steps else
                   time.time() - t0 < budget)):
             sc_seed = rng.randint(1, 2**31)
