@@ -57,6 +57,9 @@ void kc_work_free(struct work *w)
     if (!w->deps_borrowed)
         kc_deps_free(&w->deps);
     kc_strv_free(w->tk_dirs, w->n_tk_dirs);
+    for (size_t i = 0; w->tk_spelled && i < w->n_tk_dirs; i++)
+        free(w->tk_spelled[i]);
+    free(w->tk_spelled);
     kc_nvenv_free(&w->env);
     kc_buf_free(&w->named_material);
     kc_buf_free(&w->based_material);
@@ -151,12 +154,43 @@ static int toolkit_dirs(const kcache_compiler *c, struct work *w)
         if (!real && errno == ENOMEM)
             return KCACHE_ENOMEM;
         const char *rel = real ? kc_path_below(c->tk.root, real) : NULL;
-        int rc = rel ? kc_strv_push(&w->tk_dirs, &w->n_tk_dirs, *rel ? rel : ".") : 0;
+        int rc = 0;
+        if (rel) {
+            /* As spelled too: NVRTC writes a toolkit header's path as the -I operand
+             * gives it (/usr/local/cuda/include/..., not the link's target). */
+            char **grown = kc_realloc(w->tk_spelled, (w->n_tk_dirs + 1) * sizeof(char *));
+            if (grown)
+                w->tk_spelled = grown;
+            if (!grown || !(grown[w->n_tk_dirs] = kc_strdup(w->opts.include_dirs[i])))
+                rc = KCACHE_ENOMEM;
+            else if ((rc = kc_strv_push(&w->tk_dirs, &w->n_tk_dirs, *rel ? rel : ".")))
+                free(grown[w->n_tk_dirs]);
+        }
         free(real);
         if (rc)
             return rc;
     }
     return 0;
+}
+
+/*
+ * Whether each toolkit directory the compile was given as spelled still is the
+ * one its key names (a link re-pointed while NVRTC ran would have read another
+ * toolkit's headers). 1, 0, or KCACHE_ENOMEM.
+ */
+static int toolkit_dirs_hold(const kcache_compiler *c, const struct work *w)
+{
+    for (size_t i = 0; i < w->n_tk_dirs; i++) {
+        char *real = realpath(w->tk_spelled[i], NULL);
+        if (!real && errno == ENOMEM)
+            return KCACHE_ENOMEM;
+        const char *rel = real ? kc_path_below(c->tk.root, real) : NULL;
+        int same = rel && !strcmp(*rel ? rel : ".", w->tk_dirs[i]);
+        free(real);
+        if (!same)
+            return 0;
+    }
+    return 1;
 }
 
 static void judge_resolution(const kcache_compiler *c, struct work *w);
@@ -374,6 +408,32 @@ static kc_key_compile key_inputs(const kcache_compiler *c, const kcache_request 
 }
 
 /*
+ * Whether the paths user headers are handed under go in the key (w->paths_keyed):
+ * where a header's code may expand its own __FILE__, or the caller's compiler is
+ * not NVIDIA's NVRTC (it may write them as it likes). A header reached by two
+ * paths whose code may expand its own: NVRTC says the one it reaches first,
+ * which no resolution can tell, so the compile is not hermetic.
+ */
+static void judge_header_paths(const kcache_request *req, struct work *w)
+{
+    const char *unsure = NULL;
+    w->paths_keyed = 0;
+    if (w->deps.not_hermetic)
+        return;
+    if (req->version >= 2 && req->compile && !(req->flags & KCACHE_COMPILE_NVRTC_NAMES))
+        w->paths_keyed = 1;
+    else
+        w->paths_keyed = !kc_paths_free_request(w, &unsure);
+    if (unsure) {
+        w->deps.not_hermetic = 1;
+        snprintf(w->deps.reason, sizeof(w->deps.reason), "header_reached_two_ways");
+        snprintf(w->deps.problem, sizeof(w->deps.problem),
+                 "%s is reached by two paths and its code may write its own, which NVRTC "
+                 "takes from whichever include it meets first", unsure);
+    }
+}
+
+/*
  * The key of a compile (compile/key.c holds the format), into r. Where the
  * request may be keyed without its name (progname.c), r's key leaves it out
  * and w keeps the key with it, for a result that turns out to show it.
@@ -401,7 +461,10 @@ static int derive_key(kcache_compiler *c, const kcache_request *req, struct work
     in.handed = (const char *const *)w->deps.handed;
     in.n_handed = w->deps.n_handed;
     in.tk_dirs = (const char *const *)w->tk_dirs;
+    in.tk_spelled = (const char *const *)w->tk_spelled;
     in.n_tk_dirs = w->n_tk_dirs;
+    judge_header_paths(req, w);
+    in.paths = w->paths_keyed;
     w->name_free = !w->deps.not_hermetic && kc_name_free_request(req, w);
     int rc = 0;
     if (w->name_free)
@@ -418,6 +481,8 @@ static int derive_key(kcache_compiler *c, const kcache_request *req, struct work
         rc = kc_key_encode_compile(&w->tmpl_material, &w->tmpl_key, &in);
         in.log_template = NULL;
     }
+    w->has_paths_key = !rc && !w->paths_keyed && !w->deps.not_hermetic;
+    w->key_in = in;
     in.any_name = w->name_free;
     w->key_free = w->name_free;
     if (!rc)
@@ -467,13 +532,73 @@ static void use_template_key(struct work *w, struct kc_result *r)
 }
 
 /*
+ * A fresh result that shows a user header's path (kc_paths_show): filed under
+ * the key with the name and the paths (w->paths_key), where the request was
+ * keyed without them. One that shows the path of a header reached by two
+ * paths may not be NVRTC's (which path it says depends on which include it
+ * meets first): not stored, and kcache's own compile runs again reading the
+ * disk (w->paths_unsure). 1: filed under the paths' key; -1: not to be
+ * stored; 0: as it was.
+ */
+enum { KC_PATHS_ANY, KC_PATHS_TEMPLATE, KC_PATHS_BASE, KC_PATHS_NAMED };
+
+/* Into r's place: the key of name variant v (what progname.c keeps of the name) with the
+ * headers' paths. 0 or KCACHE_ENOMEM. */
+static int use_paths_key(struct work *w, struct kc_result *r, int v)
+{
+    kc_key_compile in = w->key_in;
+    const char *slash = strrchr(w->source_name, '/');
+    in.paths = 1;
+    in.any_name = v == KC_PATHS_ANY;
+    in.log_template = v == KC_PATHS_TEMPLATE ? (slash ? "/" : "") : NULL;
+    in.base_name = v == KC_PATHS_BASE && slash ? slash + 1 : NULL;
+    kc_buf material = {0};
+    kcache_key key;
+    if (kc_key_encode_compile(&material, &key, &in))
+        return KCACHE_ENOMEM;
+    kc_buf_free(&r->material);
+    r->material = material;
+    r->pub.key = key;
+    kc_result_keyed(r);
+    w->has_paths_key = 0;
+    w->name_free = 0;
+    w->key_free = v == KC_PATHS_ANY;
+    w->key_template = v == KC_PATHS_TEMPLATE;
+    w->key_based = v == KC_PATHS_BASE;
+    return 0;
+}
+
+/* The name variant r's key is (key_as_shown() chose it). */
+static int name_variant(const struct work *w)
+{
+    return w->key_template ? KC_PATHS_TEMPLATE
+           : w->key_based  ? KC_PATHS_BASE
+           : w->key_free   ? KC_PATHS_ANY
+                           : KC_PATHS_NAMED;
+}
+
+static int paths_as_shown(struct work *w, struct kc_result *r)
+{
+    int amb = 0;
+    for (size_t i = 0; i < w->deps.n_deps && !amb; i++)
+        amb = w->deps.deps[i].state == KC_DEP_USER && w->deps.deps[i].nv_ambiguous;
+    if (amb && kc_paths_show(r, w, 1)) {
+        w->paths_unsure = 1;
+        return -1;
+    }
+    if (!w->has_paths_key || !kc_paths_show(r, w, 0))
+        return 0;
+    return use_paths_key(w, r, name_variant(w)) ? -1 : 1;
+}
+
+/*
  * Files a fresh result under the key for what it shows of the name
  * (kc_name_shows()). Returns the log to store in place of r's (a template),
  * for the caller to free, or NULL: r's own.
  */
 static char *key_as_shown(struct work *w, struct kc_result *r)
 {
-    if (!w->name_free)
+    if (!w->name_free) /* paths_as_shown() may have filed it with its name */
         return NULL;
     char *tmpl = NULL;
     int shows = kc_name_shows(r, w->source_name, &tmpl);
@@ -574,9 +699,14 @@ static int derive_base_as(kcache_compiler *c, const kcache_request *req, struct 
     if (!rc && any && name_dir(w))
         rc = add_dir(&b, sizes, &n_search, "source-dir-any", NULL, cwd);
     else if (!rc)
-        rc = add_dir(&b, sizes, &n_search, "source-dir", name_dir(w), cwd);
+        rc = add_dir(&b, sizes, &n_search,
+                     name_dir(w) && name_dir(w)[0] != '/' ? "source-dir-rel" : "source-dir",
+                     name_dir(w), cwd);
+    /* Relative or not, as given: NVRTC writes header paths with the operand as it is. */
     for (size_t i = 0; !rc && i < w->opts.n_include_dirs; i++)
-        rc = add_dir(&b, sizes, &n_search, "include-dir", w->opts.include_dirs[i], cwd);
+        rc = add_dir(&b, sizes, &n_search,
+                     w->opts.include_dirs[i][0] == '/' ? "include-dir" : "include-dir-rel",
+                     w->opts.include_dirs[i], cwd);
     /*
      * The toolkit's directories by real path (toolkit_dirs()): what toolkit
      * headers find among themselves depends on them, and no closure records
@@ -742,7 +872,19 @@ static void store_compile_step(void *ctx, struct kc_result *r)
         r->pub.keyed = 0;
         return;
     }
+    if (s->hermetic && s->w->n_tk_dirs && toolkit_dirs_hold(s->c, s->w) != 1) {
+        kc_result_store_problem(r, KCACHE_ENOTSUP, "not stored: a toolkit -I directory "
+                                "points elsewhere than when the compile began (re-linked?)");
+        kc_store_count_uncacheable(s->c->store, "toolkit_dir_moved");
+        r->pub.keyed = 0;
+        return;
+    }
     char *tmpl = key_as_shown(s->w, r);
+    if (paths_as_shown(s->w, r) < 0) {
+        free(tmpl);
+        r->pub.keyed = 0;
+        return; /* compiled again from the disk (compile_request) */
+    }
     const char *log = r->pub.log;
     if (tmpl)
         r->pub.log = tmpl;
@@ -877,6 +1019,16 @@ void kc_caller_store(void *ctx, struct kc_result *r)
                                         req->header_contents[i], strlen(req->header_contents[i])};
     }
     char *tmpl = key_as_shown(s->w, r);
+    if (paths_as_shown(s->w, r) < 0) {
+        /* The caller's compiler read the disk: its result is NVRTC's, but which
+         * path the key should hold is not known. */
+        kc_result_store_problem(r, KCACHE_ENOTSUP, "not stored: header_reached_two_ways");
+        kc_store_count_uncacheable(s->c->store, "header_reached_two_ways");
+        r->pub.keyed = 0;
+        free(tmpl);
+        free(in);
+        return;
+    }
     const char *log = r->pub.log;
     if (tmpl)
         r->pub.log = tmpl;
@@ -1016,6 +1168,13 @@ static int manifest_hit(kcache_compiler *c, const kcache_request *req, struct wo
     return hit;
 }
 
+/* 1 if r's key may hold the paths user headers were handed under (paths_as_shown()
+ * leaves has_paths_key 0 once it put that key in r's place). */
+static int keyed_paths(const struct work *w)
+{
+    return w->paths_keyed || !w->has_paths_key;
+}
+
 /*
  * Remembers the closure of a resolution that led to r's key. Keyed without
  * the name, for any directory of it, where neither can change what the key
@@ -1029,6 +1188,10 @@ static void record_manifest(kcache_compiler *c, const kcache_request *req, struc
 {
     kc_buf blob = {0};
     int dirless = w->key_free || w->key_based || w->key_template || !strchr(w->source_name, '/');
+    /* A key that holds a header's path through the program's directory stands for that
+     * directory alone. */
+    for (size_t i = 0; dirless && i < w->deps.n_deps; i++)
+        dirless = !(keyed_paths(w) && w->deps.deps[i].nv_from_name);
     int any = dirless && kc_manifest_any_dir(w->deps.probes, w->deps.n_probes, w->deps.beside_mixed,
                                              req->source_path);
     /* A log template's closure stands for any name, or is not kept: under the key with the
@@ -1187,6 +1350,62 @@ static int compile_from_disk(kcache_compiler *c, const kcache_request *req, stru
 }
 
 /*
+ * A hermetic compile whose result shows the path of a header reached by two
+ * paths (paths_as_shown()): NVRTC reading the disk says the one it meets
+ * first, so it compiles so, uncached.
+ */
+static int compile_paths_from_disk(kcache_compiler *c, const kcache_request *req,
+                                   struct work *w, struct kc_result *r)
+{
+    clear_output(r);
+    int rc = kc_run_nvrtc(c, req, w, r, 0);
+    if (!rc) {
+        r->pub.keyed = 0;
+        kc_result_store_problem(r, KCACHE_ENOTSUP, "a header reached by two paths shows its "
+                                "path in the result; compiled reading the disk, without the "
+                                "cache");
+        snprintf(w->deps.reason, sizeof(w->deps.reason), "header_reached_two_ways");
+        w->deps.not_hermetic = 1;
+    }
+    return rc;
+}
+
+/*
+ * A hit under a key with the headers' paths (paths_as_shown()), of each name
+ * variant the request may have: 1 (r filled), 0 (r's key as it was), or
+ * KCACHE_ENOMEM.
+ */
+static int paths_key_hit(kcache_compiler *c, struct work *w, unsigned flags, struct kc_result *r)
+{
+    unsigned get_flags = flags & KCACHE_COMPILE_UNCOUNTED ? KCACHE_GET_NO_COUNT : 0;
+    const char *slash = strrchr(w->source_name, '/');
+    kc_key_compile in = w->key_in;
+    in.paths = 1;
+    for (int v = w->name_free ? KC_PATHS_ANY : KC_PATHS_NAMED; v <= KC_PATHS_NAMED; v++) {
+        if (v == KC_PATHS_BASE && !(slash && slash[1]))
+            continue;
+        in.any_name = v == KC_PATHS_ANY;
+        in.log_template = v == KC_PATHS_TEMPLATE ? (slash ? "/" : "") : NULL;
+        in.base_name = v == KC_PATHS_BASE ? slash + 1 : NULL;
+        kc_buf material = {0};
+        kcache_key key;
+        kcache_entry *e = NULL;
+        if (kc_key_encode_compile(&material, &key, &in))
+            return KCACHE_ENOMEM;
+        kc_buf_free(&material);
+        if (kcache_store_get(&e, c->store, &key, get_flags) == 0) {
+            if (use_paths_key(w, r, v)) {
+                kcache_entry_free(e);
+                return KCACHE_ENOMEM;
+            }
+            kc_result_from_entry(r, e);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/*
  * Whether no remembered closure may answer: options NVRTC is left to read
  * are not all in the base key, and for bytes that name headers' paths a
  * closure cannot say whether a user header is among the inputs before the
@@ -1196,6 +1415,35 @@ static int no_closure_tried(const kcache_request *req, const struct work *w)
 {
     return w->opts.uncached_reason || w->opts.several_archs ||
            (bytes_name_paths(w) && !callers_compiler(req));
+}
+
+/* A hit that needed the resolution (another name's directory, a closure not kept):
+ * its closure kept now, where there is a base key to keep it under. */
+static void record_manifest_if(kcache_compiler *c, const kcache_request *req, struct work *w,
+                               const struct kc_result *r, int have_base)
+{
+    if (have_base)
+        record_manifest(c, req, w, r);
+}
+
+/*
+ * The miss through the cache (lease, compile, store), then kcache's own
+ * compile again reading the disk where the hermetic one cannot stand:
+ * failed where NVRTC alone may pass, or showing a header's path NVRTC may
+ * spell otherwise (*hermetic then 0).
+ */
+static int through_cache(kcache_compiler *c, const kcache_request *req, struct work *w,
+                         struct kc_result *r, int use_store, struct kc_step *step, int *hermetic)
+{
+    int rc = kc_through_cache(c, r, use_store, req->flags, step);
+    if (rc == KCACHE_ECOMPILE && *hermetic && step->run == run_compile_step) {
+        rc = compile_from_disk(c, req, w, r);
+        *hermetic = 0;
+    } else if (!rc && w->paths_unsure && step->run == run_compile_step) {
+        rc = compile_paths_from_disk(c, req, w, r);
+        *hermetic = 0;
+    }
+    return rc;
 }
 
 static int compile_request(kcache_compiler *c, const void *request, struct kc_result *r)
@@ -1269,16 +1517,15 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     }
     if (use_store && w.name_free && !(req->flags & KCACHE_COMPILE_REFRESH) &&
         kc_name_free_hit(c, &w, req->flags, r)) {
-        /* Resolved for a hit (another name's directory, a closure not kept): kept now. */
-        if (have_base)
-            record_manifest(c, req, &w, r);
+        record_manifest_if(c, req, &w, r, have_base);
         goto out;
     }
-    rc = kc_through_cache(c, r, use_store, req->flags, &step);
-    if (rc == KCACHE_ECOMPILE && hermetic && step.run == run_compile_step) {
-        rc = compile_from_disk(c, req, &w, r);
-        hermetic = 0;
+    if (use_store && w.has_paths_key && !(req->flags & KCACHE_COMPILE_REFRESH) &&
+        paths_key_hit(c, &w, req->flags, r) == 1) {
+        record_manifest_if(c, req, &w, r, have_base);
+        goto out;
     }
+    rc = through_cache(c, req, &w, r, use_store, &step, &hermetic);
     if (w.deps.not_hermetic && !rc && c->store && !(req->flags & KCACHE_COMPILE_NO_CACHE))
         kc_store_count_uncacheable(c->store, w.deps.reason);
     if (!rc && hermetic && use_store && have_base && !caller.no_store)

@@ -166,6 +166,7 @@ struct work {
     /* The toolkit's -I directories, below its root ("." the root), in order:
      * keyed, and the only ones a hermetic compile passes (by real path). */
     char **tk_dirs;
+    char **tk_spelled;       /* ... as the request spelled them: what NVRTC is passed */
     size_t n_tk_dirs;
     kc_nvenv env;            /* NVRTC's environment variables, keyed (nvenv.c) */
     /* The key without the program's name is tried first (progname.c); then
@@ -186,6 +187,16 @@ struct work {
     kc_buf tmpl_material;
     kcache_key base_tmpl;    /* the closures of the entries under it */
     int base_tmpl_made;      /* 1: base_tmpl made; -1: it could not be (template_base()) */
+    /*
+     * The paths NVRTC opens user headers by (kc_dep.nvpath): in every key of
+     * the request where a header's code may expand its own __FILE__
+     * (paths_keyed, progname.c); else left out, and paths_key is the key with
+     * the name and them, for a result whose log or bytes show one.
+     */
+    int paths_keyed;
+    int has_paths_key;       /* paths not keyed, and no key with them in r's place yet */
+    kc_key_compile key_in;   /* what derive_key() encoded, for the keys with the paths */
+    int paths_unsure;        /* the result shows a path NVRTC may spell otherwise */
 };
 
 void kc_work_free(struct work *w);
@@ -242,6 +253,17 @@ int kc_overlap_miss(struct caller_step *s, struct kc_result *r);
  * kcache can tell before the compile. 0 if the name is keyed.
  */
 int kc_name_free_request(const kcache_request *req, const struct work *w);
+/*
+ * 1 if no user header's code can expand its own __FILE__ (an identifier with
+ * FILE in it, assert, a macro that expands one, or a pasting macro's
+ * invocation): the paths the headers are handed under may then be left out
+ * of the key, and the check after the compile (kc_paths_show) decides.
+ * Sets *unsure (a message) when a header reached by two paths (kc_dep.nv_ambiguous)
+ * may expand its own, which no key can settle.
+ */
+int kc_paths_free_request(const struct work *w, const char **unsure);
+/* 1 if r's log or bytes hold a user header's path (amb: only the ambiguous ones'). */
+int kc_paths_show(const struct kc_result *r, const struct work *w, int amb);
 /*
  * What r's fresh result shows of the name: KC_NAME_FULL (its artifact holds
  * the name or its directory, or its log shows the name otherwise than as

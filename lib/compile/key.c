@@ -42,6 +42,7 @@ const char *kc_key_tag_name(int tag)
         [KC_TAG_TOOLKIT_DIR] = "toolkit-include-dir", [KC_TAG_ENVIRONMENT] = "environment",
         [KC_TAG_ANY_NAME] = "any-source-name", [KC_TAG_BASE_NAME] = "source-base-name",
         [KC_TAG_LOG_TEMPLATE] = "any-source-name-log-template",
+        [KC_TAG_HEADER_PATH] = "header-path", [KC_TAG_TOOLKIT_DIR_SPELLED] = "toolkit-include-dir-as-given",
     };
     if (tag <= 0 || (size_t)tag >= sizeof(names) / sizeof(names[0]))
         return NULL;
@@ -174,6 +175,8 @@ int kc_key_encode_compile(kc_buf *material, kcache_key *key, const kc_key_compil
     }
     for (size_t i = 0; i < in->n_tk_dirs; i++)
         kc_key_add_str(&k, KC_TAG_TOOLKIT_DIR, in->tk_dirs[i]);
+    for (size_t i = 0; in->tk_spelled && i < in->n_tk_dirs; i++)
+        kc_key_add_str(&k, KC_TAG_TOOLKIT_DIR_SPELLED, in->tk_spelled[i]);
     /* Not in the closure's base key: found by the resolution, as the headers are. */
     for (size_t i = 0; i + 1 < in->n_handed; i += 2) {
         kc_buf field = {0};
@@ -201,6 +204,18 @@ int kc_key_encode_compile(kc_buf *material, kcache_key *key, const kc_key_compil
             k.failed = 1;
         else
             kc_key_add(&k, KC_TAG_HEADER, field.data, field.size);
+        kc_buf_free(&field);
+    }
+    for (size_t i = 0; in->paths && i < in->n_deps; i++) {
+        const kc_dep *d = &in->deps[i];
+        if (d->state != KC_DEP_USER || !d->nvpath)
+            continue;
+        kc_buf field = {0};
+        if (kc_buf_append(&field, d->name, strlen(d->name) + 1) ||
+            kc_buf_append(&field, d->nvpath, strlen(d->nvpath)))
+            k.failed = 1;
+        else
+            kc_key_add(&k, KC_TAG_HEADER_PATH, field.data, field.size);
         kc_buf_free(&field);
     }
     if (in->extra_size)
@@ -333,6 +348,17 @@ static int read_text_field(kc_recipe *rc, int tag, const uint8_t *data, size_t n
     case KC_TAG_HEADER: return toolkit_dir_of(rc, data, n);
     case KC_TAG_TOOLKIT_HANDED: return handed_of(rc, data, n);
     case KC_TAG_TOOLKIT_DIR: return kc_strv_push(&rc->tk_dirs, &rc->n_tk_dirs, text);
+    case KC_TAG_TOOLKIT_DIR_SPELLED:
+        return kc_strv_push(&rc->tk_spelled, &rc->n_tk_spelled, text);
+    case KC_TAG_HEADER_PATH: {
+        size_t name_n = strnlen((const char *)data, n);
+        if (name_n == n)
+            return 0; /* not "name NUL path": nothing to hand it under */
+        int e = kc_strv_push(&rc->header_paths, &rc->n_header_paths, text);
+        char *path = e ? NULL : kc_memdup(data + name_n + 1, n - name_n - 1);
+        return e ? e : path ? kc_strv_push_owned(&rc->header_paths, &rc->n_header_paths, path)
+                            : KCACHE_ENOMEM;
+    }
     case KC_TAG_LINK_INPUT: return kc_strv_push(&rc->link_kinds, &rc->n_link, text);
     case KC_TAG_ENVIRONMENT: return kc_strv_push(&rc->env, &rc->n_env, text);
     default: return 0;
@@ -357,6 +383,8 @@ void kc_recipe_free(kc_recipe *rc)
     kc_strv_free(rc->toolkit_dirs, rc->n_toolkit_dirs);
     kc_strv_free(rc->handed, rc->n_handed);
     kc_strv_free(rc->tk_dirs, rc->n_tk_dirs);
+    kc_strv_free(rc->tk_spelled, rc->n_tk_spelled);
+    kc_strv_free(rc->header_paths, rc->n_header_paths);
     kc_strv_free(rc->link_kinds, rc->n_link);
     kc_strv_free(rc->env, rc->n_env);
 }

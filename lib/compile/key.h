@@ -46,7 +46,9 @@ typedef struct kc_key_compile {
     const char *const *handed;    /* toolkit headers handed by spelling: kc_deps's pairs */
     size_t n_handed;
     const char *const *tk_dirs;   /* the toolkit's -I directories, below its root, in order */
+    const char *const *tk_spelled; /* ... and as the request spelled them (or NULL) */
     size_t n_tk_dirs;
+    int paths;                    /* KC_TAG_HEADER_PATH for each user header read from disk */
     const void *extra;            /* the caller's extra digest */
     size_t extra_size;
     /* The working directory NVRTC writes into line information (-lineinfo,
@@ -102,6 +104,10 @@ typedef struct kc_recipe {
     size_t n_handed;
     char **tk_dirs;      /* the toolkit's -I directories as keyed (format 4 on), below the root */
     size_t n_tk_dirs;
+    char **tk_spelled;   /* ... as spelled (format 7 on) */
+    size_t n_tk_spelled;
+    char **header_paths; /* pairs: a header's canonical name, the path it was handed under */
+    size_t n_header_paths;
     char **link_kinds;   /* per link input */
     size_t n_link;
     char **env;          /* NAME=VALUE of NVRTC's environment variables set, sorted */

@@ -90,10 +90,24 @@ static int nvrtc_headers(struct nvrtc_args *a, const kcache_compiler *c,
     if (!a->contents || !a->spellings)
         return KCACHE_ENOMEM;
     for (size_t i = 0; hermetic && i < w->deps.n_deps; i++) {
-        if (w->deps.deps[i].state != KC_DEP_USER)
+        const kc_dep *d = &w->deps.deps[i];
+        if (d->state != KC_DEP_USER)
             continue;
-        a->contents[a->n_headers] = w->deps.deps[i].content;
-        a->spellings[a->n_headers++] = w->deps.deps[i].name;
+        a->contents[a->n_headers] = d->content;
+        a->spellings[a->n_headers++] = d->name;
+        if (!d->nvpath)
+            continue;
+        /* Under the path NVRTC reading the disk would open it by, for its __FILE__
+         * and its diagnostics (resolve/lookup.c, note_nvpath; names.c checked it
+         * needs no escape). */
+        kc_buf b = {0};
+        if (kc_buf_append(&b, "#line 1 \"", 9) || kc_buf_append(&b, d->nvpath, strlen(d->nvpath)) ||
+            kc_buf_append(&b, "\"\n", 2) || kc_buf_append(&b, d->content, d->size) ||
+            kc_buf_append(&b, "", 1) || kc_strv_push_owned(&a->handed, &a->n_handed, (char *)b.data)) {
+            kc_buf_free(&b);
+            return KCACHE_ENOMEM;
+        }
+        a->contents[a->n_headers - 1] = a->handed[a->n_handed - 1];
     }
     for (size_t i = 0; hermetic && i + 1 < w->deps.n_handed; i += 2) {
         int len = snprintf(buf, sizeof(buf), "#include \"%s/%s\"\n", c->tk.root,
@@ -144,12 +158,16 @@ static int nvrtc_options(struct nvrtc_args *a, const kcache_compiler *c,
     if (!rc && !w->opts.several_archs)
         rc = kc_strv_push(&a->opts, &a->n_opts, buf);
     /*
-     * Hermetic: the toolkit's directories alone, by their real paths, so that
-     * a toolkit header's bytes (its __FILE__) do not depend on how the request
-     * spelled them, as its key does not (compile.c keys them below the root).
+     * Hermetic: the toolkit's directories alone, as the request spelled them:
+     * NVRTC writes a toolkit header's path as it opened it (its __FILE__, its
+     * diagnostics), and the key holds both spellings (compile.c), checked
+     * again after the compile (toolkit_dirs_hold()).
      */
     for (size_t i = 0; hermetic && i < w->n_tk_dirs && !rc; i++) {
-        int len = snprintf(buf, sizeof(buf), "--include-path=%s/%s", c->tk.root, w->tk_dirs[i]);
+        int len = w->tk_spelled
+                      ? snprintf(buf, sizeof(buf), "--include-path=%s", w->tk_spelled[i])
+                      : snprintf(buf, sizeof(buf), "--include-path=%s/%s", c->tk.root,
+                                 w->tk_dirs[i]);
         rc = len > 0 && (size_t)len < sizeof(buf)
                  ? kc_strv_push(&a->opts, &a->n_opts, buf)
                  : kc_result_fail(r, KCACHE_EINVAL, "a toolkit directory's path is too long");

@@ -473,17 +473,17 @@ static int taint_all(struct macros *m)
 }
 
 /*
- * 1 if a header's code (not its directives) names the caller's or the program's name: a
- * default argument __builtin_FILE() (source_location::current()) is the caller's file.
+ * 1 if a header's code (not its directives) names an identifier whose taint is in mask:
+ * the caller's or the program's name (a default argument __builtin_FILE(), as in
+ * source_location::current(), is the caller's file), or the header's own.
  */
-static int code_names_caller(const struct macros *m, const char *t, size_t n)
+static int code_names(const struct macros *m, const char *t, size_t n, unsigned mask)
 {
-    if (!memmem(t, n, "FILE", 4)) {
+    if (!memmem(t, n, "FILE", 4) && !((mask & KC_TAINT_HERE) && memmem(t, n, "assert", 6))) {
         /* Only a macro can then carry it: look for the tainted ones' names. */
         int any = 0;
         for (size_t i = 0; i < m->n && !any; i++)
-            any = (m->v[i].taint & KC_TAINT_CALLER) && memmem(t, n, m->v[i].name,
-                                                            strlen(m->v[i].name));
+            any = (m->v[i].taint & mask) && memmem(t, n, m->v[i].name, strlen(m->v[i].name));
         if (!any)
             return 0;
     }
@@ -507,7 +507,9 @@ static int code_names_caller(const struct macros *m, const char *t, size_t n)
             at_start = 0;
         size_t len = kc_ident_at(t, n, i);
         if (len) {
-            if (!directive && (kc_ident_taint(m, t + i, len) & KC_TAINT_CALLER))
+            /* NVRTC's assert is built in (no file defines it) and expands __FILE__. */
+            if (!directive && ((kc_ident_taint(m, t + i, len) & mask) ||
+                               ((mask & KC_TAINT_HERE) && len == 6 && !memcmp(t + i, "assert", 6))))
                 return 1;
             i += len;
         } else {
@@ -515,6 +517,17 @@ static int code_names_caller(const struct macros *m, const char *t, size_t n)
         }
     }
     return 0;
+}
+
+static int code_names_caller(const struct macros *m, const char *t, size_t n)
+{
+    return code_names(m, t, n, KC_TAINT_CALLER);
+}
+
+/* 1 if a header's code (not its directives) may expand its own __FILE__, or its caller's. */
+static int code_names_own_file(const struct macros *m, const char *t, size_t n)
+{
+    return code_names(m, t, n, KC_TAINT_HERE | KC_TAINT_CALLER);
 }
 
 static void macros_free(struct macros *m)
@@ -539,6 +552,7 @@ struct closure_names {
     struct macros m;
     int failed; /* a header without its text, or out of memory: the name is keyed */
     int caller;
+    int own_file; /* some header's code may expand its own __FILE__ (kc_paths_free_request) */
 };
 
 #define MEMO_SLOTS 8
@@ -602,6 +616,13 @@ static void closure_names_build(struct closure_names *c, const struct work *w)
         c->caller = code_names_caller(&c->m, d->content, d->size);
         c->failed = kc_code_spans(&sp, &c->m, d->content, d->size) != 0;
     }
+    for (size_t i = 0; !c->failed && !c->own_file && i < w->deps.n_deps; i++) {
+        const kc_dep *d = &w->deps.deps[i];
+        if (d->state == KC_DEP_USER && d->nvpath && d->content)
+            c->own_file = code_names_own_file(&c->m, d->content, d->size);
+    }
+    if (!c->failed && !c->own_file)
+        c->own_file = sp.n > 0; /* what a paste in a header's code makes is not followed here */
     if (!c->failed && !c->caller)
         c->caller = kc_spans_paste_caller(&c->m, &sp);
     kc_buf_free(&sp.text);
@@ -729,6 +750,104 @@ int kc_name_free_request(const kcache_request *req, const struct work *w)
         if (str_names_the_file(req->header_contents[i]))
             return 0;
     return !headers_name_it(req, w);
+}
+
+int kc_paths_free_request(const struct work *w, const char **unsure)
+{
+    *unsure = NULL;
+    int any = 0;
+    for (size_t i = 0; i < w->deps.n_deps && !any; i++)
+        any = w->deps.deps[i].state == KC_DEP_USER && w->deps.deps[i].nvpath;
+    if (!any)
+        return 1;
+    struct closure_names *own;
+    const struct closure_names *c = closure_names(w, &own);
+    int free_ = c && !c->failed && !c->own_file;
+    for (size_t i = 0; c && !free_ && !*unsure && i < w->deps.n_deps; i++) {
+        const kc_dep *d = &w->deps.deps[i];
+        if (d->state != KC_DEP_USER || !d->nv_ambiguous || !d->content)
+            continue;
+        struct spans sp = {0};
+        if (c->failed || code_names_own_file(&c->m, d->content, d->size) ||
+            kc_code_spans(&sp, &c->m, d->content, d->size) || sp.n)
+            *unsure = d->name;
+        kc_buf_free(&sp.text);
+        free(sp.ends);
+        free(sp.upto);
+        kc_smap_free(&sp.judged);
+    }
+    if (own) {
+        macros_free(&own->m);
+        free(own);
+    }
+    return free_;
+}
+
+/*
+ * The strings an artifact holds: its bytes, then each of PTX's byte lists
+ * ("{47, 116, ...}") decoded, NUL after each. NULL: out of memory.
+ */
+static kc_buf *artifact_strings(const void *data, size_t size)
+{
+    kc_buf *b = kc_calloc(1, sizeof(*b));
+    const unsigned char *p = data;
+    if (!b || kc_buf_append(b, data ? data : (const void *)"", size) || kc_buf_append(b, "", 1))
+        goto nomem;
+    for (size_t i = 0; i < size; i++) {
+        if (p[i] != '{')
+            continue;
+        size_t j = i + 1;
+        int items = 0;
+        while (j < size) {
+            while (j < size && isspace(p[j]))
+                j++;
+            unsigned v = 0;
+            size_t digits = 0;
+            while (j < size && isdigit(p[j]) && digits < 4) {
+                v = v * 10 + (unsigned)(p[j++] - '0');
+                digits++;
+            }
+            if (!digits || v > 255)
+                break;
+            unsigned char c = (unsigned char)v;
+            if (kc_buf_append(b, &c, 1))
+                goto nomem;
+            items++;
+            while (j < size && isspace(p[j]))
+                j++;
+            if (j >= size || p[j] != ',')
+                break;
+            j++;
+        }
+        if (items && kc_buf_append(b, "", 1))
+            goto nomem;
+        i = j > i ? j - 1 : i;
+    }
+    return b;
+nomem:
+    if (b)
+        kc_buf_free(b);
+    free(b);
+    return NULL;
+}
+
+int kc_paths_show(const struct kc_result *r, const struct work *w, int amb)
+{
+    kc_buf *strings = artifact_strings(r->pub.data, r->pub.size);
+    if (!strings)
+        return 1; /* not known: as if shown */
+    const char *log = r->pub.log ? r->pub.log : "";
+    int shows = 0;
+    for (size_t i = 0; i < w->deps.n_deps && !shows; i++) {
+        const kc_dep *d = &w->deps.deps[i];
+        if (d->state != KC_DEP_USER || !d->nvpath || (amb && !d->nv_ambiguous))
+            continue;
+        size_t n = strlen(d->nvpath);
+        shows = strstr(log, d->nvpath) || memmem(strings->data, strings->size, d->nvpath, n);
+    }
+    kc_buf_free(strings);
+    free(strings);
+    return shows;
 }
 
 /* 1 if data holds needle as PTX writes a string: "{47, 116, ...}", any spaces. */

@@ -101,6 +101,25 @@ static int same_environment(kcache_compiler *c, const kc_recipe *rc, struct kc_r
     return status;
 }
 
+/* The toolkit's directories as spelled (format 7), and each header under the path its
+ * key holds: as the entry was made. 0 or KCACHE_ENOMEM. */
+static int paths_as_keyed(struct work *w, const kc_recipe *rc)
+{
+    if (rc->n_tk_spelled == w->n_tk_dirs && w->n_tk_dirs) {
+        if (!(w->tk_spelled = kc_calloc(w->n_tk_dirs, sizeof(char *))))
+            return KCACHE_ENOMEM;
+        for (size_t i = 0; i < w->n_tk_dirs; i++)
+            if (!(w->tk_spelled[i] = kc_strdup(rc->tk_spelled[i])))
+                return KCACHE_ENOMEM;
+    }
+    for (size_t i = 0; i + 1 < rc->n_header_paths; i += 2)
+        for (size_t j = 0; j < w->deps.n_deps; j++)
+            if (!w->deps.deps[j].nvpath && !strcmp(w->deps.deps[j].name, rc->header_paths[i]) &&
+                !(w->deps.deps[j].nvpath = kc_strdup(rc->header_paths[i + 1])))
+                return KCACHE_ENOMEM;
+    return 0;
+}
+
 static int rebuild_source(kcache_compiler *c, const kcache_entry *e, kc_recipe *rc,
                           struct kc_result *r)
 {
@@ -178,6 +197,8 @@ static int rebuild_source(kcache_compiler *c, const kcache_entry *e, kc_recipe *
     size_t n_dirs = rc->format >= 4 ? rc->n_tk_dirs : rc->n_toolkit_dirs;
     for (size_t i = 0; i < n_dirs && !rc_; i++)
         rc_ = kc_strv_push(&w.tk_dirs, &w.n_tk_dirs, dirs[i]);
+    if (!rc_)
+        rc_ = paths_as_keyed(&w, rc);
     if (rc_)
         goto out;
     kcache_request req = KCACHE_REQUEST_INIT;

@@ -27,8 +27,13 @@
  * 5: the environment variables NVRTC reads (4 left them out: an entry made
  *    with LLVM_OVERRIDE_PRODUCER set was served without it).
  * 6: the source's name only where it can change the bytes or the log
- *    (compile/progname.c): KC_TAG_ANY_NAME in its place elsewhere. */
-#define KC_KEY_FORMAT "kcache-key-6"
+ *    (compile/progname.c): KC_TAG_ANY_NAME in its place elsewhere.
+ * 7: user headers handed under the path NVRTC opens them by, keyed where it
+ *    can reach the bytes or the log (KC_TAG_HEADER_PATH), and the toolkit's
+ *    -I directories as spelled (KC_TAG_TOOLKIT_DIR_SPELLED): 6 handed headers
+ *    under their canonical names and the toolkit's by real path, so a
+ *    header's __FILE__ and the log's paths were not NVRTC's. */
+#define KC_KEY_FORMAT "kcache-key-7"
 /* What every version of the format starts with (its first field, KC_TAG_FORMAT). */
 #define KC_KEY_FORMAT_FAMILY "kcache-key-"
 
@@ -75,6 +80,15 @@ enum kc_key_tag {
      * "/" for a name in a directory, "" for one without. A key of its own,
      * so that a kcache that does not know templates never serves one as a log. */
     KC_TAG_LOG_TEMPLATE = 23,
+    /* Canonical name NUL the path NVRTC reading the disk opens that user header
+     * by, which a hermetic compile hands it under (#line): for every user
+     * header read from disk, where the paths may reach the bytes or the log
+     * (compile/progname.c, kc_paths_free_request). None in most keys. */
+    KC_TAG_HEADER_PATH = 24,
+    /* One of the toolkit's -I directories as the request spelled it, which a
+     * hermetic compile passes to NVRTC (a toolkit header's __FILE__ and its
+     * diagnostics say that path); order kept, one per KC_TAG_TOOLKIT_DIR. */
+    KC_TAG_TOOLKIT_DIR_SPELLED = 25,
 };
 
 /* Walks an encoding; fn gets the tag and its bytes. Returns 0, fn's value or KCACHE_ECORRUPT. */

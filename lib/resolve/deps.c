@@ -256,6 +256,7 @@ static void resolver_free(struct resolver *r)
         free(nd->path);
         free(nd->dir);
         free(nd->spelling);
+        free(nd->nvpath);
         if (nd->memo) {
             kc_memo_release(nd->memo);
         } else {
@@ -304,6 +305,7 @@ static void resolver_free(struct resolver *r)
         kc_res_look_clear(&r->looks[i]);
     free(r->looks);
     kc_smap_free(&r->by_look);
+    free(r->beside);
 }
 
 /*
@@ -327,7 +329,8 @@ static int add_memory_headers(struct resolver *r)
         nd->in_memory = 1;
         nd->size = strlen(r->req->mem_contents[i]);
         if (!(nd->text = kc_memdup(r->req->mem_contents[i], nd->size)) ||
-            !(nd->spelling = kc_strdup(name)) || kc_smap_put(&r->by_memory, name, k))
+            !(nd->spelling = kc_strdup(name)) || !(nd->nvpath = kc_strdup(name)) ||
+            kc_smap_put(&r->by_memory, name, k))
             return KCACHE_ENOMEM;
         nd->id.state = KC_PROBE_FILE;
         kc_digest(nd->id.digest, nd->text, nd->size);
@@ -350,6 +353,16 @@ int kc_deps_resolve(kc_deps *out, const kc_deps_request *req, char *msg, size_t 
     if (!rc) {
         r.nodes[src].text = (char *)req->source; /* borrowed: never freed (k == 0) */
         r.nodes[src].size = req->source_size;
+        /* The program's path, as its beside lookups spell what they open (lookup.c). */
+        const char *name = req->source_name ? req->source_name : "";
+        const char *dir = req->source_dir && strcmp(req->source_dir, ".") ? req->source_dir : NULL;
+        size_t n = strlen(name) + (dir ? strlen(dir) + 1 : 0) + 1;
+        if (!(r.nodes[src].nvpath = kc_malloc(n)))
+            rc = KCACHE_ENOMEM;
+        else if (strchr(name, '/') || !dir)
+            snprintf(r.nodes[src].nvpath, n, "%s", name);
+        else
+            snprintf(r.nodes[src].nvpath, n, "%s/%s", dir, name);
         if (!req->no_source_include && req->source_dir &&
             !(r.nodes[src].dir = kc_strdup(req->source_dir)))
             rc = KCACHE_ENOMEM;
@@ -403,8 +416,10 @@ int kc_deps_resolve(kc_deps *out, const kc_deps_request *req, char *msg, size_t 
         check_other_dirs(&r);
     if (!rc && !out->not_hermetic)
         rc = kc_res_hermetic_handed(&r);
-    if (!rc && !out->not_hermetic)
+    if (!rc && !out->not_hermetic) {
+        kc_res_nvpath_spread(&r);
         rc = kc_res_assign_names(&r);
+    }
     if (!rc && !out->not_hermetic)
         rc = kc_res_emit(&r);
     resolver_free(&r);
@@ -424,6 +439,7 @@ void kc_deps_free(kc_deps *deps)
         free(deps->deps[i].content);
         free(deps->deps[i].toolkit_rel);
         free(deps->deps[i].path);
+        free(deps->deps[i].nvpath);
     }
     free(deps->deps);
     free(deps->source);

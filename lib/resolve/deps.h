@@ -136,6 +136,14 @@ typedef struct kc_dep {
     size_t size;
     char *toolkit_rel; /* TOOLKIT: path relative to the toolkit root */
     char *path;       /* where it was found (messages only, never keyed) */
+    /*
+     * USER, read from disk: the path NVRTC reading the disk opens it by, which
+     * it writes for the header's __FILE__ and in its diagnostics (names.c).
+     * NULL: the caller's in-memory header, named so already.
+     */
+    char *nvpath;
+    int nv_ambiguous; /* reached by two such paths: which one NVRTC says is not known */
+    int nv_from_name; /* nvpath starts with the program's directory (found beside it) */
 } kc_dep;
 
 typedef struct kc_deps_request {

@@ -463,6 +463,80 @@ static int names_program(const char *name, const char *spelling)
     return !strcmp(a ? a + 1 : name, b ? b + 1 : spelling);
 }
 
+/*
+ * The path NVRTC reading the disk opens a header by, and so writes for its
+ * __FILE__ and in its diagnostics. Measured with NVRTC 13.0: the -I operand
+ * as given, a '/' unless it ends in one, and the spelling ("inc/" and "a.h"
+ * give "inc/a.h", "inc//" gives "inc//a.h", "./inc" gives "./inc/a.h");
+ * beside its includer, the includer's own such path up to its last '/'
+ * ("inc/a.h" including "sub/../b.h" gives "inc/sub/../b.h", unfolded; the
+ * program's name is the program's path); an -include found in the working
+ * directory and an absolute spelling, the spelling. A file reached by two
+ * such paths is ambiguous: NVRTC says the one it reaches first, which the
+ * resolution (every branch, breadth first) cannot tell.
+ */
+static int note_nvpath(struct resolver *r, size_t k, size_t from, size_t i,
+                       const char *spelling, int stdh)
+{
+    struct node *nd = &r->nodes[k];
+    if (nd->toolkit || nd->in_memory || k == 0)
+        return 0;
+    const char *pre = "";
+    size_t pre_n = 0;
+    int sep = 0;
+    if (spelling[0] == '/' || (i == 0 && r->pre_include)) {
+        /* the spelling alone */
+    } else if (i == 0) {
+        if (kc_res_grow((void **)&r->beside, &r->cap_beside, r->n_beside, sizeof(*r->beside)))
+            return KCACHE_ENOMEM;
+        r->beside[r->n_beside++] = (struct beside){k, from};
+        nd->nv_from_name |= from == 0;
+        pre = r->nodes[from].nvpath;
+        if (!pre) {
+            nd->nv_ambiguous = 1;
+            return 0;
+        }
+        const char *slash = strrchr(pre, '/');
+        pre_n = slash ? (size_t)(slash - pre) + 1 : 0;
+    } else {
+        pre = r->req->include_dirs[i - 1];
+        pre_n = strlen(pre);
+        sep = pre_n == 0 || pre[pre_n - 1] != '/';
+    }
+    if (stdh) {
+        nd->nv_ambiguous = 1; /* not measured */
+        return 0;
+    }
+    size_t n = pre_n + (size_t)sep + strlen(spelling) + 1;
+    char *p = kc_malloc(n);
+    if (!p)
+        return KCACHE_ENOMEM;
+    snprintf(p, n, "%.*s%s%s", (int)pre_n, pre, sep ? "/" : "", spelling);
+    if (!nd->nvpath) {
+        nd->nvpath = p;
+        return 0;
+    }
+    if (strcmp(nd->nvpath, p) != 0)
+        nd->nv_ambiguous = 1;
+    free(p);
+    return 0;
+}
+
+void kc_res_nvpath_spread(struct resolver *r)
+{
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (size_t j = 0; j < r->n_beside; j++) {
+            struct node *nd = &r->nodes[r->beside[j].node];
+            const struct node *from = &r->nodes[r->beside[j].from];
+            if (!nd->nv_ambiguous && from->nv_ambiguous)
+                changed = nd->nv_ambiguous = 1;
+            if (!nd->nv_from_name && from->nv_from_name)
+                changed = nd->nv_from_name = 1;
+        }
+    }
+}
+
 int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t from,
                    size_t *found)
 {
@@ -517,11 +591,13 @@ int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t f
         const char *rel = NULL;
         /* The main source's own directory: the program's name's (deps.c made it so). */
         int beside_name = i == 0 && dir && !r->pre_include && from == 0;
+        int stdh = 0;
         for (int k = 0; k < 1 + kc_res_stdh_too(spelling) && !node && !rel; k++) {
             if (k)
                 memcpy(path + len, ".stdh", 6);
             if ((rc = kc_res_look(r, path, inside, from_toolkit, beside_name, &node, &rel)))
                 return rc;
+            stdh = k;
         }
         /*
          * What the hermetic compile leaves to NVRTC's search of the toolkit
@@ -544,6 +620,8 @@ int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t f
         }
         if (node) {
             struct node *nd = &r->nodes[node - 1];
+            if ((rc = note_nvpath(r, node - 1, from, i, spelling, stdh)))
+                return rc;
             if (!nd->spelling && node - 1 != 0) {
                 nd->parent = from;
                 nd->beside = i == 0 && dir != NULL && !from_toolkit;

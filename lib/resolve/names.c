@@ -98,6 +98,20 @@ int kc_res_assign_names(struct resolver *r)
     return rc;
 }
 
+/*
+ * Whether path can stand in a #line directive as it is: the hermetic compile
+ * hands each user header over with a first line #line 1 "PATH", so that NVRTC
+ * says the path it would have opened for the header's __FILE__ and in its
+ * diagnostics; a string literal there would read '"' and '\\' as escapes.
+ */
+int kc_res_line_spellable(const char *path)
+{
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++)
+        if (*p == '"' || *p == '\\' || *p < 0x20 || *p == 0x7f)
+            return 0;
+    return 1;
+}
+
 /* The node's text with every literal include of a user file spelled by its canonical name. */
 static int rewrite(struct resolver *r, size_t k, char **out, size_t *out_size)
 {
@@ -182,8 +196,16 @@ int kc_res_emit(struct resolver *r)
         d->content = text;
         d->size = size;
         if (!(d->name = kc_strdup(nd->canon)) ||
-            !(d->path = kc_strdup(nd->path ? nd->path : "(in memory)")))
+            !(d->path = kc_strdup(nd->path ? nd->path : "(in memory)")) ||
+            (!nd->in_memory && nd->nvpath && !(d->nvpath = kc_strdup(nd->nvpath))))
             rc = KCACHE_ENOMEM;
+        d->nv_ambiguous = !nd->in_memory && (nd->nv_ambiguous || !nd->nvpath);
+        d->nv_from_name = !nd->in_memory && nd->nv_from_name;
+        if (!rc && d->nvpath && !kc_res_line_spellable(d->nvpath))
+            kc_res_not_hermetic(r, "header_path_unspellable",
+                                "%s: a path with a quote, a backslash or a control character "
+                                "cannot be given to NVRTC as the header's name",
+                                d->nvpath);
     }
     for (size_t i = 0; !rc && i < r->n_aliases; i++) {
         const struct node *nd = &r->nodes[r->aliases[i].node];

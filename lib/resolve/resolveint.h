@@ -44,6 +44,9 @@ struct node {
     size_t n_dirs;
     size_t *target;       /* per directive: 1 + the node a literal include names, or 0 */
     char *canon;
+    char *nvpath;         /* the path NVRTC reading the disk opens it by (see kc_res_nvpath) */
+    int nv_ambiguous;     /* reached by two such paths, or from a file without one */
+    int nv_from_name;     /* that path starts with the program's directory */
     int in_memory;        /* handed over by the caller under spelling: keeps that name */
     int cmdline;          /* the -D operands as #defines: no file, never a dependency */
     int toolkit;          /* a toolkit header: followed for what it includes, never handed over */
@@ -79,6 +82,11 @@ struct tklook {
 
 struct pending {
     size_t node, dir;
+};
+
+/* A file found beside its includer: its NVRTC path is known only if the includer's is. */
+struct beside {
+    size_t node, from;
 };
 
 struct macro {
@@ -153,6 +161,8 @@ struct resolver {
     struct tklook *looks;
     size_t n_looks, cap_looks;
     kc_smap by_look;      /* spelling, answer and directory -> index into looks */
+    struct beside *beside;
+    size_t n_beside, cap_beside;
     struct kc_cond_state *cond; /* the #if conditions and every definition (condition.c) */
     char *msg;
     size_t msg_size;
@@ -181,6 +191,11 @@ int kc_res_look(struct resolver *r, const char *path, int in_toolkit, int from_t
 int kc_res_resolve(struct resolver *r, const char *spelling, int angle, size_t from,
                    size_t *found);
 int kc_res_add_alias(struct resolver *r, const char *name, size_t node);
+/* 1 if path can be written in a #line directive as it is (names.c). */
+int kc_res_line_spellable(const char *path);
+/* Spreads what a node's NVRTC path is (ambiguous, from the program's directory) to the nodes
+ * found beside it. */
+void kc_res_nvpath_spread(struct resolver *r);
 /* Frees the strings l holds (lookup.c), not l. */
 void kc_res_left_clear(struct leftname *l);
 

@@ -158,17 +158,14 @@ static int check_call(kcache_bundle_options *o, kcache_store *store, const char 
         return KCACHE_EINVAL;
     if (!path || !*path)
         return kc_err_locking(store, KCACHE_EINVAL, "%s: no path", fn);
-    char msg[KC_ERRMSG_SIZE];
-    if (options && kc_version_check(msg, sizeof(msg), "kcache_bundle_options", options->version,
-                                    KCACHE_BUNDLE_OPTIONS_VERSION))
-        return kc_err_locking(store, KCACHE_EINVAL, "%s", msg);
+    if (kc_check_version(store, options, "kcache_bundle_options", KCACHE_BUNDLE_OPTIONS_VERSION))
+        return KCACHE_EINVAL;
     /* An older caller's struct ends before the fields of later versions: those keep defaults. */
     if (options)
         memcpy(o, options, options->version >= 2 ? sizeof(*o)
                                                  : offsetof(kcache_bundle_options, sign));
-    if (out && kc_version_check(msg, sizeof(msg), "kcache_bundle_result", out->version,
-                                KCACHE_BUNDLE_RESULT_VERSION))
-        return kc_err_locking(store, KCACHE_EINVAL, "%s", msg);
+    if (kc_check_version(store, out, "kcache_bundle_result", KCACHE_BUNDLE_RESULT_VERSION))
+        return KCACHE_EINVAL;
     if (!strcmp(path, kcache_store_path(store)))
         return kc_err_locking(store, KCACHE_EINVAL, "%s is the cache itself: give another file",
                           path);

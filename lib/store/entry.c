@@ -332,9 +332,8 @@ KCACHE_API int kcache_store_list(kcache_store *store, const kcache_filter *filte
     KC_CHECK_ARG(store, store && fn);
     if (!filter)
         filter = &all;
-    char msg[KC_ERRMSG_SIZE];
-    if (kc_version_check(msg, sizeof(msg), "kcache_filter", filter->version, KCACHE_FILTER_VERSION))
-        return kc_err_locking(store, KCACHE_EINVAL, "%s", msg);
+    if (kc_check_version(store, filter, "kcache_filter", KCACHE_FILTER_VERSION))
+        return KCACHE_EINVAL;
     if ((unsigned)filter->sort >= KC_ARRAY_SIZE(by_sort))
         return kc_err_locking(store, KCACHE_EINVAL, "kcache_store_list: sort %d is not a kcache_sort",
                               (int)filter->sort);

@@ -216,10 +216,8 @@ KCACHE_API int kcache_store_namespace_stats(kcache_namespace_stats *out, kcache_
                                             const char *ns)
 {
     KC_CHECK_ARG(store, store && out);
-    char msg[KC_ERRMSG_SIZE];
-    if (kc_version_check(msg, sizeof(msg), "kcache_namespace_stats", out->version,
-                         KCACHE_NAMESPACE_STATS_VERSION))
-        return kc_err_locking(store, KCACHE_EINVAL, "%s", msg);
+    if (kc_check_version(store, out, "kcache_namespace_stats", KCACHE_NAMESPACE_STATS_VERSION))
+        return KCACHE_EINVAL;
     int rc = check_args(store, __func__, ns, NULL, 0);
     if (rc)
         return rc;

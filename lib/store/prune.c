@@ -570,14 +570,12 @@ KCACHE_API int kcache_store_prune(kcache_prune_result *out, kcache_store *store,
 {
     static const kcache_prune_options defaults = KCACHE_PRUNE_OPTIONS_INIT;
     kcache_prune_result ignored = KCACHE_PRUNE_RESULT_INIT;
-    if (!store)
+    if (!store ||
+        kc_check_version(store, options, "kcache_prune_options", KCACHE_PRUNE_OPTIONS_VERSION) ||
+        kc_check_version(store, out, "kcache_prune_result", KCACHE_PRUNE_RESULT_VERSION))
         return KCACHE_EINVAL;
     if (!options)
         options = &defaults;
-    if (kc_check_versions(store, "kcache_prune_options", options->version,
-                          KCACHE_PRUNE_OPTIONS_VERSION, "kcache_prune_result",
-                          out ? &out->version : NULL, KCACHE_PRUNE_RESULT_VERSION))
-        return KCACHE_EINVAL;
     if (options->kind && !kcache_kind_name(options->kind))
         return kc_err_locking(store, KCACHE_EINVAL, "kcache_store_prune: bad kind %d",
                               (int)options->kind);

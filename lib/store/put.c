@@ -431,12 +431,10 @@ KCACHE_API int kcache_batch_new(kcache_batch **out, kcache_store *store,
     if (!out)
         return kc_err_locking(store, KCACHE_EINVAL, "kcache_batch_new: out is NULL");
     *out = NULL;
+    if (kc_check_version(store, options, "kcache_batch_options", KCACHE_BATCH_OPTIONS_VERSION))
+        return KCACHE_EINVAL;
     if (!options)
         options = &defaults;
-    char msg[KC_ERRMSG_SIZE];
-    if (kc_version_check(msg, sizeof(msg), "kcache_batch_options", options->version,
-                         KCACHE_BATCH_OPTIONS_VERSION))
-        return kc_err_locking(store, KCACHE_EINVAL, "%s", msg);
     kcache_batch *b = kc_calloc(1, sizeof(*b));
     if (!b || kc_codec_new(&b->codec)) {
         free(b);

@@ -522,14 +522,11 @@ KCACHE_API int kcache_store_delete(kcache_store *store, const kcache_key *key)
     return rc;
 }
 
-int kc_check_versions(kcache_store *s, const char *options_name, unsigned options_version,
-                      unsigned options_known, const char *result_name,
-                      const unsigned *result_version, unsigned result_known)
+int kc_check_version(kcache_store *s, const void *versioned, const char *type, unsigned known)
 {
     char msg[KC_ERRMSG_SIZE];
-    if (kc_version_check(msg, sizeof(msg), options_name, options_version, options_known) ||
-        (result_version && kc_version_check(msg, sizeof(msg), result_name, *result_version,
-                                            result_known)))
+    /* A pointer to a struct points to its first field (C11 6.7.2.1): the version. */
+    if (versioned && kc_version_check(msg, sizeof(msg), type, *(const unsigned *)versioned, known))
         return kc_err_locking(s, KCACHE_EINVAL, "%s", msg);
     return 0;
 }

@@ -153,13 +153,13 @@ int kc_step_by_key(sqlite3_stmt **out, kcache_store *s, const char *sql, const k
 /* kc_err() from a caller that does not hold s->lock: takes it around the write. */
 int kc_err_locking(kcache_store *s, int code, const char *fmt, ...) KC_PRINTF(3, 4);
 /*
- * KCACHE_EINVAL, with the message on s (taking the lock), unless an entry
- * point's options struct and its result struct (result_version NULL: none
- * given) are of versions this build knows; else 0.
+ * The version check of an entry point's public struct (libgit2's
+ * GIT_ERROR_CHECK_VERSION): KCACHE_EINVAL, with the message on s (taking the
+ * lock), unless versioned, a struct whose first field is its version, is of
+ * one this build knows; else 0. type names the struct; NULL passes (none
+ * given: the defaults).
  */
-int kc_check_versions(kcache_store *s, const char *options_name, unsigned options_version,
-                      unsigned options_known, const char *result_name,
-                      const unsigned *result_version, unsigned result_known);
+int kc_check_version(kcache_store *s, const void *versioned, const char *type, unsigned known);
 
 /*
  * shared.c: the id of the row that find (binding ?1 digest, selecting the id)

@@ -422,15 +422,12 @@ KCACHE_API int kcache_store_recompress(kcache_recompress_result *out, kcache_sto
 {
     static const kcache_recompress_options defaults = KCACHE_RECOMPRESS_OPTIONS_INIT;
     kcache_recompress_result ignored = KCACHE_RECOMPRESS_RESULT_INIT;
-    if (!store)
+    if (!store ||
+        kc_check_version(store, options, "kcache_recompress_options",
+                         KCACHE_RECOMPRESS_OPTIONS_VERSION) ||
+        kc_check_version(store, out, "kcache_recompress_result", KCACHE_RECOMPRESS_RESULT_VERSION))
         return KCACHE_EINVAL;
-    if (!options)
-        options = &defaults;
-    if (kc_check_versions(store, "kcache_recompress_options", options->version,
-                          KCACHE_RECOMPRESS_OPTIONS_VERSION, "kcache_recompress_result",
-                          out ? &out->version : NULL, KCACHE_RECOMPRESS_RESULT_VERSION))
-        return KCACHE_EINVAL;
-    return recompress(store, options, out ? out : &ignored);
+    return recompress(store, options ? options : &defaults, out ? out : &ignored);
 }
 
 /* Verify. SQLite's integrity check, its answer on one line in r. */
@@ -476,12 +473,9 @@ KCACHE_API int kcache_store_verify(kcache_verify_result *out, kcache_store *stor
     memset(&r, 0, sizeof(r));
     kcache_key *keys = NULL;
     size_t n_keys = 0;
-    if (!store)
+    if (!store ||
+        kc_check_version(store, out, "kcache_verify_result", KCACHE_VERIFY_RESULT_VERSION))
         return KCACHE_EINVAL;
-    char msg[KC_ERRMSG_SIZE];
-    if (out && kc_version_check(msg, sizeof(msg), "kcache_verify_result", out->version,
-                                KCACHE_VERIFY_RESULT_VERSION))
-        return kc_err_locking(store, KCACHE_EINVAL, "%s", msg);
     int rc = integrity(store, &r);
     if (rc)
         goto out;

@@ -301,6 +301,16 @@ int kc_strv_push(char ***v, size_t *n, const char *s)
     return 0;
 }
 
+int kc_strv_push_owned(char ***v, size_t *n, char *s)
+{
+    char **grown = kc_realloc(*v, (*n + 1) * sizeof(char *));
+    if (!grown)
+        return KCACHE_ENOMEM;
+    *v = grown;
+    grown[(*n)++] = s;
+    return 0;
+}
+
 void kc_strv_free(char **v, size_t n)
 {
     if (!v)

@@ -76,6 +76,8 @@ void *kc_grow(void *p, size_t *cap, size_t n, size_t elem, size_t first);
 
 /* A list of n strings of its own: push appends a copy of s; free frees the strings and v. */
 int kc_strv_push(char ***v, size_t *n, const char *s);
+/* As kc_strv_push, taking s itself (left to the caller on failure). */
+int kc_strv_push_owned(char ***v, size_t *n, char *s);
 void kc_strv_free(char **v, size_t n);
 
 /* Formats into a fixed buffer, always NUL-terminated. Returns code. */

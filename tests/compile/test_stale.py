@@ -500,21 +500,53 @@ def test_scanner_constructs(root, nvrtc):
 
 
 def test_toolkit_spelled_two_ways(root, nvrtc):
-    """Toolkit -I by another spelling: one key, so the same bytes (__FILE__ in an assertion)."""
-    c1, c2 = Cache(root, "one"), Cache(root, "two")
+    """Toolkit -I by another spelling: NVRTC's bytes for each (__FILE__ in an assertion)."""
+    c = Cache(root, "one")
     d = os.path.join(root, "t")
-    write(os.path.join(d, "k.cu"), "#include <cuda/std/span>\n"
+    src = os.path.join(d, "k.cu")
+    write(src, "#include <cuda/std/span>\n"
           'extern "C" __global__ void k(int *o, int i) { cuda::std::span<int, 4> s(o, 4); '
           "s[i] = 1; }\n")
-    got = []
-    for c, inc in ((c1, CCCL), (c2, os.path.realpath(CCCL))):
-        out = os.path.join(root, c.dir + ".ptx")
-        o, _ = c.run("compile", os.path.join(d, "k.cu"), "--arch", "sm_90", "--ptx", "-o", out,
-                     "--json", "--", "-I" + inc, "-DCCCL_ENABLE_ASSERTIONS", "-std=c++17")
+    keys = []
+    for inc in (CCCL, os.path.realpath(CCCL), CCCL):
+        opts = ["-I" + inc, "-DCCCL_ENABLE_ASSERTIONS", "-std=c++17"]
+        out = os.path.join(root, "tk.ptx")
+        o, _ = c.run("compile", src, "--arch", "sm_90", "--ptx", "-o", out, "--json", "--", *opts)
         with open(out) as f:
-            got.append((re.search(r'"key": "([0-9a-f]+)"', o).group(1), f.read()))
-    check(got[0][0] == got[1][0], "one key for both spellings")
-    check(got[0][1] == got[1][1], "the same bytes for one key")
+            got = f.read()
+        keys.append(re.search(r'"key": "([0-9a-f]+)"', o).group(1))
+        want = nvrtc.ptx(src, opts)
+        check(code(got) == code(want), "-I %s: not the bytes NVRTC gives" % inc)
+    check(keys[0] != keys[1] and keys[0] == keys[2], "a key for each spelling")
+
+
+def test_header_file_as_nvrtc_opens_it(root, nvrtc):
+    """A header's __FILE__ and warnings: the path NVRTC opens it by, for each -I spelling."""
+    c = Cache(root, "one")
+    for place in ("p1", "p2"):
+        d = os.path.join(root, place)
+        write(os.path.join(d, "inc", "a.h"), '#pragma once\n#include "sub/../b.h"\n'
+              "__device__ const char *where_a() { return __FILE__; }\n")
+        write(os.path.join(d, "inc", "b.h"), "__device__ const char *where_b() { return __FILE__; }\n"
+              "__device__ int warn_b() { int unused_q; return 3; }\n")
+        os.makedirs(os.path.join(d, "inc", "sub"), exist_ok=True)
+        write(os.path.join(d, "k.cu"), '#include "a.h"\nextern "C" __global__ void '
+              "k(const char **o) { o[0] = where_a(); o[1] = where_b(); }\n")
+    for place, inc in (("p1", "inc"), ("p1", "./inc"), ("p1", "inc/"), ("p2", "inc"),
+                       ("p2", None), ("p1", None), ("p1", "inc")):
+        d = os.path.join(root, place)
+        inc = inc or os.path.join(d, "inc")
+        out = os.path.join(root, "h.ptx")
+        p = subprocess.run([base.KCACHE, "compile", "k.cu", "--arch", "sm_90", "--ptx", "-o", out,
+                            "--", "-I" + inc], cwd=d, env=c.env, capture_output=True, timeout=120)
+        check(p.returncode == 0, "%s -I %s: %s" % (place, inc, p.stderr.decode()))
+        with open(out) as f:
+            got = f.read()
+        want = nvrtc.ptx(os.path.join(d, "k.cu"), ["-I" + inc], cwd=d)
+        check(code(got) == code(want), "%s -I %s: kcache's __FILE__ is not NVRTC's" % (place, inc))
+        log = p.stderr.decode() + p.stdout.decode()
+        b = inc + ("" if inc.endswith("/") else "/") + "sub/../b.h(2): warning"
+        check(b in log, "%s -I %s: the warning does not name %s" % (place, inc, b))
 
 
 def main():

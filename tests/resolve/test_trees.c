@@ -271,7 +271,12 @@ static void test_macro_other_branch(void)
     kcache_store_close(s);
 }
 
-/* __FILE__ differs from plain NVRTC: the hermetic compile fails, NVRTC alone passes. */
+/*
+ * A header's __FILE__ is the path NVRTC opens it by in the hermetic compile
+ * too (#line, resolve/names.c): a header that asserts its full path compiles,
+ * keyed, as NVRTC alone gives it (kcache-key-6 handed it under its spelling:
+ * the hermetic compile failed and ran again uncached).
+ */
 static void test_fallback(void)
 {
     const char *t = tree("filename");
@@ -281,11 +286,13 @@ static void test_fallback(void)
     kcache_store *s = new_store();
     kcache_compiler *c = ct_compiler(s, NULL);
     kcache_result *r = through(c, cu, &o, 0);
-    CHECK(r->status == 0 && !r->keyed && r->store_status == KCACHE_ENOTSUP);
-    CHECK(strstr(r->store_message, "hermetic compile failed") != NULL);
-    CHECK(strstr(r->store_message, "static assertion") != NULL);
+    CHECK(r->status == 0 && r->keyed && !r->hit);
     CHECK(same_as_plain(r, cu, &o));
-    CHECK(uncacheable(s, "hermetic_failed") == 1);
+    CHECK(uncacheable(s, "hermetic_failed") == 0);
+    kcache_result_free(r);
+    r = through(c, cu, &o, 0);
+    CHECK(r->status == 0 && r->keyed && r->hit);
+    CHECK(same_as_plain(r, cu, &o));
     kcache_result_free(r);
     /* A genuine error is still an error, with NVRTC's own log. */
     snprintf(bad, sizeof(bad), "%s/inc/broken.h", t);
@@ -295,7 +302,7 @@ static void test_fallback(void)
     r = through(c, bad, &o, 0);
     CHECK(r->status == KCACHE_ECOMPILE && !r->data);
     CHECK(strstr(r->log, "undefined_name") != NULL);
-    CHECK(uncacheable(s, "hermetic_failed") == 1);
+    CHECK(uncacheable(s, "hermetic_failed") == 0);
     kcache_result_free(r);
     kcache_compiler_free(c);
     kcache_store_close(s);

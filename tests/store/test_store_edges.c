@@ -1,4 +1,5 @@
 /* Edges of the store's contract, each once a bug. */
+#include <ctype.h>
 #include <unistd.h>
 
 #include <kcache/verify.h>
@@ -101,6 +102,21 @@ static int version_message_is(const char *msg, const char *type, unsigned versio
     return 0;
 }
 
+/* Whether a call returned KCACHE_EINVAL with the message for type at version. */
+static int refused(int rc, kcache_store *s, const char *type, unsigned version, unsigned max)
+{
+    char init[64];
+    size_t i = 0;
+    for (; type[i] && i + 6 < sizeof(init); i++)
+        init[i] = (char)toupper((unsigned char)type[i]);
+    snprintf(init + i, sizeof(init) - i, "_INIT");
+    if (rc != KCACHE_EINVAL) {
+        fprintf(stderr, "%s version %u: returned %d, wanted KCACHE_EINVAL\n", type, version, rc);
+        return 0;
+    }
+    return version_message_is(kcache_store_errmsg(s), type, version, max, init);
+}
+
 /* Options and result structs carry a version the library checks, so that a
  * caller built against other fields is told, not written past. */
 static void test_versions_checked(kcache_store *s, const char *dir)
@@ -146,6 +162,24 @@ static void test_versions_checked(kcache_store *s, const char *dir)
     CHECK_RC(kcache_bundle_export(NULL, s, bundle, &bo), KCACHE_EINVAL);
     CHECK(version_message_is(kcache_store_errmsg(s), "kcache_bundle_options", 0,
                              KCACHE_BUNDLE_OPTIONS_VERSION, "KCACHE_BUNDLE_OPTIONS_INIT"));
+    /* The options are checked first, then the result; a refused batch is none. */
+    kcache_recompress_options ro = KCACHE_RECOMPRESS_OPTIONS_INIT;
+    kcache_recompress_result rr = KCACHE_RECOMPRESS_RESULT_INIT;
+    ro.version = 0;
+    rr.version = 7;
+    CHECK(refused(kcache_store_recompress(&rr, s, &ro), s, "kcache_recompress_options", 0,
+                  KCACHE_RECOMPRESS_OPTIONS_VERSION));
+    CHECK(refused(kcache_store_recompress(&rr, s, NULL), s, "kcache_recompress_result", 7,
+                  KCACHE_RECOMPRESS_RESULT_VERSION));
+    kcache_batch_options bao = KCACHE_BATCH_OPTIONS_INIT;
+    kcache_batch *batch = NULL;
+    bao.version = 7;
+    CHECK(refused(kcache_batch_new(&batch, s, &bao), s, "kcache_batch_options", 7,
+                  KCACHE_BATCH_OPTIONS_VERSION) && !batch);
+    kcache_namespace_stats ns = KCACHE_NAMESPACE_STATS_INIT;
+    ns.version = 0;
+    CHECK(refused(kcache_store_namespace_stats(&ns, s, "edges"), s, "kcache_namespace_stats", 0,
+                  KCACHE_NAMESPACE_STATS_VERSION));
 
     kcache_stats *st = NULL;
     CHECK_RC(kcache_store_stats(&st, s), 0);
