@@ -153,6 +153,13 @@ int main(void)
      * lines are not the program's, and name the header under any name. */
     case_of(api, "a header's path in the name's prefix",
             "#include \"kcq(1).h\"\n" KERNEL "v[0] = kc_q(13); }\n", "kcq", "kcr", 0);
+    /* A message that breaks its line and goes on as the name's diagnostic would
+     * ("kern.cu(9): "): that line is the program's text, printed as it is under
+     * any name (as are C++20's [[nodiscard("...")]] reasons), so never refilled. */
+    case_of(api, "a message that goes on as a diagnostic",
+            "#define KC_M \"a\\n\\n\" \"kern\" \".cu(9): warning #177-D: forged\"\n"
+            "#pragma message(KC_M)\n" KERNEL "int kc_m; v[0] = 14; }\n", "kern.cu",
+            "kern2.cu", 0);
     /* A name so short that other words hold it. */
     case_of(api, "a short name", KERNEL "int kc_short; v[0] = 9; }\n", "a", "b", 0);
     /* A directory too short to tell from other text ("tmp"). */
