@@ -821,21 +821,42 @@ static int name_parts(const char *name, const char **last, size_t *dir_n, const 
     return *dir_n >= 4 && *dir_last_n >= 4;
 }
 
+/* 1 if line[i..n) holds "(DIGITS): ", as a diagnostic's path and line end. */
+static int holds_line_mark(const char *line, size_t n, size_t i)
+{
+    for (; i < n; i++) {
+        size_t j = i + 1;
+        while (line[i] == '(' && j < n && isdigit((unsigned char)line[j]))
+            j++;
+        if (j > i + 1 && j + 3 <= n && !memcmp(line + j, "): ", 3))
+            return 1;
+    }
+    return 0;
+}
+
 /*
  * The length of the prefix NVRTC starts a diagnostic of the program with,
- * "NAME(LINE): ", at line (n bytes, no newline), or 0. The ": " tells it
- * from a header's diagnostic whose path only starts so ("NAME(1).h(2): ",
- * a header beside a name without a directory), which names that header
- * under any name.
+ * "NAME(LINE): " and a severity, at line (n bytes, no newline), or 0. A
+ * header's diagnostic whose path only starts so ("NAME(1).h(2): ", or
+ * "NAME(1): y.h(2): ", a header beside a name without a directory) names
+ * that header under any name: its line goes on past the prefix to another
+ * "(LINE): ", and is never taken for the program's.
  */
 static size_t diagnostic_prefix(const char *line, size_t n, const char *name, size_t len)
 {
+    static const char *const severity[] = {"warning #", "remark #", "note #", "error #"};
     if (n < len + 5 || memcmp(line, name, len) != 0 || line[len] != '(')
         return 0;
     size_t i = len + 1;
     while (i < n && isdigit((unsigned char)line[i]))
         i++;
-    return i > len + 1 && i + 2 < n && !memcmp(line + i, "): ", 3) ? len : 0;
+    if (i == len + 1 || i + 2 >= n || memcmp(line + i, "): ", 3) != 0)
+        return 0;
+    i += 3;
+    int known = 0;
+    for (size_t k = 0; k < sizeof(severity) / sizeof(*severity); k++)
+        known |= n - i > strlen(severity[k]) && !memcmp(line + i, severity[k], strlen(severity[k]));
+    return known && !holds_line_mark(line, n, i) ? len : 0;
 }
 
 /*
