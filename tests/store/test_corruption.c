@@ -10,7 +10,7 @@
  *   an artifact or an input altered in  a miss, the entry deleted and counted;
  *   the file itself, digests unchanged  never handed out
  *   a lowered name, log or toolchain    a miss, never handed out
- *   altered
+ *   altered, or their row gone
  *
  * After every case: no wrong bytes are returned, the store takes new entries,
  * SQLite's integrity check passes, and the files a user keeps beside the
@@ -591,7 +591,8 @@ static int put_with_names(kcache_store *s, unsigned n)
 /*
  * One bit of an entry's lowered name (f<int> -> f<unsigned char>, a kernel
  * the module may hold too), its log or its toolchain (what the drop-in
- * answers nvrtcVersion from) flipped in place: a miss, never served.
+ * answers nvrtcVersion from) flipped in place, or the row of its log and
+ * names gone: a miss, never served.
  */
 static void test_info_altered(void)
 {
@@ -605,6 +606,8 @@ static void test_info_altered(void)
                 "(SELECT id FROM entry WHERE key = ?1)"},
         {"toolchain", "UPDATE entry SET toolchain = replace(toolchain, '13.0', '13.1')"
                       " WHERE key = ?1"},
+        /* Every put writes the row: one gone would serve an empty log and no names. */
+        {"info row", "DELETE FROM entry_info WHERE id = (SELECT id FROM entry WHERE key = ?1)"},
     };
     const char *path = test_path("info.db");
     kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
@@ -631,8 +634,9 @@ static void test_info_altered(void)
         kcache_key k = st_key(100 + i);
         int rc = kcache_store_get(&e, s, &k, KCACHE_GET_DEFAULT);
         if (rc != KCACHE_ENOTFOUND) {
-            fprintf(stderr, "altered %s: get returned %d%s%s\n", cases[i].what, rc,
-                    rc ? "" : ", lowered name ", rc ? "" : e->lowered_names[0]);
+            fprintf(stderr, "altered %s: get returned %d%s%s, log \"%.20s\"\n", cases[i].what,
+                    rc, rc ? "" : ", lowered name ",
+                    rc ? "" : e->n_names ? e->lowered_names[0] : "(none)", rc ? "" : e->log);
             fig.wrong += rc == 0;
             test_failures++;
         } else {
