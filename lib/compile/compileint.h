@@ -194,6 +194,7 @@ struct work {
      * the name and them, for a result whose log or bytes show one.
      */
     int paths_keyed;
+    int paths_forced;        /* the options write every header's path (judge_paths()) */
     int has_paths_key;       /* paths not keyed, and no key with them in r's place yet */
     kc_key_compile key_in;   /* what derive_key() encoded, for the keys with the paths */
     int paths_unsure;        /* the result shows a path NVRTC may spell otherwise */
