@@ -409,21 +409,19 @@ static kc_key_compile key_inputs(const kcache_compiler *c, const kcache_request 
 
 /*
  * Whether the paths user headers are handed under go in the key (w->paths_keyed):
- * where a header's code may expand its own __FILE__, or the caller's compiler is
- * not NVIDIA's NVRTC (it may write them as it likes). A header reached by two
+ * where a header's code may expand its own __FILE__, or the options write every
+ * header's path (judge_paths()); elsewhere the check after the compile
+ * decides (paths_as_shown()), for a caller's compiler too. A header reached by two
  * paths whose code may expand its own: NVRTC says the one it reaches first,
  * which no resolution can tell, so the compile is not hermetic.
  */
-static void judge_header_paths(const kcache_request *req, struct work *w)
+static void judge_header_paths(struct work *w)
 {
     const char *unsure = NULL;
     w->paths_keyed = 0;
     if (w->deps.not_hermetic)
         return;
-    if (req->version >= 2 && req->compile && !(req->flags & KCACHE_COMPILE_NVRTC_NAMES))
-        w->paths_keyed = 1;
-    else
-        w->paths_keyed = !kc_paths_free_request(w, &unsure) || w->paths_forced;
+    w->paths_keyed = !kc_paths_free_request(w, &unsure) || w->paths_forced;
     if (unsure) {
         w->deps.not_hermetic = 1;
         snprintf(w->deps.reason, sizeof(w->deps.reason), "header_reached_two_ways");
@@ -463,7 +461,7 @@ static int derive_key(kcache_compiler *c, const kcache_request *req, struct work
     in.tk_dirs = (const char *const *)w->tk_dirs;
     in.tk_spelled = (const char *const *)w->tk_spelled;
     in.n_tk_dirs = w->n_tk_dirs;
-    judge_header_paths(req, w);
+    judge_header_paths(w);
     in.paths = w->paths_keyed;
     w->name_free = !w->deps.not_hermetic && kc_name_free_request(req, w);
     int rc = 0;
@@ -1497,8 +1495,11 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     } else if (!c->store) {
         kc_result_store_problem(r, c->store_status, c->store_message);
     }
-    if (req->flags & KCACHE_COMPILE_KEY_ONLY)
+    if (req->flags & KCACHE_COMPILE_KEY_ONLY) {
+        if ((req->flags & KC_COMPILE_WITH_PATHS) && w.has_paths_key)
+            rc = use_paths_key(&w, r, name_variant(&w));
         goto out;
+    }
     int use_store = c->store && hermetic && !(req->flags & KCACHE_COMPILE_NO_CACHE);
     struct compile_step ctx = {c, req, &w, hermetic, ""};
     struct kc_step step = {run_compile_step, store_compile_step, &ctx, w.nvrtc_arch, w.kind,

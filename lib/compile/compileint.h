@@ -202,6 +202,13 @@ struct work {
 
 void kc_work_free(struct work *w);
 
+/*
+ * With KCACHE_COMPILE_KEY_ONLY: the key with the headers' paths, as an entry
+ * whose result showed one was filed (compile.c, paths_as_shown()); for
+ * recompile_dropin.c. No public flag has this bit.
+ */
+#define KC_COMPILE_WITH_PATHS (1u << 31)
+
 /* A compile by the caller's own compiler (kcache_request.compile), as a step. */
 struct caller_step {
     kcache_compiler *c;
