@@ -1413,6 +1413,20 @@ static int no_closure_tried(const struct work *w)
     return w->opts.uncached_reason || w->opts.several_archs;
 }
 
+/* What r says of the store where it will not be used: the resolution's reason, or the
+ * store's. */
+static void say_why_uncached(const kcache_compiler *c, const struct work *w, struct kc_result *r,
+                             int hermetic)
+{
+    if (!hermetic) {
+        char msg[700];
+        snprintf(msg, sizeof(msg), "%s; compiled without the cache", w->deps.problem);
+        kc_result_store_problem(r, KCACHE_ENOTSUP, msg);
+    } else if (!c->store) {
+        kc_result_store_problem(r, c->store_status, c->store_message);
+    }
+}
+
 /* A hit that needed the resolution (another name's directory, a closure not kept):
  * its closure kept now, where there is a base key to keep it under. */
 static void record_manifest_if(kcache_compiler *c, const kcache_request *req, struct work *w,
@@ -1488,13 +1502,7 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     r->pub.keyed = !rc && hermetic;
     if (rc)
         goto unkeyed;
-    if (!hermetic) {
-        char msg[700];
-        snprintf(msg, sizeof(msg), "%s; compiled without the cache", w.deps.problem);
-        kc_result_store_problem(r, KCACHE_ENOTSUP, msg);
-    } else if (!c->store) {
-        kc_result_store_problem(r, c->store_status, c->store_message);
-    }
+    say_why_uncached(c, &w, r, hermetic);
     if (req->flags & KCACHE_COMPILE_KEY_ONLY) {
         if ((req->flags & KC_COMPILE_WITH_PATHS) && w.has_paths_key)
             rc = use_paths_key(&w, r, name_variant(&w));
