@@ -415,14 +415,19 @@ static kc_key_compile key_inputs(const kcache_compiler *c, const kcache_request 
  * paths whose code may expand its own: NVRTC says the one it reaches first,
  * which no resolution can tell, so the compile is not hermetic.
  */
-static void judge_header_paths(struct work *w)
+static int callers_compiler(const kcache_request *req);
+static const char *name_dir(const struct work *w);
+
+static void judge_header_paths(const kcache_request *req, struct work *w)
 {
     const char *unsure = NULL;
     w->paths_keyed = 0;
+    w->own_compile = !callers_compiler(req);
     if (w->deps.not_hermetic)
         return;
     w->paths_keyed = !kc_paths_free_request(w, &unsure) || w->paths_forced;
-    if (unsure) {
+    /* A caller's compiler reads the disk: its result is NVRTC's whichever path it met. */
+    if (unsure && w->own_compile) {
         w->deps.not_hermetic = 1;
         snprintf(w->deps.reason, sizeof(w->deps.reason), "header_reached_two_ways");
         snprintf(w->deps.problem, sizeof(w->deps.problem),
@@ -460,8 +465,11 @@ static int derive_key(kcache_compiler *c, const kcache_request *req, struct work
     in.n_handed = w->deps.n_handed;
     in.tk_dirs = (const char *const *)w->tk_dirs;
     in.tk_spelled = (const char *const *)w->tk_spelled;
+    in.include_dirs = (const char *const *)w->opts.include_dirs;
+    in.n_include_dirs = w->opts.n_include_dirs;
+    in.source_dir = name_dir(w);
     in.n_tk_dirs = w->n_tk_dirs;
-    judge_header_paths(w);
+    judge_header_paths(req, w);
     in.paths = w->paths_keyed;
     w->name_free = !w->deps.not_hermetic && kc_name_free_request(req, w);
     int rc = 0;
@@ -578,7 +586,7 @@ static int name_variant(const struct work *w)
 static int paths_as_shown(struct work *w, struct kc_result *r)
 {
     int amb = 0;
-    for (size_t i = 0; i < w->deps.n_deps && !amb; i++)
+    for (size_t i = 0; w->own_compile && i < w->deps.n_deps && !amb; i++)
         amb = w->deps.deps[i].state == KC_DEP_USER && w->deps.deps[i].nv_ambiguous;
     if (amb && kc_paths_show(r, w, 1)) {
         w->paths_unsure = 1;

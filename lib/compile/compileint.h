@@ -198,6 +198,7 @@ struct work {
     int has_paths_key;       /* paths not keyed, and no key with them in r's place yet */
     kc_key_compile key_in;   /* what derive_key() encoded, for the keys with the paths */
     int paths_unsure;        /* the result shows a path NVRTC may spell otherwise */
+    int own_compile;         /* kcache's own NVRTC compile, not the caller's compiler */
 };
 
 void kc_work_free(struct work *w);

@@ -174,8 +174,10 @@ static void hex_digest(char out[KCACHE_KEY_HEX_SIZE], const uint8_t digest[KC_DI
  * its own by number; a CuPy closure's ~1,000 paths add ~8 KB where written
  * out they added ~100 KB, read back on every hit.
  */
-static int header_paths(kc_keybuf *k, const kc_dep *deps, size_t n_deps)
+static int header_paths(kc_keybuf *k, const kc_key_compile *in)
 {
+    const kc_dep *deps = in->deps;
+    size_t n_deps = in->n_deps;
     kc_smap seen = {0};
     kc_buf prefixes = {0}, entries = {0};
     uint32_t n_prefixes = 0, n_entries = 0;
@@ -207,7 +209,14 @@ static int header_paths(kc_keybuf *k, const kc_dep *deps, size_t n_deps)
         n_entries++;
     }
     kc_buf field = {0};
-    failed = failed || kc_buf_append_u32(&field, n_prefixes) ||
+    /* What the paths are joined of, whole: a header reached by two paths is labelled by
+     * one, and NVRTC may say the other (compile.c). */
+    failed = failed || kc_buf_append_u32(&field, (uint32_t)in->n_include_dirs);
+    for (size_t i = 0; !failed && i < in->n_include_dirs; i++)
+        failed = kc_buf_append(&field, in->include_dirs[i], strlen(in->include_dirs[i]) + 1);
+    const char *sd = in->source_dir ? in->source_dir : "";
+    failed = failed || kc_buf_append(&field, sd, strlen(sd) + 1) ||
+             kc_buf_append_u32(&field, n_prefixes) ||
              kc_buf_append(&field, prefixes.data, prefixes.size) ||
              kc_buf_append_u32(&field, n_entries) ||
              kc_buf_append(&field, entries.data, entries.size);
@@ -261,7 +270,7 @@ int kc_key_encode_compile(kc_buf *material, kcache_key *key, const kc_key_compil
             kc_key_add(&k, KC_TAG_HEADER, field.data, field.size);
         kc_buf_free(&field);
     }
-    if (in->paths && header_paths(&k, in->deps, in->n_deps))
+    if (in->paths && header_paths(&k, in))
         k.failed = 1;
     if (in->extra_size)
         kc_key_add(&k, KC_TAG_EXTRA, in->extra, in->extra_size);
@@ -391,9 +400,14 @@ static const char *read_str(const uint8_t *data, size_t n, size_t *at)
 static int header_paths_of(kc_recipe *rc, const uint8_t *data, size_t n)
 {
     size_t at = 0;
-    uint32_t n_prefixes = 0, n_entries = 0;
+    uint32_t n_dirs = 0, n_prefixes = 0, n_entries = 0;
     const char **prefixes = NULL;
     int e = 0;
+    if (!read_u32(data, n, &at, &n_dirs) || n_dirs > n)
+        return 0;
+    for (uint32_t i = 0; i <= n_dirs; i++) /* the -I operands and the source's directory */
+        if (!read_str(data, n, &at))
+            return 0;
     if (!read_u32(data, n, &at, &n_prefixes) || n_prefixes > n)
         return 0;
     if (!(prefixes = kc_calloc(n_prefixes + 1, sizeof(*prefixes))))

@@ -49,6 +49,11 @@ typedef struct kc_key_compile {
     const char *const *tk_spelled; /* ... and as the request spelled them (or NULL) */
     size_t n_tk_dirs;
     int paths;                    /* KC_TAG_HEADER_PATH for each user header read from disk */
+    /* ... with what NVRTC joins them of: the -I operands as given and the directory
+     * quoted includes of the program are looked for in (or NULL). */
+    const char *const *include_dirs;
+    size_t n_include_dirs;
+    const char *source_dir;
     const void *extra;            /* the caller's extra digest */
     size_t extra_size;
     /* The working directory NVRTC writes into line information (-lineinfo,

@@ -83,7 +83,9 @@ enum kc_key_tag {
     /* The paths NVRTC reading the disk opens user headers by, which a hermetic
      * compile hands them under (#line), where they may reach the bytes or the
      * log (compile/progname.c, kc_paths_free_request); at most one, after the
-     * headers. u32 N, N NUL-ended prefixes, u32 M, then M entries: u32 the
+     * headers. u32 D, D NUL-ended -I operands as given, the NUL-ended
+     * directory of the program's quoted includes ("" for none), u32 N, N
+     * NUL-ended prefixes, u32 M, then M entries: u32 the
      * header's number among the KC_TAG_HEADER fields, u32 K: the path is
      * prefix K-1 followed by its name, or (K = 0) the NUL-ended path itself.
      * Little-endian. None in most keys. */
