@@ -409,21 +409,19 @@ static kc_key_compile key_inputs(const kcache_compiler *c, const kcache_request 
 
 /*
  * Whether the paths user headers are handed under go in the key (w->paths_keyed):
- * where a header's code may expand its own __FILE__, or the caller's compiler is
- * not NVIDIA's NVRTC (it may write them as it likes). A header reached by two
+ * where a header's code may expand its own __FILE__, or the options write every
+ * header's path (judge_paths()); elsewhere the check after the compile
+ * decides (paths_as_shown()), for a caller's compiler too. A header reached by two
  * paths whose code may expand its own: NVRTC says the one it reaches first,
  * which no resolution can tell, so the compile is not hermetic.
  */
-static void judge_header_paths(const kcache_request *req, struct work *w)
+static void judge_header_paths(struct work *w)
 {
     const char *unsure = NULL;
     w->paths_keyed = 0;
     if (w->deps.not_hermetic)
         return;
-    if (req->version >= 2 && req->compile && !(req->flags & KCACHE_COMPILE_NVRTC_NAMES))
-        w->paths_keyed = 1;
-    else
-        w->paths_keyed = !kc_paths_free_request(w, &unsure);
+    w->paths_keyed = !kc_paths_free_request(w, &unsure) || w->paths_forced;
     if (unsure) {
         w->deps.not_hermetic = 1;
         snprintf(w->deps.reason, sizeof(w->deps.reason), "header_reached_two_ways");
@@ -463,7 +461,7 @@ static int derive_key(kcache_compiler *c, const kcache_request *req, struct work
     in.tk_dirs = (const char *const *)w->tk_dirs;
     in.tk_spelled = (const char *const *)w->tk_spelled;
     in.n_tk_dirs = w->n_tk_dirs;
-    judge_header_paths(req, w);
+    judge_header_paths(w);
     in.paths = w->paths_keyed;
     w->name_free = !w->deps.not_hermetic && kc_name_free_request(req, w);
     int rc = 0;
@@ -1230,25 +1228,28 @@ static int bytes_name_paths(const struct work *w)
 }
 
 /*
- * A compile of kcache's own whose bytes hold headers' paths, with a user
- * header among its inputs: only NVRTC reading the disk gives NVRTC's bytes,
- * so it compiles so, uncached. A caller's own compiler (the drop-in's NVIDIA
- * NVRTC) reads the disk itself, and toolkit headers are handed by their
- * real paths (resolve/hermetic.c): those stay cached.
+ * A compile of kcache's own whose bytes hold headers' paths: the hermetic
+ * compile hands each user header under the path NVRTC would open it by
+ * (#line; the same bytes as NVRTC's, measured for -G, -lineinfo and -dlto
+ * with NVRTC 13.0), so the paths are keyed (w->paths_forced) and the working
+ * directory those tables are joined to is too (line_info_workdir()). A
+ * header reached by two paths (kc_dep.nv_ambiguous) would be named by
+ * whichever NVRTC meets first: that compile reads the disk as NVRTC does,
+ * uncached. A caller's own compiler reads the disk itself.
  */
 static void judge_paths(const kcache_request *req, struct work *w)
 {
     if (w->deps.not_hermetic || callers_compiler(req) || !bytes_name_paths(w))
         return;
+    w->paths_forced = 1;
     for (size_t i = 0; i < w->deps.n_deps; i++) {
-        if (w->deps.deps[i].state != KC_DEP_USER)
+        if (w->deps.deps[i].state != KC_DEP_USER || !w->deps.deps[i].nv_ambiguous)
             continue;
         w->deps.not_hermetic = 1;
         snprintf(w->deps.reason, sizeof(w->deps.reason), "header_paths_in_bytes");
         snprintf(w->deps.problem, sizeof(w->deps.problem),
                  "-G, -lineinfo and -dlto write the path NVRTC opens each header by into the "
-                 "kernel, and "
-                 "%s would be handed over under another name", w->deps.deps[i].name);
+                 "kernel, and %s is reached by two paths", w->deps.deps[i].name);
         return;
     }
 }
@@ -1405,16 +1406,11 @@ static int paths_key_hit(kcache_compiler *c, struct work *w, unsigned flags, str
     return 0;
 }
 
-/*
- * Whether no remembered closure may answer: options NVRTC is left to read
- * are not all in the base key, and for bytes that name headers' paths a
- * closure cannot say whether a user header is among the inputs before the
- * resolution does (judge_paths()).
- */
-static int no_closure_tried(const kcache_request *req, const struct work *w)
+/* Whether no remembered closure may answer: options NVRTC is left to read are not all in
+ * the base key. */
+static int no_closure_tried(const struct work *w)
 {
-    return w->opts.uncached_reason || w->opts.several_archs ||
-           (bytes_name_paths(w) && !callers_compiler(req));
+    return w->opts.uncached_reason || w->opts.several_archs;
 }
 
 /* A hit that needed the resolution (another name's directory, a closure not kept):
@@ -1469,7 +1465,7 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
         goto unkeyed;
     unsigned key_only = req->flags & KCACHE_COMPILE_KEY_ONLY;
     int try_manifest = c->store && !kc_toolkit_id_unknown(c->tk.nvrtc_id) &&
-                       !no_closure_tried(req, &w) && !w.env.reason[0] &&
+                       !no_closure_tried(&w) && !w.env.reason[0] &&
                        !(req->flags & (KCACHE_COMPILE_NO_CACHE | KCACHE_COMPILE_REFRESH)) &&
                        (!key_only || (req->flags & KCACHE_COMPILE_KEY_REMEMBERED));
     int have_base = c->store && derive_base(c, req, &w) == 0;
@@ -1499,8 +1495,11 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     } else if (!c->store) {
         kc_result_store_problem(r, c->store_status, c->store_message);
     }
-    if (req->flags & KCACHE_COMPILE_KEY_ONLY)
+    if (req->flags & KCACHE_COMPILE_KEY_ONLY) {
+        if ((req->flags & KC_COMPILE_WITH_PATHS) && w.has_paths_key)
+            rc = use_paths_key(&w, r, name_variant(&w));
         goto out;
+    }
     int use_store = c->store && hermetic && !(req->flags & KCACHE_COMPILE_NO_CACHE);
     struct compile_step ctx = {c, req, &w, hermetic, ""};
     struct kc_step step = {run_compile_step, store_compile_step, &ctx, w.nvrtc_arch, w.kind,

@@ -194,12 +194,20 @@ struct work {
      * the name and them, for a result whose log or bytes show one.
      */
     int paths_keyed;
+    int paths_forced;        /* the options write every header's path (judge_paths()) */
     int has_paths_key;       /* paths not keyed, and no key with them in r's place yet */
     kc_key_compile key_in;   /* what derive_key() encoded, for the keys with the paths */
     int paths_unsure;        /* the result shows a path NVRTC may spell otherwise */
 };
 
 void kc_work_free(struct work *w);
+
+/*
+ * With KCACHE_COMPILE_KEY_ONLY: the key with the headers' paths, as an entry
+ * whose result showed one was filed (compile.c, paths_as_shown()); for
+ * recompile_dropin.c. No public flag has this bit.
+ */
+#define KC_COMPILE_WITH_PATHS (1u << 31)
 
 /* A compile by the caller's own compiler (kcache_request.compile), as a step. */
 struct caller_step {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "util/codec.h"
+#include "util/strmap.h"
 #include "kcache/compile.h"
 #include "compile/key.h"
 #include "compile/opts.h"
@@ -66,7 +67,8 @@ static int describe_one(void *ud, int tag, const uint8_t *data, size_t n)
         if (kc_buf_append(&d->text, &c, 1))
             return KCACHE_ENOMEM;
     }
-    if (tag == KC_TAG_EXTRA || tag == KC_TAG_SOURCE || tag == KC_TAG_CALLER_KEY) {
+    if (tag == KC_TAG_EXTRA || tag == KC_TAG_SOURCE || tag == KC_TAG_CALLER_KEY ||
+        tag == KC_TAG_HEADER_PATH) {
         /* Digests and a caller's keys are bytes: show them as hex. */
         d->text.size = 0;
         for (size_t i = 0; i < n; i++) {
@@ -165,6 +167,59 @@ static void hex_digest(char out[KCACHE_KEY_HEX_SIZE], const uint8_t digest[KC_DI
     kcache_key_hex(out, &k);
 }
 
+/*
+ * The paths user headers are handed under, as one KC_TAG_HEADER_PATH field
+ * (keyfmt.h): most are a directory's spelling followed by the header's
+ * canonical name, so each such prefix is written once and each header names
+ * its own by number; a CuPy closure's ~1,000 paths add ~8 KB where written
+ * out they added ~100 KB, read back on every hit.
+ */
+static int header_paths(kc_keybuf *k, const kc_dep *deps, size_t n_deps)
+{
+    kc_smap seen = {0};
+    kc_buf prefixes = {0}, entries = {0};
+    uint32_t n_prefixes = 0, n_entries = 0;
+    int failed = 0;
+    for (size_t i = 0; i < n_deps && !failed; i++) {
+        const kc_dep *d = &deps[i];
+        if (d->state != KC_DEP_USER || !d->nvpath)
+            continue;
+        size_t pn = strlen(d->nvpath), nn = strlen(d->name);
+        uint32_t code = 0;
+        if (pn >= nn && !strcmp(d->nvpath + pn - nn, d->name)) {
+            char *prefix = kc_memdup(d->nvpath, pn - nn);
+            size_t v;
+            if (!prefix) {
+                failed = 1;
+                break;
+            }
+            if (!kc_smap_find(&seen, prefix, &v)) {
+                v = n_prefixes++;
+                failed = kc_smap_put(&seen, prefix, v) ||
+                         kc_buf_append(&prefixes, prefix, pn - nn + 1);
+            }
+            free(prefix);
+            code = (uint32_t)v + 1;
+        }
+        failed = failed || kc_buf_append_u32(&entries, (uint32_t)i) ||
+                 kc_buf_append_u32(&entries, code) ||
+                 (!code && kc_buf_append(&entries, d->nvpath, pn + 1));
+        n_entries++;
+    }
+    kc_buf field = {0};
+    failed = failed || kc_buf_append_u32(&field, n_prefixes) ||
+             kc_buf_append(&field, prefixes.data, prefixes.size) ||
+             kc_buf_append_u32(&field, n_entries) ||
+             kc_buf_append(&field, entries.data, entries.size);
+    if (!failed && n_entries)
+        kc_key_add(k, KC_TAG_HEADER_PATH, field.data, field.size);
+    kc_buf_free(&field);
+    kc_buf_free(&prefixes);
+    kc_buf_free(&entries);
+    kc_smap_free(&seen);
+    return failed ? KCACHE_ENOMEM : 0;
+}
+
 int kc_key_encode_compile(kc_buf *material, kcache_key *key, const kc_key_compile *in)
 {
     kc_keybuf k = {{0}, 0};
@@ -206,18 +261,8 @@ int kc_key_encode_compile(kc_buf *material, kcache_key *key, const kc_key_compil
             kc_key_add(&k, KC_TAG_HEADER, field.data, field.size);
         kc_buf_free(&field);
     }
-    for (size_t i = 0; in->paths && i < in->n_deps; i++) {
-        const kc_dep *d = &in->deps[i];
-        if (d->state != KC_DEP_USER || !d->nvpath)
-            continue;
-        kc_buf field = {0};
-        if (kc_buf_append(&field, d->name, strlen(d->name) + 1) ||
-            kc_buf_append(&field, d->nvpath, strlen(d->nvpath)))
-            k.failed = 1;
-        else
-            kc_key_add(&k, KC_TAG_HEADER_PATH, field.data, field.size);
-        kc_buf_free(&field);
-    }
+    if (in->paths && header_paths(&k, in->deps, in->n_deps))
+        k.failed = 1;
     if (in->extra_size)
         kc_key_add(&k, KC_TAG_EXTRA, in->extra, in->extra_size);
     return seal(&k, material, key);
@@ -318,6 +363,70 @@ static int handed_of(kc_recipe *re, const uint8_t *data, size_t n)
     return rc;
 }
 
+static int read_u32(const uint8_t *data, size_t n, size_t *at, uint32_t *v)
+{
+    if (n - *at < 4)
+        return 0;
+    *v = kc_read_u32(data + *at);
+    *at += 4;
+    return 1;
+}
+
+/* A NUL-ended string at *at, or NULL where the field ends first. */
+static const char *read_str(const uint8_t *data, size_t n, size_t *at)
+{
+    const uint8_t *end = memchr(data + *at, 0, n - *at);
+    if (!end)
+        return NULL;
+    const char *s = (const char *)data + *at;
+    *at = (size_t)(end - data) + 1;
+    return s;
+}
+
+/*
+ * KC_TAG_HEADER_PATH (header_paths()) into pairs of a header's name and its
+ * path; the names are the KC_TAG_HEADER fields before it, by number. A field
+ * that does not parse gives nothing: the rebuild then differs, and says so.
+ */
+static int header_paths_of(kc_recipe *rc, const uint8_t *data, size_t n)
+{
+    size_t at = 0;
+    uint32_t n_prefixes = 0, n_entries = 0;
+    const char **prefixes = NULL;
+    int e = 0;
+    if (!read_u32(data, n, &at, &n_prefixes) || n_prefixes > n)
+        return 0;
+    if (!(prefixes = kc_calloc(n_prefixes + 1, sizeof(*prefixes))))
+        return KCACHE_ENOMEM;
+    for (uint32_t i = 0; i < n_prefixes; i++)
+        if (!(prefixes[i] = read_str(data, n, &at)))
+            goto out;
+    if (!read_u32(data, n, &at, &n_entries))
+        goto out;
+    for (uint32_t i = 0; i < n_entries && !e; i++) {
+        uint32_t dep, code;
+        const char *whole = NULL;
+        if (!read_u32(data, n, &at, &dep) || !read_u32(data, n, &at, &code) ||
+            dep >= rc->n_header_names || code > n_prefixes ||
+            (!code && !(whole = read_str(data, n, &at))))
+            break;
+        const char *name = rc->header_names[dep];
+        size_t len = (code ? strlen(prefixes[code - 1]) + strlen(name) : strlen(whole)) + 1;
+        char *path = kc_malloc(len);
+        if (!path) {
+            e = KCACHE_ENOMEM;
+            break;
+        }
+        snprintf(path, len, "%s%s", code ? prefixes[code - 1] : whole, code ? name : "");
+        if ((e = kc_strv_push(&rc->header_paths, &rc->n_header_paths, name)) ||
+            (e = kc_strv_push_owned(&rc->header_paths, &rc->n_header_paths, path)))
+            free(path);
+    }
+out:
+    free(prefixes);
+    return e;
+}
+
 /* One field of the material; text is it whole, NUL-terminated (an option may be 1 MiB). */
 static int read_text_field(kc_recipe *rc, int tag, const uint8_t *data, size_t n,
                            const char *text)
@@ -345,20 +454,16 @@ static int read_text_field(kc_recipe *rc, int tag, const uint8_t *data, size_t n
         }
         return kc_strv_push(&rc->options, &rc->n_options, text);
     case KC_TAG_NAME_EXPR: return kc_strv_push(&rc->exprs, &rc->n_exprs, text);
-    case KC_TAG_HEADER: return toolkit_dir_of(rc, data, n);
+    case KC_TAG_HEADER: {
+        /* Every header by number, for KC_TAG_HEADER_PATH. */
+        int e = kc_strv_push(&rc->header_names, &rc->n_header_names, text);
+        return e ? e : toolkit_dir_of(rc, data, n);
+    }
     case KC_TAG_TOOLKIT_HANDED: return handed_of(rc, data, n);
     case KC_TAG_TOOLKIT_DIR: return kc_strv_push(&rc->tk_dirs, &rc->n_tk_dirs, text);
     case KC_TAG_TOOLKIT_DIR_SPELLED:
         return kc_strv_push(&rc->tk_spelled, &rc->n_tk_spelled, text);
-    case KC_TAG_HEADER_PATH: {
-        size_t name_n = strnlen((const char *)data, n);
-        if (name_n == n)
-            return 0; /* not "name NUL path": nothing to hand it under */
-        int e = kc_strv_push(&rc->header_paths, &rc->n_header_paths, text);
-        char *path = e ? NULL : kc_memdup(data + name_n + 1, n - name_n - 1);
-        return e ? e : path ? kc_strv_push_owned(&rc->header_paths, &rc->n_header_paths, path)
-                            : KCACHE_ENOMEM;
-    }
+    case KC_TAG_HEADER_PATH: return header_paths_of(rc, data, n);
     case KC_TAG_LINK_INPUT: return kc_strv_push(&rc->link_kinds, &rc->n_link, text);
     case KC_TAG_ENVIRONMENT: return kc_strv_push(&rc->env, &rc->n_env, text);
     default: return 0;
@@ -385,6 +490,7 @@ void kc_recipe_free(kc_recipe *rc)
     kc_strv_free(rc->tk_dirs, rc->n_tk_dirs);
     kc_strv_free(rc->tk_spelled, rc->n_tk_spelled);
     kc_strv_free(rc->header_paths, rc->n_header_paths);
+    kc_strv_free(rc->header_names, rc->n_header_names);
     kc_strv_free(rc->link_kinds, rc->n_link);
     kc_strv_free(rc->env, rc->n_env);
 }

@@ -108,6 +108,8 @@ typedef struct kc_recipe {
     size_t n_tk_spelled;
     char **header_paths; /* pairs: a header's canonical name, the path it was handed under */
     size_t n_header_paths;
+    char **header_names; /* every KC_TAG_HEADER field's name, in order */
+    size_t n_header_names;
     char **link_kinds;   /* per link input */
     size_t n_link;
     char **env;          /* NAME=VALUE of NVRTC's environment variables set, sorted */

@@ -68,8 +68,9 @@
  * its directory nor the directory's last component, as text or made an
  * identifier (a directory or its last component under 4 bytes keeps the
  * name, as for KC_NAME_BASE); the log does not hold the placeholder, the
- * name no newline. The key says whether the name has a directory: a header
- * found beside a name without one prints without it.
+ * name no newline, and every diagnostic in it is one whose message never
+ * spans lines (diagnostics_one_line()). The key says whether the name has a
+ * directory: a header found beside a name without one prints without it.
  * Anything else is filed under the key with the name, as before. A miss
  * costs one more entry lookup and one more closure lookup (the template's);
  * a request whose result needs its name costs one to three more lookups on
@@ -939,21 +940,107 @@ static int name_parts(const char *name, const char **last, size_t *dir_n, const 
     return *dir_n >= 4 && *dir_last_n >= 4;
 }
 
+/* 1 if line[i..n) holds "(DIGITS): ", as a diagnostic's path and line end. */
+static int holds_line_mark(const char *line, size_t n, size_t i)
+{
+    for (; i < n; i++) {
+        size_t j = i + 1;
+        while (line[i] == '(' && j < n && isdigit((unsigned char)line[j]))
+            j++;
+        if (j > i + 1 && j + 3 <= n && !memcmp(line + j, "): ", 3))
+            return 1;
+    }
+    return 0;
+}
+
 /*
  * The length of the prefix NVRTC starts a diagnostic of the program with,
- * "NAME(LINE): ", at line (n bytes, no newline), or 0. The ": " tells it
- * from a header's diagnostic whose path only starts so ("NAME(1).h(2): ",
- * a header beside a name without a directory), which names that header
- * under any name.
+ * "NAME(LINE): " and a severity, at line (n bytes, no newline), or 0. A
+ * header's diagnostic whose path only starts so ("NAME(1).h(2): ", or
+ * "NAME(1): y.h(2): ", a header beside a name without a directory) names
+ * that header under any name: its line goes on past the prefix to another
+ * "(LINE): ", and is never taken for the program's.
  */
 static size_t diagnostic_prefix(const char *line, size_t n, const char *name, size_t len)
 {
+    static const char *const severity[] = {"warning #", "remark #", "note #", "error #"};
     if (n < len + 5 || memcmp(line, name, len) != 0 || line[len] != '(')
         return 0;
     size_t i = len + 1;
     while (i < n && isdigit((unsigned char)line[i]))
         i++;
-    return i > len + 1 && i + 2 < n && !memcmp(line + i, "): ", 3) ? len : 0;
+    if (i == len + 1 || i + 2 >= n || memcmp(line + i, "): ", 3) != 0)
+        return 0;
+    i += 3;
+    int known = 0;
+    for (size_t k = 0; k < sizeof(severity) / sizeof(*severity); k++)
+        known |= n - i > strlen(severity[k]) && !memcmp(line + i, severity[k], strlen(severity[k]));
+    return known && !holds_line_mark(line, n, i) ? len : 0;
+}
+
+/*
+ * Diagnostics of NVRTC 13.0 whose message quotes no text of the program's
+ * but names (identifiers, types, the #warning line as written, escapes not
+ * undone), so that it never spans lines: an unused or unset variable,
+ * #warning, shifts, conversions, unreachable code, a deprecated entity
+ * without a message and its note, an unknown #pragma, ...
+ */
+static const unsigned one_line_diagnostics[] = {62,  63,  68,  69,  111,  128,  161,  174, 177,
+                                                186, 549, 550, 940, 1105, 1215, 2464, 3287};
+
+/* 1 if the " #NUMBER-D: " (or " #NUMBER: ") at line[i] is one of one_line_diagnostics. */
+static int one_line_number(const char *line, size_t n, size_t i)
+{
+    unsigned v = 0;
+    size_t j = i + 2;
+    while (j < n && isdigit((unsigned char)line[j]) && j < i + 8)
+        v = v * 10 + (unsigned)(line[j++] - '0');
+    if (j == i + 2)
+        return -1; /* not a number: no diagnostic's */
+    if (j + 2 < n && !memcmp(line + j, "-D", 2))
+        j += 2;
+    if (j + 2 > n || memcmp(line + j, ": ", 2) != 0)
+        return -1;
+    for (size_t k = 0; k < sizeof(one_line_diagnostics) / sizeof(*one_line_diagnostics); k++)
+        if (one_line_diagnostics[k] == v)
+            return 1;
+    return 0;
+}
+
+/*
+ * 1 if every diagnostic in log is one of one_line_diagnostics. A message
+ * that quotes the program's text prints it as it is, newlines included
+ * (#pragma message, [[deprecated("...")]], [[nodiscard("...")]]): its lines
+ * may read "NAME(LINE): ..." under one name and stay so under any other,
+ * which no look at the log can tell from the name's own diagnostics (the
+ * text can copy their form whole). Such a diagnostic's first line is
+ * NVRTC's, with its number: every number in the log must be on the list, a
+ * line that starts with neither a blank nor NVRTC's closing remark must
+ * hold one, and a diagnostic without its number (-no-err-no) keeps the name.
+ */
+static int diagnostics_one_line(const char *log)
+{
+    static const char remark[] =
+        "Remark: The warnings can be suppressed with \"-diag-suppress <warning-number>\"";
+    static const char *const unnumbered[] = {"): warning: ", "): remark: ", "): note: ",
+                                             "): error: ", "): catastrophic error: "};
+    for (const char *p = log; *p;) {
+        size_t n = strcspn(p, "\n");
+        int numbers = 0;
+        for (size_t i = 0; i + 2 < n; i++) {
+            int one = p[i] == ' ' && p[i + 1] == '#' ? one_line_number(p, n, i) : -1;
+            if (one == 0)
+                return 0;
+            numbers += one == 1;
+            for (size_t k = 0; p[i] == ')' && k < sizeof(unnumbered) / sizeof(*unnumbered); k++)
+                if (!strncmp(p + i, unnumbered[k], strlen(unnumbered[k])))
+                    return 0;
+        }
+        if (n && p[0] != ' ' && !numbers && !(n == strlen(remark) && !memcmp(p, remark, n)))
+            return 0;
+        p += n + (p[n] == '\n');
+    }
+    return 1;
 }
 
 /*
@@ -965,7 +1052,8 @@ static char *log_template(const char *log, const char *name)
     const char *last, *dir_last;
     size_t dir_n, dir_last_n, len = strlen(name);
     if (!name_parts(name, &last, &dir_n, &dir_last, &dir_last_n) || strchr(name, '\n') ||
-        strstr(name, KC_NAME_PLACEHOLDER) || strstr(log, KC_NAME_PLACEHOLDER))
+        strstr(name, KC_NAME_PLACEHOLDER) || strstr(log, KC_NAME_PLACEHOLDER) ||
+        !diagnostics_one_line(log))
         return NULL;
     kc_buf tmpl = {0}, rest = {0}; /* the template, and the log less the prefixes */
     int failed = 0;

@@ -318,7 +318,8 @@ int kc_rebuild_dropin(kcache_compiler *c, const kcache_entry *e, const kc_recipe
     /* First the key, from what is on disk now: the compile only where it is the entry's.
      * An entry keyed with its name was one whose result showed it (compile/progname.c):
      * its key is the one with the name. */
-    req.flags = KCACHE_COMPILE_KEY_ONLY | (rc->source_name[0] ? 0 : KCACHE_COMPILE_NVRTC_NAMES);
+    req.flags = KCACHE_COMPILE_KEY_ONLY | (rc->source_name[0] ? 0 : KCACHE_COMPILE_NVRTC_NAMES) |
+                (rc->n_header_paths ? KC_COMPILE_WITH_PATHS : 0);
     status = kcache_compiler_compile(&res, made_by, &req);
     if (status || !res->keyed) {
         status = kc_result_fail(r, KCACHE_ENOTSUP, "its request cannot be keyed here (%s)",

@@ -80,10 +80,13 @@ enum kc_key_tag {
      * "/" for a name in a directory, "" for one without. A key of its own,
      * so that a kcache that does not know templates never serves one as a log. */
     KC_TAG_LOG_TEMPLATE = 23,
-    /* Canonical name NUL the path NVRTC reading the disk opens that user header
-     * by, which a hermetic compile hands it under (#line): for every user
-     * header read from disk, where the paths may reach the bytes or the log
-     * (compile/progname.c, kc_paths_free_request). None in most keys. */
+    /* The paths NVRTC reading the disk opens user headers by, which a hermetic
+     * compile hands them under (#line), where they may reach the bytes or the
+     * log (compile/progname.c, kc_paths_free_request); at most one, after the
+     * headers. u32 N, N NUL-ended prefixes, u32 M, then M entries: u32 the
+     * header's number among the KC_TAG_HEADER fields, u32 K: the path is
+     * prefix K-1 followed by its name, or (K = 0) the NUL-ended path itself.
+     * Little-endian. None in most keys. */
     KC_TAG_HEADER_PATH = 24,
     /* One of the toolkit's -I directories as the request spelled it, which a
      * hermetic compile passes to NVRTC (a toolkit header's __FILE__ and its

@@ -33,9 +33,32 @@ static const char *layout_str(struct layout *l, const void *text, size_t n)
     return dst;
 }
 
-/* Name expressions are stored as u32 count, then (u32 length, bytes) pairs. */
+/*
+ * What a hit hands out beside the artifact and that no other digest covers:
+ * the lowered names (the drop-in hands them to cuModuleGetFunction: one bit
+ * makes f<int>'s name f<unsigned char>'s), the log and the toolchain (what
+ * the drop-in answers nvrtcVersion from). Their check is the names column's
+ * tail: "KCI1" and the XXH3-128 of the three digests below. A kcache that
+ * does not know it reads the names and stops there.
+ */
+#define INFO_MAGIC "KCI1"
+#define INFO_SIZE (4 + 16)
+
+static void info_digest(uint8_t out[16], const void *pairs, size_t pairs_n, const char *log,
+                        size_t log_n, const char *toolchain, size_t toolchain_n)
+{
+    uint8_t three[3 * KC_DIGEST_SIZE], d[KC_DIGEST_SIZE];
+    kc_stored_digest(three, pairs, pairs_n);
+    kc_stored_digest(three + KC_DIGEST_SIZE, log, log_n);
+    kc_stored_digest(three + 2 * KC_DIGEST_SIZE, toolchain, toolchain_n);
+    kc_stored_digest(d, three, sizeof(three));
+    memcpy(out, d, 16);
+}
+
+/* Name expressions are stored as u32 count, then (u32 length, bytes) pairs, then the check. */
 int kc_names_encode(kc_buf *b, const kcache_entry *e)
 {
+    size_t start = b->size;
     int rc = kc_buf_append_u32(b, (uint32_t)e->n_names);
     for (size_t i = 0; !rc && i < e->n_names; i++) {
         const char *pair[2] = {e->name_exprs[i] ? e->name_exprs[i] : "",
@@ -49,13 +72,20 @@ int kc_names_encode(kc_buf *b, const kcache_entry *e)
                 rc = kc_buf_append(b, pair[j], len);
         }
     }
-    return rc;
+    uint8_t d[16];
+    const char *log = e->log ? e->log : "", *toolchain = e->toolchain ? e->toolchain : "";
+    if (!rc)
+        info_digest(d, b->data + start, b->size - start, log, strlen(log), toolchain,
+                    strlen(toolchain));
+    if (!rc)
+        rc = kc_buf_append(b, INFO_MAGIC, 4);
+    return rc ? rc : kc_buf_append(b, d, sizeof(d));
 }
 
 int kc_names_check(struct kc_names *v, const void *blob, size_t size)
 {
     v->p = blob;
-    v->size = size;
+    v->size = v->end = size;
     v->count = 0;
     if (!blob || size == 0)
         return 0;
@@ -72,8 +102,23 @@ int kc_names_check(struct kc_names *v, const void *blob, size_t size)
             return KCACHE_ECORRUPT;
         off += len;
     }
+    /* Nothing after the pairs (written before the check), or the check. */
+    if (off != size && (size - off != INFO_SIZE || memcmp(v->p + off, INFO_MAGIC, 4) != 0))
+        return KCACHE_ECORRUPT;
     v->count = n;
+    v->end = off;
     return 0;
+}
+
+int kc_names_info_ok(const struct kc_names *v, const char *log, size_t log_n,
+                     const char *toolchain, size_t toolchain_n)
+{
+    uint8_t d[16];
+    if (v->end == v->size)
+        return 1; /* stored before the check */
+    info_digest(d, v->p, v->end, log ? log : "", log ? log_n : 0, toolchain ? toolchain : "",
+                toolchain ? toolchain_n : 0);
+    return !memcmp(d, v->p + v->end + 4, sizeof(d));
 }
 
 /* Lays out (or, on the second pass, fills) the entry for a row. */

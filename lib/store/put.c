@@ -78,8 +78,7 @@ static int put_info(kcache_store *s, const struct kc_put_ctx *p, int64_t id, int
     }
     sqlite3_bind_int64(st, 1, id);
     bind_text(st, 2, e->log);
-    if (e->n_names)
-        sqlite3_bind_blob64(st, 3, p->names->data, p->names->size, SQLITE_STATIC);
+    sqlite3_bind_blob64(st, 3, p->names->data, p->names->size, SQLITE_STATIC);
     if (headers_id) {
         sqlite3_bind_blob64(st, 4, rest, e->key_material_size - h_len, SQLITE_STATIC);
         sqlite3_bind_int64(st, 5, headers_id);

@@ -351,6 +351,11 @@ static int read_row(struct kc_row *r, sqlite3_stmt *st, const kcache_key *key)
     int damaged = raw_size < 0 || sqlite3_column_bytes(st, 18) != KCACHE_KEY_SIZE || !row_key ||
                   memcmp(row_key, key->bytes, KCACHE_KEY_SIZE) != 0 ||
                   kc_names_check(&r->names, names, (size_t)sqlite3_column_bytes(st, 14));
+    /* The names' check covers the log and the toolchain (entry.c). Every put
+     * writes the row of both, whose log is never NULL: without it, an entry
+     * would be served with no log and no lowered names. */
+    damaged = damaged || sqlite3_column_type(st, 13) == SQLITE_NULL ||
+              !kc_names_info_ok(&r->names, r->log, r->log_n, r->toolchain, r->toolchain_n);
     r->key_material = sqlite3_column_blob(st, 15);
     r->key_material_size = (size_t)sqlite3_column_bytes(st, 15);
     r->raw_size = (size_t)raw_size;

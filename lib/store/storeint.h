@@ -258,7 +258,7 @@ int kc_hitlog_fold_due(uint64_t log_size);
 /* entry.c */
 struct kc_names {
     const uint8_t *p;
-    size_t size;
+    size_t size, end; /* end: where the pairs end and the check starts (size: none) */
     uint32_t count;
 };
 
@@ -287,6 +287,9 @@ struct kc_row {
 
 int kc_names_encode(kc_buf *b, const kcache_entry *e);
 int kc_names_check(struct kc_names *v, const void *blob, size_t size);
+/* 1 if the log and toolchain are those v's check was made with (or v has none), else 0. */
+int kc_names_info_ok(const struct kc_names *v, const char *log, size_t log_n,
+                     const char *toolchain, size_t toolchain_n);
 /* A new entry (one allocation) from a row, its artifact decoded when present. */
 int kc_entry_build(kcache_entry **out, const struct kc_row *r, kc_codec_ctx *codec);
 size_t kc_col_text(sqlite3_stmt *st, int col, const char **out);

@@ -18,6 +18,7 @@
 #include "compiletest.h"
 
 static char db[600], inc[600], inc_opt[620];
+static int beside; /* "quoted" includes looked for beside the name, as NVRTC does */
 static const char *opts[] = {"-arch=compute_90", inc_opt};
 
 /* The log NVIDIA's NVRTC alone gives for text named name (the caller frees it). */
@@ -45,6 +46,7 @@ static int compile_at(const char *path, const char *text, const char *name, char
     kcache_compiler *c = ct_compiler(s, NULL);
     kcache_request r = ct_request(name, "compute_90", KCACHE_KIND_PTX, opts + 1, 1);
     r.source = text;
+    r.source_path = beside ? name : NULL;
     kcache_result *res = NULL;
     REQUIRE(kcache_compiler_compile(&res, c, &r) == 0 && res->keyed);
     REQUIRE(!log || (*log = strdup(res->log)));
@@ -153,6 +155,25 @@ int main(void)
      * lines are not the program's, and name the header under any name. */
     case_of(api, "a header's path in the name's prefix",
             "#include \"kcq(1).h\"\n" KERNEL "v[0] = kc_q(13); }\n", "kcq", "kcr", 0);
+    /* A header beside a name without a directory whose path starts as that name's
+     * diagnostics do, ": " and all: the header's lines, under any name. */
+    char cwd[700];
+    REQUIRE(getcwd(cwd, sizeof(cwd)) && chdir(test_dir()) == 0);
+    beside = 1;
+    test_write_text("kern.cu(1): y.h", "#pragma once\n"
+                    "__device__ inline int kc_y(int x) { int kc_yu; return x; }\n");
+    case_of(api, "a header's path as the name's prefix, \": \" and all",
+            "#include \"kern.cu(1): y.h\"\n" KERNEL "v[0] = kc_y(15); }\n", "kern.cu", "kern2.cu",
+            0);
+    REQUIRE(chdir(cwd) == 0);
+    beside = 0;
+    /* A message that breaks its line and goes on as the name's diagnostic would
+     * ("kern.cu(9): "): that line is the program's text, printed as it is under
+     * any name (as are C++20's [[nodiscard("...")]] reasons), so never refilled. */
+    case_of(api, "a message that goes on as a diagnostic",
+            "#define KC_M \"a\\n\\n\" \"kern\" \".cu(9): warning #177-D: forged\"\n"
+            "#pragma message(KC_M)\n" KERNEL "int kc_m; v[0] = 14; }\n", "kern.cu",
+            "kern2.cu", 0);
     /* A name so short that other words hold it. */
     case_of(api, "a short name", KERNEL "int kc_short; v[0] = 9; }\n", "a", "b", 0);
     /* A directory too short to tell from other text ("tmp"). */

@@ -9,6 +9,8 @@
  *                                       nothing lost, nothing wrong
  *   an artifact or an input altered in  a miss, the entry deleted and counted;
  *   the file itself, digests unchanged  never handed out
+ *   a lowered name, log or toolchain    a miss, never handed out
+ *   altered, or their row gone
  *
  * After every case: no wrong bytes are returned, the store takes new entries,
  * SQLite's integrity check passes, and the files a user keeps beside the
@@ -565,6 +567,97 @@ static void test_altered_in_file(void)
     keep_check("altered in place");
 }
 
+/* ---- what a hit hands out beside the artifact, altered ------------------------- */
+
+/*
+ * Entry n with a log, a name expression and its lowered name, as a compile
+ * stores them (the drop-in hands the lowered name to cuModuleGetFunction).
+ */
+static int put_with_names(kcache_store *s, unsigned n)
+{
+    static const char *const exprs[] = {"f<int>"}, *const lowered[] = {"_Z1fIiEvPT_"};
+    kcache_entry e = KCACHE_ENTRY_INIT;
+    e.key = st_key(n);
+    st_entry_of(&e, n, ART_MAX, scratch);
+    e.name = "kern.cu";
+    e.toolchain = "nvrtc 13.0 (drop-in, /lib/libnvrtc.so.13)";
+    e.log = "kern.cu(3): warning #177-D: variable \"v\" was declared but never referenced\n";
+    e.n_names = 1;
+    e.name_exprs = exprs;
+    e.lowered_names = lowered;
+    return kcache_store_put(s, &e);
+}
+
+/*
+ * One bit of an entry's lowered name (f<int> -> f<unsigned char>, a kernel
+ * the module may hold too), its log or its toolchain (what the drop-in
+ * answers nvrtcVersion from) flipped in place, or the row of its log and
+ * names gone: a miss, never served.
+ */
+static void test_info_altered(void)
+{
+    static const struct {
+        const char *what, *sql;
+    } cases[] = {
+        {"lowered name", "UPDATE entry_info SET names = CAST(replace(CAST(names AS TEXT), "
+                         "'_Z1fIiE', '_Z1fIhE') AS BLOB) WHERE id = (SELECT id FROM entry"
+                         " WHERE key = ?1)"},
+        {"log", "UPDATE entry_info SET log = replace(log, '#177', '#176') WHERE id = "
+                "(SELECT id FROM entry WHERE key = ?1)"},
+        {"toolchain", "UPDATE entry SET toolchain = replace(toolchain, '13.0', '13.1')"
+                      " WHERE key = ?1"},
+        /* Every put writes the row: one gone would serve an empty log and no names. */
+        {"info row", "DELETE FROM entry_info WHERE id = (SELECT id FROM entry WHERE key = ?1)"},
+    };
+    const char *path = test_path("info.db");
+    kcache_store *s = st_open(path, UINT64_MAX, NULL, NULL);
+    REQUIRE(s);
+    for (unsigned i = 0; i < KC_ARRAY_SIZE(cases); i++)
+        CHECK_RC(put_with_names(s, 100 + i), 0);
+    kcache_store_close(s);
+    sqlite3 *db = NULL;
+    REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
+    for (unsigned i = 0; i < KC_ARRAY_SIZE(cases); i++) {
+        sqlite3_stmt *st = NULL;
+        kcache_key k = st_key(100 + i);
+        REQUIRE(sqlite3_prepare_v2(db, cases[i].sql, -1, &st, NULL) == SQLITE_OK);
+        sqlite3_bind_blob(st, 1, k.bytes, KCACHE_KEY_SIZE, SQLITE_STATIC);
+        REQUIRE(sqlite3_step(st) == SQLITE_DONE && sqlite3_changes(db) == 1);
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(db);
+    s = st_open(path, UINT64_MAX, NULL, NULL);
+    REQUIRE(s);
+    for (unsigned i = 0; i < KC_ARRAY_SIZE(cases); i++) {
+        fig.cases++;
+        kcache_entry *e = NULL;
+        kcache_key k = st_key(100 + i);
+        int rc = kcache_store_get(&e, s, &k, KCACHE_GET_DEFAULT);
+        if (rc != KCACHE_ENOTFOUND) {
+            fprintf(stderr, "altered %s: get returned %d%s%s, log \"%.20s\"\n", cases[i].what,
+                    rc, rc ? "" : ", lowered name ",
+                    rc ? "" : e->n_names ? e->lowered_names[0] : "(none)", rc ? "" : e->log);
+            fig.wrong += rc == 0;
+            test_failures++;
+        } else {
+            fig.refused++;
+            CHECK(strstr(kcache_store_errmsg(s), "damaged") != NULL);
+        }
+        kcache_entry_free(e);
+    }
+    /* Stored again, each is served as put. */
+    for (unsigned i = 0; i < KC_ARRAY_SIZE(cases); i++) {
+        kcache_entry *e = NULL;
+        kcache_key k = st_key(100 + i);
+        CHECK_RC(put_with_names(s, 100 + i), 0);
+        CHECK_RC(kcache_store_get(&e, s, &k, KCACHE_GET_DEFAULT), 0);
+        CHECK(e && e->n_names == 1 && !strcmp(e->lowered_names[0], "_Z1fIiEvPT_"));
+        kcache_entry_free(e);
+    }
+    kcache_store_close(s);
+    CHECK(st_integrity_ok(path));
+}
+
 int main(void)
 {
     double t0 = st_now();
@@ -573,6 +666,7 @@ int main(void)
     test_wal_garbage();
     test_shm_garbage();
     test_altered_in_file();
+    test_info_altered();
     keep_check("everything");
     printf("corruption cases: %u, recovered %u, refused (altered, not served) %u, entries lost "
            "%u, entries in damaged pages or frames dropped %u, wrong bytes returned %u "
