@@ -473,24 +473,30 @@ def cli_takes(cfg):
     return not cfg.get("pathkind") or "/" not in cfg["name"]
 
 
+def text_lines(b):
+    """Output as lines of text, a PTX string (a .b8 array of numbers) as the string."""
+    out = []
+    for line in b.decode(errors="replace").split("\n"):
+        if ".b8" in line and "= {" in line:
+            nums = line.split("= {")[1].split("}")[0].split(",")
+            line = "%s \"%s\"" % (line.split("[")[0].strip(), "".join(
+                chr(int(x)) for x in nums if x.strip().isdigit() and int(x)))
+        out.append(line.strip())
+    return out
+
+
 def other_place(cfg, root, r):
     """Whether r (paths) holds the path of the tree's other place: a hit made there."""
     other = os.path.join(root, "B" if cfg["pinfo"]["place"] == "A" else "A") + "/"
-    return other.encode() in r.ptx + (r.log or b"")
+    text = text_lines(r.ptx) if r.kind == "ptx" else [r.ptx.decode(errors="replace")]
+    return any(other in line for line in text + text_lines(r.log or b""))
 
 
 def first_difference(ref, r, root):
     """The first line of the PTX, else of the log, where r is not NVRTC's, strings
-    shown as text (a PTX string is a .b8 array of numbers), the tree's root as {R}."""
+    shown as text, the tree's root as {R}."""
     def lines(b):
-        out = []
-        for line in b.decode(errors="replace").split("\n"):
-            if ".b8" in line and "= {" in line:
-                nums = line.split("= {")[1].split("}")[0].split(",")
-                line = "%s \"%s\"" % (line.split("[")[0].strip(), "".join(
-                    chr(int(x)) for x in nums if x.strip().isdigit() and int(x)))
-            out.append(line.replace(root, "{R}").strip())
-        return out
+        return [line.replace(root, "{R}") for line in text_lines(b)]
     strings = (lambda b: [x for x in lines(b) if x.startswith(".global") and '"' in x])
     for what, a, b in (("PTX", ref.ptx, r.ptx), ("log", ref.log or b"", r.log or b"")):
         if r.kind != "ptx" and what == "PTX":
