@@ -143,6 +143,7 @@
 #define MAX_WD (1 << 16) /* watch descriptors; the kernel hands them out cyclically */
 #define KNOWN_DIR ((size_t)1 << 32) /* a note of a directory's watch: a directory there */
 #define MAX_LINKS 40   /* symbolic links followed in one walk, as the kernel's own limit */
+#define MAX_SUBS 16    /* links a begin() remembers it followed */
 
 /* One watch: its generation, and which of its events count. */
 struct slot {
@@ -190,12 +191,20 @@ struct fd_id {
     int flags;
 };
 
+/* A symbolic link a walk of this begin() followed: the path through it, and where it led. */
+struct link_sub {
+    char *from, *to;
+};
+
 struct kc_closwatch {
-    /* The last walk without links: its directories, "/" first, so that the
-     * next walk (the table's directories share most of their prefixes)
-     * starts where their paths part. */
+    /* The last walk: its directories, "/" first, each reached without a link
+     * (the links on the way are in subs), so that the next walk (the
+     * table's directories share most of their prefixes) starts where their
+     * paths part. */
     struct step chain[MAX_DEPTH];
     int depth;
+    struct link_sub subs[MAX_SUBS];
+    int n_subs;
     uint32_t n_probes;
     uint8_t *skip;
     struct seen *watch;
@@ -219,12 +228,13 @@ static struct {
     size_t n_seen;
     uint32_t mark;
     uint64_t hits, kept, reused;
+    uint64_t walks; /* directories walked from "/" sharing nothing (walk_locked()) */
     pthread_once_t once;
     int top_wd;    /* the highest watch descriptor the instance handed out */
     int budget;    /* and the most it may: a share of the user's limit */
     struct fd_id fd_was, mnt_was; /* what fd and mnt_fd were when made */
 } cw = {PTHREAD_MUTEX_INITIALIZER, -1, -1, 0, 0, NULL, 0, {NULL}, 0, {{0}}, 0, 0, 0, 0, 0,
-        PTHREAD_ONCE_INIT, 0, 0};
+        0, PTHREAD_ONCE_INIT, 0, 0};
 
 /* ---- the instance -------------------------------------------------------- */
 
@@ -692,8 +702,11 @@ struct dir_at {
     dev_t dev;
 };
 
-/* One step of walk_chain_locked() from chain[at - 1] to name. 0, -1 or -2 as it says. */
-static int chain_step_locked(kc_closwatch *w, int at, const char *name)
+/*
+ * One step of walk_chain_locked() from chain[at - 1] to name. 0, -1 or -2
+ * as it says, or 1: a symbolic link there, its target in target (PATH_MAX).
+ */
+static int chain_step_locked(kc_closwatch *w, int at, const char *name, char *target)
 {
     const struct step *cur = &w->chain[at - 1];
     if (count_name_locked(cur->wd, name))
@@ -716,8 +729,12 @@ static int chain_step_locked(kc_closwatch *w, int at, const char *name)
     if (fstat(next, &st) || (link = S_ISLNK(st.st_mode)) || !S_ISDIR(st.st_mode) ||
         (st.st_dev != cur->dev && !local_fs(next)) ||
         (wd = watch_locked(w, next, DIR_MASK, 0)) < 0) {
+        /* Read after its name counts on the watch: retargeting it is an event. */
+        ssize_t t = link ? readlinkat(next, "", target, PATH_MAX - 1) : -1;
         close(next);
-        return link ? -2 : -1;
+        if (t > 0)
+            target[t] = '\0';
+        return t > 0 ? 1 : link ? -2 : -1;
     }
     cw.slots[wd].dev = st.st_dev;
     cw.slots[wd].ino = st.st_ino;
@@ -727,19 +744,94 @@ static int chain_step_locked(kc_closwatch *w, int at, const char *name)
     return 0;
 }
 
+/* Whether a link's target walks as a path of names alone (no ".", no ".."), as the chain does. */
+static int plain_target(const char *target)
+{
+    for (const char *p = target; *p;) {
+        size_t n = strcspn(p, "/");
+        if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+            return 0;
+        p += n;
+        p += *p == '/';
+    }
+    return 1;
+}
+
 /*
- * walk_locked() for a path without ".", ".." or symbolic links, from the
- * directories of the last such walk it shares; a directory noted in its
- * parent (chain_step_locked()) is taken from the note, and opened only when
- * a name in it must be looked up (step_fd_locked()). Every directory on the
- * way is watched with DIR_MASK when first met, so watching the last whole
- * only makes every event on it count. 0 with *at filled, -1 where it cannot
- * be covered, -2 where only walk_locked() can tell (a link, a path too
- * deep).
+ * path with a link this begin() followed replaced by where it led, into out
+ * (PATH_MAX): the link's prefix of path, then a slash or its end. NULL when
+ * none applies or the result is too long.
+ */
+static const char *through_sub(const kc_closwatch *w, const char *path, char *out)
+{
+    for (int i = 0; i < w->n_subs; i++) {
+        size_t n = strlen(w->subs[i].from);
+        if (strncmp(path, w->subs[i].from, n) || (path[n] && path[n] != '/'))
+            continue;
+        int k = snprintf(out, PATH_MAX, "%s%s", w->subs[i].to, path + n);
+        return k < 0 || k >= PATH_MAX ? NULL : out;
+    }
+    return NULL;
+}
+
+/*
+ * Notes that path[0 .. end) is a link whose parent is path[0 .. name) and
+ * whose target is target, and writes path with it followed into out
+ * (PATH_MAX). 0, or -2 (too long, no room or memory: walk_locked() can tell).
+ */
+static int follow_locked(kc_closwatch *w, const char *path, size_t name, size_t end,
+                         const char *target, char *out)
+{
+    size_t base = target[0] == '/' ? 0 : name;
+    int k = snprintf(out, PATH_MAX, "%.*s%s", (int)base, path, target);
+    if (k < 0 || k >= PATH_MAX || w->n_subs == MAX_SUBS)
+        return -2;
+    struct link_sub *sub = &w->subs[w->n_subs];
+    sub->from = kc_memdup(path, end + 1);
+    sub->to = kc_strdup(out);
+    if (sub->from)
+        sub->from[end] = '\0';
+    if (!sub->from || !sub->to) {
+        free(sub->from);
+        free(sub->to);
+        return -2;
+    }
+    w->n_subs++;
+    k = snprintf(out + k, PATH_MAX - (size_t)k, "%s", path + end) + k;
+    return k >= PATH_MAX ? -2 : 0;
+}
+
+/* Forgets the links a begin() followed: what they led to holds only while its watches do. */
+static void subs_free(kc_closwatch *w)
+{
+    for (int i = 0; i < w->n_subs; i++) {
+        free(w->subs[i].from);
+        free(w->subs[i].to);
+    }
+    w->n_subs = 0;
+}
+
+/*
+ * walk_locked() for a path without "." or "..", from the directories of the
+ * last walk it shares; a directory noted in its parent (chain_step_locked())
+ * is taken from the note, and opened only when a name in it must be looked
+ * up (step_fd_locked()). Every directory on the way is watched with
+ * DIR_MASK when first met, so watching the last whole only makes every
+ * event on it count. A symbolic link met is read after its name counts on
+ * its directory's watch, and the walk starts again on the path it leads
+ * to; what it led to is kept for the rest of the begin() (a later path
+ * through it is rewritten at once), when its watches are listed: it holds
+ * while they do. The chain so only ever holds directories reached without
+ * a link, whatever the paths (/usr/local/cuda/include -> cuda-13.0: its ~60
+ * directories in CuPy's closure are one walk, not one each from "/"). 0
+ * with *at filled, -1 where it cannot be covered, -2 where only
+ * walk_locked() can tell ("." or "..", also in a link's target, a path too
+ * deep or too long, more than MAX_LINKS links).
  */
 static int walk_chain_locked(kc_closwatch *w, const char *path, struct dir_at *at_out)
 {
-    char name[NAME_MAX + 1];
+    char name[NAME_MAX + 1], target[PATH_MAX], buf[2][PATH_MAX];
+    int links = 0, which = 0;
     if (!w->depth) {
         struct stat st;
         int fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -752,6 +844,9 @@ static int walk_chain_locked(kc_closwatch *w, const char *path, struct dir_at *a
         w->chain[0] = (struct step){"/", fd, wd, st.st_dev};
         w->depth = 1;
     }
+    for (const char *next; (next = through_sub(w, path, buf[which])); which ^= 1, path = next)
+        if (++links > MAX_LINKS)
+            return -2;
     int at = 1; /* chain[at - 1] is the directory reached */
     for (const char *p = path;;) {
         while (*p == '/')
@@ -771,7 +866,17 @@ static int walk_chain_locked(kc_closwatch *w, const char *path, struct dir_at *a
             continue;
         }
         chain_cut(w, at);
-        int rc = chain_step_locked(w, at, name);
+        int rc = chain_step_locked(w, at, name, target);
+        if (rc == 1) {
+            if (++links > MAX_LINKS || !plain_target(target) ||
+                follow_locked(w, path, (size_t)(p - n - path), (size_t)(p - path), target,
+                              buf[which ^ 1]))
+                return -2;
+            which ^= 1;
+            p = path = buf[which];
+            at = 1;
+            continue;
+        }
         if (rc)
             return rc;
         w->depth = ++at;
@@ -944,7 +1049,7 @@ int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
         for (uint32_t d = 0; d < n_dirs && !w->broken; d++) {
             struct dir_at at = {-1, -1, -1, 0};
             int rc = dirs[d] && first[d] < first[d + 1] ? walk_chain_locked(w, dirs[d], &at) : -1;
-            if (rc == -2 && (at.fd = walk_locked(w, dirs[d], &at.dev, &at.wd)) >= 0)
+            if (rc == -2 && (cw.walks++, at.fd = walk_locked(w, dirs[d], &at.dev, &at.wd)) >= 0)
                 rc = 0;
             for (uint32_t k = first[d]; !rc && k < first[d + 1] && !w->broken; k++) {
                 uint32_t i = order[k];
@@ -957,6 +1062,7 @@ int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
                 close(at.fd); /* walk_locked()'s own */
         }
         chain_cut(w, 0);
+        subs_free(w);
         /* No event read since the watches were added: these are their generations then. */
         for (size_t i = 0; i < w->n_watch; i++)
             w->watch[i].gen = slot_of(w->watch[i].wd)->gen;
@@ -1010,16 +1116,18 @@ void kc_closwatch_free(kc_closwatch *w)
 {
     if (!w)
         return;
+    subs_free(w);
     free(w->skip);
     free(w->watch);
     free(w);
 }
 
-void kc_closwatch_counts(uint64_t *hits, uint64_t *kept, uint64_t *reused)
+void kc_closwatch_counts(uint64_t *hits, uint64_t *kept, uint64_t *reused, uint64_t *walks)
 {
     pthread_mutex_lock(&cw.lock);
     *hits = cw.hits;
     *kept = cw.kept;
     *reused = cw.reused;
+    *walks = cw.walks;
     pthread_mutex_unlock(&cw.lock);
 }

@@ -90,10 +90,11 @@ void kc_closwatch_keep(kc_closwatch *w, const uint8_t digest[KC_DIGEST_SIZE]);
 void kc_closwatch_free(kc_closwatch *w);
 
 /*
- * For tests: checks served by the memo, closures remembered, and probes a
- * closure's watch covered with what another's found (no syscall), in this
- * process.
+ * For tests: checks served by the memo, closures remembered, probes a
+ * closure's watch covered with what another's found (no syscall), and
+ * directories walked from "/" on their own (a path with "." or "..", or a
+ * link to one), in this process.
  */
-void kc_closwatch_counts(uint64_t *hits, uint64_t *kept, uint64_t *reused);
+void kc_closwatch_counts(uint64_t *hits, uint64_t *kept, uint64_t *reused, uint64_t *walks);
 
 #endif

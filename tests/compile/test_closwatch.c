@@ -121,16 +121,23 @@ static char *plain(const struct tree *t, size_t *size)
 
 static uint64_t memo_hits(void)
 {
-    uint64_t hits, kept, reused;
-    kc_closwatch_counts(&hits, &kept, &reused);
+    uint64_t hits, kept, reused, walks;
+    kc_closwatch_counts(&hits, &kept, &reused, &walks);
     return hits;
 }
 
 static uint64_t memo_reused(void)
 {
-    uint64_t hits, kept, reused;
-    kc_closwatch_counts(&hits, &kept, &reused);
+    uint64_t hits, kept, reused, walks;
+    kc_closwatch_counts(&hits, &kept, &reused, &walks);
     return reused;
+}
+
+static uint64_t memo_walks(void)
+{
+    uint64_t hits, kept, reused, walks;
+    kc_closwatch_counts(&hits, &kept, &reused, &walks);
+    return walks;
 }
 
 /*
@@ -267,6 +274,50 @@ static void case_symlink_dir(void)
     REQUIRE(symlink("v2", tmp) == 0);
     REQUIRE(rename(tmp, link_path) == 0);
     CHECK(sees_change("symlink_dir", &t, 1));
+}
+
+/*
+ * -I root/alink, alink -> ROOT/link (absolute), link -> real (relative),
+ * the kernel including <val.h> and <sub/one.h> from it: the watch walks to
+ * its directories through the links as the kernel does (with the
+ * directories of the walk before, not each from "/" on its own), and link
+ * retargeted to real2 (val.h of the same size and mtime) is still seen.
+ */
+static void case_symlink_chain(void)
+{
+    struct tree t;
+    char real[2][700], f[4][1500], alink[700], link_path[700], tmp[700];
+    tree_init(&t, test_dir(), "symlink_chain");
+    for (int i = 0; i < 2; i++) {
+        snprintf(real[i], sizeof(real[i]), "%s/%s", t.root, i ? "real2" : "real");
+        snprintf(f[2 * i], sizeof(f[0]), "%s/val.h", real[i]);
+        snprintf(f[2 * i + 1], sizeof(f[0]), "%s/sub/one.h", real[i]);
+        test_sh("mkdir -p '%s/sub'", real[i]);
+        test_write_text(f[2 * i], i ? t.new_text : t.old_text);
+        test_write_text(f[2 * i + 1], "#define ONE 1\n");
+    }
+    struct stat st;
+    REQUIRE(stat(f[0], &st) == 0);
+    struct timespec ts[2] = {st.st_atim, st.st_mtim};
+    REQUIRE(utimensat(AT_FDCWD, f[2], ts, 0) == 0);
+    test_write_text(t.src, "#include <val.h>\n#include <sub/one.h>\n"
+                           "extern \"C\" __global__ void k(int *o) { *o = VAL; o[1] = ONE; }\n");
+    snprintf(link_path, sizeof(link_path), "%s/link", t.root);
+    snprintf(alink, sizeof(alink), "%s/alink", t.root);
+    snprintf(tmp, sizeof(tmp), "%s/link.new", t.root);
+    REQUIRE(symlink("real", link_path) == 0);
+    REQUIRE(symlink(link_path, alink) == 0);
+    REQUIRE(unlink(t.val) == 0);
+    snprintf(t.inc[1], sizeof(t.inc[1]), "-I%s", alink);
+    uint64_t walks = memo_walks();
+    warm("symlink_chain", &t, 1);
+    if (memo_walks() != walks)
+        fprintf(stderr, "symlink_chain: %llu directories walked from / on their own\n",
+                (unsigned long long)(memo_walks() - walks));
+    CHECK(memo_walks() == walks);
+    REQUIRE(symlink("real2", tmp) == 0);
+    REQUIRE(rename(tmp, link_path) == 0);
+    CHECK(sees_change("symlink_chain", &t, 1));
 }
 
 /*
@@ -703,6 +754,7 @@ int main(int argc, char **argv)
         {"earlier", case_earlier_on_path},
         {"hard_link", case_hard_link},
         {"symlink_dir", case_symlink_dir},
+        {"symlink_chain", case_symlink_chain},
         {"fork", case_fork},
         {"shared", case_shared},
         {"new_dir", case_new_dir},
