@@ -142,6 +142,7 @@
 #define MAX_SEEN 1024  /* closures checked once, not yet watched */
 #define MAX_WD (1 << 16) /* watch descriptors; the kernel hands them out cyclically */
 #define KNOWN_DIR ((size_t)1 << 32) /* a note of a directory's watch: a directory there */
+#define KNOWN_ABSENT ((size_t)1 << 33) /* a note: nothing there (ENOENT) */
 #define MAX_LINKS 40   /* symbolic links followed in one walk, as the kernel's own limit */
 #define MAX_SUBS 16    /* links a begin() remembers it followed */
 
@@ -168,6 +169,7 @@ struct seen {
 struct memo {
     uint8_t digest[KC_DIGEST_SIZE];
     uint32_t n_probes;
+    uint32_t n_left; /* probes not skipped */
     uint8_t *skip; /* a bit per probe: covered */
     size_t n_watch;
     struct seen *watch;
@@ -227,14 +229,13 @@ static struct {
     uint8_t seen[MAX_SEEN][16]; /* the digests' first bytes */
     size_t n_seen;
     uint32_t mark;
-    uint64_t hits, kept, reused;
-    uint64_t walks; /* directories walked from "/" sharing nothing (walk_locked()) */
+    kc_closwatch_counts counts;
     pthread_once_t once;
     int top_wd;    /* the highest watch descriptor the instance handed out */
     int budget;    /* and the most it may: a share of the user's limit */
     struct fd_id fd_was, mnt_was; /* what fd and mnt_fd were when made */
-} cw = {PTHREAD_MUTEX_INITIALIZER, -1, -1, 0, 0, NULL, 0, {NULL}, 0, {{0}}, 0, 0, 0, 0, 0,
-        0, PTHREAD_ONCE_INIT, 0, 0};
+} cw = {PTHREAD_MUTEX_INITIALIZER, -1, -1, 0, 0, NULL, 0, {NULL}, 0, {{0}}, 0, 0, {0, 0, 0, 0, 0},
+        PTHREAD_ONCE_INIT, 0, 0};
 
 /* ---- the instance -------------------------------------------------------- */
 
@@ -704,7 +705,8 @@ struct dir_at {
 
 /*
  * One step of walk_chain_locked() from chain[at - 1] to name. 0, -1 or -2
- * as it says, or 1: a symbolic link there, its target in target (PATH_MAX).
+ * as it says, 1: a symbolic link there, its target in target (PATH_MAX),
+ * or -3: nothing there, and the name counts on the directory's watch.
  */
 static int chain_step_locked(kc_closwatch *w, int at, const char *name, char *target)
 {
@@ -713,6 +715,10 @@ static int chain_step_locked(kc_closwatch *w, int at, const char *name, char *ta
         return -1;
     size_t what;
     const struct slot *s;
+    if (known_locked(cur->wd, name, &what) && what == KNOWN_ABSENT) {
+        cw.counts.reused++;
+        return -3;
+    }
     if (known_locked(cur->wd, name, &what) && (what & KNOWN_DIR) &&
         (s = slot_of((int)(what & ~KNOWN_DIR))) && (s->all || s->n_names) &&
         list_locked(w, (int)(what & ~KNOWN_DIR)) >= 0) {
@@ -723,6 +729,10 @@ static int chain_step_locked(kc_closwatch *w, int at, const char *name, char *ta
     int fd = step_fd_locked(w, at - 1);
     struct stat st;
     int next = fd < 0 ? -1 : openat(fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0 && fd >= 0 && errno == ENOENT) {
+        know_locked(cur->wd, name, KNOWN_ABSENT);
+        return -3;
+    }
     if (next < 0)
         return -1;
     int link = 0, wd = -1;
@@ -826,7 +836,9 @@ static void subs_free(kc_closwatch *w)
  * directories in CuPy's closure are one walk, not one each from "/"). 0
  * with *at filled, -1 where it cannot be covered, -2 where only
  * walk_locked() can tell ("." or "..", also in a link's target, a path too
- * deep or too long, more than MAX_LINKS links).
+ * deep or too long, more than MAX_LINKS links), -3 where a name on the way
+ * is not there (ENOENT) and counts on the watch of the directory it was
+ * looked up in: nothing is found under it until an event says so.
  */
 static int walk_chain_locked(kc_closwatch *w, const char *path, struct dir_at *at_out)
 {
@@ -912,7 +924,7 @@ static int cover_probe_locked(kc_closwatch *w, const struct dir_at *d,
     if (known_locked(d->wd, base, &what)) {
         const struct slot *f = what && !(what & KNOWN_DIR) ? slot_of((int)what - 1) : NULL;
         if (pr->state == KC_PROBE_ABSENT || (f && f->all && list_locked(w, (int)what - 1) >= 0)) {
-            cw.reused++;
+            cw.counts.reused++;
             return 1;
         }
     }
@@ -991,7 +1003,8 @@ int kc_closwatch_lookup(uint8_t **skip, int *watch, const uint8_t digest[KC_DIGE
         if (slot && unchanged_locked(*slot)) {
             *skip = (uint8_t *)kc_memdup((*slot)->skip, ((size_t)n_probes + 7) / 8 + 1);
             rc = *skip ? 1 : KCACHE_ENOMEM;
-            cw.hits += rc == 1;
+            cw.counts.hits += rc == 1;
+            cw.counts.left += rc == 1 ? (*slot)->n_left : 0;
         } else if (slot) {
             memo_free(*slot);
             *slot = NULL;
@@ -1025,6 +1038,26 @@ static int by_dir(const kc_closwatch_probe *probes, uint32_t n, uint32_t n_dirs,
     return 0;
 }
 
+/*
+ * A directory probe decides no check (compile/manifest.c): it only spares
+ * the absent names it vouches for a stat() of their own. Skipped when each
+ * of them is.
+ */
+static void skip_dir_probes(kc_closwatch *w, const kc_closwatch_probe *probes, uint32_t n)
+{
+    uint8_t *needed = kc_calloc((size_t)n + 1, 1);
+    if (!needed)
+        return; /* it only saves syscalls */
+    for (uint32_t i = 0; i < n; i++)
+        if (probes[i].state == KC_PROBE_ABSENT && probes[i].vouch && probes[i].vouch <= n &&
+            !(w->skip[i / 8] >> (i % 8) & 1))
+            needed[probes[i].vouch - 1] = 1;
+    for (uint32_t i = 0; i < n; i++)
+        if (probes[i].state == KC_PROBE_DIR && !needed[i])
+            w->skip[i / 8] |= (uint8_t)(1u << (i % 8));
+    free(needed);
+}
+
 int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
                        const kc_closwatch_probe *probes, uint32_t n_probes)
 {
@@ -1049,11 +1082,14 @@ int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
         for (uint32_t d = 0; d < n_dirs && !w->broken; d++) {
             struct dir_at at = {-1, -1, -1, 0};
             int rc = dirs[d] && first[d] < first[d + 1] ? walk_chain_locked(w, dirs[d], &at) : -1;
-            if (rc == -2 && (cw.walks++, at.fd = walk_locked(w, dirs[d], &at.dev, &at.wd)) >= 0)
+            if (rc == -2 && (cw.counts.walks++, at.fd = walk_locked(w, dirs[d], &at.dev, &at.wd)) >= 0)
                 rc = 0;
-            for (uint32_t k = first[d]; !rc && k < first[d + 1] && !w->broken; k++) {
+            for (uint32_t k = first[d]; (!rc || rc == -3) && k < first[d + 1] && !w->broken;
+                 k++) {
                 uint32_t i = order[k];
-                if (cover_probe_locked(w, &at, &probes[i])) {
+                /* In a directory not there, a name is absent while no event counts. */
+                if (rc ? probes[i].state == KC_PROBE_ABSENT
+                       : cover_probe_locked(w, &at, &probes[i])) {
                     w->skip[i / 8] |= (uint8_t)(1u << (i % 8));
                     covered++;
                 }
@@ -1063,6 +1099,7 @@ int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
         }
         chain_cut(w, 0);
         subs_free(w);
+        skip_dir_probes(w, probes, n_probes);
         /* No event read since the watches were added: these are their generations then. */
         for (size_t i = 0; i < w->n_watch; i++)
             w->watch[i].gen = slot_of(w->watch[i].wd)->gen;
@@ -1086,6 +1123,8 @@ void kc_closwatch_keep(kc_closwatch *w, const uint8_t digest[KC_DIGEST_SIZE])
         return;
     memcpy(m->digest, digest, KC_DIGEST_SIZE);
     m->n_probes = w->n_probes;
+    for (uint32_t i = 0; i < w->n_probes; i++)
+        m->n_left += !(w->skip[i / 8] >> (i % 8) & 1);
     m->n_watch = w->n_watch;
     m->skip = w->skip;
     m->watch = w->watch;
@@ -1106,7 +1145,7 @@ void kc_closwatch_keep(kc_closwatch *w, const uint8_t digest[KC_DIGEST_SIZE])
         memo_free(*slot);
         *slot = m;
         m = NULL;
-        cw.kept++;
+        cw.counts.kept++;
     }
     pthread_mutex_unlock(&cw.lock);
     memo_free(m);
@@ -1122,12 +1161,9 @@ void kc_closwatch_free(kc_closwatch *w)
     free(w);
 }
 
-void kc_closwatch_counts(uint64_t *hits, uint64_t *kept, uint64_t *reused, uint64_t *walks)
+void kc_closwatch_counts_get(kc_closwatch_counts *out)
 {
     pthread_mutex_lock(&cw.lock);
-    *hits = cw.hits;
-    *kept = cw.kept;
-    *reused = cw.reused;
-    *walks = cw.walks;
+    *out = cw.counts;
     pthread_mutex_unlock(&cw.lock);
 }

@@ -484,7 +484,8 @@ static int plan_watch(const struct dirs *d, const uint8_t *p, size_t size, size_
         size_t at = off;
         if (get_probe(p, size, &off, d, a) != 0)
             break; /* the check says it does not hold */
-        pr[i] = (kc_closwatch_probe){a->dir, a->q.state, p + at + 9, kc_read_u32(p + at + 5)};
+        pr[i] = (kc_closwatch_probe){a->dir, a->q.state, p + at + 9, kc_read_u32(p + at + 5),
+                                     a->q.state == KC_PROBE_ABSENT ? a->q.vouch : 0};
     }
     if (!rc && off == size)
         rc = kc_closwatch_begin(out, paths, d->n, pr, n);
@@ -568,7 +569,7 @@ static int check(const void *blob, size_t size, int64_t recorded_at, const char 
                 break;
             }
             int v = 0;
-            if (covered) {
+            if (covered && a->q.state != KC_PROBE_DIR) {
                 holds = 1; /* as above; read whole for the closure written back */
             } else if (a->q.state == KC_PROBE_DIR) {
                 holds = dir_holds(&d, a, recorded_at, &v);

@@ -61,6 +61,7 @@ typedef struct kc_closwatch_probe {
     int state;            /* enum kc_probe_state */
     const uint8_t *base;  /* its name in the directory, not NUL-terminated */
     uint32_t base_len;
+    uint32_t vouch;       /* an absent name's: 1 + the directory probe vouching for it, or 0 */
 } kc_closwatch_probe;
 
 /*
@@ -89,12 +90,15 @@ void kc_closwatch_keep(kc_closwatch *w, const uint8_t digest[KC_DIGEST_SIZE]);
 
 void kc_closwatch_free(kc_closwatch *w);
 
-/*
- * For tests: checks served by the memo, closures remembered, probes a
- * closure's watch covered with what another's found (no syscall), and
- * directories walked from "/" on their own (a path with "." or "..", or a
- * link to one), in this process.
- */
-void kc_closwatch_counts(uint64_t *hits, uint64_t *kept, uint64_t *reused, uint64_t *walks);
+/* For tests: what the memo did in this process. */
+typedef struct kc_closwatch_counts {
+    uint64_t hits;   /* checks it served */
+    uint64_t kept;   /* closures it remembered */
+    uint64_t reused; /* probes a closure's watch covered with what another's found (no syscall) */
+    uint64_t walks;  /* directories walked from "/" on their own ("." or "..", or a link to one) */
+    uint64_t left;   /* probes the checks it served still made */
+} kc_closwatch_counts;
+
+void kc_closwatch_counts_get(kc_closwatch_counts *out);
 
 #endif

@@ -119,25 +119,16 @@ static char *plain(const struct tree *t, size_t *size)
     return ptx;
 }
 
+static kc_closwatch_counts memo(void)
+{
+    kc_closwatch_counts c;
+    kc_closwatch_counts_get(&c);
+    return c;
+}
+
 static uint64_t memo_hits(void)
 {
-    uint64_t hits, kept, reused, walks;
-    kc_closwatch_counts(&hits, &kept, &reused, &walks);
-    return hits;
-}
-
-static uint64_t memo_reused(void)
-{
-    uint64_t hits, kept, reused, walks;
-    kc_closwatch_counts(&hits, &kept, &reused, &walks);
-    return reused;
-}
-
-static uint64_t memo_walks(void)
-{
-    uint64_t hits, kept, reused, walks;
-    kc_closwatch_counts(&hits, &kept, &reused, &walks);
-    return walks;
+    return memo().hits;
 }
 
 /*
@@ -309,15 +300,64 @@ static void case_symlink_chain(void)
     REQUIRE(symlink(link_path, alink) == 0);
     REQUIRE(unlink(t.val) == 0);
     snprintf(t.inc[1], sizeof(t.inc[1]), "-I%s", alink);
-    uint64_t walks = memo_walks();
+    uint64_t walks = memo().walks;
     warm("symlink_chain", &t, 1);
-    if (memo_walks() != walks)
+    if (memo().walks != walks)
         fprintf(stderr, "symlink_chain: %llu directories walked from / on their own\n",
-                (unsigned long long)(memo_walks() - walks));
-    CHECK(memo_walks() == walks);
+                (unsigned long long)(memo().walks - walks));
+    CHECK(memo().walks == walks);
     REQUIRE(symlink("real2", tmp) == 0);
     REQUIRE(rename(tmp, link_path) == 0);
     CHECK(sees_change("symlink_chain", &t, 1));
+}
+
+/*
+ * -I first (empty), -I second with val.h and sub/one.h: <sub/one.h> is
+ * looked for in first/sub, a directory that is not there. A hit the memo
+ * serves stats nothing (first's watch counts "sub": a directory made there
+ * is an event), and a header shadowing one.h made in a new first/sub (link:
+ * first/sub a link to a directory holding it) is still a miss.
+ */
+static void absent_dir_case(const char *what, int link)
+{
+    struct tree t;
+    char one[800], shadow[800], shadow_one[900], sub[800];
+    tree_init(&t, test_dir(), what);
+    snprintf(one, sizeof(one), "%s/sub", t.second);
+    test_sh("mkdir -p '%s'", one);
+    snprintf(one, sizeof(one), "%s/sub/one.h", t.second);
+    test_write_text(one, "#define ONE 1\n");
+    test_write_text(t.src, "#include <val.h>\n#include <sub/one.h>\n"
+                           "extern \"C\" __global__ void k(int *o) { *o = VAL; o[1] = ONE; }\n");
+    warm(what, &t, 1);
+    kc_closwatch_counts before = memo();
+    kcache_result *r = compile(&t);
+    CHECK(r->status == 0 && r->hit && memo().hits > before.hits);
+    kcache_result_free(r);
+    if (memo().left != before.left)
+        fprintf(stderr, "%s: a hit the memo served made %llu checks\n", what,
+                (unsigned long long)(memo().left - before.left));
+    CHECK(memo().left == before.left);
+    snprintf(sub, sizeof(sub), "%s/sub", t.first);
+    snprintf(shadow, sizeof(shadow), "%s/shadow", t.root);
+    test_sh("mkdir -p '%s'", link ? shadow : sub);
+    snprintf(shadow_one, sizeof(shadow_one), "%s/one.h", link ? shadow : sub);
+    char text[64];
+    snprintf(text, sizeof(text), "#define ONE %s\n", t.new_val);
+    test_write_text(shadow_one, text);
+    if (link)
+        REQUIRE(symlink(shadow, sub) == 0);
+    CHECK(sees_change(what, &t, 1));
+}
+
+static void case_absent_dir(void)
+{
+    absent_dir_case("absent_dir", 0);
+}
+
+static void case_absent_dir_link(void)
+{
+    absent_dir_case("absent_dir_link", 1);
 }
 
 /*
@@ -588,11 +628,11 @@ static void reuse_case_then(const char *what, void (*how)(const struct tree *t),
     warm(what, &t, 1);
     if (how)
         how(&t);
-    uint64_t before = memo_reused();
+    uint64_t before = memo().reused;
     warm(what, &b, 1);
-    if (!how && memo_reused() == before)
+    if (!how && memo().reused == before)
         fprintf(stderr, "%s: the second closure's watch took nothing from the first's\n", what);
-    CHECK(how || memo_reused() > before);
+    CHECK(how || memo().reused > before);
     if (earlier) {
         snprintf(alias, sizeof(alias), "%s/val.h", b.first);
         test_write_text(alias, b.new_text);
@@ -755,6 +795,8 @@ int main(int argc, char **argv)
         {"hard_link", case_hard_link},
         {"symlink_dir", case_symlink_dir},
         {"symlink_chain", case_symlink_chain},
+        {"absent_dir", case_absent_dir},
+        {"absent_dir_link", case_absent_dir_link},
         {"fork", case_fork},
         {"shared", case_shared},
         {"new_dir", case_new_dir},
