@@ -150,6 +150,7 @@
 struct slot {
     uint32_t gen;
     uint32_t mark; /* the recording that last listed it */
+    uint32_t opened; /* the recording that last opened it (a directory) */
     uint8_t all;   /* every event counts: a closure's directory, or a file */
     uint8_t n_names;
     char **names;  /* else only those naming one of these (an ancestor's next component) */
@@ -234,7 +235,7 @@ static struct {
     int top_wd;    /* the highest watch descriptor the instance handed out */
     int budget;    /* and the most it may: a share of the user's limit */
     struct fd_id fd_was, mnt_was; /* what fd and mnt_fd were when made */
-} cw = {PTHREAD_MUTEX_INITIALIZER, -1, -1, 0, 0, NULL, 0, {NULL}, 0, {{0}}, 0, 0, {0, 0, 0, 0, 0},
+} cw = {PTHREAD_MUTEX_INITIALIZER, -1, -1, 0, 0, NULL, 0, {NULL}, 0, {{0}}, 0, 0, {0, 0, 0, 0, 0, 0},
         PTHREAD_ONCE_INIT, 0, 0};
 
 /* ---- the instance -------------------------------------------------------- */
@@ -675,6 +676,14 @@ static void know_locked(int wd, const char *name, size_t what)
         kc_smap_free(&s->known); /* no memory: it only saves syscalls */
 }
 
+/* Notes that this begin() opened directory wd (counted when it had before). */
+static void opened_locked(const kc_closwatch *w, int wd)
+{
+    struct slot *s = slot_of(wd);
+    cw.counts.reopened += s->opened == w->mark;
+    s->opened = w->mark;
+}
+
 /*
  * The descriptor of the chain's directory i, opened (O_PATH) from its
  * parent's when the walk took it from a note (fd -1): the directory its
@@ -694,6 +703,8 @@ static int step_fd_locked(kc_closwatch *w, int i)
         close(fd);
         fd = -1;
     }
+    if (fd >= 0)
+        opened_locked(w, st->wd);
     return st->fd = fd < 0 ? -2 : fd;
 }
 
@@ -746,6 +757,7 @@ static int chain_step_locked(kc_closwatch *w, int at, const char *name, char *ta
             target[t] = '\0';
         return t > 0 ? 1 : link ? -2 : -1;
     }
+    opened_locked(w, wd);
     cw.slots[wd].dev = st.st_dev;
     cw.slots[wd].ino = st.st_ino;
     know_locked(cur->wd, name, KNOWN_DIR | (size_t)wd);
@@ -1058,14 +1070,53 @@ static void skip_dir_probes(kc_closwatch *w, const kc_closwatch_probe *probes, u
     free(needed);
 }
 
+/* A directory to walk: its path, and its index in the closure's table. */
+struct dir_ref {
+    const char *path;
+    uint32_t d;
+};
+
+/*
+ * Paths in the order of a walk of their tree ('/' before any other byte),
+ * so that each walk leaves the chain where the next one goes on: in the
+ * table's order (first looked at first) CuPy's closures went back and forth
+ * between CCCL's three -I directories and the toolkit's, and the chain was
+ * cut and opened again ~700 times for ~250 directories.
+ */
+static int dir_order(const void *a, const void *b)
+{
+    const unsigned char *p = (const unsigned char *)((const struct dir_ref *)a)->path;
+    const unsigned char *q = (const unsigned char *)((const struct dir_ref *)b)->path;
+    while (*p && *p == *q)
+        p++, q++;
+    int x = *p == '/' ? 1 : *p ? *p + 1 : 0, y = *q == '/' ? 1 : *q ? *q + 1 : 0;
+    return (x > y) - (x < y);
+}
+
+/* The directories of dirs that have probes to cover, in dir_order(); *n of them. */
+static struct dir_ref *walk_order(char *const *dirs, uint32_t n_dirs, const uint32_t *first,
+                                  uint32_t *n)
+{
+    struct dir_ref *v = kc_malloc(((size_t)n_dirs + 1) * sizeof(*v));
+    *n = 0;
+    for (uint32_t d = 0; v && d < n_dirs; d++)
+        if (dirs[d] && first[d] < first[d + 1])
+            v[(*n)++] = (struct dir_ref){dirs[d], d};
+    if (v)
+        qsort(v, *n, sizeof(*v), dir_order);
+    return v;
+}
+
 int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
                        const kc_closwatch_probe *probes, uint32_t n_probes)
 {
     *out = NULL;
     kc_closwatch *w = kc_calloc(1, sizeof(*w));
-    uint32_t *order = NULL, *first = NULL;
+    uint32_t *order = NULL, *first = NULL, n_walk = 0;
+    struct dir_ref *walk = NULL;
     if (!w || !(w->skip = kc_calloc(((size_t)n_probes + 7) / 8 + 1, 1)) ||
-        by_dir(probes, n_probes, n_dirs, &order, &first)) {
+        by_dir(probes, n_probes, n_dirs, &order, &first) ||
+        !(walk = walk_order(dirs, n_dirs, first, &n_walk))) {
         kc_closwatch_free(w);
         free(order);
         free(first);
@@ -1079,11 +1130,14 @@ int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
         drain_locked();
         w->mark = ++cw.mark;
         w->epoch = cw.epoch;
-        for (uint32_t d = 0; d < n_dirs && !w->broken; d++) {
+        for (uint32_t j = 0; j < n_walk && !w->broken; j++) {
+            uint32_t d = walk[j].d;
             struct dir_at at = {-1, -1, -1, 0};
-            int rc = dirs[d] && first[d] < first[d + 1] ? walk_chain_locked(w, dirs[d], &at) : -1;
-            if (rc == -2 && (cw.counts.walks++, at.fd = walk_locked(w, dirs[d], &at.dev, &at.wd)) >= 0)
-                rc = 0;
+            int rc = walk_chain_locked(w, dirs[d], &at);
+            if (rc == -2) {
+                cw.counts.walks++;
+                rc = (at.fd = walk_locked(w, dirs[d], &at.dev, &at.wd)) >= 0 ? 0 : -1;
+            }
             for (uint32_t k = first[d]; (!rc || rc == -3) && k < first[d + 1] && !w->broken;
                  k++) {
                 uint32_t i = order[k];
@@ -1107,6 +1161,7 @@ int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
     pthread_mutex_unlock(&cw.lock);
     free(order);
     free(first);
+    free(walk);
     if (!covered || w->broken) {
         int broken = w->broken;
         kc_closwatch_free(w);

@@ -97,6 +97,7 @@ typedef struct kc_closwatch_counts {
     uint64_t reused; /* probes a closure's watch covered with what another's found (no syscall) */
     uint64_t walks;  /* directories walked from "/" on their own ("." or "..", or a link to one) */
     uint64_t left;   /* probes the checks it served still made */
+    uint64_t reopened; /* directories a watch set-up opened more than once */
 } kc_closwatch_counts;
 
 void kc_closwatch_counts_get(kc_closwatch_counts *out);

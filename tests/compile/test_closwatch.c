@@ -361,6 +361,32 @@ static void case_absent_dir_link(void)
 }
 
 /*
+ * -I a/x, -I b, -I a/y, val.h in a/y: the closure's directories in the
+ * order they were looked in go from a to b and back. Its watch opens each
+ * directory once.
+ */
+static void case_dir_order(void)
+{
+    struct tree t;
+    char inc[3][760];
+    tree_init(&t, test_dir(), "dir_order");
+    test_sh("mkdir -p '%s/a/x' '%s/a/y' '%s/b'", t.root, t.root, t.root);
+    snprintf(t.val, sizeof(t.val), "%s/a/y/val.h", t.root);
+    test_write_text(t.val, t.old_text);
+    const char *names[3] = {"a/x", "b", "a/y"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(inc[i], sizeof(inc[i]), "-I%s/%s", t.root, names[i]);
+        t.opts[i] = inc[i];
+    }
+    uint64_t reopened = memo().reopened;
+    warm("dir_order", &t, 1);
+    if (memo().reopened != reopened)
+        fprintf(stderr, "dir_order: %llu directories opened again\n",
+                (unsigned long long)(memo().reopened - reopened));
+    CHECK(memo().reopened == reopened);
+}
+
+/*
  * The parent remembers the closure and forks; the child hits, edits the
  * header and asks for the key alone (a check of the closure, nothing
  * stored): it must be another. The parent, whose watches saw the edit only
@@ -797,6 +823,7 @@ int main(int argc, char **argv)
         {"symlink_chain", case_symlink_chain},
         {"absent_dir", case_absent_dir},
         {"absent_dir_link", case_absent_dir_link},
+        {"dir_order", case_dir_order},
         {"fork", case_fork},
         {"shared", case_shared},
         {"new_dir", case_new_dir},
