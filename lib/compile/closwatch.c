@@ -160,6 +160,10 @@ struct slot {
     uint32_t known_gen;
     dev_t dev; /* a directory a walk met: what it is */
     ino_t ino;
+    /* A file: what a stat() of it found while the generation was st_gen (has_st). */
+    struct stat st;
+    uint32_t st_gen;
+    uint8_t has_st;
 };
 
 struct seen {
@@ -208,6 +212,9 @@ struct kc_closwatch {
     int depth;
     struct link_sub subs[MAX_SUBS];
     int n_subs;
+    /* Per probe, what the set-up found there, for the check (kc_closwatch_answer()). */
+    uint8_t *ans; /* 0 nothing, 1 not there (ENOENT), 2 ans_st */
+    struct stat *ans_st;
     uint32_t n_probes;
     uint8_t *skip;
     struct seen *watch;
@@ -235,7 +242,7 @@ static struct {
     int top_wd;    /* the highest watch descriptor the instance handed out */
     int budget;    /* and the most it may: a share of the user's limit */
     struct fd_id fd_was, mnt_was; /* what fd and mnt_fd were when made */
-} cw = {PTHREAD_MUTEX_INITIALIZER, -1, -1, 0, 0, NULL, 0, {NULL}, 0, {{0}}, 0, 0, {0, 0, 0, 0, 0, 0},
+} cw = {PTHREAD_MUTEX_INITIALIZER, -1, -1, 0, 0, NULL, 0, {NULL}, 0, {{0}}, 0, 0, {0, 0, 0, 0, 0, 0, 0},
         PTHREAD_ONCE_INIT, 0, 0};
 
 /* ---- the instance -------------------------------------------------------- */
@@ -915,6 +922,22 @@ static int walk_chain_locked(kc_closwatch *w, const char *path, struct dir_at *a
 }
 
 /*
+ * Notes for the check what probe i is now (st: what a stat() not following a
+ * link there gives, or NULL: nothing there), as found after its watch, or
+ * its directory's, was in place: what a stat() of the check would find,
+ * unless an event comes, and one then moves a generation the memo notes.
+ */
+static void answer_locked(kc_closwatch *w, uint32_t i, const struct stat *st)
+{
+    if (!w->ans)
+        return;
+    w->ans[i] = st ? 2 : 1;
+    if (st)
+        w->ans_st[i] = *st;
+    cw.counts.answered++;
+}
+
+/*
  * Whether probe pr, in directory d (watched whole), can be skipped while
  * no event counts: absent and no symbolic link there (one could come to
  * point at a file made elsewhere), or a regular file, itself watched. What
@@ -923,7 +946,7 @@ static int walk_chain_locked(kc_closwatch *w, const char *path, struct dir_at *a
  * comment says why that is the same answer).
  */
 static int cover_probe_locked(kc_closwatch *w, const struct dir_at *d,
-                              const kc_closwatch_probe *pr)
+                              const kc_closwatch_probe *pr, uint32_t i)
 {
     char base[NAME_MAX + 1];
     if (pr->base_len > NAME_MAX || pr->state == KC_PROBE_DIR)
@@ -934,9 +957,14 @@ static int cover_probe_locked(kc_closwatch *w, const struct dir_at *d,
         return 0;
     size_t what;
     if (known_locked(d->wd, base, &what)) {
-        const struct slot *f = what && !(what & KNOWN_DIR) ? slot_of((int)what - 1) : NULL;
+        struct slot *f = what && !(what & (KNOWN_DIR | KNOWN_ABSENT)) ? slot_of((int)what - 1)
+                                                                       : NULL;
         if (pr->state == KC_PROBE_ABSENT || (f && f->all && list_locked(w, (int)what - 1) >= 0)) {
             cw.counts.reused++;
+            if (what == KNOWN_ABSENT)
+                answer_locked(w, i, NULL);
+            else if (f && f->has_st && f->st_gen == f->gen)
+                answer_locked(w, i, &f->st);
             return 1;
         }
     }
@@ -945,11 +973,12 @@ static int cover_probe_locked(kc_closwatch *w, const struct dir_at *d,
     if (dirfd < 0)
         return 0;
     if (pr->state == KC_PROBE_ABSENT) {
-        int no_link = fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) != 0 ? errno == ENOENT
-                                                                           : !S_ISLNK(st.st_mode);
-        if (no_link)
-            know_locked(d->wd, base, 0);
-        return no_link;
+        int there = fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0;
+        if (there ? S_ISLNK(st.st_mode) : errno != ENOENT)
+            return 0;
+        know_locked(d->wd, base, there ? 0 : KNOWN_ABSENT);
+        answer_locked(w, i, there ? &st : NULL);
+        return 1;
     }
     /* The inode at the name now, not followed; the stat after says it is a regular
      * file of the directory's file system (replaced in between: an event). */
@@ -960,6 +989,11 @@ static int cover_probe_locked(kc_closwatch *w, const struct dir_at *d,
         st.st_dev != d->dev)
         return 0;
     know_locked(d->wd, base, (size_t)wd + 1);
+    struct slot *f = slot_of(wd);
+    f->st = st;
+    f->st_gen = f->gen;
+    f->has_st = 1;
+    answer_locked(w, i, &st);
     return 1;
 }
 
@@ -1115,6 +1149,8 @@ int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
     uint32_t *order = NULL, *first = NULL, n_walk = 0;
     struct dir_ref *walk = NULL;
     if (!w || !(w->skip = kc_calloc(((size_t)n_probes + 7) / 8 + 1, 1)) ||
+        !(w->ans = kc_calloc((size_t)n_probes + 1, 1)) ||
+        !(w->ans_st = kc_malloc(((size_t)n_probes + 1) * sizeof(*w->ans_st))) ||
         by_dir(probes, n_probes, n_dirs, &order, &first) ||
         !(walk = walk_order(dirs, n_dirs, first, &n_walk))) {
         kc_closwatch_free(w);
@@ -1142,8 +1178,10 @@ int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
                  k++) {
                 uint32_t i = order[k];
                 /* In a directory not there, a name is absent while no event counts. */
+                if (rc && probes[i].state == KC_PROBE_ABSENT)
+                    answer_locked(w, i, NULL);
                 if (rc ? probes[i].state == KC_PROBE_ABSENT
-                       : cover_probe_locked(w, &at, &probes[i])) {
+                       : cover_probe_locked(w, &at, &probes[i], i)) {
                     w->skip[i / 8] |= (uint8_t)(1u << (i % 8));
                     covered++;
                 }
@@ -1211,9 +1249,20 @@ void kc_closwatch_free(kc_closwatch *w)
     if (!w)
         return;
     subs_free(w);
+    free(w->ans);
+    free(w->ans_st);
     free(w->skip);
     free(w->watch);
     free(w);
+}
+
+int kc_closwatch_answer(const kc_closwatch *w, uint32_t i, struct stat *st)
+{
+    if (!w || i >= w->n_probes || !w->ans[i])
+        return -1;
+    if (w->ans[i] == 2)
+        *st = w->ans_st[i];
+    return w->ans[i] == 2;
 }
 
 void kc_closwatch_counts_get(kc_closwatch_counts *out)

@@ -387,6 +387,36 @@ static void case_dir_order(void)
 }
 
 /*
+ * The check that watches a closure takes what the watches' set-up found
+ * (each probe stat()ed once its watch is in place) rather than stat() each
+ * probe again: it makes fewer stat()s than the first check did (a
+ * directory probe is still its own).
+ */
+static void case_answers(void)
+{
+    struct tree t;
+    tree_init(&t, test_dir(), "answers");
+    kcache_result *r = compile(&t);
+    CHECK(r->status == 0 && !r->hit);
+    kcache_result_free(r);
+    uint64_t stats[3];
+    for (int i = 0; i < 2; i++) {
+        stats[i] = kc_manifest_stat_count();
+        r = compile(&t);
+        CHECK(r->status == 0 && r->hit);
+        kcache_result_free(r);
+    }
+    stats[2] = kc_manifest_stat_count();
+    uint64_t first = stats[1] - stats[0], watching = stats[2] - stats[1];
+    if (watching >= first)
+        fprintf(stderr, "answers: the first check made %llu stat()s, the one that watches %llu\n",
+                (unsigned long long)first, (unsigned long long)watching);
+    CHECK(watching < first);
+    edit_keeping_times(t.val, t.new_text);
+    CHECK(sees_change("answers", &t, 1));
+}
+
+/*
  * The parent remembers the closure and forks; the child hits, edits the
  * header and asks for the key alone (a check of the closure, nothing
  * stored): it must be another. The parent, whose watches saw the edit only
@@ -824,6 +854,7 @@ int main(int argc, char **argv)
         {"absent_dir", case_absent_dir},
         {"absent_dir_link", case_absent_dir_link},
         {"dir_order", case_dir_order},
+        {"answers", case_answers},
         {"fork", case_fork},
         {"shared", case_shared},
         {"new_dir", case_new_dir},
