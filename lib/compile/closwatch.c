@@ -29,7 +29,10 @@
  *
  * Watching costs a few syscalls a file more than a check, so a closure is
  * watched on its second check in the process (a process that checks it
- * once, as the CLI does, never pays). The generation of every watch is
+ * once, as the CLI does, never pays), or on its first once the process
+ * watches another: such a process checks closures again and again (the
+ * drop-in under CuPy), and the others' notes make the set-up cheap, its
+ * check taking what the set-up found. The generation of every watch is
  * noted when the watches are in place, and only then does the full check
  * run: an edit after that point raises an event, one before it is seen by
  * the check itself. When the check held
@@ -1042,8 +1045,11 @@ int kc_closwatch_lookup(uint8_t **skip, int *watch, const uint8_t digest[KC_DIGE
     pthread_once(&cw.once, at_fork);
     pthread_mutex_lock(&cw.lock);
     int rc = 0;
-    *watch = seen_before_locked(digest);
-    if (ready_locked(0)) {
+    /* A process with watches checks closures again and again (the drop-in's):
+     * watching one on its first check costs little beside the others' notes. */
+    int watching = ready_locked(0);
+    *watch = seen_before_locked(digest) || watching;
+    if (watching) {
         drain_locked();
         struct memo **slot = find_locked(digest, n_probes);
         if (slot && unchanged_locked(*slot)) {

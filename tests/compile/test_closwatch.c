@@ -824,6 +824,35 @@ static void case_reuse_repointed(void)
     reuse_case("reuse_repointed", repoint);
 }
 
+/*
+ * A process that watched one closure checks closures again and again (the
+ * drop-in under CuPy): another closure is watched on its first check, so
+ * its second is served by the memo; an edit after is still a miss.
+ */
+static void case_first_watch(void)
+{
+    struct tree t, b;
+    tree_init(&t, test_dir(), "first_watch");
+    other_kernel(&b, &t);
+    warm("first_watch", &t, 1);
+    kcache_result *r = compile(&b);
+    CHECK(r->status == 0 && !r->hit);
+    kcache_result_free(r);
+    kc_closwatch_counts before = memo();
+    r = compile(&b);
+    CHECK(r->status == 0 && r->hit);
+    kcache_result_free(r);
+    r = compile(&b);
+    CHECK(r->status == 0 && r->hit);
+    kcache_result_free(r);
+    if (memo().hits == before.hits)
+        fprintf(stderr, "first_watch: the other closure's second check was not served by the "
+                        "memo\n");
+    CHECK(memo().hits > before.hits);
+    edit_keeping_times(b.val, b.new_text);
+    CHECK(sees_change("first_watch", &b, 1));
+}
+
 int main(int argc, char **argv)
 {
     kc_toolkit tk;
@@ -855,6 +884,7 @@ int main(int argc, char **argv)
         {"absent_dir_link", case_absent_dir_link},
         {"dir_order", case_dir_order},
         {"answers", case_answers},
+        {"first_watch", case_first_watch},
         {"fork", case_fork},
         {"shared", case_shared},
         {"new_dir", case_new_dir},
