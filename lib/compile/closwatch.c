@@ -74,15 +74,24 @@
  * Every directory met is watched with DIR_MASK, so watching the last one
  * whole only makes every event on it count: no syscall.
  *
- * A closure's first check in the process still stat()s every probe, even
- * those another closure's watches vouch for. Taking them would be sound on
- * the same argument only with more noted than is: the check compares each
- * file's identity (inode, size, times) with the one recorded, so the note
- * would have to keep the identity the watch's stat() found and the file's
- * own generation then, and the check would have to reach each directory's
- * watch from its path (the check opens it; its device and inode would
- * name the watch). Not done: the first check costs what a CLI hit costs,
- * once per closure and process.
+ * The set-up's own stat() of each probe, made once its watch is in place
+ * (or a name's note: nothing there, or a file whose watch keeps the stat()
+ * it found while its generation holds), is the answer the check's stat()
+ * would get unless an event comes, and an event moves a generation the
+ * memo notes: the check that watches takes it (kc_closwatch_answer()).
+ * A process's first closure is still checked once by stat() alone before
+ * it is watched; a later one, in a process that watches, is watched on its
+ * first check, mostly from the others' notes.
+ *
+ * A walk stops at a name that is not there (ENOENT): the name counts on
+ * its directory's watch, so nothing appears under it without an event
+ * (KNOWN_ABSENT notes it), and the absent names below it are covered.
+ * A symbolic link on a directory's path is read once its name counts, and
+ * the walk goes on where it leads (its target without "." or ".."); the
+ * directories are walked in the order of their tree, so that each is
+ * opened once. A directory probe decides no check (compile/manifest.c):
+ * it only spares the absent names it vouches for a stat() each, so it is
+ * skipped where each of them is.
  *
  * When the closure was read is not part of what is remembered: many
  * kernels share one closure, each recorded at its own time, and CuPy hits
@@ -94,9 +103,9 @@
  *
  * Not covered, and stat()ed on every check as before: names relative to the
  * working directory or to the program name's directory (CuPy names each
- * program <a new temporary directory>/kern.cu), directory probes (they
- * vouch for absent names below them), names that are symbolic links, and
- * every directory whose walk meets a file system not on the list below.
+ * program <a new temporary directory>/kern.cu), directory probes that
+ * vouch for one of those, names that are symbolic links, and every
+ * directory whose walk meets a file system not on the list below.
  * inotify sees only what this kernel does: a network or FUSE file system
  * changed from another host, or behind the mount, raises nothing, so only
  * local disk file systems, tmpfs and overlayfs (whose layers must not change
@@ -245,8 +254,8 @@ static struct {
     int top_wd;    /* the highest watch descriptor the instance handed out */
     int budget;    /* and the most it may: a share of the user's limit */
     struct fd_id fd_was, mnt_was; /* what fd and mnt_fd were when made */
-} cw = {PTHREAD_MUTEX_INITIALIZER, -1, -1, 0, 0, NULL, 0, {NULL}, 0, {{0}}, 0, 0, {0, 0, 0, 0, 0, 0, 0},
-        PTHREAD_ONCE_INIT, 0, 0};
+} cw = {PTHREAD_MUTEX_INITIALIZER, -1, -1, 0, 0, NULL, 0, {NULL}, 0, {{0}}, 0, 0,
+        {0, 0, 0, 0, 0, 0, 0}, PTHREAD_ONCE_INIT, 0, 0};
 
 /* ---- the instance -------------------------------------------------------- */
 
