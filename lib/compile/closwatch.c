@@ -255,7 +255,27 @@ static struct {
     int budget;    /* and the most it may: a share of the user's limit */
     struct fd_id fd_was, mnt_was; /* what fd and mnt_fd were when made */
 } cw = {PTHREAD_MUTEX_INITIALIZER, -1, -1, 0, 0, NULL, 0, {NULL}, 0, {{0}}, 0, 0,
-        {0, 0, 0, 0, 0, 0, 0}, PTHREAD_ONCE_INIT, 0, 0};
+        {0, 0, 0, 0, 0, 0, 0, 0}, PTHREAD_ONCE_INIT, 0, 0};
+
+/* A directory's real path, while the watches of the walk to it hold (kc_closwatch_realpaths()). */
+#define MAX_REALS 64
+
+struct real_memo {
+    char *path, *real; /* real NULL: nothing there */
+    size_t n_watch;
+    struct seen *watch;
+};
+
+static struct real_memo reals[MAX_REALS]; /* under cw.lock */
+static size_t next_real;
+
+static void real_free(struct real_memo *m)
+{
+    free(m->path);
+    free(m->real);
+    free(m->watch);
+    memset(m, 0, sizeof(*m));
+}
 
 /* ---- the instance -------------------------------------------------------- */
 
@@ -299,6 +319,8 @@ static void forget_locked(int keep_slots)
         memo_free(cw.memos[i]);
         cw.memos[i] = NULL;
     }
+    for (size_t i = 0; i < MAX_REALS; i++)
+        real_free(&reals[i]);
     for (size_t i = 0; i < cw.n_slots; i++) {
         cw.slots[i].gen++;
         kc_smap_free(&cw.slots[i].known);
@@ -1009,6 +1031,17 @@ static int cover_probe_locked(kc_closwatch *w, const struct dir_at *d,
     return 1;
 }
 
+/* Whether no event has counted on any of n watches since their generations were noted. */
+static int watches_hold_locked(const struct seen *watch, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const struct slot *s = slot_of(watch[i].wd);
+        if (!s || s->gen != watch[i].gen)
+            return 0;
+    }
+    return 1;
+}
+
 /* ---- the memo ------------------------------------------------------------- */
 
 static struct memo **find_locked(const uint8_t digest[KC_DIGEST_SIZE], uint32_t n_probes)
@@ -1019,17 +1052,6 @@ static struct memo **find_locked(const uint8_t digest[KC_DIGEST_SIZE], uint32_t 
             return &cw.memos[i];
     }
     return NULL;
-}
-
-/* Whether no event has counted on any watch m relies on. */
-static int unchanged_locked(const struct memo *m)
-{
-    for (size_t i = 0; i < m->n_watch; i++) {
-        const struct slot *s = slot_of(m->watch[i].wd);
-        if (!s || s->gen != m->watch[i].gen)
-            return 0;
-    }
-    return 1;
 }
 
 /*
@@ -1061,7 +1083,7 @@ int kc_closwatch_lookup(uint8_t **skip, int *watch, const uint8_t digest[KC_DIGE
     if (watching) {
         drain_locked();
         struct memo **slot = find_locked(digest, n_probes);
-        if (slot && unchanged_locked(*slot)) {
+        if (slot && watches_hold_locked((*slot)->watch, (*slot)->n_watch)) {
             *skip = (uint8_t *)kc_memdup((*slot)->skip, ((size_t)n_probes + 7) / 8 + 1);
             rc = *skip ? 1 : KCACHE_ENOMEM;
             cw.counts.hits += rc == 1;
@@ -1257,6 +1279,86 @@ void kc_closwatch_keep(kc_closwatch *w, const uint8_t digest[KC_DIGEST_SIZE])
     }
     pthread_mutex_unlock(&cw.lock);
     memo_free(m);
+}
+
+/*
+ * The real path of absolute directory path into *out (NULL: nothing there)
+ * from the memo, or from a walk to it (walk_chain_locked(): the chain's
+ * directories are reached without a link, so their names are the real
+ * path), remembered with the generations of its watches. 1 when it could
+ * tell, 0 when not (realpath() must), KCACHE_ENOMEM.
+ */
+static int real_locked(char **out, const char *path)
+{
+    *out = NULL;
+    for (size_t i = 0; i < MAX_REALS; i++) {
+        struct real_memo *m = &reals[i];
+        if (!m->path || strcmp(m->path, path))
+            continue;
+        if (!watches_hold_locked(m->watch, m->n_watch)) {
+            real_free(m);
+            break;
+        }
+        cw.counts.realpaths++;
+        return !m->real || (*out = kc_strdup(m->real)) ? 1 : KCACHE_ENOMEM;
+    }
+    kc_closwatch *w = kc_calloc(1, sizeof(*w));
+    if (!w)
+        return KCACHE_ENOMEM;
+    w->mark = ++cw.mark;
+    w->epoch = cw.epoch;
+    struct dir_at at;
+    char real[PATH_MAX] = "/";
+    int rc = walk_chain_locked(w, path, &at), len = 0;
+    for (int i = 1; !rc && i <= at.step && len >= 0 && len < PATH_MAX; i++)
+        len += snprintf(real + len, sizeof(real) - (size_t)len, "/%s", w->chain[i].name);
+    chain_cut(w, 0);
+    subs_free(w);
+    struct real_memo *m = &reals[next_real];
+    if ((rc && rc != -3) || len < 0 || len >= PATH_MAX || w->broken) {
+        kc_closwatch_free(w);
+        return 0;
+    }
+    for (size_t i = 0; i < w->n_watch; i++)
+        w->watch[i].gen = slot_of(w->watch[i].wd)->gen;
+    real_free(m);
+    m->path = kc_strdup(path);
+    m->real = rc ? NULL : kc_strdup(real);
+    m->watch = w->watch;
+    m->n_watch = w->n_watch;
+    w->watch = NULL;
+    kc_closwatch_free(w);
+    if (!m->path || (!rc && !m->real)) {
+        real_free(m);
+        return KCACHE_ENOMEM;
+    }
+    next_real = (next_real + 1) % MAX_REALS;
+    return !m->real || (*out = kc_strdup(m->real)) ? 1 : KCACHE_ENOMEM;
+}
+
+int kc_closwatch_realpaths(char **real, char *const *paths, size_t n)
+{
+    uint8_t *told = kc_calloc(n + 1, 1);
+    int rc = told ? 0 : KCACHE_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        real[i] = NULL;
+    pthread_once(&cw.once, at_fork);
+    pthread_mutex_lock(&cw.lock);
+    /* Only in a process that watches (the drop-in's): the CLI asks once. */
+    if (!rc && ready_locked(0)) {
+        drain_locked();
+        for (size_t i = 0; !rc && i < n; i++) {
+            int k = paths[i][0] == '/' ? real_locked(&real[i], paths[i]) : 0;
+            rc = k < 0 ? k : 0;
+            told[i] = k == 1;
+        }
+    }
+    pthread_mutex_unlock(&cw.lock);
+    for (size_t i = 0; !rc && i < n; i++)
+        if (!told[i] && !(real[i] = realpath(paths[i], NULL)) && errno == ENOMEM)
+            rc = KCACHE_ENOMEM;
+    free(told);
+    return rc;
 }
 
 void kc_closwatch_free(kc_closwatch *w)

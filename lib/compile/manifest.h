@@ -97,6 +97,16 @@ int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
  */
 int kc_closwatch_answer(const kc_closwatch *w, uint32_t i, struct stat *st);
 
+/*
+ * realpath() of each of n directories into real[i] (free() each; NULL where
+ * it has none), remembered in a process that watches closures while the
+ * watches of a walk to the directory (each name on the way, each link
+ * read) see no change: the drop-in asks for its -I directories' on every
+ * request. Elsewhere, and for a path that is not absolute, realpath()
+ * itself. 0 or KCACHE_ENOMEM.
+ */
+int kc_closwatch_realpaths(char **real, char *const *paths, size_t n);
+
 /* Remembers the closure begin() watched for: its check held, no file hashed. */
 void kc_closwatch_keep(kc_closwatch *w, const uint8_t digest[KC_DIGEST_SIZE]);
 
@@ -111,6 +121,7 @@ typedef struct kc_closwatch_counts {
     uint64_t left;   /* probes the checks it served still made */
     uint64_t reopened; /* directories a watch set-up opened more than once */
     uint64_t answered; /* probes a watch set-up found for its check (kc_closwatch_answer()) */
+    uint64_t realpaths; /* real paths kc_closwatch_realpaths() took from its memo */
 } kc_closwatch_counts;
 
 void kc_closwatch_counts_get(kc_closwatch_counts *out);

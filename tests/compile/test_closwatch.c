@@ -853,6 +853,61 @@ static void case_first_watch(void)
     CHECK(sees_change("first_watch", &b, 1));
 }
 
+/* kc_closwatch_realpaths() of one path: its answer, also when realpath() has none. */
+static int same_real(const char *path)
+{
+    char *real = NULL, *want = realpath(path, NULL);
+    char *const paths[1] = {(char *)path};
+    REQUIRE(kc_closwatch_realpaths(&real, paths, 1) == 0);
+    int same = want ? real && !strcmp(real, want) : !real;
+    if (!same)
+        fprintf(stderr, "realpaths: %s gave %s, realpath() %s\n", path, real ? real : "nothing",
+                want ? want : "nothing");
+    free(real);
+    free(want);
+    return same;
+}
+
+/*
+ * A process that watches asks for its -I directories' real paths on every
+ * request (whether each is the toolkit's): a hit takes them from the memo,
+ * and a link on the way retargeted, a directory made where nothing was,
+ * or one removed, gives realpath()'s answer again.
+ */
+static void case_realpaths(void)
+{
+    struct tree t;
+    char link_path[700], tmp[700], dir[2][700], under[800];
+    tree_init(&t, test_dir(), "realpaths");
+    for (int i = 0; i < 2; i++) {
+        snprintf(dir[i], sizeof(dir[i]), "%s/r%d", t.root, i);
+        REQUIRE(mkdir(dir[i], 0700) == 0);
+    }
+    snprintf(link_path, sizeof(link_path), "%s/rl", t.root);
+    snprintf(tmp, sizeof(tmp), "%s/rl.new", t.root);
+    snprintf(under, sizeof(under), "%s/rl/sub", t.root);
+    REQUIRE(symlink("r0", link_path) == 0);
+    snprintf(t.inc[0], sizeof(t.inc[0]), "-I%s", link_path);
+    warm("realpaths", &t, 1);
+    uint64_t before = memo().realpaths;
+    kcache_result *r = compile(&t);
+    CHECK(r->status == 0 && r->hit);
+    kcache_result_free(r);
+    if (memo().realpaths == before)
+        fprintf(stderr, "realpaths: a hit took no -I directory's real path from the memo\n");
+    CHECK(memo().realpaths > before);
+    CHECK(same_real(link_path) && same_real(under));
+    REQUIRE(symlink("r1", tmp) == 0);
+    REQUIRE(rename(tmp, link_path) == 0);
+    CHECK(same_real(link_path) && same_real(under));
+    test_sh("mkdir '%s/r1/sub'", t.root);
+    CHECK(same_real(under));
+    REQUIRE(rmdir(under) == 0);
+    CHECK(same_real(under));
+    REQUIRE(rmdir(dir[1]) == 0);
+    CHECK(same_real(link_path) && same_real(under));
+}
+
 int main(int argc, char **argv)
 {
     kc_toolkit tk;
@@ -885,6 +940,7 @@ int main(int argc, char **argv)
         {"dir_order", case_dir_order},
         {"answers", case_answers},
         {"first_watch", case_first_watch},
+        {"realpaths", case_realpaths},
         {"fork", case_fork},
         {"shared", case_shared},
         {"new_dir", case_new_dir},
