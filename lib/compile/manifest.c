@@ -410,7 +410,7 @@ static int probe_holds(struct dirs *d, struct probe_at *a, int64_t recorded_at, 
 {
     kc_probe *q = &a->q;
     struct stat st;
-    int rc = kc_closwatch_answer(found, i, &st);
+    int rc = found ? kc_closwatch_answer(found, i, &st) : -1;
     rc = rc == 1 ? 0 : rc == 0 ? -1 : stat_probe(d, a, &st);
     if (rc == -2)
         return KCACHE_ENOMEM;
