@@ -916,6 +916,24 @@ static void case_realpaths(void)
     CHECK(same_real(link_path) && same_real(under));
 }
 
+/*
+ * "val.h" is looked for beside the program's name first, a probe the memo
+ * never covers (the name's directory changes from one request to the next):
+ * a hit the memo serves still checks it, and a val.h made there is a miss.
+ */
+static void case_beside_name(void)
+{
+    struct tree t;
+    char beside[800];
+    tree_init(&t, test_dir(), "beside_name");
+    test_write_text(t.src, "#include \"val.h\"\n"
+                           "extern \"C\" __global__ void k(int *o) { *o = VAL; }\n");
+    warm("beside_name", &t, 1);
+    snprintf(beside, sizeof(beside), "%s/src/val.h", t.root);
+    test_write_text(beside, t.new_text);
+    CHECK(sees_change("beside_name", &t, 1));
+}
+
 int main(int argc, char **argv)
 {
     kc_toolkit tk;
@@ -949,6 +967,7 @@ int main(int argc, char **argv)
         {"answers", case_answers},
         {"first_watch", case_first_watch},
         {"realpaths", case_realpaths},
+        {"beside_name", case_beside_name},
         {"fork", case_fork},
         {"shared", case_shared},
         {"new_dir", case_new_dir},
