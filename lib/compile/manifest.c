@@ -369,19 +369,19 @@ static int full_path(const struct dirs *d, const struct probe_at *a, char *buf, 
     return n < 0 || (size_t)n >= size ? -1 : 0;
 }
 
-/*
- * stat() of a probe through its directory's fd, opened once per check: a
- * stat() of a full path walks every component again, and on a deep tree
- * (CuPy's CCCL is 15 levels down) the walk was most of a hit.
- * 0, -1 (nothing there), -2 (no memory).
- */
-static uint64_t n_stats;
+static uint64_t n_stats; /* stat_probe()'s, for tests */
 
 uint64_t kc_manifest_stat_count(void)
 {
     return __atomic_load_n(&n_stats, __ATOMIC_RELAXED);
 }
 
+/*
+ * stat() of a probe through its directory's fd, opened once per check: a
+ * stat() of a full path walks every component again, and on a deep tree
+ * (CuPy's CCCL is 15 levels down) the walk was most of a hit.
+ * 0, -1 (nothing there), -2 (no memory).
+ */
 static int stat_probe(struct dirs *d, const struct probe_at *a, struct stat *st)
 {
     __atomic_add_fetch(&n_stats, 1, __ATOMIC_RELAXED);
