@@ -29,7 +29,10 @@
  *
  * Watching costs a few syscalls a file more than a check, so a closure is
  * watched on its second check in the process (a process that checks it
- * once, as the CLI does, never pays). The generation of every watch is
+ * once, as the CLI does, never pays), or on its first once the process
+ * watches another: such a process checks closures again and again (the
+ * drop-in under CuPy), and the others' notes make the set-up cheap, its
+ * check taking what the set-up found. The generation of every watch is
  * noted when the watches are in place, and only then does the full check
  * run: an edit after that point raises an event, one before it is seen by
  * the check itself. When the check held
@@ -71,15 +74,24 @@
  * Every directory met is watched with DIR_MASK, so watching the last one
  * whole only makes every event on it count: no syscall.
  *
- * A closure's first check in the process still stat()s every probe, even
- * those another closure's watches vouch for. Taking them would be sound on
- * the same argument only with more noted than is: the check compares each
- * file's identity (inode, size, times) with the one recorded, so the note
- * would have to keep the identity the watch's stat() found and the file's
- * own generation then, and the check would have to reach each directory's
- * watch from its path (the check opens it; its device and inode would
- * name the watch). Not done: the first check costs what a CLI hit costs,
- * once per closure and process.
+ * The set-up's own stat() of each probe, made once its watch is in place
+ * (or a name's note: nothing there, or a file whose watch keeps the stat()
+ * it found while its generation holds), is the answer the check's stat()
+ * would get unless an event comes, and an event moves a generation the
+ * memo notes: the check that watches takes it (kc_closwatch_answer()).
+ * A process's first closure is still checked once by stat() alone before
+ * it is watched; a later one, in a process that watches, is watched on its
+ * first check, mostly from the others' notes.
+ *
+ * A walk stops at a name that is not there (ENOENT): the name counts on
+ * its directory's watch, so nothing appears under it without an event
+ * (KNOWN_ABSENT notes it), and the absent names below it are covered.
+ * A symbolic link on a directory's path is read once its name counts, and
+ * the walk goes on where it leads (its target without "." or ".."); the
+ * directories are walked in the order of their tree, so that each is
+ * opened once. A directory probe decides no check (compile/manifest.c):
+ * it only spares the absent names it vouches for a stat() each, so it is
+ * skipped where each of them is.
  *
  * When the closure was read is not part of what is remembered: many
  * kernels share one closure, each recorded at its own time, and CuPy hits
@@ -91,9 +103,9 @@
  *
  * Not covered, and stat()ed on every check as before: names relative to the
  * working directory or to the program name's directory (CuPy names each
- * program <a new temporary directory>/kern.cu), directory probes (they
- * vouch for absent names below them), names that are symbolic links, and
- * every directory whose walk meets a file system not on the list below.
+ * program <a new temporary directory>/kern.cu), directory probes that
+ * vouch for one of those, names that are symbolic links, and every
+ * directory whose walk meets a file system not on the list below.
  * inotify sees only what this kernel does: a network or FUSE file system
  * changed from another host, or behind the mount, raises nothing, so only
  * local disk file systems, tmpfs and overlayfs (whose layers must not change
@@ -142,12 +154,15 @@
 #define MAX_SEEN 1024  /* closures checked once, not yet watched */
 #define MAX_WD (1 << 16) /* watch descriptors; the kernel hands them out cyclically */
 #define KNOWN_DIR ((size_t)1 << 32) /* a note of a directory's watch: a directory there */
+#define KNOWN_ABSENT ((size_t)1 << 33) /* a note: nothing there (ENOENT) */
 #define MAX_LINKS 40   /* symbolic links followed in one walk, as the kernel's own limit */
+#define MAX_SUBS 16    /* links a begin() remembers it followed */
 
 /* One watch: its generation, and which of its events count. */
 struct slot {
     uint32_t gen;
     uint32_t mark; /* the recording that last listed it */
+    uint32_t opened; /* the recording that last opened it (a directory) */
     uint8_t all;   /* every event counts: a closure's directory, or a file */
     uint8_t n_names;
     char **names;  /* else only those naming one of these (an ancestor's next component) */
@@ -157,6 +172,10 @@ struct slot {
     uint32_t known_gen;
     dev_t dev; /* a directory a walk met: what it is */
     ino_t ino;
+    /* A file: what a stat() of it found while the generation was st_gen (has_st). */
+    struct stat st;
+    uint32_t st_gen;
+    uint8_t has_st;
 };
 
 struct seen {
@@ -167,6 +186,7 @@ struct seen {
 struct memo {
     uint8_t digest[KC_DIGEST_SIZE];
     uint32_t n_probes;
+    uint32_t n_left; /* probes not skipped */
     uint8_t *skip; /* a bit per probe: covered */
     size_t n_watch;
     struct seen *watch;
@@ -190,12 +210,23 @@ struct fd_id {
     int flags;
 };
 
+/* A symbolic link a walk of this begin() followed: the path through it, and where it led. */
+struct link_sub {
+    char *from, *to;
+};
+
 struct kc_closwatch {
-    /* The last walk without links: its directories, "/" first, so that the
-     * next walk (the table's directories share most of their prefixes)
-     * starts where their paths part. */
+    /* The last walk: its directories, "/" first, each reached without a link
+     * (the links on the way are in subs), so that the next walk (the
+     * table's directories share most of their prefixes) starts where their
+     * paths part. */
     struct step chain[MAX_DEPTH];
     int depth;
+    struct link_sub subs[MAX_SUBS];
+    int n_subs;
+    /* Per probe, what the set-up found there, for the check (kc_closwatch_answer()). */
+    uint8_t *ans; /* 0 nothing, 1 not there (ENOENT), 2 ans_st */
+    struct stat *ans_st;
     uint32_t n_probes;
     uint8_t *skip;
     struct seen *watch;
@@ -218,13 +249,33 @@ static struct {
     uint8_t seen[MAX_SEEN][16]; /* the digests' first bytes */
     size_t n_seen;
     uint32_t mark;
-    uint64_t hits, kept, reused;
+    kc_closwatch_counts counts;
     pthread_once_t once;
     int top_wd;    /* the highest watch descriptor the instance handed out */
     int budget;    /* and the most it may: a share of the user's limit */
     struct fd_id fd_was, mnt_was; /* what fd and mnt_fd were when made */
-} cw = {PTHREAD_MUTEX_INITIALIZER, -1, -1, 0, 0, NULL, 0, {NULL}, 0, {{0}}, 0, 0, 0, 0, 0,
-        PTHREAD_ONCE_INIT, 0, 0};
+} cw = {PTHREAD_MUTEX_INITIALIZER, -1, -1, 0, 0, NULL, 0, {NULL}, 0, {{0}}, 0, 0,
+        {0, 0, 0, 0, 0, 0, 0, 0}, PTHREAD_ONCE_INIT, 0, 0};
+
+/* A directory's real path, while the watches of the walk to it hold (kc_closwatch_realpaths()). */
+#define MAX_REALS 64
+
+struct real_memo {
+    char *path, *real; /* real NULL: nothing there */
+    size_t n_watch;
+    struct seen *watch;
+};
+
+static struct real_memo reals[MAX_REALS]; /* under cw.lock */
+static size_t next_real;
+
+static void real_free(struct real_memo *m)
+{
+    free(m->path);
+    free(m->real);
+    free(m->watch);
+    memset(m, 0, sizeof(*m));
+}
 
 /* ---- the instance -------------------------------------------------------- */
 
@@ -268,6 +319,8 @@ static void forget_locked(int keep_slots)
         memo_free(cw.memos[i]);
         cw.memos[i] = NULL;
     }
+    for (size_t i = 0; i < MAX_REALS; i++)
+        real_free(&reals[i]);
     for (size_t i = 0; i < cw.n_slots; i++) {
         cw.slots[i].gen++;
         kc_smap_free(&cw.slots[i].known);
@@ -664,6 +717,14 @@ static void know_locked(int wd, const char *name, size_t what)
         kc_smap_free(&s->known); /* no memory: it only saves syscalls */
 }
 
+/* Notes that this begin() opened directory wd (counted when it had before). */
+static void opened_locked(const kc_closwatch *w, int wd)
+{
+    struct slot *s = slot_of(wd);
+    cw.counts.reopened += s->opened == w->mark;
+    s->opened = w->mark;
+}
+
 /*
  * The descriptor of the chain's directory i, opened (O_PATH) from its
  * parent's when the walk took it from a note (fd -1): the directory its
@@ -683,6 +744,8 @@ static int step_fd_locked(kc_closwatch *w, int i)
         close(fd);
         fd = -1;
     }
+    if (fd >= 0)
+        opened_locked(w, st->wd);
     return st->fd = fd < 0 ? -2 : fd;
 }
 
@@ -692,14 +755,22 @@ struct dir_at {
     dev_t dev;
 };
 
-/* One step of walk_chain_locked() from chain[at - 1] to name. 0, -1 or -2 as it says. */
-static int chain_step_locked(kc_closwatch *w, int at, const char *name)
+/*
+ * One step of walk_chain_locked() from chain[at - 1] to name. 0, -1 or -2
+ * as it says, 1: a symbolic link there, its target in target (PATH_MAX),
+ * or -3: nothing there, and the name counts on the directory's watch.
+ */
+static int chain_step_locked(kc_closwatch *w, int at, const char *name, char *target)
 {
     const struct step *cur = &w->chain[at - 1];
     if (count_name_locked(cur->wd, name))
         return -1;
     size_t what;
     const struct slot *s;
+    if (known_locked(cur->wd, name, &what) && what == KNOWN_ABSENT) {
+        cw.counts.reused++;
+        return -3;
+    }
     if (known_locked(cur->wd, name, &what) && (what & KNOWN_DIR) &&
         (s = slot_of((int)(what & ~KNOWN_DIR))) && (s->all || s->n_names) &&
         list_locked(w, (int)(what & ~KNOWN_DIR)) >= 0) {
@@ -710,15 +781,24 @@ static int chain_step_locked(kc_closwatch *w, int at, const char *name)
     int fd = step_fd_locked(w, at - 1);
     struct stat st;
     int next = fd < 0 ? -1 : openat(fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0 && fd >= 0 && errno == ENOENT) {
+        know_locked(cur->wd, name, KNOWN_ABSENT);
+        return -3;
+    }
     if (next < 0)
         return -1;
     int link = 0, wd = -1;
     if (fstat(next, &st) || (link = S_ISLNK(st.st_mode)) || !S_ISDIR(st.st_mode) ||
         (st.st_dev != cur->dev && !local_fs(next)) ||
         (wd = watch_locked(w, next, DIR_MASK, 0)) < 0) {
+        /* Read after its name counts on the watch: retargeting it is an event. */
+        ssize_t t = link ? readlinkat(next, "", target, PATH_MAX - 1) : -1;
         close(next);
-        return link ? -2 : -1;
+        if (t > 0)
+            target[t] = '\0';
+        return t > 0 ? 1 : link ? -2 : -1;
     }
+    opened_locked(w, wd);
     cw.slots[wd].dev = st.st_dev;
     cw.slots[wd].ino = st.st_ino;
     know_locked(cur->wd, name, KNOWN_DIR | (size_t)wd);
@@ -727,19 +807,96 @@ static int chain_step_locked(kc_closwatch *w, int at, const char *name)
     return 0;
 }
 
+/* Whether a link's target walks as a path of names alone (no ".", no ".."), as the chain does. */
+static int plain_target(const char *target)
+{
+    for (const char *p = target; *p;) {
+        size_t n = strcspn(p, "/");
+        if ((n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+            return 0;
+        p += n;
+        p += *p == '/';
+    }
+    return 1;
+}
+
 /*
- * walk_locked() for a path without ".", ".." or symbolic links, from the
- * directories of the last such walk it shares; a directory noted in its
- * parent (chain_step_locked()) is taken from the note, and opened only when
- * a name in it must be looked up (step_fd_locked()). Every directory on the
- * way is watched with DIR_MASK when first met, so watching the last whole
- * only makes every event on it count. 0 with *at filled, -1 where it cannot
- * be covered, -2 where only walk_locked() can tell (a link, a path too
- * deep).
+ * path with a link this begin() followed replaced by where it led, into out
+ * (PATH_MAX): the link's prefix of path, then a slash or its end. NULL when
+ * none applies or the result is too long.
+ */
+static const char *through_sub(const kc_closwatch *w, const char *path, char *out)
+{
+    for (int i = 0; i < w->n_subs; i++) {
+        size_t n = strlen(w->subs[i].from);
+        if (strncmp(path, w->subs[i].from, n) || (path[n] && path[n] != '/'))
+            continue;
+        int k = snprintf(out, PATH_MAX, "%s%s", w->subs[i].to, path + n);
+        return k < 0 || k >= PATH_MAX ? NULL : out;
+    }
+    return NULL;
+}
+
+/*
+ * Notes that path[0 .. end) is a link whose parent is path[0 .. name) and
+ * whose target is target, and writes path with it followed into out
+ * (PATH_MAX). 0, or -2 (too long, no room or memory: walk_locked() can tell).
+ */
+static int follow_locked(kc_closwatch *w, const char *path, size_t name, size_t end,
+                         const char *target, char *out)
+{
+    size_t base = target[0] == '/' ? 0 : name;
+    int k = snprintf(out, PATH_MAX, "%.*s%s", (int)base, path, target);
+    if (k < 0 || k >= PATH_MAX || w->n_subs == MAX_SUBS)
+        return -2;
+    struct link_sub *sub = &w->subs[w->n_subs];
+    sub->from = kc_memdup(path, end + 1);
+    sub->to = kc_strdup(out);
+    if (sub->from)
+        sub->from[end] = '\0';
+    if (!sub->from || !sub->to) {
+        free(sub->from);
+        free(sub->to);
+        return -2;
+    }
+    w->n_subs++;
+    k = snprintf(out + k, PATH_MAX - (size_t)k, "%s", path + end) + k;
+    return k >= PATH_MAX ? -2 : 0;
+}
+
+/* Forgets the links a begin() followed: what they led to holds only while its watches do. */
+static void subs_free(kc_closwatch *w)
+{
+    for (int i = 0; i < w->n_subs; i++) {
+        free(w->subs[i].from);
+        free(w->subs[i].to);
+    }
+    w->n_subs = 0;
+}
+
+/*
+ * walk_locked() for a path without "." or "..", from the directories of the
+ * last walk it shares; a directory noted in its parent (chain_step_locked())
+ * is taken from the note, and opened only when a name in it must be looked
+ * up (step_fd_locked()). Every directory on the way is watched with
+ * DIR_MASK when first met, so watching the last whole only makes every
+ * event on it count. A symbolic link met is read after its name counts on
+ * its directory's watch, and the walk starts again on the path it leads
+ * to; what it led to is kept for the rest of the begin() (a later path
+ * through it is rewritten at once), when its watches are listed: it holds
+ * while they do. The chain so only ever holds directories reached without
+ * a link, whatever the paths (/usr/local/cuda/include -> cuda-13.0: its ~60
+ * directories in CuPy's closure are one walk, not one each from "/"). 0
+ * with *at filled, -1 where it cannot be covered, -2 where only
+ * walk_locked() can tell ("." or "..", also in a link's target, a path too
+ * deep or too long, more than MAX_LINKS links), -3 where a name on the way
+ * is not there (ENOENT) and counts on the watch of the directory it was
+ * looked up in: nothing is found under it until an event says so.
  */
 static int walk_chain_locked(kc_closwatch *w, const char *path, struct dir_at *at_out)
 {
-    char name[NAME_MAX + 1];
+    char name[NAME_MAX + 1], target[PATH_MAX], buf[2][PATH_MAX];
+    int links = 0, which = 0;
     if (!w->depth) {
         struct stat st;
         int fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -752,6 +909,9 @@ static int walk_chain_locked(kc_closwatch *w, const char *path, struct dir_at *a
         w->chain[0] = (struct step){"/", fd, wd, st.st_dev};
         w->depth = 1;
     }
+    for (const char *next; (next = through_sub(w, path, buf[which])); which ^= 1, path = next)
+        if (++links > MAX_LINKS)
+            return -2;
     int at = 1; /* chain[at - 1] is the directory reached */
     for (const char *p = path;;) {
         while (*p == '/')
@@ -771,7 +931,17 @@ static int walk_chain_locked(kc_closwatch *w, const char *path, struct dir_at *a
             continue;
         }
         chain_cut(w, at);
-        int rc = chain_step_locked(w, at, name);
+        int rc = chain_step_locked(w, at, name, target);
+        if (rc == 1) {
+            if (++links > MAX_LINKS || !plain_target(target) ||
+                follow_locked(w, path, (size_t)(p - n - path), (size_t)(p - path), target,
+                              buf[which ^ 1]))
+                return -2;
+            which ^= 1;
+            p = path = buf[which];
+            at = 1;
+            continue;
+        }
         if (rc)
             return rc;
         w->depth = ++at;
@@ -786,6 +956,22 @@ static int walk_chain_locked(kc_closwatch *w, const char *path, struct dir_at *a
 }
 
 /*
+ * Notes for the check what probe i is now (st: what a stat() not following a
+ * link there gives, or NULL: nothing there), as found after its watch, or
+ * its directory's, was in place: what a stat() of the check would find,
+ * unless an event comes, and one then moves a generation the memo notes.
+ */
+static void answer_locked(kc_closwatch *w, uint32_t i, const struct stat *st)
+{
+    if (!w->ans)
+        return;
+    w->ans[i] = st ? 2 : 1;
+    if (st)
+        w->ans_st[i] = *st;
+    cw.counts.answered++;
+}
+
+/*
  * Whether probe pr, in directory d (watched whole), can be skipped while
  * no event counts: absent and no symbolic link there (one could come to
  * point at a file made elsewhere), or a regular file, itself watched. What
@@ -794,7 +980,7 @@ static int walk_chain_locked(kc_closwatch *w, const char *path, struct dir_at *a
  * comment says why that is the same answer).
  */
 static int cover_probe_locked(kc_closwatch *w, const struct dir_at *d,
-                              const kc_closwatch_probe *pr)
+                              const kc_closwatch_probe *pr, uint32_t i)
 {
     char base[NAME_MAX + 1];
     if (pr->base_len > NAME_MAX || pr->state == KC_PROBE_DIR)
@@ -805,9 +991,14 @@ static int cover_probe_locked(kc_closwatch *w, const struct dir_at *d,
         return 0;
     size_t what;
     if (known_locked(d->wd, base, &what)) {
-        const struct slot *f = what && !(what & KNOWN_DIR) ? slot_of((int)what - 1) : NULL;
+        struct slot *f = what && !(what & (KNOWN_DIR | KNOWN_ABSENT)) ? slot_of((int)what - 1)
+                                                                       : NULL;
         if (pr->state == KC_PROBE_ABSENT || (f && f->all && list_locked(w, (int)what - 1) >= 0)) {
-            cw.reused++;
+            cw.counts.reused++;
+            if (what == KNOWN_ABSENT)
+                answer_locked(w, i, NULL);
+            else if (f && f->has_st && f->st_gen == f->gen)
+                answer_locked(w, i, &f->st);
             return 1;
         }
     }
@@ -816,11 +1007,12 @@ static int cover_probe_locked(kc_closwatch *w, const struct dir_at *d,
     if (dirfd < 0)
         return 0;
     if (pr->state == KC_PROBE_ABSENT) {
-        int no_link = fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) != 0 ? errno == ENOENT
-                                                                           : !S_ISLNK(st.st_mode);
-        if (no_link)
-            know_locked(d->wd, base, 0);
-        return no_link;
+        int there = fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) == 0;
+        if (there ? S_ISLNK(st.st_mode) : errno != ENOENT)
+            return 0;
+        know_locked(d->wd, base, there ? 0 : KNOWN_ABSENT);
+        answer_locked(w, i, there ? &st : NULL);
+        return 1;
     }
     /* The inode at the name now, not followed; the stat after says it is a regular
      * file of the directory's file system (replaced in between: an event). */
@@ -831,6 +1023,22 @@ static int cover_probe_locked(kc_closwatch *w, const struct dir_at *d,
         st.st_dev != d->dev)
         return 0;
     know_locked(d->wd, base, (size_t)wd + 1);
+    struct slot *f = slot_of(wd);
+    f->st = st;
+    f->st_gen = f->gen;
+    f->has_st = 1;
+    answer_locked(w, i, &st);
+    return 1;
+}
+
+/* Whether no event has counted on any of n watches since their generations were noted. */
+static int watches_hold_locked(const struct seen *watch, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const struct slot *s = slot_of(watch[i].wd);
+        if (!s || s->gen != watch[i].gen)
+            return 0;
+    }
     return 1;
 }
 
@@ -844,17 +1052,6 @@ static struct memo **find_locked(const uint8_t digest[KC_DIGEST_SIZE], uint32_t 
             return &cw.memos[i];
     }
     return NULL;
-}
-
-/* Whether no event has counted on any watch m relies on. */
-static int unchanged_locked(const struct memo *m)
-{
-    for (size_t i = 0; i < m->n_watch; i++) {
-        const struct slot *s = slot_of(m->watch[i].wd);
-        if (!s || s->gen != m->watch[i].gen)
-            return 0;
-    }
-    return 1;
 }
 
 /*
@@ -879,14 +1076,18 @@ int kc_closwatch_lookup(uint8_t **skip, int *watch, const uint8_t digest[KC_DIGE
     pthread_once(&cw.once, at_fork);
     pthread_mutex_lock(&cw.lock);
     int rc = 0;
-    *watch = seen_before_locked(digest);
-    if (ready_locked(0)) {
+    /* A process with watches checks closures again and again (the drop-in's):
+     * watching one on its first check costs little beside the others' notes. */
+    int watching = ready_locked(0);
+    *watch = seen_before_locked(digest) || watching;
+    if (watching) {
         drain_locked();
         struct memo **slot = find_locked(digest, n_probes);
-        if (slot && unchanged_locked(*slot)) {
+        if (slot && watches_hold_locked((*slot)->watch, (*slot)->n_watch)) {
             *skip = (uint8_t *)kc_memdup((*slot)->skip, ((size_t)n_probes + 7) / 8 + 1);
             rc = *skip ? 1 : KCACHE_ENOMEM;
-            cw.hits += rc == 1;
+            cw.counts.hits += rc == 1;
+            cw.counts.left += rc == 1 ? (*slot)->n_left : 0;
         } else if (slot) {
             memo_free(*slot);
             *slot = NULL;
@@ -920,14 +1121,75 @@ static int by_dir(const kc_closwatch_probe *probes, uint32_t n, uint32_t n_dirs,
     return 0;
 }
 
+/*
+ * A directory probe decides no check (compile/manifest.c): it only spares
+ * the absent names it vouches for a stat() of their own. Skipped when each
+ * of them is.
+ */
+static void skip_dir_probes(kc_closwatch *w, const kc_closwatch_probe *probes, uint32_t n)
+{
+    uint8_t *needed = kc_calloc((size_t)n + 1, 1);
+    if (!needed)
+        return; /* it only saves syscalls */
+    for (uint32_t i = 0; i < n; i++)
+        if (probes[i].state == KC_PROBE_ABSENT && probes[i].vouch && probes[i].vouch <= n &&
+            !(w->skip[i / 8] >> (i % 8) & 1))
+            needed[probes[i].vouch - 1] = 1;
+    for (uint32_t i = 0; i < n; i++)
+        if (probes[i].state == KC_PROBE_DIR && !needed[i])
+            w->skip[i / 8] |= (uint8_t)(1u << (i % 8));
+    free(needed);
+}
+
+/* A directory to walk: its path, and its index in the closure's table. */
+struct dir_ref {
+    const char *path;
+    uint32_t d;
+};
+
+/*
+ * Paths in the order of a walk of their tree ('/' before any other byte),
+ * so that each walk leaves the chain where the next one goes on: in the
+ * table's order (first looked at first) CuPy's closures went back and forth
+ * between CCCL's three -I directories and the toolkit's, and the chain was
+ * cut and opened again ~700 times for ~250 directories.
+ */
+static int dir_order(const void *a, const void *b)
+{
+    const unsigned char *p = (const unsigned char *)((const struct dir_ref *)a)->path;
+    const unsigned char *q = (const unsigned char *)((const struct dir_ref *)b)->path;
+    while (*p && *p == *q)
+        p++, q++;
+    int x = *p == '/' ? 1 : *p ? *p + 1 : 0, y = *q == '/' ? 1 : *q ? *q + 1 : 0;
+    return (x > y) - (x < y);
+}
+
+/* The directories of dirs that have probes to cover, in dir_order(); *n of them. */
+static struct dir_ref *walk_order(char *const *dirs, uint32_t n_dirs, const uint32_t *first,
+                                  uint32_t *n)
+{
+    struct dir_ref *v = kc_malloc(((size_t)n_dirs + 1) * sizeof(*v));
+    *n = 0;
+    for (uint32_t d = 0; v && d < n_dirs; d++)
+        if (dirs[d] && first[d] < first[d + 1])
+            v[(*n)++] = (struct dir_ref){dirs[d], d};
+    if (v)
+        qsort(v, *n, sizeof(*v), dir_order);
+    return v;
+}
+
 int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
                        const kc_closwatch_probe *probes, uint32_t n_probes)
 {
     *out = NULL;
     kc_closwatch *w = kc_calloc(1, sizeof(*w));
-    uint32_t *order = NULL, *first = NULL;
+    uint32_t *order = NULL, *first = NULL, n_walk = 0;
+    struct dir_ref *walk = NULL;
     if (!w || !(w->skip = kc_calloc(((size_t)n_probes + 7) / 8 + 1, 1)) ||
-        by_dir(probes, n_probes, n_dirs, &order, &first)) {
+        !(w->ans = kc_calloc((size_t)n_probes + 1, 1)) ||
+        !(w->ans_st = kc_malloc(((size_t)n_probes + 1) * sizeof(*w->ans_st))) ||
+        by_dir(probes, n_probes, n_dirs, &order, &first) ||
+        !(walk = walk_order(dirs, n_dirs, first, &n_walk))) {
         kc_closwatch_free(w);
         free(order);
         free(first);
@@ -941,14 +1203,22 @@ int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
         drain_locked();
         w->mark = ++cw.mark;
         w->epoch = cw.epoch;
-        for (uint32_t d = 0; d < n_dirs && !w->broken; d++) {
+        for (uint32_t j = 0; j < n_walk && !w->broken; j++) {
+            uint32_t d = walk[j].d;
             struct dir_at at = {-1, -1, -1, 0};
-            int rc = dirs[d] && first[d] < first[d + 1] ? walk_chain_locked(w, dirs[d], &at) : -1;
-            if (rc == -2 && (at.fd = walk_locked(w, dirs[d], &at.dev, &at.wd)) >= 0)
-                rc = 0;
-            for (uint32_t k = first[d]; !rc && k < first[d + 1] && !w->broken; k++) {
+            int rc = walk_chain_locked(w, dirs[d], &at);
+            if (rc == -2) {
+                cw.counts.walks++;
+                rc = (at.fd = walk_locked(w, dirs[d], &at.dev, &at.wd)) >= 0 ? 0 : -1;
+            }
+            for (uint32_t k = first[d]; (!rc || rc == -3) && k < first[d + 1] && !w->broken;
+                 k++) {
                 uint32_t i = order[k];
-                if (cover_probe_locked(w, &at, &probes[i])) {
+                /* In a directory not there, a name is absent while no event counts. */
+                if (rc && probes[i].state == KC_PROBE_ABSENT)
+                    answer_locked(w, i, NULL);
+                if (rc ? probes[i].state == KC_PROBE_ABSENT
+                       : cover_probe_locked(w, &at, &probes[i], i)) {
                     w->skip[i / 8] |= (uint8_t)(1u << (i % 8));
                     covered++;
                 }
@@ -957,6 +1227,8 @@ int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
                 close(at.fd); /* walk_locked()'s own */
         }
         chain_cut(w, 0);
+        subs_free(w);
+        skip_dir_probes(w, probes, n_probes);
         /* No event read since the watches were added: these are their generations then. */
         for (size_t i = 0; i < w->n_watch; i++)
             w->watch[i].gen = slot_of(w->watch[i].wd)->gen;
@@ -964,6 +1236,7 @@ int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
     pthread_mutex_unlock(&cw.lock);
     free(order);
     free(first);
+    free(walk);
     if (!covered || w->broken) {
         int broken = w->broken;
         kc_closwatch_free(w);
@@ -980,6 +1253,8 @@ void kc_closwatch_keep(kc_closwatch *w, const uint8_t digest[KC_DIGEST_SIZE])
         return;
     memcpy(m->digest, digest, KC_DIGEST_SIZE);
     m->n_probes = w->n_probes;
+    for (uint32_t i = 0; i < w->n_probes; i++)
+        m->n_left += !(w->skip[i / 8] >> (i % 8) & 1);
     m->n_watch = w->n_watch;
     m->skip = w->skip;
     m->watch = w->watch;
@@ -1000,26 +1275,116 @@ void kc_closwatch_keep(kc_closwatch *w, const uint8_t digest[KC_DIGEST_SIZE])
         memo_free(*slot);
         *slot = m;
         m = NULL;
-        cw.kept++;
+        cw.counts.kept++;
     }
     pthread_mutex_unlock(&cw.lock);
     memo_free(m);
+}
+
+/*
+ * The real path of absolute directory path into *out (NULL: nothing there)
+ * from the memo, or from a walk to it (walk_chain_locked(): the chain's
+ * directories are reached without a link, so their names are the real
+ * path), remembered with the generations of its watches. 1 when it could
+ * tell, 0 when not (realpath() must), KCACHE_ENOMEM.
+ */
+static int real_locked(char **out, const char *path)
+{
+    *out = NULL;
+    for (size_t i = 0; i < MAX_REALS; i++) {
+        struct real_memo *m = &reals[i];
+        if (!m->path || strcmp(m->path, path))
+            continue;
+        if (!watches_hold_locked(m->watch, m->n_watch)) {
+            real_free(m);
+            break;
+        }
+        cw.counts.realpaths++;
+        return !m->real || (*out = kc_strdup(m->real)) ? 1 : KCACHE_ENOMEM;
+    }
+    kc_closwatch *w = kc_calloc(1, sizeof(*w));
+    if (!w)
+        return KCACHE_ENOMEM;
+    w->mark = ++cw.mark;
+    w->epoch = cw.epoch;
+    struct dir_at at;
+    char real[PATH_MAX] = "/";
+    int rc = walk_chain_locked(w, path, &at), len = 0;
+    for (int i = 1; !rc && i <= at.step && len >= 0 && len < PATH_MAX; i++)
+        len += snprintf(real + len, sizeof(real) - (size_t)len, "/%s", w->chain[i].name);
+    chain_cut(w, 0);
+    subs_free(w);
+    struct real_memo *m = &reals[next_real];
+    if ((rc && rc != -3) || len < 0 || len >= PATH_MAX || w->broken) {
+        kc_closwatch_free(w);
+        return 0;
+    }
+    for (size_t i = 0; i < w->n_watch; i++)
+        w->watch[i].gen = slot_of(w->watch[i].wd)->gen;
+    real_free(m);
+    m->path = kc_strdup(path);
+    m->real = rc ? NULL : kc_strdup(real);
+    m->watch = w->watch;
+    m->n_watch = w->n_watch;
+    w->watch = NULL;
+    kc_closwatch_free(w);
+    if (!m->path || (!rc && !m->real)) {
+        real_free(m);
+        return KCACHE_ENOMEM;
+    }
+    next_real = (next_real + 1) % MAX_REALS;
+    return !m->real || (*out = kc_strdup(m->real)) ? 1 : KCACHE_ENOMEM;
+}
+
+int kc_closwatch_realpaths(char **real, char *const *paths, size_t n)
+{
+    uint8_t *told = kc_calloc(n + 1, 1);
+    int rc = told ? 0 : KCACHE_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        real[i] = NULL;
+    pthread_once(&cw.once, at_fork);
+    pthread_mutex_lock(&cw.lock);
+    /* Only in a process that watches (the drop-in's): the CLI asks once. */
+    if (!rc && ready_locked(0)) {
+        drain_locked();
+        for (size_t i = 0; !rc && i < n; i++) {
+            int k = paths[i][0] == '/' ? real_locked(&real[i], paths[i]) : 0;
+            rc = k < 0 ? k : 0;
+            told[i] = k == 1;
+        }
+    }
+    pthread_mutex_unlock(&cw.lock);
+    for (size_t i = 0; !rc && i < n; i++)
+        if (!told[i] && !(real[i] = realpath(paths[i], NULL)) && errno == ENOMEM)
+            rc = KCACHE_ENOMEM;
+    free(told);
+    return rc;
 }
 
 void kc_closwatch_free(kc_closwatch *w)
 {
     if (!w)
         return;
+    subs_free(w);
+    free(w->ans);
+    free(w->ans_st);
     free(w->skip);
     free(w->watch);
     free(w);
 }
 
-void kc_closwatch_counts(uint64_t *hits, uint64_t *kept, uint64_t *reused)
+int kc_closwatch_answer(const kc_closwatch *w, uint32_t i, struct stat *st)
+{
+    if (!w || i >= w->n_probes || !w->ans[i])
+        return -1;
+    if (w->ans[i] == 2)
+        *st = w->ans_st[i];
+    return w->ans[i] == 2;
+}
+
+void kc_closwatch_counts_get(kc_closwatch_counts *out)
 {
     pthread_mutex_lock(&cw.lock);
-    *hits = cw.hits;
-    *kept = cw.kept;
-    *reused = cw.reused;
+    *out = cw.counts;
     pthread_mutex_unlock(&cw.lock);
 }

@@ -149,28 +149,25 @@ static int std_before_cxx14(const kc_opts *o)
  */
 static int toolkit_dirs(const kcache_compiler *c, struct work *w)
 {
-    for (size_t i = 0; i < w->opts.n_include_dirs; i++) {
-        char *real = realpath(w->opts.include_dirs[i], NULL);
-        if (!real && errno == ENOMEM)
-            return KCACHE_ENOMEM;
-        const char *rel = real ? kc_path_below(c->tk.root, real) : NULL;
-        int rc = 0;
-        if (rel) {
-            /* As spelled too: NVRTC writes a toolkit header's path as the -I operand
-             * gives it (/usr/local/cuda/include/..., not the link's target). */
-            char **grown = kc_realloc(w->tk_spelled, (w->n_tk_dirs + 1) * sizeof(char *));
-            if (grown)
-                w->tk_spelled = grown;
-            if (!grown || !(grown[w->n_tk_dirs] = kc_strdup(w->opts.include_dirs[i])))
-                rc = KCACHE_ENOMEM;
-            else if ((rc = kc_strv_push(&w->tk_dirs, &w->n_tk_dirs, *rel ? rel : ".")))
-                free(grown[w->n_tk_dirs]);
-        }
-        free(real);
-        if (rc)
-            return rc;
+    size_t n = w->opts.n_include_dirs;
+    char **real = kc_calloc(n + 1, sizeof(*real));
+    int rc = real ? kc_closwatch_realpaths(real, w->opts.include_dirs, n) : KCACHE_ENOMEM;
+    for (size_t i = 0; !rc && i < n; i++) {
+        const char *rel = real[i] ? kc_path_below(c->tk.root, real[i]) : NULL;
+        if (!rel)
+            continue;
+        /* As spelled too: NVRTC writes a toolkit header's path as the -I operand
+         * gives it (/usr/local/cuda/include/..., not the link's target). */
+        char **grown = kc_realloc(w->tk_spelled, (w->n_tk_dirs + 1) * sizeof(char *));
+        if (grown)
+            w->tk_spelled = grown;
+        if (!grown || !(grown[w->n_tk_dirs] = kc_strdup(w->opts.include_dirs[i])))
+            rc = KCACHE_ENOMEM;
+        else if ((rc = kc_strv_push(&w->tk_dirs, &w->n_tk_dirs, *rel ? rel : ".")))
+            free(grown[w->n_tk_dirs]);
     }
-    return 0;
+    kc_strv_free(real, n);
+    return rc;
 }
 
 /*

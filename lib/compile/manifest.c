@@ -369,6 +369,13 @@ static int full_path(const struct dirs *d, const struct probe_at *a, char *buf, 
     return n < 0 || (size_t)n >= size ? -1 : 0;
 }
 
+static uint64_t n_stats; /* stat_probe()'s, for tests */
+
+uint64_t kc_manifest_stat_count(void)
+{
+    return __atomic_load_n(&n_stats, __ATOMIC_RELAXED);
+}
+
 /*
  * stat() of a probe through its directory's fd, opened once per check: a
  * stat() of a full path walks every component again, and on a deep tree
@@ -377,6 +384,7 @@ static int full_path(const struct dirs *d, const struct probe_at *a, char *buf, 
  */
 static int stat_probe(struct dirs *d, const struct probe_at *a, struct stat *st)
 {
+    __atomic_add_fetch(&n_stats, 1, __ATOMIC_RELAXED);
     if (a->dir == NO_DIR)
         return stat(a->base, st) == 0 ? 0 : -1;
     int *fd = &d->fds[a->dir];
@@ -392,12 +400,18 @@ static int stat_probe(struct dirs *d, const struct probe_at *a, struct stat *st)
     return fstatat(*fd, a->base, st, 0) == 0 ? 0 : -1;
 }
 
-/* 1: the path holds what q recorded; 0: it does not; *hashed: it took a read to tell. */
-static int probe_holds(struct dirs *d, struct probe_at *a, int64_t recorded_at, int *hashed)
+/*
+ * 1: the path holds what q recorded; 0: it does not; *hashed: it took a read
+ * to tell. found: what the watches' set-up found there for probe i
+ * (kc_closwatch_answer()), taken for a stat() of its own, or NULL.
+ */
+static int probe_holds(struct dirs *d, struct probe_at *a, int64_t recorded_at, int *hashed,
+                       const kc_closwatch *found, uint32_t i)
 {
     kc_probe *q = &a->q;
     struct stat st;
-    int rc = stat_probe(d, a, &st);
+    int rc = found ? kc_closwatch_answer(found, i, &st) : -1;
+    rc = rc == 1 ? 0 : rc == 0 ? -1 : stat_probe(d, a, &st);
     if (rc == -2)
         return KCACHE_ENOMEM;
     if (rc != 0 || !S_ISREG(st.st_mode))
@@ -484,7 +498,8 @@ static int plan_watch(const struct dirs *d, const uint8_t *p, size_t size, size_
         size_t at = off;
         if (get_probe(p, size, &off, d, a) != 0)
             break; /* the check says it does not hold */
-        pr[i] = (kc_closwatch_probe){a->dir, a->q.state, p + at + 9, kc_read_u32(p + at + 5)};
+        pr[i] = (kc_closwatch_probe){a->dir, a->q.state, p + at + 9, kc_read_u32(p + at + 5),
+                                     a->q.state == KC_PROBE_ABSENT ? a->q.vouch : 0};
     }
     if (!rc && off == size)
         rc = kc_closwatch_begin(out, paths, d->n, pr, n);
@@ -568,7 +583,7 @@ static int check(const void *blob, size_t size, int64_t recorded_at, const char 
                 break;
             }
             int v = 0;
-            if (covered) {
+            if (covered && a->q.state != KC_PROBE_DIR) {
                 holds = 1; /* as above; read whole for the closure written back */
             } else if (a->q.state == KC_PROBE_DIR) {
                 holds = dir_holds(&d, a, recorded_at, &v);
@@ -577,7 +592,7 @@ static int check(const void *blob, size_t size, int64_t recorded_at, const char 
                        vouched[a->q.vouch - 1]) {
                 holds = 1; /* its directory says nothing was added */
             } else {
-                holds = probe_holds(&d, a, recorded_at, &hashed);
+                holds = probe_holds(&d, a, recorded_at, &hashed, pass ? NULL : rec, i);
             }
             if (holds == 1 && pass == 1) {
                 char path[PATH_MAX];

@@ -8,6 +8,8 @@
 #ifndef KC_MANIFEST_H
 #define KC_MANIFEST_H
 
+#include <sys/stat.h>
+
 #include "resolve/deps.h"
 #include "util/common.h"
 
@@ -51,6 +53,9 @@ int kc_manifest_check(const void *blob, size_t size, int64_t recorded_at, const 
 int kc_manifest_check_watched(const void *blob, size_t size, int64_t recorded_at,
                               const char *name_dir, kc_buf *refreshed);
 
+/* For tests: the stat()s of probes checks made in this process. */
+uint64_t kc_manifest_stat_count(void);
+
 /* ---- the process's memo of closure checks (closwatch.c) ---------------- */
 
 typedef struct kc_closwatch kc_closwatch; /* the watches of one full check */
@@ -61,6 +66,7 @@ typedef struct kc_closwatch_probe {
     int state;            /* enum kc_probe_state */
     const uint8_t *base;  /* its name in the directory, not NUL-terminated */
     uint32_t base_len;
+    uint32_t vouch;       /* an absent name's: 1 + the directory probe vouching for it, or 0 */
 } kc_closwatch_probe;
 
 /*
@@ -84,16 +90,40 @@ int kc_closwatch_lookup(uint8_t **skip, int *watch, const uint8_t digest[KC_DIGE
 int kc_closwatch_begin(kc_closwatch **out, char *const *dirs, uint32_t n_dirs,
                        const kc_closwatch_probe *probes, uint32_t n_probes);
 
+/*
+ * What begin() found at probe i once the watches were in place (a check
+ * may take it for its own stat()): 1 with *st (a stat() there, no symbolic
+ * link), 0 nothing there, -1 not known (w may be NULL).
+ */
+int kc_closwatch_answer(const kc_closwatch *w, uint32_t i, struct stat *st);
+
+/*
+ * realpath() of each of n directories into real[i] (free() each; NULL where
+ * it has none), remembered in a process that watches closures while the
+ * watches of a walk to the directory (each name on the way, each link
+ * read) see no change: the drop-in asks for its -I directories' on every
+ * request. Elsewhere, and for a path that is not absolute, realpath()
+ * itself. 0 or KCACHE_ENOMEM.
+ */
+int kc_closwatch_realpaths(char **real, char *const *paths, size_t n);
+
 /* Remembers the closure begin() watched for: its check held, no file hashed. */
 void kc_closwatch_keep(kc_closwatch *w, const uint8_t digest[KC_DIGEST_SIZE]);
 
 void kc_closwatch_free(kc_closwatch *w);
 
-/*
- * For tests: checks served by the memo, closures remembered, and probes a
- * closure's watch covered with what another's found (no syscall), in this
- * process.
- */
-void kc_closwatch_counts(uint64_t *hits, uint64_t *kept, uint64_t *reused);
+/* For tests: what the memo did in this process. */
+typedef struct kc_closwatch_counts {
+    uint64_t hits;   /* checks it served */
+    uint64_t kept;   /* closures it remembered */
+    uint64_t reused; /* probes a closure's watch covered with what another's found (no syscall) */
+    uint64_t walks;  /* directories walked from "/" on their own ("." or "..", or a link to one) */
+    uint64_t left;   /* probes the checks it served still made */
+    uint64_t reopened; /* directories a watch set-up opened more than once */
+    uint64_t answered; /* probes a watch set-up found for its check (kc_closwatch_answer()) */
+    uint64_t realpaths; /* real paths kc_closwatch_realpaths() took from its memo */
+} kc_closwatch_counts;
+
+void kc_closwatch_counts_get(kc_closwatch_counts *out);
 
 #endif

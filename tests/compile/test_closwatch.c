@@ -26,6 +26,7 @@
  * (77) without a toolkit.
  */
 #include <dirent.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <kcache/compile.h>
 #include <sys/stat.h>
@@ -96,6 +97,14 @@ static kcache_result *compile(const struct tree *t)
     return compile_flags(t, 0);
 }
 
+/* A compile that must succeed, as a hit or a miss. */
+static void compile_expect(const struct tree *t, int hit)
+{
+    kcache_result *r = compile(t);
+    CHECK(r->status == 0 && !r->hit == !hit);
+    kcache_result_free(r);
+}
+
 /* Plain NVRTC reading the disk: PTX without its NUL, or NULL. */
 static char *plain(const struct tree *t, size_t *size)
 {
@@ -119,18 +128,16 @@ static char *plain(const struct tree *t, size_t *size)
     return ptx;
 }
 
-static uint64_t memo_hits(void)
+static kc_closwatch_counts memo(void)
 {
-    uint64_t hits, kept, reused;
-    kc_closwatch_counts(&hits, &kept, &reused);
-    return hits;
+    kc_closwatch_counts c;
+    kc_closwatch_counts_get(&c);
+    return c;
 }
 
-static uint64_t memo_reused(void)
+static uint64_t memo_hits(void)
 {
-    uint64_t hits, kept, reused;
-    kc_closwatch_counts(&hits, &kept, &reused);
-    return reused;
+    return memo().hits;
 }
 
 /*
@@ -154,6 +161,26 @@ static void warm(const char *what, const struct tree *t, int memo)
         fprintf(stderr, "%s: the memo did not serve the fourth compile\n", what);
     CHECK(!memo || memo_hits() > before);
     kcache_result_free(r);
+}
+
+/* The count of memo() at offset field (offsetof(kc_closwatch_counts, ...)). */
+static uint64_t count_at(size_t field)
+{
+    kc_closwatch_counts c = memo();
+    uint64_t v;
+    memcpy(&v, (const char *)&c + field, sizeof(v));
+    return v;
+}
+
+/* warm(), over which the count at field must not move: "what: N <moved>" if it does. */
+static void warm_unmoved(const char *what, const struct tree *t, size_t field, const char *moved)
+{
+    uint64_t before = count_at(field);
+    warm(what, t, 1);
+    if (count_at(field) != before)
+        fprintf(stderr, "%s: %llu %s\n", what, (unsigned long long)(count_at(field) - before),
+                moved);
+    CHECK(count_at(field) == before);
 }
 
 /* After the change: NVRTC's bytes, which hold the new value; want_miss: not from the cache. */
@@ -267,6 +294,142 @@ static void case_symlink_dir(void)
     REQUIRE(symlink("v2", tmp) == 0);
     REQUIRE(rename(tmp, link_path) == 0);
     CHECK(sees_change("symlink_dir", &t, 1));
+}
+
+/*
+ * -I root/alink, alink -> ROOT/link (absolute), link -> real (relative),
+ * the kernel including <val.h> and <sub/one.h> from it: the watch walks to
+ * its directories through the links as the kernel does (with the
+ * directories of the walk before, not each from "/" on its own), and link
+ * retargeted to real2 (val.h of the same size and mtime) is still seen.
+ */
+static void case_symlink_chain(void)
+{
+    struct tree t;
+    char real[2][700], f[4][1500], alink[700], link_path[700], tmp[700];
+    tree_init(&t, test_dir(), "symlink_chain");
+    for (int i = 0; i < 2; i++) {
+        snprintf(real[i], sizeof(real[i]), "%s/%s", t.root, i ? "real2" : "real");
+        snprintf(f[2 * i], sizeof(f[0]), "%s/val.h", real[i]);
+        snprintf(f[2 * i + 1], sizeof(f[0]), "%s/sub/one.h", real[i]);
+        test_sh("mkdir -p '%s/sub'", real[i]);
+        test_write_text(f[2 * i], i ? t.new_text : t.old_text);
+        test_write_text(f[2 * i + 1], "#define ONE 1\n");
+    }
+    struct stat st;
+    REQUIRE(stat(f[0], &st) == 0);
+    struct timespec ts[2] = {st.st_atim, st.st_mtim};
+    REQUIRE(utimensat(AT_FDCWD, f[2], ts, 0) == 0);
+    test_write_text(t.src, "#include <val.h>\n#include <sub/one.h>\n"
+                           "extern \"C\" __global__ void k(int *o) { *o = VAL; o[1] = ONE; }\n");
+    snprintf(link_path, sizeof(link_path), "%s/link", t.root);
+    snprintf(alink, sizeof(alink), "%s/alink", t.root);
+    snprintf(tmp, sizeof(tmp), "%s/link.new", t.root);
+    REQUIRE(symlink("real", link_path) == 0);
+    REQUIRE(symlink(link_path, alink) == 0);
+    REQUIRE(unlink(t.val) == 0);
+    snprintf(t.inc[1], sizeof(t.inc[1]), "-I%s", alink);
+    warm_unmoved("symlink_chain", &t, offsetof(kc_closwatch_counts, walks),
+                 "directories walked from / on their own");
+    REQUIRE(symlink("real2", tmp) == 0);
+    REQUIRE(rename(tmp, link_path) == 0);
+    CHECK(sees_change("symlink_chain", &t, 1));
+}
+
+/*
+ * -I first (empty), -I second with val.h and sub/one.h: <sub/one.h> is
+ * looked for in first/sub, a directory that is not there. A hit the memo
+ * serves stats nothing (first's watch counts "sub": a directory made there
+ * is an event), and a header shadowing one.h made in a new first/sub (link:
+ * first/sub a link to a directory holding it) is still a miss.
+ */
+static void absent_dir_case(const char *what, int link)
+{
+    struct tree t;
+    char one[800], shadow[800], shadow_one[900], sub[800];
+    tree_init(&t, test_dir(), what);
+    snprintf(one, sizeof(one), "%s/sub", t.second);
+    test_sh("mkdir -p '%s'", one);
+    snprintf(one, sizeof(one), "%s/sub/one.h", t.second);
+    test_write_text(one, "#define ONE 1\n");
+    test_write_text(t.src, "#include <val.h>\n#include <sub/one.h>\n"
+                           "extern \"C\" __global__ void k(int *o) { *o = VAL; o[1] = ONE; }\n");
+    warm(what, &t, 1);
+    kc_closwatch_counts before = memo();
+    compile_expect(&t, 1);
+    CHECK(memo().hits > before.hits);
+    if (memo().left != before.left)
+        fprintf(stderr, "%s: a hit the memo served made %llu checks\n", what,
+                (unsigned long long)(memo().left - before.left));
+    CHECK(memo().left == before.left);
+    snprintf(sub, sizeof(sub), "%s/sub", t.first);
+    snprintf(shadow, sizeof(shadow), "%s/shadow", t.root);
+    test_sh("mkdir -p '%s'", link ? shadow : sub);
+    snprintf(shadow_one, sizeof(shadow_one), "%s/one.h", link ? shadow : sub);
+    char text[64];
+    snprintf(text, sizeof(text), "#define ONE %s\n", t.new_val);
+    test_write_text(shadow_one, text);
+    if (link)
+        REQUIRE(symlink(shadow, sub) == 0);
+    CHECK(sees_change(what, &t, 1));
+}
+
+static void case_absent_dir(void)
+{
+    absent_dir_case("absent_dir", 0);
+}
+
+static void case_absent_dir_link(void)
+{
+    absent_dir_case("absent_dir_link", 1);
+}
+
+/*
+ * -I a/x, -I b, -I a/y, val.h in a/y: the closure's directories in the
+ * order they were looked in go from a to b and back. Its watch opens each
+ * directory once.
+ */
+static void case_dir_order(void)
+{
+    struct tree t;
+    char inc[3][760];
+    tree_init(&t, test_dir(), "dir_order");
+    test_sh("mkdir -p '%s/a/x' '%s/a/y' '%s/b'", t.root, t.root, t.root);
+    snprintf(t.val, sizeof(t.val), "%s/a/y/val.h", t.root);
+    test_write_text(t.val, t.old_text);
+    const char *names[3] = {"a/x", "b", "a/y"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(inc[i], sizeof(inc[i]), "-I%s/%s", t.root, names[i]);
+        t.opts[i] = inc[i];
+    }
+    warm_unmoved("dir_order", &t, offsetof(kc_closwatch_counts, reopened),
+                 "directories opened again");
+}
+
+/*
+ * The check that watches a closure takes what the watches' set-up found
+ * (each probe stat()ed once its watch is in place) rather than stat() each
+ * probe again: it makes fewer stat()s than the first check did (a
+ * directory probe is still its own).
+ */
+static void case_answers(void)
+{
+    struct tree t;
+    tree_init(&t, test_dir(), "answers");
+    compile_expect(&t, 0);
+    uint64_t stats[3];
+    for (int i = 0; i < 2; i++) {
+        stats[i] = kc_manifest_stat_count();
+        compile_expect(&t, 1);
+    }
+    stats[2] = kc_manifest_stat_count();
+    uint64_t first = stats[1] - stats[0], watching = stats[2] - stats[1];
+    if (watching >= first)
+        fprintf(stderr, "answers: the first check made %llu stat()s, the one that watches %llu\n",
+                (unsigned long long)first, (unsigned long long)watching);
+    CHECK(watching < first);
+    edit_keeping_times(t.val, t.new_text);
+    CHECK(sees_change("answers", &t, 1));
 }
 
 /*
@@ -537,11 +700,11 @@ static void reuse_case_then(const char *what, void (*how)(const struct tree *t),
     warm(what, &t, 1);
     if (how)
         how(&t);
-    uint64_t before = memo_reused();
+    uint64_t before = memo().reused;
     warm(what, &b, 1);
-    if (!how && memo_reused() == before)
+    if (!how && memo().reused == before)
         fprintf(stderr, "%s: the second closure's watch took nothing from the first's\n", what);
-    CHECK(how || memo_reused() > before);
+    CHECK(how || memo().reused > before);
     if (earlier) {
         snprintf(alias, sizeof(alias), "%s/val.h", b.first);
         test_write_text(alias, b.new_text);
@@ -677,6 +840,100 @@ static void case_reuse_repointed(void)
     reuse_case("reuse_repointed", repoint);
 }
 
+/*
+ * A process that watched one closure checks closures again and again (the
+ * drop-in under CuPy): another closure is watched on its first check, so
+ * its second is served by the memo; an edit after is still a miss.
+ */
+static void case_first_watch(void)
+{
+    struct tree t, b;
+    tree_init(&t, test_dir(), "first_watch");
+    other_kernel(&b, &t);
+    warm("first_watch", &t, 1);
+    compile_expect(&b, 0);
+    kc_closwatch_counts before = memo();
+    compile_expect(&b, 1);
+    compile_expect(&b, 1);
+    if (memo().hits == before.hits)
+        fprintf(stderr, "first_watch: the other closure's second check was not served by the "
+                        "memo\n");
+    CHECK(memo().hits > before.hits);
+    edit_keeping_times(b.val, b.new_text);
+    CHECK(sees_change("first_watch", &b, 1));
+}
+
+/* kc_closwatch_realpaths() of one path: its answer, also when realpath() has none. */
+static int same_real(const char *path)
+{
+    char *real = NULL, *want = realpath(path, NULL);
+    char *const paths[1] = {(char *)path};
+    REQUIRE(kc_closwatch_realpaths(&real, paths, 1) == 0);
+    int same = want ? real && !strcmp(real, want) : !real;
+    if (!same)
+        fprintf(stderr, "realpaths: %s gave %s, realpath() %s\n", path, real ? real : "nothing",
+                want ? want : "nothing");
+    free(real);
+    free(want);
+    return same;
+}
+
+/*
+ * A process that watches asks for its -I directories' real paths on every
+ * request (whether each is the toolkit's): a hit takes them from the memo,
+ * and a link on the way retargeted, a directory made where nothing was,
+ * or one removed, gives realpath()'s answer again.
+ */
+static void case_realpaths(void)
+{
+    struct tree t;
+    char link_path[700], tmp[700], dir[2][700], under[800];
+    tree_init(&t, test_dir(), "realpaths");
+    for (int i = 0; i < 2; i++) {
+        snprintf(dir[i], sizeof(dir[i]), "%s/r%d", t.root, i);
+        REQUIRE(mkdir(dir[i], 0700) == 0);
+    }
+    snprintf(link_path, sizeof(link_path), "%s/rl", t.root);
+    snprintf(tmp, sizeof(tmp), "%s/rl.new", t.root);
+    snprintf(under, sizeof(under), "%s/rl/sub", t.root);
+    REQUIRE(symlink("r0", link_path) == 0);
+    snprintf(t.inc[0], sizeof(t.inc[0]), "-I%s", link_path);
+    warm("realpaths", &t, 1);
+    uint64_t before = memo().realpaths;
+    compile_expect(&t, 1);
+    if (memo().realpaths == before)
+        fprintf(stderr, "realpaths: a hit took no -I directory's real path from the memo\n");
+    CHECK(memo().realpaths > before);
+    CHECK(same_real(link_path) && same_real(under));
+    REQUIRE(symlink("r1", tmp) == 0);
+    REQUIRE(rename(tmp, link_path) == 0);
+    CHECK(same_real(link_path) && same_real(under));
+    test_sh("mkdir '%s/r1/sub'", t.root);
+    CHECK(same_real(under));
+    REQUIRE(rmdir(under) == 0);
+    CHECK(same_real(under));
+    REQUIRE(rmdir(dir[1]) == 0);
+    CHECK(same_real(link_path) && same_real(under));
+}
+
+/*
+ * "val.h" is looked for beside the program's name first, a probe the memo
+ * never covers (the name's directory changes from one request to the next):
+ * a hit the memo serves still checks it, and a val.h made there is a miss.
+ */
+static void case_beside_name(void)
+{
+    struct tree t;
+    char beside[800];
+    tree_init(&t, test_dir(), "beside_name");
+    test_write_text(t.src, "#include \"val.h\"\n"
+                           "extern \"C\" __global__ void k(int *o) { *o = VAL; }\n");
+    warm("beside_name", &t, 1);
+    snprintf(beside, sizeof(beside), "%s/src/val.h", t.root);
+    test_write_text(beside, t.new_text);
+    CHECK(sees_change("beside_name", &t, 1));
+}
+
 int main(int argc, char **argv)
 {
     kc_toolkit tk;
@@ -703,6 +960,14 @@ int main(int argc, char **argv)
         {"earlier", case_earlier_on_path},
         {"hard_link", case_hard_link},
         {"symlink_dir", case_symlink_dir},
+        {"symlink_chain", case_symlink_chain},
+        {"absent_dir", case_absent_dir},
+        {"absent_dir_link", case_absent_dir_link},
+        {"dir_order", case_dir_order},
+        {"answers", case_answers},
+        {"first_watch", case_first_watch},
+        {"realpaths", case_realpaths},
+        {"beside_name", case_beside_name},
         {"fork", case_fork},
         {"shared", case_shared},
         {"new_dir", case_new_dir},
