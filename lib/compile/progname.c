@@ -727,10 +727,24 @@ static int headers_name_it(const kcache_request *req, const struct work *w)
     return named;
 }
 
+/*
+ * 1 if NVRTC reads name as an option: NVRTC 13.0 hands the program's name
+ * to its front end as an argument, so one that starts with '-' ("-" alone
+ * aside) fails the compile ("invalid option: -k.cu"; "-DV=5" and "--":
+ * "missing source file name"), whatever the source. Measured.
+ */
+static int name_is_option(const char *name)
+{
+    return name && name[0] == '-' && name[1];
+}
+
 int kc_name_free_request(const kcache_request *req, const struct work *w)
 {
     /* A caller's compiler other than NVIDIA's NVRTC may use the name as it likes. */
     if (req->version >= 2 && req->compile && !(req->flags & KCACHE_COMPILE_NVRTC_NAMES))
+        return 0;
+    /* Its own answer (a failure), never another name's entry. */
+    if (name_is_option(w->source_name))
         return 0;
     if (w->workdir[0] || w->kind == KCACHE_KIND_LTOIR || w->opts.dlto)
         return 0;

@@ -97,6 +97,41 @@ static void case_of(const kc_nvrtc *api, const char *what, const char *text, con
 
 #define KERNEL "extern \"C\" __global__ void k(int *v) { "
 
+/*
+ * NVRTC hands the program's name to its front end as an argument: a name
+ * that starts with '-' is read as an option, and the compile fails there
+ * ("invalid option: -k.cu"). Compiled under kern.cu first (an entry without
+ * the name), text under such a name must fail as NVRTC's does, not hit.
+ */
+static void name_as_option(const kc_nvrtc *api)
+{
+    static const char text[] = KERNEL "v[0] = 16; }\n";
+    static const char *const names[] = {"-k.cu", "-DKC_V=5", "--"};
+    CHECK(compile_at(db, text, "kern.cu", NULL) == 0);
+    for (size_t i = 0; i < sizeof(names) / sizeof(*names); i++) {
+        nvrtcProgram p;
+        REQUIRE(api->CreateProgram(&p, text, names[i], 0, NULL, NULL) == NVRTC_SUCCESS);
+        int nvrtc_ok = api->CompileProgram(p, 2, opts) == NVRTC_SUCCESS;
+        REQUIRE(api->DestroyProgram(&p) == NVRTC_SUCCESS);
+        kcache_store *s = ct_store_open(db);
+        REQUIRE(s);
+        kcache_compiler *c = ct_compiler(s, NULL);
+        kcache_request r = ct_request(names[i], "compute_90", KCACHE_KIND_PTX, opts + 1, 1);
+        r.source = text;
+        kcache_result *res = NULL;
+        int ok = kcache_compiler_compile(&res, c, &r) == 0;
+        if (ok != nvrtc_ok) {
+            fprintf(stderr, "a program named %s: kcache %s (%s), NVRTC %s\n", names[i],
+                    ok ? "compiled it" : "failed", ok && res->hit ? "a hit" : "no hit",
+                    nvrtc_ok ? "compiled it" : "failed");
+            CHECK(0);
+        }
+        kcache_result_free(res);
+        kcache_compiler_free(c);
+        kcache_store_close(s);
+    }
+}
+
 int main(void)
 {
     kc_toolkit tk;
@@ -180,6 +215,7 @@ int main(void)
     snprintf(f, sizeof(f), "%s/kern.cu", a);
     case_of(api, "a short directory", KERNEL "int kc_shortdir; v[0] = 10; }\n", "tmp/kern.cu", f,
             0);
+    name_as_option(api);
     kc_toolkit_free(&tk);
     return test_done();
 }
