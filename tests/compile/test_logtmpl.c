@@ -150,6 +150,9 @@ int main(void)
     test_write_text(path, "template <class T> __device__ T kc_tw(T t) { return t << 40; }\n");
     snprintf(path, sizeof(path), "%s/kern.cu.h", inc);
     test_write_text(path, "#pragma once\n#warning its path holds the name's last component\n");
+    snprintf(path, sizeof(path), "%s/kcline.h", inc);
+    test_write_text(path, "#pragma once\n#line 5 \"kern.cu\"\n"
+                          "__device__ inline int kc_l(int x) { int kc_lu; return x; }\n");
     snprintf(path, sizeof(path), "%s/kcq(1).h", inc);
     test_write_text(path, "#pragma once\n__device__ inline int kc_q(int x) { int kc_qu; return x; }\n");
 
@@ -202,6 +205,10 @@ int main(void)
             0);
     REQUIRE(chdir(cwd) == 0);
     beside = 0;
+    /* A header whose #line names the program's file: its diagnostics read as the
+     * program's ("kern.cu(5): "), and say so under any name. */
+    case_of(api, "a header's #line naming the program",
+            "#include \"kcline.h\"\n" KERNEL "v[0] = kc_l(17); }\n", "kern.cu", "kern2.cu", 0);
     /* A message that breaks its line and goes on as the name's diagnostic would
      * ("kern.cu(9): "): that line is the program's text, printed as it is under
      * any name (as are C++20's [[nodiscard("...")]] reasons), so never refilled. */
