@@ -30,8 +30,9 @@
  * _LIBCUDACXX_ABI_NAMESPACE is the piece __4; CCCL's _CUDA_VSTD pastes a
  * namespace's name, never __FILE__); no user header's code names
  * __BASE_FILE__ or __builtin_FILE (a default argument is the caller's
- * file); and no invocation in a user header's code (an -include file's
- * included) of a macro that pastes can make one of those, or a macro that
+ * file) nor holds a line directive (it may name the program's file); and no
+ * invocation in a user header's code (an -include file's included) of a
+ * macro that pastes can make one of those, or a macro that
  * expands them, of its own pieces and those of the macros it reaches
  * (kc_spans_paste_caller, paste.c).
  * A header's own __FILE__ is that header's name, not the program's: CuPy's
@@ -552,7 +553,7 @@ struct closure_names {
     uint8_t id[KC_DIGEST_SIZE];
     struct macros m;
     int failed; /* a header without its text, or out of memory: the name is keyed */
-    int caller;
+    int caller;   /* the headers can put the program's name in the bytes or the log */
     int own_file; /* some header's code may expand its own __FILE__ (kc_paths_free_request) */
 };
 
@@ -586,6 +587,31 @@ static int collect_define(struct macros *m, const char *def)
     return rc ? KCACHE_ENOMEM : 0;
 }
 
+/*
+ * 1 if a line of text starts with a line directive: "#line" or the "# 5"
+ * form (%: for #). One that names a file makes NVRTC print the header's
+ * diagnostics under that name, the program's as well ("kern.cu(5): "), and
+ * expand its __FILE__ so. A '#' inside a line ("see #1234") is none.
+ */
+static int names_a_line(const char *text, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        size_t hash = kc_hash_at(text, n, i), b = i;
+        while (hash && b > 0 && (text[b - 1] == ' ' || text[b - 1] == '\t'))
+            b--;
+        if (!hash || (b > 0 && text[b - 1] != '\n'))
+            continue;
+        size_t j = i + hash;
+        while (j < n && (text[j] == ' ' || text[j] == '\t'))
+            j++;
+        if (j < n && (isdigit((unsigned char)text[j]) ||
+                      (j + 4 <= n && !memcmp(text + j, "line", 4) &&
+                       (j + 4 == n || !ident_char((unsigned char)text[j + 4])))))
+            return 1;
+    }
+    return 0;
+}
+
 static void closure_names_build(struct closure_names *c, const struct work *w)
 {
     int rc = 0;
@@ -614,7 +640,8 @@ static void closure_names_build(struct closure_names *c, const struct work *w)
         const kc_dep *d = &w->deps.deps[i];
         if (d->state != KC_DEP_USER || !d->size)
             continue;
-        c->caller = code_names_caller(&c->m, d->content, d->size);
+        c->caller = code_names_caller(&c->m, d->content, d->size) ||
+                    names_a_line(d->content, d->size);
         c->failed = kc_code_spans(&sp, &c->m, d->content, d->size) != 0;
     }
     for (size_t i = 0; !c->failed && !c->own_file && i < w->deps.n_deps; i++) {
@@ -704,8 +731,9 @@ static const struct closure_names *closure_names(const struct work *w, struct cl
  * macro of theirs that the source (or an option, a name expression) names expands
  * __FILE__, __BASE_FILE__ or __builtin_FILE, itself or through other macros, or
  * pastes (##) one of those names or such a macro's; or their code names __BASE_FILE__
- * or __builtin_FILE (a default argument is the caller's file). A macro that only a
- * header expands carries that header's name, not the program's.
+ * or __builtin_FILE (a default argument is the caller's file), or holds a line
+ * directive (it may name the program). A macro that only a header expands carries
+ * that header's name, not the program's.
  */
 static int headers_name_it(const kcache_request *req, const struct work *w)
 {
@@ -727,10 +755,24 @@ static int headers_name_it(const kcache_request *req, const struct work *w)
     return named;
 }
 
+/*
+ * 1 if NVRTC reads name as an option: NVRTC 13.0 hands the program's name
+ * to its front end as an argument, so one that starts with '-' ("-" alone
+ * aside) fails the compile ("invalid option: -k.cu"; "-DV=5" and "--":
+ * "missing source file name"), whatever the source. Measured.
+ */
+static int name_is_option(const char *name)
+{
+    return name && name[0] == '-' && name[1];
+}
+
 int kc_name_free_request(const kcache_request *req, const struct work *w)
 {
     /* A caller's compiler other than NVIDIA's NVRTC may use the name as it likes. */
     if (req->version >= 2 && req->compile && !(req->flags & KCACHE_COMPILE_NVRTC_NAMES))
+        return 0;
+    /* Its own answer (a failure), never another name's entry. */
+    if (name_is_option(w->source_name))
         return 0;
     if (w->workdir[0] || w->kind == KCACHE_KIND_LTOIR || w->opts.dlto)
         return 0;

@@ -157,6 +157,13 @@ static int scan_node(struct resolver *r, size_t k)
             /* A digit separator lexes as C++14 does, which the scanner follows. */
             if (d->digit_sep && !r->req->before_cxx14)
                 break;
+            if (d->time_macro) {
+                kc_res_not_hermetic(r, "time_macro",
+                                    "%s:%u: %s: the kernel would hold the moment of its compile, "
+                                    "which no key holds: compiled uncached",
+                                    kc_res_where(&r->nodes[k]), d->line, d->text);
+                break;
+            }
             kc_res_not_hermetic(r, "uncertain_construct",
                          "%s:%u: %s: kcache cannot be sure what the compile reads",
                          kc_res_where(&r->nodes[k]), d->line, d->text);

@@ -87,6 +87,7 @@ typedef struct kc_directive {
     int kind;
     int angle;         /* <...> rather than "..." */
     int digit_sep;     /* UNCERTAIN only: a digit separator, uncertain before C++14 alone */
+    int time_macro;    /* UNCERTAIN only: __DATE__ or __TIME__, the moment of the compile */
     int computed;      /* the operand is not "..." or <...>: macro text in `text` */
     /*
      * HAS_INCLUDE and CALL: in a #define's body, so evaluated wherever the

@@ -25,6 +25,7 @@ struct scanner {
     kc_directive *out;
     size_t count, cap;
     int digit_sep_pushed;
+    int time_macro_pushed;
     const char *params, *params_end; /* a function-like #define's, while its body is scanned */
 };
 
@@ -201,6 +202,52 @@ static int skip_pp_number(struct scanner *s, kc_buf *b)
         if (b && kc_buf_put(b, (char)c))
             return KCACHE_ENOMEM;
         advance(s);
+    }
+    return 0;
+}
+
+/*
+ * __DATE__ and __TIME__ (and __TIMESTAMP__, which NVRTC 13 does not define)
+ * expand to the moment of the compile, which no key holds: a text that
+ * names one (in code or a directive, -D values included) is reported once,
+ * and the compile runs uncached. Whether the name is ever expanded is not
+ * worked out: a miss costs time, a kernel of another moment would be wrong.
+ */
+static int is_time_macro(const char *id, size_t n)
+{
+    return (n == 8 && (!memcmp(id, "__DATE__", 8) || !memcmp(id, "__TIME__", 8))) ||
+           (n == 13 && !memcmp(id, "__TIMESTAMP__", 13));
+}
+
+static int push_time_macro(struct scanner *s, unsigned line, const char *id, size_t n)
+{
+    if (s->time_macro_pushed)
+        return 0;
+    s->time_macro_pushed = 1;
+    int rc = push(s, KC_DIR_UNCERTAIN, 0, 0, line, id, n, NULL, 0);
+    if (!rc)
+        s->out[s->count - 1].time_macro = 1;
+    return rc;
+}
+
+/* push_time_macro() for a directive's logical line (p, end) that names one outside its literals. */
+static int directive_time_macro(struct scanner *s, const char *p, const char *end, unsigned line)
+{
+    for (const char *q = p; !s->time_macro_pushed && q < end;) {
+        if (*q == '"' || *q == '\'') {
+            char quote = *q++;
+            while (q < end && *q != quote)
+                q += *q == '\\' && q + 1 < end ? 2 : 1;
+            q++;
+        } else if (isalpha((unsigned char)*q) || *q == '_') {
+            const char *start = q;
+            while (q < end && is_ident((unsigned char)*q))
+                q++;
+            if (is_time_macro(start, (size_t)(q - start)))
+                return push_time_macro(s, line, start, (size_t)(q - start));
+        } else {
+            q++;
+        }
     }
     return 0;
 }
@@ -534,7 +581,8 @@ int kc_scan(kc_directive **out, size_t *n, const char *text, size_t size)
             if ((rc = logical_line(&s, &b)))
                 break;
             const char *p = (const char *)b.data;
-            if ((rc = parse_directive(&s, p ? p : "", (p ? p : "") + b.size, line)))
+            if ((rc = parse_directive(&s, p ? p : "", (p ? p : "") + b.size, line)) ||
+                (rc = directive_time_macro(&s, p ? p : "", (p ? p : "") + b.size, line)))
                 break;
         } else if ((c == '%' && peek2(&s) == ':' && line_start) ||
                    (c == '?' && peek2(&s) == '?' && line_start)) {
@@ -557,14 +605,17 @@ int kc_scan(kc_directive **out, size_t *n, const char *text, size_t size)
             /* Whole identifiers: a digit inside one starts no number, and a
              * literal's prefix (u8, L, R...) is told from a name ending so. */
             line_start = 0;
-            char id[4];
-            size_t idn = 0;
-            for (int d; (d = peek(&s)) >= 0 && is_ident(d); advance(&s))
+            char id[16];
+            size_t idn = 0, len = 0;
+            for (int d; (d = peek(&s)) >= 0 && is_ident(d); advance(&s), len++)
                 if (idn < sizeof(id))
                     id[idn++] = (char)d;
+            if (len == idn && is_time_macro(id, idn) &&
+                (rc = push_time_macro(&s, s.line, id, idn)))
+                break;
             int raw;
             int q = peek(&s);
-            if ((q == '"' || q == '\'') && idn < sizeof(id) && literal_prefix(id, idn, &raw)) {
+            if ((q == '"' || q == '\'') && len < 4 && literal_prefix(id, len, &raw)) {
                 if (raw && q == '"')
                     skip_raw_string(&s);
                 else

@@ -305,20 +305,41 @@ static int unreadable(kcache_store *s, const kcache_key *key, int codec)
 }
 
 /*
- * Whether r's key material is in kcache's format and no longer parses or
- * hashes to its key: damage to the material or to the header list it shares. Material
- * in another format (a caller's own, through kcache_store_put) is not held
- * to it.
+ * Whether r's kind or arch is not what its key material (kcache's format)
+ * says: the key holds both, so an entry that differs was altered after its
+ * put, and a flipped kind would hand PTX out as a CUBIN. Material that says
+ * it is kcache's and does not parse is damage too; material in another
+ * format (a caller's own, through kcache_store_put) says nothing. *ours: 1
+ * when it is kcache's.
+ */
+static int target_differs(const struct kc_row *r, int *ours)
+{
+    char kind[16], arch[64];
+    *ours = 0;
+    if (!r->key_material_size)
+        return 0;
+    int known = kc_key_target(kind, sizeof(kind), arch, sizeof(arch), r->key_material,
+                              r->key_material_size);
+    if (known <= 0)
+        return known < 0;
+    *ours = 1;
+    const char *has = kcache_kind_name(r->kind);
+    return !has || strcmp(kind, has) != 0 || r->arch_n != strlen(arch) ||
+           memcmp(r->arch, arch, r->arch_n) != 0;
+}
+
+/*
+ * Whether r's key material is in kcache's format and no longer parses, says
+ * another target or hashes to another key: damage to the material or to the
+ * header list it shares.
  */
 static int material_differs(const struct kc_row *r)
 {
-    char kind[16], arch[64];
-    if (!r->key_material_size)
+    int ours;
+    if (target_differs(r, &ours))
+        return 1;
+    if (!ours)
         return 0;
-    int ours = kc_key_target(kind, sizeof(kind), arch, sizeof(arch), r->key_material,
-                             r->key_material_size);
-    if (ours <= 0)
-        return ours < 0; /* says it is kcache's and does not parse: damaged */
     uint8_t d[KC_DIGEST_SIZE];
     kc_digest(d, r->key_material, r->key_material_size);
     return memcmp(d, r->key.bytes, KCACHE_KEY_SIZE) != 0;
@@ -359,7 +380,8 @@ static int read_row(struct kc_row *r, sqlite3_stmt *st, const kcache_key *key)
     r->key_material = sqlite3_column_blob(st, 15);
     r->key_material_size = (size_t)sqlite3_column_bytes(st, 15);
     r->raw_size = (size_t)raw_size;
-    return damaged;
+    int ours;
+    return damaged || target_differs(r, &ours);
 }
 
 /*

@@ -97,6 +97,41 @@ static void case_of(const kc_nvrtc *api, const char *what, const char *text, con
 
 #define KERNEL "extern \"C\" __global__ void k(int *v) { "
 
+/*
+ * NVRTC hands the program's name to its front end as an argument: a name
+ * that starts with '-' is read as an option, and the compile fails there
+ * ("invalid option: -k.cu"). Compiled under kern.cu first (an entry without
+ * the name), text under such a name must fail as NVRTC's does, not hit.
+ */
+static void name_as_option(const kc_nvrtc *api)
+{
+    static const char text[] = KERNEL "v[0] = 16; }\n";
+    static const char *const names[] = {"-k.cu", "-DKC_V=5", "--"};
+    CHECK(compile_at(db, text, "kern.cu", NULL) == 0);
+    for (size_t i = 0; i < sizeof(names) / sizeof(*names); i++) {
+        nvrtcProgram p;
+        REQUIRE(api->CreateProgram(&p, text, names[i], 0, NULL, NULL) == NVRTC_SUCCESS);
+        int nvrtc_ok = api->CompileProgram(p, 2, opts) == NVRTC_SUCCESS;
+        REQUIRE(api->DestroyProgram(&p) == NVRTC_SUCCESS);
+        kcache_store *s = ct_store_open(db);
+        REQUIRE(s);
+        kcache_compiler *c = ct_compiler(s, NULL);
+        kcache_request r = ct_request(names[i], "compute_90", KCACHE_KIND_PTX, opts + 1, 1);
+        r.source = text;
+        kcache_result *res = NULL;
+        int ok = kcache_compiler_compile(&res, c, &r) == 0;
+        if (ok != nvrtc_ok) {
+            fprintf(stderr, "a program named %s: kcache %s (%s), NVRTC %s\n", names[i],
+                    ok ? "compiled it" : "failed", ok && res->hit ? "a hit" : "no hit",
+                    nvrtc_ok ? "compiled it" : "failed");
+            CHECK(0);
+        }
+        kcache_result_free(res);
+        kcache_compiler_free(c);
+        kcache_store_close(s);
+    }
+}
+
 int main(void)
 {
     kc_toolkit tk;
@@ -115,6 +150,9 @@ int main(void)
     test_write_text(path, "template <class T> __device__ T kc_tw(T t) { return t << 40; }\n");
     snprintf(path, sizeof(path), "%s/kern.cu.h", inc);
     test_write_text(path, "#pragma once\n#warning its path holds the name's last component\n");
+    snprintf(path, sizeof(path), "%s/kcline.h", inc);
+    test_write_text(path, "#pragma once\n#line 5 \"kern.cu\"\n"
+                          "__device__ inline int kc_l(int x) { int kc_lu; return x; }\n");
     snprintf(path, sizeof(path), "%s/kcq(1).h", inc);
     test_write_text(path, "#pragma once\n__device__ inline int kc_q(int x) { int kc_qu; return x; }\n");
 
@@ -167,6 +205,10 @@ int main(void)
             0);
     REQUIRE(chdir(cwd) == 0);
     beside = 0;
+    /* A header whose #line names the program's file: its diagnostics read as the
+     * program's ("kern.cu(5): "), and say so under any name. */
+    case_of(api, "a header's #line naming the program",
+            "#include \"kcline.h\"\n" KERNEL "v[0] = kc_l(17); }\n", "kern.cu", "kern2.cu", 0);
     /* A message that breaks its line and goes on as the name's diagnostic would
      * ("kern.cu(9): "): that line is the program's text, printed as it is under
      * any name (as are C++20's [[nodiscard("...")]] reasons), so never refilled. */
@@ -180,6 +222,7 @@ int main(void)
     snprintf(f, sizeof(f), "%s/kern.cu", a);
     case_of(api, "a short directory", KERNEL "int kc_shortdir; v[0] = 10; }\n", "tmp/kern.cu", f,
             0);
+    name_as_option(api);
     kc_toolkit_free(&tk);
     return test_done();
 }

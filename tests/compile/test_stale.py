@@ -549,6 +549,24 @@ def test_header_file_as_nvrtc_opens_it(root, nvrtc):
         check(b in log, "%s -I %s: the warning does not name %s" % (place, inc, b))
 
 
+def test_time_macros(root, nvrtc):
+    """__DATE__ and __TIME__ expand to the moment of the compile, which no key holds:
+    named in the source, in a header's #define or in a -D value, the compile is never
+    served from the cache (a hit gave the first compile's seconds)."""
+    t = Case(root, nvrtc)
+    d = os.path.join(root, "tm")
+    write(os.path.join(d, "h.cuh"), "#pragma once\n#define STAMP (__TIME__[7] - '0')\n")
+    cases = (("code.cu", KERNEL % "__TIME__[7] - '0'", ()),
+             ("hdr.cu", '#include "h.cuh"\n' + KERNEL % "STAMP", ()),
+             ("dv.cu", KERNEL % "STAMPD", ("-DSTAMPD=(__DATE__[5] - '0')",)))
+    for name, text, opts in cases:
+        write(os.path.join(d, name), text)
+        for attempt in ("first", "second"):
+            _, report = t.kcache(os.path.join(d, name), *opts)
+            check('"outcome": "uncached"' in report and "moment of its compile" in report,
+                  "%s, %s compile: not compiled uncached: %s" % (name, attempt, report))
+
+
 def main():
     if not os.path.exists(os.path.join(TOOLKIT, "lib64", "libnvrtc.so")):
         print("skipped: no CUDA toolkit at %s" % TOOLKIT)
