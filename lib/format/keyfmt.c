@@ -97,7 +97,8 @@ int kc_key_header_run(const void *material, size_t size, size_t *at, size_t *len
         if (p[off] == KC_TAG_HEADER && !in_run) {
             in_run = 1;
             start = off;
-        } else if (p[off] != KC_TAG_HEADER && in_run) {
+        } else if (p[off] != KC_TAG_HEADER && p[off] != KC_TAG_HEADER_PATH && in_run) {
+            /* The headers' paths follow them, and are as shared as the list. */
             break;
         }
         off += 5 + (size_t)n;

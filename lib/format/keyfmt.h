@@ -113,8 +113,9 @@ int kc_key_target(char *kind, size_t kind_size, char *arch, size_t arch_size,
                   const void *material, size_t size);
 
 /*
- * The first run of KC_TAG_HEADER records in material, as bytes [*at, *at +
- * *len): the part of a key that the kernels of one program share whole,
+ * The first run of KC_TAG_HEADER records in material, with the
+ * KC_TAG_HEADER_PATH record after them, as bytes [*at, *at + *len): the part
+ * of a key that the kernels of one program share whole,
  * which the store keeps once (store/shared.c). Returns 1 when there is one,
  * 0 when there is none (both 0), KCACHE_ECORRUPT when the material does not
  * parse.
