@@ -464,7 +464,11 @@ static int derive_key(kcache_compiler *c, const kcache_request *req, struct work
     in.tk_spelled = (const char *const *)w->tk_spelled;
     in.include_dirs = (const char *const *)w->opts.include_dirs;
     in.n_include_dirs = w->opts.n_include_dirs;
-    in.source_dir = name_dir(w);
+    /* The program's directory only where a header's path starts with it: CuPy names
+     * every program in a new directory, and its headers come through -I. */
+    for (size_t i = 0; i < w->deps.n_deps && !in.source_dir; i++)
+        if (w->deps.deps[i].state == KC_DEP_USER && w->deps.deps[i].nv_from_name)
+            in.source_dir = name_dir(w);
     in.n_tk_dirs = w->n_tk_dirs;
     judge_header_paths(req, w);
     in.paths = w->paths_keyed;

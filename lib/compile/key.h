@@ -50,7 +50,8 @@ typedef struct kc_key_compile {
     size_t n_tk_dirs;
     int paths;                    /* KC_TAG_HEADER_PATH for each user header read from disk */
     /* ... with what NVRTC joins them of: the -I operands as given and the directory
-     * quoted includes of the program are looked for in (or NULL). */
+     * quoted includes of the program are looked for in (NULL where no header was
+     * found there). */
     const char *const *include_dirs;
     size_t n_include_dirs;
     const char *source_dir;
