@@ -826,6 +826,16 @@ int kc_paths_free_request(const struct work *w, const char **unsure)
     return free_;
 }
 
+/* The end of the (at most four) decimal digits at data[i], their value in *v. */
+static size_t decimal_at_most4(const unsigned char *data, size_t n, size_t i, unsigned *v)
+{
+    size_t start = i;
+    *v = 0;
+    while (i < n && i - start < 4 && isdigit(data[i]))
+        *v = *v * 10 + (unsigned)(data[i++] - '0');
+    return i;
+}
+
 /*
  * The strings an artifact holds: its bytes, then each of PTX's byte lists
  * ("{47, 116, ...}") decoded, NUL after each. NULL: out of memory.
@@ -845,13 +855,10 @@ static kc_buf *artifact_strings(const void *data, size_t size)
             while (j < size && isspace(p[j]))
                 j++;
             unsigned v = 0;
-            size_t digits = 0;
-            while (j < size && isdigit(p[j]) && digits < 4) {
-                v = v * 10 + (unsigned)(p[j++] - '0');
-                digits++;
-            }
-            if (!digits || v > 255)
+            size_t end = decimal_at_most4(p, size, j, &v);
+            if (end == j || v > 255)
                 break;
+            j = end;
             unsigned char c = (unsigned char)v;
             if (kc_buf_append(b, &c, 1))
                 goto nomem;
@@ -908,11 +915,9 @@ static int decimal_at(const unsigned char *data, size_t n, size_t at, const char
                 i++;
         }
         unsigned v = 0;
-        size_t digits = 0;
-        while (i < n && isdigit(data[i]) && digits < 4) {
-            v = v * 10 + (unsigned)(data[i++] - '0');
-            digits++;
-        }
+        size_t end = decimal_at_most4(data, n, i, &v);
+        size_t digits = end - i;
+        i = end;
         if (!digits || (i < n && isdigit(data[i])) || v != (unsigned char)needle[k])
             return 0;
     }
