@@ -102,13 +102,14 @@ int kc_res_assign_names(struct resolver *r)
  * Whether path can stand in a #line directive as it is: the hermetic compile
  * hands each user header over with a first line #line 1 "PATH", so that NVRTC
  * says the path it would have opened for the header's __FILE__ and in its
- * diagnostics; a string literal there would read '"' and '\\' as escapes.
+ * diagnostics; a string literal there would read '"' and '\\' as escapes,
+ * and "??/" as one where trigraphs are on.
  */
 int kc_res_line_spellable(const char *path)
 {
     for (const unsigned char *p = (const unsigned char *)path; *p; p++)
-        if (*p == '"' || *p == '\\' || *p < 0x20 || *p == 0x7f)
-            return 0;
+        if (*p == '"' || *p == '\\' || *p < 0x20 || *p == 0x7f || (p[0] == '?' && p[1] == '?'))
+            return 0; /* "??/" is a backslash where trigraphs are on (-std=c++03, c++11) */
     return 1;
 }
 

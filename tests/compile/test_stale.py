@@ -567,6 +567,25 @@ def test_time_macros(root, nvrtc):
                   "%s, %s compile: not compiled uncached: %s" % (name, attempt, report))
 
 
+def test_header_path_that_no_line_directive_spells(root, nvrtc):
+    """A directory named with a quote or "??": NVRTC's __FILE__ still (compiled from disk)."""
+    c = Cache(root, "one")
+    for dirname in ('q"x', "w??x", "b\\s"):
+        d = os.path.join(root, "t" + str(len(dirname)) + dirname[1])
+        write(os.path.join(d, dirname, "h.h"), "__device__ const char *hf() { return __FILE__; }\n")
+        write(os.path.join(d, "k.cu"), '#include "h.h"\nextern "C" __global__ void '
+              "k(const char **o) { o[0] = hf(); }\n")
+        out = os.path.join(root, "u.ptx")
+        p = subprocess.run([base.KCACHE, "compile", "k.cu", "--arch", "sm_90", "--ptx", "-o", out,
+                            "--", "-I" + dirname], cwd=d, env=c.env, capture_output=True,
+                           timeout=120)
+        check(p.returncode == 0, "-I %s: %s" % (dirname, p.stderr.decode()))
+        with open(out) as f:
+            got = f.read()
+        want = nvrtc.ptx(os.path.join(d, "k.cu"), ["-I" + dirname], cwd=d)
+        check(code(got) == code(want), "-I %s: kcache's __FILE__ is not NVRTC's" % dirname)
+
+
 def main():
     if not os.path.exists(os.path.join(TOOLKIT, "lib64", "libnvrtc.so")):
         print("skipped: no CUDA toolkit at %s" % TOOLKIT)
