@@ -538,20 +538,11 @@ static void use_template_key(struct work *w, struct kc_result *r)
     w->key_template = 1;
 }
 
-/*
- * A fresh result that shows a user header's path (kc_paths_show): filed under
- * the key with the name and the paths (w->paths_key), where the request was
- * keyed without them. One that shows the path of a header reached by two
- * paths may not be NVRTC's (which path it says depends on which include it
- * meets first): not stored, and kcache's own compile runs again reading the
- * disk (w->paths_unsure). 1: filed under the paths' key; -1: not to be
- * stored; 0: as it was.
- */
 enum { KC_PATHS_ANY, KC_PATHS_TEMPLATE, KC_PATHS_BASE, KC_PATHS_NAMED };
 
-/* Into r's place: the key of name variant v (what progname.c keeps of the name) with the
- * headers' paths. 0 or KCACHE_ENOMEM. */
-static int use_paths_key(struct work *w, struct kc_result *r, int v)
+/* The key of name variant v (what progname.c keeps of the name) with the headers'
+ * paths. 0 or KCACHE_ENOMEM. */
+static int encode_paths_key(const struct work *w, int v, kc_buf *material, kcache_key *key)
 {
     kc_key_compile in = w->key_in;
     const char *slash = strrchr(w->source_name, '/');
@@ -559,43 +550,62 @@ static int use_paths_key(struct work *w, struct kc_result *r, int v)
     in.any_name = v == KC_PATHS_ANY;
     in.log_template = v == KC_PATHS_TEMPLATE ? (slash ? "/" : "") : NULL;
     in.base_name = v == KC_PATHS_BASE && slash ? slash + 1 : NULL;
-    kc_buf material = {0};
-    kcache_key key;
-    if (kc_key_encode_compile(&material, &key, &in))
-        return KCACHE_ENOMEM;
+    return kc_key_encode_compile(material, key, &in) ? KCACHE_ENOMEM : 0;
+}
+
+/* Puts that key (material and key, taken) in r's place, w's flags saying which it is. */
+static void use_paths_key(struct work *w, struct kc_result *r, int v, kc_buf material,
+                          const kcache_key *key)
+{
     kc_buf_free(&r->material);
     r->material = material;
-    r->pub.key = key;
+    r->pub.key = *key;
     kc_result_keyed(r);
     w->has_paths_key = 0;
     w->name_free = 0;
     w->key_free = v == KC_PATHS_ANY;
     w->key_template = v == KC_PATHS_TEMPLATE;
     w->key_based = v == KC_PATHS_BASE;
-    return 0;
 }
 
-/* The name variant r's key is (key_as_shown() chose it). */
-static int name_variant(const struct work *w)
+/* Into r's place: the key of r's own name variant (key_as_shown() chose it) with the
+ * headers' paths. 0 or KCACHE_ENOMEM. */
+static int with_paths_key(struct work *w, struct kc_result *r)
 {
-    return w->key_template ? KC_PATHS_TEMPLATE
-           : w->key_based  ? KC_PATHS_BASE
-           : w->key_free   ? KC_PATHS_ANY
-                           : KC_PATHS_NAMED;
+    int v = w->key_template ? KC_PATHS_TEMPLATE
+            : w->key_based  ? KC_PATHS_BASE
+            : w->key_free   ? KC_PATHS_ANY
+                            : KC_PATHS_NAMED;
+    kc_buf material = {0};
+    kcache_key key;
+    int rc = encode_paths_key(w, v, &material, &key);
+    if (!rc)
+        use_paths_key(w, r, v, material, &key);
+    return rc;
 }
 
+/*
+ * A fresh result that shows a user header's path (kc_paths_show()): filed
+ * under its name variant's key with the paths, where the request was keyed
+ * without them. In kcache's own compile, one that shows the path of a header
+ * reached by two paths may not be NVRTC's (which path NVRTC says depends on
+ * which include it meets first): not stored, and compiled again reading the
+ * disk (w->paths_unsure). 1: filed under the paths' key; -1: not to be
+ * stored; 0: as it was.
+ */
 static int paths_as_shown(struct work *w, struct kc_result *r)
 {
     int amb = 0;
     for (size_t i = 0; w->own_compile && i < w->deps.n_deps && !amb; i++)
         amb = w->deps.deps[i].state == KC_DEP_USER && w->deps.deps[i].nv_ambiguous;
-    if (amb && kc_paths_show(r, w, 1)) {
+    int shows = amb || w->has_paths_key ? kc_paths_show(r, w) : KC_PATHS_NONE;
+    if (amb && shows == KC_PATHS_AMBIGUOUS) {
         w->paths_unsure = 1;
         return -1;
     }
-    if (!w->has_paths_key || !kc_paths_show(r, w, 0))
+    if (!w->has_paths_key || shows == KC_PATHS_NONE)
         return 0;
-    return use_paths_key(w, r, name_variant(w)) ? -1 : 1;
+    return with_paths_key(w, r) ? -1 : 1;
 }
 
 /*
@@ -1335,46 +1345,22 @@ static int overlapped(kcache_compiler *c, const kcache_request *req, struct work
 }
 
 /*
- * kcache never fails a compile NVRTC alone would pass: after a hermetic
- * compile failed, compiled again as NVRTC would (reading the disk through
- * the caller's -I), uncached. A genuine error fails both, and the caller
- * gets NVRTC's own log.
+ * kcache's own compile again, as NVRTC would (reading the disk through the
+ * caller's -I), uncached, counted under reason and saying msg: where the
+ * hermetic compile failed (kcache never fails a compile NVRTC alone would
+ * pass; a genuine error fails both, and the caller gets NVRTC's own log), or
+ * where its result shows the path of a header reached by two paths
+ * (paths_as_shown(): NVRTC says the one it meets first).
  */
 static int compile_from_disk(kcache_compiler *c, const kcache_request *req, struct work *w,
-                             struct kc_result *r)
+                             struct kc_result *r, const char *reason, const char *msg)
 {
-    char why[300];
-    first_error(why, sizeof(why), r->pub.log);
     clear_output(r);
     int rc = kc_run_nvrtc(c, req, w, r, 0);
     if (!rc) {
-        char msg[512];
         r->pub.keyed = 0;
-        snprintf(msg, sizeof(msg), "the hermetic compile failed where NVRTC reading the disk "
-                 "passed (%s); compiled without the cache", why);
         kc_result_store_problem(r, KCACHE_ENOTSUP, msg);
-        snprintf(w->deps.reason, sizeof(w->deps.reason), "hermetic_failed");
-        w->deps.not_hermetic = 1;
-    }
-    return rc;
-}
-
-/*
- * A hermetic compile whose result shows the path of a header reached by two
- * paths (paths_as_shown()): NVRTC reading the disk says the one it meets
- * first, so it compiles so, uncached.
- */
-static int compile_paths_from_disk(kcache_compiler *c, const kcache_request *req,
-                                   struct work *w, struct kc_result *r)
-{
-    clear_output(r);
-    int rc = kc_run_nvrtc(c, req, w, r, 0);
-    if (!rc) {
-        r->pub.keyed = 0;
-        kc_result_store_problem(r, KCACHE_ENOTSUP, "a header reached by two paths shows its "
-                                "path in the result; compiled reading the disk, without the "
-                                "cache");
-        snprintf(w->deps.reason, sizeof(w->deps.reason), "header_reached_two_ways");
+        snprintf(w->deps.reason, sizeof(w->deps.reason), "%s", reason);
         w->deps.not_hermetic = 1;
     }
     return rc;
@@ -1389,28 +1375,20 @@ static int paths_key_hit(kcache_compiler *c, struct work *w, unsigned flags, str
 {
     unsigned get_flags = flags & KCACHE_COMPILE_UNCOUNTED ? KCACHE_GET_NO_COUNT : 0;
     const char *slash = strrchr(w->source_name, '/');
-    kc_key_compile in = w->key_in;
-    in.paths = 1;
     for (int v = w->name_free ? KC_PATHS_ANY : KC_PATHS_NAMED; v <= KC_PATHS_NAMED; v++) {
         if (v == KC_PATHS_BASE && !(slash && slash[1]))
             continue;
-        in.any_name = v == KC_PATHS_ANY;
-        in.log_template = v == KC_PATHS_TEMPLATE ? (slash ? "/" : "") : NULL;
-        in.base_name = v == KC_PATHS_BASE ? slash + 1 : NULL;
         kc_buf material = {0};
         kcache_key key;
         kcache_entry *e = NULL;
-        if (kc_key_encode_compile(&material, &key, &in))
+        if (encode_paths_key(w, v, &material, &key))
             return KCACHE_ENOMEM;
-        kc_buf_free(&material);
         if (kcache_store_get(&e, c->store, &key, get_flags) == 0) {
-            if (use_paths_key(w, r, v)) {
-                kcache_entry_free(e);
-                return KCACHE_ENOMEM;
-            }
+            use_paths_key(w, r, v, material, &key);
             kc_result_from_entry(r, e);
             return 1;
         }
+        kc_buf_free(&material);
     }
     return 0;
 }
@@ -1456,10 +1434,16 @@ static int through_cache(kcache_compiler *c, const kcache_request *req, struct w
 {
     int rc = kc_through_cache(c, r, use_store, req->flags, step);
     if (rc == KCACHE_ECOMPILE && *hermetic && step->run == run_compile_step) {
-        rc = compile_from_disk(c, req, w, r);
+        char why[300], msg[512];
+        first_error(why, sizeof(why), r->pub.log);
+        snprintf(msg, sizeof(msg), "the hermetic compile failed where NVRTC reading the disk "
+                 "passed (%s); compiled without the cache", why);
+        rc = compile_from_disk(c, req, w, r, "hermetic_failed", msg);
         *hermetic = 0;
     } else if (!rc && w->paths_unsure && step->run == run_compile_step) {
-        rc = compile_paths_from_disk(c, req, w, r);
+        rc = compile_from_disk(c, req, w, r, "header_reached_two_ways",
+                               "a header reached by two paths shows its path in the result; "
+                               "compiled reading the disk, without the cache");
         *hermetic = 0;
     }
     return rc;
@@ -1514,7 +1498,7 @@ static int compile_request(kcache_compiler *c, const void *request, struct kc_re
     say_why_uncached(c, &w, r, hermetic);
     if (req->flags & KCACHE_COMPILE_KEY_ONLY) {
         if ((req->flags & KC_COMPILE_WITH_PATHS) && w.has_paths_key)
-            rc = use_paths_key(&w, r, name_variant(&w));
+            rc = with_paths_key(&w, r);
         goto out;
     }
     int use_store = c->store && hermetic && !(req->flags & KCACHE_COMPILE_NO_CACHE);

@@ -271,8 +271,13 @@ int kc_name_free_request(const kcache_request *req, const struct work *w);
  * may expand its own, which no key can settle.
  */
 int kc_paths_free_request(const struct work *w, const char **unsure);
-/* 1 if r's log or bytes hold a user header's path (amb: only the ambiguous ones'). */
-int kc_paths_show(const struct kc_result *r, const struct work *w, int amb);
+/*
+ * Whether r's log or bytes hold a user header's path: KC_PATHS_AMBIGUOUS where
+ * one is a header reached by two paths (kc_dep.nv_ambiguous), else
+ * KC_PATHS_SHOWN or KC_PATHS_NONE.
+ */
+enum { KC_PATHS_NONE, KC_PATHS_SHOWN, KC_PATHS_AMBIGUOUS };
+int kc_paths_show(const struct kc_result *r, const struct work *w);
 /*
  * What r's fresh result shows of the name: KC_NAME_FULL (its artifact holds
  * the name or its directory, or its log shows the name otherwise than as

@@ -881,19 +881,20 @@ nomem:
     return NULL;
 }
 
-int kc_paths_show(const struct kc_result *r, const struct work *w, int amb)
+int kc_paths_show(const struct kc_result *r, const struct work *w)
 {
     kc_buf *strings = artifact_strings(r->pub.data, r->pub.size);
     if (!strings)
-        return 1; /* not known: as if shown */
+        return KC_PATHS_AMBIGUOUS; /* not known: as if shown */
     const char *log = r->pub.log ? r->pub.log : "";
-    int shows = 0;
-    for (size_t i = 0; i < w->deps.n_deps && !shows; i++) {
+    int shows = KC_PATHS_NONE;
+    for (size_t i = 0; i < w->deps.n_deps && shows != KC_PATHS_AMBIGUOUS; i++) {
         const kc_dep *d = &w->deps.deps[i];
-        if (d->state != KC_DEP_USER || !d->nvpath || (amb && !d->nv_ambiguous))
+        if (d->state != KC_DEP_USER || !d->nvpath)
             continue;
-        size_t n = strlen(d->nvpath);
-        shows = strstr(log, d->nvpath) || memmem(strings->data, strings->size, d->nvpath, n);
+        if (strstr(log, d->nvpath) ||
+            memmem(strings->data, strings->size, d->nvpath, strlen(d->nvpath)))
+            shows = d->nv_ambiguous ? KC_PATHS_AMBIGUOUS : KC_PATHS_SHOWN;
     }
     kc_buf_free(strings);
     free(strings);
