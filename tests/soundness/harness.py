@@ -282,7 +282,9 @@ class Runner:
                 "--" + kind, "-o", out, "--json", "-q"]
         rest = []
         for o in sc.options(cfg, root):
-            if o[:2] in ("-I", "-D") and len(o) > 2:
+            # The CLI hands NVRTC its own -I and -D before what follows --: only the
+            # leading ones are the CLI's, so that NVRTC gets every option in order.
+            if o[:2] in ("-I", "-D") and len(o) > 2 and not rest:
                 argv += [o[:2], o[2:]]
             elif not (kind == "ltoir" and o == "-dlto"):  # --ltoir says it
                 rest.append(o)

@@ -82,7 +82,7 @@ CHECK = {
     "cli": r'''rm -f "$R/.out.ptx"
     local args=() rest=() o
     for o in "${OPTS[@]}"; do
-        case $o in -I?*|-D?*) args+=("${o:0:2}" "${o:2}") ;;
+        case $o in -I?*|-D?*) if [ ${#rest[@]} -eq 0 ]; then args+=("${o:0:2}" "${o:2}"); else rest+=("$o"); fi ;;
             -dlto) [ "$KIND" = ltoir ] || rest+=("$o") ;;  # --ltoir says it
             *) rest+=("$o") ;; esac
     done
